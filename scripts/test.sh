@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs on a fresh machine, then run lint, types and the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+command -v terraform >/dev/null || { echo "terraform is required on PATH" >&2; exit 1; }
+command -v kubectl >/dev/null || { echo "kubectl is required on PATH" >&2; exit 1; }
+command -v git >/dev/null || { echo "git is required on PATH" >&2; exit 1; }
+
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+python3 -m ruff check .
+python3 -m mypy
+python3 -m pytest -n 2 "$@"
