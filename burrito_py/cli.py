@@ -28,7 +28,7 @@ def version() -> None:
 
 @crds_app.command("generate")
 def crds_generate(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write CRD YAML into.")] = Path("crds"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the CRD YAML.")] = Path("crds"),
 ) -> None:
     """Write crds/*.yaml from the pydantic API models."""
     from burrito_py.api.crdgen import write_crds

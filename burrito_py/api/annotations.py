@@ -1,0 +1,40 @@
+"""Annotation and label keys shared by the controllers, the runner and the server (DESIGN §4)."""
+
+from __future__ import annotations
+
+GROUP = "terraform.burrito-py.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Written by the runner after a successful plan.
+PLAN_DATE = "runner.burrito-py.io/plan-date"
+PLAN_SUM = "runner.burrito-py.io/plan-sum"
+PLAN_RUN = "runner.burrito-py.io/plan-run"
+PLAN_COMMIT = "runner.burrito-py.io/plan-commit"
+# Written by the runner after a successful apply: the plan that was applied.
+APPLY_DATE = "runner.burrito-py.io/apply-date"
+APPLY_SUM = "runner.burrito-py.io/apply-sum"
+APPLY_COMMIT = "runner.burrito-py.io/apply-commit"
+# Written by the repository controller.
+BRANCH_COMMIT = "webhook.burrito-py.io/branch-commit"
+BRANCH_COMMIT_DATE = "webhook.burrito-py.io/branch-commit-date"
+RELEVANT_COMMIT = "webhook.burrito-py.io/relevant-commit"
+RELEVANT_COMMIT_DATE = "webhook.burrito-py.io/relevant-commit-date"
+# Set by a person or the server; removed by the layer controller when it acts on it.
+SYNC_NOW = "api.burrito-py.io/sync-now"
+# On a TerraformRepository: `sync-<branch>` = time the server asked for an immediate fetch.
+REPOSITORY_SYNC_PREFIX = "webhook.burrito-py.io/sync-"
+
+# Labels.
+LABEL_LAYER = "burrito-py.io/layer"
+LABEL_RUN = "burrito-py.io/run"
+LABEL_COMPONENT = "burrito-py.io/component"
+COMPONENT_RUNNER = "runner"
+
+
+def repository_sync_annotation(branch: str) -> str:
+    """The annotation the server sets on a repository to ask for an immediate fetch of `branch`.
+
+    Annotation names allow `[-._a-zA-Z0-9]` after the prefix; branch slashes become `.`.
+    """
+    return REPOSITORY_SYNC_PREFIX + branch.replace("/", ".")
