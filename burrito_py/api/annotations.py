@@ -11,6 +11,9 @@ PLAN_DATE = "runner.burrito-py.io/plan-date"
 PLAN_SUM = "runner.burrito-py.io/plan-sum"
 PLAN_RUN = "runner.burrito-py.io/plan-run"
 PLAN_COMMIT = "runner.burrito-py.io/plan-commit"
+# The plan's one-line summary (`Plan: 1 to add, 0 to change, 0 to destroy` / `No changes.`), so the layer
+# controller can show `lastResult` and skip applying empty plans without a datastore call.
+PLAN_SUMMARY = "runner.burrito-py.io/plan-summary"
 # Written by the runner after a successful apply: the plan that was applied.
 APPLY_DATE = "runner.burrito-py.io/apply-date"
 APPLY_SUM = "runner.burrito-py.io/apply-sum"
