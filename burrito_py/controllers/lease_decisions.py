@@ -1,0 +1,34 @@
+"""One Terraform at a time per layer (DESIGN §6): the Lease name and who may take it (pure)."""
+
+from __future__ import annotations
+
+import hashlib
+from enum import Enum
+from typing import Any
+
+
+def lease_name(repository_namespace: str, repository_name: str, branch: str, path: str) -> str:
+    """Leases are per (repository, branch, path): two layers on one state share one lock."""
+    key = "\x00".join((repository_namespace, repository_name, branch, path.strip("/") or "."))
+    return "burrito-py-layer-" + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+class LeaseVerdict(Enum):
+    CREATE = "create"  # no lease yet
+    HELD = "held"  # already ours: acquiring is idempotent
+    TAKE_OVER = "take-over"  # held by a run that is gone or finished: an orphan
+    WAIT = "wait"  # held by a live run
+
+
+def lease_verdict(
+    lease: dict[str, Any] | None, run_name: str, holder_state: str | None, holder_exists: bool
+) -> LeaseVerdict:
+    """`holder_state`/`holder_exists` describe the run named in the lease's holderIdentity."""
+    if lease is None:
+        return LeaseVerdict.CREATE
+    holder = (lease.get("spec") or {}).get("holderIdentity")
+    if holder == run_name:
+        return LeaseVerdict.HELD
+    if not holder or not holder_exists or holder_state in ("Succeeded", "Failed"):
+        return LeaseVerdict.TAKE_OVER
+    return LeaseVerdict.WAIT
