@@ -1,0 +1,110 @@
+"""The controllers' in-memory view of the cluster, fed by watch events and by our own writes.
+
+Decisions read from here instead of the API, so evaluating a layer costs no request. Every body
+is kept only if it is newer (by resourceVersion) than the one held, so a late watch event can
+never roll back what a write response already told us.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from burrito_py.api import annotations as ann
+
+Key = tuple[str, str]  # (namespace, name)
+Body = dict[str, Any]
+
+
+def key_of(body: Mapping[str, Any]) -> Key:
+    meta = body["metadata"]
+    return meta.get("namespace") or "", meta["name"]
+
+
+def _newer(candidate: Mapping[str, Any], held: Mapping[str, Any] | None) -> bool:
+    if held is None:
+        return True
+    new_rv, old_rv = candidate["metadata"].get("resourceVersion", ""), held["metadata"].get("resourceVersion", "")
+    if str(new_rv).isdigit() and str(old_rv).isdigit():
+        return int(new_rv) >= int(old_rv)
+    return True
+
+
+class Store:
+    """Objects of one kind, with optional secondary indexes by a label value."""
+
+    def __init__(self, index_label: str | None = None) -> None:
+        self._objects: dict[Key, Body] = {}
+        self._index_label = index_label
+        self._by_label: dict[Key, set[str]] = defaultdict(set)
+
+    def observe(self, body: Mapping[str, Any]) -> bool:
+        """Keep `body` if it is newer than what we hold; True when it was kept."""
+        key = key_of(body)
+        held = self._objects.get(key)
+        if not _newer(body, held):
+            return False
+        self._objects[key] = dict(body)
+        if self._index_label:
+            if held is not None:
+                self._unindex(key, held)
+            value = (body["metadata"].get("labels") or {}).get(self._index_label)
+            if value:
+                self._by_label[(key[0], value)].add(key[1])
+        return True
+
+    def forget(self, body: Mapping[str, Any]) -> None:
+        key = key_of(body)
+        held = self._objects.pop(key, None)
+        if held is not None and self._index_label:
+            self._unindex(key, held)
+
+    def _unindex(self, key: Key, held: Mapping[str, Any]) -> None:
+        value = (held["metadata"].get("labels") or {}).get(self._index_label or "")
+        if value:
+            names = self._by_label.get((key[0], value))
+            if names is not None:
+                names.discard(key[1])
+                if not names:
+                    del self._by_label[(key[0], value)]
+
+    def get(self, key: Key) -> Body | None:
+        return self._objects.get(key)
+
+    def by_label(self, namespace: str, value: str) -> list[Body]:
+        return [self._objects[(namespace, name)] for name in self._by_label.get((namespace, value), ())]
+
+    def __iter__(self) -> Iterator[Body]:
+        return iter(list(self._objects.values()))
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+
+class Inventory:
+    def __init__(self) -> None:
+        self.repositories = Store()
+        self.layers = Store()
+        self.runs = Store(index_label=ann.LABEL_LAYER)
+        self.pods = Store(index_label=ann.LABEL_RUN)
+
+    def runs_of_layer(self, namespace: str, layer: str) -> list[Body]:
+        """Newest first (creation time, then name for runs created in the same second)."""
+        runs = self.runs.by_label(namespace, layer)
+        runs.sort(key=lambda r: (r["metadata"].get("creationTimestamp", ""), r["metadata"]["name"]), reverse=True)
+        return runs
+
+    def layers_of_repository(self, namespace: str, name: str) -> list[Body]:
+        found = []
+        for layer in self.layers:
+            ref = (layer.get("spec") or {}).get("repository") or {}
+            if ref.get("name") == name and (ref.get("namespace") or layer["metadata"]["namespace"]) == namespace:
+                found.append(layer)
+        return found
+
+    def repository_of(self, layer: Mapping[str, Any]) -> Body | None:
+        ref = (layer.get("spec") or {}).get("repository") or {}
+        if not ref.get("name"):
+            return None
+        return self.repositories.get((ref.get("namespace") or layer["metadata"]["namespace"], ref["name"]))

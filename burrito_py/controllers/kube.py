@@ -1,0 +1,130 @@
+"""A small async Kubernetes client over `kubernetes_asyncio`, returning plain dicts for every kind.
+
+The controllers keep bodies as dicts (the same shape kopf hands to handlers), so one generic
+wrapper serves custom resources, pods, leases and events alike.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from burrito_py.api import annotations as ann
+
+Body = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status, self.reason, self.message = status, reason, message
+
+
+def _error(exc: ApiException) -> KubeError:
+    reason, message = str(exc.reason or ""), ""
+    try:
+        status = json.loads(exc.body or "{}")
+        reason, message = status.get("reason", reason), status.get("message", "")
+    except (TypeError, ValueError):
+        message = str(exc.body or "")[:200]
+    return KubeError(int(exc.status or 0), reason, message)
+
+
+def path(api_version: str, plural: str, namespace: str | None = None, name: str | None = None,
+         sub: str | None = None) -> str:
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    parts = [base]
+    if namespace:
+        parts.append(f"namespaces/{namespace}")
+    parts.append(plural)
+    if name:
+        parts.append(name)
+    if sub:
+        parts.append(sub)
+    return "/".join(parts)
+
+
+def crd_path(plural: str, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+    return path(ann.API_VERSION, plural, namespace, name, sub)
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self._api = api_client
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None) -> Kube:
+        """Kubeconfig ($KUBECONFIG or the given file) first, in-cluster service account otherwise."""
+        configuration = client.Configuration()
+        try:
+            await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        except config.ConfigException:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        return cls(client.ApiClient(configuration=configuration))
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def _call(self, method: str, resource_path: str, *, body: Any = None, query: Mapping[str, Any] | None = None,
+                    content_type: str = "application/json", response: str = "object") -> Any:
+        try:
+            return await self._api.call_api(
+                resource_path, method,
+                query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                response_types_map={200: response, 201: response, 202: response},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+            )
+        except ApiException as exc:
+            raise _error(exc) from None
+
+    async def get(self, resource_path: str) -> Body | None:
+        try:
+            result: Body = await self._call("GET", resource_path)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return result
+
+    async def list(self, resource_path: str, label_selector: str | None = None) -> list[Body]:
+        result = await self._call("GET", resource_path, query={"labelSelector": label_selector})
+        items: list[Body] = result.get("items") or []
+        return items
+
+    async def create(self, resource_path: str, body: Mapping[str, Any]) -> Body:
+        result: Body = await self._call("POST", resource_path, body=dict(body))
+        return result
+
+    async def replace(self, resource_path: str, body: Mapping[str, Any]) -> Body:
+        result: Body = await self._call("PUT", resource_path, body=dict(body))
+        return result
+
+    async def merge_patch(self, resource_path: str, patch: Mapping[str, Any]) -> Body:
+        result: Body = await self._call("PATCH", resource_path, body=dict(patch), content_type=MERGE_PATCH)
+        return result
+
+    async def delete(self, resource_path: str, *, resource_version: str | None = None,
+                     propagation: str = "Background") -> bool:
+        """False when it was already gone; a stale `resource_version` precondition raises 409."""
+        options: Body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        if resource_version:
+            options["preconditions"] = {"resourceVersion": resource_version}
+        try:
+            await self._call("DELETE", resource_path, body=options)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    async def read_text(self, resource_path: str, query: Mapping[str, Any] | None = None) -> str:
+        text: str = await self._call("GET", resource_path, query=query, response="str")
+        return text

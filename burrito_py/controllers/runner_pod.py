@@ -1,0 +1,114 @@
+"""The runner Pod of one attempt of a TerraformRun (DESIGN §6), built as a pure function."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from burrito_py.api import annotations as ann
+
+TOKEN_DIR = "/var/run/secrets/burrito-py"  # noqa: S105 - a path, not a secret
+TOKEN_AUDIENCE = "burrito-py"  # noqa: S105
+TOKEN_VOLUME = "burrito-py-token"  # noqa: S105
+# The runner writes why it failed here; the kubelet reports it as the container's termination message.
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerDefaults:
+    image: str
+    service_account: str
+    datastore_url: str
+    command: tuple[str, ...] = ("burrito-py", "runner", "start")
+    token_expiration_seconds: int = 3600
+
+
+def pod_name(run_name: str, attempt: int) -> str:
+    """Deterministic per attempt, so a retried create can never start a second pod for it."""
+    suffix = f"-{attempt}"
+    return run_name[: 253 - len(suffix)] + suffix
+
+
+def _merge_by_name(base: Sequence[Mapping[str, Any]], extra: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Lists keyed by `name` (env, volumes, volumeMounts): entries from `extra` replace same-named ones."""
+    merged = {str(item.get("name")): dict(item) for item in base}
+    for item in extra:
+        merged[str(item.get("name"))] = dict(item)
+    return list(merged.values())
+
+
+def build_runner_pod(
+    run: Mapping[str, Any],
+    layer: Mapping[str, Any],
+    attempt: int,
+    defaults: RunnerDefaults,
+    override: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`override` is the effective overrideRunnerSpec (camelCase, as in the CRD)."""
+    override = override or {}
+    run_meta, layer_meta = run["metadata"], layer["metadata"]
+    run_name, namespace = run_meta["name"], run_meta["namespace"]
+    layer_name = layer_meta["name"]
+    meta_override = override.get("metadata") or {}
+
+    env = [
+        {"name": "BURRITO_RUNNER_RUN", "value": run_name},
+        {"name": "BURRITO_RUNNER_LAYER_NAME", "value": layer_name},
+        {"name": "BURRITO_RUNNER_LAYER_NAMESPACE", "value": layer_meta["namespace"]},
+        {"name": "BURRITO_RUNNER_ACTION", "value": run["spec"]["action"]},
+        {"name": "BURRITO_RUNNER_ATTEMPT", "value": str(attempt)},
+        {"name": "BURRITO_DATASTORE_URL", "value": defaults.datastore_url},
+    ]
+    token_volume = {
+        "name": TOKEN_VOLUME,
+        "projected": {"sources": [{"serviceAccountToken": {
+            "audience": TOKEN_AUDIENCE, "expirationSeconds": defaults.token_expiration_seconds, "path": "token",
+        }}]},
+    }
+    container: dict[str, Any] = {
+        "name": "runner",
+        "image": override.get("image") or defaults.image,
+        "command": list(defaults.command),
+        "env": _merge_by_name(env, override.get("env") or []),
+        "volumeMounts": _merge_by_name(
+            [{"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}], override.get("volumeMounts") or []
+        ),
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    for key in ("envFrom", "resources", "imagePullPolicy"):
+        if override.get(key):
+            container[key] = override[key]
+
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "serviceAccountName": override.get("serviceAccountName") or defaults.service_account,
+        "containers": [container],
+        "volumes": _merge_by_name([token_volume], override.get("volumes") or []),
+    }
+    for key in ("nodeSelector", "tolerations", "affinity"):
+        if override.get(key):
+            spec[key] = override[key]
+
+    labels = {
+        **(meta_override.get("labels") or {}),
+        ann.LABEL_COMPONENT: ann.COMPONENT_RUNNER,
+        ann.LABEL_RUN: run_name,
+        ann.LABEL_LAYER: layer_name,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(run_name, attempt),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": dict(meta_override.get("annotations") or {}),
+            "ownerReferences": [{
+                "apiVersion": run.get("apiVersion", ann.API_VERSION), "kind": "TerraformRun", "name": run_name,
+                "uid": run_meta["uid"], "controller": True, "blockOwnerDeletion": True,
+            }],
+        },
+        "spec": spec,
+    }
