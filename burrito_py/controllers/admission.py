@@ -60,8 +60,9 @@ def sync_windows_allow(windows: Sequence[Window], action: str, layer: str, now: 
     relevant = [w for w in windows if w.applies_to(action, layer)]
     for window in relevant:
         if window.kind == "deny" and window.active(now):
-            return Admission(False, "SyncWindowDenied",
-                             f"{action} blocked by deny window {window.schedule!r} ({window.duration})")
+            return Admission(
+                False, "SyncWindowDenied", f"{action} blocked by deny window {window.schedule!r} ({window.duration})"
+            )
     allows = [w for w in relevant if w.kind == "allow"]
     if allows and not any(w.active(now) for w in allows):
         return Admission(False, "OutsideSyncWindow", f"{action} waits for an allow window to open")
@@ -70,6 +71,9 @@ def sync_windows_allow(windows: Sequence[Window], action: str, layer: str, now: 
 
 def pod_budget_allows(active_runner_pods: int, max_concurrent: int | None) -> Admission:
     if max_concurrent is not None and active_runner_pods >= max_concurrent:
-        return Admission(False, "MaxConcurrentRunnerPods",
-                         f"{active_runner_pods} runner pods active for this repository (limit {max_concurrent})")
+        return Admission(
+            False,
+            "MaxConcurrentRunnerPods",
+            f"{active_runner_pods} runner pods active for this repository (limit {max_concurrent})",
+        )
     return Admission(True, "WithinPodBudget")

@@ -13,8 +13,9 @@ log = logging.getLogger(__name__)
 COMPONENT = "burrito-py-controllers"
 
 
-async def post_event(kube: Kube, obj: Mapping[str, Any], type_: Literal["Normal", "Warning"], reason: str,
-                     message: str) -> None:
+async def post_event(
+    kube: Kube, obj: Mapping[str, Any], type_: Literal["Normal", "Warning"], reason: str, message: str
+) -> None:
     """Best effort: a lost event must never fail a reconcile."""
     meta = obj["metadata"]
     namespace = meta.get("namespace") or "default"
@@ -24,8 +25,12 @@ async def post_event(kube: Kube, obj: Mapping[str, Any], type_: Literal["Normal"
         "kind": "Event",
         "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
         "involvedObject": {
-            "apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta["name"],
-            "namespace": namespace, "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "name": meta["name"],
+            "namespace": namespace,
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
         },
         "type": type_,
         "reason": reason,

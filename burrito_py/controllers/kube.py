@@ -35,8 +35,9 @@ def _error(exc: ApiException) -> KubeError:
     return KubeError(int(exc.status or 0), reason, message)
 
 
-def path(api_version: str, plural: str, namespace: str | None = None, name: str | None = None,
-         sub: str | None = None) -> str:
+def path(
+    api_version: str, plural: str, namespace: str | None = None, name: str | None = None, sub: str | None = None
+) -> str:
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     parts = [base]
     if namespace:
@@ -70,11 +71,20 @@ class Kube:
     async def close(self) -> None:
         await self._api.close()
 
-    async def _call(self, method: str, resource_path: str, *, body: Any = None, query: Mapping[str, Any] | None = None,
-                    content_type: str = "application/json", response: str = "object") -> Any:
+    async def _call(
+        self,
+        method: str,
+        resource_path: str,
+        *,
+        body: Any = None,
+        query: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        response: str = "object",
+    ) -> Any:
         try:
             return await self._api.call_api(
-                resource_path, method,
+                resource_path,
+                method,
                 query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
                 header_params={"Accept": "application/json", "Content-Type": content_type},
                 body=body,
@@ -111,8 +121,9 @@ class Kube:
         result: Body = await self._call("PATCH", resource_path, body=dict(patch), content_type=MERGE_PATCH)
         return result
 
-    async def delete(self, resource_path: str, *, resource_version: str | None = None,
-                     propagation: str = "Background") -> bool:
+    async def delete(
+        self, resource_path: str, *, resource_version: str | None = None, propagation: str = "Background"
+    ) -> bool:
         """False when it was already gone; a stale `resource_version` precondition raises 409."""
         options: Body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
         if resource_version:

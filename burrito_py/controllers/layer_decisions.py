@@ -16,7 +16,11 @@ from burrito_py.timeutil import parse_time
 
 LayerStateName = Literal["Idle", "PlanNeeded", "ApplyNeeded", "Running", "MaxRetriesReached"]
 LAYER_STATES: tuple[LayerStateName, ...] = (
-    "Idle", "PlanNeeded", "ApplyNeeded", "Running", "MaxRetriesReached",
+    "Idle",
+    "PlanNeeded",
+    "ApplyNeeded",
+    "Running",
+    "MaxRetriesReached",
 )
 TERMINAL_RUN_STATES = frozenset({"Succeeded", "Failed"})
 NO_CHANGES = "No changes."
@@ -92,18 +96,27 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     relevant_commit = a.get(ann.RELEVANT_COMMIT)
 
     if not branch_commit:
-        waiting = Cond("HasBranchCommit", False, "WaitingForRepository",
-                       "the repository controller has not resolved this layer's branch yet")
+        waiting = Cond(
+            "HasBranchCommit",
+            False,
+            "WaitingForRepository",
+            "the repository controller has not resolved this layer's branch yet",
+        )
         return LayerDecision(None, (waiting,), None, remove_sync_now=False)
 
     last = snap.last_run
     running = last is not None and not last.terminal
-    is_running = Cond("IsRunning", running, "RunInProgress" if running else "NoRunInProgress",
-                      f"run {last.name} is {last.state or 'starting'}" if running and last else "")
+    is_running = Cond(
+        "IsRunning",
+        running,
+        "RunInProgress" if running else "NoRunInProgress",
+        f"run {last.name} is {last.state or 'starting'}" if running and last else "",
+    )
 
     plan_fresh = plan_sum is not None and plan_date is not None and plan_date + snap.drift_period > now
     plan_up_to_date = Cond(
-        "IsPlanArtifactUpToDate", plan_fresh,
+        "IsPlanArtifactUpToDate",
+        plan_fresh,
         "PlanIsRecent" if plan_fresh else ("NoPlanYet" if plan_sum is None else "DriftDetectionDue"),
     )
 
@@ -113,7 +126,8 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         or (plan_date is not None and relevant_date is not None and plan_date > relevant_date)
     )
     relevant_planned = Cond(
-        "IsLastRelevantCommitPlanned", planned,
+        "IsLastRelevantCommitPlanned",
+        planned,
         "LastRelevantCommitPlanned" if planned else "NewRelevantCommit",
         "" if planned else f"commit {relevant_commit or branch_commit} has not been planned",
     )
@@ -121,35 +135,35 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     plan_run = snap.last_plan_run
     plan_failed = plan_sum is None or (plan_run is not None and plan_run.failed)
     last_plan_failed = Cond(
-        "HasLastPlanFailed", plan_failed,
-        "LastPlanFailed" if plan_run is not None and plan_run.failed else
-        ("NoPlanYet" if plan_sum is None else "LastPlanSucceeded"),
+        "HasLastPlanFailed",
+        plan_failed,
+        "LastPlanFailed"
+        if plan_run is not None and plan_run.failed
+        else ("NoPlanYet" if plan_sum is None else "LastPlanSucceeded"),
         plan_run.message if plan_run is not None and plan_run.failed else "",
     )
 
     no_changes = a.get(ann.PLAN_SUMMARY) == NO_CHANGES
     apply_done = plan_sum is None or a.get(ann.APPLY_SUM) == plan_sum or no_changes
     apply_up_to_date = Cond(
-        "IsApplyUpToDate", apply_done,
-        "NothingToApply" if plan_sum is None or no_changes else
-        ("PlanApplied" if apply_done else "PlanNotApplied"),
+        "IsApplyUpToDate",
+        apply_done,
+        "NothingToApply" if plan_sum is None or no_changes else ("PlanApplied" if apply_done else "PlanNotApplied"),
     )
 
     sync_now = ann.SYNC_NOW in a
     sync_scheduled = Cond("IsSyncScheduled", sync_now, "SyncNowRequested" if sync_now else "NoSyncRequested")
 
     plan_exhausted = _exhausted(plan_run, branch_commit)
-    apply_exhausted = _exhausted(snap.last_apply_run, branch_commit) or _exhausted(
-        snap.last_apply_run, plan_commit
-    )
+    apply_exhausted = _exhausted(snap.last_apply_run, branch_commit) or _exhausted(snap.last_apply_run, plan_commit)
     last_exhausted = _exhausted(last, branch_commit) or (
         last is not None and last.action == "apply" and apply_exhausted
     )
     retry_limit = Cond(
-        "HasLastRunReachedRetryLimit", last_exhausted,
+        "HasLastRunReachedRetryLimit",
+        last_exhausted,
         "RetryLimitReached" if last_exhausted else "RetriesAvailable",
-        f"run {last.name} failed after its last retry: {last.message}".rstrip(": ")
-        if last_exhausted and last else "",
+        f"run {last.name} failed after its last retry: {last.message}".rstrip(": ") if last_exhausted and last else "",
     )
 
     state: LayerStateName
@@ -172,6 +186,13 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         if artifact is not None and plan_commit:
             create = CreateRun("apply", plan_commit, artifact[0], artifact[1])
 
-    conditions = (is_running, plan_up_to_date, relevant_planned, last_plan_failed, apply_up_to_date,
-                  sync_scheduled, retry_limit)
+    conditions = (
+        is_running,
+        plan_up_to_date,
+        relevant_planned,
+        last_plan_failed,
+        apply_up_to_date,
+        sync_scheduled,
+        retry_limit,
+    )
     return LayerDecision(state, conditions, create, remove_sync_now=sync_now and create is not None)

@@ -24,8 +24,9 @@ def layer_lease_name(layer: Mapping[str, Any]) -> str:
     spec = layer.get("spec") or {}
     repo = spec.get("repository") or {}
     namespace = layer["metadata"]["namespace"]
-    return lease_name(repo.get("namespace") or namespace, repo.get("name", ""), spec.get("branch", ""),
-                      spec.get("path", ""))
+    return lease_name(
+        repo.get("namespace") or namespace, repo.get("name", ""), spec.get("branch", ""), spec.get("path", "")
+    )
 
 
 def _lease_body(name: str, namespace: str, run: Mapping[str, Any], resource_version: str | None) -> dict[str, Any]:
@@ -37,8 +38,9 @@ def _lease_body(name: str, namespace: str, run: Mapping[str, Any], resource_vers
             "name": name,
             "namespace": namespace,
             "labels": {"burrito-py.io/layer": (run.get("spec") or {}).get("layer", {}).get("name", "")},
-            "ownerReferences": [{"apiVersion": run.get("apiVersion"), "kind": "TerraformRun", "name": meta["name"],
-                                 "uid": meta["uid"]}],
+            "ownerReferences": [
+                {"apiVersion": run.get("apiVersion"), "kind": "TerraformRun", "name": meta["name"], "uid": meta["uid"]}
+            ],
         },
         "spec": {"holderIdentity": meta["name"], "acquireTime": _micro_now(), "renewTime": _micro_now()},
     }

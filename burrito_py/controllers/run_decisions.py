@@ -15,7 +15,12 @@ from burrito_py.timeutil import parse_time
 
 RunStateName = Literal["Initial", "Running", "Retrying", "FailureGracePeriod", "Succeeded", "Failed"]
 RUN_STATES: tuple[RunStateName, ...] = (
-    "Initial", "Running", "Retrying", "FailureGracePeriod", "Succeeded", "Failed",
+    "Initial",
+    "Running",
+    "Retrying",
+    "FailureGracePeriod",
+    "Succeeded",
+    "Failed",
 )
 TERMINAL: frozenset[str] = frozenset({"Succeeded", "Failed"})
 ACTIVE_POD_PHASES = frozenset({"Pending", "Running"})
@@ -106,13 +111,16 @@ def _observe_latest(snap: RunSnapshot, now: datetime) -> FinishAttempt | None:
 
 def decide_run(snap: RunSnapshot, now: datetime) -> RunDecision:
     policy = snap.policy
-    pending_logs = tuple(
-        a.number for a in snap.attempts if (a.finished_at is not None and not a.logs_uploaded)
-    )
+    pending_logs = tuple(a.number for a in snap.attempts if (a.finished_at is not None and not a.logs_uploaded))
     if snap.state in TERMINAL:
         state: RunStateName = "Succeeded" if snap.state == "Succeeded" else "Failed"
-        return RunDecision(state, snap.retries, _conditions(state, snap.retries, policy, None),
-                           upload_logs=pending_logs, release_lease=True)
+        return RunDecision(
+            state,
+            snap.retries,
+            _conditions(state, snap.retries, policy, None),
+            upload_logs=pending_logs,
+            release_lease=True,
+        )
 
     if not snap.attempts:
         return RunDecision("Initial", 0, _conditions("Initial", 0, policy, None), start_attempt=1)
@@ -129,26 +137,48 @@ def decide_run(snap: RunSnapshot, now: datetime) -> RunDecision:
         succeeded = latest.exit_code == 0
         finished_at = parse_time(latest.finished_at) or now
     else:
-        return RunDecision("Running", retries, _conditions("Running", retries, policy, None),
-                           upload_logs=pending_logs)
+        return RunDecision("Running", retries, _conditions("Running", retries, policy, None), upload_logs=pending_logs)
 
     if succeeded:
-        return RunDecision("Succeeded", retries, _conditions("Succeeded", retries, policy, None),
-                           finish=finish, upload_logs=pending_logs, release_lease=True)
+        return RunDecision(
+            "Succeeded",
+            retries,
+            _conditions("Succeeded", retries, policy, None),
+            finish=finish,
+            upload_logs=pending_logs,
+            release_lease=True,
+        )
     message = finish.message if finish is not None else ""
     if retries > policy.max_retries:
-        return RunDecision("Failed", retries, _conditions("Failed", retries, policy, None, message),
-                           finish=finish, upload_logs=pending_logs, release_lease=True, message=message)
+        return RunDecision(
+            "Failed",
+            retries,
+            _conditions("Failed", retries, policy, None, message),
+            finish=finish,
+            upload_logs=pending_logs,
+            release_lease=True,
+            message=message,
+        )
     retry_at = finished_at + policy.backoff(retries)
     if now < retry_at:
         return RunDecision(
-            "FailureGracePeriod", retries,
+            "FailureGracePeriod",
+            retries,
             _conditions("FailureGracePeriod", retries, policy, retry_at, message),
-            finish=finish, upload_logs=pending_logs, requeue_after=retry_at - now, message=message,
+            finish=finish,
+            upload_logs=pending_logs,
+            requeue_after=retry_at - now,
+            message=message,
         )
-    return RunDecision("Retrying", retries, _conditions("Retrying", retries, policy, None, message),
-                       finish=finish, upload_logs=pending_logs, start_attempt=latest.number + 1,
-                       message=message)
+    return RunDecision(
+        "Retrying",
+        retries,
+        _conditions("Retrying", retries, policy, None, message),
+        finish=finish,
+        upload_logs=pending_logs,
+        start_attempt=latest.number + 1,
+        message=message,
+    )
 
 
 def _conditions(
@@ -157,13 +187,25 @@ def _conditions(
     limit = retries > policy.max_retries
     return (
         Cond("HasStatus", True, "StatusKnown"),
-        Cond("HasReachedRetryLimit", limit, "RetryLimitReached" if limit else "RetriesAvailable",
-             f"{retries} failed attempt(s), {policy.max_retries} retries allowed"),
-        Cond("HasSucceeded", state == "Succeeded", "RunSucceeded" if state == "Succeeded" else
-             ("RunFailed" if state in ("Failed", "FailureGracePeriod", "Retrying") else "NotFinished"),
-             message),
+        Cond(
+            "HasReachedRetryLimit",
+            limit,
+            "RetryLimitReached" if limit else "RetriesAvailable",
+            f"{retries} failed attempt(s), {policy.max_retries} retries allowed",
+        ),
+        Cond(
+            "HasSucceeded",
+            state == "Succeeded",
+            "RunSucceeded"
+            if state == "Succeeded"
+            else ("RunFailed" if state in ("Failed", "FailureGracePeriod", "Retrying") else "NotFinished"),
+            message,
+        ),
         Cond("IsRunning", state == "Running", "RunnerPodActive" if state == "Running" else "NoActivePod"),
-        Cond("IsInFailureGracePeriod", retry_at is not None,
-             "WaitingBeforeRetry" if retry_at is not None else "NotWaiting",
-             f"next attempt after {retry_at.isoformat()}" if retry_at is not None else ""),
+        Cond(
+            "IsInFailureGracePeriod",
+            retry_at is not None,
+            "WaitingBeforeRetry" if retry_at is not None else "NotWaiting",
+            f"next attempt after {retry_at.isoformat()}" if retry_at is not None else "",
+        ),
     )

@@ -62,9 +62,17 @@ def build_runner_pod(
     ]
     token_volume = {
         "name": TOKEN_VOLUME,
-        "projected": {"sources": [{"serviceAccountToken": {
-            "audience": TOKEN_AUDIENCE, "expirationSeconds": defaults.token_expiration_seconds, "path": "token",
-        }}]},
+        "projected": {
+            "sources": [
+                {
+                    "serviceAccountToken": {
+                        "audience": TOKEN_AUDIENCE,
+                        "expirationSeconds": defaults.token_expiration_seconds,
+                        "path": "token",
+                    }
+                }
+            ]
+        },
     }
     container: dict[str, Any] = {
         "name": "runner",
@@ -105,10 +113,16 @@ def build_runner_pod(
             "namespace": namespace,
             "labels": labels,
             "annotations": dict(meta_override.get("annotations") or {}),
-            "ownerReferences": [{
-                "apiVersion": run.get("apiVersion", ann.API_VERSION), "kind": "TerraformRun", "name": run_name,
-                "uid": run_meta["uid"], "controller": True, "blockOwnerDeletion": True,
-            }],
+            "ownerReferences": [
+                {
+                    "apiVersion": run.get("apiVersion", ann.API_VERSION),
+                    "kind": "TerraformRun",
+                    "name": run_name,
+                    "uid": run_meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
         "spec": spec,
     }

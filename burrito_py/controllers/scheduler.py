@@ -1,6 +1,8 @@
-"""Wake-ups at a given time for a given key (a layer, a run, a repository), deduplicated.
+"""A work queue with due times: `schedule(key, delay)` runs `handler(key)` then, once per key at a time.
 
 One task serves all keys, so thousands of idle layers cost one sleeping coroutine, not a timer each.
+A key is never handled twice concurrently: a key scheduled while it is being handled runs again
+right after (the same guarantee as controller-runtime's work queue).
 """
 
 from __future__ import annotations
@@ -10,50 +12,83 @@ import contextlib
 import heapq
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-K = TypeVar("K")
+K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
 
 
 class Scheduler(Generic[K]):
-    def __init__(self, handler: Callable[[K], Awaitable[None]], clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, name: str, handler: Callable[[K], Awaitable[None]], concurrency: int = 8) -> None:
+        self.name = name
         self._handler = handler
-        self._clock = clock or (lambda: asyncio.get_running_loop().time())
         self._heap: list[tuple[float, int, K]] = []
         self._due: dict[K, float] = {}
+        self._active: set[K] = set()
+        self._again: set[K] = set()
         self._counter = itertools.count()
-        self._wake = asyncio.Event()
+        self._wake: asyncio.Event | None = None
+        self._slots = asyncio.Semaphore(concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
 
-    def schedule(self, key: K, delay: float) -> None:
-        """Run `handler(key)` after `delay` seconds, unless an earlier wake-up is already due."""
-        at = self._clock() + max(delay, 0.0)
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+    def schedule(self, key: K, delay: float = 0.0) -> None:
+        """Handle `key` after `delay` seconds, unless an earlier wake-up is already due."""
+        at = self._now() + max(delay, 0.0)
         current = self._due.get(key)
         if current is not None and current <= at:
             return
         self._due[key] = at
         heapq.heappush(self._heap, (at, next(self._counter), key))
-        self._wake.set()
+        if self._wake is not None:
+            self._wake.set()
 
-    def __len__(self) -> int:
-        return len(self._due)
+    def pending(self) -> int:
+        return len(self._due) + len(self._active)
 
     async def run(self) -> None:
-        while True:
-            self._wake.clear()
-            now = self._clock()
-            while self._heap and self._heap[0][0] <= now:
-                at, _, key = heapq.heappop(self._heap)
-                if self._due.get(key) != at:
-                    continue  # superseded by an earlier wake-up
-                del self._due[key]
-                try:
-                    await self._handler(key)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("scheduled reconcile of %s failed", key)
-            timeout = self._heap[0][0] - self._clock() if self._heap else None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+        self._wake = asyncio.Event()
+        try:
+            while True:
+                self._wake.clear()
+                now = self._now()
+                while self._heap and self._heap[0][0] <= now:
+                    at, _, key = heapq.heappop(self._heap)
+                    if self._due.get(key) != at:
+                        continue  # superseded by an earlier wake-up
+                    del self._due[key]
+                    if key in self._active:
+                        self._again.add(key)
+                    else:
+                        self._start(key)
+                timeout = self._heap[0][0] - self._now() if self._heap else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+
+    def _start(self, key: K) -> None:
+        self._active.add(key)
+        task = asyncio.create_task(self._handle(key), name=f"{self.name}:{key}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, key: K) -> None:
+        try:
+            async with self._slots:
+                await self._handler(key)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s: reconcile of %s failed; retrying in 5s", self.name, key)
+            self.schedule(key, 5.0)
+        finally:
+            self._active.discard(key)
+            if key in self._again:
+                self._again.discard(key)
+                self._start(key)

@@ -69,9 +69,11 @@ def test_lease_verdicts():
     assert lease_verdict(lease(None), "r1", None, False) is LeaseVerdict.TAKE_OVER
 
 
-@given(st.sampled_from(["r0", "r1", None]), st.sampled_from([None, "Initial", "Running", "Retrying",
-                                                             "FailureGracePeriod", "Succeeded", "Failed"]),
-       st.booleans())
+@given(
+    st.sampled_from(["r0", "r1", None]),
+    st.sampled_from([None, "Initial", "Running", "Retrying", "FailureGracePeriod", "Succeeded", "Failed"]),
+    st.booleans(),
+)
 def test_a_live_holder_other_than_us_is_never_taken_over(holder: str | None, state: str | None, exists: bool):
     verdict = lease_verdict(lease(holder), "r1", state, exists)
     if holder == "r0" and exists and state not in ("Succeeded", "Failed"):

@@ -20,17 +20,27 @@ NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 DRIFT = timedelta(minutes=20)
 
 
-def snap(annotations: dict[str, str], last: RunView | None = None, *, last_plan: RunView | None = None,
-         last_apply: RunView | None = None, auto_apply: bool = False) -> LayerSnapshot:
+def snap(
+    annotations: dict[str, str],
+    last: RunView | None = None,
+    *,
+    last_plan: RunView | None = None,
+    last_apply: RunView | None = None,
+    auto_apply: bool = False,
+) -> LayerSnapshot:
     return LayerSnapshot(annotations, last, last_plan, last_apply, auto_apply, DRIFT)
 
 
-def planned(commit: str = "c1", *, age: timedelta = timedelta(minutes=1), summary: str | None = None,
-            applied: bool = False) -> dict[str, str]:
+def planned(
+    commit: str = "c1", *, age: timedelta = timedelta(minutes=1), summary: str | None = None, applied: bool = False
+) -> dict[str, str]:
     a = {
-        ann.BRANCH_COMMIT: commit, ann.RELEVANT_COMMIT: commit,
+        ann.BRANCH_COMMIT: commit,
+        ann.RELEVANT_COMMIT: commit,
         ann.RELEVANT_COMMIT_DATE: format_time(NOW - timedelta(hours=1)),
-        ann.PLAN_SUM: "sha256:aa", ann.PLAN_COMMIT: commit, ann.PLAN_DATE: format_time(NOW - age),
+        ann.PLAN_SUM: "sha256:aa",
+        ann.PLAN_COMMIT: commit,
+        ann.PLAN_DATE: format_time(NOW - age),
         ann.PLAN_RUN: "layer-plan-x/1",
     }
     if summary is not None:
@@ -85,8 +95,11 @@ def test_drift_period_elapsed_plans_again():
 
 
 def test_new_relevant_commit_plans_it_and_unrelated_commit_does_not():
-    relevant = planned(applied=True) | {ann.BRANCH_COMMIT: "c2", ann.RELEVANT_COMMIT: "c2",
-                                        ann.RELEVANT_COMMIT_DATE: format_time(NOW)}
+    relevant = planned(applied=True) | {
+        ann.BRANCH_COMMIT: "c2",
+        ann.RELEVANT_COMMIT: "c2",
+        ann.RELEVANT_COMMIT_DATE: format_time(NOW),
+    }
     d = decide_layer(snap(relevant), NOW)
     assert d.state == "PlanNeeded" and d.create_run is not None and d.create_run.revision == "c2"
     unrelated = planned(applied=True) | {ann.BRANCH_COMMIT: "c2"}
@@ -131,20 +144,24 @@ def test_parse_plan_run():
 
 commits = st.sampled_from(["c1", "c2", "c3"])
 run_states = st.sampled_from([None, "Initial", "Running", "Retrying", "FailureGracePeriod", "Succeeded", "Failed"])
-runs = st.builds(RunView, name=st.just("r"), action=st.sampled_from(["plan", "apply"]), state=run_states,
-                 revision=commits)
+runs = st.builds(
+    RunView, name=st.just("r"), action=st.sampled_from(["plan", "apply"]), state=run_states, revision=commits
+)
 
 
 @st.composite
 def snapshots(draw: st.DrawFn) -> LayerSnapshot:
     a: dict[str, str] = {}
     for key, values in [
-        (ann.BRANCH_COMMIT, commits), (ann.RELEVANT_COMMIT, commits), (ann.PLAN_COMMIT, commits),
+        (ann.BRANCH_COMMIT, commits),
+        (ann.RELEVANT_COMMIT, commits),
+        (ann.PLAN_COMMIT, commits),
         (ann.PLAN_SUM, st.sampled_from(["sha256:aa", "sha256:bb"])),
         (ann.APPLY_SUM, st.sampled_from(["sha256:aa", "sha256:bb"])),
         (ann.PLAN_DATE, st.integers(0, 3600).map(lambda s: format_time(NOW - timedelta(seconds=s)))),
         (ann.RELEVANT_COMMIT_DATE, st.integers(0, 3600).map(lambda s: format_time(NOW - timedelta(seconds=s)))),
-        (ann.PLAN_RUN, st.just("p/1")), (ann.SYNC_NOW, st.just("x")),
+        (ann.PLAN_RUN, st.just("p/1")),
+        (ann.SYNC_NOW, st.just("x")),
         (ann.PLAN_SUMMARY, st.sampled_from([NO_CHANGES, "Plan: 1 to add, 0 to change, 0 to destroy"])),
     ]:
         if draw(st.booleans()):

@@ -19,10 +19,14 @@ NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 POLICY = RetryPolicy(max_retries=2, grace_base=timedelta(seconds=10), grace_cap=timedelta(seconds=25))
 
 
-def attempt(n: int, *, finished: datetime | None = None, exit_code: int | None = None,
-            started: datetime = NOW - timedelta(minutes=5)) -> AttemptView:
-    return AttemptView(n, f"pod-{n}", format_time(started), format_time(finished) if finished else None,
-                       exit_code)
+def attempt(
+    n: int,
+    *,
+    finished: datetime | None = None,
+    exit_code: int | None = None,
+    started: datetime = NOW - timedelta(minutes=5),
+) -> AttemptView:
+    return AttemptView(n, f"pod-{n}", format_time(started), format_time(finished) if finished else None, exit_code)
 
 
 def test_new_run_starts_its_first_attempt():
@@ -97,8 +101,13 @@ def run_snapshots(draw: st.DrawFn) -> RunSnapshot:
         attempts.append(attempt(i, finished=finished, exit_code=None if finished is None else (0 if last else 1)))
     pod = None
     if n and draw(st.booleans()):
-        pod = PodView(f"pod-{n}", draw(st.sampled_from([None, "Pending", "Running", "Succeeded", "Failed"])),
-                      draw(st.sampled_from([None, 0, 1])), "", format_time(NOW))
+        pod = PodView(
+            f"pod-{n}",
+            draw(st.sampled_from([None, "Pending", "Running", "Succeeded", "Failed"])),
+            draw(st.sampled_from([None, 0, 1])),
+            "",
+            format_time(NOW),
+        )
     state = draw(st.sampled_from([None, *RUN_STATES]))
     return RunSnapshot(state, draw(st.integers(0, 5)), tuple(attempts), pod, POLICY)
 

@@ -1,0 +1,47 @@
+"""What every reconcile shares: settings, the API client, the inventory, the work queues."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from burrito_py.controllers.inventory import Inventory, Key
+from burrito_py.controllers.kube import Kube
+from burrito_py.controllers.scheduler import Scheduler
+from burrito_py.controllers.settings import ControllerSettings
+
+if TYPE_CHECKING:
+    from burrito_py.datastore.client import DatastoreClient
+
+Reconcile = Callable[["Context", Key], Awaitable[None]]
+
+
+@dataclass
+class Context:
+    settings: ControllerSettings
+    kube: Kube
+    inventory: Inventory = field(default_factory=Inventory)
+    layers: Scheduler[Key] | None = None
+    runs: Scheduler[Key] | None = None
+    repositories: Scheduler[Key] | None = None
+    datastore: DatastoreClient | None = None
+    # Set once the initial listing is in the inventory: deciding before that could duplicate runs.
+    primed: bool = False
+
+    def wake_layer(self, key: Key, after: timedelta | float = 0.0) -> None:
+        if self.layers is not None and self.primed:
+            self.layers.schedule(key, _seconds(after))
+
+    def wake_run(self, key: Key, after: timedelta | float = 0.0) -> None:
+        if self.runs is not None and self.primed:
+            self.runs.schedule(key, _seconds(after))
+
+    def wake_repository(self, key: Key, after: timedelta | float = 0.0) -> None:
+        if self.repositories is not None and self.primed:
+            self.repositories.schedule(key, _seconds(after))
+
+
+def _seconds(value: timedelta | float) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)

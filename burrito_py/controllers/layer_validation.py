@@ -1,0 +1,69 @@
+"""Checks a layer against what a schema cannot say (its repository exists, its branch resolves),
+and the settings it inherits (layer → repository → controller default). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from burrito_py.controllers.conditions import Cond
+from burrito_py.controllers.settings import ControllerSettings
+
+
+@dataclass(frozen=True, slots=True)
+class LayerValidation:
+    ready: Cond
+    auto_apply: bool
+    runs_to_keep: int
+    max_retries: int
+
+
+def inherited(layer: Mapping[str, Any], repository: Mapping[str, Any] | None, *path: str) -> Any:
+    """The first value set along `path` in the layer's spec, then the repository's; None if neither."""
+    for obj in (layer, repository or {}):
+        node: Any = obj.get("spec") or {}
+        for part in path:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if node is not None:
+            return node
+    return None
+
+
+def _branch_problem(repository: Mapping[str, Any], branch: str) -> str | None:
+    for entry in (repository.get("status") or {}).get("branches") or ():
+        if entry.get("name") == branch:
+            status = str(entry.get("lastSyncStatus") or "")
+            return status if status and status != "Synced" else None
+    return None
+
+
+def validate_layer(
+    layer: Mapping[str, Any], repository: Mapping[str, Any] | None, settings: ControllerSettings
+) -> LayerValidation:
+    spec = layer.get("spec") or {}
+    ref = spec.get("repository") or {}
+    namespace = ref.get("namespace") or layer["metadata"]["namespace"]
+    ready = Cond("Ready", True, "Ready", "")
+    if repository is None:
+        ready = Cond(
+            "Ready",
+            False,
+            "RepositoryNotFound",
+            f"spec.repository: TerraformRepository {namespace}/{ref.get('name')} does not exist",
+        )
+    else:
+        problem = _branch_problem(repository, spec.get("branch", ""))
+        if problem:
+            ready = Cond(
+                "Ready", False, "BranchNotFound" if "not exist" in problem else "SyncFailed", f"spec.branch: {problem}"
+            )
+    auto_apply = inherited(layer, repository, "remediationStrategy", "autoApply")
+    max_retries = inherited(layer, repository, "remediationStrategy", "onError", "maxRetries")
+    runs = inherited(layer, repository, "runHistoryPolicy", "runs")
+    return LayerValidation(
+        ready=ready,
+        auto_apply=bool(auto_apply),
+        runs_to_keep=int(runs) if runs is not None else settings.runs_to_keep,
+        max_retries=int(max_retries) if max_retries is not None else settings.max_retries,
+    )

@@ -1,0 +1,245 @@
+"""TerraformLayer reconcile: gather a snapshot from the inventory, decide (pure), act.
+
+A reconcile that changes nothing makes no API call, which is what keeps thousands of idle layers
+cheap: drift detection wakes each layer once when its plan gets stale, not on a polling timer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers import metrics
+from burrito_py.controllers.conditions import Cond, merge_conditions
+from burrito_py.controllers.context import Context
+from burrito_py.controllers.events import post_event
+from burrito_py.controllers.inventory import Body, Key
+from burrito_py.controllers.kube import KubeError, crd_path
+from burrito_py.controllers.layer_decisions import (
+    CreateRun,
+    LayerDecision,
+    LayerSnapshot,
+    RunView,
+    decide_layer,
+    parse_plan_run,
+)
+from burrito_py.controllers.layer_validation import validate_layer
+from burrito_py.timeutil import parse_time, utcnow
+
+log = logging.getLogger(__name__)
+STATUS_KEYS = ("state", "conditions", "lastResult", "lastRun", "latestRuns", "lastPlan")
+
+
+def run_view(run: Mapping[str, Any]) -> RunView:
+    spec, status = run.get("spec") or {}, run.get("status") or {}
+    conditions = status.get("conditions") or ()
+    message = next((c.get("message", "") for c in conditions if c.get("type") == "HasSucceeded"), "")
+    return RunView(
+        name=run["metadata"]["name"],
+        action=spec.get("action", "plan"),
+        state=status.get("state"),
+        revision=(spec.get("layer") or {}).get("revision"),
+        created=run["metadata"].get("creationTimestamp", ""),
+        message=message,
+    )
+
+
+def snapshot(
+    layer: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], auto_apply: bool, drift: timedelta
+) -> LayerSnapshot:
+    views = [run_view(r) for r in runs]  # newest first
+    return LayerSnapshot(
+        annotations=dict(layer["metadata"].get("annotations") or {}),
+        last_run=views[0] if views else None,
+        last_plan_run=next((v for v in views if v.action == "plan"), None),
+        last_apply_run=next((v for v in views if v.action == "apply"), None),
+        auto_apply=auto_apply,
+        drift_period=drift,
+    )
+
+
+def run_body(layer: Mapping[str, Any], create: CreateRun) -> Body:
+    meta = layer["metadata"]
+    spec: Body = {
+        "action": create.action,
+        "layer": {"name": meta["name"], "namespace": meta["namespace"], "revision": create.revision},
+    }
+    if create.artifact_run is not None:
+        spec["artifact"] = {"run": create.artifact_run, "attempt": create.artifact_attempt}
+    return {
+        "apiVersion": ann.API_VERSION,
+        "kind": "TerraformRun",
+        "metadata": {
+            "generateName": f"{meta['name'][:40]}-{create.action}-",
+            "namespace": meta["namespace"],
+            "labels": {ann.LABEL_LAYER: meta["name"]},
+            "ownerReferences": [
+                {
+                    "apiVersion": layer.get("apiVersion", ann.API_VERSION),
+                    "kind": "TerraformLayer",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def _run_ref(run: Mapping[str, Any]) -> Body:
+    view = run_view(run)
+    return {"name": view.name, "action": view.action, "date": view.created or None, "revision": view.revision}
+
+
+def last_result(previous: str | None, annotations: Mapping[str, str], last: RunView | None) -> str | None:
+    if last is None:
+        return previous
+    if last.state == "Failed":
+        return f"{last.action.capitalize()} failed: {last.message}"[:300].rstrip(": ")
+    if last.state == "Succeeded":
+        summary = annotations.get(ann.PLAN_SUMMARY, "")
+        return f"Applied: {summary}".rstrip(": ") if last.action == "apply" else (summary or "Plan succeeded")
+    return previous
+
+
+def compute_status(
+    layer: Mapping[str, Any], decision: LayerDecision, ready: Cond, runs: Sequence[Body], now: datetime
+) -> Body:
+    old = layer.get("status") or {}
+    a = layer["metadata"].get("annotations") or {}
+    views = [run_view(r) for r in runs]
+    status: Body = {
+        "state": decision.state,
+        "conditions": merge_conditions(old.get("conditions"), (ready, *decision.conditions), now),
+        "lastResult": last_result(old.get("lastResult"), a, views[0] if views else None),
+        "lastRun": _run_ref(runs[0]) if runs else None,
+        "latestRuns": [_run_ref(r) for r in runs],
+        "lastPlan": None,
+    }
+    if a.get(ann.PLAN_SUM):
+        plan_run = parse_plan_run(a.get(ann.PLAN_RUN))
+        status["lastPlan"] = {
+            "sum": a[ann.PLAN_SUM],
+            "revision": a.get(ann.PLAN_COMMIT),
+            "date": a.get(ann.PLAN_DATE),
+            "run": plan_run[0] if plan_run else None,
+        }
+    return {k: v for k, v in status.items() if v is not None}
+
+
+def runs_to_delete(runs: Sequence[Body], keep: int, annotations: Mapping[str, str]) -> list[Body]:
+    """Older runs beyond `keep`, never a live one nor the one holding the plan an apply would use."""
+    protected = parse_plan_run(annotations.get(ann.PLAN_RUN))
+    doomed = []
+    for run in runs[keep:]:
+        view = run_view(run)
+        if not view.terminal or (protected is not None and protected[0] == view.name):
+            continue
+        doomed.append(run)
+    return doomed
+
+
+async def reconcile_layer(ctx: Context, key: Key) -> None:
+    started = time.perf_counter()
+    try:
+        await _reconcile(ctx, key)
+    except Exception:
+        metrics.RECONCILE_ERRORS.labels("layer").inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.labels("layer").observe(time.perf_counter() - started)
+
+
+async def _reconcile(ctx: Context, key: Key) -> None:
+    layer = ctx.inventory.layers.get(key)
+    if layer is None or layer["metadata"].get("deletionTimestamp"):
+        return
+    namespace, name = key
+    now = utcnow()
+    repository = ctx.inventory.repository_of(layer)
+    validation = validate_layer(layer, repository, ctx.settings)
+    runs = ctx.inventory.runs_of_layer(namespace, name)
+    decision = decide_layer(snapshot(layer, runs, validation.auto_apply, ctx.settings.drift_detection_period), now)
+
+    if validation.ready.status and decision.create_run is not None:
+        created = await ctx.kube.create(crd_path("terraformruns", namespace), run_body(layer, decision.create_run))
+        ctx.inventory.runs.observe(created)
+        ctx.wake_run((namespace, created["metadata"]["name"]))
+        log.info(
+            "layer %s/%s: created %s run %s at %s",
+            namespace,
+            name,
+            decision.create_run.action,
+            created["metadata"]["name"],
+            decision.create_run.revision,
+        )
+        await post_event(
+            ctx.kube,
+            layer,
+            "Normal",
+            "RunCreated",
+            f"created {decision.create_run.action} run {created['metadata']['name']} "
+            f"for revision {decision.create_run.revision}",
+        )
+        if decision.remove_sync_now:
+            patched = await ctx.kube.merge_patch(
+                crd_path("terraformlayers", namespace, name), {"metadata": {"annotations": {ann.SYNC_NOW: None}}}
+            )
+            ctx.inventory.layers.observe(patched)
+            layer = patched
+        runs = ctx.inventory.runs_of_layer(namespace, name)
+        decision = decide_layer(snapshot(layer, runs, validation.auto_apply, ctx.settings.drift_detection_period), now)
+    elif decision.state is None and repository is not None and not _branch_synced(repository, layer):
+        ctx.wake_repository(_repository_key(layer))  # a new branch: resolve it now, not at the next poll
+
+    for doomed in runs_to_delete(runs, validation.runs_to_keep, layer["metadata"].get("annotations") or {}):
+        try:
+            await ctx.kube.delete(crd_path("terraformruns", namespace, doomed["metadata"]["name"]))
+        except KubeError as exc:
+            log.warning("could not delete old run %s/%s: %s", namespace, doomed["metadata"]["name"], exc)
+        ctx.inventory.runs.forget(doomed)
+    if len(runs) > validation.runs_to_keep:
+        runs = ctx.inventory.runs_of_layer(namespace, name)
+
+    status = compute_status(layer, decision, validation.ready, runs, now)
+    old_status = layer.get("status") or {}
+    if any(status.get(k) != old_status.get(k) for k in STATUS_KEYS):
+        patch = {"status": {k: status.get(k) for k in STATUS_KEYS}}
+        updated = await ctx.kube.merge_patch(crd_path("terraformlayers", namespace, name, "status"), patch)
+        ctx.inventory.layers.observe(updated)
+        await _announce(ctx, layer, old_status, status, validation.ready)
+
+    _schedule_drift_check(ctx, key, layer, now)
+
+
+def _branch_synced(repository: Mapping[str, Any], layer: Mapping[str, Any]) -> bool:
+    branch = (layer.get("spec") or {}).get("branch")
+    return any(b.get("name") == branch for b in (repository.get("status") or {}).get("branches") or ())
+
+
+def _repository_key(layer: Mapping[str, Any]) -> Key:
+    ref = (layer.get("spec") or {}).get("repository") or {}
+    return ref.get("namespace") or layer["metadata"]["namespace"], ref.get("name", "")
+
+
+async def _announce(ctx: Context, layer: Body, old: Mapping[str, Any], new: Mapping[str, Any], ready: Cond) -> None:
+    """Events on state changes and on newly found problems (not on every reconcile)."""
+    old_ready = next((c for c in old.get("conditions") or () if c.get("type") == "Ready"), None)
+    if not ready.status and (old_ready is None or old_ready.get("reason") != ready.reason):
+        await post_event(ctx.kube, layer, "Warning", ready.reason, ready.message)
+    if old.get("state") != new.get("state") and new.get("state"):
+        await post_event(ctx.kube, layer, "Normal", "StateChanged", f"{old.get('state') or 'New'} -> {new['state']}")
+        if new.get("state") == "MaxRetriesReached":
+            await post_event(ctx.kube, layer, "Warning", "MaxRetriesReached", str(new.get("lastResult") or ""))
+
+
+def _schedule_drift_check(ctx: Context, key: Key, layer: Mapping[str, Any], now: datetime) -> None:
+    plan_date = parse_time((layer["metadata"].get("annotations") or {}).get(ann.PLAN_DATE))
+    if plan_date is not None:
+        due = plan_date + ctx.settings.drift_detection_period - now
+        ctx.wake_layer(key, max(due.total_seconds(), 0.0) + 1.0)

@@ -1,0 +1,61 @@
+"""Prometheus metrics. Gauges of layers and runs by state are computed from the inventory when
+scraped, so keeping them costs nothing between scrapes."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client import REGISTRY, Histogram
+from prometheus_client import Counter as PromCounter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from burrito_py.controllers.inventory import Inventory
+
+RECONCILE_SECONDS = Histogram(
+    "burrito_py_reconcile_duration_seconds",
+    "Time spent in one reconcile.",
+    ["controller"],
+    buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30),
+)
+RECONCILE_ERRORS = PromCounter("burrito_py_reconcile_errors_total", "Reconciles that raised.", ["controller"])
+GIT_FETCHES = PromCounter("burrito_py_git_fetches_total", "git fetches of repository mirrors.", ["repository"])
+
+
+class InventoryCollector(Collector):
+    def __init__(self, inventory: Inventory) -> None:
+        self._inventory = inventory
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        layers = GaugeMetricFamily("burrito_py_layers", "TerraformLayers by state.", labels=["state"])
+        for state, count in sorted(
+            Counter((layer.get("status") or {}).get("state") or "Unknown" for layer in self._inventory.layers).items()
+        ):
+            layers.add_metric([state], count)
+        yield layers
+        runs = GaugeMetricFamily("burrito_py_runs", "TerraformRuns by action and state.", labels=["action", "state"])
+        for (action, state), count in sorted(
+            Counter(
+                (
+                    (run.get("spec") or {}).get("action") or "unknown",
+                    (run.get("status") or {}).get("state") or "Initial",
+                )
+                for run in self._inventory.runs
+            ).items()
+        ):
+            runs.add_metric([action, state], count)
+        yield runs
+
+
+_registered: list[InventoryCollector] = []
+
+
+def watch_inventory(inventory: Inventory) -> None:
+    """Expose `inventory` (one per process; a new one replaces the old, e.g. across test runs)."""
+    for old in _registered:
+        REGISTRY.unregister(old)
+    _registered.clear()
+    collector = InventoryCollector(inventory)
+    REGISTRY.register(collector)
+    _registered.append(collector)

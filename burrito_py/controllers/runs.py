@@ -1,0 +1,288 @@
+"""TerraformRun reconcile: runner pods per attempt, retries with backoff, the layer Lease, logs.
+
+Pods are watched (their events wake the run); the only timed wake-ups are the end of a failure
+grace period and a re-check while a run waits for its Lease, its pod budget or a sync window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers import leases, metrics
+from burrito_py.controllers.admission import Admission, Window, pod_budget_allows, sync_windows_allow
+from burrito_py.controllers.conditions import Cond, merge_conditions
+from burrito_py.controllers.context import Context
+from burrito_py.controllers.events import post_event
+from burrito_py.controllers.inventory import Body, Key
+from burrito_py.controllers.kube import KubeError, crd_path, path
+from burrito_py.controllers.layer_validation import inherited, validate_layer
+from burrito_py.controllers.run_decisions import (
+    ACTIVE_POD_PHASES,
+    TERMINAL,
+    AttemptView,
+    PodView,
+    RetryPolicy,
+    RunDecision,
+    RunSnapshot,
+    decide_run,
+)
+from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod, pod_name
+from burrito_py.timeutil import format_time, utcnow
+
+log = logging.getLogger(__name__)
+WAIT_RECHECK = timedelta(seconds=5)
+
+
+def attempt_views(status: Mapping[str, Any]) -> tuple[AttemptView, ...]:
+    return tuple(
+        AttemptView(
+            int(a.get("number", i + 1)),
+            a.get("podName", ""),
+            a.get("startedAt"),
+            a.get("finishedAt"),
+            a.get("exitCode"),
+            bool(a.get("logsUploaded")),
+        )
+        for i, a in enumerate(status.get("attempts") or ())
+    )
+
+
+def pod_view(pod: Mapping[str, Any] | None) -> PodView | None:
+    if pod is None:
+        return None
+    status = pod.get("status") or {}
+    terminated: Mapping[str, Any] = {}
+    for container in status.get("containerStatuses") or ():
+        terminated = (container.get("state") or {}).get("terminated") or {}
+    return PodView(
+        pod["metadata"]["name"],
+        status.get("phase"),
+        terminated.get("exitCode"),
+        str(terminated.get("message") or terminated.get("reason") or "").strip()[-500:],
+        terminated.get("finishedAt"),
+    )
+
+
+def active_runner_pods(ctx: Context, repository: Mapping[str, Any] | None) -> int:
+    """Runner pods not yet finished among the layers of `repository`."""
+    if repository is None:
+        return 0
+    meta = repository["metadata"]
+    layers = {
+        (layer["metadata"]["namespace"], layer["metadata"]["name"])
+        for layer in ctx.inventory.layers_of_repository(meta["namespace"], meta["name"])
+    }
+    count = 0
+    for pod in ctx.inventory.pods:
+        labels = pod["metadata"].get("labels") or {}
+        if (pod["metadata"]["namespace"], labels.get(ann.LABEL_LAYER)) in layers and (
+            (pod.get("status") or {}).get("phase") in (None, *ACTIVE_POD_PHASES)
+        ):
+            count += 1
+    return count
+
+
+def admission(
+    ctx: Context, run: Mapping[str, Any], layer: Mapping[str, Any], repository: Mapping[str, Any] | None, now: datetime
+) -> Admission:
+    spec = (repository or {}).get("spec") or {}
+    windows = [
+        Window(
+            w.get("kind", "allow"),
+            w.get("schedule", "* * * * *"),
+            w.get("duration", "1h"),
+            tuple(w.get("actions") or ()),
+            tuple(w.get("layers") or ()),
+        )
+        for w in spec.get("syncWindows") or ()
+    ]
+    try:
+        verdict = sync_windows_allow(windows, run["spec"]["action"], layer["metadata"]["name"], now)
+    except ValueError as exc:
+        return Admission(False, "InvalidSyncWindow", f"spec.syncWindows: {exc}")
+    if not verdict.allowed:
+        return verdict
+    return pod_budget_allows(active_runner_pods(ctx, repository), spec.get("maxConcurrentRunnerPods"))
+
+
+async def reconcile_run(ctx: Context, key: Key) -> None:
+    started = time.perf_counter()
+    try:
+        await _reconcile(ctx, key)
+    except Exception:
+        metrics.RECONCILE_ERRORS.labels("run").inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.labels("run").observe(time.perf_counter() - started)
+
+
+async def _reconcile(ctx: Context, key: Key) -> None:
+    run = ctx.inventory.runs.get(key)
+    if run is None or run["metadata"].get("deletionTimestamp"):
+        return
+    namespace, name = key
+    layer_ref = (run.get("spec") or {}).get("layer") or {}
+    layer_key = (layer_ref.get("namespace") or namespace, layer_ref.get("name", ""))
+    layer = ctx.inventory.layers.get(layer_key)
+    if layer is None:
+        return  # its layer is gone; garbage collection removes the run
+    repository = ctx.inventory.repository_of(layer)
+    settings = ctx.settings
+    policy = RetryPolicy(
+        max_retries=validate_layer(layer, repository, settings).max_retries,
+        grace_base=settings.failure_grace_period,
+        grace_cap=settings.failure_grace_period_cap,
+    )
+    status: Body = dict(run.get("status") or {})
+    attempts = attempt_views(status)
+    pod = ctx.inventory.pods.get((namespace, attempts[-1].pod_name)) if attempts else None
+    now = utcnow()
+    decision = decide_run(
+        RunSnapshot(status.get("state"), int(status.get("retries") or 0), attempts, pod_view(pod), policy), now
+    )
+
+    raw_attempts: list[Body] = [dict(a) for a in status.get("attempts") or ()]
+    state: str = decision.state
+    extra: list[Cond] = []
+    if decision.finish is not None:
+        f = decision.finish
+        raw_attempts[-1].update(finishedAt=f.finished_at or format_time(now), exitCode=f.exit_code)
+        if f.succeeded:
+            await post_event(ctx.kube, run, "Normal", "AttemptSucceeded", f"attempt {f.number} succeeded")
+        else:
+            await post_event(
+                ctx.kube,
+                run,
+                "Warning",
+                "AttemptFailed",
+                f"attempt {f.number} failed (exit code {f.exit_code}): {f.message}".rstrip(": "),
+            )
+    for number in decision.upload_logs:
+        if await _upload_logs(ctx, run, layer, number):
+            for a in raw_attempts:
+                if a.get("number") == number:
+                    a["logsUploaded"] = True
+
+    if decision.start_attempt is not None:
+        started = await _start_attempt(ctx, run, layer, repository, decision, now)
+        if isinstance(started, dict):
+            raw_attempts.append(started)
+            status["lastRun"] = started["startedAt"]
+            status["runnerPod"] = started["podName"]
+            state = "Running"
+        else:
+            extra.append(started)
+            ctx.wake_run(key, WAIT_RECHECK)
+    if decision.release_lease and status.get("state") not in TERMINAL:
+        await leases.release(ctx.kube, layer, name)
+    if decision.requeue_after is not None:
+        ctx.wake_run(key, decision.requeue_after)
+
+    conditions = list(decision.conditions)
+    if state == "Running":
+        conditions = [Cond(c.type, True, "RunnerPodActive") if c.type == "IsRunning" else c for c in conditions]
+    new_status: Body = {
+        **status,
+        "state": state,
+        "retries": decision.retries,
+        "attempts": raw_attempts,
+        "conditions": merge_conditions(status.get("conditions"), (*conditions, *extra), now),
+    }
+    if new_status != (run.get("status") or {}):
+        updated = await ctx.kube.merge_patch(
+            crd_path("terraformruns", namespace, name, "status"), {"status": new_status}
+        )
+        ctx.inventory.runs.observe(updated)
+        if state != status.get("state"):
+            ctx.wake_layer(layer_key)
+            if state == "Failed":
+                await post_event(
+                    ctx.kube,
+                    run,
+                    "Warning",
+                    "RunFailed",
+                    f"{run['spec']['action']} failed after {decision.retries} attempt(s): {decision.message}",
+                )
+
+
+async def _start_attempt(
+    ctx: Context, run: Body, layer: Body, repository: Body | None, decision: RunDecision, now: datetime
+) -> Body | Cond:
+    """Create the runner pod of the next attempt, or say why it has to wait."""
+    assert decision.start_attempt is not None
+    verdict = admission(ctx, run, layer, repository, now)
+    if not verdict.allowed:
+        return Cond("Admitted", False, verdict.reason, verdict.message)
+
+    async def holder_of(namespace: str, holder: str) -> tuple[bool, str | None]:
+        held = ctx.inventory.runs.get((namespace, holder)) or await ctx.kube.get(
+            crd_path("terraformruns", namespace, holder)
+        )
+        return (held is not None, ((held or {}).get("status") or {}).get("state"))
+
+    holder = await leases.acquire(ctx.kube, layer, run, holder_of)
+    if holder is not None:
+        return Cond("Admitted", False, "LayerLocked", f"waiting for run {holder} to release the layer's lease")
+
+    settings = ctx.settings
+    defaults = RunnerDefaults(
+        settings.runner_image, settings.runner_service_account, settings.datastore_url, tuple(settings.runner_command)
+    )
+    override = _override_runner_spec(layer, repository)
+    body = build_runner_pod(run, layer, decision.start_attempt, defaults, override)
+    namespace = run["metadata"]["namespace"]
+    try:
+        created = await ctx.kube.create(path("v1", "pods", namespace), body)
+        ctx.inventory.pods.observe(created)
+    except KubeError as exc:
+        if exc.status != 409:  # AlreadyExists: a previous reconcile created it; adopt it
+            raise
+    name = pod_name(run["metadata"]["name"], decision.start_attempt)
+    await post_event(ctx.kube, run, "Normal", "RunnerPodCreated", f"attempt {decision.start_attempt}: pod {name}")
+    return {"podName": name, "number": decision.start_attempt, "startedAt": format_time(now), "logsUploaded": False}
+
+
+def _override_runner_spec(layer: Body, repository: Body | None) -> dict[str, Any]:
+    """Layer fields win over the repository's, field by field; runner metadata maps merge."""
+    base = dict(inherited({}, repository, "overrideRunnerSpec") or {})
+    mine = dict(inherited(layer, None, "overrideRunnerSpec") or {})
+    merged = {**base, **{k: v for k, v in mine.items() if v not in (None, [], {})}}
+    meta_base, meta_mine = base.get("metadata") or {}, mine.get("metadata") or {}
+    if meta_base or meta_mine:
+        merged["metadata"] = {
+            "labels": {**(meta_base.get("labels") or {}), **(meta_mine.get("labels") or {})},
+            "annotations": {**(meta_base.get("annotations") or {}), **(meta_mine.get("annotations") or {})},
+        }
+    return merged
+
+
+async def _upload_logs(ctx: Context, run: Body, layer: Body, number: int) -> bool:
+    """Copy a finished attempt's log to the datastore; False (retried later) when it cannot yet."""
+    if ctx.datastore is None:
+        return False
+    namespace = run["metadata"]["namespace"]
+    name = pod_name(run["metadata"]["name"], number)
+    try:
+        text = await ctx.kube.read_text(path("v1", "pods", namespace, name, "log"))
+    except KubeError as exc:
+        if exc.status == 404:
+            text = f"(the runner pod {name} was gone before its log could be collected)\n"
+        else:
+            log.warning("could not read log of %s/%s: %s", namespace, name, exc)
+            return False
+    meta = layer["metadata"]
+    try:
+        await asyncio.to_thread(
+            ctx.datastore.put_logs, meta["namespace"], meta["name"], run["metadata"]["name"], number, text.encode()
+        )
+    except Exception as exc:  # the datastore may be briefly unavailable; the next reconcile retries
+        log.warning("could not upload log of %s attempt %s: %s", run["metadata"]["name"], number, exc)
+        ctx.wake_run((namespace, run["metadata"]["name"]), WAIT_RECHECK)
+        return False
+    return True
