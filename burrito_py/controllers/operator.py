@@ -1,0 +1,268 @@
+"""The kopf operator running the three controllers. Handlers only feed the inventory and wake the
+right reconcile; every decision lives in the pure modules beside this one.
+
+Why event handlers and our own work queue instead of kopf's change handlers and timers: change
+handlers persist progress on every object (an API write per event) and timers cost a task each,
+while watching is free and idle layers should cost nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import kopf
+import yaml
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers import metrics
+from burrito_py.controllers.context import Context
+from burrito_py.controllers.inventory import Store, key_of
+from burrito_py.controllers.kube import Kube, crd_path, path
+from burrito_py.controllers.layers import reconcile_layer
+from burrito_py.controllers.run_decisions import TERMINAL
+from burrito_py.controllers.runs import reconcile_run
+from burrito_py.controllers.scheduler import Scheduler
+from burrito_py.controllers.settings import ControllerSettings
+
+log = logging.getLogger(__name__)
+RUNNER_SELECTOR = f"{ann.LABEL_COMPONENT}={ann.COMPONENT_RUNNER}"
+
+
+def _needs_attention(run: Mapping[str, Any]) -> bool:
+    status = run.get("status") or {}
+    if status.get("state") not in TERMINAL:
+        return True
+    return any(not a.get("logsUploaded") for a in status.get("attempts") or ())
+
+
+def kubeconfig_login(kubeconfig: Path) -> kopf.ConnectionInfo:
+    """Read server and token from a kubeconfig (what `burrito-py dev` and the tests write)."""
+    config = yaml.safe_load(kubeconfig.read_text()) or {}
+    current = config.get("current-context")
+    context = next(c["context"] for c in config.get("contexts", []) if c["name"] == current)
+    cluster = next(c["cluster"] for c in config.get("clusters", []) if c["name"] == context["cluster"])
+    user: dict[str, Any] = (
+        next((u["user"] for u in config.get("users", []) if u["name"] == context.get("user")), {}) or {}
+    )
+    return kopf.ConnectionInfo(
+        server=cluster["server"],
+        token=user.get("token"),
+        insecure=bool(cluster.get("insecure-skip-tls-verify")),
+        ca_path=cluster.get("certificate-authority"),
+        default_namespace=context.get("namespace"),
+    )
+
+
+def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    holder: dict[str, Context] = {}
+
+    def ctx() -> Context:
+        return holder["ctx"]
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if kubeconfig is not None:
+            return kubeconfig_login(kubeconfig)
+        return kopf.login_via_client(**kwargs)
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        settings.posting.enabled = False  # we post our own, readable events
+        settings.watching.server_timeout = 300
+        kube = await Kube.connect(str(kubeconfig) if kubeconfig else None)
+        context = Context(settings=config, kube=kube, datastore=_datastore_client(config))
+        holder["ctx"] = context
+        metrics.watch_inventory(context.inventory)
+        context.layers = Scheduler("layers", lambda key: reconcile_layer(context, key))
+        context.runs = Scheduler("runs", lambda key: reconcile_run(context, key))
+        context.repositories = Scheduler("repositories", lambda key: _reconcile_repository(context, key))
+        await _prime(context)
+        memo["tasks"] = [
+            asyncio.create_task(context.layers.run()),
+            asyncio.create_task(context.runs.run()),
+            asyncio.create_task(context.repositories.run()),
+            asyncio.create_task(_resync_forever(context)),
+        ]
+        log.info(
+            "controllers started: %d repositories, %d layers, %d runs",
+            len(context.inventory.repositories),
+            len(context.inventory.layers),
+            len(context.inventory.runs),
+        )
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        for task in memo.get("tasks", []):
+            task.cancel()
+        if "ctx" in holder:
+            await holder["ctx"].kube.close()
+            if holder["ctx"].datastore is not None:
+                holder["ctx"].datastore.close()
+
+    def observe(store: Store, event: Mapping[str, Any]) -> dict[str, Any] | None:
+        body = event.get("object") or {}
+        if not body.get("metadata"):
+            return None
+        if event.get("type") == "DELETED":
+            store.forget(body)
+            return None
+        store.observe(body)
+        return dict(body)
+
+    @kopf.on.event(ann.GROUP, ann.VERSION, "terraformrepositories", registry=registry)
+    def on_repository(event: kopf.RawEvent, **_: Any) -> None:
+        if "ctx" not in holder:
+            return
+        c = ctx()
+        body = observe(c.inventory.repositories, event)
+        if body is None:
+            return
+        meta = body["metadata"]
+        c.wake_repository(key_of(body))
+        for layer in c.inventory.layers_of_repository(meta["namespace"], meta["name"]):
+            c.wake_layer(key_of(layer))
+
+    @kopf.on.event(ann.GROUP, ann.VERSION, "terraformlayers", registry=registry)
+    def on_layer(event: kopf.RawEvent, **_: Any) -> None:
+        if "ctx" not in holder:
+            return
+        body = observe(ctx().inventory.layers, event)
+        if body is not None:
+            ctx().wake_layer(key_of(body))
+
+    @kopf.on.event(ann.GROUP, ann.VERSION, "terraformruns", registry=registry)
+    def on_run(event: kopf.RawEvent, **_: Any) -> None:
+        if "ctx" not in holder:
+            return
+        c = ctx()
+        body = observe(c.inventory.runs, event)
+        raw = event.get("object") or {}
+        layer = ((raw.get("spec") or {}).get("layer") or {}).get("name")
+        if layer:
+            c.wake_layer(((raw.get("metadata") or {}).get("namespace", ""), layer))
+        if body is not None and _needs_attention(body):
+            c.wake_run(key_of(body))
+
+    @kopf.on.event("", "v1", "pods", labels={ann.LABEL_COMPONENT: ann.COMPONENT_RUNNER}, registry=registry)
+    def on_pod(event: kopf.RawEvent, **_: Any) -> None:
+        if "ctx" not in holder:
+            return
+        c = ctx()
+        observe(c.inventory.pods, event)
+        raw = event.get("object") or {}
+        run = ((raw.get("metadata") or {}).get("labels") or {}).get(ann.LABEL_RUN)
+        if run:
+            c.wake_run((raw["metadata"]["namespace"], run))
+
+    return registry
+
+
+def _datastore_client(settings: ControllerSettings) -> Any:
+    from burrito_py.datastore.client import DatastoreClient
+
+    token = None
+    if settings.datastore_token_path is not None and settings.datastore_token_path.exists():
+        token = settings.datastore_token_path.read_text().strip()
+    return DatastoreClient(settings.datastore_url, token=token)
+
+
+async def _prime(ctx: Context) -> None:
+    """List everything once before deciding anything, so no layer acts on a partial view of its runs."""
+    namespaces: list[str | None] = [*ctx.settings.namespaces] or [None]
+    for namespace in namespaces:
+        for store, resource_path, selector in (
+            (ctx.inventory.repositories, crd_path("terraformrepositories", namespace), None),
+            (ctx.inventory.layers, crd_path("terraformlayers", namespace), None),
+            (ctx.inventory.runs, crd_path("terraformruns", namespace), None),
+            (ctx.inventory.pods, path("v1", "pods", namespace), RUNNER_SELECTOR),
+        ):
+            for item in await ctx.kube.list(resource_path, label_selector=selector):
+                store.observe(item)
+    ctx.primed = True
+    _wake_everything(ctx)
+
+
+def _wake_everything(ctx: Context) -> None:
+    for repository in ctx.inventory.repositories:
+        ctx.wake_repository(key_of(repository))
+    for layer in ctx.inventory.layers:
+        ctx.wake_layer(key_of(layer))
+    for run in ctx.inventory.runs:
+        if _needs_attention(run):
+            ctx.wake_run(key_of(run))
+
+
+async def _resync_forever(ctx: Context) -> None:
+    while True:
+        await asyncio.sleep(ctx.settings.resync_interval.total_seconds())
+        _wake_everything(ctx)
+
+
+async def _reconcile_repository(ctx: Context, key: tuple[str, str]) -> None:
+    from burrito_py.controllers.repositories import reconcile_repository
+
+    await reconcile_repository(ctx, key)
+
+
+class ControllerThread:
+    """Runs the operator in its own thread and event loop (how `burrito-py dev` and tests run it)."""
+
+    def __init__(self, settings: ControllerSettings, kubeconfig: Path | None = None) -> None:
+        self._settings = settings
+        self._kubeconfig = kubeconfig
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="burrito-py-controllers", daemon=True)
+        self.error: BaseException | None = None
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(run_operator(self._settings, self._kubeconfig, stop_flag=self._stop, ready_flag=self._ready))
+        except BaseException as exc:  # surfaced to whoever started us
+            self.error = exc
+            self._ready.set()
+
+    def start(self, timeout: float = 30.0) -> None:
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError("controllers did not become ready")
+        if self.error is not None:
+            raise RuntimeError("controllers failed to start") from self.error
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def __enter__(self) -> ControllerThread:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+async def run_operator(
+    settings: ControllerSettings,
+    kubeconfig: Path | None = None,
+    stop_flag: threading.Event | asyncio.Event | None = None,
+    ready_flag: threading.Event | None = None,
+) -> None:
+    if settings.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(settings.metrics_port)
+    registry = build_registry(settings, kubeconfig)
+    await kopf.operator(
+        registry=registry,
+        standalone=True,
+        clusterwide=not settings.namespaces,
+        namespaces=settings.namespaces,
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )
