@@ -11,11 +11,14 @@ from typing import Annotated
 
 import typer
 
+from burrito_py.controllers.commands import app as controllers_app
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Kubernetes-native Terraform runner.")
 crds_app = typer.Typer(no_args_is_help=True, help="CustomResourceDefinitions generated from the API models.")
 local_app = typer.Typer(no_args_is_help=True, help="Local Kubernetes API emulator and kubelet.")
 app.add_typer(crds_app, name="crds")
 app.add_typer(local_app, name="local")
+app.add_typer(controllers_app, name="controllers")
 
 
 @app.command()

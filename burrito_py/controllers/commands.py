@@ -1,0 +1,50 @@
+"""`burrito-py controllers start`: flags override `BURRITO_PY_*` variables, which override defaults."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="The layer, run and repository controllers.")
+
+
+@app.command("start")
+def start(
+    namespace: Annotated[list[str] | None, typer.Option("--namespace", "-n", help="Watch only these.")] = None,
+    datastore_url: Annotated[str | None, typer.Option(help="Datastore base URL.")] = None,
+    git_cache_dir: Annotated[Path | None, typer.Option(help="Where repository mirrors live.")] = None,
+    drift_detection_period: Annotated[float | None, typer.Option(help="Seconds before a plan is stale.")] = None,
+    repository_poll_interval: Annotated[float | None, typer.Option(help="Seconds between git fetches.")] = None,
+    failure_grace_period: Annotated[float | None, typer.Option(help="Base retry backoff, seconds.")] = None,
+    max_retries: Annotated[int | None, typer.Option(help="Default retries of a failed run.")] = None,
+    runner_image: Annotated[str | None, typer.Option(help="Image of runner pods.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Prometheus port (0 disables).")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig (default: $KUBECONFIG or in-cluster).")] = None,
+) -> None:
+    """Run the controllers until interrupted."""
+    from burrito_py.controllers.operator import run_operator
+    from burrito_py.controllers.settings import ControllerSettings
+
+    overrides: dict[str, Any] = {
+        "namespaces": namespace or None,
+        "datastore_url": datastore_url,
+        "git_cache_dir": git_cache_dir,
+        "drift_detection_period": _seconds(drift_detection_period),
+        "repository_poll_interval": _seconds(repository_poll_interval),
+        "failure_grace_period": _seconds(failure_grace_period),
+        "max_retries": max_retries,
+        "runner_image": runner_image,
+        "metrics_port": metrics_port,
+    }
+    settings = ControllerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(run_operator(settings, kubeconfig))
+
+
+def _seconds(value: float | None) -> timedelta | None:
+    return None if value is None else timedelta(seconds=value)
