@@ -24,6 +24,7 @@ from burrito_py.controllers.context import Context
 from burrito_py.controllers.inventory import Store, key_of
 from burrito_py.controllers.kube import Kube, crd_path, path
 from burrito_py.controllers.layers import reconcile_layer
+from burrito_py.controllers.repositories import reconcile_repository, sync_requested
 from burrito_py.controllers.run_decisions import TERMINAL
 from burrito_py.controllers.runs import reconcile_run
 from burrito_py.controllers.scheduler import Scheduler
@@ -81,7 +82,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         metrics.watch_inventory(context.inventory)
         context.layers = Scheduler("layers", lambda key: reconcile_layer(context, key))
         context.runs = Scheduler("runs", lambda key: reconcile_run(context, key))
-        context.repositories = Scheduler("repositories", lambda key: _reconcile_repository(context, key))
+        context.repositories = Scheduler("repositories", lambda key: reconcile_repository(context, key))
         await _prime(context)
         memo["tasks"] = [
             asyncio.create_task(context.layers.run()),
@@ -120,13 +121,19 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         if "ctx" not in holder:
             return
         c = ctx()
+        raw = event.get("object") or {}
+        previous = c.inventory.repositories.get(key_of(raw)) if raw.get("metadata") else None
         body = observe(c.inventory.repositories, event)
         if body is None:
             return
-        meta = body["metadata"]
-        c.wake_repository(key_of(body))
-        for layer in c.inventory.layers_of_repository(meta["namespace"], meta["name"]):
-            c.wake_layer(key_of(layer))
+        # Our own status writes come back as events: fetch again only when asked to or when the spec
+        # changed, and wake the layers only when what they read (branches, conditions) changed.
+        if previous is None or _generation(previous) != _generation(body) or sync_requested(body):
+            c.wake_repository(key_of(body))
+        if previous is None or _branch_outcomes(previous) != _branch_outcomes(body):
+            meta = body["metadata"]
+            for layer in c.inventory.layers_of_repository(meta["namespace"], meta["name"]):
+                c.wake_layer(key_of(layer))
 
     @kopf.on.event(ann.GROUP, ann.VERSION, "terraformlayers", registry=registry)
     def on_layer(event: kopf.RawEvent, **_: Any) -> None:
@@ -161,6 +168,15 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
             c.wake_run((raw["metadata"]["namespace"], run))
 
     return registry
+
+
+def _generation(body: Mapping[str, Any]) -> Any:
+    return body["metadata"].get("generation")
+
+
+def _branch_outcomes(body: Mapping[str, Any]) -> list[tuple[Any, Any, Any]]:
+    branches = (body.get("status") or {}).get("branches") or ()
+    return [(b.get("name"), b.get("latestRev"), b.get("lastSyncStatus")) for b in branches]
 
 
 def _datastore_client(settings: ControllerSettings) -> Any:
@@ -202,12 +218,6 @@ async def _resync_forever(ctx: Context) -> None:
     while True:
         await asyncio.sleep(ctx.settings.resync_interval.total_seconds())
         _wake_everything(ctx)
-
-
-async def _reconcile_repository(ctx: Context, key: tuple[str, str]) -> None:
-    from burrito_py.controllers.repositories import reconcile_repository
-
-    await reconcile_repository(ctx, key)
 
 
 class ControllerThread:

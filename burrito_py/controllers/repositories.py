@@ -1,0 +1,157 @@
+"""TerraformRepository reconcile (DESIGN §7): fetch the mirror, resolve the branches its layers use,
+store one source archive per tree, and tell each layer its `branch-commit` / `relevant-commit`.
+
+Git work is blocking, so it runs in a thread; one fetch serves every layer of the repository.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers import metrics
+from burrito_py.controllers.conditions import Cond, merge_conditions
+from burrito_py.controllers.context import Context
+from burrito_py.controllers.events import post_event
+from burrito_py.controllers.inventory import Body, Key, key_of
+from burrito_py.controllers.kube import crd_path
+from burrito_py.gitops.mirror import GitError, GitMirror
+from burrito_py.gitops.relevance import decide_layer_commits
+from burrito_py.timeutil import format_time, parse_time, utcnow
+
+log = logging.getLogger(__name__)
+_mirrors: dict[tuple[Path, str], GitMirror] = {}
+
+
+def mirror_for(cache_dir: Path, url: str) -> GitMirror:
+    key = (cache_dir, url)
+    if key not in _mirrors:
+        _mirrors[key] = GitMirror(cache_dir, url)
+    return _mirrors[key]
+
+
+def sync_requested(repository: Mapping[str, Any]) -> bool:
+    """A `sync-<branch>` annotation at least as recent as that branch's last sync asks for a fetch now."""
+    annotations = repository["metadata"].get("annotations") or {}
+    last_sync = {
+        b.get("name", "").replace("/", "."): parse_time(b.get("lastSyncDate"))
+        for b in (repository.get("status") or {}).get("branches") or ()
+    }
+    for key, value in annotations.items():
+        if not key.startswith(ann.REPOSITORY_SYNC_PREFIX):
+            continue
+        asked = parse_time(value)
+        synced = last_sync.get(key[len(ann.REPOSITORY_SYNC_PREFIX) :])
+        if asked is not None and (synced is None or asked >= synced):
+            return True
+    return False
+
+
+async def reconcile_repository(ctx: Context, key: Key) -> None:
+    started = time.perf_counter()
+    try:
+        await _reconcile(ctx, key)
+    except Exception:
+        metrics.RECONCILE_ERRORS.labels("repository").inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.labels("repository").observe(time.perf_counter() - started)
+        ctx.wake_repository(key, ctx.settings.repository_poll_interval)
+
+
+async def _reconcile(ctx: Context, key: Key) -> None:
+    repository = ctx.inventory.repositories.get(key)
+    if repository is None or repository["metadata"].get("deletionTimestamp"):
+        return
+    namespace, name = key
+    url = (repository.get("spec") or {}).get("repository", {}).get("url", "")
+    layers = ctx.inventory.layers_of_repository(namespace, name)
+    branches = sorted({(layer.get("spec") or {}).get("branch", "") for layer in layers} - {""})
+    now = utcnow()
+    mirror = mirror_for(ctx.settings.git_cache_dir, url)
+    try:
+        await asyncio.to_thread(mirror.fetch)
+        metrics.GIT_FETCHES.labels(f"{namespace}/{name}").inc()
+    except GitError as exc:
+        message = str(exc)  # GitError messages are sanitized: no credentials
+        entries = [_branch_entry(b, None, now, f"fetch failed: {message}") for b in branches]
+        await _write_status(ctx, repository, "SyncNeeded", entries, Cond("Synced", False, "FetchFailed", message), now)
+        return
+
+    entries = []
+    for branch in branches:
+        head = await asyncio.to_thread(mirror.resolve, branch)
+        branch_layers = [layer for layer in layers if (layer.get("spec") or {}).get("branch") == branch]
+        if head is None:
+            entries.append(_branch_entry(branch, None, now, f'branch "{branch}" does not exist in {url}'))
+            for layer in branch_layers:
+                ctx.wake_layer(key_of(layer))
+            continue
+        head_date = await asyncio.to_thread(mirror.commit_date, head)
+        await _ensure_source(ctx, mirror, namespace, name, head)
+        for layer in branch_layers:
+            await _annotate_layer(ctx, mirror, layer, head, head_date)
+        entries.append(_branch_entry(branch, head, now, "Synced"))
+    await _write_status(ctx, repository, "Synced", entries, Cond("Synced", True, "FetchSucceeded", ""), now)
+
+
+def _branch_entry(branch: str, head: str | None, now: datetime, outcome: str) -> Body:
+    entry: Body = {"name": branch, "lastSyncDate": format_time(now), "lastSyncStatus": outcome}
+    if head:
+        entry["latestRev"] = head
+    return entry
+
+
+async def _ensure_source(ctx: Context, mirror: GitMirror, namespace: str, name: str, revision: str) -> None:
+    """Upload the revision's archive once per tree (sources are content-addressed by tree id)."""
+    store = ctx.datastore
+    if store is None or await asyncio.to_thread(store.has_source, namespace, name, revision):
+        return
+    tree = await asyncio.to_thread(mirror.tree_id, revision)
+    if await asyncio.to_thread(store.has_tree, namespace, name, tree):
+        await asyncio.to_thread(store.put_source, namespace, name, revision, tree, None)
+        return
+    with tempfile.TemporaryDirectory(prefix="burrito-py-archive-") as tmp:
+        archive = Path(tmp) / "source.tar.gz"
+        await asyncio.to_thread(mirror.archive, revision, archive)
+        await asyncio.to_thread(store.put_source, namespace, name, revision, tree, archive)
+
+
+async def _annotate_layer(ctx: Context, mirror: GitMirror, layer: Body, head: str, head_date: datetime) -> None:
+    patch = await asyncio.to_thread(decide_layer_commits, mirror, layer, head, head_date)
+    if not patch:
+        return
+    meta = layer["metadata"]
+    updated = await ctx.kube.merge_patch(
+        crd_path("terraformlayers", meta["namespace"], meta["name"]), {"metadata": {"annotations": patch}}
+    )
+    ctx.inventory.layers.observe(updated)
+    ctx.wake_layer(key_of(updated))
+
+
+async def _write_status(
+    ctx: Context, repository: Body, state: str, branches: list[Body], synced: Cond, now: datetime
+) -> None:
+    old = repository.get("status") or {}
+    status = {
+        "state": state,
+        "branches": branches,
+        "conditions": merge_conditions(old.get("conditions"), (synced,), now),
+    }
+    if all(status[k] == old.get(k) for k in status):
+        return
+    meta = repository["metadata"]
+    updated = await ctx.kube.merge_patch(
+        crd_path("terraformrepositories", meta["namespace"], meta["name"], "status"), {"status": status}
+    )
+    ctx.inventory.repositories.observe(updated)
+    old_synced = next((c for c in old.get("conditions") or () if c.get("type") == "Synced"), None)
+    if not synced.status and (old_synced is None or old_synced.get("message") != synced.message):
+        await post_event(ctx.kube, repository, "Warning", synced.reason, synced.message)
