@@ -1,0 +1,262 @@
+"""Pieces shared by the CRD models: the model base classes and the spec blocks several kinds use."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal, Self
+
+from croniter import croniter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic.alias_generators import to_camel
+
+from burrito_py.api.annotations import API_VERSION, GROUP, VERSION
+from burrito_py.api.errors import PATTERN_EXPLANATIONS, InvalidSpec
+
+__all__ = [
+    "API_VERSION",
+    "CATEGORY",
+    "GROUP",
+    "VERSION",
+    "ApiModel",
+    "Condition",
+    "ConditionStatus",
+    "CronSchedule",
+    "GoDuration",
+    "ObjectReference",
+    "OnErrorStrategy",
+    "OverrideRunnerSpec",
+    "PrinterColumn",
+    "RemediationStrategy",
+    "Resource",
+    "RunAction",
+    "RunHistoryPolicy",
+    "RunnerMetadata",
+    "SyncWindow",
+    "ToolSpec",
+    "check_single_tool",
+]
+
+CATEGORY = "burrito-py"
+
+RunAction = Literal["plan", "apply"]
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+# Patterns are kept to the subset that Go's RE2 (the API server), Rust's regex (pydantic) and Python's re
+# (jsonschema in tests) all read the same way: no lookarounds, no backreferences.
+CRON_PATTERN = r"^\S+(\s+\S+){4}$"
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(h|m|s))+$"
+PATTERN_EXPLANATIONS[CRON_PATTERN] = "must be a cron expression with 5 fields (minute hour day month weekday)"
+PATTERN_EXPLANATIONS[DURATION_PATTERN] = "must be a Go-style duration in h, m and s, e.g. 1h30m, 45m or 90s"
+
+
+def _valid_cron(expression: str) -> str:
+    if not croniter.is_valid(expression):
+        raise ValueError(f"{expression!r} is not a valid cron expression")
+    return expression
+
+
+def check_single_tool(terraform: ToolSpec | None, opentofu: ToolSpec | None) -> None:
+    """terraform and opentofu are alternatives: one level may not enable both."""
+    if terraform is not None and opentofu is not None and terraform.enabled and opentofu.enabled:
+        raise ValueError("terraform.enabled and opentofu.enabled cannot both be true")
+
+
+CronSchedule = Annotated[str, StringConstraints(pattern=CRON_PATTERN), AfterValidator(_valid_cron)]
+GoDuration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN)]
+
+
+class ApiModel(BaseModel):
+    """Base of every API model: snake_case in Python, camelCase on the wire, unknown fields dropped
+    (as the API server prunes them)."""
+
+    model_config = ConfigDict(populate_by_name=True, alias_generator=to_camel, extra="ignore")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire form: camelCase keys, unset optional fields left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+@dataclass(frozen=True, slots=True)
+class PrinterColumn:
+    """One `additionalPrinterColumns` entry of a CRD (what `kubectl get` shows)."""
+
+    name: str
+    type: Literal["string", "integer", "number", "boolean", "date"]
+    json_path: str
+    description: str = ""
+    priority: int = 0
+
+    def to_crd(self) -> dict[str, Any]:
+        column: dict[str, Any] = {"name": self.name, "type": self.type, "jsonPath": self.json_path}
+        if self.description:
+            column["description"] = self.description
+        if self.priority:
+            column["priority"] = self.priority
+        return column
+
+
+AGE_COLUMN = PrinterColumn("Age", "date", ".metadata.creationTimestamp")
+
+
+class Resource(ApiModel):
+    """A namespaced custom resource: `apiVersion`, `kind`, free-form `metadata`, `spec` and `status`.
+
+    Subclasses declare `spec`/`status` and the ClassVars that describe their CRD."""
+
+    KIND: ClassVar[str]
+    PLURAL: ClassVar[str]
+    SINGULAR: ClassVar[str]
+    SHORT_NAMES: ClassVar[tuple[str, ...]]
+    CATEGORIES: ClassVar[tuple[str, ...]] = (CATEGORY,)
+    PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]]
+
+    api_version: str = Field(default=API_VERSION, description="The API version of this object.")
+    kind: str = Field(default="", description="The kind of this object; each subclass sets its own.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Standard Kubernetes object metadata.")
+
+    @classmethod
+    def crd_name(cls) -> str:
+        """`<plural>.<group>`, the CustomResourceDefinition's name."""
+        return f"{cls.PLURAL}.{GROUP}"
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> Self:
+        """Validate a Kubernetes object (as read from the API or a manifest).
+
+        Raises `InvalidSpec` naming the first offending field, e.g. `spec.branch: String should have at
+        least 1 character`."""
+        try:
+            return cls.model_validate(obj)
+        except ValidationError as error:
+            raise InvalidSpec.from_validation_error(error) from None
+
+    def to_object(self) -> dict[str, Any]:
+        """The object as the API server stores it: camelCase keys, unset optional fields left out."""
+        return self.to_dict()
+
+    @property
+    def name(self) -> str:
+        """`metadata.name`; empty before the API server has named a `generateName` object."""
+        return str(self.metadata.get("name") or "")
+
+    @property
+    def namespace(self) -> str:
+        """`metadata.namespace`; empty when the object has not been given one yet."""
+        return str(self.metadata.get("namespace") or "")
+
+
+class Condition(ApiModel):
+    """A Kubernetes-style status condition."""
+
+    type: str = Field(description="Type of the condition, e.g. Ready or IsRunning.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(default="", description="Machine-readable CamelCase reason for the status.")
+    message: str = Field(default="", description="Human-readable details.")
+    last_transition_time: str | None = Field(
+        default=None, description="When the status last changed (RFC 3339 UTC)."
+    )
+
+
+class ObjectReference(ApiModel):
+    """A reference to an object by name; the namespace defaults to the referring object's."""
+
+    name: str = Field(min_length=1, description="Name of the referenced object.")
+    namespace: str | None = Field(
+        default=None, description="Namespace of the referenced object; defaults to the referrer's namespace."
+    )
+
+
+class ToolSpec(ApiModel):
+    """Which version of a tool (terraform, opentofu or terragrunt) to use and whether it is enabled."""
+
+    version: str | None = Field(
+        default=None,
+        description="Version or version constraint (e.g. 1.9.5, ~> 1.8). Unset: inherited, else what the code "
+        "declares in required_version.",
+    )
+    enabled: bool | None = Field(default=None, description="Whether the tool is used. Unset: inherited.")
+
+
+class OnErrorStrategy(ApiModel):
+    """What to do when a run fails."""
+
+    max_retries: int | None = Field(
+        default=None, ge=0, description="How many times a failed run is retried. Unset: inherited, else 3."
+    )
+
+
+class RemediationStrategy(ApiModel):
+    """How drift and new commits are remediated."""
+
+    auto_apply: bool | None = Field(
+        default=None,
+        description="Apply plans automatically. Unset: inherited, else false (plan only, the layer stays "
+        "ApplyNeeded).",
+    )
+    apply_without_plan_artifact: bool | None = Field(
+        default=None,
+        description="Apply by planning and applying in one step instead of applying the stored plan. Unset: "
+        "inherited, else false.",
+    )
+    on_error: OnErrorStrategy | None = Field(default=None, description="Retry policy for failed runs.")
+
+
+class RunnerMetadata(ApiModel):
+    """Extra labels and annotations for runner pods."""
+
+    labels: dict[str, str] = Field(default_factory=dict, description="Labels added to runner pods.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations added to runner pods.")
+
+
+class OverrideRunnerSpec(ApiModel):
+    """Overrides for the runner pods of a layer (or of all layers of a repository).
+
+    Kubernetes-typed fields (env, volumes, resources, tolerations, affinity, ...) are passed to the pod spec
+    as given."""
+
+    image: str | None = Field(default=None, description="Runner image.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        default=None, description="Image pull policy of the runner container."
+    )
+    service_account_name: str | None = Field(default=None, description="Service account of runner pods.")
+    env: list[dict[str, Any]] = Field(default_factory=list, description="Extra environment variables (EnvVar).")
+    env_from: list[dict[str, Any]] = Field(default_factory=list, description="Extra EnvFromSource entries.")
+    volumes: list[dict[str, Any]] = Field(default_factory=list, description="Extra pod volumes (Volume).")
+    volume_mounts: list[dict[str, Any]] = Field(
+        default_factory=list, description="Extra volume mounts of the runner container (VolumeMount)."
+    )
+    resources: dict[str, Any] | None = Field(
+        default=None, description="Resource requests and limits of the runner container (ResourceRequirements)."
+    )
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector of runner pods.")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Tolerations of runner pods.")
+    affinity: dict[str, Any] | None = Field(default=None, description="Affinity of runner pods (Affinity).")
+    metadata: RunnerMetadata | None = Field(default=None, description="Extra labels and annotations.")
+    extra_init_args: list[str] = Field(default_factory=list, description="Extra arguments to `init`.")
+    extra_plan_args: list[str] = Field(default_factory=list, description="Extra arguments to `plan`.")
+    extra_apply_args: list[str] = Field(default_factory=list, description="Extra arguments to `apply`.")
+
+
+class RunHistoryPolicy(ApiModel):
+    """How many runs of a layer are kept."""
+
+    runs: int | None = Field(
+        default=None, ge=1, description="Number of runs kept per layer; older ones are deleted. Unset: inherited, "
+        "else 5."
+    )
+
+
+class SyncWindow(ApiModel):
+    """A recurring time window that allows or denies runs. Deny windows win; when allow windows match an
+    action and layer, one of them must be open."""
+
+    kind: Literal["allow", "deny"] = Field(description="allow or deny.")
+    schedule: CronSchedule = Field(description="Cron expression (5 fields, UTC) at which the window opens.")
+    duration: GoDuration = Field(description="How long the window stays open, e.g. 1h30m.")
+    actions: list[RunAction] = Field(
+        default_factory=list, description="Actions the window applies to (plan, apply); empty: all."
+    )
+    layers: list[str] = Field(
+        default_factory=list, description="Glob patterns of layer names the window applies to; empty: all."
+    )

@@ -1,0 +1,119 @@
+"""TerraformRepository: where Terraform code lives, and the defaults its layers inherit (DESIGN §3)."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal, Self
+
+from pydantic import Field, StringConstraints, model_validator
+
+from burrito_py.api.common import (
+    AGE_COLUMN,
+    ApiModel,
+    Condition,
+    OverrideRunnerSpec,
+    PrinterColumn,
+    RemediationStrategy,
+    Resource,
+    RunHistoryPolicy,
+    SyncWindow,
+    ToolSpec,
+    check_single_tool,
+)
+from burrito_py.api.errors import PATTERN_EXPLANATIONS
+
+__all__ = [
+    "REPOSITORY_URL_PATTERN",
+    "BranchStatus",
+    "RepositorySource",
+    "RepositoryState",
+    "TerraformRepository",
+    "TerraformRepositorySpec",
+    "TerraformRepositoryStatus",
+]
+
+# https://, http://, ssh://, file:// (local use) or scp-style `user@host:org/repo(.git)`.
+REPOSITORY_URL_PATTERN = r"^((https?|ssh)://[^\s/@]+(@[^\s/]+)?(/\S*)?|file://\S+|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:\S+)$"
+PATTERN_EXPLANATIONS[REPOSITORY_URL_PATTERN] = (
+    "must be a git URL: https://, http://, ssh://, file:// or scp-style user@host:org/repo"
+)
+
+RepositoryState = Literal["SyncNeeded", "Synced"]
+
+
+class RepositorySource(ApiModel):
+    """The git repository and the credentials to read it."""
+
+    url: Annotated[str, StringConstraints(pattern=REPOSITORY_URL_PATTERN)] = Field(
+        description="Git URL: https://, http://, ssh://, scp-style git@host:org/repo, or file:// for local use."
+    )
+    secret_name: str | None = Field(
+        default=None,
+        description="Secret in the repository's namespace with git credentials (username/password, token, or "
+        "sshPrivateKey with optional knownHosts) and webhookSecret.",
+    )
+
+
+class TerraformRepositorySpec(ApiModel):
+    """Where the code lives; every other field is a default for the repository's layers."""
+
+    repository: RepositorySource = Field(description="The git repository.")
+    terraform: ToolSpec | None = Field(default=None, description="Terraform defaults for layers.")
+    opentofu: ToolSpec | None = Field(default=None, description="OpenTofu defaults for layers.")
+    terragrunt: ToolSpec | None = Field(default=None, description="Terragrunt defaults for layers.")
+    remediation_strategy: RemediationStrategy | None = Field(
+        default=None, description="Remediation defaults for layers."
+    )
+    override_runner_spec: OverrideRunnerSpec | None = Field(
+        default=None, description="Runner pod overrides for layers."
+    )
+    run_history_policy: RunHistoryPolicy | None = Field(default=None, description="Run history defaults for layers.")
+    max_concurrent_runner_pods: int | None = Field(
+        default=None, ge=1, description="At most this many runner pods of this repository's layers run at once."
+    )
+    sync_windows: list[SyncWindow] = Field(
+        default_factory=list, description="Windows in which runs of this repository's layers may (not) start."
+    )
+
+    @model_validator(mode="after")
+    def _one_tool(self) -> Self:
+        check_single_tool(self.terraform, self.opentofu)
+        return self
+
+
+class BranchStatus(ApiModel):
+    """What the repository controller last saw of one branch used by the repository's layers."""
+
+    name: str = Field(description="Branch name.")
+    latest_rev: str | None = Field(default=None, description="Latest commit of the branch.")
+    last_sync_date: str | None = Field(default=None, description="When the branch was last fetched (RFC 3339 UTC).")
+    last_sync_status: str | None = Field(
+        default=None, description="Synced, or what went wrong on the last fetch."
+    )
+
+
+class TerraformRepositoryStatus(ApiModel):
+    """Observed state of a TerraformRepository."""
+
+    state: RepositoryState | None = Field(default=None, description="SyncNeeded or Synced.")
+    branches: list[BranchStatus] = Field(default_factory=list, description="Branches used by layers.")
+    conditions: list[Condition] = Field(default_factory=list, description="Current conditions.")
+
+
+class TerraformRepository(Resource):
+    """A git repository holding Terraform/OpenTofu code, and defaults for the layers that use it."""
+
+    KIND: ClassVar[str] = "TerraformRepository"
+    PLURAL: ClassVar[str] = "terraformrepositories"
+    SINGULAR: ClassVar[str] = "terraformrepository"
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("tfr", "tfrs")
+    PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
+        PrinterColumn("State", "string", ".status.state"),
+        PrinterColumn("URL", "string", ".spec.repository.url"),
+        AGE_COLUMN,
+    )
+
+    kind: str = Field(default="TerraformRepository", description="TerraformRepository.")
+    spec: TerraformRepositorySpec = Field(description="Desired state.")
+    status: TerraformRepositoryStatus = Field(
+        default_factory=TerraformRepositoryStatus, description="Observed state."
+    )

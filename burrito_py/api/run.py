@@ -1,0 +1,99 @@
+"""TerraformRun: one plan or apply of a layer, retried in runner pods (DESIGN §3, §6)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from burrito_py.api.common import AGE_COLUMN, ApiModel, Condition, PrinterColumn, Resource, RunAction
+
+__all__ = [
+    "RUN_STATES",
+    "ArtifactReference",
+    "Attempt",
+    "LayerReference",
+    "RunAction",
+    "RunState",
+    "TerraformRun",
+    "TerraformRunSpec",
+    "TerraformRunStatus",
+]
+
+RunState = Literal["Initial", "Running", "Retrying", "FailureGracePeriod", "Succeeded", "Failed"]
+RUN_STATES: tuple[RunState, ...] = ("Initial", "Running", "Retrying", "FailureGracePeriod", "Succeeded", "Failed")
+
+
+class LayerReference(ApiModel):
+    """The layer a run works for, and the commit it works on."""
+
+    name: str = Field(min_length=1, description="Name of the TerraformLayer.")
+    namespace: str | None = Field(default=None, description="Namespace of the layer; defaults to the run's.")
+    revision: str | None = Field(default=None, description="Commit to plan or apply.")
+
+
+class ArtifactReference(ApiModel):
+    """The plan an apply run applies."""
+
+    run: str = Field(min_length=1, description="Name of the plan run.")
+    attempt: int = Field(ge=1, description="Attempt of that run that holds the plan (from 1).")
+
+
+class TerraformRunSpec(ApiModel):
+    """What to run."""
+
+    action: RunAction = Field(description="plan or apply.")
+    layer: LayerReference = Field(description="The layer and revision.")
+    artifact: ArtifactReference | None = Field(
+        default=None, description="For apply: the plan to apply (unset with applyWithoutPlanArtifact)."
+    )
+
+
+class Attempt(ApiModel):
+    """One runner pod of a run."""
+
+    pod_name: str = Field(description="Name of the runner pod.")
+    number: int = Field(ge=1, description="Attempt number, from 1.")
+    started_at: str | None = Field(default=None, description="When the pod was created (RFC 3339 UTC).")
+    finished_at: str | None = Field(default=None, description="When the pod terminated (RFC 3339 UTC).")
+    logs_uploaded: bool = Field(default=False, description="Whether the attempt's log is in the datastore.")
+    exit_code: int | None = Field(default=None, description="Exit code of the runner container.")
+
+
+class TerraformRunStatus(ApiModel):
+    """Observed state of a TerraformRun."""
+
+    state: RunState | None = Field(
+        default=None, description="Initial, Running, Retrying, FailureGracePeriod, Succeeded or Failed."
+    )
+    conditions: list[Condition] = Field(default_factory=list, description="Current conditions.")
+    retries: int = Field(default=0, ge=0, description="Number of failed attempts.")
+    last_run: str | None = Field(default=None, description="When the last runner pod was created (RFC 3339 UTC).")
+    attempts: list[Attempt] = Field(default_factory=list, description="Runner pods, oldest first.")
+    runner_pod: str | None = Field(default=None, description="Runner pod of the latest attempt.")
+
+
+class TerraformRun(Resource):
+    """One plan or apply of a TerraformLayer at a revision."""
+
+    KIND: ClassVar[str] = "TerraformRun"
+    PLURAL: ClassVar[str] = "terraformruns"
+    SINGULAR: ClassVar[str] = "terraformrun"
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("tfrun", "run")
+    PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
+        PrinterColumn("State", "string", ".status.state"),
+        PrinterColumn("Action", "string", ".spec.action"),
+        PrinterColumn("Layer", "string", ".spec.layer.name"),
+        PrinterColumn("Retries", "integer", ".status.retries"),
+        PrinterColumn("Runner Pod", "string", ".status.runnerPod"),
+        AGE_COLUMN,
+    )
+
+    kind: str = Field(default="TerraformRun", description="TerraformRun.")
+    spec: TerraformRunSpec = Field(description="What to run.")
+    status: TerraformRunStatus = Field(default_factory=TerraformRunStatus, description="Observed state.")
+
+    @property
+    def layer_namespace(self) -> str:
+        """Namespace of the run's layer: `spec.layer.namespace`, else the run's own."""
+        return self.spec.layer.namespace or self.namespace
