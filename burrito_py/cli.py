@@ -6,6 +6,7 @@ Imports of heavy libraries (kopf, kubernetes, fastapi) stay inside the commands 
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +20,15 @@ local_app = typer.Typer(no_args_is_help=True, help="Local Kubernetes API emulato
 app.add_typer(crds_app, name="crds")
 app.add_typer(local_app, name="local")
 app.add_typer(controllers_app, name="controllers")
+plan_app = typer.Typer(no_args_is_help=True, help="Plans kept in the datastore.")
+app.add_typer(plan_app, name="plan")
+
+
+class PlanFormat(StrEnum):
+    json = "json"
+    pretty = "pretty"
+    short = "short"
+    bin = "bin"
 
 
 @app.command()
@@ -44,14 +54,62 @@ def crds_generate(
 def local_apiserver(
     port: Annotated[int, typer.Option(help="Port to listen on (0 picks a free one).")] = 0,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
-    kubeconfig: Annotated[
-        Path | None, typer.Option(help="Write a kubeconfig pointing at the emulator here.")
-    ] = None,
+    kubeconfig: Annotated[Path | None, typer.Option(help="Write a kubeconfig pointing at the emulator here.")] = None,
 ) -> None:
     """Run the Kubernetes API emulator standalone until interrupted."""
     from burrito_py.local.apiserver import serve_forever
 
     serve_forever(host=host, port=port, kubeconfig=kubeconfig)
+
+
+@plan_app.command("download")
+def plan_download(
+    layer: Annotated[str, typer.Argument(help="NAMESPACE/LAYER")],
+    run: Annotated[str | None, typer.Option(help="A run of the layer (default: the latest plan).")] = None,
+    fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="Plan format.")] = PlanFormat.json,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+    datastore_url: Annotated[
+        str, typer.Option(envvar="BURRITO_DATASTORE_URL", help="Datastore base URL.")
+    ] = "http://127.0.0.1:8080",
+    kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig to read the layer with.")] = None,
+) -> None:
+    """Download a layer's latest plan (or a given run's) from the datastore."""
+    from burrito_py.datastore.client import DatastoreError
+    from burrito_py.plan_download import PlanNotFound, download
+
+    try:
+        download(layer, run, fmt.value, output, datastore_url, kubeconfig)
+    except (PlanNotFound, DatastoreError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def dev(
+    manifests: Annotated[list[Path] | None, typer.Argument(help="Manifests (files or directories) to apply.")] = None,
+    kubeconfig: Annotated[Path, typer.Option(help="Where to write the kubeconfig.")] = Path(".burrito-py/kubeconfig"),
+    data_dir: Annotated[Path, typer.Option(help="State of the local run: git, datastore, pods.")] = Path(".burrito-py"),
+    example: Annotated[str | None, typer.Option(help="A bundled example to run, e.g. quickstart.")] = None,
+    drift_detection_period: Annotated[float, typer.Option(help="Seconds before a plan is stale.")] = 300.0,
+    repository_poll_interval: Annotated[float, typer.Option(help="Seconds between git fetches.")] = 15.0,
+    api_port: Annotated[int, typer.Option(help="Port of the API emulator (0 picks one).")] = 0,
+) -> None:
+    """Run everything on this machine: API emulator, kubelet, datastore, controllers, real terraform."""
+    from datetime import timedelta
+
+    from burrito_py.local.dev import DevOptions, run_dev
+
+    run_dev(
+        DevOptions(
+            data_dir=data_dir,
+            kubeconfig=kubeconfig,
+            manifests=list(manifests or []),
+            example=example,
+            drift_detection_period=timedelta(seconds=drift_detection_period),
+            repository_poll_interval=timedelta(seconds=repository_poll_interval),
+            api_port=api_port,
+        )
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover
