@@ -1,0 +1,212 @@
+"""End-to-end harness: the real product on one machine — API emulator, local kubelet running real
+`burrito-py runner start` processes with real terraform, the datastore over HTTP, the kopf
+controllers, and real git repositories made by the tests."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from burrito_py.datastore.client import DatastoreClient
+from burrito_py.datastore.testing import running_datastore
+from burrito_py.gitops.testing import TestRepo, make_repo
+from burrito_py.local.apiserver import ApiServer
+from burrito_py.local.kubelet import LocalKubelet
+from kubernetes import client, config
+
+from burrito_py.api import annotations as ann
+from burrito_py.api.crdgen import generate_crds
+from burrito_py.controllers.operator import ControllerThread
+from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.local.apply import Applier
+
+pytestmark = pytest.mark.e2e
+
+LAYER_TF = """
+terraform {
+  backend "local" {}
+}
+
+variable "message" {
+  type    = string
+  default = "%s"
+}
+
+resource "terraform_data" "this" {
+  input = var.message
+}
+
+output "message" {
+  value = terraform_data.this.output
+}
+"""
+
+
+def layer_code(message: str = "hello") -> str:
+    return LAYER_TF % message
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+@dataclass
+class Platform:
+    api: ApiServer
+    datastore_url: str
+    kubeconfig: Path
+    workdir: Path
+    custom: client.CustomObjectsApi
+    core: client.CoreV1Api
+    controllers: ControllerThread
+    settings: ControllerSettings
+    max_concurrent_pods: dict[str, int] = field(default_factory=dict)
+
+    # -- objects -------------------------------------------------------------------------------
+    def create_repository(self, name: str, url: str, **spec: Any) -> dict[str, Any]:
+        body = {
+            "apiVersion": ann.API_VERSION, "kind": "TerraformRepository",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"repository": {"url": url}, **spec},
+        }
+        return self.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, "default",
+                                                            "terraformrepositories", body)
+
+    def create_layer(self, name: str, repository: str, path: str, *, auto_apply: bool = False,
+                     branch: str = "main", **spec: Any) -> dict[str, Any]:
+        state = self.workdir / "state" / f"{name}.tfstate"
+        state.parent.mkdir(parents=True, exist_ok=True)
+        body = {
+            "apiVersion": ann.API_VERSION, "kind": "TerraformLayer",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "repository": {"name": repository}, "branch": branch, "path": path,
+                "remediationStrategy": {"autoApply": auto_apply, **spec.pop("remediation", {})},
+                "overrideRunnerSpec": {"extraInitArgs": [f"-backend-config=path={state}"]},
+                **spec,
+            },
+        }
+        return self.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformlayers",
+                                                            body)
+
+    def state_file(self, layer: str) -> Path:
+        return self.workdir / "state" / f"{layer}.tfstate"
+
+    def layer(self, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformlayers", name)
+
+    def annotations(self, name: str) -> dict[str, str]:
+        return self.layer(name)["metadata"].get("annotations") or {}
+
+    def runs(self, layer: str | None = None) -> list[dict[str, Any]]:
+        selector = f"{ann.LABEL_LAYER}={layer}" if layer else None
+        items = self.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformruns",
+                                                          label_selector=selector)["items"]
+        return sorted(items, key=lambda r: (r["metadata"]["creationTimestamp"], r["metadata"]["name"]))
+
+    def pods(self, layer: str) -> list[Any]:
+        return self.core.list_namespaced_pod("default", label_selector=f"{ann.LABEL_LAYER}={layer}").items
+
+    def wait_state(self, layer: str, state: str, timeout: float = 60.0) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            body = self.layer(layer)
+            return body if (body.get("status") or {}).get("state") == state else None
+
+        try:
+            return wait_for(reached, timeout, what=f"layer {layer} to be {state}")
+        except AssertionError:
+            body = self.layer(layer)
+            raise AssertionError(
+                f"layer {layer} is {body.get('status', {}).get('state')} not {state}; status={body.get('status')}; "
+                f"annotations={body['metadata'].get('annotations')}; "
+                f"runs={[self._run_summary(r) for r in self.runs(layer)]}"
+            ) from None
+
+    @staticmethod
+    def _run_summary(run: dict[str, Any]) -> tuple[str, str, Any, Any]:
+        status = run.get("status") or {}
+        return run["metadata"]["name"], run["spec"]["action"], status.get("state"), status.get("retries")
+
+    def datastore(self) -> DatastoreClient:
+        return DatastoreClient(self.datastore_url)
+
+    def sync_now(self, layer: str) -> None:
+        self.custom.patch_namespaced_custom_object(
+            ann.GROUP, ann.VERSION, "default", "terraformlayers", layer,
+            {"metadata": {"annotations": {ann.SYNC_NOW: "now"}}},
+        )
+
+
+@contextlib.contextmanager
+def running_platform(workdir: Path, kubeconfig: Path, **overrides: Any) -> Iterator[Platform]:
+    with contextlib.ExitStack() as stack:
+        api = ApiServer(pod_log_dir=workdir / "pod-logs")
+        api.start()
+        stack.callback(api.stop)
+        api.write_kubeconfig(kubeconfig)
+        applier = Applier(api.url)
+        stack.callback(applier.close)
+        for crd in generate_crds().values():
+            applier.apply(crd)
+        datastore_url = stack.enter_context(running_datastore(workdir / "datastore"))
+        kubelet = LocalKubelet(kubeconfig, pod_log_dir=workdir / "pod-logs", work_dir=workdir / "pods")
+        kubelet.start()
+        stack.callback(kubelet.stop)
+        settings = ControllerSettings(**{
+            "datastore_url": datastore_url,
+            "git_cache_dir": workdir / "git-cache",
+            "drift_detection_period": timedelta(hours=1),
+            "repository_poll_interval": timedelta(seconds=1),
+            "failure_grace_period": timedelta(seconds=1),
+            "failure_grace_period_cap": timedelta(seconds=4),
+            "metrics_port": 0,
+            "runner_image": "local",
+            **overrides,
+        })
+        controllers = ControllerThread(settings, kubeconfig)
+        controllers.start()
+        stack.callback(controllers.stop)
+        api_client = config.new_client_from_config(config_file=str(kubeconfig))
+        stack.callback(api_client.close)
+        yield Platform(api, datastore_url, kubeconfig, workdir, client.CustomObjectsApi(api_client),
+                       client.CoreV1Api(api_client), controllers, settings)
+
+
+@pytest.fixture
+def kubeconfig_path(tmp_path: Path) -> Path:
+    return tmp_path / "kubeconfig"
+
+
+@pytest.fixture
+def platform(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
+    with running_platform(tmp_path, kubeconfig_path) as p:
+        yield p
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> TestRepo:
+    r = make_repo(tmp_path / "upstream")
+    r.commit({"layers/app/main.tf": layer_code("v1"), "layers/other/main.tf": layer_code("other"),
+              "modules/shared/README.md": "shared module\n", "docs/README.md": "docs\n"}, "initial layout")
+    return r
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _tools_present() -> None:
+    for tool in ("terraform", "git", "burrito-py"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"{tool} must be on PATH for the end-to-end tests")

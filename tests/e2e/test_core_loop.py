@@ -1,0 +1,211 @@
+"""From a git commit to an applied layer (issue: core loop), with real terraform and real git."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from burrito_py.gitops.testing import TestRepo
+
+from burrito_py.api import annotations as ann
+from burrito_py.timeutil import parse_time
+
+from .conftest import Platform, layer_code, running_platform, wait_for
+
+
+def terraform_state_inputs(state_file: Path) -> list[str]:
+    state = json.loads(state_file.read_text())
+    return [
+        instance["attributes"]["input"]
+        for resource in state.get("resources", [])
+        for instance in resource.get("instances", [])
+    ]
+
+
+def test_a_auto_apply_plans_then_applies_then_idles(platform: Platform, repo: TestRepo):
+    platform.create_repository("repo", repo.url)
+    platform.create_layer("app", "repo", "layers/app", auto_apply=True)
+    layer = platform.wait_state("app", "Idle", timeout=90)
+    a = layer["metadata"]["annotations"]
+    assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM]
+    assert a[ann.PLAN_COMMIT] == a[ann.APPLY_COMMIT] == repo.head()
+    assert terraform_state_inputs(platform.state_file("app")) == ["v1"]
+    actions = [r["spec"]["action"] for r in platform.runs("app")]
+    assert actions == ["plan", "apply"]
+    assert all(r["status"]["state"] == "Succeeded" for r in platform.runs("app"))
+    assert layer["status"]["lastResult"].startswith("Applied: Plan: 1 to add")
+
+
+def test_b_without_auto_apply_the_layer_waits_in_apply_needed(platform: Platform, repo: TestRepo):
+    platform.create_repository("repo", repo.url)
+    platform.create_layer("app", "repo", "layers/app")
+    layer = platform.wait_state("app", "ApplyNeeded", timeout=60)
+    assert layer["status"]["lastResult"] == "Plan: 1 to add, 0 to change, 0 to destroy"
+    time.sleep(2)  # a window in which a wrong controller would create an apply run
+    assert [r["spec"]["action"] for r in platform.runs("app")] == ["plan"]
+    assert not platform.state_file("app").exists() or terraform_state_inputs(platform.state_file("app")) == []
+
+
+def test_c_relevant_commits_plan_and_unrelated_commits_do_not(platform: Platform, repo: TestRepo):
+    platform.create_repository("repo", repo.url)
+    platform.create_layer("app", "repo", "layers/app", additionalTriggerPaths=["modules/shared"])
+    platform.wait_state("app", "ApplyNeeded")
+    assert len(platform.runs("app")) == 1
+
+    unrelated = repo.commit({"docs/README.md": "more docs\n"}, "docs only")
+    wait_for(lambda: platform.annotations("app").get(ann.BRANCH_COMMIT) == unrelated, 30, what="branch-commit")
+    time.sleep(2)
+    assert len(platform.runs("app")) == 1, "a commit outside the layer must not plan"
+    assert platform.annotations("app")[ann.PLAN_COMMIT] != unrelated
+
+    relevant = repo.commit({"layers/app/main.tf": layer_code("v2")}, "change the layer")
+    wait_for(lambda: platform.annotations("app").get(ann.PLAN_COMMIT) == relevant, 60, what="plan of the new commit")
+    assert platform.runs("app")[-1]["spec"]["layer"]["revision"] == relevant
+
+    trigger = repo.commit({"modules/shared/README.md": "changed\n"}, "change a trigger path")
+    wait_for(lambda: platform.annotations("app").get(ann.PLAN_COMMIT) == trigger, 60, what="plan of trigger commit")
+    platform.wait_state("app", "ApplyNeeded")
+
+
+def test_d_broken_terraform_retries_then_max_retries_then_a_fix_plans(tmp_path: Path, repo: TestRepo):
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", max_retries=2) as platform:
+        broken = repo.commit({"layers/app/main.tf": "resource \"terraform_data\" \"x\" {\n"}, "break it")
+        platform.create_repository("repo", repo.url)
+        platform.create_layer("app", "repo", "layers/app")
+        layer = platform.wait_state("app", "MaxRetriesReached", timeout=90)
+        runs = platform.runs("app")
+        assert len(runs) == 1, "exhausting retries must not create new runs"
+        status = runs[0]["status"]
+        assert status["state"] == "Failed" and status["retries"] == 3
+        starts = [parse_time(a["startedAt"]) for a in status["attempts"]]
+        assert len(starts) == 3
+        # backoff 1 s then 2 s (second-precision timestamps): the retries were spaced, not immediate
+        assert starts[2] - starts[0] >= timedelta(seconds=2)
+        assert layer["metadata"]["annotations"][ann.BRANCH_COMMIT] == broken
+        ready = {c["type"]: c for c in layer["status"]["conditions"]}
+        assert ready["HasLastRunReachedRetryLimit"]["status"] == "True"
+        time.sleep(2)
+        assert len(platform.runs("app")) == 1
+
+        fixed = repo.commit({"layers/app/main.tf": layer_code("fixed")}, "fix it")
+        wait_for(lambda: platform.annotations("app").get(ann.PLAN_COMMIT) == fixed, 60, what="plan of the fix")
+        platform.wait_state("app", "ApplyNeeded")
+
+
+def test_e_drift_period_elapsed_plans_again(tmp_path: Path, repo: TestRepo):
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", drift_detection_period=timedelta(seconds=6)) as p:
+        p.create_repository("repo", repo.url)
+        p.create_layer("app", "repo", "layers/app", auto_apply=True)
+        p.wait_state("app", "Idle", timeout=60)
+        first_plan = p.annotations("app")[ann.PLAN_DATE]
+        wait_for(lambda: p.annotations("app").get(ann.PLAN_DATE) != first_plan, 30, what="a drift plan")
+        assert [r["spec"]["action"] for r in p.runs("app")][:3] == ["plan", "apply", "plan"]
+
+
+def test_f_sync_now_plans_and_the_annotation_is_removed(platform: Platform, repo: TestRepo):
+    platform.create_repository("repo", repo.url)
+    platform.create_layer("app", "repo", "layers/app")
+    platform.wait_state("app", "ApplyNeeded")
+    platform.sync_now("app")
+    wait_for(lambda: len(platform.runs("app")) == 2, 30, what="a second plan run")
+    wait_for(lambda: ann.SYNC_NOW not in platform.annotations("app"), 30, what="sync-now removed")
+    platform.wait_state("app", "ApplyNeeded")
+
+
+def test_g_never_two_runner_pods_of_a_layer_and_orphan_leases_are_taken_over(platform: Platform, repo: TestRepo):
+    platform.create_repository("repo", repo.url)
+    platform.create_layer("app", "repo", "layers/app")
+    platform.wait_state("app", "ApplyNeeded")
+    # Concurrent triggers: sync-now and a relevant commit at once, plus a hand-made run.
+    platform.sync_now("app")
+    repo.commit({"layers/app/main.tf": layer_code("v2")}, "concurrent change")
+    layer = platform.layer("app")
+    manual = {
+        "apiVersion": ann.API_VERSION, "kind": "TerraformRun",
+        "metadata": {"generateName": "app-plan-", "namespace": "default", "labels": {ann.LABEL_LAYER: "app"}},
+        "spec": {"action": "plan", "layer": {"name": "app", "namespace": "default",
+                                             "revision": layer["metadata"]["annotations"][ann.BRANCH_COMMIT]}},
+    }
+    platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformruns", manual)
+    max_active = 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        active = [p for p in platform.pods("app") if p.status.phase in ("Pending", "Running")]
+        max_active = max(max_active, len(active))
+        if time.monotonic() > deadline - 25 and all(
+            (r.get("status") or {}).get("state") in ("Succeeded", "Failed") for r in platform.runs("app")
+        ) and len(platform.runs("app")) >= 3:
+            break
+        time.sleep(0.05)
+    assert max_active <= 1
+
+    # A lease whose holder run was deleted is an orphan: the next run takes it over.
+    from burrito_py.controllers.leases import layer_lease_name
+
+    lease_name = layer_lease_name(platform.layer("app"))
+    body = {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": lease_name, "namespace": "default"},
+        "spec": {"holderIdentity": "a-run-that-was-deleted"},
+    }
+    from kubernetes import client
+
+    leases = client.CoordinationV1Api(platform.core.api_client)
+    existing = leases.list_namespaced_lease("default").items
+    for item in existing:
+        leases.delete_namespaced_lease(item.metadata.name, "default")
+    leases.create_namespaced_lease("default", body)
+    before = len(platform.runs("app"))
+    platform.sync_now("app")
+    wait_for(lambda: len(platform.runs("app")) > before, 30, what="a new run")
+    wait_for(lambda: platform.runs("app")[-1].get("status", {}).get("state") == "Succeeded", 60,
+             what="the new run to take the orphan lease over and succeed")
+    assert platform.api.get_object("coordination.k8s.io/v1", "leases", "default", lease_name) is None
+
+
+def test_h_restarted_controllers_create_no_run_for_idle_layers(tmp_path: Path, repo: TestRepo):
+    kubeconfig = tmp_path / "kubeconfig"
+    with running_platform(tmp_path / "p", kubeconfig) as p:
+        p.create_repository("repo", repo.url)
+        p.create_layer("app", "repo", "layers/app", auto_apply=True)
+        p.create_layer("other", "repo", "layers/other", auto_apply=True)
+        p.wait_state("app", "Idle", timeout=90)
+        p.wait_state("other", "Idle", timeout=90)
+        runs_before = len(p.runs())
+        p.controllers.stop()
+        from burrito_py.controllers.operator import ControllerThread
+
+        restarted = ControllerThread(p.settings, kubeconfig)
+        restarted.start()
+        try:
+            p.api.clear_requests()
+            time.sleep(4)  # several poll intervals: enough for a wrong controller to act
+            assert len(p.runs()) == runs_before
+            assert p.layer("app")["status"]["state"] == "Idle"
+            run_creates = [r for r in p.api.requests if r.method == "POST" and r.path.endswith("/terraformruns")]
+            assert run_creates == []
+        finally:
+            restarted.stop()
+
+
+def test_i_kubectl_shows_states_and_plan_download_returns_the_plan_json(platform: Platform, repo: TestRepo,
+                                                                           tmp_path: Path):
+    platform.create_repository("repo", repo.url)
+    platform.create_layer("app", "repo", "layers/app")
+    platform.wait_state("app", "ApplyNeeded")
+    out = subprocess.run(["kubectl", "--kubeconfig", str(platform.kubeconfig), "get", "tfl,tfrun"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "STATE" in out and "ApplyNeeded" in out and "Succeeded" in out and "LAST RESULT" in out
+    target = tmp_path / "plan.json"
+    subprocess.run(["burrito-py", "plan", "download", "default/app", "--format", "json", "-o", str(target),
+                    "--datastore-url", platform.datastore_url, "--kubeconfig", str(platform.kubeconfig)],
+                   check=True)
+    plan = json.loads(target.read_text())
+    assert plan["resource_changes"][0]["change"]["actions"] == ["create"]
+    short = subprocess.run(["burrito-py", "plan", "download", "default/app", "--format", "short",
+                            "--datastore-url", platform.datastore_url, "--kubeconfig", str(platform.kubeconfig)],
+                           capture_output=True, text=True, check=True).stdout
+    assert short.strip() == "Plan: 1 to add, 0 to change, 0 to destroy"
