@@ -138,8 +138,8 @@ class TerraformLayer(Resource):
     )
 
     kind: str = Field(default="TerraformLayer", description="TerraformLayer.")
-    spec: TerraformLayerSpec = Field(description="Desired state.")
-    status: TerraformLayerStatus = Field(default_factory=TerraformLayerStatus, description="Observed state.")
+    spec: TerraformLayerSpec
+    status: TerraformLayerStatus = Field(default_factory=TerraformLayerStatus)
 
     @property
     def repository_namespace(self) -> str:

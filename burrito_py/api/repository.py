@@ -113,7 +113,5 @@ class TerraformRepository(Resource):
     )
 
     kind: str = Field(default="TerraformRepository", description="TerraformRepository.")
-    spec: TerraformRepositorySpec = Field(description="Desired state.")
-    status: TerraformRepositoryStatus = Field(
-        default_factory=TerraformRepositoryStatus, description="Observed state."
-    )
+    spec: TerraformRepositorySpec
+    status: TerraformRepositoryStatus = Field(default_factory=TerraformRepositoryStatus)

@@ -90,8 +90,8 @@ class TerraformRun(Resource):
     )
 
     kind: str = Field(default="TerraformRun", description="TerraformRun.")
-    spec: TerraformRunSpec = Field(description="What to run.")
-    status: TerraformRunStatus = Field(default_factory=TerraformRunStatus, description="Observed state.")
+    spec: TerraformRunSpec
+    status: TerraformRunStatus = Field(default_factory=TerraformRunStatus)
 
     @property
     def layer_namespace(self) -> str:

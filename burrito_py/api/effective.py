@@ -1,0 +1,135 @@
+"""The settings a layer actually runs with: its own, else its repository's, else the defaults (pure).
+
+The CRDs leave inherited fields unset (no schema default) so that "unset" stays distinguishable from
+"set to the default"; these functions are the one place that resolves them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from burrito_py.api.common import OverrideRunnerSpec, RemediationStrategy, RunnerMetadata, ToolSpec
+from burrito_py.api.layer import TerraformLayer
+from burrito_py.api.repository import TerraformRepository
+
+__all__ = [
+    "DEFAULT_MAX_RETRIES",
+    "DEFAULT_RUNS_TO_KEEP",
+    "EffectiveRemediation",
+    "EffectiveTool",
+    "effective_override_runner_spec",
+    "effective_remediation",
+    "effective_runs_to_keep",
+    "effective_tool",
+]
+
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_RUNS_TO_KEEP = 5
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class EffectiveRemediation:
+    auto_apply: bool
+    apply_without_plan_artifact: bool
+    max_retries: int
+
+
+@dataclass(frozen=True, slots=True)
+class EffectiveTool:
+    """`kind` is the one of terraform/opentofu that runs; `version` None means "what the code declares"
+    (`required_version`); `terragrunt` is set only when terragrunt is effectively enabled."""
+
+    kind: Literal["terraform", "opentofu"]
+    version: str | None
+    terragrunt: ToolSpec | None
+
+
+def _first(*values: T | None) -> T | None:
+    return next((v for v in values if v is not None), None)
+
+
+def _remediations(
+    layer: TerraformLayer, repository: TerraformRepository | None
+) -> list[RemediationStrategy]:
+    levels = [layer.spec.remediation_strategy, repository.spec.remediation_strategy if repository is not None else None]
+    return [level for level in levels if level is not None]
+
+
+def effective_remediation(
+    layer: TerraformLayer, repository: TerraformRepository | None, default_max_retries: int = DEFAULT_MAX_RETRIES
+) -> EffectiveRemediation:
+    """Each field separately: the layer's, else the repository's, else false / false / `default_max_retries`."""
+    levels = _remediations(layer, repository)
+    auto_apply = _first(*(level.auto_apply for level in levels))
+    without_artifact = _first(*(level.apply_without_plan_artifact for level in levels))
+    max_retries = _first(*(level.on_error.max_retries for level in levels if level.on_error is not None))
+    return EffectiveRemediation(
+        auto_apply=bool(auto_apply),
+        apply_without_plan_artifact=bool(without_artifact),
+        max_retries=default_max_retries if max_retries is None else max_retries,
+    )
+
+
+def effective_runs_to_keep(layer: TerraformLayer, repository: TerraformRepository | None) -> int:
+    """`runHistoryPolicy.runs` of the layer, else of the repository, else 5."""
+    levels = [layer.spec.run_history_policy, repository.spec.run_history_policy if repository is not None else None]
+    runs = _first(*(level.runs for level in levels if level is not None))
+    return DEFAULT_RUNS_TO_KEEP if runs is None else runs
+
+
+def _enabled(spec: ToolSpec | None) -> bool | None:
+    return spec.enabled if spec is not None else None
+
+
+def _version(spec: ToolSpec | None) -> str | None:
+    return spec.version if spec is not None else None
+
+
+def effective_tool(layer: TerraformLayer, repository: TerraformRepository | None) -> EffectiveTool:
+    """terraform or opentofu, decided by the nearest level (layer, then repository) that sets `enabled` on
+    either: opentofu when its `opentofu.enabled` is true, terraform otherwise (and when no level decides).
+    The version is the nearest one set for the chosen tool; terragrunt merges field by field."""
+    levels = [layer.spec] + ([repository.spec] if repository is not None else [])
+    kind: Literal["terraform", "opentofu"] = "terraform"
+    for spec in levels:
+        if _enabled(spec.terraform) is not None or _enabled(spec.opentofu) is not None:
+            kind = "opentofu" if _enabled(spec.opentofu) else "terraform"
+            break
+    version = _first(*(_version(spec.opentofu if kind == "opentofu" else spec.terraform) for spec in levels))
+    terragrunt_enabled = _first(*(_enabled(spec.terragrunt) for spec in levels))
+    terragrunt = None
+    if terragrunt_enabled:
+        terragrunt = ToolSpec(enabled=True, version=_first(*(_version(spec.terragrunt) for spec in levels)))
+    return EffectiveTool(kind=kind, version=version, terragrunt=terragrunt)
+
+
+def _merge_metadata(mine: RunnerMetadata | None, theirs: RunnerMetadata | None) -> RunnerMetadata | None:
+    if mine is None or theirs is None:
+        return mine or theirs
+    return RunnerMetadata(
+        labels={**theirs.labels, **mine.labels}, annotations={**theirs.annotations, **mine.annotations}
+    )
+
+
+def effective_override_runner_spec(
+    layer: TerraformLayer, repository: TerraformRepository | None
+) -> OverrideRunnerSpec:
+    """The layer's overrides over the repository's, field by field: a set scalar or object wins, a non-empty
+    list or map replaces (lists are not concatenated: an env var set twice would be ambiguous), and
+    `metadata` labels and annotations are merged key by key with the layer's winning."""
+    mine = layer.spec.override_runner_spec or OverrideRunnerSpec()
+    theirs = (repository.spec.override_runner_spec if repository is not None else None) or OverrideRunnerSpec()
+    merged: dict[str, Any] = {}
+    for name in OverrideRunnerSpec.model_fields:
+        if name == "metadata":
+            continue
+        own, inherited = getattr(mine, name), getattr(theirs, name)
+        if isinstance(own, list | dict):
+            merged[name] = own if own else inherited
+        else:
+            merged[name] = own if own is not None else inherited
+    merged["metadata"] = _merge_metadata(mine.metadata, theirs.metadata)
+    return OverrideRunnerSpec.model_validate(merged)
