@@ -15,7 +15,7 @@ ALLOWED_SCHEMES = frozenset({"https", "http", "ssh", "git", "file"})
 # stray `@` are all caught whole.
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s]+)@")
 # scp-style `user@host:path` (no scheme). Only a bare user name may precede the `@` there.
-_SCP_LIKE = re.compile(r"^(?P<user>[A-Za-z0-9._~-]+@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//).+)$")
+_SCP_LIKE = re.compile(r"^(?P<user>[A-Za-z0-9._~-]+@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//)(?!:).+)$")
 
 
 def redact(text: str) -> str:
