@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -30,7 +29,6 @@ from burrito_py.gitops.urls import mirror_dir_name, redact, validate_url
 
 DEFAULT_FETCH_TIMEOUT = 600.0
 _HEADS = "refs/heads/"
-_SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 # Never wait for a human: with no credentials available git must fail, not prompt on a terminal.
 _NON_INTERACTIVE = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
@@ -318,10 +316,8 @@ class GitMirror:
 
 
 def _valid_rev(rev: str) -> bool:
-    """A revision we pass to git: a sha, or a ref-like name; never an option or a range."""
-    if _SHA.match(rev):
-        return True
-    return bool(rev) and not rev.startswith("-") and ".." not in rev and not any(c.isspace() or c in ":^~" for c in rev)
+    """A revision we may pass to git as an argument: never empty, an option, or multi-line."""
+    return bool(rev) and not rev.startswith("-") and not any(c.isspace() or ord(c) < 0x20 for c in rev)
 
 
 def _valid_branch_name(name: str) -> bool:

@@ -78,7 +78,8 @@ def mirror_dir_name(url: str) -> str:
     normalized = normalize_url(url)
     digest = hashlib.sha256(normalized.encode()).hexdigest()[:16]
     readable = normalized.split("://", 1)[-1].split("@", 1)[-1]
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", readable).strip("-._")[:60].rstrip("-._") or "repo"
+    # Keep the tail when shortening: the repository name says more than a long host or group prefix.
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", readable).strip("-._")[-60:].strip("-._") or "repo"
     return f"{slug}-{digest}.git"
 
 
