@@ -335,3 +335,17 @@ def test_env_reaches_git(repo: TestRepo, cache: Path, tmp_path: Path) -> None:
     mirror.fetch()
     assert trace.is_file() and "fetch" in trace.read_text()
     assert os.environ.get("GIT_TRACE") is None
+
+
+def test_a_hanging_fetch_times_out_with_a_clear_message(cache: Path) -> None:
+    """GIT_SSH_COMMAND (how ssh keys will arrive) reaches git; a transport that hangs is killed."""
+    mirror = GitMirror(
+        cache,
+        "ssh://deploy@git.example.invalid/org/repo.git",
+        env={"GIT_SSH_COMMAND": "sh -c 'sleep 30'"},
+        fetch_timeout=1,
+    )
+    with pytest.raises(GitError) as info:
+        mirror.fetch()
+    assert str(info.value) == "fetching ssh://***@git.example.invalid/org/repo.git timed out after 1s"
+    assert not mirror.exists()
