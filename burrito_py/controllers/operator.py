@@ -24,7 +24,8 @@ from burrito_py.controllers.context import Context
 from burrito_py.controllers.inventory import Store, key_of
 from burrito_py.controllers.kube import Kube, crd_path, path
 from burrito_py.controllers.layers import reconcile_layer
-from burrito_py.controllers.repositories import reconcile_repository, sync_requested
+from burrito_py.controllers.repositories import reconcile_repository
+from burrito_py.controllers.repository_decisions import sync_requested
 from burrito_py.controllers.run_decisions import TERMINAL
 from burrito_py.controllers.runs import reconcile_run
 from burrito_py.controllers.scheduler import Scheduler

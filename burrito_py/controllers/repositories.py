@@ -10,12 +10,9 @@ import asyncio
 import logging
 import tempfile
 import time
-from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
 from burrito_py.controllers.conditions import Cond, merge_conditions
 from burrito_py.controllers.context import Context
@@ -24,7 +21,7 @@ from burrito_py.controllers.inventory import Body, Key, key_of
 from burrito_py.controllers.kube import crd_path
 from burrito_py.gitops.mirror import GitError, GitMirror
 from burrito_py.gitops.relevance import decide_layer_commits
-from burrito_py.timeutil import format_time, parse_time, utcnow
+from burrito_py.timeutil import format_time, utcnow
 
 log = logging.getLogger(__name__)
 _mirrors: dict[tuple[Path, str], GitMirror] = {}
@@ -35,23 +32,6 @@ def mirror_for(cache_dir: Path, url: str) -> GitMirror:
     if key not in _mirrors:
         _mirrors[key] = GitMirror(cache_dir, url)
     return _mirrors[key]
-
-
-def sync_requested(repository: Mapping[str, Any]) -> bool:
-    """A `sync-<branch>` annotation at least as recent as that branch's last sync asks for a fetch now."""
-    annotations = repository["metadata"].get("annotations") or {}
-    last_sync = {
-        b.get("name", "").replace("/", "."): parse_time(b.get("lastSyncDate"))
-        for b in (repository.get("status") or {}).get("branches") or ()
-    }
-    for key, value in annotations.items():
-        if not key.startswith(ann.REPOSITORY_SYNC_PREFIX):
-            continue
-        asked = parse_time(value)
-        synced = last_sync.get(key[len(ann.REPOSITORY_SYNC_PREFIX) :])
-        if asked is not None and (synced is None or asked >= synced):
-            return True
-    return False
 
 
 async def reconcile_repository(ctx: Context, key: Key) -> None:

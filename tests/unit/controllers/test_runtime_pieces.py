@@ -1,0 +1,161 @@
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers.conditions import Cond, merge_conditions
+from burrito_py.controllers.inventory import Inventory
+from burrito_py.controllers.layer_decisions import CreateRun
+from burrito_py.controllers.layer_validation import validate_layer
+from burrito_py.controllers.layers import last_result, run_body, run_view, runs_to_delete
+from burrito_py.controllers.repository_decisions import sync_requested
+from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod, pod_name
+from burrito_py.controllers.runs import _override_runner_spec
+from burrito_py.controllers.scheduler import Scheduler
+from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.timeutil import format_time
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def obj(name: str, rv: int = 1, ns: str = "default", labels: dict[str, str] | None = None, **rest: object):
+    return {"metadata": {"name": name, "namespace": ns, "resourceVersion": str(rv), "labels": labels or {},
+                         "uid": f"uid-{name}", "creationTimestamp": format_time(NOW)}, **rest}
+
+
+def test_inventory_keeps_the_newest_body_and_indexes_runs_by_layer():
+    inv = Inventory()
+    assert inv.runs.observe(obj("r1", 5, labels={ann.LABEL_LAYER: "app"}))
+    assert not inv.runs.observe(obj("r1", 4, labels={ann.LABEL_LAYER: "app"})), "an older event never wins"
+    inv.runs.observe(obj("r2", 6, labels={ann.LABEL_LAYER: "app"}))
+    inv.runs.observe(obj("r3", 7, labels={ann.LABEL_LAYER: "other"}))
+    assert {r["metadata"]["name"] for r in inv.runs_of_layer("default", "app")} == {"r1", "r2"}
+    inv.runs.observe(obj("r2", 8, labels={ann.LABEL_LAYER: "other"}))  # relabelled
+    assert [r["metadata"]["name"] for r in inv.runs_of_layer("default", "app")] == ["r1"]
+    inv.runs.forget(obj("r1", 9))
+    assert inv.runs_of_layer("default", "app") == []
+
+
+def test_merge_conditions_keeps_transition_time_unless_status_changes():
+    first = merge_conditions(None, [Cond("A", True, "x")], NOW)
+    later = NOW + timedelta(minutes=5)
+    same = merge_conditions(first, [Cond("A", True, "x")], later)
+    assert same == first
+    flipped = merge_conditions(first, [Cond("A", False, "y")], later)
+    assert flipped[0]["lastTransitionTime"] == format_time(later)
+
+
+def test_run_body_names_owner_labels_and_artifact():
+    layer = obj("app", apiVersion=ann.API_VERSION)
+    body = run_body(layer, CreateRun("apply", "c1", "app-plan-x", 2))
+    assert body["metadata"]["generateName"] == "app-apply-"
+    assert body["metadata"]["labels"] == {ann.LABEL_LAYER: "app"}
+    assert body["metadata"]["ownerReferences"][0]["uid"] == "uid-app"
+    assert body["spec"] == {"action": "apply", "layer": {"name": "app", "namespace": "default", "revision": "c1"},
+                            "artifact": {"run": "app-plan-x", "attempt": 2}}
+
+
+def test_history_keeps_live_runs_and_the_plan_an_apply_needs():
+    runs = [obj(f"r{i}", spec={"action": "plan", "layer": {"revision": "c"}}, status={"state": s})
+            for i, s in enumerate(["Succeeded", "Running", "Succeeded", "Failed", "Succeeded"])]
+    doomed = runs_to_delete(runs, 2, {ann.PLAN_RUN: "r4/1"})
+    assert [r["metadata"]["name"] for r in doomed] == ["r2", "r3"]
+
+
+def test_last_result_texts():
+    summary = {ann.PLAN_SUMMARY: "Plan: 1 to add, 0 to change, 0 to destroy"}
+    plan = run_view(obj("p", spec={"action": "plan"}, status={"state": "Succeeded"}))
+    apply = run_view(obj("a", spec={"action": "apply"}, status={"state": "Succeeded"}))
+    failed = run_view(obj("f", spec={"action": "plan"}, status={"state": "Failed", "conditions": [
+        {"type": "HasSucceeded", "status": "False", "message": "Error: Unsupported block type"}]}))
+    assert last_result(None, summary, plan) == "Plan: 1 to add, 0 to change, 0 to destroy"
+    assert last_result(None, summary, apply) == "Applied: Plan: 1 to add, 0 to change, 0 to destroy"
+    assert last_result(None, summary, failed) == "Plan failed: Error: Unsupported block type"
+    assert last_result("kept", summary, None) == "kept"
+
+
+def test_runner_pod_follows_design_and_overrides():
+    run = obj("app-plan-abc", apiVersion=ann.API_VERSION, spec={"action": "plan"})
+    layer = obj("app")
+    override = _override_runner_spec(
+        {"spec": {"overrideRunnerSpec": {"env": [{"name": "TF_LOG", "value": "DEBUG"}],
+                                         "metadata": {"labels": {"team": "a"}}}}},
+        {"spec": {"overrideRunnerSpec": {"image": "custom:1", "serviceAccountName": "tf",
+                                         "metadata": {"labels": {"cost": "x", "team": "repo"}}}}},
+    )
+    pod = build_runner_pod(run, layer, 2, RunnerDefaults("img:0", "runner", "http://ds"), override)
+    assert pod["metadata"]["name"] == pod_name("app-plan-abc", 2) == "app-plan-abc-2"
+    assert pod["metadata"]["labels"] == {"team": "a", "cost": "x", ann.LABEL_COMPONENT: "runner",
+                                         ann.LABEL_RUN: "app-plan-abc", ann.LABEL_LAYER: "app"}
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-app-plan-abc"
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never" and spec["serviceAccountName"] == "tf"
+    container = spec["containers"][0]
+    assert container["name"] == "runner" and container["image"] == "custom:1"
+    assert container["command"] == ["burrito-py", "runner", "start"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["BURRITO_RUNNER_RUN"] == "app-plan-abc" and env["BURRITO_RUNNER_ACTION"] == "plan"
+    assert env["BURRITO_RUNNER_ATTEMPT"] == "2" and env["BURRITO_DATASTORE_URL"] == "http://ds"
+    assert env["TF_LOG"] == "DEBUG" and env["BURRITO_RUNNER_LAYER_NAMESPACE"] == "default"
+    token = spec["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"]
+    assert token["audience"] == "burrito-py"
+    assert container["volumeMounts"][0]["mountPath"] == "/var/run/secrets/burrito-py"
+
+
+def test_settings_inherit_layer_then_repository_then_default():
+    settings = ControllerSettings(max_retries=3, runs_to_keep=5)
+    layer = {"metadata": {"namespace": "default"},
+             "spec": {"repository": {"name": "r"}, "remediationStrategy": {"autoApply": True}}}
+    repo = {"spec": {"remediationStrategy": {"autoApply": False, "onError": {"maxRetries": 1}},
+                     "runHistoryPolicy": {"runs": 2}}}
+    v = validate_layer(layer, repo, settings)
+    assert (v.auto_apply, v.max_retries, v.runs_to_keep, v.ready.status) == (True, 1, 2, True)
+    v = validate_layer(layer, None, settings)
+    assert (v.max_retries, v.runs_to_keep, v.ready.reason) == (3, 5, "RepositoryNotFound")
+    assert "spec.repository" in v.ready.message
+
+
+def test_branch_not_found_is_reported_from_the_repository_status():
+    layer = {"metadata": {"namespace": "default"}, "spec": {"repository": {"name": "r"}, "branch": "nope"}}
+    repo = {"spec": {}, "status": {"branches": [
+        {"name": "nope", "lastSyncStatus": 'branch "nope" does not exist in file:///x'}]}}
+    v = validate_layer(layer, repo, ControllerSettings())
+    assert v.ready.reason == "BranchNotFound" and "spec.branch" in v.ready.message
+
+
+def test_sync_requested_by_a_newer_annotation_only():
+    repo = {"metadata": {"annotations": {ann.repository_sync_annotation("feature/x"): format_time(NOW)}},
+            "status": {"branches": [{"name": "feature/x", "lastSyncDate": format_time(NOW - timedelta(seconds=5))}]}}
+    assert sync_requested(repo)
+    repo["status"]["branches"][0]["lastSyncDate"] = format_time(NOW + timedelta(seconds=5))
+    assert not sync_requested(repo)
+
+
+def test_scheduler_deduplicates_and_never_runs_a_key_twice_at_once():
+    async def scenario() -> list[str]:
+        seen: list[str] = []
+        running: set[str] = set()
+
+        async def handler(key: str) -> None:
+            assert key not in running
+            running.add(key)
+            seen.append(key)
+            await asyncio.sleep(0.02)
+            running.discard(key)
+
+        scheduler: Scheduler[str] = Scheduler("test", handler)
+        task = asyncio.create_task(scheduler.run())
+        await asyncio.sleep(0)
+        scheduler.schedule("a", 0.01)
+        scheduler.schedule("a", 0.0)  # earlier wins, one run
+        scheduler.schedule("b", 0.0)
+        await asyncio.sleep(0.01)
+        scheduler.schedule("a", 0.0)  # while "a" runs: runs once more afterwards
+        while scheduler.pending():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert sorted(seen) == ["a", "a", "b"]
