@@ -20,7 +20,7 @@ from burrito_py.controllers.events import post_event
 from burrito_py.controllers.inventory import Body, Key, key_of
 from burrito_py.controllers.kube import crd_path
 from burrito_py.gitops.mirror import GitError, GitMirror
-from burrito_py.gitops.relevance import decide_layer_commits
+from burrito_py.gitops.relevance import decide_layer_commits, diff_base
 from burrito_py.timeutil import format_time, utcnow
 
 log = logging.getLogger(__name__)
@@ -104,8 +104,22 @@ async def _ensure_source(ctx: Context, mirror: GitMirror, namespace: str, name: 
         await asyncio.to_thread(store.put_source, namespace, name, revision, tree, archive)
 
 
+def _layer_commits(mirror: GitMirror, layer: Body, head: str, head_date: datetime) -> dict[str, str]:
+    annotations = layer["metadata"].get("annotations") or {}
+    spec = layer.get("spec") or {}
+    base = diff_base(annotations)
+    changes = mirror.changes(base, head) if base and base != head else ([] if base else None)
+    return decide_layer_commits(
+        annotations, head, head_date, changes, spec.get("path", ""), spec.get("additionalTriggerPaths") or ()
+    )
+
+
 async def _annotate_layer(ctx: Context, mirror: GitMirror, layer: Body, head: str, head_date: datetime) -> None:
-    patch = await asyncio.to_thread(decide_layer_commits, mirror, layer, head, head_date)
+    try:
+        patch = await asyncio.to_thread(_layer_commits, mirror, layer, head, head_date)
+    except ValueError as exc:  # an invalid path; the CRD schema normally refuses it first
+        log.warning("layer %s/%s: %s", layer["metadata"]["namespace"], layer["metadata"]["name"], exc)
+        return
     if not patch:
         return
     meta = layer["metadata"]
