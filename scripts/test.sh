@@ -11,4 +11,4 @@ python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
 python3 -m ruff check .
 python3 -m mypy
-python3 -m pytest -n 2 "$@"
+python3 -m pytest "$@"
