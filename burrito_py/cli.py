@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from burrito_py.controllers.commands import app as controllers_app
+from burrito_py.datastore.commands import app as datastore_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Kubernetes-native Terraform runner.")
 crds_app = typer.Typer(no_args_is_help=True, help="CustomResourceDefinitions generated from the API models.")
@@ -20,6 +21,7 @@ local_app = typer.Typer(no_args_is_help=True, help="Local Kubernetes API emulato
 app.add_typer(crds_app, name="crds")
 app.add_typer(local_app, name="local")
 app.add_typer(controllers_app, name="controllers")
+app.add_typer(datastore_app, name="datastore")
 plan_app = typer.Typer(no_args_is_help=True, help="Plans kept in the datastore.")
 app.add_typer(plan_app, name="plan")
 

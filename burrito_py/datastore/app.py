@@ -1,0 +1,201 @@
+"""The datastore's HTTP API (DESIGN §9): plans, logs and source archives, streamed both ways."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
+from fastapi import Path as PathParam
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from burrito_py.datastore.storage import Storage, TooLarge
+
+PlanFormat = Literal["bin", "json", "pretty", "short"]
+PLAN_FILES: dict[str, tuple[str, str]] = {
+    "bin": ("plan.bin", "application/octet-stream"),
+    "json": ("plan.json", "application/json"),
+    "pretty": ("plan.txt", "text/plain; charset=utf-8"),
+    "short": ("short.txt", "text/plain; charset=utf-8"),
+}
+TEXT = "text/plain; charset=utf-8"
+TREE_HEADER = "X-Burrito-Tree-Id"
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_REVISION = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
+
+
+class DatastoreSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="BURRITO_PY_DATASTORE_", extra="ignore")
+
+    data_dir: Path = Path("/var/lib/burrito-py/datastore")
+    host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on all interfaces
+    port: int = 8080
+    max_body_bytes: int = Field(100 * 1024 * 1024, ge=1)
+
+
+class BadSegment(Exception):
+    def __init__(self, name: str, value: str, rule: str) -> None:
+        super().__init__(f"{name} {value!r} is invalid: {rule}")
+
+
+def _name(kind: str, value: str) -> str:
+    if not _NAME.match(value) or ".." in value:
+        raise BadSegment(kind, value, "expected a Kubernetes name (lowercase letters, digits, '-' and '.')")
+    return value
+
+
+def _revision(kind: str, value: str) -> str:
+    if not _REVISION.match(value) or ".." in value:
+        raise BadSegment(kind, value, "expected a commit or tree id (letters, digits, '.', '_' and '-')")
+    return value
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+Segment = Annotated[str, PathParam(min_length=1, max_length=253)]
+Attempt = Annotated[int, PathParam(ge=0, le=1_000_000)]
+Format = Annotated[PlanFormat, Query(description="Which rendering of the plan.")]
+
+
+def create_app(storage: Storage, settings: DatastoreSettings | None = None) -> FastAPI:
+    settings = settings or DatastoreSettings()
+    app = FastAPI(title="burrito-py datastore", version="v1")
+    api = APIRouter(prefix="/api/v1")
+
+    @app.exception_handler(BadSegment)
+    async def bad_segment(_: Request, exc: BadSegment) -> JSONResponse:
+        return _error(400, str(exc))
+
+    async def store(key: str, request: Request) -> Response:
+        try:
+            size = await storage.put(key, request.stream(), settings.max_body_bytes)
+        except TooLarge as exc:
+            return _error(413, str(exc))
+        return JSONResponse({"key": key, "size": size}, status_code=201)
+
+    async def serve(key: str, media_type: str, missing: str) -> Response:
+        stream = await storage.open(key)
+        if stream is None:
+            return _error(404, missing)
+        return StreamingResponse(stream, media_type=media_type)
+
+    def attempt_prefix(ns: str, layer: str, run: str) -> str:
+        return f"layers/{_name('namespace', ns)}/{_name('layer', layer)}/{_name('run', run)}"
+
+    responses: dict[int | str, dict[str, Any]] = {400: {"description": "A path segment or parameter is invalid."}}
+
+    @api.put(
+        "/layers/{ns}/{layer}/runs/{run}/attempts/{n}/plan",
+        status_code=201,
+        responses={**responses, 413: {"description": "Body too large."}},
+    )
+    async def put_plan(
+        ns: Segment, layer: Segment, run: Segment, n: Attempt, request: Request, format: Format = "bin"
+    ) -> Response:
+        return await store(f"{attempt_prefix(ns, layer, run)}/{n}/{PLAN_FILES[format][0]}", request)
+
+    @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/plan", responses={**responses, 404: {}})
+    async def get_plan(ns: Segment, layer: Segment, run: Segment, n: Attempt, format: Format = "json") -> Response:
+        filename, media = PLAN_FILES[format]
+        return await serve(
+            f"{attempt_prefix(ns, layer, run)}/{n}/{filename}",
+            media,
+            f"no plan for {ns}/{layer} run {run} attempt {n} (format {format})",
+        )
+
+    @api.get("/layers/{ns}/{layer}/runs/{run}/plan", responses={**responses, 404: {}})
+    async def get_latest_plan(ns: Segment, layer: Segment, run: Segment, format: Format = "json") -> Response:
+        prefix = attempt_prefix(ns, layer, run)
+        filename, media = PLAN_FILES[format]
+        attempts = sorted(
+            (
+                int(parts[-2])
+                for key in await storage.list(prefix)
+                if (parts := key.split("/"))[-1] == filename and parts[-2].isdigit()
+            ),
+            reverse=True,
+        )
+        if not attempts:
+            return _error(404, f"no plan for {ns}/{layer} run {run} (format {format})")
+        return await serve(f"{prefix}/{attempts[0]}/{filename}", media, "plan vanished")
+
+    @api.put(
+        "/layers/{ns}/{layer}/runs/{run}/attempts/{n}/logs",
+        status_code=201,
+        responses={**responses, 413: {"description": "Body too large."}},
+    )
+    async def put_logs(ns: Segment, layer: Segment, run: Segment, n: Attempt, request: Request) -> Response:
+        return await store(f"{attempt_prefix(ns, layer, run)}/{n}/run.log", request)
+
+    @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/logs", responses={**responses, 404: {}})
+    async def get_logs(ns: Segment, layer: Segment, run: Segment, n: Attempt) -> Response:
+        return await serve(
+            f"{attempt_prefix(ns, layer, run)}/{n}/run.log", TEXT, f"no logs for {ns}/{layer} run {run} attempt {n}"
+        )
+
+    def sources(ns: str, repo: str) -> str:
+        return f"sources/{_name('namespace', ns)}/{_name('repository', repo)}"
+
+    async def tree_of(ns: str, repo: str, revision: str) -> str | None:
+        stream = await storage.open(f"{sources(ns, repo)}/revisions/{_revision('revision', revision)}")
+        if stream is None:
+            return None
+        return b"".join([chunk async for chunk in stream]).decode().strip() or None
+
+    @api.head("/repositories/{ns}/{repo}/trees/{tree}", responses={**responses, 404: {}})
+    async def has_tree(ns: Segment, repo: Segment, tree: Segment) -> Response:
+        found = await storage.exists(f"{sources(ns, repo)}/{_revision('tree', tree)}.tar.gz")
+        return Response(status_code=200 if found else 404)
+
+    @api.put(
+        "/repositories/{ns}/{repo}/revisions/{revision}/source",
+        status_code=201,
+        responses={**responses, 404: {"description": "Linking to a tree that is not stored."}, 413: {}},
+    )
+    async def put_source(
+        ns: Segment, repo: Segment, revision: Segment, request: Request, tree: Annotated[str, Header(alias=TREE_HEADER)]
+    ) -> Response:
+        prefix, tree = sources(ns, repo), _revision("tree", tree)
+        _revision("revision", revision)
+        archive = f"{prefix}/{tree}.tar.gz"
+        if request.headers.get("content-length", "0") == "0" and "transfer-encoding" not in request.headers:
+            if not await storage.exists(archive):
+                return _error(404, f"tree {tree} of {ns}/{repo} is not stored; send the archive")
+        elif not await storage.exists(archive):  # content-addressed: identical trees are stored once
+            response = await store(archive, request)
+            if response.status_code != 201:
+                return response
+        await storage.put(f"{prefix}/revisions/{revision}", _once(tree.encode()), 1024)
+        return JSONResponse({"revision": revision, "tree": tree}, status_code=201)
+
+    @api.get("/repositories/{ns}/{repo}/revisions/{revision}/source", responses={**responses, 404: {}})
+    async def get_source(ns: Segment, repo: Segment, revision: Segment) -> Response:
+        tree = await tree_of(ns, repo, revision)
+        if tree is None:
+            return _error(404, f"no source archive for {ns}/{repo} at {revision}")
+        return await serve(f"{sources(ns, repo)}/{tree}.tar.gz", "application/gzip", "source archive vanished")
+
+    @api.head("/repositories/{ns}/{repo}/revisions/{revision}/source", responses={**responses, 404: {}})
+    async def head_source(ns: Segment, repo: Segment, revision: Segment) -> Response:
+        tree = await tree_of(ns, repo, revision)
+        found = tree is not None and await storage.exists(f"{sources(ns, repo)}/{tree}.tar.gz")
+        return Response(status_code=200 if found else 404)
+
+    @app.get("/healthz")
+    @api.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    app.include_router(api)
+    return app
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data

@@ -1,0 +1,202 @@
+"""HTTP client of the datastore, used by the runner, the controllers and `burrito-py plan download`."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Literal, TypeVar
+
+import httpx
+
+PlanFormat = Literal["bin", "json", "pretty", "short"]
+Body = bytes | IO[bytes] | Path
+T = TypeVar("T")
+TREE_HEADER = "X-Burrito-Tree-Id"
+RETRIES = 3
+
+
+class DatastoreError(Exception):
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class DatastoreClient:
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=base_url.rstrip("/") + "/api/v1", headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> DatastoreClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- transport ------------------------------------------------------------------------------
+    def _retry(self, call: Callable[[], T]) -> T:
+        """PUTs and GETs here are idempotent: retry connection errors and 5xx with a short backoff."""
+        for attempt in range(RETRIES):
+            try:
+                return call()
+            except (httpx.TransportError, _ServerError):
+                if attempt == RETRIES - 1:
+                    raise
+                time.sleep(0.2 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _check(response: httpx.Response, what: str) -> None:
+        if response.status_code >= 500:
+            raise _ServerError(response.status_code)
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("error") or response.text
+            except ValueError:
+                detail = response.text
+            raise DatastoreError(f"{what}: {detail or 'not found'}", response.status_code)
+
+    def _put(self, url: str, data: Body | None, what: str, headers: dict[str, str] | None = None) -> None:
+        def call() -> None:
+            if data is None:
+                response = self._http.put(url, content=b"", headers=headers)
+            elif isinstance(data, Path):
+                with data.open("rb") as handle:
+                    response = self._http.put(url, content=_chunks(handle), headers=headers)
+            elif isinstance(data, bytes):
+                response = self._http.put(url, content=data, headers=headers)
+            else:
+                data.seek(0)
+                response = self._http.put(url, content=_chunks(data), headers=headers)
+            self._check(response, what)
+
+        try:
+            self._retry(call)
+        except (httpx.TransportError, _ServerError) as exc:
+            raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
+
+    def _get(self, url: str, what: str, params: dict[str, str] | None = None) -> bytes:
+        def call() -> bytes:
+            response = self._http.get(url, params=params)
+            self._check(response, what)
+            return response.content
+
+        try:
+            return self._retry(call)
+        except (httpx.TransportError, _ServerError) as exc:
+            raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
+
+    def _download(self, url: str, dest: Path, what: str, params: dict[str, str] | None = None) -> None:
+        def call() -> None:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+            try:
+                with self._http.stream("GET", url, params=params) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                    self._check(response, what)
+                    with os.fdopen(fd, "wb") as handle:
+                        for chunk in response.iter_bytes():
+                            handle.write(chunk)
+                os.replace(tmp, dest)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+
+        try:
+            self._retry(call)
+        except (httpx.TransportError, _ServerError) as exc:
+            raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
+
+    # -- plans and logs -------------------------------------------------------------------------
+    @staticmethod
+    def _run_url(ns: str, layer: str, run: str, attempt: int | None) -> str:
+        base = f"/layers/{ns}/{layer}/runs/{run}"
+        return base if attempt is None else f"{base}/attempts/{attempt}"
+
+    def put_plan(self, ns: str, layer: str, run: str, attempt: int, fmt: PlanFormat, data: Body) -> None:
+        self._put(
+            f"{self._run_url(ns, layer, run, attempt)}/plan?format={fmt}",
+            data,
+            f"upload of the {fmt} plan of {ns}/{layer} run {run} attempt {attempt}",
+        )
+
+    def get_plan(self, ns: str, layer: str, run: str, attempt: int | None, fmt: PlanFormat) -> bytes:
+        where = f"attempt {attempt}" if attempt is not None else "any attempt"
+        return self._get(
+            f"{self._run_url(ns, layer, run, attempt)}/plan",
+            f"plan of {ns}/{layer} run {run} {where} (format {fmt})",
+            {"format": fmt},
+        )
+
+    def download_plan(self, ns: str, layer: str, run: str, attempt: int | None, fmt: PlanFormat, dest: Path) -> None:
+        self._download(
+            f"{self._run_url(ns, layer, run, attempt)}/plan",
+            dest,
+            f"plan of {ns}/{layer} run {run} (format {fmt})",
+            {"format": fmt},
+        )
+
+    def put_logs(self, ns: str, layer: str, run: str, attempt: int, data: Body) -> None:
+        self._put(
+            f"{self._run_url(ns, layer, run, attempt)}/logs",
+            data,
+            f"upload of the logs of {ns}/{layer} run {run} attempt {attempt}",
+        )
+
+    def get_logs(self, ns: str, layer: str, run: str, attempt: int) -> bytes:
+        return self._get(
+            f"{self._run_url(ns, layer, run, attempt)}/logs", f"logs of {ns}/{layer} run {run} attempt {attempt}"
+        )
+
+    # -- sources --------------------------------------------------------------------------------
+    def _exists(self, url: str, what: str) -> bool:
+        def call() -> bool:
+            response = self._http.head(url)
+            if response.status_code >= 500:
+                raise _ServerError(response.status_code)
+            if response.status_code not in (200, 404):
+                self._check(response, what)
+            return response.status_code == 200
+
+        try:
+            return self._retry(call)
+        except (httpx.TransportError, _ServerError) as exc:
+            raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
+
+    def has_tree(self, ns: str, repo: str, tree_id: str) -> bool:
+        return self._exists(f"/repositories/{ns}/{repo}/trees/{tree_id}", f"tree {tree_id} of {ns}/{repo}")
+
+    def has_source(self, ns: str, repo: str, revision: str) -> bool:
+        return self._exists(
+            f"/repositories/{ns}/{repo}/revisions/{revision}/source", f"source of {ns}/{repo} at {revision}"
+        )
+
+    def put_source(self, ns: str, repo: str, revision: str, tree_id: str, data: Body | None) -> None:
+        """`data=None` links the revision to a tree already stored."""
+        self._put(
+            f"/repositories/{ns}/{repo}/revisions/{revision}/source",
+            data,
+            f"upload of the source of {ns}/{repo} at {revision}",
+            headers={TREE_HEADER: tree_id},
+        )
+
+    def download_source(self, ns: str, repo: str, revision: str, dest: Path) -> None:
+        self._download(
+            f"/repositories/{ns}/{repo}/revisions/{revision}/source", dest, f"source of {ns}/{repo} at {revision}"
+        )
+
+
+class _ServerError(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+
+
+def _chunks(handle: IO[bytes], size: int = 1024 * 1024) -> Iterator[bytes]:
+    while chunk := handle.read(size):
+        yield chunk

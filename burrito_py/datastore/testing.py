@@ -1,0 +1,51 @@
+"""A real datastore server on a free loopback port, for tests and `burrito-py dev`."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from burrito_py.datastore.app import DatastoreSettings, create_app
+from burrito_py.datastore.storage import FilesystemStorage
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def running_datastore(data_dir: Path, port: int = 0) -> Iterator[str]:
+    settings = DatastoreSettings(data_dir=data_dir, host="127.0.0.1", port=port or free_port())
+    app = create_app(FilesystemStorage(data_dir), settings)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, name="burrito-py-datastore", daemon=True)
+    thread.start()
+    url = f"http://{settings.host}:{settings.port}"
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline or not thread.is_alive():
+            server.should_exit = True
+            raise RuntimeError(f"datastore did not start on {url}")
+        time.sleep(0.02)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(10)

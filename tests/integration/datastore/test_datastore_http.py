@@ -1,0 +1,148 @@
+"""The datastore over real HTTP (uvicorn on loopback), used through its client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from burrito_py.datastore.app import DatastoreSettings, create_app
+from burrito_py.datastore.client import DatastoreClient, DatastoreError
+from burrito_py.datastore.storage import FilesystemStorage, TooLarge
+from burrito_py.datastore.testing import running_datastore
+
+
+@pytest.fixture
+def datastore(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    with running_datastore(tmp_path / "data") as url:
+        yield url, tmp_path / "data"
+
+
+def test_plans_round_trip_and_latest_attempt_wins(datastore: tuple[str, Path], tmp_path: Path):
+    url, _ = datastore
+    with DatastoreClient(url) as client:
+        client.put_plan("default", "app", "app-plan-x", 1, "json", b'{"attempt": 1}')
+        client.put_plan("default", "app", "app-plan-x", 2, "json", b'{"attempt": 2}')
+        client.put_plan("default", "app", "app-plan-x", 2, "short", b"No changes.")
+        plan_file = tmp_path / "plan.bin"
+        plan_file.write_bytes(b"\x00binary plan\xff" * 1000)
+        client.put_plan("default", "app", "app-plan-x", 2, "bin", plan_file)
+        assert client.get_plan("default", "app", "app-plan-x", 1, "json") == b'{"attempt": 1}'
+        assert client.get_plan("default", "app", "app-plan-x", None, "json") == b'{"attempt": 2}'
+        assert client.get_plan("default", "app", "app-plan-x", None, "short") == b"No changes."
+        dest = tmp_path / "out" / "plan.bin"
+        client.download_plan("default", "app", "app-plan-x", 2, "bin", dest)
+        assert dest.read_bytes() == plan_file.read_bytes()
+        with pytest.raises(DatastoreError, match="app-plan-y") as missing:
+            client.get_plan("default", "app", "app-plan-y", None, "json")
+        assert missing.value.status_code == 404
+
+
+def test_logs_round_trip(datastore: tuple[str, Path]):
+    url, _ = datastore
+    with DatastoreClient(url) as client:
+        client.put_logs("default", "app", "app-plan-x", 1, b"terraform init\n")
+        assert client.get_logs("default", "app", "app-plan-x", 1) == b"terraform init\n"
+
+
+def test_sources_are_stored_once_per_tree(datastore: tuple[str, Path], tmp_path: Path):
+    url, data = datastore
+    archive = tmp_path / "src.tar.gz"
+    archive.write_bytes(b"fake archive bytes")
+    with DatastoreClient(url) as client:
+        assert not client.has_tree("default", "repo", "tree1")
+        client.put_source("default", "repo", "rev1", "tree1", archive)
+        assert client.has_tree("default", "repo", "tree1")
+        client.put_source("default", "repo", "rev2", "tree1", None)  # same tree: link only
+        assert client.has_source("default", "repo", "rev2") and not client.has_source("default", "repo", "rev3")
+        dest = tmp_path / "dl.tar.gz"
+        client.download_source("default", "repo", "rev2", dest)
+        assert dest.read_bytes() == b"fake archive bytes"
+        with pytest.raises(DatastoreError, match="not stored"):
+            client.put_source("default", "repo", "rev3", "tree-unknown", None)
+    assert len(list((data / "sources/default/repo").glob("*.tar.gz"))) == 1
+
+
+def test_everything_survives_a_restart(tmp_path: Path):
+    with running_datastore(tmp_path / "data") as url, DatastoreClient(url) as client:
+        client.put_plan("default", "app", "run", 1, "json", b"{}")
+    with running_datastore(tmp_path / "data") as url, DatastoreClient(url) as client:
+        assert client.get_plan("default", "app", "run", 1, "json") == b"{}"
+
+
+@pytest.mark.parametrize(("path", "named"), [
+    ("/api/v1/layers/Default/app/runs/r/attempts/1/logs", "namespace 'Default'"),
+    ("/api/v1/layers/default/app.../runs/r/attempts/1/logs", "layer 'app...'"),
+    ("/api/v1/repositories/default/repo/revisions/a..b/source", "revision 'a..b'"),
+])
+def test_bad_segments_are_400_naming_them(datastore: tuple[str, Path], path: str, named: str):
+    url, _ = datastore
+    response = httpx.get(url + path)
+    assert response.status_code == 400, response.text
+    assert named in response.json()["error"]
+
+
+@pytest.mark.parametrize("path", [
+    "/api/v1/layers/default/..%2Fetc/runs/r/attempts/1/logs",
+    "/api/v1/layers/default/app/runs/r/attempts/-1/logs",
+    "/api/v1/layers/default/app/runs/r/attempts/1/plan?format=xml",
+    "/api/v1/repositories/default/repo/revisions/..%2F..%2Fx/source",
+])
+def test_malformed_requests_are_refused_without_touching_storage(datastore: tuple[str, Path], path: str):
+    url, data = datastore
+    response = httpx.put(url + path, content=b"x")
+    assert response.status_code in (400, 404, 405, 422), response.text
+    assert [p for p in data.rglob("*") if p.is_file()] == []
+
+
+def test_oversized_upload_is_413_and_leaves_nothing(tmp_path: Path):
+    app = create_app(FilesystemStorage(tmp_path), DatastoreSettings(data_dir=tmp_path, max_body_bytes=10))
+
+    async def scenario() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://ds") as http:
+            return await http.put("/api/v1/layers/default/app/runs/r/attempts/1/logs", content=b"x" * 100)
+
+    assert asyncio.run(scenario()).status_code == 413
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_interrupted_upload_leaves_no_object_and_no_temp_file(tmp_path: Path):
+    storage = FilesystemStorage(tmp_path)
+
+    async def broken() -> AsyncIterator[bytes]:
+        yield b"half a plan"
+        raise ConnectionResetError("client went away")
+
+    with pytest.raises(ConnectionResetError):
+        asyncio.run(storage.put("layers/default/app/r/1/plan.bin", broken(), 1000))
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    with pytest.raises(TooLarge):
+        asyncio.run(storage.put("layers/default/app/r/1/plan.bin", _chunks(b"x" * 50), 10))
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+async def _chunks(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+segments = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)
+
+
+@settings(max_examples=60, deadline=None)
+@given(segments)
+def test_no_segment_ever_causes_a_server_error(segment: str):
+    app = create_app(FilesystemStorage(Path("/nonexistent-never-written")), DatastoreSettings())
+    quoted = f"/api/v1/layers/default/{quote(segment, safe='')}/runs/r/attempts/1/logs"
+
+    async def scenario() -> int:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ds") as http:
+            return (await http.get(quoted)).status_code
+
+    assert asyncio.run(scenario()) in (200, 400, 404, 405, 422)
