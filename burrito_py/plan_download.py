@@ -25,13 +25,13 @@ def read_layer(namespace: str, name: str, kubeconfig: Path | None) -> dict[str, 
     from kubernetes import client, config
 
     try:
-        config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None)
+        config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None)  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
     api = client.CustomObjectsApi()
     try:
-        body: dict[str, Any] = api.get_namespaced_custom_object(
-            ann.GROUP, ann.VERSION, namespace, "terraformlayers", name
+        body: dict[str, Any] = dict(
+            api.get_namespaced_custom_object(ann.GROUP, ann.VERSION, namespace, "terraformlayers", name)  # type: ignore[call-overload]
         )
     except client.ApiException as exc:
         if exc.status == 404:

@@ -14,18 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from burrito_py.datastore.client import DatastoreClient
-from burrito_py.datastore.testing import running_datastore
-from burrito_py.gitops.testing import TestRepo, make_repo
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.kubelet import LocalKubelet
 from kubernetes import client, config
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
 from burrito_py.controllers.operator import ControllerThread
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.datastore.client import DatastoreClient
+from burrito_py.datastore.testing import running_datastore
+from burrito_py.gitops.testing import TestRepo, make_repo
+from burrito_py.local.apiserver import ApiServer
 from burrito_py.local.apply import Applier
+from burrito_py.local.kubelet import LocalKubelet
 
 pytestmark = pytest.mark.e2e
 

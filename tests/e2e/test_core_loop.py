@@ -8,9 +8,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from burrito_py.gitops.testing import TestRepo
-
 from burrito_py.api import annotations as ann
+from burrito_py.gitops.testing import TestRepo
 from burrito_py.timeutil import parse_time
 
 from .conftest import Platform, layer_code, running_platform, wait_for
