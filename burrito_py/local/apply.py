@@ -67,7 +67,9 @@ class Applier:
         else:
             url = f"{base}/{plural}/{name}"
         response = self._http.patch(
-            url, content=json.dumps(body), headers={"Content-Type": APPLY_PATCH},
+            url,
+            content=json.dumps(body),
+            headers={"Content-Type": APPLY_PATCH},
             params={"fieldManager": self._field_manager, "force": "true"},
         )
         if response.status_code not in (200, 201):
