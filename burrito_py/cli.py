@@ -14,6 +14,7 @@ import typer
 
 from burrito_py.controllers.commands import app as controllers_app
 from burrito_py.datastore.commands import app as datastore_app
+from burrito_py.runner.commands import app as runner_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Kubernetes-native Terraform runner.")
 crds_app = typer.Typer(no_args_is_help=True, help="CustomResourceDefinitions generated from the API models.")
@@ -22,6 +23,7 @@ app.add_typer(crds_app, name="crds")
 app.add_typer(local_app, name="local")
 app.add_typer(controllers_app, name="controllers")
 app.add_typer(datastore_app, name="datastore")
+app.add_typer(runner_app, name="runner")
 plan_app = typer.Typer(no_args_is_help=True, help="Plans kept in the datastore.")
 app.add_typer(plan_app, name="plan")
 
