@@ -118,7 +118,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         return dict(body)
 
     @kopf.on.event(ann.GROUP, ann.VERSION, "terraformrepositories", registry=registry)
-    def on_repository(event: kopf.RawEvent, **_: Any) -> None:
+    async def on_repository(event: kopf.RawEvent, **_: Any) -> None:
         if "ctx" not in holder:
             return
         c = ctx()
@@ -137,7 +137,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
                 c.wake_layer(key_of(layer))
 
     @kopf.on.event(ann.GROUP, ann.VERSION, "terraformlayers", registry=registry)
-    def on_layer(event: kopf.RawEvent, **_: Any) -> None:
+    async def on_layer(event: kopf.RawEvent, **_: Any) -> None:
         if "ctx" not in holder:
             return
         body = observe(ctx().inventory.layers, event)
@@ -145,7 +145,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
             ctx().wake_layer(key_of(body))
 
     @kopf.on.event(ann.GROUP, ann.VERSION, "terraformruns", registry=registry)
-    def on_run(event: kopf.RawEvent, **_: Any) -> None:
+    async def on_run(event: kopf.RawEvent, **_: Any) -> None:
         if "ctx" not in holder:
             return
         c = ctx()
@@ -158,7 +158,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
             c.wake_run(key_of(body))
 
     @kopf.on.event("", "v1", "pods", labels={ann.LABEL_COMPONENT: ann.COMPONENT_RUNNER}, registry=registry)
-    def on_pod(event: kopf.RawEvent, **_: Any) -> None:
+    async def on_pod(event: kopf.RawEvent, **_: Any) -> None:
         if "ctx" not in holder:
             return
         c = ctx()

@@ -102,6 +102,9 @@ def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
         stack.callback(applier.close)
         for crd in generate_crds().values():
             applier.apply(crd)
+        # What the Helm chart creates on a cluster: the runner pods' service account.
+        applier.apply({"apiVersion": "v1", "kind": "ServiceAccount",
+                       "metadata": {"name": "burrito-py-runner", "namespace": "default"}})
 
         datastore_url = stack.enter_context(running_datastore(data_dir / "datastore"))
         log.info("datastore at %s", datastore_url)

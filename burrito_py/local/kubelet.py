@@ -110,6 +110,9 @@ class LocalKubelet:
             watch.cancel()
             for key in list(self._processes):
                 await self._terminate(key)
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(watch, *self._tasks, return_exceptions=True)
 
     async def _watch_forever(self) -> None:
         assert self._http is not None

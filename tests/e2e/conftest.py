@@ -28,6 +28,9 @@ from burrito_py.local.apply import Applier
 from burrito_py.local.kubelet import LocalKubelet
 
 pytestmark = pytest.mark.e2e
+# On a cluster the Helm chart creates the runner's service account in each namespace with layers.
+RUNNER_SERVICE_ACCOUNT = {"apiVersion": "v1", "kind": "ServiceAccount",
+                          "metadata": {"name": "burrito-py-runner", "namespace": "default"}}
 
 LAYER_TF = """
 terraform {
@@ -162,6 +165,7 @@ def running_platform(workdir: Path, kubeconfig: Path, **overrides: Any) -> Itera
         stack.callback(applier.close)
         for crd in generate_crds().values():
             applier.apply(crd)
+        applier.apply(RUNNER_SERVICE_ACCOUNT)
         datastore_url = stack.enter_context(running_datastore(workdir / "datastore"))
         kubelet = LocalKubelet(kubeconfig, pod_log_dir=workdir / "pod-logs", work_dir=workdir / "pods")
         kubelet.start()
