@@ -9,6 +9,7 @@ from typing import Any
 
 from burrito_py.controllers.conditions import Cond
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.runner.versions import InvalidVersionConstraint, parse_constraint
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,19 @@ def inherited(layer: Mapping[str, Any], repository: Mapping[str, Any] | None, *p
     return None
 
 
+def _invalid_version(layer: Mapping[str, Any], repository: Mapping[str, Any] | None) -> str | None:
+    for tool in ("terraform", "opentofu", "terragrunt"):
+        for owner, obj in (("spec", layer), ("repository spec", repository or {})):
+            version = ((obj.get("spec") or {}).get(tool) or {}).get("version")
+            if not version:
+                continue
+            try:
+                parse_constraint(str(version))
+            except InvalidVersionConstraint as exc:
+                return f"{owner}.{tool}.version: {exc}"
+    return None
+
+
 def _branch_problem(repository: Mapping[str, Any], branch: str) -> str | None:
     for entry in (repository.get("status") or {}).get("branches") or ():
         if entry.get("name") == branch:
@@ -45,7 +59,10 @@ def validate_layer(
     ref = spec.get("repository") or {}
     namespace = ref.get("namespace") or layer["metadata"]["namespace"]
     ready = Cond("Ready", True, "Ready", "")
-    if repository is None:
+    invalid = _invalid_version(layer, repository)
+    if invalid:
+        ready = Cond("Ready", False, "InvalidSpec", invalid)
+    elif repository is None:
         ready = Cond(
             "Ready",
             False,
