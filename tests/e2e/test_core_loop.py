@@ -18,7 +18,7 @@ from .conftest import Platform, layer_code, running_platform, wait_for
 def terraform_state_inputs(state_file: Path) -> list[str]:
     state = json.loads(state_file.read_text())
     return [
-        instance["attributes"]["input"]
+        instance["attributes"]["input"]["value"]
         for resource in state.get("resources", [])
         for instance in resource.get("instances", [])
     ]
@@ -30,7 +30,7 @@ def test_a_auto_apply_plans_then_applies_then_idles(platform: Platform, repo: Te
     layer = platform.wait_state("app", "Idle", timeout=90)
     a = layer["metadata"]["annotations"]
     assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM]
-    assert a[ann.PLAN_COMMIT] == a[ann.APPLY_COMMIT] == repo.head()
+    assert a[ann.PLAN_COMMIT] == a[ann.APPLY_COMMIT] == repo.head
     assert terraform_state_inputs(platform.state_file("app")) == ["v1"]
     actions = [r["spec"]["action"] for r in platform.runs("app")]
     assert actions == ["plan", "apply"]
