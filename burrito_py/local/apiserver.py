@@ -111,7 +111,7 @@ class ApiServer:
         self._objects: dict[tuple[str, str, str], dict[tuple[str, str], Obj]] = collections.defaultdict(dict)
         self._rv = itertools.count(1)
         self._last_rv = 0
-        self._log: collections.deque[tuple[int, tuple[str, str, str], str, Obj]] = collections.deque(
+        self._log: collections.deque[tuple[int, tuple[str, str, str], str, Obj, Obj | None]] = collections.deque(
             maxlen=EVENT_LOG_SIZE
         )
         self._watchers: list[Watcher] = []
@@ -407,19 +407,13 @@ class ApiServer:
 
     def _emit(self, resource: Resource, event_type: str, obj: Obj, previous: Obj | None = None) -> None:
         rv = int(obj["metadata"]["resourceVersion"])
-        self._log.append((rv, resource.key, event_type, copy.deepcopy(obj)))
+        stored = copy.deepcopy(obj)
+        self._log.append((rv, resource.key, event_type, stored, copy.deepcopy(previous) if previous else None))
         for watcher in self._watchers:
-            if watcher.resource.key != resource.key:
-                continue
-            now_in, was_in = watcher.matches(obj), previous is not None and watcher.matches(previous)
-            kind = event_type
-            if event_type == "MODIFIED" and now_in and not was_in:
-                kind = "ADDED"
-            elif event_type == "MODIFIED" and was_in and not now_in:
-                kind = "DELETED"
-            elif not now_in and not (event_type == "DELETED" and was_in):
-                continue
-            watcher.queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
+            if watcher.resource.key == resource.key:
+                kind = _event_for(watcher, event_type, obj, previous)
+                if kind is not None:
+                    watcher.queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
 
     def _store(self, resource: Resource, obj: Obj, previous: Obj | None) -> Obj:
         """Write `obj` (new rv), emit the watch event; a no-op write changes nothing."""
@@ -765,9 +759,10 @@ class ApiServer:
                         }
                     ]
                 else:
-                    for rv, key, event_type, obj in self._log:
-                        if rv > wanted and key == resource.key and watcher.matches(obj):
-                            initial.append({"type": event_type, "object": copy.deepcopy(obj)})
+                    for rv, key, event_type, obj, previous in self._log:
+                        kind = _event_for(watcher, event_type, obj, previous) if key == resource.key else None
+                        if rv > wanted and kind is not None:
+                            initial.append({"type": kind, "object": copy.deepcopy(obj)})
             self._watchers.append(watcher)
         try:
             for event in initial:
@@ -968,6 +963,16 @@ class ApiServer:
                 break
             await asyncio.sleep(0.05)
         return response
+
+
+def _event_for(watcher: Watcher, event_type: str, obj: Obj, previous: Obj | None) -> str | None:
+    """What a selector watch sees: objects entering the selector are ADDED, leaving it DELETED."""
+    now_in, was_in = watcher.matches(obj), previous is not None and watcher.matches(previous)
+    if event_type == "MODIFIED" and now_in and not was_in:
+        return "ADDED"
+    if event_type == "MODIFIED" and was_in and not now_in:
+        return "DELETED"
+    return event_type if now_in else None
 
 
 def _dry_run(request: web.Request) -> bool:
