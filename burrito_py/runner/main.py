@@ -1,46 +1,79 @@
 """`burrito-py runner start`: one attempt of a TerraformRun, inside its runner pod (DESIGN §8).
 
-It reads its run and layer from the API, downloads the source archive of the run's revision from the
-datastore, resolves the tool, runs terraform, uploads the artifacts and patches the layer's
-annotations. kopf is never imported here (it costs 0.6 s); `kubernetes` only to read the kubeconfig.
+Environment (set by the run controller, DESIGN §6): `BURRITO_RUNNER_RUN`, `BURRITO_RUNNER_LAYER_NAME`,
+`BURRITO_RUNNER_LAYER_NAMESPACE` (also the run's namespace), `BURRITO_RUNNER_ACTION` (plan | apply),
+`BURRITO_RUNNER_ATTEMPT` (the attempt number, from 1), `BURRITO_DATASTORE_URL`. The datastore token is read
+from `/var/run/secrets/burrito-py/token` when that file exists (`pod_path`, for the local kubelet).
 
-Exit codes: 0 success; 1 a terraform step failed; 2 bad input (missing path, tool, plan, source);
-3 the API or the datastore failed.
+Plan: download the source archive of the run's revision, resolve the tool, `init`, `plan`, `show -json`,
+`show`; upload `bin`, `json`, `pretty` and `short` for (layer namespace, layer, run, attempt); then one merge
+patch of the layer's `plan-date`, `plan-sum` (`sha256:<hex>` of plan.bin), `plan-run` (`<run>/<attempt>`),
+`plan-commit` and `plan-summary` annotations.
+
+Apply: download the plan named by the run's `spec.artifact {run, attempt}` and apply exactly it. When the
+layer's `plan-run` names that same plan, its sha256 must equal the layer's `plan-sum` (else the stored plan is
+not the one that was recorded, and nothing is applied); when the layer has planned again since, the run's
+artifact is still what the run was created to apply, and terraform itself refuses it if the state moved on.
+With `applyWithoutPlanArtifact` (effective remediation) the artifact is ignored: plan at the run's revision,
+upload that plan under this run and attempt, apply it, and patch its `plan-*` annotations along with
+`apply-*`, so that `apply-sum == plan-sum` and the layer settles. Then `apply-date`, `apply-sum` (the sum of
+the applied plan) and `apply-commit`.
+
+Exit codes: 0 success; 1 a terraform/tofu step failed; 2 bad input or configuration (environment, invalid
+object, missing object, layer path, source archive, tool resolution, missing or mismatched plan); 3 the
+Kubernetes API or the datastore is unavailable or refused a call. A failing attempt writes no success
+annotation. Expected errors print one `error: …` line on stderr (no traceback) and the same text to the
+container's termination message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import sys
-import tarfile
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from burrito_py.api import annotations as ann
 from burrito_py.local.paths import pod_path
+from burrito_py.runner.kube import Kube, KubeError
+from burrito_py.runner.sources import SourceError, extract_archive, layer_directory
 from burrito_py.runner.summary import plan_summary
-from burrito_py.runner.terraform import StepFailed, run_step, step_args
+from burrito_py.runner.terraform import StepFailed, Steps
 from burrito_py.runner.tools import ToolError, resolve_tool
 from burrito_py.timeutil import format_time, utcnow
 
+if TYPE_CHECKING:
+    from burrito_py.api.common import OverrideRunnerSpec
+    from burrito_py.api.layer import TerraformLayer
+    from burrito_py.api.run import TerraformRun
+    from burrito_py.datastore.client import DatastoreClient
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_STEP_FAILED", "EXIT_UNAVAILABLE", "RunnerEnv", "main"]
+
+EXIT_OK = 0
+EXIT_STEP_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNAVAILABLE = 3
+
 TOKEN_PATH = "/var/run/secrets/burrito-py/token"  # noqa: S105 - a path
 TERMINATION_LOG = "/dev/termination-log"
-MERGE_PATCH = {"Content-Type": "application/merge-patch+json"}
+ACTIONS = ("plan", "apply")
 
 
 class RunnerError(Exception):
-    exit_code = 2
+    """An expected failure; `exit_code` says which kind."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
-class ApiFailure(RunnerError):
-    exit_code = 3
+class Unavailable(RunnerError):
+    exit_code = EXIT_UNAVAILABLE
 
 
 @dataclass(frozen=True)
@@ -54,190 +87,222 @@ class RunnerEnv:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> RunnerEnv:
-        missing = [
-            k
-            for k in (
-                "BURRITO_RUNNER_RUN",
-                "BURRITO_RUNNER_LAYER_NAME",
-                "BURRITO_RUNNER_LAYER_NAMESPACE",
-                "BURRITO_RUNNER_ACTION",
-                "BURRITO_DATASTORE_URL",
-            )
-            if not environ.get(k)
-        ]
+        names = (
+            "BURRITO_RUNNER_RUN",
+            "BURRITO_RUNNER_LAYER_NAME",
+            "BURRITO_RUNNER_LAYER_NAMESPACE",
+            "BURRITO_RUNNER_ACTION",
+            "BURRITO_RUNNER_ATTEMPT",
+            "BURRITO_DATASTORE_URL",
+        )
+        missing = [name for name in names if not environ.get(name, "").strip()]
         if missing:
-            raise RunnerError(f"missing environment: {', '.join(missing)}")
+            raise RunnerError(f"missing environment variable(s): {', '.join(missing)}")
+        action = environ["BURRITO_RUNNER_ACTION"].strip()
+        if action not in ACTIONS:
+            raise RunnerError(f"BURRITO_RUNNER_ACTION: {action!r} is not one of plan, apply")
+        attempt_text = environ["BURRITO_RUNNER_ATTEMPT"].strip()
+        if not attempt_text.isdigit() or int(attempt_text) < 1:
+            raise RunnerError(f"BURRITO_RUNNER_ATTEMPT: {attempt_text!r} is not an attempt number (1, 2, …)")
         return cls(
-            environ["BURRITO_RUNNER_RUN"],
-            environ["BURRITO_RUNNER_LAYER_NAME"],
-            environ["BURRITO_RUNNER_LAYER_NAMESPACE"],
-            environ["BURRITO_RUNNER_ACTION"],
-            int(environ.get("BURRITO_RUNNER_ATTEMPT") or 1),
-            environ["BURRITO_DATASTORE_URL"],
+            run=environ["BURRITO_RUNNER_RUN"].strip(),
+            layer=environ["BURRITO_RUNNER_LAYER_NAME"].strip(),
+            namespace=environ["BURRITO_RUNNER_LAYER_NAMESPACE"].strip(),
+            action=action,
+            attempt=int(attempt_text),
+            datastore_url=environ["BURRITO_DATASTORE_URL"].strip(),
         )
 
 
-def kube_client() -> httpx.Client:
-    """An HTTP client for the API from the kubeconfig ($KUBECONFIG) or the in-cluster service account."""
-    from kubernetes import client, config
+def file_sum(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1024 * 1024):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
 
-    cfg = client.Configuration()
+
+def read_token() -> str | None:
+    path = pod_path(TOKEN_PATH)
     try:
-        config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    headers = {}
-    token = (cfg.api_key or {}).get("BearerToken") or (cfg.api_key or {}).get("authorization")
-    if token:
-        headers["Authorization"] = token if token.startswith("Bearer ") else f"Bearer {token}"
-    verify: Any = cfg.ssl_ca_cert or cfg.verify_ssl
-    return httpx.Client(base_url=cfg.host, headers=headers, verify=verify, timeout=30.0)
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RunnerError(f"cannot read the datastore token {path}: {exc}") from None
 
 
-def _crd(plural: str, namespace: str, name: str) -> str:
-    return f"/apis/{ann.API_VERSION}/namespaces/{namespace}/{plural}/{name}"
+def _say(text: str) -> None:
+    print(text, flush=True)
 
 
-def _get(kube: httpx.Client, path: str, what: str) -> dict[str, Any]:
-    try:
-        response = kube.get(path)
-    except httpx.HTTPError as exc:
-        raise ApiFailure(f"cannot read {what}: {exc}") from None
-    if response.status_code == 404:
-        raise RunnerError(f"{what} not found")
-    if response.status_code >= 400:
-        raise ApiFailure(f"cannot read {what}: HTTP {response.status_code}")
-    body: dict[str, Any] = response.json()
-    return body
+class Runner:
+    """One attempt: everything between reading the environment and exiting."""
 
+    def __init__(self, env: RunnerEnv, kube: Kube, store: DatastoreClient, workdir: Path) -> None:
+        self.env, self.kube, self.store, self.workdir = env, kube, store, workdir
+        self.plan_file = workdir / "plan.bin"
 
-def safe_extract(archive: Path, dest: Path) -> None:
-    """Extract a source archive, refusing members that would land outside `dest`."""
-    with tarfile.open(archive, "r:gz") as tar:
-        tar.extractall(dest, filter="data")
+    # -- API ------------------------------------------------------------------------------------
+    def _read(self, model: Any, plural: str, namespace: str, name: str) -> Any:
+        from burrito_py.api.errors import InvalidSpec
 
-
-def _inherited(layer: Mapping[str, Any], repository: Mapping[str, Any] | None, *path: str) -> Any:
-    for obj in (layer, repository or {}):
-        node: Any = obj.get("spec") or {}
-        for part in path:
-            node = node.get(part) if isinstance(node, Mapping) else None
-        if node is not None:
-            return node
-    return None
-
-
-def run(env: RunnerEnv, kube: httpx.Client, workdir: Path) -> None:
-    from burrito_py.datastore.client import DatastoreClient, DatastoreError
-
-    run_obj = _get(kube, _crd("terraformruns", env.namespace, env.run), f"TerraformRun {env.namespace}/{env.run}")
-    layer = _get(kube, _crd("terraformlayers", env.namespace, env.layer), f"TerraformLayer {env.namespace}/{env.layer}")
-    spec = layer.get("spec") or {}
-    ref = spec.get("repository") or {}
-    repo_ns = ref.get("namespace") or env.namespace
-    repository = _get(
-        kube,
-        _crd("terraformrepositories", repo_ns, ref.get("name", "")),
-        f"TerraformRepository {repo_ns}/{ref.get('name')}",
-    )
-    revision = (run_obj.get("spec") or {}).get("layer", {}).get("revision")
-    if not revision:
-        raise RunnerError(f"run {env.run} has no spec.layer.revision")
-    token_file = pod_path(TOKEN_PATH)
-    token = token_file.read_text().strip() if token_file.exists() else None
-    override = _inherited(layer, repository, "overrideRunnerSpec") or {}
-    opentofu = _inherited(layer, repository, "opentofu") or {}
-    kind = "opentofu" if opentofu.get("enabled") else "terraform"
-    version = (_inherited(layer, repository, kind) or {}).get("version")
-
-    with DatastoreClient(env.datastore_url, token=token) as store:
-        archive = workdir / "source.tar.gz"
+        kind = model.KIND
         try:
-            store.download_source(repo_ns, ref.get("name", ""), revision, archive)
+            body = self.kube.get(plural, namespace, name, kind)
+        except KubeError as exc:
+            if exc.status == 404:
+                raise RunnerError(f"{kind} {namespace}/{name} not found") from None
+            raise Unavailable(str(exc)) from None
+        try:
+            return model.from_object(body)
+        except InvalidSpec as exc:
+            raise RunnerError(f"{kind} {namespace}/{name} is invalid: {exc}") from None
+
+    def _datastore(self, call: Any, *args: Any) -> Any:
+        from burrito_py.datastore.client import DatastoreError
+
+        try:
+            return call(*args)
         except DatastoreError as exc:
-            raise RunnerError(f"source archive of revision {revision}: {exc}") from None
-        source = workdir / "source"
-        safe_extract(archive, source)
-        layer_dir = (source / spec.get("path", ".")).resolve()
-        if not layer_dir.is_dir() or not layer_dir.is_relative_to(source.resolve()):
-            raise RunnerError(f"path {spec.get('path')} does not exist in revision {revision}")
+            if exc.status_code is not None and 400 <= exc.status_code < 500 and exc.status_code not in (401, 403):
+                raise RunnerError(str(exc)) from None
+            raise Unavailable(str(exc)) from None
+
+    # -- the attempt ----------------------------------------------------------------------------
+    def run(self) -> None:
+        from burrito_py.api.effective import effective_override_runner_spec, effective_remediation, effective_tool
+        from burrito_py.api.layer import TerraformLayer
+        from burrito_py.api.repository import TerraformRepository
+        from burrito_py.api.run import TerraformRun
+
+        env = self.env
+        run: TerraformRun = self._read(TerraformRun, "terraformruns", env.namespace, env.run)
+        layer: TerraformLayer = self._read(TerraformLayer, "terraformlayers", env.namespace, env.layer)
+        if run.spec.layer.name != env.layer:
+            raise RunnerError(f"run {env.run} is for layer {run.spec.layer.name}, not {env.layer}")
+        if run.spec.action != env.action:
+            raise RunnerError(f"run {env.run} is an {run.spec.action}, but BURRITO_RUNNER_ACTION is {env.action}")
+        revision = run.spec.layer.revision
+        if not revision:
+            raise RunnerError(f"run {env.run} has no spec.layer.revision")
+        repository = self._read(
+            TerraformRepository, "terraformrepositories", layer.repository_namespace, layer.spec.repository.name
+        )
+        override = effective_override_runner_spec(layer, repository)
+        without_artifact = effective_remediation(layer, repository).apply_without_plan_artifact
+
+        layer_dir = self.fetch_source(layer.repository_namespace, layer.spec.repository.name, revision,
+                                      layer.spec.path)
+        applied_sum: str | None = None
+        if env.action == "apply" and not without_artifact:
+            applied_sum = self.fetch_plan(run, layer)  # before init: no point initialising for a missing plan
         try:
-            tool = resolve_tool(kind, version, layer_dir)
+            tool = resolve_tool(effective_tool(layer, repository), layer_dir)
         except ToolError as exc:
             raise RunnerError(str(exc)) from None
-        print(f"using {tool.kind} {tool.version} ({tool.binary})", flush=True)
-        run_step(step_args(tool.binary, "init", override.get("extraInitArgs") or ()), layer_dir)
-        patch: dict[str, str]
-        if env.action == "plan":
-            run_step(step_args(tool.binary, "plan", override.get("extraPlanArgs") or ()), layer_dir)
-            plan_json = run_step(step_args(tool.binary, "show-json"), layer_dir, capture=True)
-            pretty = run_step(step_args(tool.binary, "show"), layer_dir, capture=True)
-            short = plan_summary(json.loads(plan_json))
-            plan_bin = layer_dir / "plan.bin"
-            digest = "sha256:" + hashlib.sha256(plan_bin.read_bytes()).hexdigest()
-            for fmt, data in (
-                ("bin", plan_bin),
-                ("json", plan_json.encode()),
-                ("pretty", pretty.encode()),
-                ("short", short.encode()),
-            ):
-                store.put_plan(env.namespace, env.layer, env.run, env.attempt, fmt, data)  # type: ignore[arg-type]
-            print(short, flush=True)
-            patch = {
-                ann.PLAN_DATE: format_time(utcnow()),
-                ann.PLAN_SUM: digest,
-                ann.PLAN_RUN: f"{env.run}/{env.attempt}",
-                ann.PLAN_COMMIT: revision,
-                ann.PLAN_SUMMARY: short,
-            }
-        elif env.action == "apply":
-            artifact = (run_obj.get("spec") or {}).get("artifact") or {}
-            remediation = _inherited(layer, repository, "remediationStrategy") or {}
-            plan_bin = layer_dir / "plan.bin"
-            if artifact.get("run"):
-                try:
-                    store.download_plan(
-                        env.namespace, env.layer, artifact["run"], artifact.get("attempt"), "bin", plan_bin
-                    )
-                except DatastoreError as exc:
-                    raise RunnerError(f"the plan to apply is not available: {exc}") from None
-            elif remediation.get("applyWithoutPlanArtifact"):
-                run_step(step_args(tool.binary, "plan", override.get("extraPlanArgs") or ()), layer_dir)
-            else:
-                raise RunnerError("apply run without spec.artifact and applyWithoutPlanArtifact is not set")
-            digest = "sha256:" + hashlib.sha256(plan_bin.read_bytes()).hexdigest()
-            run_step(step_args(tool.binary, "apply", override.get("extraApplyArgs") or ()), layer_dir)
-            patch = {ann.APPLY_DATE: format_time(utcnow()), ann.APPLY_SUM: digest, ann.APPLY_COMMIT: revision}
-        else:
-            raise RunnerError(f"unknown action {env.action!r}")
+        _say(f"burrito-py: {env.action} of layer {env.namespace}/{env.layer} at {revision} with {tool.describe()}")
+        steps = Steps(tool, layer_dir)
+        steps.init(override.extra_init_args)
 
-    response = kube.patch(
-        _crd("terraformlayers", env.namespace, env.layer),
-        content=json.dumps({"metadata": {"annotations": patch}}),
-        headers=MERGE_PATCH,
-    )
-    if response.status_code >= 400:
-        raise ApiFailure(f"cannot annotate layer {env.namespace}/{env.layer}: HTTP {response.status_code}")
+        annotations: dict[str, str] = {}
+        if env.action == "plan" or without_artifact:
+            annotations.update(self.plan(steps, override, revision))
+            applied_sum = annotations[ann.PLAN_SUM]
+        if env.action == "apply":
+            assert applied_sum is not None
+            steps.apply(self.plan_file, override.extra_apply_args)
+            annotations.update(
+                {ann.APPLY_DATE: format_time(utcnow()), ann.APPLY_SUM: applied_sum, ann.APPLY_COMMIT: revision}
+            )
+        try:
+            self.kube.annotate("terraformlayers", env.namespace, env.layer, "TerraformLayer", annotations)
+        except KubeError as exc:
+            raise (RunnerError if exc.status == 404 else Unavailable)(str(exc)) from None
+        _say(f"burrito-py: {env.action} succeeded; layer {env.namespace}/{env.layer} annotated")
 
+    def fetch_source(self, namespace: str, repository: str, revision: str, path: str) -> Path:
+        archive = self.workdir / "source.tar.gz"
+        self._datastore(self.store.download_source, namespace, repository, revision, archive)
+        tree = self.workdir / "source"
+        try:
+            extract_archive(archive, tree)
+            archive.unlink()
+            return layer_directory(tree, path, revision)
+        except SourceError as exc:
+            raise RunnerError(f"source of {namespace}/{repository} at {revision}: {exc}") from None
 
-def main() -> int:
-    try:
-        env = RunnerEnv.from_environ(os.environ)
-        with kube_client() as kube, tempfile.TemporaryDirectory(prefix="burrito-py-runner-") as tmp:
-            run(env, kube, Path(tmp))
-    except StepFailed as exc:
-        return _fail(str(exc), 1)
-    except RunnerError as exc:
-        return _fail(str(exc), exc.exit_code)
-    return 0
+    def fetch_plan(self, run: TerraformRun, layer: TerraformLayer) -> str:
+        artifact = run.spec.artifact
+        if artifact is None:
+            raise RunnerError(
+                f"apply run {self.env.run} names no plan to apply (spec.artifact) and applyWithoutPlanArtifact is off"
+            )
+        env = self.env
+        self._datastore(
+            self.store.download_plan, env.namespace, env.layer, artifact.run, artifact.attempt, "bin", self.plan_file
+        )
+        digest = file_sum(self.plan_file)
+        recorded = layer.metadata.get("annotations") or {}
+        if recorded.get(ann.PLAN_RUN) == f"{artifact.run}/{artifact.attempt}" and recorded.get(ann.PLAN_SUM) != digest:
+            raise RunnerError(
+                f"the stored plan of run {artifact.run} attempt {artifact.attempt} is {digest}, but the layer "
+                f"recorded {recorded.get(ann.PLAN_SUM)} for it; refusing to apply"
+            )
+        _say(f"burrito-py: applying the plan of run {artifact.run} attempt {artifact.attempt} ({digest})")
+        return digest
+
+    def plan(self, steps: Steps, override: OverrideRunnerSpec, revision: str) -> dict[str, str]:
+        env = self.env
+        plan_json, pretty = self.workdir / "plan.json", self.workdir / "plan.txt"
+        steps.plan(self.plan_file, override.extra_plan_args)
+        steps.show_json(self.plan_file, plan_json)
+        steps.show(self.plan_file, pretty)
+        try:
+            with plan_json.open("rb") as handle:
+                short = plan_summary(json.load(handle))
+        except ValueError as exc:
+            raise RunnerError(f"show -json printed no valid JSON: {exc}") from None
+        digest = file_sum(self.plan_file)
+        for fmt, data in (("bin", self.plan_file), ("json", plan_json), ("pretty", pretty), ("short", short.encode())):
+            self._datastore(self.store.put_plan, env.namespace, env.layer, env.run, env.attempt, fmt, data)
+        _say(f"burrito-py: {short}")
+        return {
+            ann.PLAN_DATE: format_time(utcnow()),
+            ann.PLAN_SUM: digest,
+            ann.PLAN_RUN: f"{env.run}/{env.attempt}",
+            ann.PLAN_COMMIT: revision,
+            ann.PLAN_SUMMARY: short,
+        }
 
 
 def _fail(message: str, code: int) -> int:
     print(f"error: {message}", file=sys.stderr, flush=True)
+    # The pod's termination message: kubectl describe and the run controller show it.
     termination = pod_path(TERMINATION_LOG)
-    try:
-        termination.parent.mkdir(parents=True, exist_ok=True)
-        termination.write_text(message[-4000:])
-    except OSError:
-        pass  # not every environment has a writable termination log
+    if termination.exists() or os.environ.get("BURRITO_LOCAL_ROOT"):
+        with contextlib.suppress(OSError):  # best effort: the message is on stderr anyway
+            termination.write_text(message[-4000:])
     return code
+
+
+def main(environ: Mapping[str, str] | None = None) -> int:
+    """Run one attempt; returns the exit code (see the module docstring)."""
+    try:
+        env = RunnerEnv.from_environ(os.environ if environ is None else environ)
+        token = read_token()
+        try:
+            kube = Kube.from_config()
+        except KubeError as exc:
+            raise Unavailable(str(exc)) from None
+        from burrito_py.datastore.client import DatastoreClient
+
+        with DatastoreClient(env.datastore_url, token=token) as store, tempfile.TemporaryDirectory(
+            prefix="burrito-py-runner-"
+        ) as tmp:
+            Runner(env, kube, store, Path(tmp)).run()
+    except StepFailed as exc:
+        return _fail(str(exc), EXIT_STEP_FAILED)
+    except RunnerError as exc:
+        return _fail(str(exc), exc.exit_code)
+    return EXIT_OK

@@ -1,65 +1,193 @@
-"""Terraform/OpenTofu steps, their output streamed to stdout line by line as it comes."""
+"""The terraform/tofu steps of a run, with their output streamed to stdout line by line as it comes.
+
+Every step runs with `TF_IN_AUTOMATION=1` (no "next, run terraform apply" hints) and `TF_INPUT=0` plus
+`-input=false` (never wait on a prompt in a pod). Every step also gets `-no-color`: the output ends up in
+`kubectl logs`, in the datastore and in the UI as plain text, where ANSI escapes are noise.
+
+Arguments (the plan file is an absolute path outside the source tree, so terragrunt, which may run
+terraform from its cache directory, finds it too):
+    init  -input=false -no-color [extraInitArgs]
+    plan  -input=false -no-color -out=<plan> [extraPlanArgs]
+    show  -json <plan>                                  (stdout to a file, not echoed)
+    show  -no-color <plan>                              (stdout to a file, not echoed)
+    apply -input=false -no-color [extraApplyArgs] <plan>
+
+OpenTofu takes the same arguments (the binary is `tofu`); with terragrunt the command is
+`terragrunt <the same arguments>` with `TG_TF_PATH` (and the pre-0.73 `TERRAGRUNT_TFPATH`) set to the
+resolved terraform/tofu binary and non-interactive mode on.
+
+Extra arguments may hold secrets (`-backend-config=password=…`), so the echoed command lines show only what
+precedes the first `=` of each extra argument.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
+from typing import IO, Literal
+
+from burrito_py.runner.tools import Tool
+
+__all__ = [
+    "StepFailed",
+    "Steps",
+    "apply_args",
+    "command",
+    "init_args",
+    "mask",
+    "plan_args",
+    "show_args",
+    "show_json_args",
+    "step_env",
+]
+
+Step = Literal["init", "plan", "show -json", "show", "apply"]
+TAIL_LINES = 40
 
 
 class StepFailed(Exception):
-    def __init__(self, step: str, exit_code: int, tail: str) -> None:
-        super().__init__(f"{step} failed (exit code {exit_code}): {tail}")
-        self.step, self.exit_code, self.tail = step, exit_code, tail
+    """A step exited non-zero. `output` holds the last lines it printed (already streamed)."""
+
+    def __init__(self, step: str, exit_code: int, output: Sequence[str] = ()) -> None:
+        self.step, self.exit_code, self.output = step, exit_code, list(output)
+        errors = [line.strip() for line in self.output if line.startswith(("Error:", "error:", "│ Error:"))]
+        detail = "; ".join(errors[:3]) or (self.output[-1].strip() if self.output else "")
+        super().__init__(f"{step} failed (exit code {exit_code})" + (f": {detail}" if detail else ""))
 
 
-def step_args(binary: str, step: str, extra: Sequence[str] = (), plan_file: str = "plan.bin") -> list[str]:
-    if step == "init":
-        return [binary, "init", "-input=false", "-no-color", *extra]
-    if step == "plan":
-        return [binary, "plan", "-input=false", "-no-color", "-out", plan_file, *extra]
-    if step == "apply":
-        return [binary, "apply", "-input=false", "-no-color", *extra, plan_file]
-    if step == "show-json":
-        return [binary, "show", "-json", plan_file]
-    if step == "show":
-        return [binary, "show", "-no-color", plan_file]
-    if step == "output":
-        return [binary, "output", "-json"]
-    raise ValueError(f"unknown step {step}")
+# -- arguments (pure) ---------------------------------------------------------------------------
+def init_args(extra: Sequence[str] = ()) -> list[str]:
+    return ["init", "-input=false", "-no-color", *extra]
 
 
-def run_step(args: Sequence[str], cwd: Path, capture: bool = False) -> str:
-    """Run one step; stream its output unless `capture` (then return stdout). Raises StepFailed."""
-    env = {**os.environ, "TF_IN_AUTOMATION": "1", "TF_INPUT": "0"}
-    step = " ".join(args[1:3])
-    print(f"$ {' '.join(args)}", flush=True)
-    process = subprocess.Popen(
-        args,
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if not capture else subprocess.PIPE,
-        text=True,
-        bufsize=1,
-    )
-    assert process.stdout is not None
-    if capture:
-        out, err = process.communicate()
-        if process.returncode != 0:
-            sys.stdout.write(err)
-            raise StepFailed(step, process.returncode, (err.strip().splitlines() or [""])[-1])
-        return out
-    tail: list[str] = []
-    for line in process.stdout:
-        sys.stdout.write(line)
-        sys.stdout.flush()
-        if line.strip():
-            tail = [*tail[-19:], line.rstrip()]
-    code = process.wait()
-    if code != 0:
-        errors = [t for t in tail if t.startswith("Error")] or tail[-1:]
-        raise StepFailed(step, code, "; ".join(errors))
-    return ""
+def plan_args(plan_file: Path | str, extra: Sequence[str] = ()) -> list[str]:
+    return ["plan", "-input=false", "-no-color", f"-out={plan_file}", *extra]
+
+
+def show_json_args(plan_file: Path | str) -> list[str]:
+    return ["show", "-json", str(plan_file)]
+
+
+def show_args(plan_file: Path | str) -> list[str]:
+    return ["show", "-no-color", str(plan_file)]
+
+
+def apply_args(plan_file: Path | str, extra: Sequence[str] = ()) -> list[str]:
+    # The plan file is the one positional argument and must come last.
+    return ["apply", "-input=false", "-no-color", *extra, str(plan_file)]
+
+
+def command(tool: Tool, args: Sequence[str]) -> list[str]:
+    return [tool.terragrunt or tool.binary, *args]
+
+
+def step_env(tool: Tool, base: Mapping[str, str]) -> dict[str, str]:
+    env = {**base, "TF_IN_AUTOMATION": "1", "TF_INPUT": "0"}
+    if tool.terragrunt:
+        env.update(
+            TG_TF_PATH=tool.binary,
+            TERRAGRUNT_TFPATH=tool.binary,
+            TG_NON_INTERACTIVE="true",
+            TERRAGRUNT_NON_INTERACTIVE="true",
+        )
+    return env
+
+
+def mask(extra: Sequence[str]) -> list[str]:
+    """Extra arguments as echoed: what follows the first `=` may be a secret."""
+    return [arg.split("=", 1)[0] + "=…" if "=" in arg else arg for arg in extra]
+
+
+# -- running ------------------------------------------------------------------------------------
+@contextmanager
+def _forward_signals(process: subprocess.Popen[bytes]) -> Iterator[None]:
+    """While a step runs, SIGTERM/SIGINT (pod deletion, Ctrl-C) go to terraform, which then stops
+    gracefully and releases its state lock; the runner then fails with the step's exit code."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        if process.poll() is None:
+            process.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class Steps:
+    """Runs the steps of one layer directory with one tool; output goes to `out` (default: sys.stdout)."""
+
+    def __init__(self, tool: Tool, cwd: Path, env: Mapping[str, str] | None = None, out: IO[str] | None = None):
+        self.tool, self.cwd = tool, cwd
+        self.env = step_env(tool, os.environ if env is None else env)
+        self._out = out
+
+    @property
+    def out(self) -> IO[str]:
+        return self._out or sys.stdout
+
+    def init(self, extra: Sequence[str] = ()) -> None:
+        self._run("init", init_args(extra), init_args(mask(extra)))
+
+    def plan(self, plan_file: Path, extra: Sequence[str] = ()) -> None:
+        self._run("plan", plan_args(plan_file, extra), plan_args(plan_file, mask(extra)))
+
+    def show_json(self, plan_file: Path, dest: Path) -> None:
+        args = show_json_args(plan_file)
+        self._run("show -json", args, args, stdout_to=dest)
+
+    def show(self, plan_file: Path, dest: Path) -> None:
+        args = show_args(plan_file)
+        self._run("show", args, args, stdout_to=dest)
+
+    def apply(self, plan_file: Path, extra: Sequence[str] = ()) -> None:
+        self._run("apply", apply_args(plan_file, extra), apply_args(plan_file, mask(extra)))
+
+    def _print(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def _run(self, step: Step, args: list[str], shown: list[str], stdout_to: Path | None = None) -> None:
+        argv = command(self.tool, args)
+        name = Path(argv[0]).name
+        self._print(f"$ {name} {' '.join(shown)}\n")
+        tail: deque[str] = deque(maxlen=TAIL_LINES)
+        sink = stdout_to.open("wb") if stdout_to is not None else None
+        try:
+            try:
+                process = subprocess.Popen(
+                    argv,
+                    cwd=self.cwd,
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=sink if sink is not None else subprocess.PIPE,
+                    stderr=subprocess.PIPE if sink is not None else subprocess.STDOUT,
+                )
+            except OSError as exc:
+                raise StepFailed(f"{name} {step}", 127, [f"error: cannot run {argv[0]}: {exc}"]) from None
+            stream = process.stderr if sink is not None else process.stdout
+            assert stream is not None
+            with _forward_signals(process), stream:
+                for raw in iter(stream.readline, b""):
+                    line = raw.decode("utf-8", errors="replace")
+                    self._print(line if line.endswith("\n") else line + "\n")
+                    tail.append(line.rstrip("\n"))
+                code = process.wait()
+        finally:
+            if sink is not None:
+                sink.close()
+        if code != 0:
+            raise StepFailed(f"{name} {step}", code, tail)

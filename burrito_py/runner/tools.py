@@ -1,79 +1,262 @@
-"""Which binary runs a layer: tool and version from the layer → repository → `required_version` in
-the code; installed through `tenv` when it is on PATH, else a matching binary already on PATH."""
+"""Which binary runs a layer, and at which version (DESIGN §8).
+
+Resolution: the effective tool of the layer (layer spec → repository spec, `burrito_py.api.effective`)
+gives terraform or opentofu and maybe a version; without one, the `required_version` of the code's
+`terraform {}` blocks (every `*.tf`, `*.tf.json` and, for OpenTofu, `*.tofu` file of the layer directory; all
+of them must hold, so they are joined with commas). No version anywhere means "any release".
+
+Installation:
+- with `tenv` on PATH: a version already installed under tenv's root that satisfies the constraint is used
+  as is (the latest such, exactly as tenv's own proxies resolve versions, and without network); otherwise
+  `tenv tf|tofu|tg install <version or constraint>` (`latest-stable` without a constraint), then the latest
+  installed version that satisfies it. We rely on tenv's install layout,
+  `$TENV_ROOT/{Terraform,OpenTofu,Terragrunt}/<version>/{terraform,tofu,terragrunt}` with `TENV_ROOT`
+  defaulting to `~/.tenv` (tenv also honours `TOFUENV_ROOT`, `TFENV_ROOT`), and run that binary directly
+  rather than tenv's proxy, so nothing depends on the working directory's version files.
+- without tenv: the `terraform`/`tofu` binary on PATH, if its `version -json` satisfies the constraint.
+
+Terragrunt (`spec.terragrunt.enabled`): resolved the same way (`tenv tg install`, else `terragrunt` on PATH,
+whose `--version` prints `terragrunt version v0.67.0`); its version comes from the spec only. The steps then
+run `terragrunt <command>` with `TG_TF_PATH`/`TERRAGRUNT_TFPATH` pointing at the resolved terraform/tofu.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
-from burrito_py.runner.versions import InvalidVersionConstraint, parse_constraint
+from burrito_py.runner.versions import ANY, Constraint, InvalidVersionConstraint, parse_constraint, pick_latest
+
+if TYPE_CHECKING:
+    from burrito_py.api.effective import EffectiveTool
+
+__all__ = [
+    "Tool",
+    "ToolError",
+    "ToolKind",
+    "code_required_version",
+    "resolve_tool",
+    "tenv_install_args",
+    "tenv_root",
+]
+
+ToolKind = Literal["terraform", "opentofu", "terragrunt"]
+BINARY = {"terraform": "terraform", "opentofu": "tofu", "terragrunt": "terragrunt"}
+TENV_SUBCOMMAND = {"terraform": "tf", "opentofu": "tofu", "terragrunt": "tg"}
+TENV_FOLDER = {"terraform": "Terraform", "opentofu": "OpenTofu", "terragrunt": "Terragrunt"}
+TENV_LATEST = "latest-stable"
+_REQUIRED_VERSION = re.compile(r"\brequired_version\b")
+_TERRAGRUNT_VERSION = re.compile(r"\bv?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?)")
+VERSION_TIMEOUT = 60.0
+INSTALL_TIMEOUT = 600.0
 
 
 class ToolError(Exception):
-    pass
+    """The tool cannot be resolved or installed; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
 class Tool:
-    kind: str  # terraform | opentofu
+    """What runs the steps: `binary` is terraform or tofu; `terragrunt` wraps it when set."""
+
+    kind: Literal["terraform", "opentofu"]
     binary: str
     version: str
+    terragrunt: str | None = None
+    terragrunt_version: str | None = None
+
+    def describe(self) -> str:
+        text = f"{self.kind} {self.version} ({self.binary})"
+        if self.terragrunt:
+            text += f" through terragrunt {self.terragrunt_version} ({self.terragrunt})"
+        return text
 
 
-def required_version(layer_dir: Path) -> str | None:
-    """`terraform { required_version = "…" }` from the layer's *.tf files (python-hcl2)."""
-    import hcl2
+# -- required_version in the code ---------------------------------------------------------------
+def _unquote(value: object) -> str:
+    text = str(value).strip()
+    # python-hcl2 keeps the quotes of string literals.
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1]
+    return text.strip()
 
-    constraints = []
-    for path in sorted(layer_dir.glob("*.tf")):
+
+def _from_hcl(path: Path, text: str) -> list[str]:
+    import hcl2  # ~0.1 s to import; only layers without a version in their spec pay it
+
+    try:
+        parsed = hcl2.loads(text)
+    except Exception as exc:  # lark raises many exception types; all mean "not HCL"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ToolError(f"cannot parse {path.name} to read required_version: {first}") from None
+    blocks = parsed.get("terraform") or []
+    return [_unquote(b["required_version"]) for b in blocks if isinstance(b, dict) and b.get("required_version")]
+
+
+def _from_json(path: Path, text: str) -> list[str]:
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise ToolError(f"cannot parse {path.name} to read required_version: {exc}") from None
+    blocks = parsed.get("terraform") if isinstance(parsed, dict) else None
+    blocks = blocks if isinstance(blocks, list) else [blocks] if isinstance(blocks, dict) else []
+    return [str(b["required_version"]).strip() for b in blocks if isinstance(b, dict) and b.get("required_version")]
+
+
+def code_required_version(layer_dir: Path, kind: str = "terraform") -> str | None:
+    """The `required_version` constraints of the layer's code joined with `, `, or None.
+
+    Only files that mention `required_version` are parsed: parsing a 1,000-resource file with python-hcl2
+    takes seconds, and the version almost always sits in a small `versions.tf`."""
+    patterns = ["*.tf", "*.tf.json"] + (["*.tofu", "*.tofu.json"] if kind == "opentofu" else [])
+    files = sorted({p for pattern in patterns for p in layer_dir.glob(pattern) if p.is_file()})
+    constraints: list[str] = []
+    for path in files:
         try:
-            with path.open() as handle:
-                parsed = hcl2.load(handle)
-        except Exception as exc:  # hcl2 raises lark errors of many kinds
-            raise ToolError(f"cannot parse {path.name}: {str(exc).splitlines()[0]}") from None
-        for block in parsed.get("terraform") or ():
-            value = block.get("required_version")
-            if value:
-                constraints.append(str(value).strip('"'))
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ToolError(f"cannot read {path.name} to read required_version: {exc}") from None
+        if not _REQUIRED_VERSION.search(text):
+            continue
+        found = _from_json(path, text) if path.name.endswith(".json") else _from_hcl(path, text)
+        for constraint in found:
+            try:
+                parse_constraint(constraint)
+            except InvalidVersionConstraint as exc:
+                raise ToolError(f"{path.name}: required_version: {exc}") from None
+        constraints += found
     return ", ".join(constraints) or None
 
 
-def _binary_name(kind: str) -> str:
-    return "tofu" if kind == "opentofu" else "terraform"
+# -- tenv ---------------------------------------------------------------------------------------
+def tenv_root(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    root = env.get("TENV_ROOT") or env.get("TOFUENV_ROOT") or env.get("TFENV_ROOT")
+    return Path(root) if root else Path.home() / ".tenv"
 
 
-def tenv_install_args(kind: str, version: str) -> list[str]:
-    return ["tenv", "tofu" if kind == "opentofu" else "tf", "install", version]
+def tenv_install_args(kind: ToolKind, version: str | None) -> list[str]:
+    """`tenv tf install 1.11.4`, `tenv tofu install "~> 1.8"`, `tenv tg install latest-stable`."""
+    return ["tenv", TENV_SUBCOMMAND[kind], "install", version or TENV_LATEST]
 
 
-def binary_version(binary: str) -> str:
+def _tenv_installed(kind: ToolKind, constraint: Constraint) -> Path | None:
+    folder = tenv_root() / TENV_FOLDER[kind]
     try:
-        out = subprocess.run([binary, "version", "-json"], capture_output=True, text=True, check=True, timeout=60)
-        return str(json.loads(out.stdout).get("terraform_version", ""))
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        raise ToolError(f"cannot run {binary} version -json: {exc}") from None
+        versions = [entry.name for entry in folder.iterdir() if entry.is_dir()]
+    except OSError:
+        return None
+    version = pick_latest(constraint, versions)
+    if version is None:
+        return None
+    binary = folder / version / BINARY[kind]
+    if not binary.is_file():
+        raise ToolError(f"tenv's {folder / version} holds no {BINARY[kind]} binary; reinstall it with tenv")
+    return binary
 
 
-def resolve_tool(kind: str, spec_version: str | None, layer_dir: Path) -> Tool:
-    constraint_text = spec_version or required_version(layer_dir)
+def _tenv(tenv: str, kind: ToolKind, text: str | None, constraint: Constraint) -> Path:
+    installed = _tenv_installed(kind, constraint)
+    if installed is not None:
+        return installed
+    args = [tenv, *tenv_install_args(kind, text)[1:]]
+    print(f"$ {' '.join(args)}", flush=True)
     try:
-        constraint = parse_constraint(constraint_text) if constraint_text else None
-    except InvalidVersionConstraint as exc:
-        raise ToolError(str(exc)) from None
-    name = _binary_name(kind)
-    if shutil.which("tenv") and constraint_text:
-        result = subprocess.run(tenv_install_args(kind, constraint_text), capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise ToolError(f"tenv could not install {name} {constraint_text}: {result.stderr.strip()}")
+        result = subprocess.run(args, capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolError(f"tenv could not install {BINARY[kind]} {text or TENV_LATEST}: {exc}") from None
+    if result.returncode != 0:
+        output = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        detail = output[-1] if output else f"exit code {result.returncode}"
+        raise ToolError(f"tenv could not install {BINARY[kind]} {text or TENV_LATEST}: {detail}")
+    installed = _tenv_installed(kind, constraint)
+    if installed is None:
+        raise ToolError(
+            f"tenv installed {BINARY[kind]} {text or TENV_LATEST} but no version satisfying it is under "
+            f"{tenv_root() / TENV_FOLDER[kind]}"
+        )
+    return installed
+
+
+# -- PATH ---------------------------------------------------------------------------------------
+def binary_version(binary: str, kind: ToolKind) -> str:
+    """`terraform|tofu version -json` → `terraform_version`; `terragrunt --version` → its version."""
+    args = [binary, "--version"] if kind == "terragrunt" else [binary, "version", "-json"]
+    try:
+        result = subprocess.run(args, capture_output=True, text=True, timeout=VERSION_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolError(f"cannot run {' '.join(args)}: {exc}") from None
+    if result.returncode != 0:
+        raise ToolError(f"{' '.join(args)} failed (exit code {result.returncode}): {result.stderr.strip()}")
+    if kind == "terragrunt":
+        match = _TERRAGRUNT_VERSION.search(result.stdout)
+        if match is None:
+            raise ToolError(f"{' '.join(args)} printed no version: {result.stdout.strip()!r}")
+        return match.group(1)
+    try:
+        version = json.loads(result.stdout)["terraform_version"]
+    except (ValueError, KeyError, TypeError):
+        raise ToolError(f"{' '.join(args)} printed no terraform_version: {result.stdout.strip()[:200]!r}") from None
+    return str(version)
+
+
+def _on_path(kind: ToolKind, text: str | None, constraint: Constraint) -> tuple[str, str]:
+    name = BINARY[kind]
     binary = shutil.which(name)
     if binary is None:
-        raise ToolError(f"no {name} binary on PATH; install tenv or {name}")
-    version = binary_version(binary)
-    if constraint is not None and not constraint.allows(version):
-        raise ToolError(
-            f'{name} {version} on PATH does not satisfy "{constraint_text}"; install tenv or a matching binary'
-        )
-    return Tool(kind, binary, version)
+        wanted = f' "{text}"' if text else ""
+        raise ToolError(f"no {name} binary on PATH and no tenv to install {name}{wanted}")
+    version = binary_version(binary, kind)
+    try:
+        allowed = constraint.allows(version)
+    except InvalidVersionConstraint as exc:
+        raise ToolError(f"{binary}: {exc}") from None
+    if not allowed:
+        raise ToolError(f'{name} {version} on PATH does not satisfy "{text}"; install tenv or a matching binary')
+    return binary, version
+
+
+# -- together -----------------------------------------------------------------------------------
+def _constraint(text: str | None, where: str) -> Constraint:
+    if not text:
+        return ANY
+    try:
+        return parse_constraint(text)
+    except InvalidVersionConstraint as exc:
+        raise ToolError(f"{where}: {exc}") from None
+
+
+def _resolve_one(kind: ToolKind, text: str | None, where: str) -> tuple[str, str]:
+    constraint = _constraint(text, where)
+    tenv = shutil.which("tenv")
+    if tenv is None:
+        return _on_path(kind, text, constraint)
+    binary = _tenv(tenv, kind, text, constraint)
+    return str(binary), binary.parent.name
+
+
+def resolve_tool(effective: EffectiveTool, layer_dir: Path) -> Tool:
+    """The binary (and version) that runs the layer in `layer_dir`. Raises ToolError."""
+    text, where = effective.version, f"spec.{effective.kind}.version"
+    if not text:
+        text, where = code_required_version(layer_dir, effective.kind), "required_version in the code"
+    binary, version = _resolve_one(effective.kind, text, where)
+    terragrunt = terragrunt_version = None
+    if effective.terragrunt is not None:
+        terragrunt, terragrunt_version = _resolve_one("terragrunt", effective.terragrunt.version,
+                                                      "spec.terragrunt.version")
+    return Tool(effective.kind, binary, version, terragrunt, terragrunt_version)
+
+
+def tool_for(kind: Literal["terraform", "opentofu"], version: str | None, layer_dir: Path) -> Tool:
+    """`resolve_tool` without API objects (for tests and tools)."""
+    from burrito_py.api.effective import EffectiveTool
+
+    return resolve_tool(EffectiveTool(kind=kind, version=version, terragrunt=None), layer_dir)
