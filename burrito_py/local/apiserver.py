@@ -1,73 +1,38 @@
 """An in-process Kubernetes API server for tests and `burrito-py dev` (see KUBE-API-FIDELITY.md).
 
-Real HTTP over aiohttp, so kopf, the `kubernetes` clients and `kubectl` use it unchanged. All state
-changes happen on the server's event loop; `_lock` guards them for direct reads from test threads.
+Real HTTP over aiohttp, so kopf, the `kubernetes` clients and `kubectl` use it unchanged. The server
+runs its own event loop in a daemon thread; the object semantics live in `kube_store.Store`, which
+test threads may read directly (`get_object`, `list_objects`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import collections
-import copy
-import hashlib
-import hmac
-import itertools
+import binascii
 import json
 import re
-import secrets
 import threading
 import time
-import uuid
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from aiohttp import web
 
-from burrito_py.local.kube_objects import (
-    PatchError,
-    apply_defaults_and_prune,
-    fields_match,
-    json_patch,
-    labels_match,
-    merge_patch,
-    parse_field_selector,
-    parse_label_selector,
-    schema_errors,
-    strategic_merge_patch,
-)
-from burrito_py.local.kube_resources import Resource, builtins, resources_from_crd
+from burrito_py.local.kube_errors import ApiError, bad_request, invalid, not_found, reason_for, unknown_resource
+from burrito_py.local.kube_resources import Resource
+from burrito_py.local.kube_selectors import FieldSelector, LabelSelector, Selection
+from burrito_py.local.kube_store import PATCH_TYPES, Store, now_rfc3339
+from burrito_py.local.kube_table import table
+from burrito_py.local.kube_tokens import API_AUDIENCES, TokenIssuer
 
 Obj = dict[str, Any]
-EVENT_LOG_SIZE = 20000
-CRD_KEY = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-
-
-class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str, causes: list[dict[str, str]] | None = None) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message, self.causes = code, reason, message, causes or []
-
-    def status(self) -> Obj:
-        body: Obj = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
-        if self.causes:
-            body["details"] = {"causes": self.causes}
-        return body
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+JSON = "application/json"
+_TRUE = ("true", "1", "True")
+_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass
@@ -87,44 +52,55 @@ class Fault:
     remaining: int
 
 
-@dataclass
-class Watcher:
-    resource: Resource
-    namespace: str | None
-    labels: list[tuple[str, str, set[str]]]
-    fields: list[tuple[str, bool, str]]
-    queue: asyncio.Queue[Obj | None] = field(default_factory=asyncio.Queue)
+def _version_priority(version: str) -> tuple[int, int, int]:
+    """Kubernetes' version order: GA > beta > alpha, then by number (v2 > v1, v1beta2 > v1beta1)."""
+    m = _VERSION.match(version)
+    if m is None:
+        return (0, 0, 0)
+    stability = {"alpha": 1, "beta": 2, None: 3}[m.group(2)]
+    return (stability, int(m.group(1)), int(m.group(3) or 0))
 
-    def matches(self, obj: Obj) -> bool:
-        meta = obj["metadata"]
-        if self.namespace and meta.get("namespace") != self.namespace:
-            return False
-        return labels_match(meta.get("labels") or {}, self.labels) and fields_match(obj, self.fields)
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(body).encode(), status=status, content_type=JSON)
+
+
+def _dry_run(request: web.Request, options: Obj | None = None) -> bool:
+    values = request.query.getall("dryRun", [])
+    values = [*values, *((options or {}).get("dryRun") or [])]
+    for value in values:
+        if value != "All":
+            raise bad_request(f'Invalid dry run value: "{value}": supported values: "All"')
+    return bool(values)
+
+
+def _table_wanted(request: web.Request) -> str | None:
+    """includeObject of a request that asks for a meta.k8s.io Table (as kubectl get does), else None."""
+    accept = request.headers.get("Accept", "")
+    if "as=Table" not in accept:
+        return None
+    return request.query.get("includeObject") or "Metadata"
 
 
 class ApiServer:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, pod_log_dir: Path | None = None) -> None:
+    """See the module doc. `start()` returns once listening; `stop()` ends watches and frees the port."""
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, pod_log_dir: Path | None = None, event_log_size: int = 10_000
+    ) -> None:
         self.host, self.port = host, port
         self.pod_log_dir = pod_log_dir
-        self._lock = threading.RLock()
-        self._resources: dict[tuple[str, str, str], Resource] = {}
-        self._objects: dict[tuple[str, str, str], dict[tuple[str, str], Obj]] = collections.defaultdict(dict)
-        self._rv = itertools.count(1)
-        self._last_rv = 0
-        self._log: collections.deque[tuple[int, tuple[str, str, str], str, Obj, Obj | None]] = collections.deque(
-            maxlen=EVENT_LOG_SIZE
-        )
-        self._watchers: list[Watcher] = []
-        self._signing_key = secrets.token_bytes(32)
+        self.store = Store(event_log_size)
+        self.tokens = TokenIssuer(self.store.uid_of)
+        self.bookmark_interval = 60.0  # seconds between BOOKMARK events on watches that allow them
+        self.log_poll_interval = 0.02  # how often a followed pod log looks for more output
         self.requests: list[RequestRecord] = []
         self._faults: list[Fault] = []
+        self._extras_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
-        for resource in builtins():
-            self._resources[resource.key] = resource
-        for ns in ("default", "kube-system"):
-            self._create(self._resources[("", "v1", "namespaces")], None, {"metadata": {"name": ns}}, False)
+        self._stopping: asyncio.Event | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     @property
@@ -132,51 +108,62 @@ class ApiServer:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> ApiServer:
+        if self._thread is not None:
+            return self
         ready = threading.Event()
-        errors: list[BaseException] = []
+        failure: list[BaseException] = []
 
         def main() -> None:
             loop = asyncio.new_event_loop()
-            self._loop = loop
+            asyncio.set_event_loop(loop)
             try:
                 loop.run_until_complete(self._serve())
-            except BaseException as exc:
-                errors.append(exc)
+            except BaseException as exc:  # reported to the starting thread
+                failure.append(exc)
                 ready.set()
+                loop.close()
                 return
+            self._loop = loop
             ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._shutdown())
-            loop.close()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(self._cleanup())
+                loop.close()
 
         self._thread = threading.Thread(target=main, name="burrito-py-apiserver", daemon=True)
         self._thread.start()
         ready.wait()
-        if errors:
-            raise errors[0]
+        if failure:
+            self._thread = None
+            raise failure[0]
         return self
 
     async def _serve(self) -> None:
+        self._stopping = asyncio.Event()
         app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.2)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
 
-    async def _shutdown(self) -> None:
-        for watcher in list(self._watchers):
-            watcher.queue.put_nowait(None)
+    async def _cleanup(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+        self.store.close_watches()
         if self._runner is not None:
             await self._runner.cleanup()
 
     def stop(self) -> None:
-        if self._loop is None or self._thread is None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
             return
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
         self._loop = None
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        self._thread = None
 
     def __enter__(self) -> ApiServer:
         return self.start()
@@ -195,841 +182,444 @@ class ApiServer:
             "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}],
         }
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(yaml.safe_dump(config))
         tmp.replace(path)
         return path
 
     # -- test-side extras ------------------------------------------------------------------------
-    def get_object(self, api_version: str, plural: str, namespace: str | None, name: str) -> Obj | None:
-        group, _, version = api_version.rpartition("/")
-        with self._lock:
-            obj = self._objects[(group, version, plural)].get((namespace or "", name))
-            return copy.deepcopy(obj) if obj else None
+    def get_object(self, api_version: str, kind_plural: str, namespace: str | None, name: str) -> Obj | None:
+        found: list[Obj] = self.store.snapshot(api_version, kind_plural, namespace, name)
+        return found[0] if found else None
 
     def list_objects(self, api_version: str, plural: str, namespace: str | None = None) -> list[Obj]:
-        group, _, version = api_version.rpartition("/")
-        with self._lock:
-            return [
-                copy.deepcopy(o)
-                for (ns, _), o in self._objects[(group, version, plural)].items()
-                if namespace is None or ns == namespace
-            ]
+        return self.store.snapshot(api_version, plural, namespace, None)
 
     def clear_requests(self) -> None:
-        with self._lock:
+        with self._extras_lock:
             self.requests.clear()
 
     def inject_fault(
         self, method: str, path_regex: str, status: int | None = None, delay: float = 0.0, times: int = 1
     ) -> None:
-        with self._lock:
+        """Answer the next `times` requests matching (method or "*", regex searched in the path) with a
+        Status of `status`, after `delay` seconds (a delay alone lets the request through, late)."""
+        with self._extras_lock:
             self._faults.append(Fault(method.upper(), re.compile(path_regex), status, delay, times))
 
     # -- HTTP plumbing ---------------------------------------------------------------------------
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        with self._lock:
+        with self._extras_lock:
             self.requests.append(RequestRecord(request.method, request.path, dict(request.query), time.time()))
             fault = next(
-                (
-                    f
-                    for f in self._faults
-                    if f.remaining > 0 and f.method in (request.method, "*") and f.pattern.search(request.path)
-                ),
+                (f for f in self._faults
+                 if f.remaining > 0 and f.method in (request.method, "*") and f.pattern.search(request.path)),
                 None,
             )
             if fault is not None:
                 fault.remaining -= 1
-        if fault is not None:
-            if fault.delay:
-                await asyncio.sleep(fault.delay)
-            if fault.status is not None:
-                reason = {409: "Conflict", 429: "TooManyRequests", 404: "NotFound"}.get(fault.status, "InternalError")
-                return web.json_response(ApiError(fault.status, reason, "injected fault").status(), status=fault.status)
+                if fault.remaining <= 0:
+                    self._faults.remove(fault)
         try:
+            if fault is not None:
+                if fault.delay:
+                    await asyncio.sleep(fault.delay)
+                if fault.status is not None:
+                    reason = reason_for(fault.status)
+                    raise ApiError(fault.status, reason, f"injected fault: {reason}")
             response: web.StreamResponse = await handler(request)
             return response
         except ApiError as exc:
-            return web.json_response(exc.status(), status=exc.code)
+            return _json(exc.status(), exc.code)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"
-        if path in ("/healthz", "/readyz", "/livez"):
+        if path in ("/healthz", "/readyz", "/livez") or path.startswith(("/healthz/", "/readyz/", "/livez/")):
             return web.Response(text="ok")
         if path == "/version":
-            return web.json_response(
-                {"major": "1", "minor": "32", "gitVersion": "v1.32.0-burrito-py", "platform": "linux/amd64"}
-            )
+            return _json({"major": "1", "minor": "32", "gitVersion": "v1.32.0-burrito-py", "gitCommit": "local",
+                          "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.23",
+                          "compiler": "gc", "platform": "linux/amd64"})
         if path == "/api":
-            return web.json_response(
-                {
-                    "kind": "APIVersions",
-                    "versions": ["v1"],
-                    "serverAddressByClientCIDRs": [
-                        {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}
-                    ],
-                }
-            )
+            return _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}]})
         if path == "/apis":
-            return web.json_response(self._group_list())
+            return _json(self._group_list())
         parts = path.strip("/").split("/")
         if parts[0] == "api" and len(parts) >= 2:
             group, version, rest = "", parts[1], parts[2:]
         elif parts[0] == "apis" and len(parts) >= 2:
             if len(parts) == 2:
-                return web.json_response(self._group(parts[1]))
+                return _json(self._group(parts[1]))
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
-            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+            raise unknown_resource(path)
         if not rest:
-            return web.json_response(self._resource_list(group, version))
-        return await self._resource_request(request, group, version, rest)
+            return _json(self._resource_list(group, version, path))
+        return await self._resource_request(request, group, version, rest, path)
 
     # -- discovery -------------------------------------------------------------------------------
     def _groups(self) -> dict[str, list[str]]:
         groups: dict[str, list[str]] = {}
-        with self._lock:
-            for resource in self._resources.values():
+        with self.store.lock:
+            for resource in self.store.resources.values():
                 if resource.group and resource.version not in groups.setdefault(resource.group, []):
                     groups[resource.group].append(resource.version)
-        return groups
+        return {g: sorted(v, key=_version_priority, reverse=True) for g, v in groups.items()}
 
     def _group(self, name: str) -> Obj:
         versions = self._groups().get(name)
         if not versions:
-            raise ApiError(404, "NotFound", f"group {name} not found")
+            raise unknown_resource(f"/apis/{name}")
         entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
-        return {
-            "kind": "APIGroup",
-            "apiVersion": "v1",
-            "name": name,
-            "versions": entries,
-            "preferredVersion": entries[0],
-        }
+        return {"kind": "APIGroup", "apiVersion": "v1", "name": name, "versions": entries,
+                "preferredVersion": entries[0]}
 
     def _group_list(self) -> Obj:
-        return {
-            "kind": "APIGroupList",
-            "apiVersion": "v1",
-            "groups": [self._group(name) for name in sorted(self._groups())],
-        }
+        groups = self._groups()
+        return {"kind": "APIGroupList", "apiVersion": "v1",
+                "groups": [self._group(name) for name in sorted(groups)]}
 
-    def _resource_list(self, group: str, version: str) -> Obj:
-        with self._lock:
-            found = [r for r in self._resources.values() if r.group == group and r.version == version]
+    def _resource_list(self, group: str, version: str, path: str) -> Obj:
+        with self.store.lock:
+            found = [r for r in self.store.resources.values() if r.group == group and r.version == version]
         if not found:
-            raise ApiError(404, "NotFound", f"{group}/{version} is not served")
-        return {
-            "kind": "APIResourceList",
-            "apiVersion": "v1",
-            "groupVersion": f"{group}/{version}".lstrip("/"),
-            "resources": [entry for r in found for entry in r.discovery()],
-        }
+            raise unknown_resource(path)
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}".lstrip("/"),
+                "resources": [entry for r in found for entry in r.discovery()]}
 
     # -- resources -------------------------------------------------------------------------------
-    def _find(self, group: str, version: str, plural: str) -> Resource:
-        with self._lock:
-            resource = self._resources.get((group, version, plural))
-        if resource is None:
-            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({plural})")
-        return resource
-
     async def _resource_request(
-        self, request: web.Request, group: str, version: str, rest: list[str]
+        self, request: web.Request, group: str, version: str, rest: list[str], path: str
     ) -> web.StreamResponse:
         namespace: str | None = None
-        if rest[0] == "namespaces" and len(rest) >= 3 and (group, version, rest[2]) in self._resources:
+        if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
             namespace, rest = rest[1], rest[2:]
-        resource = self._find(group, version, rest[0])
+        resource = self.store.resource(group, version, rest[0])
+        if resource is None or len(rest) > 3 or (namespace is not None and not resource.namespaced):
+            raise unknown_resource(path)
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
-        if len(rest) > 3 or (sub is not None and sub not in ("status", "log", "token")):
-            raise ApiError(404, "NotFound", f"unknown subresource {'/'.join(rest[2:])}")
         if resource.namespaced and namespace is None and name is not None:
-            raise ApiError(404, "NotFound", f"{resource.plural} is namespaced")
+            raise unknown_resource(path)
+        allowed_subs = {"status"} if resource.status_subresource else set()
+        allowed_subs.update(resource.subresources)
+        if sub is not None and sub not in allowed_subs:
+            raise unknown_resource(path)
         method = request.method
-        if sub == "log" and method == "GET":
+        if sub == "log":
+            if method != "GET":
+                raise self._not_allowed(method, path)
             return await self._pod_log(request, resource, namespace or "", name or "")
-        if sub == "token" and method == "POST":
-            return web.json_response(
-                self._token_request(namespace or "", name or "", await self._body(request)), status=201
-            )
+        if sub == "token":
+            if method != "POST":
+                raise self._not_allowed(method, path)
+            return _json(self._token_request(namespace or "", name or "", await self._body(request)), 201)
+        if resource.verbs == ["create"]:  # tokenreviews
+            if method != "POST" or name is not None:
+                raise self._not_allowed(method, path)
+            spec = (await self._body(request)).get("spec") or {}
+            return _json({"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
+                          "metadata": {"creationTimestamp": None}, "spec": spec,
+                          "status": self.tokens.review(spec)}, 201)
         if name is None:
             if method == "GET":
-                if request.query.get("watch") in ("true", "1", "True"):
-                    return await self._watch(request, resource, namespace)
-                return self._list_response(request, resource, namespace)
+                if request.query.get("watch") in _TRUE:
+                    return await self._watch(request, resource, namespace, self._selection(request, resource))
+                return self._list(request, resource, namespace)
             if method == "POST":
-                if resource.key == ("authentication.k8s.io", "v1", "tokenreviews"):
-                    return web.json_response(self._token_review(await self._body(request)), status=201)
-                created = self._create(resource, namespace, await self._body(request), _dry_run(request))
-                return web.json_response(created, status=201)
+                if resource.namespaced and namespace is None:
+                    raise self._not_allowed(method, path)
+                body = await self._body(request)
+                return _json(self.store.create(resource, namespace, body, _dry_run(request)), 201)
             if method == "DELETE":
-                return web.json_response(self._delete_collection(request, resource, namespace))
-            raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a collection")
+                options = await self._body(request, optional=True)
+                deleted = self.store.delete_collection(resource, namespace, self._selection(request, resource),
+                                                       self._delete_options(request, options),
+                                                       _dry_run(request, options))
+                return _json({"kind": f"{resource.kind}List", "apiVersion": resource.api_version,
+                              "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted})
+            raise self._not_allowed(method, path)
         if method == "GET":
-            return self._get_response(request, resource, namespace, name)
+            if request.query.get("watch") in _TRUE:
+                pinned = Selection(LabelSelector(), FieldSelector((("metadata.name", True, name),)))
+                return await self._watch(request, resource, namespace, pinned)
+            with self.store.lock:
+                obj = self.store.get(resource, namespace, name)
+            wanted = _table_wanted(request)
+            if wanted is not None:
+                return _json(table(resource, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]}, wanted))
+            return _json(obj)
         if method == "PUT":
             body = await self._body(request)
-            return web.json_response(self._replace(resource, namespace, name, body, sub, _dry_run(request)))
+            return _json(self.store.update(resource, namespace, name, body, sub, _dry_run(request)))
         if method == "PATCH":
-            return await self._patch(request, resource, namespace, name, sub)
+            patch_type = request.content_type
+            if patch_type not in PATCH_TYPES:
+                raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
+                               f"accepted media types include: {', '.join(PATCH_TYPES)}")
+            if patch_type == PATCH_TYPES[3] and not request.query.get("fieldManager"):
+                raise bad_request("PATCH requests with the apply content type require a fieldManager")
+            body = await self._body(request, any_json=True)
+            obj, created = self.store.patch(resource, namespace, name, patch_type, body, sub, _dry_run(request))
+            return _json(obj, 201 if created else 200)
         if method == "DELETE":
+            if sub is not None:
+                raise self._not_allowed(method, path)
             options = await self._body(request, optional=True)
-            return web.json_response(
-                self._delete(
-                    resource, namespace, name, options or {}, request.query.get("propagationPolicy"), _dry_run(request)
-                )
-            )
-        raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed")
+            obj, gone = self.store.delete(resource, namespace, name, self._delete_options(request, options),
+                                          _dry_run(request, options))
+            if gone and not resource.returns_deleted_object:
+                return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                              "details": {"name": name, "group": resource.group, "kind": resource.plural,
+                                          "uid": obj["metadata"]["uid"]}})
+            # kube-apiserver answers 202 only when the object stays and orphanDependents=false was asked for.
+            accepted = not gone and options.get("orphanDependents") is False
+            return _json(obj, 202 if accepted else 200)
+        raise self._not_allowed(method, path)
 
-    async def _body(self, request: web.Request, optional: bool = False) -> Obj:
+    @staticmethod
+    def _not_allowed(method: str, path: str) -> ApiError:
+        return ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource",
+                        {"causes": [{"reason": "UnexpectedServerResponse", "message": f"{method} {path}"}]})
+
+    async def _body(self, request: web.Request, optional: bool = False, any_json: bool = False) -> Obj:
         raw = await request.read()
-        if not raw:
+        if not raw.strip():
             if optional:
                 return {}
-            raise ApiError(400, "BadRequest", "request body is empty")
+            raise bad_request("the request body is empty")
+        content_type = request.content_type
+        if "protobuf" in content_type:
+            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
+                           f"accepted media types include: {JSON}, application/yaml")
         try:
-            data = yaml.safe_load(raw) if "yaml" in request.content_type else json.loads(raw)
+            data = yaml.load(raw, Loader=_YAML_LOADER) if "yaml" in content_type else json.loads(raw)  # noqa: S506
         except (ValueError, yaml.YAMLError) as exc:
-            raise ApiError(400, "BadRequest", f"the body is not valid JSON/YAML: {exc}") from None
+            raise bad_request(f"the body of the request could not be decoded: {exc}") from None
         if optional and data is None:
             return {}
-        if not isinstance(data, dict) and request.method != "PATCH":
-            raise ApiError(400, "BadRequest", "the body must be an object")
+        if not isinstance(data, dict) and not any_json:
+            raise bad_request(f"the body of the request must be a JSON object, not {type(data).__name__}")
         return data  # type: ignore[no-any-return]
 
-    # -- storage core ----------------------------------------------------------------------------
-    def _next_rv(self) -> str:
-        self._last_rv = next(self._rv)
-        return str(self._last_rv)
+    @staticmethod
+    def _delete_options(request: web.Request, options: Obj) -> Obj:
+        merged = dict(options)
+        if request.query.get("propagationPolicy"):
+            merged["propagationPolicy"] = request.query["propagationPolicy"]
+        if not merged.get("propagationPolicy") and options.get("orphanDependents") is True:
+            merged["propagationPolicy"] = "Orphan"
+        return merged
 
-    def _emit(self, resource: Resource, event_type: str, obj: Obj, previous: Obj | None = None) -> None:
-        rv = int(obj["metadata"]["resourceVersion"])
-        stored = copy.deepcopy(obj)
-        self._log.append((rv, resource.key, event_type, stored, copy.deepcopy(previous) if previous else None))
-        for watcher in self._watchers:
-            if watcher.resource.key == resource.key:
-                kind = _event_for(watcher, event_type, obj, previous)
-                if kind is not None:
-                    watcher.queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
-
-    def _store(self, resource: Resource, obj: Obj, previous: Obj | None) -> Obj:
-        """Write `obj` (new rv), emit the watch event; a no-op write changes nothing."""
-        meta = obj["metadata"]
-        key = (meta.get("namespace") or "", meta["name"])
-        if previous is not None and _same(previous, obj):
-            return copy.deepcopy(previous)
-        meta["resourceVersion"] = self._next_rv()
-        self._objects[resource.key][key] = obj
-        self._emit(resource, "ADDED" if previous is None else "MODIFIED", obj, previous)
-        if resource.key == CRD_KEY:
-            self._register_crd(obj)
-        return copy.deepcopy(obj)
-
-    def _remove(self, resource: Resource, obj: Obj) -> Obj:
-        meta = obj["metadata"]
-        self._objects[resource.key].pop((meta.get("namespace") or "", meta["name"]), None)
-        gone = copy.deepcopy(obj)
-        gone["metadata"]["resourceVersion"] = self._next_rv()
-        self._emit(resource, "DELETED", gone)
-        if resource.key == CRD_KEY:
-            self._unregister_crd(obj)
-        elif resource.key == ("", "v1", "namespaces"):
-            for other in list(self._resources.values()):
-                for (ns, _), child in list(self._objects[other.key].items()):
-                    if ns == meta["name"]:
-                        self._remove(other, child)
-        self._collect_dependents(meta.get("uid"))
-        return gone
-
-    def _collect_dependents(self, uid: str | None) -> None:
-        """Background garbage collection: delete everything owned by `uid`."""
-        if not uid:
-            return
-        for resource in list(self._resources.values()):
-            for child in list(self._objects[resource.key].values()):
-                owners = child["metadata"].get("ownerReferences") or ()
-                if any(o.get("uid") == uid for o in owners):
-                    self._delete_object(resource, child, "Background")
-
-    def _delete_object(self, resource: Resource, obj: Obj, propagation: str | None) -> Obj:
-        meta = obj["metadata"]
-        if propagation == "Foreground":
-            self._collect_dependents(meta.get("uid"))
-        if meta.get("finalizers"):
-            if not meta.get("deletionTimestamp"):
-                updated = copy.deepcopy(obj)
-                updated["metadata"]["deletionTimestamp"] = _now()
-                updated["metadata"]["deletionGracePeriodSeconds"] = 0
-                return self._store(resource, updated, obj)
-            return copy.deepcopy(obj)
-        return self._remove(resource, obj)
-
-    def _require_namespace(self, resource: Resource, namespace: str | None) -> None:
-        if resource.namespaced:
-            ns_key = ("", "v1", "namespaces")
-            if ("", namespace or "") not in self._objects[ns_key]:
-                raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found')
-
-    def _prepare(self, resource: Resource, obj: Obj) -> Obj:
-        """Defaults, pruning and schema validation of custom resources (422 naming the field)."""
-        if resource.schema is None:
-            return obj
-        meta = obj.get("metadata")
-        pruned: Obj = apply_defaults_and_prune(resource.schema, {k: v for k, v in obj.items() if k != "metadata"})
-        pruned["metadata"] = meta
-        errors = schema_errors(resource.schema, pruned)
-        if errors:
-            name = (meta or {}).get("name", "")
-            message = f'{resource.kind} "{name}" is invalid: ' + ", ".join(f"{p}: {m}" for p, m in errors)
-            causes = [{"reason": "FieldValueInvalid", "message": m, "field": p} for p, m in errors]
-            raise ApiError(422, "Invalid", message, causes)
-        return pruned
-
-    def _create(self, resource: Resource, namespace: str | None, body: Obj, dry_run: bool) -> Obj:
-        obj = copy.deepcopy(body)
-        meta = obj.setdefault("metadata", {})
-        if not isinstance(meta, dict):
-            raise ApiError(400, "BadRequest", "metadata must be an object")
-        if resource.namespaced:
-            if meta.get("namespace") and namespace and meta["namespace"] != namespace:
-                raise ApiError(
-                    400,
-                    "BadRequest",
-                    "the namespace of the provided object does not match the namespace sent on the request",
-                )
-            meta["namespace"] = namespace or meta.get("namespace") or "default"
-        else:
-            meta.pop("namespace", None)
-        obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
-        with self._lock:
-            self._require_namespace(resource, meta.get("namespace"))
-            if not meta.get("name"):
-                if not meta.get("generateName"):
-                    raise ApiError(
-                        422,
-                        "Invalid",
-                        f"{resource.kind}: metadata.name: Required value",
-                        [{"reason": "FieldValueRequired", "message": "Required value", "field": "metadata.name"}],
-                    )
-                meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
-            key = (meta.get("namespace") or "", meta["name"])
-            if key in self._objects[resource.key]:
-                raise ApiError(409, "AlreadyExists", f'{resource.plural} "{meta["name"]}" already exists')
-            meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
-            meta.pop("resourceVersion", None)
-            meta.pop("deletionTimestamp", None)
-            if resource.status_subresource and resource.group not in ("", "apiextensions.k8s.io"):
-                obj.pop("status", None)
-            obj = self._prepare(resource, obj)
-            if resource.key == CRD_KEY:
-                obj.setdefault("status", {})["conditions"] = [
-                    {"type": t, "status": "True", "reason": t, "lastTransitionTime": _now()}
-                    for t in ("NamesAccepted", "Established")
-                ]
-            if dry_run:
-                return obj
-            created = self._store(resource, obj, None)
-            if resource.key == ("", "v1", "namespaces"):
-                sa = self._resources[("", "v1", "serviceaccounts")]
-                self._create(sa, meta["name"], {"metadata": {"name": "default"}}, False)
-            return created
-
-    def _get(self, resource: Resource, namespace: str | None, name: str) -> Obj:
-        obj = self._objects[resource.key].get((namespace or "", name))
-        if obj is None:
-            raise ApiError(404, "NotFound", f'{resource.plural}.{resource.group} "{name}" not found'.replace(". ", " "))
-        return obj
-
-    def _write(self, resource: Resource, previous: Obj, new: Obj, sub: str | None, dry_run: bool) -> Obj:
-        """Common rules of PUT and PATCH: subresource split, immutable metadata, generation, finalizers."""
-        new = copy.deepcopy(new)
-        old_meta = previous["metadata"]
-        if resource.status_subresource:
-            if sub == "status":
-                new = {**copy.deepcopy(previous), "status": new.get("status")}
-            else:
-                new["status"] = copy.deepcopy(previous.get("status"))
-                if new["status"] is None:
-                    new.pop("status")
-        meta = new.setdefault("metadata", {})
-        for key in ("uid", "creationTimestamp", "name", "namespace", "deletionTimestamp", "generation"):
-            if key in old_meta:
-                meta[key] = old_meta[key]
-        new["apiVersion"], new["kind"] = resource.api_version, resource.kind
-        if old_meta.get("deletionTimestamp"):
-            added = set(meta.get("finalizers") or ()) - set(old_meta.get("finalizers") or ())
-            if added:
-                raise ApiError(
-                    422,
-                    "Invalid",
-                    "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted",
-                )
-        new = self._prepare(resource, new)
-        new["metadata"] = meta
-        if _spec_changed(previous, new):
-            meta["generation"] = int(old_meta.get("generation") or 1) + 1
-        meta["resourceVersion"] = old_meta.get("resourceVersion")
-        if dry_run:
-            return new
-        stored = self._store(resource, new, previous)
-        if old_meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            return self._remove(resource, stored)  # the last finalizer is gone: the deletion completes
-        return stored
-
-    def _replace(
-        self, resource: Resource, namespace: str | None, name: str, body: Obj, sub: str | None, dry_run: bool
-    ) -> Obj:
-        with self._lock:
-            previous = self._get(resource, namespace, name)
-            wanted = (body.get("metadata") or {}).get("resourceVersion")
-            if wanted and wanted != previous["metadata"]["resourceVersion"]:
-                raise ApiError(
-                    409,
-                    "Conflict",
-                    f'Operation cannot be fulfilled on {resource.plural} "{name}": the '
-                    "object has been modified; please apply your changes to the latest "
-                    "version and try again",
-                )
-            return self._write(resource, previous, body, sub, dry_run)
-
-    async def _patch(
-        self, request: web.Request, resource: Resource, namespace: str | None, name: str, sub: str | None
-    ) -> web.Response:
-        content_type = request.content_type
-        body: Any = await self._body(request)
-        dry_run = _dry_run(request)
-        with self._lock:
-            existing = self._objects[resource.key].get((namespace or "", name))
-            if existing is None:
-                if content_type == "application/apply-patch+yaml":
-                    return web.json_response(self._create(resource, namespace, body, dry_run), status=201)
-                raise ApiError(404, "NotFound", f'{resource.plural} "{name}" not found')
-            try:
-                if content_type == "application/merge-patch+json":
-                    if not isinstance(body, dict):
-                        raise PatchError("a merge patch must be an object")
-                    wanted = (body.get("metadata") or {}).get("resourceVersion")
-                    if wanted and wanted != existing["metadata"]["resourceVersion"]:
-                        raise ApiError(409, "Conflict", f'the object "{name}" has been modified')
-                    patched = merge_patch(existing, body)
-                elif content_type == "application/json-patch+json":
-                    patched = json_patch(existing, body)
-                elif content_type == "application/strategic-merge-patch+json":
-                    if resource.group not in ("", "coordination.k8s.io", "events.k8s.io"):
-                        raise ApiError(
-                            415, "UnsupportedMediaType", "strategic merge patch is not supported for custom resources"
-                        )
-                    patched = strategic_merge_patch(existing, body)
-                elif content_type == "application/apply-patch+yaml":
-                    patched = merge_patch(existing, {k: v for k, v in body.items() if k != "status" or sub})
-                else:
-                    raise ApiError(
-                        415,
-                        "UnsupportedMediaType",
-                        "the body of the request was in an unknown format "
-                        "- accepted media types include: "
-                        "application/json-patch+json, "
-                        "application/merge-patch+json, "
-                        "application/apply-patch+yaml",
-                    )
-            except PatchError as exc:
-                raise ApiError(422, "Invalid", f"the patch could not be applied: {exc}") from None
-            if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
-                raise ApiError(422, "Invalid", "the patched object is not a valid object")
-            return web.json_response(self._write(resource, existing, patched, sub, dry_run))
-
-    def _delete(
-        self, resource: Resource, namespace: str | None, name: str, options: Obj, propagation: str | None, dry_run: bool
-    ) -> Obj:
-        with self._lock:
-            obj = self._get(resource, namespace, name)
-            preconditions = options.get("preconditions") or {}
-            for key in ("resourceVersion", "uid"):
-                if preconditions.get(key) and preconditions[key] != obj["metadata"].get(key):
-                    raise ApiError(
-                        409,
-                        "Conflict",
-                        f"Precondition failed: {key} in precondition: "
-                        f"{preconditions[key]}, {key} in object meta: "
-                        f"{obj['metadata'].get(key)}",
-                    )
-            if dry_run:
-                return copy.deepcopy(obj)
-            return self._delete_object(resource, obj, propagation or options.get("propagationPolicy"))
-
-    def _delete_collection(self, request: web.Request, resource: Resource, namespace: str | None) -> Obj:
-        items = self._select(request, resource, namespace)
-        with self._lock:
-            for obj in items:
-                current = self._objects[resource.key].get(
-                    (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
-                )
-                if current is not None:
-                    self._delete_object(resource, current, request.query.get("propagationPolicy"))
-        return self._list_body(resource, items)
+    @staticmethod
+    def _selection(request: web.Request, resource: Resource) -> Selection:
+        try:
+            labels = LabelSelector.parse(request.query.get("labelSelector"))
+            fields = FieldSelector.parse(request.query.get("fieldSelector"))
+        except ValueError as exc:
+            raise bad_request(str(exc)) from None
+        for name in fields.fields:
+            if name not in resource.field_selectors:
+                raise bad_request(f'field label not supported: {name}')
+        return Selection(labels, fields)
 
     # -- lists and watches -----------------------------------------------------------------------
-    def _selectors(self, request: web.Request) -> tuple[list[tuple[str, str, set[str]]], list[tuple[str, bool, str]]]:
-        try:
-            return (
-                parse_label_selector(request.query.get("labelSelector")),
-                parse_field_selector(request.query.get("fieldSelector")),
-            )
-        except ValueError as exc:
-            raise ApiError(400, "BadRequest", str(exc)) from None
-
-    def _select(self, request: web.Request, resource: Resource, namespace: str | None) -> list[Obj]:
-        labels, fields = self._selectors(request)
-        with self._lock:
-            return [
-                copy.deepcopy(o)
-                for (ns, _), o in sorted(self._objects[resource.key].items())
-                if (not namespace or ns == namespace)
-                and labels_match(o["metadata"].get("labels") or {}, labels)
-                and fields_match(o, fields)
-            ]
-
-    def _list_body(self, resource: Resource, items: list[Obj], cont: str | None = None) -> Obj:
-        meta: Obj = {"resourceVersion": str(self._last_rv)}
-        if cont:
-            meta["continue"] = cont
-        return {"kind": f"{resource.kind}List", "apiVersion": resource.api_version, "metadata": meta, "items": items}
-
-    def _list_response(self, request: web.Request, resource: Resource, namespace: str | None) -> web.Response:
-        items = self._select(request, resource, namespace)
-        cont = None
-        limit = request.query.get("limit")
-        if limit:
+    def _list(self, request: web.Request, resource: Resource, namespace: str | None) -> web.Response:
+        items, rv = self.store.list_items(resource, namespace, self._selection(request, resource))
+        meta: Obj = {"resourceVersion": str(rv)}
+        token = request.query.get("continue")
+        if token:
             try:
-                start = (
-                    int(base64.urlsafe_b64decode(request.query["continue"]).decode())
-                    if request.query.get("continue")
-                    else 0
-                )
-                size = int(limit)
-            except ValueError:
-                raise ApiError(400, "BadRequest", "invalid limit or continue token") from None
-            if start + size < len(items):
-                cont = base64.urlsafe_b64encode(str(start + size).encode()).decode()
-            items = items[start : start + size]
-        if _wants_table(request):
-            return web.json_response(self._table(resource, items))
-        return web.json_response(self._list_body(resource, items, cont))
+                after = json.loads(base64.urlsafe_b64decode(token.encode()))
+                start_key = (str(after["ns"]), str(after["name"]))
+            except (ValueError, KeyError, TypeError, binascii.Error):
+                raise bad_request("continue key is not valid: incorrect encoded start resourceVersion") from None
+            items = [o for o in items
+                     if (o["metadata"].get("namespace") or "", o["metadata"]["name"]) > start_key]
+        try:
+            limit = int(request.query.get("limit") or 0)
+        except ValueError:
+            raise bad_request(f"invalid limit: {request.query.get('limit')!r}") from None
+        if 0 < limit < len(items):
+            last = items[limit - 1]["metadata"]
+            meta["continue"] = base64.urlsafe_b64encode(
+                json.dumps({"ns": last.get("namespace") or "", "name": last["name"], "rv": rv}).encode()
+            ).decode()
+            meta["remainingItemCount"] = len(items) - limit
+            items = items[:limit]
+        wanted = _table_wanted(request)
+        if wanted is not None:
+            return _json(table(resource, items, meta, wanted))
+        return _json({"kind": f"{resource.kind}List", "apiVersion": resource.api_version, "metadata": meta,
+                      "items": items})
 
-    def _get_response(self, request: web.Request, resource: Resource, namespace: str | None, name: str) -> web.Response:
-        with self._lock:
-            obj = copy.deepcopy(self._get(resource, namespace, name))
-        if _wants_table(request):
-            return web.json_response(self._table(resource, [obj]))
-        return web.json_response(obj)
-
-    async def _watch(self, request: web.Request, resource: Resource, namespace: str | None) -> web.StreamResponse:
-        labels, fields = self._selectors(request)
-        watcher = Watcher(resource, namespace, labels, fields)
-        since = request.query.get("resourceVersion") or "0"
-        bookmarks = request.query.get("allowWatchBookmarks") in ("true", "1", "True")
-        timeout = float(request.query.get("timeoutSeconds") or 1800)
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    async def _watch(
+        self, request: web.Request, resource: Resource, namespace: str | None, selection: Selection
+    ) -> web.StreamResponse:
+        since = request.query.get("resourceVersion")
+        bookmarks = request.query.get("allowWatchBookmarks") in _TRUE
+        try:
+            timeout = float(request.query.get("timeoutSeconds") or 1800)
+        except ValueError:
+            raise bad_request("invalid timeoutSeconds") from None
+        try:
+            first, watch = self.store.watch(resource, namespace, selection, since, asyncio.get_running_loop(),
+                                            _table_wanted(request))
+        except ApiError as exc:
+            if exc.code != 410:
+                raise
+            first, watch = [json.dumps({"type": "ERROR", "object": exc.status()}).encode() + b"\n"], None
+        response = web.StreamResponse(status=200, headers={"Content-Type": JSON})
         response.enable_chunked_encoding()
         await response.prepare(request)
-        with self._lock:
-            initial: list[Obj] = []
-            if since == "0":
-                initial = [
-                    {"type": "ADDED", "object": copy.deepcopy(o)}
-                    for (ns, _), o in sorted(self._objects[resource.key].items())
-                    if watcher.matches(o)
-                ]
-            else:
-                try:
-                    wanted = int(since)
-                except ValueError:
-                    raise ApiError(400, "BadRequest", f"invalid resourceVersion {since!r}") from None
-                oldest = self._log[0][0] if self._log else self._last_rv + 1
-                if wanted < oldest - 1 and wanted < self._last_rv:
-                    initial = [
-                        {
-                            "type": "ERROR",
-                            "object": ApiError(
-                                410, "Expired", f"too old resource version: {wanted} ({oldest - 1})"
-                            ).status(),
-                        }
-                    ]
-                else:
-                    for rv, key, event_type, obj, previous in self._log:
-                        kind = _event_for(watcher, event_type, obj, previous) if key == resource.key else None
-                        if rv > wanted and kind is not None:
-                            initial.append({"type": kind, "object": copy.deepcopy(obj)})
-            self._watchers.append(watcher)
         try:
-            for event in initial:
-                await response.write(json.dumps(event).encode() + b"\n")
-            if initial and initial[0]["type"] == "ERROR":
+            if first:
+                await response.write(b"".join(first))
+            if watch is None:
                 return response
             deadline = time.monotonic() + timeout
+            next_bookmark = time.monotonic() + self.bookmark_interval
             while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                now = time.monotonic()
+                if now >= deadline:
                     break
-                try:
-                    live = await asyncio.wait_for(watcher.queue.get(), timeout=min(remaining, 5.0))
-                except TimeoutError:
-                    if bookmarks:
-                        mark = {
-                            "kind": resource.kind,
-                            "apiVersion": resource.api_version,
-                            "metadata": {"resourceVersion": str(self._last_rv)},
-                        }
-                        await response.write(json.dumps({"type": "BOOKMARK", "object": mark}).encode() + b"\n")
-                    continue
-                if live is None:
+                if bookmarks and now >= next_bookmark:
+                    mark = {"kind": resource.kind, "apiVersion": resource.api_version,
+                            "metadata": {"resourceVersion": str(self.store.rv)}}
+                    await response.write(json.dumps({"type": "BOOKMARK", "object": mark}).encode() + b"\n")
+                    next_bookmark = now + self.bookmark_interval
+                wait = min(deadline, next_bookmark) - now if bookmarks else deadline - now
+                if watch.queue.empty():
+                    try:
+                        item = await asyncio.wait_for(watch.queue.get(), timeout=max(wait, 0.001))
+                    except TimeoutError:
+                        continue
+                else:
+                    item = watch.queue.get_nowait()
+                batch: list[bytes] = []
+                while item is not None:
+                    batch.append(item)
+                    if watch.queue.empty():
+                        break
+                    item = watch.queue.get_nowait()
+                if batch:
+                    await response.write(b"".join(batch))
+                if item is None:
                     break
-                await response.write(json.dumps(live).encode() + b"\n")
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
-            with self._lock:
-                if watcher in self._watchers:
-                    self._watchers.remove(watcher)
+            if watch is not None:
+                self.store.unwatch(watch)
         return response
 
-    def _table(self, resource: Resource, items: list[Obj]) -> Obj:
-        columns = [{"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0}]
-        paths: list[str] = []
-        for column in resource.printer_columns:
-            columns.append(
-                {
-                    "name": column["name"],
-                    "type": column.get("type", "string"),
-                    "format": column.get("format", ""),
-                    "description": column.get("description", ""),
-                    "priority": column.get("priority", 0),
-                }
-            )
-            paths.append(column["jsonPath"])
-        if not resource.printer_columns:
-            columns.append({"name": "Age", "type": "date", "format": "", "description": "Age", "priority": 0})
-            paths.append(".metadata.creationTimestamp")
-        rows = [
-            {
-                "cells": [o["metadata"]["name"], *(_json_path(o, p) for p in paths)],
-                "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]},
-            }
-            for o in items
-        ]
-        return {
-            "kind": "Table",
-            "apiVersion": "meta.k8s.io/v1",
-            "metadata": {"resourceVersion": str(self._last_rv)},
-            "columnDefinitions": columns,
-            "rows": rows,
-        }
-
-    # -- CRDs ------------------------------------------------------------------------------------
-    def _register_crd(self, crd: Obj) -> None:
-        for resource in resources_from_crd(crd):
-            self._resources[resource.key] = resource
-
-    def _unregister_crd(self, crd: Obj) -> None:
-        for resource in resources_from_crd(crd):
-            self._resources.pop(resource.key, None)
-            self._objects.pop(resource.key, None)
-
     # -- tokens ----------------------------------------------------------------------------------
-    def _sign(self, claims: Obj) -> str:
-        def b64(data: bytes) -> str:
-            return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-        head = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
-        body = b64(json.dumps(claims, sort_keys=True).encode())
-        signature = hmac.new(self._signing_key, f"{head}.{body}".encode(), hashlib.sha256).digest()
-        return f"{head}.{body}.{b64(signature)}"
-
-    def _verify(self, token: str) -> Obj | None:
-        try:
-            head, body, signature = token.split(".")
-            expected = hmac.new(self._signing_key, f"{head}.{body}".encode(), hashlib.sha256).digest()
-            if not hmac.compare_digest(base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4)), expected):
-                return None
-            claims: Obj = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-        except (ValueError, json.JSONDecodeError):
-            return None
-        return claims
-
     def _token_request(self, namespace: str, name: str, body: Obj) -> Obj:
-        with self._lock:
-            sa = self._get(self._resources[("", "v1", "serviceaccounts")], namespace, name)
-            spec = body.get("spec") or {}
-            expires = int(time.time()) + int(spec.get("expirationSeconds") or 3600)
-            claims: Obj = {
-                "iss": "burrito-py-local",
-                "sub": f"system:serviceaccount:{namespace}:{name}",
-                "aud": spec.get("audiences") or ["burrito-py-local"],
-                "exp": expires,
-                "kubernetes.io": {
-                    "namespace": namespace,
-                    "serviceaccount": {"name": name, "uid": sa["metadata"]["uid"]},
-                },
-            }
-            bound = spec.get("boundObjectRef") or {}
-            if bound.get("kind") == "Pod":
-                claims["kubernetes.io"]["pod"] = {"name": bound.get("name"), "uid": bound.get("uid")}
-        expiry = datetime.fromtimestamp(expires, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return {
-            "kind": "TokenRequest",
-            "apiVersion": "authentication.k8s.io/v1",
-            "metadata": {"name": name},
-            "spec": spec,
-            "status": {"token": self._sign(claims), "expirationTimestamp": expiry},
-        }
-
-    def _token_review(self, body: Obj) -> Obj:
         spec = body.get("spec") or {}
-        claims = self._verify(str(spec.get("token") or ""))
-        status: Obj = {"authenticated": False}
-        if claims is not None and claims.get("exp", 0) > time.time():
-            audiences = set(claims.get("aud") or ())
-            wanted = set(spec.get("audiences") or ()) or audiences
-            info = claims.get("kubernetes.io") or {}
-            pod = info.get("pod")
-            pod_alive = True
-            if pod:
-                with self._lock:
-                    live = self._objects[("", "v1", "pods")].get((info.get("namespace", ""), pod.get("name", "")))
-                pod_alive = live is not None and (not pod.get("uid") or live["metadata"]["uid"] == pod.get("uid"))
-            if audiences & wanted and pod_alive:
-                extra = {}
-                if pod:
-                    extra = {
-                        "authentication.kubernetes.io/pod-name": [pod.get("name")],
-                        "authentication.kubernetes.io/pod-uid": [pod.get("uid")],
-                    }
-                status = {
-                    "authenticated": True,
-                    "audiences": sorted(audiences & wanted),
-                    "user": {
-                        "username": claims["sub"],
-                        "uid": info.get("serviceaccount", {}).get("uid"),
-                        "groups": ["system:serviceaccounts", f"system:serviceaccounts:{info.get('namespace')}"],
-                        "extra": extra,
-                    },
-                }
-            else:
-                status["error"] = "token audiences or pod binding do not match"
-        else:
-            status["error"] = "invalid or expired token"
-        return {
-            "kind": "TokenReview",
-            "apiVersion": "authentication.k8s.io/v1",
-            "metadata": {},
-            "spec": spec,
-            "status": status,
-        }
+        if not isinstance(spec, dict):
+            raise bad_request("spec must be an object")
+        audiences = spec.get("audiences") or list(API_AUDIENCES)
+        if not isinstance(audiences, list) or not all(isinstance(a, str) for a in audiences):
+            raise bad_request("spec.audiences must be a list of strings")
+        seconds = spec.get("expirationSeconds") or 3600
+        causes = []
+        if not isinstance(seconds, int) or seconds < 600:
+            causes.append({"reason": "FieldValueInvalid", "field": "spec.expirationSeconds",
+                           "message": f"Invalid value: {seconds}: may not specify a duration less than 10 minutes"})
+        bound = spec.get("boundObjectRef") or None
+        if bound is not None and (not isinstance(bound, dict) or bound.get("kind") not in ("Pod", "Secret")):
+            causes.append({"reason": "FieldValueNotSupported", "field": "spec.boundObjectRef.kind",
+                           "message": 'Unsupported value: supported values: "Pod", "Secret"'})
+        if causes:
+            raise invalid("TokenRequest", "authentication.k8s.io", name, causes)
+        with self.store.lock:
+            accounts = self.store.resources[("", "v1", "serviceaccounts")]
+            account = self.store.get(accounts, namespace, name)
+            pod: tuple[str, str] | None = None
+            if bound is not None:
+                plural = "pods" if bound["kind"] == "Pod" else "secrets"
+                target = self.store.find(self.store.resources[("", "v1", plural)], namespace, str(bound.get("name")))
+                if target is None:
+                    raise not_found(plural, "", str(bound.get("name")))
+                uid = target["metadata"]["uid"]
+                if bound.get("uid") and bound["uid"] != uid:
+                    raise ApiError(409, "Conflict", f"the UID in the bound object reference ({bound['uid']}) does "
+                                   f"not match the UID in record. The object might have been deleted and then "
+                                   f"recreated")
+                bound = {**bound, "apiVersion": "v1", "uid": uid}
+                if plural == "pods":
+                    pod = (str(bound["name"]), str(uid))
+            token, expires = self.tokens.issue(namespace, name, account["metadata"]["uid"], audiences, seconds, pod)
+        out_spec: Obj = {"audiences": audiences, "expirationSeconds": seconds, "boundObjectRef": bound}
+        return {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+                "metadata": {"name": name, "namespace": namespace, "creationTimestamp": now_rfc3339()},
+                "spec": out_spec, "status": self.tokens.token_request_status(token, expires)}
 
     # -- pod logs --------------------------------------------------------------------------------
     async def _pod_log(self, request: web.Request, resource: Resource, namespace: str, name: str) -> web.StreamResponse:
-        with self._lock:
-            pod = self._get(resource, namespace, name)
-            containers = (pod.get("spec") or {}).get("containers") or [{"name": "main"}]
-        container = request.query.get("container") or containers[0].get("name", "main")
-        path = (self.pod_log_dir / namespace / name / f"{container}.log") if self.pod_log_dir else None
-        follow = request.query.get("follow") in ("true", "1", "True")
-        tail = request.query.get("tailLines")
-        if not follow:
-            text = path.read_bytes() if path is not None and path.exists() else b""
-            if tail:
-                text = b"".join(text.splitlines(keepends=True)[-int(tail) :])
+        with self.store.lock:
+            pod = self.store.get(resource, namespace, name)
+        names = [str(c.get("name")) for c in (pod.get("spec") or {}).get("containers") or () if c.get("name")]
+        container = request.query.get("container")
+        if not container:
+            if len(names) > 1:
+                raise bad_request(f"a container name must be specified for pod {name}, choose one of: "
+                                  f"[{' '.join(names)}]")
+            container = names[0] if names else "main"
+        elif names and container not in names:
+            raise bad_request(f'container "{container}" in pod "{name}" is not valid')
+        path = self.pod_log_dir / namespace / name / f"{container}.log" if self.pod_log_dir else None
+        try:
+            tail = int(request.query["tailLines"]) if request.query.get("tailLines") else None
+            limit = int(request.query["limitBytes"]) if request.query.get("limitBytes") else None
+        except ValueError:
+            raise bad_request("tailLines and limitBytes must be integers") from None
+        text = path.read_bytes() if path is not None and path.is_file() else b""
+        offset = len(text)
+        if tail is not None:
+            text = b"".join(text.splitlines(keepends=True)[-tail:]) if tail > 0 else b""
+        if limit is not None:
+            text = text[:limit]
+        if request.query.get("follow") not in _TRUE:
             return web.Response(body=text, content_type="text/plain")
-        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        response = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
         response.enable_chunked_encoding()
         await response.prepare(request)
-        offset = 0
-        while True:
-            if path is not None and path.exists():
-                with path.open("rb") as handle:
-                    handle.seek(offset)
-                    chunk = handle.read()
-                if chunk:
-                    offset += len(chunk)
-                    await response.write(chunk)
-            with self._lock:
-                current = self._objects[resource.key].get((namespace, name))
-            if current is None or (current.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                if path is not None and path.exists() and path.stat().st_size > offset:
-                    continue
-                break
-            await asyncio.sleep(0.05)
+        await response.write(text)
+        uid = pod["metadata"]["uid"]
+        stopping = self._stopping
+        try:
+            while stopping is None or not stopping.is_set():
+                current = self.store.find(resource, namespace, name)
+                finished = current is None or current["metadata"]["uid"] != uid or (
+                    (current.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
+                if path is not None and path.is_file():
+                    with path.open("rb") as handle:
+                        handle.seek(offset)
+                        chunk = handle.read()
+                    if chunk:
+                        offset += len(chunk)
+                        await response.write(chunk)
+                if finished:
+                    break
+                await asyncio.sleep(self.log_poll_interval)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
         return response
 
 
-def _event_for(watcher: Watcher, event_type: str, obj: Obj, previous: Obj | None) -> str | None:
-    """What a selector watch sees: objects entering the selector are ADDED, leaving it DELETED."""
-    now_in, was_in = watcher.matches(obj), previous is not None and watcher.matches(previous)
-    if event_type == "MODIFIED" and now_in and not was_in:
-        return "ADDED"
-    if event_type == "MODIFIED" and was_in and not now_in:
-        return "DELETED"
-    return event_type if now_in else None
-
-
-def _dry_run(request: web.Request) -> bool:
-    return request.query.get("dryRun") == "All"
-
-
-def _wants_table(request: web.Request) -> bool:
-    return "as=Table" in request.headers.get("Accept", "")
-
-
-def _same(a: Obj, b: Obj) -> bool:
-    def strip(obj: Obj) -> Obj:
-        clone = dict(obj)
-        clone["metadata"] = {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}
-        return clone
-
-    return strip(a) == strip(b)
-
-
-def _spec_changed(old: Obj, new: Obj) -> bool:
-    def payload(obj: Obj) -> Obj:
-        return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
-
-    return payload(old) != payload(new)
-
-
-def _cell(value: Any, column_type: str) -> Any:
-    """The server renders date columns as ages (`5m`), as kube-apiserver's table convertor does."""
-    if column_type != "date" or not isinstance(value, str):
-        return value
-    try:
-        seconds = int((datetime.now(UTC) - datetime.fromisoformat(value.replace("Z", "+00:00"))).total_seconds())
-    except ValueError:
-        return value
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size * 2:
-            return f"{seconds // size}{unit}"
-    return f"{max(seconds, 0)}s"
-
-
-def _json_path(obj: Obj, path: str) -> Any:
-    node: Any = obj
-    for part in path.strip(".").split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
-
-
 def serve_forever(host: str = "127.0.0.1", port: int = 0, kubeconfig: Path | None = None) -> None:
+    """`burrito-py local apiserver`: serve until Ctrl-C."""
     server = ApiServer(host=host, port=port).start()
-    if kubeconfig is not None:
-        server.write_kubeconfig(kubeconfig)
-    print(f"Kubernetes API emulator listening on {server.url}", flush=True)
-    if kubeconfig is not None:
-        print(f"kubeconfig written to {kubeconfig}", flush=True)
     try:
-        while True:
-            time.sleep(3600)
+        if kubeconfig is not None:
+            server.write_kubeconfig(kubeconfig)
+        print(f"Kubernetes API emulator listening on {server.url}", flush=True)
+        if kubeconfig is not None:
+            print(f"kubeconfig written to {kubeconfig}", flush=True)
+        threading.Event().wait()
     except KeyboardInterrupt:
         pass
     finally:

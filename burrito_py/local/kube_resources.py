@@ -1,4 +1,4 @@
-"""What the API emulator serves: resource definitions, built-ins, and CRD → resource translation."""
+"""What the API emulator serves: resource definitions, the built-ins, and CRD → resources."""
 
 from __future__ import annotations
 
@@ -6,7 +6,37 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from burrito_py.local.kube_schema import CompiledSchema
+
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+COMMON_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
+POD_FIELDS = frozenset(
+    {
+        "status.phase",
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.podIP",
+        "status.nominatedNodeName",
+    }
+)
+EVENT_FIELDS = frozenset(
+    {
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    }
+)
 
 
 @dataclass
@@ -20,9 +50,13 @@ class Resource:
     short_names: list[str] = field(default_factory=list)
     categories: list[str] = field(default_factory=list)
     status_subresource: bool = False
-    schema: dict[str, Any] | None = None
+    schema: CompiledSchema | None = None
     printer_columns: list[dict[str, Any]] = field(default_factory=list)
     subresources: list[str] = field(default_factory=list)
+    verbs: list[str] = field(default_factory=lambda: list(VERBS))
+    field_selectors: frozenset[str] = COMMON_FIELDS
+    returns_deleted_object: bool = False  # DELETE answers with the object rather than a Success Status
+    custom: bool = False
 
     @property
     def api_version(self) -> str:
@@ -30,19 +64,28 @@ class Resource:
 
     @property
     def key(self) -> tuple[str, str, str]:
+        """Route key: one per served version."""
         return self.group, self.version, self.plural
 
+    @property
+    def storage(self) -> tuple[str, str]:
+        """Storage key: the versions of one resource share their objects, as in etcd."""
+        return self.group, self.plural
+
     def discovery(self) -> list[dict[str, Any]]:
-        entry = {
+        entry: dict[str, Any] = {
             "name": self.plural,
             "singularName": self.singular,
             "namespaced": self.namespaced,
             "kind": self.kind,
-            "verbs": VERBS,
-            "shortNames": self.short_names,
-            "categories": self.categories,
+            "verbs": self.verbs,
         }
-        subs = [*self.subresources, *(["status"] if self.status_subresource else [])]
+        if self.short_names:
+            entry["shortNames"] = self.short_names
+        if self.categories:
+            entry["categories"] = self.categories
+        subs = [*(["status"] if self.status_subresource else []), *self.subresources]
+        sub_verbs = {"status": ["get", "patch", "update"], "log": ["get"], "token": ["create"]}
         return [
             entry,
             *(
@@ -50,8 +93,9 @@ class Resource:
                     "name": f"{self.plural}/{s}",
                     "singularName": "",
                     "namespaced": self.namespaced,
-                    "kind": self.kind,
-                    "verbs": ["get", "patch", "update"],
+                    "kind": {"log": "Pod", "token": "TokenRequest"}.get(s, self.kind),
+                    "verbs": sub_verbs.get(s, ["get"]),
+                    **({"group": "authentication.k8s.io", "version": "v1"} if s == "token" else {}),
                 }
                 for s in subs
             ),
@@ -60,36 +104,43 @@ class Resource:
 
 def builtins() -> list[Resource]:
     return [
-        Resource("", "v1", "namespaces", "namespace", "Namespace", False, ["ns"], status_subresource=True),
-        Resource("", "v1", "pods", "pod", "Pod", True, ["po"], ["all"], True, subresources=["log"]),
-        Resource("", "v1", "secrets", "secret", "Secret", True),
+        Resource("", "v1", "namespaces", "namespace", "Namespace", False, ["ns"], status_subresource=True,
+                 returns_deleted_object=True),
+        Resource("", "v1", "pods", "pod", "Pod", True, ["po"], ["all"], True, subresources=["log"],
+                 field_selectors=COMMON_FIELDS | POD_FIELDS, returns_deleted_object=True),
+        Resource("", "v1", "secrets", "secret", "Secret", True, field_selectors=COMMON_FIELDS | {"type"}),
         Resource("", "v1", "configmaps", "configmap", "ConfigMap", True, ["cm"]),
-        Resource("", "v1", "events", "event", "Event", True, ["ev"]),
-        Resource("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, ["sa"], subresources=["token"]),
-        Resource("", "v1", "services", "service", "Service", True, ["svc"], status_subresource=True),
-        Resource("events.k8s.io", "v1", "events", "event", "Event", True, ["ev"]),
+        Resource("", "v1", "events", "event", "Event", True, ["ev"], field_selectors=COMMON_FIELDS | EVENT_FIELDS),
+        Resource("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, ["sa"],
+                 subresources=["token"]),
+        Resource("", "v1", "services", "service", "Service", True, ["svc"], ["all"], status_subresource=True),
+        Resource("events.k8s.io", "v1", "events", "event", "Event", True, ["ev"],
+                 field_selectors=COMMON_FIELDS | {"regarding.kind", "regarding.name", "regarding.namespace",
+                                                  "regarding.uid", "reason", "type"}),
         Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
-        Resource(
-            "apiextensions.k8s.io",
-            "v1",
-            "customresourcedefinitions",
-            "customresourcedefinition",
-            "CustomResourceDefinition",
-            False,
-            ["crd", "crds"],
-            status_subresource=True,
-        ),
-        Resource("authentication.k8s.io", "v1", "tokenreviews", "tokenreview", "TokenReview", False),
+        Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition",
+                 "CustomResourceDefinition", False, ["crd", "crds"], status_subresource=True,
+                 returns_deleted_object=True),
+        Resource("authentication.k8s.io", "v1", "tokenreviews", "tokenreview", "TokenReview", False,
+                 verbs=["create"]),
+        Resource("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True),
+        Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True),
+        Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", False),
+        Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding",
+                 "ClusterRoleBinding", False),
     ]
 
 
 def resources_from_crd(crd: Mapping[str, Any]) -> list[Resource]:
+    """One Resource per served version of a CustomResourceDefinition."""
     spec = crd.get("spec") or {}
     names = spec.get("names") or {}
     found = []
     for version in spec.get("versions") or ():
         if not version.get("served", True):
             continue
+        schema = (version.get("schema") or {}).get("openAPIV3Schema")
+        selectable = {f.get("jsonPath", "").lstrip(".") for f in version.get("selectableFields") or ()}
         found.append(
             Resource(
                 group=spec.get("group", ""),
@@ -101,8 +152,18 @@ def resources_from_crd(crd: Mapping[str, Any]) -> list[Resource]:
                 short_names=list(names.get("shortNames") or ()),
                 categories=list(names.get("categories") or ()),
                 status_subresource="status" in (version.get("subresources") or {}),
-                schema=(version.get("schema") or {}).get("openAPIV3Schema"),
+                schema=CompiledSchema(schema) if isinstance(schema, dict) else None,
                 printer_columns=list(version.get("additionalPrinterColumns") or ()),
+                field_selectors=COMMON_FIELDS | selectable,
+                returns_deleted_object=True,
+                custom=True,
             )
         )
     return found
+
+
+def storage_version(crd: Mapping[str, Any]) -> str | None:
+    for version in (crd.get("spec") or {}).get("versions") or ():
+        if version.get("storage"):
+            return str(version["name"])
+    return None
