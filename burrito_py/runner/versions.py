@@ -129,7 +129,8 @@ ANY = Constraint("", ())  # no constraint: every release (no prerelease)
 
 def parse_constraint(text: str) -> Constraint:
     """Parse `text`; raises InvalidVersionConstraint naming the constraint and the bad clause."""
-    if not text or not text.strip():
+    text = (text or "").strip()
+    if not text:
         raise InvalidVersionConstraint("empty version constraint")
     clauses = []
     for part in text.split(","):
@@ -145,7 +146,7 @@ def parse_constraint(text: str) -> Constraint:
             raise InvalidVersionConstraint(f"invalid version constraint {text!r}: {exc}") from None
         op: Operator = match["op"] or "="  # type: ignore[assignment]
         clauses.append(Clause(op, version))
-    return Constraint(text.strip(), tuple(clauses))
+    return Constraint(text, tuple(clauses))
 
 
 def pick_latest(constraint: Constraint, versions: Iterable[str]) -> str | None:

@@ -1,0 +1,76 @@
+"""The runner's environment, pod paths, the token file, and how expected errors end a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from burrito_py.local.paths import pod_path
+from burrito_py.runner.main import EXIT_BAD_INPUT, RunnerEnv, RunnerError, file_sum, main, read_token
+
+ENV = {
+    "BURRITO_RUNNER_RUN": "app-plan-x7k2q",
+    "BURRITO_RUNNER_LAYER_NAME": "app",
+    "BURRITO_RUNNER_LAYER_NAMESPACE": "team-a",
+    "BURRITO_RUNNER_ACTION": "plan",
+    "BURRITO_RUNNER_ATTEMPT": "2",
+    "BURRITO_DATASTORE_URL": "http://datastore:8080",
+}
+
+
+def test_reads_the_environment() -> None:
+    env = RunnerEnv.from_environ(ENV)
+    assert env == RunnerEnv("app-plan-x7k2q", "app", "team-a", "plan", 2, "http://datastore:8080")
+
+
+def test_names_every_missing_variable() -> None:
+    partial = {k: v for k, v in ENV.items() if k not in ("BURRITO_RUNNER_RUN", "BURRITO_RUNNER_ATTEMPT")}
+    with pytest.raises(RunnerError, match="missing environment variable\\(s\\): BURRITO_RUNNER_RUN, BURRITO_RUNNER_ATTEMPT"):
+        RunnerEnv.from_environ(partial)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("BURRITO_RUNNER_ACTION", "destroy", "BURRITO_RUNNER_ACTION: 'destroy' is not one of plan, apply"),
+        ("BURRITO_RUNNER_ATTEMPT", "0", "BURRITO_RUNNER_ATTEMPT: '0' is not an attempt number"),
+        ("BURRITO_RUNNER_ATTEMPT", "two", "BURRITO_RUNNER_ATTEMPT: 'two' is not an attempt number"),
+    ],
+)
+def test_invalid_values(name: str, value: str, message: str) -> None:
+    with pytest.raises(RunnerError) as error:
+        RunnerEnv.from_environ({**ENV, name: value})
+    assert message in str(error.value)
+
+
+def test_pod_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("BURRITO_LOCAL_ROOT", raising=False)
+    assert pod_path("/var/run/secrets/burrito-py/token") == Path("/var/run/secrets/burrito-py/token")
+    monkeypatch.setenv("BURRITO_LOCAL_ROOT", str(tmp_path))
+    assert pod_path("/var/run/secrets/burrito-py/token") == tmp_path / "var/run/secrets/burrito-py/token"
+
+
+def test_token_is_read_from_the_pod_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("BURRITO_LOCAL_ROOT", str(tmp_path))
+    assert read_token() is None
+    token = tmp_path / "var/run/secrets/burrito-py/token"
+    token.parent.mkdir(parents=True)
+    token.write_text("eyJ.token.sig\n")
+    assert read_token() == "eyJ.token.sig"
+
+
+def test_file_sum(tmp_path: Path) -> None:
+    (tmp_path / "plan.bin").write_bytes(b"abc")
+    assert file_sum(tmp_path / "plan.bin") == "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_bad_environment_exits_2_with_one_line_and_a_termination_message(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BURRITO_LOCAL_ROOT", str(tmp_path))
+    (tmp_path / "dev").mkdir()
+    assert main({**ENV, "BURRITO_RUNNER_ACTION": "destroy"}) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err == "error: BURRITO_RUNNER_ACTION: 'destroy' is not one of plan, apply\n"
+    assert (tmp_path / "dev/termination-log").read_text() == "BURRITO_RUNNER_ACTION: 'destroy' is not one of plan, apply"

@@ -1,0 +1,246 @@
+"""Tool resolution: the version from the spec or the code, then tenv (a fake `tenv` on a temporary PATH that
+records its arguments and installs shims in tenv's layout) or a binary on PATH (fake `terraform`)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from burrito_py.api.common import ToolSpec
+from burrito_py.api.effective import EffectiveTool
+from burrito_py.runner.tools import (
+    ToolError,
+    code_required_version,
+    resolve_tool,
+    tenv_install_args,
+    tenv_root,
+    tool_for,
+)
+
+FAKE_TENV = r"""#!/bin/sh
+printf '%s|' "$@" >> "$FAKE_TENV_LOG"; echo >> "$FAKE_TENV_LOG"
+if [ -n "$FAKE_TENV_FAIL" ]; then echo "Installation failed" ; echo "$FAKE_TENV_FAIL" >&2; exit 1; fi
+case "$1" in
+  tf) folder=Terraform; bin=terraform ;;
+  tofu) folder=OpenTofu; bin=tofu ;;
+  tg) folder=Terragrunt; bin=terragrunt ;;
+esac
+version="$3"
+case "$version" in [0-9]*) ;; *) version="$FAKE_TENV_RESOLVES" ;; esac
+mkdir -p "$TENV_ROOT/$folder/$version"
+if [ "$bin" = terragrunt ]; then
+  printf '#!/bin/sh\necho "terragrunt version v%s"\n' "$version" > "$TENV_ROOT/$folder/$version/$bin"
+else
+  printf '#!/bin/sh\necho "{\\"terraform_version\\": \\"%s\\"}"\n' "$version" > "$TENV_ROOT/$folder/$version/$bin"
+fi
+chmod +x "$TENV_ROOT/$folder/$version/$bin"
+"""
+
+
+def executable(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def fake_terraform(bin_dir: Path, version: str, name: str = "terraform") -> Path:
+    return executable(bin_dir / name, f'#!/bin/sh\necho \'{{"terraform_version": "{version}", "platform": "x"}}\'\n')
+
+
+@pytest.fixture
+def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty PATH directory in front of the system's basic tools (the real terraform lives elsewhere)."""
+    directory = tmp_path / "bin"
+    directory.mkdir()
+    monkeypatch.setenv("PATH", f"{directory}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    return directory
+
+
+class Tenv:
+    def __init__(self, bin_dir: Path, root: Path, log: Path) -> None:
+        self.bin_dir, self.root, self.log = bin_dir, root, log
+
+    def calls(self) -> list[list[str]]:
+        if not self.log.exists():
+            return []
+        return [line.rstrip("|").split("|") for line in self.log.read_text().splitlines()]
+
+
+@pytest.fixture
+def tenv(bin_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Tenv:
+    executable(bin_dir / "tenv", FAKE_TENV)
+    root, log = tmp_path / "tenv-root", tmp_path / "tenv.log"
+    monkeypatch.setenv("TENV_ROOT", str(root))
+    monkeypatch.setenv("FAKE_TENV_LOG", str(log))
+    monkeypatch.setenv("FAKE_TENV_RESOLVES", "1.9.8")
+    return Tenv(bin_dir, root, log)
+
+
+@pytest.fixture
+def layer(tmp_path: Path) -> Path:
+    directory = tmp_path / "layer"
+    directory.mkdir()
+    (directory / "main.tf").write_text('resource "terraform_data" "x" {\n  input = "a"\n}\n')
+    return directory
+
+
+# -- required_version -------------------------------------------------------------------------------
+def test_required_version_joins_every_terraform_block(layer: Path) -> None:
+    (layer / "versions.tf").write_text('terraform {\n  required_version = ">= 1.5, < 2.0"\n  backend "local" {}\n}\n')
+    (layer / "extra.tf.json").write_text('{"terraform": {"required_version": "!= 1.6.0"}}')
+    (layer / "z.tf").write_text('terraform {\n  required_version = "~> 1.9"\n}\n')
+    assert code_required_version(layer) == "!= 1.6.0, >= 1.5, < 2.0, ~> 1.9"  # in file name order
+
+
+def test_no_required_version(layer: Path) -> None:
+    assert code_required_version(layer) is None
+
+
+def test_tofu_files_count_for_opentofu_only(layer: Path) -> None:
+    (layer / "versions.tofu").write_text('terraform {\n  required_version = ">= 1.8"\n}\n')
+    assert code_required_version(layer, "terraform") is None
+    assert code_required_version(layer, "opentofu") == ">= 1.8"
+
+
+def test_unparsable_hcl_names_the_file(layer: Path) -> None:
+    (layer / "broken.tf").write_text('terraform {\n  required_version = \n}\n')
+    with pytest.raises(ToolError, match=r"cannot parse broken\.tf to read required_version: Unexpected token"):
+        code_required_version(layer)
+
+
+def test_invalid_required_version_names_the_file(layer: Path) -> None:
+    (layer / "versions.tf").write_text('terraform {\n  required_version = ">= banana"\n}\n')
+    with pytest.raises(ToolError, match=r"versions\.tf: required_version: .*'banana' is not a version"):
+        code_required_version(layer)
+
+
+# -- binaries on PATH -------------------------------------------------------------------------------
+def test_path_binary_satisfying_the_code(bin_dir: Path, layer: Path) -> None:
+    terraform = fake_terraform(bin_dir, "1.11.4")
+    (layer / "versions.tf").write_text('terraform {\n  required_version = "~> 1.11.0"\n}\n')
+    tool = tool_for("terraform", None, layer)
+    assert (tool.kind, tool.binary, tool.version, tool.terragrunt) == ("terraform", str(terraform), "1.11.4", None)
+
+
+def test_path_binary_not_satisfying_fails_clearly(bin_dir: Path, layer: Path) -> None:
+    fake_terraform(bin_dir, "1.11.4")
+    with pytest.raises(ToolError) as error:
+        tool_for("terraform", ">= 2.0", layer)
+    assert str(error.value) == 'terraform 1.11.4 on PATH does not satisfy ">= 2.0"; install tenv or a matching binary'
+
+
+def test_spec_version_wins_over_the_code(bin_dir: Path, layer: Path) -> None:
+    fake_terraform(bin_dir, "1.11.4")
+    (layer / "versions.tf").write_text('terraform {\n  required_version = ">= 2.0"\n}\n')
+    assert tool_for("terraform", "1.11.4", layer).version == "1.11.4"
+
+
+def test_opentofu_uses_tofu(bin_dir: Path, layer: Path) -> None:
+    fake_terraform(bin_dir, "1.11.4")
+    tofu = fake_terraform(bin_dir, "1.8.3", name="tofu")
+    tool = tool_for("opentofu", "~> 1.8.0", layer)
+    assert (tool.kind, tool.binary, tool.version) == ("opentofu", str(tofu), "1.8.3")
+
+
+def test_missing_binary(bin_dir: Path, layer: Path) -> None:
+    with pytest.raises(ToolError, match=r'no tofu binary on PATH and no tenv to install tofu ">= 1.8"'):
+        tool_for("opentofu", ">= 1.8", layer)
+
+
+def test_binary_that_prints_no_version(bin_dir: Path, layer: Path) -> None:
+    executable(bin_dir / "terraform", "#!/bin/sh\necho not json\n")
+    with pytest.raises(ToolError, match="printed no terraform_version"):
+        tool_for("terraform", None, layer)
+
+
+def test_invalid_spec_version_names_the_field(bin_dir: Path, layer: Path) -> None:
+    fake_terraform(bin_dir, "1.11.4")
+    with pytest.raises(ToolError, match=r"spec\.terraform\.version: invalid version constraint '>= x'"):
+        tool_for("terraform", ">= x", layer)
+
+
+# -- tenv -------------------------------------------------------------------------------------------
+def test_tenv_install_args() -> None:
+    assert tenv_install_args("terraform", "1.11.4") == ["tenv", "tf", "install", "1.11.4"]
+    assert tenv_install_args("opentofu", "~> 1.8") == ["tenv", "tofu", "install", "~> 1.8"]
+    assert tenv_install_args("terragrunt", None) == ["tenv", "tg", "install", "latest-stable"]
+
+
+def test_tenv_root_follows_tenv(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert tenv_root({"TENV_ROOT": "/a", "TFENV_ROOT": "/b"}) == Path("/a")
+    assert tenv_root({"TFENV_ROOT": "/b"}) == Path("/b")
+    monkeypatch.setenv("HOME", "/home/runner")
+    assert tenv_root({}) == Path("/home/runner/.tenv")
+
+
+def test_tenv_installs_an_exact_version(tenv: Tenv, layer: Path) -> None:
+    fake_terraform(tenv.bin_dir, "1.11.4")  # on PATH too, but tenv wins
+    tool = tool_for("terraform", "1.9.8", layer)
+    assert tenv.calls() == [["tf", "install", "1.9.8"]]
+    assert tool.binary == str(tenv.root / "Terraform" / "1.9.8" / "terraform")
+    assert tool.version == "1.9.8"
+
+
+def test_tenv_resolves_a_constraint_from_the_code(tenv: Tenv, layer: Path) -> None:
+    (layer / "versions.tf").write_text('terraform {\n  required_version = "~> 1.9"\n}\n')
+    tool = tool_for("terraform", None, layer)
+    assert tenv.calls() == [["tf", "install", "~> 1.9"]]
+    assert (tool.binary, tool.version) == (str(tenv.root / "Terraform" / "1.9.8" / "terraform"), "1.9.8")
+
+
+def test_tenv_installs_opentofu(tenv: Tenv, layer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_TENV_RESOLVES", "1.8.3")
+    tool = tool_for("opentofu", ">= 1.8", layer)
+    assert tenv.calls() == [["tofu", "install", ">= 1.8"]]
+    assert (tool.binary, tool.version) == (str(tenv.root / "OpenTofu" / "1.8.3" / "tofu"), "1.8.3")
+
+
+def test_tenv_without_any_constraint_installs_latest_stable(tenv: Tenv, layer: Path) -> None:
+    assert tool_for("terraform", None, layer).version == "1.9.8"
+    assert tenv.calls() == [["tf", "install", "latest-stable"]]
+
+
+def test_an_installed_match_is_used_without_calling_tenv(tenv: Tenv, layer: Path) -> None:
+    for version in ("1.5.7", "1.9.2", "1.10.0-beta1"):
+        fake_terraform(tenv.root / "Terraform" / version, version)
+    tool = tool_for("terraform", ">= 1.5, < 2.0", layer)
+    assert tenv.calls() == []
+    assert tool.binary == str(tenv.root / "Terraform" / "1.9.2" / "terraform")
+    tool_for("terraform", "~> 1.9.5", layer)  # 1.9.2 does not satisfy it: install
+    assert tenv.calls() == [["tf", "install", "~> 1.9.5"]]
+
+
+def test_tenv_failure_is_reported(tenv: Tenv, layer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_TENV_FAIL", "no compatible version found")
+    with pytest.raises(ToolError, match=r"tenv could not install terraform >= 9\.0: no compatible version found"):
+        tool_for("terraform", ">= 9.0", layer)
+
+
+def test_tenv_install_that_yields_no_match(tenv: Tenv, layer: Path) -> None:
+    # tenv "succeeds" but what it installed does not satisfy the constraint: refuse rather than run it.
+    with pytest.raises(ToolError, match=r"tenv installed terraform >= 2\.0 but no version satisfying it"):
+        tool_for("terraform", ">= 2.0", layer)
+
+
+def test_terragrunt_through_tenv(tenv: Tenv, layer: Path) -> None:
+    effective = EffectiveTool(kind="terraform", version="1.9.8", terragrunt=ToolSpec(enabled=True, version="0.67.0"))
+    tool = resolve_tool(effective, layer)
+    assert tenv.calls() == [["tf", "install", "1.9.8"], ["tg", "install", "0.67.0"]]
+    assert tool.terragrunt == str(tenv.root / "Terragrunt" / "0.67.0" / "terragrunt")
+    assert tool.terragrunt_version == "0.67.0"
+    assert tool.binary == str(tenv.root / "Terraform" / "1.9.8" / "terraform")
+
+
+def test_terragrunt_on_path(bin_dir: Path, layer: Path) -> None:
+    fake_terraform(bin_dir, "1.11.4")
+    terragrunt = executable(bin_dir / "terragrunt", '#!/bin/sh\necho "terragrunt version v0.68.1"\n')
+    effective = EffectiveTool(kind="terraform", version=None, terragrunt=ToolSpec(enabled=True, version="~> 0.68"))
+    tool = resolve_tool(effective, layer)
+    assert (tool.terragrunt, tool.terragrunt_version) == (str(terragrunt), "0.68.1")
+    with pytest.raises(ToolError, match=r'terragrunt 0\.68\.1 on PATH does not satisfy "< 0\.60"'):
+        resolve_tool(EffectiveTool(kind="terraform", version=None, terragrunt=ToolSpec(enabled=True, version="< 0.60")),
+                     layer)
