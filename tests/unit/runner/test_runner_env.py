@@ -26,7 +26,8 @@ def test_reads_the_environment() -> None:
 
 def test_names_every_missing_variable() -> None:
     partial = {k: v for k, v in ENV.items() if k not in ("BURRITO_RUNNER_RUN", "BURRITO_RUNNER_ATTEMPT")}
-    with pytest.raises(RunnerError, match="missing environment variable\\(s\\): BURRITO_RUNNER_RUN, BURRITO_RUNNER_ATTEMPT"):
+    expected = r"missing environment variable\(s\): BURRITO_RUNNER_RUN, BURRITO_RUNNER_ATTEMPT"
+    with pytest.raises(RunnerError, match=expected):
         RunnerEnv.from_environ(partial)
 
 
@@ -73,4 +74,5 @@ def test_bad_environment_exits_2_with_one_line_and_a_termination_message(
     assert main({**ENV, "BURRITO_RUNNER_ACTION": "destroy"}) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert err == "error: BURRITO_RUNNER_ACTION: 'destroy' is not one of plan, apply\n"
-    assert (tmp_path / "dev/termination-log").read_text() == "BURRITO_RUNNER_ACTION: 'destroy' is not one of plan, apply"
+    message = (tmp_path / "dev/termination-log").read_text()
+    assert message == "BURRITO_RUNNER_ACTION: 'destroy' is not one of plan, apply"

@@ -25,12 +25,13 @@ from burrito_py.runner.tools import Tool
 
 TERRAFORM = Tool("terraform", "/opt/tf/terraform", "1.11.4")
 TOFU = Tool("opentofu", "/opt/tofu/tofu", "1.8.3")
-TERRAGRUNT = Tool("terraform", "/opt/tf/terraform", "1.11.4", terragrunt="/opt/tg/terragrunt", terragrunt_version="0.67.0")
+TERRAGRUNT = Tool("terraform", "/opt/tf/terraform", "1.11.4", "/opt/tg/terragrunt", "0.67.0")
 
 
 def test_arguments() -> None:
     extra = ["-backend-config=path=/state/x.tfstate", "-upgrade"]
-    assert init_args(extra) == ["init", "-input=false", "-no-color", "-backend-config=path=/state/x.tfstate", "-upgrade"]
+    assert init_args(extra) == [
+        "init", "-input=false", "-no-color", "-backend-config=path=/state/x.tfstate", "-upgrade"]
     assert plan_args("/w/plan.bin", ["-var=a=b", "-refresh=false"]) == [
         "plan", "-input=false", "-no-color", "-out=/w/plan.bin", "-var=a=b", "-refresh=false"]
     assert show_json_args(Path("/w/plan.bin")) == ["show", "-json", "/w/plan.bin"]
@@ -127,5 +128,6 @@ exit 3
 
 def test_a_missing_binary_is_a_failed_step(tmp_path: Path) -> None:
     tool = Tool("opentofu", str(tmp_path / "no-such-tofu"), "1.8.3")
-    with pytest.raises(StepFailed, match=r"no-such-tofu init failed \(exit code 127\): error: cannot run .*no-such-tofu"):
+    expected = r"no-such-tofu init failed \(exit code 127\): error: cannot run .*no-such-tofu"
+    with pytest.raises(StepFailed, match=expected):
         Steps(tool, tmp_path, env={}, out=io.StringIO()).init()

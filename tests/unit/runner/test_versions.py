@@ -117,7 +117,9 @@ def test_allows_matches_the_reference(parts: list[tuple[str, Triple, int]], vers
 
 
 @given(st.lists(clauses, min_size=1, max_size=3), st.lists(triples, max_size=8))
-def test_pick_latest_is_the_maximum_of_the_allowed(parts: list[tuple[str, Triple, int]], versions: list[Triple]) -> None:
+def test_pick_latest_is_the_maximum_of_the_allowed(
+    parts: list[tuple[str, Triple, int]], versions: list[Triple]
+) -> None:
     text = ", ".join(render(op, written, n, " ") for op, written, n in parts)
     allowed = [v for v in versions if all(reference(op, w, n, v) for op, w, n in parts)]
     picked = pick_latest(parse_constraint(text), [".".join(map(str, v)) for v in versions])
