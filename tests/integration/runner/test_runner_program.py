@@ -1,0 +1,323 @@
+"""The runner program as a pod runs it (`burrito-py runner start` / `python -m burrito_py.runner` in a
+subprocess) against the real API emulator (CRDs from crds/*.yaml) and a real datastore, with the real terraform
+and a source archive made by `git archive`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from burrito_py.api import annotations as ann
+from burrito_py.datastore.client import DatastoreClient, DatastoreError
+from burrito_py.datastore.testing import free_port, running_datastore
+from burrito_py.local.apiserver import ApiServer
+from burrito_py.local.apply import Applier, load_files
+from burrito_py.timeutil import parse_time
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+NS = "default"
+CODE = """
+terraform {
+  backend "local" {}
+}
+
+variable "message" {
+  type    = string
+  default = "%s"
+}
+
+resource "terraform_data" "this" {
+  input = var.message
+}
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class World:
+    tmp: Path
+    api: ApiServer
+    kubeconfig: Path
+    datastore_url: str
+    custom: client.CustomObjectsApi
+    repo_dir: Path
+
+    # -- objects ---------------------------------------------------------------------------------
+    def create(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": ann.API_VERSION, **body}
+        created: dict[str, Any] = self.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, NS, plural, body)
+        return created
+
+    def layer(self, name: str = "app", path: str = "layers/app", **spec: Any) -> dict[str, Any]:
+        return self.create("terraformlayers", {
+            "kind": "TerraformLayer",
+            "metadata": {"name": name},
+            "spec": {
+                "repository": {"name": "infra"}, "branch": "main", "path": path,
+                "overrideRunnerSpec": {"extraInitArgs": [f"-backend-config=path={self.state(name)}"]},
+                **spec,
+            },
+        })
+
+    def run(self, name: str, action: str, revision: str, layer: str = "app", artifact: dict[str, Any] | None = None,
+            ) -> dict[str, Any]:
+        spec: dict[str, Any] = {"action": action, "layer": {"name": layer, "revision": revision}}
+        if artifact:
+            spec["artifact"] = artifact
+        return self.create("terraformruns", {"kind": "TerraformRun", "metadata": {"name": name}, "spec": spec})
+
+    def annotations(self, layer: str = "app") -> dict[str, str]:
+        body = self.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, NS, "terraformlayers", layer)
+        return dict(body["metadata"].get("annotations") or {})
+
+    def annotate(self, annotations: dict[str, str], layer: str = "app") -> None:
+        self.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, NS, "terraformlayers", layer,
+                                                   {"metadata": {"annotations": annotations}})
+
+    def state(self, layer: str = "app") -> Path:
+        return self.tmp / "state" / f"{layer}.tfstate"
+
+    def state_inputs(self, layer: str = "app") -> list[str]:
+        if not self.state(layer).exists():
+            return []
+        resources = json.loads(self.state(layer).read_text())["resources"]
+        return [i["attributes"]["input"]["value"] for r in resources for i in r["instances"]]
+
+    # -- sources ---------------------------------------------------------------------------------
+    def commit(self, files: dict[str, str]) -> str:
+        """Commit `files` and upload the revision's `git archive` to the datastore; returns the revision."""
+        for name, text in files.items():
+            (self.repo_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.repo_dir / name).write_text(text)
+        git(self.repo_dir, "add", "-A")
+        git(self.repo_dir, "commit", "-q", "-m", "change")
+        revision, tree = git(self.repo_dir, "rev-parse", "HEAD"), git(self.repo_dir, "rev-parse", "HEAD^{tree}")
+        archive = self.tmp / f"{revision}.tar.gz"
+        git(self.repo_dir, "archive", "--format=tar.gz", "-o", str(archive), revision)
+        with DatastoreClient(self.datastore_url) as store:
+            store.put_source(NS, "infra", revision, tree, archive)
+        return revision
+
+    # -- the program -----------------------------------------------------------------------------
+    def runner(self, run: str, action: str, attempt: int = 1, layer: str = "app", cli: bool = False,
+               **env: str) -> Result:
+        pod_root = self.tmp / "pods" / f"{run}-{attempt}"
+        (pod_root / "dev").mkdir(parents=True, exist_ok=True)
+        token = pod_root / "var/run/secrets/burrito-py/token"
+        token.parent.mkdir(parents=True, exist_ok=True)
+        token.write_text("a-projected-token")
+        process_env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(self.tmp / "home"),
+            "KUBECONFIG": str(self.kubeconfig),
+            "BURRITO_LOCAL_ROOT": str(pod_root),
+            "BURRITO_RUNNER_RUN": run,
+            "BURRITO_RUNNER_LAYER_NAME": layer,
+            "BURRITO_RUNNER_LAYER_NAMESPACE": NS,
+            "BURRITO_RUNNER_ACTION": action,
+            "BURRITO_RUNNER_ATTEMPT": str(attempt),
+            "BURRITO_DATASTORE_URL": self.datastore_url,
+            **env,
+        }
+        argv = ["burrito-py", "runner", "start"] if cli else [sys.executable, "-m", "burrito_py.runner"]
+        done = subprocess.run(argv, env=process_env, capture_output=True, text=True, timeout=120, check=False)
+        return Result(done.returncode, done.stdout, done.stderr)
+
+    def termination_message(self, run: str, attempt: int = 1) -> str:
+        return (self.tmp / "pods" / f"{run}-{attempt}" / "dev/termination-log").read_text()
+
+    def plan(self, run: str, attempt: int, fmt: str) -> bytes:
+        with DatastoreClient(self.datastore_url) as store:
+            return store.get_plan(NS, "app", run, attempt, fmt)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    api = ApiServer().start()
+    try:
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        applier = Applier(api.url)
+        for crd in load_files([REPO_ROOT / "crds"]):
+            applier.apply(crd)
+        applier.close()
+        api_client = config.new_client_from_config(config_file=str(kubeconfig))
+        repo_dir = tmp_path / "repo"
+        repo_dir.mkdir()
+        git(repo_dir, "init", "-q", "-b", "main")
+        with running_datastore(tmp_path / "datastore") as url:
+            w = World(tmp_path, api, kubeconfig, url, client.CustomObjectsApi(api_client), repo_dir)
+            w.create("terraformrepositories", {"kind": "TerraformRepository", "metadata": {"name": "infra"},
+                                               "spec": {"repository": {"url": "https://example.com/infra.git"}}})
+            yield w
+        api_client.close()
+    finally:
+        api.stop()
+
+
+def sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def test_plan_then_apply_exactly_that_plan(world: World) -> None:
+    revision = world.commit({"layers/app/main.tf": CODE % "v1", "README.md": "infra\n"})
+    world.layer()
+    world.run("app-plan-1", "plan", revision)
+
+    planned = world.runner("app-plan-1", "plan", cli=True)
+    assert planned.code == 0, planned.stderr
+    assert planned.stderr == ""
+    assert "Terraform has been successfully initialized!" in planned.stdout  # terraform's output, streamed
+    assert "Plan: 1 to add, 0 to change, 0 to destroy." in planned.stdout
+    a = world.annotations()
+    plan_bin = world.plan("app-plan-1", 1, "bin")
+    assert a[ann.PLAN_SUM] == sha256(plan_bin)
+    assert a[ann.PLAN_RUN] == "app-plan-1/1"
+    assert a[ann.PLAN_COMMIT] == revision
+    assert a[ann.PLAN_SUMMARY] == "Plan: 1 to add, 0 to change, 0 to destroy"
+    assert parse_time(a[ann.PLAN_DATE]) is not None and a[ann.PLAN_DATE].endswith("Z")
+    assert ann.APPLY_SUM not in a
+    changes = json.loads(world.plan("app-plan-1", 1, "json"))["resource_changes"]
+    assert [(c["address"], c["change"]["actions"]) for c in changes] == [("terraform_data.this", ["create"])]
+    assert "terraform_data.this will be created" in world.plan("app-plan-1", 1, "pretty").decode()
+    assert world.plan("app-plan-1", 1, "short") == b"Plan: 1 to add, 0 to change, 0 to destroy"
+    assert world.state_inputs() == []
+
+    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-1", "attempt": 1})
+    applied = world.runner("app-apply-1", "apply")
+    assert applied.code == 0, applied.stderr
+    assert "Apply complete! Resources: 1 added, 0 changed, 0 destroyed." in applied.stdout
+    assert world.state_inputs() == ["v1"]
+    a = world.annotations()
+    assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM] == sha256(plan_bin)
+    assert a[ann.APPLY_COMMIT] == revision
+    assert parse_time(a[ann.APPLY_DATE]) is not None
+
+    # A new revision: attempt 2 of a plan run (the first attempt "failed" elsewhere) records its own artifacts.
+    second = world.commit({"layers/app/main.tf": CODE % "v2"})
+    world.run("app-plan-2", "plan", second)
+    assert world.runner("app-plan-2", "plan", attempt=2).code == 0
+    a = world.annotations()
+    assert (a[ann.PLAN_RUN], a[ann.PLAN_COMMIT]) == ("app-plan-2/2", second)
+    assert a[ann.PLAN_SUMMARY] == "Plan: 0 to add, 1 to change, 0 to destroy"
+    assert a[ann.APPLY_SUM] != a[ann.PLAN_SUM]
+    with pytest.raises(DatastoreError):
+        world.plan("app-plan-2", 1, "bin")
+
+
+def test_apply_refuses_a_plan_that_is_not_the_recorded_one(world: World) -> None:
+    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer()
+    world.run("app-plan-1", "plan", revision)
+    assert world.runner("app-plan-1", "plan").code == 0
+    world.annotate({ann.PLAN_SUM: "sha256:" + "0" * 64})
+
+    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-1", "attempt": 1})
+    result = world.runner("app-apply-1", "apply")
+    assert result.code == 2
+    assert result.stderr.startswith("error: the stored plan of run app-plan-1 attempt 1 is sha256:")
+    assert "refusing to apply" in result.stderr and "Traceback" not in result.stderr
+    assert "refusing to apply" in world.termination_message("app-apply-1")
+    assert world.state_inputs() == []
+    assert ann.APPLY_SUM not in world.annotations()
+
+
+def test_apply_of_a_plan_that_does_not_exist(world: World) -> None:
+    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer()
+    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-gone", "attempt": 1})
+    result = world.runner("app-apply-1", "apply")
+    assert result.code == 2
+    assert "error: plan of default/app run app-plan-gone" in result.stderr
+    assert "terraform" not in result.stdout.lower()  # nothing was initialised for a plan that is not there
+
+
+def test_apply_without_plan_artifact_plans_and_applies(world: World) -> None:
+    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer(remediationStrategy={"autoApply": True, "applyWithoutPlanArtifact": True})
+    world.run("app-apply-1", "apply", revision)
+    result = world.runner("app-apply-1", "apply")
+    assert result.code == 0, result.stderr
+    assert world.state_inputs() == ["v1"]
+    a = world.annotations()
+    # The plan it made is recorded too, so the layer sees that plan as applied.
+    assert a[ann.PLAN_RUN] == "app-apply-1/1"
+    assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM] == sha256(world.plan("app-apply-1", 1, "bin"))
+    assert a[ann.PLAN_COMMIT] == a[ann.APPLY_COMMIT] == revision
+
+
+def test_a_failing_plan_exits_1_and_annotates_nothing(world: World) -> None:
+    revision = world.commit({"layers/app/main.tf": CODE % "v1" + 'output "x" {\n  value = var.missing\n}\n'})
+    world.layer()
+    world.run("app-plan-1", "plan", revision)
+    result = world.runner("app-plan-1", "plan")
+    assert result.code == 1
+    message = "terraform plan failed (exit code 1): Error: Reference to undeclared input variable"
+    assert result.stderr == f"error: {message}\n"
+    assert "Error: Reference to undeclared input variable" in result.stdout  # streamed as it came
+    assert world.termination_message("app-plan-1") == message
+    assert world.annotations() == {}
+
+
+@pytest.mark.parametrize(
+    ("layer_spec", "message"),
+    [
+        ({"path": "layers/gone"}, "spec.path 'layers/gone' does not exist in revision"),
+        ({"terraform": {"version": ">= 99.0"}}, 'on PATH does not satisfy ">= 99.0"; install tenv or a matching binary'),
+    ],
+)
+def test_bad_input_exits_2(world: World, layer_spec: dict[str, Any], message: str) -> None:
+    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer(**layer_spec)
+    world.run("app-plan-1", "plan", revision)
+    result = world.runner("app-plan-1", "plan")
+    assert (result.code, "Traceback" in result.stderr) == (2, False)
+    assert message in result.stderr
+    assert world.annotations() == {}
+
+
+def test_missing_objects_exit_2(world: World) -> None:
+    result = world.runner("app-plan-1", "plan")
+    assert result.code == 2
+    assert result.stderr == "error: TerraformRun default/app-plan-1 not found\n"
+
+
+def test_unreachable_datastore_exits_3(world: World) -> None:
+    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer()
+    world.run("app-plan-1", "plan", revision)
+    result = world.runner("app-plan-1", "plan", BURRITO_DATASTORE_URL=f"http://127.0.0.1:{free_port()}")
+    assert result.code == 3
+    assert "datastore unavailable" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_refused_annotation_exits_3_without_annotations(world: World) -> None:
+    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer()
+    world.run("app-plan-1", "plan", revision)
+    world.api.inject_fault("PATCH", "/terraformlayers/app$", status=500, times=10)
+    result = world.runner("app-plan-1", "plan")
+    assert result.code == 3
+    assert "error: cannot annotate TerraformLayer default/app: HTTP 500" in result.stderr
+    assert world.annotations() == {}
