@@ -16,7 +16,8 @@ from burrito_py.local.testing import wait_for, watching
 from tests.integration.apiserver.conftest import GROUP, MERGE, KubectlRun, stream_lines, widget, widget_crd
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+TABLE = ("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,"
+         "application/json")
 
 
 def test_crd_create_registers_served_versions_with_established_and_names_accepted(
@@ -37,7 +38,8 @@ def test_crd_create_registers_served_versions_with_established_and_names_accepte
     assert [v["version"] for v in http.get("/apis/example.com").json()["versions"]] == ["v1", "v1beta1"]
     assert "widgets" in {r["name"] for r in http.get("/apis/example.com/v1beta1").json()["resources"]}
     # Versions share storage, as in etcd: written through one, read through the other.
-    http.post("/apis/example.com/v1beta1/namespaces/default/widgets", json={**widget(), "apiVersion": f"{GROUP}/v1beta1"})
+    beta = {**widget(), "apiVersion": f"{GROUP}/v1beta1"}
+    assert http.post("/apis/example.com/v1beta1/namespaces/default/widgets", json=beta).status_code == 201
     read = http.get("/apis/example.com/v1/namespaces/default/widgets/w").json()
     assert read["apiVersion"] == "example.com/v1" and read["spec"]["branch"] == "main"
 

@@ -103,7 +103,7 @@ def test_watch_without_resource_version_or_zero_lists_existing_as_added_then_str
         apiserver.clear_requests()
         params = {"watch": "true"} | ({"resourceVersion": since} if since else {})
         got: list[dict[str, Any]] = []
-        reader = threading.Thread(target=lambda p=params: got.extend(stream_lines(apiserver, CMS, p, 3)))
+        reader = threading.Thread(target=lambda p=params, g=got: g.extend(stream_lines(apiserver, CMS, p, 3)))
         reader.start()
         wait_for(lambda: watching(apiserver, CMS))
         name = f"b{since or 'x'}"
@@ -176,7 +176,9 @@ def test_selector_watches_see_objects_enter_and_leave_as_added_and_deleted(
         ("ADDED", "b"), ("DELETED", "a"), ("DELETED", "b")]
 
 
-def test_watch_is_newline_delimited_json_over_chunked_application_json(apiserver: ApiServer, http: httpx.Client) -> None:
+def test_watch_is_newline_delimited_json_over_chunked_application_json(
+    apiserver: ApiServer, http: httpx.Client
+) -> None:
     http.post(CMS, json=cm("a"))
     http.post(CMS, json=cm("b"))
     with httpx.stream("GET", apiserver.url + CMS, params={"watch": "true", "timeoutSeconds": "1"}) as response:
