@@ -1,0 +1,112 @@
+"""Steady state (issue: core loop): 1,000 Idle layers under the real controllers against the emulator.
+Counts API requests per layer over a quiet window (no plan due) and the process's peak RSS.
+Targets: <= 3 requests per layer per drift period; controller peak RSS <= 300 MB.
+
+Run: python3 tests/bench/bench_steady_state.py [LAYERS] [WINDOW_SECONDS]
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+
+from burrito_py.api import annotations as ann
+from burrito_py.api.crdgen import generate_crds
+from burrito_py.controllers.operator import ControllerThread
+from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.datastore.testing import running_datastore
+from burrito_py.gitops.testing import make_repo
+from burrito_py.local.apiserver import ApiServer
+from burrito_py.local.apply import Applier
+from burrito_py.timeutil import format_time, utcnow
+
+BASE = f"/apis/{ann.API_VERSION}/namespaces/default"
+
+
+def main(layers: int = 1000, window: float = 30.0) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="burrito-py-bench-"))
+    repo = make_repo(tmp / "repo")
+    head = repo.commit({"layers/app/main.tf": "terraform {}\n"}, "code")
+    server = ApiServer().start()
+    kubeconfig = server.write_kubeconfig(tmp / "kubeconfig")
+    applier = Applier(server.url)
+    for crd in generate_crds().values():
+        applier.apply(crd)
+    now = format_time(utcnow())
+    idle = {
+        ann.BRANCH_COMMIT: head,
+        ann.BRANCH_COMMIT_DATE: now,
+        ann.RELEVANT_COMMIT: head,
+        ann.RELEVANT_COMMIT_DATE: now,
+        ann.PLAN_SUM: "sha256:x",
+        ann.APPLY_SUM: "sha256:x",
+        ann.PLAN_COMMIT: head,
+        ann.PLAN_DATE: now,
+        ann.PLAN_RUN: "none/1",
+        ann.PLAN_SUMMARY: "No changes.",
+    }
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        http.post(
+            f"{BASE}/terraformrepositories",
+            json={"metadata": {"name": "repo"}, "spec": {"repository": {"url": repo.url}}},
+        )
+        for i in range(layers):
+            http.post(
+                f"{BASE}/terraformlayers",
+                json={
+                    "metadata": {"name": f"layer-{i}", "annotations": idle},
+                    "spec": {"repository": {"name": "repo"}, "branch": "main", "path": "layers/app"},
+                },
+            )
+    datastore = running_datastore(tmp / "datastore")
+    datastore_url = datastore.__enter__()
+    settings = ControllerSettings(
+        datastore_url=datastore_url,
+        git_cache_dir=tmp / "git",
+        drift_detection_period=timedelta(hours=1),
+        repository_poll_interval=timedelta(seconds=10),
+        metrics_port=0,
+    )
+    with ControllerThread(settings, kubeconfig):
+        # Start-up: one status write per layer (first observation), then quiet.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            states = [
+                ((o.get("status") or {}).get("state"))
+                for o in server.list_objects(ann.API_VERSION, "terraformlayers", "default")
+            ]
+            if all(s == "Idle" for s in states):
+                break
+            time.sleep(0.5)
+        time.sleep(2)
+        server.clear_requests()
+        time.sleep(window)
+        requests = list(server.requests)
+    server.stop()
+    datastore.__exit__(None, None, None)
+    non_watch = [r for r in requests if not r.query.get("watch")]
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{layers} Idle layers, {window:.0f} s quiet window (drift period 1 h, repository poll 10 s):")
+    print(f"  API requests: {len(non_watch)} ({len(non_watch) / layers:.3f} per layer; target <= 3 per drift period)")
+    print(f"  by kind: {_by_path(non_watch)}")
+    print(
+        f"  peak RSS of the process (emulator + controllers): {peak_mb:.0f} MB (target <= 300 MB for the controllers)"
+    )
+
+
+def _by_path(requests: list) -> dict[str, int]:  # type: ignore[type-arg]
+    counts: dict[str, int] = {}
+    for r in requests:
+        key = f"{r.method} {'/'.join(r.path.split('/')[-2:])}"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:6])
+
+
+if __name__ == "__main__":
+    main(*(int(sys.argv[1]),) if len(sys.argv) > 1 else (), *(float(sys.argv[2]),) if len(sys.argv) > 2 else ())
