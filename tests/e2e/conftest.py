@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -26,6 +25,7 @@ from burrito_py.gitops.testing import TestRepo, make_repo
 from burrito_py.local.apiserver import ApiServer
 from burrito_py.local.apply import Applier
 from burrito_py.local.kubelet import LocalKubelet
+from burrito_py.local.testing import wait_for
 
 pytestmark = pytest.mark.e2e
 # On a cluster the Helm chart creates the runner's service account in each namespace with layers.
@@ -54,17 +54,6 @@ output "message" {
 
 def layer_code(message: str = "hello") -> str:
     return LAYER_TF % message
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(interval)
 
 
 @dataclass
@@ -130,7 +119,7 @@ class Platform:
             return body if (body.get("status") or {}).get("state") == state else None
 
         try:
-            return wait_for(reached, timeout, what=f"layer {layer} to be {state}")
+            return wait_for(reached, timeout, interval=0.1, what=f"layer {layer} to be {state}")
         except AssertionError:
             body = self.layer(layer)
             raise AssertionError(

@@ -16,6 +16,7 @@ from kopf.testing import KopfRunner
 
 from burrito_py.local.apiserver import ApiServer
 from burrito_py.local.kubelet import LocalKubelet
+from burrito_py.local.testing import wait_for, watching
 
 PODS = "/api/v1/namespaces/default/pods"
 OPERATOR = textwrap.dedent('''
@@ -32,16 +33,6 @@ OPERATOR = textwrap.dedent('''
         kubernetes.client.CoreV1Api().create_namespaced_pod("default", pod)
         return {"created": pod["metadata"]["name"]}
 ''')
-
-
-def wait_for(predicate: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
 
 
 @pytest.fixture
@@ -68,14 +59,14 @@ def test_a_kopf_operator_creates_a_pod_that_the_kubelet_runs(cluster: tuple[ApiS
     operator = tmp / "operator.py"
     operator.write_text(OPERATOR)
     with KopfRunner(["run", "--standalone", "-A", "--verbose", str(operator)]) as runner:
-        wait_for(lambda: any(r.query.get("watch") and "configmaps" in r.path for r in server.requests))
+        wait_for(lambda: watching(server, "configmaps"), 30)
         http.post("/api/v1/namespaces/default/configmaps", json={"metadata": {"name": "hello"}})
-        wait_for(lambda: phase(http, "hello-job") == "Succeeded")
+        wait_for(lambda: phase(http, "hello-job") == "Succeeded", 30)
         assert http.get(f"{PODS}/hello-job/log").text == "done by hello\n"
         owner = http.get(f"{PODS}/hello-job").json()["metadata"]["ownerReferences"][0]
         assert owner["name"] == "hello"
         wait_for(lambda: (http.get("/api/v1/namespaces/default/configmaps/hello").json().get("status") or {})
-                 .get("create_pod"))
+                 .get("create_pod"), 30)
     assert runner.exit_code == 0, runner.output
     creates = [r for r in server.requests if r.method == "POST" and r.path == PODS]
     assert len(creates) == 1, "the handler ran exactly once"
@@ -90,7 +81,7 @@ def test_failing_command_reports_its_exit_code_and_termination_message(cluster: 
     _, http, _ = cluster
     code = "import os,sys; open(os.environ['BURRITO_LOCAL_ROOT']+'/dev/termination-log','w').write('why'); sys.exit(3)"
     http.post(PODS, json=pod("fail", code))
-    wait_for(lambda: phase(http, "fail") == "Failed")
+    wait_for(lambda: phase(http, "fail") == "Failed", 30)
     terminated = http.get(f"{PODS}/fail").json()["status"]["containerStatuses"][0]["state"]["terminated"]
     assert (terminated["exitCode"], terminated["reason"], terminated["message"]) == (3, "Error", "why")
 
@@ -107,7 +98,7 @@ def test_env_from_secrets_and_configmaps_and_projected_tokens(cluster: tuple[Api
     body["spec"]["volumes"] = [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {
         "audience": "burrito-py", "path": "token"}}]}}]
     http.post(PODS, json=body)
-    wait_for(lambda: phase(http, "env") == "Succeeded")
+    wait_for(lambda: phase(http, "env") == "Succeeded", 30)
     assert http.get(f"{PODS}/env/log").text == "hunter2 fast True\n"
 
 
@@ -116,7 +107,7 @@ def test_deleting_a_pod_stops_its_process(cluster: tuple[ApiServer, httpx.Client
     marker = tmp / "still-running"
     http.post(PODS, json=pod("sleeper", f"import time,pathlib\nwhile True: pathlib.Path({str(marker)!r}).touch(); "
                                         "time.sleep(0.05)"))
-    wait_for(lambda: phase(http, "sleeper") == "Running" and marker.exists())
+    wait_for(lambda: phase(http, "sleeper") == "Running" and marker.exists(), 30)
     http.delete(f"{PODS}/sleeper")
     time.sleep(0.3)
     marker.unlink(missing_ok=True)
@@ -129,6 +120,6 @@ def test_a_missing_command_fails_the_pod(cluster: tuple[ApiServer, httpx.Client,
     body = pod("nocmd", "")
     body["spec"]["containers"][0]["command"] = ["/nonexistent/binary"]
     http.post(PODS, json=body)
-    wait_for(lambda: phase(http, "nocmd") == "Failed")
+    wait_for(lambda: phase(http, "nocmd") == "Failed", 30)
     terminated = http.get(f"{PODS}/nocmd").json()["status"]["containerStatuses"][0]["state"]["terminated"]
     assert terminated["exitCode"] == 128 and terminated["reason"] == "StartError"
