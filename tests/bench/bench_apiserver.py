@@ -1,63 +1,100 @@
-"""Emulator figures (issue: foundation): start-up time and sustained writes with one watcher attached.
+"""Figures for the Kubernetes API emulator: start-up time and sustained write rate with a watcher.
 
-Run: python3 tests/bench/bench_apiserver.py — prints figures (targets: start-up < 50 ms, >= 500 writes/s).
+Run: python3 tests/bench/bench_apiserver.py [--objects N]. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
+import sys
 import threading
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout, not an installed copy
 
 import httpx
 
 from burrito_py.local.apiserver import ApiServer
 
-CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
+CMS = "/api/v1/namespaces/default/configmaps"
 
 
-def startup_ms(samples: int = 15) -> list[float]:
-    times = []
-    for _ in range(samples):
-        started = time.perf_counter()
+def startup(rounds: int) -> list[float]:
+    durations = []
+    for _ in range(rounds):
+        began = time.perf_counter()
         server = ApiServer().start()
-        times.append((time.perf_counter() - started) * 1000)
+        durations.append(time.perf_counter() - began)
         server.stop()
-    return times
+    return durations
 
 
-def writes_per_second(rounds: int = 3, per_round: int = 500) -> tuple[list[float], int]:
-    server = ApiServer().start()
-    seen = [0]
-    watching = threading.Event()
+def writes(count: int) -> dict[str, float]:
+    with ApiServer() as server, httpx.Client(base_url=server.url) as http:
+        seen = 0
+        done = threading.Event()
+        ready = threading.Event()
 
-    def watch() -> None:
-        with httpx.stream("GET", server.url + CONFIGMAPS, params={"watch": "true"}, timeout=60) as response:
-            watching.set()
-            for line in response.iter_lines():
-                if line:
-                    seen[0] += 1
+        def watch() -> None:
+            nonlocal seen
+            with httpx.stream("GET", server.url + CMS, params={"watch": "true"}, timeout=120) as response:
+                ready.set()
+                for line in response.iter_lines():
+                    if line and json.loads(line)["type"] in ("ADDED", "MODIFIED"):
+                        seen += 1
+                        if seen == 2 * count:
+                            done.set()
+                            return
 
-    threading.Thread(target=watch, daemon=True).start()
-    watching.wait(5)
-    rates = []
-    with httpx.Client(base_url=server.url) as http:
-        for round_ in range(rounds):
-            started = time.perf_counter()
-            for i in range(per_round):
-                http.post(CONFIGMAPS, json={"metadata": {"name": f"c{round_}-{i}"}, "data": {"k": "v"}})
-            rates.append(per_round / (time.perf_counter() - started))
-    time.sleep(0.2)
-    server.stop()
-    return rates, seen[0]
+        threading.Thread(target=watch, daemon=True).start()
+        ready.wait(10)
+        began = time.perf_counter()
+        for i in range(count):
+            http.post(CMS, json={"metadata": {"name": f"cm-{i}", "labels": {"bench": "yes"}}, "data": {"i": str(i)}})
+        created = time.perf_counter()
+        for i in range(count):
+            http.patch(f"{CMS}/cm-{i}", json={"data": {"patched": "yes"}},
+                       headers={"Content-Type": "application/merge-patch+json"})
+        patched = time.perf_counter()
+        done.wait(60)
+        delivered = time.perf_counter()
+        list_began = time.perf_counter()
+        listed = http.get(CMS, params={"labelSelector": "bench=yes"}).json()["items"]
+        list_time = time.perf_counter() - list_began
+        get_began = time.perf_counter()
+        for i in range(200):
+            http.get(f"{CMS}/cm-{i}")
+        get_time = (time.perf_counter() - get_began) / 200
+        assert len(listed) == count
+        return {
+            "creates_per_s": count / (created - began),
+            "patches_per_s": count / (patched - created),
+            "writes_per_s": 2 * count / (patched - began),
+            "watch_lag_after_last_write_ms": (delivered - patched) * 1000,
+            "watch_events_seen": float(seen),
+            "list_ms": list_time * 1000,
+            "get_ms": get_time * 1000,
+        }
 
 
 def main() -> None:
-    starts = startup_ms()
-    print(f"emulator start-up: median {statistics.median(starts):.2f} ms over {len(starts)} starts (target < 50 ms)")
-    rates, seen = writes_per_second()
-    print(f"creates/s from one client with one watcher: median {statistics.median(rates):.0f} "
-          f"(rounds: {', '.join(f'{r:.0f}' for r in rates)}; watcher received {seen} events) (target >= 500/s)")
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--objects", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=20)
+    args = parser.parse_args()
+    times = startup(args.rounds)
+    print(f"start-up: median {statistics.median(times) * 1000:.2f} ms, max {max(times) * 1000:.2f} ms "
+          f"over {args.rounds} start/stop")
+    figures = writes(args.objects)
+    print(f"{args.objects} creates then {args.objects} merge patches, one client, one watcher:")
+    print(f"  creates/s {figures['creates_per_s']:.0f}, patches/s {figures['patches_per_s']:.0f}, "
+          f"all writes/s {figures['writes_per_s']:.0f}")
+    print(f"  watch events seen {figures['watch_events_seen']:.0f}, lag after the last write "
+          f"{figures['watch_lag_after_last_write_ms']:.1f} ms")
+    print(f"  list of {args.objects} by label {figures['list_ms']:.1f} ms, single get {figures['get_ms']:.2f} ms")
 
 
 if __name__ == "__main__":
