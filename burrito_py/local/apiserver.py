@@ -22,9 +22,11 @@ import yaml
 from aiohttp import web
 
 from burrito_py.local.kube_errors import ApiError, bad_request, invalid, not_found, reason_for, unknown_resource
+from burrito_py.local.kube_protobuf import ProtobufError
+from burrito_py.local.kube_protobuf import decode as decode_protobuf
 from burrito_py.local.kube_resources import Resource
 from burrito_py.local.kube_selectors import FieldSelector, LabelSelector, Selection
-from burrito_py.local.kube_store import PATCH_TYPES, Store, now_rfc3339
+from burrito_py.local.kube_store import PATCH_TYPES, FieldChecks, Store, now_rfc3339
 from burrito_py.local.kube_table import table
 from burrito_py.local.kube_tokens import API_AUDIENCES, TokenIssuer
 
@@ -61,8 +63,18 @@ def _version_priority(version: str) -> tuple[int, int, int]:
     return (stability, int(m.group(1)), int(m.group(3) or 0))
 
 
-def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(body=json.dumps(body).encode(), status=status, content_type=JSON)
+def _json(body: Any, status: int = 200, checks: FieldChecks | None = None) -> web.Response:
+    response = web.Response(body=json.dumps(body).encode(), status=status, content_type=JSON)
+    for warning in checks.warnings if checks is not None else ():
+        response.headers.add("Warning", f"299 - {json.dumps(warning)}")
+    return response
+
+
+def _field_checks(request: web.Request) -> FieldChecks:
+    mode = request.query.get("fieldValidation") or "Ignore"
+    if mode not in ("Strict", "Warn", "Ignore"):
+        raise bad_request(f'invalid fieldValidation directive "{mode}": must be one of Strict, Warn or Ignore')
+    return FieldChecks(mode)
 
 
 def _dry_run(request: web.Request, options: Obj | None = None) -> bool:
@@ -246,6 +258,8 @@ class ApiServer:
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}]})
         if path == "/apis":
             return _json(self._group_list())
+        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
+            return _json(self._openapi_v3(path.removeprefix("/openapi/v3").strip("/")))
         parts = path.strip("/").split("/")
         if parts[0] == "api" and len(parts) >= 2:
             group, version, rest = "", parts[1], parts[2:]
@@ -288,6 +302,30 @@ class ApiServer:
             raise unknown_resource(path)
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}".lstrip("/"),
                 "resources": [entry for r in found for entry in r.discovery()]}
+
+    def _openapi_v3(self, group_version: str) -> Obj:
+        """Just enough OpenAPI v3 for kubectl to see that PATCH takes `fieldValidation`, so that
+        `kubectl apply/create` validate on the server (no schemas: no client-side validation)."""
+        with self.store.lock:
+            resources = list(self.store.resources.values())
+        by_gv: dict[str, list[Resource]] = {}
+        for r in resources:
+            by_gv.setdefault(f"apis/{r.group}/{r.version}" if r.group else f"api/{r.version}", []).append(r)
+        if not group_version:
+            return {"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}"} for gv in sorted(by_gv)}}
+        if group_version not in by_gv:
+            raise unknown_resource(f"/openapi/v3/{group_version}")
+        paths: Obj = {}
+        for r in by_gv[group_version]:
+            scope = "/namespaces/{namespace}" if r.namespaced else ""
+            parameters = [{"name": n, "in": "query", "schema": {"type": "string"}}
+                          for n in ("dryRun", "fieldManager", "fieldValidation", "force")]
+            gvk = {"group": r.group, "version": r.version, "kind": r.kind}
+            paths[f"/{group_version}{scope}/{r.plural}/{{name}}"] = {
+                "patch": {"operationId": f"patch{r.kind}", "parameters": parameters,
+                          "x-kubernetes-group-version-kind": gvk, "responses": {}}}
+        return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.32.0"}, "paths": paths,
+                "components": {"schemas": {}}}
 
     # -- resources -------------------------------------------------------------------------------
     async def _resource_request(
@@ -332,7 +370,8 @@ class ApiServer:
                 if resource.namespaced and namespace is None:
                     raise self._not_allowed(method, path)
                 body = await self._body(request)
-                return _json(self.store.create(resource, namespace, body, _dry_run(request)), 201)
+                checks = _field_checks(request)
+                return _json(self.store.create(resource, namespace, body, _dry_run(request), checks), 201, checks)
             if method == "DELETE":
                 options = await self._body(request, optional=True)
                 deleted = self.store.delete_collection(resource, namespace, self._selection(request, resource),
@@ -353,7 +392,9 @@ class ApiServer:
             return _json(obj)
         if method == "PUT":
             body = await self._body(request)
-            return _json(self.store.update(resource, namespace, name, body, sub, _dry_run(request)))
+            checks = _field_checks(request)
+            return _json(self.store.update(resource, namespace, name, body, sub, _dry_run(request), checks), 200,
+                         checks)
         if method == "PATCH":
             patch_type = request.content_type
             if patch_type not in PATCH_TYPES:
@@ -362,8 +403,10 @@ class ApiServer:
             if patch_type == PATCH_TYPES[3] and not request.query.get("fieldManager"):
                 raise bad_request("PATCH requests with the apply content type require a fieldManager")
             body = await self._body(request, any_json=True)
-            obj, created = self.store.patch(resource, namespace, name, patch_type, body, sub, _dry_run(request))
-            return _json(obj, 201 if created else 200)
+            checks = _field_checks(request)
+            obj, created = self.store.patch(resource, namespace, name, patch_type, body, sub, _dry_run(request),
+                                            checks)
+            return _json(obj, 201 if created else 200, checks)
         if method == "DELETE":
             if sub is not None:
                 raise self._not_allowed(method, path)
@@ -392,8 +435,11 @@ class ApiServer:
             raise bad_request("the request body is empty")
         content_type = request.content_type
         if "protobuf" in content_type:
-            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
-                           f"accepted media types include: {JSON}, application/yaml")
+            try:
+                return decode_protobuf(raw)
+            except ProtobufError as exc:
+                raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
+                               f"accepted media types include: {JSON}, application/yaml ({exc})") from None
         try:
             data = yaml.load(raw, Loader=_YAML_LOADER) if "yaml" in content_type else json.loads(raw)  # noqa: S506
         except (ValueError, yaml.YAMLError) as exc:

@@ -18,9 +18,9 @@ _ROOT_KEPT = ("apiVersion", "kind", "metadata")
 _REQUIRED = re.compile(r"^'(.+)' is a required property$")
 
 
-def prune_and_default(schema: Mapping[str, Any], value: Any) -> Any:
-    """Return a new value: unknown fields dropped (unless preserved), nulls of non-nullable fields
-    dropped, defaults filled in. The input is not modified."""
+def prune_and_default(schema: Mapping[str, Any], value: Any, dropped: list[str] | None = None, at: str = "") -> Any:
+    """Return a new value: unknown fields dropped (unless preserved; their paths appended to `dropped`),
+    nulls of non-nullable fields dropped, defaults filled in. The input is not modified."""
     if isinstance(value, dict):
         props: Mapping[str, Any] | None = schema.get("properties")
         additional = schema.get("additionalProperties")
@@ -34,13 +34,15 @@ def prune_and_default(schema: Mapping[str, Any], value: Any) -> Any:
             elif isinstance(additional, dict):
                 sub = additional
             elif not (preserve or additional is True or (embedded and key in _ROOT_KEPT)):
+                if dropped is not None:
+                    dropped.append(f"{at}.{key}" if at else str(key))
                 continue  # pruned
             if sub is None:
                 result[key] = copy.deepcopy(item)
             elif item is None and not sub.get("nullable"):
                 continue  # a null is dropped before defaulting
             else:
-                result[key] = prune_and_default(sub, item)
+                result[key] = prune_and_default(sub, item, dropped, f"{at}.{key}" if at else str(key))
         for key, sub in (props or {}).items():
             if key not in result and isinstance(sub, Mapping) and "default" in sub:
                 result[key] = prune_and_default(sub, copy.deepcopy(sub["default"]))
@@ -48,7 +50,7 @@ def prune_and_default(schema: Mapping[str, Any], value: Any) -> Any:
     if isinstance(value, list):
         items = schema.get("items")
         if isinstance(items, dict):
-            return [prune_and_default(items, item) for item in value]
+            return [prune_and_default(items, item, dropped, f"{at}[{i}]") for i, item in enumerate(value)]
         return copy.deepcopy(value)
     return value
 
@@ -107,9 +109,9 @@ class CompiledSchema:
             body.pop("required")
         self._validator = jsonschema.Draft7Validator(body)
 
-    def prepare(self, obj: Obj) -> Obj:
+    def prepare(self, obj: Obj, dropped: list[str] | None = None) -> Obj:
         """Prune and default everything but the root's apiVersion/kind/metadata."""
-        rest = prune_and_default(self.schema, {k: v for k, v in obj.items() if k not in _ROOT_KEPT})
+        rest = prune_and_default(self.schema, {k: v for k, v in obj.items() if k not in _ROOT_KEPT}, dropped)
         return {**{k: obj[k] for k in _ROOT_KEPT if k in obj}, **rest}
 
     def causes(self, obj: Obj) -> list[Obj]:

@@ -55,6 +55,14 @@ _IMMUTABLE_META = ("uid", "creationTimestamp", "name", "namespace", "deletionTim
                    "deletionGracePeriodSeconds", "generation")
 
 
+@dataclass
+class FieldChecks:
+    """`?fieldValidation=`: Strict refuses unknown fields, Warn reports them in `warnings`, Ignore drops them."""
+
+    mode: str = "Ignore"
+    warnings: list[str] = field(default_factory=list)
+
+
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -230,7 +238,7 @@ class Store:
                 lines[cache_key] = watch.line(*seen)
             watch.push(lines[cache_key])
 
-    def _prepare(self, resource: Resource, obj: Obj, name: str) -> Obj:
+    def _prepare(self, resource: Resource, obj: Obj, name: str, checks: FieldChecks | None = None) -> Obj:
         """Kind-specific normalisation, then pruning, defaults and schema validation (custom resources)."""
         if resource.storage == ("", "secrets") and "stringData" in obj:
             string_data = obj.pop("stringData") or {}
@@ -238,11 +246,18 @@ class Store:
                 **(obj.get("data") or {}),
                 **{k: base64.b64encode(str(v).encode()).decode() for k, v in string_data.items()},
             }
-        if resource.storage == ("", "secrets"):
-            obj.setdefault("type", "Opaque")
+        if resource.storage == ("", "secrets") and not obj.get("type"):
+            obj["type"] = "Opaque"
         if resource.schema is None:
             return obj
-        prepared = resource.schema.prepare(obj)
+        dropped: list[str] = []
+        prepared = resource.schema.prepare(obj, dropped)
+        if dropped and checks is not None and checks.mode == "Strict":
+            unknown = ", ".join(f'unknown field "{p}"' for p in dropped)
+            raise bad_request(f'{resource.kind} in version "{resource.version}" cannot be handled as a '
+                              f"{resource.kind}: strict decoding error: {unknown}")
+        if dropped and checks is not None and checks.mode == "Warn":
+            checks.warnings.extend(f'unknown field "{p}"' for p in dropped)
         causes = resource.schema.causes(prepared)
         if causes:
             raise invalid(resource.kind, resource.group, name, causes)
@@ -298,7 +313,8 @@ class Store:
             )
         return body
 
-    def create(self, resource: Resource, namespace: str | None, body: Any, dry_run: bool = False) -> Obj:
+    def create(self, resource: Resource, namespace: str | None, body: Any, dry_run: bool = False,
+               checks: FieldChecks | None = None) -> Obj:
         with self.lock:
             obj = dict(self._check_body(resource, body))
             meta = dict(obj.get("metadata") or {})
@@ -334,7 +350,7 @@ class Store:
                 if resource.status_subresource:
                     obj.pop("status", None)
             obj = self._defaults_on_create(resource, obj)
-            obj = self._prepare(resource, obj, name)
+            obj = self._prepare(resource, obj, name, checks)
             if dry_run:
                 return obj
             created = self._commit(resource, obj, None)
@@ -408,7 +424,8 @@ class Store:
             raise ApiError(405, "MethodNotAllowed", f"create not allowed while custom resource definition "
                            f"{resource.plural}.{resource.group} is terminating")
 
-    def _write(self, resource: Resource, prev: Obj, body: Any, sub: str | None, dry_run: bool) -> Obj:
+    def _write(self, resource: Resource, prev: Obj, body: Any, sub: str | None, dry_run: bool,
+               checks: FieldChecks | None = None) -> Obj:
         """Rules common to PUT and PATCH: subresource split, immutable metadata, finalizers, generation."""
         new = dict(self._check_body(resource, body))
         name = prev["metadata"]["name"]
@@ -446,7 +463,7 @@ class Store:
         new["apiVersion"], new["kind"] = resource.api_version, resource.kind
         if resource.storage == NAMESPACES:
             new["spec"], new["status"] = prev.get("spec"), prev.get("status")
-        new = self._prepare(resource, new, name)
+        new = self._prepare(resource, new, name, checks)
         if resource.storage == CRDS:
             new["status"] = self._crd_status(new)
         if _payload(resource, prev) != _payload(resource, new):
@@ -460,7 +477,7 @@ class Store:
         return stored
 
     def update(self, resource: Resource, namespace: str | None, name: str, body: Any, sub: str | None,
-               dry_run: bool = False) -> Obj:
+               dry_run: bool = False, checks: FieldChecks | None = None) -> Obj:
         with self.lock:
             prev = self.find(resource, namespace, name)
             if prev is None:
@@ -471,10 +488,10 @@ class Store:
             if not wanted and resource.custom:
                 raise invalid(resource.kind, resource.group, name, [field_cause(
                     "metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update")])
-            return view(resource, self._write(resource, prev, body, sub, dry_run))
+            return view(resource, self._write(resource, prev, body, sub, dry_run, checks))
 
     def patch(self, resource: Resource, namespace: str | None, name: str, patch_type: str, body: Any,
-              sub: str | None, dry_run: bool = False) -> tuple[Obj, bool]:
+              sub: str | None, dry_run: bool = False, checks: FieldChecks | None = None) -> tuple[Obj, bool]:
         """(object, created): apply-patch creates a missing object."""
         with self.lock:
             prev = self.find(resource, namespace, name)
@@ -485,7 +502,7 @@ class Store:
                         raise bad_request("apiVersion and kind must be set in an apply request")
                     if (obj.get("metadata") or {}).get("name") != name:
                         raise bad_request("the name of the object does not match the name on the URL")
-                    return view(resource, self.create(resource, namespace, obj, dry_run)), True
+                    return view(resource, self.create(resource, namespace, obj, dry_run, checks)), True
                 raise not_found(resource.plural, resource.group, name)
             try:
                 if patch_type == "application/merge-patch+json":
@@ -518,7 +535,7 @@ class Store:
                 raise conflict(resource.plural, resource.group, name,
                                f"Precondition failed: UID in precondition: {patched['metadata']['uid']}, "
                                f"UID in object meta: {prev['metadata']['uid']}")
-            return view(resource, self._write(resource, prev, patched, sub, dry_run)), False
+            return view(resource, self._write(resource, prev, patched, sub, dry_run, checks)), False
 
     # -- deletion and garbage collection ---------------------------------------------------------
     def delete(self, resource: Resource, namespace: str | None, name: str, options: Obj,

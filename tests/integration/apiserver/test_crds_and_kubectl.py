@@ -162,3 +162,29 @@ def apiserver_kubeconfig() -> str:
     import os
 
     return os.environ["KUBECONFIG"]
+
+
+def test_kubectl_apply_validates_custom_resources_on_the_server_without_flags(
+    kubectl: KubectlRun, http: httpx.Client, widgets: str
+) -> None:
+    manifest = yaml.safe_dump({**widget("strict"), "spec": {"branch": "main", "bogus": 1}})
+    refused = kubectl("apply", "-f", "-", stdin=manifest, check=False)
+    assert refused.returncode != 0 and 'strict decoding error: unknown field "spec.bogus"' in refused.stderr
+    warned = kubectl("apply", "--validate=warn", "-f", "-", stdin=manifest)
+    assert 'unknown field "spec.bogus"' in warned.stderr and "created" in warned.stdout
+    assert http.get(f"{widgets}/strict").json()["spec"] == {"branch": "main", "mode": "plan", "replicas": 1}
+    valid = yaml.safe_dump(widget("strict"))
+    assert "configured" in kubectl("apply", "-f", "-", stdin=valid).stdout  # the last-applied annotation changes
+    assert "unchanged" in kubectl("apply", "-f", "-", stdin=valid).stdout
+
+
+def test_kubectl_create_generators_send_protobuf_that_is_understood(kubectl: KubectlRun, http: httpx.Client) -> None:
+    kubectl("create", "namespace", "team")
+    kubectl("create", "configmap", "c", "-n", "team", "--from-literal=a=1")
+    kubectl("create", "secret", "generic", "s", "-n", "team", "--from-literal=p=secret")
+    kubectl("create", "serviceaccount", "runner", "-n", "team")
+    assert http.get("/api/v1/namespaces/team/configmaps/c").json()["data"] == {"a": "1"}
+    secret = http.get("/api/v1/namespaces/team/secrets/s").json()
+    assert secret["data"] == {"p": "c2VjcmV0"} and secret["type"] == "Opaque"
+    assert "generateName" not in secret["metadata"]
+    assert http.get("/api/v1/namespaces/team/serviceaccounts/runner").status_code == 200
