@@ -8,6 +8,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
+
 from burrito_py.api import annotations as ann
 from burrito_py.gitops.testing import TestRepo
 from burrito_py.timeutil import parse_time
@@ -209,3 +211,20 @@ def test_i_kubectl_shows_states_and_plan_download_returns_the_plan_json(platform
                             "--datastore-url", platform.datastore_url, "--kubeconfig", str(platform.kubeconfig)],
                            capture_output=True, text=True, check=True).stdout
     assert short.strip() == "Plan: 1 to add, 0 to change, 0 to destroy"
+
+
+def test_events_in_kubectl_describe_and_metrics_by_state(tmp_path: Path, repo: TestRepo):
+    from burrito_py.datastore.testing import free_port
+
+    port = free_port()
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", metrics_port=port) as p:
+        p.create_repository("repo", repo.url)
+        p.create_layer("app", "repo", "layers/app")
+        p.wait_state("app", "ApplyNeeded")
+        described = subprocess.run(["kubectl", "--kubeconfig", str(p.kubeconfig), "describe", "tfl", "app"],
+                                   capture_output=True, text=True, check=True).stdout
+        assert "RunCreated" in described and "StateChanged" in described
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert 'burrito_py_layers{state="ApplyNeeded"} 1.0' in metrics
+        assert 'burrito_py_runs{action="plan",state="Succeeded"} 1.0' in metrics
+        assert 'burrito_py_reconcile_duration_seconds_count{controller="layer"}' in metrics
