@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,6 @@ from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
 from burrito_py.controllers.operator import ControllerThread
 from burrito_py.controllers.settings import ControllerSettings
-from burrito_py.datastore.client import DatastoreClient
 from burrito_py.datastore.testing import running_datastore
 from burrito_py.gitops.testing import TestRepo, make_repo
 from burrito_py.local.apiserver import ApiServer
@@ -66,7 +65,6 @@ class Platform:
     core: client.CoreV1Api
     controllers: ControllerThread
     settings: ControllerSettings
-    max_concurrent_pods: dict[str, int] = field(default_factory=dict)
 
     # -- objects -------------------------------------------------------------------------------
     def create_repository(self, name: str, url: str, **spec: Any) -> dict[str, Any]:
@@ -132,9 +130,6 @@ class Platform:
     def _run_summary(run: dict[str, Any]) -> tuple[str, str, Any, Any]:
         status = run.get("status") or {}
         return run["metadata"]["name"], run["spec"]["action"], status.get("state"), status.get("retries")
-
-    def datastore(self) -> DatastoreClient:
-        return DatastoreClient(self.datastore_url)
 
     def sync_now(self, layer: str) -> None:
         self.custom.patch_namespaced_custom_object(
