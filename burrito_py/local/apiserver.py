@@ -107,6 +107,7 @@ class ApiServer:
         self.bookmark_interval = 60.0  # seconds between BOOKMARK events on watches that allow them
         self.log_poll_interval = 0.02  # how often a followed pod log looks for more output
         self.requests: list[RequestRecord] = []
+        self.max_requests = 100_000  # the log keeps the newest records (bounded for long `burrito-py dev` runs)
         self._faults: list[Fault] = []
         self._extras_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -224,6 +225,8 @@ class ApiServer:
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         with self._extras_lock:
             self.requests.append(RequestRecord(request.method, request.path, dict(request.query), time.time()))
+            if len(self.requests) > self.max_requests:
+                del self.requests[: len(self.requests) - self.max_requests // 2]
             fault = next(
                 (f for f in self._faults
                  if f.remaining > 0 and f.method in (request.method, "*") and f.pattern.search(request.path)),

@@ -141,3 +141,11 @@ def test_burrito_py_local_apiserver_runs_standalone(tmp_path: Path) -> None:
     finally:
         process.send_signal(signal.SIGINT)
         assert process.wait(10) == 0
+
+
+def test_the_request_log_keeps_the_newest_records_when_bounded(apiserver: ApiServer, http: httpx.Client) -> None:
+    apiserver.clear_requests()
+    apiserver.max_requests = 10
+    for i in range(30):
+        http.get(f"{CMS}/n{i}")
+    assert len(apiserver.requests) <= 10 and apiserver.requests[-1].path == f"{CMS}/n29"
