@@ -130,6 +130,7 @@ class World:
         token.write_text("a-projected-token")
         process_env = {
             "PATH": os.environ["PATH"],
+            "PYTHONPATH": str(REPO_ROOT),  # this checkout, whatever an editable install points at
             "HOME": str(self.tmp / "home"),
             "KUBECONFIG": str(self.kubeconfig),
             "BURRITO_LOCAL_ROOT": str(pod_root),
@@ -141,7 +142,9 @@ class World:
             "BURRITO_DATASTORE_URL": self.datastore_url,
             **env,
         }
-        argv = ["burrito-py", "runner", "start"] if cli else [sys.executable, "-m", "burrito_py.runner"]
+        argv = [sys.executable, "-m", "burrito_py.runner"]
+        if cli:  # the console script's code path (`burrito-py runner start`), from this checkout
+            argv = [sys.executable, "-c", "from burrito_py.cli import app; app()", "runner", "start"]
         done = subprocess.run(argv, env=process_env, capture_output=True, text=True, timeout=120, check=False)
         return Result(done.returncode, done.stdout, done.stderr)
 

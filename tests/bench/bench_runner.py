@@ -1,0 +1,191 @@
+"""What the runner adds over bare terraform, for one plan.
+
+    python3 tests/bench/bench_runner.py [--pairs N]
+
+Runner: `burrito-py runner start` as a pod runs it (read run, layer and repository from the API emulator,
+download and unpack the source archive from the datastore, resolve the tool, init, plan, show -json, show,
+four uploads, one annotation patch). Bare: `terraform init && terraform plan -out && terraform show -json`
+on the same code in a fresh directory. Pairs alternate, and the figures are medians over the pairs of the
+difference (small layer, target ≤ 1.0 s) and of the ratio (1,000 terraform_data resources, target ≤ 1.3).
+Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NS = "default"
+# `burrito-py runner start` exactly as the console script runs it, from this checkout (PYTHONPATH), without
+# the ~0.1 s a version manager's shim (pyenv) in front of the console script would add to every run.
+CLI = [sys.executable, "-c", "import sys; from burrito_py.cli import app; sys.argv[0] = 'burrito-py'; app()",
+       "runner", "start"]
+
+
+def small_layer() -> str:
+    return (
+        'terraform {\n  backend "local" {}\n}\n\n'
+        'resource "terraform_data" "this" {\n  input = "hello"\n}\n\n'
+        'output "message" {\n  value = terraform_data.this.output\n}\n'
+    )
+
+
+def large_layer(count: int = 1000) -> str:
+    resources = "".join(f'resource "terraform_data" "r{i}" {{\n  input = "value-{i}"\n}}\n\n' for i in range(count))
+    return 'terraform {\n  backend "local" {}\n}\n\n' + resources
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@example.com",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@example.com",
+    }
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def bare(code_dir: Path, work: Path) -> float:
+    """init + plan -out + show -json in a fresh copy of the layer, as a script would do it."""
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(code_dir, work)
+    env = {**os.environ, "TF_IN_AUTOMATION": "1"}
+    started = time.perf_counter()
+    for args in (
+        ["init", "-input=false", f"-backend-config=path={work}.tfstate"],
+        ["plan", "-input=false", "-out=plan.bin"],
+    ):
+        subprocess.run(["terraform", *args], cwd=work, env=env, check=True, capture_output=True)
+    with (work / "plan.json").open("wb") as out:
+        subprocess.run(["terraform", "show", "-json", "plan.bin"], cwd=work, env=env, check=True, stdout=out,
+                       stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=7)
+    options = parser.parse_args()
+
+    from kubernetes import client, config
+
+    from burrito_py.api import annotations as ann
+    from burrito_py.datastore.client import DatastoreClient
+    from burrito_py.datastore.testing import running_datastore
+    from burrito_py.local.apiserver import ApiServer
+    from burrito_py.local.apply import Applier, load_files
+
+    tmp = Path(tempfile.mkdtemp(prefix="burrito-py-bench-runner-"))
+    api = ApiServer().start()
+    try:
+        kubeconfig = api.write_kubeconfig(tmp / "kubeconfig")
+        applier = Applier(api.url)
+        for crd in load_files([REPO_ROOT / "crds"]):
+            applier.apply(crd)
+        applier.close()
+        custom = client.CustomObjectsApi(config.new_client_from_config(config_file=str(kubeconfig)))
+
+        def create(plural: str, kind: str, name: str, spec: dict[str, object]) -> None:
+            body = {"apiVersion": ann.API_VERSION, "kind": kind, "metadata": {"name": name}, "spec": spec}
+            custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, NS, plural, body)
+
+        with running_datastore(tmp / "datastore") as datastore_url:
+            create(
+                "terraformrepositories",
+                "TerraformRepository",
+                "infra",
+                {"repository": {"url": "https://example.com/infra.git"}},
+            )
+            repo = tmp / "repo"
+            repo.mkdir()
+            git(repo, "init", "-q", "-b", "main")
+            layers = {"small": small_layer(), "large": large_layer()}
+            for name, code in layers.items():
+                (repo / "layers" / name).mkdir(parents=True)
+                (repo / "layers" / name / "main.tf").write_text(code)
+            git(repo, "add", "-A")
+            git(repo, "commit", "-q", "-m", "bench")
+            revision, tree = git(repo, "rev-parse", "HEAD"), git(repo, "rev-parse", "HEAD^{tree}")
+            archive = tmp / "source.tar.gz"
+            git(repo, "archive", "--format=tar.gz", "-o", str(archive), revision)
+            with DatastoreClient(datastore_url) as store:
+                store.put_source(NS, "infra", revision, tree, archive)
+
+            def runner(layer: str, run: str) -> float:
+                create(
+                    "terraformruns",
+                    "TerraformRun",
+                    run,
+                    {"action": "plan", "layer": {"name": layer, "revision": revision}},
+                )
+                env = {
+                    "PATH": os.environ["PATH"],
+                    "PYTHONPATH": str(REPO_ROOT),
+                    "HOME": str(tmp / "home"),
+                    "KUBECONFIG": str(kubeconfig),
+                    "BURRITO_RUNNER_RUN": run,
+                    "BURRITO_RUNNER_LAYER_NAME": layer,
+                    "BURRITO_RUNNER_LAYER_NAMESPACE": NS,
+                    "BURRITO_RUNNER_ACTION": "plan",
+                    "BURRITO_RUNNER_ATTEMPT": "1",
+                    "BURRITO_DATASTORE_URL": datastore_url,
+                }
+                started = time.perf_counter()
+                done = subprocess.run(CLI, env=env, capture_output=True, text=True, check=False)
+                elapsed = time.perf_counter() - started
+                if done.returncode != 0:
+                    sys.exit(f"runner failed ({done.returncode}): {done.stderr}")
+                return elapsed
+
+            version = subprocess.run(["terraform", "version"], capture_output=True, text=True).stdout.split()[1]
+            print(f"terraform {version}, `burrito-py runner start`, {options.pairs} pairs per layer, medians")
+            for layer in layers:
+                create(
+                    "terraformlayers",
+                    "TerraformLayer",
+                    layer,
+                    {
+                        "repository": {"name": "infra"},
+                        "branch": "main",
+                        "path": f"layers/{layer}",
+                        "overrideRunnerSpec": {"extraInitArgs": [f"-backend-config=path={tmp / layer}.tfstate"]},
+                    },
+                )
+                code_dir = tmp / "code" / layer
+                code_dir.mkdir(parents=True)
+                (code_dir / "main.tf").write_text(layers[layer])
+                runner(layer, f"{layer}-warmup")  # page cache, terraform's plugin discovery
+                bare(code_dir, tmp / "bare" / layer)
+                pairs = []
+                for i in range(options.pairs):
+                    if i % 2:
+                        b = bare(code_dir, tmp / "bare" / layer)
+                        r = runner(layer, f"{layer}-plan-{i}")
+                    else:
+                        r = runner(layer, f"{layer}-plan-{i}")
+                        b = bare(code_dir, tmp / "bare" / layer)
+                    pairs.append((r, b))
+                runs, bares = [p[0] for p in pairs], [p[1] for p in pairs]
+                added = statistics.median(r - b for r, b in pairs)
+                ratio = statistics.median(r / b for r, b in pairs)
+                target = "added ≤ 1.0 s" if layer == "small" else "ratio ≤ 1.3"
+                print(
+                    f"{layer:5}: runner {statistics.median(runs):.3f} s, bare {statistics.median(bares):.3f} s, "
+                    f"added {added:+.3f} s, ratio {ratio:.2f}  (target: {target})"
+                )
+    finally:
+        api.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
