@@ -46,7 +46,7 @@ from burrito_py.runner.kube import Kube, KubeError
 from burrito_py.runner.sources import SourceError, extract_archive, layer_directory
 from burrito_py.runner.summary import plan_summary
 from burrito_py.runner.terraform import StepFailed, Steps
-from burrito_py.runner.tools import ToolError, resolve_tool
+from burrito_py.runner.tools import ToolError, prefetch_version, resolve_tool
 from burrito_py.timeutil import format_time, utcnow
 
 if TYPE_CHECKING:
@@ -301,28 +301,21 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def _datastore_client(url: str, token: str | None) -> DatastoreClient:
-    from burrito_py.datastore.client import DatastoreClient
-
-    return DatastoreClient(url, token=token)
-
-
 def main(environ: Mapping[str, str] | None = None) -> int:
     """Run one attempt; returns the exit code (see the module docstring)."""
     try:
         env = RunnerEnv.from_environ(os.environ if environ is None else environ)
+        prefetch_version("terraform")  # the usual tool; its version check then costs nothing
         token = read_token()
-        # The datastore client (httpx, and an SSL context built from the CA bundle, ~0.15 s, partly outside
-        # the GIL) is made in a thread while this one imports `kubernetes` and reads the kubeconfig.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="burrito-py-runner") as pool:
-            pending_store = pool.submit(_datastore_client, env.datastore_url, token)
-            try:
-                kube = Kube.from_config()
-            except KubeError as exc:
-                pending_store.result().close()
-                raise Unavailable(str(exc)) from None
-            store = pending_store.result()
-        with store, tempfile.TemporaryDirectory(prefix="burrito-py-runner-") as tmp:
+        try:
+            kube = Kube.from_config()
+        except KubeError as exc:
+            raise Unavailable(str(exc)) from None
+        from burrito_py.datastore.client import DatastoreClient
+
+        with DatastoreClient(env.datastore_url, token=token) as store, tempfile.TemporaryDirectory(
+            prefix="burrito-py-runner-"
+        ) as tmp:
             Runner(env, kube, store, Path(tmp)).run()
     except StepFailed as exc:
         return _fail(str(exc), EXIT_STEP_FAILED)

@@ -42,6 +42,7 @@ __all__ = [
     "ToolError",
     "ToolKind",
     "code_required_version",
+    "prefetch_version",
     "resolve_tool",
     "tenv_install_args",
     "tenv_root",
@@ -186,24 +187,62 @@ def _tenv(tenv: str, kind: ToolKind, text: str | None, constraint: Constraint) -
 
 
 # -- PATH ---------------------------------------------------------------------------------------
+def _version_args(binary: str, kind: ToolKind) -> list[str]:
+    return [binary, "--version"] if kind == "terragrunt" else [binary, "version", "-json"]
+
+
+# `version -json` answers started ahead of time by prefetch_version, by binary path.
+_prefetched: dict[str, subprocess.Popen[str]] = {}
+
+
+def prefetch_version(kind: ToolKind = "terraform") -> None:
+    """Start `<binary on PATH> version -json` now, in the background, when tenv is not there: it takes about
+    as long as the runner's own imports (~0.05 s), so binary_version later finds the answer ready."""
+    binary = shutil.which(BINARY[kind])
+    if binary is None or binary in _prefetched or shutil.which("tenv") is not None:
+        return
+    try:
+        _prefetched[binary] = subprocess.Popen(
+            _version_args(binary, kind), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )
+    except OSError:
+        return  # binary_version runs it again and reports the error
+
+
+def _run_version(args: list[str], binary: str) -> tuple[int, str, str]:
+    process = _prefetched.pop(binary, None)
+    if process is None or process.args != args:
+        process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    try:
+        stdout, stderr = process.communicate(timeout=VERSION_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    return process.returncode, stdout, stderr
+
+
 def binary_version(binary: str, kind: ToolKind) -> str:
     """`terraform|tofu version -json` → `terraform_version`; `terragrunt --version` → its version."""
-    args = [binary, "--version"] if kind == "terragrunt" else [binary, "version", "-json"]
+    args = _version_args(binary, kind)
     try:
-        result = subprocess.run(args, capture_output=True, text=True, timeout=VERSION_TIMEOUT, check=False)
+        code, stdout, stderr = _run_version(args, binary)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolError(f"cannot run {' '.join(args)}: {exc}") from None
-    if result.returncode != 0:
-        raise ToolError(f"{' '.join(args)} failed (exit code {result.returncode}): {result.stderr.strip()}")
+    if code != 0:
+        raise ToolError(f"{' '.join(args)} failed (exit code {code}): {stderr.strip()}")
     if kind == "terragrunt":
-        match = _TERRAGRUNT_VERSION.search(result.stdout)
+        match = _TERRAGRUNT_VERSION.search(stdout)
         if match is None:
-            raise ToolError(f"{' '.join(args)} printed no version: {result.stdout.strip()!r}")
+            raise ToolError(f"{' '.join(args)} printed no version: {stdout.strip()!r}")
         return match.group(1)
     try:
-        version = json.loads(result.stdout)["terraform_version"]
+        version = json.loads(stdout)["terraform_version"]
     except (ValueError, KeyError, TypeError):
-        raise ToolError(f"{' '.join(args)} printed no terraform_version: {result.stdout.strip()[:200]!r}") from None
+        raise ToolError(f"{' '.join(args)} printed no terraform_version: {stdout.strip()[:200]!r}") from None
     return str(version)
 
 

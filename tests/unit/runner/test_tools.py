@@ -244,3 +244,25 @@ def test_terragrunt_on_path(bin_dir: Path, layer: Path) -> None:
     with pytest.raises(ToolError, match=r'terragrunt 0\.68\.1 on PATH does not satisfy "< 0\.60"'):
         resolve_tool(EffectiveTool(kind="terraform", version=None, terragrunt=ToolSpec(enabled=True, version="< 0.60")),
                      layer)
+
+
+def test_prefetched_version_is_used_once(bin_dir: Path, layer: Path, tmp_path: Path) -> None:
+    from burrito_py.runner.tools import prefetch_version
+
+    log = tmp_path / "calls"
+    executable(bin_dir / "terraform", f'#!/bin/sh\necho "$*" >> {log}\necho \'{{"terraform_version": "1.11.4"}}\'\n')
+    prefetch_version("terraform")
+    assert tool_for("terraform", "~> 1.11.0", layer).version == "1.11.4"
+    assert log.read_text() == "version -json\n"  # the prefetched answer, not a second run
+    tool_for("terraform", None, layer)
+    assert log.read_text() == "version -json\n" * 2
+
+
+def test_no_prefetch_with_tenv(tenv: Tenv, layer: Path, tmp_path: Path) -> None:
+    from burrito_py.runner.tools import prefetch_version
+
+    log = tmp_path / "calls"
+    executable(tenv.bin_dir / "terraform", f'#!/bin/sh\necho "$*" >> {log}\n')
+    prefetch_version("terraform")
+    assert tool_for("terraform", "1.9.8", layer).binary == str(tenv.root / "Terraform" / "1.9.8" / "terraform")
+    assert not log.exists()
