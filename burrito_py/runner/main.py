@@ -21,9 +21,13 @@ the applied plan) and `apply-commit`.
 
 Exit codes: 0 success; 1 a terraform/tofu step failed; 2 bad input or configuration (environment, invalid
 object, missing object, layer path, source archive, tool resolution, missing or mismatched plan); 3 the
-Kubernetes API or the datastore is unavailable or refused a call. A failing attempt writes no success
-annotation. Expected errors print one `error: …` line on stderr (no traceback) and the same text to the
-container's termination message.
+Kubernetes API or the datastore is unavailable or refused a call; 4 an unexpected error (a bug: the traceback
+is printed). A failing attempt writes no success annotation. Expected errors print one `error: …` line on
+stderr (no traceback) and the same text to the container's termination message.
+
+Decisions: the run lives in its layer's namespace (its owner reference requires it); the run must name the
+layer and action of the environment; the plan file sits outside the source tree, so the layer's own files are
+never overwritten; the runner cleans its work directory and ends without interpreter teardown (`exit_now`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import json
 import os
 import sys
 import tempfile
+import traceback
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -55,12 +60,22 @@ if TYPE_CHECKING:
     from burrito_py.api.run import TerraformRun
     from burrito_py.datastore.client import DatastoreClient
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_STEP_FAILED", "EXIT_UNAVAILABLE", "RunnerEnv", "main"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_INTERNAL",
+    "EXIT_OK",
+    "EXIT_STEP_FAILED",
+    "EXIT_UNAVAILABLE",
+    "RunnerEnv",
+    "exit_now",
+    "main",
+]
 
 EXIT_OK = 0
 EXIT_STEP_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 3
+EXIT_INTERNAL = 4
 
 TOKEN_PATH = "/var/run/secrets/burrito-py/token"  # noqa: S105 - a path
 TERMINATION_LOG = "/dev/termination-log"
@@ -105,13 +120,16 @@ class RunnerEnv:
         attempt_text = environ["BURRITO_RUNNER_ATTEMPT"].strip()
         if not attempt_text.isdigit() or int(attempt_text) < 1:
             raise RunnerError(f"BURRITO_RUNNER_ATTEMPT: {attempt_text!r} is not an attempt number (1, 2, …)")
+        datastore_url = environ["BURRITO_DATASTORE_URL"].strip()
+        if not datastore_url.startswith(("http://", "https://")):
+            raise RunnerError(f"BURRITO_DATASTORE_URL: {datastore_url!r} is not an http:// or https:// URL")
         return cls(
             run=environ["BURRITO_RUNNER_RUN"].strip(),
             layer=environ["BURRITO_RUNNER_LAYER_NAME"].strip(),
             namespace=environ["BURRITO_RUNNER_LAYER_NAMESPACE"].strip(),
             action=action,
             attempt=int(attempt_text),
-            datastore_url=environ["BURRITO_DATASTORE_URL"].strip(),
+            datastore_url=datastore_url,
         )
 
 
@@ -321,6 +339,9 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         return _fail(str(exc), EXIT_STEP_FAILED)
     except RunnerError as exc:
         return _fail(str(exc), exc.exit_code)
+    except Exception as exc:  # a bug: keep the traceback, and an exit code no expected failure uses
+        traceback.print_exc()
+        return _fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_INTERNAL)
     return EXIT_OK
 
 

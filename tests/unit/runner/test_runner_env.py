@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from burrito_py.local.paths import pod_path
-from burrito_py.runner.main import EXIT_BAD_INPUT, RunnerEnv, RunnerError, file_sum, main, read_token
+from burrito_py.runner import main as runner_main
+from burrito_py.runner.main import EXIT_BAD_INPUT, EXIT_INTERNAL, RunnerEnv, RunnerError, file_sum, main, read_token
 
 ENV = {
     "BURRITO_RUNNER_RUN": "app-plan-x7k2q",
@@ -37,6 +38,7 @@ def test_names_every_missing_variable() -> None:
         ("BURRITO_RUNNER_ACTION", "destroy", "BURRITO_RUNNER_ACTION: 'destroy' is not one of plan, apply"),
         ("BURRITO_RUNNER_ATTEMPT", "0", "BURRITO_RUNNER_ATTEMPT: '0' is not an attempt number"),
         ("BURRITO_RUNNER_ATTEMPT", "two", "BURRITO_RUNNER_ATTEMPT: 'two' is not an attempt number"),
+        ("BURRITO_DATASTORE_URL", "datastore:8080", "BURRITO_DATASTORE_URL: 'datastore:8080' is not an http://"),
     ],
 )
 def test_invalid_values(name: str, value: str, message: str) -> None:
@@ -76,3 +78,17 @@ def test_bad_environment_exits_2_with_one_line_and_a_termination_message(
     assert err == "error: BURRITO_RUNNER_ACTION: 'destroy' is not one of plan, apply\n"
     message = (tmp_path / "dev/termination-log").read_text()
     assert message == "BURRITO_RUNNER_ACTION: 'destroy' is not one of plan, apply"
+
+
+def test_an_unexpected_error_keeps_its_traceback_and_exits_4(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken() -> str:
+        raise RuntimeError("boom")
+
+    monkeypatch.setenv("BURRITO_LOCAL_ROOT", str(tmp_path))
+    monkeypatch.setattr(runner_main, "read_token", broken)
+    assert main(ENV) == EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err
+    assert err.endswith("error: internal error: RuntimeError: boom\n")
