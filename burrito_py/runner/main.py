@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from burrito_py.api import annotations as ann
 from burrito_py.local.paths import pod_path
@@ -55,7 +55,7 @@ from burrito_py.runner.tools import ToolError, prefetch_version, resolve_tool
 from burrito_py.timeutil import format_time, utcnow
 
 if TYPE_CHECKING:
-    from burrito_py.api.common import OverrideRunnerSpec
+    from burrito_py.api.common import OverrideRunnerSpec, Resource
     from burrito_py.api.layer import TerraformLayer
     from burrito_py.api.run import TerraformRun
     from burrito_py.datastore.client import DatastoreClient
@@ -77,6 +77,7 @@ EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 3
 EXIT_INTERNAL = 4
 
+R = TypeVar("R", bound="Resource")
 TOKEN_PATH = "/var/run/secrets/burrito-py/token"  # noqa: S105 - a path
 TERMINATION_LOG = "/dev/termination-log"
 ACTIONS = ("plan", "apply")
@@ -163,7 +164,7 @@ class Runner:
         self.plan_file = workdir / "plan.bin"
 
     # -- API ------------------------------------------------------------------------------------
-    def _read(self, model: Any, plural: str, namespace: str, name: str) -> Any:
+    def _read(self, model: type[R], plural: str, namespace: str, name: str) -> R:
         from burrito_py.api.errors import InvalidSpec
 
         kind = model.KIND
@@ -196,12 +197,12 @@ class Runner:
         from burrito_py.api.run import TerraformRun
 
         env = self.env
-        run: TerraformRun = self._read(TerraformRun, "terraformruns", env.namespace, env.run)
-        layer: TerraformLayer = self._read(TerraformLayer, "terraformlayers", env.namespace, env.layer)
+        run = self._read(TerraformRun, "terraformruns", env.namespace, env.run)
+        layer = self._read(TerraformLayer, "terraformlayers", env.namespace, env.layer)
         if run.spec.layer.name != env.layer:
             raise RunnerError(f"run {env.run} is for layer {run.spec.layer.name}, not {env.layer}")
         if run.spec.action != env.action:
-            raise RunnerError(f"run {env.run} is an {run.spec.action}, but BURRITO_RUNNER_ACTION is {env.action}")
+            raise RunnerError(f"run {env.run} is a {run.spec.action} run, but BURRITO_RUNNER_ACTION is {env.action}")
         revision = run.spec.layer.revision
         if not revision:
             raise RunnerError(f"run {env.run} has no spec.layer.revision")
