@@ -167,6 +167,15 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     decision = decide_layer(snapshot(layer, runs, validation.auto_apply, ctx.settings.drift_detection_period), now)
 
     if validation.ready.status and decision.create_run is not None:
+        # Runs finish through our own writes, but the runner's plan/apply annotations reach us by watch and
+        # may lag: read the layer fresh before acting, or a finished apply would look undone and run again.
+        fresh = await ctx.kube.get(crd_path("terraformlayers", namespace, name))
+        if fresh is None:
+            return
+        ctx.inventory.layers.observe(fresh)
+        layer = ctx.inventory.layers.get(key) or fresh
+        decision = decide_layer(snapshot(layer, runs, validation.auto_apply, ctx.settings.drift_detection_period), now)
+    if validation.ready.status and decision.create_run is not None:
         created = await ctx.kube.create(crd_path("terraformruns", namespace), run_body(layer, decision.create_run))
         ctx.inventory.runs.observe(created)
         ctx.wake_run((namespace, created["metadata"]["name"]))
