@@ -13,7 +13,7 @@ import httpx
 import uvicorn
 
 from burrito_py.datastore.app import DatastoreSettings, create_app
-from burrito_py.datastore.storage import FilesystemStorage
+from burrito_py.datastore.storage import FilesystemStorage, Storage
 
 
 def free_port() -> int:
@@ -24,9 +24,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_datastore(data_dir: Path, port: int = 0) -> Iterator[str]:
+def running_datastore(data_dir: Path, port: int = 0, storage: Storage | None = None) -> Iterator[str]:
+    """`storage` (e.g. S3 or encrypted) replaces the filesystem backend under `data_dir`."""
     settings = DatastoreSettings(data_dir=data_dir, host="127.0.0.1", port=port or free_port())
-    app = create_app(FilesystemStorage(data_dir), settings)
+    app = create_app(storage if storage is not None else FilesystemStorage(data_dir), settings)
     server = uvicorn.Server(
         uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="off")
     )
