@@ -332,10 +332,13 @@ def main(environ: Mapping[str, str] | None = None) -> int:
             raise Unavailable(str(exc)) from None
         from burrito_py.datastore.client import DatastoreClient
 
-        with DatastoreClient(env.datastore_url, token=token) as store, tempfile.TemporaryDirectory(
-            prefix="burrito-py-runner-"
-        ) as tmp:
-            Runner(env, kube, store, Path(tmp)).run()
+        try:
+            with DatastoreClient(env.datastore_url, token=token) as store, tempfile.TemporaryDirectory(
+                prefix="burrito-py-runner-"
+            ) as tmp:
+                Runner(env, kube, store, Path(tmp)).run()
+        finally:
+            kube.close()
     except StepFailed as exc:
         return _fail(str(exc), EXIT_STEP_FAILED)
     except RunnerError as exc:
