@@ -1,0 +1,220 @@
+"""S3 (or any S3-compatible endpoint) as the datastore's storage, through boto3.
+
+Uploads stream part by part: a body no larger than one part is a single PutObject, anything larger a
+multipart upload whose parts go out while the next one is read (at most two parts in memory). Both
+PutObject and CompleteMultipartUpload make an object visible atomically, and a failed, interrupted or
+oversized upload is aborted, so no partial object is ever readable. boto3 is synchronous: every call runs
+in a worker thread so the event loop keeps serving other requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import anyio
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from burrito_py.datastore.storage import CHUNK, TooLarge, check_key
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MIN_PART_SIZE = 5 * 1024 * 1024  # S3's minimum for every part but the last
+DEFAULT_PART_SIZE = 8 * 1024 * 1024
+_MISSING = {"404", "NoSuchKey", "NotFound"}
+
+
+def make_client(
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    path_style: bool = False,
+    max_connections: int = 64,
+) -> Any:
+    """A boto3 S3 client; credentials come from boto3's usual chain (environment, profile, IRSA, IMDS)."""
+    config = Config(
+        region_name=region,
+        s3={"addressing_style": "path" if path_style else "auto"},
+        retries={"mode": "standard", "max_attempts": 5},
+        # Many concurrent downloads each hold one pooled connection while they stream.
+        max_pool_connections=max_connections,
+    )
+    return boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
+
+
+async def _in_thread(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    return await anyio.to_thread.run_sync(lambda: call(*args, **kwargs))
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+class S3Storage:
+    """Objects under `prefix` in `bucket`; keys are the datastore's keys, checked like the filesystem's."""
+
+    def __init__(self, client: Any, bucket: str, prefix: str = "", part_size: int = DEFAULT_PART_SIZE) -> None:
+        if not bucket:
+            raise ValueError("s3 bucket: must not be empty")
+        if part_size < MIN_PART_SIZE:
+            raise ValueError(f"s3 part size: {part_size} is below S3's minimum of {MIN_PART_SIZE} bytes")
+        self.client, self.bucket, self.part_size = client, bucket, part_size
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+
+    def _key(self, key: str) -> str:
+        return self.prefix + check_key(key)
+
+    async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int) -> int:
+        target = self._key(key)
+        pending: list[bytes] = []
+        buffered = size = 0
+        upload = _Multipart(self.client, self.bucket, target)
+        try:
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > max_size:
+                    raise TooLarge(max_size)
+                pending.append(chunk)
+                buffered += len(chunk)
+                # Strictly more than a part: the last part then always has at least one byte.
+                if buffered > self.part_size:
+                    data, offset = b"".join(pending), 0
+                    while len(data) - offset > self.part_size:
+                        await upload.send(data[offset : offset + self.part_size])
+                        offset += self.part_size
+                    pending, buffered = [data[offset:]], len(data) - offset
+            body = b"".join(pending)
+            if upload.started:
+                await upload.send(body)
+                await upload.complete()
+            else:
+                await _in_thread(self.client.put_object, Bucket=self.bucket, Key=target, Body=body)
+        except BaseException:
+            # Shielded: the abort must run even when the request task is being cancelled.
+            with anyio.CancelScope(shield=True):
+                await upload.abort()
+            raise
+        return size
+
+    async def open(self, key: str) -> AsyncIterator[bytes] | None:
+        try:
+            response = await _in_thread(self.client.get_object, Bucket=self.bucket, Key=self._key(key))
+        except ClientError as exc:
+            if _code(exc) in _MISSING:
+                return None
+            raise
+        body = response["Body"]
+
+        async def stream() -> AsyncIterator[bytes]:
+            try:
+                while chunk := await _in_thread(body.read, CHUNK):
+                    yield chunk
+            finally:
+                body.close()
+
+        return stream()
+
+    async def exists(self, key: str) -> bool:
+        try:
+            await _in_thread(self.client.head_object, Bucket=self.bucket, Key=self._key(key))
+        except ClientError as exc:
+            if _code(exc) in _MISSING:
+                return False
+            raise
+        return True
+
+    async def delete(self, key: str) -> None:
+        await _in_thread(self.client.delete_object, Bucket=self.bucket, Key=self._key(key))
+
+    async def list(self, prefix: str) -> list[str]:
+        """Keys under the directory-like `prefix` (`a/b` lists `a/b/...`, never `a/bc`); `""` lists all."""
+        base = prefix.strip("/")
+        full = self.prefix + (check_key(base) + "/" if base else "")
+
+        def collect() -> list[str]:
+            keys: list[str] = []
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full):
+                keys.extend(item["Key"][len(self.prefix) :] for item in page.get("Contents", []))
+            return sorted(keys)
+
+        return await anyio.to_thread.run_sync(collect)
+
+    async def abort_stale_uploads(self, older_than: timedelta, now: datetime) -> int:
+        """Abort multipart uploads left behind by a process that died mid-upload (they are invisible but
+        cost storage); returns how many were aborted."""
+
+        def sweep() -> int:
+            aborted = 0
+            paginator = self.client.get_paginator("list_multipart_uploads")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix):
+                for upload in page.get("Uploads", []):
+                    if now - upload["Initiated"] >= older_than:
+                        self.client.abort_multipart_upload(
+                            Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                        )
+                        aborted += 1
+            return aborted
+
+        return await anyio.to_thread.run_sync(sweep)
+
+
+class _Multipart:
+    """One multipart upload, started lazily by the first full part; one part in flight at a time."""
+
+    def __init__(self, client: Any, bucket: str, key: str) -> None:
+        self.client, self.bucket, self.key = client, bucket, key
+        self.upload_id: str | None = None
+        self.parts: list[dict[str, Any]] = []
+        self.in_flight: asyncio.Task[None] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.upload_id is not None
+
+    async def send(self, data: bytes) -> None:
+        if self.upload_id is None:
+            created = await _in_thread(self.client.create_multipart_upload, Bucket=self.bucket, Key=self.key)
+            self.upload_id = created["UploadId"]
+        await self._drain()
+        number = len(self.parts) + 1
+        self.parts.append({"PartNumber": number})
+        self.in_flight = asyncio.ensure_future(self._upload(number, data))
+
+    async def _upload(self, number: int, data: bytes) -> None:
+        result = await _in_thread(
+            self.client.upload_part,
+            Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number, Body=data,
+        )
+        self.parts[number - 1]["ETag"] = result["ETag"]
+
+    async def _drain(self) -> None:
+        if self.in_flight is not None:
+            task, self.in_flight = self.in_flight, None
+            await task
+
+    async def complete(self) -> None:
+        await self._drain()
+        await _in_thread(
+            self.client.complete_multipart_upload,
+            Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, MultipartUpload={"Parts": self.parts},
+        )
+
+    async def abort(self) -> None:
+        if self.in_flight is not None:
+            # Let the part in flight finish (or fail) first, so the abort is the last word on this upload.
+            await asyncio.gather(self.in_flight, return_exceptions=True)
+            self.in_flight = None
+        if self.upload_id is None:
+            return
+        try:
+            await _in_thread(
+                self.client.abort_multipart_upload, Bucket=self.bucket, Key=self.key, UploadId=self.upload_id
+            )
+        except ClientError as exc:  # the upload stays invisible; a lifecycle rule or the sweep removes it
+            log.warning("could not abort the multipart upload of %s: %s", self.key, _code(exc))
