@@ -7,7 +7,10 @@ Reads take no lock: git updates refs atomically and readers tolerate concurrent 
 
 Credentials: the URL given is used on the command line of `git fetch` only; nothing is stored in the
 mirror's config but the redacted URL, and every message this module raises is redacted
-(`https://***@host`). Credentials proper (GIT_ASKPASS, GIT_SSH_COMMAND, …) arrive through `env`.
+(`https://***@host`). Credentials proper are given to each `fetch` (`burrito_py.gitops.credentials`): they
+reach git through its environment for that one command, and the secret values are scrubbed from whatever
+git prints before it becomes a message. A fetch failure is classified (authentication refused, host key
+unknown or changed, unusable private key, not found, unreachable, timed out) so the message says what to fix.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -24,6 +28,7 @@ from pathlib import Path
 
 import git
 
+from burrito_py.gitops.credentials import GitCredentials, scrub
 from burrito_py.gitops.paths import ROOT, Change, normalize_repo_path
 from burrito_py.gitops.urls import mirror_dir_name, redact, validate_url
 
@@ -86,15 +91,16 @@ class GitMirror:
         """Whether the mirror has been created (by a first successful `fetch`)."""
         return (self.path / "HEAD").is_file()
 
-    def fetch(self) -> None:
+    def fetch(self, credentials: GitCredentials | None = None) -> None:
         """Create the mirror on first use, then fetch every branch with prune (deleted branches vanish).
 
-        A first fetch happens in a temporary directory renamed into place on success, so a failed
-        first fetch (wrong URL, no access) leaves no half-made mirror behind.
+        `credentials` are used for this fetch only (see the module docstring). A first fetch happens in a
+        temporary directory renamed into place on success, so a failed first fetch (wrong URL, no access)
+        leaves no half-made mirror behind.
         """
         with self._locked():
             if self.exists():
-                self._fetch_into(self.path)
+                self._fetch_into(self.path, credentials)
                 return
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.cache_dir))
@@ -105,7 +111,7 @@ class GitMirror:
                     config.set_value("burrito", "url", self.safe_url)
                     config.set_value("core", "logAllRefUpdates", "false")
                 repo.close()
-                self._fetch_into(staging)
+                self._fetch_into(staging, credentials)
                 if self.path.exists():
                     # Debris that is not a mirror (no HEAD), e.g. from a crash while someone copied the cache.
                     shutil.rmtree(self.path)
@@ -113,21 +119,24 @@ class GitMirror:
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
 
-    def _fetch_into(self, git_dir: Path) -> None:
-        status, _, stderr = self._git(
-            git_dir,
-            ["fetch", "--prune", "--no-tags", "--quiet", self.url, "+refs/heads/*:refs/heads/*"],
-            timeout=self.fetch_timeout,
-            use_env=True,
-        )
+    def _fetch_into(self, git_dir: Path, credentials: GitCredentials | None) -> None:
+        args = ["fetch", "--prune", "--no-tags", "--quiet", self.url, "+refs/heads/*:refs/heads/*"]
+        with contextlib.ExitStack() as stack:
+            extra = stack.enter_context(credentials.environment()) if credentials is not None else {}
+            status, _, stderr = self._git(git_dir, args, timeout=self.fetch_timeout, use_env=True, extra_env=extra)
         if status != 0:
-            raise GitError(self._fetch_failure(stderr))
+            raise GitError(self._fetch_failure(scrub(stderr, credentials), credentials))
 
-    def _fetch_failure(self, stderr: str) -> str:
-        text = redact(stderr)
+    def _fetch_failure(self, text: str, credentials: GitCredentials | None) -> str:
         lower = text.lower()
+        origin = f" from {credentials.source}" if credentials is not None and credentials.source else ""
         if lower.startswith("timeout:") or "did not complete in" in lower:
             return f"fetching {self.safe_url} timed out after {self.fetch_timeout:g}s"
+        host_key = _host_key_failure(text, self.safe_url)
+        if host_key is not None:
+            return host_key
+        if "load key" in lower and ("invalid format" in lower or "error in libcrypto" in lower):
+            return f"the ssh private key{origin} is not a valid private key (fetching {self.safe_url})"
         if any(
             marker in lower
             for marker in ("does not appear to be a git repository", "repository not found", "returned error: 404")
@@ -145,7 +154,9 @@ class GitMirror:
                 "returned error: 403",
             )
         ):
-            return f"authentication to {self.safe_url} failed (check the repository's secret)"
+            if credentials is None:
+                return f"authentication to {self.safe_url} failed: no credentials (set spec.repository.secretName)"
+            return f"authentication to {self.safe_url} failed: the server refused the {credentials.kind}{origin}"
         if any(
             marker in lower
             for marker in (
@@ -293,10 +304,19 @@ class GitMirror:
             raise GitError(f"the mirror of {self.safe_url} does not exist yet: fetch it first")
         return self._git(self.path, args, timeout=None, use_env=False)
 
-    def _git(self, git_dir: Path, args: list[str], *, timeout: float | None, use_env: bool) -> tuple[int, bytes, str]:
+    def _git(
+        self,
+        git_dir: Path,
+        args: list[str],
+        *,
+        timeout: float | None,
+        use_env: bool,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> tuple[int, bytes, str]:
         env = dict(_NON_INTERACTIVE)
         if use_env:
             env.update(self.env)
+            env.update(extra_env or {})
         command = [git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git", f"--git-dir={git_dir}", *args]
         try:
             status, out, err = git.Git(str(git_dir)).execute(
@@ -346,6 +366,28 @@ def _parse_name_status(fields: list[str]) -> list[Change]:
             changes.append(Change(status, fields[i + 1]))
             i += 2
     return changes
+
+
+def _host_key_failure(text: str, safe_url: str) -> str | None:
+    """What OpenSSH said about the server's host key, as one sentence; None when it said nothing about it."""
+    for line in text.splitlines():
+        # `No ED25519 host key is known for [127.0.0.1]:2222 and you have requested strict checking.`
+        match = re.search(r"host key is known for (\S+) and", line)
+        if match:
+            return f"host key for {_host(match.group(1))} is not in knownHosts (fetching {safe_url})"
+        # `Host key for [127.0.0.1]:2222 has changed and you have requested strict checking.`
+        match = re.search(r"Host key for (\S+) has changed", line)
+        if match:
+            return f"host key for {_host(match.group(1))} does not match knownHosts (fetching {safe_url})"
+    if "host key verification failed" in text.lower():
+        return f"host key verification failed for {safe_url} (check knownHosts)"
+    return None
+
+
+def _host(name: str) -> str:
+    """`[127.0.0.1]:2222` → `127.0.0.1:2222`, as people write it."""
+    match = re.fullmatch(r"\[(.+)\]:(\d+)", name)
+    return f"{match.group(1)}:{match.group(2)}" if match else name
 
 
 def _last_error_line(stderr: str) -> str:
