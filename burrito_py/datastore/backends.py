@@ -1,0 +1,95 @@
+"""Which storage the datastore uses, from `BURRITO_PY_DATASTORE_*` settings: filesystem (default) or S3,
+optionally wrapped in encryption at rest, and the retention schedule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Self
+
+from croniter import croniter
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from burrito_py.datastore.encryption import EncryptedStorage, Keyring
+from burrito_py.datastore.kubeapi import connect, own_namespace, read_secret_data
+from burrito_py.datastore.s3 import DEFAULT_PART_SIZE, MIN_PART_SIZE, S3Storage, make_client
+from burrito_py.datastore.storage import FilesystemStorage, Storage
+
+ENV_PREFIX = "BURRITO_PY_DATASTORE_"
+
+
+class StorageSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    backend: Literal["filesystem", "s3"] = "filesystem"
+    data_dir: Path = Path("/var/lib/burrito-py/datastore")
+
+    s3_bucket: str = ""
+    s3_prefix: str = ""
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+    s3_path_style: bool = False
+    s3_part_size: int = Field(DEFAULT_PART_SIZE, ge=MIN_PART_SIZE, le=5 * 1024**3)
+    s3_max_connections: int = Field(64, ge=1, le=1024)
+
+    encryption_enabled: bool = False
+    encryption_secret_name: str = "burrito-py-datastore-encryption"  # noqa: S105 - a name, not a secret
+    encryption_secret_namespace: str | None = None  # unset: the datastore's own namespace
+    encryption_active_key_id: str = ""
+
+    retention_enabled: bool = False
+    retention_schedule: str = "17 * * * *"
+    retention_grace_seconds: int = Field(3600, ge=0)
+
+    @field_validator("retention_schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        if not croniter.is_valid(value):
+            raise ValueError(f"{value!r} is not a cron expression (minute hour day month weekday)")
+        return value
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if self.backend == "s3" and not self.s3_bucket:
+            raise ValueError(f"{ENV_PREFIX}S3_BUCKET is required with the s3 backend")
+        if self.encryption_enabled and not self.encryption_active_key_id:
+            raise ValueError(
+                f"{ENV_PREFIX}ENCRYPTION_ACTIVE_KEY_ID is required when encryption is enabled "
+                "(the key id in the Secret that new objects are written with)"
+            )
+        return self
+
+    @property
+    def secret_namespace(self) -> str:
+        return self.encryption_secret_namespace or own_namespace()
+
+
+async def load_keyring(settings: StorageSettings, kubeconfig: str | None = None) -> Keyring:
+    """The encryption keys from their Secret (data keys = key ids, values = 32 bytes)."""
+    api = await connect(kubeconfig)
+    try:
+        data = await read_secret_data(api, settings.secret_namespace, settings.encryption_secret_name)
+    finally:
+        await api.close()
+    where = f"Secret {settings.secret_namespace}/{settings.encryption_secret_name}"
+    return Keyring.from_secret_data(data, settings.encryption_active_key_id, where)
+
+
+def build_storage(settings: StorageSettings, keyring: Keyring | None = None) -> Storage:
+    """The configured backend; wrapped in encryption when it is enabled (then `keyring` is required)."""
+    storage: Storage
+    if settings.backend == "s3":
+        client = make_client(
+            endpoint_url=settings.s3_endpoint_url,
+            region=settings.s3_region,
+            path_style=settings.s3_path_style,
+            max_connections=settings.s3_max_connections,
+        )
+        storage = S3Storage(client, settings.s3_bucket, settings.s3_prefix, settings.s3_part_size)
+    else:
+        storage = FilesystemStorage(settings.data_dir)
+    if settings.encryption_enabled:
+        if keyring is None:
+            raise ValueError("encryption is enabled but no keyring was loaded")
+        storage = EncryptedStorage(storage, keyring)
+    return storage

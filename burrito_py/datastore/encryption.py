@@ -1,0 +1,208 @@
+"""Encryption at rest: any `Storage` wrapped so objects are AES-256-GCM encrypted, streamed chunk by chunk.
+
+Object format (all integers big-endian)::
+
+    header = b"BPYE" | version (1) | key-id length (1) | key id | nonce prefix (7 random bytes) | chunk size (4)
+    body   = chunk* where chunk = AES-GCM(plaintext[i * chunk size : (i + 1) * chunk size]) incl. its 16-byte tag
+
+Each chunk's nonce is ``prefix | index (4) | final flag (1)`` (the STREAM construction): dropping, reordering
+or truncating chunks, or appending after the final one, makes a tag check fail. The associated data binds
+every chunk to the header (so the key id cannot be swapped) and to the object's storage key (so ciphertexts
+cannot be moved between objects). The key id in the header is what makes rotation work: new objects use the
+active key, old ones decrypt with the key they name, as long as the Secret still holds it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+import struct
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from burrito_py.datastore.storage import Storage, TooLarge
+
+MAGIC = b"BPYE"
+VERSION = 1
+KEY_BYTES = 32
+TAG_BYTES = 16
+PREFIX_BYTES = 7
+DEFAULT_CHUNK = 256 * 1024
+MAX_CHUNK = 16 * 1024 * 1024
+_MAX_CHUNKS = 2**32  # the index has 4 bytes in the nonce
+_KEY_ID = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # what a Secret's data key may be
+
+
+class EncryptionError(Exception):
+    """A key problem or a stored object that fails authentication; never carries key material."""
+
+
+@dataclass(frozen=True)
+class Keyring:
+    """Keys by id, and the one new objects are written with."""
+
+    keys: Mapping[str, bytes]
+    active: str
+
+    def __post_init__(self) -> None:
+        for key_id, key in self.keys.items():
+            if not _KEY_ID.match(key_id):
+                raise EncryptionError(f"encryption key id {key_id!r}: expected letters, digits, '-', '.' or '_'")
+            if len(key) != KEY_BYTES:
+                raise EncryptionError(f"encryption key {key_id!r}: expected {KEY_BYTES} bytes, got {len(key)}")
+        if self.active not in self.keys:
+            known = ", ".join(sorted(self.keys)) or "none"
+            raise EncryptionError(f"active encryption key id {self.active!r} is not among the keys ({known})")
+
+    @classmethod
+    def from_secret_data(cls, data: Mapping[str, str], active: str, where: str) -> Keyring:
+        """`data` as a Secret holds it: base64 of each 32-byte key, by key id; `where` names the Secret."""
+        keys: dict[str, bytes] = {}
+        for key_id, encoded in data.items():
+            try:
+                keys[key_id] = base64.b64decode(encoded, validate=True)
+            except (binascii.Error, ValueError):
+                raise EncryptionError(f"{where} key {key_id!r}: not valid base64") from None
+        try:
+            return cls(keys, active)
+        except EncryptionError as exc:
+            raise EncryptionError(f"{where}: {exc}") from None
+
+
+def _header(key_id: str, prefix: bytes, chunk: int) -> bytes:
+    encoded = key_id.encode()
+    return MAGIC + bytes([VERSION, len(encoded)]) + encoded + prefix + struct.pack(">I", chunk)
+
+
+def _nonce(prefix: bytes, index: int, final: bool) -> bytes:
+    if index >= _MAX_CHUNKS:
+        raise EncryptionError("object too large for the encrypted format")
+    return prefix + struct.pack(">IB", index, 1 if final else 0)
+
+
+class EncryptedStorage:
+    """Encrypts on `put`, decrypts on `open`; listing, existence and deletion pass through."""
+
+    def __init__(self, inner: Storage, keyring: Keyring, chunk_size: int = DEFAULT_CHUNK) -> None:
+        if not 1 <= chunk_size <= MAX_CHUNK:
+            raise ValueError(f"encryption chunk size: expected 1..{MAX_CHUNK}, got {chunk_size}")
+        self.inner, self.keyring, self.chunk_size = inner, keyring, chunk_size
+
+    def overhead(self, size: int) -> int:
+        """Most bytes the format adds to a `size`-byte object (bounds the inner storage's limit)."""
+        return len(_header(self.keyring.active, bytes(PREFIX_BYTES), 0)) + TAG_BYTES * (size // self.chunk_size + 1)
+
+    async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int) -> int:
+        key_id = self.keyring.active
+        aead = AESGCM(self.keyring.keys[key_id])
+        prefix = os.urandom(PREFIX_BYTES)
+        header = _header(key_id, prefix, self.chunk_size)
+        aad = header + key.encode()
+        size = 0
+
+        async def sealed() -> AsyncIterator[bytes]:
+            nonlocal size
+            yield header
+            pending, index, chunk = bytearray(), 0, self.chunk_size
+            async for data in chunks:
+                size += len(data)
+                if size > max_size:
+                    raise TooLarge(max_size)
+                pending += data
+                # Only a chunk known not to be the last is sealed here; the last one carries the final flag.
+                while len(pending) > chunk:
+                    yield aead.encrypt(_nonce(prefix, index, False), bytes(pending[:chunk]), aad)
+                    del pending[:chunk]
+                    index += 1
+            yield aead.encrypt(_nonce(prefix, index, True), bytes(pending), aad)
+
+        try:
+            await self.inner.put(key, sealed(), max_size + self.overhead(max_size))
+        except TooLarge:
+            raise TooLarge(max_size) from None
+        return size
+
+    async def open(self, key: str) -> AsyncIterator[bytes] | None:
+        """The header is read and checked here, so a foreign object or an unknown key id fails before any
+        response starts; chunk tags are checked as the body streams."""
+        stream = await self.inner.open(key)
+        if stream is None:
+            return None
+        reader = _Reader(stream)
+        await reader.fill(6)
+        if len(reader.buffer) < 6 or bytes(reader.buffer[:4]) != MAGIC:
+            raise EncryptionError(f"object {key} is not in the encrypted format")
+        if reader.buffer[4] != VERSION:
+            raise EncryptionError(f"object {key}: unknown encryption format version {reader.buffer[4]}")
+        header_size = 6 + reader.buffer[5] + PREFIX_BYTES + 4
+        await reader.fill(header_size - 1)
+        if len(reader.buffer) < header_size:
+            raise EncryptionError(f"object {key}: truncated header")
+        header = reader.take(header_size)
+        key_id = header[6 : 6 + header[5]].decode(errors="replace")
+        secret = self.keyring.keys.get(key_id)
+        if secret is None:
+            raise EncryptionError(f"object {key} was encrypted with key id {key_id!r}, which is not configured")
+        (chunk,) = struct.unpack(">I", header[-4:])
+        if not 1 <= chunk <= MAX_CHUNK:
+            raise EncryptionError(f"object {key}: invalid chunk size in header")
+        prefix = header[header_size - 4 - PREFIX_BYTES : header_size - 4]
+        return self._decrypt(key, reader, AESGCM(secret), header + key.encode(), prefix, chunk + TAG_BYTES)
+
+    @staticmethod
+    async def _decrypt(
+        key: str, reader: _Reader, aead: AESGCM, aad: bytes, prefix: bytes, unit: int
+    ) -> AsyncIterator[bytes]:
+        index = 0
+        try:
+            while await reader.fill(unit):  # more than one unit buffered: the first one is not the last
+                yield aead.decrypt(_nonce(prefix, index, False), reader.take(unit), aad)
+                index += 1
+            if len(reader.buffer) < TAG_BYTES:
+                raise EncryptionError(f"object {key}: truncated")
+            yield aead.decrypt(_nonce(prefix, index, True), reader.take(len(reader.buffer)), aad)
+        except InvalidTag:
+            message = f"object {key} failed authentication at chunk {index}: tampered or truncated"
+            raise EncryptionError(message) from None
+        finally:
+            await reader.close()
+
+    async def exists(self, key: str) -> bool:
+        return await self.inner.exists(key)
+
+    async def delete(self, key: str) -> None:
+        await self.inner.delete(key)
+
+    async def list(self, prefix: str) -> list[str]:
+        return await self.inner.list(prefix)
+
+
+class _Reader:
+    """Buffers an async byte stream so it can be cut into fixed-size units."""
+
+    def __init__(self, stream: AsyncIterator[bytes]) -> None:
+        self.stream, self.buffer, self.ended = stream, bytearray(), False
+
+    async def fill(self, size: int) -> bool:
+        """Read until more than `size` bytes are buffered; False when the stream ends first."""
+        while len(self.buffer) <= size and not self.ended:
+            try:
+                self.buffer += await anext(self.stream)
+            except StopAsyncIteration:
+                self.ended = True
+        return len(self.buffer) > size
+
+    def take(self, size: int) -> bytes:
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
+
+    async def close(self) -> None:
+        aclose = getattr(self.stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
