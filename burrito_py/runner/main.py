@@ -5,10 +5,10 @@ Environment (set by the run controller, DESIGN §6): `BURRITO_RUNNER_RUN`, `BURR
 `BURRITO_RUNNER_ATTEMPT` (the attempt number, from 1), `BURRITO_DATASTORE_URL`. The datastore token is read
 from `/var/run/secrets/burrito-py/token` when that file exists (`pod_path`, for the local kubelet).
 
-Plan: download the source archive of the run's revision, resolve the tool, `init`, `plan`, `show -json`,
-`show`; upload `bin`, `json`, `pretty` and `short` for (layer namespace, layer, run, attempt); then one merge
-patch of the layer's `plan-date`, `plan-sum` (`sha256:<hex>` of plan.bin), `plan-run` (`<run>/<attempt>`),
-`plan-commit` and `plan-summary` annotations.
+Plan: download the source archive of the run's revision, resolve the tool, `init`, `plan` (its output kept
+as the human-readable plan), `show -json`; upload `bin`, `json`, `pretty` and `short` for (layer namespace,
+layer, run, attempt); then one merge patch of the layer's `plan-date`, `plan-sum` (`sha256:<hex>` of
+plan.bin), `plan-run` (`<run>/<attempt>`), `plan-commit` and `plan-summary` annotations.
 
 Apply: download the plan named by the run's `spec.artifact {run, attempt}` and apply exactly it. When the
 layer's `plan-run` names that same plan, its sha256 must equal the layer's `plan-sum` (else the stored plan is
@@ -275,18 +275,18 @@ class Runner:
     def plan(self, steps: Steps, override: OverrideRunnerSpec, revision: str) -> dict[str, str]:
         env = self.env
         plan_json, pretty = self.workdir / "plan.json", self.workdir / "plan.txt"
-        steps.plan(self.plan_file, override.extra_plan_args)
+        steps.plan(self.plan_file, override.extra_plan_args, copy_to=pretty)
 
         def put(fmt: str, data: Path | bytes) -> None:
             self._datastore(self.store.put_plan, env.namespace, env.layer, env.run, env.attempt, fmt, data)
 
-        # `show -json` and `show` only read plan.bin: run them side by side, and upload the binary meanwhile
-        # (on 1,000 resources each show takes a third of a second).
+        # Upload the binary and the human-readable plan while `show -json` renders (a third of a second on
+        # 1,000 resources).
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="burrito-py-runner") as pool:
             pending = [
                 pool.submit(steps.show_json, self.plan_file, plan_json),
-                pool.submit(steps.show, self.plan_file, pretty),
                 pool.submit(put, "bin", self.plan_file),
+                pool.submit(put, "pretty", pretty),
             ]
             digest = file_sum(self.plan_file)
             for future in pending:
@@ -296,8 +296,7 @@ class Runner:
                     short = plan_summary(json.load(handle))
             except ValueError as exc:
                 raise RunnerError(f"show -json printed no valid JSON: {exc}") from None
-            uploads = [pool.submit(put, "json", plan_json), pool.submit(put, "pretty", pretty),
-                       pool.submit(put, "short", short.encode())]
+            uploads = [pool.submit(put, "json", plan_json), pool.submit(put, "short", short.encode())]
             for future in uploads:
                 future.result()
         _say(f"burrito-py: {short}")

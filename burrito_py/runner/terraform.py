@@ -9,8 +9,12 @@ terraform from its cache directory, finds it too):
     init  -input=false -no-color [extraInitArgs]
     plan  -input=false -no-color -out=<plan> [extraPlanArgs]
     show  -json <plan>                                  (stdout to a file, not echoed)
-    show  -no-color <plan>                              (stdout to a file, not echoed)
     apply -input=false -no-color [extraApplyArgs] <plan>
+
+The human-readable plan is what `plan` printed, kept as it streams by (`Steps.plan(..., copy_to=…)`), not a
+second `terraform show <plan>`: the same rendering (plus refresh lines and warnings, which reviewers want
+too), without another process that reads and renders the whole plan (~0.4 s of CPU on 1,000 resources).
+`Steps.show` remains for callers that only have a plan file.
 
 OpenTofu takes the same arguments (the binary is `tofu`); with terragrunt the command is
 `terragrunt <the same arguments>` with `TG_TF_PATH` (and the pre-0.73 `TERRAGRUNT_TFPATH`) set to the
@@ -143,8 +147,9 @@ class Steps:
     def init(self, extra: Sequence[str] = ()) -> None:
         self._run("init", init_args(extra), init_args(mask(extra)))
 
-    def plan(self, plan_file: Path, extra: Sequence[str] = ()) -> None:
-        self._run("plan", plan_args(plan_file, extra), plan_args(plan_file, mask(extra)))
+    def plan(self, plan_file: Path, extra: Sequence[str] = (), copy_to: Path | None = None) -> None:
+        """`copy_to` receives the plan's output as well (the human-readable plan)."""
+        self._run("plan", plan_args(plan_file, extra), plan_args(plan_file, mask(extra)), copy_to=copy_to)
 
     def show_json(self, plan_file: Path, dest: Path) -> None:
         args = show_json_args(plan_file)
@@ -157,11 +162,13 @@ class Steps:
     def apply(self, plan_file: Path, extra: Sequence[str] = ()) -> None:
         self._run("apply", apply_args(plan_file, extra), apply_args(plan_file, mask(extra)))
 
-    def _print(self, text: str) -> None:
+    def _print(self, text: str, copy: IO[str] | None = None) -> None:
         self.out.write(text)
         self.out.flush()
+        if copy is not None:
+            copy.write(text)
 
-    def _relay(self, stream: IO[bytes], tail: deque[str]) -> None:
+    def _relay(self, stream: IO[bytes], tail: deque[str], copy: IO[str] | None = None) -> None:
         """Forward every complete line as soon as it arrives. Lines are read in whatever blocks the pipe
         holds rather than one by one: on a 1,000-resource plan that is ~0.1 s less CPU next to terraform."""
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -170,19 +177,22 @@ class Steps:
         while chunk := read(65536):
             *lines, pending = (pending + decoder.decode(chunk)).split("\n")
             if lines:
-                self._print("\n".join(lines) + "\n")
+                self._print("\n".join(lines) + "\n", copy)
                 tail.extend(lines)
         pending += decoder.decode(b"", final=True)
         if pending:
-            self._print(pending + "\n")
+            self._print(pending + "\n", copy)
             tail.append(pending)
 
-    def _run(self, step: Step, args: list[str], shown: list[str], stdout_to: Path | None = None) -> None:
+    def _run(
+        self, step: Step, args: list[str], shown: list[str], stdout_to: Path | None = None, copy_to: Path | None = None
+    ) -> None:
         argv = command(self.tool, args)
         name = Path(argv[0]).name
         self._print(f"$ {name} {' '.join(shown)}\n")
         tail: deque[str] = deque(maxlen=TAIL_LINES)
         sink = stdout_to.open("wb") if stdout_to is not None else None
+        copy = copy_to.open("w", encoding="utf-8") if copy_to is not None else None
         try:
             try:
                 process = subprocess.Popen(
@@ -198,10 +208,11 @@ class Steps:
             stream = process.stderr if sink is not None else process.stdout
             assert stream is not None
             with _forward_signals(process), stream:
-                self._relay(stream, tail)
+                self._relay(stream, tail, copy)
                 code = process.wait()
         finally:
-            if sink is not None:
-                sink.close()
+            for handle in (sink, copy):
+                if handle is not None:
+                    handle.close()
         if code != 0:
             raise StepFailed(f"{name} {step}", code, tail)

@@ -57,10 +57,15 @@ def test_plan_then_apply_the_plan_binary_in_another_directory(tmp_path: Path) ->
     planner = Steps(tool, tmp_path / "plan-pod", out=out)
     planner.init(init_args)
     plan_bin, plan_json, pretty = tmp_path / "plan.bin", tmp_path / "plan.json", tmp_path / "plan.txt"
-    planner.plan(plan_bin, ["-var=message=v1"])
+    before_plan = len(out.getvalue())
+    planner.plan(plan_bin, ["-var=message=v1"], copy_to=pretty)
     planner.show_json(plan_bin, plan_json)
-    planner.show(plan_bin, pretty)
+    shown = tmp_path / "shown.txt"
+    planner.show(plan_bin, shown)
     log = out.getvalue()
+    # The kept copy is exactly what the plan step streamed, after its echoed command line.
+    assert log[before_plan:].split("\n", 1)[1].startswith(pretty.read_text())
+    assert "terraform_data.this will be created" in shown.read_text()
     assert "Terraform has been successfully initialized!" in log
     assert "-backend-config=…" in log and str(state) not in log.split("\n")[0]  # echoed masked
     assert "Plan: 1 to add, 0 to change, 0 to destroy." in log
