@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from burrito_py.datastore.auth import (
+    AUTH_DISABLED,
+    Action,
+    Authenticator,
+    AuthUnavailable,
+    LayerArtifacts,
+    Principal,
+    Sources,
+    Target,
+    Unauthenticated,
+    authorize,
+)
 from burrito_py.datastore.storage import Storage, TooLarge
+
+log = logging.getLogger(__name__)
 
 PlanFormat = Literal["bin", "json", "pretty", "short"]
 PLAN_FILES: dict[str, tuple[str, str]] = {
@@ -36,6 +52,27 @@ class DatastoreSettings(BaseSettings):
     host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on all interfaces
     port: int = 8080
     max_body_bytes: int = Field(100 * 1024 * 1024, ge=1)
+    # Bearer tokens checked by a Kubernetes TokenReview (DESIGN §9); off only for tests that do not test auth.
+    auth_enabled: bool = True
+    auth_audiences: list[str] = Field(default_factory=lambda: ["burrito-py"], min_length=1)
+    # Identities that may read and write everything (JSON list in the environment).
+    auth_admin_users: list[str] = Field(
+        default_factory=lambda: [
+            "system:serviceaccount:burrito-py:burrito-py-controllers",
+            "system:serviceaccount:burrito-py:burrito-py-server",
+        ]
+    )
+    auth_admin_groups: list[str] = Field(default_factory=list)
+    auth_cache_ttl_seconds: float = Field(30.0, ge=0)
+    auth_negative_cache_ttl_seconds: float = Field(5.0, ge=0)
+    # Where the Kubernetes API is for TokenReviews: this kubeconfig, else $KUBECONFIG, else in-cluster.
+    kubeconfig: Path | None = None
+
+
+class AuthError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class BadSegment(Exception):
@@ -64,14 +101,72 @@ Attempt = Annotated[int, PathParam(ge=0, le=1_000_000)]
 Format = Annotated[PlanFormat, Query(description="Which rendering of the plan.")]
 
 
-def create_app(storage: Storage, settings: DatastoreSettings | None = None) -> FastAPI:
+def default_authenticator(settings: DatastoreSettings) -> Authenticator:
+    """TokenReviews through the Kubernetes API named by the settings, behind a short cache."""
+    from burrito_py.datastore.kube_auth import KubeAuthenticator
+    from burrito_py.datastore.token_cache import CachedAuthenticator
+
+    reviewer = KubeAuthenticator(
+        settings.auth_audiences, settings.auth_admin_users, settings.auth_admin_groups, settings.kubeconfig
+    )
+    return CachedAuthenticator(reviewer, settings.auth_cache_ttl_seconds, settings.auth_negative_cache_ttl_seconds)
+
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="A Kubernetes service-account token with audience burrito-py (checked by a TokenReview).",
+)
+
+
+async def _caller(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    authenticator: Authenticator | None = request.app.state.authenticator
+    if authenticator is None:
+        return AUTH_DISABLED
+    if credentials is None or not credentials.credentials:
+        raise AuthError(401, "missing credentials: send 'Authorization: Bearer <service-account token>'")
+    try:
+        return await authenticator.authenticate(credentials.credentials)
+    except Unauthenticated as exc:
+        raise AuthError(401, str(exc)) from None
+    except AuthUnavailable as exc:
+        log.warning("cannot check a datastore token: %s", exc)
+        raise AuthError(503, f"cannot check the token now: {exc}") from None
+
+
+Caller = Annotated[Principal, Depends(_caller)]
+
+
+def create_app(
+    storage: Storage, settings: DatastoreSettings | None = None, authenticator: Authenticator | None = None
+) -> FastAPI:
+    """`authenticator` replaces the TokenReview one built from `settings` (when auth is enabled)."""
     settings = settings or DatastoreSettings()
+    if settings.auth_enabled and authenticator is None:
+        authenticator = default_authenticator(settings)
+    elif not settings.auth_enabled:
+        authenticator = None
     app = FastAPI(title="burrito-py datastore", version="v1")
+    app.state.authenticator = authenticator
     api = APIRouter(prefix="/api/v1")
 
     @app.exception_handler(BadSegment)
     async def bad_segment(_: Request, exc: BadSegment) -> JSONResponse:
         return _error(400, str(exc))
+
+    @app.exception_handler(AuthError)
+    async def auth_error(_: Request, exc: AuthError) -> JSONResponse:
+        response = _error(exc.status, str(exc))
+        if exc.status == 401:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="burrito-py-datastore"'
+        return response
+
+    def allow(who: Principal, action: Action, target: Target) -> None:
+        denied = authorize(who, action, target)
+        if denied is not None:
+            log.info("datastore denied %s %s of %s: %s", who.username, action, target.describe(), denied)
+            raise AuthError(403, denied)
 
     async def store(key: str, request: Request) -> Response:
         try:
@@ -86,10 +181,17 @@ def create_app(storage: Storage, settings: DatastoreSettings | None = None) -> F
             return _error(404, missing)
         return StreamingResponse(stream, media_type=media_type)
 
-    def attempt_prefix(ns: str, layer: str, run: str) -> str:
-        return f"layers/{_name('namespace', ns)}/{_name('layer', layer)}/{_name('run', run)}"
+    def attempt_prefix(who: Principal, action: Action, ns: str, layer: str, run: str) -> str:
+        prefix = f"layers/{_name('namespace', ns)}/{_name('layer', layer)}/{_name('run', run)}"
+        allow(who, action, LayerArtifacts(ns, layer, run))
+        return prefix
 
-    responses: dict[int | str, dict[str, Any]] = {400: {"description": "A path segment or parameter is invalid."}}
+    responses: dict[int | str, dict[str, Any]] = {
+        400: {"description": "A path segment or parameter is invalid."},
+        401: {"description": "No bearer token, or one the Kubernetes API rejects."},
+        403: {"description": "The caller may not touch this layer or repository."},
+        503: {"description": "The token cannot be checked now (Kubernetes API unavailable)."},
+    }
 
     @api.put(
         "/layers/{ns}/{layer}/runs/{run}/attempts/{n}/plan",
@@ -97,22 +199,26 @@ def create_app(storage: Storage, settings: DatastoreSettings | None = None) -> F
         responses={**responses, 413: {"description": "Body too large."}},
     )
     async def put_plan(
-        ns: Segment, layer: Segment, run: Segment, n: Attempt, request: Request, format: Format = "bin"
+        who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt, request: Request, format: Format = "bin"
     ) -> Response:
-        return await store(f"{attempt_prefix(ns, layer, run)}/{n}/{PLAN_FILES[format][0]}", request)
+        return await store(f"{attempt_prefix(who, 'write', ns, layer, run)}/{n}/{PLAN_FILES[format][0]}", request)
 
     @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/plan", responses={**responses, 404: {}})
-    async def get_plan(ns: Segment, layer: Segment, run: Segment, n: Attempt, format: Format = "json") -> Response:
+    async def get_plan(
+        who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt, format: Format = "json"
+    ) -> Response:
         filename, media = PLAN_FILES[format]
         return await serve(
-            f"{attempt_prefix(ns, layer, run)}/{n}/{filename}",
+            f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/{filename}",
             media,
             f"no plan for {ns}/{layer} run {run} attempt {n} (format {format})",
         )
 
     @api.get("/layers/{ns}/{layer}/runs/{run}/plan", responses={**responses, 404: {}})
-    async def get_latest_plan(ns: Segment, layer: Segment, run: Segment, format: Format = "json") -> Response:
-        prefix = attempt_prefix(ns, layer, run)
+    async def get_latest_plan(
+        who: Caller, ns: Segment, layer: Segment, run: Segment, format: Format = "json"
+    ) -> Response:
+        prefix = attempt_prefix(who, "read", ns, layer, run)
         filename, media = PLAN_FILES[format]
         attempts = sorted(
             (
@@ -131,27 +237,33 @@ def create_app(storage: Storage, settings: DatastoreSettings | None = None) -> F
         status_code=201,
         responses={**responses, 413: {"description": "Body too large."}},
     )
-    async def put_logs(ns: Segment, layer: Segment, run: Segment, n: Attempt, request: Request) -> Response:
-        return await store(f"{attempt_prefix(ns, layer, run)}/{n}/run.log", request)
+    async def put_logs(
+        who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt, request: Request
+    ) -> Response:
+        return await store(f"{attempt_prefix(who, 'write', ns, layer, run)}/{n}/run.log", request)
 
     @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/logs", responses={**responses, 404: {}})
-    async def get_logs(ns: Segment, layer: Segment, run: Segment, n: Attempt) -> Response:
+    async def get_logs(who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt) -> Response:
         return await serve(
-            f"{attempt_prefix(ns, layer, run)}/{n}/run.log", TEXT, f"no logs for {ns}/{layer} run {run} attempt {n}"
+            f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/run.log",
+            TEXT,
+            f"no logs for {ns}/{layer} run {run} attempt {n}",
         )
 
-    def sources(ns: str, repo: str) -> str:
-        return f"sources/{_name('namespace', ns)}/{_name('repository', repo)}"
+    def sources(who: Principal, action: Action, ns: str, repo: str) -> str:
+        prefix = f"sources/{_name('namespace', ns)}/{_name('repository', repo)}"
+        allow(who, action, Sources(ns, repo))
+        return prefix
 
-    async def tree_of(ns: str, repo: str, revision: str) -> str | None:
-        stream = await storage.open(f"{sources(ns, repo)}/revisions/{_revision('revision', revision)}")
+    async def tree_of(prefix: str, revision: str) -> str | None:
+        stream = await storage.open(f"{prefix}/revisions/{_revision('revision', revision)}")
         if stream is None:
             return None
         return b"".join([chunk async for chunk in stream]).decode().strip() or None
 
     @api.head("/repositories/{ns}/{repo}/trees/{tree}", responses={**responses, 404: {}})
-    async def has_tree(ns: Segment, repo: Segment, tree: Segment) -> Response:
-        found = await storage.exists(f"{sources(ns, repo)}/{_revision('tree', tree)}.tar.gz")
+    async def has_tree(who: Caller, ns: Segment, repo: Segment, tree: Segment) -> Response:
+        found = await storage.exists(f"{sources(who, 'read', ns, repo)}/{_revision('tree', tree)}.tar.gz")
         return Response(status_code=200 if found else 404)
 
     @api.put(
@@ -160,9 +272,14 @@ def create_app(storage: Storage, settings: DatastoreSettings | None = None) -> F
         responses={**responses, 404: {"description": "Linking to a tree that is not stored."}, 413: {}},
     )
     async def put_source(
-        ns: Segment, repo: Segment, revision: Segment, request: Request, tree: Annotated[str, Header(alias=TREE_HEADER)]
+        who: Caller,
+        ns: Segment,
+        repo: Segment,
+        revision: Segment,
+        request: Request,
+        tree: Annotated[str, Header(alias=TREE_HEADER)],
     ) -> Response:
-        prefix, tree = sources(ns, repo), _revision("tree", tree)
+        prefix, tree = sources(who, "write", ns, repo), _revision("tree", tree)
         _revision("revision", revision)
         archive = f"{prefix}/{tree}.tar.gz"
         if request.headers.get("content-length", "0") == "0" and "transfer-encoding" not in request.headers:
@@ -176,16 +293,18 @@ def create_app(storage: Storage, settings: DatastoreSettings | None = None) -> F
         return JSONResponse({"revision": revision, "tree": tree}, status_code=201)
 
     @api.get("/repositories/{ns}/{repo}/revisions/{revision}/source", responses={**responses, 404: {}})
-    async def get_source(ns: Segment, repo: Segment, revision: Segment) -> Response:
-        tree = await tree_of(ns, repo, revision)
+    async def get_source(who: Caller, ns: Segment, repo: Segment, revision: Segment) -> Response:
+        prefix = sources(who, "read", ns, repo)
+        tree = await tree_of(prefix, revision)
         if tree is None:
             return _error(404, f"no source archive for {ns}/{repo} at {revision}")
-        return await serve(f"{sources(ns, repo)}/{tree}.tar.gz", "application/gzip", "source archive vanished")
+        return await serve(f"{prefix}/{tree}.tar.gz", "application/gzip", "source archive vanished")
 
     @api.head("/repositories/{ns}/{repo}/revisions/{revision}/source", responses={**responses, 404: {}})
-    async def head_source(ns: Segment, repo: Segment, revision: Segment) -> Response:
-        tree = await tree_of(ns, repo, revision)
-        found = tree is not None and await storage.exists(f"{sources(ns, repo)}/{tree}.tar.gz")
+    async def head_source(who: Caller, ns: Segment, repo: Segment, revision: Segment) -> Response:
+        prefix = sources(who, "read", ns, repo)
+        tree = await tree_of(prefix, revision)
+        found = tree is not None and await storage.exists(f"{prefix}/{tree}.tar.gz")
         return Response(status_code=200 if found else 404)
 
     @app.get("/healthz")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,9 +24,25 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_datastore(data_dir: Path, port: int = 0, storage: Storage | None = None) -> Iterator[str]:
-    """`storage` (e.g. S3 or encrypted) replaces the filesystem backend under `data_dir`."""
-    settings = DatastoreSettings(data_dir=data_dir, host="127.0.0.1", port=port or free_port())
+def running_datastore(
+    data_dir: Path,
+    port: int = 0,
+    storage: Storage | None = None,
+    auth_enabled: bool = False,
+    kubeconfig: Path | None = None,
+    admin_users: Sequence[str] = (),
+) -> Iterator[str]:
+    """`storage` (e.g. S3 or encrypted) replaces the filesystem backend under `data_dir`. Auth is off unless
+    asked for (tests of other things send no token); then tokens are reviewed by the API in `kubeconfig`
+    and `admin_users` may do everything."""
+    settings = DatastoreSettings(
+        data_dir=data_dir,
+        host="127.0.0.1",
+        port=port or free_port(),
+        auth_enabled=auth_enabled,
+        kubeconfig=kubeconfig,
+        auth_admin_users=list(admin_users),
+    )
     app = create_app(storage if storage is not None else FilesystemStorage(data_dir), settings)
     server = uvicorn.Server(
         uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="off")

@@ -102,7 +102,8 @@ def test_malformed_requests_are_refused_without_touching_storage(datastore: tupl
 
 
 def test_oversized_upload_is_413_and_leaves_nothing(tmp_path: Path):
-    app = create_app(FilesystemStorage(tmp_path), DatastoreSettings(data_dir=tmp_path, max_body_bytes=10))
+    settings = DatastoreSettings(data_dir=tmp_path, max_body_bytes=10, auth_enabled=False)  # auth: test_auth*.py
+    app = create_app(FilesystemStorage(tmp_path), settings)
 
     async def scenario() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
@@ -138,7 +139,7 @@ segments = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs
 @settings(max_examples=60, deadline=None)
 @given(segments)
 def test_no_segment_ever_causes_a_server_error(segment: str):
-    app = create_app(FilesystemStorage(Path("/nonexistent-never-written")), DatastoreSettings())
+    app = create_app(FilesystemStorage(Path("/nonexistent-never-written")), DatastoreSettings(auth_enabled=False))
     quoted = f"/api/v1/layers/default/{quote(segment, safe='')}/runs/r/attempts/1/logs"
 
     async def scenario() -> int:

@@ -1,0 +1,126 @@
+"""Who may do what in the datastore (DESIGN §9), as data and one pure decision.
+
+A bearer token becomes a `Principal` (see `kube_auth.py`: a Kubernetes TokenReview, then the runner pod the
+token is bound to). Admins (the configured controller and server identities) may read and write everything.
+A runner may read its own layer's plans and logs and its layer's repository's sources, and may write only
+the artifacts of its own run (the run that owns its pod): a runner never needs to write anything else, and a
+compromised runner then cannot overwrite the plan another run of its layer is about to apply.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+Action = Literal["read", "write"]
+
+
+class Unauthenticated(Exception):
+    """401: no token, or a token the Kubernetes API does not accept. Messages never contain the token."""
+
+
+class AuthUnavailable(Exception):
+    """503: the token could not be checked (Kubernetes API unreachable or refusing the review)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerScope:
+    """What a runner pod may touch, read from its TerraformRun and TerraformLayer."""
+
+    namespace: str
+    layer: str
+    run: str
+    repository_namespace: str
+    repository: str
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    username: str
+    admin: bool = False
+    runner: RunnerScope | None = None
+
+    def describe(self) -> str:
+        if self.runner is not None:
+            return f"{self.username} (runner of {self.runner.namespace}/{self.runner.layer} run {self.runner.run})"
+        return self.username
+
+
+@dataclass(frozen=True, slots=True)
+class LayerArtifacts:
+    """Plans and logs of one run of a layer."""
+
+    namespace: str
+    layer: str
+    run: str
+
+    def describe(self) -> str:
+        return f"artifacts of {self.namespace}/{self.layer} run {self.run}"
+
+
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """Source archives of one repository."""
+
+    namespace: str
+    repository: str
+
+    def describe(self) -> str:
+        return f"sources of repository {self.namespace}/{self.repository}"
+
+
+Target = LayerArtifacts | Sources
+
+
+class Authenticator(Protocol):
+    async def authenticate(self, token: str) -> Principal:
+        """The caller behind `token`; raises Unauthenticated or AuthUnavailable."""
+        ...
+
+
+AUTH_DISABLED = Principal("anonymous (datastore auth disabled)", admin=True)
+
+
+def authorize(principal: Principal, action: Action, target: Target) -> str | None:
+    """None when allowed, else why not (safe to show the caller)."""
+    if principal.admin:
+        return None
+    scope = principal.runner
+    if scope is None:
+        return f"{principal.describe()} is neither a configured datastore user nor a runner pod"
+    if isinstance(target, LayerArtifacts):
+        if (target.namespace, target.layer) != (scope.namespace, scope.layer):
+            return f"{principal.describe()} may only use its own layer's artifacts, not {target.describe()}"
+        if action == "write" and target.run != scope.run:
+            return f"{principal.describe()} may only write its own run's artifacts, not {target.describe()}"
+        return None
+    if action == "write":
+        return f"{principal.describe()} may not write {target.describe()}"
+    if (target.namespace, target.repository) != (scope.repository_namespace, scope.repository):
+        return (
+            f"{principal.describe()} may only read the sources of repository "
+            f"{scope.repository_namespace}/{scope.repository}, not {target.describe()}"
+        )
+    return None
+
+
+def token_digest(token: str) -> str:
+    """Cache key of a token: its hash, so no cache, log or dump ever holds the token itself."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def unverified_expiry(token: str) -> float | None:
+    """The `exp` claim of a JWT, read WITHOUT checking the signature: used only to cache a reviewed token
+    no longer than it lives, never to accept one."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+        exp = claims.get("exp") if isinstance(claims, dict) else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None

@@ -1,0 +1,169 @@
+"""Bearer tokens → Principals through the Kubernetes API: a TokenReview (audiences `burrito-py`), then,
+for a token bound to a pod, that pod's TerraformRun and TerraformLayer.
+
+How the datastore learns a runner's layer: a projected service-account token carries the pod it is bound
+to (TokenReview `user.extra["authentication.kubernetes.io/pod-name"]` and `pod-uid`). The pod's controller
+owner reference names its TerraformRun; the run's `spec.layer` names the layer; the layer's
+`spec.repository` names the repository. Labels are not trusted (anyone creating the pod sets them); the
+owner reference is checked against the run's uid, the pod against the token's pod uid and service account,
+and everything must live in the token's namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from burrito_py.api import annotations as ann
+from burrito_py.datastore.auth import AuthUnavailable, Principal, RunnerScope, Unauthenticated
+
+log = logging.getLogger(__name__)
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+
+
+class KubeAuthenticator:
+    """Needs `create tokenreviews` and `get` on pods, terraformruns and terraformlayers."""
+
+    def __init__(
+        self,
+        audiences: Iterable[str],
+        admin_users: Iterable[str] = (),
+        admin_groups: Iterable[str] = (),
+        kubeconfig: Path | None = None,
+    ) -> None:
+        self.audiences = list(audiences)
+        self.admin_users = frozenset(admin_users)
+        self.admin_groups = frozenset(admin_groups)
+        self._kubeconfig = kubeconfig
+        self._configuration: Any = None
+        self._lock = asyncio.Lock()
+
+    async def _client_configuration(self) -> Any:
+        from kubernetes_asyncio import client, config
+
+        async with self._lock:
+            if self._configuration is None:
+                configuration = client.Configuration()
+                path = self._kubeconfig or _env_kubeconfig()
+                if path is not None:
+                    await config.load_kube_config(
+                        config_file=str(path), client_configuration=configuration, persist_config=False
+                    )
+                else:
+                    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+                self._configuration = configuration
+            return self._configuration
+
+    async def authenticate(self, token: str) -> Principal:
+        from kubernetes_asyncio import client
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            configuration = await self._client_configuration()
+        except Exception as exc:  # a broken kubeconfig or missing in-cluster files: say which, not a 500
+            raise AuthUnavailable(f"cannot build a Kubernetes client to review tokens: {exc}") from None
+        try:
+            async with client.ApiClient(configuration) as api:
+                review = await client.AuthenticationV1Api(api).create_token_review(
+                    client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=self.audiences))
+                )
+                status = review.status
+                if status is None or not status.authenticated or status.user is None:
+                    # The API's reason (expired, wrong audience, …) never contains the token.
+                    reason = (status.error if status is not None else None) or "not authenticated"
+                    raise Unauthenticated(f"the bearer token was rejected by the Kubernetes API: {reason}")
+                user = status.user
+                username = str(user.username or "")
+                groups = set(user.groups or ())
+                if username in self.admin_users or groups & self.admin_groups:
+                    return Principal(username, admin=True)
+                extra: dict[str, list[str]] = user.extra or {}
+                pod_name = next(iter(extra.get(POD_NAME_EXTRA) or ()), None)
+                pod_uid = next(iter(extra.get(POD_UID_EXTRA) or ()), None)
+                scope = None
+                if pod_name and username.startswith(SERVICE_ACCOUNT_PREFIX):
+                    namespace, _, account = username.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+                    scope = await _runner_scope(api, namespace, account, pod_name, pod_uid)
+                return Principal(username, runner=scope)
+        except ApiException as exc:
+            # Only status and reason: an error body could echo the review, which holds the token.
+            raise AuthUnavailable(f"TokenReview failed: HTTP {exc.status} {exc.reason}") from None
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise AuthUnavailable(f"Kubernetes API unreachable for TokenReview: {type(exc).__name__}") from None
+
+
+def _env_kubeconfig() -> Path | None:
+    """$KUBECONFIG (first entry) or ~/.kube/config when present; None means in-cluster."""
+    listed = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    for candidate in (listed, str(Path.home() / ".kube" / "config")):
+        if candidate and Path(candidate).exists():
+            return Path(candidate)
+    return None
+
+
+async def _runner_scope(
+    api: Any, namespace: str, account: str, pod_name: str, pod_uid: str | None
+) -> RunnerScope | None:
+    """The scope of the runner pod the token is bound to, or None when that pod is not a runner's."""
+    from kubernetes_asyncio import client
+
+    pod = await _get(client.CoreV1Api(api).read_namespaced_pod(pod_name, namespace))
+    if pod is None:
+        return None
+    pod_dict: dict[str, Any] = api.sanitize_for_serialization(pod)
+    meta, spec = pod_dict.get("metadata") or {}, pod_dict.get("spec") or {}
+    if (pod_uid and meta.get("uid") != pod_uid) or (spec.get("serviceAccountName") or "default") != account:
+        log.warning("token bound to pod %s/%s does not match that pod; no runner rights", namespace, pod_name)
+        return None
+    owner = next(
+        (
+            ref
+            for ref in meta.get("ownerReferences") or ()
+            if ref.get("controller") and ref.get("kind") == "TerraformRun" and ref.get("apiVersion") == ann.API_VERSION
+        ),
+        None,
+    )
+    if owner is None:
+        return None
+    custom = client.CustomObjectsApi(api)
+    run = await _get(
+        custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, namespace, "terraformruns", owner["name"])
+    )
+    if run is None or run["metadata"].get("uid") != owner.get("uid"):
+        return None
+    layer_ref = (run.get("spec") or {}).get("layer") or {}
+    if (layer_ref.get("namespace") or namespace) != namespace or not layer_ref.get("name"):
+        return None
+    layer = await _get(
+        custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, namespace, "terraformlayers", layer_ref["name"])
+    )
+    if layer is None:
+        return None
+    repository = (layer.get("spec") or {}).get("repository") or {}
+    return RunnerScope(
+        namespace=namespace,
+        layer=str(layer_ref["name"]),
+        run=str(owner["name"]),
+        repository_namespace=str(repository.get("namespace") or namespace),
+        repository=str(repository.get("name") or ""),
+    )
+
+
+async def _get(call: Any) -> Any:
+    """The object, or None when it does not exist (other API errors propagate)."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    try:
+        return await call
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
