@@ -1,0 +1,109 @@
+"""GitMirror with SSH credentials against a real OpenSSH server (key auth) on loopback."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from burrito_py.gitops.credentials import SshCredentials, credentials_from_data
+from burrito_py.gitops.mirror import GitError, GitMirror
+from burrito_py.gitops.testing import TestRepo, make_bare, make_repo, run_git
+from burrito_py.gitops.testing_servers import SshGitServer, generate_ssh_key, running_ssh_git_server
+
+SOURCE = "Secret default/git-ssh"
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshGitServer]:
+    # One server for the module: starting sshd and generating keys costs more than the tests themselves.
+    with running_ssh_git_server(tmp_path_factory.mktemp("sshd")) as server:
+        yield server
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> TestRepo:
+    repo = make_repo(tmp_path / "work")
+    repo.commit({"layers/app/main.tf": "# app\n"}, "add a layer")
+    return repo
+
+
+@pytest.fixture
+def url(tmp_path: Path, work: TestRepo, sshd: SshGitServer) -> str:
+    bare = tmp_path / "upstream.git"
+    work.push(make_bare(bare))
+    return sshd.url_for(bare)
+
+
+def key_lines(key: str) -> list[str]:
+    return [line for line in key.splitlines() if line and not line.startswith("-----")]
+
+
+def private_ssh_dirs() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("burrito-py-ssh-*")}
+
+
+def test_the_authorized_key_fetches(tmp_path: Path, url: str, sshd: SshGitServer, work: TestRepo) -> None:
+    before = private_ssh_dirs()
+    mirror = GitMirror(tmp_path / "cache", url)
+    creds = credentials_from_data({"sshPrivateKey": sshd.client_key, "knownHosts": sshd.known_hosts}, url, SOURCE)
+    mirror.fetch(creds)
+    assert mirror.branches() == {"main": work.head}
+    assert private_ssh_dirs() <= before, "the key's temporary directory is removed after the fetch"
+    stored = run_git(mirror.path, "config", "--list")
+    assert all(line not in stored for line in key_lines(sshd.client_key))
+    assert f"Accepted publickey for {sshd.user}" in sshd.log()
+
+
+def test_a_key_pasted_with_crlf_and_no_final_newline_still_works(tmp_path: Path, url: str,
+                                                                 sshd: SshGitServer) -> None:
+    pasted = sshd.client_key.replace("\n", "\r\n").rstrip()
+    creds = credentials_from_data({"sshPrivateKey": pasted, "knownHosts": sshd.known_hosts}, url, SOURCE)
+    mirror = GitMirror(tmp_path / "cache", url)
+    mirror.fetch(creds)
+    assert mirror.exists()
+
+
+def test_a_key_the_server_does_not_know_is_refused(tmp_path: Path, url: str, sshd: SshGitServer,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    stranger, _ = generate_ssh_key(tmp_path / "stranger")
+    mirror = GitMirror(tmp_path / "cache", url)
+    with pytest.raises(GitError) as raised:
+        mirror.fetch(SshCredentials(stranger, sshd.known_hosts, SOURCE))
+    message = str(raised.value)
+    assert message.startswith("authentication to ssh://")
+    assert message.endswith(f"failed: the server refused the ssh key from {SOURCE}")
+    text = "".join(traceback.format_exception(raised.value)) + caplog.text
+    assert all(line not in text for line in key_lines(stranger))
+    assert not mirror.exists()
+
+
+def test_an_unknown_host_key_is_refused(tmp_path: Path, url: str, sshd: SshGitServer) -> None:
+    _, other_public = generate_ssh_key(tmp_path / "other-host")
+    known_elsewhere = f"git.example.com {other_public}\n"
+    with pytest.raises(GitError) as raised:
+        GitMirror(tmp_path / "cache", url).fetch(SshCredentials(sshd.client_key, known_elsewhere, SOURCE))
+    assert str(raised.value).startswith(f"host key for 127.0.0.1:{sshd.port} is not in knownHosts")
+
+
+def test_a_changed_host_key_is_refused(tmp_path: Path, url: str, sshd: SshGitServer) -> None:
+    _, other_public = generate_ssh_key(tmp_path / "impostor")
+    wrong = f"[127.0.0.1]:{sshd.port} {' '.join(other_public.split()[:2])}\n"
+    with pytest.raises(GitError) as raised:
+        GitMirror(tmp_path / "cache", url).fetch(SshCredentials(sshd.client_key, wrong, SOURCE))
+    assert str(raised.value).startswith(f"host key for 127.0.0.1:{sshd.port} does not match knownHosts")
+
+
+def test_a_broken_private_key_is_named(tmp_path: Path, url: str, sshd: SshGitServer) -> None:
+    lines = sshd.client_key.splitlines()
+    broken = "\n".join([lines[0], lines[1][::-1], *lines[2:]]) + "\n"  # right armour, garbage inside
+    with pytest.raises(GitError) as raised:
+        GitMirror(tmp_path / "cache", url).fetch(SshCredentials(broken, sshd.known_hosts, SOURCE))
+    message = str(raised.value)
+    assert message.startswith(f"the ssh private key from {SOURCE} is not a valid private key")
+    assert all(line not in message for line in key_lines(broken))
