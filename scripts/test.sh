@@ -7,6 +7,13 @@ command -v terraform >/dev/null || { echo "terraform is required on PATH" >&2; e
 command -v kubectl >/dev/null || { echo "kubectl is required on PATH" >&2; exit 1; }
 command -v git >/dev/null || { echo "git is required on PATH" >&2; exit 1; }
 
+# The git-credentials tests run a real OpenSSH server on loopback.
+if [ ! -x /usr/sbin/sshd ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server >/dev/null
+fi
+
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
 python3 -m ruff check .
