@@ -28,7 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 NS = "default"
 # `burrito-py runner start` exactly as the console script runs it, from this checkout (PYTHONPATH), without
 # the ~0.1 s a version manager's shim (pyenv) in front of the console script would add to every run.
-CLI = [sys.executable, "-c", "import sys; from burrito_py.cli import app; sys.argv[0] = 'burrito-py'; app()",
+CLI = [sys.executable, "-c", "from burrito_py.entry import main; main()",
        "runner", "start"]
 
 

@@ -144,7 +144,7 @@ class World:
         }
         argv = [sys.executable, "-m", "burrito_py.runner"]
         if cli:  # the console script's code path (`burrito-py runner start`), from this checkout
-            argv = [sys.executable, "-c", "from burrito_py.cli import app; app()", "runner", "start"]
+            argv = [sys.executable, "-c", "from burrito_py.entry import main; main()", "runner", "start"]
         done = subprocess.run(argv, env=process_env, capture_output=True, text=True, timeout=120, check=False)
         return Result(done.returncode, done.stdout, done.stderr)
 
