@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from burrito_py.datastore.app import DatastoreSettings
+    from burrito_py.datastore.backends import StorageSettings
 
 app = typer.Typer(no_args_is_help=True, help="The datastore of plans, logs and source archives.")
 
@@ -15,13 +22,91 @@ def start(
     data_dir: Annotated[Path | None, typer.Option(help="Filesystem backend directory.")] = None,
     host: Annotated[str | None, typer.Option(help="Address to bind.")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on.")] = None,
+    max_body_bytes: Annotated[int | None, typer.Option(help="Largest upload accepted (413 above).")] = None,
+    backend: Annotated[str | None, typer.Option(help="Storage backend: filesystem (default) or s3.")] = None,
+    s3_bucket: Annotated[str | None, typer.Option(help="S3 bucket (s3 backend).")] = None,
+    s3_prefix: Annotated[str | None, typer.Option(help="Key prefix inside the bucket.")] = None,
+    s3_endpoint_url: Annotated[str | None, typer.Option(help="S3-compatible endpoint; unset: AWS.")] = None,
+    s3_region: Annotated[str | None, typer.Option(help="S3 region.")] = None,
+    s3_path_style: Annotated[bool | None, typer.Option(help="Path-style addressing (MinIO, moto, Ceph).")] = None,
+    s3_part_size: Annotated[int | None, typer.Option(help="Multipart part size in bytes (>= 5 MiB).")] = None,
+    encryption: Annotated[bool | None, typer.Option(help="Encrypt objects at rest (AES-256-GCM).")] = None,
+    encryption_secret_name: Annotated[str | None, typer.Option(help="Secret holding the keys by id.")] = None,
+    encryption_secret_namespace: Annotated[str | None, typer.Option(help="Its namespace; unset: own.")] = None,
+    encryption_active_key_id: Annotated[str | None, typer.Option(help="Key id new objects use.")] = None,
+    retention: Annotated[bool | None, typer.Option(help="Delete unreferenced artifacts on a schedule.")] = None,
+    retention_schedule: Annotated[str | None, typer.Option(help="Cron schedule of retention passes.")] = None,
+    retention_grace_seconds: Annotated[
+        int | None, typer.Option(help="How long a key stays unreferenced before it is deleted.")
+    ] = None,
 ) -> None:
     """Serve the datastore API until interrupted (settings also from BURRITO_PY_DATASTORE_*)."""
+    from pydantic import ValidationError
+
+    from burrito_py.datastore.app import DatastoreSettings
+    from burrito_py.datastore.backends import StorageSettings
+
+    def given(**values: Any) -> dict[str, Any]:
+        return {k: v for k, v in values.items() if v is not None}
+
+    try:
+        settings = DatastoreSettings(**given(data_dir=data_dir, host=host, port=port, max_body_bytes=max_body_bytes))
+        storage_settings = StorageSettings(**given(
+            data_dir=data_dir,
+            backend=backend,
+            s3_bucket=s3_bucket,
+            s3_prefix=s3_prefix,
+            s3_endpoint_url=s3_endpoint_url,
+            s3_region=s3_region,
+            s3_path_style=s3_path_style,
+            s3_part_size=s3_part_size,
+            encryption_enabled=encryption,
+            encryption_secret_name=encryption_secret_name,
+            encryption_secret_namespace=encryption_secret_namespace,
+            encryption_active_key_id=encryption_active_key_id,
+            retention_enabled=retention,
+            retention_schedule=retention_schedule,
+            retention_grace_seconds=retention_grace_seconds,
+        ))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+        typer.echo(f"invalid datastore settings: {problems}", err=True)
+        raise typer.Exit(2) from None
+    asyncio.run(_serve(settings, storage_settings))
+
+
+async def _serve(settings: DatastoreSettings, storage_settings: StorageSettings) -> None:
     import uvicorn
 
-    from burrito_py.datastore.app import DatastoreSettings, create_app
-    from burrito_py.datastore.storage import FilesystemStorage
+    from burrito_py.datastore.app import create_app
+    from burrito_py.datastore.backends import build_storage, load_keyring
+    from burrito_py.datastore.encryption import EncryptionError
+    from burrito_py.datastore.kubeapi import KubeApiError, connect
+    from burrito_py.datastore.retention import Retention, retention_loop
 
-    overrides = {k: v for k, v in {"data_dir": data_dir, "host": host, "port": port}.items() if v is not None}
-    settings = DatastoreSettings(**overrides)  # type: ignore[arg-type]
-    uvicorn.run(create_app(FilesystemStorage(settings.data_dir), settings), host=settings.host, port=settings.port)
+    # uvicorn configures only its own loggers; retention and storage report through ours.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
+    try:
+        keyring = await load_keyring(storage_settings, kubeconfig) if storage_settings.encryption_enabled else None
+        api = await connect(kubeconfig) if storage_settings.retention_enabled else None
+    except (EncryptionError, KubeApiError) as exc:
+        typer.echo(f"datastore: {exc}", err=True)
+        raise typer.Exit(2) from None
+    storage = build_storage(storage_settings, keyring)
+    server = uvicorn.Server(uvicorn.Config(create_app(storage, settings), host=settings.host, port=settings.port))
+    sweeper: asyncio.Task[None] | None = None
+    if api is not None:
+        from datetime import timedelta
+
+        retention = Retention(storage, api, timedelta(seconds=storage_settings.retention_grace_seconds))
+        sweeper = asyncio.create_task(retention_loop(retention, storage_settings.retention_schedule))
+    try:
+        await server.serve()
+    finally:
+        if sweeper is not None:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+        if api is not None:
+            await api.close()
