@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from burrito_py.datastore.encryption import EncryptedStorage, Keyring
 from burrito_py.datastore.kubeapi import connect, own_namespace, read_secret_data
-from burrito_py.datastore.s3 import DEFAULT_PART_SIZE, MIN_PART_SIZE, S3Storage, make_client
+from burrito_py.datastore.s3 import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MIN_PART_SIZE, S3Storage, make_client
 from burrito_py.datastore.storage import FilesystemStorage, Storage
 
 ENV_PREFIX = "BURRITO_PY_DATASTORE_"
@@ -31,6 +31,7 @@ class StorageSettings(BaseSettings):
     s3_path_style: bool = False
     s3_part_size: int = Field(DEFAULT_PART_SIZE, ge=MIN_PART_SIZE, le=5 * 1024**3)
     s3_max_connections: int = Field(64, ge=1, le=1024)
+    s3_upload_concurrency: int = Field(DEFAULT_CONCURRENCY, ge=1, le=16)
 
     encryption_enabled: bool = False
     encryption_secret_name: str = "burrito-py-datastore-encryption"  # noqa: S105 - a name, not a secret
@@ -85,7 +86,9 @@ def build_storage(settings: StorageSettings, keyring: Keyring | None = None) -> 
             path_style=settings.s3_path_style,
             max_connections=settings.s3_max_connections,
         )
-        storage = S3Storage(client, settings.s3_bucket, settings.s3_prefix, settings.s3_part_size)
+        storage = S3Storage(
+            client, settings.s3_bucket, settings.s3_prefix, settings.s3_part_size, settings.s3_upload_concurrency
+        )
     else:
         storage = FilesystemStorage(settings.data_dir)
     if settings.encryption_enabled:

@@ -1,7 +1,8 @@
 """S3 (or any S3-compatible endpoint) as the datastore's storage, through boto3.
 
 Uploads stream part by part: a body no larger than one part is a single PutObject, anything larger a
-multipart upload whose parts go out while the next one is read (at most two parts in memory). Both
+multipart upload whose parts go out while the next one is read (memory: a part being read plus the
+parts in flight). Both
 PutObject and CompleteMultipartUpload make an object visible atomically, and a failed, interrupted or
 oversized upload is aborted, so no partial object is ever readable. boto3 is synchronous: every call runs
 in a worker thread so the event loop keeps serving other requests.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -27,6 +29,8 @@ T = TypeVar("T")
 
 MIN_PART_SIZE = 5 * 1024 * 1024  # S3's minimum for every part but the last
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
+# Parts uploading while the next one is read: more overlaps better, each costs a part of memory.
+DEFAULT_CONCURRENCY = 2
 _MISSING = {"404", "NoSuchKey", "NotFound"}
 
 
@@ -56,15 +60,37 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+def _take(pending: deque[bytes], size: int) -> bytes:
+    """The first `size` bytes of `pending`, copied once (only the chunk at the cut is split)."""
+    parts, taken = [], 0
+    while taken < size:
+        chunk = pending.popleft()
+        if len(chunk) > size - taken:
+            pending.appendleft(chunk[size - taken :])
+            chunk = chunk[: size - taken]
+        parts.append(chunk)
+        taken += len(chunk)
+    return b"".join(parts)
+
+
 class S3Storage:
     """Objects under `prefix` in `bucket`; keys are the datastore's keys, checked like the filesystem's."""
 
-    def __init__(self, client: Any, bucket: str, prefix: str = "", part_size: int = DEFAULT_PART_SIZE) -> None:
+    def __init__(
+        self,
+        client: Any,
+        bucket: str,
+        prefix: str = "",
+        part_size: int = DEFAULT_PART_SIZE,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> None:
         if not bucket:
             raise ValueError("s3 bucket: must not be empty")
         if part_size < MIN_PART_SIZE:
             raise ValueError(f"s3 part size: {part_size} is below S3's minimum of {MIN_PART_SIZE} bytes")
-        self.client, self.bucket, self.part_size = client, bucket, part_size
+        if concurrency < 1:
+            raise ValueError(f"s3 upload concurrency: expected at least 1, got {concurrency}")
+        self.client, self.bucket, self.part_size, self.concurrency = client, bucket, part_size, concurrency
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
 
     def _key(self, key: str) -> str:
@@ -72,9 +98,9 @@ class S3Storage:
 
     async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int) -> int:
         target = self._key(key)
-        pending: list[bytes] = []
+        pending: deque[bytes] = deque()
         buffered = size = 0
-        upload = _Multipart(self.client, self.bucket, target)
+        upload = _Multipart(self.client, self.bucket, target, self.concurrency)
         try:
             async for chunk in chunks:
                 size += len(chunk)
@@ -83,12 +109,9 @@ class S3Storage:
                 pending.append(chunk)
                 buffered += len(chunk)
                 # Strictly more than a part: the last part then always has at least one byte.
-                if buffered > self.part_size:
-                    data, offset = b"".join(pending), 0
-                    while len(data) - offset > self.part_size:
-                        await upload.send(data[offset : offset + self.part_size])
-                        offset += self.part_size
-                    pending, buffered = [data[offset:]], len(data) - offset
+                while buffered > self.part_size:
+                    await upload.send(_take(pending, self.part_size))
+                    buffered -= self.part_size
             body = b"".join(pending)
             if upload.started:
                 await upload.send(body)
@@ -165,13 +188,13 @@ class S3Storage:
 
 
 class _Multipart:
-    """One multipart upload, started lazily by the first full part; one part in flight at a time."""
+    """One multipart upload, started lazily by the first full part; at most `concurrency` parts in flight."""
 
-    def __init__(self, client: Any, bucket: str, key: str) -> None:
-        self.client, self.bucket, self.key = client, bucket, key
+    def __init__(self, client: Any, bucket: str, key: str, concurrency: int) -> None:
+        self.client, self.bucket, self.key, self.concurrency = client, bucket, key, concurrency
         self.upload_id: str | None = None
         self.parts: list[dict[str, Any]] = []
-        self.in_flight: asyncio.Task[None] | None = None
+        self.in_flight: list[asyncio.Task[None]] = []
 
     @property
     def started(self) -> bool:
@@ -181,10 +204,11 @@ class _Multipart:
         if self.upload_id is None:
             created = await _in_thread(self.client.create_multipart_upload, Bucket=self.bucket, Key=self.key)
             self.upload_id = created["UploadId"]
-        await self._drain()
+        while len(self.in_flight) >= self.concurrency:
+            await self._drain_one()
         number = len(self.parts) + 1
         self.parts.append({"PartNumber": number})
-        self.in_flight = asyncio.ensure_future(self._upload(number, data))
+        self.in_flight.append(asyncio.ensure_future(self._upload(number, data)))
 
     async def _upload(self, number: int, data: bytes) -> None:
         result = await _in_thread(
@@ -193,10 +217,13 @@ class _Multipart:
         )
         self.parts[number - 1]["ETag"] = result["ETag"]
 
+    async def _drain_one(self) -> None:
+        task = self.in_flight.pop(0)
+        await task
+
     async def _drain(self) -> None:
-        if self.in_flight is not None:
-            task, self.in_flight = self.in_flight, None
-            await task
+        while self.in_flight:
+            await self._drain_one()
 
     async def complete(self) -> None:
         await self._drain()
@@ -206,10 +233,10 @@ class _Multipart:
         )
 
     async def abort(self) -> None:
-        if self.in_flight is not None:
-            # Let the part in flight finish (or fail) first, so the abort is the last word on this upload.
-            await asyncio.gather(self.in_flight, return_exceptions=True)
-            self.in_flight = None
+        if self.in_flight:
+            # Let the parts in flight finish (or fail) first, so the abort is the last word on this upload.
+            await asyncio.gather(*self.in_flight, return_exceptions=True)
+            self.in_flight = []
         if self.upload_id is None:
             return
         try:
