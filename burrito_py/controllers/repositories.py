@@ -2,6 +2,9 @@
 store one source archive per tree, and tell each layer its `branch-commit` / `relevant-commit`.
 
 Git work is blocking, so it runs in a thread; one fetch serves every layer of the repository.
+Credentials come from the Secret named in `spec.repository.secretName`, read at each reconcile (so a fixed
+Secret is used at the next poll) and handed to that one fetch; a missing Secret or key fails the sync with a
+message naming the Secret and the key, never a value.
 """
 
 from __future__ import annotations
@@ -18,12 +21,16 @@ from burrito_py.controllers.conditions import Cond, merge_conditions
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.events import post_event
 from burrito_py.controllers.inventory import Body, Key, key_of
-from burrito_py.controllers.kube import crd_path
+from burrito_py.controllers.kube import KubeError, crd_path, path
+from burrito_py.gitops.credentials import CredentialsError, GitCredentials, credentials_from_secret
 from burrito_py.gitops.mirror import GitError, GitMirror
 from burrito_py.gitops.relevance import decide_layer_commits, diff_base
 from burrito_py.timeutil import format_time, utcnow
 
 log = logging.getLogger(__name__)
+# kubernetes_asyncio's REST client logs every response body at DEBUG, and we read Secrets with it: keep that
+# logger at INFO so turning on debug logging can never print git credentials.
+logging.getLogger("kubernetes_asyncio.client.rest").setLevel(logging.INFO)
 _mirrors: dict[tuple[Path, str], GitMirror] = {}
 
 
@@ -51,18 +58,23 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if repository is None or repository["metadata"].get("deletionTimestamp"):
         return
     namespace, name = key
-    url = (repository.get("spec") or {}).get("repository", {}).get("url", "")
+    source = (repository.get("spec") or {}).get("repository") or {}
+    url = source.get("url", "")
     layers = ctx.inventory.layers_of_repository(namespace, name)
     branches = sorted({(layer.get("spec") or {}).get("branch", "") for layer in layers} - {""})
     now = utcnow()
+    try:
+        credentials = await _credentials(ctx, namespace, source.get("secretName"), url)
+    except CredentialsError as exc:  # messages name the Secret and key only
+        await _fail(ctx, repository, branches, "CredentialsInvalid", str(exc), now)
+        return
     mirror = mirror_for(ctx.settings.git_cache_dir, url)
     try:
-        await asyncio.to_thread(mirror.fetch)
+        await asyncio.to_thread(mirror.fetch, credentials)
         metrics.GIT_FETCHES.labels(f"{namespace}/{name}").inc()
     except GitError as exc:
-        message = str(exc)  # GitError messages are sanitized: no credentials
-        entries = [_branch_entry(b, None, now, f"fetch failed: {message}") for b in branches]
-        await _write_status(ctx, repository, "SyncNeeded", entries, Cond("Synced", False, "FetchFailed", message), now)
+        # GitError messages are sanitized: no credentials
+        await _fail(ctx, repository, branches, "FetchFailed", str(exc), now)
         return
 
     entries = []
@@ -80,6 +92,24 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             await _annotate_layer(ctx, mirror, layer, head, head_date)
         entries.append(_branch_entry(branch, head, now, "Synced"))
     await _write_status(ctx, repository, "Synced", entries, Cond("Synced", True, "FetchSucceeded", ""), now)
+
+
+async def _credentials(ctx: Context, namespace: str, secret_name: str | None, url: str) -> GitCredentials | None:
+    """The git credentials of the repository's Secret; CredentialsError when the Secret cannot give them."""
+    if not secret_name:
+        return None
+    try:
+        secret = await ctx.kube.get(path("v1", "secrets", namespace, secret_name))
+    except KubeError as exc:  # e.g. 403 without RBAC on Secrets; the API's message carries no Secret data
+        raise CredentialsError(f"cannot read Secret {namespace}/{secret_name}: {exc.status} {exc.reason}") from None
+    if secret is None:
+        raise CredentialsError(f"Secret {namespace}/{secret_name} (spec.repository.secretName) does not exist")
+    return credentials_from_secret(secret, url)
+
+
+async def _fail(ctx: Context, repository: Body, branches: list[str], reason: str, message: str, now: datetime) -> None:
+    entries = [_branch_entry(b, None, now, f"fetch failed: {message}") for b in branches]
+    await _write_status(ctx, repository, "SyncNeeded", entries, Cond("Synced", False, reason, message), now)
 
 
 def _branch_entry(branch: str, head: str | None, now: datetime, outcome: str) -> Body:
