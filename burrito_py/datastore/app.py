@@ -7,6 +7,7 @@ import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import unquote_to_bytes
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi import Path as PathParam
@@ -14,6 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from burrito_py.datastore.auth import (
     AUTH_DISABLED,
@@ -42,7 +44,8 @@ TEXT = "text/plain; charset=utf-8"
 TREE_HEADER = "X-Burrito-Tree-Id"
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_REVISION = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
+# No leading "-": an id that reads as a command-line option is never a commit or tree id.
+_REVISION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 
 
 class DatastoreSettings(BaseSettings):
@@ -88,12 +91,41 @@ def _name(kind: str, value: str) -> str:
 
 def _revision(kind: str, value: str) -> str:
     if not _REVISION.match(value) or ".." in value:
-        raise BadSegment(kind, value, "expected a commit or tree id (letters, digits, '.', '_' and '-')")
+        rule = "expected a commit or tree id (letters, digits, '.', '_' and '-'; not starting with '-' or '.')"
+        raise BadSegment(kind, value, rule)
     return value
 
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
+
+
+def raw_path_problem(raw_path: bytes) -> str | None:
+    """Why a request path is refused before routing, else None. The server decodes %2F into '/' before
+    routing (the request would then reach another route or none), so encoded separators and dot segments are
+    caught here, on the raw path."""
+    for segment in raw_path.split(b"?", 1)[0].split(b"/"):
+        decoded = unquote_to_bytes(segment)
+        if b"/" in decoded or b"\\" in decoded or b"\x00" in decoded:
+            return f"path segment {segment.decode('latin-1')!r} is invalid: it may not contain '/', '\\' or NUL"
+        if decoded in (b".", b".."):
+            return f"path segment {segment.decode('latin-1')!r} is invalid: '.' and '..' are not names"
+    return None
+
+
+class _RawPathGuard:
+    """Plain ASGI (not BaseHTTPMiddleware) so request bodies keep streaming untouched."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            problem = raw_path_problem(scope.get("raw_path") or scope["path"].encode())
+            if problem is not None:
+                await _error(400, problem)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 Segment = Annotated[str, PathParam(min_length=1, max_length=253)]
@@ -149,6 +181,7 @@ def create_app(
         authenticator = None
     app = FastAPI(title="burrito-py datastore", version="v1")
     app.state.authenticator = authenticator
+    app.add_middleware(_RawPathGuard)
     api = APIRouter(prefix="/api/v1")
 
     @app.exception_handler(BadSegment)

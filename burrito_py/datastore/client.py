@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import IO, Literal, TypeVar
 
@@ -24,13 +24,45 @@ class DatastoreError(Exception):
         self.status_code = status_code
 
 
+class BearerTokenFile(httpx.Auth):
+    """Sends the token a file holds now: the kubelet rewrites projected service-account tokens before they
+    expire, so a long-lived client (the controllers) re-reads the file when it changes."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._seen: tuple[float, int] | None = None
+        self._token = ""
+
+    def token(self) -> str:
+        try:
+            stat = self._path.stat()
+            if self._seen != (stat.st_mtime, stat.st_size):
+                self._token = self._path.read_text().strip()
+                self._seen = (stat.st_mtime, stat.st_size)
+        except OSError as exc:
+            raise DatastoreError(f"cannot read the datastore token {self._path}: {exc.strerror}") from None
+        return self._token
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        token = self.token()
+        if token:
+            request.headers["Authorization"] = f"Bearer {token}"
+        yield request
+
+
 class DatastoreClient:
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0) -> None:
+    """`token` is sent as a bearer token; `token_file` instead names a file holding it (re-read when it
+    changes)."""
+
+    def __init__(
+        self, base_url: str, token: str | None = None, timeout: float = 30.0, token_file: Path | None = None
+    ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        auth = BearerTokenFile(token_file) if token_file is not None else None
         # Plain http needs no TLS context; building the default one (the CA bundle) costs ~0.2 s per runner.
         verify = base_url.startswith("https://")
         self._http = httpx.Client(
-            base_url=base_url.rstrip("/") + "/api/v1", headers=headers, timeout=timeout, verify=verify
+            base_url=base_url.rstrip("/") + "/api/v1", headers=headers, timeout=timeout, verify=verify, auth=auth
         )
 
     def close(self) -> None:
