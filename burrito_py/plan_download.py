@@ -21,22 +21,44 @@ def parse_layer_ref(ref: str) -> tuple[str, str]:
     return namespace or "default", name
 
 
-def read_layer(namespace: str, name: str, kubeconfig: Path | None) -> dict[str, Any]:
+def load_kube_configuration(kubeconfig: Path | None) -> Any:
+    """The kubeconfig's (or, in a pod, the in-cluster) client configuration."""
     from kubernetes import client, config
 
+    configuration = client.Configuration()
     try:
-        config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None)  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    api = client.CustomObjectsApi()
-    try:
-        body: dict[str, Any] = dict(
-            api.get_namespaced_custom_object(ann.GROUP, ann.VERSION, namespace, "terraformlayers", name)  # type: ignore[call-overload]
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=str(kubeconfig) if kubeconfig else None, client_configuration=configuration
         )
-    except client.ApiException as exc:
-        if exc.status == 404:
-            raise PlanNotFound(f"TerraformLayer {namespace}/{name} not found") from None
-        raise
+    except config.ConfigException:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return configuration
+
+
+def kube_token(configuration: Any) -> str | None:
+    """The bearer token the kubeconfig user presents (static, tokenFile or exec plugin alike): the datastore
+    reviews the same identity the Kubernetes API sees."""
+    # The key is "authorization" in older clients and "BearerToken" in kubernetes 37: take any bearer value.
+    for value in (configuration.api_key or {}).values():
+        scheme, _, token = str(value or "").partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    return None
+
+
+def read_layer(namespace: str, name: str, configuration: Any) -> dict[str, Any]:
+    from kubernetes import client
+
+    with client.ApiClient(configuration) as api_client:
+        api = client.CustomObjectsApi(api_client)
+        try:
+            body: dict[str, Any] = dict(
+                api.get_namespaced_custom_object(ann.GROUP, ann.VERSION, namespace, "terraformlayers", name)  # type: ignore[call-overload]
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:
+                raise PlanNotFound(f"TerraformLayer {namespace}/{name} not found") from None
+            raise
     return body
 
 
@@ -49,12 +71,16 @@ def download(
     kubeconfig: Path | None = None,
     token: str | None = None,
 ) -> None:
+    """`token` defaults to the kubeconfig user's."""
     from burrito_py.datastore.client import DatastoreClient
 
     namespace, name = parse_layer_ref(ref)
     attempt: int | None = None
+    configuration = load_kube_configuration(kubeconfig) if run is None or token is None else None
+    if token is None:
+        token = kube_token(configuration)
     if run is None:
-        layer = read_layer(namespace, name, kubeconfig)
+        layer = read_layer(namespace, name, configuration)
         planned = parse_plan_run((layer["metadata"].get("annotations") or {}).get(ann.PLAN_RUN))
         if planned is None:
             raise PlanNotFound(f"layer {namespace}/{name} has no successful plan yet")

@@ -78,7 +78,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         settings.posting.enabled = False  # we post our own, readable events
         settings.watching.server_timeout = 300
         kube = await Kube.connect(str(kubeconfig) if kubeconfig else None)
-        context = Context(settings=config, kube=kube, datastore=_datastore_client(config))
+        context = Context(settings=config, kube=kube, datastore=_datastore_client(config, kubeconfig))
         holder["ctx"] = context
         metrics.watch_inventory(context.inventory)
         context.layers = Scheduler("layers", lambda key: reconcile_layer(context, key))
@@ -180,12 +180,19 @@ def _branch_outcomes(body: Mapping[str, Any]) -> list[tuple[Any, Any, Any]]:
     return [(b.get("name"), b.get("latestRev"), b.get("lastSyncStatus")) for b in branches]
 
 
-def _datastore_client(settings: ControllerSettings) -> Any:
+# Where a pod's projected token for the datastore's audience is mounted (runner pods; the chart's too).
+DATASTORE_TOKEN_PATH = Path("/var/run/secrets/burrito-py/token")
+
+
+def _datastore_client(settings: ControllerSettings, kubeconfig: Path | None) -> Any:
+    """In a pod: the projected service-account token file (re-read as it rotates); locally: the kubeconfig
+    user's token (`burrito-py dev` makes that a service account the datastore knows)."""
     from burrito_py.datastore.client import DatastoreClient
 
-    token = None
-    if settings.datastore_token_path is not None and settings.datastore_token_path.exists():
-        token = settings.datastore_token_path.read_text().strip()
+    token_file = settings.datastore_token_path or (DATASTORE_TOKEN_PATH if DATASTORE_TOKEN_PATH.exists() else None)
+    if token_file is not None:
+        return DatastoreClient(settings.datastore_url, token_file=token_file)
+    token = kubeconfig_login(kubeconfig).token if kubeconfig is not None else None
     return DatastoreClient(settings.datastore_url, token=token)
 
 

@@ -87,6 +87,7 @@ def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
     from burrito_py.controllers.settings import ControllerSettings
     from burrito_py.datastore.testing import running_datastore
     from burrito_py.local.apiserver import ApiServer
+    from burrito_py.local.identity import login_as_local_admin
     from burrito_py.local.kubelet import LocalKubelet
 
     data_dir = options.data_dir.resolve()
@@ -106,7 +107,13 @@ def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
         applier.apply({"apiVersion": "v1", "kind": "ServiceAccount",
                        "metadata": {"name": "burrito-py-runner", "namespace": "default"}})
 
-        datastore_url = stack.enter_context(running_datastore(data_dir / "datastore"))
+        # Auth on, as on a cluster: the kubeconfig user (controllers, kubectl, `plan download`) becomes a
+        # service account the datastore treats as an admin; runners get pod-bound tokens from the kubelet.
+        admin = login_as_local_admin(api.url, options.kubeconfig)
+        datastore_url = stack.enter_context(
+            running_datastore(data_dir / "datastore", auth_enabled=True, kubeconfig=options.kubeconfig,
+                              admin_users=[admin])
+        )
         log.info("datastore at %s", datastore_url)
 
         kubelet = LocalKubelet(options.kubeconfig, pod_log_dir=data_dir / "pod-logs", work_dir=data_dir / "pods")

@@ -23,6 +23,7 @@ from burrito_py.datastore.testing import running_datastore
 from burrito_py.gitops.testing import TestRepo, make_repo
 from burrito_py.local.apiserver import ApiServer
 from burrito_py.local.apply import Applier
+from burrito_py.local.identity import login_as_local_admin
 from burrito_py.local.kubelet import LocalKubelet
 from burrito_py.local.testing import wait_for
 
@@ -150,7 +151,11 @@ def running_platform(workdir: Path, kubeconfig: Path, **overrides: Any) -> Itera
         for crd in generate_crds().values():
             applier.apply(crd)
         applier.apply(RUNNER_SERVICE_ACCOUNT)
-        datastore_url = stack.enter_context(running_datastore(workdir / "datastore"))
+        # Datastore auth on end to end: controllers and `plan download` as the kubeconfig's service account,
+        # runners with their pod-bound projected tokens.
+        admin = login_as_local_admin(api.url, kubeconfig)
+        datastore_url = stack.enter_context(running_datastore(workdir / "datastore", auth_enabled=True,
+                                                              kubeconfig=kubeconfig, admin_users=[admin]))
         kubelet = LocalKubelet(kubeconfig, pod_log_dir=workdir / "pod-logs", work_dir=workdir / "pods")
         kubelet.start()
         stack.callback(kubelet.stop)
