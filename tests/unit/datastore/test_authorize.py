@@ -1,0 +1,76 @@
+"""The datastore's authorization decision, without I/O."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from burrito_py.datastore.auth import (
+    LayerArtifacts,
+    Principal,
+    RunnerScope,
+    Sources,
+    authorize,
+    token_digest,
+    unverified_expiry,
+)
+
+SCOPE = RunnerScope("team", "app", "app-plan-1", "infra", "repo")
+RUNNER = Principal("system:serviceaccount:team:burrito-py-runner", runner=SCOPE)
+ADMIN = Principal("system:serviceaccount:burrito-py:burrito-py-controllers", admin=True)
+NOBODY = Principal("system:serviceaccount:team:default")
+names = st.sampled_from(["team", "other", "app", "app-plan-1", "app-plan-2", "repo", "infra"])
+
+
+def test_a_runner_reads_its_layer_and_writes_only_its_run():
+    assert authorize(RUNNER, "read", LayerArtifacts("team", "app", "app-plan-0")) is None
+    assert authorize(RUNNER, "write", LayerArtifacts("team", "app", "app-plan-1")) is None
+    reason = authorize(RUNNER, "write", LayerArtifacts("team", "app", "app-plan-0"))
+    assert reason is not None and "own run" in reason and "app-plan-0" in reason
+
+
+def test_a_runner_reads_only_its_layers_repository_and_never_writes_sources():
+    assert authorize(RUNNER, "read", Sources("infra", "repo")) is None
+    assert authorize(RUNNER, "read", Sources("team", "repo")) is not None
+    reason = authorize(RUNNER, "write", Sources("infra", "repo"))
+    assert reason is not None and "may not write" in reason
+
+
+def test_a_runner_of_the_same_layer_name_in_another_namespace_is_refused():
+    assert authorize(RUNNER, "read", LayerArtifacts("other", "app", "app-plan-1")) is not None
+
+
+@given(st.sampled_from(["read", "write"]), names, names, names)
+def test_admins_may_do_everything_and_unscoped_callers_nothing(action: str, ns: str, a: str, b: str):
+    for target in (LayerArtifacts(ns, a, b), Sources(ns, a)):
+        assert authorize(ADMIN, action, target) is None  # type: ignore[arg-type]
+        reason = authorize(NOBODY, action, target)  # type: ignore[arg-type]
+        assert reason is not None and NOBODY.username in reason
+
+
+@given(st.sampled_from(["read", "write"]), names, names, names)
+def test_runner_rights_never_leave_its_layer(action: str, ns: str, layer: str, run: str):
+    allowed = authorize(RUNNER, action, LayerArtifacts(ns, layer, run)) is None  # type: ignore[arg-type]
+    if allowed:
+        assert (ns, layer) == ("team", "app")
+        assert action == "read" or run == "app-plan-1"
+
+
+def _jwt(claims: object) -> str:
+    body = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    return f"e30.{body}.c2ln"
+
+
+def test_unverified_expiry_reads_exp_and_tolerates_anything_else():
+    assert unverified_expiry(_jwt({"exp": 1700000000})) == 1700000000.0
+    for token in ("", "a.b", "not-a-token", _jwt([1]), _jwt({"exp": "soon"}), _jwt({"exp": True}), "a.!!!.c"):
+        assert unverified_expiry(token) is None
+
+
+def test_token_digest_hides_the_token():
+    token = _jwt({"exp": 1})
+    assert token not in token_digest(token) and len(token_digest(token)) == 64
+    assert token_digest(token) != token_digest(token + "x")
