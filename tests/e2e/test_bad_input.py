@@ -60,3 +60,15 @@ def test_invalid_version_constraint_is_named_and_runs_nothing(platform: Platform
     assert "spec.terraform.version" in ready(platform, "badversion")["message"]  # type: ignore[index]
     time.sleep(2)
     assert platform.runs("badversion") == []
+
+
+def test_unparsable_terraform_is_named_in_last_result_and_a_warning_and_stops(platform: Platform, repo: TestRepo):
+    repo.commit({"layers/broken/main.tf": 'resource "terraform_data" "x" {\n'}, "unclosed block")
+    platform.create_repository("repo", repo.url)
+    platform.create_layer("broken", "repo", "layers/broken", remediation={"onError": {"maxRetries": 1}})
+    layer = platform.wait_state("broken", "MaxRetriesReached", timeout=60)
+    assert "Unclosed configuration block" in layer["status"]["lastResult"]
+    run = platform.runs("broken")[0]["metadata"]["name"]
+    assert any("Unclosed configuration block" in w for w in warnings(platform, run))
+    time.sleep(3)
+    assert len(platform.runs("broken")) == 1  # retries exhausted: no new run, no crash loop
