@@ -88,3 +88,24 @@ def _trim_path(path: str) -> str:
     if trimmed.endswith(".git"):
         trimmed = trimmed[: -len(".git")]
     return trimmed.rstrip("/") or "/"
+
+
+def repository_identity(url: str) -> tuple[str, str] | None:
+    """`(host, path)` naming a repository whatever the spelling: https, ssh or scp-style, with or without
+    `.git` or a user, any case — how a webhook payload's URLs are matched to TerraformRepositories. Ports are
+    left out because one repository is served over https on one port and ssh on another. None for `file://`
+    and anything invalid."""
+    try:
+        url = validate_url(url)
+    except ValueError:
+        return None
+    if is_scp_like(url):
+        match = _SCP_LIKE.match(url)
+        assert match is not None
+        host, repo_path = match.group("host"), match.group("path")
+    else:
+        parts = urlsplit(url)
+        if parts.scheme.lower() == "file" or not parts.hostname:
+            return None
+        host, repo_path = parts.hostname, parts.path
+    return host.lower(), _trim_path("/" + repo_path.lstrip("/")).lower()
