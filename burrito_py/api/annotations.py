@@ -28,6 +28,10 @@ SYNC_NOW = "api.burrito-py.io/sync-now"
 # On a TerraformRepository: `sync-<branch>` = time the server asked for an immediate fetch.
 REPOSITORY_SYNC_PREFIX = "webhook.burrito-py.io/sync-"
 
+# On a TerraformRun: when the controller created it, to the microsecond. creationTimestamp has whole
+# seconds, and a plan and the apply it triggers are often created in the same second.
+RUN_CREATED_AT = "burrito-py.io/created-at"
+
 # Labels.
 LABEL_LAYER = "burrito-py.io/layer"
 LABEL_RUN = "burrito-py.io/run"

@@ -82,6 +82,12 @@ class Store:
         return len(self._objects)
 
 
+def _creation_order(run: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = run["metadata"]
+    stamp = (meta.get("annotations") or {}).get(ann.RUN_CREATED_AT, "")
+    return meta.get("creationTimestamp", ""), stamp, meta["name"]
+
+
 class Inventory:
     def __init__(self) -> None:
         self.repositories = Store()
@@ -90,9 +96,9 @@ class Inventory:
         self.pods = Store(index_label=ann.LABEL_RUN)
 
     def runs_of_layer(self, namespace: str, layer: str) -> list[Body]:
-        """Newest first (creation time, then name for runs created in the same second)."""
+        """Newest first: creation time, then our sub-second creation stamp, then name."""
         runs = self.runs.by_label(namespace, layer)
-        runs.sort(key=lambda r: (r["metadata"].get("creationTimestamp", ""), r["metadata"]["name"]), reverse=True)
+        runs.sort(key=_creation_order, reverse=True)
         return runs
 
     def layers_of_repository(self, namespace: str, name: str) -> list[Body]:

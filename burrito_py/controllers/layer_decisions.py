@@ -55,6 +55,8 @@ class LayerSnapshot:
     last_apply_run: RunView | None
     auto_apply: bool
     drift_period: timedelta
+    # Any run of the layer not yet terminal, whatever the order: a layer never gets a second live run.
+    active_run: RunView | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +107,13 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         return LayerDecision(None, (waiting,), None, remove_sync_now=False)
 
     last = snap.last_run
-    running = last is not None and not last.terminal
+    live = snap.active_run or (last if last is not None and not last.terminal else None)
+    running = live is not None
     is_running = Cond(
         "IsRunning",
         running,
         "RunInProgress" if running else "NoRunInProgress",
-        f"run {last.name} is {last.state or 'starting'}" if running and last else "",
+        f"run {live.name} is {live.state or 'starting'}" if live is not None else "",
     )
 
     plan_fresh = plan_sum is not None and plan_date is not None and plan_date + snap.drift_period > now

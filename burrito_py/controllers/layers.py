@@ -59,6 +59,7 @@ def snapshot(
         last_apply_run=next((v for v in views if v.action == "apply"), None),
         auto_apply=auto_apply,
         drift_period=drift,
+        active_run=next((v for v in views if not v.terminal), None),
     )
 
 
@@ -77,6 +78,7 @@ def run_body(layer: Mapping[str, Any], create: CreateRun) -> Body:
             "generateName": f"{meta['name'][:40]}-{create.action}-",
             "namespace": meta["namespace"],
             "labels": {ann.LABEL_LAYER: meta["name"]},
+            "annotations": {ann.RUN_CREATED_AT: utcnow().strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
             "ownerReferences": [
                 {
                     "apiVersion": layer.get("apiVersion", ann.API_VERSION),

@@ -169,7 +169,9 @@ def snapshots(draw: st.DrawFn) -> LayerSnapshot:
     last_plan = draw(st.none() | runs.filter(lambda r: r.action == "plan"))
     last_apply = draw(st.none() | runs.filter(lambda r: r.action == "apply"))
     last = draw(st.sampled_from([last_plan, last_apply]))
-    return LayerSnapshot(a, last, last_plan, last_apply, draw(st.booleans()), DRIFT)
+    live = [r for r in (last_plan, last_apply) if r is not None and not r.terminal]
+    active = live[0] if live else None
+    return LayerSnapshot(a, last, last_plan, last_apply, draw(st.booleans()), DRIFT, active)
 
 
 @given(snapshots())
@@ -183,6 +185,13 @@ def test_state_is_always_declared_and_only_acts_when_it_should(s: LayerSnapshot)
 
 
 @given(snapshots())
+def test_never_a_second_run_while_one_is_live(s: LayerSnapshot):
+    d = decide_layer(s, NOW)
+    if s.active_run is not None and ann.BRANCH_COMMIT in s.annotations:
+        assert d.state == "Running" and d.create_run is None
+
+
+@given(snapshots())
 def test_never_apply_needed_after_a_failed_plan(s: LayerSnapshot):
     d = decide_layer(s, NOW)
     if (s.last_plan_run is not None and s.last_plan_run.failed) or ann.PLAN_SUM not in s.annotations:
@@ -193,6 +202,6 @@ def test_never_apply_needed_after_a_failed_plan(s: LayerSnapshot):
 def test_sync_now_always_plans_unless_running(s: LayerSnapshot):
     d = decide_layer(s, NOW)
     if ann.SYNC_NOW in s.annotations and ann.BRANCH_COMMIT in s.annotations:
-        running = s.last_run is not None and not s.last_run.terminal
+        running = s.active_run is not None or (s.last_run is not None and not s.last_run.terminal)
         assert d.state == ("Running" if running else "PlanNeeded")
         assert d.remove_sync_now == (not running)

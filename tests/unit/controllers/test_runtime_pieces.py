@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.conditions import Cond, merge_conditions
 from burrito_py.controllers.inventory import Inventory
-from burrito_py.controllers.layer_decisions import CreateRun
+from burrito_py.controllers.layer_decisions import CreateRun, decide_layer
 from burrito_py.controllers.layer_validation import validate_layer
-from burrito_py.controllers.layers import last_result, run_body, run_view, runs_to_delete
+from burrito_py.controllers.layers import last_result, run_body, run_view, runs_to_delete, snapshot
 from burrito_py.controllers.repository_decisions import sync_requested
 from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod, pod_name
 from burrito_py.controllers.runs import _override_runner_spec
@@ -37,6 +37,30 @@ def test_inventory_keeps_the_newest_body_and_indexes_runs_by_layer():
     assert inv.runs_of_layer("default", "app") == []
 
 
+def test_runs_created_in_one_second_are_ordered_by_the_controllers_stamp():
+    # The regression behind duplicate applies: `app-plan-…` sorted after `app-apply-…` by name.
+    inv = Inventory()
+    plan = obj("app-plan-zzz", 1, labels={ann.LABEL_LAYER: "app"})
+    plan["metadata"]["annotations"] = {ann.RUN_CREATED_AT: "2026-11-22T12:00:00.100000Z"}
+    apply = obj("app-apply-aaa", 2, labels={ann.LABEL_LAYER: "app"})
+    apply["metadata"]["annotations"] = {ann.RUN_CREATED_AT: "2026-11-22T12:00:00.900000Z"}
+    inv.runs.observe(plan)
+    inv.runs.observe(apply)
+    assert [r["metadata"]["name"] for r in inv.runs_of_layer("default", "app")] == ["app-apply-aaa", "app-plan-zzz"]
+
+
+def test_a_live_run_anywhere_in_the_history_blocks_a_new_run():
+    a = {ann.BRANCH_COMMIT: "c1", ann.RELEVANT_COMMIT: "c1", ann.PLAN_SUM: "sha256:aa", ann.PLAN_COMMIT: "c1",
+         ann.PLAN_DATE: format_time(NOW), ann.PLAN_RUN: "app-plan-zzz/1"}
+    layer = obj("app", annotations=a)
+    layer["metadata"]["annotations"] = a
+    plan = obj("app-plan-zzz", spec={"action": "plan", "layer": {"revision": "c1"}}, status={"state": "Succeeded"})
+    apply = obj("app-apply-aaa", spec={"action": "apply", "layer": {"revision": "c1"}}, status={"state": "Running"})
+    for order in ([plan, apply], [apply, plan]):
+        d = decide_layer(snapshot(layer, order, True, timedelta(minutes=20)), NOW)
+        assert d.state == "Running" and d.create_run is None
+
+
 def test_merge_conditions_keeps_transition_time_unless_status_changes():
     first = merge_conditions(None, [Cond("A", True, "x")], NOW)
     later = NOW + timedelta(minutes=5)
@@ -51,6 +75,7 @@ def test_run_body_names_owner_labels_and_artifact():
     body = run_body(layer, CreateRun("apply", "c1", "app-plan-x", 2))
     assert body["metadata"]["generateName"] == "app-apply-"
     assert body["metadata"]["labels"] == {ann.LABEL_LAYER: "app"}
+    assert body["metadata"]["annotations"][ann.RUN_CREATED_AT].endswith("Z")
     assert body["metadata"]["ownerReferences"][0]["uid"] == "uid-app"
     assert body["spec"] == {"action": "apply", "layer": {"name": "app", "namespace": "default", "revision": "c1"},
                             "artifact": {"run": "app-plan-x", "attempt": 2}}
