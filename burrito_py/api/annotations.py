@@ -25,6 +25,8 @@ RELEVANT_COMMIT = "webhook.burrito-py.io/relevant-commit"
 RELEVANT_COMMIT_DATE = "webhook.burrito-py.io/relevant-commit-date"
 # Set by a person or the server; removed by the layer controller when it acts on it.
 SYNC_NOW = "api.burrito-py.io/sync-now"
+# Set by a person: apply the pending plan whose sum is exactly this value (manual approval).
+APPROVE_PLAN = "api.burrito-py.io/approve-plan"
 # On a TerraformRepository: `sync-<branch>` = time the server asked for an immediate fetch.
 REPOSITORY_SYNC_PREFIX = "webhook.burrito-py.io/sync-"
 

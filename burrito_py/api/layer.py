@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import Field, StringConstraints, model_validator
 
@@ -24,14 +24,19 @@ from burrito_py.api.errors import PATTERN_EXPLANATIONS
 
 __all__ = [
     "LAYER_STATES",
+    "OUTPUT_MAPPING_PATTERN",
     "RELATIVE_PATH_PATTERN",
+    "ApprovePlan",
     "LayerState",
+    "OutputsSecret",
+    "PendingPlan",
     "PlanReference",
     "RelativePath",
     "RunReference",
     "TerraformLayer",
     "TerraformLayerSpec",
     "TerraformLayerStatus",
+    "VarsSource",
 ]
 
 # One path component that is not `..`: `.`, `.x…`, `..x…`, or anything not starting with a dot.
@@ -45,8 +50,35 @@ PATTERN_EXPLANATIONS[RELATIVE_PATH_PATTERN] = (
 )
 RelativePath = Annotated[str, StringConstraints(pattern=RELATIVE_PATH_PATTERN)]
 
+# An output to copy into the Secret: `name`, or `old:new` to store output `old` under key `new`.
+OUTPUT_MAPPING_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*(:[-._A-Za-z0-9]+)?$"
+PATTERN_EXPLANATIONS[OUTPUT_MAPPING_PATTERN] = (
+    "must be an output name, or 'output:key' to store the output under another Secret key"
+)
+ApprovePlan = Literal["auto", "manual"]
+
 LayerState = Literal["Idle", "PlanNeeded", "ApplyNeeded", "Running", "MaxRetriesReached"]
 LAYER_STATES: tuple[LayerState, ...] = ("Idle", "PlanNeeded", "ApplyNeeded", "Running", "MaxRetriesReached")
+
+
+class VarsSource(ApiModel):
+    """Terraform variables read from a Secret or ConfigMap in the layer's namespace (keys are variable names)."""
+
+    kind: Literal["Secret", "ConfigMap"] = Field(description="Secret or ConfigMap.")
+    name: str = Field(min_length=1, description="Name of the Secret or ConfigMap.")
+    keys: list[str] | None = Field(default=None, description="Only these keys. Unset: every key.")
+    optional: bool | None = Field(
+        default=None, description="A missing object (or key) is skipped instead of failing (default false)."
+    )
+
+
+class OutputsSecret(ApiModel):
+    """Where the controller copies the outputs of the last successful apply."""
+
+    name: str = Field(min_length=1, description="Name of the Secret, in the layer's namespace.")
+    outputs: list[Annotated[str, StringConstraints(pattern=OUTPUT_MAPPING_PATTERN)]] | None = Field(
+        default=None, description="Outputs to copy, as 'name' or 'output:key'. Unset: every output."
+    )
 
 
 class TerraformLayerSpec(ApiModel):
@@ -82,6 +114,28 @@ class TerraformLayerSpec(ApiModel):
         default=None, description="How many runs to keep. Unset: inherited from the repository, else 5."
     )
 
+    vars: dict[str, Any] | None = Field(
+        default=None,
+        description="Terraform variables (any JSON values), written by the runner to burrito-py.auto.tfvars.json.",
+    )
+    vars_from: list[VarsSource] = Field(
+        default_factory=list,
+        description="Variables from Secrets and ConfigMaps; later entries win over earlier ones and over vars.",
+    )
+    write_outputs_to_secret: OutputsSecret | None = Field(
+        default=None, description="Copy the outputs of each successful apply into this Secret."
+    )
+    destroy_resources_on_deletion: bool | None = Field(
+        default=None,
+        description="Deleting the layer plans and applies a destroy first; a finalizer holds the layer until "
+        "then (default false).",
+    )
+    approve_plan: ApprovePlan | None = Field(
+        default=None,
+        description="auto: apply every plan; manual: apply only a plan approved with the annotation "
+        "api.burrito-py.io/approve-plan=<plan sum>. Unset: auto when remediationStrategy.autoApply, else manual.",
+    )
+
     @model_validator(mode="after")
     def _one_tool(self) -> Self:
         check_single_tool(self.terraform, self.opentofu)
@@ -106,6 +160,14 @@ class PlanReference(ApiModel):
     run: str | None = Field(default=None, description="<run>/<attempt> holding the plan artifacts.")
 
 
+class PendingPlan(ApiModel):
+    """A plan waiting for manual approval."""
+
+    sum: str = Field(description="sha256:<hex> of the plan; approve with api.burrito-py.io/approve-plan=<sum>.")
+    run: str | None = Field(default=None, description="<run>/<attempt> holding the plan.")
+    revision: str | None = Field(default=None, description="Commit that was planned.")
+
+
 class TerraformLayerStatus(ApiModel):
     """Observed state of a TerraformLayer."""
 
@@ -119,6 +181,10 @@ class TerraformLayerStatus(ApiModel):
     last_run: RunReference | None = Field(default=None, description="The most recent run.")
     latest_runs: list[RunReference] = Field(default_factory=list, description="The runs kept, newest first.")
     last_plan: PlanReference | None = Field(default=None, description="The latest successful plan.")
+    pending_plan: PendingPlan | None = Field(default=None, description="The plan waiting for approval, if any.")
+    outputs: list[str] = Field(
+        default_factory=list, description="Names of the outputs of the last successful apply (values are not shown)."
+    )
 
 
 class TerraformLayer(Resource):

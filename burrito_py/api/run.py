@@ -47,6 +47,11 @@ class TerraformRunSpec(ApiModel):
     artifact: ArtifactReference | None = Field(
         default=None, description="For apply: the plan to apply (unset with applyWithoutPlanArtifact)."
     )
+    destroy: bool = Field(
+        default=False,
+        description="For plan: plan the destruction of every resource (terraform plan -destroy); set when a layer "
+        "with destroyResourcesOnDeletion is being deleted.",
+    )
 
 
 class Attempt(ApiModel):
