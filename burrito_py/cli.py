@@ -15,6 +15,7 @@ import typer
 from burrito_py.controllers.commands import app as controllers_app
 from burrito_py.datastore.commands import app as datastore_app
 from burrito_py.runner.commands import app as runner_app
+from burrito_py.server.commands import app as server_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Kubernetes-native Terraform runner.")
 crds_app = typer.Typer(no_args_is_help=True, help="CustomResourceDefinitions generated from the API models.")
@@ -24,6 +25,7 @@ app.add_typer(local_app, name="local")
 app.add_typer(controllers_app, name="controllers")
 app.add_typer(datastore_app, name="datastore")
 app.add_typer(runner_app, name="runner")
+app.add_typer(server_app, name="server")
 plan_app = typer.Typer(no_args_is_help=True, help="Plans kept in the datastore.")
 app.add_typer(plan_app, name="plan")
 
@@ -97,6 +99,7 @@ def dev(
     drift_detection_period: Annotated[float, typer.Option(help="Seconds before a plan is stale.")] = 300.0,
     repository_poll_interval: Annotated[float, typer.Option(help="Seconds between git fetches.")] = 15.0,
     api_port: Annotated[int, typer.Option(help="Port of the API emulator (0 picks one).")] = 0,
+    server_port: Annotated[int, typer.Option(help="Port of the server: webhooks and REST API (0 picks one).")] = 0,
 ) -> None:
     """Run everything on this machine: API emulator, kubelet, datastore, controllers, real terraform."""
     from datetime import timedelta
@@ -112,6 +115,7 @@ def dev(
             drift_detection_period=timedelta(seconds=drift_detection_period),
             repository_poll_interval=timedelta(seconds=repository_poll_interval),
             api_port=api_port,
+            server_port=server_port,
         )
     )
 

@@ -108,4 +108,4 @@ def repository_identity(url: str) -> tuple[str, str] | None:
         if parts.scheme.lower() == "file" or not parts.hostname:
             return None
         host, repo_path = parts.hostname, parts.path
-    return host.lower(), _trim_path("/" + repo_path.lstrip("/")).lower()
+    return host.lower(), _trim_path("/" + repo_path.lstrip("/").lower())

@@ -34,6 +34,7 @@ def github_headers(body: bytes, secret: bytes = SECRET, event: str = "push") -> 
         "ssh://git@github.com:22/org/infra.git",
         "git@github.com:org/infra.git",
         "git@GITHUB.com:org/infra",
+        "https://github.com/ORG/INFRA.GIT",
         "http://github.com:8080/org/infra",
     ],
 )

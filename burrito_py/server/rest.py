@@ -1,0 +1,309 @@
+"""The server's REST API for people and the UI (DESIGN §10): layers, their runs, a run's logs and plan, and
+`POST /api/layers/{ns}/{name}/sync`.
+
+Everything is read live from the Kubernetes API (layers, runs, repositories) and the datastore (logs,
+plans); the server keeps no state. Every route needs a bearer token checked by the datastore's
+authenticator (a TokenReview): any authenticated identity may read, and anyone but a runner may ask for a
+sync — a runner only ever needs to read its own artifacts, so a compromised one cannot trigger plans.
+
+Errors are `{"error": "..."}` naming the parameter or object; bad input is a 400 (the route class below turns
+FastAPI's 422 into 400, so the API answers like the datastore and the webhook).
+"""
+
+# No `from __future__ import annotations`: FastAPI must resolve the handlers' annotations, and `Caller` is
+# local to `rest_router` (it closes over the authenticator), which a string annotation could not name.
+import asyncio
+import functools
+import logging
+import re
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any, Literal
+
+import anyio.to_thread
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers.kube import Body, Kube, KubeError, crd_path
+from burrito_py.datastore.auth import AUTH_DISABLED, Authenticator, AuthUnavailable, Principal, Unauthenticated
+from burrito_py.datastore.client import DatastoreClient, DatastoreError
+from burrito_py.server.views import (
+    ErrorView,
+    LayerDetailView,
+    LayerView,
+    RunDetailView,
+    RunView,
+    SyncView,
+    layer_view,
+    repository_key,
+    run_layer,
+    run_summary,
+    run_view,
+)
+from burrito_py.timeutil import format_time, utcnow
+
+log = logging.getLogger(__name__)
+
+RUNNER_SERVICE_ACCOUNT = "burrito-py-runner"
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+REALM = 'Bearer realm="burrito-py-server"'
+# DNS-1123 label (namespaces) and subdomain (object names), as the Kubernetes API validates them.
+NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_NAME = re.compile(NAME_PATTERN)
+MAX_ATTEMPT = 1_000_000  # the datastore's bound
+
+PlanFormat = Literal["pretty", "json", "short"]
+PLAN_MEDIA: dict[str, str] = {
+    "pretty": "text/plain; charset=utf-8",
+    "json": "application/json",
+    "short": "text/plain; charset=utf-8",
+}
+
+Namespace = Annotated[
+    str, PathParam(pattern=NAMESPACE_PATTERN, max_length=63, description="Namespace (a Kubernetes DNS label).")
+]
+LayerName = Annotated[str, PathParam(pattern=NAME_PATTERN, max_length=253, description="Name of the TerraformLayer.")]
+RunName = Annotated[str, PathParam(pattern=NAME_PATTERN, max_length=253, description="Name of the TerraformRun.")]
+AttemptNumber = Annotated[int, PathParam(ge=1, le=MAX_ATTEMPT, description="Attempt number, from 1.")]
+
+
+class Problem(Exception):
+    """An answer other than success; the message is shown to the caller, so it never holds a secret."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    response = JSONResponse({"error": message}, status_code=status)
+    if status == 401:
+        response.headers["WWW-Authenticate"] = REALM
+    return response
+
+
+def validation_message(exc: RequestValidationError) -> str:
+    """`path parameter 'ns': String should match pattern …`, one clause per invalid field."""
+    parts = []
+    for error in exc.errors():
+        loc = [str(item) for item in error.get("loc", ())]
+        where = f"{loc[0]} parameter {'.'.join(loc[1:])!r}" if len(loc) > 1 else (loc[0] if loc else "request")
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+class RestRoute(APIRoute):
+    """Turns validation errors, `Problem`s and Kubernetes API failures into JSON errors on this router's routes
+    (a router cannot install app-wide exception handlers, and the app belongs to the server module)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                return _error(400, validation_message(exc))
+            except Problem as exc:
+                return _error(exc.status, str(exc))
+            except KubeError as exc:
+                # The server's own rights or the API itself failed: not the caller's fault.
+                log.warning(
+                    "REST %s %s: Kubernetes API error %s %s", request.method, request.url.path, exc.status, exc.reason
+                )
+                return _error(502, f"the Kubernetes API answered {exc.status} {exc.reason}")
+
+        return route
+
+
+def is_runner(principal: Principal, runner_service_account: str) -> bool:
+    """A token bound to a runner pod, or any token of the runners' service account."""
+    if principal.runner is not None:
+        return True
+    if not principal.username.startswith(SERVICE_ACCOUNT_PREFIX):
+        return False
+    _, _, account = principal.username.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+    return account == runner_service_account
+
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="serviceAccountToken",
+    description="A Kubernetes token accepted by a TokenReview for the server's audiences (burrito-py).",
+)
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorView, "description": "A path or query parameter is invalid (the message names it)."},
+    401: {"model": ErrorView, "description": "No bearer token, or one the Kubernetes API rejects."},
+    404: {"model": ErrorView, "description": "The layer, run, plan or log does not exist."},
+    502: {"model": ErrorView, "description": "The Kubernetes API or the datastore failed."},
+    503: {"model": ErrorView, "description": "The token cannot be checked now, or the datastore is unavailable."},
+    # Declaring a catch-all also keeps FastAPI from documenting a 422 this router never sends.
+    "default": {"model": ErrorView, "description": "Any other error."},
+}
+_TEXT = {"text/plain": {"schema": {"type": "string"}}}
+
+
+def rest_router(
+    kube: Kube,
+    datastore: DatastoreClient,
+    authenticator: Authenticator | None,
+    runner_service_account: str = RUNNER_SERVICE_ACCOUNT,
+) -> APIRouter:
+    """`authenticator=None` disables auth (local tests only). `runner_service_account` is the controllers'
+    `runner_service_account` setting: tokens of that account may read but not ask for syncs."""
+    router = APIRouter(prefix="/api", route_class=RestRoute, responses=_ERRORS, tags=["layers and runs"])
+
+    async def caller(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
+        if authenticator is None:
+            return AUTH_DISABLED
+        if credentials is None or not credentials.credentials:
+            raise Problem(401, "missing credentials: send 'Authorization: Bearer <service-account token>'")
+        try:
+            return await authenticator.authenticate(credentials.credentials)
+        except Unauthenticated as exc:
+            raise Problem(401, str(exc)) from None
+        except AuthUnavailable as exc:
+            log.warning("REST: cannot check a token: %s", exc)
+            raise Problem(503, f"cannot check the token now: {exc}") from None
+
+    Caller = Annotated[Principal, Depends(caller)]
+
+    async def repositories(namespace: str | None) -> dict[tuple[str, str], Body]:
+        found = await kube.list(crd_path("terraformrepositories", namespace))
+        return {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in found}
+
+    async def layer_or_404(ns: str, name: str) -> Body:
+        layer = await kube.get(crd_path("terraformlayers", ns, name))
+        if layer is None:
+            raise Problem(404, f"TerraformLayer {ns}/{name} not found")
+        return layer
+
+    async def run_or_404(ns: str, name: str) -> Body:
+        run = await kube.get(crd_path("terraformruns", ns, name))
+        if run is None:
+            raise Problem(404, f"TerraformRun {ns}/{name} not found")
+        return run
+
+    def artifacts_of(run: Body) -> tuple[str, str]:
+        """(namespace, layer) under which the datastore keeps the run's plans and logs."""
+        layer_ns, layer = run_layer(run)
+        if layer is None or not _NAME.match(layer):
+            name = f"{run['metadata']['namespace']}/{run['metadata']['name']}"
+            raise Problem(404, f"TerraformRun {name} names no valid layer, so it has no plans or logs")
+        return layer_ns, layer
+
+    async def from_datastore(call: Callable[[], bytes], missing: str) -> bytes:
+        try:
+            return await anyio.to_thread.run_sync(call)
+        except DatastoreError as exc:
+            if exc.status_code == 404:
+                raise Problem(404, missing) from None
+            log.warning("REST: datastore error: %s", exc)
+            if exc.status_code is None:
+                raise Problem(503, "the datastore is unavailable") from None
+            raise Problem(502, f"the datastore refused the server's request (HTTP {exc.status_code})") from None
+
+    @router.get("/layers", response_model=list[LayerView], summary="List layers (optionally of one namespace).")
+    async def list_layers(
+        _: Caller,
+        namespace: Annotated[
+            str | None, Query(pattern=NAMESPACE_PATTERN, max_length=63, description="Only this namespace.")
+        ] = None,
+    ) -> list[LayerView]:
+        layers, repos = await asyncio.gather(kube.list(crd_path("terraformlayers", namespace)), repositories(namespace))
+        views = [layer_view(layer, repos.get(repository_key(layer))) for layer in layers]
+        views.sort(key=lambda v: (v.namespace, v.name))
+        # The list leaves out conditions (the detail has them): the model drops them.
+        return [LayerView.model_validate(v.model_dump(include=set(LayerView.model_fields))) for v in views]
+
+    @router.get("/layers/{ns}/{name}", response_model=LayerDetailView, summary="One layer, with its conditions.")
+    async def get_layer(_: Caller, ns: Namespace, name: LayerName) -> LayerDetailView:
+        layer = await layer_or_404(ns, name)
+        key = repository_key(layer)
+        repository = await kube.get(crd_path("terraformrepositories", *key)) if _NAME.match(key[1]) else None
+        return layer_view(layer, repository)
+
+    @router.get(
+        "/layers/{ns}/{name}/runs", response_model=list[RunView], summary="The layer's TerraformRuns, newest first."
+    )
+    async def list_layer_runs(_: Caller, ns: Namespace, name: LayerName) -> list[RunView]:
+        await layer_or_404(ns, name)
+        runs = await kube.list(crd_path("terraformruns", ns), label_selector=f"{ann.LABEL_LAYER}={name}")
+        # The label is how the controllers find a layer's runs; spec.layer confirms it.
+        views = [run_summary(r) for r in runs if run_layer(r) == (ns, name)]
+        views.sort(key=lambda v: (v.created or "", v.name), reverse=True)
+        return views
+
+    @router.post(
+        "/layers/{ns}/{name}/sync",
+        status_code=202,
+        response_model=SyncView,
+        responses={403: {"model": ErrorView, "description": "Runners may not ask for syncs."}},
+        summary="Plan the layer now (sets its sync-now annotation; the layer controller removes it).",
+    )
+    async def sync_layer(who: Caller, ns: Namespace, name: LayerName) -> SyncView:
+        if is_runner(who, runner_service_account):
+            raise Problem(403, f"{who.describe()} is a runner; runners may not ask for syncs")
+        now = format_time(utcnow())
+        try:
+            await kube.merge_patch(
+                crd_path("terraformlayers", ns, name), {"metadata": {"annotations": {ann.SYNC_NOW: now}}}
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                raise Problem(404, f"TerraformLayer {ns}/{name} not found") from None
+            raise
+        log.info("REST: %s asked for a sync of layer %s/%s", who.username, ns, name)
+        return SyncView(namespace=ns, name=name, sync_now=now)
+
+    @router.get("/runs/{ns}/{run}", response_model=RunDetailView, summary="A run with its attempts.")
+    async def get_run(_: Caller, ns: Namespace, run: RunName) -> RunDetailView:
+        return run_view(await run_or_404(ns, run))
+
+    @router.get(
+        "/runs/{ns}/{run}/attempts/{n}/logs",
+        response_class=PlainTextResponse,
+        responses={200: {"content": _TEXT, "description": "The attempt's runner log."}},
+        summary="The log of one attempt of a run.",
+    )
+    async def get_logs(_: Caller, ns: Namespace, run: RunName, n: AttemptNumber) -> Response:
+        layer_ns, layer = artifacts_of(await run_or_404(ns, run))
+        data = await from_datastore(
+            functools.partial(datastore.get_logs, layer_ns, layer, run, n),
+            f"no logs for attempt {n} of TerraformRun {ns}/{run} (no such attempt, or not uploaded yet)",
+        )
+        return Response(content=data, media_type="text/plain; charset=utf-8")
+
+    @router.get(
+        "/runs/{ns}/{run}/plan",
+        response_class=PlainTextResponse,
+        responses={
+            200: {
+                "content": {**_TEXT, "application/json": {"schema": {"type": "object"}}},
+                "description": "The latest plan of the run: text for pretty and short, Terraform's JSON for json.",
+            }
+        },
+        summary="The latest plan of a run.",
+    )
+    async def get_plan(
+        _: Caller,
+        ns: Namespace,
+        run: RunName,
+        format: Annotated[PlanFormat, Query(description="pretty (terraform show), json or short (one line).")] = (
+            "pretty"
+        ),
+    ) -> Response:
+        layer_ns, layer = artifacts_of(await run_or_404(ns, run))
+        data = await from_datastore(
+            functools.partial(datastore.get_plan, layer_ns, layer, run, None, format),
+            f"no {format} plan for TerraformRun {ns}/{run}",
+        )
+        return Response(content=data, media_type=PLAN_MEDIA[format])
+
+    return router

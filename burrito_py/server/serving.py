@@ -1,0 +1,76 @@
+"""Run the server: its Kubernetes client, datastore client and authenticator live in uvicorn's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import uvicorn
+
+from burrito_py.datastore.client import DatastoreClient
+from burrito_py.server.settings import ServerSettings
+
+
+def _datastore(settings: ServerSettings) -> DatastoreClient:
+    from burrito_py.controllers.operator import kubeconfig_login
+
+    if settings.datastore_token_path is not None:
+        return DatastoreClient(settings.datastore_url, token_file=settings.datastore_token_path)
+    token = kubeconfig_login(settings.kubeconfig).token if settings.kubeconfig is not None else None
+    return DatastoreClient(settings.datastore_url, token=token)
+
+
+async def serve(settings: ServerSettings, server_ready: threading.Event | None = None,
+                holder: list[uvicorn.Server] | None = None) -> None:
+    from burrito_py.controllers.kube import Kube
+    from burrito_py.datastore.kube_auth import KubeAuthenticator
+    from burrito_py.datastore.token_cache import CachedAuthenticator
+    from burrito_py.server.app import create_app
+
+    kube = await Kube.connect(str(settings.kubeconfig) if settings.kubeconfig else None)
+    datastore = _datastore(settings)
+    authenticator = None
+    if settings.auth_enabled:
+        reviewer = KubeAuthenticator(settings.auth_audiences, settings.auth_admin_users, (), settings.kubeconfig)
+        authenticator = CachedAuthenticator(reviewer, settings.auth_cache_ttl_seconds, 5.0)
+    app = create_app(settings, kube, datastore, authenticator)
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
+                                           lifespan="off"))
+    if holder is not None:
+        holder.append(server)
+    try:
+        await server.serve()
+    finally:
+        datastore.close()
+        await kube.close()
+
+
+@contextmanager
+def running_server(settings: ServerSettings) -> Iterator[str]:
+    """The server in a thread on `settings.host:port` (tests and `burrito-py dev`); yields its URL."""
+    holder: list[uvicorn.Server] = []
+    thread = threading.Thread(target=lambda: asyncio.run(serve(settings, holder=holder)), name="burrito-py-server",
+                              daemon=True)
+    thread.start()
+    url = f"http://{settings.host}:{settings.port}"
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline or not thread.is_alive():
+            if holder:
+                holder[0].should_exit = True
+            raise RuntimeError(f"server did not start on {url}")
+        time.sleep(0.02)
+    try:
+        yield url
+    finally:
+        holder[0].should_exit = True
+        thread.join(10)

@@ -1,0 +1,27 @@
+"""Settings of `burrito-py server start`: flags override `BURRITO_PY_SERVER_*` variables, which override these."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="BURRITO_PY_SERVER_", extra="ignore")
+
+    host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on all interfaces
+    port: int = 8081
+    # Empty: every namespace. Otherwise only TerraformRepositories and layers of these.
+    namespaces: list[str] = Field(default_factory=list)
+    max_webhook_bytes: int = Field(5 * 1024 * 1024, ge=1)
+    delivery_cache_size: int = Field(10_000, ge=1)
+    kubeconfig: Path | None = None
+    datastore_url: str = "http://burrito-py-datastore:8080"
+    datastore_token_path: Path | None = None
+    # The REST API's bearer tokens, checked with a TokenReview (the datastore's authenticator).
+    auth_enabled: bool = True
+    auth_audiences: list[str] = Field(default_factory=lambda: ["burrito-py"], min_length=1)
+    auth_admin_users: list[str] = Field(default_factory=list)
+    auth_cache_ttl_seconds: float = Field(30.0, ge=0)

@@ -1,0 +1,102 @@
+"""Issue 4: a signed push plans the layer it touches and no other; a bad signature does nothing.
+
+Real git over smart HTTP (with credentials), real terraform, the controllers polling only hourly — so every
+plan after the first is the webhook's doing."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from burrito_py.api import annotations as ann
+from burrito_py.datastore.testing import free_port
+from burrito_py.gitops.testing import TestRepo, make_bare
+from burrito_py.gitops.testing_servers import running_http_git_server
+from burrito_py.server.serving import running_server
+from burrito_py.server.settings import ServerSettings
+
+from .conftest import Platform, layer_code, running_platform, wait_for
+from .test_git_credentials import put_secret
+
+PASSWORD = "webhook-e2e-Pa55"
+HOOK_SECRET = "hook-secret-e2e"
+
+
+@pytest.fixture
+def world(tmp_path: Path, repo: TestRepo) -> Iterator[tuple[Platform, httpx.Client, str, Path]]:
+    bare = tmp_path / "http" / "infra.git"
+    repo.push(make_bare(bare))
+    with (running_http_git_server(tmp_path / "http", "alice", PASSWORD) as git_server,
+          running_platform(tmp_path / "p", tmp_path / "kubeconfig", repository_poll_interval=timedelta(hours=1))
+          as platform):
+        settings = ServerSettings(host="127.0.0.1", port=free_port(), kubeconfig=platform.kubeconfig,
+                                  auth_enabled=False, datastore_url=platform.datastore_url)
+        with running_server(settings) as server_url, httpx.Client(base_url=server_url, timeout=30) as http:
+            url = git_server.url_for("infra.git")
+            put_secret(platform, "infra-git", {"username": "alice", "password": PASSWORD,
+                                               "webhookSecret": HOOK_SECRET})
+            platform.create_repository("infra", url, repository={"url": url, "secretName": "infra-git"})
+            platform.create_layer("app", "infra", "layers/app")
+            platform.create_layer("other", "infra", "layers/other")
+            platform.wait_state("app", "ApplyNeeded", timeout=90)
+            platform.wait_state("other", "ApplyNeeded", timeout=90)
+            yield platform, http, url, bare
+
+
+def github_push(url: str, secret: str, delivery: str) -> tuple[bytes, dict[str, str]]:
+    body = json.dumps({"ref": "refs/heads/main", "repository": {"clone_url": url.upper().replace("HTTP:", "http:")}})
+    digest = hmac.new(secret.encode(), body.encode(), hashlib.sha256).hexdigest()
+    return body.encode(), {"X-GitHub-Event": "push", "X-GitHub-Delivery": delivery,
+                           "X-Hub-Signature-256": f"sha256={digest}", "Content-Type": "application/json"}
+
+
+def plans(platform: Platform, layer: str) -> int:
+    return sum(1 for r in platform.runs(layer) if r["spec"]["action"] == "plan")
+
+
+def test_signed_pushes_plan_the_touched_layer_and_a_bad_signature_does_nothing(
+    world: tuple[Platform, httpx.Client, str, Path], repo: TestRepo
+):
+    platform, http, url, bare = world
+    before = {layer: plans(platform, layer) for layer in ("app", "other")}
+
+    # A bad signature: the push is refused, nothing is marked, nothing plans.
+    first = repo.commit({"layers/app/main.tf": layer_code("v2")}, "change app")
+    repo.push(bare.as_uri())
+    body, headers = github_push(url, "not-the-secret", "bad-1")
+    refused = http.post("/api/webhook", content=body, headers=headers)
+    assert refused.status_code == 401, refused.text
+    time.sleep(3)
+    repository = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, "default",
+                                                              "terraformrepositories", "infra")
+    assert ann.repository_sync_annotation("main") not in (repository["metadata"].get("annotations") or {})
+    assert {layer: plans(platform, layer) for layer in ("app", "other")} == before
+
+    # GitHub, signed: app plans at the new commit, other does not plan.
+    body, headers = github_push(url, HOOK_SECRET, "good-1")
+    assert http.post("/api/webhook", content=body, headers=headers).status_code == 202
+    wait_for(lambda: platform.annotations("app").get(ann.PLAN_COMMIT) == first, 60, what="app planned at the push")
+    assert plans(platform, "app") == before["app"] + 1
+    assert platform.annotations("other").get(ann.BRANCH_COMMIT) == first
+    assert plans(platform, "other") == before["other"]
+
+    # GitLab: a commit under other's path plans other only.
+    second = repo.commit({"layers/other/main.tf": layer_code("other-v2")}, "change other")
+    repo.push(bare.as_uri())
+    gitlab = json.dumps({"ref": "refs/heads/main", "project": {"git_http_url": url.removesuffix(".git")}}).encode()
+    wrong = http.post("/api/webhook", content=gitlab, headers={"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": "x"})
+    assert wrong.status_code == 401
+    answer = http.post("/api/webhook", content=gitlab,
+                       headers={"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": HOOK_SECRET})
+    assert answer.status_code == 202
+    wait_for(lambda: platform.annotations("other").get(ann.PLAN_COMMIT) == second, 60, what="other planned")
+    assert plans(platform, "other") == before["other"] + 1
+    assert plans(platform, "app") == before["app"] + 1
