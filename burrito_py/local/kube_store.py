@@ -591,6 +591,10 @@ class Store:
             return self._remove(resource, obj), True
         marked: Obj = {**obj, "metadata": {**meta, "deletionTimestamp": now_rfc3339(),
                                             "deletionGracePeriodSeconds": 0, "finalizers": finalizers}}
+        if int(meta.get("generation") or 0) > 0:
+            # As the real store's markAsDeleting: a controller that tracks observedGeneration sees the
+            # deletion as a new generation to act on.
+            marked["metadata"]["generation"] = int(meta["generation"]) + 1
         if not finalizers:
             marked["metadata"].pop("finalizers")
         if resource.storage == NAMESPACES:

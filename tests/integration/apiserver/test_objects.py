@@ -220,6 +220,16 @@ def test_delete_with_finalizers_sets_deletion_timestamp_until_they_are_removed(
     assert apiserver.get_object("v1", "configmaps", "default", "f") is None
 
 
+def test_marking_an_object_for_deletion_bumps_its_generation_once(http: httpx.Client, widgets: str) -> None:
+    created = http.post(widgets, json={"metadata": {"name": "g", "finalizers": ["example.com/hold"]},
+                                       "spec": {"branch": "main"}}).json()
+    assert created["metadata"]["generation"] == 1
+    marked = http.delete(f"{widgets}/g").json()
+    assert marked["metadata"]["deletionTimestamp"] and marked["metadata"]["generation"] == 2
+    assert http.delete(f"{widgets}/g").json()["metadata"]["generation"] == 2  # already deleting: no bump
+    assert http.get(f"{widgets}/g").json()["metadata"]["generation"] == 2
+
+
 def test_new_finalizers_are_refused_with_422_while_deleting(http: httpx.Client) -> None:
     http.post(CMS, json={"metadata": {"name": "f", "finalizers": ["a/b"]}})
     http.delete(f"{CMS}/f")
