@@ -100,10 +100,13 @@ AGE_COLUMN = PrinterColumn("Age", "date", ".metadata.creationTimestamp")
 
 
 class Resource(ApiModel):
-    """A namespaced custom resource: `apiVersion`, `kind`, free-form `metadata`, `spec` and `status`.
+    """A custom resource: `apiVersion`, `kind`, free-form `metadata`, `spec` and `status`.
 
-    Subclasses declare `spec`/`status` and the ClassVars that describe their CRD."""
+    Subclasses declare `spec`/`status` and the ClassVars that describe their CRD (namespaced, in the
+    terraform group, unless they say otherwise)."""
 
+    API_GROUP: ClassVar[str] = GROUP
+    SCOPE: ClassVar[Literal["Namespaced", "Cluster"]] = "Namespaced"
     KIND: ClassVar[str]
     PLURAL: ClassVar[str]
     SINGULAR: ClassVar[str]
@@ -118,7 +121,7 @@ class Resource(ApiModel):
     @classmethod
     def crd_name(cls) -> str:
         """`<plural>.<group>`, the CustomResourceDefinition's name."""
-        return f"{cls.PLURAL}.{GROUP}"
+        return f"{cls.PLURAL}.{cls.API_GROUP}"
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Self:

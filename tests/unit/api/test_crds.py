@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from burrito_py.api.annotations import API_VERSION, GROUP, VERSION
+from burrito_py.api.application import AGL_API_VERSION, AGL_GROUP, ApplicationDefinition
 from burrito_py.api.common import Resource
 from burrito_py.api.crdgen import RESOURCES, crd_filename, generate_crds, render_crd, write_crds
 from burrito_py.api.errors import InvalidSpec
@@ -46,7 +47,7 @@ def walk(node: Any, path: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:
 
 def test_committed_crds_are_up_to_date() -> None:
     generated = {name: render_crd(crd) for name, crd in generate_crds().items()}
-    committed = {path.name: path.read_text(encoding="utf-8") for path in CRDS_DIR.glob(f"{GROUP}_*.yaml")}
+    committed = {path.name: path.read_text(encoding="utf-8") for path in CRDS_DIR.glob("*.yaml")}
     stale = sorted(name for name in generated.keys() | committed.keys() if generated.get(name) != committed.get(name))
     assert not stale, f"crds/ is stale ({', '.join(stale)}): run `burrito-py crds generate` and commit the result"
 
@@ -113,11 +114,44 @@ def test_printer_columns_point_at_schema_fields(resource: type[Resource]) -> Non
         if column.json_path.startswith(".metadata."):
             continue
         node: Mapping[str, Any] = schema
-        for part in column.json_path.lstrip(".").split("."):
+        # `.status.conditions[?(@.type=="Ready")].status`: the filter picks an item of the list
+        json_path = column.json_path.replace('[?(@.type=="Ready")]', ".[]")
+        for part in json_path.lstrip(".").split("."):
+            if part == "[]":
+                assert node["type"] == "array", column.name
+                node = node["items"]
+                continue
             assert part in node.get("properties", {}), f"{column.name}: {column.json_path} is not in the schema"
             node = node["properties"][part]
         expected = {"string": "string", "integer": "integer"}[column.type]
         assert node["type"] == expected, column.name
+
+
+def test_application_definition_crd_is_cluster_scoped_in_the_agl_group() -> None:
+    crd = generate_crds()[f"{AGL_GROUP}_applicationdefinitions.yaml"]
+    assert crd["metadata"]["name"] == f"applicationdefinitions.{AGL_GROUP}"
+    spec = crd["spec"]
+    assert (spec["group"], spec["scope"]) == (AGL_GROUP, "Cluster")
+    assert spec["names"]["kind"] == "ApplicationDefinition" and spec["names"]["shortNames"] == ["appdef", "appdefs"]
+    [version] = spec["versions"]
+    assert version["subresources"] == {"status": {}}
+    columns = [(c["name"], c.get("priority", 0)) for c in version["additionalPrinterColumns"]]
+    assert columns == [("Kind", 0), ("Group", 0), ("Ready", 0), ("Instances", 0), ("Path", 1), ("Age", 0)]
+    application = schema_of(ApplicationDefinition)["properties"]["spec"]["properties"]["application"]
+    assert application["properties"]["openAPISchema"]["x-kubernetes-preserve-unknown-fields"] is True
+    assert application["properties"]["group"]["default"] == "apps.burrito-py.io"
+    terraform = schema_of(ApplicationDefinition)["properties"]["spec"]["properties"]["backend"]["properties"][
+        "terraform"]
+    assert terraform["properties"]["approvePlan"] == {
+        "type": "string", "enum": ["auto", "manual"], "default": "manual",
+        "description": terraform["properties"]["approvePlan"]["description"]}
+
+
+def test_reserved_groups_are_refused() -> None:
+    bad = with_change(DEFINITION, "spec.application.group", GROUP)
+    with pytest.raises(InvalidSpec) as caught:
+        ApplicationDefinition.from_object(bad)
+    assert caught.value.field_path == "spec.application" and "reserved" in str(caught.value)
 
 
 # ---------------------------------------------------------------------------------------------- structure
@@ -223,8 +257,22 @@ RUN: dict[str, Any] = {
              "artifact": {"run": "prod-network-plan-x1", "attempt": 1}},
     "status": {"state": "Running", "retries": 1, "attempts": [{"podName": "p-1", "number": 1, "exitCode": 1}]},
 }
+DEFINITION: dict[str, Any] = {
+    "apiVersion": AGL_API_VERSION,
+    "kind": "ApplicationDefinition",
+    "metadata": {"name": "buckets"},
+    "spec": {
+        "application": {"kind": "Bucket", "plural": "buckets", "singular": "bucket", "group": "apps.example.com",
+                        "openAPISchema": {"type": "object", "properties": {"size": {"type": "integer"}}}},
+        "backend": {"type": "Terraform", "terraform": {
+            "repository": {"name": "modules", "namespace": "platform"}, "branch": "main", "path": "modules/bucket",
+            "prefix": "bucket-", "approvePlan": "auto", "writeOutputsToSecret": {"name": "{{ name }}-out"},
+            "varsFrom": [{"kind": "Secret", "name": "cloud-credentials"}]}},
+    },
+    "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Served"}], "instances": 2},
+}
 EXAMPLES: dict[type[Resource], dict[str, Any]] = {TerraformRepository: REPOSITORY, TerraformLayer: LAYER,
-                                                   TerraformRun: RUN}
+                                                   TerraformRun: RUN, ApplicationDefinition: DEFINITION}
 
 
 def schema_errors(resource: type[Resource], obj: Mapping[str, Any]) -> list[str]:
@@ -304,6 +352,17 @@ INVALID: list[tuple[type[Resource], str, Any]] = [
     (TerraformRun, "spec.artifact.attempt", 0),
     (TerraformRun, "status.retries", -1),
     (TerraformRun, "status.state", "Done"),
+    (ApplicationDefinition, "spec.application.kind", "bucket"),
+    (ApplicationDefinition, "spec.application.plural", "Buckets"),
+    (ApplicationDefinition, "spec.application.group", "nodots"),
+    (ApplicationDefinition, "spec.application", DELETE),
+    (ApplicationDefinition, "spec.backend.type", "Helm"),
+    (ApplicationDefinition, "spec.backend.terraform.path", "../x"),
+    (ApplicationDefinition, "spec.backend.terraform.prefix", "-x"),
+    (ApplicationDefinition, "spec.backend.terraform.approvePlan", "sometimes"),
+    (ApplicationDefinition, "spec.backend.terraform.writeOutputsToSecret.name", "{{ name }"),
+    (ApplicationDefinition, "spec.backend.terraform.writeOutputsToSecret.name", "Upper-{{ name }}"),
+    (ApplicationDefinition, "status.instances", -1),
 ]
 
 
