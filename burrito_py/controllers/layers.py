@@ -178,6 +178,12 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         layer = ctx.inventory.layers.get(key) or fresh
         decision = decide_layer(snapshot(layer, runs, validation.auto_apply, ctx.settings.drift_detection_period), now)
     if validation.ready.status and decision.create_run is not None:
+        if (layer.get("status") or {}).get("state") != decision.state:
+            # Show the decision before acting on it: the layer is Running right after, and PlanNeeded or
+            # ApplyNeeded would otherwise never be visible (one status write per run created, none at rest).
+            layer = await _write_status(
+                ctx, layer, compute_status(layer, decision, validation.ready, runs, now), validation.ready
+            )
         created = await ctx.kube.create(crd_path("terraformruns", namespace), run_body(layer, decision.create_run))
         ctx.inventory.runs.observe(created)
         ctx.wake_run((namespace, created["metadata"]["name"]))
@@ -217,15 +223,21 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if len(runs) > validation.runs_to_keep:
         runs = ctx.inventory.runs_of_layer(namespace, name)
 
-    status = compute_status(layer, decision, validation.ready, runs, now)
-    old_status = layer.get("status") or {}
-    if any(status.get(k) != old_status.get(k) for k in STATUS_KEYS):
-        patch = {"status": {k: status.get(k) for k in STATUS_KEYS}}
-        updated = await ctx.kube.merge_patch(crd_path("terraformlayers", namespace, name, "status"), patch)
-        ctx.inventory.layers.observe(updated)
-        await _announce(ctx, layer, old_status, status, validation.ready)
-
+    await _write_status(ctx, layer, compute_status(layer, decision, validation.ready, runs, now), validation.ready)
     _schedule_drift_check(ctx, key, layer, now)
+
+
+async def _write_status(ctx: Context, layer: Body, status: Body, ready: Cond) -> Body:
+    """Patch the status when it changed (announcing state changes); the layer as now stored."""
+    old_status = layer.get("status") or {}
+    if all(status.get(k) == old_status.get(k) for k in STATUS_KEYS):
+        return layer
+    meta = layer["metadata"]
+    patch = {"status": {k: status.get(k) for k in STATUS_KEYS}}
+    updated = await ctx.kube.merge_patch(crd_path("terraformlayers", meta["namespace"], meta["name"], "status"), patch)
+    ctx.inventory.layers.observe(updated)
+    await _announce(ctx, layer, old_status, status, ready)
+    return updated
 
 
 def _branch_synced(repository: Mapping[str, Any], layer: Mapping[str, Any]) -> bool:

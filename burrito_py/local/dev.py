@@ -4,6 +4,7 @@ controllers — with real git and real terraform, and a kubeconfig so `kubectl` 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shutil
 import subprocess
@@ -34,6 +35,7 @@ class DevOptions:
     failure_grace_period: timedelta = timedelta(seconds=5)
     api_port: int = 0
     datastore_port: int = 0
+    server_port: int = 0
 
 
 def prepare_example(name: str, data_dir: Path) -> list[dict[str, Any]]:
@@ -54,29 +56,50 @@ def prepare_example(name: str, data_dir: Path) -> list[dict[str, Any]]:
 
 
 class LayerProgress(threading.Thread):
-    """Prints each layer's state changes, so a newcomer sees PlanNeeded → Running → … → Idle."""
+    """Prints each layer's state changes as they are written (a watch, so none is missed), so a newcomer
+    sees PlanNeeded → Running → ApplyNeeded → Running → Idle."""
 
-    def __init__(self, api_url: str, interval: float = 0.5) -> None:
+    PATH = "/apis/terraform.burrito-py.io/v1alpha1/terraformlayers"
+
+    def __init__(self, api_url: str) -> None:
         super().__init__(name="burrito-py-dev-progress", daemon=True)
-        self._url, self._interval = api_url, interval
+        self._url = api_url
         self._stop_event = threading.Event()
         self._seen: dict[str, tuple[str, str]] = {}
 
     def stop(self) -> None:
         self._stop_event.set()
 
+    def show(self, layer: dict[str, Any]) -> None:
+        key = f"{layer['metadata']['namespace']}/{layer['metadata']['name']}"
+        status = layer.get("status") or {}
+        now = (status.get("state") or "Pending", status.get("lastResult") or "")
+        if self._seen.get(key) != now:
+            self._seen[key] = now
+            log.info("layer %-28s %-18s %s", key, now[0], now[1])
+
     def run(self) -> None:
-        with httpx.Client(base_url=self._url, timeout=10.0) as http:
-            while not self._stop_event.wait(self._interval):
-                with contextlib.suppress(httpx.HTTPError, ValueError):
-                    items = http.get("/apis/terraform.burrito-py.io/v1alpha1/terraformlayers").json().get("items", [])
-                    for layer in items:
-                        key = f"{layer['metadata']['namespace']}/{layer['metadata']['name']}"
-                        status = layer.get("status") or {}
-                        now = (status.get("state") or "Pending", status.get("lastResult") or "")
-                        if self._seen.get(key) != now:
-                            self._seen[key] = now
-                            log.info("layer %-28s %-18s %s", key, now[0], now[1])
+        version = ""
+        with httpx.Client(base_url=self._url, timeout=httpx.Timeout(10.0, read=None)) as http:
+            while not self._stop_event.is_set():
+                try:
+                    if not version:
+                        listing = http.get(self.PATH).json()
+                        for layer in listing.get("items", []):
+                            self.show(layer)
+                        version = listing["metadata"]["resourceVersion"]
+                    params = {"watch": "true", "resourceVersion": version, "timeoutSeconds": "30"}
+                    with http.stream("GET", self.PATH, params=params) as events:
+                        for line in events.iter_lines():
+                            event = json.loads(line) if line else {}
+                            if event.get("type") in ("ADDED", "MODIFIED"):
+                                self.show(event["object"])
+                                version = event["object"]["metadata"]["resourceVersion"]
+                            elif event.get("type") == "ERROR":
+                                version = ""  # expired: list again
+                except (httpx.HTTPError, ValueError, KeyError):
+                    version = ""
+                    self._stop_event.wait(0.5)
 
 
 @contextlib.contextmanager
@@ -85,10 +108,12 @@ def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
     from burrito_py.api.crdgen import generate_crds
     from burrito_py.controllers.operator import ControllerThread
     from burrito_py.controllers.settings import ControllerSettings
-    from burrito_py.datastore.testing import running_datastore
+    from burrito_py.datastore.testing import free_port, running_datastore
     from burrito_py.local.apiserver import ApiServer
     from burrito_py.local.identity import login_as_local_admin
     from burrito_py.local.kubelet import LocalKubelet
+    from burrito_py.server.serving import running_server
+    from burrito_py.server.settings import ServerSettings
 
     data_dir = options.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -134,6 +159,12 @@ def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
         stack.callback(controllers.stop)
         log.info("controllers started")
 
+        server_settings = ServerSettings(host="127.0.0.1", port=options.server_port or free_port(),
+                                         kubeconfig=options.kubeconfig, datastore_url=datastore_url,
+                                         auth_admin_users=[admin])
+        server_url = stack.enter_context(running_server(server_settings))
+        log.info("server at %s (webhooks: POST %s/api/webhook; REST: %s/docs)", server_url, server_url, server_url)
+
         progress = LayerProgress(api.url)
         progress.start()
         stack.callback(progress.stop)
@@ -144,7 +175,7 @@ def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
         for doc in docs:
             applied = applier.apply(doc)
             log.info("applied %s %s", applied.get("kind"), applied["metadata"]["name"])
-        yield {"api": api.url, "datastore": datastore_url, "kubeconfig": str(options.kubeconfig)}
+        yield {"api": api.url, "datastore": datastore_url, "server": server_url, "kubeconfig": str(options.kubeconfig)}
 
 
 def run_dev(options: DevOptions) -> None:
@@ -154,9 +185,12 @@ def run_dev(options: DevOptions) -> None:
     with running_dev(options) as endpoints:
         log.info(
             "ready. In another terminal:\n  export KUBECONFIG=%s\n  kubectl get tfr,tfl,tfrun\n"
-            "  burrito-py plan download default/greetings --datastore-url %s\nCtrl-C stops everything.",
+            "  burrito-py plan download default/greetings --datastore-url %s\n"
+            "  curl -H \"Authorization: Bearer $(kubectl config view --raw -o jsonpath='{.users[0].user.token}')\" "
+            "%s/api/layers\nCtrl-C stops everything.",
             endpoints["kubeconfig"],
             endpoints["datastore"],
+            endpoints["server"],
         )
         with contextlib.suppress(KeyboardInterrupt):
             while True:

@@ -1,0 +1,89 @@
+"""`burrito-py dev --example quickstart` as a newcomer runs it: a real process tree, kubectl against it, the
+layers reaching their states, the server answering, and a clean stop on Ctrl-C (SIGINT)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import yaml
+
+from burrito_py.local.testing import wait_for
+
+
+class Output:
+    """The dev process's log, read in the background so the pipe never fills."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        assert process.stdout is not None
+        self._thread = threading.Thread(target=self._read, args=(process.stdout,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: object) -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            self.lines.append(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def find(self, pattern: str) -> str | None:
+        match = re.search(pattern, self.text)
+        return match.group(1) if match else None
+
+
+def kubectl(kubeconfig: Path, *args: str) -> str:
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    return subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, check=True, timeout=30).stdout
+
+
+def layer_states(kubeconfig: Path) -> dict[str, str | None]:
+    items = json.loads(kubectl(kubeconfig, "get", "tfl", "-o", "json"))["items"]
+    return {i["metadata"]["name"]: (i.get("status") or {}).get("state") for i in items}
+
+
+def test_dev_runs_the_quickstart_until_ctrl_c(tmp_path: Path) -> None:
+    data_dir, kubeconfig = tmp_path / "data", tmp_path / "data" / "kubeconfig"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "burrito_py.cli", "dev", "--example", "quickstart", "--data-dir", str(data_dir),
+         "--kubeconfig", str(kubeconfig)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    output = Output(process)
+    try:
+        wait_for(lambda: "ready." in output.text, 60, interval=0.2, what=f"dev to be ready:\n{output.text}")
+        states = wait_for(lambda: (s := layer_states(kubeconfig)) == {"hello": "Idle", "greetings": "ApplyNeeded"}
+                          and s, 120, interval=0.5, what="hello Idle and greetings ApplyNeeded")
+        assert states
+        table = kubectl(kubeconfig, "get", "tfl,tfrun")
+        assert "hello" in table and "Idle" in table and "ApplyNeeded" in table
+
+        # The log shows the states a newcomer is promised, in order, for the autoApply layer.
+        hello = [line.split()[3] for line in output.lines if re.search(r"layer default/hello\s", line)]
+        assert hello[-1] == "Idle" and "Running" in hello and "ApplyNeeded" in hello, hello
+
+        # The server is up, its port printed; its REST API answers with the kubeconfig user's token.
+        server = output.find(r"server at (http://\S+)")
+        assert server is not None, output.text
+        token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
+        layers = httpx.get(f"{server}/api/layers", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        assert layers.status_code == 200, layers.text
+        assert {layer["name"]: layer["state"] for layer in layers.json()} == states
+        assert httpx.get(f"{server}/api/layers", timeout=10).status_code == 401
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            code = process.wait(30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert code == 0, output.text
+    assert output.text.rstrip().endswith("stopped"), output.text[-2000:]
