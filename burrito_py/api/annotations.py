@@ -18,6 +18,8 @@ PLAN_SUMMARY = "runner.burrito-py.io/plan-summary"
 APPLY_DATE = "runner.burrito-py.io/apply-date"
 APPLY_SUM = "runner.burrito-py.io/apply-sum"
 APPLY_COMMIT = "runner.burrito-py.io/apply-commit"
+# `<run>/<attempt>` of that apply; written only once its outputs are in the datastore, under that attempt.
+APPLY_RUN = "runner.burrito-py.io/apply-run"
 # Written by the repository controller.
 BRANCH_COMMIT = "webhook.burrito-py.io/branch-commit"
 BRANCH_COMMIT_DATE = "webhook.burrito-py.io/branch-commit-date"

@@ -29,6 +29,7 @@ __all__ = [
     "ApprovePlan",
     "LayerState",
     "OutputsSecret",
+    "OutputsSync",
     "PendingPlan",
     "PlanReference",
     "RelativePath",
@@ -168,6 +169,16 @@ class PendingPlan(ApiModel):
     revision: str | None = Field(default=None, description="Commit that was planned.")
 
 
+class OutputsSync(ApiModel):
+    """What `status.outputs` (and the outputs Secret) reflect, so that an unchanged layer costs no datastore
+    read."""
+
+    run: str = Field(description="<run>/<attempt> of the apply whose outputs were read.")
+    secret: OutputsSecret | None = Field(
+        default=None, description="The writeOutputsToSecret they were written for (unset: none)."
+    )
+
+
 class TerraformLayerStatus(ApiModel):
     """Observed state of a TerraformLayer."""
 
@@ -184,6 +195,9 @@ class TerraformLayerStatus(ApiModel):
     pending_plan: PendingPlan | None = Field(default=None, description="The plan waiting for approval, if any.")
     outputs: list[str] = Field(
         default_factory=list, description="Names of the outputs of the last successful apply (values are not shown)."
+    )
+    outputs_sync: OutputsSync | None = Field(
+        default=None, description="Which apply the outputs come from, and the Secret they were written to."
     )
 
 

@@ -1,4 +1,7 @@
-"""The datastore's HTTP API (DESIGN §9): plans, logs and source archives, streamed both ways."""
+"""The datastore's HTTP API (DESIGN §9): plans, logs, apply outputs and source archives, streamed both ways.
+
+Outputs (`terraform output -json` of a successful apply) hold sensitive values: like plans, they are stored
+(encrypted when encryption is on) and served to authorized callers, and never logged."""
 
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ PLAN_FILES: dict[str, tuple[str, str]] = {
     "short": ("short.txt", "text/plain; charset=utf-8"),
 }
 TEXT = "text/plain; charset=utf-8"
+OUTPUTS_FILE = "outputs.json"
 TREE_HEADER = "X-Burrito-Tree-Id"
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -281,6 +285,24 @@ def create_app(
             f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/run.log",
             TEXT,
             f"no logs for {ns}/{layer} run {run} attempt {n}",
+        )
+
+    @api.put(
+        "/layers/{ns}/{layer}/runs/{run}/attempts/{n}/outputs",
+        status_code=201,
+        responses={**responses, 413: {"description": "Body too large."}},
+    )
+    async def put_outputs(
+        who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt, request: Request
+    ) -> Response:
+        return await store(f"{attempt_prefix(who, 'write', ns, layer, run)}/{n}/{OUTPUTS_FILE}", request)
+
+    @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/outputs", responses={**responses, 404: {}})
+    async def get_outputs(who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt) -> Response:
+        return await serve(
+            f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/{OUTPUTS_FILE}",
+            "application/json",
+            f"no outputs for {ns}/{layer} run {run} attempt {n}",
         )
 
     def sources(who: Principal, action: Action, ns: str, repo: str) -> str:

@@ -149,7 +149,7 @@ class DatastoreClient:
         except (httpx.TransportError, _ServerError) as exc:
             raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
-    # -- plans and logs -------------------------------------------------------------------------
+    # -- plans, logs and outputs -----------------------------------------------------------------
     @staticmethod
     def _run_url(ns: str, layer: str, run: str, attempt: int | None) -> str:
         base = f"/layers/{ns}/{layer}/runs/{run}"
@@ -188,6 +188,20 @@ class DatastoreClient:
     def get_logs(self, ns: str, layer: str, run: str, attempt: int) -> bytes:
         return self._get(
             f"{self._run_url(ns, layer, run, attempt)}/logs", f"logs of {ns}/{layer} run {run} attempt {attempt}"
+        )
+
+    def put_outputs(self, ns: str, layer: str, run: str, attempt: int, data: Body) -> None:
+        """`terraform output -json` of a successful apply (sensitive values included: never log `data`)."""
+        self._put(
+            f"{self._run_url(ns, layer, run, attempt)}/outputs",
+            data,
+            f"upload of the outputs of {ns}/{layer} run {run} attempt {attempt}",
+        )
+
+    def get_outputs(self, ns: str, layer: str, run: str, attempt: int) -> bytes:
+        return self._get(
+            f"{self._run_url(ns, layer, run, attempt)}/outputs",
+            f"outputs of {ns}/{layer} run {run} attempt {attempt}",
         )
 
     # -- sources --------------------------------------------------------------------------------

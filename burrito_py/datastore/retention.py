@@ -2,7 +2,9 @@
 
 Kept, per layer: every run the layer lists (`status.latestRuns`, trimmed by the layer controller to
 `runHistoryPolicy`), its last run, the plans named by the `plan-run` annotation, `status.lastPlan.run` and
-`status.pendingPlan.run`; every run that still exists as a TerraformRun, and the plan an apply run applies.
+`status.pendingPlan.run`, and the apply named by the `apply-run` annotation and `status.outputsSync.run` (its
+outputs.json is what the outputs Secret is rebuilt from, however many runs came after); every run that still
+exists as a TerraformRun, and the plan an apply run applies.
 Kept, per repository: the revision index entries of every revision a layer, a run or the repository's
 status still names, and every tree such a kept entry points to.
 
@@ -81,6 +83,8 @@ def collect_references(layers: Iterable[Body], runs: Iterable[Body], repositorie
             _run_name(annotations.get(ann.PLAN_RUN)),
             _run_name(_mapping(status.get("lastPlan")).get("run")),
             _run_name(_mapping(status.get("pendingPlan")).get("run")),
+            _run_name(annotations.get(ann.APPLY_RUN)),
+            _run_name(_mapping(status.get("outputsSync")).get("run")),
         ]
         kept_runs.update((ns, name, run) for run in names if isinstance(run, str) and run)
         commits = [annotations.get(k) for k in _COMMIT_ANNOTATIONS]

@@ -109,12 +109,13 @@ def _tokens(platform: AuthPlatform) -> None:
 
 
 def _seed(platform: AuthPlatform) -> None:
-    """One plan and log per run and one source per repository, written as the controllers would."""
+    """One plan, log and outputs per run and one source per repository, written as the controllers would."""
     with DatastoreClient(platform.url, token=platform.admin_token) as store:
         for layer, (repository, runs) in LAYERS.items():
             for run in runs:
                 store.put_plan(NS, layer, run, 1, "json", b'{"seeded": true}')
                 store.put_logs(NS, layer, run, 1, b"seeded log\n")
+                store.put_outputs(NS, layer, run, 1, b'{"seeded": {"value": 1}}')
             store.put_source(NS, repository, REVISION, TREE, ARCHIVE)
 
 

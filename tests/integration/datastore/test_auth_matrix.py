@@ -61,6 +61,8 @@ def calls() -> list[Call]:
             Call("GET latest plan", target, "GET", f"{base}/plan?format=json"),
             Call("PUT logs", target, "PUT", f"{base}/attempts/1/logs", b"seeded log\n"),
             Call("GET logs", target, "GET", f"{base}/attempts/1/logs"),
+            Call("PUT outputs", target, "PUT", f"{base}/attempts/1/outputs", b'{"seeded": {"value": 1}}'),
+            Call("GET outputs", target, "GET", f"{base}/attempts/1/outputs"),
         ]
     for target, repo in REPO_TARGETS.items():
         base = f"/api/v1/repositories/{NS}/{repo}"

@@ -51,6 +51,33 @@ def test_logs_round_trip(datastore: tuple[str, Path]):
         assert client.get_logs("default", "app", "app-plan-x", 1) == b"terraform init\n"
 
 
+def test_outputs_round_trip_per_attempt_and_missing_is_404(datastore: tuple[str, Path]):
+    url, data = datastore
+    outputs = b'{"password": {"sensitive": true, "type": "string", "value": "s3cr3t"}}'
+    with DatastoreClient(url) as client:
+        client.put_outputs("default", "app", "app-apply-x", 2, outputs)
+        assert client.get_outputs("default", "app", "app-apply-x", 2) == outputs
+        with pytest.raises(DatastoreError, match="outputs of default/app run app-apply-x attempt 1") as missing:
+            client.get_outputs("default", "app", "app-apply-x", 1)
+        assert missing.value.status_code == 404
+    assert (data / "layers/default/app/app-apply-x/2/outputs.json").read_bytes() == outputs
+    response = httpx.get(f"{url}/api/v1/layers/default/app/runs/app-apply-x/attempts/2/outputs")
+    assert response.headers["content-type"] == "application/json"
+
+
+def test_oversized_outputs_are_413_and_leave_nothing(tmp_path: Path):
+    settings = DatastoreSettings(data_dir=tmp_path, max_body_bytes=10, auth_enabled=False)
+    app = create_app(FilesystemStorage(tmp_path), settings)
+
+    async def scenario() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://ds") as http:
+            return await http.put("/api/v1/layers/default/app/runs/r/attempts/1/outputs", content=b"x" * 100)
+
+    assert asyncio.run(scenario()).status_code == 413
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
 def test_sources_are_stored_once_per_tree(datastore: tuple[str, Path], tmp_path: Path):
     url, data = datastore
     archive = tmp_path / "src.tar.gz"
@@ -91,6 +118,8 @@ def test_bad_segments_are_400_naming_them(datastore: tuple[str, Path], path: str
 @pytest.mark.parametrize("path", [
     "/api/v1/layers/default/..%2Fetc/runs/r/attempts/1/logs",
     "/api/v1/layers/default/app/runs/r/attempts/-1/logs",
+    "/api/v1/layers/default/..%2Fetc/runs/r/attempts/1/outputs",
+    "/api/v1/layers/default/app/runs/r/attempts/x/outputs",
     "/api/v1/layers/default/app/runs/r/attempts/1/plan?format=xml",
     "/api/v1/repositories/default/repo/revisions/..%2F..%2Fx/source",
 ])

@@ -51,9 +51,11 @@ def cluster(apiserver: ApiServer) -> Iterator[ApiServer]:
                        "metadata": {"name": "repo", "namespace": "default"},
                        "spec": {"repository": {"url": "file:///nowhere"}}})
         for name in ("app", "net"):
+            # `net-apply-1` is gone from the cluster, but its outputs are the layer's current outputs.
+            applied = {ann.APPLY_RUN: "net-apply-1/1"} if name == "net" else {}
             applier.apply({"apiVersion": ann.API_VERSION, "kind": "TerraformLayer",
                            "metadata": {"name": name, "namespace": "default", "annotations": {
-                               ann.BRANCH_COMMIT: "c-head", ann.PLAN_RUN: f"{name}-plan-2/1"}},
+                               ann.BRANCH_COMMIT: "c-head", ann.PLAN_RUN: f"{name}-plan-2/1", **applied}},
                            "spec": {"repository": {"name": "repo"}, "branch": "main", "path": name}})
         # `apply-1` exists as a run and applies `app-plan-3`'s plan.
         applier.apply({"apiVersion": ann.API_VERSION, "kind": "TerraformRun",
@@ -73,6 +75,8 @@ def _seed(client: DatastoreClient) -> None:
     for run in ("app-plan-1", "app-plan-2", "app-plan-3", "app-plan-9", "app-apply-1"):
         client.put_plan("default", "app", run, 1, "json", b"{}")
         client.put_logs("default", "app", run, 1, b"log")
+    client.put_outputs("default", "app", "app-plan-9", 1, b"{}")
+    client.put_outputs("default", "net", "net-apply-1", 1, b'{"id": {"value": "x"}}')
     client.put_plan("default", "net", "net-plan-2", 1, "bin", b"plan")
     client.put_plan("default", "net", "net-plan-1", 1, "bin", b"old plan")
     client.put_plan("default", "gone", "gone-plan-1", 1, "bin", b"layer deleted")
@@ -82,13 +86,14 @@ def _seed(client: DatastoreClient) -> None:
 
 
 KEPT_RUNS = {("app", "app-plan-1"), ("app", "app-plan-2"), ("app", "app-plan-3"), ("app", "app-apply-1"),
-             ("net", "net-plan-2")}
+             ("net", "net-plan-2"), ("net", "net-apply-1")}
 
 
 def _check(client: DatastoreClient, data: Path) -> None:
-    for layer, run in KEPT_RUNS:
+    for layer, run in KEPT_RUNS - {("net", "net-apply-1")}:
         fmt = "bin" if layer == "net" else "json"
         assert client.get_plan("default", layer, run, 1, fmt)
+    assert client.get_outputs("default", "net", "net-apply-1", 1) == b'{"id": {"value": "x"}}'
     for revision in ("c-head", "c-run", "c-old", "c-branch"):
         assert client.has_source("default", "repo", revision), revision
     for revision in ("c-stale", "c-stale2"):
@@ -119,6 +124,7 @@ def test_a_sweep_keeps_what_is_referenced_and_deletes_the_rest(cluster: ApiServe
         first, second, third = asyncio.run(sweeps())
         assert first == []
         assert second == [
+            "layers/default/app/app-plan-9/1/outputs.json",
             "layers/default/app/app-plan-9/1/plan.json",
             "layers/default/app/app-plan-9/1/run.log",
             "layers/default/gone/gone-plan-1/1/plan.bin",

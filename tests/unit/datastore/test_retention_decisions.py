@@ -19,7 +19,7 @@ RUNS = tuple(f"r{i}" for i in range(8))
 REVISIONS = tuple(f"c{i}" for i in range(8))
 TREES = tuple(f"t{i}" for i in range(5))
 REPOS = ("repo", "other")
-FILES = ("plan.bin", "plan.json", "run.log")
+FILES = ("plan.bin", "plan.json", "run.log", "outputs.json")
 
 names = st.sampled_from
 maybe_runs = st.lists(names(RUNS), max_size=3)
@@ -59,7 +59,11 @@ def worlds(draw: st.DrawFn) -> World:
                 run = draw(names(RUNS))
                 annotations[ann.PLAN_RUN] = f"{run}/{draw(st.integers(1, 3))}"
                 world.runs_kept.add((ns, name, run))
-            for field_name in ("lastPlan", "pendingPlan", "lastRun"):
+            if draw(st.booleans()):
+                run = draw(names(RUNS))
+                annotations[ann.APPLY_RUN] = f"{run}/{draw(st.integers(1, 3))}"
+                world.runs_kept.add((ns, name, run))
+            for field_name in ("lastPlan", "pendingPlan", "lastRun", "outputsSync"):
                 if draw(st.booleans()):
                     run = draw(names(RUNS))
                     key = "name" if field_name == "lastRun" else "run"
@@ -198,3 +202,16 @@ def test_a_key_referenced_again_leaves_the_grace_bookkeeping():
     referenced = plan_sweep([key], {}, collect_references([layer], [], []), first.unreferenced_since,
                             NOW + timedelta(hours=2), timedelta(hours=1))
     assert referenced.delete == [] and referenced.unreferenced_since == {}
+
+
+def test_the_outputs_of_the_last_apply_outlive_the_run_history():
+    """The layer keeps one run in its history, but the outputs Secret is rebuilt from the apply it names."""
+    layer = {
+        "metadata": {"namespace": "a", "name": "l1", "annotations": {ann.APPLY_RUN: "apply1/2", ann.PLAN_RUN: "p9/1"}},
+        "spec": {"repository": {"name": "repo"}},
+        "status": {"latestRuns": [{"name": "p9", "action": "plan"}], "outputsSync": {"run": "apply0/1"}},
+    }
+    keys = ["layers/a/l1/apply1/2/outputs.json", "layers/a/l1/apply0/1/outputs.json", "layers/a/l1/old/1/outputs.json",
+            "layers/a/l1/p9/1/plan.bin"]
+    sweep = plan_sweep(keys, {}, collect_references([layer], [], []), {}, NOW, timedelta(0))
+    assert sweep.delete == ["layers/a/l1/old/1/outputs.json"]
