@@ -2,6 +2,13 @@
 
 The snapshot is built from the layer's annotations and the runs the controller already holds in
 memory, so evaluating a layer (on every event and every drift tick) costs no API or datastore call.
+
+Approval (`spec.approvePlan`): `auto` applies every plan that has changes, as `autoApply` always did;
+`manual` applies only the plan whose sum the layer's `api.burrito-py.io/approve-plan` annotation names
+exactly. The approval is consumed (the controller removes the annotation) when the apply run is created,
+as `sync-now` is, so a later plan, even one with the same sum, needs a fresh approval; an approval naming
+any other sum applies nothing and stays where the person put it, reported by the `IsPlanApproved`
+condition. A newer plan (new commit, drift, sync-now) has another sum, so an older approval never applies it.
 """
 
 from __future__ import annotations
@@ -36,6 +43,12 @@ class RunView:
     revision: str | None
     created: str = ""
     message: str = ""
+    # A destroy plan (terraform plan -destroy), or the apply of one, made while the layer is deleted.
+    destroy: bool = False
+    # For an apply: the plan run it applies.
+    artifact: str | None = None
+    # metadata.generation of the layer when the run was created (a changed spec retries a failed destroy).
+    layer_generation: int | None = None
 
     @property
     def terminal(self) -> bool:
@@ -65,6 +78,16 @@ class CreateRun:
     revision: str
     artifact_run: str | None = None
     artifact_attempt: int | None = None
+    destroy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPlanView:
+    """The plan waiting for a manual approval (`status.pendingPlan`)."""
+
+    sum: str
+    run: str | None
+    revision: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +96,11 @@ class LayerDecision:
     conditions: tuple[Cond, ...]
     create_run: CreateRun | None
     remove_sync_now: bool
+    pending_plan: PendingPlanView | None = None
+    # The approve-plan annotation was acted on (an apply run of the approved plan is created): remove it.
+    remove_approval: bool = False
+    # The layer is being deleted and its destroy is done (or not wanted): let it go.
+    remove_finalizer: bool = False
 
 
 def _exhausted(run: RunView | None, branch_commit: str | None) -> bool:
@@ -181,10 +209,24 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     else:
         state = "Idle"
 
+    # Under manual approval, the plan an apply would apply, and whether the approval names it.
+    # A plan being applied waits for nothing: no pending plan while an apply runs.
+    applying = live is not None and live.action == "apply"
+    pending: PendingPlanView | None = None
+    if (
+        not snap.auto_apply
+        and plan_sum is not None
+        and not (apply_done or plan_failed or apply_exhausted or applying)
+    ):
+        pending = PendingPlanView(plan_sum, a.get(ann.PLAN_RUN), plan_commit)
+    approval = a.get(ann.APPROVE_PLAN)
+    approved = pending is not None and approval == pending.sum
+    approval_cond = _approval_condition(snap.auto_apply, pending, approval, applying)
+
     create: CreateRun | None = None
     if state == "PlanNeeded":
         create = CreateRun("plan", branch_commit)
-    elif state == "ApplyNeeded" and snap.auto_apply:
+    elif state == "ApplyNeeded" and (snap.auto_apply or approved):
         artifact = parse_plan_run(a.get(ann.PLAN_RUN))
         if artifact is not None and plan_commit:
             create = CreateRun("apply", plan_commit, artifact[0], artifact[1])
@@ -197,5 +239,35 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         apply_up_to_date,
         sync_scheduled,
         retry_limit,
+        approval_cond,
     )
-    return LayerDecision(state, conditions, create, remove_sync_now=sync_now and create is not None)
+    return LayerDecision(
+        state,
+        conditions,
+        create,
+        remove_sync_now=sync_now and create is not None,
+        pending_plan=pending,
+        remove_approval=approved and create is not None and create.action == "apply",
+    )
+
+
+def _approval_condition(auto: bool, pending: PendingPlanView | None, approval: str | None, applying: bool) -> Cond:
+    if auto:
+        return Cond("IsPlanApproved", True, "AutoApprove", "approvePlan is auto: every plan with changes is applied")
+    if pending is None:
+        return Cond("IsPlanApproved", True, "ApplyInProgress" if applying else "NothingToApprove", "")
+    if approval == pending.sum:
+        return Cond("IsPlanApproved", True, "PlanApproved", f"plan {pending.sum} is approved")
+    if approval is None:
+        return Cond(
+            "IsPlanApproved",
+            False,
+            "WaitingForApproval",
+            f"plan {pending.sum} waits for approval: annotate the layer with {ann.APPROVE_PLAN}={pending.sum}",
+        )
+    return Cond(
+        "IsPlanApproved",
+        False,
+        "ApprovalMismatch",
+        f"{ann.APPROVE_PLAN} is {approval!r}, but the pending plan is {pending.sum}; nothing is applied",
+    )

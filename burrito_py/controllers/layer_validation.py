@@ -15,9 +15,11 @@ from burrito_py.runner.versions import InvalidVersionConstraint, parse_constrain
 @dataclass(frozen=True, slots=True)
 class LayerValidation:
     ready: Cond
+    # Effective approvePlan is auto: `spec.approvePlan`, else `remediationStrategy.autoApply` (inherited).
     auto_apply: bool
     runs_to_keep: int
     max_retries: int
+    destroy_on_deletion: bool = False
 
 
 def inherited(layer: Mapping[str, Any], repository: Mapping[str, Any] | None, *path: str) -> Any:
@@ -75,7 +77,12 @@ def validate_layer(
             ready = Cond(
                 "Ready", False, "BranchNotFound" if "not exist" in problem else "SyncFailed", f"spec.branch: {problem}"
             )
-    auto_apply = inherited(layer, repository, "remediationStrategy", "autoApply")
+    approve_plan = spec.get("approvePlan")
+    auto_apply = (
+        approve_plan == "auto"
+        if approve_plan is not None
+        else inherited(layer, repository, "remediationStrategy", "autoApply")
+    )
     max_retries = inherited(layer, repository, "remediationStrategy", "onError", "maxRetries")
     runs = inherited(layer, repository, "runHistoryPolicy", "runs")
     return LayerValidation(
@@ -83,4 +90,5 @@ def validate_layer(
         auto_apply=bool(auto_apply),
         runs_to_keep=int(runs) if runs is not None else settings.runs_to_keep,
         max_retries=int(max_retries) if max_retries is not None else settings.max_retries,
+        destroy_on_deletion=bool(spec.get("destroyResourcesOnDeletion")),
     )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
@@ -9,7 +10,9 @@ from burrito_py.api import annotations as ann
 from burrito_py.controllers.layer_decisions import (
     LAYER_STATES,
     NO_CHANGES,
+    CreateRun,
     LayerSnapshot,
+    PendingPlanView,
     RunView,
     decide_layer,
     parse_plan_run,
@@ -163,6 +166,7 @@ def snapshots(draw: st.DrawFn) -> LayerSnapshot:
         (ann.PLAN_RUN, st.just("p/1")),
         (ann.SYNC_NOW, st.just("x")),
         (ann.PLAN_SUMMARY, st.sampled_from([NO_CHANGES, "Plan: 1 to add, 0 to change, 0 to destroy"])),
+        (ann.APPROVE_PLAN, st.sampled_from(["sha256:aa", "sha256:bb", "sha256:a", " sha256:aa", "yes"])),
     ]:
         if draw(st.booleans()):
             a[key] = draw(values)
@@ -181,7 +185,7 @@ def test_state_is_always_declared_and_only_acts_when_it_should(s: LayerSnapshot)
     if d.create_run is not None:
         assert d.state in ("PlanNeeded", "ApplyNeeded")
         if d.create_run.action == "apply":
-            assert s.auto_apply
+            assert s.auto_apply or s.annotations.get(ann.APPROVE_PLAN) == s.annotations.get(ann.PLAN_SUM)
 
 
 @given(snapshots())
@@ -205,3 +209,121 @@ def test_sync_now_always_plans_unless_running(s: LayerSnapshot):
         running = s.active_run is not None or (s.last_run is not None and not s.last_run.terminal)
         assert d.state == ("Running" if running else "PlanNeeded")
         assert d.remove_sync_now == (not running)
+
+
+# -- manual approval ---------------------------------------------------------------------------------
+def approved(sum_: str, **kwargs: object) -> dict[str, str]:
+    return planned(**kwargs) | {ann.APPROVE_PLAN: sum_}  # type: ignore[arg-type]
+
+
+def reason(decision, type_: str) -> str:  # type: ignore[no-untyped-def]
+    return next(c.reason for c in decision.conditions if c.type == type_)
+
+
+def test_manual_plan_waits_with_a_pending_plan_and_says_how_to_approve_it():
+    d = decide_layer(snap(planned()), NOW)
+    assert d.state == "ApplyNeeded" and d.create_run is None and not d.remove_approval
+    assert d.pending_plan == PendingPlanView("sha256:aa", "layer-plan-x/1", "c1")
+    assert reason(d, "IsPlanApproved") == "WaitingForApproval"
+    assert f"{ann.APPROVE_PLAN}=sha256:aa" in next(c.message for c in d.conditions if c.type == "IsPlanApproved")
+
+
+def test_an_approval_of_the_pending_sum_applies_exactly_that_plan_and_is_consumed():
+    d = decide_layer(snap(approved("sha256:aa")), NOW)
+    assert d.create_run == CreateRun("apply", "c1", "layer-plan-x", 1)
+    assert d.remove_approval and reason(d, "IsPlanApproved") == "PlanApproved"
+
+
+def test_an_approval_of_another_sum_applies_nothing_and_says_so():
+    d = decide_layer(snap(approved("sha256:bb")), NOW)
+    assert d.state == "ApplyNeeded" and d.create_run is None and not d.remove_approval
+    assert reason(d, "IsPlanApproved") == "ApprovalMismatch"
+    assert d.pending_plan is not None and d.pending_plan.sum == "sha256:aa"
+
+
+def test_a_newer_plan_invalidates_an_older_approval():
+    old = approved("sha256:aa") | {ann.PLAN_SUM: "sha256:new", ann.PLAN_RUN: "layer-plan-y/1"}
+    d = decide_layer(snap(old), NOW)
+    assert d.create_run is None and d.pending_plan is not None and d.pending_plan.sum == "sha256:new"
+
+
+def test_an_applied_or_empty_plan_is_not_pending():
+    assert decide_layer(snap(planned(applied=True)), NOW).pending_plan is None
+    d = decide_layer(snap(approved("sha256:aa", summary=NO_CHANGES)), NOW)
+    assert d.pending_plan is None and d.create_run is None and d.state == "Idle"
+
+
+def test_no_pending_plan_while_the_approved_apply_runs():
+    applying = RunView("a", "apply", "Running", "c1")
+    d = decide_layer(snap(planned(), applying, last_apply=applying), NOW)
+    assert d.state == "Running" and d.pending_plan is None
+    assert reason(d, "IsPlanApproved") == "ApplyInProgress"
+
+
+def test_an_approval_made_while_a_plan_runs_waits_and_never_applies_a_newer_plan():
+    running = RunView("p2", "plan", "Running", "c1")
+    d = decide_layer(snap(approved("sha256:aa"), running, last_plan=running), NOW)
+    assert d.state == "Running" and d.create_run is None and not d.remove_approval
+
+
+def test_auto_needs_no_approval_and_no_pending_plan():
+    d = decide_layer(snap(planned(), auto_apply=True), NOW)
+    assert d.pending_plan is None and d.create_run is not None and reason(d, "IsPlanApproved") == "AutoApprove"
+
+
+def manual(s: LayerSnapshot) -> LayerSnapshot:
+    return replace(s, auto_apply=False)
+
+
+@given(snapshots())
+def test_manual_never_applies_without_an_approval_of_exactly_the_current_sum(s: LayerSnapshot):
+    s = manual(s)
+    d = decide_layer(s, NOW)
+    approval, plan_sum = s.annotations.get(ann.APPROVE_PLAN), s.annotations.get(ann.PLAN_SUM)
+    if d.create_run is not None and d.create_run.action == "apply":
+        assert approval is not None and approval == plan_sum
+        assert d.remove_approval
+    else:
+        assert not d.remove_approval
+
+
+@given(snapshots(), st.sampled_from(["sha256:other", "", "sha256:AA", "approved"]))
+def test_an_approval_of_any_other_value_never_applies(s: LayerSnapshot, other: str):
+    s = replace(manual(s), annotations={**s.annotations, ann.APPROVE_PLAN: other})
+    d = decide_layer(s, NOW)
+    assert not (d.create_run is not None and d.create_run.action == "apply")
+    assert not d.remove_approval
+
+
+@given(snapshots())
+def test_the_pending_plan_is_the_unapplied_current_plan_under_manual_only(s: LayerSnapshot):
+    d = decide_layer(s, NOW)
+    if d.pending_plan is not None:
+        assert not s.auto_apply
+        assert d.pending_plan.sum == s.annotations[ann.PLAN_SUM] != s.annotations.get(ann.APPLY_SUM)
+        assert s.annotations.get(ann.PLAN_SUMMARY) != NO_CHANGES
+        assert d.state in ("ApplyNeeded", "PlanNeeded", "Running")
+    if d.state == "ApplyNeeded" and not s.auto_apply:
+        assert d.pending_plan is not None
+
+
+@given(snapshots())
+def test_under_auto_the_approval_annotation_changes_nothing(s: LayerSnapshot):
+    s = replace(s, auto_apply=True)
+    without = replace(s, annotations={k: v for k, v in s.annotations.items() if k != ann.APPROVE_PLAN})
+    assert decide_layer(s, NOW) == decide_layer(without, NOW)
+
+
+@given(snapshots())
+def test_under_manual_a_matching_approval_changes_only_whether_the_pending_plan_is_applied(s: LayerSnapshot):
+    s = manual(s)
+    bare = replace(s, annotations={k: v for k, v in s.annotations.items() if k != ann.APPROVE_PLAN})
+    d_bare = decide_layer(bare, NOW)
+    assert d_bare.create_run is None or d_bare.create_run.action == "plan"
+    if ann.PLAN_SUM in s.annotations:
+        ok = replace(s, annotations={**bare.annotations, ann.APPROVE_PLAN: s.annotations[ann.PLAN_SUM]})
+        d_ok = decide_layer(ok, NOW)
+        assert d_ok.state == d_bare.state and d_ok.pending_plan == d_bare.pending_plan
+        if d_ok.create_run != d_bare.create_run:
+            assert d_bare.state == "ApplyNeeded" and d_ok.create_run is not None
+            assert d_ok.create_run.action == "apply" and d_ok.remove_approval

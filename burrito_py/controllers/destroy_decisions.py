@@ -1,0 +1,154 @@
+"""Deleting a layer with `destroyResourcesOnDeletion`: destroy its resources first (pure).
+
+The controller keeps the finalizer `terraform.burrito-py.io/destroy` on such a layer. Once the layer is
+being deleted it creates a plan run with `spec.destroy` (`terraform plan -destroy`) at the layer's
+branch-commit, then an apply run of exactly that plan, then removes the finalizer, and Kubernetes removes
+the layer and, through their owner references, its runs.
+
+Decisions where DESIGN is silent:
+- Deleting the layer is the approval: the destroy plan is applied whatever `approvePlan`/`autoApply` say
+  (a person or the AGL asked for the resources to go; waiting for a second approval would only leave a
+  terminating object behind).
+- A destroy plan that says "No changes." (nothing in the state) needs no apply.
+- A run of the layer still live when the deletion starts (say an apply) is waited for, never raced.
+- A destroy plan or apply that fails after its retries leaves the layer in place, `MaxRetriesReached` with
+  `HasDestroyFailed` naming the run and its error. Deleting it again changes nothing in Kubernetes (no
+  event), so a failed destroy is retried, once per trigger, when the layer's branch-commit changes (a
+  fixing commit), when `api.burrito-py.io/sync-now` is set, or when the layer's spec changes
+  (`metadata.generation`). Turning `destroyResourcesOnDeletion` off removes the finalizer without destroying.
+- A layer that never got a branch-commit never ran anything: there is nothing to destroy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers.conditions import Cond
+from burrito_py.controllers.layer_decisions import (
+    NO_CHANGES,
+    CreateRun,
+    LayerDecision,
+    LayerStateName,
+    RunView,
+    parse_plan_run,
+)
+
+DESTROY_FINALIZER = "terraform.burrito-py.io/destroy"
+FinalizerChange = Literal["add", "remove"]
+
+
+def finalizer_change(destroy_on_deletion: bool, finalizers: Sequence[str], deleting: bool) -> FinalizerChange | None:
+    """How the layer's own finalizer must change outside of the destroy itself.
+
+    Added while the layer lives with the flag on (never once it is being deleted: Kubernetes refuses new
+    finalizers then); removed whenever the flag is off, deleting or not.
+    """
+    present = DESTROY_FINALIZER in finalizers
+    if destroy_on_deletion and not present and not deleting:
+        return "add"
+    if not destroy_on_deletion and present:
+        return "remove"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class DestroySnapshot:
+    annotations: dict[str, str]
+    runs: tuple[RunView, ...]  # newest first
+    generation: int
+    destroy_on_deletion: bool
+
+
+def _decision(
+    state: LayerStateName,
+    reason: str,
+    message: str,
+    *,
+    live: RunView | None = None,
+    failed: bool = False,
+    create: CreateRun | None = None,
+    remove_sync_now: bool = False,
+    remove_finalizer: bool = False,
+) -> LayerDecision:
+    conditions = (
+        Cond(
+            "IsRunning",
+            live is not None,
+            "RunInProgress" if live is not None else "NoRunInProgress",
+            f"run {live.name} is {live.state or 'starting'}" if live is not None else "",
+        ),
+        Cond("HasDestroyFailed", failed, reason, message),
+    )
+    return LayerDecision(
+        state,
+        conditions,
+        create,
+        remove_sync_now=remove_sync_now,
+        remove_finalizer=remove_finalizer,
+    )
+
+
+def decide_destroy(snap: DestroySnapshot) -> LayerDecision:
+    """The next step of deleting a layer that holds the destroy finalizer."""
+    a = snap.annotations
+    if not snap.destroy_on_deletion:
+        return _decision("Idle", "DestroyNotRequested", "destroyResourcesOnDeletion is off", remove_finalizer=True)
+
+    live = next((r for r in snap.runs if not r.terminal), None)
+    if live is not None:
+        what = ("destroy " if live.destroy else "") + live.action
+        return _decision("Running", "WaitingForRun", f"waiting for {what} run {live.name}", live=live)
+
+    target = a.get(ann.BRANCH_COMMIT) or a.get(ann.APPLY_COMMIT) or a.get(ann.PLAN_COMMIT)
+    if target is None:
+        return _decision("Idle", "NothingToDestroy", "the layer never ran", remove_finalizer=True)
+
+    sync_now = ann.SYNC_NOW in a
+    plan_again = _decision(
+        "PlanNeeded",
+        "DestroyPlanNeeded",
+        f"planning the destruction of every resource at {target}",
+        create=CreateRun("plan", target, destroy=True),
+        remove_sync_now=sync_now,
+    )
+    last = next((r for r in snap.runs if r.destroy), None)
+    if last is None:
+        return plan_again
+
+    if last.failed:
+        changed = last.revision != target or (
+            last.layer_generation is not None and last.layer_generation != snap.generation
+        )
+        if sync_now or changed:
+            return plan_again
+        what = "destroy plan" if last.action == "plan" else "destroy apply"
+        return _decision(
+            "MaxRetriesReached",
+            "DestroyFailed",
+            f"{what} run {last.name} failed after its last retry: {last.message}".rstrip(": ")
+            + f"; the layer stays until a destroy succeeds: push a fix, annotate it with {ann.SYNC_NOW}, or set "
+            "destroyResourcesOnDeletion to false to delete it without destroying",
+            failed=True,
+        )
+
+    if last.action == "apply":
+        return _decision("Idle", "Destroyed", f"destroy apply run {last.name} succeeded", remove_finalizer=True)
+
+    planned = parse_plan_run(a.get(ann.PLAN_RUN))
+    if planned is None or planned[0] != last.name:
+        # The runner annotates before its pod ends; a lagging view of the layer catches up by watch.
+        return _decision("Idle", "WaitingForDestroyPlan", f"waiting for the plan of run {last.name}")
+    if a.get(ann.PLAN_SUMMARY) == NO_CHANGES:
+        return _decision(
+            "Idle", "NothingToDestroy", f"destroy plan run {last.name} found nothing to destroy", remove_finalizer=True
+        )
+    return _decision(
+        "ApplyNeeded",
+        "DestroyApplyNeeded",
+        f"applying destroy plan {a.get(ann.PLAN_SUM)} of run {last.name}",
+        create=CreateRun("apply", last.revision or target, planned[0], planned[1], destroy=True),
+        remove_sync_now=sync_now,
+    )
