@@ -1,4 +1,5 @@
-"""The runner's few Kubernetes API calls: read its run, layer and repository; annotate the layer.
+"""The runner's few Kubernetes API calls: read its run, layer and repository, and the Secrets and ConfigMaps
+its layer's `varsFrom` names; annotate the layer.
 
 Why not the `kubernetes` package: importing it costs ~0.45 s, a third of what the runner added to a small
 plan, for two endpoints. The runner speaks to the API with httpx (which the datastore client loads anyway)
@@ -167,6 +168,17 @@ class Kube:
 
     def get(self, plural: str, namespace: str, name: str, kind: str) -> dict[str, Any]:
         return self._call(f"cannot read {kind} {namespace}/{name}", "GET", self._path(namespace, plural, name))
+
+    def get_core(self, plural: str, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
+        """A core (`v1`) object, e.g. a Secret; None when it does not exist. Errors name the object only: the
+        body (a Secret's data) never goes into a message."""
+        try:
+            return self._call(f"cannot read {kind} {namespace}/{name}", "GET",
+                              f"/api/v1/namespaces/{namespace}/{plural}/{name}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
 
     def annotate(self, plural: str, namespace: str, name: str, kind: str, annotations: dict[str, str]) -> None:
         """One JSON merge patch of `metadata.annotations` (idempotent, no resourceVersion precondition)."""

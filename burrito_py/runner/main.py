@@ -5,6 +5,10 @@ Environment (set by the run controller, DESIGN §6): `BURRITO_RUNNER_RUN`, `BURR
 `BURRITO_RUNNER_ATTEMPT` (the attempt number, from 1), `BURRITO_DATASTORE_URL`. The datastore token is read
 from `/var/run/secrets/burrito-py/token` when that file exists (`pod_path`, for the local kubelet).
 
+Variables (plan, and apply without a plan artifact): `spec.vars`, then each `spec.varsFrom` Secret or ConfigMap
+of the layer's namespace in order, merged into `burrito-py.auto.tfvars.json` (mode 0600) in the layer's
+directory before `init` (see `variables.py`); only variable names are printed, never values.
+
 Plan: download the source archive of the run's revision, resolve the tool, `init`, `plan` (its output kept
 as the human-readable plan), `show -json`; upload `bin`, `json`, `pretty` and `short` for (layer namespace,
 layer, run, attempt); then one merge patch of the layer's `plan-date`, `plan-sum` (`sha256:<hex>` of
@@ -16,8 +20,12 @@ not the one that was recorded, and nothing is applied); when the layer has plann
 artifact is still what the run was created to apply, and terraform itself refuses it if the state moved on.
 With `applyWithoutPlanArtifact` (effective remediation) the artifact is ignored: plan at the run's revision,
 upload that plan under this run and attempt, apply it, and patch its `plan-*` annotations along with
-`apply-*`, so that `apply-sum == plan-sum` and the layer settles. Then `apply-date`, `apply-sum` (the sum of
-the applied plan) and `apply-commit`.
+`apply-*`, so that `apply-sum == plan-sum` and the layer settles. Then `terraform output -json` (to a file,
+never to the log: it holds sensitive values), uploaded as this attempt's outputs, and `apply-date`, `apply-sum`
+(the sum of the applied plan), `apply-commit` and `apply-run` (`<run>/<attempt>`, whose outputs the layer
+controller copies). When the outputs cannot be read or uploaded, the apply still happened: `apply-*` is written
+without `apply-run`, and the attempt fails. A retry of that run then finds its plan's sum already recorded as
+`apply-sum` and, instead of applying a plan Terraform would now call stale, only reads the outputs again.
 
 Exit codes: 0 success; 1 a terraform/tofu step failed; 2 bad input or configuration (environment, invalid
 object, missing object, layer path, source archive, tool resolution, missing or mismatched plan); 3 the
@@ -217,6 +225,8 @@ class Runner:
         applied_sum: str | None = None
         if env.action == "apply" and not without_artifact:
             applied_sum = self.fetch_plan(run, layer)  # before init: no point initialising for a missing plan
+        else:  # a saved plan carries its variables; only a new plan needs them
+            self.write_variables(layer, layer_dir)
         try:
             tool = resolve_tool(effective_tool(layer, repository), layer_dir)
         except ToolError as exc:
@@ -231,15 +241,65 @@ class Runner:
             applied_sum = annotations[ann.PLAN_SUM]
         if env.action == "apply":
             assert applied_sum is not None
-            steps.apply(self.plan_file, override.extra_apply_args)
+            recorded = layer.metadata.get("annotations") or {}
+            if not without_artifact and recorded.get(ann.APPLY_SUM) == applied_sum:
+                _say(f"burrito-py: plan {applied_sum} is already applied (an earlier attempt); reading its outputs")
+            else:
+                steps.apply(self.plan_file, override.extra_apply_args)
             annotations.update(
                 {ann.APPLY_DATE: format_time(utcnow()), ann.APPLY_SUM: applied_sum, ann.APPLY_COMMIT: revision}
             )
+            try:
+                self.record_outputs(steps)
+            except (StepFailed, RunnerError):
+                self.annotate(annotations)  # the apply happened: the layer must not apply that plan again
+                raise
+            annotations[ann.APPLY_RUN] = f"{env.run}/{env.attempt}"
+        self.annotate(annotations)
+        _say(f"burrito-py: {env.action} succeeded; layer {env.namespace}/{env.layer} annotated")
+
+    def annotate(self, annotations: dict[str, str]) -> None:
+        env = self.env
         try:
             self.kube.annotate("terraformlayers", env.namespace, env.layer, "TerraformLayer", annotations)
         except KubeError as exc:
             raise (RunnerError if exc.status == 404 else Unavailable)(str(exc)) from None
-        _say(f"burrito-py: {env.action} succeeded; layer {env.namespace}/{env.layer} annotated")
+
+    def write_variables(self, layer: TerraformLayer, layer_dir: Path) -> None:
+        """`burrito-py.auto.tfvars.json` from spec.vars and spec.varsFrom; names are printed, values never."""
+        from burrito_py.runner.variables import VariablesError, merge_variables, source_values, write_tfvars
+
+        spec = layer.spec
+        if not spec.vars and not spec.vars_from:
+            return
+        sources: list[dict[str, str]] = []
+        for index, source in enumerate(spec.vars_from):
+            plural = "secrets" if source.kind == "Secret" else "configmaps"
+            try:
+                obj = self.kube.get_core(plural, self.env.namespace, source.name, source.kind)
+                sources.append(source_values(source, self.env.namespace, index, obj))
+            except KubeError as exc:  # its message names the object, never its data
+                raise Unavailable(f"spec.varsFrom[{index}]: {exc}") from None
+            except VariablesError as exc:
+                raise RunnerError(str(exc)) from None
+        variables = merge_variables(spec.vars, sources)
+        target = write_tfvars(layer_dir, variables)
+        _say(f"burrito-py: variables {', '.join(sorted(variables)) or '(none)'} written to {target.name}")
+
+    def record_outputs(self, steps: Steps) -> None:
+        """`output -json` of the applied state, uploaded as this attempt's outputs (never printed)."""
+        env = self.env
+        outputs = self.workdir / "outputs.json"
+        steps.output_json(outputs)
+        try:
+            with outputs.open("rb") as handle:
+                parsed = json.load(handle)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):  # say nothing of the content: it may be a secret
+            raise RunnerError("output -json printed no JSON object; the outputs were not recorded")
+        self._datastore(self.store.put_outputs, env.namespace, env.layer, env.run, env.attempt, outputs)
+        _say(f"burrito-py: {len(parsed)} output(s) recorded")
 
     def fetch_source(self, namespace: str, repository: str, revision: str, path: str) -> Path:
         archive = self.workdir / "source.tar.gz"

@@ -10,6 +10,7 @@ terraform from its cache directory, finds it too):
     plan  -input=false -no-color -out=<plan> [extraPlanArgs]
     show  -json <plan>                                  (stdout to a file, not echoed)
     apply -input=false -no-color [extraApplyArgs] <plan>
+    output -json -no-color                              (stdout to a file, not echoed: it holds sensitive values)
 
 The human-readable plan is what `plan` printed, kept as it streams by (`Steps.plan(..., copy_to=…)`), not a
 second `terraform show <plan>`: the same rendering (plus refresh lines and warnings, which reviewers want
@@ -48,13 +49,14 @@ __all__ = [
     "command",
     "init_args",
     "mask",
+    "output_json_args",
     "plan_args",
     "show_args",
     "show_json_args",
     "step_env",
 ]
 
-Step = Literal["init", "plan", "show -json", "show", "apply"]
+Step = Literal["init", "plan", "show -json", "show", "apply", "output -json"]
 TAIL_LINES = 40
 
 
@@ -88,6 +90,11 @@ def show_args(plan_file: Path | str) -> list[str]:
 def apply_args(plan_file: Path | str, extra: Sequence[str] = ()) -> list[str]:
     # The plan file is the one positional argument and must come last.
     return ["apply", "-input=false", "-no-color", *extra, str(plan_file)]
+
+
+def output_json_args() -> list[str]:
+    # `-json` prints every output with its value, sensitive ones included (the human form hides them).
+    return ["output", "-json", "-no-color"]
 
 
 def command(tool: Tool, args: Sequence[str]) -> list[str]:
@@ -161,6 +168,11 @@ class Steps:
 
     def apply(self, plan_file: Path, extra: Sequence[str] = ()) -> None:
         self._run("apply", apply_args(plan_file, extra), apply_args(plan_file, mask(extra)))
+
+    def output_json(self, dest: Path) -> None:
+        """The root module's outputs as JSON into `dest`, never to the log: sensitive values are in it."""
+        args = output_json_args()
+        self._run("output -json", args, args, stdout_to=dest)
 
     def _print(self, text: str, copy: IO[str] | None = None) -> None:
         self.out.write(text)

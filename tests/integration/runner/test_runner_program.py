@@ -19,6 +19,7 @@ from kubernetes import client, config
 
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
+from burrito_py.datastore.storage import FilesystemStorage
 from burrito_py.datastore.testing import free_port, running_datastore
 from burrito_py.local.apiserver import ApiServer
 from burrito_py.local.apply import Applier, load_files
@@ -324,3 +325,146 @@ def test_a_refused_annotation_exits_3_without_annotations(world: World) -> None:
     assert result.code == 3
     assert "error: cannot annotate TerraformLayer default/app: HTTP 500" in result.stderr
     assert world.annotations() == {}
+
+
+VARS_CODE = """
+terraform {
+  backend "local" {}
+}
+
+variable "greeting" {
+  type = string
+}
+
+variable "password" {
+  type      = string
+  sensitive = true
+}
+
+variable "region" {
+  type    = string
+  default = "default-region"
+}
+
+variable "sizes" {
+  type = list(number)
+}
+
+resource "terraform_data" "this" {
+  input = "${var.greeting} ${var.region} ${join(",", var.sizes)}"
+}
+
+resource "terraform_data" "secret" {
+  input = var.password
+}
+
+output "summary" {
+  value = terraform_data.this.output
+}
+
+output "password" {
+  value     = terraform_data.secret.output
+  sensitive = true
+}
+
+output "sizes" {
+  value = var.sizes
+}
+"""
+PASSWORD = "s3cr3t-value-7f1c"
+
+
+def core(world: World) -> client.CoreV1Api:
+    return client.CoreV1Api(world.custom.api_client)
+
+
+def vars_layer(world: World, **spec: Any) -> str:
+    revision = world.commit({"layers/app/main.tf": VARS_CODE})
+    core(world).create_namespaced_secret(NS, {"metadata": {"name": "creds"},
+                                               "stringData": {"password": PASSWORD, "unused": "x"}})
+    core(world).create_namespaced_config_map(NS, {"metadata": {"name": "site"}, "data": {"region": "eu-west-3"}})
+    world.layer(vars={"greeting": "hello", "region": "from-vars", "sizes": [1, 2]},
+                varsFrom=[{"kind": "Secret", "name": "creds", "keys": ["password"]},
+                          {"kind": "ConfigMap", "name": "site"},
+                          {"kind": "ConfigMap", "name": "absent", "optional": True}], **spec)
+    return revision
+
+
+def test_variables_from_spec_secrets_and_config_maps_then_outputs_after_apply(world: World) -> None:
+    revision = vars_layer(world)
+    world.run("app-plan-1", "plan", revision)
+    planned = world.runner("app-plan-1", "plan")
+    assert planned.code == 0, planned.stderr
+    assert "burrito-py: variables greeting, password, region, sizes written to burrito-py.auto.tfvars.json" in (
+        planned.stdout)
+    assert "hello eu-west-3 1,2" in planned.stdout  # the later ConfigMap won over spec.vars
+    assert PASSWORD not in planned.stdout + planned.stderr
+
+    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-1", "attempt": 1})
+    applied = world.runner("app-apply-1", "apply")
+    assert applied.code == 0, applied.stderr
+    assert "burrito-py: 3 output(s) recorded" in applied.stdout
+    assert PASSWORD not in applied.stdout + applied.stderr
+    assert sorted(world.state_inputs()) == sorted(["hello eu-west-3 1,2", PASSWORD])
+    assert world.annotations()[ann.APPLY_RUN] == "app-apply-1/1"
+    with DatastoreClient(world.datastore_url) as store:
+        outputs = json.loads(store.get_outputs(NS, "app", "app-apply-1", 1))
+    assert {name: (o["value"], o["sensitive"]) for name, o in outputs.items()} == {
+        "summary": ("hello eu-west-3 1,2", False), "password": (PASSWORD, True), "sizes": ([1, 2], False)}
+
+
+def test_a_missing_secret_or_key_fails_the_plan_naming_it(world: World) -> None:
+    revision = vars_layer(world)
+    world.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, NS, "terraformlayers", "app", {"spec": {
+        "varsFrom": [{"kind": "Secret", "name": "creds", "keys": ["password", "token"]}]}})
+    world.run("app-plan-1", "plan", revision)
+    result = world.runner("app-plan-1", "plan")
+    assert result.code == 2
+    assert result.stderr == "error: Secret default/creds (spec.varsFrom[0]) has no key 'token'\n"
+    world.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, NS, "terraformlayers", "app", {"spec": {
+        "varsFrom": [{"kind": "Secret", "name": "nope"}]}})
+    result = world.runner("app-plan-1", "plan", attempt=2)
+    assert result.code == 2
+    assert result.stderr == "error: Secret default/nope (spec.varsFrom[0]) does not exist\n"
+    assert world.termination_message("app-plan-1", 2) == "Secret default/nope (spec.varsFrom[0]) does not exist"
+    assert "terraform" not in result.stdout.lower()
+    assert world.annotations() == {}
+
+
+class _NoOutputs:
+    """A filesystem datastore whose outputs uploads fail, as a datastore outage right after an apply would."""
+
+    def __init__(self, inner: FilesystemStorage) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def put(self, key: str, chunks: Any, max_size: int) -> int:
+        if key.endswith("/outputs.json"):
+            raise OSError("disk on fire")
+        return await self.inner.put(key, chunks, max_size)
+
+
+def test_outputs_lost_after_an_apply_fail_the_attempt_and_a_retry_only_reads_them(world: World) -> None:
+    revision = vars_layer(world)
+    world.run("app-plan-1", "plan", revision)
+    assert world.runner("app-plan-1", "plan").code == 0
+    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-1", "attempt": 1})
+    data = world.tmp / "datastore"
+    with running_datastore(data, storage=_NoOutputs(FilesystemStorage(data))) as broken:  # type: ignore[arg-type]
+        failed = world.runner("app-apply-1", "apply", BURRITO_DATASTORE_URL=broken)
+    assert failed.code == 3, failed.stderr
+    assert "upload of the outputs of default/app run app-apply-1 attempt 1" in failed.stderr
+    a = world.annotations()
+    assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM] and ann.APPLY_RUN not in a  # applied, outputs not recorded
+    state = world.state().read_text()
+
+    retried = world.runner("app-apply-1", "apply", attempt=2)
+    assert retried.code == 0, retried.stderr
+    assert "is already applied (an earlier attempt); reading its outputs" in retried.stdout
+    assert "terraform apply" not in retried.stdout
+    assert json.loads(world.state().read_text())["serial"] == json.loads(state)["serial"]
+    assert world.annotations()[ann.APPLY_RUN] == "app-apply-1/2"
+    with DatastoreClient(world.datastore_url) as store:
+        assert json.loads(store.get_outputs(NS, "app", "app-apply-1", 2))["password"]["value"] == PASSWORD

@@ -16,6 +16,7 @@ from burrito_py.runner.terraform import (
     command,
     init_args,
     mask,
+    output_json_args,
     plan_args,
     show_args,
     show_json_args,
@@ -36,6 +37,7 @@ def test_arguments() -> None:
         "plan", "-input=false", "-no-color", "-out=/w/plan.bin", "-var=a=b", "-refresh=false"]
     assert show_json_args(Path("/w/plan.bin")) == ["show", "-json", "/w/plan.bin"]
     assert show_args("/w/plan.bin") == ["show", "-no-color", "/w/plan.bin"]
+    assert output_json_args() == ["output", "-json", "-no-color"]
     # The plan file is apply's only positional argument: it comes last, after the extra flags.
     assert apply_args("/w/plan.bin", ["-parallelism=2"]) == [
         "apply", "-input=false", "-no-color", "-parallelism=2", "/w/plan.bin"]

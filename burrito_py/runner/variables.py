@@ -1,0 +1,85 @@
+"""The layer's Terraform variables, merged into `burrito-py.auto.tfvars.json` (pure, apart from `write_tfvars`).
+
+Order: `spec.vars`, then each `spec.varsFrom` entry in turn; a later entry wins over earlier ones and over
+`spec.vars`. A Secret's or ConfigMap's keys are the variable names, and its values are used as-is, as strings:
+Terraform converts a string to a `number` or `bool` variable itself, and guessing JSON from a string would make
+the value `"007"` or `"true"` change type behind the user's back. Structured values belong in `spec.vars`.
+
+Secret values are secrets: no message raised here ever contains a value, only kinds, names and keys.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from burrito_py.api.layer import VarsSource
+
+__all__ = ["TFVARS_FILE", "VariablesError", "merge_variables", "object_values", "source_values", "write_tfvars"]
+
+TFVARS_FILE = "burrito-py.auto.tfvars.json"
+
+
+class VariablesError(Exception):
+    """A varsFrom entry cannot be satisfied. The message names kind, namespace, name and key, never a value."""
+
+
+def _where(source: VarsSource, namespace: str, index: int) -> str:
+    return f"{source.kind} {namespace}/{source.name} (spec.varsFrom[{index}])"
+
+
+def object_values(source: VarsSource, namespace: str, index: int, obj: Mapping[str, Any]) -> dict[str, str]:
+    """Every key of a Secret (`data`, base64) or ConfigMap (`data`) as a string."""
+    data = obj.get("data") or {}
+    if not isinstance(data, Mapping):
+        raise VariablesError(f"{_where(source, namespace, index)} has a malformed data field")
+    if source.kind == "ConfigMap":
+        return {str(k): str(v) for k, v in data.items()}
+    values: dict[str, str] = {}
+    for key, encoded in data.items():
+        try:
+            values[str(key)] = base64.b64decode(str(encoded), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise VariablesError(
+                f"{_where(source, namespace, index)}: key {key!r} is not UTF-8 text, so it cannot be a variable"
+            ) from None
+    return values
+
+
+def source_values(source: VarsSource, namespace: str, index: int, obj: Mapping[str, Any] | None) -> dict[str, str]:
+    """The variables one varsFrom entry contributes, given the object read (None: it does not exist)."""
+    optional = bool(source.optional)
+    if obj is None:
+        if optional:
+            return {}
+        raise VariablesError(f"{_where(source, namespace, index)} does not exist")
+    values = object_values(source, namespace, index, obj)
+    if source.keys is None:
+        return values
+    missing = [key for key in source.keys if key not in values]
+    if missing and not optional:
+        raise VariablesError(f"{_where(source, namespace, index)} has no key {', '.join(map(repr, missing))}")
+    return {key: values[key] for key in source.keys if key in values}
+
+
+def merge_variables(vars_: Mapping[str, Any] | None, sources: Iterable[Mapping[str, str]]) -> dict[str, Any]:
+    """`spec.vars`, then each source's values in order: the last one to set a variable wins."""
+    merged: dict[str, Any] = dict(vars_ or {})
+    for values in sources:
+        merged.update(values)
+    return merged
+
+
+def write_tfvars(directory: Path, variables: Mapping[str, Any]) -> Path:
+    """Write the variables for Terraform to auto-load, readable by this user only (they may hold secrets)."""
+    target = directory / TFVARS_FILE
+    target.unlink(missing_ok=True)  # a file of that name in the repository would keep its own mode
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(variables, handle, indent=2, sort_keys=True)
+    return target
