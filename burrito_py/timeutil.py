@@ -14,6 +14,12 @@ def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def format_time_precise(moment: datetime) -> str:
+    """`2026-11-22T08:44:00.123456Z`: for times compared with each other within one second (sync requests
+    against syncs, runs created together), where whole seconds would make "before" and "after" equal."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def parse_time(text: str | None) -> datetime | None:
     """Parse an RFC 3339 time; `None` for missing or unparsable input (callers treat it as absent)."""
     if not text:

@@ -25,7 +25,7 @@ from burrito_py.controllers.kube import KubeError, crd_path, path
 from burrito_py.gitops.credentials import CredentialsError, GitCredentials, credentials_from_secret
 from burrito_py.gitops.mirror import GitError, GitMirror
 from burrito_py.gitops.relevance import decide_layer_commits, diff_base
-from burrito_py.timeutil import format_time, utcnow
+from burrito_py.timeutil import format_time_precise, utcnow
 
 log = logging.getLogger(__name__)
 # kubernetes_asyncio's REST client logs every response body at DEBUG, and we read Secrets with it: keep that
@@ -113,7 +113,9 @@ async def _fail(ctx: Context, repository: Body, branches: list[str], reason: str
 
 
 def _branch_entry(branch: str, head: str | None, now: datetime, outcome: str) -> Body:
-    entry: Body = {"name": branch, "lastSyncDate": format_time(now), "lastSyncStatus": outcome}
+    # Sub-second: a webhook's sync request in the same second as this fetch's start must still be told
+    # apart (before it: satisfied; after it: fetch again).
+    entry: Body = {"name": branch, "lastSyncDate": format_time_precise(now), "lastSyncStatus": outcome}
     if head:
         entry["latestRev"] = head
     return entry

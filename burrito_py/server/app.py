@@ -23,7 +23,7 @@ from burrito_py.datastore.client import DatastoreClient
 from burrito_py.gitops.urls import repository_identity
 from burrito_py.server.settings import ServerSettings
 from burrito_py.server.webhooks import BadDelivery, Delivery, RecentDeliveries, read_delivery, signature_valid
-from burrito_py.timeutil import format_time, utcnow
+from burrito_py.timeutil import format_time_precise, utcnow
 
 log = logging.getLogger(__name__)
 WEBHOOK_SECRET_KEY = "webhookSecret"  # noqa: S105 - the name of a Secret key
@@ -114,7 +114,7 @@ class Webhooks:
         key = f"{delivery.provider}:{delivery.delivery_id}" if delivery.delivery_id else None
         if key is not None and self.recent.seen(key):
             return _answer(200, duplicate=True, delivery=delivery.delivery_id)
-        now = format_time(utcnow())
+        now = format_time_precise(utcnow())
         marked = []
         for repository in repositories:
             namespace, name = repository["metadata"]["namespace"], repository["metadata"]["name"]

@@ -14,7 +14,7 @@ from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod, 
 from burrito_py.controllers.runs import _override_runner_spec
 from burrito_py.controllers.scheduler import Scheduler
 from burrito_py.controllers.settings import ControllerSettings
-from burrito_py.timeutil import format_time
+from burrito_py.timeutil import format_time, format_time_precise
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -155,6 +155,13 @@ def test_sync_requested_by_a_newer_annotation_only():
     assert sync_requested(repo)
     repo["status"]["branches"][0]["lastSyncDate"] = format_time(NOW + timedelta(seconds=5))
     assert not sync_requested(repo)
+    # Within one second: a request made before the fetch started is satisfied by it (no second fetch).
+    asked, fetched = NOW + timedelta(milliseconds=100), NOW + timedelta(milliseconds=400)
+    repo["metadata"]["annotations"] = {ann.repository_sync_annotation("feature/x"): format_time_precise(asked)}
+    repo["status"]["branches"][0]["lastSyncDate"] = format_time_precise(fetched)
+    assert not sync_requested(repo)
+    repo["status"]["branches"][0]["lastSyncDate"] = format_time_precise(asked - timedelta(milliseconds=50))
+    assert sync_requested(repo)
 
 
 def test_scheduler_deduplicates_and_never_runs_a_key_twice_at_once():
