@@ -14,6 +14,8 @@ PLAN_COMMIT = "runner.burrito-py.io/plan-commit"
 # The plan's one-line summary (`Plan: 1 to add, 0 to change, 0 to destroy` / `No changes.`), so the layer
 # controller can show `lastResult` and skip applying empty plans without a datastore call.
 PLAN_SUMMARY = "runner.burrito-py.io/plan-summary"
+# Written by the runner on a destroy plan (`terraform plan -destroy`, run spec.destroy): "true".
+PLAN_DESTROY = "runner.burrito-py.io/plan-destroy"
 # Written by the runner after a successful apply: the plan that was applied.
 APPLY_DATE = "runner.burrito-py.io/apply-date"
 APPLY_SUM = "runner.burrito-py.io/apply-sum"
@@ -35,6 +37,9 @@ REPOSITORY_SYNC_PREFIX = "webhook.burrito-py.io/sync-"
 # On a TerraformRun: when the controller created it, to the microsecond. creationTimestamp has whole
 # seconds, and a plan and the apply it triggers are often created in the same second.
 RUN_CREATED_AT = "burrito-py.io/created-at"
+# On a TerraformRun: the layer's metadata.generation when the run was created (a spec edit retries a failed
+# destroy).
+RUN_LAYER_GENERATION = "burrito-py.io/layer-generation"
 
 # Labels.
 LABEL_LAYER = "burrito-py.io/layer"

@@ -16,7 +16,14 @@ from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
 from burrito_py.controllers.conditions import Cond, merge_conditions
 from burrito_py.controllers.context import Context
+from burrito_py.controllers.destroy_decisions import (
+    DESTROY_FINALIZER,
+    DestroySnapshot,
+    decide_destroy,
+    finalizer_change,
+)
 from burrito_py.controllers.events import post_event
+from burrito_py.controllers.finalizers import set_destroy_finalizer
 from burrito_py.controllers.inventory import Body, Key
 from burrito_py.controllers.kube import KubeError, crd_path
 from burrito_py.controllers.layer_decisions import (
@@ -27,17 +34,19 @@ from burrito_py.controllers.layer_decisions import (
     decide_layer,
     parse_plan_run,
 )
-from burrito_py.controllers.layer_validation import validate_layer
+from burrito_py.controllers.layer_validation import LayerValidation, validate_layer
+from burrito_py.controllers.outputs import sync_outputs
 from burrito_py.timeutil import parse_time, utcnow
 
 log = logging.getLogger(__name__)
-STATUS_KEYS = ("state", "conditions", "lastResult", "lastRun", "latestRuns", "lastPlan")
+STATUS_KEYS = ("state", "conditions", "lastResult", "lastRun", "latestRuns", "lastPlan", "pendingPlan")
 
 
 def run_view(run: Mapping[str, Any]) -> RunView:
     spec, status = run.get("spec") or {}, run.get("status") or {}
     conditions = status.get("conditions") or ()
     message = next((c.get("message", "") for c in conditions if c.get("type") == "HasSucceeded"), "")
+    generation = (run["metadata"].get("annotations") or {}).get(ann.RUN_LAYER_GENERATION, "")
     return RunView(
         name=run["metadata"]["name"],
         action=spec.get("action", "plan"),
@@ -45,6 +54,9 @@ def run_view(run: Mapping[str, Any]) -> RunView:
         revision=(spec.get("layer") or {}).get("revision"),
         created=run["metadata"].get("creationTimestamp", ""),
         message=message,
+        destroy=bool(spec.get("destroy")),
+        artifact=(spec.get("artifact") or {}).get("run"),
+        layer_generation=int(generation) if generation.isdigit() else None,
     )
 
 
@@ -63,6 +75,20 @@ def snapshot(
     )
 
 
+def decide(
+    layer: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], validation: LayerValidation, drift: timedelta,
+    now: datetime,
+) -> LayerDecision:
+    """The destroy sequence once the layer is being deleted (it holds our finalizer), else the normal loop."""
+    meta = layer["metadata"]
+    if meta.get("deletionTimestamp"):
+        views = tuple(run_view(r) for r in runs)
+        annotations = dict(meta.get("annotations") or {})
+        generation = int(meta.get("generation") or 0)
+        return decide_destroy(DestroySnapshot(annotations, views, generation, validation.destroy_on_deletion))
+    return decide_layer(snapshot(layer, runs, validation.auto_apply, drift), now)
+
+
 def run_body(layer: Mapping[str, Any], create: CreateRun) -> Body:
     meta = layer["metadata"]
     spec: Body = {
@@ -71,7 +97,9 @@ def run_body(layer: Mapping[str, Any], create: CreateRun) -> Body:
     }
     if create.artifact_run is not None:
         spec["artifact"] = {"run": create.artifact_run, "attempt": create.artifact_attempt}
-    return {
+    if create.destroy:
+        spec["destroy"] = True
+    body: Body = {
         "apiVersion": ann.API_VERSION,
         "kind": "TerraformRun",
         "metadata": {
@@ -91,6 +119,8 @@ def run_body(layer: Mapping[str, Any], create: CreateRun) -> Body:
         },
         "spec": spec,
     }
+    body["metadata"]["annotations"][ann.RUN_LAYER_GENERATION] = str(meta.get("generation") or 0)
+    return body
 
 
 def _run_ref(run: Mapping[str, Any]) -> Body:
@@ -131,6 +161,9 @@ def compute_status(
             "date": a.get(ann.PLAN_DATE),
             "run": plan_run[0] if plan_run else None,
         }
+    if decision.pending_plan is not None:
+        pending = decision.pending_plan
+        status["pendingPlan"] = {"sum": pending.sum, "run": pending.run, "revision": pending.revision}
     return {k: v for k, v in status.items() if v is not None}
 
 
@@ -159,14 +192,26 @@ async def reconcile_layer(ctx: Context, key: Key) -> None:
 
 async def _reconcile(ctx: Context, key: Key) -> None:
     layer = ctx.inventory.layers.get(key)
-    if layer is None or layer["metadata"].get("deletionTimestamp"):
+    if layer is None:
         return
+    deleting = bool(layer["metadata"].get("deletionTimestamp"))
+    finalizers = layer["metadata"].get("finalizers") or ()
+    if deleting and DESTROY_FINALIZER not in finalizers:
+        return  # deleted without a destroy to do: nothing is left for us
     namespace, name = key
     now = utcnow()
     repository = ctx.inventory.repository_of(layer)
     validation = validate_layer(layer, repository, ctx.settings)
+    change = finalizer_change(validation.destroy_on_deletion, finalizers, deleting)
+    if change is not None:
+        # Before any run: a layer that might have applied something always holds its finalizer.
+        changed = await set_destroy_finalizer(ctx, layer, change == "add")
+        if changed is None:
+            return
+        layer = changed
+    drift = ctx.settings.drift_detection_period
     runs = ctx.inventory.runs_of_layer(namespace, name)
-    decision = decide_layer(snapshot(layer, runs, validation.auto_apply, ctx.settings.drift_detection_period), now)
+    decision = decide(layer, runs, validation, drift, now)
 
     if validation.ready.status and decision.create_run is not None:
         # Runs finish through our own writes, but the runner's plan/apply annotations reach us by watch and
@@ -176,7 +221,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             return
         ctx.inventory.layers.observe(fresh)
         layer = ctx.inventory.layers.get(key) or fresh
-        decision = decide_layer(snapshot(layer, runs, validation.auto_apply, ctx.settings.drift_detection_period), now)
+        decision = decide(layer, runs, validation, drift, now)
     if validation.ready.status and decision.create_run is not None:
         if (layer.get("status") or {}).get("state") != decision.state:
             # Show the decision before acting on it: the layer is Running right after, and PlanNeeded or
@@ -203,14 +248,18 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             f"created {decision.create_run.action} run {created['metadata']['name']} "
             f"for revision {decision.create_run.revision}",
         )
-        if decision.remove_sync_now:
+        # Both are consumed by the run just created: a later plan needs a new sync-now, a later plan a new
+        # approval, even one with the same sum.
+        consumed = {ann.SYNC_NOW: decision.remove_sync_now, ann.APPROVE_PLAN: decision.remove_approval}
+        if any(consumed.values()):
             patched = await ctx.kube.merge_patch(
-                crd_path("terraformlayers", namespace, name), {"metadata": {"annotations": {ann.SYNC_NOW: None}}}
+                crd_path("terraformlayers", namespace, name),
+                {"metadata": {"annotations": {k: None for k, acted in consumed.items() if acted}}},
             )
             ctx.inventory.layers.observe(patched)
             layer = patched
         runs = ctx.inventory.runs_of_layer(namespace, name)
-        decision = decide_layer(snapshot(layer, runs, validation.auto_apply, ctx.settings.drift_detection_period), now)
+        decision = decide(layer, runs, validation, drift, now)
     elif decision.state is None and repository is not None and not _branch_synced(repository, layer):
         ctx.wake_repository(_repository_key(layer))  # a new branch: resolve it now, not at the next poll
 
@@ -223,7 +272,16 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if len(runs) > validation.runs_to_keep:
         runs = ctx.inventory.runs_of_layer(namespace, name)
 
-    await _write_status(ctx, layer, compute_status(layer, decision, validation.ready, runs, now), validation.ready)
+    layer = await _write_status(
+        ctx, layer, compute_status(layer, decision, validation.ready, runs, now), validation.ready
+    )
+    if decision.remove_finalizer:
+        outcome = next((c for c in decision.conditions if c.type == "HasDestroyFailed"), None)
+        if outcome is not None:
+            await post_event(ctx.kube, layer, "Normal", outcome.reason, outcome.message)
+        await set_destroy_finalizer(ctx, layer, present=False)
+        return
+    await sync_outputs(ctx, key)  # after a successful apply only: see outputs.py
     _schedule_drift_check(ctx, key, layer, now)
 
 
@@ -259,6 +317,14 @@ async def _announce(ctx: Context, layer: Body, old: Mapping[str, Any], new: Mapp
         await post_event(ctx.kube, layer, "Normal", "StateChanged", f"{old.get('state') or 'New'} -> {new['state']}")
         if new.get("state") == "MaxRetriesReached":
             await post_event(ctx.kube, layer, "Warning", "MaxRetriesReached", str(new.get("lastResult") or ""))
+    for type_, problem in (("IsPlanApproved", "ApprovalMismatch"), ("HasDestroyFailed", "DestroyFailed")):
+        now_cond = _condition(new, type_)
+        if now_cond.get("reason") == problem and _condition(old, type_).get("message") != now_cond.get("message"):
+            await post_event(ctx.kube, layer, "Warning", problem, str(now_cond.get("message") or ""))
+
+
+def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
+    return next((c for c in status.get("conditions") or () if c.get("type") == type_), {})
 
 
 def _schedule_drift_check(ctx: Context, key: Key, layer: Mapping[str, Any], now: datetime) -> None:

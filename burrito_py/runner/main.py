@@ -12,7 +12,9 @@ directory before `init` (see `variables.py`); only variable names are printed, n
 Plan: download the source archive of the run's revision, resolve the tool, `init`, `plan` (its output kept
 as the human-readable plan), `show -json`; upload `bin`, `json`, `pretty` and `short` for (layer namespace,
 layer, run, attempt); then one merge patch of the layer's `plan-date`, `plan-sum` (`sha256:<hex>` of
-plan.bin), `plan-run` (`<run>/<attempt>`), `plan-commit` and `plan-summary` annotations.
+plan.bin), `plan-run` (`<run>/<attempt>`), `plan-commit` and `plan-summary` annotations. A run with
+`spec.destroy` (a layer being deleted with destroyResourcesOnDeletion) plans with `-destroy` and adds
+`plan-destroy: "true"`; its apply always applies that destroy plan, even with `applyWithoutPlanArtifact`.
 
 Apply: download the plan named by the run's `spec.artifact {run, attempt}` and apply exactly it. When the
 layer's `plan-run` names that same plan, its sha256 must equal the layer's `plan-sum` (else the stored plan is
@@ -218,7 +220,8 @@ class Runner:
             TerraformRepository, "terraformrepositories", layer.repository_namespace, layer.spec.repository.name
         )
         override = effective_override_runner_spec(layer, repository)
-        without_artifact = effective_remediation(layer, repository).apply_without_plan_artifact
+        # A destroy apply applies exactly its destroy plan: planning again here would plan a normal apply.
+        without_artifact = effective_remediation(layer, repository).apply_without_plan_artifact and not run.spec.destroy
 
         layer_dir = self.fetch_source(layer.repository_namespace, layer.spec.repository.name, revision,
                                       layer.spec.path)
@@ -237,7 +240,7 @@ class Runner:
 
         annotations: dict[str, str] = {}
         if env.action == "plan" or without_artifact:
-            annotations.update(self.plan(steps, override, revision))
+            annotations.update(self.plan(steps, override, revision, destroy=run.spec.destroy))
             applied_sum = annotations[ann.PLAN_SUM]
         if env.action == "apply":
             assert applied_sum is not None
@@ -332,10 +335,10 @@ class Runner:
         _say(f"burrito-py: applying the plan of run {artifact.run} attempt {artifact.attempt} ({digest})")
         return digest
 
-    def plan(self, steps: Steps, override: OverrideRunnerSpec, revision: str) -> dict[str, str]:
+    def plan(self, steps: Steps, override: OverrideRunnerSpec, revision: str, destroy: bool = False) -> dict[str, str]:
         env = self.env
         plan_json, pretty = self.workdir / "plan.json", self.workdir / "plan.txt"
-        steps.plan(self.plan_file, override.extra_plan_args, copy_to=pretty)
+        steps.plan(self.plan_file, override.extra_plan_args, copy_to=pretty, destroy=destroy)
 
         def put(fmt: str, data: Path | bytes) -> None:
             self._datastore(self.store.put_plan, env.namespace, env.layer, env.run, env.attempt, fmt, data)
@@ -366,6 +369,7 @@ class Runner:
             ann.PLAN_RUN: f"{env.run}/{env.attempt}",
             ann.PLAN_COMMIT: revision,
             ann.PLAN_SUMMARY: short,
+            **({ann.PLAN_DESTROY: "true"} if destroy else {}),
         }
 
 

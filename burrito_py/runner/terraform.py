@@ -7,7 +7,7 @@ Every step runs with `TF_IN_AUTOMATION=1` (no "next, run terraform apply" hints)
 Arguments (the plan file is an absolute path outside the source tree, so terragrunt, which may run
 terraform from its cache directory, finds it too):
     init  -input=false -no-color [extraInitArgs]
-    plan  -input=false -no-color -out=<plan> [extraPlanArgs]
+    plan  -input=false -no-color [-destroy] -out=<plan> [extraPlanArgs]      (-destroy: a run with spec.destroy)
     show  -json <plan>                                  (stdout to a file, not echoed)
     apply -input=false -no-color [extraApplyArgs] <plan>
     output -json -no-color                              (stdout to a file, not echoed: it holds sensitive values)
@@ -75,8 +75,8 @@ def init_args(extra: Sequence[str] = ()) -> list[str]:
     return ["init", "-input=false", "-no-color", *extra]
 
 
-def plan_args(plan_file: Path | str, extra: Sequence[str] = ()) -> list[str]:
-    return ["plan", "-input=false", "-no-color", f"-out={plan_file}", *extra]
+def plan_args(plan_file: Path | str, extra: Sequence[str] = (), destroy: bool = False) -> list[str]:
+    return ["plan", "-input=false", "-no-color", *(["-destroy"] if destroy else []), f"-out={plan_file}", *extra]
 
 
 def show_json_args(plan_file: Path | str) -> list[str]:
@@ -154,9 +154,12 @@ class Steps:
     def init(self, extra: Sequence[str] = ()) -> None:
         self._run("init", init_args(extra), init_args(mask(extra)))
 
-    def plan(self, plan_file: Path, extra: Sequence[str] = (), copy_to: Path | None = None) -> None:
+    def plan(
+        self, plan_file: Path, extra: Sequence[str] = (), copy_to: Path | None = None, destroy: bool = False
+    ) -> None:
         """`copy_to` receives the plan's output as well (the human-readable plan)."""
-        self._run("plan", plan_args(plan_file, extra), plan_args(plan_file, mask(extra)), copy_to=copy_to)
+        args, shown = plan_args(plan_file, extra, destroy), plan_args(plan_file, mask(extra), destroy)
+        self._run("plan", args, shown, copy_to=copy_to)
 
     def show_json(self, plan_file: Path, dest: Path) -> None:
         args = show_json_args(plan_file)

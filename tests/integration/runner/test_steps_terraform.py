@@ -96,6 +96,20 @@ def test_plan_then_apply_the_plan_binary_in_another_directory(tmp_path: Path) ->
     planner.show_json(plan_bin, plan_json)
     assert plan_summary(json.loads(plan_json.read_text())) == "No changes."
 
+    # A destroy plan (a layer deleted with destroyResourcesOnDeletion), applied as it is, empties the state;
+    # a second one then finds nothing to destroy.
+    out = io.StringIO()
+    destroyer = Steps(tool, tmp_path / "plan-pod", out=out)
+    destroyer.plan(plan_bin, destroy=True)
+    assert "$ terraform plan -input=false -no-color -destroy" in out.getvalue()
+    destroyer.show_json(plan_bin, plan_json)
+    assert plan_summary(json.loads(plan_json.read_text())) == "Plan: 0 to add, 0 to change, 1 to destroy"
+    applier.apply(plan_bin)
+    assert state_values(state) == []
+    destroyer.plan(plan_bin, destroy=True)
+    destroyer.show_json(plan_bin, plan_json)
+    assert plan_summary(json.loads(plan_json.read_text())) == "No changes."
+
 
 def test_invalid_code_fails_the_plan_with_terraforms_error(tmp_path: Path) -> None:
     directory = layer(tmp_path / "layer", "v1")

@@ -35,6 +35,8 @@ def test_arguments() -> None:
         "init", "-input=false", "-no-color", "-backend-config=path=/state/x.tfstate", "-upgrade"]
     assert plan_args("/w/plan.bin", ["-var=a=b", "-refresh=false"]) == [
         "plan", "-input=false", "-no-color", "-out=/w/plan.bin", "-var=a=b", "-refresh=false"]
+    assert plan_args("/w/plan.bin", ["-var=a=b"], destroy=True) == [
+        "plan", "-input=false", "-no-color", "-destroy", "-out=/w/plan.bin", "-var=a=b"]
     assert show_json_args(Path("/w/plan.bin")) == ["show", "-json", "/w/plan.bin"]
     assert show_args("/w/plan.bin") == ["show", "-no-color", "/w/plan.bin"]
     assert output_json_args() == ["output", "-json", "-no-color"]
