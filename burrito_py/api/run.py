@@ -49,8 +49,8 @@ class TerraformRunSpec(ApiModel):
     )
     destroy: bool = Field(
         default=False,
-        description="For plan: plan the destruction of every resource (terraform plan -destroy); set when a layer "
-        "with destroyResourcesOnDeletion is being deleted.",
+        description="Set when a layer with destroyResourcesOnDeletion is being deleted. A plan plans the destruction "
+        "of every resource (terraform plan -destroy); an apply applies that destroy plan (always its artifact).",
     )
 
 
