@@ -16,10 +16,12 @@ from burrito_py.server.settings import ServerSettings
 
 
 def _datastore(settings: ServerSettings) -> DatastoreClient:
-    from burrito_py.controllers.operator import kubeconfig_login
+    """As the controllers do: the projected token file in a pod, else the kubeconfig user's token."""
+    from burrito_py.controllers.operator import DATASTORE_TOKEN_PATH, kubeconfig_login
 
-    if settings.datastore_token_path is not None:
-        return DatastoreClient(settings.datastore_url, token_file=settings.datastore_token_path)
+    token_file = settings.datastore_token_path or (DATASTORE_TOKEN_PATH if DATASTORE_TOKEN_PATH.exists() else None)
+    if token_file is not None:
+        return DatastoreClient(settings.datastore_url, token_file=token_file)
     token = kubeconfig_login(settings.kubeconfig).token if settings.kubeconfig is not None else None
     return DatastoreClient(settings.datastore_url, token=token)
 
