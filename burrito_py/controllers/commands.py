@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="The layer, run and repository controllers.")
+app = typer.Typer(no_args_is_help=True, help="The layer, run, repository and AGL controllers.")
 
 
 @app.command("start")
@@ -25,6 +25,7 @@ def start(
     runner_image: Annotated[str | None, typer.Option(help="Image of runner pods.")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Prometheus port (0 disables).")] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig (default: $KUBECONFIG or in-cluster).")] = None,
+    agl: Annotated[bool | None, typer.Option("--agl/--no-agl", help="Run the AGL controller (default: on).")] = None,
 ) -> None:
     """Run the controllers until interrupted."""
     from burrito_py.controllers.operator import run_operator
@@ -40,6 +41,7 @@ def start(
         "max_retries": max_retries,
         "runner_image": runner_image,
         "metrics_port": metrics_port,
+        "agl_enabled": agl,
     }
     settings = ControllerSettings(**{k: v for k, v in overrides.items() if v is not None})
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -7,7 +7,7 @@ wrapper serves custom resources, pods, leases and events alike.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client, config
@@ -139,3 +139,28 @@ class Kube:
     async def read_text(self, resource_path: str, query: Mapping[str, Any] | None = None) -> str:
         text: str = await self._call("GET", resource_path, query=query, response="str")
         return text
+
+    async def watch(
+        self, resource_path: str, resource_version: str, timeout_seconds: int = 300
+    ) -> AsyncIterator[Body]:
+        """The watch events of a collection from `resource_version` until the server ends the stream
+        (after `timeout_seconds`, or when the resource stops being served); a refused watch raises."""
+        query = [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", str(timeout_seconds))]
+        response = await self._api.call_api(
+            resource_path, "GET", query_params=query, header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout_seconds + 30,
+        )
+        try:
+            if response.status != 200:
+                body = await response.text()
+                try:
+                    status = json.loads(body)
+                except ValueError:
+                    status = {}
+                raise KubeError(response.status, str(status.get("reason", "")), str(status.get("message", body[:200])))
+            async for line in response.content:
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            response.release()

@@ -168,6 +168,10 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         if run:
             c.wake_run((raw["metadata"]["namespace"], run))
 
+    if config.agl_enabled:
+        from burrito_py.agl.operator import register_agl
+
+        register_agl(registry, config, kubeconfig)
     return registry
 
 

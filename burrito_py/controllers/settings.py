@@ -28,3 +28,5 @@ class ControllerSettings(BaseSettings):
     runner_command: list[str] = Field(default_factory=lambda: ["burrito-py", "runner", "start"])
     metrics_port: int = Field(9464, ge=0, description="Prometheus metrics port; 0 disables the endpoint.")
     datastore_token_path: Path | None = None
+    # The Application Generation Layer: ApplicationDefinitions → user kinds → TerraformLayers.
+    agl_enabled: bool = True

@@ -1,0 +1,137 @@
+"""An instance of a user kind → the TerraformLayer implementing it (pure).
+
+The layer is `prefix + name` in the instance's namespace, owned by the instance (deleting the instance
+deletes the layer by garbage collection), labelled with the instance's kind, group and name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from burrito_py.agl.definition import EXTRA_ARGS
+from burrito_py.agl.errors import Invalid
+from burrito_py.agl.schema import validate_spec
+from burrito_py.agl.template import render_template
+from burrito_py.agl.variables import map_variables
+from burrito_py.api import annotations as ann
+from burrito_py.api.application import APPS_GROUP, DEFAULT_OUTPUTS_SECRET_TEMPLATE, ApplicationDefinition
+
+__all__ = [
+    "LABEL_APP_GROUP",
+    "LABEL_APP_KIND",
+    "LABEL_APP_NAME",
+    "MAX_LAYER_NAME",
+    "CompiledInstance",
+    "compile_instance",
+    "instance_of_layer",
+]
+
+LABEL_APP_KIND = f"{APPS_GROUP}/application.kind"
+LABEL_APP_GROUP = f"{APPS_GROUP}/application.group"
+LABEL_APP_NAME = f"{APPS_GROUP}/application.name"
+# Layer names end up in label values (`burrito-py.io/layer=<layer>` on runs and pods): 63 characters.
+MAX_LAYER_NAME = 63
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledInstance:
+    layer_name: str
+    secret_name: str
+    layer: dict[str, Any]  # the desired TerraformLayer: apiVersion, kind, metadata, spec
+
+
+def _owner(instance: Mapping[str, Any]) -> dict[str, Any]:
+    meta = instance["metadata"]
+    return {"apiVersion": instance["apiVersion"], "kind": instance["kind"], "name": meta["name"],
+            "uid": meta.get("uid", ""), "controller": True, "blockOwnerDeletion": True}
+
+
+def _layer_name(prefix: str, name: str) -> str:
+    layer = prefix + name
+    if len(layer) > MAX_LAYER_NAME:
+        raise Invalid("metadata.name", f"the TerraformLayer name {layer!r} (prefix {prefix!r} + name) is {len(layer)} "
+                      f"characters; layer names are limited to {MAX_LAYER_NAME}")
+    return layer
+
+
+def compile_instance(definition: ApplicationDefinition, instance: Mapping[str, Any]) -> CompiledInstance:
+    """The desired layer of a valid instance, or `Invalid` naming the instance's offending field."""
+    application = definition.spec.application
+    terraform = definition.spec.backend.terraform
+    meta = instance["metadata"]
+    name, namespace = str(meta["name"]), str(meta.get("namespace") or "")
+    spec = instance.get("spec")
+    spec = {} if spec is None else spec
+    if not isinstance(spec, Mapping):
+        raise Invalid("spec", f"must be an object, not {type(spec).__name__}")
+    # Every problem at once, so a tenant fixes the manifest in one go.
+    problems: list[tuple[str, str]] = []
+    variables: dict[str, Any] = {}
+    for check in (lambda: validate_spec(application.open_api_schema, spec) if application.open_api_schema else None,
+                  lambda: variables.update(map_variables(spec)),
+                  lambda: _layer_name(terraform.prefix, name)):
+        try:
+            check()
+        except Invalid as error:
+            problems.extend(p for p in error.problems if p not in problems)
+    if problems:
+        raise Invalid(problems[0][0], problems[0][1], problems)
+    layer_name = terraform.prefix + name
+
+    values = {"name": name, "namespace": namespace, "kind": application.kind, "group": application.group,
+              "plural": application.plural, "singular": application.singular, "prefix": terraform.prefix,
+              "layer": layer_name}
+    template_field = "spec.backend.terraform.writeOutputsToSecret.name"
+    template = terraform.write_outputs_to_secret.name if terraform.write_outputs_to_secret else None
+    secret = render_template(template or DEFAULT_OUTPUTS_SECRET_TEMPLATE, values, template_field)
+    if len(secret) > 253 or not _SUBDOMAIN.match(secret):
+        raise Invalid("metadata.name", f"the outputs Secret name {secret!r} (from the definition's {template_field}) "
+                      "is not a valid Secret name")
+
+    layer_spec: dict[str, Any] = {
+        "repository": {"name": terraform.repository.name, "namespace": terraform.repository.namespace or namespace},
+        "branch": terraform.branch,
+        "path": terraform.path,
+        # approvePlan is what the layer controller obeys; autoApply says the same to anything reading only it.
+        "remediationStrategy": {"autoApply": terraform.approve_plan == "auto"},
+        "approvePlan": terraform.approve_plan,
+        "destroyResourcesOnDeletion": terraform.destroy_resources_on_deletion,
+        "vars": variables,
+        "varsFrom": [source.to_dict() for source in terraform.vars_from],
+        "writeOutputsToSecret": {"name": secret},
+    }
+    if terraform.override_runner_spec is not None:
+        override = terraform.override_runner_spec.model_dump(mode="json", by_alias=True, exclude_none=True,
+                                                             exclude_defaults=True)
+        for key in EXTRA_ARGS:
+            if key in override:
+                override[key] = [render_template(arg, values, f"spec.backend.terraform.overrideRunnerSpec.{key}")
+                                 for arg in override[key]]
+        layer_spec["overrideRunnerSpec"] = override
+
+    layer = {
+        "apiVersion": ann.API_VERSION,
+        "kind": "TerraformLayer",
+        "metadata": {
+            "name": layer_name,
+            "namespace": namespace,
+            "labels": {LABEL_APP_KIND: application.kind, LABEL_APP_GROUP: application.group, LABEL_APP_NAME: name},
+            "ownerReferences": [_owner(instance)],
+        },
+        "spec": layer_spec,
+    }
+    return CompiledInstance(layer_name, secret, layer)
+
+
+def instance_of_layer(layer: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
+    """(group, kind, namespace, name) of the instance a layer implements, from its labels."""
+    meta = layer.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    kind, group, name = labels.get(LABEL_APP_KIND), labels.get(LABEL_APP_GROUP), labels.get(LABEL_APP_NAME)
+    if not (kind and group and name):
+        return None
+    return str(group), str(kind), str(meta.get("namespace") or ""), str(name)

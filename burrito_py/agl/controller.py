@@ -1,0 +1,449 @@
+"""The AGL controller's reconciles: definitions → served CRDs, instances → TerraformLayers and status.
+
+Watch events only feed the in-memory stores and wake a key (agl/operator.py); the reconciles here read
+the stores, call the pure decisions (definition.py, compile.py, instance_decisions.py) and write what
+they say. Conflicts and transient API errors requeue the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from burrito_py.agl.compile import LABEL_APP_KIND, CompiledInstance, compile_instance, instance_of_layer
+from burrito_py.agl.definition import (
+    DEFINITION_FINALIZER,
+    LABEL_DEFINITION,
+    crd_for_definition,
+    crd_name,
+    crd_up_to_date,
+    parse_definition,
+)
+from burrito_py.agl.errors import Invalid
+from burrito_py.agl.instance_decisions import layer_write, project_status, status_patch
+from burrito_py.agl.watch import KindWatches
+from burrito_py.api.application import AGL_API_VERSION, APPS_VERSION, ApplicationDefinition
+from burrito_py.controllers.conditions import Cond, merge_conditions
+from burrito_py.controllers.events import post_event
+from burrito_py.controllers.inventory import Store
+from burrito_py.controllers.kube import Kube, KubeError, crd_path, path
+from burrito_py.controllers.scheduler import Scheduler
+from burrito_py.timeutil import utcnow
+
+__all__ = ["AglController", "InstanceKey", "instance_key", "resync_forever"]
+
+log = logging.getLogger(__name__)
+
+InstanceKey = tuple[str, str, str, str]  # (group, kind, namespace, name)
+Body = dict[str, Any]
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+DEFINITIONS = f"/apis/{AGL_API_VERSION}/applicationdefinitions"
+# Instance events arrive in bursts; a definition's instance count is rewritten at most this often.
+COUNT_DELAY = 1.0
+RETRY_SOON = 0.2
+
+
+def instance_key(body: Mapping[str, Any]) -> InstanceKey:
+    meta = body["metadata"]
+    group = str(body.get("apiVersion", "")).rpartition("/")[0]
+    return group, str(body.get("kind", "")), str(meta.get("namespace") or ""), str(meta["name"])
+
+
+class AglController:
+    def __init__(self, kube: Kube, namespaces: list[str] | None = None) -> None:
+        self.kube = kube
+        self.namespaces = list(namespaces or [])
+        self.definitions: dict[str, Body] = {}
+        self.instances: dict[tuple[str, str], Store] = {}  # (group, kind) → instances
+        self.layers = Store()  # layers implementing instances (labelled), by (namespace, name)
+        self._parsed: dict[tuple[str, str], ApplicationDefinition | Invalid] = {}  # (name, resourceVersion)
+        self._warned: dict[InstanceKey, str] = {}
+        self.watches = KindWatches(kube)
+        self.primed = False
+        self.definition_queue: Scheduler[str] = Scheduler("agl-definitions", self.reconcile_definition)
+        self.instance_queue: Scheduler[InstanceKey] = Scheduler("agl-instances", self.reconcile_instance)
+
+    # ------------------------------------------------------------------------------------- feeding
+
+    def wake_definition(self, name: str, after: float = 0.0) -> None:
+        if self.primed:
+            self.definition_queue.schedule(name, after)
+
+    def wake_instance(self, key: InstanceKey, after: float = 0.0) -> None:
+        if self.primed:
+            self.instance_queue.schedule(key, after)
+
+    def instances_of(self, group: str, kind: str) -> Store:
+        return self.instances.setdefault((group, kind), Store())
+
+    def parsed(self, body: Mapping[str, Any]) -> ApplicationDefinition | Invalid:
+        meta = body["metadata"]
+        key = (str(meta["name"]), str(meta.get("resourceVersion", "")))
+        if key not in self._parsed:
+            try:
+                self._parsed[key] = parse_definition(body)
+            except Invalid as error:
+                self._parsed[key] = error
+            if len(self._parsed) > 4 * len(self.definitions) + 16:  # drop versions no longer held
+                held = {(n, str(d["metadata"].get("resourceVersion", ""))) for n, d in self.definitions.items()}
+                self._parsed = {k: v for k, v in self._parsed.items() if k in held or k == key}
+        return self._parsed[key]
+
+    def definition_of(self, group: str, kind: str) -> tuple[Body, ApplicationDefinition] | None:
+        """The valid definition serving (group, kind); the oldest one when several claim it."""
+        found = []
+        for body in self.definitions.values():
+            parsed = self.parsed(body)
+            if isinstance(parsed, ApplicationDefinition) and (
+                parsed.spec.application.group, parsed.spec.application.kind) == (group, kind):
+                found.append((body["metadata"].get("creationTimestamp", ""), body["metadata"]["name"], body, parsed))
+        if not found:
+            return None
+        _, _, body, parsed = min(found, key=lambda f: (f[0], f[1]))
+        return body, parsed
+
+    async def prime(self) -> None:
+        """Definitions and existing layers first, so no instance is compiled against a partial view."""
+        for body in await self.kube.list(DEFINITIONS):
+            self.definitions[body["metadata"]["name"]] = body
+        namespaces: list[str | None] = [*self.namespaces] or [None]
+        for namespace in namespaces:
+            for layer in await self.kube.list(crd_path("terraformlayers", namespace), label_selector=LABEL_APP_KIND):
+                self.layers.observe(layer)
+        self.primed = True
+        for name in self.definitions:
+            self.wake_definition(name)
+
+    # ----------------------------------------------------------------------------- kind watches
+
+    def _collections(self, served: str) -> list[str]:
+        plural, _, group = served.partition(".")
+        namespaces: list[str | None] = [*self.namespaces] or [None]
+        return [path(f"{group}/{APPS_VERSION}", plural, namespace) for namespace in namespaces]
+
+    def _watch_kind(self, definition: ApplicationDefinition) -> None:
+        application = definition.spec.application
+        group, kind = application.group, application.kind
+        namespaces: list[str | None] = [*self.namespaces] or [None]
+        for collection, namespace in zip(self._collections(crd_name(definition)), namespaces, strict=True):
+            reset = functools.partial(self._reset_kind, group, kind, namespace)
+            self.watches.ensure(collection, self.on_instance, reset)
+
+    async def _unwatch(self, served: str) -> None:
+        for collection in self._collections(served):
+            await self.watches.stop(collection)
+
+    def _reset_kind(self, group: str, kind: str, namespace: str | None, items: list[Body]) -> None:
+        """A fresh listing of a kind: forget what is gone, take in the rest."""
+        store = self.instances_of(group, kind)
+        listed = {(i["metadata"].get("namespace") or "", i["metadata"]["name"]) for i in items}
+        for held in store:
+            key = instance_key(held)
+            if (namespace is None or key[2] == namespace) and (key[2], key[3]) not in listed:
+                self.on_instance("DELETED", held)
+        for item in items:
+            self.on_instance(None, {"apiVersion": f"{group}/{APPS_VERSION}", "kind": kind, **item})
+
+    async def close(self) -> None:
+        await self.watches.stop_all()
+        await self.kube.close()
+
+    def wake_everything(self) -> None:
+        for name in self.definitions:
+            self.wake_definition(name)
+        for store in self.instances.values():
+            for body in store:
+                self.wake_instance(instance_key(body))
+
+    # ------------------------------------------------------------------------------- definitions
+
+    async def _definition_status(self, body: Mapping[str, Any], ready: Cond, **extra: Any) -> None:
+        status = dict(body.get("status") or {})
+        desired = {**status, **extra, "observedGeneration": body["metadata"].get("generation"),
+                   "conditions": merge_conditions(status.get("conditions"), [ready], utcnow())}
+        patch = status_patch(status, desired)
+        if patch is None:
+            return
+        name = body["metadata"]["name"]
+        try:
+            written = await self.kube.merge_patch(f"{DEFINITIONS}/{name}/status", {"status": patch})
+        except KubeError as error:
+            if error.status == 404:
+                return
+            raise
+        self._observe_definition(written)
+
+    def _observe_definition(self, body: Body) -> None:
+        name = body["metadata"]["name"]
+        held = self.definitions.get(name)
+        held_rv = str((held or {}).get("metadata", {}).get("resourceVersion", "0"))
+        new_rv = str(body["metadata"].get("resourceVersion", "0"))
+        if held is None or not (held_rv.isdigit() and new_rv.isdigit()) or int(new_rv) >= int(held_rv):
+            self.definitions[name] = body
+
+    async def _count_served(self, served: str) -> list[str]:
+        plural, _, group = served.partition(".")
+        try:
+            items = await self.kube.list(f"/apis/{group}/{APPS_VERSION}/{plural}")
+        except KubeError as error:
+            if error.status == 404:
+                return []
+            raise
+        return [f"{i['metadata'].get('namespace')}/{i['metadata']['name']}" for i in items]
+
+    async def _delete_crd(self, name: str, definition: str) -> None:
+        crd = await self.kube.get(f"{CRDS}/{name}")
+        if crd is not None and (crd["metadata"].get("labels") or {}).get(LABEL_DEFINITION) == definition:
+            await self.kube.delete(f"{CRDS}/{name}")
+
+    async def _finish_deletion(self, body: Body, served: str | None) -> None:
+        name = body["metadata"]["name"]
+        finalizers = list(body["metadata"].get("finalizers") or ())
+        if DEFINITION_FINALIZER not in finalizers:
+            return
+        if served:
+            remaining = await self._count_served(served)
+            if remaining:
+                shown = ", ".join(remaining[:5]) + (", …" if len(remaining) > 5 else "")
+                await self._definition_status(body, Cond(
+                    "Ready", False, "InstancesRemain",
+                    f"deleting: {served} is served until its {len(remaining)} instance(s) are deleted: {shown}",
+                ), instances=len(remaining))
+                self.wake_definition(name, 10.0)  # instance deletions wake us sooner
+                return
+            await self._unwatch(served)
+            await self._delete_crd(served, name)
+        finalizers.remove(DEFINITION_FINALIZER)
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": body["metadata"]["resourceVersion"]}}
+        try:
+            await self.kube.merge_patch(f"{DEFINITIONS}/{name}", patch)
+        except KubeError as error:
+            if error.status == 409:
+                self.wake_definition(name, RETRY_SOON)
+            elif error.status != 404:
+                raise
+        log.info("ApplicationDefinition %s released (no instance left)", name)
+
+    async def reconcile_definition(self, name: str) -> None:
+        body = self.definitions.get(name)
+        if body is None:
+            return
+        meta = body["metadata"]
+        parsed = self.parsed(body)
+        served = (body.get("status") or {}).get("servedCrd")
+        if meta.get("deletionTimestamp"):
+            await self._finish_deletion(body, served)
+            return
+        if isinstance(parsed, Invalid):
+            await self._definition_status(body, Cond("Ready", False, "Invalid", str(parsed)))
+            return
+        if DEFINITION_FINALIZER not in (meta.get("finalizers") or ()):
+            finalizers = [*(meta.get("finalizers") or ()), DEFINITION_FINALIZER]
+            try:
+                body = await self.kube.merge_patch(f"{DEFINITIONS}/{name}", {"metadata": {
+                    "finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}})
+            except KubeError as error:
+                if error.status in (404, 409):
+                    self.wake_definition(name, RETRY_SOON)
+                    return
+                raise
+            self._observe_definition(body)
+
+        application = parsed.spec.application
+        owner = self.definition_of(application.group, application.kind)
+        if owner is not None and owner[0]["metadata"]["name"] != name:
+            await self._definition_status(body, Cond(
+                "Ready", False, "KindTaken",
+                f"{application.kind}.{application.group} is already served by ApplicationDefinition "
+                f"{owner[0]['metadata']['name']}"))
+            return
+        desired = crd_for_definition(parsed)
+        wanted = crd_name(parsed)
+        if served and served != wanted:
+            remaining = await self._count_served(served)
+            if remaining:
+                await self._definition_status(body, Cond(
+                    "Ready", False, "NamesChanged",
+                    f"the kind's names changed from {served} to {wanted}, but {len(remaining)} instance(s) of "
+                    f"{served} remain; delete them first or restore the names"))
+                return
+            await self._unwatch(served)
+            await self._delete_crd(served, name)
+        existing = await self.kube.get(f"{CRDS}/{wanted}")
+        if existing is not None and (existing["metadata"].get("labels") or {}).get(LABEL_DEFINITION) != name:
+            await self._definition_status(body, Cond(
+                "Ready", False, "CRDTaken",
+                f"CustomResourceDefinition {wanted} exists and is not served by this definition"))
+            return
+        try:
+            if existing is None:
+                await self.kube.create(CRDS, desired)
+                log.info("ApplicationDefinition %s: serving %s", name, wanted)
+            elif not crd_up_to_date(existing, desired):
+                replacement = {**existing, "spec": {**existing.get("spec", {}), **desired["spec"]}}
+                replacement["metadata"] = {**existing["metadata"], "labels": {
+                    **(existing["metadata"].get("labels") or {}), **desired["metadata"]["labels"]}}
+                await self.kube.replace(f"{CRDS}/{wanted}", replacement)
+        except KubeError as error:
+            if error.status == 409:
+                self.wake_definition(name, RETRY_SOON)
+                return
+            if error.status in (400, 422):
+                await self._definition_status(body, Cond("Ready", False, "CRDRejected", error.message))
+                return
+            raise
+        self._watch_kind(parsed)
+        count = len(self.instances_of(application.group, application.kind))
+        await self._definition_status(body, Cond(
+            "Ready", True, "Served",
+            f"{application.kind} is served as {application.group}/{APPS_VERSION} (kubectl get {application.plural})",
+        ), instances=count, servedCrd=wanted)
+
+    # --------------------------------------------------------------------------------- instances
+
+    async def reconcile_instance(self, key: InstanceKey) -> None:
+        group, kind, namespace, name = key
+        body = self.instances_of(group, kind).get((namespace, name))
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            self._warned.pop(key, None)
+            return  # its layer goes with it: garbage collection of the owner reference
+        found = self.definition_of(group, kind)
+        if found is None:
+            return
+        definition = found[1]
+        outcome: CompiledInstance | Invalid
+        try:
+            outcome = compile_instance(definition, body)
+        except Invalid as error:
+            outcome = error
+        layer: Body | None = None
+        conflict: str | None = None
+        if isinstance(outcome, CompiledInstance):
+            layer, conflict = await self._write_layer(key, body, outcome)
+            if layer is None and conflict is None:
+                return  # requeued
+            await self._drop_stale_layers(key, body, outcome.layer_name)
+        status = project_status(body, outcome, layer, utcnow(), definition.spec.application.plural, conflict)
+        await self._write_status(key, body, status, definition)
+        await self._report(key, body, outcome, conflict)
+
+    async def _write_layer(self, key: InstanceKey, body: Body,
+                           compiled: CompiledInstance) -> tuple[Body | None, str | None]:
+        namespace = key[2]
+        existing = self.layers.get((namespace, compiled.layer_name))
+        write = layer_write(compiled, existing, body, utcnow())
+        if write.conflict is not None:
+            return existing, write.conflict
+        try:
+            if write.create is not None:
+                existing = await self.kube.create(crd_path("terraformlayers", namespace), write.create)
+                await post_event(self.kube, body, "Normal", "LayerCreated",
+                                 f"created TerraformLayer {compiled.layer_name}")
+            elif write.replace is not None:
+                existing = await self.kube.replace(crd_path("terraformlayers", namespace, compiled.layer_name),
+                                                   write.replace)
+        except KubeError as error:
+            if error.status in (404, 409):  # our view of the layer is behind: read it again, then retry
+                fresh = await self.kube.get(crd_path("terraformlayers", namespace, compiled.layer_name))
+                if fresh is not None:
+                    self.layers.observe(fresh)
+                self.wake_instance(key, RETRY_SOON)
+                return None, None
+            raise
+        if existing is not None:
+            self.layers.observe(existing)
+        return existing, None
+
+    async def _drop_stale_layers(self, key: InstanceKey, body: Body, current: str) -> None:
+        """Layers this instance owned under another name (the definition's prefix changed)."""
+        uid = body["metadata"].get("uid")
+        for layer in list(self.layers):
+            if instance_of_layer(layer) != key or layer["metadata"]["name"] == current:
+                continue
+            if any(ref.get("uid") == uid for ref in layer["metadata"].get("ownerReferences") or ()):
+                await self.kube.delete(crd_path("terraformlayers", key[2], layer["metadata"]["name"]))
+                self.layers.forget(layer)
+
+    async def _write_status(self, key: InstanceKey, body: Body, status: Mapping[str, Any],
+                            definition: ApplicationDefinition) -> None:
+        patch = status_patch(body.get("status"), status)
+        if patch is None:
+            return
+        group, _, namespace, name = key
+        resource = path(f"{group}/{APPS_VERSION}", definition.spec.application.plural, namespace, name, "status")
+        try:
+            written = await self.kube.merge_patch(resource, {"status": patch})
+        except KubeError as error:
+            if error.status == 404:
+                return
+            raise
+        self.instances_of(key[0], key[1]).observe(written)
+
+    async def _report(self, key: InstanceKey, body: Body, outcome: CompiledInstance | Invalid,
+                      conflict: str | None) -> None:
+        """One Warning event per distinct problem, not one per reconcile."""
+        problem = str(outcome) if isinstance(outcome, Invalid) else conflict
+        if problem is None:
+            self._warned.pop(key, None)
+            return
+        if self._warned.get(key) == problem:
+            return
+        self._warned[key] = problem
+        reason = "InvalidSpec" if isinstance(outcome, Invalid) else "LayerConflict"
+        await post_event(self.kube, body, "Warning", reason, problem)
+
+    # ------------------------------------------------------------------------------------- events
+
+    def on_definition(self, event_type: str | None, body: Body) -> None:
+        name = body["metadata"]["name"]
+        previous = self.definitions.get(name)
+        if event_type == "DELETED":
+            self.definitions.pop(name, None)
+            self._wake_kind_of(previous)
+            return
+        self._observe_definition(body)
+        self.wake_definition(name)
+        if previous is None or previous["metadata"].get("generation") != body["metadata"].get("generation"):
+            self._wake_kind_of(body)  # re-align every layer of the kind
+            self._wake_kind_of(previous)
+
+    def _wake_kind_of(self, body: Mapping[str, Any] | None) -> None:
+        if body is None:
+            return
+        application = ((body.get("spec") or {}).get("application") or {})
+        group = application.get("group") or "apps.burrito-py.io"
+        for instance in self.instances_of(group, str(application.get("kind", ""))):
+            self.wake_instance(instance_key(instance))
+
+    def on_instance(self, event_type: str | None, body: Body) -> None:
+        key = instance_key(body)
+        store = self.instances_of(key[0], key[1])
+        known = store.get((key[2], key[3])) is not None
+        if event_type == "DELETED":
+            store.forget(body)
+        else:
+            store.observe(body)
+        self.wake_instance(key)
+        if event_type == "DELETED" or not known:
+            found = self.definition_of(key[0], key[1])
+            if found is not None:
+                self.wake_definition(found[0]["metadata"]["name"], COUNT_DELAY)
+
+    def on_layer(self, event_type: str | None, body: Body) -> None:
+        if event_type == "DELETED":
+            self.layers.forget(body)
+        else:
+            self.layers.observe(body)
+        owner = instance_of_layer(body)
+        if owner is not None:
+            self.wake_instance(owner)
+
+
+async def resync_forever(agl: AglController, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        agl.wake_everything()
+
