@@ -248,8 +248,8 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             f"created {decision.create_run.action} run {created['metadata']['name']} "
             f"for revision {decision.create_run.revision}",
         )
-        # Both are consumed by the run just created: a later plan needs a new sync-now, a later plan a new
-        # approval, even one with the same sum.
+        # Both are consumed by the run just created: another immediate plan needs a new sync-now, and another
+        # apply a new approval, even of a plan with the same sum.
         consumed = {ann.SYNC_NOW: decision.remove_sync_now, ann.APPROVE_PLAN: decision.remove_approval}
         if any(consumed.values()):
             patched = await ctx.kube.merge_patch(
