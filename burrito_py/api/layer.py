@@ -63,7 +63,8 @@ LAYER_STATES: tuple[LayerState, ...] = ("Idle", "PlanNeeded", "ApplyNeeded", "Ru
 
 
 class VarsSource(ApiModel):
-    """Terraform variables read from a Secret or ConfigMap in the layer's namespace (keys are variable names)."""
+    """Terraform variables read from a Secret or ConfigMap in the layer's namespace: keys are variable names,
+    values are used as they are, as strings."""
 
     kind: Literal["Secret", "ConfigMap"] = Field(description="Secret or ConfigMap.")
     name: str = Field(min_length=1, description="Name of the Secret or ConfigMap.")
