@@ -1,0 +1,165 @@
+"""Definition checks, the generated CRD, and an instance compiled into its TerraformLayer."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from burrito_py.agl.compile import (
+    LABEL_APP_GROUP,
+    LABEL_APP_KIND,
+    LABEL_APP_NAME,
+    compile_instance,
+    instance_of_layer,
+)
+from burrito_py.agl.definition import (
+    AGL_CATEGORY,
+    LABEL_DEFINITION,
+    crd_for_definition,
+    crd_up_to_date,
+    parse_definition,
+)
+from burrito_py.agl.errors import Invalid
+from burrito_py.api.application import ApplicationDefinition
+from burrito_py.api.layer import TerraformLayer
+
+DEFINITION: dict[str, Any] = {
+    "apiVersion": "agl.burrito-py.io/v1alpha1", "kind": "ApplicationDefinition",
+    "metadata": {"name": "buckets", "resourceVersion": "1"},
+    "spec": {
+        "application": {"kind": "Bucket", "plural": "buckets", "singular": "bucket", "shortNames": ["bkt"],
+                        "openAPISchema": {"type": "object", "description": "A storage bucket.",
+                                          "properties": {"size": {"type": "integer"},
+                                                         "storagePool": {"type": "string"}}}},
+        "backend": {"type": "Terraform", "terraform": {
+            "repository": {"name": "modules", "namespace": "platform"}, "branch": "main", "path": "modules/bucket",
+            "prefix": "bkt-", "varsFrom": [{"kind": "Secret", "name": "cloud"}],
+            "overrideRunnerSpec": {"extraInitArgs": ["-backend-config=path=/state/{{ namespace }}-{{ layer }}.tfstate"],
+                                   "env": [{"name": "TF_LOG", "value": "INFO"}]}}},
+    },
+}
+
+
+def instance(name: str = "photos", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "apps.burrito-py.io/v1alpha1", "kind": "Bucket",
+            "metadata": {"name": name, "namespace": "team-a", "uid": "u-1", "generation": 1},
+            "spec": spec or {"size": 3, "storagePool": "fast"}}
+
+
+def definition(**changes: Any) -> ApplicationDefinition:
+    body = copy.deepcopy(DEFINITION)
+    body["spec"]["backend"]["terraform"].update(changes)
+    return parse_definition(body)
+
+
+def test_an_instance_becomes_its_layer() -> None:
+    compiled = compile_instance(definition(), instance())
+    assert compiled.layer_name == "bkt-photos"
+    assert compiled.secret_name == "bucket-photos-outputs"
+    layer = compiled.layer
+    assert layer["metadata"] == {
+        "name": "bkt-photos", "namespace": "team-a",
+        "labels": {LABEL_APP_KIND: "Bucket", LABEL_APP_GROUP: "apps.burrito-py.io", LABEL_APP_NAME: "photos"},
+        "ownerReferences": [{"apiVersion": "apps.burrito-py.io/v1alpha1", "kind": "Bucket", "name": "photos",
+                             "uid": "u-1", "controller": True, "blockOwnerDeletion": True}],
+    }
+    assert layer["spec"] == {
+        "repository": {"name": "modules", "namespace": "platform"}, "branch": "main", "path": "modules/bucket",
+        "remediationStrategy": {"autoApply": False}, "approvePlan": "manual", "destroyResourcesOnDeletion": False,
+        "vars": {"size": 3, "storage_pool": "fast"}, "varsFrom": [{"kind": "Secret", "name": "cloud"}],
+        "writeOutputsToSecret": {"name": "bucket-photos-outputs"},
+        "overrideRunnerSpec": {"extraInitArgs": ["-backend-config=path=/state/team-a-bkt-photos.tfstate"],
+                               "env": [{"name": "TF_LOG", "value": "INFO"}]},
+    }
+    TerraformLayer.from_object(layer)  # what we write is a valid layer
+    assert instance_of_layer(layer) == ("apps.burrito-py.io", "Bucket", "team-a", "photos")
+
+
+def test_definition_settings_reach_the_layer() -> None:
+    compiled = compile_instance(definition(approvePlan="auto", destroyResourcesOnDeletion=True,
+                                           writeOutputsToSecret={"name": "{{ name }}-{{ kind | lower }}"},
+                                           repository={"name": "modules"}), instance())
+    spec = compiled.layer["spec"]
+    assert (spec["approvePlan"], spec["remediationStrategy"], spec["destroyResourcesOnDeletion"]) == (
+        "auto", {"autoApply": True}, True)
+    assert spec["writeOutputsToSecret"] == {"name": "photos-bucket"}
+    assert spec["repository"] == {"name": "modules", "namespace": "team-a"}, "unset: the instance's namespace"
+
+
+def test_kinds_with_the_same_instance_name_get_different_secrets() -> None:
+    vpc = copy.deepcopy(DEFINITION)
+    vpc["spec"]["application"].update(kind="VPC", plural="vpcs", singular="vpc")
+    a = compile_instance(parse_definition(DEFINITION), instance("prod"))
+    b = compile_instance(parse_definition(vpc), {**instance("prod"), "kind": "VPC"})
+    assert a.secret_name != b.secret_name == "vpc-prod-outputs"
+
+
+def test_an_invalid_instance_names_every_field() -> None:
+    with pytest.raises(Invalid) as caught:
+        compile_instance(definition(), instance(size="x", _internal=1))
+    assert caught.value.problems == (
+        ("spec.size", "'x' is not of type 'integer'"),
+        ("spec._internal", "keys starting with '_' are reserved and are not Terraform variables"),
+    )
+
+
+def test_layer_names_over_63_characters_are_refused_naming_them() -> None:
+    name = "n" * 60
+    with pytest.raises(Invalid) as caught:
+        compile_instance(definition(), instance(name))
+    assert caught.value.field == "metadata.name"
+    assert f"'bkt-{name}'" in caught.value.reason and "64 characters" in caught.value.reason
+    assert compile_instance(definition(), instance("n" * 59)).layer_name == "bkt-" + "n" * 59
+
+
+def test_a_missing_spec_is_an_empty_one_and_a_non_object_spec_is_refused() -> None:
+    body = instance()
+    del body["spec"]
+    assert compile_instance(definition(), body).layer["spec"]["vars"] == {}
+    with pytest.raises(Invalid) as caught:
+        compile_instance(definition(), {**body, "spec": [1]})
+    assert caught.value.field == "spec"
+
+
+@pytest.mark.parametrize(("path", "value", "field"), [
+    (("application", "openAPISchema"), {"type": "nope"}, "spec.application.openAPISchema.type"),
+    (("backend", "terraform", "writeOutputsToSecret"), {"name": "{{ nope }}"},
+     "spec.backend.terraform.writeOutputsToSecret.name"),
+    (("backend", "terraform", "overrideRunnerSpec"), {"extraPlanArgs": ["-x", "{{ name | nope }}"]},
+     "spec.backend.terraform.overrideRunnerSpec.extraPlanArgs[1]"),
+    (("application", "group"), "terraform.burrito-py.io", "spec.application"),
+    (("application", "kind"), "bucket", "spec.application.kind"),
+])
+def test_definition_mistakes_are_named(path: tuple[str, ...], value: Any, field: str) -> None:
+    body = copy.deepcopy(DEFINITION)
+    node = body["spec"]
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    with pytest.raises(Invalid) as caught:
+        parse_definition(body)
+    assert caught.value.field == field
+
+
+def test_the_generated_crd_serves_the_kind_with_a_free_spec_and_status() -> None:
+    crd = crd_for_definition(parse_definition(DEFINITION))
+    assert crd["metadata"] == {"name": "buckets.apps.burrito-py.io", "labels": {LABEL_DEFINITION: "buckets"}}
+    spec = crd["spec"]
+    assert spec["scope"] == "Namespaced" and spec["group"] == "apps.burrito-py.io"
+    assert spec["names"] == {"kind": "Bucket", "listKind": "BucketList", "plural": "buckets", "singular": "bucket",
+                             "shortNames": ["bkt"], "categories": [AGL_CATEGORY]}
+    [version] = spec["versions"]
+    assert version["subresources"] == {"status": {}}
+    props = version["schema"]["openAPIV3Schema"]["properties"]
+    assert props["spec"]["x-kubernetes-preserve-unknown-fields"] is True
+    assert props["spec"]["description"] == "A storage bucket."
+    assert props["status"]["x-kubernetes-preserve-unknown-fields"] is True
+    assert [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")] == [
+        "Ready", "Pending Approval", "Age"]
+    served = {**crd, "spec": {**spec, "conversion": {"strategy": "None"}}, "status": {"conditions": []}}
+    assert crd_up_to_date(served, crd), "fields the API server adds do not count"
+    changed = copy.deepcopy(DEFINITION)
+    changed["spec"]["application"]["shortNames"] = []
+    assert not crd_up_to_date(served, crd_for_definition(parse_definition(changed)))
