@@ -1,0 +1,327 @@
+"""The server's REST API (DESIGN §10) over real HTTP with auth on: tokens from the emulator's TokenRequest
+checked by a real TokenReview, layers and runs read live from the emulator, plans and logs from a datastore
+with auth on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from burrito_py.api import annotations as ann
+from burrito_py.timeutil import parse_time, utcnow
+from tests.integration.server.rest_platform import (
+    FIRST_ATTEMPT_SHORT,
+    LOG_1,
+    LOG_2,
+    NETWORK_LOG,
+    NETWORK_PLAN,
+    NEW_APPLY,
+    NS_A,
+    NS_B,
+    OLD_PLAN,
+    PLAN_JSON,
+    PLAN_PRETTY,
+    PLAN_SHORT,
+    REPO_URL_REDACTED_HOST,
+    STRAY,
+    RestPlatform,
+    running_rest_platform,
+)
+
+READ_ROUTES = [
+    "/api/layers",
+    f"/api/layers/{NS_A}/app",
+    f"/api/layers/{NS_A}/app/runs",
+    f"/api/runs/{NS_A}/{OLD_PLAN}",
+    f"/api/runs/{NS_A}/{OLD_PLAN}/attempts/1/logs",
+    f"/api/runs/{NS_A}/{OLD_PLAN}/plan",
+]
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestPlatform]:
+    with running_rest_platform(tmp_path_factory.mktemp("rest")) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def http(platform: RestPlatform) -> Iterator[httpx.Client]:
+    with platform.client("person") as client:
+        yield client
+
+
+def _patches(platform: RestPlatform) -> list[str]:
+    return [r.path for r in list(platform.api.requests) if r.method in ("PATCH", "PUT", "POST")
+            and "/terraformlayers" in r.path]
+
+
+# -- authentication ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("route", [*READ_ROUTES, f"POST /api/layers/{NS_A}/app/sync"])
+def test_no_token_is_401_with_a_clear_message(platform: RestPlatform, route: str) -> None:
+    method, _, url = route.rpartition(" ")
+    with platform.client(None) as anonymous:
+        answer = anonymous.request(method or "GET", url)
+    assert answer.status_code == 401, answer.text
+    assert answer.json() == {"error": "missing credentials: send 'Authorization: Bearer <service-account token>'"}
+    assert answer.headers["www-authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize("identity", ["expired", "forged", "garbage", "wrong-audience"])
+def test_a_token_the_kubernetes_api_rejects_is_401(platform: RestPlatform, identity: str) -> None:
+    with platform.client(identity) as client:
+        for route in READ_ROUTES:
+            answer = client.get(route)
+            assert answer.status_code == 401, (route, answer.text)
+            assert answer.json()["error"] and platform.tokens[identity] not in answer.text
+        platform.api.clear_requests()
+        assert client.post(f"/api/layers/{NS_A}/app/sync").status_code == 401
+    assert platform.layer(NS_A, "app")["metadata"]["annotations"].get(ann.SYNC_NOW) is None
+    assert _patches(platform) == []
+
+
+def test_a_bearer_scheme_without_token_and_another_scheme_are_401(platform: RestPlatform) -> None:
+    with platform.client(None) as client:
+        for header in ("Bearer", "Basic dXNlcjpwYXNz", platform.tokens["person"]):
+            answer = client.get("/api/layers", headers={"Authorization": header})
+            assert answer.status_code == 401, (header, answer.text)
+            assert "missing credentials" in answer.json()["error"]
+
+
+@pytest.mark.parametrize("identity", ["person", "controller", "runner"])
+def test_any_authenticated_identity_may_read(platform: RestPlatform, identity: str) -> None:
+    with platform.client(identity) as client:
+        for route in READ_ROUTES:
+            assert client.get(route).status_code == 200, route
+
+
+# -- layers ---------------------------------------------------------------------------------------------
+def test_list_shows_state_last_result_last_run_and_repository(http: httpx.Client) -> None:
+    answer = http.get("/api/layers")
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/json"
+    layers = answer.json()
+    assert [(item["namespace"], item["name"]) for item in layers] == [(NS_A, "app"), (NS_B, "network")]
+    app, network = layers
+    assert app["state"] == "ApplyNeeded"
+    assert app["lastResult"] == PLAN_SHORT.decode()
+    assert app["lastRun"] == {"name": NEW_APPLY, "action": "apply", "date": "2026-01-02T03:07:00Z",
+                              "revision": "abc123"}
+    assert app["repository"]["namespace"] == NS_A and app["repository"]["name"] == "infra"
+    assert app["repository"]["state"] == "Synced"
+    assert REPO_URL_REDACTED_HOST in app["repository"]["url"] and "hunter2" not in answer.text
+    assert app["branch"] == "main" and app["path"] == "app"
+    assert app["planRun"] == f"{OLD_PLAN}/2" and app["planSummary"] == PLAN_SHORT.decode()
+    assert "conditions" not in app  # the detail has them
+    assert network["state"] == "MaxRetriesReached" and network["lastResult"] == "Plan failed"
+    assert network["lastRun"]["name"] == NETWORK_PLAN
+    # team-b's layer uses team-a's repository.
+    assert network["repository"]["namespace"] == NS_A and network["repository"]["url"] == app["repository"]["url"]
+
+
+def test_list_filters_by_namespace(http: httpx.Client) -> None:
+    assert [item["name"] for item in http.get("/api/layers", params={"namespace": NS_B}).json()] == ["network"]
+    assert [item["name"] for item in http.get("/api/layers", params={"namespace": NS_A}).json()] == ["app"]
+    assert http.get("/api/layers", params={"namespace": "nobody-here"}).json() == []
+
+
+def test_layer_detail_has_conditions(http: httpx.Client) -> None:
+    answer = http.get(f"/api/layers/{NS_A}/app")
+    assert answer.status_code == 200
+    detail = answer.json()
+    assert detail["state"] == "ApplyNeeded" and detail["repository"]["state"] == "Synced"
+    assert detail["conditions"] == [
+        {"type": "IsPlanArtifactUpToDate", "status": "True", "reason": "PlanIsRecent", "message": "planned abc123",
+         "lastTransitionTime": "2026-01-02T03:04:05Z"},
+        {"type": "IsRunning", "status": "True", "reason": "RunIsRunning", "message": "",
+         "lastTransitionTime": "2026-01-02T03:04:05Z"},
+    ]
+    assert http.get(f"/api/layers/{NS_B}/network").json()["conditions"][0]["type"] == "HasFailed"
+
+
+@pytest.mark.parametrize(("route", "message"), [
+    (f"/api/layers/{NS_A}/missing", f"TerraformLayer {NS_A}/missing not found"),
+    (f"/api/layers/{NS_B}/app", f"TerraformLayer {NS_B}/app not found"),
+    (f"/api/layers/{NS_A}/missing/runs", f"TerraformLayer {NS_A}/missing not found"),
+    (f"/api/runs/{NS_A}/missing", f"TerraformRun {NS_A}/missing not found"),
+    (f"/api/runs/{NS_B}/{OLD_PLAN}", f"TerraformRun {NS_B}/{OLD_PLAN} not found"),
+    (f"/api/runs/{NS_A}/missing/plan", f"TerraformRun {NS_A}/missing not found"),
+    (f"/api/runs/{NS_A}/missing/attempts/1/logs", f"TerraformRun {NS_A}/missing not found"),
+])
+def test_404s_name_the_object(http: httpx.Client, route: str, message: str) -> None:
+    answer = http.get(route)
+    assert answer.status_code == 404, answer.text
+    assert answer.json() == {"error": message}
+
+
+# -- runs ------------------------------------------------------------------------------------------------
+def test_a_layers_runs_newest_first(http: httpx.Client) -> None:
+    runs = http.get(f"/api/layers/{NS_A}/app/runs").json()
+    # Created in that order a second apart: newest first, not by name.
+    assert [run["name"] for run in runs] == [NEW_APPLY, OLD_PLAN]
+    assert parse_time(runs[0]["created"]) > parse_time(runs[1]["created"])  # type: ignore[operator]
+    apply, plan = runs
+    assert apply["action"] == "apply" and apply["state"] == "Running" and apply["layer"] == "app"
+    assert plan["state"] == "Succeeded" and plan["retries"] == 1 and plan["revision"] == "abc123"
+    assert [a["number"] for a in plan["attempts"]] == [1, 2]
+    assert "conditions" not in plan  # the detail has them
+    # A run labelled for team-b/network whose spec names another layer is not network's.
+    assert [run["name"] for run in http.get(f"/api/layers/{NS_B}/network/runs").json()] == [NETWORK_PLAN]
+    assert STRAY not in [run["name"] for run in http.get(f"/api/layers/{NS_A}/app/runs").json()]
+
+
+def test_run_detail_has_attempts_and_conditions(http: httpx.Client) -> None:
+    answer = http.get(f"/api/runs/{NS_A}/{OLD_PLAN}")
+    assert answer.status_code == 200
+    run = answer.json()
+    assert run["namespace"] == NS_A and run["layer"] == "app" and run["layerNamespace"] == NS_A
+    assert run["state"] == "Succeeded" and run["runnerPod"] == f"{OLD_PLAN}-2"
+    assert run["lastRun"] == "2026-01-02T03:05:00Z"
+    assert run["attempts"] == [
+        {"number": 1, "podName": f"{OLD_PLAN}-1", "startedAt": "2026-01-02T03:04:00Z",
+         "finishedAt": "2026-01-02T03:04:30Z", "logsUploaded": True, "exitCode": 1},
+        {"number": 2, "podName": f"{OLD_PLAN}-2", "startedAt": "2026-01-02T03:05:00Z",
+         "finishedAt": "2026-01-02T03:06:00Z", "logsUploaded": True, "exitCode": 0},
+    ]
+    assert [c["reason"] for c in run["conditions"]] == ["PlanSucceeded"]
+    apply = http.get(f"/api/runs/{NS_A}/{NEW_APPLY}").json()
+    assert apply["artifact"] == f"{OLD_PLAN}/2" and apply["action"] == "apply"
+    assert apply["attempts"] == [{"number": 1, "podName": f"{NEW_APPLY}-1", "startedAt": None, "finishedAt": None,
+                                  "logsUploaded": False, "exitCode": None}]
+
+
+# -- logs and plans ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("route", "body"), [
+    (f"/api/runs/{NS_A}/{OLD_PLAN}/attempts/1/logs", LOG_1),
+    (f"/api/runs/{NS_A}/{OLD_PLAN}/attempts/2/logs", LOG_2),
+    (f"/api/runs/{NS_B}/{NETWORK_PLAN}/attempts/1/logs", NETWORK_LOG),
+])
+def test_logs_are_the_uploaded_bytes(http: httpx.Client, route: str, body: bytes) -> None:
+    answer = http.get(route)
+    assert answer.status_code == 200, answer.text
+    assert answer.content == body
+    assert answer.headers["content-type"] == "text/plain; charset=utf-8"
+
+
+def test_missing_logs_are_404_naming_the_attempt(http: httpx.Client) -> None:
+    answer = http.get(f"/api/runs/{NS_A}/{NEW_APPLY}/attempts/1/logs")
+    assert answer.status_code == 404
+    assert answer.json()["error"].startswith(f"no logs for attempt 1 of TerraformRun {NS_A}/{NEW_APPLY}")
+    assert http.get(f"/api/runs/{NS_A}/{OLD_PLAN}/attempts/3/logs").status_code == 404
+
+
+@pytest.mark.parametrize(("fmt", "body", "media"), [
+    (None, PLAN_PRETTY, "text/plain; charset=utf-8"),
+    ("pretty", PLAN_PRETTY, "text/plain; charset=utf-8"),
+    ("json", PLAN_JSON, "application/json"),
+    ("short", PLAN_SHORT, "text/plain; charset=utf-8"),
+])
+def test_each_plan_format_is_the_latest_attempts_uploaded_bytes(
+    http: httpx.Client, fmt: str | None, body: bytes, media: str
+) -> None:
+    params = {"format": fmt} if fmt else {}
+    answer = http.get(f"/api/runs/{NS_A}/{OLD_PLAN}/plan", params=params)
+    assert answer.status_code == 200, answer.text
+    assert answer.content == body  # attempt 2's, not attempt 1's (FIRST_ATTEMPT_SHORT)
+    assert answer.content != FIRST_ATTEMPT_SHORT
+    assert answer.headers["content-type"] == media
+
+
+def test_the_binary_plan_is_not_served(http: httpx.Client) -> None:
+    answer = http.get(f"/api/runs/{NS_A}/{OLD_PLAN}/plan", params={"format": "bin"})
+    assert answer.status_code == 400 and "'format'" in answer.json()["error"]
+
+
+@pytest.mark.parametrize("run", [(NS_A, NEW_APPLY), (NS_B, NETWORK_PLAN)])
+def test_a_missing_plan_is_404(http: httpx.Client, run: tuple[str, str]) -> None:
+    for fmt in ("pretty", "json", "short"):
+        answer = http.get(f"/api/runs/{run[0]}/{run[1]}/plan", params={"format": fmt})
+        assert answer.status_code == 404
+        assert answer.json() == {"error": f"no {fmt} plan for TerraformRun {run[0]}/{run[1]}"}
+
+
+# -- sync ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("identity", ["person", "controller"])
+def test_sync_sets_sync_now_on_the_layer(platform: RestPlatform, identity: str) -> None:
+    before = utcnow().replace(microsecond=0)
+    with platform.client(identity) as client:
+        answer = client.post(f"/api/layers/{NS_B}/network/sync")
+    assert answer.status_code == 202, answer.text
+    body = answer.json()
+    assert body["namespace"] == NS_B and body["name"] == "network"
+    annotations = platform.layer(NS_B, "network")["metadata"]["annotations"]
+    assert annotations[ann.SYNC_NOW] == body["syncNow"]
+    assert before <= parse_time(body["syncNow"]) <= utcnow()  # type: ignore[operator]
+    assert platform.layer(NS_A, "app")["metadata"]["annotations"].get(ann.SYNC_NOW) is None
+    with platform.client(identity) as client:
+        assert client.get(f"/api/layers/{NS_B}/network").json()["syncNow"] == body["syncNow"]
+
+
+def test_a_runner_may_not_ask_for_a_sync(platform: RestPlatform) -> None:
+    before = platform.layer(NS_A, "app")
+    platform.api.clear_requests()
+    with platform.client("runner") as client:
+        answer = client.post(f"/api/layers/{NS_A}/app/sync")
+    assert answer.status_code == 403, answer.text
+    assert answer.json()["error"] == (
+        f"system:serviceaccount:{NS_A}:burrito-py-runner is a runner; runners may not ask for syncs"
+    )
+    after = platform.layer(NS_A, "app")
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert (after["metadata"].get("annotations") or {}).get(ann.SYNC_NOW) is None
+    assert _patches(platform) == []
+
+
+def test_sync_of_a_missing_layer_is_404_and_creates_nothing(platform: RestPlatform, http: httpx.Client) -> None:
+    answer = http.post(f"/api/layers/{NS_A}/missing/sync")
+    assert answer.status_code == 404
+    assert answer.json() == {"error": f"TerraformLayer {NS_A}/missing not found"}
+    assert platform.api.get_object(ann.API_VERSION, "terraformlayers", NS_A, "missing") is None
+
+
+# -- validation -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("route", "parameter"), [
+    ("/api/layers?namespace=Team_A", "query parameter 'namespace'"),
+    (f"/api/layers?namespace={'a' * 64}", "query parameter 'namespace'"),
+    ("/api/layers/Team_A/app", "path parameter 'ns'"),
+    (f"/api/layers/{NS_A}/a..b", "path parameter 'name'"),
+    (f"/api/layers/{NS_A}/-app-/runs", "path parameter 'name'"),
+    (f"/api/runs/{NS_A}/UPPER", "path parameter 'run'"),
+    (f"/api/runs/{NS_A}/{OLD_PLAN}/attempts/0/logs", "path parameter 'n'"),
+    (f"/api/runs/{NS_A}/{OLD_PLAN}/attempts/one/logs", "path parameter 'n'"),
+    (f"/api/runs/{NS_A}/{OLD_PLAN}/attempts/1000001/logs", "path parameter 'n'"),
+    (f"/api/runs/{NS_A}/{OLD_PLAN}/plan?format=yaml", "query parameter 'format'"),
+    ("POST /api/layers/a_b/app/sync", "path parameter 'ns'"),
+])
+def test_invalid_parameters_are_400_naming_the_parameter(http: httpx.Client, route: str, parameter: str) -> None:
+    method, _, url = route.rpartition(" ")
+    answer = http.request(method or "GET", url)
+    assert answer.status_code == 400, answer.text
+    assert parameter in answer.json()["error"]
+
+
+# -- OpenAPI ---------------------------------------------------------------------------------------------------
+def test_openapi_lists_every_route(platform: RestPlatform) -> None:
+    with platform.client(None) as anonymous:
+        answer = anonymous.get("/openapi.json")
+    assert answer.status_code == 200
+    schema = answer.json()
+    routes = {(method.upper(), url) for url, item in schema["paths"].items() for method in item}
+    assert routes >= {
+        ("GET", "/api/layers"),
+        ("GET", "/api/layers/{ns}/{name}"),
+        ("GET", "/api/layers/{ns}/{name}/runs"),
+        ("POST", "/api/layers/{ns}/{name}/sync"),
+        ("GET", "/api/runs/{ns}/{run}"),
+        ("GET", "/api/runs/{ns}/{run}/attempts/{n}/logs"),
+        ("GET", "/api/runs/{ns}/{run}/plan"),
+        ("POST", "/api/webhook"),
+    }
+    assert "serviceAccountToken" in schema["components"]["securitySchemes"]
+    for url, item in schema["paths"].items():
+        for method, operation in item.items():
+            if url.startswith(("/api/layers", "/api/runs")):
+                assert operation["security"] == [{"serviceAccountToken": []}], (method, url)
+                assert "401" in operation["responses"] and "400" in operation["responses"], (method, url)
+                assert "422" not in operation["responses"], (method, url)
+    assert "403" in schema["paths"]["/api/layers/{ns}/{name}/sync"]["post"]["responses"]
