@@ -55,6 +55,7 @@ REALM = 'Bearer realm="burrito-py-server"'
 NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _NAME = re.compile(NAME_PATTERN)
+_NAMESPACE = re.compile(NAMESPACE_PATTERN)
 MAX_ATTEMPT = 1_000_000  # the datastore's bound
 
 PlanFormat = Literal["pretty", "json", "short"]
@@ -191,9 +192,12 @@ def rest_router(
         return run
 
     def artifacts_of(run: Body) -> tuple[str, str]:
-        """(namespace, layer) under which the datastore keeps the run's plans and logs."""
+        """(namespace, layer) under which the datastore keeps the run's plans and logs. Both come from the run's
+        spec, which whoever may create runs writes: they become datastore path segments, read with the server's
+        own (admin) token, so anything but a valid namespace and name (`/`, `..`, `#`, `?`) would let a run
+        point the server at another object — another layer's outputs, say."""
         layer_ns, layer = run_layer(run)
-        if layer is None or not _NAME.match(layer):
+        if layer is None or not _NAME.fullmatch(layer) or len(layer) > 253 or not _NAMESPACE.fullmatch(layer_ns):
             name = f"{run['metadata']['namespace']}/{run['metadata']['name']}"
             raise Problem(404, f"TerraformRun {name} names no valid layer, so it has no plans or logs")
         return layer_ns, layer
@@ -226,7 +230,9 @@ def rest_router(
     async def get_layer(_: Caller, ns: Namespace, name: LayerName) -> LayerDetailView:
         layer = await layer_or_404(ns, name)
         key = repository_key(layer)
-        repository = await kube.get(crd_path("terraformrepositories", *key)) if _NAME.match(key[1]) else None
+        # The reference is the layer author's text: only a valid namespace and name become a path on the API.
+        valid = _NAMESPACE.fullmatch(key[0]) and _NAME.fullmatch(key[1]) and len(key[1]) <= 253
+        repository = await kube.get(crd_path("terraformrepositories", *key)) if valid else None
         return layer_view(layer, repository)
 
     @router.get(

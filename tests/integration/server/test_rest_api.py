@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from burrito_py.api import annotations as ann
+from burrito_py.datastore.client import DatastoreClient
 from burrito_py.timeutil import parse_time, utcnow
 from tests.integration.server.rest_platform import (
     FIRST_ATTEMPT_SHORT,
@@ -27,6 +28,8 @@ from tests.integration.server.rest_platform import (
     REPO_URL_REDACTED_HOST,
     STRAY,
     RestPlatform,
+    create,
+    run_body,
     running_rest_platform,
 )
 
@@ -298,6 +301,56 @@ def test_invalid_parameters_are_400_naming_the_parameter(http: httpx.Client, rou
     answer = http.request(method or "GET", url)
     assert answer.status_code == 400, answer.text
     assert parameter in answer.json()["error"]
+
+
+# -- references written by whoever may create runs and layers ---------------------------------------------------
+SECRET_OUTPUTS = b'{"db_password": {"value": "s3cret", "sensitive": true}}'
+
+
+@pytest.mark.parametrize("layer_namespace", [
+    # Each would turn the datastore path of this run's logs or plan into that of app's apply outputs, read with
+    # the server's admin token: `#` and `?` cut the rest of the path off, `..` climbs out of it.
+    f"{NS_A}/app/runs/{NEW_APPLY}/attempts/1/outputs#",
+    f"{NS_A}/app/runs/{NEW_APPLY}/attempts/1/outputs?",
+    f"../layers/{NS_A}/app/runs/{NEW_APPLY}/attempts/1/outputs#",
+    "Team-A",
+    f"{NS_A}\n",
+])
+def test_a_run_naming_an_invalid_layer_namespace_has_no_artifacts(
+    platform: RestPlatform, layer_namespace: str
+) -> None:
+    with DatastoreClient(platform.datastore_url, token=platform.tokens["controller"]) as store:
+        store.put_outputs(NS_A, "app", NEW_APPLY, 1, SECRET_OUTPUTS)
+    body = run_body("crafted", "app", "plan", "abc123")
+    body["spec"]["layer"]["namespace"] = layer_namespace
+    create(platform.kube, "terraformruns", NS_B, body)
+    try:
+        with platform.client("runner") as client:
+            for route in (f"/api/runs/{NS_B}/crafted/attempts/1/logs", f"/api/runs/{NS_B}/crafted/plan"):
+                answer = client.get(route)
+                assert answer.status_code == 404, (route, answer.text)
+                assert answer.json() == {
+                    "error": f"TerraformRun {NS_B}/crafted names no valid layer, so it has no plans or logs"
+                }
+    finally:
+        platform.kube.delete(f"/apis/{ann.API_VERSION}/namespaces/{NS_B}/terraformruns/crafted").raise_for_status()
+
+
+def test_a_layer_naming_an_invalid_repository_namespace_shows_no_repository(platform: RestPlatform) -> None:
+    body = {"kind": "TerraformLayer", "metadata": {"name": "crafted"},
+            "spec": {"repository": {"name": "x", "namespace": f"{NS_A}/terraformrepositories/infra#"},
+                     "branch": "main", "path": "x"}}
+    create(platform.kube, "terraformlayers", NS_B, body)
+    try:
+        platform.api.clear_requests()
+        with platform.client("person") as client:
+            answer = client.get(f"/api/layers/{NS_B}/crafted")
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["repository"] == {"namespace": f"{NS_A}/terraformrepositories/infra#", "name": "x",
+                                               "url": None, "state": None}
+        assert not [r.path for r in list(platform.api.requests) if "terraformrepositories" in r.path]
+    finally:
+        platform.kube.delete(f"/apis/{ann.API_VERSION}/namespaces/{NS_B}/terraformlayers/crafted").raise_for_status()
 
 
 # -- OpenAPI ---------------------------------------------------------------------------------------------------
