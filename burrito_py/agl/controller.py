@@ -61,6 +61,7 @@ class AglController:
         self.layers = Store()  # layers implementing instances (labelled), by (namespace, name)
         self._parsed: dict[tuple[str, str], ApplicationDefinition | Invalid] = {}  # (name, resourceVersion)
         self._warned: dict[InstanceKey, str] = {}
+        self._aligned: dict[str, Any] = {}  # definition → the generation its instances were woken for
         self.watches = KindWatches(kube)
         self.primed = False
         self.definition_queue: Scheduler[str] = Scheduler("agl-definitions", self.reconcile_definition)
@@ -108,7 +109,7 @@ class AglController:
     async def prime(self) -> None:
         """Definitions and existing layers first, so no instance is compiled against a partial view."""
         for body in await self.kube.list(DEFINITIONS):
-            self.definitions[body["metadata"]["name"]] = body
+            self._observe_definition(body)
         namespaces: list[str | None] = [*self.namespaces] or [None]
         for namespace in namespaces:
             for layer in await self.kube.list(crd_path("terraformlayers", namespace), label_selector=LABEL_APP_KIND):
@@ -183,6 +184,13 @@ class AglController:
         new_rv = str(body["metadata"].get("resourceVersion", "0"))
         if held is None or not (held_rv.isdigit() and new_rv.isdigit()) or int(new_rv) >= int(held_rv):
             self.definitions[name] = body
+            # A new generation (whether seen in a watch event or in one of our own write responses)
+            # re-aligns every instance of the kind, and of the kind it had before if that changed.
+            generation = body["metadata"].get("generation")
+            if self._aligned.get(name) != generation:
+                self._aligned[name] = generation
+                self._wake_kind_of(body)
+                self._wake_kind_of(held)
 
     async def _count_served(self, served: str) -> list[str]:
         plural, _, group = served.partition(".")
@@ -399,16 +407,12 @@ class AglController:
 
     def on_definition(self, event_type: str | None, body: Body) -> None:
         name = body["metadata"]["name"]
-        previous = self.definitions.get(name)
         if event_type == "DELETED":
-            self.definitions.pop(name, None)
-            self._wake_kind_of(previous)
+            self._aligned.pop(name, None)
+            self._wake_kind_of(self.definitions.pop(name, None))
             return
         self._observe_definition(body)
         self.wake_definition(name)
-        if previous is None or previous["metadata"].get("generation") != body["metadata"].get("generation"):
-            self._wake_kind_of(body)  # re-align every layer of the kind
-            self._wake_kind_of(previous)
 
     def _wake_kind_of(self, body: Mapping[str, Any] | None) -> None:
         if body is None:
