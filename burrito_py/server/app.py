@@ -148,5 +148,5 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    app.include_router(rest_router(kube, datastore, authenticator))
+    app.include_router(rest_router(kube, datastore, authenticator, namespaces=settings.namespaces))
     return app

@@ -16,7 +16,7 @@ import asyncio
 import functools
 import logging
 import re
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
@@ -155,9 +155,17 @@ def rest_router(
     datastore: DatastoreClient,
     authenticator: Authenticator | None,
     runner_service_account: str = RUNNER_SERVICE_ACCOUNT,
+    namespaces: Sequence[str] = (),
 ) -> APIRouter:
     """`authenticator=None` disables auth (local tests only). `runner_service_account` is the controllers'
-    `runner_service_account` setting: tokens of that account may read but not ask for syncs."""
+    `runner_service_account` setting: tokens of that account may read but not ask for syncs. `namespaces` is the
+    server's `namespaces` setting: when set, the API shows and syncs only layers and runs of these (the server's
+    RBAC may cover no others), and reads repositories only there; empty, every namespace."""
+    managed = frozenset(namespaces)
+
+    def visible(namespace: str) -> bool:
+        return not managed or namespace in managed
+
     router = APIRouter(prefix="/api", route_class=RestRoute, responses=_ERRORS, tags=["layers and runs"])
 
     async def caller(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
@@ -175,18 +183,39 @@ def rest_router(
 
     Caller = Annotated[Principal, Depends(caller)]
 
-    async def repositories(namespace: str | None) -> dict[tuple[str, str], Body]:
-        found = await kube.list(crd_path("terraformrepositories", namespace))
-        return {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in found}
+    def readable_repository(key: tuple[str, str]) -> bool:
+        """A layer's repository reference is its author's text: only a valid namespace and name become a path on
+        the API, and only in a namespace this server manages."""
+        valid = bool(_NAMESPACE.fullmatch(key[0]) and _NAME.fullmatch(key[1])) and len(key[1]) <= 253
+        return valid and visible(key[0])
+
+    def by_key(objects: list[Body]) -> dict[tuple[str, str], Body]:
+        return {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objects}
+
+    async def list_in(plural: str, namespaces: Sequence[str]) -> list[Body]:
+        found = await asyncio.gather(*(kube.list(crd_path(plural, ns)) for ns in namespaces))
+        return [item for items in found for item in items]
+
+    async def layers_with_repositories(namespace: str | None) -> tuple[list[Body], dict[tuple[str, str], Body]]:
+        if namespace is None and not managed:
+            layers, repos = await asyncio.gather(
+                kube.list(crd_path("terraformlayers")), kube.list(crd_path("terraformrepositories"))
+            )
+            return layers, by_key(repos)
+        targets = sorted(managed) if namespace is None else [namespace] if visible(namespace) else []
+        layers = await list_in("terraformlayers", targets)
+        # A layer may use a repository of another namespace: list those of the namespaces the layers name.
+        wanted = sorted({key[0] for key in map(repository_key, layers) if readable_repository(key)})
+        return layers, by_key(await list_in("terraformrepositories", wanted))
 
     async def layer_or_404(ns: str, name: str) -> Body:
-        layer = await kube.get(crd_path("terraformlayers", ns, name))
+        layer = await kube.get(crd_path("terraformlayers", ns, name)) if visible(ns) else None
         if layer is None:
             raise Problem(404, f"TerraformLayer {ns}/{name} not found")
         return layer
 
     async def run_or_404(ns: str, name: str) -> Body:
-        run = await kube.get(crd_path("terraformruns", ns, name))
+        run = await kube.get(crd_path("terraformruns", ns, name)) if visible(ns) else None
         if run is None:
             raise Problem(404, f"TerraformRun {ns}/{name} not found")
         return run
@@ -197,9 +226,12 @@ def rest_router(
         own (admin) token, so anything but a valid namespace and name (`/`, `..`, `#`, `?`) would let a run
         point the server at another object — another layer's outputs, say."""
         layer_ns, layer = run_layer(run)
+        name = f"{run['metadata']['namespace']}/{run['metadata']['name']}"
         if layer is None or not _NAME.fullmatch(layer) or len(layer) > 253 or not _NAMESPACE.fullmatch(layer_ns):
-            name = f"{run['metadata']['namespace']}/{run['metadata']['name']}"
             raise Problem(404, f"TerraformRun {name} names no valid layer, so it has no plans or logs")
+        if not visible(layer_ns):
+            raise Problem(404, f"TerraformRun {name} is for a layer in {layer_ns}, a namespace this server does not "
+                               "manage")
         return layer_ns, layer
 
     async def from_datastore(call: Callable[[], bytes], missing: str) -> bytes:
@@ -220,7 +252,7 @@ def rest_router(
             str | None, Query(pattern=NAMESPACE_PATTERN, max_length=63, description="Only this namespace.")
         ] = None,
     ) -> list[LayerView]:
-        layers, repos = await asyncio.gather(kube.list(crd_path("terraformlayers", namespace)), repositories(namespace))
+        layers, repos = await layers_with_repositories(namespace)
         views = [layer_view(layer, repos.get(repository_key(layer))) for layer in layers]
         views.sort(key=lambda v: (v.namespace, v.name))
         # The list leaves out conditions (the detail has them): the model drops them.
@@ -230,9 +262,7 @@ def rest_router(
     async def get_layer(_: Caller, ns: Namespace, name: LayerName) -> LayerDetailView:
         layer = await layer_or_404(ns, name)
         key = repository_key(layer)
-        # The reference is the layer author's text: only a valid namespace and name become a path on the API.
-        valid = _NAMESPACE.fullmatch(key[0]) and _NAME.fullmatch(key[1]) and len(key[1]) <= 253
-        repository = await kube.get(crd_path("terraformrepositories", *key)) if valid else None
+        repository = await kube.get(crd_path("terraformrepositories", *key)) if readable_repository(key) else None
         return layer_view(layer, repository)
 
     @router.get(
@@ -256,6 +286,8 @@ def rest_router(
     async def sync_layer(who: Caller, ns: Namespace, name: LayerName) -> SyncView:
         if is_runner(who, runner_service_account):
             raise Problem(403, f"{who.describe()} is a runner; runners may not ask for syncs")
+        if not visible(ns):
+            raise Problem(404, f"TerraformLayer {ns}/{name} not found")
         now = format_time(utcnow())
         try:
             await kube.merge_patch(

@@ -54,6 +54,7 @@ class RestPlatform:
     datastore_url: str
     kube: httpx.Client  # to the emulator
     tokens: dict[str, str] = field(default_factory=dict)
+    settings: ServerSettings | None = None  # the server's
 
     def layer(self, namespace: str, name: str) -> dict[str, Any]:
         found = self.api.get_object(ann.API_VERSION, "terraformlayers", namespace, name)
@@ -209,5 +210,6 @@ def running_rest_platform(workdir: Path) -> Iterator[RestPlatform]:
         token_file.write_text(platform.tokens["server"])
         settings = ServerSettings(host="127.0.0.1", port=free_port(), kubeconfig=kubeconfig, auth_enabled=True,
                                   datastore_url=datastore, datastore_token_path=token_file)
+        platform.settings = settings
         platform.server_url = stack.enter_context(running_server(settings))
         yield platform

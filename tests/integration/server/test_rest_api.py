@@ -11,6 +11,8 @@ import pytest
 
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.client import DatastoreClient
+from burrito_py.datastore.testing import free_port
+from burrito_py.server.serving import running_server
 from burrito_py.timeutil import parse_time, utcnow
 from tests.integration.server.rest_platform import (
     FIRST_ATTEMPT_SHORT,
@@ -123,7 +125,10 @@ def test_list_shows_state_last_result_last_run_and_repository(http: httpx.Client
 
 
 def test_list_filters_by_namespace(http: httpx.Client) -> None:
-    assert [item["name"] for item in http.get("/api/layers", params={"namespace": NS_B}).json()] == ["network"]
+    network = http.get("/api/layers", params={"namespace": NS_B}).json()
+    assert [item["name"] for item in network] == ["network"]
+    # Its repository is in team-a, outside the filter: still shown.
+    assert network[0]["repository"]["url"] and network[0]["repository"]["state"] == "Synced"
     assert [item["name"] for item in http.get("/api/layers", params={"namespace": NS_A}).json()] == ["app"]
     assert http.get("/api/layers", params={"namespace": "nobody-here"}).json() == []
 
@@ -351,6 +356,41 @@ def test_a_layer_naming_an_invalid_repository_namespace_shows_no_repository(plat
         assert not [r.path for r in list(platform.api.requests) if "terraformrepositories" in r.path]
     finally:
         platform.kube.delete(f"/apis/{ann.API_VERSION}/namespaces/{NS_B}/terraformlayers/crafted").raise_for_status()
+
+
+# -- a server limited to some namespaces -------------------------------------------------------------------------
+def test_a_server_limited_to_namespaces_shows_and_syncs_only_their_layers_and_runs(platform: RestPlatform) -> None:
+    assert platform.settings is not None
+    settings = platform.settings.model_copy(update={"port": free_port(), "namespaces": [NS_B]})
+    with running_server(settings) as url, httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {platform.tokens['person']}"}, timeout=30
+    ) as client:
+        platform.api.clear_requests()
+        layers = client.get("/api/layers").json()
+        assert [(item["namespace"], item["name"]) for item in layers] == [(NS_B, "network")]
+        # Its repository is in team-a, which this server does not read.
+        assert layers[0]["repository"] == {"namespace": NS_A, "name": "infra", "url": None, "state": None}
+        assert client.get("/api/layers", params={"namespace": NS_A}).json() == []
+        assert client.get(f"/api/layers/{NS_B}/network").json()["repository"]["url"] is None
+        assert [run["name"] for run in client.get(f"/api/layers/{NS_B}/network/runs").json()] == [NETWORK_PLAN]
+        assert client.get(f"/api/runs/{NS_B}/{NETWORK_PLAN}/attempts/1/logs").content == NETWORK_LOG
+        for route, message in (
+            (f"/api/layers/{NS_A}/app", f"TerraformLayer {NS_A}/app not found"),
+            (f"/api/layers/{NS_A}/app/runs", f"TerraformLayer {NS_A}/app not found"),
+            (f"/api/runs/{NS_A}/{OLD_PLAN}", f"TerraformRun {NS_A}/{OLD_PLAN} not found"),
+            (f"/api/runs/{NS_A}/{OLD_PLAN}/plan", f"TerraformRun {NS_A}/{OLD_PLAN} not found"),
+            (f"/api/runs/{NS_A}/{OLD_PLAN}/attempts/1/logs", f"TerraformRun {NS_A}/{OLD_PLAN} not found"),
+            (f"POST /api/layers/{NS_A}/app/sync", f"TerraformLayer {NS_A}/app not found"),
+        ):
+            method, _, path = route.rpartition(" ")
+            answer = client.request(method or "GET", path)
+            assert answer.status_code == 404 and answer.json() == {"error": message}, (route, answer.text)
+        # team-b's stray run names team-b/app (no such layer in a managed namespace): no plan, and nothing else.
+        assert client.get(f"/api/runs/{NS_B}/{STRAY}/plan").status_code == 404
+        # Nothing was read or written outside team-b: a Role there is all such a server needs.
+        touched = [r.path for r in list(platform.api.requests) if "/terraform" in r.path]
+        assert touched and all(f"/namespaces/{NS_B}/" in p for p in touched), touched
+    assert (platform.layer(NS_A, "app")["metadata"].get("annotations") or {}).get(ann.SYNC_NOW) is None
 
 
 # -- OpenAPI ---------------------------------------------------------------------------------------------------
