@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,15 +32,29 @@ def load_files(paths: Iterable[Path]) -> list[dict[str, Any]]:
 
 
 class Applier:
-    def __init__(self, base_url: str, field_manager: str = "burrito-py-dev") -> None:
+    """`served_timeout`: how long to wait for a kind that is not served yet — a kind an
+    ApplicationDefinition applied just before serves once the AGL controller has created its CRD."""
+
+    def __init__(self, base_url: str, field_manager: str = "burrito-py-dev", served_timeout: float = 0.0) -> None:
         self._http = httpx.Client(base_url=base_url, timeout=30.0)
         self._field_manager = field_manager
+        self._served_timeout = served_timeout
         self._resources: dict[tuple[str, str], tuple[str, bool]] = {}
 
     def close(self) -> None:
         self._http.close()
 
     def _resource(self, api_version: str, kind: str) -> tuple[str, bool]:
+        deadline = time.monotonic() + self._served_timeout
+        while True:
+            try:
+                return self._discover(api_version, kind)
+            except ApplyError:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.2)
+
+    def _discover(self, api_version: str, kind: str) -> tuple[str, bool]:
         """(plural, namespaced) from discovery, cached per group version."""
         if (api_version, kind) not in self._resources:
             base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"

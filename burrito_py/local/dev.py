@@ -124,7 +124,7 @@ def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
         api.write_kubeconfig(options.kubeconfig)
         log.info("Kubernetes API emulator at %s (kubeconfig %s)", api.url, options.kubeconfig)
 
-        applier = Applier(api.url)
+        applier = Applier(api.url, served_timeout=30.0)  # kinds served by ApplicationDefinitions come later
         stack.callback(applier.close)
         for crd in generate_crds().values():
             applier.apply(crd)
