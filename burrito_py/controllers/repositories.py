@@ -16,6 +16,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
 from burrito_py.controllers.conditions import Cond, merge_conditions
 from burrito_py.controllers.context import Context
@@ -24,6 +25,7 @@ from burrito_py.controllers.inventory import Body, Key, key_of
 from burrito_py.controllers.kube import KubeError, crd_path, path
 from burrito_py.gitops.credentials import CredentialsError, GitCredentials, credentials_from_secret
 from burrito_py.gitops.mirror import GitError, GitMirror
+from burrito_py.gitops.paths import Change
 from burrito_py.gitops.relevance import decide_layer_commits, diff_base
 from burrito_py.timeutil import format_time_precise, utcnow
 
@@ -88,8 +90,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             continue
         head_date = await asyncio.to_thread(mirror.commit_date, head)
         await _ensure_source(ctx, mirror, namespace, name, head)
-        for layer in branch_layers:
-            await _annotate_layer(ctx, mirror, layer, head, head_date)
+        patches = await asyncio.to_thread(_branch_patches, mirror, branch_layers, head, head_date)
+        for layer, patch in patches:
+            await _annotate_layer(ctx, layer, patch)
         entries.append(_branch_entry(branch, head, now, "Synced"))
     await _write_status(ctx, repository, "Synced", entries, Cond("Synced", True, "FetchSucceeded", ""), now)
 
@@ -136,24 +139,38 @@ async def _ensure_source(ctx: Context, mirror: GitMirror, namespace: str, name: 
         await asyncio.to_thread(store.put_source, namespace, name, revision, tree, archive)
 
 
-def _layer_commits(mirror: GitMirror, layer: Body, head: str, head_date: datetime) -> dict[str, str]:
-    annotations = layer["metadata"].get("annotations") or {}
-    spec = layer.get("spec") or {}
-    base = diff_base(annotations)
-    changes = mirror.changes(base, head) if base and base != head else ([] if base else None)
-    return decide_layer_commits(
-        annotations, head, head_date, changes, spec.get("path", ""), spec.get("additionalTriggerPaths") or ()
-    )
+def _branch_patches(
+    mirror: GitMirror, layers: list[Body], head: str, head_date: datetime
+) -> list[tuple[Body, dict[str, str]]]:
+    """Each layer's annotation patch for a new head, layers with a relevant change first (they are the ones
+    waiting to plan). Layers usually share their diff base, so each diff runs once, not once per layer."""
+    diffs: dict[str, list[Change]] = {}
+
+    def changes(base: str) -> list[Change]:
+        if base not in diffs:
+            diffs[base] = mirror.changes(base, head)
+        return diffs[base]
+
+    patches = []
+    for layer in layers:
+        annotations = layer["metadata"].get("annotations") or {}
+        spec = layer.get("spec") or {}
+        base = diff_base(annotations)
+        found = changes(base) if base and base != head else ([] if base else None)
+        try:
+            patch = decide_layer_commits(
+                annotations, head, head_date, found, spec.get("path", ""), spec.get("additionalTriggerPaths") or ()
+            )
+        except ValueError as exc:  # an invalid path; the CRD schema normally refuses it first
+            log.warning("layer %s/%s: %s", layer["metadata"]["namespace"], layer["metadata"]["name"], exc)
+            continue
+        if patch:
+            patches.append((layer, patch))
+    patches.sort(key=lambda item: ann.RELEVANT_COMMIT not in item[1])
+    return patches
 
 
-async def _annotate_layer(ctx: Context, mirror: GitMirror, layer: Body, head: str, head_date: datetime) -> None:
-    try:
-        patch = await asyncio.to_thread(_layer_commits, mirror, layer, head, head_date)
-    except ValueError as exc:  # an invalid path; the CRD schema normally refuses it first
-        log.warning("layer %s/%s: %s", layer["metadata"]["namespace"], layer["metadata"]["name"], exc)
-        return
-    if not patch:
-        return
+async def _annotate_layer(ctx: Context, layer: Body, patch: dict[str, str]) -> None:
     meta = layer["metadata"]
     updated = await ctx.kube.merge_patch(
         crd_path("terraformlayers", meta["namespace"], meta["name"]), {"metadata": {"annotations": patch}}
