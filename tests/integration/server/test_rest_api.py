@@ -12,9 +12,11 @@ import pytest
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.client import DatastoreClient
 from burrito_py.datastore.testing import free_port
+from burrito_py.local.identity import request_token
 from burrito_py.server.serving import running_server
 from burrito_py.timeutil import parse_time, utcnow
 from tests.integration.server.rest_platform import (
+    AUDIENCE,
     FIRST_ATTEMPT_SHORT,
     LOG_1,
     LOG_2,
@@ -418,3 +420,36 @@ def test_openapi_lists_every_route(platform: RestPlatform) -> None:
                 assert "401" in operation["responses"] and "400" in operation["responses"], (method, url)
                 assert "422" not in operation["responses"], (method, url)
     assert "403" in schema["paths"]["/api/layers/{ns}/{name}/sync"]["post"]["responses"]
+
+
+# -- failures upstream ---------------------------------------------------------------------------------------
+def test_a_failing_kubernetes_api_is_502_naming_it(platform: RestPlatform, http: httpx.Client) -> None:
+    platform.api.inject_fault("GET", r"/terraformlayers$", 500)
+    answer = http.get("/api/layers")
+    assert answer.status_code == 502, answer.text
+    assert answer.json()["error"].startswith("the Kubernetes API answered 500")
+    assert http.get("/api/layers").status_code == 200
+
+
+def test_a_token_that_cannot_be_reviewed_now_is_503(platform: RestPlatform) -> None:
+    fresh = request_token(platform.kube, NS_A, "someone", [AUDIENCE])  # not in the server's token cache
+    platform.api.inject_fault("POST", r"/tokenreviews$", 500)
+    with httpx.Client(base_url=platform.server_url, headers={"Authorization": f"Bearer {fresh}"}) as client:
+        answer = client.get("/api/layers")
+        assert answer.status_code == 503, answer.text
+        # Not remembered: once the API answers again, the same token works.
+        assert client.get("/api/layers").status_code == 200
+    assert answer.json()["error"].startswith("cannot check the token now") and fresh not in answer.text
+
+
+def test_an_unreachable_datastore_is_503(platform: RestPlatform) -> None:
+    assert platform.settings is not None
+    settings = platform.settings.model_copy(update={"port": free_port(), "datastore_url": "http://127.0.0.1:9"})
+    with running_server(settings) as url, httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {platform.tokens['person']}"}, timeout=30
+    ) as client:
+        for route in (f"/api/runs/{NS_A}/{OLD_PLAN}/plan", f"/api/runs/{NS_A}/{OLD_PLAN}/attempts/1/logs"):
+            answer = client.get(route)
+            assert answer.status_code == 503, answer.text
+            assert answer.json() == {"error": "the datastore is unavailable"}
+        assert client.get(f"/api/runs/{NS_A}/{OLD_PLAN}").status_code == 200  # the Kubernetes side still answers
