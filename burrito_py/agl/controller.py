@@ -330,10 +330,13 @@ class AglController:
         layer: Body | None = None
         conflict: str | None = None
         if isinstance(outcome, CompiledInstance):
+            # A layer under another name can only exist once ours is new (the prefix changed): look then.
+            new = self.layers.get((namespace, outcome.layer_name)) is None
             layer, conflict = await self._write_layer(key, body, outcome)
             if layer is None and conflict is None:
                 return  # requeued
-            await self._drop_stale_layers(key, body, outcome.layer_name)
+            if new:
+                await self._drop_stale_layers(key, body, outcome.layer_name)
         status = project_status(body, outcome, layer, utcnow(), definition.spec.application.plural, conflict)
         await self._write_status(key, body, status, definition)
         await self._report(key, body, outcome, conflict)
