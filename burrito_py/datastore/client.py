@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import IO, Literal, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -22,6 +23,17 @@ class DatastoreError(Exception):
     def __init__(self, message: str, status_code: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+
+
+def _path(*segments: str | int) -> str:
+    """A URL path from segments, each percent-encoded whole: a name holding '/', '?', '#' or '%' can never
+    address another object (the datastore validates them too, but the URL must reach it intact)."""
+    parts = []
+    for segment in map(str, segments):
+        if segment in ("", ".", ".."):
+            raise DatastoreError(f"invalid path segment {segment!r}", 400)
+        parts.append(quote(segment, safe=""))
+    return "/" + "/".join(parts)
 
 
 class BearerTokenFile(httpx.Auth):
@@ -152,12 +164,12 @@ class DatastoreClient:
     # -- plans, logs and outputs -----------------------------------------------------------------
     @staticmethod
     def _run_url(ns: str, layer: str, run: str, attempt: int | None) -> str:
-        base = f"/layers/{ns}/{layer}/runs/{run}"
-        return base if attempt is None else f"{base}/attempts/{attempt}"
+        base = _path("layers", ns, layer, "runs", run)
+        return base if attempt is None else f"{base}/attempts/{int(attempt)}"
 
     def put_plan(self, ns: str, layer: str, run: str, attempt: int, fmt: PlanFormat, data: Body) -> None:
         self._put(
-            f"{self._run_url(ns, layer, run, attempt)}/plan?format={fmt}",
+            f"{self._run_url(ns, layer, run, attempt)}/plan?format={quote(fmt, safe='')}",
             data,
             f"upload of the {fmt} plan of {ns}/{layer} run {run} attempt {attempt}",
         )
@@ -220,17 +232,17 @@ class DatastoreClient:
             raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
     def has_tree(self, ns: str, repo: str, tree_id: str) -> bool:
-        return self._exists(f"/repositories/{ns}/{repo}/trees/{tree_id}", f"tree {tree_id} of {ns}/{repo}")
+        return self._exists(_path("repositories", ns, repo, "trees", tree_id), f"tree {tree_id} of {ns}/{repo}")
 
     def has_source(self, ns: str, repo: str, revision: str) -> bool:
         return self._exists(
-            f"/repositories/{ns}/{repo}/revisions/{revision}/source", f"source of {ns}/{repo} at {revision}"
+            _path("repositories", ns, repo, "revisions", revision, "source"), f"source of {ns}/{repo} at {revision}"
         )
 
     def put_source(self, ns: str, repo: str, revision: str, tree_id: str, data: Body | None) -> None:
         """`data=None` links the revision to a tree already stored."""
         self._put(
-            f"/repositories/{ns}/{repo}/revisions/{revision}/source",
+            _path("repositories", ns, repo, "revisions", revision, "source"),
             data,
             f"upload of the source of {ns}/{repo} at {revision}",
             headers={TREE_HEADER: tree_id},
@@ -238,7 +250,9 @@ class DatastoreClient:
 
     def download_source(self, ns: str, repo: str, revision: str, dest: Path) -> None:
         self._download(
-            f"/repositories/{ns}/{repo}/revisions/{revision}/source", dest, f"source of {ns}/{repo} at {revision}"
+            _path("repositories", ns, repo, "revisions", revision, "source"),
+            dest,
+            f"source of {ns}/{repo} at {revision}",
         )
 
 

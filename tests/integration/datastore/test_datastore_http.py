@@ -44,6 +44,17 @@ def test_plans_round_trip_and_latest_attempt_wins(datastore: tuple[str, Path], t
         assert missing.value.status_code == 404
 
 
+@pytest.mark.parametrize("namespace", ["default/app/runs/other#", "default?x=", "a%2Fb", "..", "."])
+def test_the_client_never_lets_a_segment_address_another_object(datastore: tuple[str, Path], namespace: str):
+    """A crafted name (say, a run's spec.layer.namespace) reaches the datastore as one segment, or not at all."""
+    url, _ = datastore
+    with DatastoreClient(url) as client:
+        client.put_logs("default", "app", "other", 1, b"another layer's log\n")
+        with pytest.raises(DatastoreError) as refused:
+            client.get_logs(namespace, "app", "app-plan-x", 1)
+        assert refused.value.status_code == 400
+
+
 def test_logs_round_trip(datastore: tuple[str, Path]):
     url, _ = datastore
     with DatastoreClient(url) as client:
