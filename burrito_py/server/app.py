@@ -148,5 +148,7 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    app.include_router(rest_router(kube, datastore, authenticator, namespaces=settings.namespaces))
+    app.include_router(
+        rest_router(kube, datastore, authenticator, settings.runner_service_account, namespaces=settings.namespaces)
+    )
     return app

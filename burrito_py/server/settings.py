@@ -25,3 +25,5 @@ class ServerSettings(BaseSettings):
     auth_audiences: list[str] = Field(default_factory=lambda: ["burrito-py"], min_length=1)
     auth_admin_users: list[str] = Field(default_factory=list)
     auth_cache_ttl_seconds: float = Field(30.0, ge=0)
+    # The controllers' runner_service_account: its tokens may read but never ask for syncs.
+    runner_service_account: str = "burrito-py-runner"
