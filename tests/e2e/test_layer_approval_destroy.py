@@ -40,9 +40,9 @@ def condition(body: dict[str, Any], type_: str) -> dict[str, Any]:
     return next(c for c in body["status"]["conditions"] if c["type"] == type_)
 
 
-def warnings(platform: Platform, name: str, reason: str) -> list[str]:
+def events_of(platform: Platform, name: str, reason: str, type_: str = "Warning") -> list[str]:
     events = platform.core.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
-    return [e.message for e in events if e.type == "Warning" and e.reason == reason]
+    return [e.message for e in events if e.type == type_ and e.reason == reason]
 
 
 def pending_sum(platform: Platform, layer: str) -> str | None:
@@ -81,7 +81,7 @@ def test_manual_approval_applies_only_the_plan_whose_sum_is_approved(platform: P
     approve(platform, "app", wrong)
     wait_for(lambda: condition(platform.layer("app"), "IsPlanApproved")["reason"] == "ApprovalMismatch", 10,
              what="the mismatch to be reported")
-    wait_for(lambda: any(wrong in m for m in warnings(platform, "app", "ApprovalMismatch")), 10, what="a Warning")
+    wait_for(lambda: any(wrong in m for m in events_of(platform, "app", "ApprovalMismatch")), 10, what="a Warning")
     time.sleep(QUIET)
     assert [r["spec"]["action"] for r in platform.runs("app")] == ["plan"]
     layer = platform.layer("app")
@@ -128,7 +128,9 @@ def test_a_new_commit_replaces_the_pending_plan_and_an_approval_of_the_old_one_a
 
 
 def destroy_runs_until_gone(platform: Platform, layer: str, timeout: float) -> list[tuple[str, str, Any]]:
-    """Every destroy run seen (name, action, last state), oldest first, while waiting for the layer to go."""
+    """Every destroy run seen (name, action, last state seen), oldest first, while waiting for the layer to
+    go. The apply's Succeeded and the layer's removal are a few milliseconds apart, so its last state seen
+    may be Running: the `Destroyed` event says how it ended."""
     seen: dict[str, tuple[str, str, Any]] = {}
     deadline = time.monotonic() + timeout
     while layer_exists(platform, layer):
@@ -139,6 +141,13 @@ def destroy_runs_until_gone(platform: Platform, layer: str, timeout: float) -> l
         assert time.monotonic() < deadline, f"layer {layer} still there; runs {list(seen.values())}"
         time.sleep(0.1)
     return list(seen.values())  # first seen first: runs() lists them in creation order
+
+
+def assert_destroyed_by(platform: Platform, layer: str, runs: list[tuple[str, str, Any]]) -> None:
+    """The last two destroy runs are a plan that succeeded and the apply of it the layer went after."""
+    (_, plan_action, plan_state), (apply_name, apply_action, _) = runs[-2:]
+    assert (plan_action, plan_state, apply_action) == ("plan", "Succeeded", "apply")
+    assert events_of(platform, layer, "Destroyed", "Normal") == [f"destroy apply run {apply_name} succeeded"]
 
 
 def test_deleting_a_layer_with_destroy_resources_on_deletion_destroys_them_first(
@@ -158,7 +167,8 @@ def test_deleting_a_layer_with_destroy_resources_on_deletion_destroys_them_first
 
     delete_layer(platform, "app")
     runs = destroy_runs_until_gone(platform, "app", timeout=90)
-    assert [(action, state) for _, action, state in runs] == [("plan", "Succeeded"), ("apply", "Succeeded")]
+    assert [action for _, action, _ in runs] == ["plan", "apply"]
+    assert_destroyed_by(platform, "app", runs)
     assert state_inputs(platform, "app") == []
     state = json.loads(platform.state_file("app").read_text())
     assert state["resources"] == [] and state["outputs"] == {}
@@ -194,7 +204,7 @@ def test_a_failed_destroy_keeps_the_layer_until_a_retry_succeeds(tmp_path: Path,
         failed = condition(layer, "HasDestroyFailed")
         assert failed["status"] == "True" and failed["reason"] == "DestroyFailed"
         assert "destroy apply run" in failed["message"] and "local-exec provisioner error" in failed["message"]
-        wait_for(lambda: warnings(platform, "app", "DestroyFailed"), 10, what="a DestroyFailed Warning")
+        wait_for(lambda: events_of(platform, "app", "DestroyFailed"), 10, what="a DestroyFailed Warning")
         assert layer["metadata"]["deletionTimestamp"] and layer["metadata"]["finalizers"] == [DESTROY_FINALIZER]
         assert destroy_actions(platform, "app") == ["plan", "apply"]
         time.sleep(QUIET)
@@ -213,5 +223,5 @@ def test_a_failed_destroy_keeps_the_layer_until_a_retry_succeeds(tmp_path: Path,
         # A fixing commit: its destroy plan and apply succeed, and the layer goes.
         repo.commit({"layers/app/main.tf": BREAKING_DESTROY % "exit 0"}, "fix the destroy")
         runs = destroy_runs_until_gone(platform, "app", timeout=90)
-        assert [(action, state) for _, action, state in runs[-2:]] == [("plan", "Succeeded"), ("apply", "Succeeded")]
+        assert_destroyed_by(platform, "app", runs)
         assert state_inputs(platform, "app") == []
