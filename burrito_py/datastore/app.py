@@ -88,13 +88,13 @@ class BadSegment(Exception):
 
 
 def _name(kind: str, value: str) -> str:
-    if not _NAME.match(value) or ".." in value:
+    if not _NAME.fullmatch(value) or ".." in value:
         raise BadSegment(kind, value, "expected a Kubernetes name (lowercase letters, digits, '-' and '.')")
     return value
 
 
 def _revision(kind: str, value: str) -> str:
-    if not _REVISION.match(value) or ".." in value:
+    if not _REVISION.fullmatch(value) or ".." in value:
         rule = "expected a commit or tree id (letters, digits, '.', '_' and '-'; not starting with '-' or '.')"
         raise BadSegment(kind, value, rule)
     return value

@@ -51,7 +51,7 @@ class Keyring:
 
     def __post_init__(self) -> None:
         for key_id, key in self.keys.items():
-            if not _KEY_ID.match(key_id):
+            if not _KEY_ID.fullmatch(key_id):
                 raise EncryptionError(f"encryption key id {key_id!r}: expected letters, digits, '-', '.' or '_'")
             if len(key) != KEY_BYTES:
                 raise EncryptionError(f"encryption key {key_id!r}: expected {KEY_BYTES} bytes, got {len(key)}")

@@ -24,7 +24,7 @@ class TooLarge(Exception):
 
 def check_key(key: str) -> str:
     """Keys are built from validated segments; this is the last line of defence against traversal."""
-    if not _KEY.match(key) or any(part in (".", "..") for part in key.split("/")):
+    if not _KEY.fullmatch(key) or any(part in (".", "..") for part in key.split("/")):
         raise ValueError(f"invalid storage key {key!r}")
     return key
 

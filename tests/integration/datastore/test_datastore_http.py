@@ -118,6 +118,9 @@ def test_everything_survives_a_restart(tmp_path: Path):
     ("/api/v1/layers/Default/app/runs/r/attempts/1/logs", "namespace 'Default'"),
     ("/api/v1/layers/default/app.../runs/r/attempts/1/logs", "layer 'app...'"),
     ("/api/v1/repositories/default/repo/revisions/a..b/source", "revision 'a..b'"),
+    # `$` matches before a trailing newline: the rules must hold for the whole segment.
+    ("/api/v1/layers/default%0A/app/runs/r/attempts/1/logs", "namespace 'default\\n'"),
+    ("/api/v1/repositories/default/repo/revisions/abc%0A/source", "revision 'abc\\n'"),
 ])
 def test_bad_segments_are_400_naming_them(datastore: tuple[str, Path], path: str, named: str):
     url, _ = datastore
