@@ -36,7 +36,7 @@ from burrito_py.controllers.layer_decisions import (
 )
 from burrito_py.controllers.layer_validation import LayerValidation, validate_layer
 from burrito_py.controllers.outputs import sync_outputs
-from burrito_py.timeutil import parse_time, utcnow
+from burrito_py.timeutil import format_time_precise, parse_time, utcnow
 
 log = logging.getLogger(__name__)
 STATUS_KEYS = ("state", "conditions", "lastResult", "lastRun", "latestRuns", "lastPlan", "pendingPlan")
@@ -106,7 +106,7 @@ def run_body(layer: Mapping[str, Any], create: CreateRun) -> Body:
             "generateName": f"{meta['name'][:40]}-{create.action}-",
             "namespace": meta["namespace"],
             "labels": {ann.LABEL_LAYER: meta["name"]},
-            "annotations": {ann.RUN_CREATED_AT: utcnow().strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
+            "annotations": {ann.RUN_CREATED_AT: format_time_precise(utcnow())},
             "ownerReferences": [
                 {
                     "apiVersion": layer.get("apiVersion", ann.API_VERSION),
