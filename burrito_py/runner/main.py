@@ -220,8 +220,11 @@ class Runner:
             TerraformRepository, "terraformrepositories", layer.repository_namespace, layer.spec.repository.name
         )
         override = effective_override_runner_spec(layer, repository)
-        # A destroy apply applies exactly its destroy plan: planning again here would plan a normal apply.
-        without_artifact = effective_remediation(layer, repository).apply_without_plan_artifact and not run.spec.destroy
+        # A destroy apply applies exactly its destroy plan: planning again here would plan a normal apply. A
+        # manually approved apply applies exactly the approved plan: planning again could apply something else.
+        remediation = effective_remediation(layer, repository)
+        manual = layer.spec.approve_plan == "manual" or (layer.spec.approve_plan is None and not remediation.auto_apply)
+        without_artifact = remediation.apply_without_plan_artifact and not run.spec.destroy and not manual
 
         layer_dir = self.fetch_source(layer.repository_namespace, layer.spec.repository.name, revision,
                                       layer.spec.path)

@@ -271,6 +271,22 @@ def test_apply_without_plan_artifact_plans_and_applies(world: World) -> None:
     assert a[ann.PLAN_COMMIT] == a[ann.APPLY_COMMIT] == revision
 
 
+def test_a_manually_approved_apply_applies_the_approved_plan_even_with_apply_without_plan_artifact(
+    world: World,
+) -> None:
+    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer(approvePlan="manual", remediationStrategy={"applyWithoutPlanArtifact": True})
+    world.run("app-plan-1", "plan", revision)
+    assert world.runner("app-plan-1", "plan").code == 0
+    approved = world.annotations()[ann.PLAN_SUM]
+    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-1", "attempt": 1})
+    result = world.runner("app-apply-1", "apply")
+    assert result.code == 0, result.stderr
+    a = world.annotations()
+    assert a[ann.APPLY_SUM] == approved and a[ann.PLAN_RUN] == "app-plan-1/1"  # no second plan was made
+    assert world.state_inputs() == ["v1"]
+
+
 def test_a_failing_plan_exits_1_and_annotates_nothing(world: World) -> None:
     revision = world.commit({"layers/app/main.tf": CODE % "v1" + 'output "x" {\n  value = var.missing\n}\n'})
     world.layer()
