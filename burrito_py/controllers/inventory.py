@@ -82,7 +82,8 @@ class Store:
         return len(self._objects)
 
 
-def _creation_order(run: Mapping[str, Any]) -> tuple[str, str, str]:
+def creation_order(run: Mapping[str, Any]) -> tuple[str, str, str]:
+    """Sort key of runs by creation: the API's whole seconds, then our sub-second stamp, then name."""
     meta = run["metadata"]
     stamp = (meta.get("annotations") or {}).get(ann.RUN_CREATED_AT, "")
     return meta.get("creationTimestamp", ""), stamp, meta["name"]
@@ -98,7 +99,7 @@ class Inventory:
     def runs_of_layer(self, namespace: str, layer: str) -> list[Body]:
         """Newest first: creation time, then our sub-second creation stamp, then name."""
         runs = self.runs.by_label(namespace, layer)
-        runs.sort(key=_creation_order, reverse=True)
+        runs.sort(key=creation_order, reverse=True)
         return runs
 
     def layers_of_repository(self, namespace: str, name: str) -> list[Body]:

@@ -28,6 +28,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from burrito_py.api import annotations as ann
+from burrito_py.controllers.inventory import creation_order
 from burrito_py.controllers.kube import Body, Kube, KubeError, crd_path
 from burrito_py.datastore.auth import AUTH_DISABLED, Authenticator, AuthUnavailable, Principal, Unauthenticated
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
@@ -272,8 +273,8 @@ def rest_router(
         await layer_or_404(ns, name)
         runs = await kube.list(crd_path("terraformruns", ns), label_selector=f"{ann.LABEL_LAYER}={name}")
         # The label is how the controllers find a layer's runs; spec.layer confirms it.
+        runs.sort(key=creation_order, reverse=True)  # as the controllers order them (sub-second ties too)
         views = [run_summary(r) for r in runs if run_layer(r) == (ns, name)]
-        views.sort(key=lambda v: (v.created or "", v.name), reverse=True)
         return views
 
     @router.post(

@@ -17,6 +17,7 @@ from kubernetes import client, config
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
+from burrito_py.controllers.inventory import creation_order
 from burrito_py.controllers.operator import ControllerThread
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.datastore.testing import running_datastore
@@ -107,7 +108,7 @@ class Platform:
         selector = f"{ann.LABEL_LAYER}={layer}" if layer else None
         items = self.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformruns",
                                                           label_selector=selector)["items"]
-        return sorted(items, key=lambda r: (r["metadata"]["creationTimestamp"], r["metadata"]["name"]))
+        return sorted(items, key=creation_order)  # runs created in one second: by the controller's stamp
 
     def pods(self, layer: str) -> list[Any]:
         return self.core.list_namespaced_pod("default", label_selector=f"{ann.LABEL_LAYER}={layer}").items
