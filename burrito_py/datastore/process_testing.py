@@ -8,15 +8,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from burrito_py.datastore.testing import free_port
+from burrito_py.health import wait_healthy
 
 
 @dataclass
@@ -84,16 +82,8 @@ def datastore_process(
     process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"datastore did not start: {log.name}")
-            time.sleep(0.05)
+        if not wait_healthy(url, lambda: process.poll() is None, 60):
+            raise RuntimeError(f"datastore did not start: {log.name}")
         yield DatastoreProcess(url, process)
     finally:
         if process.poll() is None:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import uvicorn
 
 from burrito_py.datastore.app import DatastoreSettings, create_app
 from burrito_py.datastore.storage import FilesystemStorage, Storage
+from burrito_py.health import wait_healthy
 
 
 def free_port() -> int:
@@ -50,17 +49,9 @@ def running_datastore(
     thread = threading.Thread(target=server.run, name="burrito-py-datastore", daemon=True)
     thread.start()
     url = f"http://{settings.host}:{settings.port}"
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline or not thread.is_alive():
-            server.should_exit = True
-            raise RuntimeError(f"datastore did not start on {url}")
-        time.sleep(0.02)
+    if not wait_healthy(url, thread.is_alive, 30):
+        server.should_exit = True
+        raise RuntimeError(f"datastore did not start on {url}")
     try:
         yield url
     finally:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import httpx
 import uvicorn
 
 from burrito_py.datastore.client import DatastoreClient
+from burrito_py.health import wait_healthy
 from burrito_py.server.settings import ServerSettings
 
 
@@ -55,22 +54,21 @@ async def serve(settings: ServerSettings, server_ready: threading.Event | None =
 def running_server(settings: ServerSettings) -> Iterator[str]:
     """The server in a thread on `settings.host:port` (tests and `burrito-py dev`); yields its URL."""
     holder: list[uvicorn.Server] = []
-    thread = threading.Thread(target=lambda: asyncio.run(serve(settings, holder=holder)), name="burrito-py-server",
-                              daemon=True)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(serve(settings, holder=holder))
+        except BaseException as exc:  # reported by the starting thread below
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="burrito-py-server", daemon=True)
     thread.start()
     url = f"http://{settings.host}:{settings.port}"
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline or not thread.is_alive():
-            if holder:
-                holder[0].should_exit = True
-            raise RuntimeError(f"server did not start on {url}")
-        time.sleep(0.02)
+    if not wait_healthy(url, thread.is_alive, 30):
+        if holder:
+            holder[0].should_exit = True
+        raise RuntimeError(f"server did not start on {url}: {failure[0] if failure else 'no answer in 30 s'}")
     try:
         yield url
     finally:
