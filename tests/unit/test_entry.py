@@ -15,6 +15,16 @@ def test_runner_start_goes_straight_to_the_runner() -> None:
     assert "| typer" not in done.stderr  # -X importtime lists every import: the CLI was never built
 
 
+def test_the_runner_never_imports_httpx_cli_nor_trio() -> None:
+    probe = ("import sys; sys.argv = ['burrito-py', 'runner', 'start']\n"
+             "from burrito_py import entry\n"
+             "for name in entry._RUNNER_SKIPPED_IMPORTS: sys.modules.setdefault(name, None)\n"
+             "import httpx, httpcore._synchronization as s\n"
+             "print(s.trio is None, 'rich' in sys.modules, httpx.Client is not None)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "False", "True"]  # both libraries fell back, httpx works
+
+
 def test_other_commands_go_through_the_cli() -> None:
     done = subprocess.run([*ENTRY, "runner", "start", "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0
