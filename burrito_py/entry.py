@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 
-
 # Optional imports a runner never needs. httpx imports its command line (click, rich, pygments) and httpcore
 # imports trio whenever they are installed; a `None` entry makes those imports fail fast, which both
 # libraries handle (they fall back). Together ~0.25 s of every attempt's start-up.
