@@ -99,14 +99,17 @@ def run_body(layer: Mapping[str, Any], create: CreateRun) -> Body:
         spec["artifact"] = {"run": create.artifact_run, "attempt": create.artifact_attempt}
     if create.destroy:
         spec["destroy"] = True
-    body: Body = {
+    return {
         "apiVersion": ann.API_VERSION,
         "kind": "TerraformRun",
         "metadata": {
             "generateName": f"{meta['name'][:40]}-{create.action}-",
             "namespace": meta["namespace"],
             "labels": {ann.LABEL_LAYER: meta["name"]},
-            "annotations": {ann.RUN_CREATED_AT: format_time_precise(utcnow())},
+            "annotations": {
+                ann.RUN_CREATED_AT: format_time_precise(utcnow()),
+                ann.RUN_LAYER_GENERATION: str(meta.get("generation") or 0),
+            },
             "ownerReferences": [
                 {
                     "apiVersion": layer.get("apiVersion", ann.API_VERSION),
@@ -119,8 +122,6 @@ def run_body(layer: Mapping[str, Any], create: CreateRun) -> Body:
         },
         "spec": spec,
     }
-    body["metadata"]["annotations"][ann.RUN_LAYER_GENERATION] = str(meta.get("generation") or 0)
-    return body
 
 
 def _run_ref(run: Mapping[str, Any]) -> Body:
