@@ -188,9 +188,14 @@ def test_c_invalid_instances_are_named_and_get_no_layer(platform: Platform, modu
     assert typo["message"] == "spec.size: 'x' is not of type 'integer'"
     private = wait_bucket(platform, "private", "Ready", "False", "Invalid", timeout=30)
     assert private["message"] == "spec._token: keys starting with '_' are reserved and are not Terraform variables"
-    events = platform.core.list_namespaced_event("default").items
-    warned = {(e.involved_object.name, e.reason) for e in events if e.type == "Warning"}
-    assert {("typo", "InvalidSpec"), ("private", "InvalidSpec")} <= warned
+
+    def warned() -> set[tuple[str, str]]:
+        events = platform.core.list_namespaced_event("default").items
+        return {(e.involved_object.name, e.reason) for e in events if e.type == "Warning"}
+
+    # The event follows the status write: wait for it rather than read once.
+    wait_for(lambda: {("typo", "InvalidSpec"), ("private", "InvalidSpec")} <= warned(), 10, interval=0.1,
+             what="InvalidSpec warnings for both instances")
     assert "spec.size" in kubectl(platform, "describe", "bucket", "typo")
     time.sleep(1)
     assert not layer_exists(platform, "bucket-typo") and not layer_exists(platform, "bucket-private")

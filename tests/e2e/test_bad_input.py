@@ -48,7 +48,7 @@ def test_missing_path_fails_its_plan_with_a_message_and_stops(platform: Platform
     assert "layers/does-not-exist" in layer["status"]["lastResult"]
     assert len(platform.runs("nowhere")) == 1
     run = platform.runs("nowhere")[0]["metadata"]["name"]
-    assert any("layers/does-not-exist" in w for w in warnings(platform, run))
+    wait_for(lambda: any("layers/does-not-exist" in w for w in warnings(platform, run)), 10, what="a Warning event")
     time.sleep(2)
     assert len(platform.runs("nowhere")) == 1
 
@@ -69,6 +69,7 @@ def test_unparsable_terraform_is_named_in_last_result_and_a_warning_and_stops(pl
     layer = platform.wait_state("broken", "MaxRetriesReached", timeout=60)
     assert "Unclosed configuration block" in layer["status"]["lastResult"]
     run = platform.runs("broken")[0]["metadata"]["name"]
-    assert any("Unclosed configuration block" in w for w in warnings(platform, run))
+    wait_for(lambda: any("Unclosed configuration block" in w for w in warnings(platform, run)), 10,
+             what="a Warning event")
     time.sleep(3)
     assert len(platform.runs("broken")) == 1  # retries exhausted: no new run, no crash loop
