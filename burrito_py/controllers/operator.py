@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 import yaml
@@ -30,6 +30,9 @@ from burrito_py.controllers.run_decisions import TERMINAL
 from burrito_py.controllers.runs import reconcile_run
 from burrito_py.controllers.scheduler import Scheduler
 from burrito_py.controllers.settings import ControllerSettings
+
+if TYPE_CHECKING:
+    from burrito_py.datastore.client import DatastoreClient
 
 log = logging.getLogger(__name__)
 RUNNER_SELECTOR = f"{ann.LABEL_COMPONENT}={ann.COMPONENT_RUNNER}"
@@ -78,7 +81,8 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         settings.posting.enabled = False  # we post our own, readable events
         settings.watching.server_timeout = 300
         kube = await Kube.connect(str(kubeconfig) if kubeconfig else None)
-        context = Context(settings=config, kube=kube, datastore=_datastore_client(config, kubeconfig))
+        datastore = datastore_client(config.datastore_url, config.datastore_token_path, kubeconfig)
+        context = Context(settings=config, kube=kube, datastore=datastore)
         holder["ctx"] = context
         metrics.watch_inventory(context.inventory)
         context.layers = Scheduler("layers", lambda key: reconcile_layer(context, key))
@@ -188,16 +192,17 @@ def _branch_outcomes(body: Mapping[str, Any]) -> list[tuple[Any, Any, Any]]:
 DATASTORE_TOKEN_PATH = Path("/var/run/secrets/burrito-py/token")
 
 
-def _datastore_client(settings: ControllerSettings, kubeconfig: Path | None) -> Any:
-    """In a pod: the projected service-account token file (re-read as it rotates); locally: the kubeconfig
-    user's token (`burrito-py dev` makes that a service account the datastore knows)."""
+def datastore_client(url: str, token_path: Path | None, kubeconfig: Path | None) -> DatastoreClient:
+    """The controllers' and server's datastore client. In a pod: the projected service-account token file
+    (`token_path`, else the standard mount; re-read as it rotates); locally: the kubeconfig user's token
+    (`burrito-py dev` makes that a service account the datastore knows)."""
     from burrito_py.datastore.client import DatastoreClient
 
-    token_file = settings.datastore_token_path or (DATASTORE_TOKEN_PATH if DATASTORE_TOKEN_PATH.exists() else None)
+    token_file = token_path or (DATASTORE_TOKEN_PATH if DATASTORE_TOKEN_PATH.exists() else None)
     if token_file is not None:
-        return DatastoreClient(settings.datastore_url, token_file=token_file)
+        return DatastoreClient(url, token_file=token_file)
     token = kubeconfig_login(kubeconfig).token if kubeconfig is not None else None
-    return DatastoreClient(settings.datastore_url, token=token)
+    return DatastoreClient(url, token=token)
 
 
 async def _prime(ctx: Context) -> None:

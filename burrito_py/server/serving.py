@@ -9,31 +9,20 @@ from contextlib import contextmanager
 
 import uvicorn
 
-from burrito_py.datastore.client import DatastoreClient
 from burrito_py.health import wait_healthy
 from burrito_py.server.settings import ServerSettings
 
 
-def _datastore(settings: ServerSettings) -> DatastoreClient:
-    """As the controllers do: the projected token file in a pod, else the kubeconfig user's token."""
-    from burrito_py.controllers.operator import DATASTORE_TOKEN_PATH, kubeconfig_login
-
-    token_file = settings.datastore_token_path or (DATASTORE_TOKEN_PATH if DATASTORE_TOKEN_PATH.exists() else None)
-    if token_file is not None:
-        return DatastoreClient(settings.datastore_url, token_file=token_file)
-    token = kubeconfig_login(settings.kubeconfig).token if settings.kubeconfig is not None else None
-    return DatastoreClient(settings.datastore_url, token=token)
-
-
-async def serve(settings: ServerSettings, server_ready: threading.Event | None = None,
-                holder: list[uvicorn.Server] | None = None) -> None:
+async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = None) -> None:
+    """Serve until stopped; `holder` receives the uvicorn server, so another thread can stop it."""
     from burrito_py.controllers.kube import Kube
+    from burrito_py.controllers.operator import datastore_client
     from burrito_py.datastore.kube_auth import KubeAuthenticator
     from burrito_py.datastore.token_cache import CachedAuthenticator
     from burrito_py.server.app import create_app
 
     kube = await Kube.connect(str(settings.kubeconfig) if settings.kubeconfig else None)
-    datastore = _datastore(settings)
+    datastore = datastore_client(settings.datastore_url, settings.datastore_token_path, settings.kubeconfig)
     authenticator = None
     if settings.auth_enabled:
         reviewer = KubeAuthenticator(settings.auth_audiences, settings.auth_admin_users, (), settings.kubeconfig)
