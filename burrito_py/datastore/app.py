@@ -21,16 +21,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from burrito_py.datastore.auth import (
-    AUTH_DISABLED,
     Action,
     Authenticator,
-    AuthUnavailable,
+    AuthError,
     LayerArtifacts,
     Principal,
     Sources,
     Target,
-    Unauthenticated,
     authorize,
+    principal_of,
 )
 from burrito_py.datastore.storage import Storage, TooLarge
 
@@ -74,12 +73,6 @@ class DatastoreSettings(BaseSettings):
     auth_negative_cache_ttl_seconds: float = Field(5.0, ge=0)
     # Where the Kubernetes API is for TokenReviews: this kubeconfig, else $KUBECONFIG, else in-cluster.
     kubeconfig: Path | None = None
-
-
-class AuthError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class BadSegment(Exception):
@@ -157,18 +150,12 @@ _bearer = HTTPBearer(
 async def _caller(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Principal:
-    authenticator: Authenticator | None = request.app.state.authenticator
-    if authenticator is None:
-        return AUTH_DISABLED
-    if credentials is None or not credentials.credentials:
-        raise AuthError(401, "missing credentials: send 'Authorization: Bearer <service-account token>'")
     try:
-        return await authenticator.authenticate(credentials.credentials)
-    except Unauthenticated as exc:
-        raise AuthError(401, str(exc)) from None
-    except AuthUnavailable as exc:
-        log.warning("cannot check a datastore token: %s", exc)
-        raise AuthError(503, f"cannot check the token now: {exc}") from None
+        return await principal_of(request.app.state.authenticator, credentials.credentials if credentials else None)
+    except AuthError as exc:
+        if exc.status == 503:
+            log.warning("cannot check a datastore token: %s", exc)
+        raise
 
 
 Caller = Annotated[Principal, Depends(_caller)]

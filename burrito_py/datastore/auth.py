@@ -82,6 +82,30 @@ class Authenticator(Protocol):
 
 
 AUTH_DISABLED = Principal("anonymous (datastore auth disabled)", admin=True)
+MISSING_CREDENTIALS = "missing credentials: send 'Authorization: Bearer <service-account token>'"
+
+
+class AuthError(Exception):
+    """The answer instead of the resource: 401, 403 or 503, with a message safe to show the caller."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def principal_of(authenticator: Authenticator | None, token: str | None) -> Principal:
+    """Who sends `token` (AUTH_DISABLED without an authenticator); AuthError 401 or 503 otherwise.
+    The datastore and the server's REST API both answer this way."""
+    if authenticator is None:
+        return AUTH_DISABLED
+    if not token:
+        raise AuthError(401, MISSING_CREDENTIALS)
+    try:
+        return await authenticator.authenticate(token)
+    except Unauthenticated as exc:
+        raise AuthError(401, str(exc)) from None
+    except AuthUnavailable as exc:
+        raise AuthError(503, f"cannot check the token now: {exc}") from None
 
 
 def authorize(principal: Principal, action: Action, target: Target) -> str | None:

@@ -30,7 +30,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.inventory import creation_order
 from burrito_py.controllers.kube import Body, Kube, KubeError, crd_path
-from burrito_py.datastore.auth import AUTH_DISABLED, Authenticator, AuthUnavailable, Principal, Unauthenticated
+from burrito_py.datastore.auth import Authenticator, AuthError, Principal, principal_of
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
 from burrito_py.server.views import (
     ErrorView,
@@ -170,17 +170,12 @@ def rest_router(
     router = APIRouter(prefix="/api", route_class=RestRoute, responses=_ERRORS, tags=["layers and runs"])
 
     async def caller(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
-        if authenticator is None:
-            return AUTH_DISABLED
-        if credentials is None or not credentials.credentials:
-            raise Problem(401, "missing credentials: send 'Authorization: Bearer <service-account token>'")
         try:
-            return await authenticator.authenticate(credentials.credentials)
-        except Unauthenticated as exc:
-            raise Problem(401, str(exc)) from None
-        except AuthUnavailable as exc:
-            log.warning("REST: cannot check a token: %s", exc)
-            raise Problem(503, f"cannot check the token now: {exc}") from None
+            return await principal_of(authenticator, credentials.credentials if credentials else None)
+        except AuthError as exc:
+            if exc.status == 503:
+                log.warning("REST: cannot check a token: %s", exc)
+            raise Problem(exc.status, str(exc)) from None
 
     Caller = Annotated[Principal, Depends(caller)]
 
