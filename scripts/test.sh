@@ -14,8 +14,10 @@ if [ ! -x /usr/sbin/sshd ]; then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server >/dev/null
 fi
 
-python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# Everything Python goes into the project's own .venv; its bin/ comes first on PATH, so the kubelet's runner
+# pods and the tests run this checkout's `burrito-py`.
+. scripts/venv.sh test
 
-python3 -m ruff check .
-python3 -m mypy
-python3 -m pytest "$@"
+python -m ruff check .
+python -m mypy
+python -m pytest "$@"
