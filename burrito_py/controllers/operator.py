@@ -21,6 +21,7 @@ import yaml
 from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
+from burrito_py.controllers.forbidden import ForbiddenReporter
 from burrito_py.controllers.inventory import Store, key_of
 from burrito_py.controllers.kube import Kube, crd_path, path
 from burrito_py.controllers.layers import reconcile_layer
@@ -85,9 +86,14 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         context = Context(settings=config, kube=kube, datastore=datastore)
         holder["ctx"] = context
         metrics.watch_inventory(context.inventory)
-        context.layers = Scheduler("layers", lambda key: reconcile_layer(context, key))
-        context.runs = Scheduler("runs", lambda key: reconcile_run(context, key))
-        context.repositories = Scheduler("repositories", lambda key: reconcile_repository(context, key))
+        forbidden = ForbiddenReporter(kube)
+        inventory = context.inventory
+        context.layers = Scheduler("layers", forbidden.wrap(
+            "layer", lambda key: reconcile_layer(context, key), inventory.layers.get))
+        context.runs = Scheduler("runs", forbidden.wrap(
+            "run", lambda key: reconcile_run(context, key), inventory.runs.get))
+        context.repositories = Scheduler("repositories", forbidden.wrap(
+            "repository", lambda key: reconcile_repository(context, key), inventory.repositories.get))
         await _prime(context)
         memo["tasks"] = [
             asyncio.create_task(context.layers.run()),
