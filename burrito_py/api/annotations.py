@@ -1,4 +1,4 @@
-"""Annotation and label keys shared by the controllers, the runner and the server (DESIGN §4)."""
+"""Annotation and label keys shared by the controllers, the runner and the server (docs/architecture.md §4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""ApplicationDefinition: a user-facing kind whose instances the AGL compiles into TerraformLayers (DESIGN §12).
+"""ApplicationDefinition: a user-facing kind whose instances the AGL compiles into TerraformLayers
+(docs/architecture.md §12).
 
 A platform engineer declares the kind (`spec.application`) and the Terraform module behind it
 (`spec.backend.terraform`); tenants then create instances of the kind, and each instance becomes a

@@ -1,4 +1,5 @@
-"""TerraformLayer: one Terraform root module of a repository, kept planned and applied (DESIGN §3, §5)."""
+"""TerraformLayer: one Terraform root module of a repository, kept planned and applied
+(docs/architecture.md §3, §5)."""
 
 from __future__ import annotations
 

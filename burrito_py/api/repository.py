@@ -1,4 +1,4 @@
-"""TerraformRepository: where Terraform code lives, and the defaults its layers inherit (DESIGN §3)."""
+"""TerraformRepository: where Terraform code lives, and the defaults its layers inherit (docs/architecture.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TerraformRun: one plan or apply of a layer, retried in runner pods (DESIGN §3, §6)."""
+"""TerraformRun: one plan or apply of a layer, retried in runner pods (docs/architecture.md §3, §6)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ being deleted it creates a plan run with `spec.destroy` (`terraform plan -destro
 branch-commit, then an apply run of exactly that plan, then removes the finalizer, and Kubernetes removes
 the layer and, through their owner references, its runs.
 
-Decisions where DESIGN is silent:
+Decisions (docs/architecture.md §5.7):
 - Deleting the layer is the approval: the destroy plan is applied whatever `approvePlan`/`autoApply` say
   (a person or the AGL asked for the resources to go; waiting for a second approval would only leave a
   terminating object behind).

@@ -1,4 +1,4 @@
-"""What a TerraformLayer needs next (DESIGN §5): conditions and state as pure functions.
+"""What a TerraformLayer needs next (docs/architecture.md §5): conditions and state as pure functions.
 
 The snapshot is built from the layer's annotations and the runs the controller already holds in
 memory, so evaluating a layer (on every event and every drift tick) costs no API or datastore call.
@@ -56,7 +56,7 @@ class RunView:
 
     @property
     def failed(self) -> bool:
-        # A run reaches `Failed` only once its retries are exhausted (DESIGN §6).
+        # A run reaches `Failed` only once its retries are exhausted (docs/architecture.md §6).
         return self.state == "Failed"
 
 

@@ -1,4 +1,4 @@
-"""One Terraform at a time per layer (DESIGN §6): the Lease name and who may take it (pure)."""
+"""One Terraform at a time per layer (docs/architecture.md §7): the Lease name and who may take it (pure)."""
 
 from __future__ import annotations
 

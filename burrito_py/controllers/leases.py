@@ -1,4 +1,4 @@
-"""Acquire and release the per-layer Lease (DESIGN §6): the lock that keeps one Terraform per state."""
+"""Acquire and release the per-layer Lease (docs/architecture.md §7): the lock that keeps one Terraform per state."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TerraformRepository reconcile (DESIGN §7): fetch the mirror, resolve the branches its layers use,
+"""TerraformRepository reconcile (docs/architecture.md §8): fetch the mirror, resolve the branches its layers use,
 store one source archive per tree, and tell each layer its `branch-commit` / `relevant-commit`.
 
 Git work is blocking, so it runs in a thread; one fetch serves every layer of the repository.

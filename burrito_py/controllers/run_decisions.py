@@ -1,4 +1,4 @@
-"""What a TerraformRun needs next (DESIGN §6): conditions, state and effects as pure functions.
+"""What a TerraformRun needs next (docs/architecture.md §6): conditions, state and effects as pure functions.
 
 `retries` counts the attempts that failed. A run gets `1 + maxRetries` attempts; after the n-th
 failure it waits `failureGracePeriod * 2^(n-1)` (capped) before the next one.

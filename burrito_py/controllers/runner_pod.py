@@ -1,4 +1,4 @@
-"""The runner Pod of one attempt of a TerraformRun (DESIGN §6), built as a pure function."""
+"""The runner Pod of one attempt of a TerraformRun (docs/architecture.md §6.3), built as a pure function."""
 
 from __future__ import annotations
 

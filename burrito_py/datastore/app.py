@@ -1,4 +1,5 @@
-"""The datastore's HTTP API (DESIGN §9): plans, logs, apply outputs and source archives, streamed both ways.
+"""The datastore's HTTP API (docs/architecture.md §10): plans, logs, apply outputs and source archives,
+streamed both ways.
 
 Outputs (`terraform output -json` of a successful apply) hold sensitive values: like plans, they are stored
 (encrypted when encryption is on) and served to authorized callers, and never logged."""
@@ -58,7 +59,8 @@ class DatastoreSettings(BaseSettings):
     host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on all interfaces
     port: int = 8080
     max_body_bytes: int = Field(100 * 1024 * 1024, ge=1)
-    # Bearer tokens checked by a Kubernetes TokenReview (DESIGN §9); off only for tests that do not test auth.
+    # Bearer tokens checked by a Kubernetes TokenReview (docs/architecture.md §10.2); off only for tests that do not
+    # test auth.
     auth_enabled: bool = True
     auth_audiences: list[str] = Field(default_factory=lambda: ["burrito-py"], min_length=1)
     # Identities that may read and write everything (JSON list in the environment).

@@ -1,4 +1,4 @@
-"""Who may do what in the datastore (DESIGN §9), as data and one pure decision.
+"""Who may do what in the datastore (docs/architecture.md §10.2), as data and one pure decision.
 
 A bearer token becomes a `Principal` (see `kube_auth.py`: a Kubernetes TokenReview, then the runner pod the
 token is bound to). Admins (the configured controller and server identities) may read and write everything.

@@ -1,6 +1,6 @@
 """Git credentials from a repository's Secret, and the environment that hands them to one `git fetch`.
 
-Keys of the Secret named in `spec.repository.secretName` (DESIGN §3):
+Keys of the Secret named in `spec.repository.secretName` (docs/architecture.md §8):
 
 - HTTPS: `username` + `password`, or `token`. A token is sent as HTTP basic auth with the user name
   `x-access-token` (what GitHub documents for app and fine-grained tokens; GitLab, Gitea/Forgejo and

@@ -1,4 +1,4 @@
-"""Repository-relative paths and changed-path matching (DESIGN §7). Pure: no git, no I/O.
+"""Repository-relative paths and changed-path matching (docs/architecture.md §8). Pure: no git, no I/O.
 
 Paths are POSIX, relative to the repository root, with the root itself spelled `""` once normalized.
 A watched path matches a changed path when it is a prefix of it on whole path *components*, so

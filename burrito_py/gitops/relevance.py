@@ -1,4 +1,5 @@
-"""Which commit a layer should plan: the `branch-commit` / `relevant-commit` annotations (DESIGN §4, §7). Pure.
+"""Which commit a layer should plan: the `branch-commit` / `relevant-commit` annotations
+(docs/architecture.md §4, §8). Pure.
 
 The repository controller, for each layer whose branch head it has just resolved, does:
 
@@ -8,7 +9,7 @@ The repository controller, for each layer whose branch head it has just resolved
                                  layer.spec.path, layer.spec.additionalTriggerPaths)
     if patch: patch the layer's annotations with it
 
-Diff base (a refinement of DESIGN §7's "between the last relevant commit and the new head"): the layer's
+Diff base (docs/architecture.md §8; first designed as "between the last relevant commit and the new head"): the layer's
 `branch-commit`, i.e. the head it was last told about, and only when that is absent its `relevant-commit`.
 Diffing from the head already seen covers exactly the commits new to the layer: a commit elsewhere
 followed by a commit in the layer is caught (the diff spans both), and history the layer has already

@@ -6,7 +6,7 @@ import hashlib
 import re
 from urllib.parse import urlsplit, urlunsplit
 
-# Transports a TerraformRepository may use (DESIGN §3). Everything else is refused up front, notably
+# Transports a TerraformRepository may use (docs/architecture.md §3). Everything else is refused up front, notably
 # `ext::` (runs a command) and option-looking strings, because the URL comes from a user's manifest.
 ALLOWED_SCHEMES = frozenset({"https", "http", "ssh", "git", "file"})
 

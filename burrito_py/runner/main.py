@@ -1,6 +1,6 @@
-"""`burrito-py runner start`: one attempt of a TerraformRun, inside its runner pod (DESIGN §8).
+"""`burrito-py runner start`: one attempt of a TerraformRun, inside its runner pod (docs/architecture.md §9).
 
-Environment (set by the run controller, DESIGN §6): `BURRITO_RUNNER_RUN`, `BURRITO_RUNNER_LAYER_NAME`,
+Environment (set by the run controller, docs/architecture.md §6.3): `BURRITO_RUNNER_RUN`, `BURRITO_RUNNER_LAYER_NAME`,
 `BURRITO_RUNNER_LAYER_NAMESPACE` (also the run's namespace), `BURRITO_RUNNER_ACTION` (plan | apply),
 `BURRITO_RUNNER_ATTEMPT` (the attempt number, from 1), `BURRITO_DATASTORE_URL`. The datastore token is read
 from `/var/run/secrets/burrito-py/token` when that file exists (`pod_path`, for the local kubelet).

@@ -1,4 +1,5 @@
-"""The layer's code: a source archive (`git archive` tar.gz of the whole tree, DESIGN §7) unpacked safely.
+"""The layer's code: a source archive (`git archive` tar.gz of the whole tree, docs/architecture.md §8)
+unpacked safely.
 
 Extraction uses tarfile's `data` filter (PEP 706): members with absolute paths or `..`, links pointing
 outside the destination, device files and setuid bits are refused, so an archive can never write outside

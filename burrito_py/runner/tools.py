@@ -1,4 +1,4 @@
-"""Which binary runs a layer, and at which version (DESIGN §8).
+"""Which binary runs a layer, and at which version (docs/architecture.md §9).
 
 Resolution: the effective tool of the layer (layer spec → repository spec, `burrito_py.api.effective`)
 gives terraform or opentofu and maybe a version; without one, the `required_version` of the code's

@@ -1,4 +1,4 @@
-"""The server (DESIGN §10): `POST /api/webhook` marks repositories for an immediate fetch; the REST API
+"""The server (docs/architecture.md §11): `POST /api/webhook` marks repositories for an immediate fetch; the REST API
 (`burrito_py.server.rest`) lists layers and runs for people and the UI.
 
 A push only annotates the matching TerraformRepositories with `webhook.burrito-py.io/sync-<branch>: <now>`;

@@ -1,5 +1,5 @@
-"""The server's REST API for people and the UI (DESIGN §10): layers, their runs, a run's logs and plan, and
-`POST /api/layers/{ns}/{name}/sync`.
+"""The server's REST API for people and the UI (docs/architecture.md §11.2): layers, their runs, a run's logs
+and plan, and `POST /api/layers/{ns}/{name}/sync`.
 
 Everything is read live from the Kubernetes API (layers, runs, repositories) and the datastore (logs,
 plans); the server keeps no state. Every route needs a bearer token checked by the datastore's

@@ -1,4 +1,5 @@
-"""Push webhooks from GitHub, GitLab and Gitea/Forgejo (DESIGN §10): who sent it, is it signed, what it names.
+"""Push webhooks from GitHub, GitLab and Gitea/Forgejo (docs/architecture.md §11.1): who sent it, is it signed,
+what it names.
 
 Pure functions; `burrito_py.server.app` does the I/O. The order of checks is what makes a forged delivery
 change nothing: the provider is told by its event header, the body must be JSON, the repository it names

@@ -1,5 +1,5 @@
-"""The server's REST API (DESIGN §10) over real HTTP with auth on: tokens from the emulator's TokenRequest
-checked by a real TokenReview, layers and runs read live from the emulator, plans and logs from a datastore
+"""The server's REST API (docs/architecture.md §11.2) over real HTTP with auth on: tokens from the emulator's
+TokenRequest checked by a real TokenReview, layers and runs read live from the emulator, plans and logs from a datastore
 with auth on."""
 
 from __future__ import annotations
