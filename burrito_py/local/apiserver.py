@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import json
 import re
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -39,6 +41,7 @@ from burrito_py.local.kube_resources import Resource
 from burrito_py.local.kube_selectors import FieldSelector, LabelSelector, Selection
 from burrito_py.local.kube_store import PATCH_TYPES, FieldChecks, Store, now_rfc3339
 from burrito_py.local.kube_table import table
+from burrito_py.local.kube_tls import ServingCertificate
 from burrito_py.local.kube_tls import issue as issue_certificate
 from burrito_py.local.kube_tokens import API_AUDIENCES, TokenIssuer
 
@@ -65,6 +68,11 @@ class Fault:
     status: int | None
     delay: float
     remaining: int
+
+
+@functools.cache
+def _server_context(certificate: ServingCertificate) -> ssl.SSLContext:
+    return certificate.server_context()
 
 
 def _version_priority(version: str) -> tuple[int, int, int]:
@@ -196,7 +204,7 @@ class ApiServer:
         await site.start()
         self.port = int(self._runner.addresses[0][1])
         tls = web.TCPSite(self._runner, self.host, self.tls_port, reuse_address=True,
-                          ssl_context=self.certificate.server_context())
+                          ssl_context=_server_context(self.certificate))
         await tls.start()
         self.tls_port = int(self._runner.addresses[1][1])
 

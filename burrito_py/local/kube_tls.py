@@ -8,6 +8,7 @@ emulator writes carries the CA as `certificate-authority-data`, as a real cluste
 from __future__ import annotations
 
 import datetime
+import functools
 import ipaddress
 import ssl
 import tempfile
@@ -27,7 +28,7 @@ class ServingCertificate:
     key_pem: bytes
 
     def server_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # no client certificates: no CA store to load
         with tempfile.TemporaryDirectory(prefix="burrito-py-tls-") as tmp:  # ssl loads chains from files only
             cert, key = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
             cert.write_bytes(self.cert_pem)
@@ -43,8 +44,10 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
+@functools.cache
 def issue(host: str) -> ServingCertificate:
-    """A CA and a certificate for `host`, 127.0.0.1, localhost and the in-cluster service names."""
+    """A CA and a certificate for `host`, 127.0.0.1, localhost and the in-cluster service names (one per
+    process and host: key generation and signing would otherwise dominate an emulator's start-up)."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("burrito-py-local-ca")
