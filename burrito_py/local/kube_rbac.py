@@ -327,6 +327,52 @@ def access_review_attributes(spec: Mapping[str, Any]) -> RequestAttributes:
                      "resourceAttributes must be specified")
 
 
+# -- validation of bindings --------------------------------------------------------------------------------
+def _unsupported(field: str, value: object, allowed: Iterable[str]) -> Obj:
+    listed = ", ".join(f'"{a}"' for a in allowed)
+    return {"reason": "FieldValueNotSupported", "field": field,
+            "message": f'Unsupported value: "{value}": supported values: {listed}'}
+
+
+def _required(field: str) -> Obj:
+    return {"reason": "FieldValueRequired", "field": field, "message": "Required value"}
+
+
+def prepare_binding(obj: Obj, namespaced: bool) -> tuple[Obj, list[Obj]]:
+    """A RoleBinding / ClusterRoleBinding with kube's v1 defaults (the apiGroups of roleRef and subjects)
+    and the causes kube's validation reports (roleRef kind and group, subject kinds, names, and the
+    namespace a ServiceAccount subject of a ClusterRoleBinding must name)."""
+    causes: list[Obj] = []
+    ref = dict(obj.get("roleRef") or {}) if isinstance(obj.get("roleRef"), dict) else {}
+    ref.setdefault("apiGroup", RBAC_GROUP)
+    kinds = ["Role", "ClusterRole"] if namespaced else ["ClusterRole"]
+    if ref.get("apiGroup") != RBAC_GROUP:
+        causes.append(_unsupported("roleRef.apiGroup", ref.get("apiGroup"), [RBAC_GROUP]))
+    if ref.get("kind") not in kinds:
+        causes.append(_unsupported("roleRef.kind", ref.get("kind") or "", kinds))
+    if not ref.get("name"):
+        causes.append(_required("roleRef.name"))
+    subjects = []
+    for i, raw in enumerate(obj.get("subjects") or ()):
+        subject = dict(raw) if isinstance(raw, dict) else {}
+        kind, field = subject.get("kind"), f"subjects[{i}]"
+        group = "" if kind == "ServiceAccount" else RBAC_GROUP
+        subject.setdefault("apiGroup", group)
+        if not subject.get("name"):
+            causes.append(_required(f"{field}.name"))
+        if kind not in ("ServiceAccount", "User", "Group"):
+            causes.append(_unsupported(f"{field}.kind", kind or "", ["ServiceAccount", "User", "Group"]))
+        elif subject["apiGroup"] != group:
+            causes.append(_unsupported(f"{field}.apiGroup", subject["apiGroup"], [group]))
+        if kind == "ServiceAccount" and not namespaced and not subject.get("namespace"):
+            causes.append(_required(f"{field}.namespace"))
+        subjects.append(subject)
+    out = {**obj, "roleRef": ref}
+    if subjects:
+        out["subjects"] = subjects
+    return out, causes
+
+
 # -- bootstrap policy ------------------------------------------------------------------------------------
 _BOOTSTRAP_META = {"labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
                    "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}}

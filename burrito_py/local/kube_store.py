@@ -32,6 +32,7 @@ from burrito_py.local.kube_errors import (
     not_found,
 )
 from burrito_py.local.kube_patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from burrito_py.local.kube_rbac import RBAC_GROUP, prepare_binding
 from burrito_py.local.kube_resources import Resource, builtins, resources_from_crd, storage_version
 from burrito_py.local.kube_selectors import Selection
 from burrito_py.local.kube_table import table
@@ -40,6 +41,8 @@ Obj = dict[str, Any]
 Storage = tuple[str, str]
 NAMESPACES: Storage = ("", "namespaces")
 CRDS: Storage = ("apiextensions.k8s.io", "customresourcedefinitions")
+RBAC_BINDINGS: Storage = (RBAC_GROUP, "rolebindings")
+RBAC_CLUSTER_BINDINGS: Storage = (RBAC_GROUP, "clusterrolebindings")
 FOREGROUND = "foregroundDeletion"
 CRD_CLEANUP = "customresourcecleanup.apiextensions.k8s.io"
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -251,6 +254,10 @@ class Store:
             }
         if resource.storage == ("", "secrets") and not obj.get("type"):
             obj["type"] = "Opaque"
+        if resource.storage in (RBAC_BINDINGS, RBAC_CLUSTER_BINDINGS):
+            obj, causes = prepare_binding(obj, resource.storage == RBAC_BINDINGS)
+            if causes:
+                raise invalid(resource.kind, resource.group, name, causes)
         if resource.schema is None:
             return obj
         dropped: list[str] = []

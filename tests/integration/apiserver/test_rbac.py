@@ -344,3 +344,13 @@ def test_the_bootstrap_policy_is_served(http: httpx.Client) -> None:
     assert roles["cluster-admin"]["metadata"]["labels"] == {"kubernetes.io/bootstrapping": "rbac-defaults"}
     admin = http.get(f"{RBAC}/clusterrolebindings/cluster-admin").json()
     assert admin["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:masters"}]
+
+
+def test_a_cluster_role_binding_must_name_the_namespace_of_a_service_account(http: httpx.Client) -> None:
+    got = http.post(f"{RBAC}/clusterrolebindings", json={
+        "metadata": {"name": "b"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                               "name": "view"},
+        "subjects": [{"kind": "ServiceAccount", "name": "foo"}]})
+    assert got.status_code == 422
+    assert got.json()["message"] == ('ClusterRoleBinding.rbac.authorization.k8s.io "b" is invalid: '
+                                     'subjects[0].namespace: Required value')

@@ -239,3 +239,23 @@ def test_forbidden_messages_are_kube_apiservers() -> None:
     assert got["message"].startswith('pods "x" is forbidden')
     assert forbidden("x", attrs("GET", "/foo")).status()["message"] == 'forbidden: User "x" cannot get path "/foo"'
     assert forbidden("x", attrs("GET", "/foo"), "RBAC: oops").message.endswith('path "/foo": RBAC: oops')
+
+
+def test_bindings_are_defaulted_and_validated_as_kube_does() -> None:
+    from burrito_py.local.kube_rbac import prepare_binding
+
+    ok, causes = prepare_binding({"roleRef": {"kind": "Role", "name": "r"},
+                                  "subjects": [{"kind": "User", "name": "u"},
+                                               {"kind": "ServiceAccount", "name": "s"}]}, namespaced=True)
+    assert causes == []
+    assert ok["roleRef"]["apiGroup"] == RBAC
+    assert [s["apiGroup"] for s in ok["subjects"]] == [RBAC, ""]
+    _, causes = prepare_binding({"roleRef": {"kind": "Role", "name": "r"},
+                                 "subjects": [{"kind": "ServiceAccount", "name": "s"}, {"kind": "Robot", "name": "x"},
+                                              {"kind": "Group"}]}, namespaced=False)
+    assert [(c["field"], c["message"]) for c in causes] == [
+        ("roleRef.kind", 'Unsupported value: "Role": supported values: "ClusterRole"'),
+        ("subjects[0].namespace", "Required value"),
+        ("subjects[1].kind", 'Unsupported value: "Robot": supported values: "ServiceAccount", "User", "Group"'),
+        ("subjects[2].name", "Required value"),
+    ]
