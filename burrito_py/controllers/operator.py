@@ -9,6 +9,7 @@ while watching is free and idle layers should cost nothing.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import threading
 from collections.abc import Mapping
@@ -60,6 +61,8 @@ def kubeconfig_login(kubeconfig: Path) -> kopf.ConnectionInfo:
         token=user.get("token"),
         insecure=bool(cluster.get("insecure-skip-tls-verify")),
         ca_path=cluster.get("certificate-authority"),
+        ca_data=base64.b64decode(cluster["certificate-authority-data"]) if cluster.get("certificate-authority-data")
+        else None,
         default_namespace=context.get("namespace"),
     )
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import json
 import re
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -21,13 +23,26 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from burrito_py.local.kube_authn import ADMIN_TOKEN, Authenticator, Unauthorized, UserInfo
 from burrito_py.local.kube_errors import ApiError, bad_request, invalid, not_found, reason_for, unknown_resource
 from burrito_py.local.kube_protobuf import ProtobufError
 from burrito_py.local.kube_protobuf import decode as decode_protobuf
+from burrito_py.local.kube_rbac import (
+    RBAC_STORAGES,
+    RbacIndex,
+    access_review_attributes,
+    authorize,
+    bootstrap_policy,
+    forbidden,
+    request_attributes,
+    rules_for,
+)
 from burrito_py.local.kube_resources import Resource
 from burrito_py.local.kube_selectors import FieldSelector, LabelSelector, Selection
 from burrito_py.local.kube_store import PATCH_TYPES, FieldChecks, Store, now_rfc3339
 from burrito_py.local.kube_table import table
+from burrito_py.local.kube_tls import ServingCertificate
+from burrito_py.local.kube_tls import issue as issue_certificate
 from burrito_py.local.kube_tokens import API_AUDIENCES, TokenIssuer
 
 Obj = dict[str, Any]
@@ -35,6 +50,7 @@ JSON = "application/json"
 _TRUE = ("true", "1", "True")
 _VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
 _YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_USER = web.RequestKey("user", UserInfo)  # the authenticated caller, for the review endpoints
 
 
 @dataclass
@@ -52,6 +68,11 @@ class Fault:
     status: int | None
     delay: float
     remaining: int
+
+
+@functools.cache
+def _server_context(certificate: ServingCertificate) -> ssl.SSLContext:
+    return certificate.server_context()
 
 
 def _version_priority(version: str) -> tuple[int, int, int]:
@@ -95,15 +116,29 @@ def _table_wanted(request: web.Request) -> str | None:
 
 
 class ApiServer:
-    """See the module doc. `start()` returns once listening; `stop()` ends watches and frees the port."""
+    """See the module doc. `start()` returns once listening; `stop()` ends watches and frees the port.
+
+    Every request is authenticated (`kube_authn`) and authorized by RBAC (`kube_rbac`) as kube-apiserver
+    does; the token of `write_kubeconfig` (`admin_token`) is the bootstrap cluster admin (system:masters).
+    """
+
+    admin_token = ADMIN_TOKEN
 
     def __init__(
         self, host: str = "127.0.0.1", port: int = 0, pod_log_dir: Path | None = None, event_log_size: int = 10_000
     ) -> None:
         self.host, self.port = host, port
+        self.tls_port = 0  # the HTTPS listener kubeconfigs point at (see kube_tls), on a free port
+        self.certificate = issue_certificate(host)
         self.pod_log_dir = pod_log_dir
         self.store = Store(event_log_size)
         self.tokens = TokenIssuer(self.store.uid_of)
+        self.authenticator = Authenticator(self.tokens)
+        self._rbac_key: tuple[int, ...] = ()
+        self._rbac = RbacIndex()
+        for obj in bootstrap_policy():
+            plural = "clusterroles" if obj["kind"] == "ClusterRole" else "clusterrolebindings"
+            self.store.create(self.store.resources[("rbac.authorization.k8s.io", "v1", plural)], None, obj)
         self.bookmark_interval = 60.0  # seconds between BOOKMARK events on watches that allow them
         self.log_poll_interval = 0.02  # how often a followed pod log looks for more output
         self.requests: list[RequestRecord] = []
@@ -118,7 +153,14 @@ class ApiServer:
     # -- lifecycle -------------------------------------------------------------------------------
     @property
     def url(self) -> str:
+        """Plain HTTP, for test-side clients that send `admin_headers` (kubectl would send no credentials
+        here: client-go sends a kubeconfig's credentials to https servers only)."""
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def tls_url(self) -> str:
+        """HTTPS with `certificate.ca_pem` as CA: what `write_kubeconfig` points at."""
+        return f"https://{self.host}:{self.tls_port}"
 
     def start(self) -> ApiServer:
         if self._thread is not None:
@@ -161,6 +203,10 @@ class ApiServer:
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
+        tls = web.TCPSite(self._runner, self.host, self.tls_port, reuse_address=True,
+                          ssl_context=_server_context(self.certificate))
+        await tls.start()
+        self.tls_port = int(self._runner.addresses[1][1])
 
     async def _cleanup(self) -> None:
         if self._stopping is not None:
@@ -190,8 +236,10 @@ class ApiServer:
             "apiVersion": "v1",
             "kind": "Config",
             "current-context": name,
-            "clusters": [{"name": name, "cluster": {"server": self.url}}],
-            "users": [{"name": name, "user": {"token": "burrito-py-local-admin"}}],
+            "clusters": [{"name": name, "cluster": {
+                "server": self.tls_url,
+                "certificate-authority-data": base64.b64encode(self.certificate.ca_pem).decode()}}],
+            "users": [{"name": name, "user": {"token": self.admin_token}}],
             "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}],
         }
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -199,6 +247,35 @@ class ApiServer:
         tmp.write_text(yaml.safe_dump(config))
         tmp.replace(path)
         return path
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """The Authorization header of the bootstrap cluster admin (what the kubeconfig carries)."""
+        return {"Authorization": f"Bearer {self.admin_token}"}
+
+    # -- authorization ---------------------------------------------------------------------------
+    def rbac_index(self) -> RbacIndex:
+        """The RBAC grants by subject, rebuilt when a Role, ClusterRole or binding changed since the last
+        request (so a new RoleBinding takes effect on the next request, and requests in between cost a
+        few dict lookups)."""
+        with self.store.lock:
+            key = tuple(self.store.generations[s] for s in RBAC_STORAGES)
+            if key != self._rbac_key:
+                lists = [list(self.store._iter(s, None)) for s in RBAC_STORAGES]
+                self._rbac = RbacIndex.build(*lists)
+                self._rbac_key = key
+            return self._rbac
+
+    def _authorize(self, request: web.Request) -> UserInfo:
+        try:
+            user = self.authenticator.authenticate(request.headers.get("Authorization"))
+        except Unauthorized:
+            raise ApiError(401, "Unauthorized", "Unauthorized") from None
+        attrs = request_attributes(request.method, request.path, request.query)
+        decision = authorize(self.rbac_index(), user, attrs)
+        if not decision.allowed:
+            raise forbidden(user.username, attrs, decision.reason)
+        return user
 
     # -- test-side extras ------------------------------------------------------------------------
     def get_object(self, api_version: str, kind_plural: str, namespace: str | None, name: str) -> Obj | None:
@@ -243,6 +320,7 @@ class ApiServer:
                 if fault.status is not None:
                     reason = reason_for(fault.status)
                     raise ApiError(fault.status, reason, f"injected fault: {reason}")
+            request[_USER] = self._authorize(request)
             response: web.StreamResponse = await handler(request)
             return response
         except ApiError as exc:
@@ -357,13 +435,15 @@ class ApiServer:
             if method != "POST":
                 raise self._not_allowed(method, path)
             return _json(self._token_request(namespace or "", name or "", await self._body(request)), 201)
-        if resource.verbs == ["create"]:  # tokenreviews
+        if resource.verbs == ["create"]:  # the reviews: nothing is stored, the answer is computed
             if method != "POST" or name is not None:
                 raise self._not_allowed(method, path)
             spec = (await self._body(request)).get("spec") or {}
-            return _json({"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
-                          "metadata": {"creationTimestamp": None}, "spec": spec,
-                          "status": self.tokens.review(spec)}, 201)
+            if not isinstance(spec, dict):
+                raise bad_request("spec must be an object")
+            status = self._review(resource, namespace, spec, request[_USER])
+            return _json({"kind": resource.kind, "apiVersion": resource.api_version,
+                          "metadata": {"creationTimestamp": None}, "spec": spec, "status": status}, 201)
         if name is None:
             if method == "GET":
                 if request.query.get("watch") in _TRUE:
@@ -564,6 +644,51 @@ class ApiServer:
                 self.store.unwatch(watch)
         return response
 
+    # -- reviews ---------------------------------------------------------------------------------
+    def _review(self, resource: Resource, namespace: str | None, spec: Obj, caller: UserInfo) -> Obj:
+        """The status of a TokenReview, SelfSubjectReview, (Self|Local)SubjectAccessReview or
+        SelfSubjectRulesReview."""
+        plural = resource.plural
+        if plural == "tokenreviews":
+            return self.tokens.review(spec)
+        if plural == "selfsubjectreviews":
+            return {"userInfo": caller.as_review_user()}
+        if plural == "selfsubjectrulesreviews":
+            rules, errors = rules_for(self.rbac_index(), caller, str(spec.get("namespace") or ""))
+            status: Obj = {
+                "resourceRules": [r.as_object() for r in rules if not r.non_resource_urls],
+                "nonResourceRules": [r.as_object() for r in rules if r.non_resource_urls],
+                "incomplete": bool(errors),
+            }
+            if errors:
+                status["evaluationError"] = ", ".join(errors)
+            return status
+        user = caller
+        if plural in ("subjectaccessreviews", "localsubjectaccessreviews"):
+            username, groups = str(spec.get("user") or ""), spec.get("groups") or []
+            if not username and not groups:
+                raise invalid(resource.kind, resource.group, "", [{
+                    "reason": "FieldValueInvalid", "field": "spec.user",
+                    "message": 'Invalid value: "": at least one of user or group must be specified'}])
+            extra = {str(k): tuple(str(x) for x in v) for k, v in (spec.get("extra") or {}).items()}
+            user = UserInfo(username, str(spec.get("uid") or ""), tuple(str(g) for g in groups), extra)
+        try:
+            attrs = access_review_attributes(spec)
+        except ValueError as exc:
+            raise invalid(resource.kind, resource.group, "", [{"reason": "FieldValueInvalid",
+                                                                "message": str(exc)}]) from None
+        if namespace is not None and attrs.namespace != namespace:
+            raise invalid(resource.kind, resource.group, "", [{
+                "reason": "FieldValueInvalid", "field": "spec.resourceAttributes.namespace",
+                "message": f'Invalid value: "{attrs.namespace}": must match metadata.namespace'}])
+        decision = authorize(self.rbac_index(), user, attrs)
+        answer: Obj = {"allowed": decision.allowed}
+        if decision.reason:
+            answer["reason"] = decision.reason
+        if decision.error:
+            answer["evaluationError"] = decision.error
+        return answer
+
     # -- tokens ----------------------------------------------------------------------------------
     def _token_request(self, namespace: str, name: str, body: Obj) -> Obj:
         spec = body.get("spec") or {}
@@ -666,6 +791,7 @@ def serve_forever(host: str = "127.0.0.1", port: int = 0, kubeconfig: Path | Non
         if kubeconfig is not None:
             server.write_kubeconfig(kubeconfig)
         print(f"Kubernetes API emulator listening on {server.url}", flush=True)
+        print(f"HTTPS (what kubeconfigs point at) on {server.tls_url}", flush=True)
         if kubeconfig is not None:
             print(f"kubeconfig written to {kubeconfig}", flush=True)
         threading.Event().wait()

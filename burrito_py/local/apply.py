@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import yaml
 
+from burrito_py.local.kube_authn import ADMIN_TOKEN
+
 APPLY_PATCH = "application/apply-patch+yaml"
 
 
@@ -35,8 +37,10 @@ class Applier:
     """`served_timeout`: how long to wait for a kind that is not served yet — a kind an
     ApplicationDefinition applied just before serves once the AGL controller has created its CRD."""
 
-    def __init__(self, base_url: str, field_manager: str = "burrito-py-dev", served_timeout: float = 0.0) -> None:
-        self._http = httpx.Client(base_url=base_url, timeout=30.0)
+    def __init__(self, base_url: str, field_manager: str = "burrito-py-dev", served_timeout: float = 0.0,
+                 token: str = ADMIN_TOKEN) -> None:
+        # The emulator's bootstrap admin by default: applying manifests is what a cluster admin does.
+        self._http = httpx.Client(base_url=base_url, timeout=30.0, headers={"Authorization": f"Bearer {token}"})
         self._field_manager = field_manager
         self._served_timeout = served_timeout
         self._resources: dict[tuple[str, str], tuple[str, bool]] = {}

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from burrito_py.local.apply import Applier, load_documents, load_files
+from burrito_py.local.kube_authn import ADMIN_TOKEN
 
 log = logging.getLogger("burrito_py.dev")
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
@@ -80,7 +81,8 @@ class LayerProgress(threading.Thread):
 
     def run(self) -> None:
         version = ""
-        with httpx.Client(base_url=self._url, timeout=httpx.Timeout(10.0, read=None)) as http:
+        with httpx.Client(base_url=self._url, timeout=httpx.Timeout(10.0, read=None),
+                          headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as http:
             while not self._stop_event.is_set():
                 try:
                     if not version:
@@ -110,7 +112,7 @@ def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
     from burrito_py.controllers.settings import ControllerSettings
     from burrito_py.datastore.testing import free_port, running_datastore
     from burrito_py.local.apiserver import ApiServer
-    from burrito_py.local.identity import login_as_local_admin
+    from burrito_py.local.identity import admin_client, grant_runner_access, login_as_local_admin
     from burrito_py.local.kubelet import LocalKubelet
     from burrito_py.server.serving import running_server
     from burrito_py.server.settings import ServerSettings
@@ -128,9 +130,9 @@ def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
         stack.callback(applier.close)
         for crd in generate_crds().values():
             applier.apply(crd)
-        # What the Helm chart creates on a cluster: the runner pods' service account.
-        applier.apply({"apiVersion": "v1", "kind": "ServiceAccount",
-                       "metadata": {"name": "burrito-py-runner", "namespace": "default"}})
+        # What the Helm chart creates on a cluster: the runner pods' service account and its Role.
+        with admin_client(api.url) as http:
+            grant_runner_access(http, "default")
 
         # Auth on, as on a cluster: the kubeconfig user (controllers, kubectl, `plan download`) becomes a
         # service account the datastore treats as an admin; runners get pod-bound tokens from the kubelet.

@@ -1,10 +1,16 @@
 """Service-account identities on the emulator, for `burrito-py dev`, the e2e platform and tests.
 
-The emulator's kubeconfig carries a static token that a TokenReview rejects (as a real cluster would reject
-an unknown token), so the datastore could not tell who `kubectl`, the controllers and `burrito-py plan
-download` are. `login_as_local_admin` makes the kubeconfig user a service account instead, with a token for
-both the API's audience and the datastore's (`burrito-py`); the datastore is then told that this username
-is an admin, as the Helm chart tells it about the controllers' and server's service accounts.
+The emulator's kubeconfig carries a static token (the bootstrap cluster admin, in `system:masters`) that a
+TokenReview rejects (as a real cluster rejects a static token in a TokenReview of another audience), so the
+datastore could not tell who `kubectl`, the controllers and `burrito-py plan download` are.
+`login_as_local_admin` makes the kubeconfig user a service account instead, with a token for both the API's
+audience and the datastore's (`burrito-py`); the datastore is then told that this username is an admin, as
+the Helm chart tells it about the controllers' and server's service accounts. The emulator enforces RBAC,
+so that service account is bound to `cluster-admin` first (as the static admin): it stands for the person
+at the keyboard, who is the cluster admin of a local emulator.
+
+`grant_runner_access` gives a tenant namespace the runner service account and exactly the permissions the
+runner program uses.
 """
 
 from __future__ import annotations
@@ -15,11 +21,24 @@ from typing import Any
 import httpx
 import yaml
 
+from burrito_py.local.kube_authn import ADMIN_TOKEN
 from burrito_py.local.kube_tokens import API_AUDIENCES
 
 LOCAL_ADMIN_NAMESPACE = "kube-system"
 LOCAL_ADMIN_ACCOUNT = "burrito-py-local-admin"
 DATASTORE_AUDIENCE = "burrito-py"
+RUNNER_ACCOUNT = "burrito-py-runner"
+RBAC = "rbac.authorization.k8s.io"
+APPLY = {"Content-Type": "application/apply-patch+yaml"}
+# What burrito_py/runner/main.py calls: it reads its TerraformRun, TerraformLayer and TerraformRepository,
+# annotates the layer (a merge patch) and reads the Secrets and ConfigMaps of `spec.varsFrom`. Plans, logs,
+# sources and outputs go through the datastore, not the API.
+RUNNER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": ["terraform.burrito-py.io"], "resources": ["terraformruns", "terraformrepositories"],
+     "verbs": ["get"]},
+    {"apiGroups": ["terraform.burrito-py.io"], "resources": ["terraformlayers"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["get"]},
+]
 
 
 def service_account_username(namespace: str, name: str) -> str:
@@ -76,10 +95,48 @@ def set_kubeconfig_token(kubeconfig: Path, token: str) -> None:
     tmp.replace(kubeconfig)
 
 
+def admin_client(api_url: str) -> httpx.Client:
+    """An HTTP client to the emulator as its bootstrap cluster admin (the static kubeconfig token)."""
+    return httpx.Client(base_url=api_url, timeout=30.0, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+
+
+def _apply(http: httpx.Client, path: str, obj: dict[str, Any]) -> None:
+    """Server-side apply (create or bring up to date), as `kubectl apply --server-side --force-conflicts`."""
+    response = http.patch(f"{path}/{obj['metadata']['name']}", json=obj, headers=APPLY,
+                          params={"fieldManager": "burrito-py-local", "force": "true"})
+    response.raise_for_status()
+
+
+def grant_runner_access(http: httpx.Client, namespace: str) -> str:
+    """The runner's ServiceAccount `burrito-py-runner` in `namespace`, a Role of the same name with
+    RUNNER_RULES and the RoleBinding between them; returns the account's username.
+
+    The Helm chart's runner Role must grant exactly the same (a later step makes the chart the only
+    source). A layer whose repository lives in another namespace needs `get terraformrepositories` there
+    too, which this function does not grant.
+    """
+    ensure_service_account(http, namespace, RUNNER_ACCOUNT)
+    base = f"/apis/{RBAC}/v1/namespaces/{namespace}"
+    meta = {"name": RUNNER_ACCOUNT, "namespace": namespace}
+    _apply(http, f"{base}/roles", {"apiVersion": f"{RBAC}/v1", "kind": "Role", "metadata": meta,
+                                   "rules": RUNNER_RULES})
+    _apply(http, f"{base}/rolebindings", {
+        "apiVersion": f"{RBAC}/v1", "kind": "RoleBinding", "metadata": meta,
+        "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": RUNNER_ACCOUNT},
+        "subjects": [{"kind": "ServiceAccount", "name": RUNNER_ACCOUNT, "namespace": namespace}]})
+    return service_account_username(namespace, RUNNER_ACCOUNT)
+
+
 def login_as_local_admin(api_url: str, kubeconfig: Path, seconds: int = 7 * 24 * 3600) -> str:
-    """Make the kubeconfig user the local admin service account; return its username."""
-    with httpx.Client(base_url=api_url, timeout=30.0) as http:
+    """Make the kubeconfig user the local admin service account, bound to `cluster-admin`; return its
+    username."""
+    with admin_client(api_url) as http:
         ensure_service_account(http, LOCAL_ADMIN_NAMESPACE, LOCAL_ADMIN_ACCOUNT)
+        _apply(http, f"/apis/{RBAC}/v1/clusterrolebindings", {
+            "apiVersion": f"{RBAC}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": LOCAL_ADMIN_ACCOUNT},
+            "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": LOCAL_ADMIN_ACCOUNT,
+                          "namespace": LOCAL_ADMIN_NAMESPACE}]})
         token = request_token(
             http, LOCAL_ADMIN_NAMESPACE, LOCAL_ADMIN_ACCOUNT, [*API_AUDIENCES, DATASTORE_AUDIENCE], seconds
         )

@@ -1,6 +1,7 @@
 """Decode the few protobuf bodies kubectl sends: its generator commands (`kubectl create namespace`,
-`create configmap|secret|serviceaccount`) post `application/vnd.kubernetes.protobuf` for built-ins.
-Only those kinds are understood; anything else is refused (415) by the caller."""
+`create configmap|secret|serviceaccount`) and `kubectl auth can-i|whoami` (the self reviews) post
+`application/vnd.kubernetes.protobuf` for built-ins. Only those kinds are understood; anything else is
+refused (415) by the caller."""
 
 from __future__ import annotations
 
@@ -124,13 +125,53 @@ def _serviceaccount(data: bytes) -> Obj:
     return obj
 
 
-_KINDS: dict[str, Callable[[bytes], Obj]] = {
-    "ConfigMap": _configmap, "Secret": _secret, "Namespace": _namespace, "ServiceAccount": _serviceaccount,
+def _strings(data: bytes, names: dict[int, str]) -> Obj:
+    return {names[n]: _text(v) for n, v in _fields(data) if n in names and _text(v)}
+
+
+_RESOURCE_ATTRIBUTES = {1: "namespace", 2: "verb", 3: "group", 4: "version", 5: "resource", 6: "subresource",
+                        7: "name"}
+
+
+def _access_review_spec(data: bytes) -> Obj:
+    """(Self)SubjectAccessReviewSpec: resourceAttributes 1, nonResourceAttributes 2, then (not in a self
+    review) user 3, groups 4, extra 5, uid 6."""
+    spec: Obj = {}
+    for number, value in _fields(data):
+        if number == 1 and isinstance(value, bytes):
+            spec["resourceAttributes"] = _strings(value, _RESOURCE_ATTRIBUTES)
+        elif number == 2 and isinstance(value, bytes):
+            spec["nonResourceAttributes"] = _strings(value, {1: "path", 2: "verb"})
+        elif number in (3, 6) and _text(value):
+            spec["user" if number == 3 else "uid"] = _text(value)
+        elif number == 4:
+            spec.setdefault("groups", []).append(_text(value))
+        elif number == 5:
+            key, item = _map_entry(value)
+            spec.setdefault("extra", {})[key] = [_text(v) for n, v in _fields(item) if n == 1]
+    return spec
+
+
+def _review(spec: Callable[[bytes], Obj]) -> Callable[[bytes], Obj]:
+    def decode_review(data: bytes) -> Obj:
+        return {"spec": next((spec(v) for n, v in _fields(data) if n == 2 and isinstance(v, bytes)), {})}
+
+    return decode_review
+
+
+_KINDS: dict[tuple[str, str], Callable[[bytes], Obj]] = {
+    ("v1", "ConfigMap"): _configmap, ("v1", "Secret"): _secret, ("v1", "Namespace"): _namespace,
+    ("v1", "ServiceAccount"): _serviceaccount,
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): _review(_access_review_spec),
+    ("authorization.k8s.io/v1", "SubjectAccessReview"): _review(_access_review_spec),
+    ("authorization.k8s.io/v1", "LocalSubjectAccessReview"): _review(_access_review_spec),
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): _review(lambda data: _strings(data, {1: "namespace"})),
+    ("authentication.k8s.io/v1", "SelfSubjectReview"): lambda data: {},
 }
 
 
 def decode(body: bytes) -> Obj:
-    """The JSON form of a protobuf-encoded core/v1 object of a supported kind; ProtobufError otherwise."""
+    """The JSON form of a protobuf-encoded object of a supported kind; ProtobufError otherwise."""
     if not body.startswith(MAGIC):
         raise ProtobufError("missing the k8s protobuf envelope")
     envelope = dict(_fields(body[len(MAGIC):]))
@@ -139,11 +180,12 @@ def decode(body: bytes) -> Obj:
         raise ProtobufError("bad envelope")
     names = {n: _text(v) for n, v in _fields(type_meta)}
     api_version, kind = names.get(1, ""), names.get(2, "")
-    if api_version != "v1" or kind not in _KINDS:
+    decoder = _KINDS.get((api_version, kind))
+    if decoder is None:
         raise ProtobufError(f"protobuf bodies of {api_version} {kind} are not supported; send JSON")
-    obj: Obj = {"apiVersion": "v1", "kind": kind}
+    obj: Obj = {"apiVersion": api_version, "kind": kind}
     for number, value in _fields(raw):
         if number == 1 and isinstance(value, bytes):
             obj["metadata"] = _metadata(value)
-    obj.update(_KINDS[kind](raw))
+    obj.update(decoder(raw))
     return obj

@@ -32,6 +32,7 @@ from burrito_py.local.kube_errors import (
     not_found,
 )
 from burrito_py.local.kube_patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from burrito_py.local.kube_rbac import RBAC_GROUP, prepare_binding
 from burrito_py.local.kube_resources import Resource, builtins, resources_from_crd, storage_version
 from burrito_py.local.kube_selectors import Selection
 from burrito_py.local.kube_table import table
@@ -40,6 +41,8 @@ Obj = dict[str, Any]
 Storage = tuple[str, str]
 NAMESPACES: Storage = ("", "namespaces")
 CRDS: Storage = ("apiextensions.k8s.io", "customresourcedefinitions")
+RBAC_BINDINGS: Storage = (RBAC_GROUP, "rolebindings")
+RBAC_CLUSTER_BINDINGS: Storage = (RBAC_GROUP, "clusterrolebindings")
 FOREGROUND = "foregroundDeletion"
 CRD_CLEANUP = "customresourcecleanup.apiextensions.k8s.io"
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -156,6 +159,8 @@ class Store:
         self.trimmed_rv = 0  # events up to this rv have left the log
         self.watches: dict[Storage, set[Watch]] = collections.defaultdict(set)
         self.on_change: list[Callable[[], None]] = []  # discovery changed (CRD (un)registered)
+        # Writes per storage: readers that derive state from one kind (the RBAC index) rebuild on a change.
+        self.generations: dict[Storage, int] = collections.defaultdict(int)
         self._emptying: set[tuple[str, str]] = set()  # cascades in progress (re-entrancy guard)
         for resource in builtins():
             self.resources[resource.key] = resource
@@ -208,6 +213,7 @@ class Store:
         if prev is not None and _same(prev, new):
             return prev
         self.rv += 1
+        self.generations[resource.storage] += 1
         meta = new["metadata"]
         meta["resourceVersion"] = str(self.rv)
         ns, name, uid = meta.get("namespace") or "", meta["name"], meta["uid"]
@@ -248,6 +254,10 @@ class Store:
             }
         if resource.storage == ("", "secrets") and not obj.get("type"):
             obj["type"] = "Opaque"
+        if resource.storage in (RBAC_BINDINGS, RBAC_CLUSTER_BINDINGS):
+            obj, causes = prepare_binding(obj, resource.storage == RBAC_BINDINGS)
+            if causes:
+                raise invalid(resource.kind, resource.group, name, causes)
         if resource.schema is None:
             return obj
         dropped: list[str] = []
@@ -287,6 +297,13 @@ class Store:
             raise invalid(resource.kind, resource.group, name, causes)
 
     def _validate_name(self, resource: Resource, name: str) -> None:
+        if resource.group == "rbac.authorization.k8s.io":  # any path segment name (`system:discovery`)
+            why = ("may not be '.' or '..'" if name in (".", "..") else
+                   "may not contain '/' or '%'" if "/" in name or "%" in name else "")
+            if why:
+                raise invalid(resource.kind, resource.group, name,
+                              [field_cause("metadata.name", f'Invalid value: "{name}": {why}')])
+            return
         pattern, limit = (_DNS_LABEL, 63) if resource.storage == NAMESPACES else (_DNS_SUBDOMAIN, 253)
         if not pattern.match(name) or len(name) > limit:
             what = "RFC 1123 label" if limit == 63 else "RFC 1123 subdomain"
@@ -630,6 +647,7 @@ class Store:
             del spaces[ns]
         self.by_uid.pop(uid, None)
         self.rv += 1
+        self.generations[resource.storage] += 1
         gone = {**obj, "metadata": {**meta, "resourceVersion": str(self.rv)}}
         self._publish(Event(self.rv, resource.storage, "DELETED", gone))
         for ref in meta.get("ownerReferences") or ():

@@ -39,6 +39,9 @@ class TokenIssuer:
         self._public = self._key.public_key()
         self._lookup = lookup
         self.clock = clock
+        # Signature checks of tokens already seen: every API request of a pod carries the same token, and
+        # an Ed25519 verification costs more than the rest of an authorization.
+        self._verified: dict[str, Obj] = {}
 
     def sign(self, claims: Obj) -> str:
         head = _b64(json.dumps({"alg": "EdDSA", "typ": "JWT"}).encode())
@@ -47,13 +50,21 @@ class TokenIssuer:
 
     def verify(self, token: str) -> Obj | None:
         """The claims when the signature is ours, else None (expiry is checked by `review`)."""
+        known = self._verified.get(token)
+        if known is not None:
+            return known
         try:
             head, body, signature = token.split(".")
             self._public.verify(_unb64(signature), f"{head}.{body}".encode())
             claims = json.loads(_unb64(body))
         except (ValueError, InvalidSignature, UnicodeDecodeError):
             return None
-        return claims if isinstance(claims, dict) else None
+        if not isinstance(claims, dict):
+            return None
+        if len(self._verified) >= 4096:
+            self._verified.clear()
+        self._verified[token] = claims
+        return claims
 
     def issue(
         self,

@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import signal
+import ssl
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -60,7 +61,13 @@ class LocalKubelet:
     ) -> None:
         config = yaml.safe_load(kubeconfig.read_text())
         context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
-        self._server = next(c["cluster"]["server"] for c in config["clusters"] if c["name"] == context["cluster"])
+        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+        self._server = cluster["server"]
+        self._ca_data: str | None = cluster.get("certificate-authority-data")
+        # The kubelet calls the API with the kubeconfig's credential (the emulator's admin): a real kubelet
+        # is `system:node:<name>`, limited by the Node authorizer, which the emulator does not model.
+        user = next((u.get("user") or {} for u in config.get("users") or () if u["name"] == context.get("user")), {})
+        self._headers = {"Authorization": f"Bearer {user['token']}"} if user.get("token") else {}
         self._log_dir, self._work_dir, self._node = pod_log_dir, work_dir, node_name
         self._grace = grace_seconds
         self._processes: dict[tuple[str, str], asyncio.subprocess.Process] = {}
@@ -103,7 +110,10 @@ class LocalKubelet:
 
     async def _run(self) -> None:
         assert self._stopping is not None
-        async with aiohttp.ClientSession(self._server) as http:
+        ssl_context = (ssl.create_default_context(cadata=base64.b64decode(self._ca_data).decode())
+                       if self._ca_data else None)
+        connector = aiohttp.TCPConnector(ssl=ssl_context) if ssl_context is not None else None
+        async with aiohttp.ClientSession(self._server, headers=self._headers, connector=connector) as http:
             self._http = http
             watch = asyncio.create_task(self._watch_forever())
             await self._stopping.wait()
@@ -335,7 +345,9 @@ class LocalKubelet:
                     "apiVersion": "v1",
                     "kind": "Config",
                     "current-context": "pod",
-                    "clusters": [{"name": "local", "cluster": {"server": self._server}}],
+                    "clusters": [{"name": "local", "cluster": {
+                        "server": self._server,
+                        **({"certificate-authority-data": self._ca_data} if self._ca_data else {})}}],
                     "users": [{"name": "pod", "user": {"token": token}}],
                     "contexts": [
                         {"name": "pod", "context": {"cluster": "local", "user": "pod", "namespace": meta["namespace"]}}

@@ -18,6 +18,7 @@ from burrito_py.controllers.operator import ControllerThread
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.local.apiserver import ApiServer
 from burrito_py.local.apply import Applier
+from burrito_py.local.kube_authn import ADMIN_TOKEN
 from burrito_py.local.testing import wait_for
 
 DEFS = "/apis/agl.burrito-py.io/v1alpha1/applicationdefinitions"
@@ -47,7 +48,8 @@ class LayerArrivals(threading.Thread):
 
     def run(self) -> None:
         with httpx.stream("GET", self.url + LAYERS, params={"watch": "true"},
-                          timeout=httpx.Timeout(10.0, read=None)) as response:
+                          timeout=httpx.Timeout(10.0, read=None),
+                          headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as response:
             self.ready.set()
             for line in response.iter_lines():
                 if line:
@@ -82,7 +84,8 @@ def main() -> None:
         applier.close()
         settings = ControllerSettings(datastore_url="http://127.0.0.1:9", git_cache_dir=Path(tmp) / "git",
                                       metrics_port=0)
-        with ControllerThread(settings, kubeconfig), httpx.Client(base_url=api.url, timeout=30) as http:
+        with ControllerThread(settings, kubeconfig), \
+                httpx.Client(base_url=api.url, timeout=30, headers=api.admin_headers) as http:
             arrivals = LayerArrivals(api.url)
             arrivals.start()
             arrivals.ready.wait(10)

@@ -33,14 +33,15 @@ def startup(rounds: int) -> list[float]:
 
 
 def writes(count: int) -> dict[str, float]:
-    with ApiServer() as server, httpx.Client(base_url=server.url) as http:
+    with ApiServer() as server, httpx.Client(base_url=server.url, headers=server.admin_headers) as http:
         seen = 0
         done = threading.Event()
         ready = threading.Event()
 
         def watch() -> None:
             nonlocal seen
-            with httpx.stream("GET", server.url + CMS, params={"watch": "true"}, timeout=120) as response:
+            with httpx.stream("GET", server.url + CMS, params={"watch": "true"}, timeout=120,
+                              headers=server.admin_headers) as response:
                 ready.set()
                 for line in response.iter_lines():
                     if line and json.loads(line)["type"] in ("ADDED", "MODIFIED"):
@@ -80,6 +81,35 @@ def writes(count: int) -> dict[str, float]:
         }
 
 
+def authorized_gets(bindings: int, count: int) -> dict[str, float]:
+    """Single gets per second as the admin (system:masters) and as a service account whose one RoleBinding
+    sits among `bindings` others (RBAC evaluated on every request)."""
+    from burrito_py.local.identity import request_token
+    from burrito_py.local.kube_tokens import API_AUDIENCES
+
+    rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/default"
+    with ApiServer() as server, httpx.Client(base_url=server.url, headers=server.admin_headers) as admin:
+        admin.post(f"{rbac}/roles", json={"metadata": {"name": "reader"}, "rules": [
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]})
+        for i in range(bindings + 1):
+            admin.post(f"{rbac}/rolebindings", json={
+                "metadata": {"name": f"b{i}"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                                           "name": "reader"},
+                "subjects": [{"kind": "ServiceAccount", "name": f"sa{i}", "namespace": "default"}]})
+        admin.post("/api/v1/namespaces/default/serviceaccounts", json={"metadata": {"name": f"sa{bindings}"}})
+        admin.post(CMS, json={"metadata": {"name": "cm"}})
+        token = request_token(admin, "default", f"sa{bindings}", list(API_AUDIENCES))
+        rates = {}
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}) as account:
+            for label, client in (("admin", admin), ("service_account", account)):
+                assert client.get(f"{CMS}/cm").status_code == 200
+                began = time.perf_counter()
+                for _ in range(count):
+                    client.get(f"{CMS}/cm")
+                rates[label] = count / (time.perf_counter() - began)
+        return rates
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--objects", type=int, default=2000)
@@ -95,6 +125,9 @@ def main() -> None:
     print(f"  watch events seen {figures['watch_events_seen']:.0f}, lag after the last write "
           f"{figures['watch_lag_after_last_write_ms']:.1f} ms")
     print(f"  list of {args.objects} by label {figures['list_ms']:.1f} ms, single get {figures['get_ms']:.2f} ms")
+    rates = authorized_gets(1000, 1000)
+    print(f"gets/s, one client: as the admin {rates['admin']:.0f}, as a service account with 1 of 1001 "
+          f"RoleBindings {rates['service_account']:.0f}")
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def main(layers: int = 1000, window: float = 30.0) -> None:
         ann.PLAN_RUN: "none/1",
         ann.PLAN_SUMMARY: "No changes.",
     }
-    with httpx.Client(base_url=server.url, timeout=30) as http:
+    with httpx.Client(base_url=server.url, timeout=30, headers=server.admin_headers) as http:
         http.post(
             f"{BASE}/terraformrepositories",
             json={"metadata": {"name": "repo"}, "spec": {"repository": {"url": repo.url}}},

@@ -35,6 +35,7 @@ from burrito_py.gitops.testing import TestRepo, make_bare, make_repo
 from burrito_py.gitops.testing_servers import running_http_git_server
 from burrito_py.local.apiserver import ApiServer
 from burrito_py.local.apply import Applier
+from burrito_py.local.identity import admin_client, grant_runner_access
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
 from burrito_py.timeutil import format_time, utcnow
@@ -84,15 +85,15 @@ def main(repositories: int = 50, per_repository: int = 100, pushes: int = 25) ->
     applier.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "git", "namespace": "default"},
                    "data": secret})
     # What the Helm chart creates: the runner pods' service account (pods are created, never started here).
-    applier.apply({"apiVersion": "v1", "kind": "ServiceAccount",
-                   "metadata": {"name": "burrito-py-runner", "namespace": "default"}})
+    with admin_client(api.url) as http:
+        grant_runner_access(http, "default")
     applier.close()
 
     with running_http_git_server(tmp / "http", USER, PASSWORD) as git_server, \
             running_datastore(tmp / "datastore") as datastore_url:
         clones: dict[str, TestRepo] = {}
         urls: dict[str, str] = {}
-        with httpx.Client(base_url=api.url, timeout=60) as http:
+        with httpx.Client(base_url=api.url, timeout=60, headers=api.admin_headers) as http:
             for r in range(repositories):
                 name = f"repo-{r:02d}"
                 clone = make_repo(tmp / "work" / name)

@@ -24,14 +24,12 @@ from burrito_py.datastore.testing import running_datastore
 from burrito_py.gitops.testing import TestRepo, make_repo
 from burrito_py.local.apiserver import ApiServer
 from burrito_py.local.apply import Applier
-from burrito_py.local.identity import login_as_local_admin
+from burrito_py.local.identity import admin_client, grant_runner_access, login_as_local_admin
 from burrito_py.local.kubelet import LocalKubelet
 from burrito_py.local.testing import wait_for
 
 pytestmark = pytest.mark.e2e
 # On a cluster the Helm chart creates the runner's service account in each namespace with layers.
-RUNNER_SERVICE_ACCOUNT = {"apiVersion": "v1", "kind": "ServiceAccount",
-                          "metadata": {"name": "burrito-py-runner", "namespace": "default"}}
 
 LAYER_TF = """
 terraform {
@@ -151,7 +149,8 @@ def running_platform(workdir: Path, kubeconfig: Path, **overrides: Any) -> Itera
         stack.callback(applier.close)
         for crd in generate_crds().values():
             applier.apply(crd)
-        applier.apply(RUNNER_SERVICE_ACCOUNT)
+        with admin_client(api.url) as http:
+            grant_runner_access(http, "default")
         # Datastore auth on end to end: controllers and `plan download` as the kubeconfig's service account,
         # runners with their pod-bound projected tokens.
         admin = login_as_local_admin(api.url, kubeconfig)

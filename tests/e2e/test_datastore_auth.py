@@ -24,7 +24,7 @@ def test_runners_and_controllers_authenticate_and_strangers_do_not(platform: Pla
     assert httpx.get(plan).status_code == 401
     runs = platform.runs("app")
     logs = f"{platform.datastore_url}/api/v1/layers/default/app/runs/{runs[0]['metadata']['name']}/attempts/1/logs"
-    with httpx.Client(base_url=platform.api.url) as api:
+    with httpx.Client(base_url=platform.api.url, headers=platform.api.admin_headers) as api:
         pod = platform.pods("app")[0].metadata.name
         runner_token = request_token(api, "default", "burrito-py-runner", ["burrito-py"], pod=pod)
     as_runner = {"Authorization": f"Bearer {runner_token}"}

@@ -50,7 +50,7 @@ DEFINITION: dict[str, Any] = {
 class Cluster:
     def __init__(self, api: ApiServer, kubeconfig: Path) -> None:
         self.api, self.kubeconfig = api, kubeconfig
-        self.http = httpx.Client(base_url=api.url, timeout=10)
+        self.http = httpx.Client(base_url=api.url, timeout=10, headers=api.admin_headers)
 
     def get(self, path: str) -> dict[str, Any] | None:
         response = self.http.get(path)

@@ -91,7 +91,7 @@ def cm(name: str, labels: dict[str, str] | None = None, **data: str) -> dict[str
 
 @pytest.fixture
 def http(apiserver: ApiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=apiserver.url, timeout=10) as client:
+    with httpx.Client(base_url=apiserver.url, timeout=10, headers=apiserver.admin_headers) as client:
         yield client
 
 
@@ -133,7 +133,8 @@ def stream_lines(server: ApiServer, path: str, params: dict[str, str], count: in
                  started: Callable[[], None] | None = None, timeout: float = 10) -> list[dict[str, Any]]:
     """Open a watch and read `count` NDJSON events (or until the stream ends)."""
     events: list[dict[str, Any]] = []
-    with httpx.stream("GET", server.url + path, params=params, timeout=timeout) as response:
+    with httpx.stream("GET", server.url + path, params=params, timeout=timeout,
+                      headers=server.admin_headers) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("application/json")
         if started is not None:

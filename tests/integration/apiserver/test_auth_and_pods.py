@@ -150,7 +150,8 @@ def test_pod_log_follow_streams_until_the_pod_finishes(apiserver: ApiServer, htt
     done = threading.Event()
 
     def follow() -> None:
-        with httpx.stream("GET", f"{apiserver.url}{PODS}/p/log", params={"follow": "true"}, timeout=10) as r:
+        with httpx.stream("GET", f"{apiserver.url}{PODS}/p/log", params={"follow": "true"}, timeout=10,
+                          headers=apiserver.admin_headers) as r:
             for chunk in r.iter_text():
                 received.append(chunk)
         done.set()
@@ -170,7 +171,8 @@ def test_pod_log_follow_ends_when_the_pod_is_deleted(apiserver: ApiServer, http:
     done = threading.Event()
 
     def follow() -> None:
-        with httpx.stream("GET", f"{apiserver.url}{PODS}/p/log", params={"follow": "1"}, timeout=10) as r:
+        with httpx.stream("GET", f"{apiserver.url}{PODS}/p/log", params={"follow": "1"}, timeout=10,
+                          headers=apiserver.admin_headers) as r:
             r.read()
         done.set()
 

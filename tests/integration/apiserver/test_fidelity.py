@@ -30,7 +30,7 @@ def api(tmp_path: Path) -> Iterator[tuple[ApiServer, httpx.Client]]:
     for crd in generate_crds().values():
         applier.apply(crd)
     applier.close()
-    with httpx.Client(base_url=server.url, timeout=10) as http:
+    with httpx.Client(base_url=server.url, timeout=10, headers=server.admin_headers) as http:
         yield server, http
     server.stop()
 
@@ -227,7 +227,8 @@ def test_lists_selectors_and_pagination(api: tuple[ApiServer, httpx.Client]):
 
 def _watch(server: ApiServer, params: dict[str, str], count: int) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    with httpx.stream("GET", server.url + CM, params={"watch": "true", **params}, timeout=10) as response:
+    with httpx.stream("GET", server.url + CM, params={"watch": "true", **params}, timeout=10,
+                      headers=server.admin_headers) as response:
         for line in response.iter_lines():
             if line:
                 events.append(json.loads(line))
@@ -259,7 +260,8 @@ def test_watch_lists_then_streams_and_resumes(api: tuple[ApiServer, httpx.Client
 
 
 def test_watch_of_a_trimmed_version_is_expired():
-    with ApiServer(event_log_size=3) as server, httpx.Client(base_url=server.url, timeout=10) as http:
+    with ApiServer(event_log_size=3) as server, \
+            httpx.Client(base_url=server.url, timeout=10, headers=server.admin_headers) as http:
         for i in range(5):
             http.post(CM, json=cm(f"n{i}"))
         event = _watch(server, {"resourceVersion": "1"}, 1)[0]
@@ -268,7 +270,8 @@ def test_watch_of_a_trimmed_version_is_expired():
 
 def test_watch_timeout_ends_the_stream(api: tuple[ApiServer, httpx.Client]):
     server, _ = api
-    with httpx.stream("GET", server.url + CM, params={"watch": "1", "timeoutSeconds": "1"}, timeout=10) as r:
+    with httpx.stream("GET", server.url + CM, params={"watch": "1", "timeoutSeconds": "1"}, timeout=10,
+                      headers=server.admin_headers) as r:
         assert list(r.iter_lines()) == []
         assert r.status_code == 200
 

@@ -126,7 +126,7 @@ def test_watch_from_a_resource_version_replays_only_newer_events(apiserver: ApiS
 
 
 def test_watch_from_a_trimmed_resource_version_gets_a_410_expired_error_event() -> None:
-    with ApiServer(event_log_size=5) as server, httpx.Client(base_url=server.url) as http:
+    with ApiServer(event_log_size=5) as server, httpx.Client(base_url=server.url, headers=server.admin_headers) as http:
         start = http.get(CMS).json()["metadata"]["resourceVersion"]
         for i in range(10):
             http.post(CMS, json=cm(f"c{i}"))
@@ -181,7 +181,8 @@ def test_watch_is_newline_delimited_json_over_chunked_application_json(
 ) -> None:
     http.post(CMS, json=cm("a"))
     http.post(CMS, json=cm("b"))
-    with httpx.stream("GET", apiserver.url + CMS, params={"watch": "true", "timeoutSeconds": "1"}) as response:
+    with httpx.stream("GET", apiserver.url + CMS, params={"watch": "true", "timeoutSeconds": "1"},
+                      headers=apiserver.admin_headers) as response:
         assert response.headers["content-type"] == "application/json"
         assert response.headers["transfer-encoding"] == "chunked"
         raw = response.read()

@@ -431,7 +431,7 @@ def test_concurrent_writers_from_threads_get_distinct_resource_versions(
     apiserver: ApiServer, http: httpx.Client
 ) -> None:
     def write(i: int) -> None:
-        with httpx.Client(base_url=apiserver.url) as own:
+        with httpx.Client(base_url=apiserver.url, headers=apiserver.admin_headers) as own:
             for j in range(20):
                 own.post(CMS, json=cm(f"t{i}-{j}"))
 

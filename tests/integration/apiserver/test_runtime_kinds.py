@@ -83,6 +83,7 @@ def test_a_watch_ends_when_its_kind_is_removed_and_watching_again_is_404(apiserv
 
     def watch() -> None:
         with httpx.stream("GET", apiserver.url + widgets, params={"watch": "true", "resourceVersion": version},
+                          headers=apiserver.admin_headers,
                           timeout=10) as response:
             for _ in response.iter_lines():
                 pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import socket
@@ -49,7 +50,11 @@ def test_write_kubeconfig_is_what_clients_and_kubectl_use(apiserver: ApiServer, 
     path = apiserver.write_kubeconfig(tmp_path / "sub" / "kubeconfig", namespace="kube-system")
     written = yaml.safe_load(path.read_text())
     assert written["current-context"] == "burrito-py-local"
-    assert written["clusters"][0] == {"name": "burrito-py-local", "cluster": {"server": apiserver.url}}
+    cluster = written["clusters"][0]["cluster"]
+    # HTTPS with the emulator's CA: kubectl sends the kubeconfig's token to https servers only.
+    assert cluster["server"] == apiserver.tls_url and cluster["server"].startswith("https://")
+    assert base64.b64decode(cluster["certificate-authority-data"]) == apiserver.certificate.ca_pem
+    assert written["users"][0]["user"] == {"token": apiserver.admin_token}
     assert written["contexts"][0]["context"]["namespace"] == "kube-system"
     api = client.CoreV1Api(config.new_client_from_config(config_file=str(path)))
     assert "default" in [n.metadata.name for n in api.list_namespace().items]
@@ -113,7 +118,7 @@ def test_faults_can_be_injected_from_another_thread_while_serving(apiserver: Api
 def test_running_apiserver_helper_writes_a_kubeconfig_and_stops(tmp_path: Path) -> None:
     with running_apiserver(tmp_path, kubeconfig=tmp_path / "kc") as server:
         url = server.url
-        assert yaml.safe_load((tmp_path / "kc").read_text())["clusters"][0]["cluster"]["server"] == url
+        assert yaml.safe_load((tmp_path / "kc").read_text())["clusters"][0]["cluster"]["server"] == server.tls_url
         assert server.pod_log_dir == tmp_path / "pod-logs"
     try:
         httpx.get(f"{url}/healthz", timeout=1)

@@ -17,7 +17,12 @@ from burrito_py.datastore.client import DatastoreClient
 from burrito_py.datastore.testing import running_datastore
 from burrito_py.local.apiserver import ApiServer
 from burrito_py.local.apply import Applier
-from burrito_py.local.identity import ensure_service_account, request_token, service_account_username
+from burrito_py.local.identity import (
+    ensure_service_account,
+    grant_runner_access,
+    request_token,
+    service_account_username,
+)
 from burrito_py.local.kube_tokens import TokenIssuer
 from burrito_py.local.testing import running_apiserver
 
@@ -81,7 +86,8 @@ def _objects(applier: Applier) -> None:
 
 def _tokens(platform: AuthPlatform) -> None:
     http, api = platform.http, platform.api
-    for namespace, account in ((NS, RUNNER_SA), (NS, "someone"), CONTROLLERS):
+    grant_runner_access(http, NS)
+    for namespace, account in ((NS, "someone"), CONTROLLERS):
         ensure_service_account(http, namespace, account)
     for layer in LAYERS:
         platform.create_runner_pod(LAYERS[layer][1][0], 1)
@@ -127,7 +133,7 @@ def running_auth_platform(workdir: Path) -> Iterator[AuthPlatform]:
         applier = Applier(api.url)
         stack.callback(applier.close)
         _objects(applier)
-        http = stack.enter_context(httpx.Client(base_url=api.url, timeout=30.0))
+        http = stack.enter_context(httpx.Client(base_url=api.url, timeout=30.0, headers=api.admin_headers))
         url = stack.enter_context(running_datastore(
             workdir / "data", auth_enabled=True, kubeconfig=kubeconfig,
             admin_users=[service_account_username(*CONTROLLERS)],

@@ -43,7 +43,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[ApiServer, httpx.Client, Path]]:
     kubeconfig = server.write_kubeconfig(KUBECONFIG_PATH)
     kubelet = LocalKubelet(kubeconfig, tmp_path / "logs", tmp_path / "pods", grace_seconds=1)
     kubelet.start()
-    with httpx.Client(base_url=server.url, timeout=10) as http:
+    with httpx.Client(base_url=server.url, timeout=10, headers=server.admin_headers) as http:
         yield server, http, tmp_path
     kubelet.stop()
     server.stop()

@@ -23,6 +23,14 @@ from burrito_py.datastore.storage import FilesystemStorage
 from burrito_py.datastore.testing import free_port, running_datastore
 from burrito_py.local.apiserver import ApiServer
 from burrito_py.local.apply import Applier, load_files
+from burrito_py.local.identity import (
+    RUNNER_ACCOUNT,
+    admin_client,
+    grant_runner_access,
+    request_token,
+    set_kubeconfig_token,
+)
+from burrito_py.local.kube_tokens import API_AUDIENCES
 from burrito_py.timeutil import parse_time
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -60,7 +68,8 @@ class Result:
 class World:
     tmp: Path
     api: ApiServer
-    kubeconfig: Path
+    kubeconfig: Path  # the admin's (the test's own calls)
+    runner_kubeconfig: Path  # the runner's: its service account with the runner Role only
     datastore_url: str
     custom: client.CustomObjectsApi
     repo_dir: Path
@@ -133,7 +142,7 @@ class World:
             "PATH": os.environ["PATH"],
             "PYTHONPATH": str(REPO_ROOT),  # this checkout, whatever an editable install points at
             "HOME": str(self.tmp / "home"),
-            "KUBECONFIG": str(self.kubeconfig),
+            "KUBECONFIG": str(self.runner_kubeconfig),
             "BURRITO_LOCAL_ROOT": str(pod_root),
             "BURRITO_RUNNER_RUN": run,
             "BURRITO_RUNNER_LAYER_NAME": layer,
@@ -167,11 +176,19 @@ def world(tmp_path: Path) -> Iterator[World]:
             applier.apply(crd)
         applier.close()
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
+        # The runner calls the API as `burrito-py-runner` with exactly the Role the chart gives it, so a
+        # call it makes beyond that Role fails here as it would on a cluster.
+        with admin_client(api.url) as http:
+            grant_runner_access(http, NS)
+            token = request_token(http, NS, RUNNER_ACCOUNT, list(API_AUDIENCES))
+        runner_kubeconfig = api.write_kubeconfig(tmp_path / "runner-kubeconfig")
+        set_kubeconfig_token(runner_kubeconfig, token)
         repo_dir = tmp_path / "repo"
         repo_dir.mkdir()
         git(repo_dir, "init", "-q", "-b", "main")
         with running_datastore(tmp_path / "datastore") as url:
-            w = World(tmp_path, api, kubeconfig, url, client.CustomObjectsApi(api_client), repo_dir)
+            w = World(tmp_path, api, kubeconfig, runner_kubeconfig, url, client.CustomObjectsApi(api_client),
+                      repo_dir)
             w.create("terraformrepositories", {"kind": "TerraformRepository", "metadata": {"name": "infra"},
                                                "spec": {"repository": {"url": "https://example.com/infra.git"}}})
             yield w

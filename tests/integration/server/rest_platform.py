@@ -19,7 +19,12 @@ from burrito_py.datastore.client import DatastoreClient
 from burrito_py.datastore.testing import free_port, running_datastore
 from burrito_py.local.apiserver import ApiServer
 from burrito_py.local.apply import Applier
-from burrito_py.local.identity import ensure_service_account, request_token, service_account_username
+from burrito_py.local.identity import (
+    ensure_service_account,
+    grant_runner_access,
+    request_token,
+    service_account_username,
+)
 from burrito_py.local.kube_tokens import TokenIssuer
 from burrito_py.local.testing import running_apiserver
 from burrito_py.server.serving import running_server
@@ -162,7 +167,8 @@ def _objects(applier: Applier, kube: httpx.Client) -> None:
 
 def _tokens(platform: RestPlatform) -> None:
     http, api = platform.kube, platform.api
-    for namespace, account in (CONTROLLERS, SERVER, (NS_A, RUNNER_SA), (NS_A, "someone")):
+    grant_runner_access(http, NS_A)
+    for namespace, account in (CONTROLLERS, SERVER, (NS_A, "someone")):
         ensure_service_account(http, namespace, account)
     runner_uid = http.get(f"/api/v1/namespaces/{NS_A}/serviceaccounts/{RUNNER_SA}").json()["metadata"]["uid"]
     platform.tokens.update({
@@ -195,7 +201,7 @@ def running_rest_platform(workdir: Path) -> Iterator[RestPlatform]:
     kubeconfig = workdir / "kubeconfig"
     with contextlib.ExitStack() as stack:
         api = stack.enter_context(running_apiserver(workdir, kubeconfig=kubeconfig))
-        kube = stack.enter_context(httpx.Client(base_url=api.url, timeout=30.0))
+        kube = stack.enter_context(httpx.Client(base_url=api.url, timeout=30.0, headers=api.admin_headers))
         applier = Applier(api.url)
         stack.callback(applier.close)
         _objects(applier, kube)
