@@ -73,6 +73,25 @@ def test_deleting_the_terraformlayer_crd_releases_layers_without_destroying(plat
     assert state_inputs(platform, "app") == ["v1"] and state_inputs(platform, "other") == ["other"]
 
 
+def test_deleting_every_burrito_crd_at_once_like_an_uninstall_destroys_nothing(platform: Platform, repo: TestRepo):
+    platform.create_repository("repo", repo.url)
+    platform.create_layer("app", "repo", "layers/app", auto_apply=True, destroyResourcesOnDeletion=True)
+    platform.wait_state("app", "Idle", timeout=90)
+    state_before = platform.state_file("app").read_text()
+    names = [f"{plural}.{ann.GROUP}" for plural in ("terraformruns", "terraformrepositories", "terraformlayers")]
+
+    with httpx.Client(base_url=platform.api.url, timeout=10) as http:
+        since = time.time()
+        for name in names:  # runs and repositories go at once: nothing holds them
+            assert http.delete(f"{CRDS}/{name}").status_code == 200
+        wait_for(lambda: all(gone(http, f"{CRDS}/{name}") for name in names), 60, interval=0.1,
+                 what="every CRD to go")
+    assert runs_created_since(platform, since) == []
+    messages = wait_for(lambda: skipped_events(platform, "app"), 10, what="a DestroySkipped Warning")
+    assert LAYER_CRD in messages[0]
+    assert platform.state_file("app").read_text() == state_before
+
+
 def bucket_state(platform: Platform) -> list[Any]:
     return list(json.loads((platform.workdir / "state" / "bucket-photos.tfstate").read_text())["resources"])
 
