@@ -92,6 +92,44 @@ def test_deleting_every_burrito_crd_at_once_like_an_uninstall_destroys_nothing(p
     assert platform.state_file("app").read_text() == state_before
 
 
+SLOW_APPLY = """
+terraform {
+  backend "local" {}
+}
+
+resource "terraform_data" "this" {
+  input = "slow"
+
+  provisioner "local-exec" {
+    command = "sleep 6"
+  }
+}
+"""
+
+
+def test_an_apply_running_when_the_crd_is_deleted_ends_and_no_destroy_follows(platform: Platform, repo: TestRepo):
+    repo.commit({"layers/app/main.tf": SLOW_APPLY}, "an apply that takes a while")
+    platform.create_repository("repo", repo.url)
+    platform.create_layer("app", "repo", "layers/app", auto_apply=True, destroyResourcesOnDeletion=True)
+    wait_for(lambda: any(r["spec"]["action"] == "apply" and (r.get("status") or {}).get("state") == "Running"
+                         for r in platform.runs("app")), 90, interval=0.1, what="the apply to run")
+
+    with httpx.Client(base_url=platform.api.url, timeout=10) as http:
+        since = time.time()
+        assert http.delete(f"{CRDS}/{LAYER_CRD}").status_code == 200
+        # The apply is waited for, never cut short; the verdict is kept on the layer meanwhile.
+        marked = wait_for(lambda: platform.annotations("app").get(ann.SKIP_DESTROY), 20, interval=0.1,
+                          what="the skip-destroy mark")
+        assert LAYER_CRD in marked
+        layer = platform.layer("app")
+        assert layer["metadata"]["deletionTimestamp"] and layer["status"]["state"] == "Running"
+        wait_for(lambda: gone(http, f"{CRDS}/{LAYER_CRD}"), 60, interval=0.1, what="the CRD to go")
+    assert runs_created_since(platform, since) == [], "no destroy run after the apply"
+    assert state_inputs(platform, "app") == ["slow"], "the apply completed, and nothing destroyed it"
+    messages = skipped_events(platform, "app")
+    assert messages and all(LAYER_CRD in m for m in messages)
+
+
 def bucket_state(platform: Platform) -> list[Any]:
     return list(json.loads((platform.workdir / "state" / "bucket-photos.tfstate").read_text())["resources"])
 
