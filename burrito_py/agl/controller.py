@@ -222,6 +222,17 @@ class AglController:
                 ), instances=len(remaining))
                 self.wake_definition(name, 10.0)  # instance deletions wake us sooner
                 return
+            layers = self._layers_of_kind(body)
+            if layers:
+                # Deleted instances' layers may still be destroying: withdrawing the kind now would make the
+                # destroy guard (controllers/crd_guard.py) take their deletion for a CRD's, and skip it.
+                shown = ", ".join(layers[:5]) + (", …" if len(layers) > 5 else "")
+                await self._definition_status(body, Cond(
+                    "Ready", False, "LayersRemain",
+                    f"deleting: {served} is served until the layers of its deleted instances are gone: {shown}",
+                ), instances=0)
+                self.wake_definition(name, 10.0)  # layer deletions wake us sooner
+                return
             await self._unwatch(served)
             await self._delete_crd(served, name)
         finalizers.remove(DEFINITION_FINALIZER)
@@ -234,6 +245,14 @@ class AglController:
             elif error.status != 404:
                 raise
         log.info("ApplicationDefinition %s released (no instance left)", name)
+
+    def _layers_of_kind(self, body: Mapping[str, Any]) -> list[str]:
+        parsed = self.parsed(body)
+        if not isinstance(parsed, ApplicationDefinition):
+            return []
+        kind = (parsed.spec.application.group, parsed.spec.application.kind)
+        return [f"{layer['metadata'].get('namespace')}/{layer['metadata']['name']}" for layer in self.layers
+                if (instance_of_layer(layer) or ("", ""))[:2] == kind]
 
     async def reconcile_definition(self, name: str) -> None:
         body = self.definitions.get(name)
@@ -447,6 +466,9 @@ class AglController:
         owner = instance_of_layer(body)
         if owner is not None:
             self.wake_instance(owner)
+            found = self.definition_of(owner[0], owner[1]) if event_type == "DELETED" else None
+            if found is not None and found[0]["metadata"].get("deletionTimestamp"):
+                self.wake_definition(found[0]["metadata"]["name"], COUNT_DELAY)
 
 
 async def resync_forever(agl: AglController, interval: float) -> None:

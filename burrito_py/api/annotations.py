@@ -31,6 +31,9 @@ RELEVANT_COMMIT_DATE = "webhook.burrito-py.io/relevant-commit-date"
 SYNC_NOW = "api.burrito-py.io/sync-now"
 # Set by a person: apply the pending plan whose sum is exactly this value (manual approval).
 APPROVE_PLAN = "api.burrito-py.io/approve-plan"
+# On a TerraformLayer being deleted: release it without destroying its resources, for the reason given.
+# Set by the layer controller when a CRD's deletion is behind the layer's (see controllers/crd_guard.py).
+SKIP_DESTROY = "api.burrito-py.io/skip-destroy"
 # On a TerraformRepository: `sync-<branch>` = time the server asked for an immediate fetch.
 REPOSITORY_SYNC_PREFIX = "webhook.burrito-py.io/sync-"
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from burrito_py.controllers.crd_guard import CrdWatch
 from burrito_py.controllers.inventory import Inventory, Key
 from burrito_py.controllers.kube import Kube
 from burrito_py.controllers.scheduler import Scheduler
@@ -23,6 +24,7 @@ class Context:
     settings: ControllerSettings
     kube: Kube
     inventory: Inventory = field(default_factory=Inventory)
+    crds: CrdWatch = field(default_factory=CrdWatch)  # what the layer destroy guard knows of CRDs
     layers: Scheduler[Key] | None = None
     runs: Scheduler[Key] | None = None
     repositories: Scheduler[Key] | None = None

@@ -17,6 +17,12 @@ Decisions (docs/architecture.md §5.7):
   fixing commit), when `api.burrito-py.io/sync-now` is set, or when the layer's spec changes
   (`metadata.generation`). Turning `destroyResourcesOnDeletion` off removes the finalizer without destroying.
 - A layer that never got a branch-commit never ran anything: there is nothing to destroy.
+- Deleting a CRD is never a destroy request (controllers/crd_guard.py says when a deletion comes from one):
+  no destroy run is created, and the finalizer is released with a `DestroySkipped` Warning; the resources
+  stay in the Terraform state. A run already live is waited for first, whatever it is: an apply (a destroy
+  apply included) cannot be stopped halfway without leaving a held lock and a half-changed state, and a
+  plan ends soon; a destroy plan, finished or not, is never applied. A destroy apply that had already
+  succeeded is reported as `Destroyed`, as it is.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from burrito_py.controllers.layer_decisions import (
 )
 
 DESTROY_FINALIZER = "terraform.burrito-py.io/destroy"
+DESTROY_SKIPPED = "DestroySkipped"
 FinalizerChange = Literal["add", "remove"]
 
 
@@ -60,6 +67,8 @@ class DestroySnapshot:
     runs: tuple[RunView, ...]  # newest first
     generation: int
     destroy_on_deletion: bool
+    # Why the deletion comes from a CRD's deletion (crd_guard.crd_deletion), None when it does not.
+    crd_deletion: str | None = None
 
 
 def _decision(
@@ -72,6 +81,7 @@ def _decision(
     create: CreateRun | None = None,
     remove_sync_now: bool = False,
     remove_finalizer: bool = False,
+    skip_destroy: str | None = None,
 ) -> LayerDecision:
     conditions = (
         Cond(
@@ -88,6 +98,7 @@ def _decision(
         create,
         remove_sync_now=remove_sync_now,
         remove_finalizer=remove_finalizer,
+        skip_destroy=skip_destroy,
     )
 
 
@@ -98,6 +109,8 @@ def decide_destroy(snap: DestroySnapshot) -> LayerDecision:
         return _decision("Idle", "DestroyNotRequested", "destroyResourcesOnDeletion is off", remove_finalizer=True)
 
     live = next((r for r in snap.runs if not r.terminal), None)
+    if snap.crd_deletion is not None:
+        return _skip_destroy(snap, snap.crd_deletion, live)
     if live is not None:
         what = ("destroy " if live.destroy else "") + live.action
         return _decision("Running", "WaitingForRun", f"waiting for {what} run {live.name}", live=live)
@@ -151,4 +164,28 @@ def decide_destroy(snap: DestroySnapshot) -> LayerDecision:
         f"applying destroy plan {a.get(ann.PLAN_SUM)} of run {last.name}",
         create=CreateRun("apply", last.revision or target, planned[0], planned[1], destroy=True),
         remove_sync_now=sync_now,
+    )
+
+
+def _skip_destroy(snap: DestroySnapshot, reason: str, live: RunView | None) -> LayerDecision:
+    """A CRD's deletion is behind the layer's: no destroy run, ever; release once no run is live."""
+    if live is not None:
+        what = ("destroy " if live.destroy else "") + live.action
+        mark = None if snap.annotations.get(ann.SKIP_DESTROY) == reason else reason
+        return _decision(
+            "Running",
+            "WaitingForRun",
+            f"waiting for {what} run {live.name} to end, then releasing the layer without a destroy: {reason}",
+            live=live,
+            skip_destroy=mark,
+        )
+    last = next((r for r in snap.runs if r.destroy), None)
+    if last is not None and last.action == "apply" and last.state == "Succeeded":
+        return _decision("Idle", "Destroyed", f"destroy apply run {last.name} succeeded", remove_finalizer=True)
+    return _decision(
+        "Idle",
+        DESTROY_SKIPPED,
+        f"{reason}; deleting a CustomResourceDefinition is never a destroy request: the layer is released "
+        "without destroying its resources, which stay in its Terraform state",
+        remove_finalizer=True,
     )

@@ -101,6 +101,9 @@ class LayerDecision:
     remove_approval: bool = False
     # The layer is being deleted and its destroy is done (or not wanted): let it go.
     remove_finalizer: bool = False
+    # Annotate the layer `api.burrito-py.io/skip-destroy` with this reason (a CRD's deletion is behind the
+    # layer's, and a live run is waited for first: the mark keeps the verdict until then).
+    skip_destroy: str | None = None
 
 
 def _exhausted(run: RunView | None, branch_commit: str | None) -> bool:

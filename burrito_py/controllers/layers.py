@@ -16,8 +16,10 @@ from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
 from burrito_py.controllers.conditions import Cond, merge_conditions
 from burrito_py.controllers.context import Context
+from burrito_py.controllers.crd_guard import LAYER_CRD, cached_owners, crd_deletion, look_fresh
 from burrito_py.controllers.destroy_decisions import (
     DESTROY_FINALIZER,
+    DESTROY_SKIPPED,
     DestroySnapshot,
     decide_destroy,
     finalizer_change,
@@ -77,15 +79,19 @@ def snapshot(
 
 def decide(
     layer: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], validation: LayerValidation, drift: timedelta,
-    now: datetime,
+    now: datetime, withdrawn: str | None = None,
 ) -> LayerDecision:
-    """The destroy sequence once the layer is being deleted (it holds our finalizer), else the normal loop."""
+    """The destroy sequence once the layer is being deleted (it holds our finalizer), else the normal loop.
+
+    `withdrawn`: why the deletion comes from a CRD's deletion (crd_guard), which skips the destroy."""
     meta = layer["metadata"]
     if meta.get("deletionTimestamp"):
         views = tuple(run_view(r) for r in runs)
         annotations = dict(meta.get("annotations") or {})
         generation = int(meta.get("generation") or 0)
-        return decide_destroy(DestroySnapshot(annotations, views, generation, validation.destroy_on_deletion))
+        return decide_destroy(
+            DestroySnapshot(annotations, views, generation, validation.destroy_on_deletion, withdrawn)
+        )
     return decide_layer(snapshot(layer, runs, validation.auto_apply, drift), now)
 
 
@@ -212,7 +218,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         layer = changed
     drift = ctx.settings.drift_detection_period
     runs = ctx.inventory.runs_of_layer(namespace, name)
-    decision = decide(layer, runs, validation, drift, now)
+    # From the CRD watch: no request. Only "terminating" is trusted from it; see the fresh look below.
+    withdrawn = crd_deletion(layer, ctx.crds.named(LAYER_CRD), cached_owners(layer, ctx.crds)) if deleting else None
+    decision = decide(layer, runs, validation, drift, now, withdrawn)
 
     if validation.ready.status and decision.create_run is not None:
         # Runs finish through our own writes, but the runner's plan/apply annotations reach us by watch and
@@ -222,7 +230,11 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             return
         ctx.inventory.layers.observe(fresh)
         layer = ctx.inventory.layers.get(key) or fresh
-        decision = decide(layer, runs, validation, drift, now)
+        if deleting:
+            # A destroy run is next. The layer's deletion event may have come before its CRD's: read the
+            # CRDs fresh (Kubernetes marks the CRD terminating before it deletes any instance).
+            withdrawn = await look_fresh(ctx.kube, layer, ctx.crds)
+        decision = decide(layer, runs, validation, drift, now, withdrawn)
     if validation.ready.status and decision.create_run is not None:
         if (layer.get("status") or {}).get("state") != decision.state:
             # Show the decision before acting on it: the layer is Running right after, and PlanNeeded or
@@ -260,7 +272,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             ctx.inventory.layers.observe(patched)
             layer = patched
         runs = ctx.inventory.runs_of_layer(namespace, name)
-        decision = decide(layer, runs, validation, drift, now)
+        decision = decide(layer, runs, validation, drift, now, withdrawn)
     elif decision.state is None and repository is not None and not _branch_synced(repository, layer):
         ctx.wake_repository(_repository_key(layer))  # a new branch: resolve it now, not at the next poll
 
@@ -273,17 +285,35 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if len(runs) > validation.runs_to_keep:
         runs = ctx.inventory.runs_of_layer(namespace, name)
 
+    if decision.skip_destroy is not None:
+        layer = await _mark_skip_destroy(ctx, layer, decision.skip_destroy)
     layer = await _write_status(
         ctx, layer, compute_status(layer, decision, validation.ready, runs, now), validation.ready
     )
     if decision.remove_finalizer:
         outcome = next((c for c in decision.conditions if c.type == "HasDestroyFailed"), None)
         if outcome is not None:
-            await post_event(ctx.kube, layer, "Normal", outcome.reason, outcome.message)
+            # Skipped is a Warning: the resources outlive the layer, and someone may have to clean them up.
+            if outcome.reason == DESTROY_SKIPPED:
+                await post_event(ctx.kube, layer, "Warning", outcome.reason, outcome.message)
+            else:
+                await post_event(ctx.kube, layer, "Normal", outcome.reason, outcome.message)
         await set_destroy_finalizer(ctx, layer, present=False)
         return
     await sync_outputs(ctx, key)  # after a successful apply only: see outputs.py
     _schedule_drift_check(ctx, key, layer, now)
+
+
+async def _mark_skip_destroy(ctx: Context, layer: Body, reason: str) -> Body:
+    """Keep the guard's verdict on the layer while a live run is waited for (a CRD made again meanwhile
+    must not turn the destroy back on)."""
+    meta = layer["metadata"]
+    patch = {"metadata": {"annotations": {ann.SKIP_DESTROY: reason}}}
+    updated = await ctx.kube.merge_patch(crd_path("terraformlayers", meta["namespace"], meta["name"]), patch)
+    ctx.inventory.layers.observe(updated)
+    await post_event(ctx.kube, updated, "Warning", DESTROY_SKIPPED,
+                     f"{reason}: no destroy will run; the live run is waited for, then the layer is released")
+    return updated
 
 
 async def _write_status(ctx: Context, layer: Body, status: Body, ready: Cond) -> Body:

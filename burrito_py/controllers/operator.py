@@ -22,6 +22,8 @@ import yaml
 from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
+from burrito_py.controllers.crd_guard import CRDS
+from burrito_py.controllers.destroy_decisions import DESTROY_FINALIZER
 from burrito_py.controllers.forbidden import ForbiddenReporter
 from burrito_py.controllers.inventory import Store, key_of
 from burrito_py.controllers.kube import Kube, crd_path, path
@@ -170,6 +172,21 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         if body is not None and _needs_attention(body):
             c.wake_run(key_of(body))
 
+    @kopf.on.event("apiextensions.k8s.io", "v1", "customresourcedefinitions", registry=registry)
+    async def on_crd(event: kopf.RawEvent, **_: Any) -> None:
+        """The destroy guard's view of CRDs (crd_guard.py): a CRD turning terminating wakes the layers being
+        deleted, whose destroy it may cancel."""
+        if "ctx" not in holder:
+            return
+        c = ctx()
+        body = event.get("object") or {}
+        if not body.get("metadata"):
+            return
+        if event.get("type") == "DELETED":
+            c.crds.forget(body)
+        elif c.crds.observe(body):
+            _wake_deleting_layers(c)
+
     @kopf.on.event("", "v1", "pods", labels={ann.LABEL_COMPONENT: ann.COMPONENT_RUNNER}, registry=registry)
     async def on_pod(event: kopf.RawEvent, **_: Any) -> None:
         if "ctx" not in holder:
@@ -186,6 +203,13 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
 
         register_agl(registry, config, kubeconfig)
     return registry
+
+
+def _wake_deleting_layers(ctx: Context) -> None:
+    for layer in ctx.inventory.layers:
+        meta = layer["metadata"]
+        if meta.get("deletionTimestamp") and DESTROY_FINALIZER in (meta.get("finalizers") or ()):
+            ctx.wake_layer(key_of(layer))
 
 
 def _generation(body: Mapping[str, Any]) -> Any:
@@ -216,6 +240,8 @@ def datastore_client(url: str, token_path: Path | None, kubeconfig: Path | None)
 
 async def _prime(ctx: Context) -> None:
     """List everything once before deciding anything, so no layer acts on a partial view of its runs."""
+    for crd in await ctx.kube.list(CRDS):
+        ctx.crds.observe(crd)
     namespaces: list[str | None] = [*ctx.settings.namespaces] or [None]
     for namespace in namespaces:
         for store, resource_path, selector in (

@@ -246,6 +246,30 @@ def test_a_deleted_definition_waits_for_its_instances_then_stops_serving(cluster
     wait_for(lambda: cluster.get(f"{LAYERS}/bkt-again"), 10)
 
 
+def test_a_deleted_definition_keeps_its_kind_until_the_layers_of_deleted_instances_are_gone(
+    cluster: Cluster,
+) -> None:
+    """A destroying layer must not see its owner kind withdrawn: the destroy guard would take that for a
+    CRD's deletion and skip the destroy the instance's deletion asked for."""
+    define(cluster)
+    cluster.bucket("a", size=1)
+    wait_for(lambda: cluster.get(f"{LAYERS}/bkt-a"), 10)
+    # Play the layer controller: the destroy finalizer a layer with destroyResourcesOnDeletion carries.
+    cluster.http.patch(f"{LAYERS}/bkt-a", headers=MERGE,
+                       json={"metadata": {"finalizers": ["terraform.burrito-py.io/destroy"]}})
+    cluster.http.delete(f"{DEFS}/buckets")
+    cluster.http.delete(f"{BUCKETS}/a")
+    wait_for(lambda: (cluster.get(f"{LAYERS}/bkt-a") or {}).get("metadata", {}).get("deletionTimestamp"), 10,
+             what="the layer deleted by garbage collection")
+    held = cluster.wait_condition(f"{DEFS}/buckets", "False", "LayersRemain", timeout=15)
+    assert "default/bkt-a" in held["message"]
+    assert cluster.get(f"{CRDS}/buckets.apps.burrito-py.io") is not None, "the kind stays served"
+
+    cluster.http.patch(f"{LAYERS}/bkt-a", headers=MERGE, json={"metadata": {"finalizers": None}})
+    wait_for(lambda: cluster.get(f"{DEFS}/buckets") is None, 15, what="definition released")
+    assert cluster.get(f"{CRDS}/buckets.apps.burrito-py.io") is None
+
+
 def test_conflicts_are_reported_not_fought(cluster: Cluster) -> None:
     define(cluster)
     twin = copy.deepcopy(DEFINITION)

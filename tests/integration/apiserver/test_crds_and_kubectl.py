@@ -62,6 +62,74 @@ def test_crd_delete_unregisters_it_and_deletes_its_custom_resources(
     assert http.get(widgets).status_code == 404
 
 
+def test_a_crd_without_instances_goes_at_once_answering_with_the_crd_as_marked(
+    http: httpx.Client, widgets: str
+) -> None:
+    deleting = http.delete(f"{CRDS}/widgets.example.com")
+    assert deleting.status_code == 200
+    marked = deleting.json()
+    assert marked["kind"] == "CustomResourceDefinition" and marked["metadata"]["deletionTimestamp"]
+    assert "customresourcecleanup.apiextensions.k8s.io" in marked["metadata"]["finalizers"]
+    assert http.get(f"{CRDS}/widgets.example.com").status_code == 404
+    assert http.get("/apis/example.com/v1").status_code == 404
+
+
+def test_a_terminating_crd_is_served_until_its_held_instances_are_released(
+    http: httpx.Client, widgets: str
+) -> None:
+    held = {**widget("held"), "metadata": {"name": "held", "finalizers": ["example.com/x"]}}
+    http.post(widgets, json=held)
+    http.post(widgets, json=widget("free"))
+    http.delete(f"{CRDS}/widgets.example.com")
+
+    crd = http.get(f"{CRDS}/widgets.example.com").json()
+    terminating = next(c for c in crd["status"]["conditions"] if c["type"] == "Terminating")
+    assert (terminating["status"], terminating["reason"]) == ("True", "InstanceDeletionInProgress")
+    assert crd["metadata"]["finalizers"] == ["customresourcecleanup.apiextensions.k8s.io"]
+    # The kind is still served: the held instance is marked, readable, listable and writable (a controller
+    # finishing its finalizer's work can still patch it), and discovery still lists the kind.
+    assert http.get(f"{widgets}/free").status_code == 404, "an instance without finalizers goes at once"
+    instance = http.get(f"{widgets}/held").json()
+    assert instance["metadata"]["deletionTimestamp"]
+    assert [i["metadata"]["name"] for i in http.get(widgets).json()["items"]] == ["held"]
+    patched = http.patch(f"{widgets}/held", headers=MERGE, json={"metadata": {"labels": {"seen": "yes"}}})
+    assert patched.status_code == 200 and patched.json()["metadata"]["labels"] == {"seen": "yes"}
+    status = http.patch(f"{widgets}/held/status", headers=MERGE, json={"status": {"state": "Releasing"}})
+    assert status.status_code == 200
+    assert "widgets" in {r["name"] for r in http.get("/apis/example.com/v1").json()["resources"]}
+
+    refused = http.post(widgets, json=widget("new"))
+    assert refused.status_code == 405
+    assert refused.json()["reason"] == "MethodNotAllowed"
+    assert refused.json()["message"] == "create not allowed while custom resource definition is terminating"
+    again = http.delete(f"{CRDS}/widgets.example.com")
+    assert again.status_code == 200 and again.json()["metadata"]["deletionTimestamp"] == \
+        crd["metadata"]["deletionTimestamp"], "deleting a terminating CRD again changes nothing"
+
+    http.patch(f"{widgets}/held", headers=MERGE, json={"metadata": {"finalizers": None}})
+    assert http.get(f"{CRDS}/widgets.example.com").status_code == 404
+    assert "example.com" not in {g["name"] for g in http.get("/apis").json()["groups"]}
+
+
+def test_kubectl_delete_crd_returns_once_its_last_instance_is_released(
+    http: httpx.Client, widgets: str, kubectl: KubectlRun
+) -> None:
+    http.post(widgets, json={**widget("held"), "metadata": {"name": "held", "finalizers": ["example.com/x"]}})
+
+    def release() -> None:
+        wait_for(lambda: http.get(f"{widgets}/held").json()["metadata"].get("deletionTimestamp"), 20,
+                 what="the instance to be marked by the CRD's deletion")
+        http.patch(f"{widgets}/held", headers=MERGE, json={"metadata": {"finalizers": None}})
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+    done = kubectl("delete", "crd", "widgets.example.com", "--timeout=30s")
+    releaser.join(10)
+    assert done.stdout.strip() == 'customresourcedefinition.apiextensions.k8s.io "widgets.example.com" deleted'
+    assert http.get(f"{CRDS}/widgets.example.com").status_code == 404
+    assert kubectl("get", "widgets", check=False).returncode != 0
+
+
 def test_crd_name_must_be_plural_dot_group(http: httpx.Client) -> None:
     crd = widget_crd()
     crd["metadata"]["name"] = "wrong.example.com"
