@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from burrito_py.runner.signals import stopping
 from burrito_py.runner.versions import ANY, Constraint, InvalidVersionConstraint, parse_constraint, pick_latest
 
 if TYPE_CHECKING:
@@ -168,14 +169,29 @@ def _tenv(tenv: str, kind: ToolKind, text: str | None, constraint: Constraint) -
     if installed is not None:
         return installed
     args = [tenv, *tenv_install_args(kind, text)[1:]]
+    stop = stopping()
+    if stop.requested:
+        raise ToolError(f"not installing {BINARY[kind]} {text or TENV_LATEST}: {stop.signal_name} received")
     print(f"$ {' '.join(args)}", flush=True)
     try:
-        result = subprocess.run(args, capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        # Its own process group, like the steps: a termination signal reaches it once, from the runner.
+        process = stop.start(f"tenv {TENV_SUBCOMMAND[kind]} install", lambda: subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            process_group=0,
+        ))
+    except OSError as exc:
         raise ToolError(f"tenv could not install {BINARY[kind]} {text or TENV_LATEST}: {exc}") from None
-    if result.returncode != 0:
-        output = (result.stderr.strip() or result.stdout.strip()).splitlines()
-        detail = output[-1] if output else f"exit code {result.returncode}"
+    try:
+        stdout, stderr = process.communicate(timeout=INSTALL_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        process.kill()
+        process.communicate()
+        raise ToolError(f"tenv could not install {BINARY[kind]} {text or TENV_LATEST}: {exc}") from None
+    finally:
+        stop.finished(process)
+    if process.returncode != 0:
+        output = (stderr.strip() or stdout.strip()).splitlines()
+        detail = output[-1] if output else f"exit code {process.returncode}"
         raise ToolError(f"tenv could not install {BINARY[kind]} {text or TENV_LATEST}: {detail}")
     installed = _tenv_installed(kind, constraint)
     if installed is None:
