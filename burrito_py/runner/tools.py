@@ -169,8 +169,8 @@ def _tenv_installed(kind: ToolKind, constraint: Constraint) -> Path | None:
             versions = [entry.name for entry in folder.iterdir() if entry.is_dir()]
         except OSError:
             continue
-        for version in versions:
-            found.setdefault(version, folder / version)  # the first root holding a version wins
+        for name in versions:
+            found.setdefault(name, folder / name)  # the first root holding a version wins
     version = pick_latest(constraint, list(found))
     if version is None:
         return None
