@@ -145,6 +145,8 @@ class Stopping:
             if notes:
                 continue
             for process, step in late:
+                if process.returncode is not None:  # reaped meanwhile: its pid may already be someone else's
+                    continue
                 _say(f"{step} did not stop within {self.wait_seconds:g} s of the {self.signal_name}; killing it")
                 self.killed = True
                 with contextlib.suppress(ProcessLookupError, PermissionError):
