@@ -32,8 +32,16 @@ without `apply-run`, and the attempt fails. A retry of that run then finds its p
 Exit codes: 0 success; 1 a terraform/tofu step failed; 2 bad input or configuration (environment, invalid
 object, missing object, layer path, source archive, tool resolution, missing or mismatched plan); 3 the
 Kubernetes API or the datastore is unavailable or refused a call; 4 an unexpected error (a bug: the traceback
-is printed). A failing attempt writes no success annotation. Expected errors print one `error: …` line on
-stderr (no traceback) and the same text to the container's termination message.
+is printed); 128 + n (143 for SIGTERM, 130 for SIGINT) stopped by signal n: the running terraform/tofu step got
+one SIGINT and the time to stop cleanly, see `signals`; the log printed so far is then uploaded to the
+datastore by the runner itself. A failing attempt writes no success annotation. Expected errors print one
+`error: …` line on stderr (no traceback) and the same text to the container's termination message.
+
+Files (a runner pod's root filesystem is read-only): the attempt's work directory (source tree, plan, outputs)
+is a temporary directory under `BURRITO_RUNNER_WORK_DIR` (`/runner/work` in the runner pod; mapped through
+`pod_path`), or under `TMPDIR` without it; terraform writes its `.terraform` there, its temporary files to
+`TMPDIR` and its CLI configuration (`.terraform.d`, `.terraformrc`) lives in `HOME`; tenv installs under
+`TENV_ROOT`. The pod's grace period comes as `BURRITO_RUNNER_GRACE_SECONDS` (see `signals`).
 
 Decisions: the run lives in its layer's namespace (its owner reference requires it); the run must name the
 layer and action of the environment; the plan file sits outside the source tree, so the layer's own files are
@@ -57,11 +65,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from burrito_py.api import annotations as ann
 from burrito_py.local.paths import pod_path
+from burrito_py.runner import signals
 from burrito_py.runner.kube import Kube, KubeError
 from burrito_py.runner.sources import SourceError, extract_archive, layer_directory
 from burrito_py.runner.summary import plan_summary
-from burrito_py.runner.terraform import StepFailed, Steps
+from burrito_py.runner.terraform import Interrupted, StepFailed, Steps
 from burrito_py.runner.tools import ToolError, prefetch_version, resolve_tool
+from burrito_py.runner.transcript import Transcript
 from burrito_py.timeutil import format_time, utcnow
 
 if TYPE_CHECKING:
@@ -91,6 +101,7 @@ R = TypeVar("R", bound="Resource")
 TOKEN_PATH = "/var/run/secrets/burrito-py/token"  # noqa: S105 - a path
 TERMINATION_LOG = "/dev/termination-log"
 ACTIONS = ("plan", "apply")
+WORK_DIR_ENV = "BURRITO_RUNNER_WORK_DIR"
 
 
 class RunnerError(Exception):
@@ -111,6 +122,8 @@ class RunnerEnv:
     action: str
     attempt: int
     datastore_url: str
+    grace_seconds: float = signals.DEFAULT_GRACE_SECONDS
+    work_dir: Path | None = None  # None: under TMPDIR
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> RunnerEnv:
@@ -134,6 +147,13 @@ class RunnerEnv:
         datastore_url = environ["BURRITO_DATASTORE_URL"].strip()
         if not datastore_url.startswith(("http://", "https://")):
             raise RunnerError(f"BURRITO_DATASTORE_URL: {datastore_url!r} is not an http:// or https:// URL")
+        try:
+            grace = signals.grace_seconds(environ)
+        except ValueError as exc:
+            raise RunnerError(str(exc)) from None
+        work_dir = environ.get(WORK_DIR_ENV, "").strip()
+        if work_dir and not work_dir.startswith("/"):
+            raise RunnerError(f"{WORK_DIR_ENV}: {work_dir!r} is not an absolute path")
         return cls(
             run=environ["BURRITO_RUNNER_RUN"].strip(),
             layer=environ["BURRITO_RUNNER_LAYER_NAME"].strip(),
@@ -141,6 +161,8 @@ class RunnerEnv:
             action=action,
             attempt=int(attempt_text),
             datastore_url=datastore_url,
+            grace_seconds=grace,
+            work_dir=pod_path(work_dir) if work_dir else None,
         )
 
 
@@ -386,33 +408,69 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _work_directory(env: RunnerEnv) -> tempfile.TemporaryDirectory[str]:
+    try:
+        return tempfile.TemporaryDirectory(prefix="burrito-py-runner-", dir=env.work_dir)
+    except OSError as exc:
+        where = f"{WORK_DIR_ENV} {env.work_dir}" if env.work_dir else f"TMPDIR {tempfile.gettempdir()}"
+        raise RunnerError(f"cannot create the work directory under {where}: {exc.strerror or exc}") from None
+
+
+def _attempt(env: RunnerEnv, token: str | None) -> None:
+    try:
+        kube = Kube.from_config()
+    except KubeError as exc:
+        raise Unavailable(str(exc)) from None
+    from burrito_py.datastore.client import DatastoreClient
+
+    try:
+        with DatastoreClient(env.datastore_url, token=token) as store, _work_directory(env) as tmp:
+            Runner(env, kube, store, Path(tmp)).run()
+    finally:
+        kube.close()
+
+
+def _upload_log(env: RunnerEnv, token: str | None, text: str, seconds: float) -> None:
+    """The log of an interrupted attempt, as far as it goes, within what is left of the grace period."""
+    from burrito_py.datastore.client import DatastoreClient, DatastoreError
+
+    try:
+        with DatastoreClient(env.datastore_url, token=token, timeout=max(1.0, seconds)) as store:
+            store.put_logs(env.namespace, env.layer, env.run, env.attempt, text.encode())
+    except DatastoreError as exc:
+        print(f"burrito-py: the log could not be uploaded: {exc}", file=sys.stderr, flush=True)
+
+
 def main(environ: Mapping[str, str] | None = None) -> int:
     """Run one attempt; returns the exit code (see the module docstring)."""
-    try:
-        env = RunnerEnv.from_environ(os.environ if environ is None else environ)
-        prefetch_version("terraform")  # the usual tool; its version check then costs nothing
-        token = read_token()
+    stop = signals.reset(signals.stop_wait(signals.DEFAULT_GRACE_SECONDS))
+    transcript = Transcript()
+    env: RunnerEnv | None = None
+    token: str | None = None
+    with stop.installed(), transcript.capturing():
         try:
-            kube = Kube.from_config()
-        except KubeError as exc:
-            raise Unavailable(str(exc)) from None
-        from burrito_py.datastore.client import DatastoreClient
-
-        try:
-            with DatastoreClient(env.datastore_url, token=token) as store, tempfile.TemporaryDirectory(
-                prefix="burrito-py-runner-"
-            ) as tmp:
-                Runner(env, kube, store, Path(tmp)).run()
-        finally:
-            kube.close()
-    except StepFailed as exc:
-        return _fail(str(exc), EXIT_STEP_FAILED)
-    except RunnerError as exc:
-        return _fail(str(exc), exc.exit_code)
-    except Exception as exc:  # a bug: keep the traceback, and an exit code no expected failure uses
-        traceback.print_exc()
-        return _fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_INTERNAL)
-    return EXIT_OK
+            env = RunnerEnv.from_environ(os.environ if environ is None else environ)
+            stop.wait_seconds = signals.stop_wait(env.grace_seconds)
+            prefetch_version("terraform")  # the usual tool; its version check then costs nothing
+            token = read_token()
+            _attempt(env, token)
+        except Interrupted as exc:
+            message, code = str(exc), stop.exit_code()
+        except StepFailed as exc:
+            message, code = str(exc), EXIT_STEP_FAILED
+        except RunnerError as exc:
+            message, code = str(exc), exc.exit_code
+        except Exception as exc:  # a bug: keep the traceback, and an exit code no expected failure uses
+            traceback.print_exc()
+            message, code = f"internal error: {type(exc).__name__}: {exc}", EXIT_INTERNAL
+        else:
+            return EXIT_OK  # a signal that came after the last step changes nothing: the attempt is recorded
+        if stop.requested and code != stop.exit_code():  # whatever failed, the signal is why the attempt ends
+            message, code = f"interrupted by {stop.signal_name}: {message}", stop.exit_code()
+        result = _fail(message, code)
+        if stop.requested and env is not None:
+            _upload_log(env, token, transcript.text(), stop.remaining())
+        return result
 
 
 def exit_now(code: int) -> NoReturn:

@@ -1,8 +1,10 @@
 """The terraform/tofu steps of a run, with their output streamed to stdout line by line as it comes.
 
 Every step runs with `TF_IN_AUTOMATION=1` (no "next, run terraform apply" hints) and `TF_INPUT=0` plus
-`-input=false` (never wait on a prompt in a pod). Every step also gets `-no-color`: the output ends up in
-`kubectl logs`, in the datastore and in the UI as plain text, where ANSI escapes are noise.
+`-input=false` (never wait on a prompt in a pod), and `CHECKPOINT_DISABLE=1` unless set otherwise. Each step
+runs in its own process group and hears termination signals from the runner only (see `signals`). Every step
+also gets `-no-color`: the output ends up in `kubectl logs`, in the datastore and in the UI as plain text, where
+ANSI escapes are noise.
 
 Arguments (the plan file is an absolute path outside the source tree, so terragrunt, which may run
 terraform from its cache directory, finds it too):
@@ -29,20 +31,19 @@ from __future__ import annotations
 
 import codecs
 import os
-import signal
 import subprocess
 import sys
-import threading
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import IO, Literal
 
+from burrito_py.runner.signals import stopping
 from burrito_py.runner.tools import Tool
 
 __all__ = [
+    "CHANGING_STEPS",
+    "Interrupted",
     "StepFailed",
     "Steps",
     "apply_args",
@@ -57,6 +58,9 @@ __all__ = [
 ]
 
 Step = Literal["init", "plan", "show -json", "show", "apply", "output -json"]
+# Steps that change something (state, lock, .terraform): none starts once the runner was told to stop. The
+# read-only ones still run, to record what a step that did finish did (see `signals`).
+CHANGING_STEPS = ("init", "plan", "apply")
 TAIL_LINES = 40
 
 
@@ -67,7 +71,25 @@ class StepFailed(Exception):
         self.step, self.exit_code, self.output = step, exit_code, list(output)
         errors = [line.strip() for line in self.output if line.startswith(("Error:", "error:", "│ Error:"))]
         detail = "; ".join(errors[:3]) or (self.output[-1].strip() if self.output else "")
-        super().__init__(f"{step} failed (exit code {exit_code})" + (f": {detail}" if detail else ""))
+        super().__init__(self.describe(detail))
+
+    def describe(self, detail: str) -> str:
+        return f"{self.step} failed (exit code {self.exit_code})" + (f": {detail}" if detail else "")
+
+
+class Interrupted(StepFailed):
+    """The runner got SIGTERM/SIGINT (see `signals`): the step was asked to stop, or was not started."""
+
+    def __init__(self, step: str, exit_code: int | None, signal_name: str, killed: bool = False) -> None:
+        self.signal_name, self.killed = signal_name, killed
+        super().__init__(step, -1 if exit_code is None else exit_code)
+
+    def describe(self, detail: str) -> str:
+        action = self.step.split(" ", 1)[-1]
+        if self.exit_code == -1:
+            return f"interrupted by {self.signal_name} before {action}"
+        how = "was killed at the stop deadline" if self.killed else f"stopped (exit code {self.exit_code})"
+        return f"interrupted by {self.signal_name} during {action}: {self.step.split(' ', 1)[0]} {how}"
 
 
 # -- arguments (pure) ---------------------------------------------------------------------------
@@ -102,7 +124,9 @@ def command(tool: Tool, args: Sequence[str]) -> list[str]:
 
 
 def step_env(tool: Tool, base: Mapping[str, str]) -> dict[str, str]:
-    env = {**base, "TF_IN_AUTOMATION": "1", "TF_INPUT": "0"}
+    # CHECKPOINT_DISABLE: no version check against checkpoint-api.hashicorp.com (nor its signature file in
+    # HOME) from every step of every run, unless the pod's environment asks for it.
+    env = {"CHECKPOINT_DISABLE": "1", **base, "TF_IN_AUTOMATION": "1", "TF_INPUT": "0"}
     if tool.terragrunt:
         env.update(
             TG_TF_PATH=tool.binary,
@@ -119,26 +143,6 @@ def mask(extra: Sequence[str]) -> list[str]:
 
 
 # -- running ------------------------------------------------------------------------------------
-@contextmanager
-def _forward_signals(process: subprocess.Popen[bytes]) -> Iterator[None]:
-    """While a step runs, SIGTERM/SIGINT (pod deletion, Ctrl-C) go to terraform, which then stops
-    gracefully and releases its state lock; the runner then fails with the step's exit code."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        if process.poll() is None:
-            process.send_signal(signum)
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 class Steps:
     """Runs the steps of one layer directory with one tool; output goes to `out` (default: sys.stdout)."""
 
@@ -204,30 +208,39 @@ class Steps:
     ) -> None:
         argv = command(self.tool, args)
         name = Path(argv[0]).name
+        stop = stopping()
+        if step in CHANGING_STEPS and stop.requested:
+            raise Interrupted(f"{name} {step}", None, stop.signal_name or "a signal")
         self._print(f"$ {name} {' '.join(shown)}\n")
         tail: deque[str] = deque(maxlen=TAIL_LINES)
         sink = stdout_to.open("wb") if stdout_to is not None else None
         copy = copy_to.open("w", encoding="utf-8") if copy_to is not None else None
         try:
             try:
-                process = subprocess.Popen(
+                process = stop.start(f"{name} {step}", lambda: subprocess.Popen(
                     argv,
                     cwd=self.cwd,
                     env=self.env,
                     stdin=subprocess.DEVNULL,
                     stdout=sink if sink is not None else subprocess.PIPE,
                     stderr=subprocess.PIPE if sink is not None else subprocess.STDOUT,
-                )
+                    process_group=0,  # signals reach it from the runner only, and once (see `signals`)
+                ))
             except OSError as exc:
                 raise StepFailed(f"{name} {step}", 127, [f"error: cannot run {argv[0]}: {exc}"]) from None
             stream = process.stderr if sink is not None else process.stdout
             assert stream is not None
-            with _forward_signals(process), stream:
-                self._relay(stream, tail, copy)
-                code = process.wait()
+            try:
+                with stream:
+                    self._relay(stream, tail, copy)
+                    code = process.wait()
+            finally:
+                stop.finished(process)
         finally:
             for handle in (sink, copy):
                 if handle is not None:
                     handle.close()
+        if code != 0 and stop.requested:
+            raise Interrupted(f"{name} {step}", code, stop.signal_name or "a signal", killed=stop.killed)
         if code != 0:
             raise StepFailed(f"{name} {step}", code, tail)

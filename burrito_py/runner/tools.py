@@ -6,8 +6,9 @@ gives terraform or opentofu and maybe a version; without one, the `required_vers
 of them must hold, so they are joined with commas). No version anywhere means "any release".
 
 Installation:
-- with `tenv` on PATH: a version already installed under tenv's root that satisfies the constraint is used
-  as is (the latest such, exactly as tenv's own proxies resolve versions, and without network); otherwise
+- with `tenv` on PATH: a version already installed under tenv's root, or baked into the image under a
+  `BURRITO_RUNNER_TOOLS_PATH` directory (same layout), that satisfies the constraint is used as is (the latest
+  such, exactly as tenv's own proxies resolve versions, and without network); otherwise
   `tenv tf|tofu|tg install <version or constraint>` (`latest-stable` without a constraint), then the latest
   installed version that satisfies it. We rely on tenv's install layout,
   `$TENV_ROOT/{Terraform,OpenTofu,Terragrunt}/<version>/{terraform,tofu,terragrunt}` with `TENV_ROOT`
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from burrito_py.runner.signals import stopping
 from burrito_py.runner.versions import ANY, Constraint, InvalidVersionConstraint, parse_constraint, pick_latest
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ __all__ = [
     "ToolKind",
     "code_required_version",
     "prefetch_version",
+    "preinstalled_roots",
     "resolve_tool",
     "tenv_install_args",
     "tenv_root",
@@ -57,6 +60,7 @@ _REQUIRED_VERSION = re.compile(r"\brequired_version\b")
 _TERRAGRUNT_VERSION = re.compile(r"\bv?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?)")
 VERSION_TIMEOUT = 60.0
 INSTALL_TIMEOUT = 600.0
+TOOLS_PATH_ENV = "BURRITO_RUNNER_TOOLS_PATH"
 
 
 class ToolError(Exception):
@@ -148,18 +152,31 @@ def tenv_install_args(kind: ToolKind, version: str | None) -> list[str]:
     return ["tenv", TENV_SUBCOMMAND[kind], "install", version or TENV_LATEST]
 
 
+def preinstalled_roots(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """`BURRITO_RUNNER_TOOLS_PATH`: directories in tenv's layout holding tools baked into the runner image
+    (`/opt/burrito-py/tools` in burrito-py-runner), searched before TENV_ROOT and never installed into: TENV_ROOT
+    is an emptyDir in the runner pod, so nothing baked there would survive its mount."""
+    env = os.environ if environ is None else environ
+    return [Path(part) for part in env.get(TOOLS_PATH_ENV, "").split(os.pathsep) if part.strip()]
+
+
 def _tenv_installed(kind: ToolKind, constraint: Constraint) -> Path | None:
-    folder = tenv_root() / TENV_FOLDER[kind]
-    try:
-        versions = [entry.name for entry in folder.iterdir() if entry.is_dir()]
-    except OSError:
-        return None
-    version = pick_latest(constraint, versions)
+    """The latest version satisfying `constraint` among the baked tools and tenv's installs."""
+    found: dict[str, Path] = {}
+    for root in [*preinstalled_roots(), tenv_root()]:
+        folder = root / TENV_FOLDER[kind]
+        try:
+            versions = [entry.name for entry in folder.iterdir() if entry.is_dir()]
+        except OSError:
+            continue
+        for name in versions:
+            found.setdefault(name, folder / name)  # the first root holding a version wins
+    version = pick_latest(constraint, list(found))
     if version is None:
         return None
-    binary = folder / version / BINARY[kind]
+    binary = found[version] / BINARY[kind]
     if not binary.is_file():
-        raise ToolError(f"tenv's {folder / version} holds no {BINARY[kind]} binary; reinstall it with tenv")
+        raise ToolError(f"{found[version]} holds no {BINARY[kind]} binary; reinstall it with tenv")
     return binary
 
 
@@ -168,14 +185,29 @@ def _tenv(tenv: str, kind: ToolKind, text: str | None, constraint: Constraint) -
     if installed is not None:
         return installed
     args = [tenv, *tenv_install_args(kind, text)[1:]]
+    stop = stopping()
+    if stop.requested:
+        raise ToolError(f"not installing {BINARY[kind]} {text or TENV_LATEST}: {stop.signal_name} received")
     print(f"$ {' '.join(args)}", flush=True)
     try:
-        result = subprocess.run(args, capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        # Its own process group, like the steps: a termination signal reaches it once, from the runner.
+        process = stop.start(f"tenv {TENV_SUBCOMMAND[kind]} install", lambda: subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            process_group=0,
+        ))
+    except OSError as exc:
         raise ToolError(f"tenv could not install {BINARY[kind]} {text or TENV_LATEST}: {exc}") from None
-    if result.returncode != 0:
-        output = (result.stderr.strip() or result.stdout.strip()).splitlines()
-        detail = output[-1] if output else f"exit code {result.returncode}"
+    try:
+        stdout, stderr = process.communicate(timeout=INSTALL_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        process.kill()
+        process.communicate()
+        raise ToolError(f"tenv could not install {BINARY[kind]} {text or TENV_LATEST}: {exc}") from None
+    finally:
+        stop.finished(process)
+    if process.returncode != 0:
+        output = (stderr.strip() or stdout.strip()).splitlines()
+        detail = output[-1] if output else f"exit code {process.returncode}"
         raise ToolError(f"tenv could not install {BINARY[kind]} {text or TENV_LATEST}: {detail}")
     installed = _tenv_installed(kind, constraint)
     if installed is None:

