@@ -32,6 +32,7 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -259,7 +260,7 @@ class LocalKubelet:
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
         if event_type == "DELETED" or meta.get("deletionTimestamp"):
-            self._spawn(self._terminate(key, meta["uid"]))
+            self._spawn(self._terminate(key, meta["uid"], forget=True))
             return
         phase = (pod.get("status") or {}).get("phase")
         if meta["uid"] in self._started or phase in TERMINAL:
@@ -818,14 +819,21 @@ class LocalKubelet:
                 os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
 
-    async def _terminate(self, key: tuple[str, str], uid: str | None = None) -> None:
+    async def _terminate(self, key: tuple[str, str], uid: str | None = None, forget: bool = False) -> None:
+        """Stop a pod's process; `forget` (the pod was deleted): its emptyDirs go too, as on a node."""
         grace = min(self._pod_grace.get(key, self._grace), self._grace)
         life = self._lives.get(key)
         if life is not None and (uid is None or life.pod["metadata"]["uid"] == uid):
             life.stop.set()
             if life.process is not None:
                 await self._kill(life.process, grace)
-            return
-        process = self._processes.pop(key, None)
-        if process is not None:
-            await self._kill(process, grace)
+        else:
+            process = self._processes.pop(key, None)
+            if process is not None:
+                await self._kill(process, grace)
+        if forget:
+            await asyncio.to_thread(shutil.rmtree, self.pod_root(*key).parent / "volumes", True)
+
+    def pod_root(self, namespace: str, name: str) -> Path:
+        """The directory a pod's absolute paths live under (its `BURRITO_LOCAL_ROOT`)."""
+        return self._work_dir / namespace / name / "root"
