@@ -547,8 +547,9 @@ class LocalKubelet:
             kubeconfig = pod_dir / "kubeconfig"
             tokens.append(TokenFile(None, KUBECONFIG_TOKEN_SECONDS,
                                     lambda token: self._write_pod_kubeconfig(kubeconfig, token, meta["namespace"])))
-            for token in tokens:  # in place before the process starts
-                token.write(await self._token(pod, token.audience, token.seconds))
+            fresh = await asyncio.gather(*(self._token(pod, t.audience, t.seconds) for t in tokens))
+            for token, value in zip(tokens, fresh, strict=True):  # in place before the process starts
+                token.write(value)
                 token.due = time.monotonic() + self._refresh_delay(token.seconds)
             refresher = asyncio.create_task(self._keep_tokens(pod, tokens))
             (root / "dev").mkdir(parents=True, exist_ok=True)
