@@ -83,6 +83,11 @@ def _identity(container: Mapping[str, Any]) -> Obj:
     return {"name": container.get("name", "main"), "image": container.get("image", ""), "imageID": ""}
 
 
+def exit_code(returncode: int) -> int:
+    """A container's exit code as a runtime reports it: 128 + N for a process ended by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def remap(root: Path, path: str) -> Path:
     return root / path.lstrip("/")
 
@@ -547,7 +552,11 @@ class LocalKubelet:
             kubeconfig = pod_dir / "kubeconfig"
             tokens.append(TokenFile(None, KUBECONFIG_TOKEN_SECONDS,
                                     lambda token: self._write_pod_kubeconfig(kubeconfig, token, meta["namespace"])))
-            fresh = await asyncio.gather(*(self._token(pod, t.audience, t.seconds) for t in tokens))
+            try:
+                fresh = await asyncio.gather(*(self._token(pod, t.audience, t.seconds) for t in tokens))
+            except ConfigError as exc:  # the pod (or its ServiceAccount) went away meanwhile
+                log.info("kubelet: pod %s/%s not started: %s", meta["namespace"], meta["name"], exc)
+                return
             for token, value in zip(tokens, fresh, strict=True):  # in place before the process starts
                 token.write(value)
                 token.due = time.monotonic() + self._refresh_delay(token.seconds)
@@ -641,7 +650,7 @@ class LocalKubelet:
                     ],
                 },
             )
-            code = await process.wait()
+            code = exit_code(await process.wait())
         self._processes.pop(key, None)
         message_file = remap(root, container.get("terminationMessagePath") or "/dev/termination-log")
         message = message_file.read_text()[-4096:] if message_file.exists() else ""
@@ -719,7 +728,7 @@ class LocalKubelet:
                         probes.append(asyncio.create_task(self._probe_loop(life, readiness, "readiness")))
                     if liveness:
                         probes.append(asyncio.create_task(self._probe_loop(life, liveness, "liveness")))
-                    code = await life.process.wait()
+                    code = exit_code(await life.process.wait())
                     reason = "Completed" if code == 0 else "Error"
             for task in probes:
                 task.cancel()

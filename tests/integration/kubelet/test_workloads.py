@@ -166,7 +166,7 @@ def test_a_deployment_runs_is_served_restarted_replaced_and_rolled(cluster: Loca
         return pod if container["restartCount"] == 1 and container["ready"] else None
 
     pod = wait_for(restarted, 30, 0.05, "the killed container to restart")
-    assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == -signal.SIGKILL
+    assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 128 + signal.SIGKILL
     assert pod["status"]["podIP"] == victim["status"]["podIP"]
 
     # A deleted pod is replaced.
@@ -262,3 +262,35 @@ def test_volumes_tokens_and_claims_outlive_pods(cluster: LocalCluster, http: htt
                                                                        replacement["metadata"]["name"]]
     assert (new_root / "scratch").resolve() != (root / "scratch").resolve(), "an emptyDir is the pod's own"
     wait_for(lambda: not (root / "scratch" / "x").exists(), 10, 0.05, "the deleted pod's emptyDir to go")
+
+
+def test_crash_loop_back_off_and_liveness_restarts(cluster: LocalCluster, http: httpx.Client) -> None:
+    ns = namespace(http, "crashy")
+
+    def bare(name: str, code: str, **container: Any) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"terminationGracePeriodSeconds": 1, "containers": [
+            {"name": "main", "image": "x", "command": [sys.executable, "-c", code], **container}]}}
+
+    http.post(f"/api/v1/namespaces/{ns}/pods", json=bare("crash", "import sys; sys.exit(3)"))
+    http.post(f"/api/v1/namespaces/{ns}/pods", json=bare("unhealthy", "import time; time.sleep(3600)", livenessProbe={
+        "tcpSocket": {"port": 9}, "periodSeconds": 1, "failureThreshold": 2}))
+    seen: set[str] = set()
+
+    def crash_looping() -> dict[str, Any] | None:
+        status = http.get(f"/api/v1/namespaces/{ns}/pods/crash").json()["status"]
+        container = (status.get("containerStatuses") or [{}])[0]
+        seen.add(str((container.get("state") or {}).get("waiting", {}).get("reason")))
+        return container if container.get("restartCount", 0) >= 2 else None
+
+    container = wait_for(crash_looping, 30, 0.01, "the crashing container to restart twice")
+    assert "CrashLoopBackOff" in seen
+    assert container["lastState"]["terminated"]["exitCode"] == 3
+    assert http.get(f"/api/v1/namespaces/{ns}/pods/crash").json()["status"]["phase"] == "Running"
+
+    def killed_by_liveness() -> dict[str, Any] | None:
+        status = http.get(f"/api/v1/namespaces/{ns}/pods/unhealthy").json()["status"]
+        found = (status.get("containerStatuses") or [{}])[0]
+        return found if found.get("restartCount", 0) >= 1 else None
+
+    restarted = wait_for(killed_by_liveness, 30, 0.05, "the liveness probe to restart the container")
+    assert restarted["lastState"]["terminated"]["exitCode"] == 128 + signal.SIGTERM
