@@ -16,6 +16,9 @@ _RUNNER_SKIPPED_IMPORTS = ("httpx._main", "trio")
 
 
 def main() -> None:
+    from burrito_py.local import dns
+
+    dns.install()  # cluster DNS for processes of the local kubelet; a no-op elsewhere (cheap: os and socket)
     if sys.argv[1:] == ["runner", "start"]:
         for name in _RUNNER_SKIPPED_IMPORTS:
             sys.modules.setdefault(name, None)  # type: ignore[arg-type]

@@ -230,8 +230,10 @@ def datastore_client(url: str, token_path: Path | None, kubeconfig: Path | None)
     (`token_path`, else the standard mount; re-read as it rotates); locally: the kubeconfig user's token
     (`burrito-py dev` makes that a service account the datastore knows)."""
     from burrito_py.datastore.client import DatastoreClient
+    from burrito_py.local.paths import pod_path
 
-    token_file = token_path or (DATASTORE_TOKEN_PATH if DATASTORE_TOKEN_PATH.exists() else None)
+    mounted = pod_path(DATASTORE_TOKEN_PATH)
+    token_file = token_path or (mounted if mounted.exists() else None)
     if token_file is not None:
         return DatastoreClient(url, token_file=token_file)
     token = kubeconfig_login(kubeconfig).token if kubeconfig is not None else None

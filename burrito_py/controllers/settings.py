@@ -5,12 +5,20 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from burrito_py.local.paths import pod_path_setting
 
 
 class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BURRITO_PY_", extra="ignore")
+
+    @field_validator("git_cache_dir", "datastore_token_path", mode="after")
+    @classmethod
+    def _inside_the_pod(cls, value: Path | None) -> Path | None:
+        # Under the local kubelet a pod's absolute paths live below its private root (identity elsewhere).
+        return pod_path_setting(value)
 
     namespaces: list[str] = Field(default_factory=list, description="Watched namespaces; empty = all.")
     datastore_url: str = "http://burrito-py-datastore:8080"

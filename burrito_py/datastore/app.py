@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Respons
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -33,6 +33,7 @@ from burrito_py.datastore.auth import (
     principal_of,
 )
 from burrito_py.datastore.storage import Storage, TooLarge
+from burrito_py.local.paths import pod_path_setting
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,12 @@ _REVISION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 
 class DatastoreSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BURRITO_PY_DATASTORE_", extra="ignore")
+
+    @field_validator("data_dir", "kubeconfig", mode="after")
+    @classmethod
+    def _inside_the_pod(cls, value: Path | None) -> Path | None:
+        # Under the local kubelet a pod's absolute paths live below its private root (identity elsewhere).
+        return pod_path_setting(value)
 
     data_dir: Path = Path("/var/lib/burrito-py/datastore")
     host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on all interfaces

@@ -14,12 +14,19 @@ from burrito_py.datastore.encryption import EncryptedStorage, Keyring
 from burrito_py.datastore.kubeapi import connect, own_namespace, read_secret_data
 from burrito_py.datastore.s3 import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MIN_PART_SIZE, S3Storage, make_client
 from burrito_py.datastore.storage import FilesystemStorage, Storage
+from burrito_py.local.paths import pod_path_setting
 
 ENV_PREFIX = "BURRITO_PY_DATASTORE_"
 
 
 class StorageSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    @field_validator("data_dir", mode="after")
+    @classmethod
+    def _inside_the_pod(cls, value: Path | None) -> Path | None:
+        # Under the local kubelet a pod's absolute paths live below its private root (identity elsewhere).
+        return pod_path_setting(value)
 
     backend: Literal["filesystem", "s3"] = "filesystem"
     data_dir: Path = Path("/var/lib/burrito-py/datastore")

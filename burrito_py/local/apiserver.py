@@ -25,6 +25,7 @@ from aiohttp import web
 
 from burrito_py.local.kube_authn import ADMIN_TOKEN, Authenticator, Unauthorized, UserInfo
 from burrito_py.local.kube_errors import ApiError, bad_request, invalid, not_found, reason_for, unknown_resource
+from burrito_py.local.kube_patch import PatchError, json_patch, merge_patch
 from burrito_py.local.kube_protobuf import ProtobufError
 from burrito_py.local.kube_protobuf import decode as decode_protobuf
 from burrito_py.local.kube_rbac import (
@@ -435,6 +436,8 @@ class ApiServer:
             if method != "POST":
                 raise self._not_allowed(method, path)
             return _json(self._token_request(namespace or "", name or "", await self._body(request)), 201)
+        if sub == "scale":
+            return await self._scale(request, resource, namespace or "", name or "", path)
         if resource.verbs == ["create"]:  # the reviews: nothing is stored, the answer is computed
             if method != "POST" or name is not None:
                 raise self._not_allowed(method, path)
@@ -504,6 +507,44 @@ class ApiServer:
             accepted = not gone and options.get("orphanDependents") is False
             return _json(obj, 202 if accepted else 200)
         raise self._not_allowed(method, path)
+
+    async def _scale(self, request: web.Request, resource: Resource, namespace: str, name: str,
+                     path: str) -> web.Response:
+        """The `scale` subresource (autoscaling/v1 Scale): `kubectl scale` reads and writes spec.replicas."""
+        method = request.method
+        if method not in ("GET", "PUT", "PATCH"):
+            raise self._not_allowed(method, path)
+        if method != "GET":
+            body = await self._body(request, any_json=True)
+            with self.store.lock:
+                current = self._scale_of(self.store.get(resource, namespace, name))
+                if method == "PUT":
+                    wanted = body
+                else:
+                    try:
+                        wanted = merge_patch(current, body) if request.content_type != PATCH_TYPES[0] else json_patch(
+                            current, body)
+                    except (PatchError, TypeError) as exc:
+                        raise bad_request(str(exc)) from None
+                replicas = (wanted.get("spec") or {}).get("replicas") if isinstance(wanted, dict) else None
+                if not isinstance(replicas, int) or replicas < 0:
+                    raise invalid("Scale", "autoscaling", name, [{"reason": "FieldValueInvalid",
+                                  "field": "spec.replicas", "message": f"Invalid value: {replicas}: must be greater "
+                                  "than or equal to 0"}])
+                self.store.patch(resource, namespace, name, "application/merge-patch+json",
+                                 {"spec": {"replicas": replicas}}, None, _dry_run(request))
+        with self.store.lock:
+            return _json(self._scale_of(self.store.get(resource, namespace, name)))
+
+    @staticmethod
+    def _scale_of(obj: Obj) -> Obj:
+        meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+        selector = ",".join(f"{k}={v}" for k, v in ((spec.get("selector") or {}).get("matchLabels") or {}).items())
+        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                             if k in meta},
+                "spec": {"replicas": int(spec.get("replicas", 1))},
+                "status": {"replicas": int(status.get("replicas", 0)), "selector": selector}}
 
     @staticmethod
     def _not_allowed(method: str, path: str) -> ApiError:

@@ -85,7 +85,10 @@ class Resource:
         if self.categories:
             entry["categories"] = self.categories
         subs = [*(["status"] if self.status_subresource else []), *self.subresources]
-        sub_verbs = {"status": ["get", "patch", "update"], "log": ["get"], "token": ["create"]}
+        sub_verbs = {"status": ["get", "patch", "update"], "log": ["get"], "token": ["create"],
+                     "scale": ["get", "patch", "update"]}
+        sub_groups = {"token": {"group": "authentication.k8s.io", "version": "v1"},
+                      "scale": {"group": "autoscaling", "version": "v1"}}
         return [
             entry,
             *(
@@ -93,9 +96,9 @@ class Resource:
                     "name": f"{self.plural}/{s}",
                     "singularName": "",
                     "namespaced": self.namespaced,
-                    "kind": {"log": "Pod", "token": "TokenRequest"}.get(s, self.kind),
+                    "kind": {"log": "Pod", "token": "TokenRequest", "scale": "Scale"}.get(s, self.kind),
                     "verbs": sub_verbs.get(s, ["get"]),
-                    **({"group": "authentication.k8s.io", "version": "v1"} if s == "token" else {}),
+                    **sub_groups.get(s, {}),
                 }
                 for s in subs
             ),
@@ -114,6 +117,19 @@ def builtins() -> list[Resource]:
         Resource("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, ["sa"],
                  subresources=["token"]),
         Resource("", "v1", "services", "service", "Service", True, ["svc"], ["all"], status_subresource=True),
+        # Workloads (controller_manager.py makes Deployments' pods, Endpoints and PVC binding; the rest are
+        # stored only).
+        Resource("apps", "v1", "deployments", "deployment", "Deployment", True, ["deploy"], ["all"], True,
+                 subresources=["scale"]),
+        Resource("", "v1", "endpoints", "endpoints", "Endpoints", True, ["ep"]),
+        Resource("", "v1", "persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", True,
+                 ["pvc"], status_subresource=True),
+        Resource("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True,
+                 ["pdb"], status_subresource=True),
+        Resource("networking.k8s.io", "v1", "networkpolicies", "networkpolicy", "NetworkPolicy", True,
+                 ["netpol"]),
+        Resource("networking.k8s.io", "v1", "ingresses", "ingress", "Ingress", True, ["ing"],
+                 status_subresource=True),
         Resource("events.k8s.io", "v1", "events", "event", "Event", True, ["ev"],
                  field_selectors=COMMON_FIELDS | {"regarding.kind", "regarding.name", "regarding.namespace",
                                                   "regarding.uid", "reason", "type"}),

@@ -36,6 +36,7 @@ from burrito_py.local.kube_rbac import RBAC_GROUP, prepare_binding
 from burrito_py.local.kube_resources import Resource, builtins, resources_from_crd, storage_version
 from burrito_py.local.kube_selectors import Selection
 from burrito_py.local.kube_table import table
+from burrito_py.local.workloads import IpPool, label_selector_matches
 
 Obj = dict[str, Any]
 Storage = tuple[str, str]
@@ -45,6 +46,11 @@ RBAC_BINDINGS: Storage = (RBAC_GROUP, "rolebindings")
 RBAC_CLUSTER_BINDINGS: Storage = (RBAC_GROUP, "clusterrolebindings")
 FOREGROUND = "foregroundDeletion"
 CRD_CLEANUP = "customresourcecleanup.apiextensions.k8s.io"
+SERVICES: Storage = ("", "services")
+DEPLOYMENTS: Storage = ("apps", "deployments")
+# Services' cluster IPs: loopback addresses the local kubelet's service proxy listens on (pods get theirs
+# from 127.10.0.0/16), so a process on this machine reaches a Service as a pod on a node would.
+SERVICE_CIDR = "127.20.0.0/16"
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -394,6 +400,13 @@ class Store:
                                {"name": meta["name"], "kind": "pods"})
             obj["spec"] = spec
             obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        elif resource.storage == SERVICES:
+            obj["spec"] = self._service_spec(meta["name"], dict(obj.get("spec") or {}), None)
+        elif resource.storage == DEPLOYMENTS:
+            obj["spec"] = self._deployment_spec(meta["name"], dict(obj.get("spec") or {}))
+            obj.pop("status", None)
+        elif resource.storage == ("", "persistentvolumeclaims"):
+            obj["status"] = {"phase": "Pending"}
         elif resource.storage == CRDS:
             spec = obj.get("spec") or {}
             names = spec.get("names") or {}
@@ -408,6 +421,54 @@ class Store:
             meta["finalizers"] = [*(meta.get("finalizers") or ()), CRD_CLEANUP]
             obj["status"] = self._crd_status(obj)
         return obj
+
+    def _service_spec(self, name: str, spec: Obj, prev: Obj | None) -> Obj:
+        """Defaults of a Service; a cluster IP is allocated (kept on update) unless `clusterIP: None`."""
+        spec.setdefault("type", "ClusterIP")
+        spec.setdefault("sessionAffinity", "None")
+        ports = []
+        for port in spec.get("ports") or ():
+            if isinstance(port, dict):
+                port = {"protocol": "TCP", **port}
+                port.setdefault("targetPort", port.get("port"))
+            ports.append(port)
+        if ports:
+            spec["ports"] = ports
+        kept = ((prev or {}).get("spec") or {}).get("clusterIP")
+        if kept and not spec.get("clusterIP"):
+            spec["clusterIP"] = kept
+        elif kept and spec["clusterIP"] != kept:
+            raise invalid("Service", "", name, [field_cause("spec.clusterIP", f'Invalid value: "{spec["clusterIP"]}": '
+                                                            "field is immutable")])
+        if not spec.get("clusterIP"):
+            taken = [str((o.get("spec") or {}).get("clusterIP")) for o in self._iter(SERVICES, None)]
+            spec["clusterIP"] = IpPool(SERVICE_CIDR, taken).allocate()
+        spec["clusterIPs"] = [spec["clusterIP"]]
+        return spec
+
+    @staticmethod
+    def _deployment_spec(name: str, spec: Obj) -> Obj:
+        spec.setdefault("replicas", 1)
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
+        spec.setdefault("strategy", {"type": "RollingUpdate",
+                                     "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
+        template = dict(spec.get("template") or {})
+        template_spec = dict(template.get("spec") or {})
+        template_spec.setdefault("restartPolicy", "Always")
+        template_spec.setdefault("terminationGracePeriodSeconds", 30)
+        template["spec"] = template_spec
+        spec["template"] = template
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        selector = spec.get("selector")
+        if not isinstance(selector, dict) or not (selector.get("matchLabels") or selector.get("matchExpressions")):
+            raise invalid("Deployment", "apps", name, [field_cause("spec.selector", "Required value",
+                                                                   "FieldValueRequired")])
+        if not label_selector_matches(selector, labels):
+            raise invalid("Deployment", "apps", name, [field_cause(
+                "spec.template.metadata.labels", f"Invalid value: {json.dumps(labels)}: `selector` does not match "
+                "template `labels`")])
+        return spec
 
     def _crd_status(self, crd: Obj) -> Obj:
         spec = crd.get("spec") or {}
@@ -481,6 +542,10 @@ class Store:
         new["apiVersion"], new["kind"] = resource.api_version, resource.kind
         if resource.storage == NAMESPACES:
             new["spec"], new["status"] = prev.get("spec"), prev.get("status")
+        if resource.storage == SERVICES and sub is None:
+            new["spec"] = self._service_spec(name, dict(new.get("spec") or {}), prev)
+        if resource.storage == DEPLOYMENTS and sub is None:
+            new["spec"] = self._deployment_spec(name, dict(new.get("spec") or {}))
         new = self._prepare(resource, new, name, checks)
         if resource.storage == CRDS:
             new["status"] = self._crd_status(new)

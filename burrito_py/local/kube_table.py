@@ -133,7 +133,49 @@ def _event_cells(event: Obj) -> list[Any]:
             event.get("message") or event.get("note", "")]
 
 
+def _deployment_cells(deployment: Obj) -> list[Any]:
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    return [f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 1)}", status.get("updatedReplicas", 0),
+            status.get("availableReplicas", 0), age(deployment["metadata"].get("creationTimestamp"))]
+
+
+def _service_cells(service: Obj) -> list[Any]:
+    spec = service.get("spec") or {}
+    ports = ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}" for p in spec.get("ports") or ()) or "<none>"
+    return [spec.get("type", "ClusterIP"), spec.get("clusterIP") or "<none>", "<none>", ports,
+            age(service["metadata"].get("creationTimestamp"))]
+
+
+def _endpoints_cells(endpoints: Obj) -> list[Any]:
+    shown = [f"{a.get('ip')}:{p.get('port')}" for s in endpoints.get("subsets") or ()
+             for a in s.get("addresses") or () for p in s.get("ports") or ()]
+    text = ",".join(shown[:3]) + (f" + {len(shown) - 3} more..." if len(shown) > 3 else "")
+    return [text or "<none>", age(endpoints["metadata"].get("creationTimestamp"))]
+
+
+def _claim_cells(claim: Obj) -> list[Any]:
+    spec, status = claim.get("spec") or {}, claim.get("status") or {}
+    modes = {"ReadWriteOnce": "RWO", "ReadOnlyMany": "ROX", "ReadWriteMany": "RWX", "ReadWriteOncePod": "RWOP"}
+    return [status.get("phase", "Pending"), spec.get("volumeName", ""), (status.get("capacity") or {}).get(
+        "storage", ""), ",".join(modes.get(m, m) for m in status.get("accessModes") or ()),
+        spec.get("storageClassName") or "", age(claim["metadata"].get("creationTimestamp"))]
+
+
 _BUILTIN: dict[str, tuple[list[Obj], Callable[[Obj], list[Any]]]] = {
+    "deployments": (
+        [_column("Ready"), _column("Up-to-date", "integer"), _column("Available", "integer"), AGE],
+        _deployment_cells,
+    ),
+    "services": (
+        [_column("Type"), _column("Cluster-IP"), _column("External-IP"), _column("Port(s)"), AGE],
+        _service_cells,
+    ),
+    "endpoints": ([_column("Endpoints"), AGE], _endpoints_cells),
+    "persistentvolumeclaims": (
+        [_column("Status"), _column("Volume"), _column("Capacity"), _column("Access Modes"),
+         _column("StorageClass"), AGE],
+        _claim_cells,
+    ),
     "pods": (
         [_column("Ready"), _column("Status"), _column("Restarts", "integer"), AGE,
          _column("IP", priority=1), _column("Node", priority=1)],

@@ -1,8 +1,27 @@
 """A local kubelet: runs Pods as local processes, talking to the API only over HTTP, like a node.
 
-The image is ignored: a pod's first container `command` + `args` runs on this machine. Volumes are
-written under a per-pod root directory; `BURRITO_LOCAL_ROOT` tells the process where that root is
-(`burrito_py.local.paths.pod_path` maps absolute pod paths onto it). Only `restartPolicy: Never`.
+The image is ignored: a pod's first container `command` + `args` runs on this machine (`burrito-py` from
+PATH stands in for the image's entrypoint). Emulation rules:
+
+- Files: a pod's absolute paths live under its private root (`BURRITO_LOCAL_ROOT`;
+  `burrito_py.local.paths.pod_path` maps them). HOME defaults to a per-pod directory and TMPDIR to the
+  root's `/tmp`; a container env that sets HOME or TMPDIR to an absolute path gets it mapped under the root.
+- Network: each pod gets its own loopback address from 127.10.0.0/16 (`status.podIP`); Services get
+  cluster IPs from 127.20.0.0/16 and this kubelet proxies them (kube-proxy lives on the node, and so
+  does the only "node" here); `BURRITO_LOCAL_HOSTS` names a hosts file for the pod's namespace that
+  `burrito_py.local.dns` answers Service names from.
+- Restarts: `restartPolicy: Never` pods run once (runner pods); Always/OnFailure pods restart in place
+  with the kubelet's back-off (CrashLoopBackOff) and their readiness/liveness probes (httpGet, tcpSocket).
+- Credentials: each pod acts as its ServiceAccount: a per-pod KUBECONFIG with a pod-bound token (one
+  year, as kube-apiserver's extended expiry of kubelet tokens, since processes read it once; renewed at
+  80 % like the others), the in-cluster token files under /var/run/secrets/kubernetes.io/serviceaccount
+  (automountServiceAccountToken), and projected serviceAccountToken volumes renewed at 80 % of their
+  lifetime or after 24 h, replaced atomically.
+- Volumes: secret, configMap, projected (serviceAccountToken, secret, configMap), emptyDir (per pod),
+  persistentVolumeClaim (a directory per claim under the work dir that outlives pods). readOnly is not
+  enforced.
+- Deletion: the emulator deletes pods at once (no graceful deletion); the kubelet then sends SIGTERM to the
+  process group, waits terminationGracePeriodSeconds (capped by `grace_seconds`) and sends SIGKILL.
 """
 
 from __future__ import annotations
@@ -10,26 +29,44 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import logging
 import os
 import re
+import shutil
 import signal
-import ssl
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import yaml
 
+from burrito_py.local.kube_client import ApiFailure, Informer, KubeHttp, client_session, cluster_ca, read_kubeconfig
+from burrito_py.local.service_proxy import ServiceProxy
+from burrito_py.local.workloads import (
+    RESET_BACKOFF_AFTER,
+    IpPool,
+    hosts_file,
+    restart_delay,
+    service_link_env,
+    token_refresh_delay,
+)
 from burrito_py.timeutil import format_time, utcnow
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 TERMINAL = ("Succeeded", "Failed")
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_FIELD_KEY = re.compile(r"^metadata\.(labels|annotations)\['([^']*)'\]$")
+POD_CIDR = "127.10.0.0/16"
+HOST_IP = "127.0.0.1"
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+KUBECONFIG_TOKEN_SECONDS = 365 * 24 * 3600
+SA_TOKEN_SECONDS = 3607  # what the ServiceAccount admission plugin asks for
 
 
 class ConfigError(Exception):
@@ -46,8 +83,56 @@ def _identity(container: Mapping[str, Any]) -> Obj:
     return {"name": container.get("name", "main"), "image": container.get("image", ""), "imageID": ""}
 
 
+def exit_code(returncode: int) -> int:
+    """A container's exit code as a runtime reports it: 128 + N for a process ended by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def remap(root: Path, path: str) -> Path:
     return root / path.lstrip("/")
+
+
+def _write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    if mode is not None:
+        tmp.chmod(mode)
+    tmp.replace(path)
+
+
+def _token_writer(path: Path, mode: int) -> Callable[[str], None]:
+    return lambda token: _write_atomically(path, token.encode(), mode)
+
+
+@dataclass
+class TokenFile:
+    """A token the kubelet keeps fresh for a pod: `write` puts a new one in place."""
+
+    audience: str | None
+    seconds: int
+    write: Callable[[str], None]
+    due: float = 0.0
+
+
+@dataclass
+class Life:
+    """What the kubelet knows of one long-running pod (restartPolicy Always/OnFailure)."""
+
+    pod: Obj
+    container: Obj
+    ip: str
+    grace: float
+    started: str
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    phase: str = "Pending"
+    restarts: int = 0
+    ready: bool = False
+    state: Obj = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
+    last_state: Obj = field(default_factory=dict)
+    transitions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    process: asyncio.subprocess.Process | None = None
 
 
 class LocalKubelet:
@@ -58,25 +143,37 @@ class LocalKubelet:
         work_dir: Path,
         node_name: str = "burrito-py-local",
         grace_seconds: float = 5.0,
+        backoff_base: float = 10.0,
+        backoff_cap: float = 300.0,
+        refresh_delay: Callable[[float], float] = token_refresh_delay,
     ) -> None:
-        config = yaml.safe_load(kubeconfig.read_text())
-        context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
-        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
-        self._server = cluster["server"]
-        self._ca_data: str | None = cluster.get("certificate-authority-data")
-        # The kubelet calls the API with the kubeconfig's credential (the emulator's admin): a real kubelet
-        # is `system:node:<name>`, limited by the Node authorizer, which the emulator does not model.
-        user = next((u.get("user") or {} for u in config.get("users") or () if u["name"] == context.get("user")), {})
-        self._headers = {"Authorization": f"Bearer {user['token']}"} if user.get("token") else {}
+        self._kubeconfig = kubeconfig
+        self._server = read_kubeconfig(kubeconfig)[0]
+        self._ca = cluster_ca(kubeconfig)
         self._log_dir, self._work_dir, self._node = pod_log_dir, work_dir, node_name
         self._grace = grace_seconds
+        self._backoff = (backoff_base, backoff_cap)
+        self._refresh_delay = refresh_delay
         self._processes: dict[tuple[str, str], asyncio.subprocess.Process] = {}
+        self._lives: dict[tuple[str, str], Life] = {}
+        self._pod_grace: dict[tuple[str, str], float] = {}
         self._started: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._ips = IpPool(POD_CIDR)
+        self._proxy = ServiceProxy()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
-        self._http: aiohttp.ClientSession | None = None
+        self._network_changed: asyncio.Event | None = None
+        self._http: KubeHttp | None = None
+        self._probe_http: aiohttp.ClientSession | None = None
+        self._services: Informer | None = None
+        self._endpoints: Informer | None = None
+        self._pods: Informer | None = None
+
+    @property
+    def dns_dir(self) -> Path:
+        return self._work_dir / "dns"
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -86,6 +183,7 @@ class LocalKubelet:
             loop = asyncio.new_event_loop()
             self._loop = loop
             self._stopping = asyncio.Event()
+            self._network_changed = asyncio.Event()
             loop.call_soon(ready.set)
             loop.run_until_complete(self._run())
             loop.close()
@@ -97,7 +195,8 @@ class LocalKubelet:
     def stop(self) -> None:
         if self._loop is None or self._stopping is None:
             return
-        self._loop.call_soon_threadsafe(self._stopping.set)
+        with contextlib.suppress(RuntimeError):  # the loop already ended
+            self._loop.call_soon_threadsafe(self._stopping.set)
         if self._thread is not None:
             self._thread.join(self._grace + 10)
 
@@ -110,76 +209,89 @@ class LocalKubelet:
 
     async def _run(self) -> None:
         assert self._stopping is not None
-        ssl_context = (ssl.create_default_context(cadata=base64.b64decode(self._ca_data).decode())
-                       if self._ca_data else None)
-        connector = aiohttp.TCPConnector(ssl=ssl_context) if ssl_context is not None else None
-        async with aiohttp.ClientSession(self._server, headers=self._headers, connector=connector) as http:
-            self._http = http
-            watch = asyncio.create_task(self._watch_forever())
+        async with client_session(self._kubeconfig) as session, aiohttp.ClientSession() as probes:
+            self._http = KubeHttp(self._kubeconfig, session)
+            self._probe_http = probes
+            self._services = Informer(self._http, "/api/v1/services", self._on_network)
+            self._endpoints = Informer(self._http, "/api/v1/endpoints", self._on_network)
+            self._pods = Informer(self._http, "/api/v1/pods", self._on_pod)
+            network = [asyncio.create_task(self._services.run()), asyncio.create_task(self._endpoints.run()),
+                       asyncio.create_task(self._sync_network())]
+            # Service links and DNS need the Services before the first pod starts.
+            await asyncio.wait([asyncio.create_task(self._services.synced.wait()),
+                                asyncio.create_task(self._stopping.wait())], return_when=asyncio.FIRST_COMPLETED)
+            watch = asyncio.create_task(self._pods.run())
             await self._stopping.wait()
             watch.cancel()
-            for key in list(self._processes):
-                await self._terminate(key)
-            for task in list(self._tasks):
+            await asyncio.gather(*[self._terminate(key) for key in {*self._processes, *self._lives}])
+            for task in [*network, *self._tasks]:
                 task.cancel()
-            await asyncio.gather(watch, *self._tasks, return_exceptions=True)
+            await asyncio.gather(watch, *network, *self._tasks, return_exceptions=True)
+            await self._proxy.close()
 
-    async def _watch_forever(self) -> None:
-        assert self._http is not None
-        rv = ""
+    # -- Services: DNS and proxy -----------------------------------------------------------------
+    def _on_network(self, _: str, __: Obj) -> None:
+        if self._network_changed is not None:
+            self._network_changed.set()
+
+    async def _sync_network(self) -> None:
+        assert self._network_changed is not None
         while True:
+            await self._network_changed.wait()
+            self._network_changed.clear()
             try:
-                if not rv:
-                    async with self._http.get("/api/v1/pods") as response:
-                        listing = await response.json()
-                    rv = listing["metadata"]["resourceVersion"]
-                    for pod in listing["items"]:
-                        await self._on_pod("ADDED", pod, startup=True)
-                params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": "300"}
-                async with self._http.get("/api/v1/pods", params=params, timeout=aiohttp.ClientTimeout(None)) as resp:
-                    async for line in resp.content:
-                        event = json.loads(line)
-                        if event["type"] == "ERROR":
-                            rv = ""  # 410 Expired: list again
-                            break
-                        rv = event["object"]["metadata"]["resourceVersion"]
-                        await self._on_pod(event["type"], event["object"])
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the API went away for a moment: retry
-                log.warning("kubelet watch failed: %s", exc)
-                await asyncio.sleep(0.5)
+                self._write_hosts()
+                assert self._services is not None and self._endpoints is not None
+                await self._proxy.sync(list(self._services.cache.values()), self._endpoints.cache)
+            except Exception:  # keep serving; the next change tries again
+                log.exception("kubelet: syncing services failed")
+            await asyncio.sleep(0.01)  # coalesce bursts of changes
 
-    async def _on_pod(self, event_type: str, pod: Obj, startup: bool = False) -> None:
+    def _write_hosts(self, also: str | None = None) -> None:
+        services = list(self._services.cache.values()) if self._services is not None else []
+        endpoints = self._endpoints.cache if self._endpoints is not None else {}
+        namespaces = {s["metadata"].get("namespace", "") for s in services}
+        namespaces |= {key[0] for key in (*self._processes, *self._lives)}
+        if also is not None:
+            namespaces.add(also)
+        for namespace in namespaces:
+            path = self.dns_dir / f"{namespace}.hosts"
+            text = hosts_file(namespace, services, endpoints).encode()
+            if not path.exists() or path.read_bytes() != text:
+                _write_atomically(path, text)
+
+    # -- pods ------------------------------------------------------------------------------------
+    async def _on_pod(self, event_type: str, pod: Obj) -> None:
+        startup = self._pods is not None and not self._pods.synced.is_set()
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
         if event_type == "DELETED" or meta.get("deletionTimestamp"):
-            await self._terminate(key)
+            self._spawn(self._terminate(key, meta["uid"], forget=True))
             return
         phase = (pod.get("status") or {}).get("phase")
         if meta["uid"] in self._started or phase in TERMINAL:
             return
-        if startup and phase == "Running":
+        never = (pod.get("spec") or {}).get("restartPolicy", "Always") == "Never"
+        if startup and phase == "Running" and never:
             await self._patch_status(
                 pod,
                 {"phase": "Failed", "reason": "NodeLost", "message": "the local kubelet restarted while the pod ran"},
             )
             return
         self._started.add(meta["uid"])
-        task = asyncio.create_task(self._run_pod(pod))
+        self._spawn(self._run_pod(pod))
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # -- running a pod ---------------------------------------------------------------------------
     async def _api(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         assert self._http is not None
-        async with self._http.request(
-            method, path, data=None if body is None else json.dumps(body), headers={"Content-Type": content_type}
-        ) as response:
-            data = await response.json()
-            if response.status >= 400:
-                raise ConfigError(data.get("message", f"HTTP {response.status}"))
-            return data
+        try:
+            return await self._http.call(method, path, body, content_type)
+        except ApiFailure as exc:
+            raise ConfigError(str(exc)) from None
 
     async def _patch_status(self, pod: Obj, status: Obj) -> None:
         meta = pod["metadata"]
@@ -206,26 +318,53 @@ class LocalKubelet:
         )
         return str(result["status"]["token"])
 
-    async def _lookup(self, namespace: str, kind: str, name: str, key: str | None, optional: bool) -> Any:
+    async def _object(self, namespace: str, kind: str, name: str, optional: bool) -> Obj | None:
         try:
-            obj = await self._api("GET", f"/api/v1/namespaces/{namespace}/{kind}/{name}")
+            return await self._api("GET", f"/api/v1/namespaces/{namespace}/{kind}/{name}")  # type: ignore[no-any-return]
         except ConfigError:
             if optional:
                 return None
             raise ConfigError(f'{kind[:-1]} "{name}" not found') from None
-        data = obj.get("data") or {}
-        if kind == "secrets":
-            data = {k: base64.b64decode(v).decode() for k, v in data.items()}
-        if key is None:
-            return data
-        if key not in data and not optional:
-            raise ConfigError(f"couldn't find key {key} in {kind[:-1]} {namespace}/{name}")
-        return data.get(key)
 
-    async def _environment(self, pod: Obj, container: Obj, root: Path) -> dict[str, str]:
+    async def _data(self, namespace: str, kind: str, name: str, optional: bool) -> dict[str, bytes] | None:
+        """A Secret's or ConfigMap's keys as bytes (None: an optional object that is missing)."""
+        obj = await self._object(namespace, kind, name, optional)
+        if obj is None:
+            return None
+        if kind == "secrets":
+            return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+        found = {k: str(v).encode() for k, v in (obj.get("data") or {}).items()}
+        found.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+        return found
+
+    async def _lookup(self, namespace: str, kind: str, name: str, key: str | None, optional: bool) -> Any:
+        data = await self._data(namespace, kind, name, optional)
+        if data is None:
+            return None
+        text = {k: v.decode(errors="replace") for k, v in data.items()}
+        if key is None:
+            return text
+        if key not in text and not optional:
+            raise ConfigError(f"couldn't find key {key} in {kind[:-1]} {namespace}/{name}")
+        return text.get(key)
+
+    def _service_env(self, pod: Obj) -> dict[str, str]:
+        url = urlsplit(self._server)
+        host, port = url.hostname or HOST_IP, str(url.port or (443 if url.scheme == "https" else 80))
+        env = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port,
+               "KUBERNETES_SERVICE_PORT_HTTPS": port, "KUBERNETES_PORT": f"tcp://{host}:{port}",
+               f"KUBERNETES_PORT_{port}_TCP": f"tcp://{host}:{port}", f"KUBERNETES_PORT_{port}_TCP_PROTO": "tcp",
+               f"KUBERNETES_PORT_{port}_TCP_PORT": port, f"KUBERNETES_PORT_{port}_TCP_ADDR": host}
+        if (pod.get("spec") or {}).get("enableServiceLinks", True) and self._services is not None:
+            namespace = pod["metadata"]["namespace"]
+            env.update(service_link_env(s for s in self._services.cache.values()
+                                        if s["metadata"].get("namespace") == namespace))
+        return env
+
+    async def _environment(self, pod: Obj, container: Obj, root: Path, ip: str = "") -> dict[str, str]:
         meta, spec = pod["metadata"], pod.get("spec") or {}
         ns = meta["namespace"]
-        env: dict[str, str] = {}
+        env: dict[str, str] = self._service_env(pod)
         for source in container.get("envFrom") or ():
             ref = source.get("secretRef") or source.get("configMapRef") or {}
             kind = "secrets" if "secretRef" in source else "configmaps"
@@ -237,13 +376,22 @@ class LocalKubelet:
             "metadata.uid": meta["uid"],
             "spec.serviceAccountName": spec.get("serviceAccountName") or "default",
             "spec.nodeName": self._node,
+            "status.podIP": ip,
+            "status.podIPs": ip,
+            "status.hostIP": HOST_IP,
+            "status.hostIPs": HOST_IP,
         }
         for item in container.get("env") or ():
             source = item.get("valueFrom") or {}
             if "value" in item or not source:
                 env[item["name"]] = expand(str(item.get("value", "")), env)
             elif "fieldRef" in source:
-                env[item["name"]] = fields.get(source["fieldRef"].get("fieldPath", ""), "")
+                path = source["fieldRef"].get("fieldPath", "")
+                keyed = _FIELD_KEY.match(path)
+                if keyed:
+                    env[item["name"]] = (meta.get(keyed.group(1)) or {}).get(keyed.group(2), "")
+                else:
+                    env[item["name"]] = fields.get(path, "")
             else:
                 ref = source.get("secretKeyRef") or source.get("configMapKeyRef") or {}
                 kind = "secrets" if "secretKeyRef" in source else "configmaps"
@@ -252,125 +400,229 @@ class LocalKubelet:
                     env[item["name"]] = value
         return env
 
-    async def _volumes(self, pod: Obj, container: Obj, root: Path) -> None:
-        volumes = {v["name"]: v for v in (pod.get("spec") or {}).get("volumes") or ()}
+    # -- volumes ---------------------------------------------------------------------------------
+    async def _volume_files(self, pod: Obj, volume: Obj, tokens: list[TokenFile], target: Path) -> dict[str, tuple[
+            bytes, int]] | None:
+        """The files of a secret/configMap/projected volume (path → content, mode); None for other kinds.
+        Projected tokens are registered in `tokens` (written, and renewed, by the caller)."""
         ns = pod["metadata"]["namespace"]
-        for mount in container.get("volumeMounts") or ():
-            volume = volumes.get(mount["name"], {})
-            target = remap(root, mount["mountPath"]) / mount.get("subPath", "")
-            files: dict[str, str] = {}
-            if "projected" in volume:
-                for source in volume["projected"].get("sources") or ():
-                    if "serviceAccountToken" in source:
-                        sat = source["serviceAccountToken"]
-                        files[sat.get("path", "token")] = await self._token(
-                            pod, sat.get("audience"), int(sat.get("expirationSeconds", 3600))
-                        )
-            elif "secret" in volume:
-                files = (
-                    await self._lookup(
-                        ns,
-                        "secrets",
-                        volume["secret"].get("secretName", ""),
-                        None,
-                        bool(volume["secret"].get("optional")),
-                    )
-                    or {}
-                )
-            elif "configMap" in volume:
-                files = (
-                    await self._lookup(
-                        ns,
-                        "configmaps",
-                        volume["configMap"].get("name", ""),
-                        None,
-                        bool(volume["configMap"].get("optional")),
-                    )
-                    or {}
-                )
-            target.mkdir(parents=True, exist_ok=True)
-            for name, content in files.items():
-                (target / name).write_text(content)
 
+        async def keys(kind: str, ref: Obj, mode: int) -> dict[str, tuple[bytes, int]]:
+            name = ref.get("secretName" if kind == "secrets" else "name", "")
+            data = await self._data(ns, kind, name, bool(ref.get("optional"))) or {}
+            items = ref.get("items")
+            if not items:
+                return {k: (v, mode) for k, v in data.items()}
+            files = {}
+            for item in items:
+                if item["key"] not in data:
+                    if ref.get("optional"):
+                        continue
+                    raise ConfigError(f"couldn't find key {item['key']} in {kind[:-1]} {ns}/{name}")
+                files[item.get("path", item["key"])] = (data[item["key"]], int(item.get("mode", mode)))
+            return files
+
+        if "secret" in volume:
+            return await keys("secrets", volume["secret"], int(volume["secret"].get("defaultMode", 0o644)))
+        if "configMap" in volume:
+            return await keys("configmaps", volume["configMap"], int(volume["configMap"].get("defaultMode", 0o644)))
+        if "projected" not in volume:
+            return None
+        mode = int(volume["projected"].get("defaultMode", 0o644))
+        files: dict[str, tuple[bytes, int]] = {}
+        for source in volume["projected"].get("sources") or ():
+            if "serviceAccountToken" in source:
+                sat = source["serviceAccountToken"]
+                path = target / sat.get("path", "token")
+                tokens.append(TokenFile(sat.get("audience"), int(sat.get("expirationSeconds", 3600)),
+                                        _token_writer(path, mode)))
+            elif "secret" in source:
+                files.update(await keys("secrets", {"secretName": source["secret"].get("name", ""),
+                                                    **source["secret"]}, mode))
+            elif "configMap" in source:
+                files.update(await keys("configmaps", source["configMap"], mode))
+        return files
+
+    async def _volumes(self, pod: Obj, container: Obj, root: Path, pod_dir: Path) -> list[TokenFile]:
+        spec = pod.get("spec") or {}
+        volumes = {v["name"]: v for v in spec.get("volumes") or ()}
+        ns = pod["metadata"]["namespace"]
+        tokens: list[TokenFile] = []
+        for mount in container.get("volumeMounts") or ():
+            volume = volumes.get(mount["name"])
+            if volume is None:
+                raise ConfigError(f'volume "{mount["name"]}" is not declared in the pod spec')
+            target = remap(root, mount["mountPath"])
+            sub = str(mount.get("subPath") or "").strip("/")
+            directory: Path | None = None
+            if "emptyDir" in volume:
+                directory = pod_dir / "volumes" / mount["name"]
+            elif "persistentVolumeClaim" in volume:
+                claim = volume["persistentVolumeClaim"].get("claimName", "")
+                await self._object(ns, "persistentvolumeclaims", claim, False)
+                directory = self._work_dir / "volumes" / ns / claim
+            if directory is not None:
+                source = directory / sub if sub else directory
+                source.mkdir(parents=True, exist_ok=True)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if target.is_symlink() or not target.exists():
+                    target.unlink(missing_ok=True)
+                    target.symlink_to(source, target_is_directory=True)
+                continue
+            files = await self._volume_files(pod, volume, tokens, target)
+            if files is None:
+                target.mkdir(parents=True, exist_ok=True)  # a kind not emulated: an empty directory
+                continue
+            if sub:
+                if sub in files:
+                    _write_atomically(target, *files[sub])
+                continue
+            target.mkdir(parents=True, exist_ok=True)
+            for name, (content, mode) in files.items():
+                _write_atomically(target / name, content, mode)
+        if await self._automount(pod, container):
+            sa_dir = remap(root, SA_DIR)
+            _write_atomically(sa_dir / "namespace", ns.encode())
+            _write_atomically(sa_dir / "ca.crt", self._ca or b"")
+            tokens.append(TokenFile(None, SA_TOKEN_SECONDS,
+                                    lambda token: _write_atomically(sa_dir / "token", token.encode(), 0o644)))
+        return tokens
+
+    async def _automount(self, pod: Obj, container: Obj) -> bool:
+        spec = pod.get("spec") or {}
+        if any(m.get("mountPath", "").rstrip("/") == SA_DIR for m in container.get("volumeMounts") or ()):
+            return False
+        if spec.get("automountServiceAccountToken") is not None:
+            return bool(spec["automountServiceAccountToken"])
+        account = await self._object(pod["metadata"]["namespace"], "serviceaccounts",
+                                     spec.get("serviceAccountName") or "default", True)
+        return (account or {}).get("automountServiceAccountToken") is not False
+
+    async def _keep_tokens(self, pod: Obj, tokens: list[TokenFile]) -> None:
+        """Write each token now, then renew it when due (80 % of its lifetime, or 24 h)."""
+        while tokens:
+            now = time.monotonic()
+            for token in tokens:
+                if token.due <= now:
+                    try:
+                        token.write(await self._token(pod, token.audience, token.seconds))
+                    except ConfigError as exc:
+                        log.info("kubelet: token for %s not renewed: %s", pod["metadata"]["name"], exc)
+                    token.due = time.monotonic() + self._refresh_delay(token.seconds)
+            await asyncio.sleep(max(0.0, min(t.due for t in tokens) - time.monotonic()))
+
+    # -- running a pod ---------------------------------------------------------------------------
     async def _run_pod(self, pod: Obj) -> None:
         meta, spec = pod["metadata"], pod.get("spec") or {}
         key = (meta["namespace"], meta["name"])
         pod_dir = self._work_dir / meta["namespace"] / meta["name"]
         root = pod_dir / "root"
-        if spec.get("restartPolicy", "Always") != "Never":
-            await self._patch_status(
-                pod,
-                {
-                    "phase": "Failed",
-                    "reason": "Unsupported",
-                    "message": "the local kubelet runs only restartPolicy: Never pods",
-                },
-            )
-            return
         container = (spec.get("containers") or [{}])[0]
-        await self._patch_status(
-            pod,
-            {
-                "phase": "Pending",
-                "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": format_time(utcnow())}],
-            },
-        )
-        while True:
+        ip = self._ips.allocate()
+        self._pod_grace[key] = float(spec.get("terminationGracePeriodSeconds", 30))
+        never = spec.get("restartPolicy", "Always") == "Never"
+        life = None if never else Life(pod, container, ip, self._pod_grace[key], format_time(utcnow()))
+        if life is not None:
+            self._lives[key] = life
+        self._write_hosts(also=meta["namespace"])
+        refresher: asyncio.Task[None] | None = None
+        try:
+            if life is not None:
+                await self._publish(life)
+            else:
+                await self._patch_status(pod, {
+                    "phase": "Pending", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": HOST_IP,
+                    "hostIPs": [{"ip": HOST_IP}],
+                    "conditions": [{"type": "PodScheduled", "status": "True",
+                                    "lastTransitionTime": format_time(utcnow())}],
+                })
+            while True:
+                try:
+                    env = await self._environment(pod, container, root, ip)
+                    tokens = await self._volumes(pod, container, root, pod_dir)
+                    break
+                except ConfigError as exc:
+                    await self._patch_status(pod, {"containerStatuses": [{
+                        **_identity(container), "ready": False, "restartCount": 0,
+                        "state": {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}}]})
+                    if life is not None and life.stop.is_set():
+                        return
+                    await asyncio.sleep(1.0)
+                    if self._stopping is not None and self._stopping.is_set():
+                        return
+            kubeconfig = pod_dir / "kubeconfig"
+            tokens.append(TokenFile(None, KUBECONFIG_TOKEN_SECONDS,
+                                    lambda token: self._write_pod_kubeconfig(kubeconfig, token, meta["namespace"])))
             try:
-                env = await self._environment(pod, container, root)
-                await self._volumes(pod, container, root)
-                break
-            except ConfigError as exc:
-                await self._patch_status(
-                    pod,
-                    {
-                        "containerStatuses": [
-                            {
-                                **_identity(container),
-                                "ready": False,
-                                "state": {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}},
-                            }
-                        ]
-                    },
-                )
-                await asyncio.sleep(1.0)
-                if key not in self._processes and self._stopping is not None and self._stopping.is_set():
-                    return
-        (root / "dev").mkdir(parents=True, exist_ok=True)
-        token = await self._token(pod, None, 3600)
-        kubeconfig = pod_dir / "kubeconfig"
-        kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "pod",
-                    "clusters": [{"name": "local", "cluster": {
-                        "server": self._server,
-                        **({"certificate-authority-data": self._ca_data} if self._ca_data else {})}}],
-                    "users": [{"name": "pod", "user": {"token": token}}],
-                    "contexts": [
-                        {"name": "pod", "context": {"cluster": "local", "user": "pod", "namespace": meta["namespace"]}}
-                    ],
-                }
-            )
-        )
+                fresh = await asyncio.gather(*(self._token(pod, t.audience, t.seconds) for t in tokens))
+            except ConfigError as exc:  # the pod (or its ServiceAccount) went away meanwhile
+                log.info("kubelet: pod %s/%s not started: %s", meta["namespace"], meta["name"], exc)
+                return
+            for token, value in zip(tokens, fresh, strict=True):  # in place before the process starts
+                token.write(value)
+                token.due = time.monotonic() + self._refresh_delay(token.seconds)
+            refresher = asyncio.create_task(self._keep_tokens(pod, tokens))
+            (root / "dev").mkdir(parents=True, exist_ok=True)
+            process_env = self._process_env(pod, container, root, pod_dir, kubeconfig, env)
+            argv = [expand(a, process_env)
+                    for a in [*(container.get("command") or ()), *(container.get("args") or ())]]
+            log_path = self._log_dir / meta["namespace"] / meta["name"] / f"{container.get('name', 'main')}.log"
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            cwd = remap(root, container["workingDir"]) if container.get("workingDir") else pod_dir
+            cwd.mkdir(parents=True, exist_ok=True)
+            if life is not None:
+                await self._run_long(life, argv, process_env, cwd, log_path)
+            else:
+                await self._run_once(pod, container, argv, process_env, cwd, log_path, root)
+        finally:
+            if refresher is not None:
+                refresher.cancel()
+                await asyncio.gather(refresher, return_exceptions=True)
+            self._lives.pop(key, None)
+            self._pod_grace.pop(key, None)
+            self._ips.release(ip)
+
+    def _process_env(self, pod: Obj, container: Obj, root: Path, pod_dir: Path, kubeconfig: Path,
+                     env: dict[str, str]) -> dict[str, str]:
+        meta = pod["metadata"]
         home = pod_dir / "home"
         home.mkdir(parents=True, exist_ok=True)
         process_env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(home),
+            "TMPDIR": str(remap(root, "/tmp")),
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             "KUBECONFIG": str(kubeconfig),
             "BURRITO_LOCAL_ROOT": str(root),
+            "BURRITO_LOCAL_HOSTS": str(self.dns_dir / f"{meta['namespace']}.hosts"),
             "HOSTNAME": meta["name"],
             **env,
         }
-        argv = [expand(a, process_env) for a in [*(container.get("command") or ()), *(container.get("args") or ())]]
-        log_path = self._log_dir / meta["namespace"] / meta["name"] / f"{container.get('name', 'main')}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        cwd = remap(root, container["workingDir"]) if container.get("workingDir") else pod_dir
-        cwd.mkdir(parents=True, exist_ok=True)
+        # Emulation rule: a HOME or TMPDIR the container sets is a path inside the pod, so under its root.
+        for name in ("HOME", "TMPDIR"):
+            if name in env and env[name].startswith("/"):
+                process_env[name] = str(remap(root, env[name]))
+            Path(process_env[name]).mkdir(parents=True, exist_ok=True)
+        return process_env
+
+    def _write_pod_kubeconfig(self, path: Path, token: str, namespace: str) -> None:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "pod",
+            "clusters": [{"name": "local", "cluster": {
+                "server": self._server,
+                **({"certificate-authority-data": base64.b64encode(self._ca).decode()} if self._ca else {})}}],
+            "users": [{"name": "pod", "user": {"token": token}}],
+            "contexts": [{"name": "pod", "context": {"cluster": "local", "user": "pod", "namespace": namespace}}],
+        }
+        _write_atomically(path, yaml.safe_dump(config).encode())
+
+    async def _run_once(self, pod: Obj, container: Obj, argv: list[str], process_env: dict[str, str], cwd: Path,
+                        log_path: Path, root: Path) -> None:
+        """A `restartPolicy: Never` pod (a runner): one process, then Succeeded or Failed."""
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"])
         started = format_time(utcnow())
         with log_path.open("ab", buffering=0) as output:
             try:
@@ -401,7 +653,7 @@ class LocalKubelet:
                     ],
                 },
             )
-            code = await process.wait()
+            code = exit_code(await process.wait())
         self._processes.pop(key, None)
         message_file = remap(root, container.get("terminationMessagePath") or "/dev/termination-log")
         message = message_file.read_text()[-4096:] if message_file.exists() else ""
@@ -428,15 +680,173 @@ class LocalKubelet:
             },
         )
 
-    async def _terminate(self, key: tuple[str, str]) -> None:
-        process = self._processes.pop(key, None)
-        if process is None or process.returncode is not None:
+    # -- long-running pods -----------------------------------------------------------------------
+    async def _publish(self, life: Life) -> None:
+        """Write the pod's whole status (serialised per pod, so the last write carries the latest state)."""
+        async with life.lock:
+            now = format_time(utcnow())
+            running = "running" in life.state
+            wanted = {"PodScheduled": True, "Initialized": True, "ContainersReady": life.ready, "Ready": life.ready}
+            conditions = []
+            for kind, value in wanted.items():
+                truth = "True" if value else "False"
+                before = life.transitions.get(kind)
+                if before is None or before[0] != truth:
+                    life.transitions[kind] = (truth, now)
+                conditions.append({"type": kind, "status": truth, "lastProbeTime": None,
+                                   "lastTransitionTime": life.transitions[kind][1]})
+            container: Obj = {**_identity(life.container), "ready": life.ready, "started": running,
+                              "restartCount": life.restarts, "state": life.state, "lastState": life.last_state}
+            if life.process is not None:
+                container["containerID"] = f"local://{life.process.pid}"
+            status: Obj = {"phase": life.phase, "podIP": life.ip, "podIPs": [{"ip": life.ip}], "hostIP": HOST_IP,
+                           "hostIPs": [{"ip": HOST_IP}], "startTime": life.started, "conditions": conditions,
+                           "containerStatuses": [container]}
+            if not life.stop.is_set():
+                await self._patch_status(life.pod, status)
+
+    async def _run_long(self, life: Life, argv: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> None:
+        """Run, and restart in place after the back-off, until the pod is deleted (or, OnFailure, succeeds)."""
+        policy = (life.pod.get("spec") or {}).get("restartPolicy", "Always")
+        backoff_steps = 0
+        base, cap = self._backoff
+        while not life.stop.is_set():
+            started, began = format_time(utcnow()), time.monotonic()
+            probes: list[asyncio.Task[None]] = []
+            with log_path.open("ab", buffering=0) as output:
+                try:
+                    life.process = await asyncio.create_subprocess_exec(
+                        *argv, env=env, cwd=cwd, stdout=output, stderr=asyncio.subprocess.STDOUT,
+                        start_new_session=True)
+                    code, reason, message = None, "", ""
+                except (OSError, ValueError) as exc:
+                    life.process = None
+                    code, reason, message = 128, "StartError", str(exc)
+                if life.process is not None:
+                    life.phase, life.state = "Running", {"running": {"startedAt": started}}
+                    readiness, liveness = life.container.get("readinessProbe"), life.container.get("livenessProbe")
+                    life.ready = readiness is None
+                    await self._publish(life)
+                    if readiness:
+                        probes.append(asyncio.create_task(self._probe_loop(life, readiness, "readiness")))
+                    if liveness:
+                        probes.append(asyncio.create_task(self._probe_loop(life, liveness, "liveness")))
+                    code = exit_code(await life.process.wait())
+                    reason = "Completed" if code == 0 else "Error"
+            for task in probes:
+                task.cancel()
+            await asyncio.gather(*probes, return_exceptions=True)
+            if life.stop.is_set():
+                return
+            finished = {"exitCode": code, "reason": reason, "startedAt": started,
+                        "finishedAt": format_time(utcnow())}
+            if message:
+                finished["message"] = message
+            life.ready = False
+            if policy == "OnFailure" and code == 0:
+                life.phase, life.state = "Succeeded", {"terminated": finished}
+                await self._publish(life)
+                return
+            life.last_state = {"terminated": finished}
+            if time.monotonic() - began >= RESET_BACKOFF_AFTER:
+                backoff_steps = 0
+            delay = restart_delay(backoff_steps, base, cap)
+            backoff_steps += 1
+            name = life.container.get("name", "main")
+            meta = life.pod["metadata"]
+            life.state = {"waiting": {"reason": "CrashLoopBackOff", "message": (
+                f"back-off {delay:g}s restarting failed container={name} pod={meta['name']}_{meta['namespace']}"
+                f"({meta['uid']})")}}
+            await self._publish(life)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(life.stop.wait(), delay)
+            life.restarts += 1
+
+    async def _probe_loop(self, life: Life, probe: Obj, kind: str) -> None:
+        period = float(probe.get("periodSeconds", 10))
+        success_needed = int(probe.get("successThreshold", 1))
+        failure_limit = int(probe.get("failureThreshold", 3))
+        successes = failures = 0
+        await asyncio.sleep(float(probe.get("initialDelaySeconds", 0)))
+        while True:
+            ok = await self._probe_once(life, probe)
+            successes, failures = (successes + 1, 0) if ok else (0, failures + 1)
+            if kind == "readiness":
+                if ok and successes >= success_needed and not life.ready:
+                    life.ready = True
+                    await self._publish(life)
+                elif not ok and failures >= failure_limit and life.ready:
+                    life.ready = False
+                    await self._publish(life)
+            elif failures >= failure_limit and life.process is not None:
+                log.info("kubelet: liveness probe of %s failed %d times: restarting", life.pod["metadata"]["name"],
+                         failures)
+                await self._kill(life.process, life.grace)
+                return
+            await asyncio.sleep(period)
+
+    async def _probe_once(self, life: Life, probe: Obj) -> bool:
+        timeout = float(probe.get("timeoutSeconds", 1))
+
+        def port_of(value: Any) -> int:
+            if isinstance(value, int) or str(value).isdigit():
+                return int(value)
+            found = next((p["containerPort"] for p in life.container.get("ports") or () if p.get("name") == value),
+                         None)
+            if found is None:
+                raise ValueError(f"no container port named {value!r}")
+            return int(found)
+
+        try:
+            if "httpGet" in probe:
+                get = probe["httpGet"]
+                scheme = str(get.get("scheme", "HTTP")).lower()
+                url = f"{scheme}://{get.get('host') or life.ip}:{port_of(get.get('port'))}{get.get('path', '/')}"
+                headers = {h["name"]: h["value"] for h in get.get("httpHeaders") or ()}
+                assert self._probe_http is not None
+                async with self._probe_http.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout),
+                                                allow_redirects=False, ssl=False) as response:
+                    return 200 <= response.status < 400
+            if "tcpSocket" in probe:
+                sock = probe["tcpSocket"]
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(sock.get("host") or life.ip, port_of(sock.get("port"))), timeout)
+                writer.close()
+                return True
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+            return False
+        log.warning("kubelet: probe kind of %s not emulated (httpGet and tcpSocket are): counted as a success",
+                    life.pod["metadata"]["name"])
+        return True
+
+    # -- termination -----------------------------------------------------------------------------
+    async def _kill(self, process: asyncio.subprocess.Process, grace: float) -> None:
+        if process.returncode is not None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(process.wait(), self._grace)
+            await asyncio.wait_for(process.wait(), grace)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
+
+    async def _terminate(self, key: tuple[str, str], uid: str | None = None, forget: bool = False) -> None:
+        """Stop a pod's process; `forget` (the pod was deleted): its emptyDirs go too, as on a node."""
+        grace = min(self._pod_grace.get(key, self._grace), self._grace)
+        life = self._lives.get(key)
+        if life is not None and (uid is None or life.pod["metadata"]["uid"] == uid):
+            life.stop.set()
+            if life.process is not None:
+                await self._kill(life.process, grace)
+        else:
+            process = self._processes.pop(key, None)
+            if process is not None:
+                await self._kill(process, grace)
+        if forget:
+            await asyncio.to_thread(shutil.rmtree, self.pod_root(*key).parent / "volumes", True)
+
+    def pod_root(self, namespace: str, name: str) -> Path:
+        """The directory a pod's absolute paths live under (its `BURRITO_LOCAL_ROOT`)."""
+        return self._work_dir / namespace / name / "root"

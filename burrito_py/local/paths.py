@@ -7,6 +7,15 @@ import os
 from pathlib import Path
 
 
-def pod_path(path: str) -> Path:
+def pod_path(path: str | Path) -> Path:
     root = os.environ.get("BURRITO_LOCAL_ROOT")
-    return Path(root) / path.lstrip("/") if root else Path(path)
+    return Path(root) / str(path).lstrip("/") if root else Path(path)
+
+
+def pod_path_setting(path: Path | None) -> Path | None:
+    """For settings validators: an absolute path is a path inside the pod (mapped under the local pod root);
+    a relative one, or a path already under that root, is left as it is."""
+    root = os.environ.get("BURRITO_LOCAL_ROOT")
+    if path is None or not root or not path.is_absolute() or path.is_relative_to(root):
+        return path
+    return pod_path(path)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from burrito_py.local.apiserver import ApiServer
 
@@ -24,6 +25,35 @@ def running_apiserver(tmp_path: Path | None = None, kubeconfig: Path | None = No
         yield server
     finally:
         server.stop()
+
+
+@dataclass
+class LocalCluster:
+    api: ApiServer
+    kubeconfig: Path
+    kubelet: Any  # LocalKubelet (imported lazily: tests of the API alone do not need it)
+    controller_manager: Any  # ControllerManager
+
+
+@contextmanager
+def running_cluster(workdir: Path, kubeconfig: Path | None = None, **kubelet_options: Any) -> Iterator[LocalCluster]:
+    """Emulator + controller manager + kubelet, as a one-node cluster: pod logs under `workdir/pod-logs`,
+    pods under `workdir/pods`, the admin kubeconfig at `kubeconfig` (default `workdir/kubeconfig`).
+    `kubelet_options` go to LocalKubelet (e.g. grace_seconds, backoff_base, refresh_delay)."""
+    from burrito_py.local.controller_manager import ControllerManager
+    from burrito_py.local.kubelet import LocalKubelet
+
+    with ExitStack() as stack:
+        api = ApiServer(pod_log_dir=workdir / "pod-logs").start()
+        stack.callback(api.stop)
+        path = api.write_kubeconfig(kubeconfig or workdir / "kubeconfig")
+        manager = ControllerManager(path)
+        manager.start()
+        stack.callback(manager.stop)
+        kubelet = LocalKubelet(path, workdir / "pod-logs", workdir / "pods", **kubelet_options)
+        kubelet.start()
+        stack.callback(kubelet.stop)
+        yield LocalCluster(api, path, kubelet, manager)
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 5.0, interval: float = 0.005, what: str = "") -> T:

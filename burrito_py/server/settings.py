@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from burrito_py.local.paths import pod_path_setting
 
 
 class ServerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BURRITO_PY_SERVER_", extra="ignore")
+
+    @field_validator("kubeconfig", "datastore_token_path", mode="after")
+    @classmethod
+    def _inside_the_pod(cls, value: Path | None) -> Path | None:
+        # Under the local kubelet a pod's absolute paths live below its private root (identity elsewhere).
+        return pod_path_setting(value)
 
     host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on all interfaces
     port: int = 8081

@@ -1,0 +1,161 @@
+"""The little HTTP client the local kubelet and controller manager share: kubeconfig → server and bearer
+token, JSON requests, and list+watch informers (resourceVersion resume, relist on 410 Expired)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+Key = tuple[str, str]
+
+
+class ApiFailure(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def read_kubeconfig(path: Path) -> tuple[str, str | None]:
+    """(server URL, bearer token or None) of the kubeconfig's current context."""
+    config = yaml.safe_load(path.read_text()) or {}
+    context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
+    server = next(c["cluster"]["server"] for c in config["clusters"] if c["name"] == context["cluster"])
+    user = next((u.get("user") or {} for u in config.get("users") or () if u["name"] == context.get("user")), {})
+    return str(server), user.get("token")
+
+
+def cluster_ca(path: Path) -> bytes | None:
+    """The PEM CA bundle of the current context's cluster (`certificate-authority-data`), if any."""
+    config = yaml.safe_load(path.read_text()) or {}
+    context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
+    cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+    data = cluster.get("certificate-authority-data")
+    return base64.b64decode(data) if data else None
+
+
+def client_session(kubeconfig: Path) -> aiohttp.ClientSession:
+    """A session for the kubeconfig's server, trusting its CA (the emulator serves kubeconfigs over TLS:
+    kubectl sends credentials only there)."""
+    server = read_kubeconfig(kubeconfig)[0]
+    ca = cluster_ca(kubeconfig)
+    connector = aiohttp.TCPConnector(ssl=ssl.create_default_context(cadata=ca.decode())) if ca else None
+    return aiohttp.ClientSession(server, connector=connector)
+
+
+class KubeHttp:
+    """JSON calls as the kubeconfig's user; the token is re-read when the file changes (it may be
+    replaced, e.g. by `login_as_local_admin`)."""
+
+    def __init__(self, kubeconfig: Path, session: aiohttp.ClientSession) -> None:
+        self._kubeconfig = kubeconfig
+        self._session = session
+        self._stamp: float | None = None
+        self._token: str | None = None
+
+    def _headers(self) -> dict[str, str]:
+        try:
+            stamp: float | None = self._kubeconfig.stat().st_mtime
+        except OSError:
+            stamp = self._stamp
+        if stamp != self._stamp:
+            self._stamp = stamp
+            self._token = read_kubeconfig(self._kubeconfig)[1]
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
+    async def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                   params: dict[str, str] | None = None) -> Any:
+        headers = {"Content-Type": content_type, **self._headers()}
+        async with self._session.request(method, path, data=None if body is None else json.dumps(body),
+                                         headers=headers, params=params) as response:
+            data = await response.json(content_type=None)
+            if response.status >= 400:
+                message = data.get("message", f"HTTP {response.status}") if isinstance(data, dict) else str(data)
+                raise ApiFailure(response.status, message)
+            return data
+
+    def stream(self, path: str, params: dict[str, str]) -> Any:
+        return self._session.get(path, params=params, headers=self._headers(),
+                                 timeout=aiohttp.ClientTimeout(total=None, sock_read=None))
+
+
+def key_of(obj: Obj) -> Key:
+    return obj["metadata"].get("namespace") or "", obj["metadata"]["name"]
+
+
+Handler = Callable[[str, Obj], Awaitable[None] | None]
+
+
+class Informer:
+    """A cache of one resource kept current by list+watch; `handler(event_type, obj)` sees each change
+    (a relist reports vanished objects as DELETED)."""
+
+    def __init__(self, http: KubeHttp, path: str, handler: Handler | None = None) -> None:
+        self.http, self.path, self.handler = http, path, handler
+        self.cache: dict[Key, Obj] = {}
+        self.synced = asyncio.Event()
+
+    async def _emit(self, event_type: str, obj: Obj) -> None:
+        if self.handler is not None:
+            result = self.handler(event_type, obj)
+            if result is not None:
+                await result
+
+    def remember(self, obj: Obj) -> None:
+        """Put our own write's answer in the cache at once (a watch event may come later)."""
+        current = self.cache.get(key_of(obj))
+        if current is None or int(current["metadata"]["resourceVersion"]) < int(obj["metadata"]["resourceVersion"]):
+            self.cache[key_of(obj)] = obj
+
+    async def run(self) -> None:
+        rv = ""
+        while True:
+            try:
+                if not rv:
+                    listing = await self.http.call("GET", self.path)
+                    rv = listing["metadata"]["resourceVersion"]
+                    fresh = {key_of(o): o for o in listing["items"]}
+                    for key in [k for k in self.cache if k not in fresh]:
+                        await self._emit("DELETED", self.cache.pop(key))
+                    for key, obj in fresh.items():
+                        self.cache[key] = obj
+                        await self._emit("ADDED", obj)
+                    self.synced.set()
+                params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": "300",
+                          "allowWatchBookmarks": "true"}
+                async with self.http.stream(self.path, params) as response:
+                    if response.status == 410:
+                        rv = ""
+                        continue
+                    async for line in response.content:
+                        if not line.strip():
+                            continue
+                        event = json.loads(line)
+                        obj = event["object"]
+                        if event["type"] == "ERROR":
+                            rv = ""  # 410 Expired: list again
+                            break
+                        rv = obj["metadata"]["resourceVersion"]
+                        if event["type"] == "BOOKMARK":
+                            continue
+                        if event["type"] == "DELETED":
+                            self.cache.pop(key_of(obj), None)
+                        else:
+                            self.cache[key_of(obj)] = obj
+                        await self._emit(event["type"], obj)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the API went away for a moment: retry
+                log.warning("watch of %s failed: %s", self.path, exc)
+                rv = ""
+                await asyncio.sleep(0.5)
