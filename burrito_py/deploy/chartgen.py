@@ -45,7 +45,7 @@ _BRACES = re.compile(r"\{\{|\}\}")
 
 def chart_crd(crd: Mapping[str, Any]) -> dict[str, Any]:
     """A CRD as the chart installs it: the same object, kept on uninstall."""
-    out = json.loads(json.dumps(crd))
+    out: dict[str, Any] = json.loads(json.dumps(crd))
     out["metadata"].setdefault("annotations", {}).update(KEEP_ANNOTATION)
     return out
 

@@ -166,7 +166,7 @@ class SecretKeyRef(Values):
     name: str = Field("", description="Secret name; empty: no static credentials (IRSA or the node's role).")
     access_key_id_key: str = Field("AWS_ACCESS_KEY_ID", description="Key holding the access key id.")
     secret_access_key_key: str = Field(
-        "AWS_SECRET_ACCESS_KEY",  # noqa: S105 - a key name, not a secret
+        "AWS_SECRET_ACCESS_KEY",
         description="Key holding the secret access key.",
     )
 
@@ -363,7 +363,11 @@ class ChartValues(Values):
         description="Watch every namespace, with ClusterRoleBindings. Off (tenant mode): only the tenants' "
         "namespaces (the release namespace when there are none), with RoleBindings there.",
     )
-    tenants: list[Tenant] = Field(default_factory=list, description="Namespaces whose layers burrito-py runs.")
+    tenants: list[Tenant] = Field(
+        default_factory=list,
+        description="Namespaces whose layers burrito-py runs. Empty: the release namespace, whose Secrets the "
+        "runners and controllers may then read; in production give layers their own namespaces.",
+    )
     controllers: Controllers = Field(default_factory=Controllers, description="The controllers.")
     datastore: Datastore = Field(default_factory=Datastore, description="The datastore.")
     server: Server = Field(default_factory=Server, description="The server.")
