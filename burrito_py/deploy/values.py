@@ -133,6 +133,13 @@ class Agl(Values):
 class Controllers(Workload):
     """The layer, run, repository and AGL controllers (`burrito-py controllers start`)."""
 
+    replicas: int = Field(
+        1,
+        ge=0,
+        description="Pods. Keep 1 until leader election lands: replicas are all active, and two controllers "
+        "may each create a run for the same change (the per-layer Lease only serialises them). Above 1, a "
+        "PodDisruptionBudget (minAvailable 1) is made.",
+    )
     config: ControllersConfig = Field(default_factory=ControllersConfig, description="Controller settings.")
     metrics_port: int = Field(9464, ge=1, le=65535, description="Prometheus metrics port.")
     health_port: int = Field(8082, ge=1, le=65535, description="Liveness/readiness port (GET /healthz).")
