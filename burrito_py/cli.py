@@ -20,7 +20,9 @@ from burrito_py.server.commands import app as server_app
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Kubernetes-native Terraform runner.")
 crds_app = typer.Typer(no_args_is_help=True, help="CustomResourceDefinitions generated from the API models.")
 local_app = typer.Typer(no_args_is_help=True, help="Local Kubernetes API emulator and kubelet.")
+chart_app = typer.Typer(no_args_is_help=True, help="The Helm chart charts/burrito-py.")
 app.add_typer(crds_app, name="crds")
+app.add_typer(chart_app, name="chart")
 app.add_typer(local_app, name="local")
 app.add_typer(controllers_app, name="controllers")
 app.add_typer(datastore_app, name="datastore")
@@ -53,6 +55,17 @@ def crds_generate(
     from burrito_py.api.crdgen import write_crds
 
     for path in write_crds(out):
+        typer.echo(f"wrote {path}")
+
+
+@chart_app.command("generate")
+def chart_generate(
+    chart: Annotated[Path | None, typer.Option("--chart", help="Chart directory (default: charts/burrito-py).")] = None,
+) -> None:
+    """Write the chart's CRD templates, values.schema.json and values.yaml from the models."""
+    from burrito_py.deploy.chartgen import CHART_DIR, write_chart_files
+
+    for path in write_chart_files(chart or CHART_DIR):
         typer.echo(f"wrote {path}")
 
 

@@ -23,7 +23,9 @@ def start(
     failure_grace_period: Annotated[float | None, typer.Option(help="Base retry backoff, seconds.")] = None,
     max_retries: Annotated[int | None, typer.Option(help="Default retries of a failed run.")] = None,
     runner_image: Annotated[str | None, typer.Option(help="Image of runner pods.")] = None,
+    host: Annotated[str | None, typer.Option(help="Address the metrics and health endpoints bind to.")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Prometheus port (0 disables).")] = None,
+    health_port: Annotated[int | None, typer.Option(help="Liveness endpoint port, GET /healthz (0 disables).")] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig (default: $KUBECONFIG or in-cluster).")] = None,
     agl: Annotated[bool | None, typer.Option("--agl/--no-agl", help="Run the AGL controller (default: on).")] = None,
 ) -> None:
@@ -40,7 +42,9 @@ def start(
         "failure_grace_period": _seconds(failure_grace_period),
         "max_retries": max_retries,
         "runner_image": runner_image,
+        "host": host,
         "metrics_port": metrics_port,
+        "health_port": health_port,
         "agl_enabled": agl,
     }
     settings = ControllerSettings(**{k: v for k, v in overrides.items() if v is not None})

@@ -311,6 +311,14 @@ class ControllerThread:
         self.stop()
 
 
+def liveness_endpoint(settings: ControllerSettings) -> str | None:
+    """kopf's liveness endpoint (200 while the operator's handlers are alive), or None when disabled."""
+    if not settings.health_port:
+        return None
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    return f"http://{host}:{settings.health_port}/healthz"
+
+
 async def run_operator(
     settings: ControllerSettings,
     kubeconfig: Path | None = None,
@@ -320,11 +328,12 @@ async def run_operator(
     if settings.metrics_port:
         from prometheus_client import start_http_server
 
-        start_http_server(settings.metrics_port)
+        start_http_server(settings.metrics_port, addr=settings.host)
     registry = build_registry(settings, kubeconfig)
     await kopf.operator(
         registry=registry,
         standalone=True,
+        liveness_endpoint=liveness_endpoint(settings),
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
         stop_flag=stop_flag,

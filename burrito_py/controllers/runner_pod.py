@@ -1,7 +1,15 @@
-"""The runner Pod of one attempt of a TerraformRun (docs/architecture.md §6.3), built as a pure function."""
+"""The runner Pod of one attempt of a TerraformRun (docs/architecture.md §6.3), built as a pure function.
+
+Every runner pod meets the Kubernetes "restricted" Pod Security profile and has a read-only root
+filesystem: UID/GID 65532, seccomp RuntimeDefault, no capabilities, no privilege escalation, and emptyDirs
+only where the runner writes (TMPDIR, HOME, the work dir, the tool dir). overrideRunnerSpec has no
+security-context field, so no layer or repository can loosen it; its env, volumes and volumeMounts merge over
+ours by name (a layer may, say, put the tool dir on a persistent volume, or point TENV_ROOT elsewhere).
+"""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +21,37 @@ TOKEN_AUDIENCE = "burrito-py"  # noqa: S105
 TOKEN_VOLUME = "burrito-py-token"  # noqa: S105
 # The runner writes why it failed here; the kubelet reports it as the container's termination message.
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+RUNNER_UID = 65532
+# Writable directories (volume name → mount path); everything else is the image's read-only filesystem.
+TMP_DIR, HOME_DIR, WORK_DIR, TOOLS_DIR = "/tmp", "/home/burrito", "/runner/work", "/runner/tools"
+SCRATCH_VOLUMES: dict[str, str] = {"tmp": TMP_DIR, "home": HOME_DIR, "work": WORK_DIR, "tools": TOOLS_DIR}
+# The runner works in BURRITO_RUNNER_WORK_DIR, other temporary files follow TMPDIR; tenv installs under TENV_ROOT.
+SCRATCH_ENV: tuple[tuple[str, str], ...] = (
+    ("HOME", HOME_DIR),
+    ("TMPDIR", TMP_DIR),
+    ("BURRITO_RUNNER_WORK_DIR", WORK_DIR),
+    ("TENV_ROOT", TOOLS_DIR),
+    ("CHECKPOINT_DISABLE", "1"),
+    ("TF_IN_AUTOMATION", "1"),
+    ("TF_INPUT", "0"),
+)
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": RUNNER_UID,
+    "runAsGroup": RUNNER_UID,
+    "fsGroup": RUNNER_UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": RUNNER_UID,
+    "runAsGroup": RUNNER_UID,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +61,7 @@ class RunnerDefaults:
     datastore_url: str
     command: tuple[str, ...] = ("burrito-py", "runner", "start")
     token_expiration_seconds: int = 3600
+    termination_grace_period_seconds: int = 120
 
 
 def pod_name(run_name: str, attempt: int) -> str:
@@ -59,6 +99,9 @@ def build_runner_pod(
         {"name": "BURRITO_RUNNER_ACTION", "value": run["spec"]["action"]},
         {"name": "BURRITO_RUNNER_ATTEMPT", "value": str(attempt)},
         {"name": "BURRITO_DATASTORE_URL", "value": defaults.datastore_url},
+        *({"name": name, "value": value} for name, value in SCRATCH_ENV),
+        # The runner stops terraform (SIGINT) within the pod's grace period, before the kubelet's SIGKILL.
+        {"name": "BURRITO_RUNNER_GRACE_SECONDS", "value": str(defaults.termination_grace_period_seconds)},
     ]
     token_volume = {
         "name": TOKEN_VOLUME,
@@ -80,10 +123,15 @@ def build_runner_pod(
         "command": list(defaults.command),
         "env": _merge_by_name(env, override.get("env") or []),
         "volumeMounts": _merge_by_name(
-            [{"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}], override.get("volumeMounts") or []
+            [
+                {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
+                *({"name": name, "mountPath": mount} for name, mount in SCRATCH_VOLUMES.items()),
+            ],
+            override.get("volumeMounts") or [],
         ),
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
     }
     for key in ("envFrom", "resources", "imagePullPolicy"):
         if override.get(key):
@@ -93,7 +141,11 @@ def build_runner_pod(
         "restartPolicy": "Never",
         "serviceAccountName": override.get("serviceAccountName") or defaults.service_account,
         "containers": [container],
-        "volumes": _merge_by_name([token_volume], override.get("volumes") or []),
+        "volumes": _merge_by_name(
+            [token_volume, *({"name": name, "emptyDir": {}} for name in SCRATCH_VOLUMES)], override.get("volumes") or []
+        ),
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
+        "terminationGracePeriodSeconds": defaults.termination_grace_period_seconds,
     }
     for key in ("nodeSelector", "tolerations", "affinity"):
         if override.get(key):

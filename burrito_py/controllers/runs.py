@@ -232,7 +232,11 @@ async def _start_attempt(
 
     settings = ctx.settings
     defaults = RunnerDefaults(
-        settings.runner_image, settings.runner_service_account, settings.datastore_url, tuple(settings.runner_command)
+        settings.runner_image,
+        settings.runner_service_account,
+        settings.datastore_url,
+        tuple(settings.runner_command),
+        termination_grace_period_seconds=settings.runner_termination_grace_period_seconds,
     )
     override = _override_runner_spec(layer, repository)
     body = build_runner_pod(run, layer, decision.start_attempt, defaults, override)

@@ -23,18 +23,41 @@ class ControllerSettings(BaseSettings):
     namespaces: list[str] = Field(default_factory=list, description="Watched namespaces; empty = all.")
     datastore_url: str = "http://burrito-py-datastore:8080"
     git_cache_dir: Path = Path("/var/cache/burrito-py/git")
-    drift_detection_period: timedelta = timedelta(minutes=20)
-    repository_poll_interval: timedelta = timedelta(minutes=5)
+    drift_detection_period: timedelta = Field(
+        timedelta(minutes=20), description="Age after which a layer's last plan is stale and it is planned again."
+    )
+    repository_poll_interval: timedelta = Field(
+        timedelta(minutes=5), description="Time between two fetches of a repository's branches."
+    )
     # Full re-evaluation of every object, a safety net for missed wake-ups; costs no API calls.
-    resync_interval: timedelta = timedelta(minutes=10)
-    failure_grace_period: timedelta = timedelta(seconds=15)
-    failure_grace_period_cap: timedelta = timedelta(hours=1)
-    max_retries: int = Field(3, ge=0)
-    runs_to_keep: int = Field(5, ge=1)
+    resync_interval: timedelta = Field(
+        timedelta(minutes=10), description="Time between two full re-evaluations of every object (no API calls)."
+    )
+    failure_grace_period: timedelta = Field(
+        timedelta(seconds=15), description="Base of the exponential backoff between retries of a failed run."
+    )
+    failure_grace_period_cap: timedelta = Field(timedelta(hours=1), description="Longest backoff between retries.")
+    max_retries: int = Field(3, ge=0, description="Retries of a failed run when the layer sets none.")
+    runs_to_keep: int = Field(5, ge=1, description="Runs kept per layer when the layer sets no history policy.")
     runner_image: str = "ghcr.io/burrito-py/burrito-py:0.1.0"
-    runner_service_account: str = "burrito-py-runner"
+    runner_service_account: str = Field(
+        "burrito-py-runner", description="ServiceAccount of runner pods, in each namespace with layers."
+    )
     runner_command: list[str] = Field(default_factory=lambda: ["burrito-py", "runner", "start"])
+    runner_termination_grace_period_seconds: int = Field(
+        120,
+        ge=1,
+        description="terminationGracePeriodSeconds of runner pods: how long a stopped runner has to interrupt "
+        "terraform and release its state lock before it is killed.",
+    )
+    host: str = Field(
+        "0.0.0.0",  # noqa: S104 - a pod's endpoints listen on its own address
+        description="Address the metrics and health endpoints bind to (the chart passes the pod IP).",
+    )
     metrics_port: int = Field(9464, ge=0, description="Prometheus metrics port; 0 disables the endpoint.")
+    health_port: int = Field(
+        0, ge=0, description="Port of the liveness endpoint GET /healthz (kopf's); 0 disables the endpoint."
+    )
     datastore_token_path: Path | None = None
     # The Application Generation Layer: ApplicationDefinitions → user kinds → TerraformLayers.
-    agl_enabled: bool = True
+    agl_enabled: bool = Field(True, description="Run the Application Generation Layer controller.")

@@ -65,11 +65,13 @@ class DatastoreSettings(BaseSettings):
     data_dir: Path = Path("/var/lib/burrito-py/datastore")
     host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on all interfaces
     port: int = 8080
-    max_body_bytes: int = Field(100 * 1024 * 1024, ge=1)
+    max_body_bytes: int = Field(100 * 1024 * 1024, ge=1, description="Largest upload accepted (413 above).")
     # Bearer tokens checked by a Kubernetes TokenReview (docs/architecture.md §10.2); off only for tests that do not
     # test auth.
     auth_enabled: bool = True
-    auth_audiences: list[str] = Field(default_factory=lambda: ["burrito-py"], min_length=1)
+    auth_audiences: list[str] = Field(
+        default_factory=lambda: ["burrito-py"], min_length=1, description="Token audiences the TokenReview accepts."
+    )
     # Identities that may read and write everything (JSON list in the environment).
     auth_admin_users: list[str] = Field(
         default_factory=lambda: [
@@ -77,9 +79,11 @@ class DatastoreSettings(BaseSettings):
             "system:serviceaccount:burrito-py:burrito-py-server",
         ]
     )
-    auth_admin_groups: list[str] = Field(default_factory=list)
-    auth_cache_ttl_seconds: float = Field(30.0, ge=0)
-    auth_negative_cache_ttl_seconds: float = Field(5.0, ge=0)
+    auth_admin_groups: list[str] = Field(
+        default_factory=list, description="Groups whose members may read and write everything."
+    )
+    auth_cache_ttl_seconds: float = Field(30.0, ge=0, description="How long an accepted token is remembered.")
+    auth_negative_cache_ttl_seconds: float = Field(5.0, ge=0, description="How long a rejected token is remembered.")
     # Where the Kubernetes API is for TokenReviews: this kubeconfig, else $KUBECONFIG, else in-cluster.
     kubeconfig: Path | None = None
 

@@ -31,23 +31,34 @@ class StorageSettings(BaseSettings):
     backend: Literal["filesystem", "s3"] = "filesystem"
     data_dir: Path = Path("/var/lib/burrito-py/datastore")
 
-    s3_bucket: str = ""
-    s3_prefix: str = ""
-    s3_endpoint_url: str | None = None
-    s3_region: str | None = None
-    s3_path_style: bool = False
-    s3_part_size: int = Field(DEFAULT_PART_SIZE, ge=MIN_PART_SIZE, le=5 * 1024**3)
-    s3_max_connections: int = Field(64, ge=1, le=1024)
-    s3_upload_concurrency: int = Field(DEFAULT_CONCURRENCY, ge=1, le=16)
+    s3_bucket: str = Field("", description="S3 bucket (required with the s3 backend).")
+    s3_prefix: str = Field("", description="Key prefix inside the bucket.")
+    s3_endpoint_url: str | None = Field(None, description="S3-compatible endpoint URL; unset: AWS.")
+    s3_region: str | None = Field(None, description="S3 region; unset: the SDK's default.")
+    s3_path_style: bool = Field(False, description="Path-style addressing (MinIO, Ceph, moto).")
+    s3_part_size: int = Field(
+        DEFAULT_PART_SIZE, ge=MIN_PART_SIZE, le=5 * 1024**3, description="Multipart part size in bytes (>= 5 MiB)."
+    )
+    s3_max_connections: int = Field(64, ge=1, le=1024, description="Largest S3 connection pool.")
+    s3_upload_concurrency: int = Field(
+        DEFAULT_CONCURRENCY, ge=1, le=16, description="Parts of one multipart upload sent at once."
+    )
 
-    encryption_enabled: bool = False
-    encryption_secret_name: str = "burrito-py-datastore-encryption"  # noqa: S105 - a name, not a secret
-    encryption_secret_namespace: str | None = None  # unset: the datastore's own namespace
-    encryption_active_key_id: str = ""
+    encryption_enabled: bool = Field(False, description="Encrypt stored objects at rest (AES-256-GCM).")
+    encryption_secret_name: str = Field(
+        "burrito-py-datastore-encryption",
+        description="Secret holding the encryption keys: data keys are key ids, values 32 random bytes.",
+    )
+    encryption_secret_namespace: str | None = Field(
+        None, description="Namespace of the encryption Secret; unset: the datastore's own."
+    )
+    encryption_active_key_id: str = Field("", description="Key id new objects are encrypted with.")
 
-    retention_enabled: bool = False
-    retention_schedule: str = "17 * * * *"
-    retention_grace_seconds: int = Field(3600, ge=0)
+    retention_enabled: bool = Field(False, description="Delete artifacts no run, layer or repository references.")
+    retention_schedule: str = Field("17 * * * *", description="Cron schedule of retention passes.")
+    retention_grace_seconds: int = Field(
+        3600, ge=0, description="How long a key stays unreferenced before retention deletes it."
+    )
 
     @field_validator("retention_schedule")
     @classmethod

@@ -23,15 +23,19 @@ class ServerSettings(BaseSettings):
     port: int = 8081
     # Empty: every namespace. Otherwise only TerraformRepositories and layers of these.
     namespaces: list[str] = Field(default_factory=list)
-    max_webhook_bytes: int = Field(5 * 1024 * 1024, ge=1)
-    delivery_cache_size: int = Field(10_000, ge=1)
+    max_webhook_bytes: int = Field(5 * 1024 * 1024, ge=1, description="Largest webhook body accepted (413 above).")
+    delivery_cache_size: int = Field(
+        10_000, ge=1, description="Webhook delivery ids remembered, so a redelivery is acted on once."
+    )
     kubeconfig: Path | None = None
     datastore_url: str = "http://burrito-py-datastore:8080"
     datastore_token_path: Path | None = None
     # The REST API's bearer tokens, checked with a TokenReview (the datastore's authenticator).
     auth_enabled: bool = True
-    auth_audiences: list[str] = Field(default_factory=lambda: ["burrito-py"], min_length=1)
+    auth_audiences: list[str] = Field(
+        default_factory=lambda: ["burrito-py"], min_length=1, description="Token audiences the TokenReview accepts."
+    )
     auth_admin_users: list[str] = Field(default_factory=list)
-    auth_cache_ttl_seconds: float = Field(30.0, ge=0)
+    auth_cache_ttl_seconds: float = Field(30.0, ge=0, description="How long an accepted token is remembered.")
     # The controllers' runner_service_account: its tokens may read but never ask for syncs.
     runner_service_account: str = "burrito-py-runner"

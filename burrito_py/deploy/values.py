@@ -1,0 +1,383 @@
+"""The values of the Helm chart `charts/burrito-py`, as pydantic models: the one source of the chart's
+`values.schema.json` and `values.yaml` (`burrito-py chart generate`).
+
+Every object forbids unknown keys, so a misspelt value fails `helm install` naming the key. Where a value
+is a setting of a component (the `config` blocks, the datastore's storage, the runner's grace period), the
+field is taken from that component's settings model (default, bounds, description), and the chart passes it
+on as the `BURRITO_PY_*` variable of the same name; nothing is restated here.
+
+Kubernetes-typed values (resources, tolerations, affinity, annotations...) are free-form: the API server
+validates them.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
+
+from burrito_py.api.application import APPS_GROUP
+from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.datastore.app import DatastoreSettings
+from burrito_py.datastore.backends import StorageSettings
+from burrito_py.server.settings import ServerSettings
+
+__all__ = [
+    "CHART_VERSION",
+    "IMAGE_REPOSITORY",
+    "RUNNER_IMAGE_REPOSITORY",
+    "ChartValues",
+]
+
+CHART_VERSION = "0.1.0"
+IMAGE_REPOSITORY = "ghcr.io/burrito-py/burrito-py"
+RUNNER_IMAGE_REPOSITORY = "ghcr.io/burrito-py/burrito-py-runner"
+K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+Object = dict[str, Any]
+
+
+def setting(model: type[BaseModel], name: str) -> Any:
+    """The settings field `name` of `model` (default, constraints, description), for a chart value."""
+    info: FieldInfo = copy.copy(model.model_fields[name])
+    if not info.description:
+        raise ValueError(f"{model.__name__}.{name} has no description: add one there, it is shown in the chart")
+    info.alias = info.validation_alias = info.serialization_alias = None
+    return info
+
+
+class Values(BaseModel):
+    """Base of every values block: camelCase keys, unknown keys rejected."""
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, validate_default=True
+    )
+
+
+# -- shared blocks ----------------------------------------------------------------------------------------
+class Image(Values):
+    """A container image."""
+
+    repository: str = Field(IMAGE_REPOSITORY, description="Image repository.")
+    tag: str = Field("", description="Image tag; empty: the chart's appVersion.")
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", description="Image pull policy."
+    )
+
+
+class ServiceAccount(Values):
+    """The component's ServiceAccount (created by the chart, named `<release>-<component>`)."""
+
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="Annotations, e.g. eks.amazonaws.com/role-arn for IRSA."
+    )
+
+
+class Workload(Values):
+    """Scheduling and sizing of a component's Deployment."""
+
+    replicas: int = Field(1, ge=0, description="Pods; a PodDisruptionBudget (minAvailable 1) is made above 1.")
+    resources: Object = Field(
+        default_factory=lambda: {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        description="Container resources (ResourceRequirements).",
+    )
+    pod_annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
+    pod_labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector.")
+    tolerations: list[Object] = Field(default_factory=list, description="Tolerations.")
+    affinity: Object = Field(default_factory=dict, description="Affinity.")
+    topology_spread_constraints: list[Object] = Field(
+        default_factory=list,
+        description="topologySpreadConstraints; the chart fills in labelSelector when it is left out.",
+    )
+    priority_class_name: str = Field("", description="priorityClassName; empty: none.")
+    service_account: ServiceAccount = Field(default_factory=ServiceAccount, description="The ServiceAccount.")
+
+
+# -- controllers ----------------------------------------------------------------------------------------
+class ControllersConfig(Values):
+    """Controller settings, passed as BURRITO_PY_<NAME> (durations: ISO 8601, e.g. PT20M)."""
+
+    drift_detection_period: timedelta = setting(ControllerSettings, "drift_detection_period")
+    repository_poll_interval: timedelta = setting(ControllerSettings, "repository_poll_interval")
+    resync_interval: timedelta = setting(ControllerSettings, "resync_interval")
+    failure_grace_period: timedelta = setting(ControllerSettings, "failure_grace_period")
+    failure_grace_period_cap: timedelta = setting(ControllerSettings, "failure_grace_period_cap")
+    max_retries: int = setting(ControllerSettings, "max_retries")
+    runs_to_keep: int = setting(ControllerSettings, "runs_to_keep")
+    agl_enabled: bool = setting(ControllerSettings, "agl_enabled")
+
+
+class AglKind(Values):
+    """A kind an ApplicationDefinition serves, which the controllers may then watch and write status of."""
+
+    group: str = Field(APPS_GROUP, description="API group of the kind.")
+    plural: str = Field(..., pattern=K8S_NAME, description="Plural resource name of the kind.")
+
+
+class Agl(Values):
+    """The Application Generation Layer's user kinds."""
+
+    kinds: list[AglKind] = Field(
+        default_factory=list,
+        description="Kinds your ApplicationDefinitions serve. The controllers get read and status rights on "
+        "exactly these (no wildcard), and update/delete on their CRDs; a kind not listed here is served but its "
+        "instances are never compiled (403).",
+    )
+
+
+class Controllers(Workload):
+    """The layer, run, repository and AGL controllers (`burrito-py controllers start`)."""
+
+    replicas: int = Field(
+        1,
+        ge=0,
+        description="Pods. Keep 1 until leader election lands: replicas are all active, and two controllers "
+        "may each create a run for the same change (the per-layer Lease only serialises them). Above 1, a "
+        "PodDisruptionBudget (minAvailable 1) is made.",
+    )
+    config: ControllersConfig = Field(default_factory=ControllersConfig, description="Controller settings.")
+    metrics_port: int = Field(9464, ge=1, le=65535, description="Prometheus metrics port.")
+    health_port: int = Field(8082, ge=1, le=65535, description="Liveness/readiness port (GET /healthz).")
+    git_cache_size_limit: str = Field("2Gi", description="sizeLimit of the git mirror cache emptyDir.")
+    agl: Agl = Field(default_factory=Agl, description="AGL user kinds.")
+
+
+# -- datastore ------------------------------------------------------------------------------------------
+class DatastoreConfig(Values):
+    """Datastore settings, passed as BURRITO_PY_DATASTORE_<NAME>."""
+
+    max_body_bytes: int = setting(DatastoreSettings, "max_body_bytes")
+    auth_cache_ttl_seconds: float = setting(DatastoreSettings, "auth_cache_ttl_seconds")
+    auth_negative_cache_ttl_seconds: float = setting(DatastoreSettings, "auth_negative_cache_ttl_seconds")
+    s3_part_size: int = setting(StorageSettings, "s3_part_size")
+    s3_max_connections: int = setting(StorageSettings, "s3_max_connections")
+    s3_upload_concurrency: int = setting(StorageSettings, "s3_upload_concurrency")
+
+
+class FilesystemStorage(Values):
+    """Objects on a PersistentVolumeClaim (one datastore replica: the volume is ReadWriteOnce)."""
+
+    size: str = Field("10Gi", description="Requested size of the PersistentVolumeClaim.")
+    storage_class: str = Field("", description="storageClassName; empty: the cluster's default class.")
+    existing_claim: str = Field("", description="Use this existing PersistentVolumeClaim instead of creating one.")
+
+
+class SecretKeyRef(Values):
+    """Where the S3 credentials are: an existing Secret in the release namespace."""
+
+    name: str = Field("", description="Secret name; empty: no static credentials (IRSA or the node's role).")
+    access_key_id_key: str = Field("AWS_ACCESS_KEY_ID", description="Key holding the access key id.")
+    secret_access_key_key: str = Field(
+        "AWS_SECRET_ACCESS_KEY",
+        description="Key holding the secret access key.",
+    )
+
+
+class S3Storage(Values):
+    """Objects in an S3 (or S3-compatible) bucket."""
+
+    bucket: str = setting(StorageSettings, "s3_bucket")
+    prefix: str = setting(StorageSettings, "s3_prefix")
+    endpoint_url: str | None = setting(StorageSettings, "s3_endpoint_url")
+    region: str | None = setting(StorageSettings, "s3_region")
+    path_style: bool = setting(StorageSettings, "s3_path_style")
+    credentials_secret: SecretKeyRef = Field(default_factory=SecretKeyRef, description="Static credentials.")
+    role_arn: str = Field(
+        "", description="IAM role for IRSA: annotates the datastore ServiceAccount with eks.amazonaws.com/role-arn."
+    )
+
+
+class Storage(Values):
+    """Where the datastore keeps plans, logs, outputs and source archives."""
+
+    backend: Literal["filesystem", "s3"] = Field("filesystem", description="filesystem (a PVC) or s3.")
+    filesystem: FilesystemStorage = Field(default_factory=FilesystemStorage, description="The filesystem backend.")
+    s3: S3Storage = Field(default_factory=S3Storage, description="The s3 backend.")
+
+
+class Encryption(Values):
+    """Encryption at rest with keys from an existing Secret (never created by the chart)."""
+
+    enabled: bool = setting(StorageSettings, "encryption_enabled")
+    secret_name: str = setting(StorageSettings, "encryption_secret_name")
+    secret_namespace: str | None = setting(StorageSettings, "encryption_secret_namespace")
+    active_key_id: str = setting(StorageSettings, "encryption_active_key_id")
+
+
+class Retention(Values):
+    """Deletion of unreferenced artifacts."""
+
+    enabled: bool = setting(StorageSettings, "retention_enabled")
+    schedule: str = setting(StorageSettings, "retention_schedule")
+    grace_seconds: int = setting(StorageSettings, "retention_grace_seconds")
+
+
+class DatastoreAuth(Values):
+    """Who may call the datastore. The controllers' and server's ServiceAccounts are always admins."""
+
+    audiences: list[str] = setting(DatastoreSettings, "auth_audiences")
+    extra_admin_users: list[str] = Field(default_factory=list, description="More admin usernames.")
+    admin_groups: list[str] = setting(DatastoreSettings, "auth_admin_groups")
+
+
+class Datastore(Workload):
+    """The datastore of plans, logs, outputs and source archives (`burrito-py datastore start`)."""
+
+    config: DatastoreConfig = Field(default_factory=DatastoreConfig, description="Datastore settings.")
+    storage: Storage = Field(default_factory=Storage, description="Storage backend.")
+    encryption: Encryption = Field(default_factory=Encryption, description="Encryption at rest.")
+    retention: Retention = Field(default_factory=Retention, description="Retention of unreferenced artifacts.")
+    auth: DatastoreAuth = Field(default_factory=DatastoreAuth, description="Authentication and admins.")
+
+
+# -- server ---------------------------------------------------------------------------------------------
+class ServerConfig(Values):
+    """Server settings, passed as BURRITO_PY_SERVER_<NAME>."""
+
+    max_webhook_bytes: int = setting(ServerSettings, "max_webhook_bytes")
+    delivery_cache_size: int = setting(ServerSettings, "delivery_cache_size")
+    auth_audiences: list[str] = setting(ServerSettings, "auth_audiences")
+    auth_cache_ttl_seconds: float = setting(ServerSettings, "auth_cache_ttl_seconds")
+
+
+class IngressPath(Values):
+    """One path of an Ingress host."""
+
+    path: str = Field("/", description="Path.")
+    path_type: Literal["Prefix", "Exact", "ImplementationSpecific"] = Field("Prefix", description="pathType.")
+
+
+class IngressHost(Values):
+    """One host of the Ingress."""
+
+    host: str = Field(..., description="Host name.")
+    paths: list[IngressPath] = Field(default_factory=lambda: [IngressPath()], description="Paths.")
+
+
+class IngressTls(Values):
+    """A TLS entry of the Ingress."""
+
+    secret_name: str = Field(..., description="Secret with the certificate.")
+    hosts: list[str] = Field(default_factory=list, description="Hosts it covers.")
+
+
+class Ingress(Values):
+    """An Ingress for the server (webhooks and the REST API; never the metrics)."""
+
+    enabled: bool = Field(False, description="Create the Ingress.")
+    class_name: str = Field("", description="ingressClassName; empty: the cluster's default.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Ingress annotations.")
+    hosts: list[IngressHost] = Field(default_factory=list, description="Hosts.")
+    tls: list[IngressTls] = Field(default_factory=list, description="TLS.")
+
+
+class Server(Workload):
+    """Webhooks and the REST API (`burrito-py server start`). Webhook secrets are read from each
+    TerraformRepository's Secret (spec.repository.secretName, key webhookSecret) in its namespace."""
+
+    config: ServerConfig = Field(default_factory=ServerConfig, description="Server settings.")
+    ingress: Ingress = Field(default_factory=Ingress, description="Optional Ingress.")
+
+
+# -- runner, tenants, cluster-wide blocks ---------------------------------------------------------------
+class RunnerImage(Image):
+    """The runner image (terraform/tofu tooling and the burrito-py runner)."""
+
+    repository: str = Field(RUNNER_IMAGE_REPOSITORY, description="Image repository.")
+
+
+class Runner(Values):
+    """Runner pods, which the controllers create in the tenant namespaces."""
+
+    image: RunnerImage = Field(default_factory=RunnerImage, description="Runner image.")
+    service_account_name: str = setting(ControllerSettings, "runner_service_account")
+    termination_grace_period_seconds: int = setting(ControllerSettings, "runner_termination_grace_period_seconds")
+
+
+class RunnerServiceAccount(Values):
+    """The tenant's runner ServiceAccount."""
+
+    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations (e.g. a cloud IAM role).")
+
+
+class Tenant(Values):
+    """A namespace whose layers burrito-py runs."""
+
+    namespace: str = Field(..., pattern=K8S_NAME, max_length=63, description="The namespace.")
+    create: bool = Field(
+        False, description="Create the namespace (labelled pod-security.kubernetes.io/enforce: restricted)."
+    )
+    runner_service_account: RunnerServiceAccount = Field(
+        default_factory=RunnerServiceAccount, description="The runner ServiceAccount of this namespace."
+    )
+
+
+class Crds(Values):
+    """The CustomResourceDefinitions (templates, so upgrades apply them; annotated helm.sh/resource-policy: keep,
+    so an uninstall never deletes them and with them every layer)."""
+
+    install: bool = Field(True, description="Install and upgrade the CRDs with the chart.")
+
+
+class NetworkPolicy(Values):
+    """NetworkPolicies: the datastore is reachable only from the controllers, the server and runner pods."""
+
+    enabled: bool = Field(False, description="Create the NetworkPolicies.")
+    server_ingress_from: list[Object] = Field(
+        default_factory=list,
+        description="NetworkPolicyPeers allowed to reach the server (e.g. the ingress controller's namespace); "
+        "empty: anyone (webhooks come from outside).",
+    )
+    metrics_from: list[Object] = Field(
+        default_factory=list, description="NetworkPolicyPeers allowed to scrape the metrics; empty: anyone."
+    )
+
+
+class ServiceMonitor(Values):
+    """A prometheus-operator ServiceMonitor for the controllers' metrics (the only component serving metrics)."""
+
+    enabled: bool = Field(False, description="Create the ServiceMonitor (needs the monitoring.coreos.com CRDs).")
+    interval: str = Field("30s", description="Scrape interval.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra labels (your Prometheus' selector).")
+
+
+class Metrics(Values):
+    """Metrics scraping."""
+
+    service_monitor: ServiceMonitor = Field(default_factory=ServiceMonitor, description="ServiceMonitor.")
+
+
+class Global(Values):
+    """Settings of every object and pod."""
+
+    common_labels: dict[str, str] = Field(default_factory=dict, description="Labels added to every object.")
+    image_pull_secrets: list[str] = Field(default_factory=list, description="Names of image pull Secrets.")
+
+
+class ChartValues(Values):
+    """Values of the burrito-py chart."""
+
+    global_: Global = Field(default_factory=Global, alias="global", description="Settings of every object.")
+    image: Image = Field(default_factory=Image, description="Image of the controllers, datastore and server.")
+    crds: Crds = Field(default_factory=Crds, description="CustomResourceDefinitions.")
+    cluster_mode: bool = Field(
+        False,
+        description="Watch every namespace, with ClusterRoleBindings. Off (tenant mode): only the tenants' "
+        "namespaces (the release namespace when there are none), with RoleBindings there.",
+    )
+    tenants: list[Tenant] = Field(
+        default_factory=list,
+        description="Namespaces whose layers burrito-py runs. Empty: the release namespace, whose Secrets the "
+        "runners and controllers may then read; in production give layers their own namespaces.",
+    )
+    controllers: Controllers = Field(default_factory=Controllers, description="The controllers.")
+    datastore: Datastore = Field(default_factory=Datastore, description="The datastore.")
+    server: Server = Field(default_factory=Server, description="The server.")
+    runner: Runner = Field(default_factory=Runner, description="Runner pods.")
+    network_policy: NetworkPolicy = Field(default_factory=NetworkPolicy, description="NetworkPolicies.")
+    metrics: Metrics = Field(default_factory=Metrics, description="Metrics scraping.")

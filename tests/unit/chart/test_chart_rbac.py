@@ -1,0 +1,159 @@
+"""RBAC allow-list: the exact grants of the chart, derived from the Kubernetes calls each component makes
+(see the comments in templates/rbac.yaml and templates/tenants.yaml). A new grant fails here first: add it
+only with the call that needs it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from burrito_py.deploy.rbac import Grant, grants
+from tests.unit.chart.rendering import NAMESPACE, RELEASE, rendered
+
+TF, AGL, CORE = "terraform.burrito-py.io", "agl.burrito-py.io", ""
+# (apiGroup, resource, verbs, resourceNames) — namespaced rules, granted in each watched namespace.
+Rule = tuple[str, str, str, tuple[str, ...]]
+CONTROLLERS: list[Rule] = [
+    (CORE, "pods", "create list watch", ()),
+    (CORE, "pods/log", "get", ()),
+    (CORE, "events", "create", ()),
+    (CORE, "secrets", "get create update", ()),
+    ("coordination.k8s.io", "leases", "get create update delete", ()),
+    (TF, "terraformrepositories", "list watch", ()),
+    (TF, "terraformlayers", "get list watch create update patch delete", ()),
+    (TF, "terraformruns", "get list watch create delete", ()),
+    (TF, "terraformrepositories/status", "patch", ()),
+    (TF, "terraformlayers/status", "patch", ()),
+    (TF, "terraformruns/status", "patch", ()),
+]
+CONTROLLERS_CLUSTER: list[Rule] = [
+    ("apiextensions.k8s.io", "customresourcedefinitions", "get list watch create", ()),
+    (AGL, "applicationdefinitions", "list watch patch", ()),
+    (AGL, "applicationdefinitions/status", "patch", ()),
+]
+KOPF_NAMESPACES: Rule = (CORE, "namespaces", "list watch", ())
+SERVER: list[Rule] = [
+    (TF, "terraformlayers", "get list patch", ()),
+    (TF, "terraformrepositories", "get list patch", ()),
+    (TF, "terraformruns", "get list", ()),
+    (CORE, "secrets", "get", ()),
+    (CORE, "pods", "get", ()),
+]
+DATASTORE: list[Rule] = [
+    (CORE, "pods", "get", ()),
+    (TF, "terraformruns", "get", ()),
+    (TF, "terraformlayers", "get", ()),
+]
+TOKEN_REVIEWS: Rule = ("authentication.k8s.io", "tokenreviews", "create", ())
+RUNNER: list[Rule] = [
+    (TF, "terraformruns", "get", ()),
+    (TF, "terraformlayers", "get patch", ()),
+    (TF, "terraformrepositories", "get", ()),
+    (CORE, "secrets", "get", ()),  # spec.varsFrom (burrito_py/runner/main.py write_variables)
+    (CORE, "configmaps", "get", ()),
+]
+# AGL kinds named in the tenants value set.
+AGL_KINDS = [("apps.burrito-py.io", "databases"), ("platform.example.com", "buckets")]
+
+
+def sa(component: str) -> str:
+    return f"{NAMESPACE}/{RELEASE}-{component}"
+
+
+def expand(subject: str, rules: list[Rule], scopes: list[str]) -> set[Grant]:
+    return {
+        Grant(subject, group, resource, verb, scope, names)
+        for group, resource, verbs, names in rules
+        for verb in verbs.split()
+        for scope in scopes
+    }
+
+
+def expected(tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, str]]) -> set[Grant]:
+    scopes = ["cluster"] if cluster_mode else tenants
+    controllers = CONTROLLERS + [rule for g, p in agl_kinds for rule in ((g, p, "list watch", ()),
+                                                                          (g, f"{p}/status", "patch", ()))]
+    cluster = CONTROLLERS_CLUSTER + [(g, p, "list", ()) for g, p in agl_kinds]
+    if agl_kinds:
+        names = tuple(sorted(f"{p}.{g}" for g, p in agl_kinds))
+        cluster.append(("apiextensions.k8s.io", "customresourcedefinitions", "update delete", names))
+    if not cluster_mode:
+        cluster.append(KOPF_NAMESPACES)
+    out = expand(sa("controllers"), controllers, scopes) | expand(sa("controllers"), cluster, ["cluster"])
+    out |= expand(sa("server"), SERVER, scopes) | expand(sa("server"), [TOKEN_REVIEWS], ["cluster"])
+    out |= expand(sa("datastore"), DATASTORE, scopes) | expand(sa("datastore"), [TOKEN_REVIEWS], ["cluster"])
+    for tenant in tenants:
+        out |= expand(f"{tenant}/burrito-py-runner", RUNNER, [tenant])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "tenants", "cluster_mode", "agl_kinds"),
+    [
+        ("default", [NAMESPACE], False, []),
+        ("tenants", ["team-a", "team-b"], False, AGL_KINDS),
+        ("cluster-mode", ["team-a"], True, []),
+        ("network-policy", ["team-a", "team-b"], False, []),
+    ],
+)
+def test_exact_grants(name: str, tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, str]]) -> None:
+    got = grants(rendered(name))
+    want = expected(tenants, cluster_mode, agl_kinds)
+    assert sorted(got - want) == [], "new grants"
+    assert sorted(want - got) == [], "missing grants"
+
+
+def test_datastore_encryption_and_retention_grants() -> None:
+    extra = grants(rendered("s3-encryption")) - expected([NAMESPACE], False, [])
+    assert extra == {
+        Grant(sa("datastore"), CORE, "secrets", "get", NAMESPACE, ("burrito-py-keys",)),
+        *expand(sa("datastore"), [(TF, r, "list", ()) for r in ("terraformlayers", "terraformruns",
+                                                                  "terraformrepositories")], ["cluster"]),
+    }
+
+
+def _roles(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] in ("Role", "ClusterRole")]
+
+
+@pytest.mark.parametrize("name", ["default", "tenants", "cluster-mode", "s3-encryption", "network-policy", "ha"])
+def test_no_wildcards_and_no_cluster_wide_secrets_in_tenant_mode(name: str) -> None:
+    objects = rendered(name)
+    for role in _roles(objects):
+        for rule in role["rules"]:
+            for key in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in (rule.get(key) or ()), (role["metadata"]["name"], rule)
+            assert "escalate" not in rule["verbs"] and "bind" not in rule["verbs"] and "impersonate" not in rule[
+                "verbs"]
+    all_grants = grants(objects)
+    cluster_secrets = {g for g in all_grants if g.resource == "secrets" and g.scope == "cluster"}
+    if name != "cluster-mode":
+        assert cluster_secrets == set()
+    else:  # cluster mode: only what the code needs everywhere (outputs Secrets, webhook secrets), never list/watch
+        assert {g.verb for g in cluster_secrets} == {"get", "create", "update"}
+    runner = {g for g in all_grants if g.subject.endswith("/burrito-py-runner")}
+    assert {(g.resource, g.verb) for g in runner if g.api_group == CORE} == {("secrets", "get"), ("configmaps", "get")}
+    assert all(g.scope != "cluster" for g in runner)
+
+
+def test_runner_rules_match_the_runner_api_calls() -> None:
+    """The runner's only API calls (burrito_py/runner/kube.py): GET of its run, layer and repository, GET of
+    varsFrom Secrets/ConfigMaps, one merge PATCH of its layer's annotations."""
+    import inspect
+
+    from burrito_py.runner import kube
+
+    source = inspect.getsource(kube.Kube)
+    assert source.count('"GET"') == 2 and source.count('"PATCH"') == 1
+    assert '"POST"' not in source and '"PUT"' not in source and '"DELETE"' not in source
+
+
+def test_rule_counts_per_component() -> None:
+    """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
+    objects = rendered("default")
+    counts: dict[str, int] = {}
+    for g in grants(objects):
+        component = g.subject.rsplit("/", 1)[-1].removeprefix(f"{RELEASE}-").removeprefix("burrito-py-")
+        counts[component] = counts.get(component, 0) + 1
+    assert counts == {"controllers": 39, "server": 11, "datastore": 4, "runner": 6}

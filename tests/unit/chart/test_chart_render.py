@@ -1,0 +1,279 @@
+"""Rendering charts/burrito-py with the real Helm engine: every value set lints clean and validates against
+the Kubernetes schemas; bad values fail naming the key; the config reaches each component as its settings."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import helm_python
+import kubernetes_validate
+import pytest
+from kubernetes_validate.utils import latest_version
+
+from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.datastore.app import DatastoreSettings
+from burrito_py.datastore.backends import StorageSettings
+from burrito_py.deploy.chart import CHART_DIR, ChartRenderError, render_chart
+from burrito_py.deploy.values import ChartValues
+from burrito_py.server.settings import ServerSettings
+from tests.unit.chart.rendering import NAMESPACE, RELEASE, VALUE_SETS, find, rendered
+
+KUBERNETES_VERSIONS = ("1.30", latest_version())
+# Kinds kubernetes-validate has no schema for (not built into Kubernetes): prometheus-operator's.
+NO_SCHEMA = {"ServiceMonitor"}
+
+
+def test_the_required_value_sets_exist() -> None:
+    assert {"default", "tenants", "cluster-mode", "s3-encryption", "ha", "network-policy", "crds-off",
+            "monitoring-ingress", "local-default-tenant"} <= set(VALUE_SETS)
+    for values in VALUE_SETS.values():
+        ChartValues.model_validate(values)  # the ci files are valid values, by the models too
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_lint_strict_reports_nothing(name: str) -> None:
+    result = helm_python.lint(str(CHART_DIR), VALUE_SETS[name], strict=True, namespace=NAMESPACE)
+    assert result["errors"] == []
+    # Helm's only remark is informational (severity 1): "icon is recommended"; we have no icon to point at.
+    assert [m for m in result["messages"] if m["severity"] > 1 or m["error"] != "icon is recommended"] == []
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_object_validates_strictly(name: str, version: str) -> None:
+    objects = rendered(name)
+    assert objects
+    skipped = set()
+    for obj in objects:
+        if obj["kind"] in NO_SCHEMA:
+            skipped.add(obj["kind"])
+            continue
+        kubernetes_validate.validate(obj, version, strict=True)
+    if name == "monitoring-ingress":
+        assert skipped == {"ServiceMonitor"}
+
+
+def test_servicemonitor_shape() -> None:
+    monitor = find(rendered("monitoring-ingress"), "ServiceMonitor", f"{RELEASE}-controllers")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    service = find(rendered("monitoring-ingress"), "Service", f"{RELEASE}-controllers-metrics")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"controlers": {"replicas": 2}}, "'controlers'"),
+        ({"controllers": {"replicas": "two"}}, "/controllers/replicas"),
+        ({"datastore": {"storage": {"s3": {"bukket": "x"}}}}, "'bukket'"),
+        ({"tenants": [{"namespace": "team-a", "crate": True}]}, "'crate'"),
+        ({"controllers": {"config": {"maxRetries": -1}}}, "/controllers/config/maxRetries"),
+        ({"datastore": {"storage": {"backend": "gcs"}}}, "/datastore/storage/backend"),
+    ],
+)
+def test_bad_values_fail_naming_the_key(values: dict[str, Any], named: str) -> None:
+    with pytest.raises(ChartRenderError) as failure:
+        render_chart(values, RELEASE, NAMESPACE)
+    assert named in str(failure.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"datastore": {"storage": {"backend": "s3"}}}, "datastore.storage.s3.bucket is required"),
+        ({"datastore": {"encryption": {"enabled": True}}}, "datastore.encryption.activeKeyId is required"),
+        ({"datastore": {"replicas": 2}}, "datastore.replicas > 1 needs datastore.storage.backend: s3"),
+        ({"server": {"ingress": {"enabled": True}}}, "server.ingress.hosts needs at least one host"),
+    ],
+)
+def test_incoherent_values_fail_with_the_settings_rule(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(ChartRenderError, match=message):
+        render_chart(values, RELEASE, NAMESPACE)
+
+
+def _config(objects: list[dict[str, Any]], component: str) -> dict[str, str]:
+    data: dict[str, str] = find(objects, "ConfigMap", f"{RELEASE}-{component}")["data"]
+    return data
+
+
+def _settings_names(model: type[Any], prefix: str) -> set[str]:
+    return {prefix + name.upper() for name in model.model_fields}
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_every_config_variable_is_a_setting_that_parses(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ConfigMaps hold only real BURRITO_PY_* settings, and the components' settings classes accept them."""
+    objects = rendered(name)
+    for component, models, prefix in (
+        ("controllers", (ControllerSettings,), "BURRITO_PY_"),
+        ("datastore", (DatastoreSettings, StorageSettings), "BURRITO_PY_DATASTORE_"),
+        ("server", (ServerSettings,), "BURRITO_PY_SERVER_"),
+    ):
+        data = _config(objects, component)
+        known = set().union(*(_settings_names(m, prefix) for m in models))
+        assert set(data) <= known, f"{component}: not settings: {sorted(set(data) - known)}"
+        with monkeypatch.context() as env:
+            for key, value in data.items():
+                env.setenv(key, value)
+            for model in models:
+                model()  # raises on any value the component would refuse
+
+
+def test_default_config_reaches_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    objects = rendered("tenants")
+    for key, value in _config(objects, "controllers").items():
+        monkeypatch.setenv(key, value)
+    settings = ControllerSettings()
+    assert settings.namespaces == ["team-a", "team-b"]
+    assert settings.datastore_url == f"http://{RELEASE}-datastore.{NAMESPACE}.svc.cluster.local:8080"
+    assert settings.runner_image == "ghcr.io/burrito-py/burrito-py-runner:0.1.0"
+    assert settings.runner_service_account == "burrito-py-runner"
+    assert settings.drift_detection_period == ChartValues().controllers.config.drift_detection_period
+    assert settings.health_port == 8082 and settings.metrics_port == 9464
+    assert str(settings.datastore_token_path) == "/var/run/secrets/burrito-py/token"
+
+
+def test_cluster_mode_watches_every_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    objects = rendered("cluster-mode")
+    assert _config(objects, "controllers")["BURRITO_PY_NAMESPACES"] == "[]"
+    assert _config(objects, "server")["BURRITO_PY_SERVER_NAMESPACES"] == "[]"
+    assert _config(rendered("default"), "controllers")["BURRITO_PY_NAMESPACES"] == f'["{NAMESPACE}"]'
+
+
+def test_datastore_s3_encryption_and_admins(monkeypatch: pytest.MonkeyPatch) -> None:
+    objects = rendered("s3-encryption")
+    for key, value in _config(objects, "datastore").items():
+        monkeypatch.setenv(key, value)
+    storage, settings = StorageSettings(), DatastoreSettings()
+    assert (storage.backend, storage.s3_bucket, storage.s3_prefix) == ("s3", "burrito-py-artifacts", "prod/")
+    assert storage.s3_path_style and storage.s3_region == "eu-west-1"
+    assert storage.s3_endpoint_url == "https://minio.storage.svc:9000"
+    assert (storage.encryption_secret_name, storage.encryption_secret_namespace) == ("burrito-py-keys", NAMESPACE)
+    assert storage.encryption_active_key_id == "2026-01"
+    assert storage.retention_enabled and storage.retention_grace_seconds == 7200
+    assert settings.auth_admin_users == [
+        f"system:serviceaccount:{NAMESPACE}:{RELEASE}-controllers",
+        f"system:serviceaccount:{NAMESPACE}:{RELEASE}-server",
+    ]
+    deployment = find(objects, "Deployment", f"{RELEASE}-datastore")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e
+               and "secretKeyRef" in e["valueFrom"]}
+    assert secrets == {
+        "AWS_ACCESS_KEY_ID": {"name": "burrito-py-s3", "key": "AWS_ACCESS_KEY_ID"},
+        "AWS_SECRET_ACCESS_KEY": {"name": "burrito-py-s3", "key": "AWS_SECRET_ACCESS_KEY"},
+    }
+    assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    account = find(objects, "ServiceAccount", f"{RELEASE}-datastore")
+    assert account["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/burrito-py-datastore"
+    }
+
+
+@pytest.mark.parametrize("component", ["controllers", "datastore", "server"])
+def test_components_bind_the_pod_ip_and_probe_real_endpoints(component: str) -> None:
+    from typer.testing import CliRunner
+
+    from burrito_py.cli import app
+
+    objects = rendered("default")
+    pod = find(objects, "Deployment", f"{RELEASE}-{component}")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"] == ["burrito-py"]
+    assert container["args"] == [component, "start", "--host", "$(POD_IP)"]
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in container["env"]
+    help_text = CliRunner().invoke(app, [component, "start", "--help"]).output
+    assert "--host" in help_text
+    assert container["envFrom"] == [{"configMapRef": {"name": f"{RELEASE}-{component}"}}]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["path"] == "/healthz"
+    assert pod["serviceAccountName"] == f"{RELEASE}-{component}"
+
+
+def test_services_ports_and_token_volumes() -> None:
+    objects = rendered("default")
+    assert find(objects, "Service", f"{RELEASE}-datastore")["spec"]["ports"][0]["port"] == 8080
+    assert find(objects, "Service", f"{RELEASE}-server")["spec"]["ports"][0]["port"] == 8081
+    assert find(objects, "Service", f"{RELEASE}-controllers-metrics")["spec"]["ports"][0]["port"] == 9464
+    for component in ("controllers", "server"):
+        pod = find(objects, "Deployment", f"{RELEASE}-{component}")["spec"]["template"]["spec"]
+        token = next(v for v in pod["volumes"] if v["name"] == "burrito-py-token")
+        assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "burrito-py"
+        mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "burrito-py-token")
+        assert mount["mountPath"] == "/var/run/secrets/burrito-py"
+
+
+def test_a_config_change_rolls_only_that_components_pods() -> None:
+    def checksums(values: dict[str, Any]) -> dict[str, str]:
+        objects = render_chart(values, RELEASE, NAMESPACE)
+        return {
+            c: find(objects, "Deployment", f"{RELEASE}-{c}")["spec"]["template"]["metadata"]["annotations"][
+                "checksum/config"]
+            for c in ("controllers", "datastore", "server")
+        }
+
+    before = checksums({})
+    after = checksums({"controllers": {"config": {"maxRetries": 7}}})
+    assert before["controllers"] != after["controllers"]
+    assert before["datastore"] == after["datastore"] and before["server"] == after["server"]
+    assert len(before["controllers"]) == len(hashlib.sha256().hexdigest())
+
+
+def test_pdb_and_spread_only_with_replicas() -> None:
+    assert not [o for o in rendered("default") if o["kind"] == "PodDisruptionBudget"]
+    objects = rendered("ha")
+    pdbs = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "PodDisruptionBudget"}
+    assert set(pdbs) == {f"{RELEASE}-controllers", f"{RELEASE}-server"}
+    assert all(spec["minAvailable"] == 1 for spec in pdbs.values())
+    controllers = find(objects, "Deployment", f"{RELEASE}-controllers")["spec"]
+    assert controllers["replicas"] == 2 and "strategy" not in controllers
+    spread = controllers["template"]["spec"]["topologySpreadConstraints"][0]
+    assert spread["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "controllers"
+    assert find(rendered("default"), "Deployment", f"{RELEASE}-controllers")["spec"]["strategy"] == {
+        "type": "Recreate"
+    }
+
+
+def test_crds_off_and_tenant_namespaces() -> None:
+    assert not [o for o in rendered("crds-off") if o["kind"] == "CustomResourceDefinition"]
+    namespaces = [o for o in rendered("tenants") if o["kind"] == "Namespace"]
+    assert [n["metadata"]["name"] for n in namespaces] == ["team-a"]
+    assert namespaces[0]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_local_default_tenant_renders_with_pull_policy_never() -> None:
+    objects = rendered("local-default-tenant")
+    for component in ("controllers", "datastore", "server"):
+        pod = find(objects, "Deployment", f"{RELEASE}-{component}")["spec"]["template"]["spec"]
+        assert pod["containers"][0]["imagePullPolicy"] == "Never"
+    runner = find(objects, "ServiceAccount", "burrito-py-runner")
+    assert runner["metadata"]["namespace"] == "default"
+
+
+def test_network_policies() -> None:
+    assert not [o for o in rendered("default") if o["kind"] == "NetworkPolicy"]
+    objects = rendered("network-policy")
+    datastore = find(objects, "NetworkPolicy", f"{RELEASE}-datastore")["spec"]
+    peers = datastore["ingress"][0]["from"]
+    runner_namespaces = sorted(
+        p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in peers if "namespaceSelector" in p
+    )
+    assert runner_namespaces == ["team-a", "team-b"]
+    assert all(p["podSelector"]["matchLabels"] == {"burrito-py.io/component": "runner"}
+               for p in peers if "namespaceSelector" in p)
+    components = sorted(p["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+                        for p in peers if "namespaceSelector" not in p)
+    assert components == ["controllers", "server"]
+    server = find(objects, "NetworkPolicy", f"{RELEASE}-server")["spec"]["ingress"][0]
+    assert server["from"] == VALUE_SETS["network-policy"]["networkPolicy"]["serverIngressFrom"]
+
+
+def test_ingress() -> None:
+    ingress = find(rendered("monitoring-ingress"), "Ingress", f"{RELEASE}-server")["spec"]
+    assert ingress["ingressClassName"] == "nginx"
+    path = ingress["rules"][0]["http"]["paths"][0]
+    assert path["backend"]["service"] == {"name": f"{RELEASE}-server", "port": {"name": "http"}}
+    assert ingress["tls"] == [{"secretName": "burrito-tls", "hosts": ["burrito.example.com"]}]
