@@ -108,29 +108,36 @@ def dev(
     manifests: Annotated[list[Path] | None, typer.Argument(help="Manifests (files or directories) to apply.")] = None,
     kubeconfig: Annotated[Path, typer.Option(help="Where to write the kubeconfig.")] = Path(".burrito-py/kubeconfig"),
     data_dir: Annotated[Path, typer.Option(help="State of the local run: git, datastore, pods.")] = Path(".burrito-py"),
-    example: Annotated[str | None, typer.Option(help="A bundled example to run, e.g. quickstart.")] = None,
+    example: Annotated[list[str] | None, typer.Option(help="A bundled example to run, e.g. quickstart (repeatable).")
+                       ] = None,
     drift_detection_period: Annotated[float, typer.Option(help="Seconds before a plan is stale.")] = 300.0,
     repository_poll_interval: Annotated[float, typer.Option(help="Seconds between git fetches.")] = 15.0,
     api_port: Annotated[int, typer.Option(help="Port of the API emulator (0 picks one).")] = 0,
-    server_port: Annotated[int, typer.Option(help="Port of the server: webhooks and REST API (0 picks one).")] = 0,
+    server_port: Annotated[int, typer.Option(help="Port of the server in in-process mode (0 picks one).")] = 0,
+    mode: Annotated[str, typer.Option(help="chart: install charts/burrito-py into the emulator, components as pods "
+                                      "under RBAC; in-process: components as threads (faster start).")] = "chart",
 ) -> None:
     """Run everything on this machine: API emulator, kubelet, datastore, controllers, real terraform."""
     from datetime import timedelta
 
     from burrito_py.local.dev import DevOptions, run_dev
 
-    run_dev(
-        DevOptions(
+    try:
+        options = DevOptions(
             data_dir=data_dir,
             kubeconfig=kubeconfig,
             manifests=list(manifests or []),
-            example=example,
+            examples=list(example or []),
             drift_detection_period=timedelta(seconds=drift_detection_period),
             repository_poll_interval=timedelta(seconds=repository_poll_interval),
             api_port=api_port,
             server_port=server_port,
+            mode=mode,
         )
-    )
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    run_dev(options)
 
 
 if __name__ == "__main__":  # pragma: no cover

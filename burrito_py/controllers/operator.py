@@ -155,9 +155,19 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
     async def on_layer(event: kopf.RawEvent, **_: Any) -> None:
         if "ctx" not in holder:
             return
-        body = observe(ctx().inventory.layers, event)
+        c = ctx()
+        raw = event.get("object") or {}
+        previous = c.inventory.layers.get(key_of(raw)) if raw.get("metadata") else None
+        body = observe(c.inventory.layers, event)
         if body is not None:
-            ctx().wake_layer(key_of(body))
+            c.wake_layer(key_of(body))
+            # A new or re-specified layer without a commit learns it from its repository's next sync: ask for
+            # that sync now rather than at the next poll, minutes away (once per spec change, not per event).
+            changed = previous is None or _generation(previous) != _generation(body)
+            if changed and ann.BRANCH_COMMIT not in (body["metadata"].get("annotations") or {}):
+                repository = c.inventory.repository_of(body)
+                if repository is not None:
+                    c.wake_repository(key_of(repository))
 
     @kopf.on.event(ann.GROUP, ann.VERSION, "terraformruns", registry=registry)
     async def on_run(event: kopf.RawEvent, **_: Any) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -25,18 +26,29 @@ log = logging.getLogger("burrito_py.dev")
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 
 
+MODES = ("chart", "in-process")
+
+
 @dataclass
 class DevOptions:
     data_dir: Path
     kubeconfig: Path
     manifests: list[Path] = field(default_factory=list)
-    example: str | None = None
+    examples: list[str] = field(default_factory=list)
     drift_detection_period: timedelta = timedelta(minutes=5)
     repository_poll_interval: timedelta = timedelta(seconds=15)
     failure_grace_period: timedelta = timedelta(seconds=5)
     api_port: int = 0
     datastore_port: int = 0
     server_port: int = 0
+    # chart: the Helm chart installed into the emulator, components as pods under RBAC (what a cluster runs);
+    # in-process: the components as threads of this process (faster to start).
+    mode: str = "chart"
+    values: dict[str, Any] = field(default_factory=dict)  # chart values merged over dev_values (top level)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"--mode must be one of {', '.join(MODES)}, not {self.mode!r}")
 
 
 def prepare_example(name: str, data_dir: Path) -> list[dict[str, Any]]:
@@ -104,18 +116,135 @@ class LayerProgress(threading.Thread):
                     self._stop_event.wait(0.5)
 
 
-@contextlib.contextmanager
-def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
-    """Start everything; yield the endpoints; stop everything in reverse order."""
+RELEASE = "burrito-py"
+RELEASE_NAMESPACE = "burrito-py-system"
+TENANT = "default"
+COMPONENTS = ("controllers", "datastore", "server")
+
+
+def dev_values(options: DevOptions, agl_kinds: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """The chart values of `burrito-py dev`: the `default` namespace is the one tenant; the local admin (the
+    kubeconfig's user) is a datastore admin, so `plan download` works; the image is not pulled (the local
+    kubelet runs the installed `burrito-py`)."""
+    from burrito_py.local.identity import LOCAL_ADMIN_USERNAME
+
+    def iso(delta: timedelta) -> str:
+        return f"PT{delta.total_seconds():g}S"
+
+    return {
+        "image": {"pullPolicy": "Never"},
+        "runner": {"image": {"pullPolicy": "Never"}},
+        "tenants": [{"namespace": TENANT}],
+        "controllers": {
+            "config": {
+                "driftDetectionPeriod": iso(options.drift_detection_period),
+                "repositoryPollInterval": iso(options.repository_poll_interval),
+                "failureGracePeriod": iso(options.failure_grace_period),
+            },
+            "agl": {"kinds": agl_kinds or []},
+        },
+        "datastore": {"auth": {"extraAdminUsers": [LOCAL_ADMIN_USERNAME]}},
+        **options.values,
+    }
+
+
+def agl_kinds_of(docs: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The kinds the manifests' ApplicationDefinitions serve: the chart grants the controllers exactly these."""
+    kinds = []
+    for doc in docs:
+        if doc.get("kind") == "ApplicationDefinition":
+            application = (doc.get("spec") or {}).get("application") or {}
+            kind = {"plural": str(application.get("plural") or f"{str(application.get('kind', '')).lower()}s")}
+            if application.get("group"):
+                kind["group"] = str(application["group"])
+            kinds.append(kind)
+    return kinds
+
+
+def service_url(http: httpx.Client, namespace: str, name: str) -> str:
+    """The Service's cluster IP and first port: the local kubelet proxies it, so it answers from this host too."""
+    service = http.get(f"/api/v1/namespaces/{namespace}/services/{name}").raise_for_status().json()
+    return f"http://{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
+
+
+def _install_chart(stack: contextlib.ExitStack, options: DevOptions, api_url: str, data_dir: Path,
+                   docs: list[dict[str, Any]]) -> tuple[str, str]:
+    """Install charts/burrito-py as `helm install` would and wait for its Deployments; (datastore, server)."""
+    from burrito_py.deploy.chart import render_chart
+    from burrito_py.local.controller_manager import ControllerManager
+    from burrito_py.local.identity import admin_client, ensure_namespace
+    from burrito_py.local.install import install, wait_available
+    from burrito_py.local.kubelet import LocalKubelet
+
+    manager = ControllerManager(options.kubeconfig)
+    manager.start()
+    stack.callback(manager.stop)
+    kubelet = LocalKubelet(options.kubeconfig, pod_log_dir=data_dir / "pod-logs", work_dir=data_dir / "pods")
+    kubelet.start()
+    stack.callback(kubelet.stop)
+
+    objects = render_chart(dev_values(options, agl_kinds_of(docs)), RELEASE, RELEASE_NAMESPACE)
+    applier = Applier(api_url)
+    stack.callback(applier.close)
+    with admin_client(api_url) as http:
+        ensure_namespace(http, RELEASE_NAMESPACE)  # `helm install --create-namespace`
+        install(applier, objects, RELEASE_NAMESPACE)
+        log.info("installed charts/burrito-py (%d objects) as release %s in %s", len(objects), RELEASE,
+                 RELEASE_NAMESPACE)
+        wait_available(http, [(RELEASE_NAMESPACE, f"{RELEASE}-{c}") for c in COMPONENTS], timeout=120.0)
+        log.info("controllers, datastore and server running as pods of the chart's Deployments")
+        return (service_url(http, RELEASE_NAMESPACE, f"{RELEASE}-datastore"),
+                service_url(http, RELEASE_NAMESPACE, f"{RELEASE}-server"))
+
+
+def _start_in_process(stack: contextlib.ExitStack, options: DevOptions, api_url: str, data_dir: Path,
+                      admin: str) -> tuple[str, str]:
+    """Today's quick mode: datastore, controllers and server as threads of this process; (datastore, server)."""
     from burrito_py.api.crdgen import generate_crds
     from burrito_py.controllers.operator import ControllerThread
     from burrito_py.controllers.settings import ControllerSettings
     from burrito_py.datastore.testing import free_port, running_datastore
-    from burrito_py.local.apiserver import ApiServer
-    from burrito_py.local.identity import admin_client, grant_runner_access, login_as_local_admin
+    from burrito_py.local.identity import admin_client, grant_runner_access
     from burrito_py.local.kubelet import LocalKubelet
     from burrito_py.server.serving import running_server
     from burrito_py.server.settings import ServerSettings
+
+    applier = Applier(api_url)
+    stack.callback(applier.close)
+    for crd in generate_crds().values():
+        applier.apply(crd)
+    with admin_client(api_url) as http:  # what the chart creates in each tenant namespace
+        grant_runner_access(http, TENANT)
+    datastore_url = stack.enter_context(
+        running_datastore(data_dir / "datastore", auth_enabled=True, kubeconfig=options.kubeconfig,
+                          admin_users=[admin])
+    )
+    kubelet = LocalKubelet(options.kubeconfig, pod_log_dir=data_dir / "pod-logs", work_dir=data_dir / "pods")
+    kubelet.start()
+    stack.callback(kubelet.stop)
+    settings = ControllerSettings(
+        datastore_url=datastore_url,
+        git_cache_dir=data_dir / "git",
+        drift_detection_period=options.drift_detection_period,
+        repository_poll_interval=options.repository_poll_interval,
+        failure_grace_period=options.failure_grace_period,
+        runner_image="local",
+        metrics_port=0,
+    )
+    controllers = ControllerThread(settings, options.kubeconfig)
+    controllers.start()
+    stack.callback(controllers.stop)
+    server_settings = ServerSettings(host="127.0.0.1", port=options.server_port or free_port(),
+                                     kubeconfig=options.kubeconfig, datastore_url=datastore_url,
+                                     auth_admin_users=[admin])
+    return datastore_url, stack.enter_context(running_server(server_settings))
+
+
+@contextlib.contextmanager
+def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
+    """Start everything; yield the endpoints; stop everything in reverse order."""
+    from burrito_py.local.apiserver import ApiServer
+    from burrito_py.local.identity import login_as_local_admin
 
     data_dir = options.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -124,63 +253,40 @@ def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
         api.start()
         stack.callback(api.stop)
         api.write_kubeconfig(options.kubeconfig)
-        log.info("Kubernetes API emulator at %s (kubeconfig %s)", api.url, options.kubeconfig)
+        log.info("Kubernetes API emulator at %s (kubeconfig %s)", api.tls_url, options.kubeconfig)
 
-        applier = Applier(api.url, served_timeout=30.0)  # kinds served by ApplicationDefinitions come later
-        stack.callback(applier.close)
-        for crd in generate_crds().values():
-            applier.apply(crd)
-        # What the Helm chart creates on a cluster: the runner pods' service account and its Role.
-        with admin_client(api.url) as http:
-            grant_runner_access(http, "default")
-
-        # Auth on, as on a cluster: the kubeconfig user (controllers, kubectl, `plan download`) becomes a
-        # service account the datastore treats as an admin; runners get pod-bound tokens from the kubelet.
+        docs = load_files(options.manifests)
+        for example in options.examples:
+            docs.extend(prepare_example(example, data_dir))
+        # The kubeconfig user (kubectl, `plan download`) becomes a cluster-admin service account, so the
+        # datastore and the server can review its token; runners and components get pod-bound tokens.
         admin = login_as_local_admin(api.url, options.kubeconfig)
-        datastore_url = stack.enter_context(
-            running_datastore(data_dir / "datastore", auth_enabled=True, kubeconfig=options.kubeconfig,
-                              admin_users=[admin])
-        )
+        if options.mode == "chart":
+            datastore_url, server_url = _install_chart(stack, options, api.url, data_dir, docs)
+        else:
+            datastore_url, server_url = _start_in_process(stack, options, api.url, data_dir, admin)
         log.info("datastore at %s", datastore_url)
-
-        kubelet = LocalKubelet(options.kubeconfig, pod_log_dir=data_dir / "pod-logs", work_dir=data_dir / "pods")
-        kubelet.start()
-        stack.callback(kubelet.stop)
-
-        settings = ControllerSettings(
-            datastore_url=datastore_url,
-            git_cache_dir=data_dir / "git",
-            drift_detection_period=options.drift_detection_period,
-            repository_poll_interval=options.repository_poll_interval,
-            failure_grace_period=options.failure_grace_period,
-            runner_image="local",
-            metrics_port=0,
-        )
-        controllers = ControllerThread(settings, options.kubeconfig)
-        controllers.start()
-        stack.callback(controllers.stop)
-        log.info("controllers started")
-
-        server_settings = ServerSettings(host="127.0.0.1", port=options.server_port or free_port(),
-                                         kubeconfig=options.kubeconfig, datastore_url=datastore_url,
-                                         auth_admin_users=[admin])
-        server_url = stack.enter_context(running_server(server_settings))
         log.info("server at %s (webhooks: POST %s/api/webhook; REST: %s/docs)", server_url, server_url, server_url)
 
         progress = LayerProgress(api.url)
         progress.start()
         stack.callback(progress.stop)
 
-        docs = load_files(options.manifests)
-        if options.example:
-            docs.extend(prepare_example(options.example, data_dir))
+        applier = Applier(api.url, served_timeout=30.0)  # kinds served by ApplicationDefinitions come later
+        stack.callback(applier.close)
         for doc in docs:
             applied = applier.apply(doc)
             log.info("applied %s %s", applied.get("kind"), applied["metadata"]["name"])
         yield {"api": api.url, "datastore": datastore_url, "server": server_url, "kubeconfig": str(options.kubeconfig)}
 
 
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run_dev(options: DevOptions) -> None:
+    # SIGTERM (`kill`, `timeout`) stops as Ctrl-C does: the pods' processes are stopped, not left running.
+    signal.signal(signal.SIGTERM, _interrupt)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("kopf", "aiohttp", "httpx", "uvicorn", "uvicorn.access", "burrito_py.local.kubelet"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -50,19 +50,18 @@ def deployment_available(deployment: Mapping[str, Any]) -> bool:
     )
 
 
-def wait_available(api_url: str, token: str, deployments: Iterable[tuple[str, str]], timeout: float) -> None:
+def wait_available(http: httpx.Client, deployments: Iterable[tuple[str, str]], timeout: float) -> None:
     """Wait until each (namespace, name) Deployment is available; TimeoutError names the ones that are not."""
     pending = set(deployments)
     deadline = time.monotonic() + timeout
-    with httpx.Client(base_url=api_url, headers={"Authorization": f"Bearer {token}"}, timeout=10.0) as http:
-        while pending:
-            for namespace, name in sorted(pending):
-                response = http.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
-                if response.status_code == 200 and deployment_available(response.json()):
-                    pending.discard((namespace, name))
-            if not pending:
-                return
-            if time.monotonic() > deadline:
-                names = ", ".join(f"{ns}/{name}" for ns, name in sorted(pending))
-                raise TimeoutError(f"deployments not available after {timeout:.0f}s: {names}")
-            time.sleep(0.1)
+    while pending:
+        for namespace, name in sorted(pending):
+            response = http.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+            if response.status_code == 200 and deployment_available(response.json()):
+                pending.discard((namespace, name))
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            names = ", ".join(f"{ns}/{name}" for ns, name in sorted(pending))
+            raise TimeoutError(f"deployments not available after {timeout:.0f}s: {names}")
+        time.sleep(0.1)

@@ -442,7 +442,7 @@ class Store:
                                                             "field is immutable")])
         if not spec.get("clusterIP"):
             taken = [str((o.get("spec") or {}).get("clusterIP")) for o in self._iter(SERVICES, None)]
-            spec["clusterIP"] = IpPool(SERVICE_CIDR, taken).allocate()
+            spec["clusterIP"] = IpPool(SERVICE_CIDR, taken, IpPool.random_start(SERVICE_CIDR)).allocate()
         spec["clusterIPs"] = [spec["clusterIP"]]
         return spec
 

@@ -159,7 +159,7 @@ class LocalKubelet:
         self._pod_grace: dict[tuple[str, str], float] = {}
         self._started: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._ips = IpPool(POD_CIDR)
+        self._ips = IpPool(POD_CIDR, start=IpPool.random_start(POD_CIDR))
         self._proxy = ServiceProxy()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

@@ -25,10 +25,17 @@ class IpPool:
     """Addresses of a loopback network handed out one by one (x.y.z.0 and x.y.z.255 skipped, so no
     address looks like a network or broadcast address); `release` returns one."""
 
-    def __init__(self, network: str, taken: Iterable[str] = ()) -> None:
+    def __init__(self, network: str, taken: Iterable[str] = (), start: int = 1) -> None:
+        """`start`: the offset of the first address tried. Kubelets and emulators of other processes on this
+        machine share loopback, so theirs start at a random offset (`random_start`): a leftover process of an
+        earlier run still bound to its pod IP then never collides with a new pod's."""
         self._network = ipaddress.IPv4Network(network)
         self._taken = set(taken)
-        self._next = int(self._network.network_address) + 1
+        self._next = int(self._network.network_address) + start % self._network.num_addresses
+
+    @staticmethod
+    def random_start(network: str) -> int:
+        return secrets.randbelow(ipaddress.IPv4Network(network).num_addresses)
 
     def allocate(self) -> str:
         first, size = int(self._network.network_address), self._network.num_addresses

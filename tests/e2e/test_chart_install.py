@@ -1,0 +1,194 @@
+"""Issue 10: `burrito-py dev` installs charts/burrito-py into the emulator with RBAC enforced, and the product
+works through it: the controllers, datastore and server run as pods of the chart's Deployments under the chart's
+ServiceAccounts (a permission the chart forgot is a 403 here), with the quickstart and AGL examples, outputs
+Secrets, datastore auth and plan download, a signed webhook, and a removed rule surfacing as an event."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from burrito_py.api import annotations as ann
+from burrito_py.local.dev import RELEASE, RELEASE_NAMESPACE, DevOptions, running_dev
+from burrito_py.local.identity import admin_client
+from burrito_py.local.testing import wait_for
+
+pytestmark = pytest.mark.e2e
+LAYERS = f"/apis/{ann.GROUP}/{ann.VERSION}/namespaces/default/terraformlayers"
+HOOK_SECRET = "chart-e2e-hook"
+
+
+@dataclass
+class Dev:
+    endpoints: dict[str, str]
+    data_dir: Path
+    api: httpx.Client  # the emulator's bootstrap admin, for the test's own reads and writes
+
+    @property
+    def kubeconfig(self) -> Path:
+        return Path(self.endpoints["kubeconfig"])
+
+    def kubectl(self, *args: str) -> str:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        return subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, check=True,
+                              timeout=60).stdout
+
+    def state(self, layer: str) -> str | None:
+        response = self.api.get(f"{LAYERS}/{layer}")
+        return ((response.json().get("status") or {}).get("state")) if response.status_code == 200 else None
+
+    def wait_state(self, layer: str, state: str, timeout: float = 120.0) -> None:
+        wait_for(lambda: self.state(layer) == state, timeout, interval=0.2, what=f"layer {layer} {state}")
+
+    def events(self, namespace: str = "default") -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.api.get(f"/api/v1/namespaces/{namespace}/events").json()["items"]
+        return items
+
+    def apply(self, doc: dict[str, Any]) -> None:
+        from burrito_py.local.apply import Applier
+
+        applier = Applier(str(self.api.base_url).rstrip("/"))
+        try:
+            applier.apply(doc)
+        finally:
+            applier.close()
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
+    data_dir = tmp_path_factory.mktemp("chart-dev")
+    options = DevOptions(data_dir=data_dir, kubeconfig=data_dir / "kubeconfig", examples=["quickstart", "agl"],
+                         repository_poll_interval=timedelta(hours=1), mode="chart")
+    with running_dev(options) as endpoints, admin_client(endpoints["api"]) as api:
+        yield Dev(endpoints, data_dir.resolve(), api)
+
+
+def test_a_components_run_as_the_charts_pods_and_the_quickstart_converges(dev: Dev) -> None:
+    pods = dev.api.get(f"/api/v1/namespaces/{RELEASE_NAMESPACE}/pods").json()["items"]
+    accounts = {p["metadata"]["labels"]["app.kubernetes.io/component"]: p["spec"]["serviceAccountName"]
+                for p in pods}
+    assert accounts == {c: f"{RELEASE}-{c}" for c in ("controllers", "datastore", "server")}
+    assert all(p["status"]["phase"] == "Running" for p in pods)
+    dev.wait_state("hello", "Idle")
+    dev.wait_state("greetings", "ApplyNeeded")
+    table = dev.kubectl("get", "tfl")
+    assert "Idle" in table and "ApplyNeeded" in table
+    runners = dev.api.get("/api/v1/namespaces/default/pods", params={
+        "labelSelector": f"{ann.LABEL_COMPONENT}={ann.COMPONENT_RUNNER}"}).json()["items"]
+    assert runners and {p["spec"]["serviceAccountName"] for p in runners} == {"burrito-py-runner"}
+
+
+def test_b_plan_download_with_the_kubeconfig_and_the_datastore_refuses_strangers(dev: Dev) -> None:
+    dev.wait_state("greetings", "ApplyNeeded")
+    short = subprocess.run(
+        ["burrito-py", "plan", "download", "default/greetings", "--format", "short",
+         "--datastore-url", dev.endpoints["datastore"], "--kubeconfig", str(dev.kubeconfig)],
+        capture_output=True, text=True, check=True, timeout=60).stdout
+    assert short.strip() == "Plan: 2 to add, 0 to change, 0 to destroy"
+    run = dev.api.get(f"{LAYERS}/greetings").json()["status"]["lastRun"]["name"]
+    plan = f"{dev.endpoints['datastore']}/api/v1/layers/default/greetings/runs/{run}/plan"
+    token = yaml.safe_load(dev.kubeconfig.read_text())["users"][0]["user"]["token"]
+    assert httpx.get(plan, timeout=10, headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    assert httpx.get(plan, timeout=10).status_code == 401
+    assert httpx.get(f"{dev.endpoints['server']}/api/layers", timeout=10).status_code == 401
+
+
+def test_c_outputs_reach_the_layers_secret(dev: Dev) -> None:
+    dev.apply({
+        "apiVersion": ann.API_VERSION, "kind": "TerraformLayer",
+        "metadata": {"name": "hello-outputs", "namespace": "default"},
+        "spec": {"repository": {"name": "quickstart"}, "branch": "main", "path": "layers/hello",
+                 "remediationStrategy": {"autoApply": True},
+                 "writeOutputsToSecret": {"name": "hello-outputs"},
+                 "overrideRunnerSpec": {"extraInitArgs": [
+                     f"-backend-config=path={dev.data_dir}/state/hello-outputs.tfstate"]}},
+    })
+    dev.wait_state("hello-outputs", "Idle")
+    secret = wait_for(lambda: (r := dev.api.get("/api/v1/namespaces/default/secrets/hello-outputs")).status_code
+                      == 200 and r.json(), 60, interval=0.2, what="the outputs Secret")
+    assert base64.b64decode(secret["data"]["message"]).decode().startswith("Hello")
+
+
+def test_d_a_signed_push_plans_the_layer_it_touches(dev: Dev) -> None:
+    dev.wait_state("greetings", "ApplyNeeded")
+    dev.api.post("/api/v1/namespaces/default/secrets", json={
+        "metadata": {"name": "quickstart-hook"}, "stringData": {"webhookSecret": HOOK_SECRET}}).raise_for_status()
+    repository = f"/apis/{ann.GROUP}/{ann.VERSION}/namespaces/default/terraformrepositories/quickstart"
+    url = dev.api.get(repository).json()["spec"]["repository"]["url"]
+    dev.api.patch(repository, json={"spec": {"repository": {"secretName": "quickstart-hook"}}},
+                  headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+    repo = dev.data_dir / "repos" / "quickstart"
+    main_tf = repo / "layers" / "greetings" / "main.tf"
+    main_tf.write_text(main_tf.read_text() + "\n# touched by the webhook test\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "commit", "-qam", "touch greetings"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    body = json.dumps({"ref": "refs/heads/main", "repository": {"clone_url": url}}).encode()
+    digest = hmac.new(HOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+    answer = httpx.post(f"{dev.endpoints['server']}/api/webhook", content=body, timeout=30, headers={
+        "X-GitHub-Event": "push", "X-GitHub-Delivery": "chart-e2e-1", "X-Hub-Signature-256": f"sha256={digest}",
+        "Content-Type": "application/json"})
+    assert answer.status_code == 202, answer.text
+
+    def planned_head() -> bool:
+        layer = dev.api.get(f"{LAYERS}/greetings").json()
+        return (layer.get("status") or {}).get("lastRun", {}).get("revision") == head and \
+            layer["status"]["state"] == "ApplyNeeded"
+
+    wait_for(planned_head, 90, interval=0.3, what="greetings planned at the pushed commit")
+
+
+def test_e_an_agl_instance_is_compiled_approved_and_applied(dev: Dev) -> None:
+    buckets = "/apis/apps.burrito-py.io/v1alpha1/namespaces/default/buckets"
+
+    def pending_sum() -> str | None:
+        response = dev.api.get(f"{buckets}/photos")
+        return ((response.json().get("status") or {}).get("pendingPlan") or {}).get("sum") \
+            if response.status_code == 200 else None
+
+    plan_sum = wait_for(pending_sum, 120, interval=0.3, what="the Bucket's pending plan")
+    dev.kubectl("annotate", "bucket", "photos", "--overwrite", f"{ann.APPROVE_PLAN}={plan_sum}")
+    wait_for(lambda: dev.api.get("/api/v1/namespaces/default/secrets/bucket-photos-outputs").status_code == 200,
+             120, interval=0.3, what="the Bucket's outputs Secret")
+    assert "bucket-photos" in dev.kubectl("get", "tfl")
+
+
+def test_f_a_rule_removed_from_the_controllers_role_is_a_forbidden_event_naming_verb_and_resource(dev: Dev) -> None:
+    role_path = f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{RELEASE}-controllers"
+    role = dev.api.get(role_path).json()
+    original = json.loads(json.dumps(role["rules"]))
+    pods_rule = next(r for r in role["rules"] if r.get("apiGroups") == [""] and "pods" in r["resources"]
+                     and "create" in r["verbs"])
+    pods_rule["verbs"] = [v for v in pods_rule["verbs"] if v != "create"]
+    dev.api.put(role_path, json=role).raise_for_status()
+    try:
+        dev.wait_state("hello", "Idle")
+        dev.api.patch(f"{LAYERS}/hello", json={"metadata": {"annotations": {ann.SYNC_NOW: "rbac-test"}}},
+                      headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+
+        def forbidden() -> dict[str, Any] | None:
+            return next((e for e in dev.events() if e["reason"] == "Forbidden"
+                         and e["involvedObject"]["kind"] == "TerraformRun"), None)
+
+        event = wait_for(forbidden, 60, interval=0.3, what="a Forbidden event on the run")
+        assert event["type"] == "Warning"
+        assert 'cannot create resource "pods"' in event["message"], event["message"]
+        assert f"system:serviceaccount:{RELEASE_NAMESPACE}:{RELEASE}-controllers" in event["message"]
+    finally:
+        role = dev.api.get(role_path).json()
+        role["rules"] = original
+        dev.api.put(role_path, json=role).raise_for_status()
+    dev.wait_state("hello", "Idle", timeout=120)  # the rule back, the run's next attempt creates its pod
