@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Grant", "grants", "rules_by_subject"]
+__all__ = ["Grant", "grants", "grants_per_component", "rules_by_subject"]
 
 
 @dataclass(frozen=True, order=True)
@@ -63,3 +63,13 @@ def grants(objects: Iterable[Mapping[str, Any]]) -> set[Grant]:
                     for verb in rule.get("verbs") or ():
                         out.add(Grant(subject, group, resource, verb, scope, names))
     return out
+
+
+def grants_per_component(objects: Iterable[Mapping[str, Any]], release: str) -> dict[str, int]:
+    """Distinct grants per component ServiceAccount (`<release>-controllers` → "controllers", the runner's
+    `burrito-py-runner` → "runner"): the figure compared with other charts."""
+    counts: dict[str, int] = {}
+    for grant in grants(objects):
+        component = grant.subject.rsplit("/", 1)[-1].removeprefix(f"{release}-").removeprefix("burrito-py-")
+        counts[component] = counts.get(component, 0) + 1
+    return counts

@@ -111,8 +111,8 @@ def grant_runner_access(http: httpx.Client, namespace: str) -> str:
     """The runner's ServiceAccount `burrito-py-runner` in `namespace`, a Role of the same name with
     RUNNER_RULES and the RoleBinding between them; returns the account's username.
 
-    The Helm chart's runner Role must grant exactly the same (a later step makes the chart the only
-    source). A layer whose repository lives in another namespace needs `get terraformrepositories` there
+    The Helm chart's runner Role grants exactly the same (tests/unit/chart/test_chart_rbac.py holds the two
+    equal). A layer whose repository lives in another namespace needs `get terraformrepositories` there
     too, which this function does not grant.
     """
     ensure_service_account(http, namespace, RUNNER_ACCOUNT)

@@ -19,7 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from burrito_py.deploy.rbac import rules_per_component
+from burrito_py.deploy.chart import render_chart
+from burrito_py.deploy.rbac import grants_per_component
+from burrito_py.local.dev import RELEASE, RELEASE_NAMESPACE
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 # Distinct (apiGroup, resource, verb) grants of burrito's chart per component, counted from padok-team/burrito
@@ -77,7 +79,7 @@ def main() -> None:
     print(f"dev start → first layer Idle, median of {ROUNDS}: chart {chart:.1f}s, in-process {local:.1f}s, "
           f"ratio {chart / local:.2f} (target ≤ 1.5)")
     print("RSS at rest (MiB):", json.dumps({k: round(v / 1024, 1) for k, v in sorted(rss.items())}))
-    ours = rules_per_component()
+    ours = grants_per_component(render_chart({}, RELEASE, RELEASE_NAMESPACE), RELEASE)
     for component in sorted(set(ours) | set(BURRITO_RULES)):
         print(f"RBAC rules {component:12s} burrito-py {ours.get(component, 0):3d}   burrito "
               f"{BURRITO_RULES.get(component, '-')}")

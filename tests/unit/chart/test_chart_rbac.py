@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from burrito_py.deploy.rbac import Grant, grants
+from burrito_py.deploy.rbac import Grant, grants, grants_per_component
 from tests.unit.chart.rendering import NAMESPACE, RELEASE, rendered
 
 TF, AGL, CORE = "terraform.burrito-py.io", "agl.burrito-py.io", ""
@@ -151,9 +151,17 @@ def test_runner_rules_match_the_runner_api_calls() -> None:
 
 def test_rule_counts_per_component() -> None:
     """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
-    objects = rendered("default")
-    counts: dict[str, int] = {}
-    for g in grants(objects):
-        component = g.subject.rsplit("/", 1)[-1].removeprefix(f"{RELEASE}-").removeprefix("burrito-py-")
-        counts[component] = counts.get(component, 0) + 1
+    counts = grants_per_component(rendered("default"), RELEASE)
     assert counts == {"controllers": 39, "server": 11, "datastore": 4, "runner": 6}
+
+
+def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:
+    """`grant_runner_access` (test platforms, `dev --mode in-process`) and the chart must not drift apart."""
+    from burrito_py.local.identity import RUNNER_RULES
+
+    def flat(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+        return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]
+                for v in rule["verbs"]}
+
+    role = next(o for o in rendered("default") if o["kind"] == "Role" and o["metadata"]["name"] == "burrito-py-runner")
+    assert flat(RUNNER_RULES) == flat(role["rules"])
