@@ -169,11 +169,13 @@ class Stopping:
     # -- tool processes --------------------------------------------------------------------------
     def start(self, step: str, popen: Callable[[], subprocess.Popen[Any]]) -> subprocess.Popen[Any]:
         """Start a tool process (in its own process group: `popen` must pass `process_group=0`) and track it
-        until `finished`; a signal that came while it started is forwarded at once."""
+        until `finished`; a signal that came while it started is forwarded at once. A step started after the
+        signal (only the read-only ones are: `show -json`, `output -json`) is let run."""
         with self._lock:
+            before = self.requested
             process = popen()
             self._running[process] = step
-            late = self.requested
+            late = self.requested and not before
         if late:
             _interrupt(process)
         return process

@@ -56,7 +56,7 @@ def test_deleting_the_terraformlayer_crd_releases_layers_without_destroying(plat
     assert state_inputs(platform, "app") == ["v1"] and state_inputs(platform, "other") == ["other"]
     state_before = platform.state_file("app").read_text()
 
-    with httpx.Client(base_url=platform.api.url, timeout=10) as http:
+    with httpx.Client(base_url=platform.api.url, timeout=10, headers=platform.api.admin_headers) as http:
         since = time.time()
         deleting = http.delete(f"{CRDS}/{LAYER_CRD}")
         assert deleting.status_code == 200 and deleting.json()["metadata"]["deletionTimestamp"]
@@ -80,7 +80,7 @@ def test_deleting_every_burrito_crd_at_once_like_an_uninstall_destroys_nothing(p
     state_before = platform.state_file("app").read_text()
     names = [f"{plural}.{ann.GROUP}" for plural in ("terraformruns", "terraformrepositories", "terraformlayers")]
 
-    with httpx.Client(base_url=platform.api.url, timeout=10) as http:
+    with httpx.Client(base_url=platform.api.url, timeout=10, headers=platform.api.admin_headers) as http:
         since = time.time()
         for name in names:  # runs and repositories go at once: nothing holds them
             assert http.delete(f"{CRDS}/{name}").status_code == 200
@@ -114,7 +114,7 @@ def test_an_apply_running_when_the_crd_is_deleted_ends_and_no_destroy_follows(pl
     wait_for(lambda: any(r["spec"]["action"] == "apply" and (r.get("status") or {}).get("state") == "Running"
                          for r in platform.runs("app")), 90, interval=0.1, what="the apply to run")
 
-    with httpx.Client(base_url=platform.api.url, timeout=10) as http:
+    with httpx.Client(base_url=platform.api.url, timeout=10, headers=platform.api.admin_headers) as http:
         since = time.time()
         assert http.delete(f"{CRDS}/{LAYER_CRD}").status_code == 200
         # The apply is waited for, never cut short; the verdict is kept on the layer meanwhile.
@@ -149,7 +149,7 @@ def test_deleting_an_agl_kinds_crd_removes_instances_and_layers_without_destroyi
 ):
     state = applied_bucket(platform, modules)
     crd = f"{PLURAL}.{GROUP}"
-    with httpx.Client(base_url=platform.api.url, timeout=10) as http:
+    with httpx.Client(base_url=platform.api.url, timeout=10, headers=platform.api.admin_headers) as http:
         since = time.time()
         assert http.delete(f"{CRDS}/{crd}").status_code == 200
         layer = f"/apis/{ann.API_VERSION}/namespaces/default/terraformlayers/bucket-photos"
@@ -170,7 +170,7 @@ def test_deleting_an_application_definition_never_destroys_and_neither_does_its_
     platform: Platform, modules: TestRepo
 ):
     state = applied_bucket(platform, modules)
-    with httpx.Client(base_url=platform.api.url, timeout=10) as http:
+    with httpx.Client(base_url=platform.api.url, timeout=10, headers=platform.api.admin_headers) as http:
         since = time.time()
         assert http.delete(f"{DEFINITIONS}/buckets").status_code == 200
         wait_for(lambda: _condition(http.get(f"{DEFINITIONS}/buckets").json(), "Ready").get("reason")
