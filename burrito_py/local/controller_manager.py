@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from burrito_py.local.kube_client import ApiFailure, Informer, Key, KubeHttp, client_session, key_of, read_kubeconfig
+from burrito_py.local.loop_thread import LoopThread
 from burrito_py.local.workloads import (
     TEMPLATE_HASH_LABEL,
     deployment_status,
@@ -37,14 +37,14 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 
-class ControllerManager:
+class ControllerManager(LoopThread):
+    thread_name = "burrito-py-controller-manager"
+
     def __init__(self, kubeconfig: Path, resync_seconds: float = 30.0) -> None:
+        super().__init__()
         self._kubeconfig = kubeconfig
         self._server = read_kubeconfig(kubeconfig)[0]
         self._resync = resync_seconds
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping: asyncio.Event | None = None
         self._wake: asyncio.Event | None = None
         self._dirty_deployments: set[Key] = set()
         self._dirty_services: set[Key] = set()
@@ -58,36 +58,8 @@ class ControllerManager:
         self.claims: Informer | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def start(self) -> None:
-        ready = threading.Event()
-
-        def main() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            self._stopping = asyncio.Event()
-            self._wake = asyncio.Event()
-            loop.call_soon(ready.set)
-            loop.run_until_complete(self._run())
-            loop.close()
-
-        self._thread = threading.Thread(target=main, name="burrito-py-controller-manager", daemon=True)
-        self._thread.start()
-        ready.wait()
-
-    def stop(self) -> None:
-        if self._loop is None or self._stopping is None:
-            return
-        with contextlib.suppress(RuntimeError):  # the loop already ended
-            self._loop.call_soon_threadsafe(self._stopping.set)
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def __enter__(self) -> ControllerManager:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
+    def _prepare(self) -> None:
+        self._wake = asyncio.Event()
 
     async def _run(self) -> None:
         assert self._stopping is not None

@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import signal
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ import aiohttp
 import yaml
 
 from burrito_py.local.kube_client import ApiFailure, Informer, KubeHttp, client_session, cluster_ca, read_kubeconfig
+from burrito_py.local.loop_thread import LoopThread
 from burrito_py.local.service_proxy import ServiceProxy
 from burrito_py.local.workloads import (
     RESET_BACKOFF_AFTER,
@@ -135,7 +135,9 @@ class Life:
     process: asyncio.subprocess.Process | None = None
 
 
-class LocalKubelet:
+class LocalKubelet(LoopThread):
+    thread_name = "burrito-py-kubelet"
+
     def __init__(
         self,
         kubeconfig: Path,
@@ -147,6 +149,7 @@ class LocalKubelet:
         backoff_cap: float = 300.0,
         refresh_delay: Callable[[float], float] = token_refresh_delay,
     ) -> None:
+        super().__init__()
         self._kubeconfig = kubeconfig
         self._server = read_kubeconfig(kubeconfig)[0]
         self._ca = cluster_ca(kubeconfig)
@@ -161,9 +164,6 @@ class LocalKubelet:
         self._tasks: set[asyncio.Task[None]] = set()
         self._ips = IpPool(POD_CIDR, start=IpPool.random_start(POD_CIDR))
         self._proxy = ServiceProxy()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping: asyncio.Event | None = None
         self._network_changed: asyncio.Event | None = None
         self._http: KubeHttp | None = None
         self._probe_http: aiohttp.ClientSession | None = None
@@ -176,36 +176,11 @@ class LocalKubelet:
         return self._work_dir / "dns"
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def start(self) -> None:
-        ready = threading.Event()
+    def _prepare(self) -> None:
+        self._network_changed = asyncio.Event()
 
-        def main() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            self._stopping = asyncio.Event()
-            self._network_changed = asyncio.Event()
-            loop.call_soon(ready.set)
-            loop.run_until_complete(self._run())
-            loop.close()
-
-        self._thread = threading.Thread(target=main, name="burrito-py-kubelet", daemon=True)
-        self._thread.start()
-        ready.wait()
-
-    def stop(self) -> None:
-        if self._loop is None or self._stopping is None:
-            return
-        with contextlib.suppress(RuntimeError):  # the loop already ended
-            self._loop.call_soon_threadsafe(self._stopping.set)
-        if self._thread is not None:
-            self._thread.join(self._grace + 10)
-
-    def __enter__(self) -> LocalKubelet:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
+    def _join_timeout(self) -> float:
+        return self._grace + 10  # the pods' processes get their grace period
 
     async def _run(self) -> None:
         assert self._stopping is not None
