@@ -4,6 +4,7 @@ controllers — with real git and real terraform, and a kubeconfig so `kubectl` 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import shutil
@@ -169,7 +170,8 @@ def service_url(http: httpx.Client, namespace: str, name: str) -> str:
 
 def _install_chart(stack: contextlib.ExitStack, options: DevOptions, api_url: str, data_dir: Path,
                    docs: list[dict[str, Any]]) -> tuple[str, str]:
-    """Install charts/burrito-py as `helm install` would and wait for its Deployments; (datastore, server)."""
+    """Install charts/burrito-py as `helm install` would and wait for the datastore (runners need it from their
+    first second; the controllers work as soon as their process runs); (datastore, server) URLs."""
     from burrito_py.deploy.chart import render_chart
     from burrito_py.local.controller_manager import ControllerManager
     from burrito_py.local.identity import admin_client, ensure_namespace
@@ -191,8 +193,7 @@ def _install_chart(stack: contextlib.ExitStack, options: DevOptions, api_url: st
         install(applier, objects, RELEASE_NAMESPACE)
         log.info("installed charts/burrito-py (%d objects) as release %s in %s", len(objects), RELEASE,
                  RELEASE_NAMESPACE)
-        wait_available(http, [(RELEASE_NAMESPACE, f"{RELEASE}-{c}") for c in COMPONENTS], timeout=120.0)
-        log.info("controllers, datastore and server running as pods of the chart's Deployments")
+        wait_available(http, [(RELEASE_NAMESPACE, f"{RELEASE}-datastore")], timeout=120.0)
         return (service_url(http, RELEASE_NAMESPACE, f"{RELEASE}-datastore"),
                 service_url(http, RELEASE_NAMESPACE, f"{RELEASE}-server"))
 
@@ -244,10 +245,14 @@ def _start_in_process(stack: contextlib.ExitStack, options: DevOptions, api_url:
 def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
     """Start everything; yield the endpoints; stop everything in reverse order."""
     from burrito_py.local.apiserver import ApiServer
-    from burrito_py.local.identity import login_as_local_admin
+    from burrito_py.local.identity import admin_client, login_as_local_admin
+    from burrito_py.local.install import wait_available
 
     data_dir = options.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    if options.mode == "chart":  # loading the Helm engine takes ~2 s: overlap it with the emulator's start
+        helm = threading.Thread(target=importlib.import_module, args=("burrito_py.deploy.chart",), daemon=True)
+        helm.start()
     with contextlib.ExitStack() as stack:
         api = ApiServer(port=options.api_port, pod_log_dir=data_dir / "pod-logs")
         api.start()
@@ -277,6 +282,10 @@ def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
         for doc in docs:
             applied = applier.apply(doc)
             log.info("applied %s %s", applied.get("kind"), applied["metadata"]["name"])
+        if options.mode == "chart":
+            with admin_client(api.url) as http:
+                wait_available(http, [(RELEASE_NAMESPACE, f"{RELEASE}-{c}") for c in COMPONENTS], timeout=120.0)
+            log.info("controllers, datastore and server running as pods of the chart's Deployments")
         yield {"api": api.url, "datastore": datastore_url, "server": server_url, "kubeconfig": str(options.kubeconfig)}
 
 
