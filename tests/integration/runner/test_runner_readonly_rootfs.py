@@ -34,9 +34,10 @@ from tests.integration.runner.runner_world import CODE, REPO_ROOT, World, runnin
 UID = GID = 65532
 WRITABLE = ("tmp", "home/burrito", "runner/work", "runner/tools")  # below the pod root
 
+# Only a developer's non-root shell may skip: CI runs as root, where a missing setpriv must fail, not hide.
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None,
-    reason="running the runner as UID 65532 needs root and setpriv (util-linux); scripts/test.sh runs as root",
+    os.geteuid() != 0 and not os.environ.get("CI"),
+    reason="running the runner as UID 65532 needs root (and setpriv from util-linux); CI runs as root",
 )
 
 
