@@ -28,6 +28,7 @@ from burrito_py.agl.watch import KindWatches
 from burrito_py.api.application import AGL_API_VERSION, APPS_VERSION, ApplicationDefinition
 from burrito_py.controllers.conditions import Cond, merge_conditions
 from burrito_py.controllers.events import post_event
+from burrito_py.controllers.forbidden import ForbiddenReporter
 from burrito_py.controllers.inventory import Store
 from burrito_py.controllers.kube import Kube, KubeError, crd_path, path
 from burrito_py.controllers.scheduler import Scheduler
@@ -64,8 +65,12 @@ class AglController:
         self._aligned: dict[str, Any] = {}  # definition → the generation its instances were woken for
         self.watches = KindWatches(kube)
         self.primed = False
-        self.definition_queue: Scheduler[str] = Scheduler("agl-definitions", self.reconcile_definition)
-        self.instance_queue: Scheduler[InstanceKey] = Scheduler("agl-instances", self.reconcile_instance)
+        # A 403 (a kind the chart was not told about) is a Forbidden event on the object, not a log line only.
+        forbidden = ForbiddenReporter(kube)
+        self.definition_queue: Scheduler[str] = Scheduler("agl-definitions", forbidden.wrap(
+            "definition", self.reconcile_definition, self.definitions.get))
+        self.instance_queue: Scheduler[InstanceKey] = Scheduler("agl-instances", forbidden.wrap(
+            "instance", self.reconcile_instance, lambda k: self.instances_of(k[0], k[1]).get((k[2], k[3]))))
 
     # ------------------------------------------------------------------------------------- feeding
 

@@ -5,26 +5,27 @@ message per object until a reconcile of it succeeds, so a retry loop does not fl
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from typing import Any, TypeVar
 
 from burrito_py.controllers.events import post_event
-from burrito_py.controllers.inventory import Key
 from burrito_py.controllers.kube import Kube, KubeError
+
+K = TypeVar("K", bound=Hashable)
 
 
 class ForbiddenReporter:
     def __init__(self, kube: Kube) -> None:
         self._kube = kube
-        self._reported: dict[tuple[str, Key], str] = {}
+        self._reported: dict[tuple[str, Hashable], str] = {}
 
     def wrap(
         self,
         kind: str,
-        handler: Callable[[Key], Awaitable[None]],
-        lookup: Callable[[Key], Mapping[str, Any] | None],
-    ) -> Callable[[Key], Awaitable[None]]:
-        async def reconcile(key: Key) -> None:
+        handler: Callable[[K], Awaitable[None]],
+        lookup: Callable[[K], Mapping[str, Any] | None],
+    ) -> Callable[[K], Awaitable[None]]:
+        async def reconcile(key: K) -> None:
             try:
                 await handler(key)
             except KubeError as exc:
@@ -35,7 +36,7 @@ class ForbiddenReporter:
 
         return reconcile
 
-    async def _report(self, kind: str, key: Key, obj: Mapping[str, Any] | None, message: str) -> None:
+    async def _report(self, kind: str, key: Hashable, obj: Mapping[str, Any] | None, message: str) -> None:
         if obj is None or self._reported.get((kind, key)) == message:
             return
         self._reported[(kind, key)] = message
