@@ -69,6 +69,9 @@ class Fault:
     status: int | None
     delay: float
     remaining: int
+    # The request is carried out, then its response is replaced by the error: "the write happened, the
+    # client never heard" (a lost response), which is what idempotent retries must survive.
+    after: bool = False
 
 
 @functools.cache
@@ -291,12 +294,15 @@ class ApiServer:
             self.requests.clear()
 
     def inject_fault(
-        self, method: str, path_regex: str, status: int | None = None, delay: float = 0.0, times: int = 1
+        self, method: str, path_regex: str, status: int | None = None, delay: float = 0.0, times: int = 1,
+        after: bool = False,
     ) -> None:
         """Answer the next `times` requests matching (method or "*", regex searched in the path) with a
-        Status of `status`, after `delay` seconds (a delay alone lets the request through, late)."""
+        Status of `status`, after `delay` seconds (a delay alone lets the request through, late).
+
+        `after`: carry the request out first and lose its response (the client sees only `status`)."""
         with self._extras_lock:
-            self._faults.append(Fault(method.upper(), re.compile(path_regex), status, delay, times))
+            self._faults.append(Fault(method.upper(), re.compile(path_regex), status, delay, times, after))
 
     # -- HTTP plumbing ---------------------------------------------------------------------------
     @web.middleware
@@ -318,11 +324,14 @@ class ApiServer:
             if fault is not None:
                 if fault.delay:
                     await asyncio.sleep(fault.delay)
-                if fault.status is not None:
+                if fault.status is not None and not fault.after:
                     reason = reason_for(fault.status)
                     raise ApiError(fault.status, reason, f"injected fault: {reason}")
             request[_USER] = self._authorize(request)
             response: web.StreamResponse = await handler(request)
+            if fault is not None and fault.after and fault.status is not None:
+                reason = reason_for(fault.status)
+                raise ApiError(fault.status, reason, f"injected fault after the request was carried out: {reason}")
             return response
         except ApiError as exc:
             return _json(exc.status(), exc.code)

@@ -343,6 +343,15 @@ def test_request_log_and_fault_injection(api: tuple[ApiServer, httpx.Client]):
     assert [(r.method, r.path) for r in server.requests] == [("GET", CM), ("GET", CM)]
 
 
+def test_fault_after_the_write_loses_only_the_response(api: tuple[ApiServer, httpx.Client]):
+    server, http = api
+    server.inject_fault("POST", r"/configmaps$", status=500, after=True)
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lost-reply"}, "data": {"a": "1"}}
+    assert http.post(CM, json=body).status_code == 500
+    assert http.get(f"{CM}/lost-reply").json()["data"] == {"a": "1"}  # the write happened
+    assert http.post(CM, json=body).status_code == 409
+
+
 def test_kubectl_works_and_shows_printer_columns(api: tuple[ApiServer, httpx.Client], tmp_path: Path):
     server, _ = api
     kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
