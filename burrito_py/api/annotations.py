@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 GROUP = "terraform.burrito-py.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -49,6 +51,19 @@ LABEL_LAYER = "burrito-py.io/layer"
 LABEL_RUN = "burrito-py.io/run"
 LABEL_COMPONENT = "burrito-py.io/component"
 COMPONENT_RUNNER = "runner"
+# Label values are at most 63 characters; layer names may have up to 253.
+LABEL_VALUE_MAX = 63
+_LABEL_HASH_CHARS = 12
+
+
+def layer_label(name: str) -> str:
+    """The `burrito-py.io/layer` label value of layer `name`: the name itself when it fits a label value,
+    else its first characters, `-` and 12 hex characters of its sha256 (63 in all). The full name stays in
+    the objects' spec (a run's spec.layer.name) or in env/annotations; readers confirm it there."""
+    if len(name) <= LABEL_VALUE_MAX:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:_LABEL_HASH_CHARS]
+    return f"{name[: LABEL_VALUE_MAX - _LABEL_HASH_CHARS - 1]}-{digest}"
 
 
 def repository_sync_annotation(branch: str) -> str:

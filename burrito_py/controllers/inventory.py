@@ -97,8 +97,14 @@ class Inventory:
         self.pods = Store(index_label=ann.LABEL_RUN)
 
     def runs_of_layer(self, namespace: str, layer: str) -> list[Body]:
-        """Newest first: creation time, then our sub-second creation stamp, then name."""
-        runs = self.runs.by_label(namespace, layer)
+        """Newest first: creation time, then our sub-second creation stamp, then name.
+
+        The label holds `layer_label(layer)` (a hash for long names); spec.layer.name confirms the layer."""
+        runs = [
+            run
+            for run in self.runs.by_label(namespace, ann.layer_label(layer))
+            if ((run.get("spec") or {}).get("layer") or {}).get("name", layer) == layer
+        ]
         runs.sort(key=creation_order, reverse=True)
         return runs
 

@@ -111,7 +111,7 @@ def run_body(layer: Mapping[str, Any], create: CreateRun) -> Body:
         "metadata": {
             "generateName": f"{meta['name'][:40]}-{create.action}-",
             "namespace": meta["namespace"],
-            "labels": {ann.LABEL_LAYER: meta["name"]},
+            "labels": {ann.LABEL_LAYER: ann.layer_label(meta["name"])},
             "annotations": {
                 ann.RUN_CREATED_AT: format_time_precise(utcnow()),
                 ann.RUN_LAYER_GENERATION: str(meta.get("generation") or 0),

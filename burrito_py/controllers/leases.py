@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from burrito_py.api import annotations as ann
 from burrito_py.controllers.kube import Kube, KubeError, path
 from burrito_py.controllers.lease_decisions import LeaseVerdict, lease_name, lease_verdict
 from burrito_py.timeutil import utcnow
@@ -37,7 +38,7 @@ def _lease_body(name: str, namespace: str, run: Mapping[str, Any], resource_vers
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {"burrito-py.io/layer": (run.get("spec") or {}).get("layer", {}).get("name", "")},
+            "labels": {ann.LABEL_LAYER: ann.layer_label((run.get("spec") or {}).get("layer", {}).get("name", ""))},
             "ownerReferences": [
                 {"apiVersion": run.get("apiVersion"), "kind": "TerraformRun", "name": meta["name"], "uid": meta["uid"]}
             ],

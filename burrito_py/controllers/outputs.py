@@ -148,7 +148,7 @@ def secret_body(layer: Mapping[str, Any], name: str, data: Mapping[str, str], ru
         "metadata": {
             "name": name,
             "namespace": meta["namespace"],
-            "labels": {ann.LABEL_LAYER: meta["name"]},
+            "labels": {ann.LABEL_LAYER: ann.layer_label(meta["name"])},
             "annotations": {OUTPUTS_RUN: run},
             "ownerReferences": [_owner(layer)],
         },

@@ -155,7 +155,7 @@ def build_runner_pod(
         **(meta_override.get("labels") or {}),
         ann.LABEL_COMPONENT: ann.COMPONENT_RUNNER,
         ann.LABEL_RUN: run_name,
-        ann.LABEL_LAYER: layer_name,
+        ann.LABEL_LAYER: ann.layer_label(layer_name),
     }
     return {
         "apiVersion": "v1",

@@ -75,7 +75,7 @@ def active_runner_pods(ctx: Context, repository: Mapping[str, Any] | None) -> in
         return 0
     meta = repository["metadata"]
     layers = {
-        (layer["metadata"]["namespace"], layer["metadata"]["name"])
+        (layer["metadata"]["namespace"], ann.layer_label(layer["metadata"]["name"]))
         for layer in ctx.inventory.layers_of_repository(meta["namespace"], meta["name"])
     }
     count = 0

@@ -266,7 +266,8 @@ def rest_router(
     )
     async def list_layer_runs(_: Caller, ns: Namespace, name: LayerName) -> list[RunView]:
         await layer_or_404(ns, name)
-        runs = await kube.list(crd_path("terraformruns", ns), label_selector=f"{ann.LABEL_LAYER}={name}")
+        selector = f"{ann.LABEL_LAYER}={ann.layer_label(name)}"  # a hash for names over 63 characters
+        runs = await kube.list(crd_path("terraformruns", ns), label_selector=selector)
         # The label is how the controllers find a layer's runs; spec.layer confirms it.
         runs.sort(key=creation_order, reverse=True)  # as the controllers order them (sub-second ties too)
         views = [run_summary(r) for r in runs if run_layer(r) == (ns, name)]
