@@ -139,6 +139,16 @@ class TerraformLayerSpec(ApiModel):
         "api.burrito-py.io/approve-plan=<plan sum>. Unset: auto when remediationStrategy.autoApply, else manual.",
     )
 
+    lock_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description="Key of the Lease that keeps one Terraform at a time on this layer's state. Unset: the "
+        "repository (namespace/name) and path, so layers on other branches of the same path wait for each other. "
+        "Set it when the state differs per branch (e.g. a backend key per branch), or to serialise layers of "
+        "different paths that share a state. Layers of one namespace with the same key never run at once.",
+    )
+
     @model_validator(mode="after")
     def _one_tool(self) -> Self:
         check_single_tool(self.terraform, self.opentofu)

@@ -69,11 +69,19 @@ def sync_windows_allow(windows: Sequence[Window], action: str, layer: str, now: 
     return Admission(True, "SyncWindowOpen")
 
 
-def pod_budget_allows(active_runner_pods: int, max_concurrent: int | None) -> Admission:
+def pod_budget_allows(
+    active_runner_pods: int, max_concurrent: int | None, active_total: int = 0, max_total: int | None = None
+) -> Admission:
+    """The repository's `maxConcurrentRunnerPods`, then the controllers' limit over every runner pod (0 or
+    None: no limit)."""
     if max_concurrent is not None and active_runner_pods >= max_concurrent:
         return Admission(
             False,
             "MaxConcurrentRunnerPods",
             f"{active_runner_pods} runner pods active for this repository (limit {max_concurrent})",
+        )
+    if max_total and active_total >= max_total:
+        return Admission(
+            False, "MaxConcurrentRunnerPods", f"{active_total} runner pods active (controller-wide limit {max_total})"
         )
     return Admission(True, "WithinPodBudget")

@@ -7,9 +7,17 @@ from enum import Enum
 from typing import Any
 
 
-def lease_name(repository_namespace: str, repository_name: str, branch: str, path: str) -> str:
-    """Leases are per (repository, branch, path): two layers on one state share one lock."""
-    key = "\x00".join((repository_namespace, repository_name, branch, path.strip("/") or "."))
+def lock_key(repository_namespace: str, repository_name: str, path: str, layer_key: str | None = None) -> str:
+    """What a layer's Lease protects: the Terraform state. By default one state per repository and path, on
+    every branch (as burrito keys its lock); a layer's `spec.lockKey` names its own."""
+    if layer_key:
+        return "key\x00" + layer_key
+    normalised = path.strip("/").removeprefix("./").rstrip("/") or "."
+    return "\x00".join(("repo", repository_namespace, repository_name, normalised))
+
+
+def lease_name(key: str) -> str:
+    """A valid Lease name for any key, however long: a fixed prefix and 24 hex characters of its sha256."""
     return "burrito-py-layer-" + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.kube import Kube, KubeError, path
-from burrito_py.controllers.lease_decisions import LeaseVerdict, lease_name, lease_verdict
+from burrito_py.controllers.lease_decisions import LeaseVerdict, lease_name, lease_verdict, lock_key
 from burrito_py.timeutil import utcnow
 
 LEASES = "leases"
@@ -26,7 +26,7 @@ def layer_lease_name(layer: Mapping[str, Any]) -> str:
     repo = spec.get("repository") or {}
     namespace = layer["metadata"]["namespace"]
     return lease_name(
-        repo.get("namespace") or namespace, repo.get("name", ""), spec.get("branch", ""), spec.get("path", "")
+        lock_key(repo.get("namespace") or namespace, repo.get("name", ""), spec.get("path", ""), spec.get("lockKey"))
     )
 
 

@@ -69,6 +69,10 @@ def pod_view(pod: Mapping[str, Any] | None) -> PodView | None:
     )
 
 
+def _pod_active(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in (None, *ACTIVE_POD_PHASES)
+
+
 def active_runner_pods(ctx: Context, repository: Mapping[str, Any] | None) -> int:
     """Runner pods not yet finished among the layers of `repository`."""
     if repository is None:
@@ -81,9 +85,7 @@ def active_runner_pods(ctx: Context, repository: Mapping[str, Any] | None) -> in
     count = 0
     for pod in ctx.inventory.pods:
         labels = pod["metadata"].get("labels") or {}
-        if (pod["metadata"]["namespace"], labels.get(ann.LABEL_LAYER)) in layers and (
-            (pod.get("status") or {}).get("phase") in (None, *ACTIVE_POD_PHASES)
-        ):
+        if (pod["metadata"]["namespace"], labels.get(ann.LABEL_LAYER)) in layers and _pod_active(pod):
             count += 1
     return count
 
@@ -108,7 +110,12 @@ def admission(
         return Admission(False, "InvalidSyncWindow", f"spec.syncWindows: {exc}")
     if not verdict.allowed:
         return verdict
-    return pod_budget_allows(active_runner_pods(ctx, repository), spec.get("maxConcurrentRunnerPods"))
+    return pod_budget_allows(
+        active_runner_pods(ctx, repository),
+        spec.get("maxConcurrentRunnerPods"),
+        active_total=sum(1 for pod in ctx.inventory.pods if _pod_active(pod)),
+        max_total=ctx.settings.max_concurrent_runner_pods,
+    )
 
 
 async def reconcile_run(ctx: Context, key: Key) -> None:

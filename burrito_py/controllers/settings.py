@@ -43,6 +43,12 @@ class ControllerSettings(BaseSettings):
     runner_service_account: str = Field(
         "burrito-py-runner", description="ServiceAccount of runner pods, in each namespace with layers."
     )
+    max_concurrent_runner_pods: int = Field(
+        0,
+        ge=0,
+        description="Runner pods not yet finished, across every repository, above which a run waits "
+        "(MaxConcurrentRunnerPods); 0: no limit. A repository's spec.maxConcurrentRunnerPods applies too.",
+    )
     runner_command: list[str] = Field(default_factory=lambda: ["burrito-py", "runner", "start"])
     runner_termination_grace_period_seconds: int = Field(
         120,

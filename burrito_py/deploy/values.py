@@ -109,6 +109,7 @@ class ControllersConfig(Values):
     failure_grace_period_cap: timedelta = setting(ControllerSettings, "failure_grace_period_cap")
     max_retries: int = setting(ControllerSettings, "max_retries")
     runs_to_keep: int = setting(ControllerSettings, "runs_to_keep")
+    max_concurrent_runner_pods: int = setting(ControllerSettings, "max_concurrent_runner_pods")
     agl_enabled: bool = setting(ControllerSettings, "agl_enabled")
 
 

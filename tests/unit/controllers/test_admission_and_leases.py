@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.controllers.admission import Window, parse_duration, pod_budget_allows, sync_windows_allow
-from burrito_py.controllers.lease_decisions import LeaseVerdict, lease_name, lease_verdict
+from burrito_py.controllers.lease_decisions import LeaseVerdict, lease_name, lease_verdict, lock_key
+from burrito_py.controllers.leases import layer_lease_name
 
 MONDAY_10 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 
@@ -48,12 +49,44 @@ def test_pod_budget():
     assert not verdict.allowed and "limit 2" in verdict.message
 
 
-def test_lease_name_is_per_repository_branch_and_path_and_a_valid_name():
-    a = lease_name("ns", "repo", "main", "layers/a")
-    assert a == lease_name("ns", "repo", "main", "layers/a/")
-    assert a != lease_name("ns", "repo", "dev", "layers/a")
-    assert a != lease_name("ns", "repo", "main", "layers/b")
+def test_the_controller_wide_runner_pod_limit_applies_on_top_of_the_repositorys():
+    """burrito's controller.maxConcurrentRunnerPods: one cap over every runner pod the controllers run."""
+    assert pod_budget_allows(0, None, active_total=4, max_total=5).allowed
+    verdict = pod_budget_allows(0, None, active_total=5, max_total=5)
+    assert not verdict.allowed and verdict.reason == "MaxConcurrentRunnerPods" and "controller-wide" in verdict.message
+    assert not pod_budget_allows(2, 2, active_total=2, max_total=10).allowed, "the repository's limit still holds"
+    assert pod_budget_allows(1, 2, active_total=100, max_total=0).allowed, "0: no controller-wide limit"
+
+
+def test_the_lease_protects_the_state_repository_and_path_not_the_branch():
+    """Issue 11 item 8: the same path of one repository on two branches is one state, one Lease."""
+    a = lease_name(lock_key("ns", "repo", "layers/a"))
+    assert a == lease_name(lock_key("ns", "repo", "layers/a/")) == lease_name(lock_key("ns", "repo", "./layers/a"))
+    assert a != lease_name(lock_key("ns", "repo", "layers/b"))
+    assert a != lease_name(lock_key("ns", "other", "layers/a"))
+    assert a != lease_name(lock_key("other", "repo", "layers/a"))
     assert len(a) <= 63 and a.replace("-", "").isalnum()
+
+
+def test_a_layer_may_name_its_own_lock_key_and_any_key_gives_a_valid_lease_name():
+    own = lease_name(lock_key("ns", "repo", "layers/a", "team-a/state-prod"))
+    assert own == lease_name(lock_key("ns", "other", "elsewhere", "team-a/state-prod"))
+    assert own != lease_name(lock_key("ns", "repo", "layers/a"))
+    assert own != lease_name(lock_key("ns", "repo", "layers/a", "team-a/state-dev"))
+    for key in ("x" * 253, "UPPER/and spaces/ünïcode"):
+        name = lease_name(lock_key("ns", "repo", "p", key))
+        assert len(name) <= 63 and name.replace("-", "").isalnum() and name == name.lower()
+
+
+def test_layer_lease_name_reads_the_layer_spec():
+    def layer(branch: str, path: str, key: str | None = None) -> dict[str, object]:
+        spec: dict[str, object] = {"repository": {"name": "repo"}, "branch": branch, "path": path}
+        if key:
+            spec["lockKey"] = key
+        return {"metadata": {"name": f"l-{branch}", "namespace": "ns"}, "spec": spec}
+
+    assert layer_lease_name(layer("main", "app")) == layer_lease_name(layer("feature/x", "app"))
+    assert layer_lease_name(layer("main", "app", "k1")) != layer_lease_name(layer("feature/x", "app", "k2"))
 
 
 def lease(holder: str | None) -> dict[str, object]:
