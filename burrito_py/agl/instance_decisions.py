@@ -16,6 +16,7 @@ from burrito_py.agl.compile import CompiledInstance
 from burrito_py.agl.errors import Invalid
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.conditions import Cond, merge_conditions
+from burrito_py.controllers.pod_creation import is_blocked_result
 from burrito_py.timeutil import format_time
 
 __all__ = ["LayerWrite", "layer_write", "project_status", "status_patch"]
@@ -104,6 +105,8 @@ def _layer_conditions(layer: Mapping[str, Any], compiled: CompiledInstance, appr
         ready = Cond("Ready", False, "Failed", result)
     elif pending_sum and state != "Running":
         ready = Cond("Ready", False, "WaitingForApproval", f"plan {pending_sum} waits for approval: {result}")
+    elif state == "Running" and is_blocked_result(result):
+        ready = Cond("Ready", False, "RunCannotStart", result)  # e.g. the runner ServiceAccount is missing
     elif state == "Running":
         ready = Cond("Ready", False, "Running", f"TerraformLayer {compiled.layer_name} is running Terraform")
     elif state == "ApplyNeeded":

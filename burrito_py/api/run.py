@@ -13,6 +13,7 @@ __all__ = [
     "ArtifactReference",
     "Attempt",
     "LayerReference",
+    "PodCreation",
     "RunAction",
     "RunState",
     "TerraformRun",
@@ -65,6 +66,14 @@ class Attempt(ApiModel):
     exit_code: int | None = Field(default=None, description="Exit code of the runner container.")
 
 
+class PodCreation(ApiModel):
+    """Runner pods the API refused to create since the last one it created (e.g. a missing ServiceAccount)."""
+
+    failures: int = Field(default=0, ge=0, description="Refused creations in a row.")
+    last_failure: str | None = Field(default=None, description="When the last one was refused (RFC 3339 UTC).")
+    message: str | None = Field(default=None, description="The API's answer to the last one.")
+
+
 class TerraformRunStatus(ApiModel):
     """Observed state of a TerraformRun."""
 
@@ -76,6 +85,9 @@ class TerraformRunStatus(ApiModel):
     last_run: str | None = Field(default=None, description="When the last runner pod was created (RFC 3339 UTC).")
     attempts: list[Attempt] = Field(default_factory=list, description="Runner pods, oldest first.")
     runner_pod: str | None = Field(default=None, description="Runner pod of the latest attempt.")
+    pod_creation: PodCreation | None = Field(
+        default=None, description="Set while runner pod creations are refused; the run retries them with a backoff."
+    )
 
 
 class TerraformRun(Resource):

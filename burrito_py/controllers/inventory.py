@@ -7,7 +7,7 @@ never roll back what a write response already told us.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -89,12 +89,31 @@ def creation_order(run: Mapping[str, Any]) -> tuple[str, str, str]:
     return meta.get("creationTimestamp", ""), stamp, meta["name"]
 
 
+# Runner pods seen deleted, remembered so their run learns at once that its attempt lost its pod.
+DELETED_PODS_KEPT = 10_000
+
+
 class Inventory:
     def __init__(self) -> None:
         self.repositories = Store()
         self.layers = Store()
         self.runs = Store(index_label=ann.LABEL_LAYER)
         self.pods = Store(index_label=ann.LABEL_RUN)
+        self._deleted_pods: OrderedDict[Key, frozenset[str]] = OrderedDict()
+
+    def forget_pod(self, body: Mapping[str, Any]) -> None:
+        """A runner pod's DELETE event: forget it, and remember which runs owned it (a tombstone)."""
+        self.pods.forget(body)
+        owners = frozenset(str(ref.get("uid")) for ref in body["metadata"].get("ownerReferences") or ())
+        self._deleted_pods[key_of(body)] = owners
+        self._deleted_pods.move_to_end(key_of(body))
+        while len(self._deleted_pods) > DELETED_PODS_KEPT:
+            self._deleted_pods.popitem(last=False)
+
+    def pod_deleted(self, namespace: str, name: str, run: Mapping[str, Any]) -> bool:
+        """Whether the watch saw pod `name` of `run` deleted (not a same-named pod of another run)."""
+        owners = self._deleted_pods.get((namespace, name))
+        return owners is not None and str(run["metadata"].get("uid")) in owners
 
     def runs_of_layer(self, namespace: str, layer: str) -> list[Body]:
         """Newest first: creation time, then our sub-second creation stamp, then name.

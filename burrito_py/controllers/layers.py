@@ -38,6 +38,7 @@ from burrito_py.controllers.layer_decisions import (
 )
 from burrito_py.controllers.layer_validation import LayerValidation, validate_layer
 from burrito_py.controllers.outputs import sync_outputs
+from burrito_py.controllers.pod_creation import blocked_message
 from burrito_py.timeutil import format_time_precise, parse_time, utcnow
 
 log = logging.getLogger(__name__)
@@ -156,6 +157,8 @@ def compute_status(
         "state": decision.state,
         "conditions": merge_conditions(old.get("conditions"), (ready, *decision.conditions), now),
         "lastResult": last_result(old.get("lastResult"), a, views[0] if views else None),
+        # A live run whose pod the API refuses says why (runs helper, issue 11 item 9): not a silent Running.
+        **({"lastResult": blocked} if runs and (blocked := blocked_message(runs[0])) else {}),
         "lastRun": _run_ref(runs[0]) if runs else None,
         "latestRuns": [_run_ref(r) for r in runs],
         "lastPlan": None,

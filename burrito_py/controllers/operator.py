@@ -202,8 +202,11 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         if "ctx" not in holder:
             return
         c = ctx()
-        observe(c.inventory.pods, event)
         raw = event.get("object") or {}
+        if event.get("type") == "DELETED" and raw.get("metadata"):
+            c.inventory.forget_pod(raw)  # its run fails the attempt now, not after the pod's appearance grace
+        else:
+            observe(c.inventory.pods, event)
         run = ((raw.get("metadata") or {}).get("labels") or {}).get(ann.LABEL_RUN)
         if run:
             c.wake_run((raw["metadata"]["namespace"], run))

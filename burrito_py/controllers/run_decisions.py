@@ -43,6 +43,8 @@ class PodView:
     exit_code: int | None = None
     message: str = ""
     finished_at: str | None = None
+    # The watch saw this pod deleted (a DELETE event): it is gone, whatever its last phase was.
+    gone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,8 @@ def _observe_latest(snap: RunSnapshot, now: datetime) -> FinishAttempt | None:
     if latest.finished_at is not None:
         return None
     pod = snap.pod
+    if pod is not None and pod.name == latest.pod_name and pod.gone:
+        return FinishAttempt(latest.number, False, None, None, f"runner pod {latest.pod_name} disappeared (deleted)")
     if pod is not None and pod.name == latest.pod_name:
         if pod.phase in ACTIVE_POD_PHASES or pod.phase is None:
             return None
@@ -107,6 +111,18 @@ def _observe_latest(snap: RunSnapshot, now: datetime) -> FinishAttempt | None:
     if started is not None and now - started < snap.policy.pod_appearance_grace:
         return None  # created moments ago; the watch has not shown it to us yet
     return FinishAttempt(latest.number, False, None, None, f"runner pod {latest.pod_name} disappeared")
+
+
+def _appearance_deadline(snap: RunSnapshot, now: datetime) -> timedelta | None:
+    """While the latest attempt's pod has not been seen, look again when its appearance grace ends: a pod
+    that never shows up is then a failed attempt, found without waiting for the periodic resync."""
+    latest = snap.attempts[-1]
+    if snap.pod is not None and snap.pod.name == latest.pod_name:
+        return None
+    started = parse_time(latest.started_at)
+    if started is None:
+        return None
+    return max(started + snap.policy.pod_appearance_grace - now, timedelta(0)) + timedelta(seconds=1)
 
 
 def decide_run(snap: RunSnapshot, now: datetime) -> RunDecision:
@@ -137,7 +153,13 @@ def decide_run(snap: RunSnapshot, now: datetime) -> RunDecision:
         succeeded = latest.exit_code == 0
         finished_at = parse_time(latest.finished_at) or now
     else:
-        return RunDecision("Running", retries, _conditions("Running", retries, policy, None), upload_logs=pending_logs)
+        return RunDecision(
+            "Running",
+            retries,
+            _conditions("Running", retries, policy, None),
+            upload_logs=pending_logs,
+            requeue_after=_appearance_deadline(snap, now),
+        )
 
     if succeeded:
         return RunDecision(

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,6 +23,8 @@ from burrito_py.controllers.events import post_event
 from burrito_py.controllers.inventory import Body, Key
 from burrito_py.controllers.kube import KubeError, crd_path, path
 from burrito_py.controllers.layer_validation import inherited, validate_layer
+from burrito_py.controllers.pod_creation import EVENT_REASON, PodCreation, backoff, wait_before_creating
+from burrito_py.controllers.pod_creation import condition as pod_creation_condition
 from burrito_py.controllers.run_decisions import (
     ACTIVE_POD_PHASES,
     TERMINAL,
@@ -148,10 +151,12 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     )
     status: Body = dict(run.get("status") or {})
     attempts = attempt_views(status)
-    pod = ctx.inventory.pods.get((namespace, attempts[-1].pod_name)) if attempts else None
+    latest_pod = pod_view(ctx.inventory.pods.get((namespace, attempts[-1].pod_name))) if attempts else None
+    if attempts and latest_pod is None and ctx.inventory.pod_deleted(namespace, attempts[-1].pod_name, run):
+        latest_pod = PodView(attempts[-1].pod_name, None, gone=True)
     now = utcnow()
     decision = decide_run(
-        RunSnapshot(status.get("state"), int(status.get("retries") or 0), attempts, pod_view(pod), policy), now
+        RunSnapshot(status.get("state"), int(status.get("retries") or 0), attempts, latest_pod, policy), now
     )
 
     raw_attempts: list[Body] = [dict(a) for a in status.get("attempts") or ()]
@@ -176,16 +181,41 @@ async def _reconcile(ctx: Context, key: Key) -> None:
                 if a.get("number") == number:
                     a["logsUploaded"] = True
 
+    creation = PodCreation.of(status)
+    next_try: datetime | None = None
     if decision.start_attempt is not None:
-        started = await _start_attempt(ctx, run, layer, repository, decision, now)
-        if isinstance(started, dict):
-            raw_attempts.append(started)
-            status["lastRun"] = started["startedAt"]
-            status["runnerPod"] = started["podName"]
-            state = "Running"
+        wait = wait_before_creating(creation, now, settings.failure_grace_period, settings.failure_grace_period_cap)
+        if wait is not None:  # the API refused the last pod: back off before asking again
+            next_try = now + wait
+            ctx.wake_run(key, wait)
         else:
-            extra.append(started)
-            ctx.wake_run(key, WAIT_RECHECK)
+            started = await _start_attempt(ctx, run, layer, repository, decision, now)
+            if isinstance(started, dict):
+                raw_attempts.append(started)
+                status["lastRun"] = started["startedAt"]
+                status["runnerPod"] = started["podName"]
+                if "podCreation" in status:
+                    status["podCreation"] = None  # a merge patch removes it
+                creation = PodCreation()
+                state = "Running"
+            elif isinstance(started, CreationRefused):
+                creation = PodCreation(creation.failures + 1, now, started.message)
+                status["podCreation"] = {
+                    "failures": creation.failures,
+                    "lastFailure": format_time(now),
+                    "message": creation.message,
+                }
+                wait = backoff(creation.failures, settings.failure_grace_period, settings.failure_grace_period_cap)
+                next_try = now + wait
+                ctx.wake_run(key, wait)
+                # The Lease is for a Terraform that runs: none does, so others may have the state meanwhile.
+                await leases.release(ctx.kube, layer, name)
+            else:
+                extra.append(started)
+                ctx.wake_run(key, WAIT_RECHECK)
+    refused = pod_creation_condition(creation, next_try)
+    if refused is not None:
+        extra.append(refused)
     if decision.release_lease and status.get("state") not in TERMINAL:
         await leases.release(ctx.kube, layer, name)
     if decision.requeue_after is not None:
@@ -220,7 +250,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
 
 async def _start_attempt(
     ctx: Context, run: Body, layer: Body, repository: Body | None, decision: RunDecision, now: datetime
-) -> Body | Cond:
+) -> Body | Cond | CreationRefused:
     """Create the runner pod of the next attempt, or say why it has to wait."""
     assert decision.start_attempt is not None
     verdict = admission(ctx, run, layer, repository, now)
@@ -248,15 +278,56 @@ async def _start_attempt(
     override = _override_runner_spec(layer, repository)
     body = build_runner_pod(run, layer, decision.start_attempt, defaults, override)
     namespace = run["metadata"]["namespace"]
+    name = pod_name(run["metadata"]["name"], decision.start_attempt)
     try:
         created = await ctx.kube.create(path("v1", "pods", namespace), body)
         ctx.inventory.pods.observe(created)
     except KubeError as exc:
-        if exc.status != 409:  # AlreadyExists: a previous reconcile created it; adopt it
-            raise
-    name = pod_name(run["metadata"]["name"], decision.start_attempt)
+        refused = await _adopt_or_refuse(ctx, run, name, exc)
+        if refused is not None:
+            await post_event(
+                ctx.kube, run, "Warning", EVENT_REASON, f"attempt {decision.start_attempt}: {refused.message}"
+            )
+            log.warning("run %s/%s: %s", namespace, run["metadata"]["name"], refused.message)
+            return refused
     await post_event(ctx.kube, run, "Normal", "RunnerPodCreated", f"attempt {decision.start_attempt}: pod {name}")
     return {"podName": name, "number": decision.start_attempt, "startedAt": format_time(now), "logsUploaded": False}
+
+
+@dataclass(frozen=True, slots=True)
+class CreationRefused:
+    """The API would not create the attempt's pod; `message` carries its answer."""
+
+    message: str
+
+
+async def _adopt_or_refuse(ctx: Context, run: Body, name: str, exc: KubeError) -> CreationRefused | None:
+    """After a failed create: None when the pod exists and is this run's (a retried create, or a lost
+    response), else why the attempt could not get its pod."""
+    namespace = run["metadata"]["namespace"]
+    if exc.status != 409:
+        return CreationRefused(f"could not create runner pod {name}: {exc.status} {exc.reason}: {exc.message}")
+    # 409 AlreadyExists: read it back; adopt it only if it is ours, never a stranger's pod of the same name.
+    existing = await ctx.kube.get(path("v1", "pods", namespace, name))
+    if existing is None:
+        return CreationRefused(f"could not create runner pod {name}: 409 Conflict, and the pod is gone")
+    if not belongs_to(existing, run):
+        return CreationRefused(
+            f"could not create runner pod {name}: a pod of that name exists and does not belong to run "
+            f"{run['metadata']['name']} (uid {run['metadata'].get('uid')})"
+        )
+    ctx.inventory.pods.observe(existing)
+    return None
+
+
+def belongs_to(pod: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
+    """A runner pod of this very run: its controller owner reference is the run's uid and its run label names it."""
+    meta, run_meta = pod.get("metadata") or {}, run["metadata"]
+    owned = any(
+        ref.get("kind") == "TerraformRun" and ref.get("uid") == run_meta.get("uid") and ref.get("controller")
+        for ref in meta.get("ownerReferences") or ()
+    )
+    return owned and (meta.get("labels") or {}).get(ann.LABEL_RUN) == run_meta["name"]
 
 
 def _override_runner_spec(layer: Body, repository: Body | None) -> dict[str, Any]:

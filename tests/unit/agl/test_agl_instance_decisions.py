@@ -178,3 +178,13 @@ def test_status_patch_nulls_what_goes_away_and_recurses() -> None:
     assert status_patch(current, desired) == {"pendingPlan": {"sum": "b", "revision": None}, "outputs": []}
     assert status_patch(current, {"layer": "l"}) == {"pendingPlan": None, "outputs": None}
     assert status_patch(None, {"layer": "l"}) == {"layer": "l"}
+
+
+def test_a_run_that_cannot_start_shows_on_the_instance() -> None:
+    """Issue 11 item 9: a refused runner pod (e.g. no runner ServiceAccount in the tenant namespace) is shown,
+    not hidden behind `Running`."""
+    c = compiled()
+    result = "Plan cannot start: could not create runner pod p-1: 403 Forbidden: serviceaccount missing"
+    layer = served(c, {}, state="Running", lastResult=result)
+    assert conditions(project_status(instance(), c, layer, NOW, "buckets"))["Ready"] == (
+        "False", "RunCannotStart", result)
