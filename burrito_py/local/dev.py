@@ -123,8 +123,23 @@ TENANT = "default"
 COMPONENTS = ("controllers", "datastore", "server")
 
 
-def dev_values(options: DevOptions, agl_kinds: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    """The chart values of `burrito-py dev`: the `default` namespace is the one tenant; the local admin (the
+def tenant_namespaces(docs: list[dict[str, Any]]) -> list[str]:
+    """`default` and every namespace the manifests put objects in (layers, repositories, AGL instances, whose
+    layers live in the instance's namespace): each needs the runner ServiceAccount, or its runs cannot start."""
+    found = {TENANT}
+    for doc in docs:
+        namespace = (doc.get("metadata") or {}).get("namespace")
+        if namespace and namespace != RELEASE_NAMESPACE:
+            found.add(str(namespace))
+        if doc.get("kind") == "Namespace" and (doc.get("metadata") or {}).get("name") != RELEASE_NAMESPACE:
+            found.add(str(doc["metadata"]["name"]))
+    return sorted(found)
+
+
+def dev_values(options: DevOptions, agl_kinds: list[dict[str, str]] | None = None,
+               tenants: list[str] | None = None) -> dict[str, Any]:
+    """The chart values of `burrito-py dev`: `default` and the manifests' namespaces are the tenants (each gets
+    the runner ServiceAccount; the chart creates the namespaces other than `default`); the local admin (the
     kubeconfig's user) is a datastore admin, so `plan download` works; the image is not pulled (the local
     kubelet runs the installed `burrito-py`)."""
     from burrito_py.local.identity import LOCAL_ADMIN_USERNAME
@@ -135,7 +150,7 @@ def dev_values(options: DevOptions, agl_kinds: list[dict[str, str]] | None = Non
     return {
         "image": {"pullPolicy": "Never"},
         "runner": {"image": {"pullPolicy": "Never"}},
-        "tenants": [{"namespace": TENANT}],
+        "tenants": [{"namespace": ns, "create": ns != TENANT} for ns in tenants or [TENANT]],
         "controllers": {
             "config": {
                 "driftDetectionPeriod": iso(options.drift_detection_period),
@@ -185,7 +200,8 @@ def _install_chart(stack: contextlib.ExitStack, options: DevOptions, api_url: st
     kubelet.start()
     stack.callback(kubelet.stop)
 
-    objects = render_chart(dev_values(options, agl_kinds_of(docs)), RELEASE, RELEASE_NAMESPACE)
+    objects = render_chart(dev_values(options, agl_kinds_of(docs), tenant_namespaces(docs)), RELEASE,
+                           RELEASE_NAMESPACE)
     applier = Applier(api_url)
     stack.callback(applier.close)
     with admin_client(api_url) as http:
@@ -199,13 +215,13 @@ def _install_chart(stack: contextlib.ExitStack, options: DevOptions, api_url: st
 
 
 def _start_in_process(stack: contextlib.ExitStack, options: DevOptions, api_url: str, data_dir: Path,
-                      admin: str) -> tuple[str, str]:
+                      admin: str, docs: list[dict[str, Any]]) -> tuple[str, str]:
     """Today's quick mode: datastore, controllers and server as threads of this process; (datastore, server)."""
     from burrito_py.api.crdgen import generate_crds
     from burrito_py.controllers.operator import ControllerThread
     from burrito_py.controllers.settings import ControllerSettings
     from burrito_py.datastore.testing import free_port, running_datastore
-    from burrito_py.local.identity import admin_client, grant_runner_access
+    from burrito_py.local.identity import admin_client, ensure_namespace, grant_runner_access
     from burrito_py.local.kubelet import LocalKubelet
     from burrito_py.server.serving import running_server
     from burrito_py.server.settings import ServerSettings
@@ -215,7 +231,9 @@ def _start_in_process(stack: contextlib.ExitStack, options: DevOptions, api_url:
     for crd in generate_crds().values():
         applier.apply(crd)
     with admin_client(api_url) as http:  # what the chart creates in each tenant namespace
-        grant_runner_access(http, TENANT)
+        for namespace in tenant_namespaces(docs):
+            ensure_namespace(http, namespace)
+            grant_runner_access(http, namespace)
     datastore_url = stack.enter_context(
         running_datastore(data_dir / "datastore", auth_enabled=True, kubeconfig=options.kubeconfig,
                           admin_users=[admin])
@@ -269,7 +287,7 @@ def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
         if options.mode == "chart":
             datastore_url, server_url = _install_chart(stack, options, api.url, data_dir, docs)
         else:
-            datastore_url, server_url = _start_in_process(stack, options, api.url, data_dir, admin)
+            datastore_url, server_url = _start_in_process(stack, options, api.url, data_dir, admin, docs)
         log.info("datastore at %s", datastore_url)
         log.info("server at %s (webhooks: POST %s/api/webhook; REST: %s/docs)", server_url, server_url, server_url)
 

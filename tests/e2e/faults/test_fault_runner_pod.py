@@ -1,0 +1,98 @@
+"""Runner pods that disappear or cannot be created (issue 11, items 9 and 10), with real terraform, the
+emulator and the local kubelet. Each test asserts the outcome, not just the absence of an exception."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from burrito_py.api import annotations as ann
+from burrito_py.gitops.testing import TestRepo
+from burrito_py.local.identity import RUNNER_ACCOUNT, admin_client, grant_runner_access
+from burrito_py.local.testing import wait_for
+
+# `platform` and `repo` are the fixtures of tests/e2e/conftest.py (a Platform: emulator, kubelet, datastore,
+# controllers; a git repository with layers/app).
+
+
+def live_runs(platform: Any, layer: str) -> list[dict[str, Any]]:
+    return [r for r in platform.runs(layer) if (r.get("status") or {}).get("state") not in ("Succeeded", "Failed")]
+
+
+def events(platform: Any, name: str) -> list[Any]:
+    return [e for e in platform.core.list_namespaced_event("default").items if e.involved_object.name == name]
+
+
+def test_a_deleted_runner_pod_is_retried_at_once_on_a_new_attempt(platform: Any, repo: TestRepo) -> None:
+    # The runner pod lives a few seconds (init, plan, uploads): it is deleted as soon as it runs.
+    platform.create_repository("repo", repo.url)
+    platform.create_layer("app", "repo", "layers/app")
+    first = wait_for(lambda: next((p for p in platform.pods("app") if p.status and p.status.phase == "Running"),
+                                  None), 60, interval=0.05, what="the first runner pod running")
+    run_name = first.metadata.labels[ann.LABEL_RUN]
+    deleted_at = time.monotonic()
+    platform.core.delete_namespaced_pod(first.metadata.name, "default", grace_period_seconds=0)
+
+    def second_attempt() -> dict[str, Any] | None:
+        run = next(r for r in platform.runs("app") if r["metadata"]["name"] == run_name)
+        attempts = (run.get("status") or {}).get("attempts") or []
+        return run if len(attempts) >= 2 else None
+
+    max_live = 0
+    run: dict[str, Any] | None = None
+    while time.monotonic() - deleted_at < 30 and run is None:
+        max_live = max(max_live, len(live_runs(platform, "app")))
+        run = second_attempt()
+        time.sleep(0.05)
+    assert run is not None, "the run did not start a new attempt within 30 s of losing its pod"
+    elapsed = time.monotonic() - deleted_at
+    assert elapsed < 15, f"a deleted pod must be noticed at once, not at the resync ({elapsed:.1f} s)"
+    first_attempt = run["status"]["attempts"][0]
+    assert first_attempt["finishedAt"] and run["status"]["retries"] >= 1
+    failed = [e.message for e in events(platform, run_name) if e.reason == "AttemptFailed"]
+    assert any("disappeared" in m or "exit code" in m for m in failed), failed
+    platform.wait_state("app", "ApplyNeeded", timeout=90)
+    assert platform.annotations("app")[ann.PLAN_COMMIT] == repo.head
+    assert len(platform.runs("app")) == 1, "the lost pod is retried in its run, not by a new run"
+    assert max_live <= 1
+
+
+def test_a_missing_runner_service_account_is_visible_and_backed_off(platform: Any, repo: TestRepo) -> None:
+    platform.core.delete_namespaced_service_account(RUNNER_ACCOUNT, "default")
+    platform.create_repository("repo", repo.url)
+    platform.create_layer("app", "repo", "layers/app")
+    run = wait_for(lambda: next(iter(platform.runs("app")), None), 60, what="a plan run")
+    name = run["metadata"]["name"]
+    platform.api.clear_requests()
+    started = time.monotonic()
+
+    def refused_condition() -> dict[str, Any] | None:
+        body = next(r for r in platform.runs("app") if r["metadata"]["name"] == name)
+        conditions = {c["type"]: c for c in (body.get("status") or {}).get("conditions") or ()}
+        return conditions.get("RunnerPodCreated")
+
+    cond = wait_for(refused_condition, 30, what="the RunnerPodCreated condition")
+    assert cond["status"] == "False" and cond["reason"] == "PodCreationFailed"
+    assert 'serviceaccount "burrito-py-runner" not found' in cond["message"]
+    warnings = [e for e in events(platform, name) if e.type == "Warning" and e.reason == "RunnerPodCreationFailed"]
+    assert warnings and "403" in warnings[0].message and "not found" in warnings[0].message
+    wait_for(lambda: (platform.layer("app").get("status") or {}).get("lastResult", "").startswith(
+        "Plan cannot start:"), 30, what="the layer's lastResult to say why")
+    assert "serviceaccount" in platform.layer("app")["status"]["lastResult"]
+
+    time.sleep(max(0.0, 60 - (time.monotonic() - started)))
+    creates = [r for r in platform.api.requests if r.method == "POST" and r.path.endswith("/pods")]
+    # Backoff 1, 2, 4, 4, … s (failure grace 1 s, cap 4 s in the harness): about 16 in 60 s, not one per 5 s
+    # forever with no backoff at all, and never a burst.
+    assert 3 <= len(creates) <= 20, len(creates)
+    body = next(r for r in platform.runs("app") if r["metadata"]["name"] == name)
+    assert not (body.get("status") or {}).get("attempts"), "a refused pod is not an attempt: retries are kept"
+    leases = platform.api.list_objects("coordination.k8s.io/v1", "leases", "default")
+    assert all((lease.get("spec") or {}).get("holderIdentity") != name for lease in leases)
+
+    with admin_client(platform.api.url) as http:
+        grant_runner_access(http, "default")
+    platform.wait_state("app", "ApplyNeeded", timeout=60)
+    body = next(r for r in platform.runs("app") if r["metadata"]["name"] == name)
+    assert body["status"]["state"] == "Succeeded" and not body["status"].get("podCreation")
+    assert len(platform.runs("app")) == 1
