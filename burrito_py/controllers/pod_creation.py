@@ -20,7 +20,7 @@ from burrito_py.timeutil import parse_time
 
 CONDITION = "RunnerPodCreated"
 REASON_FAILED = "PodCreationFailed"
-EVENT_REASON = "RunnerPodCreationFailed"
+EVENT_REASON = "RunnerPodCreationFailed"  # a 403 is posted as `Forbidden`, as every 403 (forbidden.py)
 LONGEST_WAIT = timedelta(minutes=5)
 # How the layer's lastResult (and from there an AGL instance's Ready condition) says a run cannot start.
 RESULT_PREFIX = "cannot start: "

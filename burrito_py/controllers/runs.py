@@ -285,9 +285,9 @@ async def _start_attempt(
     except KubeError as exc:
         refused = await _adopt_or_refuse(ctx, run, name, exc)
         if refused is not None:
-            await post_event(
-                ctx.kube, run, "Warning", EVENT_REASON, f"attempt {decision.start_attempt}: {refused.message}"
-            )
+            # A 403 is a `Forbidden` event, as every 403 the controllers meet (forbidden.py); others get their own.
+            reason = "Forbidden" if refused.status == 403 else EVENT_REASON
+            await post_event(ctx.kube, run, "Warning", reason, f"attempt {decision.start_attempt}: {refused.message}")
             log.warning("run %s/%s: %s", namespace, run["metadata"]["name"], refused.message)
             return refused
     await post_event(ctx.kube, run, "Normal", "RunnerPodCreated", f"attempt {decision.start_attempt}: pod {name}")
@@ -299,6 +299,7 @@ class CreationRefused:
     """The API would not create the attempt's pod; `message` carries its answer."""
 
     message: str
+    status: int = 0
 
 
 async def _adopt_or_refuse(ctx: Context, run: Body, name: str, exc: KubeError) -> CreationRefused | None:
@@ -306,7 +307,9 @@ async def _adopt_or_refuse(ctx: Context, run: Body, name: str, exc: KubeError) -
     response), else why the attempt could not get its pod."""
     namespace = run["metadata"]["namespace"]
     if exc.status != 409:
-        return CreationRefused(f"could not create runner pod {name}: {exc.status} {exc.reason}: {exc.message}")
+        return CreationRefused(
+            f"could not create runner pod {name}: {exc.status} {exc.reason}: {exc.message}", exc.status
+        )
     # 409 AlreadyExists: read it back; adopt it only if it is ours, never a stranger's pod of the same name.
     existing = await ctx.kube.get(path("v1", "pods", namespace, name))
     if existing is None:

@@ -74,7 +74,7 @@ def test_a_missing_runner_service_account_is_visible_and_backed_off(platform: An
     cond = wait_for(refused_condition, 30, what="the RunnerPodCreated condition")
     assert cond["status"] == "False" and cond["reason"] == "PodCreationFailed"
     assert 'serviceaccount "burrito-py-runner" not found' in cond["message"]
-    warnings = [e for e in events(platform, name) if e.type == "Warning" and e.reason == "RunnerPodCreationFailed"]
+    warnings = [e for e in events(platform, name) if e.type == "Warning" and e.reason == "Forbidden"]
     assert warnings and "403" in warnings[0].message and "not found" in warnings[0].message
     wait_for(lambda: (platform.layer("app").get("status") or {}).get("lastResult", "").startswith(
         "Plan cannot start:"), 30, what="the layer's lastResult to say why")
