@@ -63,6 +63,13 @@ def condition(record: PodCreation, next_try: datetime | None) -> Cond | None:
     return Cond(CONDITION, False, REASON_FAILED, f"{record.message} ({record.failures} failed creation(s){when})")
 
 
+def pod_surely_absent(status: int) -> bool:
+    """Whether a refused create certainly made no pod, so the Lease may go while the run backs off. A 4xx
+    (other than 409) is a refusal before any write; after a 5xx or a lost answer the pod may exist and run
+    (the next try's 409 adopts it), so the Lease is kept."""
+    return 400 <= status < 500 and status != 409
+
+
 def blocked_message(run: Mapping[str, Any]) -> str | None:
     """Why a live run cannot start its pod, for the layer's lastResult; None when nothing blocks it."""
     status = run.get("status") or {}

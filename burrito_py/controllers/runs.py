@@ -23,7 +23,13 @@ from burrito_py.controllers.events import post_event
 from burrito_py.controllers.inventory import Body, Key
 from burrito_py.controllers.kube import KubeError, crd_path, path
 from burrito_py.controllers.layer_validation import inherited, validate_layer
-from burrito_py.controllers.pod_creation import EVENT_REASON, PodCreation, backoff, wait_before_creating
+from burrito_py.controllers.pod_creation import (
+    EVENT_REASON,
+    PodCreation,
+    backoff,
+    pod_surely_absent,
+    wait_before_creating,
+)
 from burrito_py.controllers.pod_creation import condition as pod_creation_condition
 from burrito_py.controllers.run_decisions import (
     ACTIVE_POD_PHASES,
@@ -208,8 +214,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
                 wait = backoff(creation.failures, settings.failure_grace_period, settings.failure_grace_period_cap)
                 next_try = now + wait
                 ctx.wake_run(key, wait)
-                # The Lease is for a Terraform that runs: none does, so others may have the state meanwhile.
-                await leases.release(ctx.kube, layer, name)
+                if pod_surely_absent(started.status):
+                    # The Lease is for a Terraform that runs: none does, so others may have the state meanwhile.
+                    await leases.release(ctx.kube, layer, name)
             else:
                 extra.append(started)
                 ctx.wake_run(key, WAIT_RECHECK)

@@ -15,6 +15,7 @@ from burrito_py.controllers.pod_creation import (
     blocked_message,
     condition,
     is_blocked_result,
+    pod_surely_absent,
     wait_before_creating,
 )
 from burrito_py.controllers.run_decisions import AttemptView, PodView, RetryPolicy, RunSnapshot, decide_run
@@ -100,3 +101,9 @@ def test_a_409_is_adopted_only_for_a_pod_of_this_run():
     older = {"metadata": {"labels": {"burrito-py.io/run": "r"},
                           "ownerReferences": [{"kind": "TerraformRun", "uid": "u-old", "controller": True}]}}
     assert not belongs_to(older, run), "a pod of a deleted run of the same name is not ours"
+
+
+def test_the_lease_is_released_only_when_the_refused_pod_certainly_does_not_exist():
+    assert pod_surely_absent(403) and pod_surely_absent(422) and pod_surely_absent(404)
+    assert not pod_surely_absent(409), "a pod of that name exists"
+    assert not pod_surely_absent(500) and not pod_surely_absent(0), "a lost answer: the pod may be running"
