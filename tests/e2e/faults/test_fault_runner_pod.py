@@ -96,3 +96,33 @@ def test_a_missing_runner_service_account_is_visible_and_backed_off(platform: An
     body = next(r for r in platform.runs("app") if r["metadata"]["name"] == name)
     assert body["status"]["state"] == "Succeeded" and not body["status"].get("podCreation")
     assert len(platform.runs("app")) == 1
+
+
+def test_a_409_on_a_strangers_pod_is_never_adopted(platform: Any, repo: TestRepo) -> None:
+    """The attempt's pod name is taken by a pod that is not this run's: the 409 is read back, the pod is not
+    adopted (its phase would otherwise decide the attempt), and the run says so."""
+    platform.create_repository("repo", repo.url)
+    platform.create_layer("app", "repo", "layers/app")
+    platform.wait_state("app", "ApplyNeeded", timeout=60)
+    revision = platform.annotations("app")[ann.BRANCH_COMMIT]
+    stranger = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "taken-plan-1", "namespace": "default", "labels": {ann.LABEL_RUN: "taken-plan"}},
+                "spec": {"serviceAccountName": RUNNER_ACCOUNT, "restartPolicy": "Never",
+                         "containers": [{"name": "c", "image": "local", "command": ["sleep", "60"]}]}}
+    platform.core.create_namespaced_pod("default", stranger)
+    run = {"apiVersion": ann.API_VERSION, "kind": "TerraformRun",
+           "metadata": {"name": "taken-plan", "namespace": "default", "labels": {ann.LABEL_LAYER: "app"}},
+           "spec": {"action": "plan", "layer": {"name": "app", "namespace": "default", "revision": revision}}}
+    platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformruns", run)
+
+    def refused() -> dict[str, Any] | None:
+        body = next(r for r in platform.runs("app") if r["metadata"]["name"] == "taken-plan")
+        return next((c for c in (body.get("status") or {}).get("conditions") or ()
+                     if c["type"] == "RunnerPodCreated"), None)
+
+    cond = wait_for(refused, 30, what="the run to refuse the stranger's pod")
+    assert cond["status"] == "False" and "does not belong to run taken-plan" in cond["message"]
+    body = next(r for r in platform.runs("app") if r["metadata"]["name"] == "taken-plan")
+    assert not body["status"].get("attempts"), "the stranger's pod is not an attempt of this run"
+    warnings = [e for e in events(platform, "taken-plan") if e.reason == "RunnerPodCreationFailed"]
+    assert warnings and "does not belong" in warnings[0].message
