@@ -155,7 +155,7 @@ def backoff(attempt: int, retry_after: str | None = None, base: float = BASE_DEL
             return min(cap, max(0.0, float(retry_after)))
         except ValueError:
             pass
-    return min(cap, base * 2**attempt)
+    return float(min(cap, base * 2**attempt))
 
 
 class Kube:

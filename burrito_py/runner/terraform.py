@@ -49,6 +49,7 @@ __all__ = [
     "apply_args",
     "command",
     "init_args",
+    "is_stale_plan",
     "mask",
     "output_json_args",
     "plan_args",
@@ -90,6 +91,12 @@ class Interrupted(StepFailed):
             return f"interrupted by {self.signal_name} before {action}"
         how = "was killed at the stop deadline" if self.killed else f"stopped (exit code {self.exit_code})"
         return f"interrupted by {self.signal_name} during {action}: {self.step.split(' ', 1)[0]} {how}"
+
+
+def is_stale_plan(output: Sequence[str]) -> bool:
+    """Whether a failed `apply <plan>` printed terraform's refusal of a plan made against an
+    older state: "Error: Saved plan is stale" (terraform 1.11.4, checked by hand and by the runner's tests)."""
+    return any("Saved plan is stale" in line for line in output)
 
 
 # -- arguments (pure) ---------------------------------------------------------------------------
