@@ -72,8 +72,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from burrito_py.api import annotations as ann
 from burrito_py.local.paths import pod_path
-from burrito_py.runner import signals
+from burrito_py.runner import masking, signals
 from burrito_py.runner.kube import Kube, KubeError
+from burrito_py.runner.masking import MIN_LENGTH, masker
 from burrito_py.runner.sources import SourceError, extract_archive, layer_directory
 from burrito_py.runner.summary import plan_summary
 from burrito_py.runner.terraform import Interrupted, StepFailed, Steps, is_stale_plan
@@ -269,6 +270,7 @@ class Runner:
         applied_sum: str | None = None
         if env.action == "apply" and not without_artifact:
             applied_sum = self.fetch_plan(run, layer)  # before init: no point initialising for a missing plan
+            self.mask_secrets_of(layer)
         else:  # a saved plan carries its variables; only a new plan needs them
             self.write_variables(layer, layer_dir)
         try:
@@ -352,17 +354,50 @@ class Runner:
             return
         sources: list[dict[str, str]] = []
         for index, source in enumerate(spec.vars_from):
-            plural = "secrets" if source.kind == "Secret" else "configmaps"
+            obj = self.read_source(index, source.kind, source.name)
             try:
-                obj = self.kube.get_core(plural, self.env.namespace, source.name, source.kind)
                 sources.append(source_values(source, self.env.namespace, index, obj))
-            except KubeError as exc:  # its message names the object, never its data
-                raise Unavailable(f"spec.varsFrom[{index}]: {exc}") from None
             except VariablesError as exc:
                 raise RunnerError(str(exc)) from None
         variables = merge_variables(spec.vars, sources)
         target = write_tfvars(layer_dir, variables)
         _say(f"burrito-py: variables {', '.join(sorted(variables)) or '(none)'} written to {target.name}")
+
+    def read_source(self, index: int, kind: str, name: str) -> dict[str, Any] | None:
+        """A varsFrom object (None: missing). Every value of a Secret is masked in the logs from now on."""
+        plural = "secrets" if kind == "Secret" else "configmaps"
+        try:
+            obj = self.kube.get_core(plural, self.env.namespace, name, kind)
+        except KubeError as exc:  # its message names the object, never its data
+            raise Unavailable(f"spec.varsFrom[{index}]: {exc}") from None
+        if obj is not None and kind == "Secret":
+            self.mask_secret(obj, f"{kind} {self.env.namespace}/{name}")
+        return obj
+
+    @staticmethod
+    def mask_secret(obj: Mapping[str, Any], where: str) -> None:
+        import base64
+        import binascii
+
+        data = obj.get("data") or {}
+        short = []
+        for key, encoded in (data.items() if isinstance(data, Mapping) else ()):
+            try:
+                value = base64.b64decode(str(encoded), validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError):
+                continue  # not text: never a variable, and terraform never prints it
+            if value and not masker().add(value):
+                short.append(str(key))
+        if short:
+            _say(f"burrito-py: warning: {where} key(s) {', '.join(sorted(short))} are shorter than {MIN_LENGTH} "
+                 "characters and are not masked in the log")
+
+    def mask_secrets_of(self, layer: TerraformLayer) -> None:
+        """An apply of a saved plan reads no variables, but terraform may print the plan's values: the layer's
+        Secrets are read for masking only (a missing one is no error here)."""
+        for index, source in enumerate(layer.spec.vars_from):
+            if source.kind == "Secret":
+                self.read_source(index, source.kind, source.name)
 
     def record_outputs(self, steps: Steps) -> None:
         """`output -json` of the applied state, uploaded as this attempt's outputs (never printed)."""
@@ -449,6 +484,7 @@ class Runner:
 
 
 def _fail(message: str, code: int) -> int:
+    message = masker().mask(message)  # terraform's last lines may quote a secret value
     print(f"error: {message}", file=sys.stderr, flush=True)
     # The pod's termination message: kubectl describe and the run controller show it.
     termination = pod_path(TERMINATION_LOG)
@@ -494,6 +530,7 @@ def _upload_log(env: RunnerEnv, token: str | None, text: str, seconds: float) ->
 def main(environ: Mapping[str, str] | None = None) -> int:
     """Run one attempt; returns the exit code (see the module docstring)."""
     stop = signals.reset(signals.stop_wait(signals.DEFAULT_GRACE_SECONDS))
+    masking.reset()
     transcript = Transcript()
     env: RunnerEnv | None = None
     token: str | None = None

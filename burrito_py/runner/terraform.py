@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Literal
 
+from burrito_py.runner.masking import masker
 from burrito_py.runner.signals import stopping
 from burrito_py.runner.tools import Tool
 
@@ -189,6 +190,7 @@ class Steps:
         self._run("output -json", args, args, stdout_to=dest)
 
     def _print(self, text: str, copy: IO[str] | None = None) -> None:
+        text = masker().mask(text)  # the human-readable plan (`copy`) is uploaded: it is masked too
         self.out.write(text)
         self.out.flush()
         if copy is not None:

@@ -401,3 +401,39 @@ def test_an_apply_whose_annotation_failed_is_done_on_retry_without_applying_agai
     assert _serial(world) == serial and world.state_inputs() == ["v1"]
     a = world.annotations()
     assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM] == plan_sum and a[ann.APPLY_RUN] == "app-apply-1/2"
+
+
+LEAKY_CODE = """
+terraform {
+  backend "local" {}
+}
+
+variable "password" {
+  type = string  # not declared sensitive: terraform prints it in a failing validation
+  validation {
+    condition     = length(var.password) > 100
+    error_message = "The password is too short."
+  }
+}
+"""
+LEAKY = 'hunter2-Leaky"Value'
+
+
+def test_a_secret_printed_by_terraform_is_masked_in_every_log(world: World) -> None:
+    """Issue 11, item 17 (security): a failing validation prints `var.password is "…"`; neither the runner's
+    output (the pod log, which the controller copies to the datastore), the termination message nor the log
+    the runner uploads itself holds the value, nor its base64 form."""
+    import base64
+
+    revision = world.commit({"layers/app/main.tf": LEAKY_CODE})
+    core(world).create_namespaced_secret(NS, {"metadata": {"name": "creds"}, "stringData": {"password": LEAKY}})
+    world.layer(varsFrom=[{"kind": "Secret", "name": "creds"}])
+    world.run("app-plan-1", "plan", revision)
+    failed = world.runner("app-plan-1", "plan")
+    assert failed.code == 1, failed.stderr
+    printed = failed.stdout + failed.stderr
+    assert "The password is too short." in printed  # the failure is still explained
+    assert 'var.password is "***"' in printed  # terraform printed it, the runner masked it
+    for form in (LEAKY, json.dumps(LEAKY)[1:-1], base64.b64encode(LEAKY.encode()).decode()):
+        assert form not in printed
+        assert form not in world.termination_message("app-plan-1")
