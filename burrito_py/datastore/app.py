@@ -32,6 +32,7 @@ from burrito_py.datastore.auth import (
     authorize,
     principal_of,
 )
+from burrito_py.datastore.encryption import EncryptionError
 from burrito_py.datastore.storage import Storage, TooLarge
 from burrito_py.local.paths import pod_path_setting
 
@@ -197,6 +198,13 @@ def create_app(
     @app.exception_handler(BadSegment)
     async def bad_segment(_: Request, exc: BadSegment) -> JSONResponse:
         return _error(400, str(exc))
+
+    @app.exception_handler(EncryptionError)
+    async def encryption_error(request: Request, exc: EncryptionError) -> JSONResponse:
+        # A key that is not configured or an object that fails authentication: one clear line, no traceback
+        # (the message names the object and key id, never key material).
+        log.error("cannot serve %s: %s", request.url.path, exc)
+        return _error(500, str(exc))
 
     @app.exception_handler(AuthError)
     async def auth_error(_: Request, exc: AuthError) -> JSONResponse:
