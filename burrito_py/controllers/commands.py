@@ -30,8 +30,10 @@ def start(
     agl: Annotated[bool | None, typer.Option("--agl/--no-agl", help="Run the AGL controller (default: on).")] = None,
 ) -> None:
     """Run the controllers until interrupted."""
+    from pydantic import ValidationError
+
     from burrito_py.controllers.operator import run_operator
-    from burrito_py.controllers.settings import ControllerSettings
+    from burrito_py.controllers.settings import ControllerSettings, settings_problem
 
     overrides: dict[str, Any] = {
         "namespaces": namespace or None,
@@ -47,7 +49,11 @@ def start(
         "health_port": health_port,
         "agl_enabled": agl,
     }
-    settings = ControllerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    try:
+        settings = ControllerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        typer.echo(f"invalid controller settings: {settings_problem(exc)}", err=True)
+        raise typer.Exit(2) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(run_operator(settings, kubeconfig))
 

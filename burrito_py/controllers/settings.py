@@ -1,18 +1,24 @@
-"""Controller configuration: flags of `burrito-py controllers start`, or `BURRITO_PY_*` variables."""
+"""Controller configuration: flags of `burrito-py controllers start`, or `BURRITO_PY_*` variables.
+
+Durations take the same forms in both: seconds (`20`), units (`20s`, `5m`, `1h30m`) or ISO 8601 (`PT20S`);
+see `burrito_py.durations`. `settings_problem` turns a validation error into one line naming each variable."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from burrito_py.durations import Duration
 from burrito_py.local.paths import pod_path_setting
+
+ENV_PREFIX = "BURRITO_PY_"
 
 
 class ControllerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="BURRITO_PY_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     @field_validator("git_cache_dir", "datastore_token_path", mode="after")
     @classmethod
@@ -23,20 +29,20 @@ class ControllerSettings(BaseSettings):
     namespaces: list[str] = Field(default_factory=list, description="Watched namespaces; empty = all.")
     datastore_url: str = "http://burrito-py-datastore:8080"
     git_cache_dir: Path = Path("/var/cache/burrito-py/git")
-    drift_detection_period: timedelta = Field(
+    drift_detection_period: Duration = Field(
         timedelta(minutes=20), description="Age after which a layer's last plan is stale and it is planned again."
     )
-    repository_poll_interval: timedelta = Field(
+    repository_poll_interval: Duration = Field(
         timedelta(minutes=5), description="Time between two fetches of a repository's branches."
     )
     # Full re-evaluation of every object, a safety net for missed wake-ups; costs no API calls.
-    resync_interval: timedelta = Field(
+    resync_interval: Duration = Field(
         timedelta(minutes=10), description="Time between two full re-evaluations of every object (no API calls)."
     )
-    failure_grace_period: timedelta = Field(
+    failure_grace_period: Duration = Field(
         timedelta(seconds=15), description="Base of the exponential backoff between retries of a failed run."
     )
-    failure_grace_period_cap: timedelta = Field(timedelta(hours=1), description="Longest backoff between retries.")
+    failure_grace_period_cap: Duration = Field(timedelta(hours=1), description="Longest backoff between retries.")
     max_retries: int = Field(3, ge=0, description="Retries of a failed run when the layer sets none.")
     runs_to_keep: int = Field(5, ge=1, description="Runs kept per layer when the layer sets no history policy.")
     runner_image: str = "ghcr.io/burrito-py/burrito-py:0.1.0"
@@ -67,3 +73,15 @@ class ControllerSettings(BaseSettings):
     datastore_token_path: Path | None = None
     # The Application Generation Layer: ApplicationDefinitions → user kinds → TerraformLayers.
     agl_enabled: bool = Field(True, description="Run the Application Generation Layer controller.")
+
+
+def settings_problem(exc: ValidationError) -> str:
+    """Each problem as `BURRITO_PY_<FIELD>: reason` (the variable; a flag of the same name sets the same field),
+    without pydantic's traceback or URLs."""
+    problems = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        where = f"{ENV_PREFIX}{field.upper()}" if field else "settings"
+        reason = str(error["msg"]).removeprefix("Value error, ")
+        problems.append(f"{where}: {reason}")
+    return "; ".join(problems)

@@ -32,6 +32,7 @@ from burrito_py.datastore.auth import (
     authorize,
     principal_of,
 )
+from burrito_py.datastore.encryption import EncryptionError
 from burrito_py.datastore.storage import Storage, TooLarge
 from burrito_py.local.paths import pod_path_setting
 
@@ -46,11 +47,13 @@ PLAN_FILES: dict[str, tuple[str, str]] = {
 }
 TEXT = "text/plain; charset=utf-8"
 OUTPUTS_FILE = "outputs.json"
+APPLIED_FILE = "applied.json"
 TREE_HEADER = "X-Burrito-Tree-Id"
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # No leading "-": an id that reads as a command-line option is never a commit or tree id.
 _REVISION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+_CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
 
 
 class DatastoreSettings(BaseSettings):
@@ -120,6 +123,10 @@ def raw_path_problem(raw_path: bytes) -> str | None:
             return f"path segment {segment.decode('latin-1')!r} is invalid: it may not contain '/', '\\' or NUL"
         if decoded in (b".", b".."):
             return f"path segment {segment.decode('latin-1')!r} is invalid: '.' and '..' are not names"
+        if _CONTROL.search(decoded):
+            # Routes match with a regex whose `$` also matches before a final newline: `…/plan%0A` would
+            # otherwise reach `…/plan`. No name, revision or route segment holds a control character.
+            return f"path segment {segment.decode('latin-1')!r} is invalid: it may not contain a control character"
     return None
 
 
@@ -191,6 +198,13 @@ def create_app(
     @app.exception_handler(BadSegment)
     async def bad_segment(_: Request, exc: BadSegment) -> JSONResponse:
         return _error(400, str(exc))
+
+    @app.exception_handler(EncryptionError)
+    async def encryption_error(request: Request, exc: EncryptionError) -> JSONResponse:
+        # A key that is not configured or an object that fails authentication: one clear line, no traceback
+        # (the message names the object and key id, never key material).
+        log.error("cannot serve %s: %s", request.url.path, exc)
+        return _error(500, str(exc))
 
     @app.exception_handler(AuthError)
     async def auth_error(_: Request, exc: AuthError) -> JSONResponse:
@@ -304,6 +318,39 @@ def create_app(
             "application/json",
             f"no outputs for {ns}/{layer} run {run} attempt {n}",
         )
+
+    # An attempt's record that its apply completed, written before the layer is annotated: a retry of the run
+    # that finds it does not apply the same plan again (issue 11, item 4; docs/architecture.md §9).
+    @api.put(
+        "/layers/{ns}/{layer}/runs/{run}/attempts/{n}/applied",
+        status_code=201,
+        responses={**responses, 413: {"description": "Body too large."}},
+    )
+    async def put_applied(
+        who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt, request: Request
+    ) -> Response:
+        key = f"{attempt_prefix(who, 'write', ns, layer, run)}/{n}/{APPLIED_FILE}"
+        try:
+            size = await storage.put(key, request.stream(), 4096)
+        except TooLarge as exc:
+            return _error(413, str(exc))
+        return JSONResponse({"key": key, "size": size}, status_code=201)
+
+    @api.get("/layers/{ns}/{layer}/runs/{run}/applied", responses={**responses, 404: {}})
+    async def get_applied(who: Caller, ns: Segment, layer: Segment, run: Segment) -> Response:
+        """The latest attempt's applied record of a run (what `put_applied` stored), 404 when none has one."""
+        prefix = attempt_prefix(who, "read", ns, layer, run)
+        attempts = sorted(
+            (
+                int(parts[-2])
+                for key in await storage.list(prefix)
+                if (parts := key.split("/"))[-1] == APPLIED_FILE and parts[-2].isdigit()
+            ),
+            reverse=True,
+        )
+        if not attempts:
+            return _error(404, f"no applied record for {ns}/{layer} run {run}")
+        return await serve(f"{prefix}/{attempts[0]}/{APPLIED_FILE}", "application/json", "applied record vanished")
 
     def sources(who: Principal, action: Action, ns: str, repo: str) -> str:
         prefix = f"sources/{_name('namespace', ns)}/{_name('repository', repo)}"

@@ -3,6 +3,9 @@ optionally wrapped in encryption at rest, and the retention schedule."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal, Self
 
@@ -17,6 +20,7 @@ from burrito_py.datastore.storage import FilesystemStorage, Storage
 from burrito_py.local.paths import pod_path_setting
 
 ENV_PREFIX = "BURRITO_PY_DATASTORE_"
+log = logging.getLogger(__name__)
 
 
 class StorageSettings(BaseSettings):
@@ -42,6 +46,14 @@ class StorageSettings(BaseSettings):
     s3_max_connections: int = Field(64, ge=1, le=1024, description="Largest S3 connection pool.")
     s3_upload_concurrency: int = Field(
         DEFAULT_CONCURRENCY, ge=1, le=16, description="Parts of one multipart upload sent at once."
+    )
+
+    s3_abandoned_upload_seconds: int = Field(
+        3600, ge=0, description="Age after which a multipart upload still in progress counts as abandoned (left "
+        "by a killed datastore) and is aborted; longer than any upload, so another replica's is never cut.",
+    )
+    s3_upload_sweep_seconds: int = Field(
+        3600, ge=1, description="Seconds between two sweeps of abandoned multipart uploads (one at start-up)."
     )
 
     encryption_enabled: bool = Field(False, description="Encrypt stored objects at rest (AES-256-GCM).")
@@ -114,3 +126,20 @@ def build_storage(settings: StorageSettings, keyring: Keyring | None = None) -> 
             raise ValueError("encryption is enabled but no keyring was loaded")
         storage = EncryptedStorage(storage, keyring)
     return storage
+
+
+async def sweep_abandoned_uploads(storage: Storage, older_than: timedelta, every: float) -> None:
+    """Abort multipart uploads older than `older_than` at once, then every `every` seconds, until cancelled;
+    retention or not (issue 11, item 18). Storage without multipart uploads (the filesystem) returns at once."""
+    inner = getattr(storage, "inner", storage)  # through encryption
+    abort = getattr(inner, "abort_stale_uploads", None)
+    if abort is None:
+        return
+    while True:
+        try:
+            aborted = await abort(older_than, datetime.now(UTC))
+            if aborted:
+                log.info("aborted %d abandoned multipart upload(s)", aborted)
+        except Exception as exc:  # the sweep is housekeeping: report, and try again next time
+            log.warning("could not sweep abandoned multipart uploads: %s", exc)
+        await asyncio.sleep(every)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -215,6 +216,30 @@ class DatastoreClient:
             f"{self._run_url(ns, layer, run, attempt)}/outputs",
             f"outputs of {ns}/{layer} run {run} attempt {attempt}",
         )
+
+    def put_applied(self, ns: str, layer: str, run: str, attempt: int, plan_sum: str) -> None:
+        """Record that this attempt applied the plan `plan_sum` (before the layer is annotated)."""
+        body = json.dumps({"sum": plan_sum, "attempt": int(attempt)}).encode()
+        self._put(
+            f"{self._run_url(ns, layer, run, attempt)}/applied",
+            body,
+            f"upload of the applied record of {ns}/{layer} run {run} attempt {attempt}",
+        )
+
+    def get_applied(self, ns: str, layer: str, run: str) -> str | None:
+        """The plan sum an earlier attempt of the run recorded as applied; None when none did."""
+        try:
+            url = f"{self._run_url(ns, layer, run, None)}/applied"
+            body = self._get(url, f"applied record of {ns}/{layer} run {run}")
+        except DatastoreError as exc:
+            if exc.status_code == 404:
+                return None
+            raise
+        try:
+            found = json.loads(body).get("sum")
+        except (ValueError, AttributeError):
+            raise DatastoreError(f"applied record of {ns}/{layer} run {run} is not valid JSON") from None
+        return str(found) if found else None
 
     # -- sources --------------------------------------------------------------------------------
     def _exists(self, url: str, what: str) -> bool:

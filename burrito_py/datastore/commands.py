@@ -95,15 +95,24 @@ async def _serve(settings: DatastoreSettings, storage_settings: StorageSettings)
         raise typer.Exit(2) from None
     storage = build_storage(storage_settings, keyring)
     server = uvicorn.Server(uvicorn.Config(create_app(storage, settings), host=settings.host, port=settings.port))
+    from datetime import timedelta
+
+    from burrito_py.datastore.backends import sweep_abandoned_uploads
+
+    abandoned = timedelta(seconds=storage_settings.s3_abandoned_upload_seconds)
+    uploads = asyncio.create_task(
+        sweep_abandoned_uploads(storage, abandoned, storage_settings.s3_upload_sweep_seconds)
+    )
     sweeper: asyncio.Task[None] | None = None
     if api is not None:
-        from datetime import timedelta
-
         retention = Retention(storage, api, timedelta(seconds=storage_settings.retention_grace_seconds))
         sweeper = asyncio.create_task(retention_loop(retention, storage_settings.retention_schedule))
     try:
         await server.serve()
     finally:
+        uploads.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await uploads
         if sweeper is not None:
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -128,8 +128,8 @@ class EncryptedStorage:
         return size
 
     async def open(self, key: str) -> AsyncIterator[bytes] | None:
-        """The header is read and checked here, so a foreign object or an unknown key id fails before any
-        response starts; chunk tags are checked as the body streams."""
+        """The header and the first chunk are read and checked here, so a foreign object, an unknown key id
+        or a damaged first chunk fails before any response starts; later chunks are checked as they stream."""
         stream = await self.inner.open(key)
         if stream is None:
             return None
@@ -152,7 +152,11 @@ class EncryptedStorage:
         if not 1 <= chunk <= MAX_CHUNK:
             raise EncryptionError(f"object {key}: invalid chunk size in header")
         prefix = header[header_size - 4 - PREFIX_BYTES : header_size - 4]
-        return self._decrypt(key, reader, AESGCM(secret), header + key.encode(), prefix, chunk + TAG_BYTES)
+        body = self._decrypt(key, reader, AESGCM(secret), header + key.encode(), prefix, chunk + TAG_BYTES)
+        # The first chunk is authenticated here, before any response starts: a damaged object whose first
+        # chunk fails is an error status, never a 200 cut short (later chunks can only fail mid-stream).
+        first = await anext(body)
+        return _prepended(first, body)
 
     @staticmethod
     async def _decrypt(
@@ -180,6 +184,12 @@ class EncryptedStorage:
 
     async def list(self, prefix: str) -> list[str]:
         return await self.inner.list(prefix)
+
+
+async def _prepended(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield first
+    async for chunk in rest:
+        yield chunk
 
 
 class _Reader:

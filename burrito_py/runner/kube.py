@@ -7,6 +7,12 @@ and reads its configuration in `load_config()`'s order: a kubeconfig from `$KUBE
 first — the local kubelet writes one per pod — else the in-cluster service account. Kubeconfig users with a
 token, a token file or a client certificate are supported; `exec` and `auth-provider` plugins are not (a
 runner in a cluster uses its service account), and say so.
+
+Every call is retried with a bounded exponential backoff (`RETRIES` tries, 0.25 s doubling up to 4 s, about
+8 s in all; a 429's `Retry-After` within that cap is honoured) when the API cannot be reached, or answers 429 or
+5xx: one lost response must not fail an attempt whose apply is done (issue 11, item 4). The calls are reads
+and JSON merge patches of annotations, so repeating one whose response was lost changes nothing. A loop
+rather than tenacity: importing it costs ~70 ms on every runner start, for ten lines.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import os
 import shutil
 import ssl
 import tempfile
+import time
 from base64 import b64decode
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +31,12 @@ import httpx
 
 from burrito_py.api import annotations as ann
 
-__all__ = ["ApiConfig", "Kube", "KubeError", "load_api_config"]
+__all__ = ["ApiConfig", "Kube", "KubeError", "backoff", "load_api_config", "retryable"]
 
 REQUEST_TIMEOUT = 30.0
+RETRIES = 6
+BASE_DELAY = 0.25
+MAX_DELAY = 4.0
 MERGE_PATCH = "application/merge-patch+json"
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -132,8 +142,25 @@ def load_api_config() -> ApiConfig:
     return _from_kubeconfig(paths[0]) if paths else _in_cluster()
 
 
+def retryable(status: int | None) -> bool:
+    """A failure worth another try: no answer (None), too many requests, or a server error."""
+    return status is None or status == 429 or status >= 500
+
+
+def backoff(attempt: int, retry_after: str | None = None, base: float = BASE_DELAY, cap: float = MAX_DELAY) -> float:
+    """Seconds before try `attempt + 1` (attempt counts from 0): `base` doubling, at most `cap`; a numeric
+    `Retry-After` replaces it, within the same cap."""
+    if retry_after is not None:
+        try:
+            return min(cap, max(0.0, float(retry_after)))
+        except ValueError:
+            pass
+    return float(min(cap, base * 2**attempt))
+
+
 class Kube:
-    def __init__(self, config: ApiConfig) -> None:
+    def __init__(self, config: ApiConfig, retries: int = RETRIES, base_delay: float = BASE_DELAY) -> None:
+        self.retries, self.base_delay = max(1, retries), base_delay
         self._private_dir = config.private_dir
         headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
         self._http = httpx.Client(
@@ -151,12 +178,30 @@ class Kube:
             shutil.rmtree(self._private_dir, ignore_errors=True)
 
     def _call(self, what: str, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        error = KubeError(f"{what}: not tried")
+        for attempt in range(self.retries):
+            retry_after: str | None = None
+            try:
+                return self._call_once(what, method, path, **kwargs)
+            except _Retryable as exc:
+                error, retry_after = exc.error, exc.retry_after
+            if attempt == self.retries - 1:
+                break
+            time.sleep(backoff(attempt, retry_after, self.base_delay))
+        tries = f" (after {self.retries} tries)" if self.retries > 1 else ""
+        raise KubeError(f"{error}{tries}", error.status)
+
+    def _call_once(self, what: str, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise KubeError(f"{what}: the Kubernetes API is unreachable ({type(exc).__name__}: {exc})") from None
+            message = f"{what}: the Kubernetes API is unreachable ({type(exc).__name__}: {exc})"
+            raise _Retryable(KubeError(message)) from None
         if response.status_code >= 400:
-            raise KubeError(f"{what}: HTTP {response.status_code} {_reason(response)}".rstrip(), response.status_code)
+            error = KubeError(f"{what}: HTTP {response.status_code} {_reason(response)}".rstrip(), response.status_code)
+            if retryable(response.status_code):
+                raise _Retryable(error, response.headers.get("Retry-After"))
+            raise error
         try:
             return dict(response.json())
         except ValueError:
@@ -189,6 +234,12 @@ class Kube:
             json={"metadata": {"annotations": annotations}},
             headers={"Content-Type": MERGE_PATCH},
         )
+
+
+class _Retryable(Exception):
+    def __init__(self, error: KubeError, retry_after: str | None = None) -> None:
+        super().__init__(str(error))
+        self.error, self.retry_after = error, retry_after
 
 
 def _reason(response: httpx.Response) -> str:

@@ -26,13 +26,20 @@ upload that plan under this run and attempt, apply it, and patch its `plan-*` an
 never to the log: it holds sensitive values), uploaded as this attempt's outputs, and `apply-date`, `apply-sum`
 (the sum of the applied plan), `apply-commit` and `apply-run` (`<run>/<attempt>`, whose outputs the layer
 controller copies). When the outputs cannot be read or uploaded, the apply still happened: `apply-*` is written
-without `apply-run`, and the attempt fails. A retry of that run then finds its plan's sum already recorded as
-`apply-sum` and, instead of applying a plan Terraform would now call stale, only reads the outputs again.
+without `apply-run`, and the attempt fails. Right after a successful apply, before any annotation, the attempt
+stores an applied record (the plan's sum) in the datastore for (layer, run, attempt). A retry of the run that
+finds its plan's sum as the layer's `apply-sum` or in an earlier attempt's applied record does not apply again
+(Terraform would call the plan stale): it only reads the outputs and writes the annotations. Every API call
+is retried with a bounded backoff on 5xx, 429 and connection errors (`kube`), datastore calls likewise
+(`DatastoreClient`), so one lost response does not fail an applied attempt. When terraform refuses the saved
+plan as stale ("Saved plan is stale") and no earlier attempt applied it, the attempt ends with exit code 5 and
+a termination message starting "stale plan: ": the run controller does not retry it, the layer plans again.
 
 Exit codes: 0 success; 1 a terraform/tofu step failed; 2 bad input or configuration (environment, invalid
 object, missing object, layer path, source archive, tool resolution, missing or mismatched plan); 3 the
 Kubernetes API or the datastore is unavailable or refused a call; 4 an unexpected error (a bug: the traceback
-is printed); 128 + n (143 for SIGTERM, 130 for SIGINT) stopped by signal n: the running terraform/tofu step got
+is printed); 5 terraform refused the saved plan as stale (not retried: the layer must plan again); 128 + n
+(143 for SIGTERM, 130 for SIGINT) stopped by signal n: the running terraform/tofu step got
 one SIGINT and the time to stop cleanly, see `signals`; the log printed so far is then uploaded to the
 datastore by the runner itself. A failing attempt writes no success annotation. Expected errors print one
 `error: …` line on stderr (no traceback) and the same text to the container's termination message.
@@ -65,11 +72,12 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from burrito_py.api import annotations as ann
 from burrito_py.local.paths import pod_path
-from burrito_py.runner import signals
+from burrito_py.runner import masking, signals
 from burrito_py.runner.kube import Kube, KubeError
+from burrito_py.runner.masking import MIN_LENGTH, masker
 from burrito_py.runner.sources import SourceError, extract_archive, layer_directory
 from burrito_py.runner.summary import plan_summary
-from burrito_py.runner.terraform import Interrupted, StepFailed, Steps
+from burrito_py.runner.terraform import Interrupted, StepFailed, Steps, is_stale_plan
 from burrito_py.runner.tools import ToolError, prefetch_version, resolve_tool
 from burrito_py.runner.transcript import Transcript
 from burrito_py.timeutil import format_time, utcnow
@@ -84,6 +92,7 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_INTERNAL",
     "EXIT_OK",
+    "EXIT_STALE_PLAN",
     "EXIT_STEP_FAILED",
     "EXIT_UNAVAILABLE",
     "RunnerEnv",
@@ -96,6 +105,7 @@ EXIT_STEP_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 3
 EXIT_INTERNAL = 4
+EXIT_STALE_PLAN = 5
 
 R = TypeVar("R", bound="Resource")
 TOKEN_PATH = "/var/run/secrets/burrito-py/token"  # noqa: S105 - a path
@@ -112,6 +122,13 @@ class RunnerError(Exception):
 
 class Unavailable(RunnerError):
     exit_code = EXIT_UNAVAILABLE
+
+
+class StalePlan(RunnerError):
+    """Terraform refused the saved plan as stale and it was not applied by an earlier attempt: the same plan
+    would fail again, so the run controller does not retry it; the layer plans again."""
+
+    exit_code = EXIT_STALE_PLAN
 
 
 @dataclass(frozen=True)
@@ -253,6 +270,7 @@ class Runner:
         applied_sum: str | None = None
         if env.action == "apply" and not without_artifact:
             applied_sum = self.fetch_plan(run, layer)  # before init: no point initialising for a missing plan
+            self.mask_secrets_of(layer)
         else:  # a saved plan carries its variables; only a new plan needs them
             self.write_variables(layer, layer_dir)
         try:
@@ -269,11 +287,12 @@ class Runner:
             applied_sum = annotations[ann.PLAN_SUM]
         if env.action == "apply":
             assert applied_sum is not None
-            recorded = layer.metadata.get("annotations") or {}
-            if not without_artifact and recorded.get(ann.APPLY_SUM) == applied_sum:
-                _say(f"burrito-py: plan {applied_sum} is already applied (an earlier attempt); reading its outputs")
+            already = None if without_artifact else self.already_applied(layer, applied_sum)
+            if already is not None:
+                _say(f"burrito-py: plan {applied_sum} is already applied (an earlier attempt); reading its outputs "
+                     f"(known from {already})")
             else:
-                steps.apply(self.plan_file, override.extra_apply_args)
+                self.apply(steps, override, applied_sum)
             annotations.update(
                 {ann.APPLY_DATE: format_time(utcnow()), ann.APPLY_SUM: applied_sum, ann.APPLY_COMMIT: revision}
             )
@@ -285,6 +304,39 @@ class Runner:
             annotations[ann.APPLY_RUN] = f"{env.run}/{env.attempt}"
         self.annotate(annotations)
         _say(f"burrito-py: {env.action} succeeded; layer {env.namespace}/{env.layer} annotated")
+
+    def already_applied(self, layer: TerraformLayer, plan_sum: str) -> str | None:
+        """How an earlier attempt is known to have applied this plan, else None: the layer's `apply-sum`, or
+        the run's applied record in the datastore (written before the layer is annotated, so it survives an
+        attempt that died or lost the API between its apply and its annotation)."""
+        recorded = layer.metadata.get("annotations") or {}
+        if recorded.get(ann.APPLY_SUM) == plan_sum:
+            return "the layer's apply-sum"
+        if self.env.attempt == 1:  # no earlier attempt of this run could have recorded anything
+            return None
+        env = self.env
+        if self._datastore(self.store.get_applied, env.namespace, env.layer, env.run) == plan_sum:
+            return "the run's applied record in the datastore"
+        return None
+
+    def apply(self, steps: Steps, override: OverrideRunnerSpec, plan_sum: str) -> None:
+        """Apply the saved plan, then record durably that it is applied (before any annotation)."""
+        env = self.env
+        try:
+            steps.apply(self.plan_file, override.extra_apply_args)
+        except Interrupted:
+            raise
+        except StepFailed as exc:
+            if is_stale_plan(exc.output):
+                raise StalePlan(
+                    f"stale plan: {exc.step} refused the saved plan {plan_sum}: the state changed after it was "
+                    "planned (an earlier attempt or another apply); the layer must plan again"
+                ) from None
+            raise
+        try:
+            self._datastore(self.store.put_applied, env.namespace, env.layer, env.run, env.attempt, plan_sum)
+        except RunnerError as exc:  # the annotation still records it; a retry then finds apply-sum set
+            _say(f"burrito-py: warning: the applied record could not be stored ({exc})")
 
     def annotate(self, annotations: dict[str, str]) -> None:
         env = self.env
@@ -302,17 +354,50 @@ class Runner:
             return
         sources: list[dict[str, str]] = []
         for index, source in enumerate(spec.vars_from):
-            plural = "secrets" if source.kind == "Secret" else "configmaps"
+            obj = self.read_source(index, source.kind, source.name)
             try:
-                obj = self.kube.get_core(plural, self.env.namespace, source.name, source.kind)
                 sources.append(source_values(source, self.env.namespace, index, obj))
-            except KubeError as exc:  # its message names the object, never its data
-                raise Unavailable(f"spec.varsFrom[{index}]: {exc}") from None
             except VariablesError as exc:
                 raise RunnerError(str(exc)) from None
         variables = merge_variables(spec.vars, sources)
         target = write_tfvars(layer_dir, variables)
         _say(f"burrito-py: variables {', '.join(sorted(variables)) or '(none)'} written to {target.name}")
+
+    def read_source(self, index: int, kind: str, name: str) -> dict[str, Any] | None:
+        """A varsFrom object (None: missing). Every value of a Secret is masked in the logs from now on."""
+        plural = "secrets" if kind == "Secret" else "configmaps"
+        try:
+            obj = self.kube.get_core(plural, self.env.namespace, name, kind)
+        except KubeError as exc:  # its message names the object, never its data
+            raise Unavailable(f"spec.varsFrom[{index}]: {exc}") from None
+        if obj is not None and kind == "Secret":
+            self.mask_secret(obj, f"{kind} {self.env.namespace}/{name}")
+        return obj
+
+    @staticmethod
+    def mask_secret(obj: Mapping[str, Any], where: str) -> None:
+        import base64
+        import binascii
+
+        data = obj.get("data") or {}
+        short = []
+        for key, encoded in (data.items() if isinstance(data, Mapping) else ()):
+            try:
+                value = base64.b64decode(str(encoded), validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError):
+                continue  # not text: never a variable, and terraform never prints it
+            if value and not masker().add(value):
+                short.append(str(key))
+        if short:
+            _say(f"burrito-py: warning: {where} key(s) {', '.join(sorted(short))} are shorter than {MIN_LENGTH} "
+                 "characters and are not masked in the log")
+
+    def mask_secrets_of(self, layer: TerraformLayer) -> None:
+        """An apply of a saved plan reads no variables, but terraform may print the plan's values: the layer's
+        Secrets are read for masking only (a missing one is no error here)."""
+        for index, source in enumerate(layer.spec.vars_from):
+            if source.kind == "Secret":
+                self.read_source(index, source.kind, source.name)
 
     def record_outputs(self, steps: Steps) -> None:
         """`output -json` of the applied state, uploaded as this attempt's outputs (never printed)."""
@@ -399,6 +484,7 @@ class Runner:
 
 
 def _fail(message: str, code: int) -> int:
+    message = masker().mask(message)  # terraform's last lines may quote a secret value
     print(f"error: {message}", file=sys.stderr, flush=True)
     # The pod's termination message: kubectl describe and the run controller show it.
     termination = pod_path(TERMINATION_LOG)
@@ -444,6 +530,7 @@ def _upload_log(env: RunnerEnv, token: str | None, text: str, seconds: float) ->
 def main(environ: Mapping[str, str] | None = None) -> int:
     """Run one attempt; returns the exit code (see the module docstring)."""
     stop = signals.reset(signals.stop_wait(signals.DEFAULT_GRACE_SECONDS))
+    masking.reset()
     transcript = Transcript()
     env: RunnerEnv | None = None
     token: str | None = None

@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Literal
 
+from burrito_py.runner.masking import masker
 from burrito_py.runner.signals import stopping
 from burrito_py.runner.tools import Tool
 
@@ -49,6 +50,7 @@ __all__ = [
     "apply_args",
     "command",
     "init_args",
+    "is_stale_plan",
     "mask",
     "output_json_args",
     "plan_args",
@@ -90,6 +92,12 @@ class Interrupted(StepFailed):
             return f"interrupted by {self.signal_name} before {action}"
         how = "was killed at the stop deadline" if self.killed else f"stopped (exit code {self.exit_code})"
         return f"interrupted by {self.signal_name} during {action}: {self.step.split(' ', 1)[0]} {how}"
+
+
+def is_stale_plan(output: Sequence[str]) -> bool:
+    """Whether a failed `apply <plan>` printed terraform's refusal of a plan made against an
+    older state: "Error: Saved plan is stale" (terraform 1.11.4, checked by hand and by the runner's tests)."""
+    return any("Saved plan is stale" in line for line in output)
 
 
 # -- arguments (pure) ---------------------------------------------------------------------------
@@ -182,6 +190,7 @@ class Steps:
         self._run("output -json", args, args, stdout_to=dest)
 
     def _print(self, text: str, copy: IO[str] | None = None) -> None:
+        text = masker().mask(text)  # the human-readable plan (`copy`) is uploaded: it is masked too
         self.out.write(text)
         self.out.flush()
         if copy is not None:

@@ -2,7 +2,8 @@
 SIGTERM can upload the log it has itself: once a drained node's pod is gone, nobody can read its log any more.
 
 `capturing()` puts a tee in front of `sys.stdout` and `sys.stderr` for the attempt; the copy keeps the last
-`limit` characters (terraform's output is streamed whole to the real streams either way).
+`limit` characters (terraform's output is streamed whole to the real streams either way). The tee masks secret
+values (`masking`) before anything reaches the real streams (the pod log) or the copy.
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO, cast
 
+from burrito_py.runner.masking import Masker, masker
+
 __all__ = ["Transcript"]
 
 DEFAULT_LIMIT = 8 * 1024 * 1024
 
 
 class Transcript:
-    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
+    def __init__(self, limit: int = DEFAULT_LIMIT, mask: Masker | None = None) -> None:
         self.limit = limit
+        self._mask = mask
         self._parts: deque[str] = deque()
         self._size = 0
         self._dropped = 0
@@ -41,6 +45,9 @@ class Transcript:
         with self._lock:
             head = f"(the first {self._dropped} characters of this log were dropped)\n" if self._dropped else ""
             return head + "".join(self._parts)
+
+    def masked(self, text: str) -> str:
+        return (self._mask or masker()).mask(text)
 
     @contextmanager
     def capturing(self) -> Iterator[Transcript]:
@@ -62,9 +69,10 @@ class _Tee(io.TextIOBase):
         self._inner, self._transcript = inner, transcript
 
     def write(self, text: str) -> int:
-        written = self._inner.write(text)
-        self._transcript.add(text)
-        return written
+        masked = self._transcript.masked(text)
+        self._inner.write(masked)
+        self._transcript.add(masked)
+        return len(text)
 
     def flush(self) -> None:
         self._inner.flush()

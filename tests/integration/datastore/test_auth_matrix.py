@@ -63,6 +63,8 @@ def calls() -> list[Call]:
             Call("GET logs", target, "GET", f"{base}/attempts/1/logs"),
             Call("PUT outputs", target, "PUT", f"{base}/attempts/1/outputs", b'{"seeded": {"value": 1}}'),
             Call("GET outputs", target, "GET", f"{base}/attempts/1/outputs"),
+            Call("PUT applied", target, "PUT", f"{base}/attempts/1/applied", b'{"sum": "sha256:00", "attempt": 1}'),
+            Call("GET applied", target, "GET", f"{base}/applied"),
         ]
     for target, repo in REPO_TARGETS.items():
         base = f"/api/v1/repositories/{NS}/{repo}"

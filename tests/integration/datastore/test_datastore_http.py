@@ -119,8 +119,8 @@ def test_everything_survives_a_restart(tmp_path: Path):
     ("/api/v1/layers/default/app.../runs/r/attempts/1/logs", "layer 'app...'"),
     ("/api/v1/repositories/default/repo/revisions/a..b/source", "revision 'a..b'"),
     # `$` matches before a trailing newline: the rules must hold for the whole segment.
-    ("/api/v1/layers/default%0A/app/runs/r/attempts/1/logs", "namespace 'default\\n'"),
-    ("/api/v1/repositories/default/repo/revisions/abc%0A/source", "revision 'abc\\n'"),
+    ("/api/v1/layers/default%0A/app/runs/r/attempts/1/logs", "segment 'default%0A' is invalid: it may not"),
+    ("/api/v1/repositories/default/repo/revisions/abc%0A/source", "segment 'abc%0A' is invalid: it may not contain a"),
 ])
 def test_bad_segments_are_400_naming_them(datastore: tuple[str, Path], path: str, named: str):
     url, _ = datastore
@@ -190,3 +190,30 @@ def test_no_segment_ever_causes_a_server_error(segment: str):
             return (await http.get(quoted)).status_code
 
     assert asyncio.run(scenario()) in (200, 400, 404, 405, 422)
+
+
+def test_applied_records_round_trip_and_latest_attempt_wins(datastore: tuple[str, Path]):
+    """The runner's durable "this plan is applied" record (issue 11, item 4)."""
+    url, data = datastore
+    with DatastoreClient(url) as client:
+        assert client.get_applied("default", "app", "app-apply-x") is None
+        client.put_applied("default", "app", "app-apply-x", 1, "sha256:aa")
+        client.put_applied("default", "app", "app-apply-x", 3, "sha256:bb")
+        assert client.get_applied("default", "app", "app-apply-x") == "sha256:bb"
+        assert client.get_applied("default", "app", "app-apply-y") is None
+    assert (data / "layers/default/app/app-apply-x/1/applied.json").exists()
+
+
+@pytest.mark.parametrize("suffix", ["%0A", "%0D", "%0D%0A", "%09", "%7F"])
+def test_a_control_character_in_a_segment_is_400_not_an_alias(datastore: tuple[str, Path], suffix: str):
+    """`…/plan%0A` once reached the `…/plan` route (a regex `$` matches before a final newline)."""
+    url, _ = datastore
+    with DatastoreClient(url) as client:
+        client.put_plan("default", "app", "app-plan-x", 1, "json", b"{}")
+    base = f"{url}/api/v1/layers/default/app/runs/app-plan-x/attempts/1/plan"
+    assert httpx.get(base).status_code == 200
+    refused = httpx.get(base + suffix)
+    assert refused.status_code == 400, refused.text
+    assert "control character" in refused.json()["error"]
+    put = httpx.put(f"{url}/api/v1/layers/default/app{suffix}/runs/r/attempts/1/logs", content=b"x")
+    assert put.status_code == 400

@@ -197,3 +197,32 @@ def test_http_download_of_a_plan_encrypted_with_a_missing_key_is_an_error(tmp_pa
         pytest.raises(DatastoreError),
     ):
         client.get_plan("default", "app", "app-plan-x", 1, "json")
+
+
+def test_an_unknown_key_id_is_a_clear_error_without_a_traceback(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """Issue 11, item 18: the caller gets the reason, the log one line (no traceback)."""
+    inner = FilesystemStorage(tmp_path / "data")
+    _put(EncryptedStorage(inner, Keyring({"gone": KEY_A}, "gone")), PLAN_KEY, b"{}")
+    storage = EncryptedStorage(inner, Keyring({"b": KEY_B}, "b"))
+    with running_datastore(tmp_path / "data", storage=storage) as url:
+        response = httpx.get(f"{url}/api/v1/layers/default/app/runs/app-plan-x/attempts/1/plan?format=json")
+    assert response.status_code == 500
+    assert response.json() == {"error": f"object {PLAN_KEY} was encrypted with key id 'gone', which is not configured"}
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert any("key id 'gone'" in r.getMessage() for r in caplog.records)
+
+
+def test_a_damaged_first_chunk_is_refused_before_a_200(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """Issue 11, item 18: the first chunk is authenticated before the response starts."""
+    inner = FilesystemStorage(tmp_path / "data")
+    storage = EncryptedStorage(inner, Keyring({"a": KEY_A}, "a"))
+    with running_datastore(tmp_path / "data", storage=storage) as url:
+        with DatastoreClient(url) as client:
+            client.put_plan("default", "app", "app-plan-x", 1, "json", PLAN)
+        raw = bytearray(_read(inner, PLAN_KEY))
+        raw[40] ^= 0xFF  # just past the header: inside chunk 0
+        _put(inner, PLAN_KEY, bytes(raw))
+        response = httpx.get(f"{url}/api/v1/layers/default/app/runs/app-plan-x/attempts/1/plan?format=json")
+    assert response.status_code == 500
+    assert "failed authentication at chunk 0" in response.json()["error"]
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

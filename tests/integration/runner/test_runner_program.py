@@ -15,6 +15,7 @@ from burrito_py.api import annotations as ann
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
 from burrito_py.datastore.storage import FilesystemStorage
 from burrito_py.datastore.testing import free_port, running_datastore
+from burrito_py.runner.kube import RETRIES
 from burrito_py.timeutil import parse_time
 from tests.integration.runner.runner_world import CODE, NS, World, world
 
@@ -325,3 +326,114 @@ def test_outputs_lost_after_an_apply_fail_the_attempt_and_a_retry_only_reads_the
     assert world.annotations()[ann.APPLY_RUN] == "app-apply-1/2"
     with DatastoreClient(world.datastore_url) as store:
         assert json.loads(store.get_outputs(NS, "app", "app-apply-1", 2))["password"]["value"] == PASSWORD
+
+
+def _serial(world: World) -> int:
+    return int(json.loads(world.state().read_text())["serial"])
+
+
+def test_a_stale_saved_plan_exits_5_with_a_stale_plan_message(world: World) -> None:
+    """Issue 11, item 2: terraform refuses a saved plan made before the state changed ("Saved plan is
+    stale"); the runner says so with its own exit code, which the run controller does not retry."""
+    first = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer()
+    world.run("app-plan-1", "plan", first)
+    assert world.runner("app-plan-1", "plan").code == 0
+    second = world.commit({"layers/app/main.tf": CODE % "v2"})
+    world.run("app-plan-2", "plan", second)
+    assert world.runner("app-plan-2", "plan").code == 0
+    world.run("app-apply-2", "apply", second, artifact={"run": "app-plan-2", "attempt": 1})
+    assert world.runner("app-apply-2", "apply").code == 0  # the state moves on
+    serial = _serial(world)
+
+    world.run("app-apply-1", "apply", first, artifact={"run": "app-plan-1", "attempt": 1})
+    stale = world.runner("app-apply-1", "apply")
+    assert stale.code == 5, stale.stderr
+    assert "Error: Saved plan is stale" in stale.stdout  # terraform's own words, streamed
+    assert "error: stale plan: terraform apply refused the saved plan sha256:" in stale.stderr
+    assert world.termination_message("app-apply-1").startswith("stale plan: ")
+    assert world.state_inputs() == ["v2"] and _serial(world) == serial
+    assert world.annotations()[ann.APPLY_COMMIT] == second
+
+
+def test_one_lost_annotation_response_does_not_fail_an_applied_attempt(world: World) -> None:
+    """Issue 11, item 4: the layer PATCH after the apply is carried out but its response is lost (500): the
+    runner sends it again and the attempt succeeds, with one apply."""
+    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer()
+    world.run("app-plan-1", "plan", revision)
+    world.api.inject_fault("PATCH", "/terraformlayers/app$", status=500, after=True)
+    planned = world.runner("app-plan-1", "plan")
+    assert planned.code == 0, planned.stderr
+    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-1", "attempt": 1})
+    world.api.inject_fault("PATCH", "/terraformlayers/app$", status=500, after=True)
+    applied = world.runner("app-apply-1", "apply")
+    assert applied.code == 0, applied.stderr
+    assert applied.stdout.count("Apply complete!") == 1
+    a = world.annotations()
+    assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM] and a[ann.APPLY_RUN] == "app-apply-1/1"
+
+
+def test_an_apply_whose_annotation_failed_is_done_on_retry_without_applying_again(world: World) -> None:
+    """Issue 11, item 4: the API refuses the annotation longer than the runner retries; the attempt fails
+    (exit 3), but its applied record is in the datastore, so the next attempt only annotates (no second apply,
+    no stale plan)."""
+    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer()
+    world.run("app-plan-1", "plan", revision)
+    assert world.runner("app-plan-1", "plan").code == 0
+    plan_sum = world.annotations()[ann.PLAN_SUM]
+    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-1", "attempt": 1})
+    world.api.inject_fault("PATCH", "/terraformlayers/app$", status=503, times=RETRIES)  # every try refused
+    failed = world.runner("app-apply-1", "apply")
+    assert failed.code == 3, failed.stderr
+    assert "Apply complete! Resources: 1 added" in failed.stdout
+    assert ann.APPLY_SUM not in world.annotations()
+    serial = _serial(world)
+    with DatastoreClient(world.datastore_url) as store:
+        assert store.get_applied(NS, "app", "app-apply-1") == plan_sum
+
+    retried = world.runner("app-apply-1", "apply", attempt=2)
+    assert retried.code == 0, retried.stderr
+    assert "is already applied (an earlier attempt)" in retried.stdout
+    assert "the run's applied record" in retried.stdout
+    assert "terraform apply" not in retried.stdout
+    assert _serial(world) == serial and world.state_inputs() == ["v1"]
+    a = world.annotations()
+    assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM] == plan_sum and a[ann.APPLY_RUN] == "app-apply-1/2"
+
+
+LEAKY_CODE = """
+terraform {
+  backend "local" {}
+}
+
+variable "password" {
+  type = string  # not declared sensitive: terraform prints it in a failing validation
+  validation {
+    condition     = length(var.password) > 100
+    error_message = "The password is too short."
+  }
+}
+"""
+LEAKY = 'hunter2-Leaky"Value'
+
+
+def test_a_secret_printed_by_terraform_is_masked_in_every_log(world: World) -> None:
+    """Issue 11, item 17 (security): a failing validation prints `var.password is "…"`; neither the runner's
+    output (the pod log, which the controller copies to the datastore), the termination message nor the log
+    the runner uploads itself holds the value, nor its base64 form."""
+    import base64
+
+    revision = world.commit({"layers/app/main.tf": LEAKY_CODE})
+    core(world).create_namespaced_secret(NS, {"metadata": {"name": "creds"}, "stringData": {"password": LEAKY}})
+    world.layer(varsFrom=[{"kind": "Secret", "name": "creds"}])
+    world.run("app-plan-1", "plan", revision)
+    failed = world.runner("app-plan-1", "plan")
+    assert failed.code == 1, failed.stderr
+    printed = failed.stdout + failed.stderr
+    assert "The password is too short." in printed  # the failure is still explained
+    assert 'var.password is "***"' in printed  # terraform printed it, the runner masked it
+    for form in (LEAKY, json.dumps(LEAKY)[1:-1], base64.b64encode(LEAKY.encode()).decode()):
+        assert form not in printed
+        assert form not in world.termination_message("app-plan-1")

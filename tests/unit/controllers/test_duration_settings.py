@@ -1,0 +1,78 @@
+"""Duration settings take the same forms as flags and environment variables (issue 11, item 21)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.durations import parse_duration
+
+DURATIONS = ["drift_detection_period", "repository_poll_interval", "resync_interval", "failure_grace_period",
+             "failure_grace_period_cap"]
+
+
+@pytest.mark.parametrize("text", ["20", "20.0", "20s", "PT20S", "pt20s", "20000ms", " 20s "])
+@pytest.mark.parametrize("field", DURATIONS)
+def test_every_duration_variable_takes_seconds_units_and_iso(
+    monkeypatch: pytest.MonkeyPatch, field: str, text: str
+) -> None:
+    monkeypatch.setenv(f"BURRITO_PY_{field.upper()}", text)
+    assert getattr(ControllerSettings(), field) == timedelta(seconds=20)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("1h30m", 5400), ("5m", 300), ("1d", 86400), ("500ms", 0.5), ("P1DT2H", 93600), ("1.5", 1.5), ("0", 0),
+])
+def test_forms(text: str, seconds: float) -> None:
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["20x", "", "-5", "1h30", "P", "inf", "s"])
+def test_bad_forms_say_what_is_accepted(text: str) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+def _start(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "KUBECONFIG": str(tmp_path / "absent"), **env}
+    return subprocess.run(
+        [sys.executable, "-c", "from burrito_py.entry import main; main()", "controllers", "start"],
+        env=environ, capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def test_controllers_start_names_the_variable_of_a_bad_duration_without_a_traceback(tmp_path: Path) -> None:
+    done = _start(tmp_path, BURRITO_PY_FAILURE_GRACE_PERIOD_CAP="20 parsecs")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip() == (
+        "invalid controller settings: BURRITO_PY_FAILURE_GRACE_PERIOD_CAP: '20 parsecs' is not a duration: "
+        "seconds (20), units (20s, 5m, 1h30m, 500ms) or ISO 8601 (PT20S)"
+    )
+
+
+def test_controllers_start_accepts_plain_seconds_in_the_environment(tmp_path: Path) -> None:
+    """`=20` (seconds, as the flag) once stopped the controllers with a pydantic traceback at once; now the
+    settings pass and the controllers run (here: waiting for a cluster that is absent)."""
+    environ = {**os.environ, "KUBECONFIG": str(tmp_path / "absent"), "BURRITO_PY_FAILURE_GRACE_PERIOD_CAP": "20",
+               "BURRITO_PY_DRIFT_DETECTION_PERIOD": "20m", "BURRITO_PY_METRICS_PORT": "0"}
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from burrito_py.entry import main; main()", "controllers", "start"],
+        env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        code = process.wait(timeout=8)
+    except subprocess.TimeoutExpired:
+        code = None  # still running: past the settings
+    finally:
+        process.kill()
+        _, stderr = process.communicate()
+    assert code != 2, stderr
+    assert "invalid controller settings" not in stderr
+    assert "failure_grace_period_cap" not in stderr
