@@ -241,15 +241,19 @@ async def _start_attempt(
     override = _override_runner_spec(layer, repository)
     body = build_runner_pod(run, layer, decision.start_attempt, defaults, override)
     namespace = run["metadata"]["namespace"]
+    uid: str | None = None
     try:
         created = await ctx.kube.create(path("v1", "pods", namespace), body)
         ctx.inventory.pods.observe(created)
+        uid = created["metadata"].get("uid")
     except KubeError as exc:
         if exc.status != 409:  # AlreadyExists: a previous reconcile created it; adopt it
             raise
     name = pod_name(run["metadata"]["name"], decision.start_attempt)
     await post_event(ctx.kube, run, "Normal", "RunnerPodCreated", f"attempt {decision.start_attempt}: pod {name}")
-    return {"podName": name, "number": decision.start_attempt, "startedAt": format_time(now), "logsUploaded": False}
+    attempt = {"podName": name, "number": decision.start_attempt, "startedAt": format_time(now), "logsUploaded": False}
+    # The datastore grants runner rights only to this pod (name and uid): docs/architecture.md §10.2.
+    return {**attempt, "podUid": uid} if uid else attempt
 
 
 def _override_runner_spec(layer: Body, repository: Body | None) -> dict[str, Any]:
