@@ -32,6 +32,7 @@ from burrito_py.controllers.run_decisions import (
     RunSnapshot,
     decide_run,
 )
+from burrito_py.controllers.run_isolation import refuse_run
 from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod, pod_name
 from burrito_py.timeutil import format_time, utcnow
 
@@ -130,6 +131,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     layer_ref = (run.get("spec") or {}).get("layer") or {}
     layer_key = (layer_ref.get("namespace") or namespace, layer_ref.get("name", ""))
     layer = ctx.inventory.layers.get(layer_key)
+    # Isolation (run_isolation.py): another namespace's layer, or a repository the layer may not use.
+    if await refuse_run(ctx, run, layer, ctx.inventory.repository_of(layer) if layer else None):
+        return
     if layer is None:
         return  # its layer is gone; garbage collection removes the run
     repository = ctx.inventory.repository_of(layer)

@@ -110,6 +110,8 @@ class ControllersConfig(Values):
     max_retries: int = setting(ControllerSettings, "max_retries")
     runs_to_keep: int = setting(ControllerSettings, "runs_to_keep")
     agl_enabled: bool = setting(ControllerSettings, "agl_enabled")
+    allow_file_repositories: bool = setting(ControllerSettings, "allow_file_repositories")
+    allow_cross_namespace_repositories: bool = setting(ControllerSettings, "allow_cross_namespace_repositories")
 
 
 class AglKind(Values):
