@@ -59,6 +59,10 @@ class Attempt(ApiModel):
     """One runner pod of a run."""
 
     pod_name: str = Field(description="Name of the runner pod.")
+    pod_uid: str | None = Field(
+        default=None, description="UID of the runner pod the controller created; only its token may write the run's "
+        "artifacts."
+    )
     number: int = Field(ge=1, description="Attempt number, from 1.")
     started_at: str | None = Field(default=None, description="When the pod was created (RFC 3339 UTC).")
     finished_at: str | None = Field(default=None, description="When the pod terminated (RFC 3339 UTC).")

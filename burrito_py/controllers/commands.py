@@ -28,6 +28,12 @@ def start(
     health_port: Annotated[int | None, typer.Option(help="Liveness endpoint port, GET /healthz (0 disables).")] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig (default: $KUBECONFIG or in-cluster).")] = None,
     agl: Annotated[bool | None, typer.Option("--agl/--no-agl", help="Run the AGL controller (default: on).")] = None,
+    allow_file_repositories: Annotated[
+        bool | None, typer.Option(help="Accept file:// repository URLs (local development only; default: off).")
+    ] = None,
+    allow_cross_namespace_repositories: Annotated[
+        bool | None, typer.Option(help="Let layers use repositories of other namespaces (default: off).")
+    ] = None,
 ) -> None:
     """Run the controllers until interrupted."""
     from pydantic import ValidationError
@@ -48,6 +54,8 @@ def start(
         "metrics_port": metrics_port,
         "health_port": health_port,
         "agl_enabled": agl,
+        "allow_file_repositories": allow_file_repositories,
+        "allow_cross_namespace_repositories": allow_cross_namespace_repositories,
     }
     try:
         settings = ControllerSettings(**{k: v for k, v in overrides.items() if v is not None})

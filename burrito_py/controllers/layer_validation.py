@@ -1,5 +1,5 @@
-"""Checks a layer against what a schema cannot say (its repository exists, its branch resolves),
-and the settings it inherits (layer → repository → controller default). Pure."""
+"""Checks a layer against what a schema cannot say (its repository exists and may be used, its branch
+resolves), and the settings it inherits (layer → repository → controller default). Pure."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from burrito_py.controllers.conditions import Cond
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.gitops.urls import is_file_url, url_policy_problem
 from burrito_py.runner.versions import InvalidVersionConstraint, parse_constraint
 
 
@@ -54,6 +55,42 @@ def _branch_problem(repository: Mapping[str, Any], branch: str) -> str | None:
     return None
 
 
+def cross_namespace_problem(layer: Mapping[str, Any], settings: ControllerSettings) -> str | None:
+    """Why the layer may not use the repository it names in another namespace, else None. A repository in
+    another namespace would hand this namespace's runners that namespace's sources (and its git credentials'
+    reach), so it takes the operator's consent: `allow_cross_namespace_repositories`."""
+    own = layer["metadata"]["namespace"]
+    other = ((layer.get("spec") or {}).get("repository") or {}).get("namespace")
+    if not other or other == own or settings.allow_cross_namespace_repositories:
+        return None
+    return (
+        f"spec.repository.namespace: {other!r} is not the layer's namespace {own!r}; repositories of other "
+        "namespaces are disabled on these controllers (BURRITO_PY_ALLOW_CROSS_NAMESPACE_REPOSITORIES)"
+    )
+
+
+def repository_refusal(
+    layer: Mapping[str, Any], repository: Mapping[str, Any] | None, settings: ControllerSettings
+) -> Cond | None:
+    """The Ready=False condition of a layer whose repository reference the isolation settings refuse."""
+    cross = cross_namespace_problem(layer, settings)
+    if cross:
+        return Cond("Ready", False, "CrossNamespaceRepository", cross)
+    if repository is not None:
+        url = str(((repository.get("spec") or {}).get("repository") or {}).get("url") or "")
+        # Only the policy here: an invalid URL is the repository's own failure (its Synced condition).
+        problem = url_policy_problem(url, settings.allow_file_repositories) if is_file_url(url) else None
+        if problem:
+            meta = repository.get("metadata") or {}
+            return Cond(
+                "Ready",
+                False,
+                "RepositoryNotAllowed",
+                f"spec.repository: TerraformRepository {meta.get('namespace')}/{meta.get('name')}: {problem}",
+            )
+    return None
+
+
 def validate_layer(
     layer: Mapping[str, Any], repository: Mapping[str, Any] | None, settings: ControllerSettings
 ) -> LayerValidation:
@@ -62,7 +99,10 @@ def validate_layer(
     namespace = ref.get("namespace") or layer["metadata"]["namespace"]
     ready = Cond("Ready", True, "Ready", "")
     invalid = _invalid_version(layer, repository)
-    if invalid:
+    refusal = repository_refusal(layer, repository, settings)
+    if refusal is not None:  # before RepositoryNotFound: never tell another namespace's objects apart
+        ready = refusal
+    elif invalid:
         ready = Cond("Ready", False, "InvalidSpec", invalid)
     elif repository is None:
         ready = Cond(

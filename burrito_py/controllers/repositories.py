@@ -23,10 +23,12 @@ from burrito_py.controllers.context import Context
 from burrito_py.controllers.events import post_event
 from burrito_py.controllers.inventory import Body, Key, key_of
 from burrito_py.controllers.kube import KubeError, crd_path, path
+from burrito_py.controllers.layer_validation import cross_namespace_problem
 from burrito_py.gitops.credentials import CredentialsError, GitCredentials, credentials_from_secret
 from burrito_py.gitops.mirror import GitError, GitMirror
 from burrito_py.gitops.paths import Change
 from burrito_py.gitops.relevance import decide_layer_commits, diff_base
+from burrito_py.gitops.urls import is_file_url, url_policy_problem
 from burrito_py.timeutil import format_time_precise, utcnow
 
 log = logging.getLogger(__name__)
@@ -36,7 +38,11 @@ logging.getLogger("kubernetes_asyncio.client.rest").setLevel(logging.INFO)
 _mirrors: dict[tuple[Path, str], GitMirror] = {}
 
 
-def mirror_for(cache_dir: Path, url: str) -> GitMirror:
+def mirror_for(cache_dir: Path, namespace: str, name: str, url: str) -> GitMirror:
+    """The repository's own mirror, `<cache>/<namespace>/<name>/<slug>-<hash(url)>.git`: never shared with a
+    repository of another namespace (or another name), so no fetch, credential or failure of one can hand its
+    objects to the other."""
+    cache_dir = cache_dir / namespace / name
     key = (cache_dir, url)
     if key not in _mirrors:
         _mirrors[key] = GitMirror(cache_dir, url)
@@ -62,15 +68,26 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     namespace, name = key
     source = (repository.get("spec") or {}).get("repository") or {}
     url = source.get("url", "")
-    layers = ctx.inventory.layers_of_repository(namespace, name)
+    # Layers of other namespaces count only when the operator allows it (their own reconcile says why not).
+    layers = [
+        layer
+        for layer in ctx.inventory.layers_of_repository(namespace, name)
+        if cross_namespace_problem(layer, ctx.settings) is None
+    ]
     branches = sorted({(layer.get("spec") or {}).get("branch", "") for layer in layers} - {""})
     now = utcnow()
+    refused = url_policy_problem(url, ctx.settings.allow_file_repositories)
+    if refused:
+        await _fail(ctx, repository, branches, "FileURLNotAllowed" if is_file_url(url) else "InvalidURL", refused, now)
+        for layer in layers:
+            ctx.wake_layer(key_of(layer))
+        return
     try:
         credentials = await _credentials(ctx, namespace, source.get("secretName"), url)
     except CredentialsError as exc:  # messages name the Secret and key only
         await _fail(ctx, repository, branches, "CredentialsInvalid", str(exc), now)
         return
-    mirror = mirror_for(ctx.settings.git_cache_dir, url)
+    mirror = mirror_for(ctx.settings.git_cache_dir, namespace, name, url)
     try:
         await asyncio.to_thread(mirror.fetch, credentials)
         metrics.GIT_FETCHES.labels(f"{namespace}/{name}").inc()

@@ -41,6 +41,7 @@ from burrito_py.controllers.run_decisions import (
     RunSnapshot,
     decide_run,
 )
+from burrito_py.controllers.run_isolation import refuse_run
 from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod, pod_name
 from burrito_py.timeutil import format_time, utcnow
 
@@ -146,6 +147,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     layer_ref = (run.get("spec") or {}).get("layer") or {}
     layer_key = (layer_ref.get("namespace") or namespace, layer_ref.get("name", ""))
     layer = ctx.inventory.layers.get(layer_key)
+    # Isolation (run_isolation.py): another namespace's layer, or a repository the layer may not use.
+    if await refuse_run(ctx, run, layer, ctx.inventory.repository_of(layer) if layer else None):
+        return
     if layer is None:
         return  # its layer is gone; garbage collection removes the run
     repository = ctx.inventory.repository_of(layer)
@@ -286,9 +290,11 @@ async def _start_attempt(
     body = build_runner_pod(run, layer, decision.start_attempt, defaults, override)
     namespace = run["metadata"]["namespace"]
     name = pod_name(run["metadata"]["name"], decision.start_attempt)
+    uid: str | None = None
     try:
         created = await ctx.kube.create(path("v1", "pods", namespace), body)
         ctx.inventory.pods.observe(created)
+        uid = created["metadata"].get("uid")
     except KubeError as exc:
         refused = await _adopt_or_refuse(ctx, run, name, exc)
         if refused is not None:
@@ -297,8 +303,12 @@ async def _start_attempt(
             await post_event(ctx.kube, run, "Warning", reason, f"attempt {decision.start_attempt}: {refused.message}")
             log.warning("run %s/%s: %s", namespace, run["metadata"]["name"], refused.message)
             return refused
+        adopted = ctx.inventory.pods.get((namespace, name)) or {}
+        uid = (adopted.get("metadata") or {}).get("uid")  # this run's own pod (belongs_to): bind to it too
     await post_event(ctx.kube, run, "Normal", "RunnerPodCreated", f"attempt {decision.start_attempt}: pod {name}")
-    return {"podName": name, "number": decision.start_attempt, "startedAt": format_time(now), "logsUploaded": False}
+    attempt = {"podName": name, "number": decision.start_attempt, "startedAt": format_time(now), "logsUploaded": False}
+    # The datastore grants runner rights only to this pod (name and uid): docs/architecture.md §10.2.
+    return {**attempt, "podUid": uid} if uid else attempt
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,17 @@ class ControllerSettings(BaseSettings):
         0, ge=0, description="Port of the liveness endpoint GET /healthz (kopf's); 0 disables the endpoint."
     )
     datastore_token_path: Path | None = None
+    # Isolation between tenant namespaces (docs/architecture.md §8): both off by default.
+    allow_file_repositories: bool = Field(
+        False,
+        description="Accept file:// repository URLs. They read the controllers' own filesystem: for local "
+        "development only (burrito-py dev turns this on).",
+    )
+    allow_cross_namespace_repositories: bool = Field(
+        False,
+        description="Let a layer use a TerraformRepository of another namespace (spec.repository.namespace); "
+        "its runners then read that repository's sources.",
+    )
     # The Application Generation Layer: ApplicationDefinitions → user kinds → TerraformLayers.
     agl_enabled: bool = Field(True, description="Run the Application Generation Layer controller.")
 

@@ -85,6 +85,8 @@ class DatastoreSettings(BaseSettings):
     auth_admin_groups: list[str] = Field(
         default_factory=list, description="Groups whose members may read and write everything."
     )
+    # The controllers' runner_service_account: only pod-bound tokens of this account can be runners (§10.2).
+    auth_runner_service_account: str = Field("burrito-py-runner", min_length=1)
     auth_cache_ttl_seconds: float = Field(30.0, ge=0, description="How long an accepted token is remembered.")
     auth_negative_cache_ttl_seconds: float = Field(5.0, ge=0, description="How long a rejected token is remembered.")
     # Where the Kubernetes API is for TokenReviews: this kubeconfig, else $KUBECONFIG, else in-cluster.
@@ -156,7 +158,11 @@ def default_authenticator(settings: DatastoreSettings) -> Authenticator:
     from burrito_py.datastore.token_cache import CachedAuthenticator
 
     reviewer = KubeAuthenticator(
-        settings.auth_audiences, settings.auth_admin_users, settings.auth_admin_groups, settings.kubeconfig
+        settings.auth_audiences,
+        settings.auth_admin_users,
+        settings.auth_admin_groups,
+        settings.kubeconfig,
+        settings.auth_runner_service_account,
     )
     return CachedAuthenticator(reviewer, settings.auth_cache_ttl_seconds, settings.auth_negative_cache_ttl_seconds)
 

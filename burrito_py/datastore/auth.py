@@ -5,6 +5,10 @@ token is bound to). Admins (the configured controller and server identities) may
 A runner may read its own layer's plans and logs and its layer's repository's sources, and may write only
 the artifacts of its own run (the run that owns its pod): a runner never needs to write anything else, and a
 compromised runner then cannot overwrite the plan another run of its layer is about to apply.
+
+A token has runner rights only when it is bound to the very pod the run controller created for the run's
+current attempt (`runner_pod_binding`): a token of the runner ServiceAccount, a pod running as that account,
+a pod whose name (and uid, when the run records it) the run's status records as its latest attempt.
 """
 
 from __future__ import annotations
@@ -12,8 +16,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
+
+from burrito_py.controllers.runner_pod import pod_name
 
 Action = Literal["read", "write"]
 
@@ -42,6 +49,8 @@ class Principal:
     username: str
     admin: bool = False
     runner: RunnerScope | None = None
+    # Why a pod-bound token got no runner rights (shown in its 403s), when it is one.
+    not_runner: str | None = None
 
     def describe(self) -> str:
         if self.runner is not None:
@@ -114,6 +123,8 @@ def authorize(principal: Principal, action: Action, target: Target) -> str | Non
         return None
     scope = principal.runner
     if scope is None:
+        if principal.not_runner:
+            return f"{principal.describe()} may not use the datastore: {principal.not_runner}"
         return f"{principal.describe()} is neither a configured datastore user nor a runner pod"
     if isinstance(target, LayerArtifacts):
         if (target.namespace, target.layer) != (scope.namespace, scope.layer):
@@ -129,6 +140,60 @@ def authorize(principal: Principal, action: Action, target: Target) -> str | Non
             f"{scope.repository_namespace}/{scope.repository}, not {target.describe()}"
         )
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """The verdict on a pod-bound token: `ok`, else why not; `pending` when the run controller has created
+    the pod of the run's next attempt but not yet recorded it (retry shortly: 503, never cached)."""
+
+    ok: bool
+    reason: str = ""
+    pending: bool = False
+
+
+def _latest_attempt(status: Mapping[str, Any]) -> tuple[int, str | None, str | None]:
+    """(number, pod name, pod uid) of the run's latest attempt; (0, runnerPod, None) without attempts."""
+    attempts = [a for a in status.get("attempts") or () if isinstance(a, Mapping)]
+    if not attempts:
+        return 0, status.get("runnerPod"), None
+    last = attempts[-1]
+    return int(last.get("number") or len(attempts)), last.get("podName"), last.get("podUid")
+
+
+def runner_pod_binding(
+    token_account: str,
+    token_pod_uid: str | None,
+    pod: Mapping[str, Any],
+    run: Mapping[str, Any],
+    runner_service_account: str,
+) -> Binding:
+    """Is the pod a token is bound to the run's current runner pod? `run` is the TerraformRun its controller
+    owner reference names (uid already checked). Pure: the caller reads the pod and the run."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    where = f"pod {meta.get('namespace')}/{meta.get('name')}"
+    if token_account != runner_service_account:
+        return Binding(False, f"the token's service account {token_account!r} is not the runner service account "
+                              f"{runner_service_account!r}")
+    if (spec.get("serviceAccountName") or "default") != token_account:
+        return Binding(False, f"{where} does not run as service account {token_account!r}")
+    if not token_pod_uid or meta.get("uid") != token_pod_uid:
+        return Binding(False, f"{where} is not the pod (uid) the token is bound to")
+    run_meta = run.get("metadata") or {}
+    run_name = str(run_meta.get("name"))
+    status = run.get("status") or {}
+    number, recorded_name, recorded_uid = _latest_attempt(status)
+    if recorded_name == meta.get("name") and (not recorded_uid or recorded_uid == meta.get("uid")):
+        return Binding(True)
+    if meta.get("name") == pod_name(run_name, number + 1) and status.get("state") not in (
+        "Succeeded",
+        "Failed",
+    ):
+        return Binding(False, f"run {run_name} does not record {where} yet", pending=True)
+    current = f"its current runner pod is {recorded_name}" if recorded_name else "it has no runner pod yet"
+    if recorded_name == meta.get("name"):
+        current = f"its current runner pod {recorded_name} has uid {recorded_uid}, not {meta.get('uid')}"
+    return Binding(False, f"{where} is not the current runner pod of run {run_name} ({current})")
 
 
 def token_digest(token: str) -> str:

@@ -6,7 +6,8 @@ to (TokenReview `user.extra["authentication.kubernetes.io/pod-name"]` and `pod-u
 owner reference names its TerraformRun; the run's `spec.layer` names the layer; the layer's
 `spec.repository` names the repository. Labels are not trusted (anyone creating the pod sets them); the
 owner reference is checked against the run's uid, the pod against the token's pod uid and service account,
-and everything must live in the token's namespace.
+and everything must live in the token's namespace. Then `auth.runner_pod_binding` decides whether that pod
+is the run's current runner pod, running as the runner service account (docs/architecture.md §10.2).
 """
 
 from __future__ import annotations
@@ -21,16 +22,18 @@ from typing import Any
 import aiohttp
 
 from burrito_py.api import annotations as ann
-from burrito_py.datastore.auth import AuthUnavailable, Principal, RunnerScope, Unauthenticated
+from burrito_py.datastore.auth import AuthUnavailable, Principal, RunnerScope, Unauthenticated, runner_pod_binding
 
 log = logging.getLogger(__name__)
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+RUNNER_SERVICE_ACCOUNT = "burrito-py-runner"  # the controllers' default runner_service_account
 
 
 class KubeAuthenticator:
-    """Needs `create tokenreviews` and `get` on pods, terraformruns and terraformlayers."""
+    """Needs `create tokenreviews` and `get` on pods, terraformruns and terraformlayers.
+    `runner_service_account` is the controllers' setting of that name: only its pod-bound tokens can be runners."""
 
     def __init__(
         self,
@@ -38,7 +41,9 @@ class KubeAuthenticator:
         admin_users: Iterable[str] = (),
         admin_groups: Iterable[str] = (),
         kubeconfig: Path | None = None,
+        runner_service_account: str = RUNNER_SERVICE_ACCOUNT,
     ) -> None:
+        self.runner_service_account = runner_service_account
         self.audiences = list(audiences)
         self.admin_users = frozenset(admin_users)
         self.admin_groups = frozenset(admin_groups)
@@ -88,11 +93,15 @@ class KubeAuthenticator:
                 extra: dict[str, list[str]] = user.extra or {}
                 pod_name = next(iter(extra.get(POD_NAME_EXTRA) or ()), None)
                 pod_uid = next(iter(extra.get(POD_UID_EXTRA) or ()), None)
-                scope = None
                 if pod_name and username.startswith(SERVICE_ACCOUNT_PREFIX):
                     namespace, _, account = username.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
-                    scope = await _runner_scope(api, namespace, account, pod_name, pod_uid)
-                return Principal(username, runner=scope)
+                    scope = await _runner_scope(
+                        api, namespace, account, pod_name, pod_uid, self.runner_service_account
+                    )
+                    if isinstance(scope, str):
+                        return Principal(username, not_runner=scope)
+                    return Principal(username, runner=scope)
+                return Principal(username)
         except ApiException as exc:
             # Only status and reason: an error body could echo the review, which holds the token.
             raise AuthUnavailable(f"TokenReview failed: HTTP {exc.status} {exc.reason}") from None
@@ -110,19 +119,20 @@ def _env_kubeconfig() -> Path | None:
 
 
 async def _runner_scope(
-    api: Any, namespace: str, account: str, pod_name: str, pod_uid: str | None
-) -> RunnerScope | None:
-    """The scope of the runner pod the token is bound to, or None when that pod is not a runner's."""
+    api: Any, namespace: str, account: str, pod_name: str, pod_uid: str | None, runner_account: str
+) -> RunnerScope | str:
+    """The scope of the runner pod the token is bound to, else why that pod has no runner rights.
+    Raises AuthUnavailable while the run controller has created the pod but not yet recorded it."""
     from kubernetes_asyncio import client
 
+    where = f"pod {namespace}/{pod_name}"
+    if account != runner_account:  # decided before any read: most such tokens are not runners at all
+        return f"the token's service account {account!r} is not the runner service account {runner_account!r}"
     pod = await _get(client.CoreV1Api(api).read_namespaced_pod(pod_name, namespace))
     if pod is None:
-        return None
+        return f"{where} does not exist"
     pod_dict: dict[str, Any] = api.sanitize_for_serialization(pod)
-    meta, spec = pod_dict.get("metadata") or {}, pod_dict.get("spec") or {}
-    if (pod_uid and meta.get("uid") != pod_uid) or (spec.get("serviceAccountName") or "default") != account:
-        log.warning("token bound to pod %s/%s does not match that pod; no runner rights", namespace, pod_name)
-        return None
+    meta = pod_dict.get("metadata") or {}
     owner = next(
         (
             ref
@@ -132,21 +142,27 @@ async def _runner_scope(
         None,
     )
     if owner is None:
-        return None
+        return f"{where} is not controlled by a TerraformRun"
     custom = client.CustomObjectsApi(api)
     run = await _get(
         custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, namespace, "terraformruns", owner["name"])
     )
     if run is None or run["metadata"].get("uid") != owner.get("uid"):
-        return None
+        return f"the TerraformRun {namespace}/{owner['name']} that {where} names no longer exists"
+    binding = runner_pod_binding(account, pod_uid, pod_dict, run, runner_account)
+    if binding.pending:
+        raise AuthUnavailable(f"{binding.reason}; retry shortly")
+    if not binding.ok:
+        log.warning("token bound to %s has no runner rights: %s", where, binding.reason)
+        return binding.reason
     layer_ref = (run.get("spec") or {}).get("layer") or {}
     if (layer_ref.get("namespace") or namespace) != namespace or not layer_ref.get("name"):
-        return None
+        return f"run {owner['name']} names a layer outside namespace {namespace}"
     layer = await _get(
         custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, namespace, "terraformlayers", layer_ref["name"])
     )
     if layer is None:
-        return None
+        return f"the layer {namespace}/{layer_ref['name']} of run {owner['name']} does not exist"
     repository = (layer.get("spec") or {}).get("repository") or {}
     return RunnerScope(
         namespace=namespace,

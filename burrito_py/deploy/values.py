@@ -111,6 +111,8 @@ class ControllersConfig(Values):
     runs_to_keep: int = setting(ControllerSettings, "runs_to_keep")
     max_concurrent_runner_pods: int = setting(ControllerSettings, "max_concurrent_runner_pods")
     agl_enabled: bool = setting(ControllerSettings, "agl_enabled")
+    allow_file_repositories: bool = setting(ControllerSettings, "allow_file_repositories")
+    allow_cross_namespace_repositories: bool = setting(ControllerSettings, "allow_cross_namespace_repositories")
 
 
 class AglKind(Values):

@@ -51,6 +51,26 @@ def validate_url(url: str) -> str:
     return stripped
 
 
+def is_file_url(url: str) -> bool:
+    """`file://…`: a path on the controllers' own filesystem (any case of the scheme)."""
+    return url.strip().lower().startswith("file:")
+
+
+def url_policy_problem(url: str, allow_file: bool) -> str | None:
+    """Why the controllers refuse to fetch `url` (naming the field), else None. `file://` reads the controllers'
+    own filesystem, their git cache included, so it is off unless the operator enables it (local development)."""
+    try:
+        validate_url(url)
+    except ValueError as exc:
+        return f"spec.repository.url: {exc}"
+    if is_file_url(url) and not allow_file:
+        return (
+            f"spec.repository.url: {redact(url.strip())!r}: file:// repository URLs are disabled on these "
+            "controllers (enable them with BURRITO_PY_ALLOW_FILE_REPOSITORIES=true, for local development only)"
+        )
+    return None
+
+
 def normalize_url(url: str) -> str:
     """A canonical form used to name mirrors: no password, lower-case scheme and host, no `.git` or `/` tail.
 

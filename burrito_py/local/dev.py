@@ -156,6 +156,7 @@ def dev_values(options: DevOptions, agl_kinds: list[dict[str, str]] | None = Non
                 "driftDetectionPeriod": iso(options.drift_detection_period),
                 "repositoryPollInterval": iso(options.repository_poll_interval),
                 "failureGracePeriod": iso(options.failure_grace_period),
+                "allowFileRepositories": True,  # the examples' repositories are local directories
             },
             "agl": {"kinds": agl_kinds or []},
         },
@@ -249,6 +250,7 @@ def _start_in_process(stack: contextlib.ExitStack, options: DevOptions, api_url:
         failure_grace_period=options.failure_grace_period,
         runner_image="local",
         metrics_port=0,
+        allow_file_repositories=True,  # the examples' repositories are local directories
     )
     controllers = ControllerThread(settings, options.kubeconfig)
     controllers.start()

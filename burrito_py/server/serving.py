@@ -25,7 +25,9 @@ async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = 
     datastore = datastore_client(settings.datastore_url, settings.datastore_token_path, settings.kubeconfig)
     authenticator = None
     if settings.auth_enabled:
-        reviewer = KubeAuthenticator(settings.auth_audiences, settings.auth_admin_users, (), settings.kubeconfig)
+        reviewer = KubeAuthenticator(
+            settings.auth_audiences, settings.auth_admin_users, (), settings.kubeconfig, settings.runner_service_account
+        )
         authenticator = CachedAuthenticator(reviewer, settings.auth_cache_ttl_seconds, 5.0)
     app = create_app(settings, kube, datastore, authenticator)
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",

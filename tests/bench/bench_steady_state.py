@@ -82,7 +82,8 @@ def main(layers: int = 1000, window: float = 30.0) -> None:
     controllers = subprocess.Popen(
         [sys.executable, "-c", "from burrito_py.entry import main; main()", "controllers", "start",
          "--kubeconfig", str(kubeconfig), "--datastore-url", datastore_url, "--git-cache-dir", str(tmp / "git"),
-         "--drift-detection-period", "3600", "--repository-poll-interval", "10", "--metrics-port", "0"],
+         "--drift-detection-period", "3600", "--repository-poll-interval", "10", "--metrics-port", "0",
+         "--allow-file-repositories"],  # make_repo serves a file:// URL
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -168,6 +168,7 @@ def running_platform(workdir: Path, kubeconfig: Path, **overrides: Any) -> Itera
             "failure_grace_period_cap": timedelta(seconds=4),
             "metrics_port": 0,
             "runner_image": "local",
+            "allow_file_repositories": True,  # TestRepo serves its repositories as file:// URLs
             **overrides,
         })
         controllers = ControllerThread(settings, kubeconfig)

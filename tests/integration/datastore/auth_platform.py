@@ -70,6 +70,15 @@ class AuthPlatform:
         body: dict[str, Any] = response.json()
         return body
 
+    def record_attempts(self, run: str, *pods: dict[str, Any]) -> None:
+        """Write the run's status as the run controller does after creating each attempt's pod."""
+        attempts = [{"podName": p["metadata"]["name"], "podUid": p["metadata"]["uid"], "number": i}
+                    for i, p in enumerate(pods, start=1)]
+        self.http.patch(f"/apis/{ann.API_VERSION}/namespaces/{NS}/terraformruns/{run}/status",
+                        json={"status": {"state": "Running", "attempts": attempts,
+                                         "runnerPod": attempts[-1]["podName"]}},
+                        headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+
 
 def _objects(applier: Applier) -> None:
     for crd in generate_crds().values():
@@ -87,10 +96,16 @@ def _objects(applier: Applier) -> None:
 def _tokens(platform: AuthPlatform) -> None:
     http, api = platform.http, platform.api
     grant_runner_access(http, NS)
-    for namespace, account in ((NS, "someone"), CONTROLLERS):
+    for namespace, account in ((NS, "someone"), (NS, "default"), CONTROLLERS):
         ensure_service_account(http, namespace, account)
     for layer in LAYERS:
-        platform.create_runner_pod(LAYERS[layer][1][0], 1)
+        run = LAYERS[layer][1][0]
+        platform.record_attempts(run, platform.create_runner_pod(run, 1))
+    # Run app-plan-0 is on its second attempt: the first attempt's pod (still there) is no longer its runner.
+    first = platform.create_runner_pod("app-plan-0", 1)
+    platform.record_attempts("app-plan-0", first, platform.create_runner_pod("app-plan-0", 2))
+    # A pod that names run app-plan-1 as its controller but runs as `default` (issue 11, item 14).
+    forged = platform.create_runner_pod("app-plan-1", 7, account="default")
     own_pod = "app-plan-1-1"
     runner_uid = http.get(f"/api/v1/namespaces/{NS}/serviceaccounts/{RUNNER_SA}").json()["metadata"]["uid"]
     pod_uid = http.get(f"/api/v1/namespaces/{NS}/pods/{own_pod}").json()["metadata"]["uid"]
@@ -110,6 +125,8 @@ def _tokens(platform: AuthPlatform) -> None:
                                                      pod=(own_pod, pod_uid))[0],
         "garbage": "not-a-token",
         "deleted-pod": platform.runner_token(doomed["metadata"]["name"]),
+        "default-sa-pod": platform.runner_token(forged["metadata"]["name"], account="default"),
+        "previous-attempt": platform.runner_token(first["metadata"]["name"]),
     })
     http.delete(f"/api/v1/namespaces/{NS}/pods/{doomed['metadata']['name']}").raise_for_status()
 

@@ -103,7 +103,7 @@ def expected(identity: str, call: Call) -> int:
         return success(call)
     if identity in RUNNER_ALLOWED:
         return success(call) if (call.target, call.method) in RUNNER_ALLOWED[identity] else 403
-    return 403  # stranger, impostor
+    return 403  # stranger, impostor, default-sa-pod, previous-attempt
 
 
 def authorization(platform: AuthPlatform, identity: str) -> dict[str, str]:
@@ -115,7 +115,7 @@ def authorization(platform: AuthPlatform, identity: str) -> dict[str, str]:
 
 
 IDENTITIES = ["none", "malformed", "garbage", "forged", "expired", "wrong-audience", "deleted-pod", "stranger",
-              "impostor", "other-runner", "own-runner", "controller"]
+              "impostor", "default-sa-pod", "previous-attempt", "other-runner", "own-runner", "controller"]
 
 
 def test_the_matrix_covers_every_endpoint_of_the_openapi(platform: AuthPlatform):

@@ -1,0 +1,107 @@
+"""Issue 11, items 15 and 16 (security): tenants are kept to their namespace. With the controllers' defaults, a
+`file://` repository is refused (it would read the controllers' filesystem, their git cache included), a layer
+may not use another namespace's repository, and a TerraformRun may not work for another namespace's layer:
+each is refused with a condition naming the field, and none of them ever gets a runner pod or a Lease."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from burrito_py.api import annotations as ann
+from burrito_py.gitops.testing import TestRepo
+from burrito_py.local.identity import admin_client, ensure_namespace
+from burrito_py.local.testing import wait_for
+from tests.e2e.conftest import Platform, running_platform
+
+TENANT = "tenant"
+
+
+@pytest.fixture
+def strict(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
+    """The controllers as installed by the chart: file:// and cross-namespace repositories off."""
+    with running_platform(tmp_path, kubeconfig_path, allow_file_repositories=False) as p:
+        with admin_client(p.api.url) as http:
+            ensure_namespace(http, TENANT)
+        yield p
+
+
+def create(platform: Platform, plural: str, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    kind = {"terraformrepositories": "TerraformRepository", "terraformlayers": "TerraformLayer",
+            "terraformruns": "TerraformRun"}[plural]
+    platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, namespace, plural, {
+        "apiVersion": ann.API_VERSION, "kind": kind, "metadata": {"name": name, "namespace": namespace},
+        "spec": spec})
+
+
+def get(platform: Platform, plural: str, namespace: str, name: str) -> dict[str, Any]:
+    body: dict[str, Any] = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, namespace, plural,
+                                                                       name)
+    return body
+
+
+def condition(body: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in (body.get("status") or {}).get("conditions") or () if c["type"] == kind), None)
+
+
+def wait_condition(platform: Platform, plural: str, namespace: str, name: str, kind: str,
+                   reason: str) -> dict[str, Any]:
+    def found() -> dict[str, Any] | None:
+        c = condition(get(platform, plural, namespace, name), kind)
+        return c if c is not None and c["reason"] == reason else None
+
+    result: dict[str, Any] = wait_for(found, 30, 0.1, f"{plural} {namespace}/{name} {kind} {reason}")
+    return result
+
+
+def events(platform: Platform, namespace: str, name: str) -> list[str]:
+    with admin_client(platform.api.url) as http:
+        items = http.get(f"/api/v1/namespaces/{namespace}/events").json()["items"]
+    return [f"{e['reason']}: {e['message']}" for e in items if e["involvedObject"]["name"] == name]
+
+
+def test_file_urls_and_cross_namespace_references_are_refused(strict: Platform, repo: TestRepo):
+    # A tenant's file:// repository (here: a real local repository the controllers could read).
+    create(strict, "terraformrepositories", TENANT, "local", {"repository": {"url": repo.url}})
+    create(strict, "terraformlayers", TENANT, "app", {
+        "repository": {"name": "local"}, "branch": "main", "path": "layers/app", "terraform": {"version": "1.11.4"}})
+    synced = wait_condition(strict, "terraformrepositories", TENANT, "local", "Synced", "FileURLNotAllowed")
+    assert synced["status"] == "False"
+    assert "spec.repository.url" in synced["message"] and "file:// repository URLs are disabled" in (
+        synced["message"])
+    ready = wait_condition(strict, "terraformlayers", TENANT, "app", "Ready", "RepositoryNotAllowed")
+    assert ready["message"].startswith(f"spec.repository: TerraformRepository {TENANT}/local: spec.repository.url")
+    assert any(e.startswith("FileURLNotAllowed: spec.repository.url") for e in events(strict, TENANT, "local"))
+
+    # A tenant's layer using the default namespace's repository.
+    create(strict, "terraformrepositories", "default", "private", {"repository": {"url": repo.url}})
+    create(strict, "terraformlayers", TENANT, "thief", {
+        "repository": {"name": "private", "namespace": "default"}, "branch": "main", "path": "layers/app"})
+    ready = wait_condition(strict, "terraformlayers", TENANT, "thief", "Ready", "CrossNamespaceRepository")
+    assert ready["message"].startswith("spec.repository.namespace: 'default' is not the layer's namespace 'tenant'")
+    assert ann.BRANCH_COMMIT not in (get(strict, "terraformlayers", TENANT, "thief")["metadata"].get("annotations")
+                                     or {})
+
+    # A run in the tenant namespace for the default namespace's layer.
+    strict.create_layer("victim", "private", "layers/app")
+    create(strict, "terraformruns", TENANT, "forged", {
+        "action": "apply", "layer": {"name": "victim", "namespace": "default", "revision": "0" * 40}})
+    refused = wait_condition(strict, "terraformruns", TENANT, "forged", "HasSucceeded", "CrossNamespaceLayer")
+    assert refused["message"] == ("spec.layer.namespace: 'default' is not the run's namespace 'tenant': a "
+                                  "TerraformRun may only work for a layer of its own namespace")
+    assert get(strict, "terraformruns", TENANT, "forged")["status"]["state"] == "Failed"
+    assert any(e.startswith("RunRefused: spec.layer.namespace") for e in events(strict, TENANT, "forged"))
+
+    # Nothing ran: no runner pod in either namespace, no Lease taken, and the runs are left alone.
+    with admin_client(strict.api.url) as http:
+        for namespace in (TENANT, "default"):
+            assert http.get(f"/api/v1/namespaces/{namespace}/pods").json()["items"] == []
+            assert http.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases").json()["items"] == []
+    # The refusal is written once: later reconciles (the victim layer's own, every run's) change nothing.
+    before = get(strict, "terraformruns", TENANT, "forged")["metadata"]["resourceVersion"]
+    time.sleep(2)
+    assert get(strict, "terraformruns", TENANT, "forged")["metadata"]["resourceVersion"] == before

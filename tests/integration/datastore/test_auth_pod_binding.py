@@ -1,0 +1,96 @@
+"""Issue 11, item 14 (security): a runner token writes a run's artifacts only when it is bound to the pod the run
+controller created for the run's current attempt (name and uid), running as the runner ServiceAccount. Real
+TokenRequests and TokenReviews of the emulator, real pods and runs, the datastore over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from burrito_py.api import annotations as ann
+from tests.integration.datastore.auth_platform import NS, AuthPlatform, running_auth_platform
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthPlatform]:
+    # Its own platform: these tests change runs' statuses, which the matrix's expectations depend on.
+    with running_auth_platform(tmp_path_factory.mktemp("binding")) as p:
+        yield p
+
+
+def put_plan(
+    platform: AuthPlatform, token: str, run: str = "app-plan-1", attempt: int = 1, layer: str = "app"
+) -> httpx.Response:
+    return httpx.put(f"{platform.url}/api/v1/layers/{NS}/{layer}/runs/{run}/attempts/{attempt}/plan?format=bin",
+                     content=b"forged plan", headers={"Authorization": f"Bearer {token}"}, timeout=30.0)
+
+
+def test_a_pod_owned_by_the_run_but_running_as_default_cannot_upload_its_plan(platform: AuthPlatform):
+    response = put_plan(platform, platform.tokens["default-sa-pod"])
+    assert response.status_code == 403
+    error = response.json()["error"]
+    assert "system:serviceaccount:default:default may not use the datastore" in error
+    assert "'default' is not the runner service account 'burrito-py-runner'" in error
+
+
+def test_the_pod_of_a_previous_attempt_cannot_upload(platform: AuthPlatform):
+    response = put_plan(platform, platform.tokens["previous-attempt"], run="app-plan-0")
+    assert response.status_code == 403
+    assert response.json()["error"].endswith(
+        "pod default/app-plan-0-1 is not the current runner pod of run app-plan-0 "
+        "(its current runner pod is app-plan-0-2)"
+    )
+
+
+def test_a_runner_pod_the_run_does_not_record_cannot_upload(platform: AuthPlatform):
+    # A runner-SA pod controlled by the run, under a name no attempt of the run has.
+    pod = platform.create_runner_pod("other-plan-1", 5)
+    response = put_plan(platform, platform.runner_token(pod["metadata"]["name"]), "other-plan-1", 5, "other")
+    assert response.status_code == 403
+    assert "is not the current runner pod of run other-plan-1 (its current runner pod is other-plan-1-1)" in (
+        response.json()["error"]
+    )
+
+
+def test_a_pod_recreated_under_the_recorded_name_is_not_the_recorded_pod(platform: AuthPlatform):
+    # Run app-plan-0 records app-plan-0-2 with a uid; a pod deleted and created again under that name differs.
+    http = platform.http
+    recorded = http.get(f"/apis/{ann.API_VERSION}/namespaces/{NS}/terraformruns/app-plan-0").json()
+    http.delete(f"/api/v1/namespaces/{NS}/pods/app-plan-0-2").raise_for_status()
+    again = platform.create_runner_pod("app-plan-0", 2)
+    assert again["metadata"]["uid"] != recorded["status"]["attempts"][-1]["podUid"]
+    response = put_plan(platform, platform.runner_token("app-plan-0-2"), run="app-plan-0", attempt=2)
+    assert response.status_code == 403
+    assert f"has uid {recorded['status']['attempts'][-1]['podUid']}, not {again['metadata']['uid']}" in (
+        response.json()["error"]
+    )
+
+
+def test_the_next_attempts_pod_waits_until_the_run_records_it_then_works(platform: AuthPlatform):
+    """The controller creates the pod, then records it in the run's status: a runner that calls in between gets
+    a retryable 503 (never cached), and the same token works once the status names its pod."""
+    first = platform.http.get(f"/api/v1/namespaces/{NS}/pods/app-plan-1-1").json()
+    second = platform.create_runner_pod("app-plan-1", 2)
+    token = platform.runner_token(second["metadata"]["name"])
+    early = put_plan(platform, token, attempt=2)
+    assert early.status_code == 503
+    assert "run app-plan-1 does not record pod default/app-plan-1-2 yet" in early.json()["error"]
+    platform.record_attempts("app-plan-1", first, second)
+    assert put_plan(platform, token, attempt=2).status_code == 201
+    # …and the first attempt's pod has lost its write rights to the run.
+    assert put_plan(platform, platform.tokens["own-runner"]).status_code == 403
+
+
+def test_a_run_records_pods_by_name_only_when_it_had_to_adopt_one(platform: AuthPlatform):
+    """Attempts recorded without a uid (a pod adopted after a 409) bind by name: the token's pod uid is still
+    checked against the live pod by the TokenReview."""
+    pod = platform.create_runner_pod("other-plan-1", 3)
+    platform.http.patch(
+        f"/apis/{ann.API_VERSION}/namespaces/{NS}/terraformruns/other-plan-1/status",
+        json={"status": {"attempts": [{"podName": "other-plan-1-3", "number": 3}], "runnerPod": "other-plan-1-3"}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+    response = put_plan(platform, platform.runner_token(pod["metadata"]["name"]), "other-plan-1", 3, "other")
+    assert response.status_code == 201

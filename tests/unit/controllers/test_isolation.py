@@ -1,0 +1,98 @@
+"""Isolation decisions (issue 11, items 15 and 16), without I/O: which repositories a layer may use and which
+runs the controllers refuse outright."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from burrito_py.controllers.layer_validation import cross_namespace_problem, validate_layer
+from burrito_py.controllers.repositories import mirror_for
+from burrito_py.controllers.run_isolation import run_refusal
+from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.gitops.urls import url_policy_problem
+
+STRICT = ControllerSettings()
+LOCAL = ControllerSettings(allow_file_repositories=True, allow_cross_namespace_repositories=True)
+
+
+def layer(namespace: str = "tenant", repository: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": "app", "namespace": namespace},
+            "spec": {"repository": repository or {"name": "repo"}, "branch": "main", "path": "app"}}
+
+
+def repository(url: str, namespace: str = "tenant") -> dict[str, Any]:
+    return {"metadata": {"name": "repo", "namespace": namespace}, "spec": {"repository": {"url": url}}}
+
+
+def run(namespace: str = "tenant", layer_namespace: str | None = None) -> dict[str, Any]:
+    ref: dict[str, Any] = {"name": "app"}
+    if layer_namespace is not None:
+        ref["namespace"] = layer_namespace
+    return {"metadata": {"name": "r", "namespace": namespace}, "spec": {"action": "plan", "layer": ref}}
+
+
+def test_the_defaults_are_strict():
+    assert STRICT.allow_file_repositories is False
+    assert STRICT.allow_cross_namespace_repositories is False
+
+
+def test_file_urls_are_refused_unless_enabled_whatever_their_spelling():
+    for url in ("file:///var/cache/burrito-py/git/x.git", "FILE:///srv/repo", " file:///srv/repo "):
+        problem = url_policy_problem(url, allow_file=False)
+        assert problem is not None and problem.startswith("spec.repository.url: ")
+        assert "file:// repository URLs are disabled" in problem and "BURRITO_PY_ALLOW_FILE_REPOSITORIES" in problem
+        assert url_policy_problem(url, allow_file=True) is None
+    assert url_policy_problem("https://github.com/org/repo.git", allow_file=False) is None
+    assert url_policy_problem("git@github.com:org/repo.git", allow_file=False) is None
+    invalid = url_policy_problem("ext::sh -c evil", allow_file=True)
+    assert invalid is not None and invalid.startswith("spec.repository.url: ")
+
+
+def test_a_layer_with_a_file_repository_is_not_ready_and_says_why():
+    ready = validate_layer(layer(), repository("file:///srv/repo"), STRICT).ready
+    assert (ready.status, ready.reason) == (False, "RepositoryNotAllowed")
+    assert ready.message.startswith("spec.repository: TerraformRepository tenant/repo: spec.repository.url: ")
+    assert validate_layer(layer(), repository("file:///srv/repo"), LOCAL).ready.status
+
+
+def test_a_cross_namespace_repository_reference_is_refused_unless_allowed():
+    thief = layer(repository={"name": "repo", "namespace": "default"})
+    ready = validate_layer(thief, repository("https://git.example/repo", "default"), STRICT).ready
+    assert (ready.status, ready.reason) == (False, "CrossNamespaceRepository")
+    assert ready.message.startswith("spec.repository.namespace: 'default' is not the layer's namespace 'tenant'")
+    # Whether the other namespace's repository exists is never told.
+    assert validate_layer(thief, None, STRICT).ready.reason == "CrossNamespaceRepository"
+    assert validate_layer(thief, repository("https://git.example/repo", "default"), LOCAL).ready.status
+    # Naming its own namespace explicitly is fine.
+    assert cross_namespace_problem(layer(repository={"name": "repo", "namespace": "tenant"}), STRICT) is None
+
+
+def test_a_run_for_another_namespaces_layer_is_refused():
+    refusal = run_refusal(run("tenant", "default"), layer("default"), None, STRICT)
+    assert refusal is not None and (refusal.type, refusal.status, refusal.reason) == (
+        "HasSucceeded", False, "CrossNamespaceLayer")
+    assert refusal.message == ("spec.layer.namespace: 'default' is not the run's namespace 'tenant': a "
+                               "TerraformRun may only work for a layer of its own namespace")
+    # Even with cross-namespace repositories allowed: a run's layer is always in its own namespace.
+    assert run_refusal(run("tenant", "default"), None, None, LOCAL) is not None
+    assert run_refusal(run("tenant", "tenant"), layer(), repository("https://git.example/r"), STRICT) is None
+    assert run_refusal(run("tenant"), layer(), repository("https://git.example/r"), STRICT) is None
+
+
+def test_a_run_of_a_layer_whose_repository_is_refused_is_refused():
+    refusal = run_refusal(run(), layer(), repository("file:///srv/repo"), STRICT)
+    assert refusal is not None and refusal.reason == "RepositoryNotAllowed"
+    assert refusal.message.startswith("layer app: spec.repository: TerraformRepository tenant/repo")
+    thief = layer(repository={"name": "repo", "namespace": "default"})
+    cross = run_refusal(run(), thief, None, STRICT)
+    assert cross is not None and cross.reason == "CrossNamespaceRepository"
+
+
+def test_mirrors_are_per_repository_never_shared_across_namespaces(tmp_path: Path):
+    url = "https://git.example/org/repo.git"
+    mine, theirs = mirror_for(tmp_path, "tenant", "repo", url), mirror_for(tmp_path, "default", "repo", url)
+    assert mine.path != theirs.path
+    assert mine.path.parent == (tmp_path / "tenant" / "repo").absolute()
+    assert theirs.path.is_relative_to((tmp_path / "default").absolute())
+    assert mirror_for(tmp_path, "tenant", "other", url).path != mine.path
