@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
 from burrito_py.api.application import APPS_GROUP
+from burrito_py.api.common import SyncWindow
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.datastore.app import DatastoreSettings
 from burrito_py.datastore.backends import StorageSettings
@@ -109,6 +110,7 @@ class ControllersConfig(Values):
     failure_grace_period_cap: timedelta = setting(ControllerSettings, "failure_grace_period_cap")
     max_retries: int = setting(ControllerSettings, "max_retries")
     runs_to_keep: int = setting(ControllerSettings, "runs_to_keep")
+    default_sync_windows: list[SyncWindow] = setting(ControllerSettings, "default_sync_windows")
     agl_enabled: bool = setting(ControllerSettings, "agl_enabled")
 
 
