@@ -100,6 +100,12 @@ class Workload(Values):
 
 
 # -- controllers ----------------------------------------------------------------------------------------
+class DefaultSyncWindow(SyncWindow):
+    """A sync window applied to every layer (the fields of a repository's spec.syncWindows[])."""
+
+    model_config = ConfigDict(**{**SyncWindow.model_config, "extra": "forbid"})
+
+
 class ControllersConfig(Values):
     """Controller settings, passed as BURRITO_PY_<NAME> (durations: ISO 8601, e.g. PT20M)."""
 
@@ -110,7 +116,7 @@ class ControllersConfig(Values):
     failure_grace_period_cap: timedelta = setting(ControllerSettings, "failure_grace_period_cap")
     max_retries: int = setting(ControllerSettings, "max_retries")
     runs_to_keep: int = setting(ControllerSettings, "runs_to_keep")
-    default_sync_windows: list[SyncWindow] = setting(ControllerSettings, "default_sync_windows")
+    default_sync_windows: list[DefaultSyncWindow] = setting(ControllerSettings, "default_sync_windows")
     agl_enabled: bool = setting(ControllerSettings, "agl_enabled")
 
 
