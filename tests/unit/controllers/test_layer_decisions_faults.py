@@ -288,3 +288,18 @@ def test_run_names_are_valid_label_values_whatever_the_layer_name(layer_name: st
         name = run_name(body_of(layer_name), CreateRun(action, "c1"), None, None)  # type: ignore[arg-type]
         assert len(name) <= 63 and NAME.match(name.replace(".", "-")), name
         assert ".-" not in name and "-." not in name
+
+
+def test_controller_wide_default_windows_come_from_the_environment_and_merge_with_the_repository(monkeypatch):
+    """Issue 11 item 8 (from burrito): default sync windows, as the chart passes them (JSON in the variable)."""
+    from burrito_py.controllers.layers import sync_windows
+    from burrito_py.controllers.settings import ControllerSettings
+
+    monkeypatch.setenv("BURRITO_PY_DEFAULT_SYNC_WINDOWS",
+                       '[{"kind": "deny", "schedule": "0 9 * * *", "duration": "2h", "actions": ["apply"]}]')
+    defaults = ControllerSettings().default_sync_windows
+    repository = {"spec": {"syncWindows": [{"kind": "deny", "schedule": "0 0 30 2 *", "duration": "1h"}]}}
+    windows = sync_windows(repository, defaults)
+    assert [w.schedule for w in windows] == ["0 0 30 2 *", "0 9 * * *"]
+    d = decide_layer(snap(layer(), windows=windows), NOW)
+    assert d.state == "ApplyNeeded" and d.create_run is None and not condition(d, "IsInSyncWindow").status
