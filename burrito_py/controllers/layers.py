@@ -326,43 +326,10 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             withdrawn = await look_fresh(ctx.kube, layer, ctx.crds)
         decision = decide(layer, runs, validation, drift, now, withdrawn, windows)
     if validation.ready.status and decision.create_run is not None:
-        if (layer.get("status") or {}).get("state") != decision.state:
-            # Show the decision before acting on it: the layer is Running right after, and PlanNeeded or
-            # ApplyNeeded would otherwise never be visible (one status write per run created, none at rest).
-            layer = await _write_status(
-                ctx, layer, compute_status(layer, decision, validation.ready, runs, now), validation.ready
-            )
-        created = await _create_run(ctx, layer, decision.create_run, runs)
-        if created is None:
+        executed = await _execute_create(ctx, layer, decision, decision.create_run, validation, runs, now)
+        if executed is None:
             return
-        ctx.inventory.runs.observe(created)
-        ctx.wake_run((namespace, created["metadata"]["name"]))
-        log.info(
-            "layer %s/%s: created %s run %s at %s",
-            namespace,
-            name,
-            decision.create_run.action,
-            created["metadata"]["name"],
-            decision.create_run.revision,
-        )
-        await post_event(
-            ctx.kube,
-            layer,
-            "Normal",
-            "RunCreated",
-            f"created {decision.create_run.action} run {created['metadata']['name']} "
-            f"for revision {decision.create_run.revision}",
-        )
-        # Both are consumed by the run just created: another immediate plan needs a new sync-now, and another
-        # apply a new approval, even of a plan with the same sum.
-        consumed = {ann.SYNC_NOW: decision.remove_sync_now, ann.APPROVE_PLAN: decision.remove_approval}
-        if any(consumed.values()):
-            patched = await ctx.kube.merge_patch(
-                crd_path("terraformlayers", namespace, name),
-                {"metadata": {"annotations": {k: None for k, acted in consumed.items() if acted}}},
-            )
-            ctx.inventory.layers.observe(patched)
-            layer = patched
+        layer = executed
         runs = ctx.inventory.runs_of_layer(namespace, name)
         decision = decide(layer, runs, validation, drift, now, withdrawn, windows)
     elif decision.state is None and repository is not None and not _branch_synced(repository, layer):
@@ -397,6 +364,58 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if decision.wake_at is not None:
         # Held back by a sync window: decide again when it may have changed.
         ctx.wake_layer(key, max((decision.wake_at - now).total_seconds(), 0.0) + 1.0)
+
+
+async def _execute_create(
+    ctx: Context,
+    layer: Body,
+    decision: LayerDecision,
+    create: CreateRun,
+    validation: LayerValidation,
+    runs: Sequence[Body],
+    now: datetime,
+) -> Body | None:
+    """Carry out a decision to create a run: show the state, create (or adopt) the run, announce it, consume
+    the annotations it acted on. The layer as now stored; None when there is nothing more to do now."""
+    namespace, name = layer["metadata"]["namespace"], layer["metadata"]["name"]
+    if (layer.get("status") or {}).get("state") != decision.state:
+        # Show the decision before acting on it: the layer is Running right after, and PlanNeeded or
+        # ApplyNeeded would otherwise never be visible (one status write per run created, none at rest).
+        layer = await _write_status(
+            ctx, layer, compute_status(layer, decision, validation.ready, runs, now), validation.ready
+        )
+    created = await _create_run(ctx, layer, create, runs)
+    if created is None:
+        return None
+    ctx.inventory.runs.observe(created)
+    ctx.wake_run((namespace, created["metadata"]["name"]))
+    log.info(
+        "layer %s/%s: created %s run %s at %s",
+        namespace,
+        name,
+        create.action,
+        created["metadata"]["name"],
+        create.revision,
+    )
+    await post_event(
+        ctx.kube,
+        layer,
+        "Normal",
+        "RunCreated",
+        f"created {create.action} run {created['metadata']['name']} "
+        f"for revision {create.revision}",
+    )
+    # Both are consumed by the run just created: another immediate plan needs a new sync-now, and another
+    # apply a new approval, even of a plan with the same sum.
+    consumed = {ann.SYNC_NOW: decision.remove_sync_now, ann.APPROVE_PLAN: decision.remove_approval}
+    if any(consumed.values()):
+        patched = await ctx.kube.merge_patch(
+            crd_path("terraformlayers", namespace, name),
+            {"metadata": {"annotations": {k: None for k, acted in consumed.items() if acted}}},
+        )
+        ctx.inventory.layers.observe(patched)
+        layer = patched
+    return layer
 
 
 async def _create_run(ctx: Context, layer: Body, create: CreateRun, runs: Sequence[Body]) -> Body | None:
