@@ -46,6 +46,12 @@ RUN_CREATED_AT = "burrito-py.io/created-at"
 # destroy).
 RUN_LAYER_GENERATION = "burrito-py.io/layer-generation"
 
+# On a TerraformRun, set by the layer controller when it creates the run: the layer's relevant commit then (a
+# plan of any commit with that relevant commit plans the same code), and for an apply, the sum of the plan it
+# applies (the key of its exhaustion).
+RUN_RELEVANT_COMMIT = "burrito-py.io/relevant-commit"
+RUN_PLAN_SUM = "burrito-py.io/plan-sum"
+
 # Labels.
 LABEL_LAYER = "burrito-py.io/layer"
 LABEL_RUN = "burrito-py.io/run"

@@ -28,6 +28,7 @@ __all__ = [
     "OUTPUT_MAPPING_PATTERN",
     "RELATIVE_PATH_PATTERN",
     "ApprovePlan",
+    "ExhaustedRun",
     "LayerState",
     "OutputsSecret",
     "OutputsSync",
@@ -191,6 +192,21 @@ class OutputsSync(ApiModel):
     )
 
 
+class ExhaustedRun(ApiModel):
+    """A run of this layer that failed for good. Kept on the status so that deleting old runs (run history)
+    never lifts it: a failed plan is not retried at the same relevant commit, a failed apply never applies
+    the same plan again."""
+
+    run: str = Field(description="Name of the failed TerraformRun.")
+    key: str = Field(description="plan: the relevant commit it planned; apply: the sum of the plan it applied.")
+    reason: str = Field(description="RetryLimitReached, or StalePlan for an apply Terraform refused as stale.")
+    message: str = Field(default="", description="Why the last attempt failed.")
+    relevant_commit: str | None = Field(default=None, description="The layer's relevant commit when it ran.")
+    stale_count: int = Field(
+        default=0, ge=0, description="Stale applies in a row at that relevant commit (each re-plans once at most)."
+    )
+
+
 class TerraformLayerStatus(ApiModel):
     """Observed state of a TerraformLayer."""
 
@@ -205,6 +221,12 @@ class TerraformLayerStatus(ApiModel):
     latest_runs: list[RunReference] = Field(default_factory=list, description="The runs kept, newest first.")
     last_plan: PlanReference | None = Field(default=None, description="The latest successful plan.")
     pending_plan: PendingPlan | None = Field(default=None, description="The plan waiting for approval, if any.")
+    exhausted_plan: ExhaustedRun | None = Field(
+        default=None, description="The newest plan run, when it failed after its last retry."
+    )
+    exhausted_apply: ExhaustedRun | None = Field(
+        default=None, description="The newest apply run, when it failed after its last retry or on a stale plan."
+    )
     outputs: list[str] = Field(
         default_factory=list, description="Names of the outputs of the last successful apply (values are not shown)."
     )

@@ -18,7 +18,9 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from burrito_py.api import annotations as ann
+from burrito_py.controllers.admission import Window, sync_windows_allow
 from burrito_py.controllers.conditions import Cond
+from burrito_py.controllers.run_decisions import STALE_PLAN
 from burrito_py.timeutil import parse_time
 
 LayerStateName = Literal["Idle", "PlanNeeded", "ApplyNeeded", "Running", "MaxRetriesReached"]
@@ -31,6 +33,11 @@ LAYER_STATES: tuple[LayerStateName, ...] = (
 )
 TERMINAL_RUN_STATES = frozenset({"Succeeded", "Failed"})
 NO_CHANGES = "No changes."
+RETRY_LIMIT = "RetryLimitReached"
+# A stale apply re-plans at once this many times in a row at one relevant commit; after that the apply of the
+# latest plan is exhausted until a plan with another sum (drift, sync-now, a new commit), so a layer whose
+# state keeps changing under it cannot loop plan → stale apply → plan.
+MAX_STALE_REPLANS = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +56,12 @@ class RunView:
     artifact: str | None = None
     # metadata.generation of the layer when the run was created (a changed spec retries a failed destroy).
     layer_generation: int | None = None
+    # The layer's relevant commit when the run was created (None on runs made before it was recorded).
+    relevant_commit: str | None = None
+    # For an apply: the sum of the plan it applies (None on runs made before it was recorded).
+    plan_sum: str | None = None
+    # The reason of its HasSucceeded condition (`StalePlan` for an apply refused as stale).
+    reason: str = ""
 
     @property
     def terminal(self) -> bool:
@@ -61,6 +74,18 @@ class RunView:
 
 
 @dataclass(frozen=True, slots=True)
+class Exhaustion:
+    """A run that failed for good (`status.exhaustedPlan` / `status.exhaustedApply`), see `ExhaustedRun`."""
+
+    run: str
+    key: str
+    reason: str = RETRY_LIMIT
+    message: str = ""
+    relevant_commit: str | None = None
+    stale_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class LayerSnapshot:
     annotations: dict[str, str]
     last_run: RunView | None
@@ -70,6 +95,14 @@ class LayerSnapshot:
     drift_period: timedelta
     # Any run of the layer not yet terminal, whatever the order: a layer never gets a second live run.
     active_run: RunView | None = None
+    # The run named by `plan-run` (the run holding the current plan), when the controller holds it.
+    plan_run: RunView | None = None
+    # What the status recorded at the previous reconcile (the runs themselves may since have been deleted).
+    exhausted_plan: Exhaustion | None = None
+    exhausted_apply: Exhaustion | None = None
+    # The repository's sync windows and the controller's defaults, and the layer's name they match.
+    windows: tuple[Window, ...] = ()
+    layer_name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +112,9 @@ class CreateRun:
     artifact_run: str | None = None
     artifact_attempt: int | None = None
     destroy: bool = False
+    # Stamped on the run (see RunView): the relevant commit at creation, and for an apply the plan's sum.
+    relevant_commit: str | None = None
+    plan_sum: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +140,11 @@ class LayerDecision:
     # Annotate the layer `api.burrito-py.io/skip-destroy` with this reason (a CRD's deletion is behind the
     # layer's, and a live run is waited for first: the mark keeps the verdict until then).
     skip_destroy: str | None = None
-
-
-def _exhausted(run: RunView | None, branch_commit: str | None) -> bool:
-    return run is not None and run.failed and run.revision == branch_commit
+    # What to record as `status.exhaustedPlan` / `status.exhaustedApply`.
+    exhausted_plan: Exhaustion | None = None
+    exhausted_apply: Exhaustion | None = None
+    # A sync window holds back the run this decision would create: wake the layer when it may change.
+    wake_at: datetime | None = None
 
 
 def parse_plan_run(value: str | None) -> tuple[str, int] | None:
@@ -120,13 +157,54 @@ def parse_plan_run(value: str | None) -> tuple[str, int] | None:
     return run, int(attempt)
 
 
+def plan_exhaustion(snap: LayerSnapshot) -> Exhaustion | None:
+    """The newest plan run, if it failed for good. Without a plan run in hand (history cleanup deleted it),
+    the status's record stands; a newer plan run always replaces it."""
+    run = snap.last_plan_run
+    if run is None or not run.terminal:
+        return snap.exhausted_plan
+    if not run.failed:
+        return None
+    # Keyed on the relevant commit it planned: an unrelated commit must not retry a broken layer.
+    key = run.relevant_commit or run.revision or ""
+    return Exhaustion(run.name, key, RETRY_LIMIT, run.message, run.relevant_commit)
+
+
+def apply_exhaustion(snap: LayerSnapshot) -> Exhaustion | None:
+    """The newest apply run, if it failed for good or on a stale plan; else the status's record."""
+    run = snap.last_apply_run
+    previous = snap.exhausted_apply
+    if run is None or not run.terminal:
+        return previous
+    if not run.failed:
+        return None
+    if previous is not None and previous.run == run.name:
+        return previous  # already recorded (with its stale count)
+    current = parse_plan_run(snap.annotations.get(ann.PLAN_RUN))
+    # Keyed on the sum of the plan it applied; runs made before the sum was stamped: by their artifact.
+    key = run.plan_sum or (
+        snap.annotations.get(ann.PLAN_SUM, "") if current is not None and run.artifact == current[0] else ""
+    )
+    reason = STALE_PLAN if run.reason == STALE_PLAN else RETRY_LIMIT
+    stale_count = 0
+    if reason == STALE_PLAN:
+        streak = (
+            previous is not None
+            and previous.reason == STALE_PLAN
+            and previous.relevant_commit == run.relevant_commit
+        )
+        stale_count = (previous.stale_count if previous is not None and streak else 0) + 1
+    return Exhaustion(run.name, key, reason, run.message, run.relevant_commit, stale_count)
+
+
 def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     a = snap.annotations
     branch_commit = a.get(ann.BRANCH_COMMIT)
-    plan_sum = a.get(ann.PLAN_SUM)
-    plan_commit = a.get(ann.PLAN_COMMIT)
+    # An empty annotation means "no plan", as it does for the status (compute_status).
+    plan_sum = a.get(ann.PLAN_SUM) or None
+    plan_commit = a.get(ann.PLAN_COMMIT) or None
     plan_date = parse_time(a.get(ann.PLAN_DATE))
-    relevant_commit = a.get(ann.RELEVANT_COMMIT)
+    relevant_commit = a.get(ann.RELEVANT_COMMIT) or branch_commit
 
     if not branch_commit:
         waiting = Cond(
@@ -154,27 +232,28 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         "PlanIsRecent" if plan_fresh else ("NoPlanYet" if plan_sum is None else "DriftDetectionDue"),
     )
 
-    relevant_date = parse_time(a.get(ann.RELEVANT_COMMIT_DATE))
+    # Decided on revisions, never on dates: the plan is of the relevant commit when it planned that commit or
+    # the branch head, or was made at a commit whose relevant commit (stamped on its run) is the current one.
+    plan_run_relevant = snap.plan_run.relevant_commit if snap.plan_run is not None else None
     planned = plan_sum is not None and (
         (plan_commit is not None and plan_commit in (relevant_commit, branch_commit))
-        or (plan_date is not None and relevant_date is not None and plan_date > relevant_date)
+        or (plan_run_relevant is not None and plan_run_relevant == relevant_commit)
     )
     relevant_planned = Cond(
         "IsLastRelevantCommitPlanned",
         planned,
         "LastRelevantCommitPlanned" if planned else "NewRelevantCommit",
-        "" if planned else f"commit {relevant_commit or branch_commit} has not been planned",
+        "" if planned else f"commit {relevant_commit} has not been planned",
     )
 
-    plan_run = snap.last_plan_run
-    plan_failed = plan_sum is None or (plan_run is not None and plan_run.failed)
+    failed_plan = plan_exhaustion(snap)
+    failed_apply = apply_exhaustion(snap)
+    plan_failed = plan_sum is None or failed_plan is not None
     last_plan_failed = Cond(
         "HasLastPlanFailed",
         plan_failed,
-        "LastPlanFailed"
-        if plan_run is not None and plan_run.failed
-        else ("NoPlanYet" if plan_sum is None else "LastPlanSucceeded"),
-        plan_run.message if plan_run is not None and plan_run.failed else "",
+        "LastPlanFailed" if failed_plan is not None else ("NoPlanYet" if plan_sum is None else "LastPlanSucceeded"),
+        failed_plan.message if failed_plan is not None else "",
     )
 
     no_changes = a.get(ann.PLAN_SUMMARY) == NO_CHANGES
@@ -188,26 +267,34 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     sync_now = ann.SYNC_NOW in a
     sync_scheduled = Cond("IsSyncScheduled", sync_now, "SyncNowRequested" if sync_now else "NoSyncRequested")
 
-    plan_exhausted = _exhausted(plan_run, branch_commit)
-    apply_exhausted = _exhausted(snap.last_apply_run, branch_commit) or _exhausted(snap.last_apply_run, plan_commit)
-    last_exhausted = _exhausted(last, branch_commit) or (
-        last is not None and last.action == "apply" and apply_exhausted
+    plan_exhausted = failed_plan is not None and failed_plan.key in (relevant_commit, branch_commit)
+    # The apply of the current plan failed: for good, or on a stale plan (re-planned at once, within bounds).
+    apply_of_plan_failed = failed_apply is not None and plan_sum is not None and failed_apply.key == plan_sum
+    stale_replan = (
+        apply_of_plan_failed
+        and failed_apply is not None
+        and failed_apply.reason == STALE_PLAN
+        and failed_apply.stale_count <= MAX_STALE_REPLANS
     )
+    apply_exhausted = apply_of_plan_failed and not stale_replan
+    exhausted_run = failed_plan if plan_exhausted else (failed_apply if apply_exhausted else None)
     retry_limit = Cond(
         "HasLastRunReachedRetryLimit",
-        last_exhausted,
-        "RetryLimitReached" if last_exhausted else "RetriesAvailable",
-        f"run {last.name} failed after its last retry: {last.message}".rstrip(": ") if last_exhausted and last else "",
+        exhausted_run is not None,
+        (exhausted_run.reason if exhausted_run is not None else "RetriesAvailable"),
+        f"run {exhausted_run.run} failed after its last retry: {exhausted_run.message}".rstrip(": ")
+        if exhausted_run is not None
+        else "",
     )
 
     state: LayerStateName
     if running:
         state = "Running"
-    elif sync_now or ((not plan_fresh or not planned) and not plan_exhausted):
+    elif sync_now or ((not plan_fresh or not planned or stale_replan) and not plan_exhausted):
         state = "PlanNeeded"
     elif not apply_done and not plan_failed and not apply_exhausted:
         state = "ApplyNeeded"
-    elif plan_exhausted or apply_exhausted or last_exhausted:
+    elif plan_exhausted or apply_exhausted:
         state = "MaxRetriesReached"
     else:
         state = "Idle"
@@ -219,7 +306,7 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     if (
         not snap.auto_apply
         and plan_sum is not None
-        and not (apply_done or plan_failed or apply_exhausted or applying)
+        and not (apply_done or plan_failed or apply_exhausted or stale_replan or applying)
     ):
         pending = PendingPlanView(plan_sum, a.get(ann.PLAN_RUN), plan_commit)
     approval = a.get(ann.APPROVE_PLAN)
@@ -228,11 +315,23 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
 
     create: CreateRun | None = None
     if state == "PlanNeeded":
-        create = CreateRun("plan", branch_commit)
+        create = CreateRun("plan", branch_commit, relevant_commit=relevant_commit)
     elif state == "ApplyNeeded" and (snap.auto_apply or approved):
         artifact = parse_plan_run(a.get(ann.PLAN_RUN))
         if artifact is not None and plan_commit:
-            create = CreateRun("apply", plan_commit, artifact[0], artifact[1])
+            create = CreateRun(
+                "apply", plan_commit, artifact[0], artifact[1], relevant_commit=relevant_commit, plan_sum=plan_sum
+            )
+
+    # Sync windows are decided here, before a run exists: a held-back layer keeps its state (PlanNeeded or
+    # ApplyNeeded), says why, and is woken when the window changes. It then decides afresh, so a plan that
+    # aged past the drift period meanwhile is planned again, never applied.
+    window_cond, wake_at = Cond("IsInSyncWindow", True, "NoRunWaiting"), None
+    if create is not None:
+        verdict = sync_windows_allow(snap.windows, create.action, snap.layer_name, now)
+        window_cond = Cond("IsInSyncWindow", verdict.allowed, verdict.reason, verdict.message)
+        if not verdict.allowed:
+            create, wake_at = None, verdict.wake_at
 
     conditions = (
         is_running,
@@ -243,6 +342,7 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         sync_scheduled,
         retry_limit,
         approval_cond,
+        window_cond,
     )
     return LayerDecision(
         state,
@@ -251,6 +351,9 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         remove_sync_now=sync_now and create is not None,
         pending_plan=pending,
         remove_approval=approved and create is not None and create.action == "apply",
+        exhausted_plan=failed_plan,
+        exhausted_apply=failed_apply,
+        wake_at=wake_at,
     )
 
 

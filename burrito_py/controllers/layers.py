@@ -6,6 +6,7 @@ cheap: drift detection wakes each layer once when its plan gets stale, not on a 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -13,7 +14,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.common import SyncWindow
 from burrito_py.controllers import metrics
+from burrito_py.controllers.admission import Window
 from burrito_py.controllers.conditions import Cond, merge_conditions
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.crd_guard import LAYER_CRD, cached_owners, crd_deletion, look_fresh
@@ -29,7 +32,9 @@ from burrito_py.controllers.finalizers import set_destroy_finalizer
 from burrito_py.controllers.inventory import Body, Key
 from burrito_py.controllers.kube import KubeError, crd_path
 from burrito_py.controllers.layer_decisions import (
+    RETRY_LIMIT,
     CreateRun,
+    Exhaustion,
     LayerDecision,
     LayerSnapshot,
     RunView,
@@ -42,14 +47,26 @@ from burrito_py.controllers.pod_creation import blocked_message
 from burrito_py.timeutil import format_time_precise, parse_time, utcnow
 
 log = logging.getLogger(__name__)
-STATUS_KEYS = ("state", "conditions", "lastResult", "lastRun", "latestRuns", "lastPlan", "pendingPlan")
+STATUS_KEYS = (
+    "state",
+    "conditions",
+    "lastResult",
+    "lastRun",
+    "latestRuns",
+    "lastPlan",
+    "pendingPlan",
+    "exhaustedPlan",
+    "exhaustedApply",
+)
 
 
 def run_view(run: Mapping[str, Any]) -> RunView:
     spec, status = run.get("spec") or {}, run.get("status") or {}
     conditions = status.get("conditions") or ()
     message = next((c.get("message", "") for c in conditions if c.get("type") == "HasSucceeded"), "")
-    generation = (run["metadata"].get("annotations") or {}).get(ann.RUN_LAYER_GENERATION, "")
+    annotations = run["metadata"].get("annotations") or {}
+    generation = annotations.get(ann.RUN_LAYER_GENERATION, "")
+    succeeded: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "HasSucceeded"), {})
     return RunView(
         name=run["metadata"]["name"],
         action=spec.get("action", "plan"),
@@ -60,27 +77,74 @@ def run_view(run: Mapping[str, Any]) -> RunView:
         destroy=bool(spec.get("destroy")),
         artifact=(spec.get("artifact") or {}).get("run"),
         layer_generation=int(generation) if generation.isdigit() else None,
+        relevant_commit=annotations.get(ann.RUN_RELEVANT_COMMIT) or None,
+        plan_sum=annotations.get(ann.RUN_PLAN_SUM) or None,
+        reason=succeeded.get("reason", "") if status.get("state") == "Failed" else "",
     )
 
 
+def exhaustion_record(value: Mapping[str, Any] | None) -> Exhaustion | None:
+    """`status.exhaustedPlan` / `status.exhaustedApply` as the decision reads it."""
+    if not value or not value.get("run"):
+        return None
+    return Exhaustion(
+        run=str(value["run"]),
+        key=str(value.get("key") or ""),
+        reason=str(value.get("reason") or RETRY_LIMIT),
+        message=str(value.get("message") or ""),
+        relevant_commit=value.get("relevantCommit"),
+        stale_count=int(value.get("staleCount") or 0),
+    )
+
+
+def exhaustion_status(record: Exhaustion | None) -> Body | None:
+    if record is None:
+        return None
+    body: Body = {"run": record.run, "key": record.key, "reason": record.reason, "message": record.message[:1000]}
+    if record.relevant_commit:
+        body["relevantCommit"] = record.relevant_commit
+    if record.stale_count:
+        body["staleCount"] = record.stale_count
+    return body
+
+
+def sync_windows(repository: Mapping[str, Any] | None, defaults: Sequence[SyncWindow]) -> tuple[Window, ...]:
+    """The repository's sync windows plus the controller-wide defaults (burrito merges them the same way)."""
+    own = ((repository or {}).get("spec") or {}).get("syncWindows") or ()
+    specs = [*own, *(w.to_dict() for w in defaults)]
+    return tuple(Window.from_spec(spec) for spec in specs)
+
+
 def snapshot(
-    layer: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], auto_apply: bool, drift: timedelta
+    layer: Mapping[str, Any],
+    runs: Sequence[Mapping[str, Any]],
+    auto_apply: bool,
+    drift: timedelta,
+    windows: tuple[Window, ...] = (),
 ) -> LayerSnapshot:
     views = [run_view(r) for r in runs]  # newest first
+    annotations = dict(layer["metadata"].get("annotations") or {})
+    status = layer.get("status") or {}
+    current = parse_plan_run(annotations.get(ann.PLAN_RUN))
     return LayerSnapshot(
-        annotations=dict(layer["metadata"].get("annotations") or {}),
+        annotations=annotations,
         last_run=views[0] if views else None,
         last_plan_run=next((v for v in views if v.action == "plan"), None),
         last_apply_run=next((v for v in views if v.action == "apply"), None),
         auto_apply=auto_apply,
         drift_period=drift,
         active_run=next((v for v in views if not v.terminal), None),
+        plan_run=next((v for v in views if current is not None and v.name == current[0]), None),
+        exhausted_plan=exhaustion_record(status.get("exhaustedPlan")),
+        exhausted_apply=exhaustion_record(status.get("exhaustedApply")),
+        windows=windows,
+        layer_name=layer["metadata"]["name"],
     )
 
 
 def decide(
     layer: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], validation: LayerValidation, drift: timedelta,
-    now: datetime, withdrawn: str | None = None,
+    now: datetime, withdrawn: str | None = None, windows: tuple[Window, ...] = (),
 ) -> LayerDecision:
     """The destroy sequence once the layer is being deleted (it holds our finalizer), else the normal loop.
 
@@ -93,10 +157,29 @@ def decide(
         return decide_destroy(
             DestroySnapshot(annotations, views, generation, validation.destroy_on_deletion, withdrawn)
         )
-    return decide_layer(snapshot(layer, runs, validation.auto_apply, drift), now)
+    return decide_layer(snapshot(layer, runs, validation.auto_apply, drift, windows), now)
 
 
-def run_body(layer: Mapping[str, Any], create: CreateRun) -> Body:
+MAX_RUN_PREFIX = 40
+
+
+def run_name(layer: Mapping[str, Any], create: CreateRun, newest_run: str | None, sync_now: str | None) -> str:
+    """One decision → one name, so a create whose response was lost is found again (409) and adopted.
+
+    The hash covers what makes the decision: the layer (uid), action, revision and plan sum, the sync-now
+    request, and the newest run of the layer: once a run is created it is the newest, so the next decision
+    (a drift or sync-now plan at the same revision) gets another name, while a retried decision (the watch has
+    not shown the new run yet) gets the same one. The layer name is cut to keep the run name a valid label
+    value (≤ 63) for `<run>` and its pods `<run>-<attempt>`."""
+    meta = layer["metadata"]
+    parts = (meta.get("uid", ""), meta["namespace"], meta["name"], create.action, create.revision,
+             create.plan_sum or "", "destroy" if create.destroy else "", newest_run or "", sync_now or "")
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
+    prefix = meta["name"][:MAX_RUN_PREFIX].rstrip("-.")
+    return f"{prefix}-{create.action}-{digest}"
+
+
+def run_body(layer: Mapping[str, Any], create: CreateRun, name: str | None = None) -> Body:
     meta = layer["metadata"]
     spec: Body = {
         "action": create.action,
@@ -106,29 +189,33 @@ def run_body(layer: Mapping[str, Any], create: CreateRun) -> Body:
         spec["artifact"] = {"run": create.artifact_run, "attempt": create.artifact_attempt}
     if create.destroy:
         spec["destroy"] = True
-    return {
-        "apiVersion": ann.API_VERSION,
-        "kind": "TerraformRun",
-        "metadata": {
-            "generateName": f"{meta['name'][:40]}-{create.action}-",
-            "namespace": meta["namespace"],
-            "labels": {ann.LABEL_LAYER: ann.layer_label(meta["name"])},
-            "annotations": {
-                ann.RUN_CREATED_AT: format_time_precise(utcnow()),
-                ann.RUN_LAYER_GENERATION: str(meta.get("generation") or 0),
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": layer.get("apiVersion", ann.API_VERSION),
-                    "kind": "TerraformLayer",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": spec,
+    annotations = {
+        ann.RUN_CREATED_AT: format_time_precise(utcnow()),
+        ann.RUN_LAYER_GENERATION: str(meta.get("generation") or 0),
     }
+    if create.relevant_commit:
+        annotations[ann.RUN_RELEVANT_COMMIT] = create.relevant_commit
+    if create.plan_sum:
+        annotations[ann.RUN_PLAN_SUM] = create.plan_sum
+    metadata: Body = {
+        "namespace": meta["namespace"],
+        "labels": {ann.LABEL_LAYER: ann.layer_label(meta["name"])},
+        "annotations": annotations,
+        "ownerReferences": [
+            {
+                "apiVersion": layer.get("apiVersion", ann.API_VERSION),
+                "kind": "TerraformLayer",
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+    if name is not None:
+        metadata["name"] = name
+    else:
+        metadata["generateName"] = f"{meta['name'][:MAX_RUN_PREFIX]}-{create.action}-"
+    return {"apiVersion": ann.API_VERSION, "kind": "TerraformRun", "metadata": metadata, "spec": spec}
 
 
 def _run_ref(run: Mapping[str, Any]) -> Body:
@@ -162,6 +249,8 @@ def compute_status(
         "lastRun": _run_ref(runs[0]) if runs else None,
         "latestRuns": [_run_ref(r) for r in runs],
         "lastPlan": None,
+        "exhaustedPlan": exhaustion_status(decision.exhausted_plan),
+        "exhaustedApply": exhaustion_status(decision.exhausted_apply),
     }
     if a.get(ann.PLAN_SUM):
         plan_run = parse_plan_run(a.get(ann.PLAN_RUN))
@@ -223,7 +312,8 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     runs = ctx.inventory.runs_of_layer(namespace, name)
     # From the CRD watch: no request. Only "terminating" is trusted from it; see the fresh look below.
     withdrawn = crd_deletion(layer, ctx.crds.named(LAYER_CRD), cached_owners(layer, ctx.crds)) if deleting else None
-    decision = decide(layer, runs, validation, drift, now, withdrawn)
+    windows = sync_windows(repository, ctx.settings.default_sync_windows)
+    decision = decide(layer, runs, validation, drift, now, withdrawn, windows)
 
     if validation.ready.status and decision.create_run is not None:
         # Runs finish through our own writes, but the runner's plan/apply annotations reach us by watch and
@@ -237,45 +327,14 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             # A destroy run is next. The layer's deletion event may have come before its CRD's: read the
             # CRDs fresh (Kubernetes marks the CRD terminating before it deletes any instance).
             withdrawn = await look_fresh(ctx.kube, layer, ctx.crds)
-        decision = decide(layer, runs, validation, drift, now, withdrawn)
+        decision = decide(layer, runs, validation, drift, now, withdrawn, windows)
     if validation.ready.status and decision.create_run is not None:
-        if (layer.get("status") or {}).get("state") != decision.state:
-            # Show the decision before acting on it: the layer is Running right after, and PlanNeeded or
-            # ApplyNeeded would otherwise never be visible (one status write per run created, none at rest).
-            layer = await _write_status(
-                ctx, layer, compute_status(layer, decision, validation.ready, runs, now), validation.ready
-            )
-        created = await ctx.kube.create(crd_path("terraformruns", namespace), run_body(layer, decision.create_run))
-        ctx.inventory.runs.observe(created)
-        ctx.wake_run((namespace, created["metadata"]["name"]))
-        log.info(
-            "layer %s/%s: created %s run %s at %s",
-            namespace,
-            name,
-            decision.create_run.action,
-            created["metadata"]["name"],
-            decision.create_run.revision,
-        )
-        await post_event(
-            ctx.kube,
-            layer,
-            "Normal",
-            "RunCreated",
-            f"created {decision.create_run.action} run {created['metadata']['name']} "
-            f"for revision {decision.create_run.revision}",
-        )
-        # Both are consumed by the run just created: another immediate plan needs a new sync-now, and another
-        # apply a new approval, even of a plan with the same sum.
-        consumed = {ann.SYNC_NOW: decision.remove_sync_now, ann.APPROVE_PLAN: decision.remove_approval}
-        if any(consumed.values()):
-            patched = await ctx.kube.merge_patch(
-                crd_path("terraformlayers", namespace, name),
-                {"metadata": {"annotations": {k: None for k, acted in consumed.items() if acted}}},
-            )
-            ctx.inventory.layers.observe(patched)
-            layer = patched
+        executed = await _execute_create(ctx, layer, decision, decision.create_run, validation, runs, now)
+        if executed is None:
+            return
+        layer = executed
         runs = ctx.inventory.runs_of_layer(namespace, name)
-        decision = decide(layer, runs, validation, drift, now, withdrawn)
+        decision = decide(layer, runs, validation, drift, now, withdrawn, windows)
     elif decision.state is None and repository is not None and not _branch_synced(repository, layer):
         ctx.wake_repository(_repository_key(layer))  # a new branch: resolve it now, not at the next poll
 
@@ -305,6 +364,81 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         return
     await sync_outputs(ctx, key)  # after a successful apply only: see outputs.py
     _schedule_drift_check(ctx, key, layer, now)
+    if decision.wake_at is not None:
+        # Held back by a sync window: decide again when it may have changed.
+        ctx.wake_layer(key, max((decision.wake_at - now).total_seconds(), 0.0) + 1.0)
+
+
+async def _execute_create(
+    ctx: Context,
+    layer: Body,
+    decision: LayerDecision,
+    create: CreateRun,
+    validation: LayerValidation,
+    runs: Sequence[Body],
+    now: datetime,
+) -> Body | None:
+    """Carry out a decision to create a run: show the state, create (or adopt) the run, announce it, consume
+    the annotations it acted on. The layer as now stored; None when there is nothing more to do now."""
+    namespace, name = layer["metadata"]["namespace"], layer["metadata"]["name"]
+    if (layer.get("status") or {}).get("state") != decision.state:
+        # Show the decision before acting on it: the layer is Running right after, and PlanNeeded or
+        # ApplyNeeded would otherwise never be visible (one status write per run created, none at rest).
+        layer = await _write_status(
+            ctx, layer, compute_status(layer, decision, validation.ready, runs, now), validation.ready
+        )
+    created = await _create_run(ctx, layer, create, runs)
+    if created is None:
+        return None
+    ctx.inventory.runs.observe(created)
+    ctx.wake_run((namespace, created["metadata"]["name"]))
+    log.info(
+        "layer %s/%s: created %s run %s at %s",
+        namespace,
+        name,
+        create.action,
+        created["metadata"]["name"],
+        create.revision,
+    )
+    await post_event(
+        ctx.kube,
+        layer,
+        "Normal",
+        "RunCreated",
+        f"created {create.action} run {created['metadata']['name']} "
+        f"for revision {create.revision}",
+    )
+    # Both are consumed by the run just created: another immediate plan needs a new sync-now, and another
+    # apply a new approval, even of a plan with the same sum.
+    consumed = {ann.SYNC_NOW: decision.remove_sync_now, ann.APPROVE_PLAN: decision.remove_approval}
+    if any(consumed.values()):
+        patched = await ctx.kube.merge_patch(
+            crd_path("terraformlayers", namespace, name),
+            {"metadata": {"annotations": {k: None for k, acted in consumed.items() if acted}}},
+        )
+        ctx.inventory.layers.observe(patched)
+        layer = patched
+    return layer
+
+
+async def _create_run(ctx: Context, layer: Body, create: CreateRun, runs: Sequence[Body]) -> Body | None:
+    """Create the decided run under its deterministic name. A 409 means an earlier try of this same decision
+    created it (its response was lost): read it back and adopt it, never create a second one."""
+    meta = layer["metadata"]
+    newest = runs[0]["metadata"]["name"] if runs else None
+    name = run_name(layer, create, newest, (meta.get("annotations") or {}).get(ann.SYNC_NOW))
+    try:
+        return await ctx.kube.create(crd_path("terraformruns", meta["namespace"]), run_body(layer, create, name))
+    except KubeError as exc:
+        if exc.status != 409:
+            raise
+    existing = await ctx.kube.get(crd_path("terraformruns", meta["namespace"], name))
+    if existing is None:
+        log.warning("run %s/%s: create said it exists, but it is gone; deciding again", meta["namespace"], name)
+        ctx.wake_layer((meta["namespace"], meta["name"]), 1.0)
+        return None
+    log.info("run %s/%s was already created by an earlier try of this decision: adopted", meta["namespace"], name)
+    return existing
 
 
 async def _mark_skip_destroy(ctx: Context, layer: Body, reason: str) -> Body:

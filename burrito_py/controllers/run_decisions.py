@@ -2,6 +2,10 @@
 
 `retries` counts the attempts that failed. A run gets `1 + maxRetries` attempts; after the n-th
 failure it waits `failureGracePeriod * 2^(n-1)` (capped) before the next one.
+
+One failure is never retried: an apply the runner refused because Terraform called its saved plan stale (exit
+code 5, termination message `stale plan: …`). The same plan would fail again; the run ends `Failed` with the
+HasSucceeded reason `StalePlan` and the layer plans again (docs/architecture.md §5.2).
 """
 
 from __future__ import annotations
@@ -24,6 +28,14 @@ RUN_STATES: tuple[RunStateName, ...] = (
 )
 TERMINAL: frozenset[str] = frozenset({"Succeeded", "Failed"})
 ACTIVE_POD_PHASES = frozenset({"Pending", "Running"})
+# The runner's exit code and termination message prefix for an apply of a stale plan (the contract with it).
+STALE_PLAN_EXIT_CODE = 5
+STALE_PLAN_PREFIX = "stale plan: "
+STALE_PLAN = "StalePlan"
+
+
+def is_stale_plan(exit_code: int | None, message: str) -> bool:
+    return exit_code == STALE_PLAN_EXIT_CODE or message.startswith(STALE_PLAN_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,10 +142,11 @@ def decide_run(snap: RunSnapshot, now: datetime) -> RunDecision:
     pending_logs = tuple(a.number for a in snap.attempts if (a.finished_at is not None and not a.logs_uploaded))
     if snap.state in TERMINAL:
         state: RunStateName = "Succeeded" if snap.state == "Succeeded" else "Failed"
+        stale = state == "Failed" and bool(snap.attempts) and snap.attempts[-1].exit_code == STALE_PLAN_EXIT_CODE
         return RunDecision(
             state,
             snap.retries,
-            _conditions(state, snap.retries, policy, None),
+            _conditions(state, snap.retries, policy, None, stale=stale),
             upload_logs=pending_logs,
             release_lease=True,
         )
@@ -171,11 +184,13 @@ def decide_run(snap: RunSnapshot, now: datetime) -> RunDecision:
             release_lease=True,
         )
     message = finish.message if finish is not None else ""
-    if retries > policy.max_retries:
+    exit_code = finish.exit_code if finish is not None else latest.exit_code
+    stale = is_stale_plan(exit_code, message)
+    if retries > policy.max_retries or stale:
         return RunDecision(
             "Failed",
             retries,
-            _conditions("Failed", retries, policy, None, message),
+            _conditions("Failed", retries, policy, None, message, stale=stale),
             finish=finish,
             upload_logs=pending_logs,
             release_lease=True,
@@ -204,9 +219,16 @@ def decide_run(snap: RunSnapshot, now: datetime) -> RunDecision:
 
 
 def _conditions(
-    state: RunStateName, retries: int, policy: RetryPolicy, retry_at: datetime | None, message: str = ""
+    state: RunStateName,
+    retries: int,
+    policy: RetryPolicy,
+    retry_at: datetime | None,
+    message: str = "",
+    *,
+    stale: bool = False,
 ) -> tuple[Cond, ...]:
     limit = retries > policy.max_retries
+    failed_reason = STALE_PLAN if stale else "RunFailed"
     return (
         Cond("HasStatus", True, "StatusKnown"),
         Cond(
@@ -220,7 +242,7 @@ def _conditions(
             state == "Succeeded",
             "RunSucceeded"
             if state == "Succeeded"
-            else ("RunFailed" if state in ("Failed", "FailureGracePeriod", "Retrying") else "NotFinished"),
+            else (failed_reason if state in ("Failed", "FailureGracePeriod", "Retrying") else "NotFinished"),
             message,
         ),
         Cond("IsRunning", state == "Running", "RunnerPodActive" if state == "Running" else "NoActivePod"),

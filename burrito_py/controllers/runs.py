@@ -16,7 +16,7 @@ from typing import Any
 
 from burrito_py.api import annotations as ann
 from burrito_py.controllers import leases, metrics
-from burrito_py.controllers.admission import Admission, Window, pod_budget_allows, sync_windows_allow
+from burrito_py.controllers.admission import Admission, pod_budget_allows
 from burrito_py.controllers.conditions import Cond, merge_conditions
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.events import post_event
@@ -103,23 +103,9 @@ def active_runner_pods(ctx: Context, repository: Mapping[str, Any] | None) -> in
 def admission(
     ctx: Context, run: Mapping[str, Any], layer: Mapping[str, Any], repository: Mapping[str, Any] | None, now: datetime
 ) -> Admission:
+    # Sync windows are decided by the layer controller before it creates a run (docs/architecture.md §5.8):
+    # an attempt of a run already created is never held back by a window.
     spec = (repository or {}).get("spec") or {}
-    windows = [
-        Window(
-            w.get("kind", "allow"),
-            w.get("schedule", "* * * * *"),
-            w.get("duration", "1h"),
-            tuple(w.get("actions") or ()),
-            tuple(w.get("layers") or ()),
-        )
-        for w in spec.get("syncWindows") or ()
-    ]
-    try:
-        verdict = sync_windows_allow(windows, run["spec"]["action"], layer["metadata"]["name"], now)
-    except ValueError as exc:
-        return Admission(False, "InvalidSyncWindow", f"spec.syncWindows: {exc}")
-    if not verdict.allowed:
-        return verdict
     return pod_budget_allows(
         active_runner_pods(ctx, repository),
         spec.get("maxConcurrentRunnerPods"),

@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from burrito_py.api.common import SyncWindow
 from burrito_py.durations import Duration
 from burrito_py.local.paths import pod_path_setting
 
@@ -45,6 +46,11 @@ class ControllerSettings(BaseSettings):
     failure_grace_period_cap: Duration = Field(timedelta(hours=1), description="Longest backoff between retries.")
     max_retries: int = Field(3, ge=0, description="Retries of a failed run when the layer sets none.")
     runs_to_keep: int = Field(5, ge=1, description="Runs kept per layer when the layer sets no history policy.")
+    default_sync_windows: list[SyncWindow] = Field(
+        default_factory=list,
+        description="Sync windows applied to every layer, in addition to its repository's spec.syncWindows "
+        "(same fields: kind, schedule, duration, actions, layers).",
+    )
     runner_image: str = "ghcr.io/burrito-py/burrito-py:0.1.0"
     runner_service_account: str = Field(
         "burrito-py-runner", description="ServiceAccount of runner pods, in each namespace with layers."

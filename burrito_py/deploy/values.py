@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
 from burrito_py.api.application import APPS_GROUP
+from burrito_py.api.common import SyncWindow
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.datastore.app import DatastoreSettings
 from burrito_py.datastore.backends import StorageSettings
@@ -99,6 +100,12 @@ class Workload(Values):
 
 
 # -- controllers ----------------------------------------------------------------------------------------
+class DefaultSyncWindow(SyncWindow):
+    """A sync window applied to every layer (the fields of a repository's spec.syncWindows[])."""
+
+    model_config = ConfigDict(**{**SyncWindow.model_config, "extra": "forbid"})
+
+
 class ControllersConfig(Values):
     """Controller settings, passed as BURRITO_PY_<NAME> (durations: ISO 8601, e.g. PT20M)."""
 
@@ -110,6 +117,7 @@ class ControllersConfig(Values):
     max_retries: int = setting(ControllerSettings, "max_retries")
     runs_to_keep: int = setting(ControllerSettings, "runs_to_keep")
     max_concurrent_runner_pods: int = setting(ControllerSettings, "max_concurrent_runner_pods")
+    default_sync_windows: list[DefaultSyncWindow] = setting(ControllerSettings, "default_sync_windows")
     agl_enabled: bool = setting(ControllerSettings, "agl_enabled")
     allow_file_repositories: bool = setting(ControllerSettings, "allow_file_repositories")
     allow_cross_namespace_repositories: bool = setting(ControllerSettings, "allow_cross_namespace_repositories")

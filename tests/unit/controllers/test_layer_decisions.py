@@ -133,8 +133,12 @@ def test_exhausted_plan_on_current_commit_is_max_retries_reached_until_a_new_com
 
 
 def test_exhausted_apply_is_max_retries_reached():
-    failed = RunView("a", "apply", "Failed", "c1")
+    failed = RunView("a", "apply", "Failed", "c1", plan_sum="sha256:aa")
     d = decide_layer(snap(planned(), failed, last_apply=failed, auto_apply=True), NOW)
+    assert d.state == "MaxRetriesReached" and d.create_run is None
+    # A run made before the plan's sum was stamped on it is matched by the plan run it applied.
+    legacy = RunView("a", "apply", "Failed", "c1", artifact="layer-plan-x")
+    d = decide_layer(snap(planned(), legacy, last_apply=legacy, auto_apply=True), NOW)
     assert d.state == "MaxRetriesReached" and d.create_run is None
 
 
@@ -230,7 +234,7 @@ def test_manual_plan_waits_with_a_pending_plan_and_says_how_to_approve_it():
 
 def test_an_approval_of_the_pending_sum_applies_exactly_that_plan_and_is_consumed():
     d = decide_layer(snap(approved("sha256:aa")), NOW)
-    assert d.create_run == CreateRun("apply", "c1", "layer-plan-x", 1)
+    assert d.create_run == CreateRun("apply", "c1", "layer-plan-x", 1, relevant_commit="c1", plan_sum="sha256:aa")
     assert d.remove_approval and reason(d, "IsPlanApproved") == "PlanApproved"
 
 

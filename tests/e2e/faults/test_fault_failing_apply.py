@@ -1,0 +1,110 @@
+"""An apply that always fails, under a short drift period (issue 11 items 2, 3 and the figures): one plan run
+per drift period at most, one apply run per plan sum, never a second apply of a plan whose apply failed
+(even once run-history cleanup has deleted that run), and the failure visible as a condition and events."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from burrito_py.api import annotations as ann
+from burrito_py.gitops.testing import TestRepo, make_repo
+
+from ..conftest import Platform, running_platform
+
+# Plans always succeed (with changes); the apply always fails: the provisioner runs only when the resource is
+# created, at apply time, and a failed create leaves it tainted, so the next plan replaces it again. No
+# provider to download (terraform_data and local-exec are built in).
+FAILING_APPLY_TF = """
+terraform {
+  backend "local" {}
+}
+
+resource "terraform_data" "this" {
+  input = "always fails"
+
+  provisioner "local-exec" {
+    command = "echo this apply always fails >&2; exit 1"
+  }
+}
+"""
+
+
+@dataclass
+class Tally:
+    """What a watcher saw of a layer's runs (run history deletes old runs, so it samples as it goes)."""
+
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    max_live: int = 0
+    states: set[str] = field(default_factory=set)
+
+    def of(self, action: str) -> list[dict[str, Any]]:
+        return [r for r in self.runs.values() if r["spec"]["action"] == action]
+
+    def attempts(self) -> int:
+        return sum(len((r.get("status") or {}).get("attempts") or ()) for r in self.runs.values())
+
+
+def watch(platform: Platform, layer: str, seconds: float, interval: float = 0.3) -> Tally:
+    tally = Tally()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        runs = platform.runs(layer)
+        for run in runs:
+            tally.runs[run["metadata"]["name"]] = run  # the latest view of each run
+        live = [r for r in runs if (r.get("status") or {}).get("state") not in ("Succeeded", "Failed")]
+        tally.max_live = max(tally.max_live, len(live))
+        tally.states.add(str((platform.layer(layer).get("status") or {}).get("state")))
+        time.sleep(interval)
+    return tally
+
+
+def failing_repo(tmp_path: Path) -> TestRepo:
+    repo = make_repo(tmp_path / "upstream")
+    repo.commit({"layers/app/main.tf": FAILING_APPLY_TF}, "an apply that always fails")
+    return repo
+
+
+@pytest.fixture
+def drifting(tmp_path: Path) -> Iterator[Platform]:
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", drift_detection_period=timedelta(seconds=20),
+                          max_retries=1) as platform:
+        yield platform
+
+
+@pytest.mark.timeout(420)
+def test_an_always_failing_apply_is_bounded_and_visible(drifting: Platform, tmp_path: Path):
+    platform, repo = drifting, failing_repo(tmp_path)
+    platform.create_repository("repo", repo.url)
+    platform.create_layer("app", "repo", "layers/app", auto_apply=True)
+    started = time.monotonic()
+    tally = watch(platform, "app", 180)
+    elapsed = time.monotonic() - started
+
+    plans, applies = tally.of("plan"), tally.of("apply")
+    assert tally.max_live <= 1
+    # One plan run per drift period at most (+1: the first plan), and one apply run per plan sum.
+    assert 2 <= len(plans) <= elapsed / 20 + 1, [r["metadata"]["name"] for r in plans]
+    sums = [r["metadata"]["annotations"][ann.RUN_PLAN_SUM] for r in applies]
+    assert len(applies) >= 2 and len(sums) == len(set(sums)), sums
+    assert all((r.get("status") or {}).get("state") in ("Failed", "Running", "Initial", "Retrying",
+                                                       "FailureGracePeriod", None) for r in applies)
+    # Run history (5 runs) deleted the oldest exhausted applies; none of their plans was applied again.
+    assert len(tally.runs) > 5
+
+    # The failure is visible: the state, the retry-limit condition and events.
+    assert "MaxRetriesReached" in tally.states
+    layer = platform.layer("app")
+    exhausted = (layer.get("status") or {}).get("exhaustedApply")
+    assert exhausted is not None and exhausted["reason"] == "RetryLimitReached"
+    events = platform.core.list_namespaced_event("default").items
+    reasons = {(e.involved_object.name, e.reason) for e in events}
+    assert ("app", "MaxRetriesReached") in reasons
+    assert any(reason == "RunFailed" and name.startswith("app-apply-") for name, reason in reasons)
+    print(f"\n{elapsed:.0f} s: {len(plans)} plan runs, {len(applies)} apply runs, {tally.attempts()} attempts")
