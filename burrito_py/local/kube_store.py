@@ -31,6 +31,7 @@ from burrito_py.local.kube_errors import (
     invalid,
     not_found,
 )
+from burrito_py.local.kube_meta import metadata_causes
 from burrito_py.local.kube_patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from burrito_py.local.kube_rbac import RBAC_GROUP, prepare_binding
 from burrito_py.local.kube_resources import Resource, builtins, resources_from_crd, storage_version
@@ -291,7 +292,7 @@ class Store:
             isinstance(f, str) for f in meta.get("finalizers") or []
         ):
             raise bad_request("metadata.finalizers must be a list of strings")
-        causes = []
+        causes = metadata_causes(meta)
         for i, ref in enumerate(meta.get("ownerReferences") or ()):
             if not isinstance(ref, dict):
                 raise bad_request("metadata.ownerReferences must be a list of objects")
