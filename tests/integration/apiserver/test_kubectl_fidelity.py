@@ -105,3 +105,92 @@ def test_kubectl_create_token_issues_a_token_the_token_review_accepts(
 @pytest.fixture
 def manifest(tmp_path: Path) -> Path:
     return tmp_path / "manifest.yaml"
+
+
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default", "labels": {"a": "b"}},
+       "spec": {"restartPolicy": "Never", "securityContext": {"runAsNonRoot": True, "runAsUser": 65532},
+                "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", "true"],
+                                "env": [{"name": "X", "value": "1"}],
+                                "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}},
+                                "securityContext": {"allowPrivilegeEscalation": False,
+                                                    "readOnlyRootFilesystem": True,
+                                                    "capabilities": {"drop": ["ALL"]}},
+                                "ports": [{"containerPort": 8080, "name": "http"}],
+                                "readinessProbe": {"httpGet": {"path": "/", "port": "http"}},
+                                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
+                "volumes": [{"name": "tmp", "emptyDir": {}}]}}
+
+
+def test_kubectl_apply_of_a_pod_is_validated_by_the_server_without_flags(
+    kubectl: KubectlRun, http: httpx.Client, manifest: Path
+) -> None:
+    manifest.write_text(yaml.safe_dump(POD))
+    assert "pod/web created" in kubectl("apply", "-f", str(manifest)).stdout
+    assert "pod/web unchanged" in kubectl("apply", "-f", str(manifest)).stdout
+    typo = json.loads(json.dumps(POD))
+    typo["metadata"]["name"] = "typo"
+    typo["spec"]["containers"][0]["imagee"] = typo["spec"]["containers"][0].pop("image")
+    manifest.write_text(yaml.safe_dump(typo))
+    refused = kubectl("apply", "-f", str(manifest), check=False)
+    assert refused.returncode != 0
+    assert ('Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field '
+            '"spec.containers[0].imagee"') in refused.stderr
+    warned = kubectl("apply", "--validate=warn", "-f", str(manifest))
+    assert 'unknown field "spec.containers[0].imagee"' in warned.stderr
+    stored = http.get("/api/v1/namespaces/default/pods/typo").json()
+    assert "imagee" not in stored["spec"]["containers"][0], "unknown fields of built-ins are dropped, as Go drops them"
+
+
+def test_kubectl_applies_the_charts_kinds_and_more_without_validate_false(
+    kubectl: KubectlRun, http: httpx.Client, manifest: Path
+) -> None:
+    from burrito_py.deploy.chart import render_chart
+
+    extra = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenant"}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "tenant"},
+         "stringData": {"k": "v"}},
+        {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l", "namespace": "tenant"},
+         "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15}},
+        {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e", "namespace": "tenant"},
+         "involvedObject": {"kind": "Lease", "name": "l", "namespace": "tenant"}, "reason": "Tested",
+         "message": "hello", "type": "Normal"},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "burrito-py-system"}},
+    ]
+    objects = extra + render_chart({}, "burrito-py", "burrito-py-system")
+    kinds = {o["kind"] for o in objects}
+    assert {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Service",
+            "Deployment", "PersistentVolumeClaim", "CustomResourceDefinition"} <= kinds
+    manifest.write_text(yaml.safe_dump_all(objects))
+    first = kubectl("apply", "-f", str(manifest))
+    assert first.stdout.count(" created") == len(objects), first.stdout
+    again = kubectl("apply", "-f", str(manifest))
+    assert "created" not in again.stdout and "unchanged" in again.stdout
+    assert http.get("/apis/coordination.k8s.io/v1/namespaces/tenant/leases/l").json()["spec"]["holderIdentity"] == "me"
+
+
+def test_kubectl_explain_reads_the_served_schemas(kubectl: KubectlRun, manifest: Path) -> None:
+    from burrito_py.api.crdgen import generate_crds
+
+    explained = kubectl("explain", "pod.spec.containers.image").stdout
+    assert "FIELD: image <string>" in explained and "Container image name" in explained
+    assert "FIELD: strategy <DeploymentStrategy>" in kubectl("explain", "deployment.spec.strategy").stdout
+    manifest.write_text(yaml.safe_dump_all(list(generate_crds().values())))
+    kubectl("apply", "-f", str(manifest))
+    layer = kubectl("explain", "terraformlayer.spec.branch").stdout
+    assert "GROUP:      terraform.burrito-py.io" in layer and "FIELD: branch <string>" in layer
+
+
+def test_openapi_documents_name_the_kinds_and_their_schemas(http: httpx.Client) -> None:
+    index = http.get("/openapi/v3").json()["paths"]
+    assert {"api/v1", "apis/apps/v1", "apis/rbac.authorization.k8s.io/v1", "apis/coordination.k8s.io/v1"} <= set(index)
+    core = http.get("/openapi/v3/api/v1").json()
+    schemas = core["components"]["schemas"]
+    pod = schemas["io.k8s.api.core.v1.Pod"]
+    assert pod["x-kubernetes-group-version-kind"] == [{"group": "", "kind": "Pod", "version": "v1"}]
+    assert pod["properties"]["spec"]["allOf"] == [{"$ref": "#/components/schemas/io.k8s.api.core.v1.PodSpec"}]
+    assert schemas["io.k8s.api.core.v1.PodSpec"]["required"] == ["containers"]
+    for ref in {r for r in json.dumps(core).split('"$ref": "')[1:]}:
+        assert ref.split('"')[0].rpartition("/")[2] in schemas, "every reference resolves in the document"
+    patch = core["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"]
+    assert "fieldValidation" in {p["name"] for p in patch["parameters"]}
