@@ -14,12 +14,14 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from importlib.resources import files
 from typing import Any
 
 from burrito_py.local.kube_resources import Resource
 
+log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 SCHEMA_VERSION = "v1.32.0"  # the version /version reports
 _REF = "#/$defs/"
@@ -29,9 +31,20 @@ _PATCH_PARAMETERS = ("dryRun", "fieldManager", "fieldValidation", "force")
 
 @functools.cache
 def _raw_definitions() -> dict[str, Obj]:
-    """Definition name (`io.k8s.api.core.v1.Pod`) → its JSON Schema, as kubernetes-validate ships it."""
-    base = files("kubernetes_validate") / "kubernetes-json-schema" / f"{SCHEMA_VERSION}-local" / "_definitions.json"
-    found: dict[str, Obj] = json.loads(base.read_text())["$defs"]
+    """Definition name (`io.k8s.api.core.v1.Pod`) → its JSON Schema, as kubernetes-validate ships it (the
+    `local` extra; without it built-in kinds go undocumented and unchecked, as before). A package that no
+    longer ships SCHEMA_VERSION gives its newest version instead."""
+    try:
+        root = files("kubernetes_validate") / "kubernetes-json-schema"
+    except ModuleNotFoundError:
+        log.warning("kubernetes-validate is not installed (pip install 'burrito-py[local]'): the emulator serves "
+                    "no schemas of built-in kinds and does not check their fields")
+        return {}
+    wanted = root / f"{SCHEMA_VERSION}-local"
+    if not wanted.is_dir():
+        versions = [d.name for d in root.iterdir() if d.name.endswith("-local")]
+        wanted = root / max(versions, key=lambda v: tuple(int(p) for p in v[1:].removesuffix("-local").split(".")))
+    found: dict[str, Obj] = json.loads((wanted / "_definitions.json").read_text())["$defs"]
     return found
 
 
