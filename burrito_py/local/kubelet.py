@@ -766,30 +766,34 @@ class LocalKubelet(LoopThread):
         while not life.stop.is_set():
             started, began = format_time(utcnow()), time.monotonic()
             probes: list[asyncio.Task[None]] = []
-            with log_path.open("ab", buffering=0) as output:
-                try:
-                    life.process = await asyncio.create_subprocess_exec(
-                        *argv, env=env, cwd=cwd, stdout=output, stderr=asyncio.subprocess.STDOUT,
-                        start_new_session=True)
-                    code, reason, message = None, "", ""
-                except (OSError, ValueError) as exc:
-                    life.process = None
-                    code, reason, message = 128, "StartError", str(exc)
-                if life.process is not None:
-                    life.phase, life.state = "Running", {"running": {"startedAt": started}}
-                    readiness, liveness = life.container.get("readinessProbe"), life.container.get("livenessProbe")
-                    life.ready = readiness is None
-                    await self._publish(life)
-                    if readiness:
-                        probes.append(asyncio.create_task(self._probe_loop(life, readiness, "readiness")))
-                    if liveness:
-                        probes.append(asyncio.create_task(self._probe_loop(life, liveness, "liveness")))
-                    code = exit_code(await life.process.wait())
-                    await end_group(life.process.pid)
-                    reason = "Completed" if code == 0 else "Error"
-            for task in probes:
-                task.cancel()
-            await asyncio.gather(*probes, return_exceptions=True)
+            try:
+                with log_path.open("ab", buffering=0) as output:
+                    try:
+                        life.process = await asyncio.create_subprocess_exec(
+                            *argv, env=env, cwd=cwd, stdout=output, stderr=asyncio.subprocess.STDOUT,
+                            start_new_session=True)
+                        code, reason, message = None, "", ""
+                    except (OSError, ValueError) as exc:
+                        life.process = None
+                        code, reason, message = 128, "StartError", str(exc)
+                    if life.process is not None:
+                        life.phase, life.state = "Running", {"running": {"startedAt": started}}
+                        readiness = life.container.get("readinessProbe")
+                        liveness = life.container.get("livenessProbe")
+                        life.ready = readiness is None
+                        await self._publish(life)
+                        if readiness:
+                            probes.append(asyncio.create_task(self._probe_loop(life, readiness, "readiness")))
+                        if liveness:
+                            probes.append(asyncio.create_task(self._probe_loop(life, liveness, "liveness")))
+                        code = exit_code(await life.process.wait())
+                        reason = "Completed" if code == 0 else "Error"
+            finally:  # also when the kubelet stops (cancelled): no probe outlives its container
+                for task in probes:
+                    task.cancel()
+                await asyncio.gather(*probes, return_exceptions=True)
+            if life.process is not None:
+                await end_group(life.process.pid)
             if life.stop.is_set():
                 return
             finished = {"exitCode": code, "reason": reason, "startedAt": started,
