@@ -25,6 +25,7 @@ from aiohttp import web
 
 from burrito_py.local.kube_authn import ADMIN_TOKEN, Authenticator, Unauthorized, UserInfo
 from burrito_py.local.kube_errors import ApiError, bad_request, invalid, not_found, reason_for, unknown_resource
+from burrito_py.local.kube_openapi import group_version_document
 from burrito_py.local.kube_patch import PatchError, json_patch, merge_patch
 from burrito_py.local.kube_protobuf import ProtobufError
 from burrito_py.local.kube_protobuf import decode as decode_protobuf
@@ -350,7 +351,7 @@ class ApiServer:
         if path == "/apis":
             return _json(self._group_list())
         if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
-            return _json(self._openapi_v3(path.removeprefix("/openapi/v3").strip("/")))
+            return self._openapi_v3(path.removeprefix("/openapi/v3").strip("/"))
         parts = path.strip("/").split("/")
         if parts[0] == "api" and len(parts) >= 2:
             group, version, rest = "", parts[1], parts[2:]
@@ -394,29 +395,20 @@ class ApiServer:
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}".lstrip("/"),
                 "resources": [entry for r in found for entry in r.discovery()]}
 
-    def _openapi_v3(self, group_version: str) -> Obj:
-        """Just enough OpenAPI v3 for kubectl to see that PATCH takes `fieldValidation`, so that
-        `kubectl apply/create` validate on the server (no schemas: no client-side validation)."""
+    def _openapi_v3(self, group_version: str) -> web.Response:
+        """The OpenAPI v3 index, or one group version's document (`kube_openapi`): Kubernetes' schemas of
+        the built-in kinds, the CRDs' schemas of custom resources, and PATCH operations that take
+        `fieldValidation` (so `kubectl apply/create` leave field validation to the server)."""
         with self.store.lock:
             resources = list(self.store.resources.values())
         by_gv: dict[str, list[Resource]] = {}
         for r in resources:
             by_gv.setdefault(f"apis/{r.group}/{r.version}" if r.group else f"api/{r.version}", []).append(r)
         if not group_version:
-            return {"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}"} for gv in sorted(by_gv)}}
+            return _json({"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}"} for gv in sorted(by_gv)}})
         if group_version not in by_gv:
             raise unknown_resource(f"/openapi/v3/{group_version}")
-        paths: Obj = {}
-        for r in by_gv[group_version]:
-            scope = "/namespaces/{namespace}" if r.namespaced else ""
-            parameters = [{"name": n, "in": "query", "schema": {"type": "string"}}
-                          for n in ("dryRun", "fieldManager", "fieldValidation", "force")]
-            gvk = {"group": r.group, "version": r.version, "kind": r.kind}
-            paths[f"/{group_version}{scope}/{r.plural}/{{name}}"] = {
-                "patch": {"operationId": f"patch{r.kind}", "parameters": parameters,
-                          "x-kubernetes-group-version-kind": gvk, "responses": {}}}
-        return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.32.0"}, "paths": paths,
-                "components": {"schemas": {}}}
+        return web.Response(body=group_version_document(group_version, by_gv[group_version]), content_type=JSON)
 
     # -- resources -------------------------------------------------------------------------------
     async def _resource_request(

@@ -1,5 +1,6 @@
 """Decode the few protobuf bodies kubectl sends: its generator commands (`kubectl create namespace`,
-`create configmap|secret|serviceaccount`) and `kubectl auth can-i|whoami` (the self reviews) post
+`create configmap|secret|serviceaccount`), `kubectl create token` (a TokenRequest) and
+`kubectl auth can-i|whoami` (the self reviews) post
 `application/vnd.kubernetes.protobuf` for built-ins. Only those kinds are understood; anything else is
 refused (415) by the caller."""
 
@@ -152,6 +153,20 @@ def _access_review_spec(data: bytes) -> Obj:
     return spec
 
 
+def _token_request_spec(data: bytes) -> Obj:
+    """TokenRequestSpec: audiences 1 (repeated), boundObjectRef 3 (kind 1, apiVersion 2, name 3, uid 4),
+    expirationSeconds 4 (what `kubectl create token` sends)."""
+    spec: Obj = {}
+    for number, value in _fields(data):
+        if number == 1:
+            spec.setdefault("audiences", []).append(_text(value))
+        elif number == 3 and isinstance(value, bytes):
+            spec["boundObjectRef"] = _strings(value, {1: "kind", 2: "apiVersion", 3: "name", 4: "uid"})
+        elif number == 4 and isinstance(value, int):
+            spec["expirationSeconds"] = value
+    return spec
+
+
 def _review(spec: Callable[[bytes], Obj]) -> Callable[[bytes], Obj]:
     def decode_review(data: bytes) -> Obj:
         return {"spec": next((spec(v) for n, v in _fields(data) if n == 2 and isinstance(v, bytes)), {})}
@@ -167,6 +182,7 @@ _KINDS: dict[tuple[str, str], Callable[[bytes], Obj]] = {
     ("authorization.k8s.io/v1", "LocalSubjectAccessReview"): _review(_access_review_spec),
     ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): _review(lambda data: _strings(data, {1: "namespace"})),
     ("authentication.k8s.io/v1", "SelfSubjectReview"): lambda data: {},
+    ("authentication.k8s.io/v1", "TokenRequest"): _review(_token_request_spec),
 }
 
 

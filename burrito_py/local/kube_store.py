@@ -31,6 +31,8 @@ from burrito_py.local.kube_errors import (
     invalid,
     not_found,
 )
+from burrito_py.local.kube_meta import metadata_causes
+from burrito_py.local.kube_openapi import builtin_schema, prune_unknown
 from burrito_py.local.kube_patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from burrito_py.local.kube_rbac import RBAC_GROUP, prepare_binding
 from burrito_py.local.kube_resources import Resource, builtins, resources_from_crd, storage_version
@@ -264,20 +266,31 @@ class Store:
             obj, causes = prepare_binding(obj, resource.storage == RBAC_BINDINGS)
             if causes:
                 raise invalid(resource.kind, resource.group, name, causes)
-        if resource.schema is None:
-            return obj
         dropped: list[str] = []
+        if resource.schema is None:
+            builtin = None if resource.custom else builtin_schema(resource)
+            if builtin is None:
+                return obj
+            # Go's decoding of a built-in kind drops the fields its types do not declare.
+            obj = prune_unknown(builtin, obj, dropped)
+            self._unknown_fields(resource, dropped, checks)
+            return obj
         prepared = resource.schema.prepare(obj, dropped)
+        self._unknown_fields(resource, dropped, checks)
+        causes = resource.schema.causes(prepared)
+        if causes:
+            raise invalid(resource.kind, resource.group, name, causes)
+        return prepared
+
+    @staticmethod
+    def _unknown_fields(resource: Resource, dropped: list[str], checks: FieldChecks | None) -> None:
+        """`fieldValidation`: Strict refuses unknown fields (400, the strict decoder's words), Warn reports them."""
         if dropped and checks is not None and checks.mode == "Strict":
             unknown = ", ".join(f'unknown field "{p}"' for p in dropped)
             raise bad_request(f'{resource.kind} in version "{resource.version}" cannot be handled as a '
                               f"{resource.kind}: strict decoding error: {unknown}")
         if dropped and checks is not None and checks.mode == "Warn":
             checks.warnings.extend(f'unknown field "{p}"' for p in dropped)
-        causes = resource.schema.causes(prepared)
-        if causes:
-            raise invalid(resource.kind, resource.group, name, causes)
-        return prepared
 
     def _check_meta(self, resource: Resource, meta: Obj) -> None:
         name = str(meta.get("name", ""))
@@ -291,7 +304,7 @@ class Store:
             isinstance(f, str) for f in meta.get("finalizers") or []
         ):
             raise bad_request("metadata.finalizers must be a list of strings")
-        causes = []
+        causes = metadata_causes(meta)
         for i, ref in enumerate(meta.get("ownerReferences") or ()):
             if not isinstance(ref, dict):
                 raise bad_request("metadata.ownerReferences must be a list of objects")

@@ -6,6 +6,15 @@ PATH stands in for the image's entrypoint). Emulation rules:
 - Files: a pod's absolute paths live under its private root (`BURRITO_LOCAL_ROOT`;
   `burrito_py.local.paths.pod_path` maps them). HOME defaults to a per-pod directory and TMPDIR to the
   root's `/tmp`; a container env that sets HOME or TMPDIR to an absolute path gets it mapped under the root.
+  The root, emptyDirs and log belong to one pod (its UID): a pod recreated under the same name starts with
+  an empty /tmp and log, and a deleted pod's files go with it. (A program that writes to the literal
+  path /tmp, ignoring TMPDIR, still reaches the host's /tmp: there is no mount namespace.)
+- Processes: each container runs in its own session and process group; when its main process exits (or
+  the pod is deleted), what is left of the group is SIGKILLed and waited for before the status is
+  written, as a container's PID namespace ends with its PID 1. Exit codes are the runtime's: 128 + N for
+  signal N (137 and reason `Error` for SIGKILL; OOMKilled is never reported, limits are not enforced).
+- Status: each status write is retried with back-off until the API takes it (404/409: the pod is gone or
+  replaced; other 4xx: refused for good), with the pod's UID as a precondition.
 - Network: each pod gets its own loopback address from 127.10.0.0/16 (`status.podIP`); Services get
   cluster IPs from 127.20.0.0/16 and this kubelet proxies them (kube-proxy lives on the node, and so
   does the only "node" here); `BURRITO_LOCAL_HOSTS` names a hosts file for the pod's namespace that
@@ -21,7 +30,8 @@ PATH stands in for the image's entrypoint). Emulation rules:
   persistentVolumeClaim (a directory per claim under the work dir that outlives pods). readOnly is not
   enforced.
 - Deletion: the emulator deletes pods at once (no graceful deletion); the kubelet then sends SIGTERM to the
-  process group, waits terminationGracePeriodSeconds (capped by `grace_seconds`) and sends SIGKILL.
+  process group, waits terminationGracePeriodSeconds (capped by `grace_seconds`) for the main process and
+  SIGKILLs the rest of the group.
 """
 
 from __future__ import annotations
@@ -53,6 +63,7 @@ from burrito_py.local.workloads import (
     hosts_file,
     restart_delay,
     service_link_env,
+    status_retry_delays,
     token_refresh_delay,
 )
 from burrito_py.timeutil import format_time, utcnow
@@ -86,6 +97,47 @@ def _identity(container: Mapping[str, Any]) -> Obj:
 def exit_code(returncode: int) -> int:
     """A container's exit code as a runtime reports it: 128 + N for a process ended by signal N."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process group still has a live (not zombie) member: an orphan its new parent has not
+    reaped yet is dead for our purpose. Reads /proc on Linux; elsewhere asks the kernel (zombies count)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        # After the command name: state, ppid, pgrp.
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
+GROUP_KILL_WAIT = 10.0  # seconds a killed process group may take to go before the kubelet gives up on it
+
+
+async def end_group(pgid: int) -> None:
+    """SIGKILL what is left of a container's process group and wait until it is gone: on a node the
+    container's PID namespace ends with its main process, so no child outlives the container."""
+    deadline = time.monotonic() + GROUP_KILL_WAIT
+    while True:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        if not await asyncio.to_thread(group_alive, pgid):
+            return
+        if time.monotonic() >= deadline:
+            log.warning("kubelet: process group %d survived SIGKILL for %gs", pgid, GROUP_KILL_WAIT)
+            return
+        await asyncio.sleep(0.02)
 
 
 def remap(root: Path, path: str) -> Path:
@@ -157,7 +209,10 @@ class LocalKubelet(LoopThread):
         self._grace = grace_seconds
         self._backoff = (backoff_base, backoff_cap)
         self._refresh_delay = refresh_delay
-        self._processes: dict[tuple[str, str], asyncio.subprocess.Process] = {}
+        # Keyed by (namespace, name) with the pod's UID beside: a pod recreated under the same name must
+        # never be stopped or cleaned up on behalf of the deleted one.
+        self._processes: dict[tuple[str, str], tuple[str, asyncio.subprocess.Process]] = {}
+        self._dir_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._lives: dict[tuple[str, str], Life] = {}
         self._pod_grace: dict[tuple[str, str], float] = {}
         self._started: set[str] = set()
@@ -248,10 +303,10 @@ class LocalKubelet(LoopThread):
             return
         never = (pod.get("spec") or {}).get("restartPolicy", "Always") == "Never"
         if startup and phase == "Running" and never:
-            await self._patch_status(
+            self._spawn(self._patch_status(
                 pod,
                 {"phase": "Failed", "reason": "NodeLost", "message": "the local kubelet restarted while the pod ran"},
-            )
+            ))
             return
         self._started.add(meta["uid"])
         self._spawn(self._run_pod(pod))
@@ -269,14 +324,32 @@ class LocalKubelet(LoopThread):
             raise ConfigError(str(exc)) from None
 
     async def _patch_status(self, pod: Obj, status: Obj) -> None:
+        """Write a pod status, retrying with back-off until the API takes it, as the kubelet's status
+        manager does: a dropped `Succeeded` would leave the pod (and whatever waits on it) Running forever.
+        The patch is a merge of the full state, so sending it again after a lost response is harmless.
+        Gives up only when the pod is gone (404), the write is refused for good (another 4xx), or the
+        kubelet stops."""
+        assert self._http is not None
         meta = pod["metadata"]
-        with contextlib.suppress(ConfigError):
-            await self._api(
-                "PATCH",
-                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
-                {"status": status},
-                "application/merge-patch+json",
-            )
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status"
+        # A precondition on the UID: a patch must never land on a new pod that took the name.
+        body = {"metadata": {"uid": meta["uid"]}, "status": status}
+        for delay in status_retry_delays():
+            try:
+                await self._http.call("PATCH", path, body, "application/merge-patch+json")
+                return
+            except ApiFailure as exc:
+                if exc.status in (404, 409) or (400 <= exc.status < 500 and exc.status != 429):
+                    log.info("kubelet: status of %s/%s not written: %s", meta["namespace"], meta["name"], exc)
+                    return
+                log.warning("kubelet: status of %s/%s not written (%s), retrying in %.2gs", meta["namespace"],
+                            meta["name"], exc, delay)
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                log.warning("kubelet: status of %s/%s not written (%s), retrying in %.2gs", meta["namespace"],
+                            meta["name"], exc or type(exc).__name__, delay)
+            if self._stopping is not None and self._stopping.is_set():
+                return
+            await asyncio.sleep(delay)
 
     async def _token(self, pod: Obj, audience: str | None, seconds: int) -> str:
         meta, spec = pod["metadata"], pod.get("spec") or {}
@@ -493,6 +566,7 @@ class LocalKubelet(LoopThread):
         pod_dir = self._work_dir / meta["namespace"] / meta["name"]
         root = pod_dir / "root"
         container = (spec.get("containers") or [{}])[0]
+        await self._fresh_pod_dir(key, meta["uid"])
         ip = self._ips.allocate()
         self._pod_grace[key] = float(spec.get("terminationGracePeriodSeconds", 30))
         never = spec.get("restartPolicy", "Always") == "Never"
@@ -553,8 +627,10 @@ class LocalKubelet(LoopThread):
             if refresher is not None:
                 refresher.cancel()
                 await asyncio.gather(refresher, return_exceptions=True)
-            self._lives.pop(key, None)
-            self._pod_grace.pop(key, None)
+            if self._lives.get(key) is life:
+                self._lives.pop(key, None)
+            if (self._processes.get(key) or ("",))[0] in ("", meta["uid"]):
+                self._pod_grace.pop(key, None)
             self._ips.release(ip)
 
     def _process_env(self, pod: Obj, container: Obj, root: Path, pod_dir: Path, kubeconfig: Path,
@@ -612,7 +688,7 @@ class LocalKubelet(LoopThread):
             except (OSError, ValueError) as exc:
                 await self._finish(pod, container, 128, "StartError", str(exc), started)
                 return
-            self._processes[key] = process
+            self._processes[key] = (meta["uid"], process)
             await self._patch_status(
                 pod,
                 {
@@ -629,7 +705,9 @@ class LocalKubelet(LoopThread):
                 },
             )
             code = exit_code(await process.wait())
-        self._processes.pop(key, None)
+            await end_group(process.pid)
+        if (self._processes.get(key) or ("",))[0] == meta["uid"]:
+            self._processes.pop(key, None)
         message_file = remap(root, container.get("terminationMessagePath") or "/dev/termination-log")
         message = message_file.read_text()[-4096:] if message_file.exists() else ""
         if not message and code != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
@@ -688,29 +766,34 @@ class LocalKubelet(LoopThread):
         while not life.stop.is_set():
             started, began = format_time(utcnow()), time.monotonic()
             probes: list[asyncio.Task[None]] = []
-            with log_path.open("ab", buffering=0) as output:
-                try:
-                    life.process = await asyncio.create_subprocess_exec(
-                        *argv, env=env, cwd=cwd, stdout=output, stderr=asyncio.subprocess.STDOUT,
-                        start_new_session=True)
-                    code, reason, message = None, "", ""
-                except (OSError, ValueError) as exc:
-                    life.process = None
-                    code, reason, message = 128, "StartError", str(exc)
-                if life.process is not None:
-                    life.phase, life.state = "Running", {"running": {"startedAt": started}}
-                    readiness, liveness = life.container.get("readinessProbe"), life.container.get("livenessProbe")
-                    life.ready = readiness is None
-                    await self._publish(life)
-                    if readiness:
-                        probes.append(asyncio.create_task(self._probe_loop(life, readiness, "readiness")))
-                    if liveness:
-                        probes.append(asyncio.create_task(self._probe_loop(life, liveness, "liveness")))
-                    code = exit_code(await life.process.wait())
-                    reason = "Completed" if code == 0 else "Error"
-            for task in probes:
-                task.cancel()
-            await asyncio.gather(*probes, return_exceptions=True)
+            try:
+                with log_path.open("ab", buffering=0) as output:
+                    try:
+                        life.process = await asyncio.create_subprocess_exec(
+                            *argv, env=env, cwd=cwd, stdout=output, stderr=asyncio.subprocess.STDOUT,
+                            start_new_session=True)
+                        code, reason, message = None, "", ""
+                    except (OSError, ValueError) as exc:
+                        life.process = None
+                        code, reason, message = 128, "StartError", str(exc)
+                    if life.process is not None:
+                        life.phase, life.state = "Running", {"running": {"startedAt": started}}
+                        readiness = life.container.get("readinessProbe")
+                        liveness = life.container.get("livenessProbe")
+                        life.ready = readiness is None
+                        await self._publish(life)
+                        if readiness:
+                            probes.append(asyncio.create_task(self._probe_loop(life, readiness, "readiness")))
+                        if liveness:
+                            probes.append(asyncio.create_task(self._probe_loop(life, liveness, "liveness")))
+                        code = exit_code(await life.process.wait())
+                        reason = "Completed" if code == 0 else "Error"
+            finally:  # also when the kubelet stops (cancelled): no probe outlives its container
+                for task in probes:
+                    task.cancel()
+                await asyncio.gather(*probes, return_exceptions=True)
+            if life.process is not None:
+                await end_group(life.process.pid)
             if life.stop.is_set():
                 return
             finished = {"exitCode": code, "reason": reason, "startedAt": started,
@@ -796,16 +879,15 @@ class LocalKubelet(LoopThread):
 
     # -- termination -----------------------------------------------------------------------------
     async def _kill(self, process: asyncio.subprocess.Process, grace: float) -> None:
-        if process.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), grace)
-        except TimeoutError:
+        """SIGTERM to the container's process group, SIGKILL to whatever of it is left after the grace
+        period (or as soon as the main process is gone), and wait until the whole group is gone."""
+        if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
+                os.killpg(process.pid, signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait(), grace)
+        await end_group(process.pid)
+        await process.wait()
 
     async def _terminate(self, key: tuple[str, str], uid: str | None = None, forget: bool = False) -> None:
         """Stop a pod's process; `forget` (the pod was deleted): its emptyDirs go too, as on a node."""
@@ -816,11 +898,41 @@ class LocalKubelet(LoopThread):
             if life.process is not None:
                 await self._kill(life.process, grace)
         else:
-            process = self._processes.pop(key, None)
-            if process is not None:
-                await self._kill(process, grace)
-        if forget:
-            await asyncio.to_thread(shutil.rmtree, self.pod_root(*key).parent / "volumes", True)
+            entry = self._processes.get(key)
+            if entry is not None and (uid is None or entry[0] == uid):
+                self._processes.pop(key, None)
+                await self._kill(entry[1], grace)
+        if forget and uid is not None:
+            await self._remove_pod_dir(key, uid)
+
+    # -- a pod's files ---------------------------------------------------------------------------
+    # A pod's directory (root, emptyDirs, HOME, kubeconfig) and its log belong to one pod, named by the
+    # UID in its `uid` file: a pod recreated under the same name starts with an empty /tmp and an empty
+    # log, as a new container filesystem would; a deleted pod's files go with it. Setting up and removing
+    # take the name's lock, so the cleanup of a deleted pod never removes its successor's files.
+    def _dir_lock(self, key: tuple[str, str]) -> asyncio.Lock:
+        return self._dir_locks.setdefault(key, asyncio.Lock())
+
+    def _owner(self, key: tuple[str, str]) -> str | None:
+        try:
+            return (self.pod_root(*key).parent / "uid").read_text()
+        except OSError:
+            return None
+
+    async def _fresh_pod_dir(self, key: tuple[str, str], uid: str) -> None:
+        async with self._dir_lock(key):
+            pod_dir = self.pod_root(*key).parent
+            if self._owner(key) == uid:
+                return  # the same pod (a restarted kubelet): keep its files
+            await asyncio.to_thread(shutil.rmtree, pod_dir, True)
+            await asyncio.to_thread(shutil.rmtree, self._log_dir / key[0] / key[1], True)
+            pod_dir.mkdir(parents=True, exist_ok=True)
+            (pod_dir / "uid").write_text(uid)
+
+    async def _remove_pod_dir(self, key: tuple[str, str], uid: str) -> None:
+        async with self._dir_lock(key):
+            if self._owner(key) == uid:
+                await asyncio.to_thread(shutil.rmtree, self.pod_root(*key).parent, True)
 
     def pod_root(self, namespace: str, name: str) -> Path:
         """The directory a pod's absolute paths live under (its `BURRITO_LOCAL_ROOT`)."""

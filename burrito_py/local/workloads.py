@@ -9,7 +9,7 @@ import ipaddress
 import json
 import re
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -340,3 +340,12 @@ RESET_BACKOFF_AFTER = 600.0  # a container that ran 10 minutes restarts without 
 def token_refresh_delay(ttl_seconds: float) -> float:
     """When the kubelet renews a projected token: at 80 % of its lifetime, or after 24 h, whichever first."""
     return min(0.8 * ttl_seconds, 24 * 3600.0)
+
+
+def status_retry_delays(first: float = 0.1, cap: float = 5.0) -> Iterator[float]:
+    """Pauses between attempts of a pod status write that failed: doubling from `first` to `cap`, without
+    end (the kubelet keeps a pod's status until the API has it)."""
+    delay = first
+    while True:
+        yield delay
+        delay = min(delay * 2, cap)

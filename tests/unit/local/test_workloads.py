@@ -160,3 +160,11 @@ def test_backoff_refresh_and_address_pools(monkeypatch: pytest.MonkeyPatch, tmp_
     assert pod_path_setting(tmp_path / "a") == tmp_path / "a" and pod_path_setting(Path("rel")) == Path("rel")
     monkeypatch.delenv("BURRITO_LOCAL_ROOT")
     assert pod_path_setting(Path("/var/lib/x")) == Path("/var/lib/x")
+
+
+def test_status_retry_delays_double_up_to_a_cap_without_end() -> None:
+    from itertools import islice
+
+    from burrito_py.local.workloads import status_retry_delays
+
+    assert list(islice(status_retry_delays(0.1, 1.0), 7)) == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]

@@ -1,0 +1,191 @@
+"""The local kubelet ends a pod as a node does: the container's whole process tree goes with its main
+process, a status write the API lost is retried, a SIGKILLed container reads 137/Error, and every pod
+(even one recreated under the same name) starts with its own empty /tmp and its own log."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from burrito_py.local.apiserver import ApiServer
+from burrito_py.local.kubelet import LocalKubelet
+from burrito_py.local.testing import wait_for
+
+PODS = "/api/v1/namespaces/default/pods"
+
+
+class Node:
+    def __init__(self, server: ApiServer, kubelet: LocalKubelet, http: httpx.Client, tmp: Path) -> None:
+        self.server, self.kubelet, self.http, self.tmp = server, kubelet, http, tmp
+
+    def pod(self, name: str) -> dict[str, Any]:
+        response = self.http.get(f"{PODS}/{name}")
+        return response.json() if response.status_code == 200 else {}
+
+    def phase(self, name: str) -> str | None:
+        return (self.pod(name).get("status") or {}).get("phase")
+
+    def run(self, name: str, code: str, restart: str = "Never", **spec: Any) -> None:
+        body = {"metadata": {"name": name}, "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": 1,
+                                                     "containers": [{"name": "main", "image": "none", "command": [
+                                                         sys.executable, "-c", textwrap.dedent(code)]}], **spec}}
+        assert self.http.post(PODS, json=body).status_code == 201
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    from tests.conftest import KUBECONFIG_PATH
+
+    server = ApiServer(pod_log_dir=tmp_path / "logs").start()
+    kubeconfig = server.write_kubeconfig(KUBECONFIG_PATH)
+    kubelet = LocalKubelet(kubeconfig, tmp_path / "logs", tmp_path / "pods", grace_seconds=2)
+    kubelet.start()
+    with httpx.Client(base_url=server.url, timeout=10, headers=server.admin_headers) as http:
+        yield Node(server, kubelet, http, tmp_path)
+    kubelet.stop()
+    server.stop()
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (an orphan its new parent has not reaped yet is dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+# The child ignores SIGTERM and says so (its pid in the file) only once it does.
+CHILD = """
+    import pathlib, subprocess, sys, time
+    subprocess.Popen([sys.executable, "-c", "import os, pathlib, signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); pathlib.Path({pidfile!r}).write_text(str(os.getpid())); "
+        "time.sleep(600)"])
+    while not pathlib.Path({pidfile!r}).exists():
+        time.sleep(0.01)
+"""
+
+
+def test_the_pods_process_group_ends_with_its_main_process(node: Node) -> None:
+    """An orphaned child (a `terraform apply` under the runner) must not outlive the container: on a node
+    the container's PID namespace goes with its main process."""
+    pidfile = node.tmp / "child.pid"
+    node.run("parent", CHILD.format(pidfile=str(pidfile)) + "\n    print('main done')\n")
+    wait_for(lambda: node.phase("parent") == "Succeeded", 30, 0.02, "the pod to succeed")
+    child = int(pidfile.read_text())
+    assert not alive(child), "the child outlived its pod's main process"
+
+
+def test_deleting_a_pod_kills_children_that_ignore_sigterm(node: Node) -> None:
+    pidfile = node.tmp / "stubborn.pid"
+    node.run("stubborn", CHILD.format(pidfile=str(pidfile)) + "\n    time.sleep(600)\n")
+    wait_for(lambda: pidfile.exists() and pidfile.read_text(), 30, 0.02, "the child to start")
+    child = int(pidfile.read_text())
+    assert alive(child)
+    assert node.http.delete(f"{PODS}/stubborn").status_code == 200
+    # main exits on SIGTERM at once; the child ignores it and must get SIGKILL after the grace period.
+    wait_for(lambda: not alive(child), 10, 0.05, "the child to be killed with its pod")
+
+
+GATED = """
+    import os, pathlib, time
+    gate = pathlib.Path({gate!r})
+    while not gate.exists():
+        time.sleep(0.02)
+    print("finished")
+"""
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["refused", "response-lost"])
+def test_a_failed_status_update_is_retried_not_dropped(node: Node, after: bool) -> None:
+    """A lost `Succeeded` left a pod, its run and its layer Running forever: the kubelet retries."""
+    gate = node.tmp / "go"
+    node.run("gated", GATED.format(gate=str(gate)))
+    wait_for(lambda: node.phase("gated") == "Running", 30, 0.02, "the pod to run")
+    node.server.inject_fault("PATCH", r"/pods/gated/status$", status=500, times=3, after=after)
+    node.server.inject_fault("PUT", r"/pods/gated/status$", status=500, times=3, after=after)
+    before = len(node.server.requests)
+    gate.touch()
+    wait_for(lambda: node.phase("gated") == "Succeeded", 20, 0.05, "the Succeeded status to arrive")
+
+    def writes() -> int:
+        return len([r for r in node.server.requests[before:]
+                    if r.path == f"{PODS}/gated/status" and r.method in ("PATCH", "PUT")])
+
+    # Three failed answers (the write refused, or carried out and its answer lost), then one that is heard.
+    wait_for(lambda: writes() >= 4, 20, 0.05, "the kubelet to retry until a write is acknowledged")
+    time.sleep(0.3)
+    assert writes() == 4
+    terminated = node.pod("gated")["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (0, "Completed")
+
+
+def test_a_sigkilled_container_reports_137_and_error(node: Node) -> None:
+    node.run("killed", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    wait_for(lambda: node.phase("killed") == "Failed", 30, 0.02, "the pod to fail")
+    terminated = node.pod("killed")["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (137, "Error")
+
+
+def test_a_restarted_container_killed_by_sigkill_shows_137_in_last_state(node: Node) -> None:
+    node.run("crashy", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", restart="Always")
+
+    def last() -> dict[str, Any] | None:
+        statuses = (node.pod("crashy").get("status") or {}).get("containerStatuses") or [{}]
+        return (statuses[0].get("lastState") or {}).get("terminated")
+
+    terminated = wait_for(last, 30, 0.02, "the container to be restarted")
+    assert (terminated["exitCode"], terminated["reason"]) == (137, "Error")
+
+
+TMP_USER = """
+    import os, pathlib, tempfile
+    tmp = os.environ["TMPDIR"]
+    print(tmp.startswith(os.environ["BURRITO_LOCAL_ROOT"] + "/"), sorted(os.listdir(tmp)))
+    pathlib.Path(tmp, "leftover").write_text("from an earlier pod")
+    tempfile.NamedTemporaryFile(delete=False).close()
+"""
+
+
+def test_each_pod_gets_its_own_empty_tmp_and_log_even_under_a_reused_name(node: Node) -> None:
+    node.run("tmp-user", TMP_USER)
+    wait_for(lambda: node.phase("tmp-user") == "Succeeded", 30, 0.02)
+    assert node.http.get(f"{PODS}/tmp-user/log").text == "True []\n"
+    first_root = node.kubelet.pod_root("default", "tmp-user")
+    assert (first_root / "tmp" / "leftover").exists(), "TMPDIR is the pod's /tmp, under its root"
+    node.run("other", TMP_USER)  # a pod running beside it has its own /tmp
+    wait_for(lambda: node.phase("other") == "Succeeded", 30, 0.02)
+    assert node.http.get(f"{PODS}/other/log").text == "True []\n"
+
+    assert node.http.delete(f"{PODS}/tmp-user").status_code == 200
+    wait_for(lambda: not (first_root / "tmp" / "leftover").exists(), 10, 0.02, "the deleted pod's /tmp to go")
+    node.run("tmp-user", TMP_USER)  # a new pod under the same name: a new container filesystem
+    wait_for(lambda: node.phase("tmp-user") == "Succeeded", 30, 0.02)
+    assert node.http.get(f"{PODS}/tmp-user/log").text == "True []\n", "a new pod's log holds only its own output"
+
+
+def test_a_pod_recreated_at_once_under_its_name_keeps_its_files(node: Node) -> None:
+    """The cleanup of a deleted pod must not remove the files of its successor of the same name."""
+    code = """
+        import os, pathlib, time
+        pathlib.Path(os.environ["TMPDIR"], "mine").write_text(os.environ["HOSTNAME"])
+        time.sleep(600)
+    """
+    node.run("again", code)
+    root = node.kubelet.pod_root("default", "again")
+    wait_for(lambda: (root / "tmp" / "mine").exists(), 30, 0.02)
+    for _ in range(3):
+        assert node.http.delete(f"{PODS}/again").status_code == 200
+        node.run("again", code)
+    uid = node.pod("again")["metadata"]["uid"]
+    wait_for(lambda: node.phase("again") == "Running", 30, 0.02)
+    time.sleep(0.5)  # the deleted pods' cleanups have run
+    wait_for(lambda: (root / "tmp" / "mine").exists(), 10, 0.02, "the live pod's /tmp to hold its file")
+    assert node.pod("again")["metadata"]["uid"] == uid
