@@ -335,6 +335,17 @@ class Crds(Values):
     install: bool = Field(True, description="Install and upgrade the CRDs with the chart.")
 
 
+class AdmissionPolicy(Values):
+    """The ValidatingAdmissionPolicy `<release>-run-namespace`: the API refuses a TerraformRun whose
+    spec.layer.namespace is not its own namespace (the controllers refuse such runs too)."""
+
+    enabled: bool = Field(
+        True,
+        description="Install the policy and its binding (admissionregistration.k8s.io/v1, Kubernetes >= 1.30; "
+        "turn off on 1.29, where the controllers' check alone refuses such runs).",
+    )
+
+
 class NetworkPolicy(Values):
     """NetworkPolicies: the datastore is reachable only from the controllers, the server and runner pods."""
 
@@ -376,6 +387,9 @@ class ChartValues(Values):
     global_: Global = Field(default_factory=Global, alias="global", description="Settings of every object.")
     image: Image = Field(default_factory=Image, description="Image of the controllers, datastore and server.")
     crds: Crds = Field(default_factory=Crds, description="CustomResourceDefinitions.")
+    admission_policy: AdmissionPolicy = Field(
+        default_factory=AdmissionPolicy, description="The run-namespace ValidatingAdmissionPolicy."
+    )
     cluster_mode: bool = Field(
         False,
         description="Watch every namespace, with ClusterRoleBindings. Off (tenant mode): only the tenants' "

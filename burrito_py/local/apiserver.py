@@ -100,7 +100,7 @@ def _field_checks(request: web.Request) -> FieldChecks:
     mode = request.query.get("fieldValidation") or "Ignore"
     if mode not in ("Strict", "Warn", "Ignore"):
         raise bad_request(f'invalid fieldValidation directive "{mode}": must be one of Strict, Warn or Ignore')
-    return FieldChecks(mode)
+    return FieldChecks(mode, user=request[_USER].as_review_user())
 
 
 def _dry_run(request: web.Request, options: Obj | None = None) -> bool:

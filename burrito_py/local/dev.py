@@ -222,6 +222,7 @@ def _start_in_process(stack: contextlib.ExitStack, options: DevOptions, api_url:
     from burrito_py.controllers.operator import ControllerThread
     from burrito_py.controllers.settings import ControllerSettings
     from burrito_py.datastore.testing import free_port, running_datastore
+    from burrito_py.deploy.admission_policy import policy_objects
     from burrito_py.local.identity import admin_client, ensure_namespace, grant_runner_access
     from burrito_py.local.kubelet import LocalKubelet
     from burrito_py.server.serving import running_server
@@ -231,6 +232,8 @@ def _start_in_process(stack: contextlib.ExitStack, options: DevOptions, api_url:
     stack.callback(applier.close)
     for crd in generate_crds().values():
         applier.apply(crd)
+    for obj in policy_objects(RELEASE):  # the chart's run-namespace ValidatingAdmissionPolicy
+        applier.apply(obj)
     with admin_client(api_url) as http:  # what the chart creates in each tenant namespace
         for namespace in tenant_namespaces(docs):
             ensure_namespace(http, namespace)

@@ -149,6 +149,11 @@ def builtins() -> list[Resource]:
                  "SubjectAccessReview", False, verbs=["create"]),
         Resource("authorization.k8s.io", "v1", "localsubjectaccessreviews", "localsubjectaccessreview",
                  "LocalSubjectAccessReview", True, verbs=["create"]),
+        # Stored, and enforced on writes by kube_admission_policy (through Store._admit).
+        Resource("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "validatingadmissionpolicy",
+                 "ValidatingAdmissionPolicy", False, status_subresource=True),
+        Resource("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+                 "validatingadmissionpolicybinding", "ValidatingAdmissionPolicyBinding", False),
         Resource("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True),
         Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True),
         Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", False),

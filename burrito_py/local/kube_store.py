@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from burrito_py.local.kube_admission_policy import BINDINGS, POLICIES, AdmissionRequest, admit
 from burrito_py.local.kube_errors import (
     STALE,
     ApiError,
@@ -68,10 +69,14 @@ _IMMUTABLE_META = ("uid", "creationTimestamp", "name", "namespace", "deletionTim
 
 @dataclass
 class FieldChecks:
-    """`?fieldValidation=`: Strict refuses unknown fields, Warn reports them in `warnings`, Ignore drops them."""
+    """Per-request options of an API write. `?fieldValidation=`: Strict refuses unknown fields, Warn reports them
+    in `warnings`, Ignore drops them. `user` (the caller's userInfo) is what admission policies see as
+    `request.userInfo`; writes that come with FieldChecks (the HTTP API's) go through admission, the
+    store's own writes (cascades, test-side writes) do not, as if written to etcd."""
 
     mode: str = "Ignore"
     warnings: list[str] = field(default_factory=list)
+    user: dict[str, Any] = field(default_factory=dict)
 
 
 def now_rfc3339() -> str:
@@ -387,6 +392,7 @@ class Store:
                     obj.pop("status", None)
             obj = self._defaults_on_create(resource, obj)
             obj = self._prepare(resource, obj, name, checks)
+            self._admit(resource, "CREATE", None, obj, None, checks, dry_run)
             if dry_run:
                 return obj
             created = self._commit(resource, obj, None)
@@ -501,6 +507,23 @@ class Store:
         stored = storage_version(crd)
         return {"conditions": conditions, "acceptedNames": names, "storedVersions": [stored] if stored else []}
 
+    def _admit(self, resource: Resource, operation: str, sub: str | None, new: Obj, prev: Obj | None,
+               checks: FieldChecks | None, dry_run: bool) -> None:
+        """Validating admission policies (after schema validation, as kube-apiserver runs validating
+        admission): a denial raises, Warn decisions go to the response's Warning headers."""
+        if checks is None or not self.objects[BINDINGS]:
+            return
+        meta = new["metadata"]
+        namespace = str(meta.get("namespace") or "") if resource.namespaced else ""
+        request = AdmissionRequest(operation, resource.group, resource.version, resource.plural, resource.kind,
+                                   str(meta.get("name") or ""), namespace, new, prev, sub or "", checks.user,
+                                   dry_run)
+        namespace_object = self.objects[NAMESPACES].get("", {}).get(namespace) if namespace else None
+        outcome = admit(self._iter(POLICIES, None), self._iter(BINDINGS, None), request, namespace_object)
+        if outcome.denial is not None:
+            raise outcome.denial
+        checks.warnings.extend(outcome.warnings)
+
     def _require_namespace(self, namespace: str) -> None:
         ns = self.objects[NAMESPACES].get("", {}).get(namespace)
         if ns is None:
@@ -560,6 +583,7 @@ class Store:
         if resource.storage == DEPLOYMENTS and sub is None:
             new["spec"] = self._deployment_spec(name, dict(new.get("spec") or {}))
         new = self._prepare(resource, new, name, checks)
+        self._admit(resource, "UPDATE", sub, new, prev, checks, dry_run)
         if resource.storage == CRDS:
             new["status"] = self._crd_status(new)
         if _payload(resource, prev) != _payload(resource, new):

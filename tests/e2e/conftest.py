@@ -21,6 +21,7 @@ from burrito_py.controllers.inventory import creation_order
 from burrito_py.controllers.operator import ControllerThread
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.datastore.testing import running_datastore
+from burrito_py.deploy.admission_policy import policy_objects
 from burrito_py.gitops.testing import TestRepo, make_repo
 from burrito_py.local.apiserver import ApiServer
 from burrito_py.local.apply import Applier
@@ -139,7 +140,10 @@ class Platform:
 
 
 @contextlib.contextmanager
-def running_platform(workdir: Path, kubeconfig: Path, **overrides: Any) -> Iterator[Platform]:
+def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = True,
+                     **overrides: Any) -> Iterator[Platform]:
+    """The harness: emulator, CRDs, the chart's run-namespace admission policy (unless `admission_policy` is
+    False, as on a cluster older than 1.30), datastore, kubelet and controllers."""
     with contextlib.ExitStack() as stack:
         api = ApiServer(pod_log_dir=workdir / "pod-logs")
         api.start()
@@ -149,6 +153,8 @@ def running_platform(workdir: Path, kubeconfig: Path, **overrides: Any) -> Itera
         stack.callback(applier.close)
         for crd in generate_crds().values():
             applier.apply(crd)
+        for obj in policy_objects("burrito-py") if admission_policy else ():
+            applier.apply(obj)
         with admin_client(api.url) as http:
             grant_runner_access(http, "default")
         # Datastore auth on end to end: controllers and `plan download` as the kubeconfig's service account,

@@ -1,18 +1,22 @@
 """Issue 11, items 15 and 16 (security): tenants are kept to their namespace. With the controllers' defaults, a
 `file://` repository is refused (it would read the controllers' filesystem, their git cache included), a layer
 may not use another namespace's repository, and a TerraformRun may not work for another namespace's layer:
-each is refused with a condition naming the field, and none of them ever gets a runner pod or a Lease."""
+each is refused with a condition naming the field, and none of them ever gets a runner pod or a Lease. With the
+chart's ValidatingAdmissionPolicy installed, the API itself refuses the cross-namespace run (422)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from burrito_py.api import annotations as ann
+from burrito_py.deploy.admission_policy import MESSAGE
 from burrito_py.gitops.testing import TestRepo
 from burrito_py.local.identity import admin_client, ensure_namespace
 from burrito_py.local.testing import wait_for
@@ -23,8 +27,10 @@ TENANT = "tenant"
 
 @pytest.fixture
 def strict(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
-    """The controllers as installed by the chart: file:// and cross-namespace repositories off."""
-    with running_platform(tmp_path, kubeconfig_path, allow_file_repositories=False) as p:
+    """The controllers as installed by the chart: file:// and cross-namespace repositories off; without the
+    admission policy (a cluster older than 1.30, or `admissionPolicy.enabled: false`), so the controllers'
+    own checks are what refuses a forged run."""
+    with running_platform(tmp_path, kubeconfig_path, admission_policy=False, allow_file_repositories=False) as p:
         with admin_client(p.api.url) as http:
             ensure_namespace(http, TENANT)
         yield p
@@ -105,3 +111,31 @@ def test_file_urls_and_cross_namespace_references_are_refused(strict: Platform, 
     before = get(strict, "terraformruns", TENANT, "forged")["metadata"]["resourceVersion"]
     time.sleep(2)
     assert get(strict, "terraformruns", TENANT, "forged")["metadata"]["resourceVersion"] == before
+
+
+@pytest.fixture
+def guarded(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
+    """The harness with the chart's run-namespace ValidatingAdmissionPolicy (its default)."""
+    with running_platform(tmp_path, kubeconfig_path) as p:
+        with admin_client(p.api.url) as http:
+            ensure_namespace(http, TENANT)
+        yield p
+
+
+def test_the_api_refuses_a_cross_namespace_run_when_the_admission_policy_is_installed(guarded: Platform):
+    spec = {"action": "apply", "layer": {"name": "victim", "namespace": "default", "revision": "0" * 40}}
+    with pytest.raises(ApiException) as refused:
+        create(guarded, "terraformruns", TENANT, "forged", spec)
+    assert refused.value.status == 422
+    assert json.loads(refused.value.body)["message"] == (
+        'terraformruns.terraform.burrito-py.io "forged" is forbidden: ValidatingAdmissionPolicy '
+        f"'burrito-py-run-namespace' with binding 'burrito-py-run-namespace' denied request: {MESSAGE}")
+    with admin_client(guarded.api.url) as http:
+        assert http.get(f"/apis/{ann.API_VERSION}/namespaces/{TENANT}/terraformruns").json()["items"] == []
+        # A run for its own namespace's layer is admitted; moving it to another namespace's layer is not.
+        create(guarded, "terraformruns", TENANT, "own", {**spec, "layer": {**spec["layer"], "namespace": TENANT}})
+        moved = http.patch(f"/apis/{ann.API_VERSION}/namespaces/{TENANT}/terraformruns/own",
+                           json={"spec": {"layer": {"namespace": "default"}}},
+                           headers={"Content-Type": "application/merge-patch+json"})
+        assert moved.status_code == 422 and moved.json()["message"].endswith(MESSAGE)
+        assert get(guarded, "terraformruns", TENANT, "own")["spec"]["layer"]["namespace"] == TENANT
