@@ -20,4 +20,5 @@ fi
 
 python -m ruff check .
 python -m mypy
-python -m pytest "$@"
+# Two workers (the machines have 2 cores); each test file stays on one worker.
+python -m pytest -n 2 --dist loadfile "$@"

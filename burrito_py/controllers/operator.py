@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import threading
 from collections.abc import Mapping
@@ -299,11 +300,23 @@ class ControllerThread:
         self.error: BaseException | None = None
 
     def _main(self) -> None:
-        try:
-            asyncio.run(run_operator(self._settings, self._kubeconfig, stop_flag=self._stop, ready_flag=self._ready))
-        except BaseException as exc:  # surfaced to whoever started us
-            self.error = exc
-            self._ready.set()
+        # After it was ready once, an operator that fails is started again, as the kubelet restarts a crashed
+        # controllers container (e.g. kopf gives up when a watched CRD is deleted under a live watch).
+        delay = 1.0
+        while True:
+            try:
+                asyncio.run(
+                    run_operator(self._settings, self._kubeconfig, stop_flag=self._stop, ready_flag=self._ready)
+                )
+            except BaseException as exc:
+                if not self._ready.is_set() or self._stop.is_set():
+                    self.error = exc  # surfaced to whoever started us
+                    self._ready.set()
+                    return
+                log.warning("controllers failed (%s); restarting in %.0f s", exc, delay)
+            if self._stop.wait(delay):
+                return
+            delay = min(delay * 2, 10.0)
 
     def start(self, timeout: float = 30.0) -> None:
         self._thread.start()
@@ -332,6 +345,14 @@ def liveness_endpoint(settings: ControllerSettings) -> str | None:
     return f"http://{host}:{settings.health_port}/healthz"
 
 
+@functools.cache
+def _serve_metrics(port: int, host: str) -> None:
+    """Once per process: an operator started again after a failure keeps the same metrics server."""
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr=host)
+
+
 async def run_operator(
     settings: ControllerSettings,
     kubeconfig: Path | None = None,
@@ -339,9 +360,7 @@ async def run_operator(
     ready_flag: threading.Event | None = None,
 ) -> None:
     if settings.metrics_port:
-        from prometheus_client import start_http_server
-
-        start_http_server(settings.metrics_port, addr=settings.host)
+        _serve_metrics(settings.metrics_port, settings.host)
     registry = build_registry(settings, kubeconfig)
     await kopf.operator(
         registry=registry,

@@ -305,7 +305,14 @@ def with_change(obj: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]
     return out
 
 
-DELETE = object()
+class _Delete:
+    """Marks a field to remove from the example (a stable repr: test ids must match across xdist workers)."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+DELETE = _Delete()
 
 
 @pytest.mark.parametrize("resource", RESOURCES)
