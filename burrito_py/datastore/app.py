@@ -271,23 +271,25 @@ def create_app(
             f"no plan for {ns}/{layer} run {run} attempt {n} (format {format})",
         )
 
+    async def latest_attempt(prefix: str, filename: str) -> int | None:
+        """The highest attempt number under a run's prefix that holds `filename`."""
+        numbers = [
+            int(parts[-2])
+            for key in await storage.list(prefix)
+            if (parts := key.split("/"))[-1] == filename and parts[-2].isdigit()
+        ]
+        return max(numbers, default=None)
+
     @api.get("/layers/{ns}/{layer}/runs/{run}/plan", responses={**responses, 404: {}})
     async def get_latest_plan(
         who: Caller, ns: Segment, layer: Segment, run: Segment, format: Format = "json"
     ) -> Response:
         prefix = attempt_prefix(who, "read", ns, layer, run)
         filename, media = PLAN_FILES[format]
-        attempts = sorted(
-            (
-                int(parts[-2])
-                for key in await storage.list(prefix)
-                if (parts := key.split("/"))[-1] == filename and parts[-2].isdigit()
-            ),
-            reverse=True,
-        )
-        if not attempts:
+        latest = await latest_attempt(prefix, filename)
+        if latest is None:
             return _error(404, f"no plan for {ns}/{layer} run {run} (format {format})")
-        return await serve(f"{prefix}/{attempts[0]}/{filename}", media, "plan vanished")
+        return await serve(f"{prefix}/{latest}/{filename}", media, "plan vanished")
 
     @api.put(
         "/layers/{ns}/{layer}/runs/{run}/attempts/{n}/logs",
@@ -346,17 +348,10 @@ def create_app(
     async def get_applied(who: Caller, ns: Segment, layer: Segment, run: Segment) -> Response:
         """The latest attempt's applied record of a run (what `put_applied` stored), 404 when none has one."""
         prefix = attempt_prefix(who, "read", ns, layer, run)
-        attempts = sorted(
-            (
-                int(parts[-2])
-                for key in await storage.list(prefix)
-                if (parts := key.split("/"))[-1] == APPLIED_FILE and parts[-2].isdigit()
-            ),
-            reverse=True,
-        )
-        if not attempts:
+        latest = await latest_attempt(prefix, APPLIED_FILE)
+        if latest is None:
             return _error(404, f"no applied record for {ns}/{layer} run {run}")
-        return await serve(f"{prefix}/{attempts[0]}/{APPLIED_FILE}", "application/json", "applied record vanished")
+        return await serve(f"{prefix}/{latest}/{APPLIED_FILE}", "application/json", "applied record vanished")
 
     def sources(who: Principal, action: Action, ns: str, repo: str) -> str:
         prefix = f"sources/{_name('namespace', ns)}/{_name('repository', repo)}"
