@@ -82,6 +82,8 @@ class RunSnapshot:
     attempts: tuple[AttemptView, ...]
     pod: PodView | None  # the runner pod of the latest attempt, as last observed
     policy: RetryPolicy
+    # The HasSucceeded message as stored: a run that ended keeps why (the layer's lastResult shows it).
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,13 +144,14 @@ def decide_run(snap: RunSnapshot, now: datetime) -> RunDecision:
     pending_logs = tuple(a.number for a in snap.attempts if (a.finished_at is not None and not a.logs_uploaded))
     if snap.state in TERMINAL:
         state: RunStateName = "Succeeded" if snap.state == "Succeeded" else "Failed"
-        stale = state == "Failed" and bool(snap.attempts) and snap.attempts[-1].exit_code == STALE_PLAN_EXIT_CODE
+        stale = state == "Failed" and bool(snap.attempts) and is_stale_plan(snap.attempts[-1].exit_code, snap.message)
         return RunDecision(
             state,
             snap.retries,
-            _conditions(state, snap.retries, policy, None, stale=stale),
+            _conditions(state, snap.retries, policy, None, snap.message, stale=stale),
             upload_logs=pending_logs,
             release_lease=True,
+            message=snap.message,
         )
 
     if not snap.attempts:

@@ -152,7 +152,12 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         latest_pod = PodView(attempts[-1].pod_name, None, gone=True)
     now = utcnow()
     decision = decide_run(
-        RunSnapshot(status.get("state"), int(status.get("retries") or 0), attempts, latest_pod, policy), now
+        RunSnapshot(
+            status.get("state"), int(status.get("retries") or 0), attempts, latest_pod, policy,
+            message=next((str(c.get("message") or "") for c in status.get("conditions") or ()
+                          if c.get("type") == "HasSucceeded"), ""),
+        ),
+        now,
     )
 
     raw_attempts: list[Body] = [dict(a) for a in status.get("attempts") or ()]

@@ -35,6 +35,19 @@ def test_a_stored_failed_run_keeps_its_stale_plan_reason():
     assert d.state == "Failed" and succeeded_reason(d) == "StalePlan"
 
 
+def test_a_run_that_ended_keeps_its_message_and_reason_when_reconciled_again():
+    """Re-reconciling a terminal run (resync, a wake-up) must not blank why it failed: the layer's lastResult
+    and the StalePlan reason are read from it."""
+    attempt = AttemptView(1, "pod-1", STARTED, format_time(NOW), 1, logs_uploaded=True)
+    stored = RunSnapshot("Failed", 1, (attempt,), None, POLICY, message="stale plan: Saved plan is stale")
+    d = decide_run(stored, NOW)
+    assert d.message == "stale plan: Saved plan is stale" and succeeded_reason(d) == "StalePlan"
+    failed = next(c for c in d.conditions if c.type == "HasSucceeded")
+    assert failed.message == "stale plan: Saved plan is stale"
+    plain = decide_run(RunSnapshot("Failed", 4, (attempt,), None, POLICY, message="Error: boom"), NOW)
+    assert next(c.message for c in plain.conditions if c.type == "HasSucceeded") == "Error: boom"
+
+
 def test_other_failures_are_still_retried():
     pod = PodView("pod-1", "Failed", 1, "Error: boom", format_time(NOW - timedelta(minutes=1)))
     d = decide_run(RunSnapshot("Running", 0, (AttemptView(1, "pod-1", STARTED),), pod, POLICY), NOW)
