@@ -88,17 +88,24 @@ def plan_download(
     fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="Plan format.")] = PlanFormat.json,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     datastore_url: Annotated[
-        str, typer.Option(envvar="BURRITO_DATASTORE_URL", help="Datastore base URL.")
-    ] = "http://127.0.0.1:8080",
-    kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig to read the layer with.")] = None,
+        str | None,
+        typer.Option(envvar="BURRITO_DATASTORE_URL",
+                     help="Datastore base URL (default: through the Kubernetes API's service proxy)."),
+    ] = None,
+    release_namespace: Annotated[
+        str, typer.Option(envvar="BURRITO_PY_NAMESPACE", help="Namespace burrito-py is installed in.")
+    ] = "burrito-py-system",
+    kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig (default: $KUBECONFIG or ~/.kube/config).")
+                          ] = None,
 ) -> None:
-    """Download a layer's latest plan (or a given run's) from the datastore."""
+    """Download a layer's latest plan (or a given run's) from the datastore, with only your kubeconfig."""
     from burrito_py.datastore.client import DatastoreError
+    from burrito_py.kube_proxy import ServiceNotFound
     from burrito_py.plan_download import PlanNotFound, download
 
     try:
-        download(layer, run, fmt.value, output, datastore_url, kubeconfig)
-    except (PlanNotFound, DatastoreError, ValueError) as exc:
+        download(layer, run, fmt.value, output, datastore_url, kubeconfig, release_namespace=release_namespace)
+    except (PlanNotFound, DatastoreError, ServiceNotFound, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
 

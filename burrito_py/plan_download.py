@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.layer_decisions import parse_plan_run
+from burrito_py.kube_proxy import RELEASE_NAMESPACE, find_datastore, proxy_headers, proxy_url, tls_context
+
+if TYPE_CHECKING:
+    from burrito_py.datastore.client import DatastoreClient
 
 
 class PlanNotFound(Exception):
@@ -67,16 +71,17 @@ def download(
     run: str | None,
     fmt: str,
     output: Path | None,
-    datastore_url: str,
+    datastore_url: str | None,
     kubeconfig: Path | None = None,
     token: str | None = None,
+    release_namespace: str = RELEASE_NAMESPACE,
 ) -> None:
-    """`token` defaults to the kubeconfig user's."""
-    from burrito_py.datastore.client import DatastoreClient
-
+    """`token` defaults to the kubeconfig user's. Without `datastore_url`, the datastore is reached through the
+    Kubernetes API's service proxy in `release_namespace` (`burrito_py.kube_proxy`)."""
     namespace, name = parse_layer_ref(ref)
     attempt: int | None = None
-    configuration = load_kube_configuration(kubeconfig) if run is None or token is None else None
+    needs_kube = run is None or token is None or datastore_url is None
+    configuration = load_kube_configuration(kubeconfig) if needs_kube else None
     if token is None:
         token = kube_token(configuration)
     if run is None:
@@ -85,9 +90,25 @@ def download(
         if planned is None:
             raise PlanNotFound(f"layer {namespace}/{name} has no successful plan yet")
         run, attempt = planned
-    with DatastoreClient(datastore_url, token=token) as store:
+    with datastore_client(datastore_url, token, configuration, release_namespace) as store:
         if output is None:
             sys.stdout.buffer.write(store.get_plan(namespace, name, run, attempt, fmt))  # type: ignore[arg-type]
             sys.stdout.flush()
         else:
             store.download_plan(namespace, name, run, attempt, fmt, output)  # type: ignore[arg-type]
+
+
+def datastore_client(
+    datastore_url: str | None, token: str | None, configuration: Any, release_namespace: str
+) -> DatastoreClient:
+    """The datastore at `datastore_url`, else through the API server's service proxy with the kubeconfig."""
+    from burrito_py.datastore.client import DatastoreClient
+
+    if datastore_url:
+        return DatastoreClient(datastore_url, token=token)
+    service, port = find_datastore(configuration, release_namespace)
+    return DatastoreClient(
+        proxy_url(configuration, release_namespace, service, port),
+        headers=proxy_headers(token),
+        verify=tls_context(configuration),
+    )

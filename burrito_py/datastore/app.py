@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from burrito_py.datastore.auth import (
+    PROXIED_AUTHORIZATION,
     Action,
     Authenticator,
     AuthError,
@@ -31,6 +32,7 @@ from burrito_py.datastore.auth import (
     Target,
     authorize,
     principal_of,
+    proxied_token,
 )
 from burrito_py.datastore.encryption import EncryptionError
 from burrito_py.datastore.storage import Storage, TooLarge
@@ -177,7 +179,8 @@ async def _caller(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Principal:
     try:
-        return await principal_of(request.app.state.authenticator, credentials.credentials if credentials else None)
+        token = credentials.credentials if credentials else proxied_token(request.headers.get(PROXIED_AUTHORIZATION))
+        return await principal_of(request.app.state.authenticator, token)
     except AuthError as exc:
         if exc.status == 503:
             log.warning("cannot check a datastore token: %s", exc)

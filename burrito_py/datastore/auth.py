@@ -92,6 +92,15 @@ class Authenticator(Protocol):
 
 AUTH_DISABLED = Principal("anonymous (datastore auth disabled)", admin=True)
 MISSING_CREDENTIALS = "missing credentials: send 'Authorization: Bearer <service-account token>'"
+# The Kubernetes API server's service proxy does not forward `Authorization` (its authentication filter deletes
+# it), so a client going through it (`burrito-py plan download` with only a kubeconfig) sends its token here.
+PROXIED_AUTHORIZATION = "X-Burrito-Py-Authorization"
+
+
+def proxied_token(header: str | None) -> str | None:
+    """The bearer token of an `X-Burrito-Py-Authorization: Bearer <token>` header, else None."""
+    scheme, _, token = (header or "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
 
 
 class AuthError(Exception):

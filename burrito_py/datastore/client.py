@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import tempfile
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Literal, TypeVar
 from urllib.parse import quote
@@ -68,14 +69,23 @@ class DatastoreClient:
     changes)."""
 
     def __init__(
-        self, base_url: str, token: str | None = None, timeout: float = 30.0, token_file: Path | None = None
+        self,
+        base_url: str,
+        token: str | None = None,
+        timeout: float = 30.0,
+        token_file: Path | None = None,
+        headers: Mapping[str, str] | None = None,
+        verify: ssl.SSLContext | None = None,
     ) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        """`headers` and `verify` serve a client going through the Kubernetes API's service proxy
+        (`burrito_py.kube_proxy`): the API server's credentials and CA."""
+        sent = {"Authorization": f"Bearer {token}"} if token else {}
+        sent.update(headers or {})
         auth = BearerTokenFile(token_file) if token_file is not None else None
         # Plain http needs no TLS context; building the default one (the CA bundle) costs ~0.2 s per runner.
-        verify = base_url.startswith("https://")
+        tls: ssl.SSLContext | bool = verify if verify is not None else base_url.startswith("https://")
         self._http = httpx.Client(
-            base_url=base_url.rstrip("/") + "/api/v1", headers=headers, timeout=timeout, verify=verify, auth=auth
+            base_url=base_url.rstrip("/") + "/api/v1", headers=sent, timeout=timeout, verify=tls, auth=auth
         )
 
     def close(self) -> None:
@@ -105,7 +115,10 @@ class DatastoreClient:
             raise _ServerError(response.status_code)
         if response.status_code >= 400:
             try:
-                detail = response.json().get("error") or response.text
+                answer = response.json()
+                # The datastore says `error`; the API server's service proxy answers with a Status `message`.
+                detail = (answer.get("error") or answer.get("message")) if isinstance(answer, dict) else None
+                detail = detail or response.text
             except ValueError:
                 detail = response.text
             raise DatastoreError(f"{what}: {detail or 'not found'}", response.status_code)

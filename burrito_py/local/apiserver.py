@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from burrito_py.local import kube_service_proxy as service_proxy
 from burrito_py.local.kube_authn import ADMIN_TOKEN, Authenticator, Unauthorized, UserInfo
 from burrito_py.local.kube_errors import ApiError, bad_request, invalid, not_found, reason_for, unknown_resource
 from burrito_py.local.kube_openapi import group_version_document
@@ -418,6 +419,9 @@ class ApiServer:
         if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
             namespace, rest = rest[1], rest[2:]
         resource = self.store.resource(group, version, rest[0])
+        if (group, rest[0]) == ("", "services") and namespace is not None and len(rest) >= 3 \
+                and rest[2] == "proxy":
+            return await self._service_proxy(request, namespace, rest[1], "/".join(rest[3:]))
         if resource is None or len(rest) > 3 or (namespace is not None and not resource.namespaced):
             raise unknown_resource(path)
         name = rest[1] if len(rest) > 1 else None
@@ -774,6 +778,23 @@ class ApiServer:
                 "spec": out_spec, "status": self.tokens.token_request_status(token, expires)}
 
     # -- pod logs --------------------------------------------------------------------------------
+    async def _service_proxy(self, request: web.Request, namespace: str, target: str, path: str) -> web.StreamResponse:
+        scheme, name, port = service_proxy.parse_target(target)
+        services = self.store.resource("", "v1", "services")
+        endpoints = self.store.resource("", "v1", "endpoints")
+        assert services is not None and endpoints is not None
+        with self.store.lock:
+            service = self.store.find(services, namespace, name)
+            found = self.store.find(endpoints, namespace, name)
+        if service is None:
+            raise not_found("services", "", name)
+        backend = service_proxy.pick_backend(service, found, port)
+        # The path as sent (percent-encoding kept), after the `/proxy/` segment.
+        raw = request.raw_path.split("?", 1)[0]
+        marker = f"/{target}/proxy"
+        tail = raw[raw.index(marker) + len(marker):].lstrip("/") if marker in raw else path
+        return await service_proxy.forward(request, scheme, backend, tail)
+
     async def _pod_log(self, request: web.Request, resource: Resource, namespace: str, name: str) -> web.StreamResponse:
         with self.store.lock:
             pod = self.store.get(resource, namespace, name)

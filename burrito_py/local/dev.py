@@ -223,7 +223,7 @@ def _start_in_process(stack: contextlib.ExitStack, options: DevOptions, api_url:
     from burrito_py.controllers.settings import ControllerSettings
     from burrito_py.datastore.testing import free_port, running_datastore
     from burrito_py.deploy.admission_policy import policy_objects
-    from burrito_py.local.identity import admin_client, ensure_namespace, grant_runner_access
+    from burrito_py.local.identity import admin_client, ensure_namespace, grant_runner_access, publish_local_service
     from burrito_py.local.kubelet import LocalKubelet
     from burrito_py.server.serving import running_server
     from burrito_py.server.settings import ServerSettings
@@ -242,6 +242,10 @@ def _start_in_process(stack: contextlib.ExitStack, options: DevOptions, api_url:
         running_datastore(data_dir / "datastore", auth_enabled=True, kubeconfig=options.kubeconfig,
                           admin_users=[admin])
     )
+    with admin_client(api_url) as http:  # reachable through the API's service proxy, as the chart's Service is
+        publish_local_service(http, RELEASE_NAMESPACE, f"{RELEASE}-datastore", datastore_url, {
+            "app.kubernetes.io/name": "burrito-py", "app.kubernetes.io/instance": RELEASE,
+            "app.kubernetes.io/component": "datastore"})
     kubelet = LocalKubelet(options.kubeconfig, pod_log_dir=data_dir / "pod-logs", work_dir=data_dir / "pods")
     kubelet.start()
     stack.callback(kubelet.stop)
@@ -325,11 +329,10 @@ def run_dev(options: DevOptions) -> None:
     with running_dev(options) as endpoints:
         log.info(
             "ready. In another terminal:\n  export KUBECONFIG=%s\n  kubectl get tfr,tfl,tfrun\n"
-            "  burrito-py plan download default/greetings --datastore-url %s\n"
+            "  burrito-py plan download default/greetings --format short\n"
             "  curl -H \"Authorization: Bearer $(kubectl config view --raw -o jsonpath='{.users[0].user.token}')\" "
             "%s/api/layers\nCtrl-C stops everything.",
             endpoints["kubeconfig"],
-            endpoints["datastore"],
             endpoints["server"],
         )
         with contextlib.suppress(KeyboardInterrupt):

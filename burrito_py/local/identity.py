@@ -142,3 +142,22 @@ def login_as_local_admin(api_url: str, kubeconfig: Path, seconds: int = 7 * 24 *
         )
     set_kubeconfig_token(kubeconfig, token)
     return LOCAL_ADMIN_USERNAME
+
+
+def publish_local_service(http: httpx.Client, namespace: str, name: str, url: str, labels: dict[str, str]) -> None:
+    """A selector-less Service with hand-written Endpoints for a component running in this process (dev's
+    in-process mode), so that clients reach it as on a cluster: through the API server's service proxy."""
+    parsed = httpx.URL(url)
+    ensure_namespace(http, namespace)
+    port = {"name": "http", "port": 8080, "targetPort": parsed.port, "protocol": "TCP"}
+    _apply(http, f"/api/v1/namespaces/{namespace}/services", {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"ports": [port]},
+    })
+    _apply(http, f"/api/v1/namespaces/{namespace}/endpoints", {
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "subsets": [{"addresses": [{"ip": parsed.host}],
+                     "ports": [{"name": "http", "port": parsed.port, "protocol": "TCP"}]}],
+    })

@@ -86,7 +86,7 @@ class Resource:
             entry["categories"] = self.categories
         subs = [*(["status"] if self.status_subresource else []), *self.subresources]
         sub_verbs = {"status": ["get", "patch", "update"], "log": ["get"], "token": ["create"],
-                     "scale": ["get", "patch", "update"]}
+                     "scale": ["get", "patch", "update"], "proxy": ["create", "delete", "get", "patch", "update"]}
         sub_groups = {"token": {"group": "authentication.k8s.io", "version": "v1"},
                       "scale": {"group": "autoscaling", "version": "v1"}}
         return [
@@ -116,7 +116,8 @@ def builtins() -> list[Resource]:
         Resource("", "v1", "events", "event", "Event", True, ["ev"], field_selectors=COMMON_FIELDS | EVENT_FIELDS),
         Resource("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, ["sa"],
                  subresources=["token"]),
-        Resource("", "v1", "services", "service", "Service", True, ["svc"], ["all"], status_subresource=True),
+        Resource("", "v1", "services", "service", "Service", True, ["svc"], ["all"], status_subresource=True,
+                 subresources=["proxy"]),
         # Workloads (controller_manager.py makes Deployments' pods, Endpoints and PVC binding; the rest are
         # stored only).
         Resource("apps", "v1", "deployments", "deployment", "Deployment", True, ["deploy"], ["all"], True,

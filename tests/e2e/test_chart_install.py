@@ -91,8 +91,22 @@ def test_a_components_run_as_the_charts_pods_and_the_quickstart_converges(dev: D
     assert runners and {p["spec"]["serviceAccountName"] for p in runners} == {"burrito-py-runner"}
 
 
-def test_b_plan_download_with_the_kubeconfig_and_the_datastore_refuses_strangers(dev: Dev) -> None:
+def test_b_plan_download_with_only_the_kubeconfig_and_the_datastore_refuses_strangers(dev: Dev) -> None:
     dev.wait_state("greetings", "ApplyNeeded")
+    # Nothing but KUBECONFIG: the datastore is reached through the API server's service proxy.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BURRITO_DATASTORE", "BURRITO_PY_"))}
+    short = subprocess.run(
+        ["burrito-py", "plan", "download", "default/greetings", "--format", "short"],
+        env={**env, "KUBECONFIG": str(dev.kubeconfig)}, capture_output=True, text=True, check=True, timeout=60,
+    ).stdout
+    assert short.strip() == "Plan: 2 to add, 0 to change, 0 to destroy"
+    # The proxy forwards no Authorization: kubectl, authenticated to the API, is a stranger to the datastore.
+    run_name = dev.api.get(f"{LAYERS}/greetings").json()["status"]["lastRun"]["name"]
+    proxied = (f"/api/v1/namespaces/{RELEASE_NAMESPACE}/services/{RELEASE}-datastore:8080/proxy"
+               f"/api/v1/layers/default/greetings/runs/{run_name}/plan")
+    raw = subprocess.run(["kubectl", "get", "--raw", proxied], env={**env, "KUBECONFIG": str(dev.kubeconfig)},
+                         capture_output=True, text=True, timeout=60)
+    assert raw.returncode != 0 and "must be logged in" in raw.stderr, raw.stderr  # kubectl's words for a 401
     short = subprocess.run(
         ["burrito-py", "plan", "download", "default/greetings", "--format", "short",
          "--datastore-url", dev.endpoints["datastore"], "--kubeconfig", str(dev.kubeconfig)],

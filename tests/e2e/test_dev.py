@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from burrito_py.local.testing import wait_for
@@ -50,11 +51,12 @@ def layer_states(kubeconfig: Path) -> dict[str, str | None]:
     return {i["metadata"]["name"]: (i.get("status") or {}).get("state") for i in items}
 
 
-def test_dev_runs_the_quickstart_until_ctrl_c(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["chart", "in-process"])
+def test_dev_runs_the_quickstart_until_ctrl_c(tmp_path: Path, mode: str) -> None:
     data_dir, kubeconfig = tmp_path / "data", tmp_path / "data" / "kubeconfig"
     process = subprocess.Popen(
         [sys.executable, "-m", "burrito_py.cli", "dev", "--example", "quickstart", "--data-dir", str(data_dir),
-         "--kubeconfig", str(kubeconfig)],
+         "--kubeconfig", str(kubeconfig), "--mode", mode],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     output = Output(process)
@@ -78,6 +80,14 @@ def test_dev_runs_the_quickstart_until_ctrl_c(tmp_path: Path) -> None:
         assert layers.status_code == 200, layers.text
         assert {layer["name"]: layer["state"] for layer in layers.json()} == states
         assert httpx.get(f"{server}/api/layers", timeout=10).status_code == 401
+
+        # The plan, with nothing but KUBECONFIG (no URL from the log): through the API server's service proxy.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("BURRITO_DATASTORE", "BURRITO_PY_"))}
+        short = subprocess.run(["burrito-py", "plan", "download", "default/greetings", "--format", "short"],
+                               env={**env, "KUBECONFIG": str(kubeconfig)}, capture_output=True, text=True,
+                               timeout=60)
+        assert short.returncode == 0, short.stderr
+        assert short.stdout.strip() == "Plan: 2 to add, 0 to change, 0 to destroy"
     finally:
         process.send_signal(signal.SIGINT)
         try:

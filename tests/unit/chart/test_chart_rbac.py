@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from burrito_py.deploy.rbac import Grant, grants, grants_per_component
-from tests.unit.chart.rendering import NAMESPACE, RELEASE, rendered
+from tests.unit.chart.rendering import NAMESPACE, RELEASE, find, rendered
 
 TF, AGL, CORE = "terraform.burrito-py.io", "agl.burrito-py.io", ""
 # (apiGroup, resource, verbs, resourceNames) — namespaced rules, granted in each watched namespace.
@@ -165,3 +165,23 @@ def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -
 
     role = next(o for o in rendered("default") if o["kind"] == "Role" and o["metadata"]["name"] == "burrito-py-runner")
     assert flat(RUNNER_RULES) == flat(role["rules"])
+
+
+def test_datastore_admins_may_reach_the_datastore_through_the_service_proxy_and_nothing_else() -> None:
+    """`burrito-py plan download` with only a kubeconfig (burrito_py/kube_proxy.py): the datastore's admin users
+    and groups get `services/proxy` get on the datastore Service alone, and list of Services to find it."""
+    from burrito_py.deploy.chart import render_chart
+
+    assert not [o for o in rendered("default") if o["metadata"]["name"].endswith("-plan-download")]
+    objects = render_chart({"datastore": {"auth": {"extraAdminUsers": ["alice@example.com"],
+                                                   "adminGroups": ["platform"]}}}, RELEASE, NAMESPACE)
+    role = find(objects, "Role", f"{RELEASE}-plan-download")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["services/proxy"], "verbs": ["get"],
+         "resourceNames": [f"{RELEASE}-datastore:8080", f"{RELEASE}-datastore:http"]},
+    ]
+    binding = find(objects, "RoleBinding", f"{RELEASE}-plan-download")
+    assert [(s["kind"], s["name"]) for s in binding["subjects"]] == [("User", "alice@example.com"),
+                                                                    ("Group", "platform")]
