@@ -20,6 +20,7 @@ from typing import Literal
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.admission import Window, sync_windows_allow
 from burrito_py.controllers.conditions import Cond
+from burrito_py.controllers.drift import drift_due
 from burrito_py.controllers.run_decisions import STALE_PLAN
 from burrito_py.timeutil import parse_time
 
@@ -103,6 +104,8 @@ class LayerSnapshot:
     # The repository's sync windows and the controller's defaults, and the layer's name they match.
     windows: tuple[Window, ...] = ()
     layer_name: str = ""
+    # What places the layer's drift checks on its own beat (drift.py): its UID.
+    drift_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +228,9 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         f"run {live.name} is {live.state or 'starting'}" if live is not None else "",
     )
 
-    plan_fresh = plan_sum is not None and plan_date is not None and plan_date + snap.drift_period > now
+    plan_fresh = (
+        plan_sum is not None and plan_date is not None and now < drift_due(plan_date, snap.drift_period, snap.drift_key)
+    )
     plan_up_to_date = Cond(
         "IsPlanArtifactUpToDate",
         plan_fresh,

@@ -27,6 +27,7 @@ from burrito_py.controllers.destroy_decisions import (
     decide_destroy,
     finalizer_change,
 )
+from burrito_py.controllers.drift import drift_due
 from burrito_py.controllers.events import post_event
 from burrito_py.controllers.finalizers import set_destroy_finalizer
 from burrito_py.controllers.inventory import Body, Key
@@ -139,7 +140,13 @@ def snapshot(
         exhausted_apply=exhaustion_record(status.get("exhaustedApply")),
         windows=windows,
         layer_name=layer["metadata"]["name"],
+        drift_key=drift_key(layer),
     )
+
+
+def drift_key(layer: Mapping[str, Any]) -> str:
+    meta = layer["metadata"]
+    return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta['name']}")
 
 
 def decide(
@@ -498,5 +505,5 @@ def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
 def _schedule_drift_check(ctx: Context, key: Key, layer: Mapping[str, Any], now: datetime) -> None:
     plan_date = parse_time((layer["metadata"].get("annotations") or {}).get(ann.PLAN_DATE))
     if plan_date is not None:
-        due = plan_date + ctx.settings.drift_detection_period - now
+        due = drift_due(plan_date, ctx.settings.drift_detection_period, drift_key(layer)) - now
         ctx.wake_layer(key, max(due.total_seconds(), 0.0) + 1.0)
