@@ -32,6 +32,7 @@ from burrito_py.controllers.forbidden import ForbiddenReporter
 from burrito_py.controllers.inventory import Store
 from burrito_py.controllers.kube import Kube, KubeError, crd_path, path
 from burrito_py.controllers.scheduler import Scheduler
+from burrito_py.controllers.shards import Scope
 from burrito_py.timeutil import utcnow
 
 __all__ = ["AglController", "InstanceKey", "instance_key", "resync_forever"]
@@ -54,9 +55,11 @@ def instance_key(body: Mapping[str, Any]) -> InstanceKey:
 
 
 class AglController:
-    def __init__(self, kube: Kube, namespaces: list[str] | None = None) -> None:
+    def __init__(self, kube: Kube, namespaces: list[str] | None = None, scope: Scope | None = None) -> None:
         self.kube = kube
-        self.namespaces = list(namespaces or [])
+        # What this process watches and owns (controllers/shards.py): with shards, instances and their layers
+        # are compiled by the shard owning their namespace; definitions → CRDs by the first listed shard only.
+        self.scope = scope if scope is not None else Scope(patterns=list(namespaces or []))
         self.definitions: dict[str, Body] = {}
         self.instances: dict[tuple[str, str], Store] = {}  # (group, kind) → instances
         self.layers = Store()  # layers implementing instances (labelled), by (namespace, name)
@@ -115,8 +118,9 @@ class AglController:
         """Definitions and existing layers first, so no instance is compiled against a partial view."""
         for body in await self.kube.list(DEFINITIONS):
             self._observe_definition(body)
-        namespaces: list[str | None] = [*self.namespaces] or [None]
-        for namespace in namespaces:
+        existing = None if self.scope.literal else [
+            n["metadata"]["name"] for n in await self.kube.list(path("v1", "namespaces"))]
+        for namespace in self.scope.listing(existing):
             for layer in await self.kube.list(crd_path("terraformlayers", namespace), label_selector=LABEL_APP_KIND):
                 self.layers.observe(layer)
         self.primed = True
@@ -125,15 +129,19 @@ class AglController:
 
     # ----------------------------------------------------------------------------- kind watches
 
+    def _namespaces(self) -> list[str | None]:
+        """Where a kind is watched: each plain name, else the whole cluster (patterns: what this process does
+        not own is dropped in on_instance; instances are few, and a namespace created later is then followed)."""
+        return self.scope.listing(None) if self.scope.literal else [None]
+
     def _collections(self, served: str) -> list[str]:
         plural, _, group = served.partition(".")
-        namespaces: list[str | None] = [*self.namespaces] or [None]
-        return [path(f"{group}/{APPS_VERSION}", plural, namespace) for namespace in namespaces]
+        return [path(f"{group}/{APPS_VERSION}", plural, namespace) for namespace in self._namespaces()]
 
     def _watch_kind(self, definition: ApplicationDefinition) -> None:
         application = definition.spec.application
         group, kind = application.group, application.kind
-        namespaces: list[str | None] = [*self.namespaces] or [None]
+        namespaces = self._namespaces()
         for collection, namespace in zip(self._collections(crd_name(definition)), namespaces, strict=True):
             reset = functools.partial(self._reset_kind, group, kind, namespace)
             self.watches.ensure(collection, self.on_instance, reset)
@@ -266,6 +274,9 @@ class AglController:
         meta = body["metadata"]
         parsed = self.parsed(body)
         served = (body.get("status") or {}).get("servedCrd")
+        if not self.scope.cluster_work:
+            self._follow_definition(body, parsed, served)
+            return
         if meta.get("deletionTimestamp"):
             await self._finish_deletion(body, served)
             return
@@ -328,11 +339,26 @@ class AglController:
                 return
             raise
         self._watch_kind(parsed)
-        count = len(self.instances_of(application.group, application.kind))
+        # A shard holds only its own namespaces' instances: with shards the count is a listing of every one.
+        count = (len(await self._count_served(wanted)) if self.scope.sharded
+                 else len(self.instances_of(application.group, application.kind)))
         await self._definition_status(body, Cond(
             "Ready", True, "Served",
             f"{application.kind} is served as {application.group}/{APPS_VERSION} (kubectl get {application.plural})",
         ), instances=count, servedCrd=wanted)
+
+    def _follow_definition(self, body: Mapping[str, Any], parsed: ApplicationDefinition | Invalid,
+                           served: str | None) -> None:
+        """A shard other than the first: the first serves the kind (CRD, status, finalizer); this one only
+        watches its instances once the kind is served, and writes nothing cluster-scoped. A withdrawn kind
+        ends its watches by itself (404)."""
+        if body["metadata"].get("deletionTimestamp") or not isinstance(parsed, ApplicationDefinition):
+            return
+        application = parsed.spec.application
+        owner = self.definition_of(application.group, application.kind)
+        if owner is not None and owner[0]["metadata"]["name"] == body["metadata"]["name"] \
+                and served == crd_name(parsed):
+            self._watch_kind(parsed)
 
     # --------------------------------------------------------------------------------- instances
 
@@ -451,6 +477,8 @@ class AglController:
 
     def on_instance(self, event_type: str | None, body: Body) -> None:
         key = instance_key(body)
+        if not self.scope.owns(key[2]):
+            return  # another shard's namespace, or one a cluster-wide kind watch sees but this process ignores
         store = self.instances_of(key[0], key[1])
         known = store.get((key[2], key[3])) is not None
         if event_type == "DELETED":

@@ -29,7 +29,7 @@ def register_agl(registry: kopf.OperatorRegistry, settings: ControllerSettings, 
     @kopf.on.startup(registry=registry)
     async def agl_startup(memo: kopf.Memo, **_: Any) -> None:
         kube = await Kube.connect(str(kubeconfig) if kubeconfig else None)
-        agl = AglController(kube, settings.namespaces)
+        agl = AglController(kube, scope=settings.scope())
         await agl.prime()
         holder["agl"] = agl
         memo["agl_tasks"] = [
@@ -57,8 +57,11 @@ def register_agl(registry: kopf.OperatorRegistry, settings: ControllerSettings, 
         if fed is not None:
             holder["agl"].on_definition(*fed)
 
+    def owned(namespace: str | None, **_: Any) -> bool:
+        return settings.scope().owns(namespace)  # a shard compiles only its own namespaces' instances
+
     @kopf.on.event(ann.GROUP, ann.VERSION, "terraformlayers", labels={LABEL_APP_KIND: kopf.PRESENT},
-                   registry=registry)
+                   when=owned, registry=registry)
     async def on_layer(event: kopf.RawEvent, **_: Any) -> None:
         fed = feed(event)
         if fed is not None:

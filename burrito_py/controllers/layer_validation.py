@@ -105,11 +105,14 @@ def validate_layer(
     elif invalid:
         ready = Cond("Ready", False, "InvalidSpec", invalid)
     elif repository is None:
+        # Shards see only their own namespaces: a repository elsewhere is not found, and the message says why.
+        outside = settings.scope().foreign_repository(namespace)
         ready = Cond(
             "Ready",
             False,
             "RepositoryNotFound",
-            f"spec.repository: TerraformRepository {namespace}/{ref.get('name')} does not exist",
+            f"spec.repository: TerraformRepository {namespace}/{ref.get('name')} "
+            + (f"is not visible: {outside}" if outside else "does not exist"),
         )
     else:
         problem = _branch_problem(repository, spec.get("branch", ""))

@@ -73,6 +73,12 @@ def kubeconfig_login(kubeconfig: Path) -> kopf.ConnectionInfo:
 def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     holder: dict[str, Context] = {}
+    scope = config.scope()
+
+    def owned(namespace: str | None, **_: Any) -> bool:
+        """Shards (controllers/shards.py): kopf watches the shard's patterns; objects of a namespace another
+        shard owns (overlapping patterns) are dropped here, before they reach the inventory."""
+        return scope.owns(namespace)
 
     def ctx() -> Context:
         return holder["ctx"]
@@ -133,7 +139,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         store.observe(body)
         return dict(body)
 
-    @kopf.on.event(ann.GROUP, ann.VERSION, "terraformrepositories", registry=registry)
+    @kopf.on.event(ann.GROUP, ann.VERSION, "terraformrepositories", when=owned, registry=registry)
     async def on_repository(event: kopf.RawEvent, **_: Any) -> None:
         if "ctx" not in holder:
             return
@@ -152,7 +158,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
             for layer in c.inventory.layers_of_repository(meta["namespace"], meta["name"]):
                 c.wake_layer(key_of(layer))
 
-    @kopf.on.event(ann.GROUP, ann.VERSION, "terraformlayers", registry=registry)
+    @kopf.on.event(ann.GROUP, ann.VERSION, "terraformlayers", when=owned, registry=registry)
     async def on_layer(event: kopf.RawEvent, **_: Any) -> None:
         if "ctx" not in holder:
             return
@@ -170,7 +176,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
                 if repository is not None:
                     c.wake_repository(key_of(repository))
 
-    @kopf.on.event(ann.GROUP, ann.VERSION, "terraformruns", registry=registry)
+    @kopf.on.event(ann.GROUP, ann.VERSION, "terraformruns", when=owned, registry=registry)
     async def on_run(event: kopf.RawEvent, **_: Any) -> None:
         if "ctx" not in holder:
             return
@@ -198,7 +204,8 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         elif c.crds.observe(body):
             _wake_deleting_layers(c)
 
-    @kopf.on.event("", "v1", "pods", labels={ann.LABEL_COMPONENT: ann.COMPONENT_RUNNER}, registry=registry)
+    @kopf.on.event("", "v1", "pods", labels={ann.LABEL_COMPONENT: ann.COMPONENT_RUNNER},
+                  when=owned, registry=registry)
     async def on_pod(event: kopf.RawEvent, **_: Any) -> None:
         if "ctx" not in holder:
             return
@@ -255,11 +262,17 @@ def datastore_client(url: str, token_path: Path | None, kubeconfig: Path | None)
 
 
 async def _prime(ctx: Context) -> None:
-    """List everything once before deciding anything, so no layer acts on a partial view of its runs."""
+    """List everything once before deciding anything, so no layer acts on a partial view of its runs.
+
+    What is listed is what kopf watches and this process owns (`Scope.listing`): the cluster at once when no
+    namespace is given; plain names directly; for patterns, the Namespaces (names) first, then each owned one.
+    Per-namespace listings rather than one cluster-wide listing filtered here: a shard's memory then never
+    holds other shards' objects, not even at start-up. Namespaces created later arrive through kopf's watch."""
     for crd in await ctx.kube.list(CRDS):
         ctx.crds.observe(crd)
-    namespaces: list[str | None] = [*ctx.settings.namespaces] or [None]
-    for namespace in namespaces:
+    scope = ctx.settings.scope()
+    existing = None if scope.literal else [n["metadata"]["name"] for n in await ctx.kube.list(path("v1", "namespaces"))]
+    for namespace in scope.listing(existing):
         for store, resource_path, selector in (
             (ctx.inventory.repositories, crd_path("terraformrepositories", namespace), None),
             (ctx.inventory.layers, crd_path("terraformlayers", namespace), None),

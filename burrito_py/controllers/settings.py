@@ -8,10 +8,11 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from burrito_py.api.common import SyncWindow
+from burrito_py.controllers.shards import Scope, Shard, pattern_problem, scope_of, shard_problem
 from burrito_py.durations import Duration
 from burrito_py.local.paths import pod_path_setting
 
@@ -27,7 +28,18 @@ class ControllerSettings(BaseSettings):
         # Under the local kubelet a pod's absolute paths live below its private root (identity elsewhere).
         return pod_path_setting(value)
 
-    namespaces: list[str] = Field(default_factory=list, description="Watched namespaces; empty = all.")
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="Watched namespaces: names or kopf patterns ('team-a-*,!*-sandbox'; a namespace matching any "
+        "entry is watched); empty = all (with a shard: that shard's namespaces).",
+    )
+    # Sharding by namespace sets (controllers/shards.py): every shard process gets the whole list and its name.
+    shards: list[Shard] = Field(
+        default_factory=list,
+        description="Every shard as {name, namespaces}; a namespace belongs to the first listed shard whose "
+        "namespaces match. Empty: not sharded.",
+    )
+    shard: str = Field("", description="This process's shard, one of `shards` by name; empty: not sharded.")
     datastore_url: str = "http://burrito-py-datastore:8080"
     git_cache_dir: Path = Path("/var/cache/burrito-py/git")
     drift_detection_period: Duration = Field(
@@ -90,6 +102,38 @@ class ControllerSettings(BaseSettings):
     )
     # The Application Generation Layer: ApplicationDefinitions → user kinds → TerraformLayers.
     agl_enabled: bool = Field(True, description="Run the Application Generation Layer controller.")
+    _scope: Scope | None = PrivateAttr(None)
+
+    @field_validator("namespaces", mode="after")
+    @classmethod
+    def _patterns(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            problem = pattern_problem(pattern)
+            if problem:
+                raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _shard_fits(self) -> ControllerSettings:
+        problem = shard_problem(self.shard, self.shards)
+        if problem:
+            raise ValueError(problem)
+        if self.shard:
+            own = next(s for s in self.shards if s.name == self.shard).namespaces
+            if not self.namespaces:
+                self.namespaces = list(own)  # a shard watches its own namespace set
+            elif self.namespaces != own:
+                raise ValueError(
+                    f"BURRITO_PY_NAMESPACES: {self.namespaces} is not shard {self.shard!r}'s namespaces {own} "
+                    "(leave it empty: a shard watches its own namespaces)"
+                )
+        return self
+
+    def scope(self) -> Scope:
+        """What this process watches and owns (one per settings object: it remembers what it warned about)."""
+        if self._scope is None:
+            self._scope = scope_of(self.namespaces, self.shard, self.shards)
+        return self._scope
 
 
 def settings_problem(exc: ValidationError) -> str:
@@ -97,8 +141,13 @@ def settings_problem(exc: ValidationError) -> str:
     without pydantic's traceback or URLs."""
     problems = []
     for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else ""
-        where = f"{ENV_PREFIX}{field.upper()}" if field else "settings"
+        loc = error["loc"]
         reason = str(error["msg"]).removeprefix("Value error, ")
+        if not loc:  # a rule across fields: its message names the variables
+            problems.append(reason if reason.startswith(ENV_PREFIX) else f"settings: {reason}")
+            continue
+        where = f"{ENV_PREFIX}{str(loc[0]).upper()}" + "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc[1:]
+        )
         problems.append(f"{where}: {reason}")
     return "; ".join(problems)

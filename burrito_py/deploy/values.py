@@ -16,13 +16,14 @@ import copy
 from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
 from burrito_py.api.application import APPS_GROUP
 from burrito_py.api.common import SyncWindow
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.controllers.shards import SHARD_NAME, Shard, pattern_problem
 from burrito_py.datastore.app import DatastoreSettings
 from burrito_py.datastore.backends import StorageSettings
 from burrito_py.server.settings import ServerSettings
@@ -141,6 +142,25 @@ class Agl(Values):
     )
 
 
+class ControllerShard(Values):
+    """One controllers shard: its name and namespace set (the controllers' `shards` setting, one entry)."""
+
+    name: str = Field(..., pattern=SHARD_NAME, max_length=63, description=Shard.model_fields["name"].description)
+    namespaces: str | list[str] = Field(..., description=Shard.model_fields["namespaces"].description)
+
+    @field_validator("namespaces", mode="after")
+    @classmethod
+    def _usable(cls, value: str | list[str]) -> str | list[str]:
+        patterns = [value] if isinstance(value, str) else value
+        if not patterns:
+            raise ValueError("at least one namespace pattern is needed")
+        for pattern in patterns:
+            problem = pattern_problem(pattern)  # the controllers' own check
+            if problem:
+                raise ValueError(problem)
+        return value
+
+
 class Controllers(Workload):
     """The layer, run, repository and AGL controllers (`burrito-py controllers start`)."""
 
@@ -156,6 +176,22 @@ class Controllers(Workload):
     health_port: int = Field(8082, ge=1, le=65535, description="Liveness/readiness port (GET /healthz).")
     git_cache_size_limit: str = Field("2Gi", description="sizeLimit of the git mirror cache emptyDir.")
     agl: Agl = Field(default_factory=Agl, description="AGL user kinds.")
+    shards: list[ControllerShard] = Field(
+        default_factory=list,
+        description="Sharding by namespace sets: one Deployment <release>-controllers-<name> (and leader Lease) "
+        "per shard, watching only its namespaces (kopf patterns over namespace names, e.g. 'team-a-*,!*-sandbox'). "
+        "A namespace belongs to the first listed shard whose namespaces match; one no shard matches is not "
+        "reconciled. Needs clusterMode: true. Empty: one <release>-controllers Deployment watching everything.",
+    )
+
+    @field_validator("shards", mode="after")
+    @classmethod
+    def _unique_names(cls, value: list[ControllerShard]) -> list[ControllerShard]:
+        names = [s.name for s in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"shard name(s) {', '.join(map(repr, twice))} listed more than once")
+        return value
 
 
 # -- datastore ------------------------------------------------------------------------------------------

@@ -7,12 +7,15 @@
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* Selector labels of a component: (dict "root" $ "component" "controllers") */}}
+{{/* Selector labels of a component: (dict "root" $ "component" "controllers"), with "shard" for a controllers shard. */}}
 {{- define "burrito-py.selectorLabels" -}}
 app.kubernetes.io/name: burrito-py
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- if .component }}
 app.kubernetes.io/component: {{ .component }}
+{{- end }}
+{{- if .shard }}
+burrito-py.io/shard: {{ .shard }}
 {{- end }}
 {{- end -}}
 
@@ -171,7 +174,7 @@ topologySpreadConstraints:
 apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata:
-  name: {{ include "burrito-py.fullname" .root }}-{{ .component }}
+  name: {{ include "burrito-py.fullname" .root }}-{{ .component }}{{ if .shard }}-{{ .shard }}{{ end }}
   namespace: {{ .root.Release.Namespace }}
   labels:
     {{- include "burrito-py.labels" . | nindent 4 }}
@@ -181,4 +184,27 @@ spec:
     matchLabels:
       {{- include "burrito-py.selectorLabels" . | nindent 6 }}
 {{- end }}
+{{- end -}}
+
+{{/* The controllers' Deployments as a JSON list of {name, shard}: one per controllers.shards entry
+     (<fullname>-controllers-<shard>, each its own leader Lease of that name), else one <fullname>-controllers. */}}
+{{- define "burrito-py.controllerShards" -}}
+{{- $fullname := include "burrito-py.fullname" . -}}
+{{- $shards := .Values.controllers.shards -}}
+{{- if and $shards (not .Values.clusterMode) -}}
+{{- fail "controllers.shards needs clusterMode: true (a shard watches namespaces by pattern: kopf lists and watches Namespaces cluster-wide)" -}}
+{{- end -}}
+{{- $out := list -}}
+{{- $seen := dict -}}
+{{- range $shards -}}
+{{- if hasKey $seen .name -}}
+{{- fail (printf "controllers.shards: shard name %q is listed more than once" .name) -}}
+{{- end -}}
+{{- $_ := set $seen .name true -}}
+{{- $out = append $out (dict "name" (printf "%s-controllers-%s" $fullname .name) "shard" .name) -}}
+{{- end -}}
+{{- if not $shards -}}
+{{- $out = list (dict "name" (printf "%s-controllers" $fullname) "shard" "") -}}
+{{- end -}}
+{{- toJson $out -}}
 {{- end -}}

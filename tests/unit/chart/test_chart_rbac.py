@@ -70,7 +70,8 @@ def expand(subject: str, rules: list[Rule], scopes: list[str]) -> set[Grant]:
     }
 
 
-def expected(tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, str]]) -> set[Grant]:
+def expected(tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, str]],
+             shards: bool = False) -> set[Grant]:
     scopes = ["cluster"] if cluster_mode else tenants
     controllers = CONTROLLERS + [rule for g, p in agl_kinds for rule in ((g, p, "list watch", ()),
                                                                           (g, f"{p}/status", "patch", ()))]
@@ -78,7 +79,7 @@ def expected(tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, 
     if agl_kinds:
         names = tuple(sorted(f"{p}.{g}" for g, p in agl_kinds))
         cluster.append(("apiextensions.k8s.io", "customresourcedefinitions", "update delete", names))
-    if not cluster_mode:
+    if not cluster_mode or shards:  # shards: kopf follows the namespaces of their patterns, _prime lists them
         cluster.append(KOPF_NAMESPACES)
     out = expand(sa("controllers"), controllers, scopes) | expand(sa("controllers"), cluster, ["cluster"])
     out |= expand(sa("server"), SERVER, scopes) | expand(sa("server"), [TOKEN_REVIEWS], ["cluster"])
@@ -89,17 +90,19 @@ def expected(tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, 
 
 
 @pytest.mark.parametrize(
-    ("name", "tenants", "cluster_mode", "agl_kinds"),
+    ("name", "tenants", "cluster_mode", "agl_kinds", "shards"),
     [
-        ("default", [NAMESPACE], False, []),
-        ("tenants", ["team-a", "team-b"], False, AGL_KINDS),
-        ("cluster-mode", ["team-a"], True, []),
-        ("network-policy", ["team-a", "team-b"], False, []),
+        ("default", [NAMESPACE], False, [], False),
+        ("tenants", ["team-a", "team-b"], False, AGL_KINDS, False),
+        ("cluster-mode", ["team-a"], True, [], False),
+        ("network-policy", ["team-a", "team-b"], False, [], False),
+        ("shards", ["team-a-prod", "team-b"], True, [], True),
     ],
 )
-def test_exact_grants(name: str, tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, str]]) -> None:
+def test_exact_grants(name: str, tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, str]],
+                      shards: bool) -> None:
     got = grants(rendered(name))
-    want = expected(tenants, cluster_mode, agl_kinds)
+    want = expected(tenants, cluster_mode, agl_kinds, shards)
     assert sorted(got - want) == [], "new grants"
     assert sorted(want - got) == [], "missing grants"
 
@@ -117,7 +120,9 @@ def _roles(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [o for o in objects if o["kind"] in ("Role", "ClusterRole")]
 
 
-@pytest.mark.parametrize("name", ["default", "tenants", "cluster-mode", "s3-encryption", "network-policy", "ha"])
+@pytest.mark.parametrize(
+    "name", ["default", "tenants", "cluster-mode", "s3-encryption", "network-policy", "ha", "shards"]
+)
 def test_no_wildcards_and_no_cluster_wide_secrets_in_tenant_mode(name: str) -> None:
     objects = rendered(name)
     for role in _roles(objects):
@@ -128,7 +133,7 @@ def test_no_wildcards_and_no_cluster_wide_secrets_in_tenant_mode(name: str) -> N
                 "verbs"]
     all_grants = grants(objects)
     cluster_secrets = {g for g in all_grants if g.resource == "secrets" and g.scope == "cluster"}
-    if name != "cluster-mode":
+    if name not in ("cluster-mode", "shards"):
         assert cluster_secrets == set()
     else:  # cluster mode: only what the code needs everywhere (outputs Secrets, webhook secrets), never list/watch
         assert {g.verb for g in cluster_secrets} == {"get", "create", "update"}

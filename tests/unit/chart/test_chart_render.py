@@ -115,11 +115,25 @@ def test_every_config_variable_is_a_setting_that_parses(name: str, monkeypatch: 
         data = _config(objects, component)
         known = set().union(*(_settings_names(m, prefix) for m in models))
         assert set(data) <= known, f"{component}: not settings: {sorted(set(data) - known)}"
-        with monkeypatch.context() as env:
-            for key, value in data.items():
-                env.setenv(key, value)
-            for model in models:
-                model()  # raises on any value the component would refuse
+        for pod_env in _deployment_envs(objects, component):  # what each Deployment adds (a shard's name)
+            with monkeypatch.context() as env:
+                for key, value in {**data, **pod_env}.items():
+                    env.setenv(key, value)
+                for model in models:
+                    model()  # raises on any value the component would refuse
+
+
+def _deployment_envs(objects: list[dict[str, Any]], component: str) -> list[dict[str, str]]:
+    """The literal BURRITO_PY_* env of each Deployment of `component` (controllers: one per shard)."""
+    envs = []
+    for deployment in objects:
+        labels = deployment["metadata"].get("labels") or {}
+        if deployment["kind"] == "Deployment" and labels.get("app.kubernetes.io/component") == component:
+            container = deployment["spec"]["template"]["spec"]["containers"][0]
+            envs.append({e["name"]: e["value"] for e in container.get("env") or ()
+                         if e["name"].startswith("BURRITO_PY_") and "value" in e})
+    assert envs, f"no {component} Deployment"
+    return envs
 
 
 def test_default_config_reaches_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:

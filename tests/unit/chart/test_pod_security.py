@@ -87,7 +87,8 @@ def test_init_containers_are_checked_too() -> None:
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_every_chart_pod_is_restricted(name: str) -> None:
     specs = [s for obj in rendered(name) for s in pod_specs(obj)]
-    assert len(specs) == 3  # controllers, datastore, server
+    shards = len(VALUE_SETS[name].get("controllers", {}).get("shards") or ()) or 1
+    assert len(specs) == 2 + shards  # controllers (one Deployment per shard), datastore, server
     for where, spec in specs:
         assert restricted_violations(spec) == [], where
         mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
