@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from burrito_py.api import annotations as ann
+from burrito_py.controllers.repository_decisions import sync_requested
 from burrito_py.datastore.testing import free_port
 from burrito_py.gitops.testing import TestRepo, make_bare
 from burrito_py.gitops.testing_servers import running_http_git_server
@@ -100,3 +101,31 @@ def test_signed_pushes_plan_the_touched_layer_and_a_bad_signature_does_nothing(
     wait_for(lambda: platform.annotations("other").get(ann.PLAN_COMMIT) == second, 60, what="other planned")
     assert plans(platform, "other") == before["other"] + 1
     assert plans(platform, "app") == before["app"] + 1
+
+
+def test_a_redelivery_to_another_server_replica_plans_once(
+    world: tuple[Platform, httpx.Client, str, Path], repo: TestRepo
+):
+    """Issue 12 item 3: each server replica remembers the deliveries it saw (per process), so a redelivery that
+    lands on the other replica is acted on again. That is harmless: it marks the repository again, the
+    repository controller fetches the same head, and the layer, decided on revisions, plans that commit once."""
+    platform, first_replica, url, bare = world
+    settings = ServerSettings(host="127.0.0.1", port=free_port(), kubeconfig=platform.kubeconfig,
+                              auth_enabled=False, datastore_url=platform.datastore_url)
+    with running_server(settings) as second_url, httpx.Client(base_url=second_url, timeout=30) as second_replica:
+        before = plans(platform, "app")
+        commit = repo.commit({"layers/app/main.tf": layer_code("v3")}, "change app again")
+        repo.push(bare.as_uri())
+        body, headers = github_push(url, HOOK_SECRET, "redelivered-1")
+        assert first_replica.post("/api/webhook", content=body, headers=headers).status_code == 202
+        assert first_replica.post("/api/webhook", content=body, headers=headers).json()["duplicate"] is True
+        assert second_replica.post("/api/webhook", content=body, headers=headers).status_code == 202
+        wait_for(lambda: platform.annotations("app").get(ann.PLAN_COMMIT) == commit, 60, what="app planned")
+        # Both replicas' marks are handled before we count: the branch was synced after the last of them.
+        wait_for(lambda: not sync_requested(platform.custom.get_namespaced_custom_object(
+            ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra")), 60, what="the sync requests handled")
+        time.sleep(3)
+        assert plans(platform, "app") == before + 1
+        at_commit = [r for r in platform.runs("app")
+                     if r["spec"]["action"] == "plan" and r["spec"]["layer"].get("revision") == commit]
+        assert len(at_commit) == 1
