@@ -34,11 +34,25 @@ def start(
     allow_cross_namespace_repositories: Annotated[
         bool | None, typer.Option(help="Let layers use repositories of other namespaces (default: off).")
     ] = None,
+    leader_election: Annotated[
+        bool | None,
+        typer.Option("--leader-election/--no-leader-election", help="Act only while holding the leader Lease."),
+    ] = None,
+    leader_election_namespace: Annotated[
+        str | None, typer.Option(help="Namespace of the leader Lease (default: the pod's).")
+    ] = None,
+    leader_election_name: Annotated[str | None, typer.Option(help="Name of the leader Lease.")] = None,
+    leader_election_identity: Annotated[
+        str | None, typer.Option(help="This candidate's identity (default: $POD_NAME, else the hostname).")
+    ] = None,
+    lease_duration: Annotated[float | None, typer.Option(help="Seconds until a silent leader's Lease expires.")] = None,
+    renew_deadline: Annotated[float | None, typer.Option(help="Seconds a leader may fail to renew.")] = None,
+    retry_period: Annotated[float | None, typer.Option(help="Seconds between two looks at the Lease.")] = None,
 ) -> None:
     """Run the controllers until interrupted."""
     from pydantic import ValidationError
 
-    from burrito_py.controllers.operator import run_operator
+    from burrito_py.controllers.operator import run_controllers
     from burrito_py.controllers.settings import ControllerSettings, settings_problem
 
     overrides: dict[str, Any] = {
@@ -56,6 +70,13 @@ def start(
         "agl_enabled": agl,
         "allow_file_repositories": allow_file_repositories,
         "allow_cross_namespace_repositories": allow_cross_namespace_repositories,
+        "leader_election": leader_election,
+        "leader_election_namespace": leader_election_namespace,
+        "leader_election_name": leader_election_name,
+        "leader_election_identity": leader_election_identity,
+        "lease_duration": _seconds(lease_duration),
+        "renew_deadline": _seconds(renew_deadline),
+        "retry_period": _seconds(retry_period),
     }
     try:
         settings = ControllerSettings(**{k: v for k, v in overrides.items() if v is not None})
@@ -63,7 +84,7 @@ def start(
         typer.echo(f"invalid controller settings: {settings_problem(exc)}", err=True)
         raise typer.Exit(2) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(run_operator(settings, kubeconfig))
+    asyncio.run(run_controllers(settings, kubeconfig))
 
 
 def _seconds(value: float | None) -> timedelta | None:

@@ -12,8 +12,9 @@ import asyncio
 import base64
 import functools
 import logging
+import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,8 +92,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-        settings.posting.enabled = False  # we post our own, readable events
-        settings.watching.server_timeout = 300
+        check_kopf_settings(settings)
         kube = await Kube.connect(str(kubeconfig) if kubeconfig else None)
         datastore = datastore_client(config.datastore_url, config.datastore_token_path, kubeconfig)
         context = Context(settings=config, kube=kube, datastore=datastore)
@@ -302,7 +302,7 @@ async def _resync_forever(ctx: Context) -> None:
 
 
 class ControllerThread:
-    """Runs the operator in its own thread and event loop (how `burrito-py dev` and tests run it)."""
+    """Runs the controllers in their own thread and event loop (how `burrito-py dev` and tests run them)."""
 
     def __init__(self, settings: ControllerSettings, kubeconfig: Path | None = None) -> None:
         self._settings = settings
@@ -319,7 +319,7 @@ class ControllerThread:
         while True:
             try:
                 asyncio.run(
-                    run_operator(self._settings, self._kubeconfig, stop_flag=self._stop, ready_flag=self._ready)
+                    run_controllers(self._settings, self._kubeconfig, stop_flag=self._stop, ready_flag=self._ready)
                 )
             except BaseException as exc:
                 if not self._ready.is_set() or self._stop.is_set():
@@ -366,21 +366,86 @@ def _serve_metrics(port: int, host: str) -> None:
     start_http_server(port, addr=host)
 
 
+def kopf_settings() -> kopf.OperatorSettings:
+    """The kopf settings the controllers rely on, set before kopf starts (and checked at start-up, so a kopf
+    upgrade that changes how they are applied fails loudly rather than, say, re-enabling peering)."""
+    settings = kopf.OperatorSettings()
+    # No kopf peering: one active operator is ensured by our Lease (leader_election.py); peering would make
+    # kopf read and write KopfPeering objects and freeze equal peers.
+    settings.peering.standalone = True
+    settings.peering.mandatory = False
+    settings.posting.enabled = False  # we post our own, readable events
+    # Watches end every 5 minutes on the server's side and are resumed by kopf (no client-side cut).
+    settings.watching.server_timeout = 300
+    return settings
+
+
+def check_kopf_settings(settings: kopf.OperatorSettings) -> None:
+    """Refuse to run with kopf settings other than `kopf_settings()`'s (see there)."""
+    wanted = kopf_settings()
+    problems = [
+        f"{name} is {got!r}, not {want!r}"
+        for name, got, want in (
+            ("peering.standalone", settings.peering.standalone, wanted.peering.standalone),
+            ("peering.mandatory", settings.peering.mandatory, wanted.peering.mandatory),
+            ("posting.enabled", settings.posting.enabled, wanted.posting.enabled),
+            ("watching.server_timeout", settings.watching.server_timeout, wanted.watching.server_timeout),
+        )
+        if got != want
+    ]
+    if problems:
+        raise RuntimeError("kopf settings changed under the controllers: " + "; ".join(problems))
+
+
+SignalHandler = Callable[[], None]
+
+
 async def run_operator(
     settings: ControllerSettings,
     kubeconfig: Path | None = None,
     stop_flag: threading.Event | asyncio.Event | None = None,
-    ready_flag: threading.Event | None = None,
+    ready_flag: threading.Event | asyncio.Event | None = None,
+    *,
+    operator_settings: kopf.OperatorSettings | None = None,
+    on_signal: SignalHandler | None = None,
+    liveness: bool = True,
 ) -> None:
+    """One kopf operator running the controllers until `stop_flag`. `on_signal`: SIGINT/SIGTERM go to it
+    instead of stopping kopf (leader election stops kopf itself, then releases the Lease); `liveness`: serve
+    kopf's /healthz (off when leader election serves its own)."""
     if settings.metrics_port:
         _serve_metrics(settings.metrics_port, settings.host)
     registry = build_registry(settings, kubeconfig)
-    await kopf.operator(
+    # kopf.operator() is spawn_tasks + run_tasks; split, so that kopf's own signal handlers can be replaced.
+    existing = {task for task in asyncio.all_tasks() if not task.done()}
+    tasks = await kopf.spawn_tasks(
         registry=registry,
+        settings=operator_settings if operator_settings is not None else kopf_settings(),
         standalone=True,
-        liveness_endpoint=liveness_endpoint(settings),
+        liveness_endpoint=liveness_endpoint(settings) if liveness else None,
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
         stop_flag=stop_flag,
         ready_flag=ready_flag,
     )
+    if on_signal is not None and threading.current_thread() is threading.main_thread():
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, on_signal)
+    await kopf.run_tasks(tasks, ignored=existing)
+
+
+async def run_controllers(
+    settings: ControllerSettings,
+    kubeconfig: Path | None = None,
+    stop_flag: threading.Event | asyncio.Event | None = None,
+    ready_flag: threading.Event | None = None,
+) -> None:
+    """The controllers: the operator itself, or, with `leader_election`, the operator while this process holds
+    the leader Lease (leader_election.py)."""
+    if not settings.leader_election:
+        await run_operator(settings, kubeconfig, stop_flag=stop_flag, ready_flag=ready_flag)
+        return
+    from burrito_py.controllers.leader_election import run_with_leader_election
+
+    await run_with_leader_election(settings, kubeconfig, stop_flag=stop_flag, ready_flag=ready_flag)

@@ -5,8 +5,11 @@ see `burrito_py.durations`. `settings_problem` turns a validation error into one
 
 from __future__ import annotations
 
+import os
+import socket
 from datetime import timedelta
 from pathlib import Path
+from typing import Self
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -17,6 +20,11 @@ from burrito_py.durations import Duration
 from burrito_py.local.paths import pod_path_setting
 
 ENV_PREFIX = "BURRITO_PY_"
+
+
+def default_identity() -> str:
+    """The pod's name (the chart passes POD_NAME from the downward API), else the host name."""
+    return os.environ.get("POD_NAME") or socket.gethostname()
 
 
 class ControllerSettings(BaseSettings):
@@ -102,6 +110,43 @@ class ControllerSettings(BaseSettings):
     )
     # The Application Generation Layer: ApplicationDefinitions → user kinds → TerraformLayers.
     agl_enabled: bool = Field(True, description="Run the Application Generation Layer controller.")
+    # Leader election (docs/architecture.md, "Leader election"): off here so in-process runs need no Lease;
+    # the chart turns it on.
+    leader_election: bool = Field(
+        False,
+        description="Run the controllers only while holding a coordination.k8s.io Lease, so several replicas "
+        "have one active leader and standbys that watch and write nothing.",
+    )
+    leader_election_namespace: str = Field(
+        "", description="Namespace of the leader Lease; empty: the pod's own namespace (else default)."
+    )
+    leader_election_name: str = Field("burrito-py-controllers", description="Name of the leader Lease.")
+    leader_election_identity: str = Field(
+        default_factory=default_identity, description="This candidate's identity; default: POD_NAME, else hostname."
+    )
+    lease_duration: Duration = Field(
+        timedelta(seconds=15),
+        description="How long a standby waits, after it last saw the Lease change, before taking it over.",
+    )
+    renew_deadline: Duration = Field(
+        timedelta(seconds=10),
+        description="How long a leader keeps trying to renew before it stops acting; below leaseDuration.",
+    )
+    retry_period: Duration = Field(
+        timedelta(seconds=2),
+        description="Time between two renewals by the leader and two looks at the Lease by a standby.",
+    )
+
+    @model_validator(mode="after")
+    def _election_timing(self) -> Self:
+        lease, renew, retry = (d.total_seconds() for d in (self.lease_duration, self.renew_deadline,
+                                                           self.retry_period))
+        if not 0 < retry < renew < lease:
+            raise ValueError(
+                f"leader election needs 0 < retry_period ({retry:g}s) < renew_deadline ({renew:g}s) < "
+                f"lease_duration ({lease:g}s)"
+            )
+        return self
     _scope: Scope | None = PrivateAttr(None)
 
     @field_validator("namespaces", mode="after")

@@ -64,7 +64,7 @@ class Platform:
     workdir: Path
     custom: client.CustomObjectsApi
     core: client.CoreV1Api
-    controllers: ControllerThread
+    controllers: ControllerThread | None  # None: the test runs its own (e.g. `controllers start` processes)
     settings: ControllerSettings
 
     # -- objects -------------------------------------------------------------------------------
@@ -140,10 +140,11 @@ class Platform:
 
 
 @contextlib.contextmanager
-def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = True,
+def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = True, start_controllers: bool = True,
                      **overrides: Any) -> Iterator[Platform]:
     """The harness: emulator, CRDs, the chart's run-namespace admission policy (unless `admission_policy` is
-    False, as on a cluster older than 1.30), datastore, kubelet and controllers."""
+    False, as on a cluster older than 1.30), datastore, kubelet and controllers (unless `start_controllers` is
+    False: `settings` then says how to run them)."""
     with contextlib.ExitStack() as stack:
         api = ApiServer(pod_log_dir=workdir / "pod-logs")
         api.start()
@@ -177,9 +178,10 @@ def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = T
             "allow_file_repositories": True,  # TestRepo serves its repositories as file:// URLs
             **overrides,
         })
-        controllers = ControllerThread(settings, kubeconfig)
-        controllers.start()
-        stack.callback(controllers.stop)
+        controllers = ControllerThread(settings, kubeconfig) if start_controllers else None
+        if controllers is not None:
+            controllers.start()
+            stack.callback(controllers.stop)
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
         stack.callback(api_client.close)
         yield Platform(api, datastore_url, kubeconfig, workdir, client.CustomObjectsApi(api_client),

@@ -177,6 +177,7 @@ def test_h_restarted_controllers_create_no_run_for_idle_layers(tmp_path: Path, r
         p.wait_state("app", "Idle", timeout=90)
         p.wait_state("other", "Idle", timeout=90)
         runs_before = len(p.runs())
+        assert p.controllers is not None
         p.controllers.stop()
         from burrito_py.controllers.operator import ControllerThread
 
