@@ -16,7 +16,7 @@ import copy
 from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
@@ -122,6 +122,14 @@ class ControllersConfig(Values):
     agl_enabled: bool = setting(ControllerSettings, "agl_enabled")
     allow_file_repositories: bool = setting(ControllerSettings, "allow_file_repositories")
     allow_cross_namespace_repositories: bool = setting(ControllerSettings, "allow_cross_namespace_repositories")
+    # On in the chart (its replicas need it), off in the settings (in-process runs need no Lease).
+    leader_election: bool = Field(
+        True, description=str(ControllerSettings.model_fields["leader_election"].description)
+        + " Needed above 1 replica."
+    )
+    lease_duration: timedelta = setting(ControllerSettings, "lease_duration")
+    renew_deadline: timedelta = setting(ControllerSettings, "renew_deadline")
+    retry_period: timedelta = setting(ControllerSettings, "retry_period")
 
 
 class AglKind(Values):
@@ -165,11 +173,19 @@ class Controllers(Workload):
     """The layer, run, repository and AGL controllers (`burrito-py controllers start`)."""
 
     replicas: int = Field(
-        1,
+        2,
         ge=0,
-        description="Pods. Keep 1 until leader election lands: replicas are all active, and two controllers "
-        "may each create a run for the same change (the per-layer Lease only serialises them). Above 1, a "
-        "PodDisruptionBudget (minAvailable 1) is made.",
+        description="Pods per Deployment (per shard): one leader acts, the others stand by, watching and writing "
+        "nothing, and take over within leaseDuration + retryPeriod of the leader's death (within retryPeriod of "
+        "a graceful stop). Above 1, a PodDisruptionBudget (minAvailable 1) is made, and config.leaderElection "
+        "must stay on.",
+    )
+    topology_spread_constraints: list[Object] = Field(
+        default_factory=lambda: [
+            {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}
+        ],
+        description="topologySpreadConstraints (default: the replicas on different nodes when possible, so one "
+        "node's loss leaves a standby); the chart fills in labelSelector when it is left out.",
     )
     config: ControllersConfig = Field(default_factory=ControllersConfig, description="Controller settings.")
     metrics_port: int = Field(9464, ge=1, le=65535, description="Prometheus metrics port.")
@@ -192,6 +208,13 @@ class Controllers(Workload):
         if twice:
             raise ValueError(f"shard name(s) {', '.join(map(repr, twice))} listed more than once")
         return value
+
+    @model_validator(mode="after")
+    def _one_actor(self) -> Controllers:
+        if self.replicas > 1 and not self.config.leader_election:
+            raise ValueError("controllers.replicas above 1 needs controllers.config.leaderElection: true "
+                             "(without it every replica would act)")
+        return self
 
 
 # -- datastore ------------------------------------------------------------------------------------------

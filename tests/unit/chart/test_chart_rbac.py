@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from burrito_py.deploy.rbac import Grant, grants, grants_per_component
-from tests.unit.chart.rendering import NAMESPACE, RELEASE, find, rendered
+from tests.unit.chart.rendering import NAMESPACE, RELEASE, VALUE_SETS, find, rendered
 
 TF, AGL, CORE = "terraform.burrito-py.io", "agl.burrito-py.io", ""
 # (apiGroup, resource, verbs, resourceNames) — namespaced rules, granted in each watched namespace.
@@ -82,6 +82,11 @@ def expected(tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, 
     if not cluster_mode or shards:  # shards: kopf follows the namespaces of their patterns, _prime lists them
         cluster.append(KOPF_NAMESPACES)
     out = expand(sa("controllers"), controllers, scopes) | expand(sa("controllers"), cluster, ["cluster"])
+    # The leader Lease(s), one per Deployment (shard), in the release namespace.
+    leases = tuple(sorted(f"{RELEASE}-controllers-{s['name']}" for s in VALUE_SETS["shards"]["controllers"]["shards"])
+                   ) if shards else (f"{RELEASE}-controllers",)
+    out |= expand(sa("controllers"), [("coordination.k8s.io", "leases", "create", ()),
+                                      ("coordination.k8s.io", "leases", "get update", leases)], [NAMESPACE])
     out |= expand(sa("server"), SERVER, scopes) | expand(sa("server"), [TOKEN_REVIEWS], ["cluster"])
     out |= expand(sa("datastore"), DATASTORE, scopes) | expand(sa("datastore"), [TOKEN_REVIEWS], ["cluster"])
     for tenant in tenants:
@@ -157,7 +162,7 @@ def test_runner_rules_match_the_runner_api_calls() -> None:
 def test_rule_counts_per_component() -> None:
     """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
     counts = grants_per_component(rendered("default"), RELEASE)
-    assert counts == {"controllers": 39, "server": 11, "datastore": 4, "runner": 6}
+    assert counts == {"controllers": 41, "server": 11, "datastore": 4, "runner": 6}
 
 
 def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:

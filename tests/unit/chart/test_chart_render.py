@@ -236,19 +236,39 @@ def test_a_config_change_rolls_only_that_components_pods() -> None:
     assert len(before["controllers"]) == len(hashlib.sha256().hexdigest())
 
 
-def test_pdb_and_spread_only_with_replicas() -> None:
-    assert not [o for o in rendered("default") if o["kind"] == "PodDisruptionBudget"]
-    objects = rendered("ha")
+def test_two_controllers_replicas_with_leader_election_a_pdb_and_spread_by_default() -> None:
+    """Issue 12: the controllers run 2 replicas (one leader, one standby) by default, rolled one at a time with a
+    surge (the Lease lets only one act), kept by a PodDisruptionBudget, spread over nodes when possible."""
+    objects = rendered("default")
     pdbs = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "PodDisruptionBudget"}
-    assert set(pdbs) == {f"{RELEASE}-controllers", f"{RELEASE}-server"}
-    assert all(spec["minAvailable"] == 1 for spec in pdbs.values())
+    assert set(pdbs) == {f"{RELEASE}-controllers"} and pdbs[f"{RELEASE}-controllers"]["minAvailable"] == 1
     controllers = find(objects, "Deployment", f"{RELEASE}-controllers")["spec"]
-    assert controllers["replicas"] == 2 and "strategy" not in controllers
-    spread = controllers["template"]["spec"]["topologySpreadConstraints"][0]
+    assert controllers["replicas"] == 2
+    assert controllers["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    pod = controllers["template"]["spec"]
+    [spread] = pod["topologySpreadConstraints"]
+    assert (spread["topologyKey"], spread["whenUnsatisfiable"]) == ("kubernetes.io/hostname", "ScheduleAnyway")
     assert spread["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "controllers"
-    assert find(rendered("default"), "Deployment", f"{RELEASE}-controllers")["spec"]["strategy"] == {
-        "type": "Recreate"
-    }
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    config = find(objects, "ConfigMap", f"{RELEASE}-controllers")["data"]
+    assert config["BURRITO_PY_LEADER_ELECTION"] == "true"
+    assert config["BURRITO_PY_LEADER_ELECTION_NAMESPACE"] == NAMESPACE
+    assert config["BURRITO_PY_LEADER_ELECTION_NAME"] == f"{RELEASE}-controllers"
+    assert (config["BURRITO_PY_LEASE_DURATION"], config["BURRITO_PY_RENEW_DEADLINE"],
+            config["BURRITO_PY_RETRY_PERIOD"]) == ("PT15S", "PT10S", "PT2S")
+    ha = rendered("ha")
+    assert {o["metadata"]["name"] for o in ha if o["kind"] == "PodDisruptionBudget"} == {
+        f"{RELEASE}-controllers", f"{RELEASE}-server"}
+
+
+def test_one_controllers_replica_without_leader_election_is_recreated_and_more_are_refused() -> None:
+    values = {"controllers": {"replicas": 1, "config": {"leaderElection": False}}}
+    objects = render_chart(values, RELEASE, NAMESPACE)
+    assert find(objects, "Deployment", f"{RELEASE}-controllers")["spec"]["strategy"] == {"type": "Recreate"}
+    assert not [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    with pytest.raises(ChartRenderError, match=r"replicas above 1 needs controllers\.config\.leaderElection"):
+        render_chart({"controllers": {"replicas": 2, "config": {"leaderElection": False}}}, RELEASE, NAMESPACE)
 
 
 def test_crds_off_and_tenant_namespaces() -> None:
