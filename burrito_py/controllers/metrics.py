@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from prometheus_client import REGISTRY, Histogram
+from prometheus_client import REGISTRY, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -20,6 +20,10 @@ RECONCILE_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30),
 )
 RECONCILE_ERRORS = PromCounter("burrito_py_reconcile_errors_total", "Reconciles that raised.", ["controller"])
+STARTUP_EVALUATION_SECONDS = Gauge(
+    "burrito_py_startup_evaluation_seconds",
+    "From the operator's start (or a new leader's) to every primed layer evaluated once.",
+)
 GIT_FETCHES = PromCounter("burrito_py_git_fetches_total", "git fetches of repository mirrors.", ["repository"])
 
 

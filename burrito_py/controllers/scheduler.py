@@ -50,6 +50,13 @@ class Scheduler(Generic[K]):
     def pending(self) -> int:
         return len(self._due) + len(self._active)
 
+    def busy(self) -> bool:
+        """Whether a key is being handled or due now (wake-ups due later do not count)."""
+        if self._active:
+            return True
+        now = self._now()
+        return any(at <= now for at in self._due.values())
+
     async def run(self) -> None:
         self._wake = asyncio.Event()
         try:

@@ -81,7 +81,7 @@ def _finished(run: str, now: str) -> dict[str, Any]:
 
 
 def start_controllers(kubeconfig: Path, datastore_url: str, tmp: Path, namespaces: list[str],
-                      tag: str) -> subprocess.Popen[bytes]:
+                      tag: str, log: Path) -> subprocess.Popen[bytes]:
     flags = [arg for ns in namespaces for arg in ("--namespace", ns)]
     return subprocess.Popen(
         [sys.executable, "-c", "from burrito_py.entry import main; main()", "controllers", "start",
@@ -89,7 +89,7 @@ def start_controllers(kubeconfig: Path, datastore_url: str, tmp: Path, namespace
          "--drift-detection-period", "3600", "--repository-poll-interval", "30", "--metrics-port", "0",
          "--allow-file-repositories", "--no-agl", *flags],
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=log.open("wb"),
     )
 
 
@@ -109,17 +109,23 @@ def clear_statuses(server: ApiServer) -> None:
 
 
 def measure(server: ApiServer, kubeconfig: Path, datastore_url: str, tmp: Path, groups: list[list[str]],
-            layers: int, window: float) -> list[tuple[float, float]]:
-    """(peak RSS MB, seconds to all evaluated) per process; prints the steady-state request rate."""
-    clear_statuses(server)
+            layers: int, window: float, fresh: bool = True) -> list[tuple[float, float]]:
+    """(peak RSS MB, seconds from the process's start to its every layer evaluated) per process; prints the
+    steady-state request rate. `fresh`: the layers were never evaluated (each gets its first status write);
+    otherwise a restart (a new leader): evaluated once each, with nothing to write."""
+    if fresh:
+        clear_statuses(server)
     started = time.monotonic()
-    processes = [start_controllers(kubeconfig, datastore_url, tmp, group, str(i)) for i, group in enumerate(groups)]
+    logs = [tmp / f"controllers-{len(groups)}-{i}-{fresh}.log" for i in range(len(groups))]
+    processes = [start_controllers(kubeconfig, datastore_url, tmp, group, str(i), logs[i])
+                 for i, group in enumerate(groups)]
     try:
         ready: dict[int, float] = {}
         deadline = started + 900
         while len(ready) < len(groups) and time.monotonic() < deadline:
             for i, group in enumerate(groups):
-                if i not in ready and all_evaluated(server, group):
+                if i not in ready and "start-up evaluation done" in logs[i].read_text(errors="replace") \
+                        and all_evaluated(server, group):
                     ready[i] = time.monotonic() - started
             time.sleep(2.0)  # listing 10,000 layers competes with the emulator in this process
         if len(ready) < len(groups):
@@ -155,10 +161,14 @@ def main(layers: int = 10_000, window: float = 60.0) -> None:
     print(f"{layers} Idle layers and {2 * layers} terminal runs in {len(NAMESPACES)} namespaces "
           f"(written in {time.monotonic() - began:.0f} s)")
     with running_datastore(tmp / "datastore") as datastore_url:
-        print("one process:")
+        print("one process, layers never evaluated (a first status write each):")
         [(single_rss, single_start)] = measure(server, kubeconfig, datastore_url, tmp, [NAMESPACES], layers, window)
         print(f"  peak RSS {single_rss:.0f} MB (target <= 1024); start to all {layers} evaluated: "
               f"{single_start:.0f} s")
+        print("one process restarted (a new leader: every layer evaluated, nothing to write):")
+        [(again_rss, again_start)] = measure(server, kubeconfig, datastore_url, tmp, [NAMESPACES], layers, window,
+                                             fresh=False)
+        print(f"  peak RSS {again_rss:.0f} MB; start to all {layers} evaluated: {again_start:.0f} s")
         half = len(NAMESPACES) // 2
         print("two processes (namespace sets of 5):")
         split = measure(server, kubeconfig, datastore_url, tmp, [NAMESPACES[:half], NAMESPACES[half:]], layers, window)

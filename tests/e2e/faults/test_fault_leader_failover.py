@@ -60,8 +60,10 @@ resource "terraform_data" "slow" {
 class Controllers:
     """One `burrito-py controllers start` process (a pod's container: restarted under the same identity)."""
 
-    def __init__(self, identity: str, platform: Platform, workdir: Path) -> None:
+    def __init__(self, identity: str, platform: Platform, workdir: Path,
+                 timing: tuple[float, float, float] = (LEASE, RENEW, RETRY)) -> None:
         self.identity, self.platform, self.workdir = identity, platform, workdir
+        self.timing = timing  # lease duration, renew deadline, retry period
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.health_port = free_port()
@@ -79,7 +81,8 @@ class Controllers:
             ["burrito-py", "controllers", "start", "--kubeconfig", str(self.platform.kubeconfig),
              "--leader-election", "--leader-election-identity", self.identity,
              "--leader-election-namespace", "default", "--leader-election-name", LEASE_NAME,
-             "--lease-duration", str(LEASE), "--renew-deadline", str(RENEW), "--retry-period", str(RETRY),
+             "--lease-duration", str(self.timing[0]), "--renew-deadline", str(self.timing[1]),
+             "--retry-period", str(self.timing[2]),
              "--datastore-url", settings.datastore_url, "--git-cache-dir", str(self.workdir / f"git-{self.identity}"),
              "--drift-detection-period", "3600", "--repository-poll-interval", "1", "--failure-grace-period", "1",
              "--runner-image", "local", "--metrics-port", "0", "--no-agl", "--allow-file-repositories",
@@ -116,8 +119,10 @@ class Controllers:
 
 
 @contextlib.contextmanager
-def two_controllers(platform: Platform, workdir: Path) -> Iterator[tuple[Controllers, Controllers]]:
-    pair = (Controllers("controllers-a", platform, workdir), Controllers("controllers-b", platform, workdir))
+def two_controllers(platform: Platform, workdir: Path, timing: tuple[float, float, float] = (LEASE, RENEW, RETRY),
+                    ) -> Iterator[tuple[Controllers, Controllers]]:
+    pair = (Controllers("controllers-a", platform, workdir, timing),
+            Controllers("controllers-b", platform, workdir, timing))
     try:
         for c in pair:
             c.start()
