@@ -33,6 +33,9 @@ RELEVANT_COMMIT_DATE = "webhook.burrito-py.io/relevant-commit-date"
 SYNC_NOW = "api.burrito-py.io/sync-now"
 # Set by a person: apply the pending plan whose sum is exactly this value (manual approval).
 APPROVE_PLAN = "api.burrito-py.io/approve-plan"
+# {"sum", "user", "groups"}: an override of a mandatory policy's denial of that plan, written by the server for
+# the principal it authenticated (POST /api/layers/{ns}/{name}/override); an admission policy lets nobody else.
+OVERRIDE_POLICY = "api.burrito-py.io/override-policy"
 # On a TerraformLayer being deleted: release it without destroying its resources, for the reason given.
 # Set by the layer controller when a CRD's deletion is behind the layer's (see controllers/crd_guard.py).
 SKIP_DESTROY = "api.burrito-py.io/skip-destroy"

@@ -189,6 +189,9 @@ class OnErrorStrategy(ApiModel):
     )
 
 
+DriftRemediation = Literal["detect", "auto", "autoIfPolicyPasses"]
+
+
 class RemediationStrategy(ApiModel):
     """How drift and new commits are remediated."""
 
@@ -203,6 +206,13 @@ class RemediationStrategy(ApiModel):
         "inherited, else false.",
     )
     on_error: OnErrorStrategy | None = Field(default=None, description="Retry policy for failed runs.")
+    drift: DriftRemediation | None = Field(
+        default=None,
+        description="What a plan that corrects drift (changes at code already applied) does: detect (report it "
+        "and wait for an approval of its sum, even with autoApply), auto (apply it as any other plan), or "
+        "autoIfPolicyPasses (apply it only when it is update-only and no plan policy gates it). Unset: "
+        "inherited, else detect.",
+    )
 
 
 class RunnerMetadata(ApiModel):

@@ -9,7 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from burrito_py.api.common import OverrideRunnerSpec, RemediationStrategy, RunnerMetadata, ToolSpec
+from burrito_py.api.common import (
+    DriftRemediation,
+    OverrideRunnerSpec,
+    RemediationStrategy,
+    RunnerMetadata,
+    ToolSpec,
+)
 from burrito_py.api.layer import TerraformLayer
 from burrito_py.api.repository import TerraformRepository
 
@@ -35,6 +41,7 @@ class EffectiveRemediation:
     auto_apply: bool
     apply_without_plan_artifact: bool
     max_retries: int
+    drift: DriftRemediation = "detect"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +73,12 @@ def effective_remediation(
     auto_apply = _first(*(level.auto_apply for level in levels))
     without_artifact = _first(*(level.apply_without_plan_artifact for level in levels))
     max_retries = _first(*(level.on_error.max_retries for level in levels if level.on_error is not None))
+    drift: DriftRemediation | None = next((level.drift for level in levels if level.drift is not None), None)
     return EffectiveRemediation(
         auto_apply=bool(auto_apply),
         apply_without_plan_artifact=bool(without_artifact),
         max_retries=default_max_retries if max_retries is None else max_retries,
+        drift=drift if drift is not None else "detect",
     )
 
 

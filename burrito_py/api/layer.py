@@ -28,12 +28,17 @@ __all__ = [
     "OUTPUT_MAPPING_PATTERN",
     "RELATIVE_PATH_PATTERN",
     "ApprovePlan",
+    "DriftState",
+    "DriftStatus",
     "ExhaustedRun",
     "LayerState",
     "OutputsSecret",
     "OutputsSync",
     "PendingPlan",
+    "PlanPolicyStatus",
     "PlanReference",
+    "PolicyFinding",
+    "PolicyOverride",
     "RelativePath",
     "RunReference",
     "TerraformLayer",
@@ -207,6 +212,57 @@ class ExhaustedRun(ApiModel):
     )
 
 
+class PolicyFinding(ApiModel):
+    """A plan policy rule that denied or warned about the plan: where, never attribute values."""
+
+    policy: str = Field(description="The policy: <namespace>/<name>, or <name> for a cluster policy.")
+    rule: str = Field(description="The rule's name in that policy.")
+    enforcement: str = Field(description="advisory, gateAutoApply or mandatory.")
+    addresses: list[str] = Field(default_factory=list, description="Resource addresses it names (at most 20).")
+    count: int = Field(default=0, ge=0, description="How many resources it names in all.")
+
+
+class PolicyOverride(ApiModel):
+    """Who overrode a mandatory policy's denial of this plan."""
+
+    by: str = Field(description="The principal the server authenticated.")
+    plan_sum: str = Field(description="The plan sum the override names.")
+
+
+class PlanPolicyStatus(ApiModel):
+    """The plan policies' verdict on the current plan, computed by the controllers from the stored plan."""
+
+    plan_sum: str = Field(description="The plan it is about (sha256:<hex>).")
+    verdict: str = Field(description="Allowed, Warned, GatesAutoApply, Denied, or Unknown (the plan could not be "
+                                     "read; retried).")
+    policies: int = Field(default=0, ge=0, description="How many policies select this layer.")
+    denied: list[PolicyFinding] = Field(default_factory=list, description="Rules that deny the plan.")
+    warned: list[PolicyFinding] = Field(default_factory=list, description="Rules that warn about it.")
+    override: PolicyOverride | None = Field(default=None, description="The override of a mandatory denial.")
+    override_refused: str | None = Field(
+        default=None, description="The principal of an override annotation the policies do not allow."
+    )
+    digest: str | None = Field(default=None, description="Of the policies it was computed with (a change re-reviews).")
+    error: str | None = Field(default=None, description="Why the plan could not be read (reviewed again soon).")
+    plan: dict[str, Any] | None = Field(
+        default=None, description="What the review read of the plan: counts, addresses, its drift classification."
+    )
+
+
+DriftState = Literal["InSync", "Drifted", "CodeChange", "Unknown"]
+
+
+class DriftStatus(ApiModel):
+    """Whether the current plan corrects drift (changes at code already applied) or brings a code change."""
+
+    state: DriftState = Field(description="InSync, Drifted, CodeChange or Unknown.")
+    since: str | None = Field(default=None, description="When the layer was first seen Drifted (RFC 3339 UTC).")
+    last_check: str | None = Field(default=None, description="When the plan it is judged from was made.")
+    plan_sum: str | None = Field(default=None, description="The plan it is judged from.")
+    resources: int = Field(default=0, ge=0, description="Resources the plan changes.")
+    addresses: list[str] = Field(default_factory=list, description="Their addresses (at most 20).")
+
+
 class TerraformLayerStatus(ApiModel):
     """Observed state of a TerraformLayer."""
 
@@ -233,6 +289,8 @@ class TerraformLayerStatus(ApiModel):
     outputs_sync: OutputsSync | None = Field(
         default=None, description="Which apply the outputs come from, and the Secret they were written to."
     )
+    policy: PlanPolicyStatus | None = Field(default=None, description="The plan policies' verdict on the plan.")
+    drift: DriftStatus | None = Field(default=None, description="Drift, told apart from code changes.")
 
 
 class TerraformLayer(Resource):
@@ -248,6 +306,7 @@ class TerraformLayer(Resource):
         PrinterColumn("Branch", "string", ".spec.branch"),
         PrinterColumn("Path", "string", ".spec.path"),
         PrinterColumn("Last Result", "string", ".status.lastResult"),
+        PrinterColumn("Drift", "string", ".status.drift.state"),
         AGE_COLUMN,
     )
 

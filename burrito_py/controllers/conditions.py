@@ -17,13 +17,13 @@ class Cond:
     """One computed condition; `lastTransitionTime` is filled in by `merge_conditions`."""
 
     type: str
-    status: bool
+    status: bool | None  # None: Unknown
     reason: str
     message: str = ""
 
     @property
     def status_text(self) -> ConditionStatus:
-        return "True" if self.status else "False"
+        return "Unknown" if self.status is None else "True" if self.status else "False"
 
 
 def merge_conditions(

@@ -21,6 +21,7 @@ from burrito_py.api import annotations as ann
 from burrito_py.controllers.admission import Window, sync_windows_allow
 from burrito_py.controllers.conditions import Cond
 from burrito_py.controllers.drift import drift_due
+from burrito_py.controllers.plan_gate import PlanGate, drift_condition, gate_plan
 from burrito_py.controllers.run_decisions import STALE_PLAN
 from burrito_py.timeutil import parse_time
 
@@ -106,6 +107,10 @@ class LayerSnapshot:
     layer_name: str = ""
     # What places the layer's drift checks on its own beat (drift.py): its UID.
     drift_key: str = ""
+    # The controllers' review of the current plan (policy verdict, drift state; plan_gate.py), None before it.
+    gate: PlanGate | None = None
+    # The effective remediationStrategy.drift: detect | auto | autoIfPolicyPasses.
+    drift_remediation: str = "detect"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +132,8 @@ class PendingPlanView:
     sum: str
     run: str | None
     revision: str | None
+    # Why a person must act on an `auto` layer's plan (a policy gate, a drift correction); empty under manual.
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +143,8 @@ class LayerDecision:
     create_run: CreateRun | None
     remove_sync_now: bool
     pending_plan: PendingPlanView | None = None
-    # The approve-plan annotation was acted on (an apply run of the approved plan is created): remove it.
+    # The approve-plan annotation (and a policy override) was acted on (an apply run of the approved plan is
+    # created): remove them.
     remove_approval: bool = False
     # The layer is being deleted and its destroy is done (or not wanted): let it go.
     remove_finalizer: bool = False
@@ -304,24 +312,32 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     else:
         state = "Idle"
 
-    # Under manual approval, the plan an apply would apply, and whether the approval names it.
-    # A plan being applied waits for nothing: no pending plan while an apply runs.
+    # The controllers' review of the plan: an `auto` layer may be held back for a person (policy gate, drift
+    # correction), and a mandatory denial holds back even an approval (plan_gate.py).
+    gate = gate_plan(snap.gate, plan_sum, snap.drift_remediation)
+    auto = snap.auto_apply and gate.auto_allowed
+    reviewed = snap.gate if snap.gate is not None and snap.gate.plan_sum == plan_sum else None
+    drifted = drift_condition(reviewed.drift_state if reviewed else None, reviewed.resources if reviewed else 0)
+
+    # Under manual approval (or an `auto` layer held back), the plan an apply would apply, and whether the
+    # approval names it. A plan being applied waits for nothing: no pending plan while an apply runs.
     applying = live is not None and live.action == "apply"
     pending: PendingPlanView | None = None
     if (
-        not snap.auto_apply
+        not auto
         and plan_sum is not None
         and not (apply_done or plan_failed or apply_exhausted or stale_replan or applying)
     ):
-        pending = PendingPlanView(plan_sum, a.get(ann.PLAN_RUN), plan_commit)
+        reason = gate.waiting_reason if snap.auto_apply or not gate.approval_allowed else ""
+        pending = PendingPlanView(plan_sum, a.get(ann.PLAN_RUN), plan_commit, reason)
     approval = a.get(ann.APPROVE_PLAN)
     approved = pending is not None and approval == pending.sum
-    approval_cond = _approval_condition(snap.auto_apply, pending, approval, applying)
+    approval_cond = _approval_condition(auto, pending, approval, applying)
 
     create: CreateRun | None = None
     if state == "PlanNeeded":
         create = CreateRun("plan", branch_commit, relevant_commit=relevant_commit)
-    elif state == "ApplyNeeded" and (snap.auto_apply or approved):
+    elif state == "ApplyNeeded" and (auto or (approved and gate.approval_allowed)):
         artifact = parse_plan_run(a.get(ann.PLAN_RUN))
         if artifact is not None and plan_commit:
             create = CreateRun(
@@ -347,6 +363,8 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         sync_scheduled,
         retry_limit,
         approval_cond,
+        gate.condition,
+        drifted,
         window_cond,
     )
     return LayerDecision(

@@ -21,6 +21,8 @@ class LayerValidation:
     runs_to_keep: int
     max_retries: int
     destroy_on_deletion: bool = False
+    # Effective remediationStrategy.drift (inherited): detect | auto | autoIfPolicyPasses.
+    drift_remediation: str = "detect"
 
 
 def inherited(layer: Mapping[str, Any], repository: Mapping[str, Any] | None, *path: str) -> Any:
@@ -128,9 +130,11 @@ def validate_layer(
     )
     max_retries = inherited(layer, repository, "remediationStrategy", "onError", "maxRetries")
     runs = inherited(layer, repository, "runHistoryPolicy", "runs")
+    drift = inherited(layer, repository, "remediationStrategy", "drift")
     return LayerValidation(
         ready=ready,
         auto_apply=bool(auto_apply),
+        drift_remediation=str(drift or "detect"),
         runs_to_keep=int(runs) if runs is not None else settings.runs_to_keep,
         max_retries=int(max_retries) if max_retries is not None else settings.max_retries,
         destroy_on_deletion=bool(spec.get("destroyResourcesOnDeletion")),

@@ -44,6 +44,7 @@ from burrito_py.controllers.layer_decisions import (
 )
 from burrito_py.controllers.layer_validation import LayerValidation, validate_layer
 from burrito_py.controllers.outputs import sync_outputs
+from burrito_py.controllers.plan_review import Review, gate_of, review_plan
 from burrito_py.controllers.pod_creation import blocked_message
 from burrito_py.timeutil import format_time_precise, parse_time, utcnow
 
@@ -58,6 +59,8 @@ STATUS_KEYS = (
     "pendingPlan",
     "exhaustedPlan",
     "exhaustedApply",
+    "policy",
+    "drift",
 )
 
 
@@ -122,7 +125,10 @@ def snapshot(
     auto_apply: bool,
     drift: timedelta,
     windows: tuple[Window, ...] = (),
+    review: Review | None = None,
+    drift_remediation: str = "detect",
 ) -> LayerSnapshot:
+    """`review`: this reconcile's review of the plan; without one, the status's (what the last reconcile wrote)."""
     views = [run_view(r) for r in runs]  # newest first
     annotations = dict(layer["metadata"].get("annotations") or {})
     status = layer.get("status") or {}
@@ -141,6 +147,8 @@ def snapshot(
         windows=windows,
         layer_name=layer["metadata"]["name"],
         drift_key=drift_key(layer),
+        gate=gate_of(review.policy if review is not None else status.get("policy"), annotations),
+        drift_remediation=drift_remediation,
     )
 
 
@@ -151,7 +159,7 @@ def drift_key(layer: Mapping[str, Any]) -> str:
 
 def decide(
     layer: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], validation: LayerValidation, drift: timedelta,
-    now: datetime, withdrawn: str | None = None, windows: tuple[Window, ...] = (),
+    now: datetime, withdrawn: str | None = None, windows: tuple[Window, ...] = (), review: Review | None = None,
 ) -> LayerDecision:
     """The destroy sequence once the layer is being deleted (it holds our finalizer), else the normal loop.
 
@@ -164,7 +172,9 @@ def decide(
         return decide_destroy(
             DestroySnapshot(annotations, views, generation, validation.destroy_on_deletion, withdrawn)
         )
-    return decide_layer(snapshot(layer, runs, validation.auto_apply, drift, windows), now)
+    return decide_layer(
+        snapshot(layer, runs, validation.auto_apply, drift, windows, review, validation.drift_remediation), now
+    )
 
 
 MAX_RUN_PREFIX = 40
@@ -242,7 +252,8 @@ def last_result(previous: str | None, annotations: Mapping[str, str], last: RunV
 
 
 def compute_status(
-    layer: Mapping[str, Any], decision: LayerDecision, ready: Cond, runs: Sequence[Body], now: datetime
+    layer: Mapping[str, Any], decision: LayerDecision, ready: Cond, runs: Sequence[Body], now: datetime,
+    review: Review | None = None,
 ) -> Body:
     old = layer.get("status") or {}
     a = layer["metadata"].get("annotations") or {}
@@ -258,6 +269,8 @@ def compute_status(
         "lastPlan": None,
         "exhaustedPlan": exhaustion_status(decision.exhausted_plan),
         "exhaustedApply": exhaustion_status(decision.exhausted_apply),
+        "policy": review.policy if review is not None else old.get("policy"),
+        "drift": review.drift if review is not None else old.get("drift"),
     }
     if a.get(ann.PLAN_SUM):
         plan_run = parse_plan_run(a.get(ann.PLAN_RUN))
@@ -269,17 +282,20 @@ def compute_status(
         }
     if decision.pending_plan is not None:
         pending = decision.pending_plan
-        status["pendingPlan"] = {"sum": pending.sum, "run": pending.run, "revision": pending.revision}
+        status["pendingPlan"] = {"sum": pending.sum, "run": pending.run, "revision": pending.revision,
+                                 **({"reason": pending.reason} if pending.reason else {})}
     return {k: v for k, v in status.items() if v is not None}
 
 
 def runs_to_delete(runs: Sequence[Body], keep: int, annotations: Mapping[str, str]) -> list[Body]:
-    """Older runs beyond `keep`, never a live one nor the one holding the plan an apply would use."""
-    protected = parse_plan_run(annotations.get(ann.PLAN_RUN))
+    """Older runs beyond `keep`, never a live one, the one holding the plan an apply would use, nor the last
+    apply (its relevant commit tells a drift correction from a code change: plan_review.py)."""
+    protected = {found[0] for key in (ann.PLAN_RUN, ann.APPLY_RUN)
+                 if (found := parse_plan_run(annotations.get(key))) is not None}
     doomed = []
     for run in runs[keep:]:
         view = run_view(run)
-        if not view.terminal or (protected is not None and protected[0] == view.name):
+        if not view.terminal or view.name in protected:
             continue
         doomed.append(run)
     return doomed
@@ -320,7 +336,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     # From the CRD watch: no request. Only "terminating" is trusted from it; see the fresh look below.
     withdrawn = crd_deletion(layer, ctx.crds.named(LAYER_CRD), cached_owners(layer, ctx.crds)) if deleting else None
     windows = sync_windows(repository, ctx.settings.default_sync_windows)
-    decision = decide(layer, runs, validation, drift, now, withdrawn, windows)
+    review = None if deleting else await review_plan(
+        ctx, layer, {v.name: v for v in map(run_view, runs)}, await ctx.policies.for_layer(ctx.kube, layer), now)
+    decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review)
 
     if validation.ready.status and decision.create_run is not None:
         # Runs finish through our own writes, but the runner's plan/apply annotations reach us by watch and
@@ -334,14 +352,14 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             # A destroy run is next. The layer's deletion event may have come before its CRD's: read the
             # CRDs fresh (Kubernetes marks the CRD terminating before it deletes any instance).
             withdrawn = await look_fresh(ctx.kube, layer, ctx.crds)
-        decision = decide(layer, runs, validation, drift, now, withdrawn, windows)
+        decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review)
     if validation.ready.status and decision.create_run is not None:
-        executed = await _execute_create(ctx, layer, decision, decision.create_run, validation, runs, now)
+        executed = await _execute_create(ctx, layer, decision, decision.create_run, validation, runs, now, review)
         if executed is None:
             return
         layer = executed
         runs = ctx.inventory.runs_of_layer(namespace, name)
-        decision = decide(layer, runs, validation, drift, now, withdrawn, windows)
+        decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review)
     elif decision.state is None and repository is not None and not _branch_synced(repository, layer):
         ctx.wake_repository(_repository_key(layer))  # a new branch: resolve it now, not at the next poll
 
@@ -357,8 +375,13 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if decision.skip_destroy is not None:
         layer = await _mark_skip_destroy(ctx, layer, decision.skip_destroy)
     layer = await _write_status(
-        ctx, layer, compute_status(layer, decision, validation.ready, runs, now), validation.ready
+        ctx, layer, compute_status(layer, decision, validation.ready, runs, now, review), validation.ready
     )
+    if review is not None:
+        for type_, reason, message in review.events:
+            await post_event(ctx.kube, layer, type_, reason, message)
+        if review.retry_in is not None:
+            ctx.wake_layer(key, review.retry_in)
     if decision.remove_finalizer:
         outcome = next((c for c in decision.conditions if c.type == "HasDestroyFailed"), None)
         if outcome is not None:
@@ -384,6 +407,7 @@ async def _execute_create(
     validation: LayerValidation,
     runs: Sequence[Body],
     now: datetime,
+    review: Review | None,
 ) -> Body | None:
     """Carry out a decision to create a run: show the state, create (or adopt) the run, announce it, consume
     the annotations it acted on. The layer as now stored; None when there is nothing more to do now."""
@@ -392,7 +416,7 @@ async def _execute_create(
         # Show the decision before acting on it: the layer is Running right after, and PlanNeeded or
         # ApplyNeeded would otherwise never be visible (one status write per run created, none at rest).
         layer = await _write_status(
-            ctx, layer, compute_status(layer, decision, validation.ready, runs, now), validation.ready
+            ctx, layer, compute_status(layer, decision, validation.ready, runs, now, review), validation.ready
         )
     created = await _create_run(ctx, layer, create, runs)
     if created is None:
@@ -417,7 +441,9 @@ async def _execute_create(
     )
     # Both are consumed by the run just created: another immediate plan needs a new sync-now, and another
     # apply a new approval, even of a plan with the same sum.
-    consumed = {ann.SYNC_NOW: decision.remove_sync_now, ann.APPROVE_PLAN: decision.remove_approval}
+    consumed = {ann.SYNC_NOW: decision.remove_sync_now, ann.APPROVE_PLAN: decision.remove_approval,
+                ann.OVERRIDE_POLICY: decision.remove_approval and ann.OVERRIDE_POLICY in (
+                    layer["metadata"].get("annotations") or {})}
     if any(consumed.values()):
         patched = await ctx.kube.merge_patch(
             crd_path("terraformlayers", namespace, name),

@@ -192,6 +192,18 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         if body is not None and _needs_attention(body):
             c.wake_run(key_of(body))
 
+    @kopf.on.event(ann.GROUP, ann.VERSION, "terraformplanpolicies", when=owned, registry=registry)
+    async def on_plan_policy(event: kopf.RawEvent, **_: Any) -> None:
+        """A policy judges its namespace's layers: wake them, and those whose plan may still be applied are
+        reviewed again (plan_review.py: the policies' digest changed)."""
+        if "ctx" in holder:
+            _policy_changed(ctx(), event)
+
+    @kopf.on.event(ann.GROUP, ann.VERSION, "clusterterraformplanpolicies", registry=registry)
+    async def on_cluster_plan_policy(event: kopf.RawEvent, **_: Any) -> None:
+        if "ctx" in holder:
+            _policy_changed(ctx(), event)
+
     @kopf.on.event("apiextensions.k8s.io", "v1", "customresourcedefinitions", registry=registry)
     async def on_crd(event: kopf.RawEvent, **_: Any) -> None:
         """The destroy guard's view of CRDs (crd_guard.py): a CRD turning terminating wakes the layers being
@@ -227,6 +239,22 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
 
         register_agl(registry, config, kubeconfig)
     return registry
+
+
+def _policy_changed(ctx: Context, event: Mapping[str, Any]) -> None:
+    body = event.get("object") or {}
+    if not body.get("metadata"):
+        return
+    store = ctx.policies.store_of(body)
+    previous = store.get(key_of(body))
+    if event.get("type") == "DELETED":
+        store.forget(body)
+    elif not store.observe(body) or (previous is not None and _generation(previous) == _generation(body)):
+        return  # a status write, or an old event: nothing the verdicts depend on
+    namespace = body["metadata"].get("namespace")
+    for layer in ctx.inventory.layers:
+        if namespace is None or layer["metadata"]["namespace"] == namespace:
+            ctx.wake_layer(key_of(layer))
 
 
 def _wake_deleting_layers(ctx: Context) -> None:
@@ -273,6 +301,8 @@ async def _prime(ctx: Context) -> None:
     holds other shards' objects, not even at start-up. Namespaces created later arrive through kopf's watch."""
     for crd in await ctx.kube.list(CRDS):
         ctx.crds.observe(crd)
+    for policy in await ctx.kube.list(crd_path("clusterterraformplanpolicies")):
+        ctx.policies.cluster.observe(policy)
     scope = ctx.settings.scope()
     existing = None if scope.literal else [n["metadata"]["name"] for n in await ctx.kube.list(path("v1", "namespaces"))]
     for namespace in scope.listing(existing):
@@ -281,6 +311,7 @@ async def _prime(ctx: Context) -> None:
             (ctx.inventory.layers, crd_path("terraformlayers", namespace), None),
             (ctx.inventory.runs, crd_path("terraformruns", namespace), None),
             (ctx.inventory.pods, path("v1", "pods", namespace), RUNNER_SELECTOR),
+            (ctx.policies.namespaced, crd_path("terraformplanpolicies", namespace), None),
         ):
             for item in await ctx.kube.list(resource_path, label_selector=selector):
                 store.observe(item)

@@ -50,6 +50,7 @@ PLAN_FILES: dict[str, tuple[str, str]] = {
 TEXT = "text/plain; charset=utf-8"
 OUTPUTS_FILE = "outputs.json"
 APPLIED_FILE = "applied.json"
+REVIEW_FILE = "review.json"
 TREE_HEADER = "X-Burrito-Tree-Id"
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -351,6 +352,28 @@ def create_app(
         if latest is None:
             return _error(404, f"no applied record for {ns}/{layer} run {run}")
         return await serve(f"{prefix}/{latest}/{APPLIED_FILE}", "application/json", "applied record vanished")
+
+    # The controllers' review of an attempt's plan (policy verdict, drift), keyed by the plan's sum inside. A
+    # runner may read it but never write it (auth.py, "review").
+    @api.put(
+        "/layers/{ns}/{layer}/runs/{run}/attempts/{n}/review",
+        status_code=201,
+        responses={**responses, 413: {"description": "Body too large."}},
+    )
+    async def put_review(
+        who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt, request: Request
+    ) -> Response:
+        prefix = attempt_prefix(who, "read", ns, layer, run)
+        allow(who, "review", LayerArtifacts(ns, layer, run))
+        return await store(f"{prefix}/{n}/{REVIEW_FILE}", request, 256 * 1024)
+
+    @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/review", responses={**responses, 404: {}})
+    async def get_review(who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt) -> Response:
+        return await serve(
+            f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/{REVIEW_FILE}",
+            "application/json",
+            f"no review for {ns}/{layer} run {run} attempt {n}",
+        )
 
     def sources(who: Principal, action: Action, ns: str, repo: str) -> str:
         prefix = f"sources/{_name('namespace', ns)}/{_name('repository', repo)}"

@@ -22,7 +22,9 @@ from typing import Any, Literal, Protocol
 
 from burrito_py.controllers.runner_pod import pod_name
 
-Action = Literal["read", "write"]
+# "review": the controllers' verdict on a plan (policy and drift), stored beside it. Only the controllers (admin
+# users) write it: a runner executes tenant code and must not be able to forge the verdict on its own plan.
+Action = Literal["read", "write", "review"]
 
 
 class Unauthenticated(Exception):
@@ -51,6 +53,7 @@ class Principal:
     runner: RunnerScope | None = None
     # Why a pod-bound token got no runner rights (shown in its 403s), when it is one.
     not_runner: str | None = None
+    groups: tuple[str, ...] = ()  # from the TokenReview (plan policy overrides name users or groups)
 
     def describe(self) -> str:
         if self.runner is not None:
@@ -130,6 +133,8 @@ def authorize(principal: Principal, action: Action, target: Target) -> str | Non
     """None when allowed, else why not (safe to show the caller)."""
     if principal.admin:
         return None
+    if action == "review":
+        return f"{principal.describe()} may not write plan reviews: only the controllers judge plans"
     scope = principal.runner
     if scope is None:
         if principal.not_runner:

@@ -230,6 +230,20 @@ class DatastoreClient:
             f"outputs of {ns}/{layer} run {run} attempt {attempt}",
         )
 
+    def put_review(self, ns: str, layer: str, run: str, attempt: int, body: bytes) -> None:
+        """The controllers' review (policy verdict, drift) of this attempt's plan; only they may write it."""
+        self._put(
+            f"{self._run_url(ns, layer, run, attempt)}/review",
+            body,
+            f"upload of the review of {ns}/{layer} run {run} attempt {attempt}",
+        )
+
+    def get_review(self, ns: str, layer: str, run: str, attempt: int) -> bytes:
+        return self._get(
+            f"{self._run_url(ns, layer, run, attempt)}/review",
+            f"review of {ns}/{layer} run {run} attempt {attempt}",
+        )
+
     def put_applied(self, ns: str, layer: str, run: str, attempt: int, plan_sum: str) -> None:
         """Record that this attempt applied the plan `plan_sum` (before the layer is annotated)."""
         body = json.dumps({"sum": plan_sum, "attempt": int(attempt)}).encode()

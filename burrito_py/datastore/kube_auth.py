@@ -89,7 +89,7 @@ class KubeAuthenticator:
                 username = str(user.username or "")
                 groups = set(user.groups or ())
                 if username in self.admin_users or groups & self.admin_groups:
-                    return Principal(username, admin=True)
+                    return Principal(username, admin=True, groups=tuple(sorted(groups)))
                 extra: dict[str, list[str]] = user.extra or {}
                 pod_name = next(iter(extra.get(POD_NAME_EXTRA) or ()), None)
                 pod_uid = next(iter(extra.get(POD_UID_EXTRA) or ()), None)
@@ -99,9 +99,9 @@ class KubeAuthenticator:
                         api, namespace, account, pod_name, pod_uid, self.runner_service_account
                     )
                     if isinstance(scope, str):
-                        return Principal(username, not_runner=scope)
-                    return Principal(username, runner=scope)
-                return Principal(username)
+                        return Principal(username, not_runner=scope, groups=tuple(sorted(groups)))
+                    return Principal(username, runner=scope, groups=tuple(sorted(groups)))
+                return Principal(username, groups=tuple(sorted(groups)))
         except ApiException as exc:
             # Only status and reason: an error body could echo the review, which holds the token.
             raise AuthUnavailable(f"TokenReview failed: HTTP {exc.status} {exc.reason}") from None

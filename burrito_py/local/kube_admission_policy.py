@@ -72,7 +72,7 @@ class CelError(Exception):
 
 @functools.lru_cache(maxsize=1024)
 def _compile(expression: str) -> Any:
-    import cel  # the `local` extra: only the emulator evaluates CEL, so the images need not carry it
+    import cel
 
     try:
         return cel.compile(expression)

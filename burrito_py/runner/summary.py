@@ -15,38 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["NO_CHANGES", "plan_summary"]
+from burrito_py.plans.model import NO_CHANGES, parse_plan
 
-NO_CHANGES = "No changes."
-_REPLACE = (["delete", "create"], ["create", "delete"])
+__all__ = ["NO_CHANGES", "plan_summary"]
 
 
 def plan_summary(plan: Mapping[str, Any]) -> str:
-    add = change = destroy = imported = forget = 0
-    for resource in plan.get("resource_changes") or ():
-        change_block = resource.get("change") or {}
-        actions = list(change_block.get("actions") or ())
-        if change_block.get("importing"):
-            imported += 1
-        if actions in _REPLACE:
-            add += 1
-            destroy += 1
-        elif actions == ["create"]:
-            add += 1
-        elif actions == ["update"]:
-            change += 1
-        elif actions == ["delete"]:
-            destroy += 1
-        elif actions == ["forget"]:
-            forget += 1
-    outputs_change = any(
-        list((output or {}).get("actions") or ()) not in ([], ["no-op"])
-        for output in (plan.get("output_changes") or {}).values()
-    )
-    if not (add or change or destroy or imported or forget or outputs_change):
-        return NO_CHANGES
-    parts = [f"{imported} to import"] if imported else []
-    parts += [f"{add} to add", f"{change} to change", f"{destroy} to destroy"]
-    if forget:
-        parts.append(f"{forget} to forget")
-    return "Plan: " + ", ".join(parts)
+    """The plan model's summary (burrito_py/plans/model.py): one implementation for the runner and the rest."""
+    return parse_plan(plan).summary()

@@ -140,6 +140,7 @@ def _seed(platform: AuthPlatform) -> None:
                 store.put_logs(NS, layer, run, 1, b"seeded log\n")
                 store.put_outputs(NS, layer, run, 1, b'{"seeded": {"value": 1}}')
                 store.put_applied(NS, layer, run, 1, "sha256:00")
+                store.put_review(NS, layer, run, 1, b'{"planSum": "sha256:00"}')
             store.put_source(NS, repository, REVISION, TREE, ARCHIVE)
 
 

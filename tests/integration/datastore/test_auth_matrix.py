@@ -65,6 +65,8 @@ def calls() -> list[Call]:
             Call("GET outputs", target, "GET", f"{base}/attempts/1/outputs"),
             Call("PUT applied", target, "PUT", f"{base}/attempts/1/applied", b'{"sum": "sha256:00", "attempt": 1}'),
             Call("GET applied", target, "GET", f"{base}/applied"),
+            Call("PUT review", target, "PUT", f"{base}/attempts/1/review", b'{"planSum": "sha256:00"}'),
+            Call("GET review", target, "GET", f"{base}/attempts/1/review"),
         ]
     for target, repo in REPO_TARGETS.items():
         base = f"/api/v1/repositories/{NS}/{repo}"
@@ -102,6 +104,8 @@ def expected(identity: str, call: Call) -> int:
     if identity == "controller":
         return success(call)
     if identity in RUNNER_ALLOWED:
+        if call.endpoint == "PUT review":
+            return 403  # the controllers' verdict on a plan: no runner may write it, not even of its own run
         return success(call) if (call.target, call.method) in RUNNER_ALLOWED[identity] else 403
     return 403  # stranger, impostor, default-sa-pod, previous-attempt
 

@@ -17,6 +17,7 @@ from burrito_py.api.common import Resource
 from burrito_py.api.crdgen import RESOURCES, crd_filename, generate_crds, render_crd, write_crds
 from burrito_py.api.errors import InvalidSpec
 from burrito_py.api.layer import TerraformLayer
+from burrito_py.api.policy import ClusterTerraformPlanPolicy, TerraformPlanPolicy
 from burrito_py.api.repository import TerraformRepository
 from burrito_py.api.run import TerraformRun
 
@@ -77,7 +78,7 @@ def test_rendering_is_deterministic() -> None:
     [
         (TerraformRepository, "terraformrepositories", ["tfr", "tfrs"], ["State", "URL", "Age"]),
         (TerraformLayer, "terraformlayers", ["tfl", "layer"],
-         ["State", "Repository", "Branch", "Path", "Last Result", "Age"]),
+         ["State", "Repository", "Branch", "Path", "Last Result", "Drift", "Age"]),
         (TerraformRun, "terraformruns", ["tfrun", "run"], ["State", "Action", "Layer", "Retries", "Runner Pod", "Age"]),
     ],
 )
@@ -271,8 +272,27 @@ DEFINITION: dict[str, Any] = {
     },
     "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Served"}], "instances": 2},
 }
-EXAMPLES: dict[type[Resource], dict[str, Any]] = {TerraformRepository: REPOSITORY, TerraformLayer: LAYER,
-                                                   TerraformRun: RUN, ApplicationDefinition: DEFINITION}
+POLICY_SPEC: dict[str, Any] = {
+    "enforcement": "gateAutoApply",
+    "layerSelector": {"matchLabels": {"tier": "data"}, "matchExpressions": [{"key": "env", "operator": "In",
+                                                                             "values": ["prod"]}]},
+    "overrideBy": {"users": ["alice"], "groups": ["platform"]},
+    "rules": [{"name": "no-db-replace", "noReplace": {"types": ["aws_db_*"]}},
+              {"name": "blast", "action": "warn", "maxChanges": {"total": 50}},
+              {"name": "iam", "cel": {"expression": "!change.type.startsWith('aws_iam')"}},
+              {"name": "conftest", "rego": {"module": "package main\ndeny contains 'x' if { false }\n"}}],
+}
+PLAN_POLICY: dict[str, Any] = {"apiVersion": API_VERSION, "kind": "TerraformPlanPolicy",
+                               "metadata": {"name": "data-safety", "namespace": "platform"}, "spec": POLICY_SPEC}
+CLUSTER_PLAN_POLICY: dict[str, Any] = {
+    "apiVersion": API_VERSION, "kind": "ClusterTerraformPlanPolicy", "metadata": {"name": "no-destroy"},
+    "spec": {"enforcement": "mandatory", "namespaceSelector": {"matchLabels": {"team": "a"}, "matchExpressions": [
+        {"key": "tier", "operator": "Exists"}]},
+             "rules": [{"name": "no-destroy", "noDestroy": {}}]},
+}
+EXAMPLES: dict[type[Resource], dict[str, Any]] = {
+    TerraformRepository: REPOSITORY, TerraformLayer: LAYER, TerraformRun: RUN, ApplicationDefinition: DEFINITION,
+    TerraformPlanPolicy: PLAN_POLICY, ClusterTerraformPlanPolicy: CLUSTER_PLAN_POLICY}
 
 
 def schema_errors(resource: type[Resource], obj: Mapping[str, Any]) -> list[str]:
@@ -370,6 +390,11 @@ INVALID: list[tuple[type[Resource], str, Any]] = [
     (ApplicationDefinition, "spec.backend.terraform.writeOutputsToSecret.name", "{{ name }"),
     (ApplicationDefinition, "spec.backend.terraform.writeOutputsToSecret.name", "Upper-{{ name }}"),
     (ApplicationDefinition, "status.instances", -1),
+    (TerraformPlanPolicy, "spec.enforcement", "sometimes"),
+    (TerraformPlanPolicy, "spec.rules", []),
+    (TerraformPlanPolicy, "spec.rules[0].name", "Not A Label"),
+    (TerraformPlanPolicy, "spec.rules[1].maxChanges.total", -1),
+    (ClusterTerraformPlanPolicy, "spec.namespaceSelector.matchExpressions[0].operator", "Near"),
 ]
 
 

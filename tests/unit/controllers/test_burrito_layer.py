@@ -20,6 +20,7 @@ from burrito_py.controllers.conditions import Cond
 from burrito_py.controllers.layer_decisions import LayerDecision
 from burrito_py.controllers.layer_validation import LayerValidation
 from burrito_py.controllers.layers import decide, runs_to_delete, sync_windows
+from burrito_py.controllers.plan_review import Review
 
 NOW = datetime(2023, 5, 8, 11, 22, 30, tzinfo=UTC)
 DRIFT = timedelta(minutes=20)
@@ -54,7 +55,15 @@ def validation(auto_apply: bool = True) -> LayerValidation:
 
 def decide_for(body: dict[str, Any], runs: list[dict[str, Any]] = (), *, auto_apply: bool = True,  # type: ignore[assignment]
                repository: dict[str, Any] | None = None, defaults: list[SyncWindow] = ()) -> LayerDecision:  # type: ignore[assignment]
-    return decide(body, runs, validation(auto_apply), DRIFT, NOW, windows=sync_windows(repository, defaults))
+    return decide(body, runs, validation(auto_apply), DRIFT, NOW, windows=sync_windows(repository, defaults),
+                  review=reviewed(body))
+
+
+def reviewed(body: dict[str, Any]) -> Review:
+    """The controllers' review of the current plan: no policy, nothing known of drift (the gate has its own
+    tests: tests/unit/controllers/test_plan_gate.py)."""
+    plan_sum = (body["metadata"].get("annotations") or {}).get(ann.PLAN_SUM)
+    return Review({"planSum": plan_sum, "verdict": "Allowed"} if plan_sum else None, None)
 
 
 def planned_at(commit: str = PLANNED, date: str = MAY_8, **extra: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ from burrito_py.controllers.layer_decisions import (
     decide_layer,
     parse_plan_run,
 )
+from burrito_py.controllers.plan_gate import PlanGate
 from burrito_py.timeutil import format_time
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -31,7 +32,14 @@ def snap(
     last_apply: RunView | None = None,
     auto_apply: bool = False,
 ) -> LayerSnapshot:
-    return LayerSnapshot(annotations, last, last_plan, last_apply, auto_apply, DRIFT)
+    return LayerSnapshot(annotations, last, last_plan, last_apply, auto_apply, DRIFT, gate=reviewed(annotations))
+
+
+def reviewed(annotations: dict[str, str]) -> PlanGate | None:
+    """The controllers' review of the current plan: no policy, nothing known of drift (these tests are not
+    about the gate: tests/unit/controllers/test_plan_gate.py is)."""
+    plan_sum = annotations.get(ann.PLAN_SUM)
+    return PlanGate(plan_sum) if plan_sum else None
 
 
 def planned(
@@ -179,7 +187,7 @@ def snapshots(draw: st.DrawFn) -> LayerSnapshot:
     last = draw(st.sampled_from([last_plan, last_apply]))
     live = [r for r in (last_plan, last_apply) if r is not None and not r.terminal]
     active = live[0] if live else None
-    return LayerSnapshot(a, last, last_plan, last_apply, draw(st.booleans()), DRIFT, active)
+    return LayerSnapshot(a, last, last_plan, last_apply, draw(st.booleans()), DRIFT, active, gate=reviewed(a))
 
 
 @given(snapshots())

@@ -21,6 +21,7 @@ from burrito_py.controllers.layer_decisions import (
     decide_layer,
 )
 from burrito_py.controllers.layers import compute_status, run_name, snapshot
+from burrito_py.controllers.plan_gate import PlanGate
 from burrito_py.timeutil import format_time
 
 NOW = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)  # a Monday
@@ -71,6 +72,7 @@ def snap(
         exhausted_apply=exhausted_apply,
         windows=windows,
         layer_name="app",
+        gate=PlanGate(annotations[ann.PLAN_SUM]) if annotations.get(ann.PLAN_SUM) else None,
     )
 
 

@@ -1,0 +1,297 @@
+"""One model of a plan, parsed once from `terraform show -json` / `tofu show -json` (pure).
+
+It is the one source for the layer's `lastResult` (the runner's one-line summary), the plan policies, the drift
+classification, notifications, and later PR comments and the UI. Values at sensitive paths (`before_sensitive`,
+`after_sensitive`, sensitive outputs) are replaced by `MASK` as the plan is read, so nothing built from the model
+can show them. The JSON format is Terraform's "JSON Output Format" (format_version 1.x), which OpenTofu keeps.
+
+Missing optional fields take their defaults (old Terraform versions omit some); a field of the wrong type is a
+`PlanFormatError` naming its path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+__all__ = [
+    "MASK",
+    "NO_CHANGES",
+    "Action",
+    "Counts",
+    "OutputChange",
+    "PlanFormatError",
+    "PlanModel",
+    "ResourceChange",
+    "parse_plan",
+]
+
+MASK = "(sensitive value)"
+NO_CHANGES = "No changes."
+Action = Literal["create", "update", "delete", "replace", "read", "no-op", "forget"]
+_SINGLE: dict[tuple[str, ...], Action] = {
+    (): "no-op",
+    ("no-op",): "no-op",
+    ("create",): "create",
+    ("update",): "update",
+    ("delete",): "delete",
+    ("read",): "read",
+    ("forget",): "forget",
+    ("delete", "create"): "replace",
+    ("create", "delete"): "replace",
+    # OpenTofu and Terraform ≥ 1.7 can forget an object while replacing it (a `removed` block with destroy off).
+    ("create", "forget"): "replace",
+    ("forget", "create"): "replace",
+}
+
+
+class PlanFormatError(ValueError):
+    """The plan JSON is not what `show -json` writes: the message names the field and the reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceChange:
+    address: str
+    previous_address: str | None
+    module_address: str | None
+    mode: str
+    type: str
+    name: str
+    provider_name: str
+    actions: tuple[str, ...]
+    action: Action
+    action_reason: str | None
+    replace_paths: tuple[tuple[str | int, ...], ...]
+    importing: bool
+    before: Any
+    after: Any
+    after_unknown: Any
+
+    @property
+    def moved(self) -> bool:
+        return self.previous_address is not None and self.previous_address != self.address
+
+    @property
+    def changes_something(self) -> bool:
+        return self.action not in ("no-op", "read") or self.moved or self.importing
+
+    def to_json(self) -> dict[str, Any]:
+        """Terraform's own shape, masked (what CEL and Rego policies read)."""
+        change: dict[str, Any] = {"actions": list(self.actions), "before": self.before, "after": self.after,
+                                  "after_unknown": self.after_unknown}
+        if self.replace_paths:
+            change["replace_paths"] = [list(p) for p in self.replace_paths]
+        if self.importing:
+            change["importing"] = {}
+        body: dict[str, Any] = {"address": self.address, "mode": self.mode, "type": self.type, "name": self.name,
+                                "provider_name": self.provider_name, "change": change}
+        if self.module_address:
+            body["module_address"] = self.module_address
+        if self.previous_address:
+            body["previous_address"] = self.previous_address
+        if self.action_reason:
+            body["action_reason"] = self.action_reason
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class OutputChange:
+    name: str
+    action: Action
+    sensitive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    add: int = 0
+    change: int = 0
+    destroy: int = 0
+    replace: int = 0
+    imported: int = 0
+    moved: int = 0
+    forget: int = 0
+    read: int = 0
+    changed: int = 0  # resources that change something (a replace, a move or an import counts once)
+
+    @property
+    def total(self) -> int:
+        return self.changed
+
+
+@dataclass(frozen=True, slots=True)
+class PlanModel:
+    format_version: str
+    terraform_version: str
+    resource_changes: tuple[ResourceChange, ...]
+    resource_drift: tuple[ResourceChange, ...]
+    output_changes: tuple[OutputChange, ...]
+    counts: Counts
+    errored: bool
+    applyable: bool
+
+    def summary(self) -> str:
+        """Terraform's `Plan:` line, without the trailing period: a replace is one to add and one to destroy,
+        reads and no-ops count for nothing, imports and forgets are named only when there are some. A plan
+        whose only changes are to root outputs or moves is not "No changes." (applying it records them in the
+        state)."""
+        c = self.counts
+        outputs = any(o.action != "no-op" for o in self.output_changes)
+        # A move alone is a change too: Terraform says "Plan: 0 to add, 0 to change, 0 to destroy." and its apply
+        # records the new address in the state.
+        if not (c.add or c.change or c.destroy or c.imported or c.forget or c.moved or outputs):
+            return NO_CHANGES
+        parts = [f"{c.imported} to import"] if c.imported else []
+        parts += [f"{c.add} to add", f"{c.change} to change", f"{c.destroy} to destroy"]
+        if c.forget:
+            parts.append(f"{c.forget} to forget")
+        return "Plan: " + ", ".join(parts)
+
+    @property
+    def has_changes(self) -> bool:
+        return self.summary() != NO_CHANGES
+
+    def changed(self) -> tuple[ResourceChange, ...]:
+        return tuple(rc for rc in self.resource_changes if rc.changes_something)
+
+    def policy_input(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "terraform_version": self.terraform_version,
+            "resource_changes": [rc.to_json() for rc in self.resource_changes],
+            "resource_drift": [rc.to_json() for rc in self.resource_drift],
+            "output_changes": {o.name: {"actions": _actions_of(o.action), "sensitive": o.sensitive}
+                               for o in self.output_changes},
+            "errored": self.errored,
+            "applyable": self.applyable,
+        }
+
+
+def _actions_of(action: Action) -> list[str]:
+    return ["delete", "create"] if action == "replace" else [action]
+
+
+def parse_plan(data: bytes | str | Mapping[str, Any]) -> PlanModel:
+    if isinstance(data, bytes | str):
+        try:
+            data = json.loads(data)
+        except ValueError as exc:
+            raise PlanFormatError(f"(document): not JSON: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise PlanFormatError("(document): expected a JSON object")
+    changes = tuple(_resource(item, f"resource_changes[{i}]")
+                    for i, item in enumerate(_list(data, "resource_changes", "")))
+    drift = tuple(_resource(item, f"resource_drift[{i}]") for i, item in enumerate(_list(data, "resource_drift", "")))
+    outputs_raw = data.get("output_changes") or {}
+    if not isinstance(outputs_raw, Mapping):
+        raise PlanFormatError("output_changes: expected an object of output name → change")
+    outputs = tuple(_output(name, change) for name, change in sorted(outputs_raw.items()))
+    return PlanModel(
+        format_version=_str(data, "format_version", "", "") or "",
+        terraform_version=_str(data, "terraform_version", "", "") or "",
+        resource_changes=changes,
+        resource_drift=drift,
+        output_changes=outputs,
+        counts=_count(changes),
+        errored=bool(data.get("errored", False)),
+        applyable=bool(data.get("applyable", True)),
+    )
+
+
+def _count(changes: Sequence[ResourceChange]) -> Counts:
+    tally = dict.fromkeys(("add", "change", "destroy", "replace", "imported", "moved", "forget", "read", "changed"), 0)
+    for rc in changes:
+        tally["imported"] += rc.importing
+        tally["moved"] += rc.moved
+        tally["changed"] += rc.changes_something
+        if rc.action == "replace":
+            tally["add"] += 1
+            tally["destroy"] += 1
+            tally["replace"] += 1
+        elif rc.action == "create":
+            tally["add"] += 1
+        elif rc.action == "update":
+            tally["change"] += 1
+        elif rc.action == "delete":
+            tally["destroy"] += 1
+        elif rc.action == "forget":
+            tally["forget"] += 1
+        elif rc.action == "read":
+            tally["read"] += 1
+    return Counts(**tally)
+
+
+def _resource(item: Any, where: str) -> ResourceChange:
+    if not isinstance(item, Mapping):
+        raise PlanFormatError(f"{where}: expected an object")
+    change = item.get("change") or {}
+    if not isinstance(change, Mapping):
+        raise PlanFormatError(f"{where}.change: expected an object")
+    actions = change.get("actions") or []
+    if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+        raise PlanFormatError(f"{where}.change.actions: expected a list of strings")
+    action = _SINGLE.get(tuple(actions))
+    if action is None:
+        raise PlanFormatError(f"{where}.change.actions: unknown combination {actions}")
+    replace_paths = change.get("replace_paths") or []
+    if not isinstance(replace_paths, list) or not all(isinstance(p, list) for p in replace_paths):
+        raise PlanFormatError(f"{where}.change.replace_paths: expected a list of paths (lists)")
+    return ResourceChange(
+        address=_str(item, "address", where, "") or "",
+        previous_address=_str(item, "previous_address", where, None),
+        module_address=_str(item, "module_address", where, None),
+        mode=_str(item, "mode", where, "managed") or "managed",
+        type=_str(item, "type", where, "") or "",
+        name=_str(item, "name", where, "") or "",
+        provider_name=_str(item, "provider_name", where, "") or "",
+        actions=tuple(actions),
+        action=action,
+        action_reason=_str(item, "action_reason", where, None),
+        replace_paths=tuple(tuple(cast(list[str | int], p)) for p in replace_paths),
+        importing=bool(change.get("importing")),
+        before=mask(change.get("before"), change.get("before_sensitive")),
+        after=mask(change.get("after"), change.get("after_sensitive")),
+        after_unknown=change.get("after_unknown"),
+    )
+
+
+def _output(name: Any, change: Any) -> OutputChange:
+    where = f"output_changes[{name!r}]"
+    if not isinstance(change, Mapping):
+        raise PlanFormatError(f"{where}: expected an object")
+    actions = change.get("actions") or []
+    if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+        raise PlanFormatError(f"{where}.actions: expected a list of strings")
+    action = _SINGLE.get(tuple(actions))
+    if action is None:
+        raise PlanFormatError(f"{where}.actions: unknown combination {actions}")
+    sensitive = bool(change.get("before_sensitive") or change.get("after_sensitive"))
+    return OutputChange(str(name), action, sensitive)
+
+
+def mask(value: Any, sensitive: Any) -> Any:
+    """`value` with every part that `sensitive` (Terraform's mirror structure of booleans) marks replaced."""
+    if sensitive is True:
+        return MASK if value is not None else None
+    if isinstance(value, Mapping) and isinstance(sensitive, Mapping):
+        return {k: mask(v, sensitive.get(k)) for k, v in value.items()}
+    if isinstance(value, list) and isinstance(sensitive, list):
+        return [mask(v, sensitive[i] if i < len(sensitive) else None) for i, v in enumerate(value)]
+    return value
+
+
+def _list(data: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    value = data.get(key) or []
+    if not isinstance(value, list):
+        raise PlanFormatError(f"{where + '.' if where else ''}{key}: expected a list")
+    return value
+
+
+def _str(data: Mapping[str, Any], key: str, where: str, default: str | None) -> str | None:
+    value = data.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise PlanFormatError(f"{where + '.' if where else ''}{key}: expected a string, got {type(value).__name__}")
+    return value

@@ -1,0 +1,64 @@
+"""Rego rules, conftest style (`deny`, `violation`, `warn`), evaluated in process with `regopy` (rego-cpp), so
+existing OPA/conftest Terraform plan policies work unchanged: their input is the plan JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from burrito_py.plans.model import PlanModel
+
+__all__ = ["RegoRuleError", "rego_findings"]
+
+_PACKAGE = re.compile(r"^\s*package\s+([A-Za-z_][\w.]*)", re.MULTILINE)
+
+
+class RegoRuleError(ValueError):
+    """The module does not parse or its query fails: the rule's outcome is an error (denies)."""
+
+
+def _entries(value: Any) -> list[tuple[str, str | None]]:
+    """(message, address) of each entry of a deny/warn set: strings, or objects with msg and address."""
+    if isinstance(value, Mapping) and all(v is True for v in value.values()):
+        value = list(value)  # a partial set in the old syntax comes back as {entry: true}
+    if not isinstance(value, list):
+        value = [value]
+    found = []
+    for entry in value:
+        if isinstance(entry, Mapping):
+            address = entry.get("address") or entry.get("resource")
+            found.append((str(entry.get("msg") or entry.get("message") or ""), str(address) if address else None))
+        else:
+            found.append((str(entry), None))
+    return found
+
+
+def rego_findings(module: str, plan: PlanModel, drift_correction: bool) -> dict[str, list[tuple[str, str | None]]]:
+    """{"deny": [...], "warn": [...]}: `violation` counts as deny."""
+    from regopy import Interpreter
+
+    package = _PACKAGE.search(module)
+    if package is None:
+        raise RegoRuleError("the module has no package line")
+    interpreter = Interpreter()
+    try:
+        interpreter.add_module("policy.rego", module)
+        given = {**plan.policy_input(), "burrito": {"drift_correction": drift_correction}}
+        interpreter.set_input_term(json.dumps(given))
+        output = interpreter.query(f"data.{package.group(1)}")
+    except Exception as exc:  # regopy raises its own RegoError for parse and evaluation errors
+        raise RegoRuleError(f"does not evaluate: {str(exc).splitlines()[0][:200]}") from None
+    if not output.ok():
+        raise RegoRuleError(f"does not evaluate: {str(output).splitlines()[0][:200]}")
+    try:
+        expressions = json.loads(str(output)).get("expressions") or [{}]
+    except ValueError as exc:
+        raise RegoRuleError(f"gave an unreadable result: {exc}") from None
+    first = expressions[0]
+    document: Mapping[str, Any] = first if isinstance(first, Mapping) else {}
+    return {
+        "deny": _entries(document.get("deny", [])) + _entries(document.get("violation", [])),
+        "warn": _entries(document.get("warn", [])),
+    }

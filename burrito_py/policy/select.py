@@ -1,0 +1,30 @@
+"""Which policies judge a layer (pure): a namespaced policy its own namespace's layers, a cluster policy the
+layers of the namespaces its namespaceSelector picks; both then by their layerSelector."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from burrito_py.api.policy import ClusterTerraformPlanPolicy, TerraformPlanPolicy
+
+__all__ = ["select_policies"]
+
+
+def select_policies(
+    namespace: str,
+    layer_labels: Mapping[str, str],
+    namespace_labels: Mapping[str, str],
+    namespaced: Sequence[TerraformPlanPolicy],
+    cluster: Sequence[ClusterTerraformPlanPolicy],
+) -> list[TerraformPlanPolicy | ClusterTerraformPlanPolicy]:
+    labels, ns_labels = dict(layer_labels), dict(namespace_labels)
+    chosen: list[TerraformPlanPolicy | ClusterTerraformPlanPolicy] = [
+        p for p in namespaced
+        if p.namespace == namespace and (p.spec.layer_selector is None or p.spec.layer_selector.matches(labels))
+    ]
+    chosen += [
+        p for p in cluster
+        if (p.spec.namespace_selector is None or p.spec.namespace_selector.matches(ns_labels))
+        and (p.spec.layer_selector is None or p.spec.layer_selector.matches(labels))
+    ]
+    return chosen
