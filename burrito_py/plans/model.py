@@ -183,7 +183,8 @@ def parse_plan(data: bytes | str | Mapping[str, Any]) -> PlanModel:
     changes = tuple(_resource(item, f"resource_changes[{i}]")
                     for i, item in enumerate(_list(data, "resource_changes", "")))
     drift = tuple(_resource(item, f"resource_drift[{i}]") for i, item in enumerate(_list(data, "resource_drift", "")))
-    outputs_raw = data.get("output_changes") or {}
+    outputs_raw = data.get("output_changes")
+    outputs_raw = {} if outputs_raw is None else outputs_raw
     if not isinstance(outputs_raw, Mapping):
         raise PlanFormatError("output_changes: expected an object of output name → change")
     outputs = tuple(_output(name, change) for name, change in sorted(outputs_raw.items()))
@@ -282,7 +283,8 @@ def mask(value: Any, sensitive: Any) -> Any:
 
 
 def _list(data: Mapping[str, Any], key: str, where: str) -> list[Any]:
-    value = data.get(key) or []
+    value = data.get(key)
+    value = [] if value is None else value
     if not isinstance(value, list):
         raise PlanFormatError(f"{where + '.' if where else ''}{key}: expected a list")
     return value

@@ -26,9 +26,13 @@ CONTROLLERS: list[Rule] = [
     (TF, "terraformrepositories/status", "patch", ()),
     (TF, "terraformlayers/status", "patch", ()),
     (TF, "terraformruns/status", "patch", ()),
+    (TF, "terraformplanpolicies", "list watch", ()),
+    (TF, "terraformnotifiers", "list watch", ()),
 ]
 CONTROLLERS_CLUSTER: list[Rule] = [
     ("apiextensions.k8s.io", "customresourcedefinitions", "get list watch create", ()),
+    (TF, "clusterterraformplanpolicies", "list watch", ()),
+    (CORE, "namespaces", "get", ()),
     (AGL, "applicationdefinitions", "list watch patch", ()),
     (AGL, "applicationdefinitions/status", "patch", ()),
 ]
@@ -37,6 +41,7 @@ SERVER: list[Rule] = [
     (TF, "terraformlayers", "get list patch", ()),
     (TF, "terraformrepositories", "get list patch", ()),
     (TF, "terraformruns", "get list", ()),
+    (TF, "terraformplanpolicies", "get", ()),
     (CORE, "secrets", "get", ()),
     (CORE, "pods", "get", ()),
 ]
@@ -88,6 +93,7 @@ def expected(tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, 
     out |= expand(sa("controllers"), [("coordination.k8s.io", "leases", "create", ()),
                                       ("coordination.k8s.io", "leases", "get update", leases)], [NAMESPACE])
     out |= expand(sa("server"), SERVER, scopes) | expand(sa("server"), [TOKEN_REVIEWS], ["cluster"])
+    out |= expand(sa("server"), [(TF, "clusterterraformplanpolicies", "get", ())], ["cluster"])
     out |= expand(sa("datastore"), DATASTORE, scopes) | expand(sa("datastore"), [TOKEN_REVIEWS], ["cluster"])
     for tenant in tenants:
         out |= expand(f"{tenant}/burrito-py-runner", RUNNER, [tenant])
@@ -162,7 +168,7 @@ def test_runner_rules_match_the_runner_api_calls() -> None:
 def test_rule_counts_per_component() -> None:
     """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
     counts = grants_per_component(rendered("default"), RELEASE)
-    assert counts == {"controllers": 41, "server": 11, "datastore": 4, "runner": 6}
+    assert counts == {"controllers": 48, "server": 13, "datastore": 4, "runner": 6}
 
 
 def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:

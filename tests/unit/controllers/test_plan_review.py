@@ -1,0 +1,88 @@
+"""The pure parts of the controllers' plan review: when a plan is reviewed again, code change or drift,
+the drift status over time, and who may override a mandatory denial."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers.layer_decisions import RunView
+from burrito_py.controllers.plan_review import (
+    code_changed,
+    drift_state,
+    drift_status,
+    gate_of,
+    override_refusal,
+    parse_override,
+    review_needed,
+)
+
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+SUM = "sha256:aa"
+PLANNED = {ann.PLAN_SUM: SUM, ann.PLAN_RUN: "app-plan-2/1", ann.PLAN_COMMIT: "c2",
+           ann.PLAN_SUMMARY: "Plan: 0 to add, 1 to change, 0 to destroy"}
+APPLIED = {ann.APPLY_SUM: "sha256:old", ann.APPLY_RUN: "app-apply-1/1", ann.APPLY_COMMIT: "c1"}
+
+
+def runs(plan_relevant: str | None, apply_relevant: str | None) -> dict[str, RunView]:
+    return {"app-plan-2": RunView("app-plan-2", "plan", "Succeeded", "c2", relevant_commit=plan_relevant),
+            "app-apply-1": RunView("app-apply-1", "apply", "Succeeded", "c1", relevant_commit=apply_relevant)}
+
+
+def test_code_changed_compares_relevant_commits_then_revisions() -> None:
+    a = PLANNED | APPLIED
+    assert code_changed(a, runs("r1", "r1")) is False  # an unrelated commit moved the head: same code
+    assert code_changed(a, runs("r2", "r1")) is True
+    assert code_changed(a, {}) is None  # runs gone and the revisions differ: unknown
+    assert code_changed(a | {ann.APPLY_COMMIT: "c2"}, {}) is False
+    assert code_changed(PLANNED, runs("r1", "r1")) is None  # never applied
+
+
+def test_review_needed() -> None:
+    digest = "d1"
+    reviewed = {"policy": {"planSum": SUM, "digest": digest}}
+    assert review_needed({}, PLANNED, digest)
+    assert not review_needed(reviewed, PLANNED, digest)
+    assert review_needed(reviewed, PLANNED, "d2")  # the policies changed and the plan may still be applied
+    assert not review_needed(reviewed, PLANNED | {ann.APPLY_SUM: SUM}, "d2")  # applied: the verdict stands
+    assert review_needed({"policy": {"planSum": SUM, "digest": digest, "error": "down"}}, PLANNED, digest)
+    assert not review_needed({}, {}, digest)
+
+
+def test_drift_state_and_since() -> None:
+    facts = {"planSum": SUM, "classified": "Drifted", "resources": 2, "addresses": ["a.b", "c.d"],
+             "planDate": "2026-11-24T11:59:00Z"}
+    assert drift_state(PLANNED, facts) == "Drifted"
+    assert drift_state(PLANNED | {ann.APPLY_SUM: SUM}, facts) == "InSync"  # the correction was applied
+    assert drift_state(PLANNED, {**facts, "planSum": "sha256:other"}) == "Unknown"
+    first = drift_status(None, "Drifted", facts, NOW)
+    assert first == {"state": "Drifted", "since": "2026-11-24T12:00:00Z", "lastCheck": "2026-11-24T11:59:00Z",
+                     "planSum": SUM, "resources": 2, "addresses": ["a.b", "c.d"]}
+    later = drift_status(first, "Drifted", facts, NOW + timedelta(minutes=20))
+    assert later["since"] == first["since"]
+    resolved = drift_status(later, "InSync", facts, NOW + timedelta(minutes=40))
+    assert "since" not in resolved and resolved["resources"] == 0 and resolved["addresses"] == []
+
+
+def test_override_refusal() -> None:
+    denied = [{"policy": "default/p", "rule": "r", "enforcement": "mandatory"},
+              {"policy": "q", "rule": "r", "enforcement": "mandatory"},
+              {"policy": "default/g", "rule": "r", "enforcement": "gateAutoApply"}]
+    allowed = {"default/p": (["alice"], []), "q": ([], ["platform"])}
+    assert override_refusal(denied, allowed, "alice", ["platform"]) is None
+    refusal = override_refusal(denied, allowed, "alice", [])
+    assert refusal is not None and "denial by q" in refusal
+    assert "nothing to override" in str(override_refusal(denied[2:], allowed, "alice", []))
+
+
+def test_parse_override_and_gate() -> None:
+    raw = '{"sum": "sha256:aa", "user": "alice", "groups": ["g"]}'
+    override = parse_override(raw)
+    assert override is not None and (override.plan_sum, override.user, override.groups) == (SUM, "alice", ("g",))
+    assert parse_override("not json") is None and parse_override('{"sum": 1}') is None
+    policy = {"planSum": SUM, "verdict": "Denied", "denied": [{"policy": "p", "rule": "r", "addresses": ["a.b"]}],
+              "plan": {"planSum": SUM, "classified": "CodeChange"}, "override": {"by": "alice", "planSum": SUM}}
+    gate = gate_of(policy, PLANNED)
+    assert gate is not None and gate.verdict == "Denied" and gate.override_by == "alice"
+    assert gate.reason == "p/r (a.b)" and gate.drift_state == "CodeChange"
+    assert gate_of(policy, {**PLANNED, ann.PLAN_SUM: "sha256:new"}) is None
