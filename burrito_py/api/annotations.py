@@ -9,6 +9,7 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 # Written by the runner after a successful plan.
+RUNNER_PREFIX = "runner.burrito-py.io/"  # what runners write; an admission policy lets them write nothing else
 PLAN_DATE = "runner.burrito-py.io/plan-date"
 PLAN_SUM = "runner.burrito-py.io/plan-sum"
 PLAN_RUN = "runner.burrito-py.io/plan-run"

@@ -291,6 +291,9 @@ class TerraformLayerStatus(ApiModel):
     )
     policy: PlanPolicyStatus | None = Field(default=None, description="The plan policies' verdict on the plan.")
     drift: DriftStatus | None = Field(default=None, description="Drift, told apart from code changes.")
+    notified: dict[str, str] = Field(
+        default_factory=dict, description="The last notification sent per event (its key: see notifications)."
+    )
 
 
 class TerraformLayer(Resource):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from burrito_py.controllers.crd_guard import CrdWatch
 from burrito_py.controllers.inventory import Inventory, Key
 from burrito_py.controllers.kube import Kube
+from burrito_py.controllers.notifications import Notifications
 from burrito_py.controllers.policies import PolicyBook
 from burrito_py.controllers.scheduler import Scheduler
 from burrito_py.controllers.settings import ControllerSettings
@@ -27,6 +28,7 @@ class Context:
     inventory: Inventory = field(default_factory=Inventory)
     crds: CrdWatch = field(default_factory=CrdWatch)  # what the layer destroy guard knows of CRDs
     policies: PolicyBook = field(default_factory=PolicyBook)  # the plan policies (plan_review.py)
+    notifications: Notifications = field(default_factory=Notifications)  # notifiers and deliveries
     layers: Scheduler[Key] | None = None
     runs: Scheduler[Key] | None = None
     repositories: Scheduler[Key] | None = None

@@ -43,6 +43,7 @@ from burrito_py.controllers.layer_decisions import (
     parse_plan_run,
 )
 from burrito_py.controllers.layer_validation import LayerValidation, validate_layer
+from burrito_py.controllers.notifications import layer_link, notifications_due
 from burrito_py.controllers.outputs import sync_outputs
 from burrito_py.controllers.plan_review import Review, gate_of, review_plan
 from burrito_py.controllers.pod_creation import blocked_message
@@ -61,6 +62,7 @@ STATUS_KEYS = (
     "exhaustedApply",
     "policy",
     "drift",
+    "notified",
 )
 
 
@@ -271,6 +273,7 @@ def compute_status(
         "exhaustedApply": exhaustion_status(decision.exhausted_apply),
         "policy": review.policy if review is not None else old.get("policy"),
         "drift": review.drift if review is not None else old.get("drift"),
+        "notified": old.get("notified"),
     }
     if a.get(ann.PLAN_SUM):
         plan_run = parse_plan_run(a.get(ann.PLAN_RUN))
@@ -374,9 +377,12 @@ async def _reconcile(ctx: Context, key: Key) -> None:
 
     if decision.skip_destroy is not None:
         layer = await _mark_skip_destroy(ctx, layer, decision.skip_destroy)
-    layer = await _write_status(
-        ctx, layer, compute_status(layer, decision, validation.ready, runs, now, review), validation.ready
-    )
+    status = compute_status(layer, decision, validation.ready, runs, now, review)
+    due, status["notified"] = notifications_due(
+        layer.get("status") or {}, status, layer["metadata"].get("annotations") or {}, namespace, name, now,
+        layer_link(ctx.settings.public_url, namespace, name))
+    layer = await _write_status(ctx, layer, status, validation.ready)
+    ctx.notifications.send(ctx.kube, layer, due)
     if review is not None:
         for type_, reason, message in review.events:
             await post_event(ctx.kube, layer, type_, reason, message)

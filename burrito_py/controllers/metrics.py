@@ -12,6 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from burrito_py.controllers.inventory import Inventory
+from burrito_py.timeutil import parse_time
 
 RECONCILE_SECONDS = Histogram(
     "burrito_py_reconcile_duration_seconds",
@@ -25,6 +26,15 @@ STARTUP_EVALUATION_SECONDS = Gauge(
     "From the operator's start (or a new leader's) to every primed layer evaluated once.",
 )
 GIT_FETCHES = PromCounter("burrito_py_git_fetches_total", "git fetches of repository mirrors.", ["repository"])
+PLAN_POLICY_VERDICTS = PromCounter(
+    "burrito_py_plan_policy_verdicts_total",
+    "Plans reviewed, by the strictest enforcement level of the policies selecting them (none: no policy) and verdict.",
+    ["level", "result"],
+)
+NOTIFICATIONS = PromCounter(
+    "burrito_py_notifications_total", "Notifications sent, by target kind, event and result.",
+    ["kind", "event", "result"],
+)
 
 
 class InventoryCollector(Collector):
@@ -50,6 +60,30 @@ class InventoryCollector(Collector):
         ):
             runs.add_metric([action, state], count)
         yield runs
+        yield from _drift_metrics(self._inventory)
+
+
+def _drift_metrics(inventory: Inventory) -> Iterator[GaugeMetricFamily]:
+    """Per layer, from `status.drift` (plan_review.py): drifted or not, how many resources, the last check."""
+    labels = ["namespace", "layer", "repository"]
+    drifted = GaugeMetricFamily("burrito_py_layer_drifted", "1 when the layer's plan corrects drift.", labels=labels)
+    resources = GaugeMetricFamily("burrito_py_layer_drift_resources", "Resources that drifted.", labels=labels)
+    checked = GaugeMetricFamily("burrito_py_layer_last_drift_check_timestamp_seconds",
+                                "When the plan the drift state is judged from was made.", labels=labels)
+    for layer in inventory.layers:
+        drift = (layer.get("status") or {}).get("drift")
+        if not drift:
+            continue
+        meta, spec = layer["metadata"], layer.get("spec") or {}
+        key = [meta.get("namespace", ""), meta["name"], (spec.get("repository") or {}).get("name", "")]
+        drifted.add_metric(key, 1.0 if drift.get("state") == "Drifted" else 0.0)
+        resources.add_metric(key, float(drift.get("resources") or 0))
+        when = parse_time(drift.get("lastCheck"))
+        if when is not None:
+            checked.add_metric(key, when.timestamp())
+    yield drifted
+    yield resources
+    yield checked
 
 
 _registered: list[InventoryCollector] = []

@@ -128,6 +128,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         for task in memo.get("tasks", []):
             task.cancel()
         if "ctx" in holder:
+            await holder["ctx"].notifications.close()
             await holder["ctx"].kube.close()
             if holder["ctx"].datastore is not None:
                 holder["ctx"].datastore.close()
@@ -198,6 +199,11 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         reviewed again (plan_review.py: the policies' digest changed)."""
         if "ctx" in holder:
             _policy_changed(ctx(), event)
+
+    @kopf.on.event(ann.GROUP, ann.VERSION, "terraformnotifiers", when=owned, registry=registry)
+    async def on_notifier(event: kopf.RawEvent, **_: Any) -> None:
+        if "ctx" in holder:
+            observe(ctx().notifications.notifiers, event)
 
     @kopf.on.event(ann.GROUP, ann.VERSION, "clusterterraformplanpolicies", registry=registry)
     async def on_cluster_plan_policy(event: kopf.RawEvent, **_: Any) -> None:
@@ -312,6 +318,7 @@ async def _prime(ctx: Context) -> None:
             (ctx.inventory.runs, crd_path("terraformruns", namespace), None),
             (ctx.inventory.pods, path("v1", "pods", namespace), RUNNER_SELECTOR),
             (ctx.policies.namespaced, crd_path("terraformplanpolicies", namespace), None),
+            (ctx.notifications.notifiers, crd_path("terraformnotifiers", namespace), None),
         ):
             for item in await ctx.kube.list(resource_path, label_selector=selector):
                 store.observe(item)

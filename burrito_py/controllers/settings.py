@@ -71,6 +71,10 @@ class ControllerSettings(BaseSettings):
         description="Sync windows applied to every layer, in addition to its repository's spec.syncWindows "
         "(same fields: kind, schedule, duration, actions, layers).",
     )
+    public_url: str = Field(
+        "", description="The server's URL as people reach it: notifications link to <publicUrl>/api/layers/<ns>/<name> "
+        "(a notifier's linkBase overrides it); empty: no link."
+    )
     runner_image: str = "ghcr.io/burrito-py/burrito-py:0.1.0"
     runner_service_account: str = Field(
         "burrito-py-runner", description="ServiceAccount of runner pods, in each namespace with layers."

@@ -120,6 +120,7 @@ class ControllersConfig(Values):
     max_concurrent_runner_pods: int = setting(ControllerSettings, "max_concurrent_runner_pods")
     default_sync_windows: list[DefaultSyncWindow] = setting(ControllerSettings, "default_sync_windows")
     agl_enabled: bool = setting(ControllerSettings, "agl_enabled")
+    public_url: str = setting(ControllerSettings, "public_url")
     allow_file_repositories: bool = setting(ControllerSettings, "allow_file_repositories")
     allow_cross_namespace_repositories: bool = setting(ControllerSettings, "allow_cross_namespace_repositories")
     # On in the chart (its replicas need it), off in the settings (in-process runs need no Lease).

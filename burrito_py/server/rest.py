@@ -14,6 +14,7 @@ FastAPI's 422 into 400, so the API answers like the datastore and the webhook).
 # local to `rest_router` (it closes over the authenticator), which a string annotation could not name.
 import asyncio
 import functools
+import json
 import logging
 import re
 from collections.abc import Callable, Coroutine, Sequence
@@ -30,12 +31,15 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.inventory import creation_order
 from burrito_py.controllers.kube import Body, Kube, KubeError, crd_path
+from burrito_py.controllers.plan_review import override_refusal
 from burrito_py.datastore.auth import Authenticator, AuthError, Principal, principal_of
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
 from burrito_py.server.views import (
     ErrorView,
     LayerDetailView,
     LayerView,
+    OverrideRequest,
+    OverrideView,
     RunDetailView,
     RunView,
     SyncView,
@@ -296,6 +300,43 @@ def rest_router(
             raise
         log.info("REST: %s asked for a sync of layer %s/%s", who.username, ns, name)
         return SyncView(namespace=ns, name=name, sync_now=now)
+
+    @router.post(
+        "/layers/{ns}/{name}/override",
+        status_code=202,
+        response_model=OverrideView,
+        responses={403: {"model": ErrorView, "description": "The caller may not override the denying policies."},
+                   409: {"model": ErrorView, "description": "The plan is not the layer's current, denied plan."}},
+        summary="Override a mandatory plan policy's denial of the current plan (it still needs an approval).",
+    )
+    async def override_plan(who: Caller, ns: Namespace, name: LayerName, body: OverrideRequest) -> OverrideView:
+        if is_runner(who, runner_service_account):
+            raise Problem(403, f"{who.describe()} is a runner; runners may not override plan policies")
+        layer = await layer_or_404(ns, name)
+        policy = (layer.get("status") or {}).get("policy") or {}
+        if policy.get("planSum") != body.plan_sum or policy.get("verdict") != "Denied":
+            raise Problem(409, f"plan {body.plan_sum} is not the current plan of {ns}/{name} denied by a mandatory "
+                               f"policy (the current verdict: {policy.get('verdict') or 'none'} on "
+                               f"{policy.get('planSum') or 'no plan'})")
+        allowed = {}
+        for finding in policy.get("denied") or ():
+            held = str(finding.get("policy") or "")
+            if finding.get("enforcement") != "mandatory" or held in allowed:
+                continue
+            policy_ns, _, policy_name = held.rpartition("/")
+            found = await kube.get(crd_path("terraformplanpolicies", policy_ns, policy_name) if policy_ns
+                                   else crd_path("clusterterraformplanpolicies", None, policy_name))
+            by = ((found or {}).get("spec") or {}).get("overrideBy") or {}
+            allowed[held] = (tuple(by.get("users") or ()), tuple(by.get("groups") or ()))
+        refusal = override_refusal(policy.get("denied") or (), allowed, who.username, who.groups)
+        if refusal is not None:
+            raise Problem(403, refusal)
+        value = json.dumps({"sum": body.plan_sum, "user": who.username, "groups": list(who.groups)})
+        await kube.merge_patch(crd_path("terraformlayers", ns, name),
+                               {"metadata": {"annotations": {ann.OVERRIDE_POLICY: value}}})
+        log.info("REST: %s overrode the mandatory denial of plan %s of layer %s/%s", who.username, body.plan_sum,
+                 ns, name)
+        return OverrideView(namespace=ns, name=name, plan_sum=body.plan_sum, by=who.username)
 
     @router.get("/runs/{ns}/{run}", response_model=RunDetailView, summary="A run with its attempts.")
     async def get_run(_: Caller, ns: Namespace, run: RunName) -> RunDetailView:

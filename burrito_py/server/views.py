@@ -101,6 +101,17 @@ class RunDetailView(RunView):
     conditions: list[ConditionView] = Field(default_factory=list)
 
 
+class OverrideRequest(View):
+    plan_sum: str = Field(pattern=r"^sha256:[0-9a-f]{1,64}$", description="The sum of the denied plan to override.")
+
+
+class OverrideView(View):
+    namespace: str
+    name: str
+    plan_sum: str = Field(description="The plan overridden (it still needs an approval of its sum).")
+    by: str = Field(description="The principal recorded as overriding it.")
+
+
 class SyncView(View):
     namespace: str
     name: str

@@ -154,13 +154,14 @@ def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = T
         stack.callback(applier.close)
         for crd in generate_crds().values():
             applier.apply(crd)
-        for obj in policy_objects("burrito-py") if admission_policy else ():
-            applier.apply(obj)
         with admin_client(api.url) as http:
             grant_runner_access(http, "default")
         # Datastore auth on end to end: controllers and `plan download` as the kubeconfig's service account,
         # runners with their pod-bound projected tokens.
         admin = login_as_local_admin(api.url, kubeconfig)
+        # The chart's admission policies; a server started by a test runs as the local admin.
+        for obj in policy_objects("burrito-py", [admin], "burrito-py-runner") if admission_policy else ():
+            applier.apply(obj)
         datastore_url = stack.enter_context(running_datastore(workdir / "datastore", auth_enabled=True,
                                                               kubeconfig=kubeconfig, admin_users=[admin]))
         kubelet = LocalKubelet(kubeconfig, pod_log_dir=workdir / "pod-logs", work_dir=workdir / "pods")

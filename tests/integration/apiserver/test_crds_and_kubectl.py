@@ -171,12 +171,13 @@ def test_kubectl_applies_crds_and_objects_and_get_shows_printer_columns(
     manifest.write_text(yaml.safe_dump(layer))
     assert "serverside-applied" in kubectl("apply", "--server-side", "--validate=false", "-f", str(manifest)).stdout
     lines = kubectl("get", "terraformlayers").stdout.splitlines()
-    assert lines[0].split() == ["NAME", "STATE", "REPOSITORY", "BRANCH", "PATH", "LAST", "RESULT", "AGE"]
-    starts = [lines[0].index(h) for h in ("NAME", "STATE", "REPOSITORY", "BRANCH", "PATH", "LAST RESULT", "AGE")]
+    assert lines[0].split() == ["NAME", "STATE", "REPOSITORY", "BRANCH", "PATH", "LAST", "RESULT", "DRIFT", "AGE"]
+    starts = [lines[0].index(h) for h in ("NAME", "STATE", "REPOSITORY", "BRANCH", "PATH", "LAST RESULT", "DRIFT",
+                                          "AGE")]
     rows = {line.split()[0]: [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
             for line in lines[1:]}
-    assert rows["app"][:6] == ["app", "", "infra", "main", "layers/app", ""]  # unset columns print empty
-    assert rows["app"][6].endswith("s") and set(rows) == {"app", "ssa"}
+    assert rows["app"][:7] == ["app", "", "infra", "main", "layers/app", "", ""]  # unset columns print empty
+    assert rows["app"][7].endswith("s") and set(rows) == {"app", "ssa"}
     assert kubectl("get", "tfl", "app", "-o", "jsonpath={.spec.branch}").stdout == "main"
     refused = kubectl("apply", "--server-side", "--validate=false", "-f", "-", check=False,
                       stdin=yaml.safe_dump({**layer, "metadata": {"name": "bad", "namespace": "default"},

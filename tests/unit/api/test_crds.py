@@ -17,6 +17,7 @@ from burrito_py.api.common import Resource
 from burrito_py.api.crdgen import RESOURCES, crd_filename, generate_crds, render_crd, write_crds
 from burrito_py.api.errors import InvalidSpec
 from burrito_py.api.layer import TerraformLayer
+from burrito_py.api.notifier import TerraformNotifier
 from burrito_py.api.policy import ClusterTerraformPlanPolicy, TerraformPlanPolicy
 from burrito_py.api.repository import TerraformRepository
 from burrito_py.api.run import TerraformRun
@@ -290,9 +291,17 @@ CLUSTER_PLAN_POLICY: dict[str, Any] = {
         {"key": "tier", "operator": "Exists"}]},
              "rules": [{"name": "no-destroy", "noDestroy": {}}]},
 }
+NOTIFIER: dict[str, Any] = {
+    "apiVersion": API_VERSION, "kind": "TerraformNotifier",
+    "metadata": {"name": "drift-to-slack", "namespace": "platform"},
+    "spec": {"events": ["DriftDetected", "DriftResolved"], "layerSelector": {"matchLabels": {"tier": "data"}},
+             "slack": {"urlSecretRef": {"name": "slack", "key": "url"}}},
+    "status": {"lastDelivery": {"event": "DriftDetected", "layer": "db", "time": "2026-11-24T12:00:00Z",
+                                "result": "Delivered"}},
+}
 EXAMPLES: dict[type[Resource], dict[str, Any]] = {
     TerraformRepository: REPOSITORY, TerraformLayer: LAYER, TerraformRun: RUN, ApplicationDefinition: DEFINITION,
-    TerraformPlanPolicy: PLAN_POLICY, ClusterTerraformPlanPolicy: CLUSTER_PLAN_POLICY}
+    TerraformPlanPolicy: PLAN_POLICY, ClusterTerraformPlanPolicy: CLUSTER_PLAN_POLICY, TerraformNotifier: NOTIFIER}
 
 
 def schema_errors(resource: type[Resource], obj: Mapping[str, Any]) -> list[str]:
@@ -395,6 +404,7 @@ INVALID: list[tuple[type[Resource], str, Any]] = [
     (TerraformPlanPolicy, "spec.rules[0].name", "Not A Label"),
     (TerraformPlanPolicy, "spec.rules[1].maxChanges.total", -1),
     (ClusterTerraformPlanPolicy, "spec.namespaceSelector.matchExpressions[0].operator", "Near"),
+    (TerraformNotifier, "spec.events[0]", "Sometimes"),
 ]
 
 

@@ -1,9 +1,16 @@
-"""The chart's run-namespace ValidatingAdmissionPolicy (issue 11, item 15) is `policy_objects`, named after the
-release, and it refuses exactly the cross-namespace runs when the emulator's admission evaluates it."""
+"""The chart's ValidatingAdmissionPolicies are `policy_objects`, named after the release: the run-namespace one
+(issue 11, item 15) refuses exactly the cross-namespace runs, the layer-annotations one lets only the server set
+a plan policy override and a runner change only its own annotations, when the emulator's admission evaluates
+them."""
 
 from __future__ import annotations
 
-from burrito_py.deploy.admission_policy import MESSAGE, policy_objects
+from typing import Any
+
+import pytest
+
+from burrito_py.api import annotations as ann
+from burrito_py.deploy.admission_policy import MESSAGE, OVERRIDE_MESSAGE, RUNNER_MESSAGE, policy_objects
 from burrito_py.deploy.chart import render_chart
 from burrito_py.local.kube_admission_policy import AdmissionRequest, admit
 
@@ -17,13 +24,14 @@ def test_the_chart_renders_policy_objects_under_the_release_name():
     for doc in rendered:
         assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == "rel"  # type: ignore[index]
         del doc["metadata"]["labels"]  # type: ignore[attr-defined]
-    assert rendered == policy_objects("rel")
-    assert [d["metadata"]["name"] for d in rendered] == ["rel-run-namespace", "rel-run-namespace"]  # type: ignore[index]
+    assert rendered == policy_objects("rel", ["system:serviceaccount:ns:rel-server"], "burrito-py-runner")
+    assert [d["metadata"]["name"] for d in rendered] == ["rel-run-namespace", "rel-run-namespace",  # type: ignore[index]
+                                                         "rel-layer-annotations", "rel-layer-annotations"]
     assert admission_objects({"admissionPolicy": {"enabled": False}}) == []
 
 
 def test_the_policy_refuses_a_cross_namespace_run_and_admits_the_others():
-    policy, binding = policy_objects("burrito-py")
+    policy, binding = policy_objects("burrito-py", [SERVER], RUNNER)[:2]
 
     def outcome(layer: dict[str, str]) -> str | None:
         run = {"metadata": {"name": "r", "namespace": "tenant"}, "spec": {"action": "plan", "layer": layer}}
@@ -37,3 +45,44 @@ def test_the_policy_refuses_a_cross_namespace_run_and_admits_the_others():
         f"'burrito-py-run-namespace' with binding 'burrito-py-run-namespace' denied request: {MESSAGE}")
     assert outcome({"name": "l", "namespace": "tenant"}) is None
     assert outcome({"name": "l"}) is None
+
+
+SERVER = "system:serviceaccount:burrito-py-system:burrito-py-server"
+RUNNER = "burrito-py-runner"
+OVERRIDE = {ann.OVERRIDE_POLICY: '{"sum": "sha256:aa", "user": "alice", "groups": []}'}
+
+
+def layer_update(user: str, old: dict[str, str] | None, new: dict[str, str]) -> str | None:
+    policy, binding = policy_objects("burrito-py", [SERVER], RUNNER)[2:]
+
+    def body(annotations: dict[str, str] | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": "app", "namespace": "team"}
+        if annotations is not None:
+            meta["annotations"] = annotations
+        return {"metadata": meta, "spec": {}}
+
+    request = AdmissionRequest("UPDATE" if old is not None else "CREATE", "terraform.burrito-py.io", "v1alpha1",
+                               "terraformlayers", "TerraformLayer", "app", "team", body(new),
+                               body(old) if old is not None else None, user={"username": user})
+    denial = admit([policy], [binding], request).denial
+    return None if denial is None else denial.message
+
+
+@pytest.mark.parametrize(("user", "old", "new", "denied"), [
+    (SERVER, {}, OVERRIDE, None),                                        # the server sets it
+    ("alice", {}, OVERRIDE, OVERRIDE_MESSAGE),                           # nobody else does, not even alice
+    ("alice", None, OVERRIDE, OVERRIDE_MESSAGE),                         # nor on create
+    ("alice", OVERRIDE, {**OVERRIDE, "x": "y"}, None),                   # others may leave it as it is
+    ("system:serviceaccount:burrito-py-system:burrito-py-controllers", OVERRIDE, {}, None),  # and remove it
+    (f"system:serviceaccount:team:{RUNNER}", {}, {ann.PLAN_SUM: "sha256:aa"}, None),     # a runner reports
+    (f"system:serviceaccount:team:{RUNNER}", {}, {ann.APPROVE_PLAN: "sha256:aa"}, RUNNER_MESSAGE),  # never approves
+    (f"system:serviceaccount:team:{RUNNER}", {ann.SYNC_NOW: "x"}, {}, RUNNER_MESSAGE),   # nor removes others'
+    (f"system:serviceaccount:team:{RUNNER}", {}, OVERRIDE, OVERRIDE_MESSAGE),
+    ("alice", {}, {ann.APPROVE_PLAN: "sha256:aa"}, None),
+])
+def test_layer_annotations(user: str, old: dict[str, str] | None, new: dict[str, str], denied: str | None) -> None:
+    message = layer_update(user, old, new)
+    if denied is None:
+        assert message is None
+    else:
+        assert message is not None and message.endswith(denied), message

@@ -1,0 +1,85 @@
+"""Deliver one notification to one target, retrying what may succeed later (connection errors, timeouts, 429
+with its Retry-After, 5xx) with exponential backoff; any other 4xx is final. The URL is a credential: it never
+appears in a log line or a result."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import httpx
+
+from burrito_py.notify.message import Notification, render
+from burrito_py.notify.sign import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, signature
+
+__all__ = ["DeliveryResult", "Target", "deliver"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    kind: str  # slack | teams | webhook
+    url: str
+    hmac_key: bytes | None = None
+    name: str = ""  # the notifier (namespace/name), for logs
+
+    def __repr__(self) -> str:  # never the URL or the key
+        return f"Target({self.kind}, {self.name})"
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryResult:
+    ok: bool
+    attempts: int
+    status_code: int | None
+    error: str | None = None
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+
+
+async def deliver(
+    target: Target,
+    notification: Notification,
+    *,
+    client: httpx.AsyncClient,
+    attempts: int = 5,
+    base_delay: float = 0.5,
+    max_delay: float = 30.0,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> DeliveryResult:
+    body = render(target.kind, notification)
+    headers = {"Content-Type": "application/json", EVENT_HEADER: notification.event,
+               DELIVERY_HEADER: notification.delivery_id}
+    if target.hmac_key is not None:
+        headers[SIGNATURE_HEADER] = signature(body, target.hmac_key)
+    status: int | None = None
+    error = "not attempted"
+    for attempt in range(1, attempts + 1):
+        delay = min(base_delay * 2 ** (attempt - 1), max_delay)
+        try:
+            response = await client.post(target.url, content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            status, error = None, f"{type(exc).__name__}"  # the exception's text may hold the URL
+        else:
+            status = response.status_code
+            if status < 300:
+                return DeliveryResult(True, attempt, status)
+            error = f"HTTP {status}"
+            if status == 429:
+                delay = min(_retry_after(response) or delay, max_delay)
+            elif status < 500:
+                log.warning("notification %s to %r refused: HTTP %d (not retried)", notification.event, target,
+                            status)
+                return DeliveryResult(False, attempt, status, error)
+        if attempt < attempts:
+            await sleep(delay)
+    log.warning("notification %s to %r failed after %d attempts: %s", notification.event, target, attempts, error)
+    return DeliveryResult(False, attempts, status, error)
