@@ -185,6 +185,10 @@ class PendingPlan(ApiModel):
     sum: str = Field(description="sha256:<hex> of the plan; approve with api.burrito-py.io/approve-plan=<sum>.")
     run: str | None = Field(default=None, description="<run>/<attempt> holding the plan.")
     revision: str | None = Field(default=None, description="Commit that was planned.")
+    reason: str | None = Field(
+        default=None, description="Why an approval is needed beyond approvePlan: manual (a policy gate, a drift "
+        "correction, a mandatory denial)."
+    )
 
 
 class OutputsSync(ApiModel):
