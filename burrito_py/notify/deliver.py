@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -17,6 +18,27 @@ from burrito_py.notify.sign import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEAD
 __all__ = ["DeliveryResult", "Target", "deliver"]
 
 log = logging.getLogger(__name__)
+
+
+class _RedactUrls(logging.Filter):
+    """httpx logs every request's URL at INFO; a webhook URL is a credential, so those lines lose the URL."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: Counter[str] = Counter()  # deliveries in flight per URL
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.urls:
+            message = record.getMessage()
+            if any(url in message for url in self.urls):
+                for url in self.urls:
+                    message = message.replace(url, "<notification URL>")
+                record.msg, record.args = message, None
+        return True
+
+
+_REDACT = _RedactUrls()
+logging.getLogger("httpx").addFilter(_REDACT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +82,19 @@ async def deliver(
                DELIVERY_HEADER: notification.delivery_id}
     if target.hmac_key is not None:
         headers[SIGNATURE_HEADER] = signature(body, target.hmac_key)
+    _REDACT.urls[target.url] += 1
+    try:
+        return await _attempts(target, notification, body, headers, client, attempts, base_delay, max_delay, sleep)
+    finally:
+        _REDACT.urls[target.url] -= 1
+        if _REDACT.urls[target.url] <= 0:
+            del _REDACT.urls[target.url]
+
+
+async def _attempts(
+    target: Target, notification: Notification, body: bytes, headers: dict[str, str], client: httpx.AsyncClient,
+    attempts: int, base_delay: float, max_delay: float, sleep: Callable[[float], Awaitable[None]],
+) -> DeliveryResult:
     status: int | None = None
     error = "not attempted"
     for attempt in range(1, attempts + 1):
