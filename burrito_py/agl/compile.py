@@ -120,6 +120,8 @@ def compile_instance(definition: ApplicationDefinition, instance: Mapping[str, A
             "name": layer_name,
             "namespace": namespace,
             "labels": {LABEL_APP_KIND: application.kind, LABEL_APP_GROUP: application.group, LABEL_APP_NAME: name},
+            **({"annotations": {ann.LAYER_PLAN_POLICIES: ",".join(terraform.plan_policies)}}
+               if terraform.plan_policies else {}),
             "ownerReferences": [_owner(instance)],
         },
         "spec": layer_spec,

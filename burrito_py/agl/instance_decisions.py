@@ -45,7 +45,7 @@ def layer_write(compiled: CompiledInstance, existing: Mapping[str, Any] | None, 
     if existing is None:
         body = copy.deepcopy(compiled.layer)
         if approval:
-            body["metadata"]["annotations"] = {ann.APPROVE_PLAN: approval}
+            body["metadata"]["annotations"] = {**body["metadata"].get("annotations", {}), ann.APPROVE_PLAN: approval}
         return LayerWrite(create=body)
     uid = str(instance["metadata"].get("uid") or "")
     if not _owned_by(existing, uid):
@@ -64,7 +64,13 @@ def layer_write(compiled: CompiledInstance, existing: Mapping[str, Any] | None, 
         annotations[ann.SYNC_NOW] = format_time(now)
     if approval and annotations.get(ann.APPROVE_PLAN) != approval:
         annotations[ann.APPROVE_PLAN] = approval
-    if annotations:
+    # The definition's plan policies follow it (none left: the annotation goes).
+    wanted_policies = (desired_meta.get("annotations") or {}).get(ann.LAYER_PLAN_POLICIES)
+    if wanted_policies:
+        annotations[ann.LAYER_PLAN_POLICIES] = wanted_policies
+    else:
+        annotations.pop(ann.LAYER_PLAN_POLICIES, None)
+    if annotations or "annotations" in meta:
         meta["annotations"] = annotations
     if body == existing:
         return LayerWrite()

@@ -37,6 +37,9 @@ APPROVE_PLAN = "api.burrito-py.io/approve-plan"
 # {"sum", "user", "groups"}: an override of a mandatory policy's denial of that plan, written by the server for
 # the principal it authenticated (POST /api/layers/{ns}/{name}/override); an admission policy lets nobody else.
 OVERRIDE_POLICY = "api.burrito-py.io/override-policy"
+# On AGL layers: the ClusterTerraformPlanPolicies their ApplicationDefinition names (comma-separated), which judge
+# the layer's plans whatever their selectors say.
+LAYER_PLAN_POLICIES = "agl.burrito-py.io/plan-policies"
 # On a TerraformLayer being deleted: release it without destroying its resources, for the reason given.
 # Set by the layer controller when a CRD's deletion is behind the layer's (see controllers/crd_guard.py).
 SKIP_DESTROY = "api.burrito-py.io/skip-destroy"

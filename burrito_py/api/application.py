@@ -134,6 +134,11 @@ class TerraformBackend(ApiModel):
     destroy_resources_on_deletion: bool = Field(
         default=False, description="Deleting an instance destroys its Terraform resources first."
     )
+    plan_policies: list[Annotated[str, StringConstraints(pattern=PLURAL_PATTERN, max_length=253)]] = Field(
+        default_factory=list,
+        description="ClusterTerraformPlanPolicies that judge every instance's plans, whatever their selectors say "
+        "(e.g. a noDestroy policy for a database kind, so that approvePlan: auto applies only what is safe).",
+    )
     write_outputs_to_secret: OutputsSecretTemplate | None = Field(
         default=None, description="Where outputs are copied. Unset: {{ kind | lower }}-{{ name }}-outputs."
     )

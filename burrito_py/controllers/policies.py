@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from burrito_py.api import annotations as ann
 from burrito_py.api.policy import ClusterTerraformPlanPolicy, TerraformPlanPolicy
 from burrito_py.controllers.inventory import Body, Store, key_of
 from burrito_py.controllers.kube import Kube, KubeError, path
@@ -63,9 +64,11 @@ class PolicyBook:
         if not namespaced and not cluster:
             return []
         labels: dict[str, str] = {}
-        if any(isinstance(p, ClusterTerraformPlanPolicy) and p.spec.namespace_selector is not None for p in cluster):
+        if any(p.spec.namespace_selector is not None for p in cluster):
             labels = await self._labels_of(kube, namespace)
-        chosen = select_policies(namespace, dict(meta.get("labels") or {}), labels, namespaced, cluster)
+        named = [n.strip() for n in str((meta.get("annotations") or {}).get(ann.LAYER_PLAN_POLICIES) or "").split(",")
+                 if n.strip()]
+        chosen = select_policies(namespace, dict(meta.get("labels") or {}), labels, namespaced, cluster, named)
         return sorted(chosen, key=lambda p: (p.KIND != TerraformPlanPolicy.KIND, p.namespace or "", p.name))
 
     async def _labels_of(self, kube: Kube, namespace: str) -> dict[str, str]:

@@ -16,7 +16,10 @@ def select_policies(
     namespace_labels: Mapping[str, str],
     namespaced: Sequence[TerraformPlanPolicy],
     cluster: Sequence[ClusterTerraformPlanPolicy],
+    named: Sequence[str] = (),
 ) -> list[TerraformPlanPolicy | ClusterTerraformPlanPolicy]:
+    """`named`: cluster policies an AGL layer's ApplicationDefinition names; they judge it whatever their
+    selectors say."""
     labels, ns_labels = dict(layer_labels), dict(namespace_labels)
     chosen: list[TerraformPlanPolicy | ClusterTerraformPlanPolicy] = [
         p for p in namespaced
@@ -24,7 +27,8 @@ def select_policies(
     ]
     chosen += [
         p for p in cluster
-        if (p.spec.namespace_selector is None or p.spec.namespace_selector.matches(ns_labels))
-        and (p.spec.layer_selector is None or p.spec.layer_selector.matches(labels))
+        if p.name in named or (
+            (p.spec.namespace_selector is None or p.spec.namespace_selector.matches(ns_labels))
+            and (p.spec.layer_selector is None or p.spec.layer_selector.matches(labels)))
     ]
     return chosen

@@ -22,6 +22,7 @@ from burrito_py.agl.definition import (
     parse_definition,
 )
 from burrito_py.agl.errors import Invalid
+from burrito_py.api import annotations as ann
 from burrito_py.api.application import ApplicationDefinition
 from burrito_py.api.layer import TerraformLayer
 
@@ -86,6 +87,12 @@ def test_definition_settings_reach_the_layer() -> None:
         "auto", {"autoApply": True}, True)
     assert spec["writeOutputsToSecret"] == {"name": "photos-bucket"}
     assert spec["repository"] == {"name": "modules", "namespace": "team-a"}, "unset: the instance's namespace"
+    assert "annotations" not in compiled.layer["metadata"]
+
+
+def test_the_definitions_plan_policies_judge_its_layers() -> None:
+    compiled = compile_instance(definition(planPolicies=["no-destroy", "blast-radius"]), instance())
+    assert compiled.layer["metadata"]["annotations"] == {ann.LAYER_PLAN_POLICIES: "no-destroy,blast-radius"}
 
 
 def test_kinds_with_the_same_instance_name_get_different_secrets() -> None:

@@ -46,6 +46,24 @@ def test_a_missing_layer_is_created_with_the_instances_approval() -> None:
     assert created is not None and created["metadata"]["annotations"] == {ann.APPROVE_PLAN: SUM}
 
 
+def test_the_definitions_plan_policies_follow_it_onto_the_layer() -> None:
+    definition = copy.deepcopy(DEFINITION)
+    definition["spec"]["backend"]["terraform"]["planPolicies"] = ["no-destroy"]
+    with_policies = compile_instance(parse_definition(definition), instance())
+    approving = instance()
+    approving["metadata"]["annotations"] = {ann.APPROVE_PLAN: SUM}
+    created = layer_write(with_policies, None, approving, NOW).create
+    assert created is not None and created["metadata"]["annotations"] == {
+        ann.LAYER_PLAN_POLICIES: "no-destroy", ann.APPROVE_PLAN: SUM}
+    # Added to an existing layer (runner annotations kept), and taken away again with the definition's.
+    added = layer_write(with_policies, served(compiled(), {ann.PLAN_SUM: SUM}), instance(), NOW).replace
+    assert added is not None and added["metadata"]["annotations"] == {ann.PLAN_SUM: SUM,
+                                                                      ann.LAYER_PLAN_POLICIES: "no-destroy"}
+    removed = layer_write(compiled(), served(with_policies, {ann.PLAN_SUM: SUM, ann.LAYER_PLAN_POLICIES: "no-destroy"}),
+                          instance(), NOW).replace
+    assert removed is not None and removed["metadata"]["annotations"] == {ann.PLAN_SUM: SUM}
+
+
 def test_an_aligned_layer_is_left_alone() -> None:
     c = compiled()
     assert layer_write(c, served(c, {ann.PLAN_SUM: SUM}), instance(), NOW) == LayerWrite()

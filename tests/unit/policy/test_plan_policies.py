@@ -178,3 +178,6 @@ def test_selection() -> None:
     assert [p.name for p in chosen] == ["p", "cp", "all"]
     assert [p.name for p in select_policies("default", {}, {"env": "dev"}, [mine, other_ns], [prod, everywhere])] \
         == ["all"]
+    # An AGL layer's definition names the cluster policies that judge it, whatever their selectors say.
+    assert [p.name for p in select_policies("default", {}, {"env": "dev"}, [], [prod, everywhere], ["cp"])] \
+        == ["cp", "all"]
