@@ -12,6 +12,7 @@ Pure parts (`review_needed`, `drift_state`, `gate_of`, …) and one act function
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -21,6 +22,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from burrito_py.api import annotations as ann
+from burrito_py.controllers import metrics
 from burrito_py.controllers.inventory import Body
 from burrito_py.controllers.layer_decisions import NO_CHANGES, RunView, parse_plan_run
 from burrito_py.controllers.plan_gate import PlanGate
@@ -72,6 +74,15 @@ def override_refusal(
         if user not in users and not set(groups) & set(allowed_groups):
             return f"{user} may not override the denial by {name}: its overrideBy names neither them nor their groups"
     return None
+
+
+LEVELS = ("advisory", "gateAutoApply", "mandatory")
+
+
+def strictest_level(policies: Sequence[Any]) -> str:
+    """The metric's `level`: the strictest enforcement among the policies judging the plan; none without one."""
+    levels = [LEVELS.index(p.spec.enforcement) for p in policies]
+    return LEVELS[max(levels)] if levels else "none"
 
 
 def policies_digest(policies: Sequence[Any]) -> str:
@@ -226,11 +237,14 @@ async def review_plan(
         model, error = await _read_plan(ctx, meta["namespace"], meta["name"], annotations)
         facts = plan_facts(model, plan_sum, annotations.get(ann.PLAN_DATE), changed)
         if model is not None:
-            verdict = evaluate(policies, model, plan_sum=plan_sum, drift_correction=changed is False)
+            # Off the event loop: a Rego module with many findings takes up to a second on 1,000 changes.
+            verdict = await asyncio.to_thread(
+                functools.partial(evaluate, policies, model, plan_sum=plan_sum, drift_correction=changed is False))
         else:
             verdict = unreadable_verdict(policies, plan_sum, error or "the plan could not be read")
             retry_in = RETRY_UNREADABLE
         policy = policy_status(verdict, len(policies), digest, facts, error)
+        metrics.PLAN_POLICY_VERDICTS.labels(strictest_level(policies), verdict.result).inc()
         await _store(ctx, meta["namespace"], meta["name"], annotations, verdict, facts)
         events += _verdict_events(verdict, policy)
     # The server checked the principal when it wrote the override; checked again here against the policies

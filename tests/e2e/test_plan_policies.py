@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes.client import ApiException
+from prometheus_client import REGISTRY
 
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.client import DatastoreClient
@@ -114,6 +115,8 @@ def test_gate_auto_apply_holds_the_replace_until_that_plan_is_approved(world: tu
                                            "count": 1}]
     allowed = next(c for c in status["conditions"] if c["type"] == "IsPlanAllowed")
     assert (allowed["status"], allowed["reason"]) == ("False", "GatesAutoApply")
+    assert (REGISTRY.get_sample_value("burrito_py_plan_policy_verdicts_total",
+                                      {"level": "gateAutoApply", "result": "GatesAutoApply"}) or 0) >= 1
 
     # A runner cannot write a verdict; an admin forging one in the datastore changes nothing either: the
     # controllers judge the plan from the plan itself, and decide from their own status.
