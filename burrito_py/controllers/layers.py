@@ -242,13 +242,18 @@ def _run_ref(run: Mapping[str, Any]) -> Body:
     return {"name": view.name, "action": view.action, "date": view.created or None, "revision": view.revision}
 
 
-def last_result(previous: str | None, annotations: Mapping[str, str], last: RunView | None) -> str | None:
+def last_result(previous: str | None, annotations: Mapping[str, str], last: RunView | None,
+                reviewed: Mapping[str, Any] | None = None) -> str | None:
+    """`reviewed`: `status.policy.plan`, the controllers' own reading of the plan (§5.9); its summary wins over
+    the runner's annotation for the plan it is about."""
     if last is None:
         return previous
     if last.state == "Failed":
         return f"{last.action.capitalize()} failed: {last.message}"[:300].rstrip(": ")
     if last.state == "Succeeded":
         summary = annotations.get(ann.PLAN_SUMMARY, "")
+        if reviewed and reviewed.get("summary") and reviewed.get("planSum") == annotations.get(ann.PLAN_SUM):
+            summary = str(reviewed["summary"])
         return f"Applied: {summary}".rstrip(": ") if last.action == "apply" else (summary or "Plan succeeded")
     return previous
 
@@ -263,7 +268,8 @@ def compute_status(
     status: Body = {
         "state": decision.state,
         "conditions": merge_conditions(old.get("conditions"), (ready, *decision.conditions), now),
-        "lastResult": last_result(old.get("lastResult"), a, views[0] if views else None),
+        "lastResult": last_result(old.get("lastResult"), a, views[0] if views else None,
+                                  ((review.policy if review is not None else old.get("policy")) or {}).get("plan")),
         # A live run whose pod the API refuses says why (runs helper, issue 11 item 9): not a silent Running.
         **({"lastResult": blocked} if runs and (blocked := blocked_message(runs[0])) else {}),
         "lastRun": _run_ref(runs[0]) if runs else None,

@@ -154,6 +154,7 @@ def plan_facts(model: PlanModel | None, plan_sum: str, plan_date: str | None, ch
     changing = sorted(rc.address for rc in model.changed())
     return {
         "planSum": plan_sum,
+        "summary": model.summary(),
         "planDate": plan_date,
         "classified": classify_drift(model, code_changed=changed),
         "resources": len(changing),

@@ -155,14 +155,21 @@ def test_d_a_signed_push_plans_the_layer_it_touches(dev: Dev) -> None:
     answer = httpx.post(f"{dev.endpoints['server']}/api/webhook", content=body, timeout=30, headers={
         "X-GitHub-Event": "push", "X-GitHub-Delivery": "chart-e2e-1", "X-Hub-Signature-256": f"sha256={digest}",
         "Content-Type": "application/json"})
-    assert answer.status_code == 202, answer.text
+    assert answer.status_code == 202 and answer.json().get("repositories") == ["default/quickstart"], answer.text
 
     def planned_head() -> bool:
         layer = dev.api.get(f"{LAYERS}/greetings").json()
         return (layer.get("status") or {}).get("lastRun", {}).get("revision") == head and \
             layer["status"]["state"] == "ApplyNeeded"
 
-    wait_for(planned_head, 90, interval=0.3, what="greetings planned at the pushed commit")
+    try:
+        wait_for(planned_head, 90, interval=0.3, what="greetings planned at the pushed commit")
+    except AssertionError:
+        repository_now = dev.api.get(repository).json()
+        raise AssertionError(f"greetings not planned at {head}: repository annotations "
+                             f"{repository_now['metadata'].get('annotations')}, status {repository_now.get('status')}, "
+                             f"layer annotations {dev.api.get(f'{LAYERS}/greetings').json()['metadata']['annotations']}"
+                             ) from None
 
 
 def test_e_an_agl_instance_is_compiled_approved_and_applied(dev: Dev) -> None:

@@ -144,7 +144,10 @@ def test_g_never_two_runner_pods_of_a_layer_and_orphan_leases_are_taken_over(pla
         time.sleep(0.05)
     assert max_active <= 1
 
-    # A lease whose holder run was deleted is an orphan: the next run takes it over.
+    # A lease whose holder run was deleted is an orphan: the next run takes it over. First every run ends (a
+    # live run holds, and may re-create, the real Lease).
+    wait_for(lambda: all((r.get("status") or {}).get("state") in ("Succeeded", "Failed") for r in platform.runs("app")),
+             90, what="every run of the layer finished")
     from burrito_py.controllers.leases import layer_lease_name
 
     lease_name = layer_lease_name(platform.layer("app"))

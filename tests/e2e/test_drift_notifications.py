@@ -129,8 +129,10 @@ def test_drift_is_detected_notified_once_and_resolved(world: tuple[Platform, Tes
     edit_state_behind_terraforms_back(platform.state_file("app"))
 
     def drifted() -> dict[str, Any] | None:
+        # Drifted and waiting (between two checks: each later check is a plan run of its own).
         status = platform.layer("app").get("status") or {}
-        return status if (status.get("drift") or {}).get("state") == "Drifted" else None
+        return status if (status.get("drift") or {}).get("state") == "Drifted" and status.get("state") == \
+            "ApplyNeeded" else None
 
     status = wait_for(drifted, 60, interval=0.3, what="the layer Drifted")  # one drift period (10 s) and a plan
     assert status["drift"]["addresses"] == ["terraform_data.app", "terraform_data.secret"]

@@ -86,6 +86,9 @@ def test_history_keeps_live_runs_and_the_plan_an_apply_needs():
             for i, s in enumerate(["Succeeded", "Running", "Succeeded", "Failed", "Succeeded"])]
     doomed = runs_to_delete(runs, 2, {ann.PLAN_RUN: "r4/1"})
     assert [r["metadata"]["name"] for r in doomed] == ["r2", "r3"]
+    # The last apply's run is kept too: drift classification reads its relevant commit.
+    doomed = runs_to_delete(runs, 2, {ann.PLAN_RUN: "r4/1", ann.APPLY_RUN: "r3/1"})
+    assert [r["metadata"]["name"] for r in doomed] == ["r2"]
 
 
 def test_last_result_texts():
@@ -98,6 +101,10 @@ def test_last_result_texts():
     assert last_result(None, summary, apply) == "Applied: Plan: 1 to add, 0 to change, 0 to destroy"
     assert last_result(None, summary, failed) == "Plan failed: Error: Unsupported block type"
     assert last_result("kept", summary, None) == "kept"
+    # The controllers' own reading of the plan wins over the runner's annotation, for that plan only.
+    reviewed = {"planSum": "sha256:aa", "summary": "Plan: 0 to add, 0 to change, 2 to destroy"}
+    assert last_result(None, {**summary, ann.PLAN_SUM: "sha256:aa"}, plan, reviewed) == reviewed["summary"]
+    assert last_result(None, {**summary, ann.PLAN_SUM: "sha256:bb"}, plan, reviewed) == summary[ann.PLAN_SUMMARY]
 
 
 def test_runner_pod_follows_design_and_overrides():
