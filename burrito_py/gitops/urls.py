@@ -113,8 +113,9 @@ def _trim_path(path: str) -> str:
 def repository_identity(url: str) -> tuple[str, str] | None:
     """`(host, path)` naming a repository whatever the spelling: https, ssh or scp-style, with or without
     `.git` or a user, any case — how a webhook payload's URLs are matched to TerraformRepositories. Ports are
-    left out because one repository is served over https on one port and ssh on another. None for `file://`
-    and anything invalid."""
+    left out because one repository is served over https on one port and ssh on another. A `file://` URL (a
+    local repository, `allowFileRepositories`: a git hook of `burrito-py dev` posts its pushes) is `("file",
+    path)`, its case kept (paths are case-sensitive). None for anything invalid."""
     try:
         url = validate_url(url)
     except ValueError:
@@ -125,7 +126,9 @@ def repository_identity(url: str) -> tuple[str, str] | None:
         host, repo_path = match.group("host"), match.group("path")
     else:
         parts = urlsplit(url)
-        if parts.scheme.lower() == "file" or not parts.hostname:
+        if parts.scheme.lower() == "file":
+            return ("file", _trim_path("/" + parts.path.lstrip("/"))) if parts.path.strip("/") else None
+        if not parts.hostname:
             return None
         host, repo_path = parts.hostname, parts.path
     return host.lower(), _trim_path("/" + repo_path.lstrip("/").lower())

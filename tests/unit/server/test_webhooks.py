@@ -42,9 +42,15 @@ def test_every_spelling_of_a_repository_has_one_identity(url: str) -> None:
     assert repository_identity(url) == ("github.com", "/org/infra")
 
 
-@pytest.mark.parametrize("url", ["file:///srv/git/infra", "ext::sh -c x", "--upload-pack=x", ""])
-def test_local_and_invalid_urls_have_no_identity(url: str) -> None:
+@pytest.mark.parametrize("url", ["ext::sh -c x", "--upload-pack=x", "", "file:///"])
+def test_invalid_urls_have_no_identity(url: str) -> None:
     assert repository_identity(url) is None
+
+
+def test_a_local_repository_is_its_path_case_kept() -> None:
+    assert repository_identity("file:///srv/Git/infra.git/") == ("file", "/srv/Git/infra")
+    assert repository_identity("file:///srv/Git/infra") != repository_identity("file:///srv/git/infra")
+    assert repository_identity("file:///srv/git/infra") != repository_identity("https://srv/git/infra")
 
 
 def test_other_repositories_and_hosts_differ() -> None:
