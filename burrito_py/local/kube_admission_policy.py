@@ -9,11 +9,11 @@ null: a policy with `paramKind` is a configuration error. Audit actions are not 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from burrito_py.cel_eval import CelError, evaluate_cel
 from burrito_py.local.kube_errors import ApiError, qualified
 from burrito_py.local.workloads import label_selector_matches
 
@@ -64,33 +64,6 @@ class Outcome:
 class _Decision:
     message: str
     reason: str = "Invalid"
-
-
-class CelError(Exception):
-    """A CEL expression did not compile or failed at run time; the message is the apiserver's."""
-
-
-@functools.lru_cache(maxsize=1024)
-def _compile(expression: str) -> Any:
-    import cel
-
-    try:
-        return cel.compile(expression)
-    except ValueError as exc:
-        return CelError(f"compilation error: compilation failed: {exc}")
-
-
-def evaluate_cel(expression: str, variables: Mapping[str, Any]) -> Any:
-    """The value of `expression` over `variables`; CelError (worded as kube-apiserver) when it fails."""
-    program = _compile(expression)
-    if isinstance(program, CelError):
-        raise program
-    try:
-        return program.execute(dict(variables))
-    except KeyError as exc:  # cel-rust reports a missing map key or field as a KeyError
-        raise CelError(f"expression '{expression}' resulted in error: no such key: {exc.args[0]}") from None
-    except Exception as exc:  # any run-time failure of the expression is the policy's error
-        raise CelError(f"expression '{expression}' resulted in error: {exc}") from None
 
 
 def _listed(values: Iterable[str] | None, value: str) -> bool:

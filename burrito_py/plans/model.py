@@ -229,12 +229,7 @@ def _resource(item: Any, where: str) -> ResourceChange:
     change = item.get("change") or {}
     if not isinstance(change, Mapping):
         raise PlanFormatError(f"{where}.change: expected an object")
-    actions = change.get("actions") or []
-    if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
-        raise PlanFormatError(f"{where}.change.actions: expected a list of strings")
-    action = _SINGLE.get(tuple(actions))
-    if action is None:
-        raise PlanFormatError(f"{where}.change.actions: unknown combination {actions}")
+    actions, action = _actions(change, f"{where}.change")
     replace_paths = change.get("replace_paths") or []
     if not isinstance(replace_paths, list) or not all(isinstance(p, list) for p in replace_paths):
         raise PlanFormatError(f"{where}.change.replace_paths: expected a list of paths (lists)")
@@ -246,7 +241,7 @@ def _resource(item: Any, where: str) -> ResourceChange:
         type=_str(item, "type", where, "") or "",
         name=_str(item, "name", where, "") or "",
         provider_name=_str(item, "provider_name", where, "") or "",
-        actions=tuple(actions),
+        actions=actions,
         action=action,
         action_reason=_str(item, "action_reason", where, None),
         replace_paths=tuple(tuple(cast(list[str | int], p)) for p in replace_paths),
@@ -261,14 +256,19 @@ def _output(name: Any, change: Any) -> OutputChange:
     where = f"output_changes[{name!r}]"
     if not isinstance(change, Mapping):
         raise PlanFormatError(f"{where}: expected an object")
+    _, action = _actions(change, where)
+    sensitive = bool(change.get("before_sensitive") or change.get("after_sensitive"))
+    return OutputChange(str(name), action, sensitive)
+
+
+def _actions(change: Mapping[str, Any], where: str) -> tuple[tuple[str, ...], Action]:
     actions = change.get("actions") or []
     if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
         raise PlanFormatError(f"{where}.actions: expected a list of strings")
     action = _SINGLE.get(tuple(actions))
     if action is None:
         raise PlanFormatError(f"{where}.actions: unknown combination {actions}")
-    sensitive = bool(change.get("before_sensitive") or change.get("after_sensitive"))
-    return OutputChange(str(name), action, sensitive)
+    return tuple(actions), action
 
 
 def mask(value: Any, sensitive: Any) -> Any:

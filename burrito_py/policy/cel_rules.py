@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from burrito_py.api.policy import CelRule
+from burrito_py.cel_eval import CelError, evaluate_cel
 from burrito_py.plans.model import PlanModel, ResourceChange
 
 __all__ = ["CelRuleError", "cel_violations", "change_variable", "plan_variable"]
@@ -13,16 +13,6 @@ __all__ = ["CelRuleError", "cel_violations", "change_variable", "plan_variable"]
 
 class CelRuleError(ValueError):
     """The expression does not compile, fails, or is not a bool: the rule's outcome is an error (denies)."""
-
-
-@functools.lru_cache(maxsize=256)
-def _compile(expression: str) -> Any:
-    import cel
-
-    try:
-        return cel.compile(expression)
-    except ValueError as exc:
-        raise CelRuleError(f"does not compile: {exc}") from None
 
 
 def change_variable(rc: ResourceChange) -> dict[str, Any]:
@@ -46,11 +36,11 @@ def plan_variable(plan: PlanModel, drift_correction: bool, with_changes: bool) -
     return body
 
 
-def _holds(program: Any, variables: dict[str, Any]) -> bool:
+def _holds(expression: str, variables: dict[str, Any]) -> bool:
     try:
-        value = program.execute(variables)
-    except Exception as exc:  # any run-time failure of the expression is the rule's error
-        raise CelRuleError(f"failed: {exc}") from None
+        value = evaluate_cel(expression, variables)
+    except CelError as exc:
+        raise CelRuleError(str(exc)) from None
     if not isinstance(value, bool):
         raise CelRuleError(f"evaluated to {type(value).__name__}, not a bool")
     return value
@@ -59,12 +49,12 @@ def _holds(program: Any, variables: dict[str, Any]) -> bool:
 def cel_violations(rule: CelRule, plan: PlanModel, drift_correction: bool) -> tuple[list[str], list[str]]:
     """(addresses, messages): resource scope names each changing resource for which the expression is false;
     plan scope gives a message and no address."""
-    program = _compile(rule.expression)
+    expression = rule.expression
     message = rule.message or f"the CEL expression is false: {rule.expression}"
     if rule.scope == "plan":
-        ok = _holds(program, {"plan": plan_variable(plan, drift_correction, with_changes=True)})
+        ok = _holds(expression, {"plan": plan_variable(plan, drift_correction, with_changes=True)})
         return ([], []) if ok else ([], [message])
     plan_var = plan_variable(plan, drift_correction, with_changes=False)
     failed = [rc.address for rc in plan.changed()
-              if not _holds(program, {"change": change_variable(rc), "plan": plan_var})]
+              if not _holds(expression, {"change": change_variable(rc), "plan": plan_var})]
     return failed, [f"{address}: {message}" for address in failed]
