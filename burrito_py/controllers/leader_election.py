@@ -248,7 +248,7 @@ async def serve_health(settings: ControllerSettings, health: Health) -> web.AppR
     return runner
 
 
-async def _follow(flag: threading.Event, stopping: asyncio.Event) -> None:
+async def follow_flag(flag: threading.Event, stopping: asyncio.Event) -> None:
     while not flag.is_set():  # noqa: ASYNC110 - a thread's Event: polled (a waiting executor thread would outlive us)
         await asyncio.sleep(0.1)
     stopping.set()
@@ -299,7 +299,7 @@ async def run_with_leader_election(
     stopping = asyncio.Event() if not isinstance(stop_flag, asyncio.Event) else stop_flag
     background: list[asyncio.Task[None]] = []
     if isinstance(stop_flag, threading.Event):
-        background.append(asyncio.create_task(_follow(stop_flag, stopping)))
+        background.append(asyncio.create_task(follow_flag(stop_flag, stopping)))
     if stop_flag is None and threading.current_thread() is threading.main_thread():
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):

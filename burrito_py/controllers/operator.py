@@ -29,7 +29,7 @@ from burrito_py.controllers.crd_guard import CRDS
 from burrito_py.controllers.destroy_decisions import DESTROY_FINALIZER
 from burrito_py.controllers.forbidden import ForbiddenReporter
 from burrito_py.controllers.inventory import Store, key_of
-from burrito_py.controllers.kube import Kube, crd_path, path
+from burrito_py.controllers.kube import Kube, KubeError, crd_path, path
 from burrito_py.controllers.layers import reconcile_layer
 from burrito_py.controllers.repositories import reconcile_repository
 from burrito_py.controllers.repository_decisions import sync_requested
@@ -169,7 +169,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         c = ctx()
         raw = event.get("object") or {}
         previous = c.inventory.layers.get(key_of(raw)) if raw.get("metadata") else None
-        body = observe(c.inventory.layers, event)
+        body = observe(c.inventory.layers, event)  # dependents and upstreams are woken by the store's on_change
         if body is not None:
             c.wake_layer(key_of(body))
             # A new or re-specified layer without a commit learns it from its repository's next sync: ask for
@@ -307,7 +307,7 @@ async def _prime(ctx: Context) -> None:
     holds other shards' objects, not even at start-up. Namespaces created later arrive through kopf's watch."""
     for crd in await ctx.kube.list(CRDS):
         ctx.crds.observe(crd)
-    for policy in await ctx.kube.list(crd_path("clusterterraformplanpolicies")):
+    for policy in await _list_served(ctx, crd_path("clusterterraformplanpolicies")):
         ctx.policies.cluster.observe(policy)
     scope = ctx.settings.scope()
     existing = None if scope.literal else [n["metadata"]["name"] for n in await ctx.kube.list(path("v1", "namespaces"))]
@@ -320,10 +320,22 @@ async def _prime(ctx: Context) -> None:
             (ctx.policies.namespaced, crd_path("terraformplanpolicies", namespace), None),
             (ctx.notifications.notifiers, crd_path("terraformnotifiers", namespace), None),
         ):
-            for item in await ctx.kube.list(resource_path, label_selector=selector):
+            for item in await _list_served(ctx, resource_path, selector):
                 store.observe(item)
     ctx.primed = True
     _wake_everything(ctx)
+
+
+async def _list_served(ctx: Context, resource_path: str, selector: str | None = None) -> list[dict[str, Any]]:
+    """A listing; empty when its CRD is gone. An uninstall deletes every CRD at once, and kopf, losing a watch
+    to one of them, is started again: the layers still terminating must then be released, not waited on."""
+    try:
+        return await ctx.kube.list(resource_path, label_selector=selector)
+    except KubeError as exc:
+        if exc.status != 404:
+            raise
+        log.warning("cannot list %s (%s): holding none", resource_path, exc)
+        return []
 
 
 def _wake_everything(ctx: Context) -> None:
@@ -495,7 +507,20 @@ async def run_controllers(
     """The controllers: the operator itself, or, with `leader_election`, the operator while this process holds
     the leader Lease (leader_election.py)."""
     if not settings.leader_election:
-        await run_operator(settings, kubeconfig, stop_flag=stop_flag, ready_flag=ready_flag)
+        if not isinstance(stop_flag, threading.Event):
+            await run_operator(settings, kubeconfig, stop_flag=stop_flag, ready_flag=ready_flag)
+            return
+        # kopf waits for a thread's Event in an executor thread, which outlives an operator that failed (kopf
+        # gives up when a watched CRD is deleted under a live watch) and then holds asyncio.run's shutdown, so
+        # the operator is never started again: hand kopf an asyncio.Event that follows the thread's instead.
+        from burrito_py.controllers.leader_election import follow_flag
+
+        stopping = asyncio.Event()
+        follower = asyncio.create_task(follow_flag(stop_flag, stopping))
+        try:
+            await run_operator(settings, kubeconfig, stop_flag=stopping, ready_flag=ready_flag)
+        finally:
+            follower.cancel()
         return
     from burrito_py.controllers.leader_election import run_with_leader_election
 
