@@ -85,3 +85,7 @@ def repository_sync_annotation(branch: str) -> str:
     Annotation names allow `[-._a-zA-Z0-9]` after the prefix; branch slashes become `.`.
     """
     return REPOSITORY_SYNC_PREFIX + branch.replace("/", ".")
+
+# On a TerraformRun, set by the layer controller on a plan of a layer with dependencies: the digest of the
+# upstream outputs it was given (stored in the datastore under the run, read by the runner; §5.11).
+RUN_INPUTS_DIGEST = "burrito-py.io/inputs-digest"

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from burrito_py.api.common import (
     AGE_COLUMN,
@@ -28,9 +29,11 @@ __all__ = [
     "OUTPUT_MAPPING_PATTERN",
     "RELATIVE_PATH_PATTERN",
     "ApprovePlan",
+    "DependencyStatus",
     "DriftState",
     "DriftStatus",
     "ExhaustedRun",
+    "LayerDependency",
     "LayerState",
     "OutputsSecret",
     "OutputsSync",
@@ -64,6 +67,13 @@ PATTERN_EXPLANATIONS[OUTPUT_MAPPING_PATTERN] = (
     "must be an output name, or 'output:key' to store the output under another Secret key"
 )
 ApprovePlan = Literal["auto", "manual"]
+# A Terraform variable name (an input's key) and an output name (its value).
+TERRAFORM_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
+PATTERN_EXPLANATIONS[TERRAFORM_NAME_PATTERN] = (
+    "must be a Terraform name: a letter or '_', then letters, digits, '_' or '-'"
+)
+TerraformName = Annotated[str, StringConstraints(pattern=TERRAFORM_NAME_PATTERN, max_length=128)]
+MAX_DEPENDENCIES = 32
 
 LayerState = Literal["Idle", "PlanNeeded", "ApplyNeeded", "Running", "MaxRetriesReached"]
 LAYER_STATES: tuple[LayerState, ...] = ("Idle", "PlanNeeded", "ApplyNeeded", "Running", "MaxRetriesReached")
@@ -88,6 +98,37 @@ class OutputsSecret(ApiModel):
     outputs: list[Annotated[str, StringConstraints(pattern=OUTPUT_MAPPING_PATTERN)]] | None = Field(
         default=None, description="Outputs to copy, as 'name' or 'output:key'. Unset: every output."
     )
+
+
+class LayerDependency(ApiModel):
+    """An upstream layer this one applies after, and the outputs of it this one reads as variables
+    (docs/architecture.md §5.11)."""
+
+    name: str = Field(min_length=1, max_length=253, description="The upstream TerraformLayer.")
+    namespace: str | None = Field(
+        default=None, min_length=1, max_length=63,
+        description="Its namespace. Unset: this layer's. Another namespace only when the controllers allow it "
+        "(allowCrossNamespaceDependencies).",
+    )
+    inputs: dict[str, TerraformName] = Field(
+        default_factory=dict,
+        description="Variables of this layer set from outputs of the upstream: {<variable>: <upstream output>}. "
+        "They win over vars and varsFrom. Values are never logged nor shown.",
+    )
+    trigger_always: bool | None = Field(
+        default=None,
+        description="Plan this layer again after every apply of the upstream, not only when a consumed output "
+        "changed (default false).",
+    )
+
+    @field_validator("inputs", mode="after")
+    @classmethod
+    def _variable_names(cls, value: dict[str, str]) -> dict[str, str]:
+        # Keys are checked here: a CRD schema cannot constrain map keys (no patternProperties in structural schemas).
+        for variable in value:
+            if not re.fullmatch(TERRAFORM_NAME_PATTERN, variable) or len(variable) > 128:
+                raise ValueError(f"inputs: {variable!r} {PATTERN_EXPLANATIONS[TERRAFORM_NAME_PATTERN]}")
+        return value
 
 
 class TerraformLayerSpec(ApiModel):
@@ -143,6 +184,13 @@ class TerraformLayerSpec(ApiModel):
         default=None,
         description="auto: apply every plan; manual: apply only a plan approved with the annotation "
         "api.burrito-py.io/approve-plan=<plan sum>. Unset: auto when remediationStrategy.autoApply, else manual.",
+    )
+
+    depends_on: list[LayerDependency] = Field(
+        default_factory=list,
+        max_length=MAX_DEPENDENCIES,
+        description="Upstream layers: this layer applies only after each has applied the same commit (same "
+        "repository and branch) or its latest code, and reads their outputs as variables (inputs).",
     )
 
     lock_key: str | None = Field(
@@ -267,6 +315,20 @@ class DriftStatus(ApiModel):
     addresses: list[str] = Field(default_factory=list, description="Their addresses (at most 20).")
 
 
+class DependencyStatus(ApiModel):
+    """How one upstream stands, as this layer's apply rule sees it."""
+
+    name: str = Field(description="<namespace>/<name> of the upstream layer.")
+    state: str | None = Field(default=None, description="The upstream's state (unset: not found).")
+    applied_revision: str | None = Field(
+        default=None, description="The branch commit whose code the upstream has planned and applied."
+    )
+    satisfied: bool = Field(description="Whether this layer may apply as far as this upstream is concerned.")
+    reason: str = Field(description="Satisfied, UpstreamPending, UpstreamFailed, UpstreamDeleting, "
+                        "DependencyNotFound, DependencyCycle, CrossNamespaceDenied or OutputMissing.")
+    message: str = Field(default="", description="Why, in words (names only, never values).")
+
+
 class TerraformLayerStatus(ApiModel):
     """Observed state of a TerraformLayer."""
 
@@ -297,6 +359,17 @@ class TerraformLayerStatus(ApiModel):
     drift: DriftStatus | None = Field(default=None, description="Drift, told apart from code changes.")
     notified: dict[str, str] = Field(
         default_factory=dict, description="The last notification sent per event (its key: see notifications)."
+    )
+    applied_revision: str | None = Field(
+        default=None, description="The branch commit whose code this layer has planned and applied (set while "
+        "Idle; what its dependents' apply rule compares)."
+    )
+    dependencies: list[DependencyStatus] = Field(
+        default_factory=list, description="How each upstream of spec.dependsOn stands."
+    )
+    inputs_digest: str | None = Field(
+        default=None, description="sha256 of the upstream outputs the current plan consumed (salted; never the "
+        "values)."
     )
 
 

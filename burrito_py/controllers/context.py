@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from burrito_py.controllers.crd_guard import CrdWatch
+from burrito_py.controllers.dependencies import OutputsCache, wake_related
 from burrito_py.controllers.inventory import Inventory, Key
 from burrito_py.controllers.kube import Kube
 from burrito_py.controllers.notifications import Notifications
@@ -29,12 +31,16 @@ class Context:
     crds: CrdWatch = field(default_factory=CrdWatch)  # what the layer destroy guard knows of CRDs
     policies: PolicyBook = field(default_factory=PolicyBook)  # the plan policies (plan_review.py)
     notifications: Notifications = field(default_factory=Notifications)  # notifiers and deliveries
+    outputs: OutputsCache = field(default_factory=OutputsCache)  # upstream outputs (dependencies.py)
     layers: Scheduler[Key] | None = None
     runs: Scheduler[Key] | None = None
     repositories: Scheduler[Key] | None = None
     datastore: DatastoreClient | None = None
     # Set once the initial listing is in the inventory: deciding before that could duplicate runs.
     primed: bool = False
+
+    def __post_init__(self) -> None:
+        self.inventory.layers.on_change = functools.partial(wake_related, self)
 
     def wake_layer(self, key: Key, after: timedelta | float = 0.0) -> None:
         if self.layers is not None and self.primed:

@@ -17,6 +17,8 @@ Decisions (docs/architecture.md §5.7):
   fixing commit), when `api.burrito-py.io/sync-now` is set, or when the layer's spec changes
   (`metadata.generation`). Turning `destroyResourcesOnDeletion` off removes the finalizer without destroying.
 - A layer that never got a branch-commit never ran anything: there is nothing to destroy.
+- Layers that depend on it (`spec.dependsOn`) and still exist are waited for (`WaitingForDependents`): a set
+  deleted together is destroyed leaves first (docs/architecture.md §5.11). No finalizer is put on another layer.
 - Deleting a CRD is never a destroy request (controllers/crd_guard.py says when a deletion comes from one):
   no destroy run is created, and the finalizer is released with a `DestroySkipped` Warning; the resources
   stay in the Terraform state. A run already live is waited for first, whatever it is: an apply (a destroy
@@ -69,6 +71,8 @@ class DestroySnapshot:
     destroy_on_deletion: bool
     # Why the deletion comes from a CRD's deletion (crd_guard.crd_deletion), None when it does not.
     crd_deletion: str | None = None
+    # Layers that depend on this one and still exist (`<namespace>/<name>`): its destroy waits for them.
+    dependents: tuple[str, ...] = ()
 
 
 def _decision(
@@ -114,6 +118,14 @@ def decide_destroy(snap: DestroySnapshot) -> LayerDecision:
     if live is not None:
         what = ("destroy " if live.destroy else "") + live.action
         return _decision("Running", "WaitingForRun", f"waiting for {what} run {live.name}", live=live)
+    if snap.dependents:
+        # Reverse order: what is built on this layer's resources goes first. The index only lists layers that
+        # exist, so a dependent once gone can never hold this destroy.
+        shown = ", ".join(snap.dependents[:5]) + (f" and {len(snap.dependents) - 5} more"
+                                                  if len(snap.dependents) > 5 else "")
+        return _decision("Idle", "WaitingForDependents",
+                         f"waiting for the layers that depend on it to be deleted first: {shown}; or set "
+                         "destroyResourcesOnDeletion to false to delete it without destroying")
 
     target = a.get(ann.BRANCH_COMMIT) or a.get(ann.APPLY_COMMIT) or a.get(ann.PLAN_COMMIT)
     if target is None:

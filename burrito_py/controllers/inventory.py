@@ -8,10 +8,11 @@ never roll back what a write response already told us.
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from burrito_py.api import annotations as ann
+from burrito_py.controllers.dependency_decisions import dependencies_of, find_cycle
 
 Key = tuple[str, str]  # (namespace, name)
 Body = dict[str, Any]
@@ -82,6 +83,65 @@ class Store:
         return len(self._objects)
 
 
+# Told of every change of a held layer: (key, before, after (None: forgotten), its upstreams before).
+LayerChange = Callable[[Key, Body | None, Body | None, tuple[Key, ...]], None]
+
+
+class LayerStore(Store):
+    """The layers, with the dependency index (upstream → dependents, dependencies.py) kept in step with every
+    observe and forget. `on_change` hears of each: whatever path a layer reaches the inventory by (a watch event,
+    a write's response, a fresh read), its dependents learn of it once (dependencies.wake_related)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._upstreams: dict[Key, tuple[Key, ...]] = {}
+        self._dependents: dict[Key, set[Key]] = defaultdict(set)
+        self.on_change: LayerChange | None = None
+
+    def observe(self, body: Mapping[str, Any]) -> bool:
+        key = key_of(body)
+        before = self.get(key)
+        kept = super().observe(body)
+        if kept:
+            upstreams = self.upstreams_of(key)
+            self._index(key, tuple(d.upstream for d in dependencies_of(body.get("spec") or {}, key[0])))
+            if self.on_change is not None:
+                self.on_change(key, before, self.get(key), upstreams)
+        return kept
+
+    def forget(self, body: Mapping[str, Any]) -> None:
+        key = key_of(body)
+        before, upstreams = self.get(key), self.upstreams_of(key)
+        super().forget(body)
+        self._index(key, ())
+        if self.on_change is not None and before is not None:
+            self.on_change(key, before, None, upstreams)
+
+    def _index(self, key: Key, upstreams: tuple[Key, ...]) -> None:
+        for old in self._upstreams.get(key, ()):
+            dependents = self._dependents.get(old)
+            if dependents is not None:
+                dependents.discard(key)
+                if not dependents:
+                    del self._dependents[old]
+        if upstreams:
+            self._upstreams[key] = upstreams
+            for up in upstreams:
+                self._dependents[up].add(key)
+        else:
+            self._upstreams.pop(key, None)
+
+    def upstreams_of(self, key: Key) -> tuple[Key, ...]:
+        return self._upstreams.get(key, ())
+
+    def dependents_of(self, key: Key) -> tuple[Key, ...]:
+        """Layers (held) whose dependsOn names `key`, sorted."""
+        return tuple(sorted(k for k in self._dependents.get(key, ()) if self.get(k) is not None))
+
+    def cycle_through(self, key: Key) -> tuple[Key, ...] | None:
+        return find_cycle(key, self._upstreams)
+
+
 def creation_order(run: Mapping[str, Any]) -> tuple[str, str, str]:
     """Sort key of runs by creation: the API's whole seconds, then our sub-second stamp, then name."""
     meta = run["metadata"]
@@ -96,7 +156,7 @@ DELETED_PODS_KEPT = 10_000
 class Inventory:
     def __init__(self) -> None:
         self.repositories = Store()
-        self.layers = Store()
+        self.layers = LayerStore()
         self.runs = Store(index_label=ann.LABEL_LAYER)
         self.pods = Store(index_label=ann.LABEL_RUN)
         self._deleted_pods: OrderedDict[Key, frozenset[str]] = OrderedDict()

@@ -20,6 +20,7 @@ from typing import Literal
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.admission import Window, sync_windows_allow
 from burrito_py.controllers.conditions import Cond
+from burrito_py.controllers.dependency_decisions import DependencyVerdict
 from burrito_py.controllers.drift import drift_due
 from burrito_py.controllers.plan_gate import PlanGate, drift_condition, gate_plan
 from burrito_py.controllers.run_decisions import STALE_PLAN
@@ -64,6 +65,8 @@ class RunView:
     plan_sum: str | None = None
     # The reason of its HasSucceeded condition (`StalePlan` for an apply refused as stale).
     reason: str = ""
+    # The digest of the upstream outputs it was given (dependencies), None when it was given none.
+    inputs_digest: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -111,6 +114,10 @@ class LayerSnapshot:
     gate: PlanGate | None = None
     # The effective remediationStrategy.drift: detect | auto | autoIfPolicyPasses.
     drift_remediation: str = "detect"
+    # How the layer's upstreams stand (dependency_decisions.py), None without spec.dependsOn.
+    dependencies: DependencyVerdict | None = None
+    # The inputs digest the current plan was made with (its run's stamp, else status.inputsDigest).
+    plan_inputs_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +130,8 @@ class CreateRun:
     # Stamped on the run (see RunView): the relevant commit at creation, and for an apply the plan's sum.
     relevant_commit: str | None = None
     plan_sum: str | None = None
+    # The digest of the upstream outputs handed to its runner (dependencies), None: none.
+    inputs_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +165,11 @@ class LayerDecision:
     exhausted_apply: Exhaustion | None = None
     # A sync window holds back the run this decision would create: wake the layer when it may change.
     wake_at: datetime | None = None
+    # `status.appliedRevision`: the branch commit whose code is planned and applied (only while Idle).
+    applied_revision: str | None = None
+    # `status.dependencies` and `status.inputsDigest` (None without dependencies).
+    dependencies: DependencyVerdict | None = None
+    inputs_digest: str | None = None
 
 
 def parse_plan_run(value: str | None) -> tuple[str, int] | None:
@@ -252,11 +266,18 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         (plan_commit is not None and plan_commit in (relevant_commit, branch_commit))
         or (plan_run_relevant is not None and plan_run_relevant == relevant_commit)
     )
+    # With dependencies, a plan is of the current inputs only when made with the current consumed outputs: a
+    # consumed output that changed (or, with triggerAlways, an upstream apply) is planned again, once.
+    deps = snap.dependencies
+    wanted_inputs = deps.inputs_digest if deps is not None else None
+    inputs_changed = planned and wanted_inputs is not None and snap.plan_inputs_digest != wanted_inputs
+    planned = planned and not inputs_changed
     relevant_planned = Cond(
         "IsLastRelevantCommitPlanned",
         planned,
-        "LastRelevantCommitPlanned" if planned else "NewRelevantCommit",
-        "" if planned else f"commit {relevant_commit} has not been planned",
+        "LastRelevantCommitPlanned" if planned else ("InputsChanged" if inputs_changed else "NewRelevantCommit"),
+        "" if planned else ("the upstream outputs it reads changed since its plan" if inputs_changed
+                            else f"commit {relevant_commit} has not been planned"),
     )
 
     failed_plan = plan_exhaustion(snap)
@@ -335,13 +356,16 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     approval_cond = _approval_condition(auto, pending, approval, applying)
 
     create: CreateRun | None = None
-    if state == "PlanNeeded":
-        create = CreateRun("plan", branch_commit, relevant_commit=relevant_commit)
-    elif state == "ApplyNeeded" and (auto or (approved and gate.approval_allowed)):
+    if state == "PlanNeeded" and (deps is None or deps.plan_allowed):
+        create = CreateRun("plan", branch_commit, relevant_commit=relevant_commit, inputs_digest=wanted_inputs)
+    elif state == "ApplyNeeded" and (auto or (approved and gate.approval_allowed)) and (
+        deps is None or deps.apply_allowed
+    ):
         artifact = parse_plan_run(a.get(ann.PLAN_RUN))
         if artifact is not None and plan_commit:
             create = CreateRun(
-                "apply", plan_commit, artifact[0], artifact[1], relevant_commit=relevant_commit, plan_sum=plan_sum
+                "apply", plan_commit, artifact[0], artifact[1], relevant_commit=relevant_commit, plan_sum=plan_sum,
+                inputs_digest=wanted_inputs,
             )
 
     # Sync windows are decided here, before a run exists: a held-back layer keeps its state (PlanNeeded or
@@ -366,6 +390,7 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         gate.condition,
         drifted,
         window_cond,
+        *((deps.condition,) if deps is not None else ()),
     )
     return LayerDecision(
         state,
@@ -377,6 +402,9 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         exhausted_plan=failed_plan,
         exhausted_apply=failed_apply,
         wake_at=wake_at,
+        applied_revision=branch_commit if state == "Idle" and apply_done else None,
+        dependencies=deps,
+        inputs_digest=snap.plan_inputs_digest if deps is not None else None,
     )
 
 

@@ -10,6 +10,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,8 @@ from burrito_py.controllers.admission import Window
 from burrito_py.controllers.conditions import Cond, merge_conditions
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.crd_guard import LAYER_CRD, cached_owners, crd_deletion, look_fresh
+from burrito_py.controllers.dependencies import dependency_snapshot, put_inputs
+from burrito_py.controllers.dependency_decisions import DependencyVerdict, judge_dependencies
 from burrito_py.controllers.destroy_decisions import (
     DESTROY_FINALIZER,
     DESTROY_SKIPPED,
@@ -63,6 +66,9 @@ STATUS_KEYS = (
     "policy",
     "drift",
     "notified",
+    "appliedRevision",
+    "dependencies",
+    "inputsDigest",
 )
 
 
@@ -86,6 +92,7 @@ def run_view(run: Mapping[str, Any]) -> RunView:
         relevant_commit=annotations.get(ann.RUN_RELEVANT_COMMIT) or None,
         plan_sum=annotations.get(ann.RUN_PLAN_SUM) or None,
         reason=succeeded.get("reason", "") if status.get("state") == "Failed" else "",
+        inputs_digest=annotations.get(ann.RUN_INPUTS_DIGEST) or None,
     )
 
 
@@ -129,12 +136,14 @@ def snapshot(
     windows: tuple[Window, ...] = (),
     review: Review | None = None,
     drift_remediation: str = "detect",
+    dependencies: DependencyVerdict | None = None,
 ) -> LayerSnapshot:
     """`review`: this reconcile's review of the plan; without one, the status's (what the last reconcile wrote)."""
     views = [run_view(r) for r in runs]  # newest first
     annotations = dict(layer["metadata"].get("annotations") or {})
     status = layer.get("status") or {}
     current = parse_plan_run(annotations.get(ann.PLAN_RUN))
+    plan_run = next((v for v in views if current is not None and v.name == current[0]), None)
     return LayerSnapshot(
         annotations=annotations,
         last_run=views[0] if views else None,
@@ -143,7 +152,7 @@ def snapshot(
         auto_apply=auto_apply,
         drift_period=drift,
         active_run=next((v for v in views if not v.terminal), None),
-        plan_run=next((v for v in views if current is not None and v.name == current[0]), None),
+        plan_run=plan_run,
         exhausted_plan=exhaustion_record(status.get("exhaustedPlan")),
         exhausted_apply=exhaustion_record(status.get("exhaustedApply")),
         windows=windows,
@@ -151,6 +160,8 @@ def snapshot(
         drift_key=drift_key(layer),
         gate=gate_of(review.policy if review is not None else status.get("policy"), annotations),
         drift_remediation=drift_remediation,
+        dependencies=dependencies,
+        plan_inputs_digest=plan_run.inputs_digest if plan_run is not None else status.get("inputsDigest"),
     )
 
 
@@ -162,21 +173,27 @@ def drift_key(layer: Mapping[str, Any]) -> str:
 def decide(
     layer: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], validation: LayerValidation, drift: timedelta,
     now: datetime, withdrawn: str | None = None, windows: tuple[Window, ...] = (), review: Review | None = None,
+    dependencies: DependencyVerdict | None = None, dependents: tuple[str, ...] = (),
 ) -> LayerDecision:
     """The destroy sequence once the layer is being deleted (it holds our finalizer), else the normal loop.
 
-    `withdrawn`: why the deletion comes from a CRD's deletion (crd_guard), which skips the destroy."""
+    `withdrawn`: why the deletion comes from a CRD's deletion (crd_guard), which skips the destroy.
+    `dependencies`: how its upstreams stand; `dependents`: the layers that depend on it and exist."""
     meta = layer["metadata"]
     if meta.get("deletionTimestamp"):
         views = tuple(run_view(r) for r in runs)
         annotations = dict(meta.get("annotations") or {})
         generation = int(meta.get("generation") or 0)
-        return decide_destroy(
-            DestroySnapshot(annotations, views, generation, validation.destroy_on_deletion, withdrawn)
+        decision = decide_destroy(
+            DestroySnapshot(annotations, views, generation, validation.destroy_on_deletion, withdrawn, dependents)
         )
-    return decide_layer(
-        snapshot(layer, runs, validation.auto_apply, drift, windows, review, validation.drift_remediation), now
-    )
+        if decision.create_run is not None and dependencies is not None and dependencies.inputs_digest:
+            # A destroy plan reads the variables too: the last known upstream outputs.
+            decision = replace(decision, create_run=replace(decision.create_run,
+                                                            inputs_digest=dependencies.inputs_digest))
+        return decision
+    return decide_layer(snapshot(layer, runs, validation.auto_apply, drift, windows, review,
+                                 validation.drift_remediation, dependencies), now)
 
 
 MAX_RUN_PREFIX = 40
@@ -216,6 +233,8 @@ def run_body(layer: Mapping[str, Any], create: CreateRun, name: str | None = Non
         annotations[ann.RUN_RELEVANT_COMMIT] = create.relevant_commit
     if create.plan_sum:
         annotations[ann.RUN_PLAN_SUM] = create.plan_sum
+    if create.inputs_digest:
+        annotations[ann.RUN_INPUTS_DIGEST] = create.inputs_digest
     metadata: Body = {
         "namespace": meta["namespace"],
         "labels": {ann.LABEL_LAYER: ann.layer_label(meta["name"])},
@@ -280,6 +299,10 @@ def compute_status(
         "policy": review.policy if review is not None else old.get("policy"),
         "drift": review.drift if review is not None else old.get("drift"),
         "notified": old.get("notified"),
+        "appliedRevision": decision.applied_revision,
+        "dependencies": ([s.to_status() for s in decision.dependencies.standings]
+                         if decision.dependencies is not None else None),
+        "inputsDigest": decision.inputs_digest,
     }
     if a.get(ann.PLAN_SUM):
         plan_run = parse_plan_run(a.get(ann.PLAN_RUN))
@@ -347,7 +370,10 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     windows = sync_windows(repository, ctx.settings.default_sync_windows)
     review = None if deleting else await review_plan(
         ctx, layer, {v.name: v for v in map(run_view, runs)}, await ctx.policies.for_layer(ctx.kube, layer), now)
-    decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review)
+    deps_snapshot = await dependency_snapshot(ctx, layer)
+    deps = judge_dependencies(deps_snapshot) if deps_snapshot is not None else None
+    dependents = tuple("/".join(k) for k in ctx.inventory.layers.dependents_of(key)) if deleting else ()
+    decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review, deps, dependents)
 
     if validation.ready.status and decision.create_run is not None:
         # Runs finish through our own writes, but the runner's plan/apply annotations reach us by watch and
@@ -361,14 +387,15 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             # A destroy run is next. The layer's deletion event may have come before its CRD's: read the
             # CRDs fresh (Kubernetes marks the CRD terminating before it deletes any instance).
             withdrawn = await look_fresh(ctx.kube, layer, ctx.crds)
-        decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review)
+        decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review, deps, dependents)
     if validation.ready.status and decision.create_run is not None:
-        executed = await _execute_create(ctx, layer, decision, decision.create_run, validation, runs, now, review)
+        executed = await _execute_create(ctx, layer, decision, decision.create_run, validation, runs, now, review,
+                                         deps)
         if executed is None:
             return
         layer = executed
         runs = ctx.inventory.runs_of_layer(namespace, name)
-        decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review)
+        decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review, deps, dependents)
     elif decision.state is None and repository is not None and not _branch_synced(repository, layer):
         ctx.wake_repository(_repository_key(layer))  # a new branch: resolve it now, not at the next poll
 
@@ -420,6 +447,7 @@ async def _execute_create(
     runs: Sequence[Body],
     now: datetime,
     review: Review | None,
+    deps: DependencyVerdict | None,
 ) -> Body | None:
     """Carry out a decision to create a run: show the state, create (or adopt) the run, announce it, consume
     the annotations it acted on. The layer as now stored; None when there is nothing more to do now."""
@@ -430,7 +458,7 @@ async def _execute_create(
         layer = await _write_status(
             ctx, layer, compute_status(layer, decision, validation.ready, runs, now, review), validation.ready
         )
-    created = await _create_run(ctx, layer, create, runs)
+    created = await _create_run(ctx, layer, create, runs, deps)
     if created is None:
         return None
     ctx.inventory.runs.observe(created)
@@ -466,12 +494,17 @@ async def _execute_create(
     return layer
 
 
-async def _create_run(ctx: Context, layer: Body, create: CreateRun, runs: Sequence[Body]) -> Body | None:
+async def _create_run(ctx: Context, layer: Body, create: CreateRun, runs: Sequence[Body],
+                      deps: DependencyVerdict | None) -> Body | None:
     """Create the decided run under its deterministic name. A 409 means an earlier try of this same decision
-    created it (its response was lost): read it back and adopt it, never create a second one."""
+    created it (its response was lost): read it back and adopt it, never create a second one. A run given
+    upstream outputs gets them in the datastore first (its runner reads them), under the same name."""
     meta = layer["metadata"]
     newest = runs[0]["metadata"]["name"] if runs else None
     name = run_name(layer, create, newest, (meta.get("annotations") or {}).get(ann.SYNC_NOW))
+    if create.inputs_digest and deps is not None and not await put_inputs(ctx, layer, name, deps):
+        ctx.wake_layer((meta["namespace"], meta["name"]), 5.0)
+        return None
     try:
         return await ctx.kube.create(crd_path("terraformruns", meta["namespace"]), run_body(layer, create, name))
     except KubeError as exc:

@@ -107,13 +107,16 @@ def review_needed(status: Mapping[str, Any], annotations: Mapping[str, str], dig
 
 def code_changed(annotations: Mapping[str, str], runs: Mapping[str, RunView]) -> bool | None:
     """Whether the current plan was made at other code than the last apply's: the relevant commits stamped on
-    the plan run and on that apply run, else the revisions (None: never applied, or nothing to compare)."""
+    the plan run and on that apply run, else the revisions (None: never applied, or nothing to compare). Other
+    upstream inputs (dependencies, §5.11) are other code too: a plan for a changed upstream output is no drift."""
     applied = parse_plan_run(annotations.get(ann.APPLY_RUN))
     if not annotations.get(ann.APPLY_SUM) or applied is None:
         return None
     planned = parse_plan_run(annotations.get(ann.PLAN_RUN))
     plan_run = runs.get(planned[0]) if planned is not None else None
     apply_run = runs.get(applied[0])
+    if plan_run is not None and apply_run is not None and plan_run.inputs_digest != apply_run.inputs_digest:
+        return True
     if plan_run is not None and apply_run is not None and plan_run.relevant_commit and apply_run.relevant_commit:
         return plan_run.relevant_commit != apply_run.relevant_commit
     plan_commit, apply_commit = annotations.get(ann.PLAN_COMMIT), annotations.get(ann.APPLY_COMMIT)

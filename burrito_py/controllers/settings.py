@@ -85,6 +85,9 @@ class ControllerSettings(BaseSettings):
         description="Runner pods not yet finished, across every repository, above which a run waits "
         "(MaxConcurrentRunnerPods); 0: no limit. A repository's spec.maxConcurrentRunnerPods applies too.",
     )
+    allow_cross_namespace_dependencies: bool = Field(
+        False, description="Let a layer's spec.dependsOn name a layer of another namespace (and read its outputs)."
+    )
     runner_command: list[str] = Field(default_factory=lambda: ["burrito-py", "runner", "start"])
     runner_termination_grace_period_seconds: int = Field(
         120,

@@ -51,6 +51,7 @@ TEXT = "text/plain; charset=utf-8"
 OUTPUTS_FILE = "outputs.json"
 APPLIED_FILE = "applied.json"
 REVIEW_FILE = "review.json"
+INPUTS_FILE = "inputs.json"
 TREE_HEADER = "X-Burrito-Tree-Id"
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -373,6 +374,26 @@ def create_app(
             f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/{REVIEW_FILE}",
             "application/json",
             f"no review for {ns}/{layer} run {run} attempt {n}",
+        )
+
+    # The upstream outputs a plan run is given as variables (dependencies, §5.11): written by the controllers
+    # before they create the run, read by its runner. A runner never writes it (auth.py, "inputs").
+    @api.put(
+        "/layers/{ns}/{layer}/runs/{run}/inputs",
+        status_code=201,
+        responses={**responses, 413: {"description": "Body too large."}},
+    )
+    async def put_inputs(who: Caller, ns: Segment, layer: Segment, run: Segment, request: Request) -> Response:
+        prefix = attempt_prefix(who, "read", ns, layer, run)
+        allow(who, "inputs", LayerArtifacts(ns, layer, run))
+        return await store(f"{prefix}/{INPUTS_FILE}", request, 1024 * 1024)
+
+    @api.get("/layers/{ns}/{layer}/runs/{run}/inputs", responses={**responses, 404: {}})
+    async def get_inputs(who: Caller, ns: Segment, layer: Segment, run: Segment) -> Response:
+        return await serve(
+            f"{attempt_prefix(who, 'read', ns, layer, run)}/{INPUTS_FILE}",
+            "application/json",
+            f"no inputs for {ns}/{layer} run {run}",
         )
 
     def sources(who: Principal, action: Action, ns: str, repo: str) -> str:

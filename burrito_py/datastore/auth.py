@@ -24,7 +24,8 @@ from burrito_py.controllers.runner_pod import pod_name
 
 # "review": the controllers' verdict on a plan (policy and drift), stored beside it. Only the controllers (admin
 # users) write it: a runner executes tenant code and must not be able to forge the verdict on its own plan.
-Action = Literal["read", "write", "review"]
+# "inputs": the upstream outputs a plan run is given (dependencies); only the controllers write them too.
+Action = Literal["read", "write", "review", "inputs"]
 
 
 class Unauthenticated(Exception):
@@ -135,6 +136,8 @@ def authorize(principal: Principal, action: Action, target: Target) -> str | Non
         return None
     if action == "review":
         return f"{principal.describe()} may not write plan reviews: only the controllers judge plans"
+    if action == "inputs":
+        return f"{principal.describe()} may not write a run's inputs: only the controllers pass upstream outputs"
     scope = principal.runner
     if scope is None:
         if principal.not_runner:

@@ -238,6 +238,14 @@ class DatastoreClient:
             f"upload of the review of {ns}/{layer} run {run} attempt {attempt}",
         )
 
+    def put_inputs(self, ns: str, layer: str, run: str, body: bytes) -> None:
+        """The upstream outputs a plan run is given as variables (dependencies); only the controllers write it."""
+        self._put(f"{self._run_url(ns, layer, run, None)}/inputs", body,
+                  f"upload of the inputs of {ns}/{layer} run {run}")
+
+    def get_inputs(self, ns: str, layer: str, run: str) -> bytes:
+        return self._get(f"{self._run_url(ns, layer, run, None)}/inputs", f"inputs of {ns}/{layer} run {run}")
+
     def get_review(self, ns: str, layer: str, run: str, attempt: int) -> bytes:
         return self._get(
             f"{self._run_url(ns, layer, run, attempt)}/review",

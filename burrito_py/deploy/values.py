@@ -123,6 +123,7 @@ class ControllersConfig(Values):
     public_url: str = setting(ControllerSettings, "public_url")
     allow_file_repositories: bool = setting(ControllerSettings, "allow_file_repositories")
     allow_cross_namespace_repositories: bool = setting(ControllerSettings, "allow_cross_namespace_repositories")
+    allow_cross_namespace_dependencies: bool = setting(ControllerSettings, "allow_cross_namespace_dependencies")
     # On in the chart (its replicas need it), off in the settings (in-process runs need no Lease).
     leader_election: bool = Field(
         True, description=str(ControllerSettings.model_fields["leader_election"].description)

@@ -6,8 +6,10 @@ Environment (set by the run controller, docs/architecture.md §6.3): `BURRITO_RU
 from `/var/run/secrets/burrito-py/token` when that file exists (`pod_path`, for the local kubelet).
 
 Variables (plan, and apply without a plan artifact): `spec.vars`, then each `spec.varsFrom` Secret or ConfigMap
-of the layer's namespace in order, merged into `burrito-py.auto.tfvars.json` (mode 0600) in the layer's
-directory before `init` (see `variables.py`); only variable names are printed, never values.
+of the layer's namespace in order, then the upstream outputs the controllers gave the run (`spec.dependsOn`
+inputs: the run's `burrito-py.io/inputs-digest` annotation names the record stored under the run in the datastore),
+merged into `burrito-py.auto.tfvars.json` (mode 0600) in the layer's directory before `init` (see `variables.py`);
+only variable names are printed, never values, and sensitive inputs are masked.
 
 Plan: download the source archive of the run's revision, resolve the tool, `init`, `plan` (its output kept
 as the human-readable plan), `show -json`; upload `bin`, `json`, `pretty` and `short` for (layer namespace,
@@ -271,8 +273,9 @@ class Runner:
         if env.action == "apply" and not without_artifact:
             applied_sum = self.fetch_plan(run, layer)  # before init: no point initialising for a missing plan
             self.mask_secrets_of(layer)
+            self.read_inputs(run)  # for masking only
         else:  # a saved plan carries its variables; only a new plan needs them
-            self.write_variables(layer, layer_dir)
+            self.write_variables(layer, layer_dir, self.read_inputs(run))
         try:
             tool = resolve_tool(effective_tool(layer, repository), layer_dir)
         except ToolError as exc:
@@ -345,12 +348,36 @@ class Runner:
         except KubeError as exc:
             raise (RunnerError if exc.status == 404 else Unavailable)(str(exc)) from None
 
-    def write_variables(self, layer: TerraformLayer, layer_dir: Path) -> None:
-        """`burrito-py.auto.tfvars.json` from spec.vars and spec.varsFrom; names are printed, values never."""
+    def read_inputs(self, run: TerraformRun) -> dict[str, Any]:
+        """The upstream outputs the controllers gave this run (spec.dependsOn inputs), from the datastore; the
+        sensitive ones are masked in the log from now on. Empty for a run given none."""
+        from burrito_py.runner.variables import VariablesError, parse_inputs
+
+        digest = (run.metadata.get("annotations") or {}).get(ann.RUN_INPUTS_DIGEST)
+        if not digest:
+            return {}
+        env = self.env
+        raw = self._datastore(self.store.get_inputs, env.namespace, env.layer, env.run)
+        try:
+            variables, sensitive = parse_inputs(raw, digest)
+        except VariablesError as exc:
+            raise RunnerError(str(exc)) from None
+        for name in sensitive:
+            value = variables[name]
+            text = value if isinstance(value, str) else json.dumps(value)
+            if not masker().add(text):
+                _say(f"burrito-py: warning: input {name} is shorter than {MIN_LENGTH} characters and is not masked "
+                     "in the log")
+        _say(f"burrito-py: inputs {', '.join(sorted(variables)) or '(none)'} from upstream layers ({digest})")
+        return variables
+
+    def write_variables(self, layer: TerraformLayer, layer_dir: Path, inputs: Mapping[str, Any]) -> None:
+        """`burrito-py.auto.tfvars.json` from spec.vars, spec.varsFrom and the upstream inputs (which win);
+        names are printed, values never."""
         from burrito_py.runner.variables import VariablesError, merge_variables, source_values, write_tfvars
 
         spec = layer.spec
-        if not spec.vars and not spec.vars_from:
+        if not spec.vars and not spec.vars_from and not inputs:
             return
         sources: list[dict[str, str]] = []
         for index, source in enumerate(spec.vars_from):
@@ -359,7 +386,7 @@ class Runner:
                 sources.append(source_values(source, self.env.namespace, index, obj))
             except VariablesError as exc:
                 raise RunnerError(str(exc)) from None
-        variables = merge_variables(spec.vars, sources)
+        variables = merge_variables(spec.vars, [*sources, inputs])
         target = write_tfvars(layer_dir, variables)
         _say(f"burrito-py: variables {', '.join(sorted(variables)) or '(none)'} written to {target.name}")
 

@@ -20,7 +20,15 @@ from typing import Any
 
 from burrito_py.api.layer import VarsSource
 
-__all__ = ["TFVARS_FILE", "VariablesError", "merge_variables", "object_values", "source_values", "write_tfvars"]
+__all__ = [
+    "TFVARS_FILE",
+    "VariablesError",
+    "merge_variables",
+    "object_values",
+    "parse_inputs",
+    "source_values",
+    "write_tfvars",
+]
 
 TFVARS_FILE = "burrito-py.auto.tfvars.json"
 
@@ -68,11 +76,28 @@ def source_values(source: VarsSource, namespace: str, index: int, obj: Mapping[s
 
 
 def merge_variables(vars_: Mapping[str, Any] | None, sources: Iterable[Mapping[str, str]]) -> dict[str, Any]:
-    """`spec.vars`, then each source's values in order: the last one to set a variable wins."""
+    """`spec.vars`, then each source's values in order (varsFrom, then the upstream inputs): the last one to set a
+    variable wins."""
     merged: dict[str, Any] = dict(vars_ or {})
     for values in sources:
         merged.update(values)
     return merged
+
+
+def parse_inputs(raw: bytes, digest: str) -> tuple[dict[str, Any], list[str]]:
+    """The upstream outputs the controllers gave this run (dependencies): (variables, the sensitive ones). The
+    record must be the one the run was created with (`digest`); a message never holds a value."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        raise VariablesError("the run's inputs are not JSON") from None
+    if not isinstance(record, dict) or not isinstance(record.get("variables"), dict):
+        raise VariablesError("the run's inputs are not an inputs record")
+    if record.get("digest") != digest:
+        raise VariablesError(f"the run's inputs are of digest {record.get('digest')!r}, not {digest!r} as the run "
+                             "was created with")
+    sensitive = [str(name) for name in record.get("sensitive") or () if name in record["variables"]]
+    return {str(k): v for k, v in record["variables"].items()}, sensitive
 
 
 def write_tfvars(directory: Path, variables: Mapping[str, Any]) -> Path:

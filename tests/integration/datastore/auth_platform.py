@@ -141,6 +141,7 @@ def _seed(platform: AuthPlatform) -> None:
                 store.put_outputs(NS, layer, run, 1, b'{"seeded": {"value": 1}}')
                 store.put_applied(NS, layer, run, 1, "sha256:00")
                 store.put_review(NS, layer, run, 1, b'{"planSum": "sha256:00"}')
+                store.put_inputs(NS, layer, run, b'{"digest": "sha256:00", "variables": {}}')
             store.put_source(NS, repository, REVISION, TREE, ARCHIVE)
 
 

@@ -67,6 +67,8 @@ def calls() -> list[Call]:
             Call("GET applied", target, "GET", f"{base}/applied"),
             Call("PUT review", target, "PUT", f"{base}/attempts/1/review", b'{"planSum": "sha256:00"}'),
             Call("GET review", target, "GET", f"{base}/attempts/1/review"),
+            Call("PUT inputs", target, "PUT", f"{base}/inputs", b'{"digest": "sha256:00", "variables": {}}'),
+            Call("GET inputs", target, "GET", f"{base}/inputs"),
         ]
     for target, repo in REPO_TARGETS.items():
         base = f"/api/v1/repositories/{NS}/{repo}"
@@ -104,8 +106,10 @@ def expected(identity: str, call: Call) -> int:
     if identity == "controller":
         return success(call)
     if identity in RUNNER_ALLOWED:
-        if call.endpoint == "PUT review":
-            return 403  # the controllers' verdict on a plan: no runner may write it, not even of its own run
+        if call.endpoint in ("PUT review", "PUT inputs"):
+            # The controllers' verdict on a plan, and the upstream outputs a run is given: no runner may write
+            # them, not even its own run's.
+            return 403
         return success(call) if (call.target, call.method) in RUNNER_ALLOWED[identity] else 403
     return 403  # stranger, impostor, default-sa-pod, previous-attempt
 

@@ -210,7 +210,7 @@ def test_defaults_and_properties() -> None:
     assert layer.spec.remediation_strategy is None and layer.spec.terraform is None
     assert layer.status == TerraformLayerStatus()
     assert layer.to_object()["spec"] == {"repository": {"name": "infra"}, "branch": "main", "path": ".",
-                                         "additionalTriggerPaths": [], "varsFrom": []}
+                                         "additionalTriggerPaths": [], "varsFrom": [], "dependsOn": []}
     run = TerraformRun(metadata={"generateName": "net-plan-", "namespace": "team-a"},
                        spec=TerraformRunSpec(action="plan", layer=LayerReference(name="net")))
     assert (run.name, run.layer_namespace, run.status.retries) == ("", "team-a", 0)

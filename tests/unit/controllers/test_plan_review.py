@@ -37,6 +37,12 @@ def test_code_changed_compares_relevant_commits_then_revisions() -> None:
     assert code_changed(a | {ann.APPLY_COMMIT: "c2"}, {}) is False
     assert code_changed(PLANNED, runs("r1", "r1")) is None  # never applied
 
+    # Dependencies: a plan made with other upstream outputs than the last apply's is a change, not drift.
+    other_inputs = runs("r1", "r1")
+    other_inputs["app-plan-2"] = RunView("app-plan-2", "plan", "Succeeded", "c2", relevant_commit="r1",
+                                         inputs_digest="sha256:new")
+    assert code_changed(a, other_inputs) is True
+
 
 def test_review_needed() -> None:
     digest = "d1"

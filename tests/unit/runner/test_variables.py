@@ -18,6 +18,7 @@ from burrito_py.runner.variables import (
     TFVARS_FILE,
     VariablesError,
     merge_variables,
+    parse_inputs,
     source_values,
     write_tfvars,
 )
@@ -98,3 +99,17 @@ def test_the_file_is_json_and_private(tmp_path: Path) -> None:
     assert target == tmp_path / TFVARS_FILE
     assert json.loads(target.read_text()) == {"password": SECRET_VALUE, "list": [1]}
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_upstream_inputs_are_checked_against_the_runs_digest_and_win() -> None:
+    record = {"digest": "sha256:d1", "variables": {"vpc_id": "vpc-1", "token": SECRET_VALUE},
+              "sensitive": ["token", "not-a-variable"]}
+    variables, sensitive = parse_inputs(json.dumps(record).encode(), "sha256:d1")
+    assert variables == {"vpc_id": "vpc-1", "token": SECRET_VALUE} and sensitive == ["token"]
+    assert merge_variables({"vpc_id": "default"}, [{"vpc_id": "from-secret"}, variables])["vpc_id"] == "vpc-1"
+    with pytest.raises(VariablesError) as other:
+        parse_inputs(json.dumps(record).encode(), "sha256:d2")
+    assert "sha256:d1" in str(other.value) and SECRET_VALUE not in str(other.value)
+    for raw in (b"not json", b"[]", b'{"digest": "sha256:d1"}'):
+        with pytest.raises(VariablesError):
+            parse_inputs(raw, "sha256:d1")
