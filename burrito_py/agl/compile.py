@@ -2,12 +2,17 @@
 
 The layer is `prefix + name` in the instance's namespace, owned by the instance (deleting the instance
 deletes the layer by garbage collection), labelled with the instance's kind, group and name.
+
+`spec.dependsOn` is reserved (never a variable): `[{kind, group?, name, namespace?, inputs?, triggerAlways?}]`
+names other instances, of any served kind (`group` defaults to the instance's own), or `kind: TerraformLayer`
+for a plain layer; each becomes an entry of the layer's `spec.dependsOn` naming that instance's layer
+(docs/architecture.md §5.11, §12.2).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +37,11 @@ __all__ = [
 LABEL_APP_KIND = f"{APPS_GROUP}/application.kind"
 LABEL_APP_GROUP = f"{APPS_GROUP}/application.group"
 LABEL_APP_NAME = f"{APPS_GROUP}/application.name"
+DEPENDS_ON = "dependsOn"
+_TERRAFORM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
+_DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# (group, kind) → the prefix of the layers of that kind's instances; None when no definition serves it.
+PrefixOf = Callable[[str, str], str | None]
 # Layer names end up in label values (`burrito-py.io/layer=<layer>` on runs and pods): 63 characters.
 MAX_LAYER_NAME = 63
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -58,8 +68,72 @@ def _layer_name(prefix: str, name: str) -> str:
     return layer
 
 
-def compile_instance(definition: ApplicationDefinition, instance: Mapping[str, Any]) -> CompiledInstance:
-    """The desired layer of a valid instance, or `Invalid` naming the instance's offending field."""
+def _no_kinds(_group: str, _kind: str) -> str | None:
+    return None
+
+
+def instance_dependencies(raw: Any, group: str, prefix_of: PrefixOf) -> list[dict[str, Any]]:
+    """An instance's `spec.dependsOn` as the layer's, or `Invalid` naming every offending field."""
+    if not isinstance(raw, list):
+        raise Invalid("spec.dependsOn", "must be a list of {kind, name, namespace, inputs, triggerAlways}")
+    problems: list[tuple[str, str]] = []
+    entries: list[dict[str, Any]] = []
+    for index, entry in enumerate(raw):
+        where = f"spec.dependsOn[{index}]"
+        if not isinstance(entry, Mapping):
+            problems.append((where, "must be an object {kind, name, namespace, inputs, triggerAlways}"))
+            continue
+        unknown = sorted(set(entry) - {"kind", "group", "name", "namespace", "inputs", "triggerAlways"})
+        if unknown:
+            problems.append((f"{where}.{unknown[0]}", "is not a field of a dependency"))
+        kind, name = entry.get("kind"), entry.get("name")
+        if not isinstance(name, str) or not name:
+            problems.append((f"{where}.name", "is required: the name of the instance (or layer) depended on"))
+            continue
+        if not isinstance(kind, str) or not kind:
+            problems.append((f"{where}.kind", "is required: the kind of the instance, or TerraformLayer"))
+            continue
+        if kind == "TerraformLayer":
+            layer = name
+        else:
+            prefix = prefix_of(str(entry.get("group") or group), kind)
+            if prefix is None:
+                problems.append((f"{where}.kind", f"no ApplicationDefinition serves kind {kind} in group "
+                                 f"{entry.get('group') or group}"))
+                continue
+            layer = prefix + name
+        dependency: dict[str, Any] = {"name": layer}
+        namespace = entry.get("namespace")
+        if namespace is not None:
+            if not isinstance(namespace, str) or not _DNS_NAME.match(namespace):
+                problems.append((f"{where}.namespace", "must be a namespace name"))
+                continue
+            dependency["namespace"] = namespace
+        inputs = entry.get("inputs", {})
+        if not isinstance(inputs, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) and _TERRAFORM_NAME.match(k) and _TERRAFORM_NAME.match(v)
+                for k, v in inputs.items()):
+            problems.append((f"{where}.inputs", "must map Terraform variable names to output names"))
+            continue
+        if inputs:
+            dependency["inputs"] = dict(inputs)
+        trigger = entry.get("triggerAlways", False)
+        if not isinstance(trigger, bool):
+            problems.append((f"{where}.triggerAlways", "must be true or false"))
+            continue
+        if trigger:
+            dependency["triggerAlways"] = True
+        entries.append(dependency)
+    if problems:
+        raise Invalid(problems[0][0], problems[0][1], problems)
+    return entries
+
+
+def compile_instance(definition: ApplicationDefinition, instance: Mapping[str, Any],
+                     prefix_of: PrefixOf = _no_kinds) -> CompiledInstance:
+    """The desired layer of a valid instance, or `Invalid` naming the instance's offending field.
+
+    `prefix_of` resolves the kinds its `spec.dependsOn` names."""
     application = definition.spec.application
     terraform = definition.spec.backend.terraform
     meta = instance["metadata"]
@@ -68,12 +142,17 @@ def compile_instance(definition: ApplicationDefinition, instance: Mapping[str, A
     spec = {} if spec is None else spec
     if not isinstance(spec, Mapping):
         raise Invalid("spec", f"must be an object, not {type(spec).__name__}")
+    raw_dependencies = spec.get(DEPENDS_ON)
+    spec = {k: v for k, v in spec.items() if k != DEPENDS_ON}
     # Every problem at once, so a tenant fixes the manifest in one go.
     problems: list[tuple[str, str]] = []
     variables: dict[str, Any] = {}
+    dependencies: list[dict[str, Any]] = []
     for check in (lambda: validate_spec(application.open_api_schema, spec) if application.open_api_schema else None,
                   lambda: variables.update(map_variables(spec)),
-                  lambda: _layer_name(terraform.prefix, name)):
+                  lambda: _layer_name(terraform.prefix, name),
+                  lambda: dependencies.extend(instance_dependencies(raw_dependencies, application.group, prefix_of))
+                  if raw_dependencies is not None else None):
         try:
             check()
         except Invalid as error:
@@ -104,6 +183,8 @@ def compile_instance(definition: ApplicationDefinition, instance: Mapping[str, A
         "varsFrom": [source.to_dict() for source in terraform.vars_from],
         "writeOutputsToSecret": {"name": secret},
     }
+    if dependencies:
+        layer_spec["dependsOn"] = dependencies
     if terraform.override_runner_spec is not None:
         override = terraform.override_runner_spec.model_dump(mode="json", by_alias=True, exclude_none=True,
                                                              exclude_defaults=True)

@@ -114,6 +114,11 @@ class AglController:
         _, _, body, parsed = min(found, key=lambda f: (f[0], f[1]))
         return body, parsed
 
+    def prefix_of(self, group: str, kind: str) -> str | None:
+        """The layer prefix of (group, kind)'s instances, for the kinds an instance's spec.dependsOn names."""
+        found = self.definition_of(group, kind)
+        return found[1].spec.backend.terraform.prefix if found is not None else None
+
     async def prime(self) -> None:
         """Definitions and existing layers first, so no instance is compiled against a partial view."""
         for body in await self.kube.list(DEFINITIONS):
@@ -374,7 +379,7 @@ class AglController:
         definition = found[1]
         outcome: CompiledInstance | Invalid
         try:
-            outcome = compile_instance(definition, body)
+            outcome = compile_instance(definition, body, self.prefix_of)
         except Invalid as error:
             outcome = error
         layer: Body | None = None

@@ -170,3 +170,35 @@ def test_the_generated_crd_serves_the_kind_with_a_free_spec_and_status() -> None
     changed = copy.deepcopy(DEFINITION)
     changed["spec"]["application"]["shortNames"] = []
     assert not crd_up_to_date(served, crd_for_definition(parse_definition(changed)))
+
+
+def network_prefix(group: str, kind: str) -> str | None:
+    return "net-" if (group, kind) == ("apps.burrito-py.io", "Network") else None
+
+
+def test_an_instance_depends_on_instances_of_other_kinds() -> None:
+    compiled = compile_instance(definition(), instance(size=3, dependsOn=[
+        {"kind": "Network", "name": "main", "inputs": {"vpc_id": "vpc_id"}},
+        {"kind": "TerraformLayer", "name": "account", "namespace": "platform", "triggerAlways": True}]),
+        network_prefix)
+    assert compiled.layer["spec"]["dependsOn"] == [
+        {"name": "net-main", "inputs": {"vpc_id": "vpc_id"}},
+        {"name": "account", "namespace": "platform", "triggerAlways": True}]
+    assert "depends_on" not in compiled.layer["spec"]["vars"]  # reserved: never a variable
+    TerraformLayer.model_validate(compiled.layer)
+
+
+@pytest.mark.parametrize(("depends_on", "field", "reason"), [
+    ("net", "spec.dependsOn", "must be a list"),
+    ([{"kind": "Database", "name": "db"}], "spec.dependsOn[0].kind", "no ApplicationDefinition serves kind Database"),
+    ([{"kind": "Network"}], "spec.dependsOn[0].name", "is required"),
+    ([{"name": "x"}], "spec.dependsOn[0].kind", "is required"),
+    ([{"kind": "Network", "name": "m", "inputs": {"1bad": "x"}}], "spec.dependsOn[0].inputs", "Terraform variable"),
+    ([{"kind": "Network", "name": "m", "triggerAlways": "yes"}], "spec.dependsOn[0].triggerAlways", "true or false"),
+    ([{"kind": "Network", "name": "m", "after": "x"}], "spec.dependsOn[0].after", "is not a field"),
+    ([{"kind": "Network", "name": "m", "namespace": "Bad_NS"}], "spec.dependsOn[0].namespace", "namespace name"),
+])
+def test_bad_dependencies_name_the_field(depends_on: Any, field: str, reason: str) -> None:
+    with pytest.raises(Invalid) as error:
+        compile_instance(definition(), instance(size=3, dependsOn=depends_on), network_prefix)
+    assert error.value.field == field and reason in error.value.reason
