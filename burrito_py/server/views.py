@@ -66,8 +66,20 @@ class LayerView(View):
     sync_now: str | None = Field(default=None, description="When a sync was requested and not yet acted on.")
 
 
+class DependencyView(View):
+    name: str = Field(description="<namespace>/<name> of the upstream layer.")
+    state: str | None = None
+    applied_revision: str | None = None
+    satisfied: bool = False
+    reason: str = ""
+    message: str = ""
+
+
 class LayerDetailView(LayerView):
     conditions: list[ConditionView] = Field(default_factory=list)
+    applied_revision: str | None = Field(default=None, description="The branch commit planned and applied.")
+    dependencies: list[DependencyView] = Field(
+        default_factory=list, description="How each upstream of spec.dependsOn stands (docs/architecture.md §5.11).")
 
 
 class AttemptView(View):
@@ -193,6 +205,13 @@ def layer_view(layer: Mapping[str, Any], repository: Mapping[str, Any] | None) -
         plan_commit=_str(annotations.get(ann.PLAN_COMMIT)),
         sync_now=_str(annotations.get(ann.SYNC_NOW)),
         conditions=_conditions(status),
+        applied_revision=_str(status.get("appliedRevision")),
+        dependencies=[
+            DependencyView(name=str(row.get("name", "")), state=_str(row.get("state")),
+                           applied_revision=_str(row.get("appliedRevision")), satisfied=bool(row.get("satisfied")),
+                           reason=str(row.get("reason") or ""), message=str(row.get("message") or ""))
+            for row in (_dict(item) for item in status.get("dependencies") or ())
+        ],
     )
 
 

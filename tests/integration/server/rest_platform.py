@@ -157,6 +157,8 @@ def _objects(applier: Applier, kube: httpx.Client) -> None:
         "lastRun": {"name": NEW_APPLY, "action": "apply", "date": "2026-01-02T03:07:00Z", "revision": "abc123"},
         "conditions": [_condition("IsPlanArtifactUpToDate", "True", "PlanIsRecent", "planned abc123"),
                        _condition("IsRunning", "True", "RunIsRunning")],
+        "dependencies": [{"name": f"{NS_B}/network", "state": "MaxRetriesReached", "satisfied": False,
+                          "reason": "UpstreamFailed", "message": f"{NS_B}/network cannot apply"}],
     })
     _status(kube, "terraformlayers", NS_B, "network", {
         "state": "MaxRetriesReached", "lastResult": "Plan failed",

@@ -135,7 +135,7 @@ def test_list_filters_by_namespace(http: httpx.Client) -> None:
     assert http.get("/api/layers", params={"namespace": "nobody-here"}).json() == []
 
 
-def test_layer_detail_has_conditions(http: httpx.Client) -> None:
+def test_layer_detail_has_conditions_and_dependencies(http: httpx.Client) -> None:
     answer = http.get(f"/api/layers/{NS_A}/app")
     assert answer.status_code == 200
     detail = answer.json()
@@ -147,6 +147,10 @@ def test_layer_detail_has_conditions(http: httpx.Client) -> None:
          "lastTransitionTime": "2026-01-02T03:04:05Z"},
     ]
     assert http.get(f"/api/layers/{NS_B}/network").json()["conditions"][0]["type"] == "HasFailed"
+    assert detail["dependencies"] == [{"name": f"{NS_B}/network", "state": "MaxRetriesReached",
+                                       "appliedRevision": None, "satisfied": False, "reason": "UpstreamFailed",
+                                       "message": f"{NS_B}/network cannot apply"}]
+    assert http.get(f"/api/layers/{NS_B}/network").json()["dependencies"] == []
 
 
 @pytest.mark.parametrize(("route", "message"), [

@@ -1,0 +1,12 @@
+# On the cluster: deployed to the endpoint the cluster layer outputs.
+terraform {
+  backend "local" {}
+}
+
+variable "cluster_endpoint" {
+  type = string
+}
+
+resource "terraform_data" "app" {
+  input = "app on ${var.cluster_endpoint}"
+}
