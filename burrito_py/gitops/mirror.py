@@ -248,6 +248,22 @@ class GitMirror:
             raise GitError(f"diffing {old_rev}..{new_rev} in {self.safe_url} failed: {_last_error_line(err)}")
         return _parse_name_status(_split_z(raw))
 
+    def merge_base(self, base: str, head: str) -> str | None:
+        """The best common ancestor of two revisions (None when they share none, e.g. unrelated histories)."""
+        base_sha, head_sha = self._require_commit(base), self._require_commit(head)
+        status, out, err = self._read(["merge-base", base_sha, head_sha])
+        if status == 1:
+            return None
+        if status != 0:
+            raise GitError(f"merge-base of {base} and {head} in {self.safe_url} failed: {_last_error_line(err)}")
+        return out.strip() or None
+
+    def pull_request_changes(self, base: str, head: str) -> list[Change]:
+        """What a pull request changes: `head` against its merge base with `base` (as the providers show it), not
+        against `base` itself, so commits landed on the base since the branch began are not counted. Every file
+        of `head` when they share no history."""
+        return self.changes(self.merge_base(base, head), head)
+
     def archive(self, rev: str, dest: Path) -> None:
         """Write `git archive --format=tar.gz` of the whole tree of `rev` to `dest`, atomically.
 

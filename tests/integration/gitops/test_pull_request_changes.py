@@ -1,0 +1,67 @@
+"""A pull request's affected layers from our own mirror (issue 15 item 2): head against its merge base with the
+base branch, whatever the number of files, with the push relevance rules, and the layers downstream of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from burrito_py.gitops import GitMirror
+from burrito_py.gitops.testing import make_repo, run_git
+from burrito_py.pullrequests.affected import affected_layers
+
+REPO = ("team-a", "infra")
+
+
+def layer(name: str, path: str, *, branch: str = "main", triggers: tuple[str, ...] = (),
+          depends: tuple[str, ...] = (), repository: str = "infra") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"repository": {"name": repository}, "branch": branch, "path": path,
+                     "additionalTriggerPaths": list(triggers), "dependsOn": [{"name": d} for d in depends]}}
+
+
+def test_five_thousand_files_and_every_rule(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "work")
+    repo.commit({**{f"layers/{n}/main.tf": f"# {n}\n" for n in ("bulk", "net", "db", "moved", "late", "quiet")},
+                 "modules/vpc/main.tf": "# vpc\n"}, "the layers")
+    repo.branch("feature")
+    repo.checkout("feature")
+    bulk = {f"layers/bulk/files/f{i:04d}.tf": f"# {i}\n" for i in range(5000)}
+    repo.commit({**bulk, "modules/vpc/main.tf": "# vpc v2\n"}, "5,000 files and a module")
+    run_git(repo.path, "mv", "layers/moved/main.tf", "elsewhere.tf")
+    run_git(repo.path, "commit", "-q", "-m", "a file moved out of a layer")
+    head = repo.head
+    repo.checkout("main")
+    repo.commit({"layers/late/main.tf": "# landed on main after the branch began\n"}, "unrelated")
+
+    mirror = GitMirror(tmp_path / "cache", repo.url)
+    mirror.fetch()
+    changes = mirror.pull_request_changes("main", head)
+    assert len(changes) == 5002  # the 5,000, the module, the rename (the commit on main is not counted)
+
+    layers = [
+        layer("bulk", "layers/bulk"),
+        layer("net", "layers/net", triggers=("modules/vpc",)),  # through a trigger path
+        layer("moved", "layers/moved"),  # a file renamed out of it
+        layer("late", "layers/late"),  # changed on main only: not the pull request's
+        layer("quiet", "layers/quiet"),
+        layer("db", "layers/db", depends=("net",)),  # downstream of net
+        layer("app", "layers/quiet", depends=("db",)),  # downstream of db, transitively
+        layer("bulk-prod", "layers/bulk", branch="production"),  # another base branch
+        layer("other-repo", "layers/bulk", repository="platform"),
+    ]
+    affected = affected_layers(changes, layers, REPO, "main")
+    assert affected.layers == (("team-a", "bulk"), ("team-a", "moved"), ("team-a", "net"))
+    assert affected.downstream == (("team-a", "app"), ("team-a", "db"))
+
+
+def test_unrelated_histories_count_every_file(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "work")
+    repo.commit({"layers/a/main.tf": "# a\n"}, "main")
+    run_git(repo.path, "checkout", "-q", "--orphan", "other")
+    run_git(repo.path, "rm", "-rq", "--cached", ".")
+    repo.commit({"layers/b/main.tf": "# b\n"}, "unrelated root")
+    mirror = GitMirror(tmp_path / "cache", repo.url)
+    mirror.fetch()
+    assert mirror.merge_base("main", repo.head) is None
+    assert [c.path for c in mirror.pull_request_changes("main", repo.head)] == ["layers/b/main.tf"]  # all of it
