@@ -48,7 +48,7 @@ class HeldOutputs:
     fingerprints: Mapping[str, str]
 
 
-def read_outputs(raw: bytes) -> HeldOutputs | None:
+def read_outputs(raw: bytes, apply_run: str) -> HeldOutputs | None:
     """`terraform output -json` → values, the sensitive names and a fingerprint per output (None: unreadable)."""
     try:
         document = json.loads(raw)
@@ -59,7 +59,7 @@ def read_outputs(raw: bytes) -> HeldOutputs | None:
     values = {str(name): output["value"] for name, output in document.items()}
     sensitive = frozenset(str(name) for name, output in document.items() if output.get("sensitive"))
     fingerprints = {name: fingerprint(value) for name, value in values.items()}
-    return HeldOutputs("", values, sensitive, fingerprints)
+    return HeldOutputs(apply_run, values, sensitive, fingerprints)
 
 
 def fingerprint(value: Any) -> str:
@@ -150,11 +150,10 @@ async def held_outputs(ctx: Context, upstream: Mapping[str, Any]) -> HeldOutputs
     except (DatastoreError, ValueError) as exc:
         log.warning("layer %s/%s: cannot read the outputs of apply %s: %s", *key, apply_run, exc)
         return None
-    parsed = read_outputs(raw)
-    if parsed is None:
+    held = read_outputs(raw, apply_run)
+    if held is None:
         log.warning("layer %s/%s: the outputs of apply %s are unreadable", *key, apply_run)
         return None
-    held = HeldOutputs(apply_run, parsed.values, parsed.sensitive, parsed.fingerprints)
     ctx.outputs.put(key, held)
     return held
 
@@ -168,10 +167,11 @@ async def dependency_snapshot(ctx: Context, layer: Mapping[str, Any]) -> Depende
         return None
     upstreams: dict[Key, UpstreamView] = {}
     missing_outputs = False
+    allowed = ctx.settings.allow_cross_namespace_dependencies
     for dep in deps:
         body = ctx.inventory.layers.get(dep.upstream)
-        if body is None:
-            continue
+        if body is None or (dep.upstream[0] != key[0] and not allowed):
+            continue  # a refused namespace's outputs are not even read
         outputs = await held_outputs(ctx, body) if _reads_outputs(dep) else None
         missing_outputs = missing_outputs or (_reads_outputs(dep) and outputs is None and _applied(body))
         upstreams[dep.upstream] = upstream_view(body, layer, outputs)
@@ -184,7 +184,7 @@ async def dependency_snapshot(ctx: Context, layer: Mapping[str, Any]) -> Depende
         dependencies=deps,
         upstreams=upstreams,
         cycle=ctx.inventory.layers.cycle_through(key),
-        cross_namespace_allowed=ctx.settings.allow_cross_namespace_dependencies,
+        cross_namespace_allowed=allowed,
         salt=str(layer["metadata"].get("uid") or ""),
     )
 

@@ -122,10 +122,6 @@ class DependencyVerdict:
     # The upstream applies whose outputs the digest is of: the values handed over must come from these.
     consumed: tuple[tuple[Key, str | None], ...] = field(default=())
 
-    @property
-    def blocked(self) -> bool:
-        return not self.plan_allowed
-
 
 def _fmt(key: Key) -> str:
     return "/".join(key)

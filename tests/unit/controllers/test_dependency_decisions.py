@@ -3,6 +3,7 @@ does with them (docs/architecture.md §5.11)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
+from burrito_py.controllers.dependencies import fingerprint, read_outputs
 from burrito_py.controllers.dependency_decisions import (
     Dependency,
     DependencySnapshot,
@@ -293,3 +295,13 @@ def test_a_dependent_never_applies_before_its_upstream(actions: list[str]) -> No
             elif running[name] == "apply":
                 applied[name] = planned[name]
             running[name] = None
+
+
+def test_outputs_are_read_with_their_sensitivity_and_fingerprinted() -> None:
+    raw = json.dumps({"vpc_id": {"value": "vpc-1", "type": "string", "sensitive": False},
+                      "password": {"value": "hunter2-long", "type": "string", "sensitive": True}}).encode()
+    held = read_outputs(raw, "a-apply-1/1")
+    assert held is not None and held.apply_run == "a-apply-1/1"
+    assert held.values == {"vpc_id": "vpc-1", "password": "hunter2-long"} and held.sensitive == {"password"}
+    assert held.fingerprints["vpc_id"] == fingerprint("vpc-1") and "hunter2" not in repr(held.fingerprints)
+    assert read_outputs(b"not json", "x/1") is None and read_outputs(b'{"a": 1}', "x/1") is None
