@@ -264,3 +264,39 @@ def test_a_cycle_runs_nothing_and_says_so(world: tuple[Platform, TestRepo]) -> N
     settle(platform, "z", "y", "x")
     applies = sorted((r for r in platform.runs() if r["spec"]["action"] == "apply"), key=creation_order)
     assert [r["spec"]["layer"]["name"] for r in applies] == ["z", "y", "x"]
+
+
+BROKEN_TF = """
+terraform {
+  backend "local" {}
+}
+resource "terraform_data" "vpc" {
+  input = var.undeclared
+}
+"""
+
+
+def test_an_upstream_failure_stops_its_subtree_without_runs(world: tuple[Platform, TestRepo]) -> None:
+    platform, repo = world
+    repo.commit({"layers/a/main.tf": BROKEN_TF}, "a broken network")
+    platform.create_layer("a", "infra", "layers/a", auto_apply=True, remediation={"onError": {"maxRetries": 0}})
+    platform.create_layer("b", "infra", "layers/b", auto_apply=True,
+                          dependsOn=[{"name": "a", "inputs": {"vpc_id": "vpc_id"}}])
+    platform.create_layer("c", "infra", "layers/c", auto_apply=True,
+                          dependsOn=[{"name": "b", "inputs": {"subnet_id": "subnet_id"}}])
+    platform.wait_state("a", "MaxRetriesReached", 90)
+
+    def reason(layer: str) -> str | None:
+        conditions = (platform.layer(layer).get("status") or {}).get("conditions") or ()
+        return next((c["reason"] for c in conditions if c["type"] == "DependenciesSatisfied"), None)
+
+    waiting(platform, lambda: reason("b") == "UpstreamFailed" and reason("c") == "UpstreamFailed", 30,
+            "the failure to spread to b and c")
+    time.sleep(3)
+    assert platform.runs("b") == [] and platform.runs("c") == []  # no retry storm: nothing runs below a failure
+    assert len(platform.runs("a")) == 1
+
+    # The fix lets the whole stack through, in order.
+    repo.commit({"layers/a/main.tf": network()}, "the network fixed")
+    settle(platform, "a", "b", "c")
+    assert_applied_in_order(platform, ["a", "b", "c"], 0)
