@@ -25,7 +25,6 @@ from burrito_py.api import annotations as ann
 from burrito_py.controllers.dependency_decisions import (
     CONDITION,
     FAILED,
-    Dependency,
     DependencySnapshot,
     DependencyVerdict,
     UpstreamView,
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 15.0
+MOVED_ON = "an upstream applied again while the run was being created"
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,8 +172,8 @@ async def dependency_snapshot(ctx: Context, layer: Mapping[str, Any]) -> Depende
         body = ctx.inventory.layers.get(dep.upstream)
         if body is None or (dep.upstream[0] != key[0] and not allowed):
             continue  # a refused namespace's outputs are not even read
-        outputs = await held_outputs(ctx, body) if _reads_outputs(dep) else None
-        missing_outputs = missing_outputs or (_reads_outputs(dep) and outputs is None and _applied(body))
+        outputs = await held_outputs(ctx, body) if dep.inputs else None
+        missing_outputs = missing_outputs or (bool(dep.inputs) and outputs is None and _applied(body))
         upstreams[dep.upstream] = upstream_view(body, layer, outputs)
     if missing_outputs:
         ctx.wake_layer(key, RETRY_SECONDS)
@@ -187,10 +187,6 @@ async def dependency_snapshot(ctx: Context, layer: Mapping[str, Any]) -> Depende
         cross_namespace_allowed=allowed,
         salt=str(layer["metadata"].get("uid") or ""),
     )
-
-
-def _reads_outputs(dep: Dependency) -> bool:
-    return bool(dep.inputs)
 
 
 def _applied(upstream: Mapping[str, Any]) -> bool:
@@ -210,11 +206,12 @@ def inputs_record(verdict: DependencyVerdict, outputs: Mapping[Key, HeldOutputs]
     return {"digest": verdict.inputs_digest, "variables": variables, "sensitive": sorted(sensitive)}
 
 
-async def put_inputs(ctx: Context, layer: Mapping[str, Any], run: str, verdict: DependencyVerdict) -> bool:
-    """Store the plan run's inputs before the run exists (its runner reads them). False: not now (the held
-    outputs moved on, or the datastore refused): the layer decides again."""
+async def put_inputs(ctx: Context, layer: Mapping[str, Any], run: str, verdict: DependencyVerdict) -> str | None:
+    """Store the plan run's inputs before the run exists (its runner reads them). None when stored (or nothing to
+    store); `MOVED_ON` when an upstream applied again meanwhile (decide again at once); else why the datastore
+    could not take them (names only)."""
     if not verdict.inputs or ctx.datastore is None:
-        return True
+        return None
     from burrito_py.datastore.client import DatastoreError
 
     outputs: dict[Key, HeldOutputs] = {}
@@ -222,7 +219,7 @@ async def put_inputs(ctx: Context, layer: Mapping[str, Any], run: str, verdict: 
         body = ctx.inventory.layers.get(upstream)
         held = await held_outputs(ctx, body) if body is not None else None
         if held is None or held.apply_run != apply_run:
-            return False
+            return MOVED_ON
         outputs[upstream] = held
     record = inputs_record(verdict, outputs)
     namespace, name = key_of(layer)
@@ -231,5 +228,5 @@ async def put_inputs(ctx: Context, layer: Mapping[str, Any], run: str, verdict: 
                                 json.dumps(record, sort_keys=True).encode())
     except DatastoreError as exc:
         log.warning("layer %s/%s: cannot store the inputs of run %s: %s", namespace, name, run, exc)
-        return False
-    return True
+        return f"the upstream outputs for run {run} could not be stored in the datastore: {exc}"
+    return None

@@ -135,8 +135,8 @@ class LayerStore(Store):
         return self._upstreams.get(key, ())
 
     def dependents_of(self, key: Key) -> tuple[Key, ...]:
-        """Layers (held) whose dependsOn names `key`, sorted."""
-        return tuple(sorted(k for k in self._dependents.get(key, ()) if self.get(k) is not None))
+        """Layers (held: a forgotten layer leaves the index) whose dependsOn names `key`, sorted."""
+        return tuple(sorted(self._dependents.get(key, ())))
 
     def cycle_through(self, key: Key) -> tuple[Key, ...] | None:
         return find_cycle(key, self._upstreams)

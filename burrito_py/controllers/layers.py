@@ -21,7 +21,7 @@ from burrito_py.controllers.admission import Window
 from burrito_py.controllers.conditions import Cond, merge_conditions
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.crd_guard import LAYER_CRD, cached_owners, crd_deletion, look_fresh
-from burrito_py.controllers.dependencies import dependency_snapshot, put_inputs
+from burrito_py.controllers.dependencies import MOVED_ON, RETRY_SECONDS, dependency_snapshot, put_inputs
 from burrito_py.controllers.dependency_decisions import DependencyVerdict, judge_dependencies
 from burrito_py.controllers.destroy_decisions import (
     DESTROY_FINALIZER,
@@ -502,8 +502,13 @@ async def _create_run(ctx: Context, layer: Body, create: CreateRun, runs: Sequen
     meta = layer["metadata"]
     newest = runs[0]["metadata"]["name"] if runs else None
     name = run_name(layer, create, newest, (meta.get("annotations") or {}).get(ann.SYNC_NOW))
-    if create.inputs_digest and deps is not None and not await put_inputs(ctx, layer, name, deps):
-        ctx.wake_layer((meta["namespace"], meta["name"]), 5.0)
+    problem = await put_inputs(ctx, layer, name, deps) if create.inputs_digest and deps is not None else None
+    if problem is not None:
+        # The run would start without its variables: none is created. A datastore refusal is told on the layer
+        # (and retried at the outputs' pace); an upstream that applied meanwhile is simply decided again.
+        if problem != MOVED_ON:
+            await post_event(ctx.kube, layer, "Warning", "InputsNotStored", problem)
+        ctx.wake_layer((meta["namespace"], meta["name"]), 1.0 if problem == MOVED_ON else RETRY_SECONDS)
         return None
     try:
         return await ctx.kube.create(crd_path("terraformruns", meta["namespace"]), run_body(layer, create, name))

@@ -362,12 +362,8 @@ class Runner:
             variables, sensitive = parse_inputs(raw, digest)
         except VariablesError as exc:
             raise RunnerError(str(exc)) from None
-        for name in sensitive:
-            value = variables[name]
-            text = value if isinstance(value, str) else json.dumps(value)
-            if not masker().add(text):
-                _say(f"burrito-py: warning: input {name} is shorter than {MIN_LENGTH} characters and is not masked "
-                     "in the log")
+        self.mask({name: variables[name] if isinstance(variables[name], str) else json.dumps(variables[name])
+                   for name in sensitive}, "sensitive input(s)")
         _say(f"burrito-py: inputs {', '.join(sorted(variables)) or '(none)'} from upstream layers ({digest})")
         return variables
 
@@ -407,16 +403,20 @@ class Runner:
         import binascii
 
         data = obj.get("data") or {}
-        short = []
+        values = {}
         for key, encoded in (data.items() if isinstance(data, Mapping) else ()):
             try:
-                value = base64.b64decode(str(encoded), validate=True).decode("utf-8")
+                values[str(key)] = base64.b64decode(str(encoded), validate=True).decode("utf-8")
             except (binascii.Error, UnicodeDecodeError):
                 continue  # not text: never a variable, and terraform never prints it
-            if value and not masker().add(value):
-                short.append(str(key))
+        Runner.mask(values, f"{where} key(s)")
+
+    @staticmethod
+    def mask(values: Mapping[str, str], what: str) -> None:
+        """Mask every value in the log from now on; say which are too short to be masked (names only)."""
+        short = [name for name, value in values.items() if value and not masker().add(value)]
         if short:
-            _say(f"burrito-py: warning: {where} key(s) {', '.join(sorted(short))} are shorter than {MIN_LENGTH} "
+            _say(f"burrito-py: warning: {what} {', '.join(sorted(short))} are shorter than {MIN_LENGTH} "
                  "characters and are not masked in the log")
 
     def mask_secrets_of(self, layer: TerraformLayer) -> None:
