@@ -35,7 +35,7 @@ from burrito_py.datastore.auth import (
     proxied_token,
 )
 from burrito_py.datastore.encryption import EncryptionError
-from burrito_py.datastore.storage import Storage, TooLarge
+from burrito_py.datastore.storage import DeleteFailed, Storage, TooLarge
 from burrito_py.local.paths import pod_path_setting
 
 log = logging.getLogger(__name__)
@@ -395,6 +395,28 @@ def create_app(
             "application/json",
             f"no inputs for {ns}/{layer} run {run}",
         )
+
+    # Everything one run stored (every attempt's plans, logs, outputs, applied record and review, and its inputs):
+    # the controllers throw away a closed pull request's plan runs. Only admins (auth.py, "delete"); 204 whether
+    # or not anything was there, so a retried delete succeeds. Nothing is read, so nothing is decrypted.
+    @api.delete(
+        "/layers/{ns}/{layer}/runs/{run}",
+        status_code=204,
+        responses={
+            **responses,
+            503: {"description": "The token cannot be checked now, or some objects could not be deleted (retry)."},
+        },
+    )
+    async def delete_run(who: Caller, ns: Segment, layer: Segment, run: Segment) -> Response:
+        keys = await storage.list(attempt_prefix(who, "delete", ns, layer, run))
+        try:
+            await storage.delete_many(keys)
+        except DeleteFailed as exc:
+            log.warning("cannot delete %s/%s run %s: %s", ns, layer, run, exc)
+            return _error(503, f"deletion of {ns}/{layer} run {run} is incomplete, retry: {exc}")
+        if keys:
+            log.info("%s deleted %d object(s) of %s/%s run %s", who.username, len(keys), ns, layer, run)
+        return Response(status_code=204)
 
     def sources(who: Principal, action: Action, ns: str, repo: str) -> str:
         prefix = f"sources/{_name('namespace', ns)}/{_name('repository', repo)}"

@@ -25,7 +25,9 @@ from burrito_py.controllers.runner_pod import pod_name
 # "review": the controllers' verdict on a plan (policy and drift), stored beside it. Only the controllers (admin
 # users) write it: a runner executes tenant code and must not be able to forge the verdict on its own plan.
 # "inputs": the upstream outputs a plan run is given (dependencies); only the controllers write them too.
-Action = Literal["read", "write", "review", "inputs"]
+# "delete": throwing away everything one run stored (a closed pull request's plan runs); only the controllers,
+# never a runner, not even the run's own: a compromised runner must not erase the record of what it did.
+Action = Literal["read", "write", "review", "inputs", "delete"]
 
 
 class Unauthenticated(Exception):
@@ -138,6 +140,8 @@ def authorize(principal: Principal, action: Action, target: Target) -> str | Non
         return f"{principal.describe()} may not write plan reviews: only the controllers judge plans"
     if action == "inputs":
         return f"{principal.describe()} may not write a run's inputs: only the controllers pass upstream outputs"
+    if action == "delete":
+        return f"{principal.describe()} may not delete a run's artifacts: only the controllers throw runs away"
     scope = principal.runner
     if scope is None:
         if principal.not_runner:

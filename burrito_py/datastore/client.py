@@ -99,7 +99,7 @@ class DatastoreClient:
 
     # -- transport ------------------------------------------------------------------------------
     def _retry(self, call: Callable[[], T]) -> T:
-        """PUTs and GETs here are idempotent: retry connection errors and 5xx with a short backoff."""
+        """PUTs, GETs and DELETEs here are idempotent: retry connection errors and 5xx with a short backoff."""
         for attempt in range(RETRIES):
             try:
                 return call()
@@ -150,6 +150,15 @@ class DatastoreClient:
 
         try:
             return self._retry(call)
+        except (httpx.TransportError, _ServerError) as exc:
+            raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
+
+    def _delete(self, url: str, what: str) -> None:
+        def call() -> None:
+            self._check(self._http.delete(url), what)
+
+        try:
+            self._retry(call)
         except (httpx.TransportError, _ServerError) as exc:
             raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
@@ -275,6 +284,12 @@ class DatastoreClient:
         except (ValueError, AttributeError):
             raise DatastoreError(f"applied record of {ns}/{layer} run {run} is not valid JSON") from None
         return str(found) if found else None
+
+    def delete_run(self, namespace: str, layer: str, run: str) -> None:
+        """Delete everything the run stored (every attempt's plans, logs, outputs, records, and its inputs), as
+        when a closed pull request's plan runs are thrown away. Only admins (the controllers) may; succeeds
+        when nothing is stored, so a retry after a lost answer is fine."""
+        self._delete(self._run_url(namespace, layer, run, None), f"deletion of {namespace}/{layer} run {run}")
 
     # -- sources --------------------------------------------------------------------------------
     def _exists(self, url: str, what: str) -> bool:

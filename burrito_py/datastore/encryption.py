@@ -19,7 +19,7 @@ import binascii
 import os
 import re
 import struct
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidTag
@@ -181,6 +181,9 @@ class EncryptedStorage:
 
     async def delete(self, key: str) -> None:
         await self.inner.delete(key)
+
+    async def delete_many(self, keys: Iterable[str]) -> None:
+        await self.inner.delete_many(keys)  # nothing is read, so nothing is decrypted
 
     async def list(self, prefix: str) -> list[str]:
         return await self.inner.list(prefix)

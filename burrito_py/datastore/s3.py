@@ -13,16 +13,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import anyio
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
-from burrito_py.datastore.storage import CHUNK, TooLarge, check_key
+from burrito_py.datastore.storage import CHUNK, DeleteFailed, TooLarge, check_key
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -32,6 +32,7 @@ DEFAULT_PART_SIZE = 8 * 1024 * 1024
 # Parts uploading while the next one is read: more overlaps better, each costs a part of memory.
 DEFAULT_CONCURRENCY = 2
 _MISSING = {"404", "NoSuchKey", "NotFound"}
+DELETE_BATCH = 1000  # the most keys one DeleteObjects call takes
 
 
 def make_client(
@@ -154,6 +155,38 @@ class S3Storage:
 
     async def delete(self, key: str) -> None:
         await _in_thread(self.client.delete_object, Bucket=self.bucket, Key=self._key(key))
+
+    async def delete_many(self, keys: Iterable[str]) -> None:
+        """DeleteObjects in batches of at most 1000 keys; a batch that fails, or keys S3 reports as not
+        deleted, do not stop the other batches: DeleteFailed names them all at the end."""
+        targets = [self._key(key) for key in keys]
+
+        def ours(key: str) -> str:  # the datastore's key, as messages name it
+            return key.removeprefix(self.prefix)
+
+        def delete_all() -> list[str]:
+            failed: list[str] = []
+            for start in range(0, len(targets), DELETE_BATCH):
+                batch = targets[start : start + DELETE_BATCH]
+                try:
+                    response = self.client.delete_objects(
+                        Bucket=self.bucket, Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True}
+                    )
+                except ClientError as exc:
+                    failed += [f"{ours(key)} ({_code(exc)})" for key in batch]
+                    continue
+                except BotoCoreError as exc:  # endpoint unreachable and the like, after boto3's own retries
+                    failed += [f"{ours(key)} ({type(exc).__name__})" for key in batch]
+                    continue
+                failed += [
+                    f"{ours(str(error.get('Key', '?')))} ({error.get('Code', 'error')})"
+                    for error in response.get("Errors", [])
+                ]
+            return failed
+
+        failed = await anyio.to_thread.run_sync(delete_all)
+        if failed:
+            raise DeleteFailed(failed, len(targets))
 
     async def list(self, prefix: str) -> list[str]:
         """Keys under the directory-like `prefix` (`a/b` lists `a/b/...`, never `a/bc`); `""` lists all."""

@@ -6,7 +6,7 @@ import os
 import re
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -20,6 +20,15 @@ class TooLarge(Exception):
     def __init__(self, limit: int) -> None:
         super().__init__(f"body exceeds the limit of {limit} bytes")
         self.limit = limit
+
+
+class DeleteFailed(Exception):
+    """Some objects could not be deleted (the others were): deleting again retries just those."""
+
+    def __init__(self, failed: list[str], total: int) -> None:
+        shown = "; ".join(failed[:3]) + ("; ..." if len(failed) > 3 else "")
+        super().__init__(f"{len(failed)} of {total} objects could not be deleted: {shown}")
+        self.failed = failed
 
 
 def check_key(key: str) -> str:
@@ -39,6 +48,11 @@ class Storage(Protocol):
     async def exists(self, key: str) -> bool: ...
 
     async def delete(self, key: str) -> None: ...
+
+    async def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete every key (a missing one is fine); every key is checked before any is deleted. Raises
+        DeleteFailed naming the keys that could not be deleted, after trying them all."""
+        ...
 
     async def list(self, prefix: str) -> list[str]: ...
 
@@ -93,6 +107,35 @@ class FilesystemStorage:
 
     async def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
+
+    async def delete_many(self, keys: Iterable[str]) -> None:
+        """Also removes the directories this leaves empty (never `root`): a deleted run leaves no trace."""
+        paths = [self._path(key) for key in keys]
+
+        def delete_all() -> list[str]:
+            failed: list[str] = []
+            for path in paths:
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as exc:
+                    failed.append(f"{path.relative_to(self.root)} ({exc.strerror or exc})")
+            for directory in sorted({p.parent for p in paths}, key=lambda d: len(d.parts), reverse=True):
+                self._prune(directory)
+            return failed
+
+        failed = await anyio.to_thread.run_sync(delete_all)
+        if failed:
+            raise DeleteFailed(failed, len(paths))
+
+    def _prune(self, directory: Path) -> None:
+        """Remove `directory` and its parents below `root` while they are empty; one holding anything (another
+        run, an upload's temp file) stays."""
+        while directory != self.root and directory.is_relative_to(self.root):
+            try:
+                directory.rmdir()
+            except OSError:  # not empty, or already gone with a sibling's pass: stop here
+                return
+            directory = directory.parent
 
     async def list(self, prefix: str) -> list[str]:
         base = self._path(prefix.rstrip("/"))

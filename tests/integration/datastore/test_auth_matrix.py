@@ -41,10 +41,6 @@ class Call:
     body: bytes | None = None
     headers: tuple[tuple[str, str], ...] = ()
 
-    @property
-    def writes(self) -> bool:
-        return self.method == "PUT"
-
 
 LAYER_TARGETS = {"own-run": ("app", "app-plan-1"), "own-layer": ("app", "app-plan-0"),
                  "other-layer": ("other", "other-plan-1")}
@@ -56,6 +52,9 @@ def calls() -> list[Call]:
     for target, (layer, run) in LAYER_TARGETS.items():
         base = f"/api/v1/layers/{NS}/{layer}/runs/{run}"
         out += [
+            # First: the controller's delete empties the run, and the PUTs below (the seeded bodies) refill it
+            # for the tests that come after the matrix.
+            Call("DELETE run", target, "DELETE", base),
             Call("PUT plan", target, "PUT", f"{base}/attempts/1/plan?format=json", b'{"seeded": true}'),
             Call("GET plan", target, "GET", f"{base}/attempts/1/plan?format=json"),
             Call("GET latest plan", target, "GET", f"{base}/plan?format=json"),
@@ -87,7 +86,7 @@ ENDPOINTS = {c.endpoint for c in CALLS}
 
 
 def success(call: Call) -> int:
-    return 201 if call.writes else 200
+    return {"PUT": 201, "DELETE": 204}.get(call.method, 200)
 
 
 # What each runner may do, spelled out rather than derived: reads of its layer and its layer's repository,
@@ -106,9 +105,9 @@ def expected(identity: str, call: Call) -> int:
     if identity == "controller":
         return success(call)
     if identity in RUNNER_ALLOWED:
-        if call.endpoint in ("PUT review", "PUT inputs"):
-            # The controllers' verdict on a plan, and the upstream outputs a run is given: no runner may write
-            # them, not even its own run's.
+        if call.endpoint in ("PUT review", "PUT inputs", "DELETE run"):
+            # The controllers' verdict on a plan, the upstream outputs a run is given, and throwing a run away:
+            # no runner may, not even for its own run.
             return 403
         return success(call) if (call.target, call.method) in RUNNER_ALLOWED[identity] else 403
     return 403  # stranger, impostor, default-sa-pod, previous-attempt
@@ -126,7 +125,7 @@ IDENTITIES = ["none", "malformed", "garbage", "forged", "expired", "wrong-audien
               "impostor", "default-sa-pod", "previous-attempt", "other-runner", "own-runner", "controller"]
 
 
-def test_the_matrix_covers_every_endpoint_of_the_openapi(platform: AuthPlatform):
+def test_the_matrix_covers_every_endpoint_of_the_openapi(platform: AuthPlatform) -> None:
     paths = httpx.get(f"{platform.url}/openapi.json").json()["paths"]
     operations = {(method.upper(), path) for path, item in paths.items() for method in item
                   if not path.endswith("/healthz")}
@@ -145,7 +144,7 @@ def _template(path: str) -> str:
 
 
 @pytest.mark.parametrize("identity", IDENTITIES)
-def test_auth_matrix(platform: AuthPlatform, identity: str):
+def test_auth_matrix(platform: AuthPlatform, identity: str) -> None:
     headers = authorization(platform, identity)
     got: dict[tuple[str, str], int] = {}
     want: dict[tuple[str, str], int] = {}
@@ -166,7 +165,7 @@ def test_auth_matrix(platform: AuthPlatform, identity: str):
     assert got == want
 
 
-def test_each_401_says_why(platform: AuthPlatform):
+def test_each_401_says_why(platform: AuthPlatform) -> None:
     reasons = {}
     with httpx.Client(base_url=platform.url, timeout=30.0) as http:
         for identity in ("none", "garbage", "forged", "expired", "wrong-audience", "deleted-pod"):
@@ -181,7 +180,7 @@ def test_each_401_says_why(platform: AuthPlatform):
     assert "invalid bearer token" in reasons["forged"] and "invalid bearer token" in reasons["garbage"]
 
 
-def test_403_names_the_caller_and_the_target(platform: AuthPlatform):
+def test_403_names_the_caller_and_the_target(platform: AuthPlatform) -> None:
     response = httpx.put(f"{platform.url}/api/v1/layers/{NS}/other/runs/other-plan-1/attempts/1/plan?format=bin",
                          content=b"evil", headers=authorization(platform, "own-runner"))
     assert response.status_code == 403
@@ -193,12 +192,12 @@ def test_403_names_the_caller_and_the_target(platform: AuthPlatform):
     assert absent.value.status_code == 404
 
 
-def test_health_stays_open(platform: AuthPlatform):
+def test_health_stays_open(platform: AuthPlatform) -> None:
     assert httpx.get(f"{platform.url}/healthz").status_code == 200
     assert httpx.get(f"{platform.url}/api/v1/healthz").status_code == 200
 
 
-def test_the_client_sends_its_token_and_reports_refusals(platform: AuthPlatform):
+def test_the_client_sends_its_token_and_reports_refusals(platform: AuthPlatform) -> None:
     with DatastoreClient(platform.url, token=platform.tokens["own-runner"]) as store:
         assert store.get_plan(NS, "app", "app-plan-0", 1, "json") == b'{"seeded": true}'
         with pytest.raises(DatastoreError) as refused:
@@ -209,7 +208,7 @@ def test_the_client_sends_its_token_and_reports_refusals(platform: AuthPlatform)
     assert missing.value.status_code == 401
 
 
-def test_token_file_is_read_for_each_request(platform: AuthPlatform, tmp_path: Path):
+def test_token_file_is_read_for_each_request(platform: AuthPlatform, tmp_path: Path) -> None:
     """Projected tokens rotate on disk; a long-lived client must send the current one."""
     token_file = tmp_path / "token"
     token_file.write_text(platform.tokens["garbage"] + "\n")
@@ -221,7 +220,7 @@ def test_token_file_is_read_for_each_request(platform: AuthPlatform, tmp_path: P
         assert store.get_logs(NS, "app", "app-plan-1", 1) == b"seeded log\n"
 
 
-def test_reviews_are_cached_and_shared(platform: AuthPlatform):
+def test_reviews_are_cached_and_shared(platform: AuthPlatform) -> None:
     fresh = platform.runner_token("app-plan-1-1")
     forged = platform.tokens["forged"] + "x"  # not yet seen by the cache
     before = token_reviews(platform.api)
@@ -239,7 +238,7 @@ def test_reviews_are_cached_and_shared(platform: AuthPlatform):
     assert token_reviews(platform.api) - before == 2
 
 
-def test_path_traversal_and_bad_segments_are_400_for_every_endpoint(platform: AuthPlatform):
+def test_path_traversal_and_bad_segments_are_400_for_every_endpoint(platform: AuthPlatform) -> None:
     # http.client sends the path as written (httpx would resolve '..' and '.' before sending).
     headers = {"Authorization": f"Bearer {platform.admin_token}"}
     bad = ["..", "%2e%2e", "..%2Fetc", "a%2Fb", "a%5Cb", ".", "a..b", "Bad", "-x", "x_y"]
@@ -267,3 +266,14 @@ def test_path_traversal_and_bad_segments_are_400_for_every_endpoint(platform: Au
     stored = {p.relative_to(platform.data_dir).parts[:3] for p in platform.data_dir.rglob("*") if p.is_file()}
     assert stored <= {("layers", NS, "app"), ("layers", NS, "other"), ("sources", NS, "repo-a"),
                       ("sources", NS, "repo-b")}
+
+
+def test_the_runs_own_runner_may_not_delete_it_and_nothing_is_deleted(platform: AuthPlatform) -> None:
+    """Throwing a run away is the controllers' call: the runner whose pod the run records gets a 403 too."""
+    with DatastoreClient(platform.url, token=platform.tokens["own-runner"]) as runner:
+        with pytest.raises(DatastoreError) as refused:
+            runner.delete_run(NS, "app", "app-plan-1")
+        assert refused.value.status_code == 403
+        assert "may not delete a run's artifacts" in str(refused.value)
+        assert runner.get_plan(NS, "app", "app-plan-1", 1, "json") == b'{"seeded": true}'
+        assert runner.get_inputs(NS, "app", "app-plan-1") == b'{"digest": "sha256:00", "variables": {}}'

@@ -25,34 +25,43 @@ NOBODY = Principal("system:serviceaccount:team:default")
 names = st.sampled_from(["team", "other", "app", "app-plan-1", "app-plan-2", "repo", "infra"])
 
 
-def test_a_runner_reads_its_layer_and_writes_only_its_run():
+def test_a_runner_reads_its_layer_and_writes_only_its_run() -> None:
     assert authorize(RUNNER, "read", LayerArtifacts("team", "app", "app-plan-0")) is None
     assert authorize(RUNNER, "write", LayerArtifacts("team", "app", "app-plan-1")) is None
     reason = authorize(RUNNER, "write", LayerArtifacts("team", "app", "app-plan-0"))
     assert reason is not None and "own run" in reason and "app-plan-0" in reason
 
 
-def test_a_runner_reads_only_its_layers_repository_and_never_writes_sources():
+def test_only_admins_delete_a_run_not_even_its_own_runner() -> None:
+    own = LayerArtifacts("team", "app", "app-plan-1")
+    assert authorize(ADMIN, "delete", own) is None
+    reason = authorize(RUNNER, "delete", own)
+    assert reason is not None and "may not delete" in reason and RUNNER.username in reason
+    reason = authorize(NOBODY, "delete", own)
+    assert reason is not None and "may not delete" in reason
+
+
+def test_a_runner_reads_only_its_layers_repository_and_never_writes_sources() -> None:
     assert authorize(RUNNER, "read", Sources("infra", "repo")) is None
     assert authorize(RUNNER, "read", Sources("team", "repo")) is not None
     reason = authorize(RUNNER, "write", Sources("infra", "repo"))
     assert reason is not None and "may not write" in reason
 
 
-def test_a_runner_of_the_same_layer_name_in_another_namespace_is_refused():
+def test_a_runner_of_the_same_layer_name_in_another_namespace_is_refused() -> None:
     assert authorize(RUNNER, "read", LayerArtifacts("other", "app", "app-plan-1")) is not None
 
 
-@given(st.sampled_from(["read", "write"]), names, names, names)
-def test_admins_may_do_everything_and_unscoped_callers_nothing(action: str, ns: str, a: str, b: str):
+@given(st.sampled_from(["read", "write", "delete"]), names, names, names)
+def test_admins_may_do_everything_and_unscoped_callers_nothing(action: str, ns: str, a: str, b: str) -> None:
     for target in (LayerArtifacts(ns, a, b), Sources(ns, a)):
         assert authorize(ADMIN, action, target) is None  # type: ignore[arg-type]
         reason = authorize(NOBODY, action, target)  # type: ignore[arg-type]
         assert reason is not None and NOBODY.username in reason
 
 
-@given(st.sampled_from(["read", "write"]), names, names, names)
-def test_runner_rights_never_leave_its_layer(action: str, ns: str, layer: str, run: str):
+@given(st.sampled_from(["read", "write", "delete"]), names, names, names)
+def test_runner_rights_never_leave_its_layer(action: str, ns: str, layer: str, run: str) -> None:
     allowed = authorize(RUNNER, action, LayerArtifacts(ns, layer, run)) is None  # type: ignore[arg-type]
     if allowed:
         assert (ns, layer) == ("team", "app")
@@ -64,13 +73,13 @@ def _jwt(claims: object) -> str:
     return f"e30.{body}.c2ln"
 
 
-def test_unverified_expiry_reads_exp_and_tolerates_anything_else():
+def test_unverified_expiry_reads_exp_and_tolerates_anything_else() -> None:
     assert unverified_expiry(_jwt({"exp": 1700000000})) == 1700000000.0
     for token in ("", "a.b", "not-a-token", _jwt([1]), _jwt({"exp": "soon"}), _jwt({"exp": True}), "a.!!!.c"):
         assert unverified_expiry(token) is None
 
 
-def test_token_digest_hides_the_token():
+def test_token_digest_hides_the_token() -> None:
     token = _jwt({"exp": 1})
     assert token not in token_digest(token) and len(token_digest(token)) == 64
     assert token_digest(token) != token_digest(token + "x")
