@@ -20,6 +20,7 @@ the per-layer ones within a fixed budget of calls per update; those left over wa
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ __all__ = [
     "ProviderClient",
     "ProviderError",
     "Published",
+    "body_digest",
     "publish",
 ]
 
@@ -50,9 +52,11 @@ class ProviderError(Exception):
 
 
 class ProviderClient(Protocol):
-    calls: int
+    @property
+    def calls(self) -> int: ...  # API calls made so far (rate-limit retries included)
 
     def list_comments(self) -> dict[str, str]: ...
+    def close(self) -> None: ...
     def create_comment(self, body: str) -> str: ...
     def edit_comment(self, comment_id: str, body: str) -> None: ...
     def set_status(self, sha: str, status: CommitStatus, target_url: str | None) -> None: ...
@@ -130,6 +134,9 @@ class GitHub:
     def calls(self) -> int:
         return self.http.calls
 
+    def close(self) -> None:
+        self.http.close()
+
     def _repo(self) -> str:
         return f"/repos/{quote(self.owner, safe='')}/{quote(self.repo, safe='')}"
 
@@ -175,6 +182,9 @@ class GitLab:
     @property
     def calls(self) -> int:
         return self.http.calls
+
+    def close(self) -> None:
+        self.http.close()
 
     def _mr(self) -> str:
         return f"/projects/{quote(self.project, safe='')}/merge_requests/{self.number}"
@@ -233,13 +243,17 @@ class Published:
     calls: int
 
 
-def publish(client: ProviderClient, marker: str, body: str, known_comment: str | None, known_body: str | None,
+def body_digest(body: str) -> str:
+    return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
+def publish(client: ProviderClient, marker: str, body: str, known_comment: str | None, known_digest: str | None,
             head: str, statuses: Sequence[CommitStatus], sent: Mapping[str, CommitStatus],
             target_url: str | None = None, budget: int = CALL_BUDGET) -> Published:
     """One update: the comment, then the statuses that changed (the aggregate first, always; the others within
     `budget` calls in all).
-    `known_comment`/`known_body`: the comment's id and body as last published (kept on the TerraformPullRequest),
-    so an unchanged body costs no call at all."""
+    `known_comment`/`known_digest`: the comment's id and `body_digest` as last published (kept on the
+    TerraformPullRequest), so an unchanged body costs no call at all."""
     start = client.calls
     comment_id = known_comment
     if comment_id is None:
@@ -250,7 +264,7 @@ def publish(client: ProviderClient, marker: str, body: str, known_comment: str |
         elif found.action == "edit":
             assert comment_id is not None
             client.edit_comment(comment_id, body)
-    elif known_body != body:
+    elif known_digest != body_digest(body):
         client.edit_comment(comment_id, body)
     now = dict(sent)
     pending = sorted(statuses_to_send(statuses, sent), key=lambda s: s.context != AGGREGATE_CONTEXT)

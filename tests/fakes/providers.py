@@ -1,0 +1,118 @@
+"""A fake GitHub, GitLab or Gitea API on loopback: comments (GitHub issue comments, GitLab notes) listed with each
+provider's paging, created and edited; commit statuses; rate limits when asked; every call recorded with its time.
+Answers follow the providers' documented shapes as far as the clients read them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Fake:
+    """One provider's state: comments (id → body), statuses, recorded calls, and rate limits to answer."""
+
+    kind: str
+    comments: dict[int, str] = field(default_factory=dict)
+    statuses: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # time.monotonic() of each call, in order
+    auth: list[str] = field(default_factory=list)
+    limited: int = 0  # answer this many next calls with a rate limit
+    next_id: int = 100
+
+
+def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_: Any) -> None:
+            pass
+
+        def _answer(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _handle(self, method: str) -> None:
+            path = self.path.split("?")[0]
+            query = dict(p.split("=", 1) for p in self.path.split("?")[1].split("&")) if "?" in self.path else {}
+            fake.times.append(time.monotonic())
+            fake.calls.append((method, path))
+            fake.auth.append(self.headers.get("Authorization") or self.headers.get("PRIVATE-TOKEN") or "")
+            if fake.limited:
+                fake.limited -= 1
+                if fake.kind == "github":  # GitHub's secondary limit: 403 with Remaining 0 and Retry-After
+                    return self._answer(403, {"message": "You have exceeded a secondary rate limit"},
+                                        {"X-RateLimit-Remaining": "0", "Retry-After": "1"})
+                return self._answer(429, {"message": "429 Too Many Requests"}, {"Retry-After": "2"})
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else {}
+            if re.fullmatch(r".*/(comments|notes)", path) and method == "GET":
+                items = sorted(fake.comments.items())
+                if fake.kind == "github":
+                    page = int(query.get("page", "1"))
+                    chunk = items[(page - 1) * 2:page * 2]  # two per page: paging is exercised
+                    more = page * 2 < len(items)
+                    next_url = f'<http://{self.headers["Host"]}{path}?page={page + 1}>; rel="next"'
+                    link = {"Link": next_url} if more else {}
+                    return self._answer(200, [{"id": i, "body": b} for i, b in chunk], link)
+                if fake.kind == "gitlab":
+                    page = int(query.get("page", "1"))
+                    chunk = items[(page - 1) * 2:page * 2]
+                    more = {"X-Next-Page": str(page + 1)} if page * 2 < len(items) else {"X-Next-Page": ""}
+                    notes = [{"id": i, "body": b, "system": False} for i, b in chunk]
+                    return self._answer(200, [*notes, {"id": 1, "body": "added 1 commit", "system": True}], more)
+                page, limit = int(query.get("page", "1")), int(query.get("limit", "50"))
+                return self._answer(200, [{"id": i, "body": b} for i, b in items[(page - 1) * limit:page * limit]])
+            if re.fullmatch(r".*/(comments|notes)", path) and method == "POST":
+                fake.next_id += 1
+                fake.comments[fake.next_id] = body["body"]
+                return self._answer(201, {"id": fake.next_id, "body": body["body"]})
+            found = re.fullmatch(r".*/(?:comments|notes)/(\d+)", path)
+            if found and method in ("PATCH", "PUT"):
+                fake.comments[int(found.group(1))] = body["body"]
+                return self._answer(200, {"id": int(found.group(1)), "body": body["body"]})
+            if re.fullmatch(r".*/statuses/[0-9a-f]+", path) and method == "POST":
+                fake.statuses.append({**body, "sha": path.rsplit("/", 1)[1]})
+                return self._answer(201, {"id": len(fake.statuses), **body})
+            return self._answer(404, {"message": "Not Found"})
+
+        def do_GET(self) -> None:
+            self._handle("GET")
+
+        def do_POST(self) -> None:
+            self._handle("POST")
+
+        def do_PATCH(self) -> None:
+            self._handle("PATCH")
+
+        def do_PUT(self) -> None:
+            self._handle("PUT")
+
+    return Handler
+
+
+@contextlib.contextmanager
+def running_fake_provider(kind: str) -> Iterator[tuple[Fake, str]]:
+    """(the fake's state, its base URL). GitLab's API lives under `/api/v4`, Gitea's under `/api/v1`: any prefix
+    is served."""
+    fake = Fake(kind)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler(fake))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
