@@ -63,6 +63,9 @@ RUN_PLAN_SUM = "burrito-py.io/plan-sum"
 LABEL_LAYER = "burrito-py.io/layer"
 LABEL_RUN = "burrito-py.io/run"
 LABEL_COMPONENT = "burrito-py.io/component"
+# On a pull request's plan-only runs: `layer_label(<TerraformPullRequest name>)` (§11.3). They carry no layer
+# label, so the layer controller never counts them among its layer's runs.
+LABEL_PULL_REQUEST = "burrito-py.io/pull-request"
 COMPONENT_RUNNER = "runner"
 # Label values are at most 63 characters; layer names may have up to 253.
 LABEL_VALUE_MAX = 63

@@ -53,6 +53,25 @@ class RepositorySource(ApiModel):
     )
 
 
+class PullRequestSettings(ApiModel):
+    """Plans of pull/merge requests (docs/architecture.md §11.3): off unless enabled."""
+
+    enabled: bool | None = Field(
+        default=None, description="Plan the layers a pull/merge request affects, comment and set commit statuses "
+        "(unset: false)."
+    )
+    api_url: str | None = Field(
+        default=None, pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="The provider's API (e.g. https://github.example/api/v3); unset: derived from the repository "
+        "URL (api.github.com for github.com, https://<host>/api/v4 for GitLab, /api/v1 for Gitea).",
+    )
+    comment_limit: int | None = Field(
+        default=None, ge=4096,
+        description="Largest comment the provider accepts, in characters; unset: GitHub 65536, GitLab 1000000, "
+        "Gitea 65536.",
+    )
+
+
 class TerraformRepositorySpec(ApiModel):
     """Where the code lives; every other field is a default for the repository's layers."""
 
@@ -69,6 +88,9 @@ class TerraformRepositorySpec(ApiModel):
     run_history_policy: RunHistoryPolicy | None = Field(default=None, description="Run history defaults for layers.")
     max_concurrent_runner_pods: int | None = Field(
         default=None, ge=1, description="At most this many runner pods of this repository's layers run at once."
+    )
+    pull_requests: PullRequestSettings | None = Field(
+        default=None, description="Plans of pull/merge requests: one comment and commit statuses per request."
     )
     sync_windows: list[SyncWindow] = Field(
         default_factory=list, description="Windows in which runs of this repository's layers may (not) start."

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from burrito_py.api.common import AGE_COLUMN, ApiModel, Condition, PrinterColumn, Resource, RunAction
 
@@ -53,6 +53,18 @@ class TerraformRunSpec(ApiModel):
         description="Set when a layer with destroyResourcesOnDeletion is being deleted. A plan plans the destruction "
         "of every resource (terraform plan -destroy); an apply applies that destroy plan (always its artifact).",
     )
+    pull_request: str | None = Field(
+        default=None, min_length=1,
+        description="Set on the plan-only runs of a TerraformPullRequest (its name): a plan at the pull request's "
+        "head, under its own Lease, that never takes the state lock, never writes the layer's annotations and is "
+        "never applied.",
+    )
+
+    @model_validator(mode="after")
+    def _pull_request_plans_only(self) -> Self:
+        if self.pull_request is not None and (self.action != "plan" or self.destroy):
+            raise ValueError("a pull request's run (spec.pullRequest) may only be a plan, never an apply or a destroy")
+        return self
 
 
 class Attempt(ApiModel):

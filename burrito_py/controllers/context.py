@@ -14,6 +14,7 @@ from burrito_py.controllers.inventory import Inventory, Key
 from burrito_py.controllers.kube import Kube
 from burrito_py.controllers.notifications import Notifications
 from burrito_py.controllers.policies import PolicyBook
+from burrito_py.controllers.pull_request_decisions import PullRequestMemory
 from burrito_py.controllers.scheduler import Scheduler
 from burrito_py.controllers.settings import ControllerSettings
 
@@ -32,9 +33,11 @@ class Context:
     policies: PolicyBook = field(default_factory=PolicyBook)  # the plan policies (plan_review.py)
     notifications: Notifications = field(default_factory=Notifications)  # notifiers and deliveries
     outputs: OutputsCache = field(default_factory=OutputsCache)  # upstream outputs (dependencies.py)
+    pull_request_memory: PullRequestMemory = field(default_factory=PullRequestMemory)  # pull_requests.py
     layers: Scheduler[Key] | None = None
     runs: Scheduler[Key] | None = None
     repositories: Scheduler[Key] | None = None
+    pull_requests: Scheduler[Key] | None = None
     datastore: DatastoreClient | None = None
     # Set once the initial listing is in the inventory: deciding before that could duplicate runs.
     primed: bool = False
@@ -49,6 +52,10 @@ class Context:
     def wake_run(self, key: Key, after: timedelta | float = 0.0) -> None:
         if self.runs is not None and self.primed:
             self.runs.schedule(key, _seconds(after))
+
+    def wake_pull_request(self, key: Key, after: timedelta | float = 0.0) -> None:
+        if self.pull_requests is not None and self.primed:
+            self.pull_requests.schedule(key, _seconds(after))
 
     def wake_repository(self, key: Key, after: timedelta | float = 0.0) -> None:
         if self.repositories is not None and self.primed:

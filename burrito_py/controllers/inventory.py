@@ -33,12 +33,12 @@ def _newer(candidate: Mapping[str, Any], held: Mapping[str, Any] | None) -> bool
 
 
 class Store:
-    """Objects of one kind, with optional secondary indexes by a label value."""
+    """Objects of one kind, with optional secondary indexes by label values."""
 
-    def __init__(self, index_label: str | None = None) -> None:
+    def __init__(self, index_label: str | None = None, *more_labels: str) -> None:
         self._objects: dict[Key, Body] = {}
-        self._index_label = index_label
-        self._by_label: dict[Key, set[str]] = defaultdict(set)
+        self._labels = tuple(label for label in (index_label, *more_labels) if label)
+        self._by_label: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # (label, namespace, value)
 
     def observe(self, body: Mapping[str, Any]) -> bool:
         """Keep `body` if it is newer than what we hold; True when it was kept."""
@@ -47,34 +47,37 @@ class Store:
         if not _newer(body, held):
             return False
         self._objects[key] = dict(body)
-        if self._index_label:
-            if held is not None:
-                self._unindex(key, held)
-            value = (body["metadata"].get("labels") or {}).get(self._index_label)
-            if value:
-                self._by_label[(key[0], value)].add(key[1])
+        if held is not None:
+            self._unindex(key, held)
+        labels = body["metadata"].get("labels") or {}
+        for label in self._labels:
+            if labels.get(label):
+                self._by_label[(label, key[0], labels[label])].add(key[1])
         return True
 
     def forget(self, body: Mapping[str, Any]) -> None:
         key = key_of(body)
         held = self._objects.pop(key, None)
-        if held is not None and self._index_label:
+        if held is not None:
             self._unindex(key, held)
 
     def _unindex(self, key: Key, held: Mapping[str, Any]) -> None:
-        value = (held["metadata"].get("labels") or {}).get(self._index_label or "")
-        if value:
-            names = self._by_label.get((key[0], value))
+        labels = held["metadata"].get("labels") or {}
+        for label in self._labels:
+            index = (label, key[0], labels.get(label) or "")
+            names = self._by_label.get(index)
             if names is not None:
                 names.discard(key[1])
                 if not names:
-                    del self._by_label[(key[0], value)]
+                    del self._by_label[index]
 
     def get(self, key: Key) -> Body | None:
         return self._objects.get(key)
 
-    def by_label(self, namespace: str, value: str) -> list[Body]:
-        return [self._objects[(namespace, name)] for name in self._by_label.get((namespace, value), ())]
+    def by_label(self, namespace: str, value: str, label: str | None = None) -> list[Body]:
+        """Objects of `namespace` whose `label` (default: the first indexed) has `value`."""
+        index = (label or self._labels[0], namespace, value)
+        return [self._objects[(namespace, name)] for name in self._by_label.get(index, ())]
 
     def __iter__(self) -> Iterator[Body]:
         return iter(list(self._objects.values()))
@@ -157,8 +160,9 @@ class Inventory:
     def __init__(self) -> None:
         self.repositories = Store()
         self.layers = LayerStore()
-        self.runs = Store(index_label=ann.LABEL_LAYER)
+        self.runs = Store(ann.LABEL_LAYER, ann.LABEL_PULL_REQUEST)
         self.pods = Store(index_label=ann.LABEL_RUN)
+        self.pull_requests = Store()
         self._deleted_pods: OrderedDict[Key, frozenset[str]] = OrderedDict()
 
     def forget_pod(self, body: Mapping[str, Any]) -> None:
@@ -174,6 +178,11 @@ class Inventory:
         """Whether the watch saw pod `name` of `run` deleted (not a same-named pod of another run)."""
         owners = self._deleted_pods.get((namespace, name))
         return owners is not None and str(run["metadata"].get("uid")) in owners
+
+    def runs_of_pull_request(self, namespace: str, name: str) -> list[Body]:
+        """A pull request's plan-only runs (the label holds `layer_label(name)`; spec.pullRequest confirms it)."""
+        return [run for run in self.runs.by_label(namespace, ann.layer_label(name), ann.LABEL_PULL_REQUEST)
+                if (run.get("spec") or {}).get("pullRequest") == name]
 
     def runs_of_layer(self, namespace: str, layer: str) -> list[Body]:
         """Newest first: creation time, then our sub-second creation stamp, then name.

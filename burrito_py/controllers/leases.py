@@ -21,13 +21,17 @@ def _micro_now() -> str:
     return utcnow().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def layer_lease_name(layer: Mapping[str, Any]) -> str:
+def layer_lease_name(layer: Mapping[str, Any], run: Mapping[str, Any] | None = None) -> str:
+    """The Lease guarding the layer's state; a pull request's plan-only run takes one of its own (per pull request
+    and layer): it never takes the state lock (§11.3), so it never blocks, nor waits for, the branch's runs."""
     spec = layer.get("spec") or {}
     repo = spec.get("repository") or {}
     namespace = layer["metadata"]["namespace"]
-    return lease_name(
-        lock_key(repo.get("namespace") or namespace, repo.get("name", ""), spec.get("path", ""), spec.get("lockKey"))
-    )
+    key = lock_key(repo.get("namespace") or namespace, repo.get("name", ""), spec.get("path", ""), spec.get("lockKey"))
+    pull_request = ((run or {}).get("spec") or {}).get("pullRequest")
+    if pull_request:
+        key = "\x00".join((key, "pull-request", pull_request))
+    return lease_name(key)
 
 
 def _lease_body(name: str, namespace: str, run: Mapping[str, Any], resource_version: str | None) -> dict[str, Any]:
@@ -53,7 +57,7 @@ def _lease_body(name: str, namespace: str, run: Mapping[str, Any], resource_vers
 async def acquire(kube: Kube, layer: Mapping[str, Any], run: Mapping[str, Any], holder_of: HolderLookup) -> str | None:
     """Take the layer's lease for `run`. Returns None when acquired, else who holds it."""
     namespace = layer["metadata"]["namespace"]
-    name = layer_lease_name(layer)
+    name = layer_lease_name(layer, run)
     run_name = run["metadata"]["name"]
     for _ in range(3):  # lose a race → look again
         lease = await kube.get(path(COORDINATION, LEASES, namespace, name))
@@ -78,10 +82,11 @@ async def acquire(kube: Kube, layer: Mapping[str, Any], run: Mapping[str, Any], 
     return "(contended)"
 
 
-async def release(kube: Kube, layer: Mapping[str, Any], run_name: str) -> None:
-    """Delete the lease if `run_name` still holds it (precondition on resourceVersion)."""
+async def release(kube: Kube, layer: Mapping[str, Any], run: Mapping[str, Any]) -> None:
+    """Delete the lease if `run` still holds it (precondition on resourceVersion)."""
     namespace = layer["metadata"]["namespace"]
-    lease_path = path(COORDINATION, LEASES, namespace, layer_lease_name(layer))
+    run_name = run["metadata"]["name"]
+    lease_path = path(COORDINATION, LEASES, namespace, layer_lease_name(layer, run))
     lease = await kube.get(lease_path)
     if lease is None or (lease.get("spec") or {}).get("holderIdentity") != run_name:
         return

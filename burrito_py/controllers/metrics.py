@@ -31,6 +31,11 @@ PLAN_POLICY_VERDICTS = PromCounter(
     "Plans reviewed, by the strictest enforcement level of the policies selecting them (none: no policy) and verdict.",
     ["level", "result"],
 )
+PULL_REQUEST_PROVIDER_CALLS = Histogram(
+    "burrito_py_pull_request_provider_calls",
+    "Provider API calls per pull request update (comment and commit statuses; 0 when nothing changed).",
+    buckets=(0, 1, 2, 3, 5, 10),
+)
 NOTIFICATIONS = PromCounter(
     "burrito_py_notifications_total", "Notifications sent, by target kind, event and result.",
     ["kind", "event", "result"],

@@ -31,6 +31,7 @@ from burrito_py.controllers.forbidden import ForbiddenReporter
 from burrito_py.controllers.inventory import Store, key_of
 from burrito_py.controllers.kube import Kube, KubeError, crd_path, path
 from burrito_py.controllers.layers import reconcile_layer
+from burrito_py.controllers.pull_requests import reconcile_pull_request
 from burrito_py.controllers.repositories import reconcile_repository
 from burrito_py.controllers.repository_decisions import sync_requested
 from burrito_py.controllers.run_decisions import TERMINAL
@@ -107,12 +108,15 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
             "run", lambda key: reconcile_run(context, key), inventory.runs.get))
         context.repositories = Scheduler("repositories", forbidden.wrap(
             "repository", lambda key: reconcile_repository(context, key), inventory.repositories.get))
+        context.pull_requests = Scheduler("pull_requests", forbidden.wrap(
+            "pull request", lambda key: reconcile_pull_request(context, key), inventory.pull_requests.get))
         started = time.monotonic()
         await _prime(context)
         memo["tasks"] = [
             asyncio.create_task(context.layers.run()),
             asyncio.create_task(context.runs.run()),
             asyncio.create_task(context.repositories.run()),
+            asyncio.create_task(context.pull_requests.run()),
             asyncio.create_task(_resync_forever(context)),
             asyncio.create_task(_report_startup(context, started)),
         ]
@@ -187,11 +191,26 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         c = ctx()
         body = observe(c.inventory.runs, event)
         raw = event.get("object") or {}
-        layer = ((raw.get("spec") or {}).get("layer") or {}).get("name")
-        if layer:
-            c.wake_layer(((raw.get("metadata") or {}).get("namespace", ""), layer))
+        spec = raw.get("spec") or {}
+        namespace = (raw.get("metadata") or {}).get("namespace", "")
+        if spec.get("pullRequest"):  # a pull request's plan: the layer never reads it
+            c.wake_pull_request((namespace, spec["pullRequest"]))
+        elif (spec.get("layer") or {}).get("name"):
+            c.wake_layer((namespace, spec["layer"]["name"]))
         if body is not None and _needs_attention(body):
             c.wake_run(key_of(body))
+
+    @kopf.on.event(ann.GROUP, ann.VERSION, "terraformpullrequests", when=owned, registry=registry)
+    async def on_pull_request(event: kopf.RawEvent, **_: Any) -> None:
+        """A new pull request, or a new head or state from a webhook (a spec change); our status writes are not."""
+        if "ctx" not in holder:
+            return
+        c = ctx()
+        raw = event.get("object") or {}
+        previous = c.inventory.pull_requests.get(key_of(raw)) if raw.get("metadata") else None
+        body = observe(c.inventory.pull_requests, event)
+        if body is not None and (previous is None or _generation(previous) != _generation(body)):
+            c.wake_pull_request(key_of(body))
 
     @kopf.on.event(ann.GROUP, ann.VERSION, "terraformplanpolicies", when=owned, registry=registry)
     async def on_plan_policy(event: kopf.RawEvent, **_: Any) -> None:
@@ -319,6 +338,7 @@ async def _prime(ctx: Context) -> None:
             (ctx.inventory.pods, path("v1", "pods", namespace), RUNNER_SELECTOR),
             (ctx.policies.namespaced, crd_path("terraformplanpolicies", namespace), None),
             (ctx.notifications.notifiers, crd_path("terraformnotifiers", namespace), None),
+            (ctx.inventory.pull_requests, crd_path("terraformpullrequests", namespace), None),
         ):
             for item in await _list_served(ctx, resource_path, selector):
                 store.observe(item)
@@ -346,6 +366,8 @@ def _wake_everything(ctx: Context) -> None:
     for run in ctx.inventory.runs:
         if _needs_attention(run):
             ctx.wake_run(key_of(run))
+    for pull_request in ctx.inventory.pull_requests:
+        ctx.wake_pull_request(key_of(pull_request))
 
 
 async def _report_startup(ctx: Context, started: float) -> None:

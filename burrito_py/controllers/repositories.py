@@ -83,7 +83,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             ctx.wake_layer(key_of(layer))
         return
     try:
-        credentials = await _credentials(ctx, namespace, source.get("secretName"), url)
+        credentials = await credentials_of(ctx, namespace, source.get("secretName"), url)
     except CredentialsError as exc:  # messages name the Secret and key only
         await _fail(ctx, repository, branches, "CredentialsInvalid", str(exc), now)
         return
@@ -106,7 +106,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
                 ctx.wake_layer(key_of(layer))
             continue
         head_date = await asyncio.to_thread(mirror.commit_date, head)
-        await _ensure_source(ctx, mirror, namespace, name, head)
+        await ensure_source(ctx, mirror, namespace, name, head)
         patches = await asyncio.to_thread(_branch_patches, mirror, branch_layers, head, head_date)
         for layer, patch in patches:
             await _annotate_layer(ctx, layer, patch)
@@ -114,7 +114,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     await _write_status(ctx, repository, "Synced", entries, Cond("Synced", True, "FetchSucceeded", ""), now)
 
 
-async def _credentials(ctx: Context, namespace: str, secret_name: str | None, url: str) -> GitCredentials | None:
+async def credentials_of(ctx: Context, namespace: str, secret_name: str | None, url: str) -> GitCredentials | None:
     """The git credentials of the repository's Secret; CredentialsError when the Secret cannot give them."""
     if not secret_name:
         return None
@@ -141,7 +141,7 @@ def _branch_entry(branch: str, head: str | None, now: datetime, outcome: str) ->
     return entry
 
 
-async def _ensure_source(ctx: Context, mirror: GitMirror, namespace: str, name: str, revision: str) -> None:
+async def ensure_source(ctx: Context, mirror: GitMirror, namespace: str, name: str, revision: str) -> None:
     """Upload the revision's archive once per tree (sources are content-addressed by tree id)."""
     store = ctx.datastore
     if store is None or await asyncio.to_thread(store.has_source, namespace, name, revision):

@@ -211,7 +211,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
                 ctx.wake_run(key, wait)
                 if pod_surely_absent(started.status):
                     # The Lease is for a Terraform that runs: none does, so others may have the state meanwhile.
-                    await leases.release(ctx.kube, layer, name)
+                    await leases.release(ctx.kube, layer, run)
             else:
                 extra.append(started)
                 ctx.wake_run(key, WAIT_RECHECK)
@@ -219,7 +219,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if refused is not None:
         extra.append(refused)
     if decision.release_lease and status.get("state") not in TERMINAL:
-        await leases.release(ctx.kube, layer, name)
+        await leases.release(ctx.kube, layer, run)
     if decision.requeue_after is not None:
         ctx.wake_run(key, decision.requeue_after)
 
@@ -239,7 +239,11 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         )
         ctx.inventory.runs.observe(updated)
         if state != status.get("state"):
-            ctx.wake_layer(layer_key)
+            pull_request = (run.get("spec") or {}).get("pullRequest")
+            if pull_request:  # a pull request's plan: its pull request shows it; the layer never reads it
+                ctx.wake_pull_request((namespace, pull_request))
+            else:
+                ctx.wake_layer(layer_key)
             if state == "Failed":
                 await post_event(
                     ctx.kube,

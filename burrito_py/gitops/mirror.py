@@ -34,6 +34,9 @@ from burrito_py.gitops.urls import mirror_dir_name, redact, validate_url
 
 DEFAULT_FETCH_TIMEOUT = 600.0
 _HEADS = "refs/heads/"
+# Where each provider publishes a pull/merge request's head (forks included).
+PULL_REQUEST_REFS = {"github": "refs/pull/{number}/head", "gitea": "refs/pull/{number}/head",
+                     "gitlab": "refs/merge-requests/{number}/head"}
 
 # Never wait for a human: with no credentials available git must fail, not prompt on a terminal.
 _NON_INTERACTIVE = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
@@ -126,6 +129,33 @@ class GitMirror:
             status, _, stderr = self._git(git_dir, args, timeout=self.fetch_timeout, use_env=True, extra_env=extra)
         if status != 0:
             raise GitError(self._fetch_failure(scrub(stderr, credentials), credentials))
+
+    def fetch_pull_request(self, provider: str, number: int, head_sha: str,
+                           credentials: GitCredentials | None = None) -> str:
+        """Make a pull request's head commit present in the mirror and return its full sha.
+
+        The provider's own ref for it (`refs/pull/<n>/head` on GitHub and Gitea, `refs/merge-requests/<n>/head` on
+        GitLab) is fetched into `refs/burrito-py/pull/<n>`, outside `refs/heads/`, so the branch fetch's prune
+        never drops it. It also holds the head of a pull request from a fork, which no branch of the repository
+        has. Without that ref (a server that does not publish it), the branches are fetched instead."""
+        if not self.exists():
+            self.fetch(credentials)
+        if not self.has_commit(head_sha):
+            source = PULL_REQUEST_REFS.get(provider, PULL_REQUEST_REFS["github"]).format(number=int(number))
+            args = ["fetch", "--no-tags", "--quiet", self.url, f"+{source}:refs/burrito-py/pull/{int(number)}"]
+            with self._locked(), contextlib.ExitStack() as stack:
+                extra = stack.enter_context(credentials.environment()) if credentials is not None else {}
+                status, _, stderr = self._git(self.path, args, timeout=self.fetch_timeout, use_env=True,
+                                              extra_env=extra)
+            if status != 0:
+                if "couldn't find remote ref" not in stderr.lower():
+                    raise GitError(self._fetch_failure(scrub(stderr, credentials), credentials))
+                self.fetch(credentials)
+        sha = self._peel(head_sha, "commit")
+        if sha is None:
+            raise GitError(f"the head {head_sha} of pull request #{number} is not in {self.safe_url} (a newer push "
+                           "replaced it?)")
+        return sha
 
     def _fetch_failure(self, text: str, credentials: GitCredentials | None) -> str:
         lower = text.lower()

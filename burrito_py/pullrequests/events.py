@@ -41,6 +41,7 @@ class PullRequestEvent:
     head_sha: str
     title: str = ""
     url: str = ""
+    project: str = ""  # how the provider's API names the repository: `owner/repo`, GitLab `group/project`
 
 
 def _get(payload: Mapping[str, Any], dotted: str, kind: type) -> Any:
@@ -67,7 +68,8 @@ def pull_request_event(delivery: Delivery) -> PullRequestEvent | None:
                                 _get(payload, "pull_request.head.ref", str),
                                 _get(payload, "pull_request.head.sha", str),
                                 str((payload.get("pull_request") or {}).get("title") or ""),
-                                str((payload.get("pull_request") or {}).get("html_url") or ""))
+                                str((payload.get("pull_request") or {}).get("html_url") or ""),
+                                _get(payload, "repository.full_name", str))
     if delivery.provider == "gitlab" and delivery.event == "Merge Request Hook":
         attributes = payload.get("object_attributes") or {}
         action = _get(payload, "object_attributes.action", str)
@@ -81,5 +83,6 @@ def pull_request_event(delivery: Delivery) -> PullRequestEvent | None:
                                 _get(payload, "object_attributes.target_branch", str),
                                 _get(payload, "object_attributes.source_branch", str),
                                 _get(payload, "object_attributes.last_commit.id", str),
-                                str(attributes.get("title") or ""), str(attributes.get("url") or ""))
+                                str(attributes.get("title") or ""), str(attributes.get("url") or ""),
+                                _get(payload, "project.path_with_namespace", str))
     return None

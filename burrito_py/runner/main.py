@@ -18,6 +18,10 @@ plan.bin), `plan-run` (`<run>/<attempt>`), `plan-commit` and `plan-summary` anno
 `spec.destroy` (a layer being deleted with destroyResourcesOnDeletion) plans with `-destroy` and adds
 `plan-destroy: "true"`; its apply always applies that destroy plan, even with `applyWithoutPlanArtifact`.
 
+A pull request's plan (`spec.pullRequest` on the run, docs/architecture.md §11.3) is the same plan at the pull
+request's head with `-lock=false`, uploaded the same way under its own run, and writes no annotation: the layer
+never sees it. Such a run may not apply.
+
 Apply: download the plan named by the run's `spec.artifact {run, attempt}` and apply exactly it. When the
 layer's `plan-run` names that same plan, its sha256 must equal the layer's `plan-sum` (else the stored plan is
 not the one that was recorded, and nothing is applied); when the layer has planned again since, the run's
@@ -254,6 +258,9 @@ class Runner:
             raise RunnerError(f"run {env.run} is for layer {run.spec.layer.name}, not {env.layer}")
         if run.spec.action != env.action:
             raise RunnerError(f"run {env.run} is a {run.spec.action} run, but BURRITO_RUNNER_ACTION is {env.action}")
+        pull_request = run.spec.pull_request
+        if pull_request is not None and env.action != "plan":
+            raise RunnerError(f"run {env.run} belongs to pull request {pull_request}: it may only plan")
         revision = run.spec.layer.revision
         if not revision:
             raise RunnerError(f"run {env.run} has no spec.layer.revision")
@@ -286,7 +293,8 @@ class Runner:
 
         annotations: dict[str, str] = {}
         if env.action == "plan" or without_artifact:
-            annotations.update(self.plan(steps, override, revision, destroy=run.spec.destroy))
+            annotations.update(self.plan(steps, override, revision, destroy=run.spec.destroy,
+                                         lock=pull_request is None))
             applied_sum = annotations[ann.PLAN_SUM]
         if env.action == "apply":
             assert applied_sum is not None
@@ -305,6 +313,9 @@ class Runner:
                 self.annotate(annotations)  # the apply happened: the layer must not apply that plan again
                 raise
             annotations[ann.APPLY_RUN] = f"{env.run}/{env.attempt}"
+        if pull_request is not None:  # the plan is the pull request's, kept under the run; the layer's is not touched
+            _say(f"burrito-py: plan for pull request {pull_request} succeeded")
+            return
         self.annotate(annotations)
         _say(f"burrito-py: {env.action} succeeded; layer {env.namespace}/{env.layer} annotated")
 
@@ -472,10 +483,11 @@ class Runner:
         _say(f"burrito-py: applying the plan of run {artifact.run} attempt {artifact.attempt} ({digest})")
         return digest
 
-    def plan(self, steps: Steps, override: OverrideRunnerSpec, revision: str, destroy: bool = False) -> dict[str, str]:
+    def plan(self, steps: Steps, override: OverrideRunnerSpec, revision: str, destroy: bool = False,
+             lock: bool = True) -> dict[str, str]:
         env = self.env
         plan_json, pretty = self.workdir / "plan.json", self.workdir / "plan.txt"
-        steps.plan(self.plan_file, override.extra_plan_args, copy_to=pretty, destroy=destroy)
+        steps.plan(self.plan_file, override.extra_plan_args, copy_to=pretty, destroy=destroy, lock=lock)
 
         def put(fmt: str, data: Path | bytes) -> None:
             self._datastore(self.store.put_plan, env.namespace, env.layer, env.run, env.attempt, fmt, data)

@@ -105,8 +105,11 @@ def init_args(extra: Sequence[str] = ()) -> list[str]:
     return ["init", "-input=false", "-no-color", *extra]
 
 
-def plan_args(plan_file: Path | str, extra: Sequence[str] = (), destroy: bool = False) -> list[str]:
-    return ["plan", "-input=false", "-no-color", *(["-destroy"] if destroy else []), f"-out={plan_file}", *extra]
+def plan_args(plan_file: Path | str, extra: Sequence[str] = (), destroy: bool = False, lock: bool = True) -> list[str]:
+    """`lock=False` for a pull request's plan: a preview that never writes state must not hold the state lock
+    an apply of the branch waits for (nor fail because that apply holds it)."""
+    return ["plan", "-input=false", "-no-color", *(["-destroy"] if destroy else []), *([] if lock else ["-lock=false"]),
+            f"-out={plan_file}", *extra]
 
 
 def show_json_args(plan_file: Path | str) -> list[str]:
@@ -167,10 +170,11 @@ class Steps:
         self._run("init", init_args(extra), init_args(mask(extra)))
 
     def plan(
-        self, plan_file: Path, extra: Sequence[str] = (), copy_to: Path | None = None, destroy: bool = False
+        self, plan_file: Path, extra: Sequence[str] = (), copy_to: Path | None = None, destroy: bool = False,
+        lock: bool = True,
     ) -> None:
         """`copy_to` receives the plan's output as well (the human-readable plan)."""
-        args, shown = plan_args(plan_file, extra, destroy), plan_args(plan_file, mask(extra), destroy)
+        args, shown = plan_args(plan_file, extra, destroy, lock), plan_args(plan_file, mask(extra), destroy, lock)
         self._run("plan", args, shown, copy_to=copy_to)
 
     def show_json(self, plan_file: Path, dest: Path) -> None:

@@ -1,4 +1,5 @@
-"""The server (docs/architecture.md §11): `POST /api/webhook` marks repositories for an immediate fetch; the REST API
+"""The server (docs/architecture.md §11): `POST /api/webhook` marks repositories for an immediate fetch, or writes the
+TerraformPullRequest of a pull/merge request (§11.3); the REST API
 (`burrito_py.server.rest`) lists layers and runs for people and the UI.
 
 A push only annotates the matching TerraformRepositories with `webhook.burrito-py.io/sync-<branch>: <now>`;
@@ -17,10 +18,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.pullrequest import pull_request_name
 from burrito_py.controllers.kube import Kube, KubeError, crd_path, path
 from burrito_py.datastore.auth import Authenticator
 from burrito_py.datastore.client import DatastoreClient
 from burrito_py.gitops.urls import repository_identity
+from burrito_py.pullrequests.events import BadPullRequest, PullRequestEvent, pull_request_event
 from burrito_py.server.settings import ServerSettings
 from burrito_py.server.webhooks import BadDelivery, Delivery, RecentDeliveries, read_delivery, signature_valid
 from burrito_py.timeutil import format_time_precise, utcnow
@@ -106,12 +109,23 @@ class Webhooks:
         return await self._act(delivery, verified)
 
     async def _act(self, delivery: Delivery, repositories: list[dict[str, Any]]) -> JSONResponse:
+        key = f"{delivery.provider}:{delivery.delivery_id}" if delivery.delivery_id else None
         if not delivery.is_push:
-            return _answer(202, ignored=f"{delivery.provider} event {delivery.event!r} is not a push")
+            try:
+                event = pull_request_event(delivery)
+            except BadPullRequest as exc:
+                return _answer(400, error=f"a {delivery.provider} pull request event without what it needs: {exc}")
+            if event is None:
+                return _answer(202, ignored=f"{delivery.provider} event {delivery.event!r} changes no plan")
+            if key is not None and self.recent.seen(key):
+                return _answer(200, duplicate=True, delivery=delivery.delivery_id)
+            answer = await self._pull_request(event, repositories)
+            if key is not None:
+                self.recent.remember(key)
+            return answer
         branch = delivery.branch
         if branch is None:
             return _answer(202, ignored=f"ref {delivery.payload.get('ref')!r} is not a branch")
-        key = f"{delivery.provider}:{delivery.delivery_id}" if delivery.delivery_id else None
         if key is not None and self.recent.seen(key):
             return _answer(200, duplicate=True, delivery=delivery.delivery_id)
         now = format_time_precise(utcnow())
@@ -125,6 +139,47 @@ class Webhooks:
             self.recent.remember(key)
         log.info("webhook: %s push to %s marks %s", delivery.provider, branch, ", ".join(marked))
         return _answer(202, branch=branch, repositories=marked)
+
+
+    async def _pull_request(self, event: PullRequestEvent, repositories: list[dict[str, Any]]) -> JSONResponse:
+        """Create or update the TerraformPullRequest of each repository that plans pull requests. A close or merge
+        of one never seen creates nothing."""
+        written, skipped = [], []
+        for repository in repositories:
+            meta = repository["metadata"]
+            if not (((repository.get("spec") or {}).get("pullRequests") or {}).get("enabled")):
+                skipped.append(_name(repository))
+                continue
+            name = pull_request_name(meta["name"], event.number)
+            spec = {"provider": event.provider, "repository": meta["name"], "project": event.project,
+                    "number": event.number,
+                    "base": event.base, "headBranch": event.head_branch, "headSha": event.head_sha,
+                    "state": {"closed": "closed", "merged": "merged"}.get(event.action, "open"),
+                    "title": event.title[:1024], "url": event.url}
+            resource = crd_path("terraformpullrequests", meta["namespace"], name)
+            if event.action in ("closed", "merged"):
+                try:
+                    await self.kube.merge_patch(resource, {"spec": spec})
+                except KubeError as exc:
+                    if exc.status != 404:
+                        raise
+                    continue
+            else:
+                body = {"apiVersion": f"{ann.GROUP}/{ann.VERSION}", "kind": "TerraformPullRequest",
+                        "metadata": {"name": name, "namespace": meta["namespace"]}, "spec": spec}
+                try:
+                    await self.kube.create(crd_path("terraformpullrequests", meta["namespace"]), body)
+                except KubeError as exc:
+                    if exc.status != 409:
+                        raise
+                    await self.kube.merge_patch(resource, {"spec": spec})
+            written.append(f"{meta['namespace']}/{name}")
+        log.info("webhook: %s pull request #%d %s at %s: %s", event.provider, event.number, event.action,
+                 event.head_sha[:12], ", ".join(written) or "no repository plans pull requests")
+        if not written:
+            return _answer(202, ignored="no matching TerraformRepository has spec.pullRequests.enabled",
+                           repositories=skipped)
+        return _answer(202, pullRequest=event.number, action=event.action, pullRequests=written)
 
 
 def create_app(

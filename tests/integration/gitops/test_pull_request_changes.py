@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from burrito_py.gitops import GitMirror
+from burrito_py.gitops.mirror import GitError
 from burrito_py.gitops.testing import make_repo, run_git
 from burrito_py.pullrequests.affected import affected_layers
 
@@ -65,3 +68,35 @@ def test_unrelated_histories_count_every_file(tmp_path: Path) -> None:
     mirror.fetch()
     assert mirror.merge_base("main", repo.head) is None
     assert [c.path for c in mirror.pull_request_changes("main", repo.head)] == ["layers/b/main.tf"]  # all of it
+
+
+def test_a_pull_request_head_is_fetched_from_the_providers_ref_even_from_a_fork(tmp_path: Path) -> None:
+    """A fork's head is on no branch of the repository: only the provider's pull ref has it. The ref survives the
+    branch fetch's prune; without such a ref (a bare server), the branches are fetched instead."""
+    repo = make_repo(tmp_path / "work")
+    repo.commit({"layers/a/main.tf": "# a\n"}, "main")
+    base = repo.head
+    repo.branch("fork-work")
+    repo.checkout("fork-work")
+    repo.commit({"layers/a/main.tf": "# a, from a fork\n"}, "fork")
+    fork_head = repo.head
+    repo.checkout("main")
+    run_git(repo.path, "update-ref", "refs/pull/7/head", fork_head)
+    run_git(repo.path, "update-ref", "refs/merge-requests/8/head", fork_head)
+    run_git(repo.path, "branch", "-D", "fork-work")
+
+    mirror = GitMirror(tmp_path / "cache", repo.url)
+    assert mirror.fetch_pull_request("github", 7, fork_head) == fork_head  # creates the mirror first
+    mirror.fetch()  # the branch fetch prunes branches, never the pull ref
+    assert mirror.has_commit(fork_head)
+    assert [c.path for c in mirror.pull_request_changes("main", fork_head)] == ["layers/a/main.tf"]
+    gitlab = GitMirror(tmp_path / "cache-gitlab", repo.url)
+    assert gitlab.fetch_pull_request("gitlab", 8, fork_head[:12]) == fork_head
+
+    repo.branch("same-repo")
+    repo.checkout("same-repo")
+    repo.commit({"layers/a/main.tf": "# a, from a branch\n"}, "branch")
+    assert mirror.fetch_pull_request("gitea", 9, repo.head) == repo.head  # no refs/pull/9/head: branches
+    assert base != repo.head
+    with pytest.raises(GitError, match="pull request #10"):
+        mirror.fetch_pull_request("github", 10, "0" * 40)

@@ -54,7 +54,9 @@ def world(apiserver: ApiServer, tmp_path: Path) -> Iterator[tuple[ApiServer, htt
                            "namespace": namespace},
                            "data": {"webhookSecret": base64.b64encode(secret.encode()).decode()}})
         applier.apply({"apiVersion": ann.API_VERSION, "kind": "TerraformRepository",
-                       "metadata": {"name": name, "namespace": namespace}, "spec": {"repository": source}})
+                       "metadata": {"name": name, "namespace": namespace},
+                       "spec": {"repository": source, **({"pullRequests": {"enabled": True}} if namespace == "default"
+                                                         else {})}})
     applier.close()
     settings = ServerSettings(host="127.0.0.1", port=free_port(), kubeconfig=KUBECONFIG_PATH, auth_enabled=False,
                               max_webhook_bytes=4096, datastore_url="http://127.0.0.1:9")
@@ -128,7 +130,7 @@ def test_ignored_and_refused_deliveries(world: tuple[ApiServer, httpx.Client]):
     api, http = world
     body = push("https://github.com/org/infra")
     issues = http.post("/api/webhook", content=body, headers=github(body, "right", "d-4", event="issues"))
-    assert issues.status_code == 202 and "not a push" in issues.json()["ignored"]
+    assert issues.status_code == 202 and "changes no plan" in issues.json()["ignored"]
     tag = push("https://github.com/org/infra", ref="refs/tags/v1")
     tagged = http.post("/api/webhook", content=tag, headers=github(tag, "right", "d-5"))
     assert "not a branch" in tagged.json()["ignored"]
@@ -147,3 +149,53 @@ def test_ignored_and_refused_deliveries(world: tuple[ApiServer, httpx.Client]):
 
     assert http.post("/api/webhook", content=chunks(), headers={"X-GitHub-Event": "push"}).status_code == 413
     assert set(marks(api).values()) == {None}
+
+
+def pull_request(action: str, number: int, sha: str, merged: bool = False) -> bytes:
+    return json.dumps({"action": action, "number": number,
+                       "pull_request": {"number": number, "title": "t", "html_url": "https://x/pr", "merged": merged,
+                                        "base": {"ref": "main"}, "head": {"ref": "feature", "sha": sha}},
+                       "repository": {"clone_url": "https://github.com/org/infra.git", "full_name": "org/infra"}}
+                      ).encode()
+
+
+def test_pull_request_deliveries_write_the_pull_request_of_repositories_that_plan_them(
+    world: tuple[ApiServer, httpx.Client],
+) -> None:
+    """Opened: created (only where spec.pullRequests.enabled); synchronize: a new head; closed: the state; a close
+    of one never seen creates nothing; a redelivery is a duplicate; a payload missing a field is a 400 naming it."""
+    api, http = world
+
+    def prs() -> dict[str, dict[str, Any]]:
+        return {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o["spec"]
+                for o in api.list_objects(ann.API_VERSION, "terraformpullrequests")}
+
+    for secret in ("right", "other"):  # both infra repositories verify one of the two deliveries
+        body = pull_request("opened", 3, "a" * 40)
+        answer = http.post("/api/webhook", content=body, headers=github(body, secret, f"pr-1-{secret}",
+                                                                        event="pull_request"))
+        assert answer.status_code == 202, answer.text
+    assert list(prs()) == ["default/infra-pr-3"]  # team-b's repository does not plan pull requests
+    assert prs()["default/infra-pr-3"] == {"provider": "github", "repository": "infra", "project": "org/infra",
+                                           "number": 3, "base": "main", "headBranch": "feature",
+                                           "headSha": "a" * 40, "state": "open", "title": "t",
+                                           "url": "https://x/pr"}
+    body = pull_request("synchronize", 3, "b" * 40)
+    assert http.post("/api/webhook", content=body, headers=github(body, "right", "pr-2", event="pull_request")
+                     ).status_code == 202
+    again = http.post("/api/webhook", content=body, headers=github(body, "right", "pr-2", event="pull_request"))
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    body = pull_request("closed", 3, "b" * 40, merged=True)
+    http.post("/api/webhook", content=body, headers=github(body, "right", "pr-3", event="pull_request"))
+    assert (prs()["default/infra-pr-3"]["headSha"], prs()["default/infra-pr-3"]["state"]) == ("b" * 40, "merged")
+    body = pull_request("closed", 4, "c" * 40)
+    answer = http.post("/api/webhook", content=body, headers=github(body, "right", "pr-4", event="pull_request"))
+    assert answer.status_code == 202 and "default/infra-pr-4" not in prs()
+    labeled = pull_request("labeled", 3, "b" * 40)
+    answer = http.post("/api/webhook", content=labeled, headers=github(labeled, "right", "pr-5", event="pull_request"))
+    assert answer.status_code == 202 and "changes no plan" in answer.json()["ignored"]
+    broken = json.loads(pull_request("opened", 5, "d" * 40))
+    del broken["pull_request"]["head"]["sha"]
+    raw = json.dumps(broken).encode()
+    answer = http.post("/api/webhook", content=raw, headers=github(raw, "right", "pr-6", event="pull_request"))
+    assert answer.status_code == 400 and "pull_request.head.sha" in answer.json()["error"]

@@ -19,6 +19,7 @@ from burrito_py.api.errors import InvalidSpec
 from burrito_py.api.layer import TerraformLayer
 from burrito_py.api.notifier import TerraformNotifier
 from burrito_py.api.policy import ClusterTerraformPlanPolicy, TerraformPlanPolicy
+from burrito_py.api.pullrequest import TerraformPullRequest
 from burrito_py.api.repository import TerraformRepository
 from burrito_py.api.run import TerraformRun
 
@@ -299,9 +300,24 @@ NOTIFIER: dict[str, Any] = {
     "status": {"lastDelivery": {"event": "DriftDetected", "layer": "db", "time": "2026-11-24T12:00:00Z",
                                 "result": "Delivered"}},
 }
+PULL_REQUEST: dict[str, Any] = {
+    "apiVersion": API_VERSION, "kind": "TerraformPullRequest",
+    "metadata": {"name": "infra-pr-42", "namespace": "platform"},
+    "spec": {"provider": "github", "repository": "infra", "project": "org/infra", "number": 42, "base": "main",
+             "headBranch": "feature",
+             "headSha": "0123456789abcdef0123456789abcdef01234567", "state": "open", "title": "More VPC",
+             "url": "https://github.com/org/infra/pull/42"},
+    "status": {"state": "Planning", "headSha": "0123456789abcdef0123456789abcdef01234567", "progress": "1/2",
+               "layers": [{"namespace": "platform", "name": "vpc", "path": "vpc", "run": "pr42-vpc-0a1b2c3d4e",
+                           "state": "planned", "summary": "Plan: 1 to add, 0 to change, 0 to destroy."},
+                          {"namespace": "platform", "name": "app", "path": "app", "downstream": True}],
+               "comment": {"id": "1001", "digest": "sha256:00"},
+               "statuses": [{"context": "burrito-py", "state": "pending", "description": "planning 1/2 layers…"}]},
+}
 EXAMPLES: dict[type[Resource], dict[str, Any]] = {
     TerraformRepository: REPOSITORY, TerraformLayer: LAYER, TerraformRun: RUN, ApplicationDefinition: DEFINITION,
-    TerraformPlanPolicy: PLAN_POLICY, ClusterTerraformPlanPolicy: CLUSTER_PLAN_POLICY, TerraformNotifier: NOTIFIER}
+    TerraformPlanPolicy: PLAN_POLICY, ClusterTerraformPlanPolicy: CLUSTER_PLAN_POLICY, TerraformNotifier: NOTIFIER,
+    TerraformPullRequest: PULL_REQUEST}
 
 
 def schema_errors(resource: type[Resource], obj: Mapping[str, Any]) -> list[str]:

@@ -29,7 +29,7 @@ def test_chart_crds_are_the_crds_directory_kept_on_uninstall() -> None:
     the keep annotation; their descriptions' `{{ }}` survive templating."""
     crds_dir = CHART_DIR.parents[1] / "crds"
     installed = {o["metadata"]["name"]: o for o in rendered("default") if o["kind"] == "CustomResourceDefinition"}
-    assert len(installed) == len(generate_crds()) == 7
+    assert len(installed) == len(generate_crds()) == 8
     for path in crds_dir.glob("*.yaml"):
         expected = yaml.safe_load(path.read_text())
         got = installed[expected["metadata"]["name"]]

@@ -26,6 +26,8 @@ CONTROLLERS: list[Rule] = [
     (TF, "terraformrepositories/status", "patch", ()),
     (TF, "terraformlayers/status", "patch", ()),
     (TF, "terraformruns/status", "patch", ()),
+    (TF, "terraformpullrequests", "list watch", ()),
+    (TF, "terraformpullrequests/status", "patch", ()),
     (TF, "terraformplanpolicies", "list watch", ()),
     (TF, "terraformnotifiers", "list watch", ()),
 ]
@@ -41,6 +43,7 @@ SERVER: list[Rule] = [
     (TF, "terraformlayers", "get list patch", ()),
     (TF, "terraformrepositories", "get list patch", ()),
     (TF, "terraformruns", "get list", ()),
+    (TF, "terraformpullrequests", "get create patch", ()),
     (TF, "terraformplanpolicies", "get", ()),
     (CORE, "secrets", "get", ()),
     (CORE, "pods", "get", ()),
@@ -168,7 +171,7 @@ def test_runner_rules_match_the_runner_api_calls() -> None:
 def test_rule_counts_per_component() -> None:
     """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
     counts = grants_per_component(rendered("default"), RELEASE)
-    assert counts == {"controllers": 48, "server": 13, "datastore": 4, "runner": 6}
+    assert counts == {"controllers": 51, "server": 16, "datastore": 4, "runner": 6}
 
 
 def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:

@@ -17,7 +17,7 @@ def github(action: str, merged: bool = False, provider: str = "github") -> Deliv
         "action": action, "number": 12,
         "pull_request": {"number": 12, "title": "Bigger db", "html_url": "https://example/pr/12", "merged": merged,
                          "base": {"ref": "main", "sha": "1" * 40}, "head": {"ref": "feature/db", "sha": SHA}},
-        "repository": {"clone_url": "https://example/team/infra.git"}})
+        "repository": {"clone_url": "https://example/team/infra.git", "full_name": "team/infra"}})
 
 
 def gitlab(action: str, oldrev: str | None = None) -> Delivery:
@@ -27,12 +27,14 @@ def gitlab(action: str, oldrev: str | None = None) -> Delivery:
     if oldrev:
         attributes["oldrev"] = oldrev
     return Delivery("gitlab", "Merge Request Hook", "d-2", {"object_kind": "merge_request",
+                                                            "project": {"path_with_namespace": "team/infra"},
                                                             "object_attributes": attributes})
 
 
 def event(provider: str, action: str) -> PullRequestEvent:
     url = "https://example/pr/12" if provider != "gitlab" else "https://example/mr/12"
-    return PullRequestEvent(provider, action, 12, "main", "feature/db", SHA, "Bigger db", url)  # type: ignore[arg-type]
+    return PullRequestEvent(provider, action, 12, "main", "feature/db", SHA, "Bigger db", url,  # type: ignore[arg-type]
+                            "team/infra")
 
 
 @pytest.mark.parametrize(("delivery", "expected"), [

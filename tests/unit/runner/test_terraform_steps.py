@@ -44,6 +44,9 @@ def test_arguments() -> None:
     assert apply_args("/w/plan.bin", ["-parallelism=2"]) == [
         "apply", "-input=false", "-no-color", "-parallelism=2", "/w/plan.bin"]
     assert apply_args("/w/plan.bin") == ["apply", "-input=false", "-no-color", "/w/plan.bin"]
+    # A pull request's plan never takes the state lock.
+    assert plan_args("/w/plan.bin", lock=False) == [
+        "plan", "-input=false", "-no-color", "-lock=false", "-out=/w/plan.bin"]
 
 
 @pytest.mark.parametrize(

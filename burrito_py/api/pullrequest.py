@@ -1,0 +1,131 @@
+"""TerraformPullRequest: one pull/merge request of a repository, planned on its head (docs/architecture.md §11.3).
+
+The server writes `spec` from the provider's webhooks; the pull request controller writes `status`: the layers the
+head affects, each with its plan-only run and how far it has come, the sticky comment it published and the commit
+statuses it sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from burrito_py.api.common import AGE_COLUMN, ApiModel, Condition, PrinterColumn, Resource
+
+__all__ = [
+    "PULL_REQUEST_LAYER_STATES",
+    "PullRequestComment",
+    "PullRequestLayer",
+    "PullRequestLayerState",
+    "PullRequestProvider",
+    "PullRequestState",
+    "SentStatus",
+    "TerraformPullRequest",
+    "TerraformPullRequestSpec",
+    "TerraformPullRequestStatus",
+    "pull_request_name",
+]
+
+PullRequestProvider = Literal["github", "gitlab", "gitea"]
+PullRequestState = Literal["open", "closed", "merged"]
+PullRequestLayerState = Literal["pending", "planning", "planned", "failed"]
+PULL_REQUEST_LAYER_STATES: tuple[PullRequestLayerState, ...] = ("pending", "planning", "planned", "failed")
+SHA_PATTERN = r"^[0-9a-f]{7,64}$"
+
+
+class TerraformPullRequestSpec(ApiModel):
+    """The pull/merge request as its provider last described it."""
+
+    provider: PullRequestProvider = Field(description="github, gitlab or gitea.")
+    repository: str = Field(min_length=1, description="The TerraformRepository (in this namespace).")
+    project: str = Field(
+        min_length=1, description="How the provider's API names the repository: owner/repo (GitHub, Gitea) or "
+        "group/project (GitLab)."
+    )
+    number: int = Field(ge=1, description="The pull request's number (GitLab: the merge request's iid).")
+    base: str = Field(min_length=1, description="The branch it would merge into: the layers following it are planned.")
+    head_branch: str = Field(default="", description="The branch it comes from (informational: forks have their own).")
+    head_sha: str = Field(pattern=SHA_PATTERN, description="The head commit to plan.")
+    state: PullRequestState = Field(default="open", description="open, closed or merged.")
+    title: str = Field(default="", description="Its title.")
+    url: str = Field(default="", description="Its web page.")
+
+
+class PullRequestLayer(ApiModel):
+    """One affected layer and its plan at the head."""
+
+    namespace: str = Field(description="The layer's namespace.")
+    name: str = Field(description="The layer.")
+    path: str = Field(default="", description="Its path in the repository.")
+    downstream: bool = Field(
+        default=False, description="Not changed itself: it depends on a changed layer (shown, not planned)."
+    )
+    run: str | None = Field(default=None, description="The plan-only TerraformRun at the head.")
+    state: PullRequestLayerState = Field(default="pending", description="pending, planning, planned or failed.")
+    summary: str = Field(default="", description="The plan's summary, or why it failed.")
+
+
+class PullRequestComment(ApiModel):
+    """The sticky comment as last published."""
+
+    id: str = Field(description="The provider's id of the comment.")
+    digest: str = Field(description="sha256 of the body published: an unchanged body is not sent again.")
+
+
+class SentStatus(ApiModel):
+    """A commit status sent for the head."""
+
+    context: str = Field(description="burrito-py/<namespace>/<layer>, or burrito-py (the aggregate).")
+    state: Literal["pending", "success", "failure"] = Field(description="pending, success or failure.")
+    description: str = Field(default="", description="What it said.")
+
+
+class TerraformPullRequestStatus(ApiModel):
+    """What the controller made of the pull request."""
+
+    state: Literal["Planning", "Planned", "Failed", "Closed", "Merged"] | None = Field(
+        default=None, description="Planning, Planned (every layer), Failed (a plan failed or was denied), Closed or "
+        "Merged (its runs and artifacts are gone)."
+    )
+    head_sha: str | None = Field(default=None, description="The head the layers below were found and planned at.")
+    progress: str | None = Field(default=None, description="Layers planned (or failed) / layers to plan.")
+    layers: list[PullRequestLayer] = Field(default_factory=list, description="The affected layers, then downstream.")
+    comment: PullRequestComment | None = Field(default=None, description="The sticky comment.")
+    statuses: list[SentStatus] = Field(default_factory=list, description="Commit statuses sent for headSha.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready (the head is fetched and its layers found) and Published."
+    )
+
+
+class TerraformPullRequest(Resource):
+    """A pull/merge request whose affected layers are planned (never applied) on its head."""
+
+    KIND: ClassVar[str] = "TerraformPullRequest"
+    PLURAL: ClassVar[str] = "terraformpullrequests"
+    SINGULAR: ClassVar[str] = "terraformpullrequest"
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("tfpr",)
+    PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
+        PrinterColumn("Provider", "string", ".spec.provider"),
+        PrinterColumn("Number", "integer", ".spec.number"),
+        PrinterColumn("Base", "string", ".spec.base"),
+        PrinterColumn("Head", "string", ".spec.headSha"),
+        PrinterColumn("State", "string", ".status.state"),
+        PrinterColumn("Layers", "string", ".status.progress"),
+        AGE_COLUMN,
+    )
+
+    kind: str = Field(default="TerraformPullRequest", description="TerraformPullRequest.")
+    spec: TerraformPullRequestSpec
+    status: TerraformPullRequestStatus = Field(default_factory=TerraformPullRequestStatus)
+
+
+def pull_request_name(repository: str, number: int) -> str:
+    """`<repository>-pr-<number>`, the one TerraformPullRequest of a pull request (so webhooks find it again); a
+    hash stands in for the end of a repository name too long for it."""
+    name = f"{repository}-pr-{number}"
+    if len(name) <= 253:
+        return name
+    digest = hashlib.sha256(repository.encode()).hexdigest()[:12]
+    return f"{repository[:200].rstrip('-.')}-{digest}-pr-{number}"

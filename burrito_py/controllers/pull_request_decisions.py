@@ -1,0 +1,169 @@
+"""What a TerraformPullRequest needs now (pure; docs/architecture.md §11.3): which plan-only runs to create and to
+discard, its status, and the results its comment and commit statuses are rendered from.
+
+One plan-only run per affected layer and head, with a deterministic name (`run_name`), so a retried create never
+makes a second run and a new head's runs never meet the old head's: those are discarded (their artifacts, then
+the run). A closed or merged pull request discards them all. Downstream layers are listed, never planned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from burrito_py.plans.model import PlanModel
+from burrito_py.pullrequests.affected import Affected
+from burrito_py.pullrequests.comment import LayerResult, PullRequestResults
+from burrito_py.pullrequests.credentials import TokenSource
+
+__all__ = [
+    "PlanOutcome",
+    "PullRequestDecision",
+    "PullRequestMemory",
+    "PullRequestSnapshot",
+    "RunFacts",
+    "decide_pull_request",
+    "run_name",
+]
+
+Key = tuple[str, str]
+Body = dict[str, Any]
+_TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """One of the pull request's runs, as the decision needs it."""
+
+    name: str
+    layer: Key
+    state: str | None  # the run's status.state
+    message: str = ""  # why it failed (its HasSucceeded message)
+    uid: str = ""
+    attempt: int = 0  # its latest attempt (0: none yet)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOutcome:
+    """What a finished run's artifacts say (read once from the datastore)."""
+
+    state: Literal["planned", "failed"]
+    summary: str
+    plan: PlanModel | None = None
+    plan_text: str = ""
+    log_tail: tuple[str, ...] = ()
+    verdict: str | None = None  # the plan policies' verdict, when policies select the layer
+
+
+@dataclass
+class PullRequestMemory:
+    """What the pull request controller keeps between reconciles: finished runs' outcomes (read once; keyed by run
+    uid) and the provider token sources (a GitHub App token is exchanged once, not per update)."""
+
+    outcomes: dict[str, PlanOutcome] = field(default_factory=dict)
+    tokens: dict[tuple[str, ...], TokenSource] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PullRequestSnapshot:
+    name: str
+    namespace: str
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+    layers: Mapping[Key, str]  # the layers that exist now → their path
+    runs: Sequence[RunFacts]  # every run labelled with this pull request
+    outcomes: Mapping[str, PlanOutcome] = field(default_factory=dict)  # run name → outcome, for finished runs
+    affected: Affected | None = None  # found at spec.headSha, when status.headSha is another head
+
+
+@dataclass(frozen=True, slots=True)
+class PullRequestDecision:
+    status: Body  # state, headSha, progress, layers (the executor adds comment, statuses and conditions)
+    create: tuple[tuple[Key, str], ...] = ()  # (layer, run name) at spec.headSha
+    discard: tuple[RunFacts, ...] = ()  # artifacts first, then the run
+    results: PullRequestResults | None = None  # what the comment and statuses say; None once closed
+    needs_affected: bool = False  # the head moved: find its affected layers, then decide again
+
+
+def run_name(pull_request: str, layer: Key, head: str, number: int) -> str:
+    """`pr<n>-<layer>-<hash>`: the same pull request, layer and head always name the same run."""
+    digest = hashlib.sha256("\x00".join((pull_request, *layer, head)).encode()).hexdigest()[:10]
+    return f"pr{number}-{layer[1][:30].rstrip('-.')}-{digest}"
+
+
+def _rows(snap: PullRequestSnapshot, head: str) -> list[Body]:
+    """The layer rows for `head`: those already found for it, else those `affected` found."""
+    if snap.status.get("headSha") == head:
+        return [dict(row) for row in snap.status.get("layers") or ()]
+    assert snap.affected is not None
+    rows: list[Body] = [{"namespace": ns, "name": name, "path": snap.layers.get((ns, name), ""), "state": "pending"}
+                        for ns, name in snap.affected.layers]
+    rows += [{"namespace": ns, "name": name, "path": snap.layers.get((ns, name), ""), "downstream": True,
+              "state": "pending"} for ns, name in snap.affected.downstream]
+    return rows
+
+
+def _result(row: Mapping[str, Any], outcome: PlanOutcome | None) -> LayerResult:
+    state = row.get("state", "pending")
+    return LayerResult(
+        row["namespace"], row["name"], row.get("path", ""), state,
+        plan=outcome.plan if outcome else None, plan_text=outcome.plan_text if outcome else "",
+        log_tail=outcome.log_tail if outcome else (), verdict=outcome.verdict if outcome else None,
+        downstream=bool(row.get("downstream")),
+    )
+
+
+def decide_pull_request(snap: PullRequestSnapshot) -> PullRequestDecision:
+    spec, status = snap.spec, snap.status
+    if spec.get("state") in ("closed", "merged"):
+        closed: Body = {"state": "Closed" if spec["state"] == "closed" else "Merged", "headSha": status.get("headSha"),
+                  "progress": None, "layers": []}
+        return PullRequestDecision(closed, discard=tuple(snap.runs))
+    head = str(spec["headSha"])
+    if status.get("headSha") != head and snap.affected is None:
+        return PullRequestDecision(dict(status), needs_affected=True)
+    number = int(spec["number"])
+    runs = {run.name: run for run in snap.runs}
+    wanted: set[str] = set()
+    create: list[tuple[Key, str]] = []
+    rows: list[Body] = []
+    results: list[LayerResult] = []
+    for row in _rows(snap, head):
+        key = (row["namespace"], row["name"])
+        if key not in snap.layers:
+            continue  # the layer is gone: nothing to plan or show
+        if row.get("downstream"):
+            rows.append({**row, "state": "pending", "summary": ""})
+            results.append(_result(rows[-1], None))
+            continue
+        name = run_name(snap.name, key, head, number)
+        wanted.add(name)
+        run = runs.get(name)
+        outcome = snap.outcomes.get(name)
+        if run is None:
+            create.append((key, name))
+            state, summary = "planning", ""
+        elif run.state in _TERMINAL and outcome is not None:
+            state, summary = outcome.state, outcome.summary
+        elif run.state == "Failed":  # its log is not read yet: the failure is known, its tail will follow
+            state, summary = "failed", run.message
+        else:
+            state, summary = "planning", ""
+        rows.append({**row, "run": name, "state": state, "summary": summary})
+        results.append(_result(rows[-1], outcome if state in ("planned", "failed") else None))
+    own = [row for row in rows if not row.get("downstream")]
+    done = sum(1 for row in own if row["state"] in ("planned", "failed"))
+    denied = any(result.verdict == "Denied" for result in results)
+    if done < len(own):
+        state = "Planning"
+    elif denied or any(row["state"] == "failed" for row in own):
+        state = "Failed"
+    else:
+        state = "Planned"
+    new_status: Body = {"state": state, "headSha": head, "progress": f"{done}/{len(own)}", "layers": rows}
+    discard = tuple(run for run in snap.runs if run.name not in wanted)
+    repository = f"{snap.namespace}/{spec['repository']}"
+    return PullRequestDecision(new_status, tuple(create), discard,
+                               PullRequestResults(repository, number, head, tuple(results)))

@@ -1,0 +1,338 @@
+"""TerraformPullRequest reconcile (docs/architecture.md §11.3): gather one snapshot, decide
+(`pull_request_decisions.decide_pull_request`), then act: discard runs, create runs, write the status, publish the
+comment and commit statuses.
+
+Gathering holds the I/O the decision needs: when the head moved, the head is fetched into the repository's own
+mirror, its source archive stored and its affected layers found (`pullrequests.affected`); a finished run's plan,
+log tail and policy verdict are read from the datastore once (kept in `PullRequestMemory`).
+
+Publishing never blocks planning: a provider that refuses or is down gives `Published=False` and a retry, the
+runs go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers import metrics
+from burrito_py.controllers.conditions import Cond, merge_conditions
+from burrito_py.controllers.context import Context
+from burrito_py.controllers.dependencies import dependency_snapshot, put_inputs
+from burrito_py.controllers.dependency_decisions import judge_dependencies
+from burrito_py.controllers.events import post_event
+from burrito_py.controllers.inventory import Body, Key, key_of
+from burrito_py.controllers.kube import KubeError, crd_path, path
+from burrito_py.controllers.pull_request_decisions import (
+    PlanOutcome,
+    PullRequestDecision,
+    PullRequestSnapshot,
+    RunFacts,
+    decide_pull_request,
+)
+from burrito_py.controllers.repositories import credentials_of, ensure_source, mirror_for
+from burrito_py.gitops.credentials import CredentialsError as GitCredentialsError
+from burrito_py.gitops.mirror import GitError
+from burrito_py.plans.model import PlanFormatError, parse_plan
+from burrito_py.policy.evaluate import evaluate
+from burrito_py.pullrequests.affected import Affected, affected_layers
+from burrito_py.pullrequests.comment import GITEA_LIMIT, GITHUB_LIMIT, GITLAB_LIMIT, LOG_LINES, marker, render
+from burrito_py.pullrequests.credentials import (
+    CredentialsError,
+    TokenSource,
+    client_for,
+    default_api_url,
+    provider_token_source,
+)
+from burrito_py.pullrequests.providers import ProviderError, body_digest, publish
+from burrito_py.pullrequests.statuses import CommitStatus, commit_statuses
+from burrito_py.timeutil import format_time_precise, utcnow
+
+log = logging.getLogger(__name__)
+RETRY_SECONDS = 15.0
+LIMITS = {"github": GITHUB_LIMIT, "gitlab": GITLAB_LIMIT, "gitea": GITEA_LIMIT}
+
+
+async def reconcile_pull_request(ctx: Context, key: Key) -> None:
+    started = time.perf_counter()
+    try:
+        await _reconcile(ctx, key)
+    except Exception:
+        metrics.RECONCILE_ERRORS.labels("pull_request").inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.labels("pull_request").observe(time.perf_counter() - started)
+
+
+def _settings(repository: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return ((repository or {}).get("spec") or {}).get("pullRequests") or {}
+
+
+async def _reconcile(ctx: Context, key: Key) -> None:
+    pull_request = ctx.inventory.pull_requests.get(key)
+    if pull_request is None or pull_request["metadata"].get("deletionTimestamp"):
+        return
+    namespace, name = key
+    spec: Mapping[str, Any] = pull_request.get("spec") or {}
+    status: Mapping[str, Any] = pull_request.get("status") or {}
+    repository = ctx.inventory.repositories.get((namespace, str(spec.get("repository") or "")))
+    runs = [_facts(run) for run in ctx.inventory.runs_of_pull_request(namespace, name)]
+    layers = {key_of(layer): str((layer.get("spec") or {}).get("path") or "")
+              for layer in ctx.inventory.layers if not layer["metadata"].get("deletionTimestamp")}
+    open_ = spec.get("state", "open") == "open"
+    ready: Cond | None = None
+    if open_ and (repository is None or not _settings(repository).get("enabled")):
+        why = (f"TerraformRepository {namespace}/{spec.get('repository')} does not exist" if repository is None
+               else f"TerraformRepository {namespace}/{spec.get('repository')} does not plan pull requests "
+               "(spec.pullRequests.enabled)")
+        await _write_status(ctx, pull_request, dict(status), Cond("Ready", False, "RepositoryNotReady", why))
+        return
+    snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, await _outcomes(ctx, namespace, runs))
+    decision = decide_pull_request(snap)
+    if decision.needs_affected:
+        assert repository is not None
+        try:
+            affected = await _affected(ctx, repository, spec)
+        except (GitError, GitCredentialsError) as exc:
+            await _write_status(ctx, pull_request, dict(status), Cond("Ready", False, "FetchFailed", str(exc)))
+            ctx.wake_pull_request(key, RETRY_SECONDS)
+            return
+        snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, snap.outcomes, affected)
+        decision = decide_pull_request(snap)
+    if open_:
+        ready = Cond("Ready", True, "HeadFetched", f"layers found at {str(spec.get('headSha'))[:12]}")
+    if not await _discard(ctx, namespace, decision.discard):
+        ctx.wake_pull_request(key, RETRY_SECONDS)
+    for layer_key, run in decision.create:
+        if not await _create_run(ctx, pull_request, layer_key, run):
+            ctx.wake_pull_request(key, RETRY_SECONDS)
+    new_status: Body = {**status, **decision.status}
+    published: Cond | None = None
+    if decision.results is not None and repository is not None:
+        published = await _publish(ctx, pull_request, repository, decision, new_status)
+        if not published.status:
+            ctx.wake_pull_request(key, RETRY_SECONDS)
+    await _write_status(ctx, pull_request, new_status, ready, published)
+
+
+def _facts(run: Mapping[str, Any]) -> RunFacts:
+    spec, status = run.get("spec") or {}, run.get("status") or {}
+    layer = spec.get("layer") or {}
+    message = next((str(c.get("message") or "") for c in status.get("conditions") or ()
+                    if c.get("type") == "HasSucceeded"), "")
+    return RunFacts(run["metadata"]["name"], (layer.get("namespace") or run["metadata"]["namespace"],
+                                              str(layer.get("name") or "")), status.get("state"), message,
+                    uid=str(run["metadata"].get("uid") or ""),
+                    attempt=len(status.get("attempts") or ()))
+
+
+async def _affected(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str, Any]) -> Affected:
+    """Fetch the head into the repository's mirror, store its source archive, and find what it affects."""
+    meta = repository["metadata"]
+    source = (repository.get("spec") or {}).get("repository") or {}
+    credentials = await credentials_of(ctx, meta["namespace"], source.get("secretName"), source.get("url", ""))
+    mirror = mirror_for(ctx.settings.git_cache_dir, meta["namespace"], meta["name"], source.get("url", ""))
+    head = await asyncio.to_thread(mirror.fetch_pull_request, str(spec["provider"]), int(spec["number"]),
+                                   str(spec["headSha"]), credentials)
+    if mirror.resolve(str(spec["base"])) is None:  # the base branch may be one no layer follows yet
+        await asyncio.to_thread(mirror.fetch, credentials)
+    changes = await asyncio.to_thread(mirror.pull_request_changes, str(spec["base"]), head)
+    await ensure_source(ctx, mirror, meta["namespace"], meta["name"], head)
+    return affected_layers(changes, list(ctx.inventory.layers), (meta["namespace"], meta["name"]), str(spec["base"]))
+
+
+async def _outcomes(ctx: Context, namespace: str, runs: Sequence[RunFacts]) -> dict[str, PlanOutcome]:
+    """Each finished run's outcome, read once from the datastore (a run that cannot be read yet is left out and
+    shown as planning or failed until it can)."""
+    memory = ctx.pull_request_memory
+    found: dict[str, PlanOutcome] = {}
+    for run in runs:
+        if run.state not in ("Succeeded", "Failed") or run.attempt < 1:
+            continue
+        held = memory.outcomes.get(run.uid)
+        if held is None:
+            held = await _read_outcome(ctx, run)
+            if held is None:
+                continue
+            memory.outcomes[run.uid] = held
+        found[run.name] = held
+    return found
+
+
+async def _read_outcome(ctx: Context, run: RunFacts) -> PlanOutcome | None:
+    from burrito_py.datastore.client import DatastoreError
+
+    if ctx.datastore is None:
+        return None
+    namespace, layer = run.layer
+    store = ctx.datastore
+    try:
+        if run.state == "Failed":
+            raw = await asyncio.to_thread(store.get_logs, namespace, layer, run.name, run.attempt)
+            tail = tuple(raw.decode(errors="replace").rstrip("\n").splitlines()[-LOG_LINES:])
+            return PlanOutcome("failed", run.message or "the plan failed", log_tail=tail)
+        raw_json = await asyncio.to_thread(store.get_plan, namespace, layer, run.name, run.attempt, "json")
+        pretty = await asyncio.to_thread(store.get_plan, namespace, layer, run.name, run.attempt, "pretty")
+        model = await asyncio.to_thread(parse_plan, raw_json)
+    except DatastoreError as exc:
+        log.info("pull request run %s/%s: its artifacts cannot be read yet: %s", namespace, run.name, exc)
+        return None
+    except PlanFormatError as exc:
+        return PlanOutcome("failed", f"the plan JSON is invalid: {exc}")
+    verdict = None
+    body = ctx.inventory.layers.get(run.layer)
+    policies = await ctx.policies.for_layer(ctx.kube, body) if body is not None else []
+    if policies:
+        verdict = (await asyncio.to_thread(functools.partial(
+            evaluate, policies, model, plan_sum=f"pull-request:{run.name}", drift_correction=False))).result
+    return PlanOutcome("planned", model.summary(), model, pretty.decode(errors="replace"), verdict=verdict)
+
+
+async def _discard(ctx: Context, namespace: str, runs: Sequence[RunFacts]) -> bool:
+    """The runs' artifacts, then the runs (their pods go with them). False when something is left for a retry."""
+    from burrito_py.datastore.client import DatastoreError
+
+    done = True
+    for run in runs:
+        try:
+            if ctx.datastore is not None:
+                await asyncio.to_thread(ctx.datastore.delete_run, run.layer[0], run.layer[1], run.name)
+            await ctx.kube.delete(crd_path("terraformruns", namespace, run.name))
+        except (DatastoreError, KubeError) as exc:
+            log.warning("pull request run %s/%s: cannot discard it yet: %s", namespace, run.name, exc)
+            done = False
+            continue
+        ctx.pull_request_memory.outcomes.pop(run.uid, None)
+    return done
+
+
+async def _create_run(ctx: Context, pull_request: Mapping[str, Any], layer_key: Key, name: str) -> bool:
+    """One plan-only run at the head; its upstream outputs first when the layer reads some (§5.11). False when it
+    has to wait (the outputs could not be stored)."""
+    meta, spec = pull_request["metadata"], pull_request.get("spec") or {}
+    layer = ctx.inventory.layers.get(layer_key)
+    if layer is None:
+        return True
+    annotations = {ann.RUN_CREATED_AT: format_time_precise(utcnow())}
+    snapshot = await dependency_snapshot(ctx, layer)
+    verdict = judge_dependencies(snapshot) if snapshot is not None else None
+    if verdict is not None and verdict.inputs_digest is not None and verdict.inputs:
+        if await put_inputs(ctx, layer, name, verdict) is not None:
+            return False
+        annotations[ann.RUN_INPUTS_DIGEST] = verdict.inputs_digest
+    body = {
+        "apiVersion": ann.API_VERSION, "kind": "TerraformRun",
+        "metadata": {
+            "name": name, "namespace": meta["namespace"],
+            "labels": {ann.LABEL_PULL_REQUEST: ann.layer_label(meta["name"])},
+            "annotations": annotations,
+            "ownerReferences": [{"apiVersion": pull_request.get("apiVersion", ann.API_VERSION),
+                                 "kind": "TerraformPullRequest", "name": meta["name"], "uid": meta["uid"],
+                                 "blockOwnerDeletion": True}],
+        },
+        "spec": {"action": "plan", "layer": {"name": layer_key[1], "namespace": layer_key[0],
+                                             "revision": spec["headSha"]},
+                 "pullRequest": meta["name"]},
+    }
+    try:
+        created = await ctx.kube.create(crd_path("terraformruns", meta["namespace"]), body)
+    except KubeError as exc:
+        if exc.status == 409:
+            return True  # a retried create: the name is the run's for this head
+        raise
+    ctx.inventory.runs.observe(created)
+    ctx.wake_run(key_of(created))
+    return True
+
+
+async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Mapping[str, Any],
+                   decision: PullRequestDecision, status: Body) -> Cond:
+    """Render and publish (comment, commit statuses); records what was published into `status`."""
+    assert decision.results is not None
+    spec = pull_request.get("spec") or {}
+    provider = str(spec["provider"])
+    settings = _settings(repository)
+    limit = int(settings.get("commentLimit") or LIMITS[provider])
+    body = render(decision.results, limit)
+    statuses = commit_statuses(decision.results)
+    head = str(spec["headSha"])
+    previous = status.get("statuses") if status.get("headSha") == head else None
+    sent = {s["context"]: CommitStatus(s["context"], s["state"], s.get("description", ""))
+            for s in previous or ()}
+    comment = status.get("comment") or {}
+    if comment.get("digest") == body_digest(body) and all(sent.get(s.context) == s for s in statuses):
+        metrics.PULL_REQUEST_PROVIDER_CALLS.observe(0)  # nothing changed: not a call
+        return Cond("Published", True, "Published", "the comment and statuses are up to date")
+    try:
+        tokens = await _tokens(ctx, repository, provider)
+        api_url = str(settings.get("apiUrl") or default_api_url(
+            provider, str(((repository.get("spec") or {}).get("repository") or {}).get("url") or "")))
+        client = client_for(provider, api_url, str(spec["project"]), int(spec["number"]), tokens)
+    except (CredentialsError, GitCredentialsError, ValueError) as exc:
+        await post_event(ctx.kube, pull_request, "Warning", "PublishFailed", str(exc))
+        return Cond("Published", False, "CredentialsInvalid", str(exc))
+    try:
+        done = await asyncio.to_thread(
+            publish, client, marker(decision.results.repository, decision.results.number), body,
+            comment.get("id"), comment.get("digest"), head, statuses, sent)
+    except ProviderError as exc:
+        return Cond("Published", False, "ProviderError", str(exc))
+    finally:
+        client.close()
+    metrics.PULL_REQUEST_PROVIDER_CALLS.observe(done.calls)
+    status["comment"] = {"id": done.comment_id, "digest": body_digest(body)} if done.comment_id else None
+    status["statuses"] = [{"context": s.context, "state": s.state, "description": s.description}
+                          for s in sorted(done.sent.values(), key=lambda s: s.context)]
+    if any(done.sent.get(s.context) != s for s in statuses):
+        ctx.wake_pull_request(key_of(pull_request), 1.0)  # statuses beyond this update's call budget: next
+    return Cond("Published", True, "Published", "the comment and statuses are up to date")
+
+
+async def _tokens(ctx: Context, repository: Mapping[str, Any], provider: str) -> TokenSource:
+    meta = repository["metadata"]
+    source = (repository.get("spec") or {}).get("repository") or {}
+    secret_name = source.get("secretName")
+    secret = None
+    if secret_name:
+        try:
+            secret = await ctx.kube.get(path("v1", "secrets", meta["namespace"], secret_name))
+        except KubeError as exc:
+            raise CredentialsError(f"cannot read Secret {meta['namespace']}/{secret_name}: {exc.status} "
+                                   f"{exc.reason}") from None
+    version = str(((secret or {}).get("metadata") or {}).get("resourceVersion") or "")
+    api_url = str(_settings(repository).get("apiUrl") or "")
+    cache_key = (meta["namespace"], str(secret_name or ""), version, provider, api_url)
+    held = ctx.pull_request_memory.tokens.get(cache_key)
+    if held is None:
+        url = api_url or default_api_url(provider, str(source.get("url") or ""))
+        held = provider_token_source(secret, provider, url, str(secret_name or ""))
+        ctx.pull_request_memory.tokens[cache_key] = held
+    return held
+
+
+async def _write_status(ctx: Context, pull_request: Mapping[str, Any], status: Body, *conditions: Cond | None
+                        ) -> None:
+    """Write `status` when it differs; conditions not computed this time keep what they said."""
+    old = pull_request.get("status") or {}
+    computed = {c.type: c for c in conditions if c is not None}
+    kept = [Cond(str(c.get("type")), c.get("status") == "True", str(c.get("reason") or ""), str(c.get("message") or ""))
+            for c in old.get("conditions") or () if c.get("type") not in computed]
+    status = {k: v for k, v in status.items() if v is not None}  # unset, as the API stores it
+    status["conditions"] = merge_conditions(old.get("conditions"), [*kept, *computed.values()], utcnow())
+    if status == old:
+        return
+    meta = pull_request["metadata"]
+    try:
+        updated = await ctx.kube.merge_patch(
+            crd_path("terraformpullrequests", meta["namespace"], meta["name"], "status"),
+            {"status": {**{k: None for k in old if k not in status}, **status}})
+    except KubeError as exc:
+        if exc.status == 404:
+            return
+        raise
+    ctx.inventory.pull_requests.observe(updated)

@@ -1,0 +1,279 @@
+"""Issue 15: pull/merge requests planned on their head, one comment kept up to date, commit statuses, and nothing
+left when they close.
+
+Real git (a bare repository with the providers' pull refs), real terraform, the real server receiving signed
+webhooks, and a fake GitHub or GitLab API on loopback recording every call."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import REGISTRY
+
+from burrito_py.api import annotations as ann
+from burrito_py.api.pullrequest import pull_request_name
+from burrito_py.controllers.leases import layer_lease_name
+from burrito_py.datastore.client import DatastoreClient, DatastoreError
+from burrito_py.datastore.testing import free_port
+from burrito_py.gitops.testing import TestRepo, make_bare, run_git
+from burrito_py.pullrequests.comment import marker
+from burrito_py.server.serving import running_server
+from burrito_py.server.settings import ServerSettings
+
+from ..fakes.providers import Fake, running_fake_provider
+from .conftest import Platform, layer_code, running_platform, wait_for
+from .test_git_credentials import put_secret
+
+HOOK_SECRET = "pr-hook-secret"
+API_TOKEN = "provider-api-token-e2e"
+PROJECT = "team/infra"
+BROKEN = 'resource "terraform_data" "this" {\n  input = var.nope\n}\n'
+
+
+@dataclass
+class World:
+    platform: Platform
+    http: httpx.Client
+    fake: Fake
+    repo: TestRepo
+    bare: Path
+    url: str
+    provider: str
+
+    def hook(self, action: str, number: int, head: str, branch: str = "feature") -> float:
+        """Send a signed pull/merge request webhook; returns when it was sent (time.monotonic)."""
+        if self.provider == "github":
+            payload: dict[str, Any] = {
+                "action": action, "number": number,
+                "pull_request": {"number": number, "title": "More app", "html_url": f"https://example/pr/{number}",
+                                 "merged": action == "merged", "base": {"ref": "main"},
+                                 "head": {"ref": branch, "sha": head}},
+                "repository": {"clone_url": self.url, "full_name": PROJECT}}
+            if action == "merged":
+                payload["action"] = "closed"
+            body = json.dumps(payload).encode()
+            digest = hmac.new(HOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+            headers = {"X-GitHub-Event": "pull_request", "X-GitHub-Delivery": f"{action}-{head}",
+                       "X-Hub-Signature-256": f"sha256={digest}"}
+        else:
+            gitlab_action = {"opened": "open", "synchronize": "update", "closed": "close", "merged": "merge"}[action]
+            attributes = {"iid": number, "action": gitlab_action, "title": "More app",
+                          "url": f"https://example/mr/{number}", "target_branch": "main", "source_branch": branch,
+                          "last_commit": {"id": head}, **({"oldrev": "0" * 40} if action == "synchronize" else {})}
+            body = json.dumps({"object_kind": "merge_request", "object_attributes": attributes,
+                               "project": {"git_http_url": self.url, "path_with_namespace": PROJECT}}).encode()
+            headers = {"X-Gitlab-Event": "Merge Request Hook", "X-Gitlab-Token": HOOK_SECRET,
+                       "X-Gitlab-Event-UUID": f"{action}-{head}"}
+        sent = time.monotonic()
+        answer = self.http.post("/api/webhook", content=body, headers={**headers, "Content-Type": "application/json"})
+        assert answer.status_code == 202, answer.text
+        return sent
+
+    def push(self, number: int, files: dict[str, str | None], message: str) -> str:
+        """Commit on the feature branch and publish it as the provider would: the branch and the pull ref."""
+        head = self.repo.commit(files, message)
+        self.repo.push(self.bare.as_uri())
+        ref = f"refs/pull/{number}/head" if self.provider == "github" else f"refs/merge-requests/{number}/head"
+        run_git(self.bare, "update-ref", ref, head)
+        return head
+
+    def pull_request(self, number: int) -> dict[str, Any]:
+        return self.platform.custom.get_namespaced_custom_object(
+            ann.GROUP, ann.VERSION, "default", "terraformpullrequests", pull_request_name("infra", number))
+
+    def wait_pr(self, number: int, head: str, state: str, timeout: float = 120) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            body = self.pull_request(number)
+            status = body.get("status") or {}
+            published = any(c["type"] == "Published" and c["status"] == "True" for c in status.get("conditions") or ())
+            return body if status.get("headSha") == head and status.get("state") == state and published else None
+
+        try:
+            return wait_for(reached, timeout, interval=0.2, what=f"pull request #{number} {state} at {head[:8]}")
+        except AssertionError:
+            runs = [(r["metadata"]["name"], (r.get("status") or {}).get("state")) for r in pr_runs(self.platform)]
+            raise AssertionError(f"pull request: {self.pull_request(number).get('status')}; runs: {runs}") from None
+
+    def ours(self) -> list[str]:
+        return [body for body in self.fake.comments.values() if body.startswith(marker("default/infra", 1))]
+
+    def statuses(self, head: str) -> dict[str, dict[str, Any]]:
+        """The last status sent per context for `head`."""
+        return {s.get("context") or s.get("name"): s for s in self.fake.statuses if s["sha"] == head}
+
+
+def pr_runs(platform: Platform) -> list[dict[str, Any]]:
+    return [r for r in platform.custom.list_namespaced_custom_object(
+        ann.GROUP, ann.VERSION, "default", "terraformruns")["items"] if (r.get("spec") or {}).get("pullRequest")]
+
+
+@contextlib.contextmanager
+def pull_request_world(tmp_path: Path, repo: TestRepo, provider: str) -> Iterator[World]:
+    """A repository planning pull requests with two layers (app, other) waiting for approval on main, the server,
+    and a fake `provider` API; `repo` is left on its `feature` branch."""
+    bare = tmp_path / "remote" / "infra.git"
+    url = make_bare(bare)
+    repo.push(url)
+    with (running_fake_provider(provider) as (fake, api),
+          running_platform(tmp_path / "p", tmp_path / "kubeconfig", repository_poll_interval=timedelta(hours=1))
+          as platform):
+        settings = ServerSettings(host="127.0.0.1", port=free_port(), kubeconfig=platform.kubeconfig,
+                                  auth_enabled=False, datastore_url=platform.datastore_url)
+        with running_server(settings) as server_url, httpx.Client(base_url=server_url, timeout=30) as http:
+            put_secret(platform, "infra-git", {"token": API_TOKEN, "webhookSecret": HOOK_SECRET})
+            api_url = api if provider == "github" else f"{api}/api/v4"
+            platform.create_repository("infra", url, repository={"url": url, "secretName": "infra-git"},
+                                       pullRequests={"enabled": True, "apiUrl": api_url})
+            platform.create_layer("app", "infra", "layers/app")
+            platform.create_layer("other", "infra", "layers/other")
+            platform.wait_state("app", "ApplyNeeded", timeout=90)
+            platform.wait_state("other", "ApplyNeeded", timeout=90)
+            repo.branch("feature")
+            repo.checkout("feature")
+            yield World(platform, http, fake, repo, bare, url, provider)
+
+
+@pytest.fixture(params=["github", "gitlab"])
+def world(request: pytest.FixtureRequest, tmp_path: Path, repo: TestRepo) -> Iterator[World]:
+    with pull_request_world(tmp_path, repo, request.param) as built:
+        yield built
+
+
+class LeaseWatch:
+    """Samples the branch layer's Lease every 0.1 s: who held it, ever."""
+
+    def __init__(self, platform: Platform) -> None:
+        self.platform, self.holders, self._stop = platform, set[str](), threading.Event()
+        self.name = layer_lease_name(platform.layer("app"))
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        from kubernetes import client
+
+        leases = client.CoordinationV1Api(self.platform.core.api_client)
+        while not self._stop.wait(0.1):
+            try:
+                lease = leases.read_namespaced_lease(self.name, "default")
+            except client.ApiException:
+                continue
+            if lease.spec and lease.spec.holder_identity:
+                self.holders.add(lease.spec.holder_identity)
+
+    def stop(self) -> set[str]:
+        self._stop.set()
+        self._thread.join()
+        return self.holders
+
+
+def first_write(fake: Fake, since: int) -> float:
+    """When the first comment or status write after call `since` reached the provider."""
+    return next(fake.times[i] for i in range(since, len(fake.calls)) if fake.calls[i][0] != "GET")
+
+
+def calls_per_update() -> tuple[float, float, float]:
+    """(updates, updates with at most 3 calls, updates with no call) from the controllers' histogram."""
+    def sample(name: str, le: str | None = None) -> float:
+        labels = {"le": le} if le else {}
+        return REGISTRY.get_sample_value(f"burrito_py_pull_request_provider_calls_{name}", labels) or 0.0
+
+    return sample("count"), sample("bucket", "3.0"), sample("bucket", "0.0")
+
+
+def test_a_pull_request_is_planned_commented_once_and_left_without_a_trace(world: World) -> None:
+    platform, fake = world.platform, world.fake
+    real = {name: platform.annotations(name) for name in ("app", "other")}
+    lease = LeaseWatch(platform)
+    before = calls_per_update()
+
+    # Opened: "planning…" at the provider within seconds, then the plan; exactly one comment.
+    head = world.push(1, {"layers/app/main.tf": layer_code("v2")}, "change app")
+    latencies = []
+    sent = world.hook("opened", 1, head)
+    wait_for(lambda: any(s["state"] == "pending" for s in world.statuses(head).values()), 30, interval=0.02,
+             what="the pending status at the provider")
+    latencies.append(first_write(fake, 0) - sent)
+    done = world.wait_pr(1, head, "Planned")
+    assert [(row["name"], row["state"]) for row in done["status"]["layers"]] == [("app", "planned")]
+    assert done["status"]["progress"] == "1/1"
+    wait_for(lambda: world.statuses(head).get("burrito-py", {}).get("state") == "success", 30,
+             what="the aggregate status")
+    assert len(world.ours()) == 1 and "1 to add" in world.ours()[0] and "layers/app" in world.ours()[0]
+    app_status = world.statuses(head)["burrito-py/default/app"]
+    assert app_status["state"] == "success" and "1 to add" in app_status["description"]
+
+    # Three more pushes: still one comment, edited in place; the old head's run is gone with its artifacts.
+    first_run = done["status"]["layers"][0]["run"]
+    for n in range(3):
+        calls = len(fake.calls)
+        head = world.push(1, {"layers/app/main.tf": layer_code(f"v{3 + n}")}, f"push {n}")
+        sent = world.hook("synchronize", 1, head)
+        wait_for(lambda h=head: bool(world.statuses(h)), 30, interval=0.02, what="a status for the new head")
+        latencies.append(first_write(fake, calls) - sent)
+        world.wait_pr(1, head, "Planned")
+        assert len(world.ours()) == 1
+    assert not any(run["metadata"]["name"] == first_run for run in pr_runs(platform))
+    assert sum(1 for method, _ in fake.calls if method == "POST" and _.endswith(("/comments", "/notes"))) == 1
+
+    # Nothing changed (a title edit reaches the controllers as a spec change): not a single call.
+    wait_for(lambda: world.statuses(head).get("burrito-py/default/app", {}).get("state") == "success", 30,
+             what="every status sent")
+    time.sleep(1)
+    calls = len(fake.calls)
+    platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformpullrequests",
+                                                   pull_request_name("infra", 1), {"spec": {"title": "Renamed"}})
+    time.sleep(3)
+    assert len(fake.calls) == calls
+
+    # A push that breaks the layer: its failure row with the log, failing statuses.
+    head = world.push(1, {"layers/app/main.tf": BROKEN}, "break app")
+    world.hook("synchronize", 1, head)
+    failed = world.wait_pr(1, head, "Failed", timeout=180)
+    assert failed["status"]["layers"][0]["state"] == "failed"
+    wait_for(lambda: world.statuses(head).get("burrito-py", {}).get("state") in ("failure", "failed"), 30,
+             what="the failing aggregate status")
+    body = world.ours()[0]
+    assert "**1 failed**" in body and "var.nope" in body and len(world.ours()) == 1
+    assert world.statuses(head)["burrito-py/default/app"]["state"] in ("failure", "failed")
+
+    # Closed: its runs and their artifacts are gone; the branch's layers never saw any of it.
+    runs = pr_runs(platform)
+    assert runs and all(r["spec"]["action"] == "plan" for r in runs)
+    world.hook("closed", 1, head)
+    wait_for(lambda: (world.pull_request(1).get("status") or {}).get("state") == "Closed" and not pr_runs(platform),
+             60, what="the pull request closed and its runs gone")
+    token = (platform.kubeconfig.read_text().split("token: ", 1)[1].split()[0]).strip("'\"")
+    with DatastoreClient(platform.datastore_url, token=token) as store:
+        for run in runs:
+            with pytest.raises(DatastoreError):
+                store.get_logs("default", "app", run["metadata"]["name"], 1)
+    holders = lease.stop()
+    assert not holders & {r["metadata"]["name"] for r in runs}  # never the branch layer's Lease
+    assert {name: platform.annotations(name) for name in ("app", "other")} == real  # never its annotations
+    assert all(r["spec"]["action"] == "plan" for r in platform.runs())  # nothing applied anywhere
+    table = subprocess.run(["kubectl", "--kubeconfig", str(platform.kubeconfig), "get", "tfpr"], check=True,
+                           capture_output=True, text=True).stdout
+    assert table.split("\n")[0].split() == ["NAME", "PROVIDER", "NUMBER", "BASE", "HEAD", "STATE", "LAYERS", "AGE"]
+    assert table.split("\n")[1].split()[:6] == ["infra-pr-1", world.provider, "1", "main", head, "Closed"]
+
+    updates, within_budget, silent = (a - b for a, b in zip(calls_per_update(), before, strict=True))
+    print(f"\n{world.provider}: webhook → first provider call (planning…): p50 {statistics.median(latencies):.3f} s,"
+          f" max {max(latencies):.3f} s over {len(latencies)} pushes; {updates:.0f} updates, "
+          f"{within_budget:.0f} with ≤ 3 calls, {silent:.0f} with none")
+    assert within_budget == updates and silent >= 1
+    assert statistics.median(latencies) < 10  # generous on a loaded machine; the figure is printed
+    assert all(header.endswith(API_TOKEN) for header in fake.auth)
