@@ -118,8 +118,9 @@ def _result(row: Mapping[str, Any], outcome: PlanOutcome | None) -> LayerResult:
 def decide_pull_request(snap: PullRequestSnapshot) -> PullRequestDecision:
     spec, status = snap.spec, snap.status
     if spec.get("state") in ("closed", "merged"):
-        closed: Body = {"state": "Closed" if spec["state"] == "closed" else "Merged", "headSha": status.get("headSha"),
-                  "progress": None, "layers": []}
+        # headSha unset: a reopen finds the head's layers again.
+        closed: Body = {"state": "Closed" if spec["state"] == "closed" else "Merged", "headSha": None,
+                        "progress": None, "layers": []}
         return PullRequestDecision(closed, discard=tuple(snap.runs))
     head = str(spec["headSha"])
     if status.get("headSha") != head and snap.affected is None:

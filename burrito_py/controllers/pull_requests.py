@@ -92,7 +92,10 @@ async def _reconcile(ctx: Context, key: Key) -> None:
                "(spec.pullRequests.enabled)")
         await _write_status(ctx, pull_request, dict(status), Cond("Ready", False, "RepositoryNotReady", why))
         return
-    snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, await _outcomes(ctx, namespace, runs))
+    outcomes = await _outcomes(ctx, runs)
+    if any(run.state in ("Succeeded", "Failed") and run.attempt and run.name not in outcomes for run in runs):
+        ctx.wake_pull_request(key, RETRY_SECONDS)  # artifacts not readable yet (a log still being uploaded)
+    snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, outcomes)
     decision = decide_pull_request(snap)
     if decision.needs_affected:
         assert repository is not None
@@ -112,11 +115,16 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         if not await _create_run(ctx, pull_request, layer_key, run):
             ctx.wake_pull_request(key, RETRY_SECONDS)
     new_status: Body = {**status, **decision.status}
+    if decision.status.get("headSha") != status.get("headSha"):
+        new_status["statuses"] = []  # a new head carries none of the statuses sent for the last one
     published: Cond | None = None
     if decision.results is not None and repository is not None:
         published = await _publish(ctx, pull_request, repository, decision, new_status)
         if not published.status:
             ctx.wake_pull_request(key, RETRY_SECONDS)
+            before = [c for c in status.get("conditions") or () if c.get("type") == "Published"]
+            if not before or before[0].get("message") != published.message:
+                await post_event(ctx.kube, pull_request, "Warning", "PublishFailed", published.message)
     await _write_status(ctx, pull_request, new_status, ready, published)
 
 
@@ -139,14 +147,17 @@ async def _affected(ctx: Context, repository: Mapping[str, Any], spec: Mapping[s
     mirror = mirror_for(ctx.settings.git_cache_dir, meta["namespace"], meta["name"], source.get("url", ""))
     head = await asyncio.to_thread(mirror.fetch_pull_request, str(spec["provider"]), int(spec["number"]),
                                    str(spec["headSha"]), credentials)
-    if mirror.resolve(str(spec["base"])) is None:  # the base branch may be one no layer follows yet
+    if await asyncio.to_thread(mirror.resolve, str(spec["base"])) is None:  # a branch no layer follows yet
         await asyncio.to_thread(mirror.fetch, credentials)
     changes = await asyncio.to_thread(mirror.pull_request_changes, str(spec["base"]), head)
     await ensure_source(ctx, mirror, meta["namespace"], meta["name"], head)
-    return affected_layers(changes, list(ctx.inventory.layers), (meta["namespace"], meta["name"]), str(spec["base"]))
+    # A pull request's runs live in its namespace (a run's layer must be in the run's own, §6.1): layers of other
+    # namespaces using this repository are not planned for it.
+    own = [layer for layer in ctx.inventory.layers if layer["metadata"]["namespace"] == meta["namespace"]]
+    return affected_layers(changes, own, (meta["namespace"], meta["name"]), str(spec["base"]))
 
 
-async def _outcomes(ctx: Context, namespace: str, runs: Sequence[RunFacts]) -> dict[str, PlanOutcome]:
+async def _outcomes(ctx: Context, runs: Sequence[RunFacts]) -> dict[str, PlanOutcome]:
     """Each finished run's outcome, read once from the datastore (a run that cannot be read yet is left out and
     shown as planning or failed until it can)."""
     memory = ctx.pull_request_memory
@@ -261,9 +272,8 @@ async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Ma
     body = render(decision.results, limit)
     statuses = commit_statuses(decision.results)
     head = str(spec["headSha"])
-    previous = status.get("statuses") if status.get("headSha") == head else None
     sent = {s["context"]: CommitStatus(s["context"], s["state"], s.get("description", ""))
-            for s in previous or ()}
+            for s in status.get("statuses") or ()}
     comment = status.get("comment") or {}
     if comment.get("digest") == body_digest(body) and all(sent.get(s.context) == s for s in statuses):
         metrics.PULL_REQUEST_PROVIDER_CALLS.observe(0)  # nothing changed: not a call
@@ -274,7 +284,6 @@ async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Ma
             provider, str(((repository.get("spec") or {}).get("repository") or {}).get("url") or "")))
         client = client_for(provider, api_url, str(spec["project"]), int(spec["number"]), tokens)
     except (CredentialsError, GitCredentialsError, ValueError) as exc:
-        await post_event(ctx.kube, pull_request, "Warning", "PublishFailed", str(exc))
         return Cond("Published", False, "CredentialsInvalid", str(exc))
     try:
         done = await asyncio.to_thread(

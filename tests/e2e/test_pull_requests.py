@@ -41,6 +41,7 @@ from .test_git_credentials import put_secret
 HOOK_SECRET = "pr-hook-secret"
 API_TOKEN = "provider-api-token-e2e"
 PROJECT = "team/infra"
+RETRY_WAIT = 17  # one retry of a refused publication (15 s) and some
 BROKEN = 'resource "terraform_data" "this" {\n  input = var.nope\n}\n'
 
 
@@ -277,3 +278,34 @@ def test_a_pull_request_is_planned_commented_once_and_left_without_a_trace(world
     assert within_budget == updates and silent >= 1
     assert statistics.median(latencies) < 10  # generous on a loaded machine; the figure is printed
     assert all(header.endswith(API_TOKEN) for header in fake.auth)
+
+
+def test_without_api_credentials_the_plans_still_run_and_the_pull_request_says_why(
+    tmp_path: Path, repo: TestRepo
+) -> None:
+    """A Secret without a token: `Published=False` naming the Secret and the keys (one Warning event, not one per
+    retry), the plan still runs; a token put in the Secret publishes at the next try."""
+    with pull_request_world(tmp_path, repo, "github") as world:
+        platform = world.platform
+        put_secret(platform, "infra-git", {"webhookSecret": HOOK_SECRET})
+        head = world.push(2, {"layers/app/main.tf": layer_code("v2")}, "change app")
+        world.hook("opened", 2, head)
+
+        def refused() -> dict[str, Any] | None:
+            status = world.pull_request(2).get("status") or {}
+            published = [c for c in status.get("conditions") or () if c["type"] == "Published"]
+            planned = status.get("state") == "Planned"
+            return published[0] if planned and published and published[0]["status"] == "False" else None
+
+        condition = wait_for(refused, 120, interval=0.2, what="planned but not published")
+        assert condition["reason"] == "CredentialsInvalid"
+        assert "default/infra-git" in condition["message"] and "apiToken" in condition["message"]
+        assert HOOK_SECRET not in condition["message"] and not world.fake.calls
+        time.sleep(RETRY_WAIT)
+        events = [e for e in platform.core.list_namespaced_event("default").items
+                  if e.involved_object.kind == "TerraformPullRequest" and e.reason == "PublishFailed"]
+        assert len(events) == 1 and (events[0].count or 1) == 1
+
+        put_secret(platform, "infra-git", {"token": API_TOKEN, "webhookSecret": HOOK_SECRET})
+        world.wait_pr(2, head, "Planned", timeout=60)
+        assert len([b for b in world.fake.comments.values() if b.startswith(marker("default/infra", 2))]) == 1

@@ -100,6 +100,8 @@ def test_a_vanished_layer_is_dropped_and_closing_discards_every_run() -> None:
         closed = decide_pull_request(snap(listed, runs=runs, state=state))
         assert closed.discard == runs and closed.create == () and closed.results is None
         assert closed.status["state"] == shown and closed.status["layers"] == []
+        # Reopened at the same head: its layers are found again.
+        assert decide_pull_request(snap(closed.status, runs=())).needs_affected
 
 
 @given(st.lists(st.sampled_from(sorted(LAYERS)), unique=True), st.lists(st.sampled_from(sorted(LAYERS)), unique=True),
