@@ -63,7 +63,7 @@ _CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
 class DatastoreSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BURRITO_PY_DATASTORE_", extra="ignore")
 
-    @field_validator("data_dir", "kubeconfig", mode="after")
+    @field_validator("data_dir", "kubeconfig", "tls_cert_file", "tls_key_file", "upstream_ca_file", mode="after")
     @classmethod
     def _inside_the_pod(cls, value: Path | None) -> Path | None:
         # Under the local kubelet a pod's absolute paths live below its private root (identity elsewhere).
@@ -95,6 +95,29 @@ class DatastoreSettings(BaseSettings):
     auth_negative_cache_ttl_seconds: float = Field(5.0, ge=0, description="How long a rejected token is remembered.")
     # Where the Kubernetes API is for TokenReviews: this kubeconfig, else $KUBECONFIG, else in-cluster.
     kubeconfig: Path | None = None
+    # HTTPS (the provider network mirror protocol requires it): a second listener serving the same API.
+    tls_port: int = Field(0, ge=0, le=65535, description="HTTPS port; 0: no HTTPS listener.")
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    # The read-through caches (docs/architecture.md §10.5).
+    provider_cache_enabled: bool = False
+    provider_cache_registries: list[str] = Field(
+        default_factory=lambda: ["registry.terraform.io", "registry.opentofu.org"],
+        description="Registry host names the provider mirror reads through (others: 404).",
+    )
+    provider_cache_registry_urls: dict[str, str] = Field(
+        default_factory=dict,
+        description="Registry host name → the URL it is served at, when not https://<host> (its host is then also "
+        "read through).",
+    )
+    provider_cache_index_ttl_seconds: float = Field(600.0, ge=0, description="Age after which an index is read again.")
+    provider_cache_max_bytes: int = Field(0, ge=0, description="Archives kept at most (bytes); 0: unbounded.")
+    tool_cache_enabled: bool = False
+    tool_cache_terraform_url: str = "https://releases.hashicorp.com"
+    tool_cache_opentofu_url: str = "https://github.com/opentofu/opentofu/releases/download"
+    tool_cache_opentofu_index_url: str = "https://get.opentofu.org/tofu/api.json"
+    # Extra CAs trusted for upstream registries and release sites (a private registry's; the tests').
+    upstream_ca_file: Path | None = None
 
 
 class BadSegment(Exception):
@@ -481,8 +504,36 @@ def create_app(
         return {"status": "ok"}
 
     app.include_router(api)
+    _mount_caches(app, storage, settings)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
     return app
 
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
+
+
+def _mount_caches(app: FastAPI, storage: Storage, settings: DatastoreSettings) -> None:
+    """The provider mirror and the tool cache (docs/architecture.md §10.5), when enabled."""
+    if not (settings.provider_cache_enabled or settings.tool_cache_enabled):
+        return
+    from burrito_py.providercache.cache import ProviderCache
+    from burrito_py.providercache.pins import LockPins
+    from burrito_py.providercache.routes import mirror_router
+    from burrito_py.providercache.tools import ToolCache
+    from burrito_py.providercache.upstream import Upstream, ssl_context
+
+    upstream = Upstream(ssl_context(settings.upstream_ca_file), registry_urls=settings.provider_cache_registry_urls)
+    ttl = settings.provider_cache_index_ttl_seconds
+    registries = [*settings.provider_cache_registries, *settings.provider_cache_registry_urls]
+    providers = ProviderCache(storage, upstream, registries, ttl,
+                              settings.provider_cache_max_bytes, LockPins(storage)) \
+        if settings.provider_cache_enabled else None
+    tools = ToolCache(storage, upstream, settings.tool_cache_terraform_url, settings.tool_cache_opentofu_url,
+                      settings.tool_cache_opentofu_index_url, ttl) if settings.tool_cache_enabled else None
+    app.include_router(mirror_router(providers, tools, _caller))

@@ -94,7 +94,15 @@ async def _serve(settings: DatastoreSettings, storage_settings: StorageSettings)
         typer.echo(f"datastore: {exc}", err=True)
         raise typer.Exit(2) from None
     storage = build_storage(storage_settings, keyring)
-    server = uvicorn.Server(uvicorn.Config(create_app(storage, settings), host=settings.host, port=settings.port))
+    app = create_app(storage, settings)
+    servers = [uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port))]
+    if settings.tls_port:
+        if settings.tls_cert_file is None or settings.tls_key_file is None:
+            typer.echo("datastore: tls_port needs tls_cert_file and tls_key_file", err=True)
+            raise typer.Exit(2)
+        servers.append(uvicorn.Server(uvicorn.Config(
+            app, host=settings.host, port=settings.tls_port, ssl_certfile=str(settings.tls_cert_file),
+            ssl_keyfile=str(settings.tls_key_file))))
     from datetime import timedelta
 
     from burrito_py.datastore.backends import sweep_abandoned_uploads
@@ -108,7 +116,7 @@ async def _serve(settings: DatastoreSettings, storage_settings: StorageSettings)
         retention = Retention(storage, api, timedelta(seconds=storage_settings.retention_grace_seconds))
         sweeper = asyncio.create_task(retention_loop(retention, storage_settings.retention_schedule))
     try:
-        await server.serve()
+        await _serve_all(servers)
     finally:
         uploads.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -119,3 +127,14 @@ async def _serve(settings: DatastoreSettings, storage_settings: StorageSettings)
                 await sweeper
         if api is not None:
             await api.close()
+
+
+async def _serve_all(servers: list[Any]) -> None:
+    """Serve HTTP (and HTTPS); when one listener stops (a signal, a bind failure), the others stop too."""
+    tasks = [asyncio.create_task(server.serve()) for server in servers]
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for server in servers:
+        server.should_exit = True
+    await asyncio.gather(*pending, return_exceptions=True)
+    for task in done:
+        task.result()

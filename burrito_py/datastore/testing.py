@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -30,10 +31,12 @@ def running_datastore(
     auth_enabled: bool = False,
     kubeconfig: Path | None = None,
     admin_users: Sequence[str] = (),
+    **overrides: Any,
 ) -> Iterator[str]:
     """`storage` (e.g. S3 or encrypted) replaces the filesystem backend under `data_dir`. Auth is off unless
     asked for (tests of other things send no token); then tokens are reviewed by the API in `kubeconfig`
-    and `admin_users` may do everything."""
+    and `admin_users` may do everything. `overrides` are further DatastoreSettings; with `tls_port` (and its
+    certificate and key) the same app also listens with HTTPS there."""
     settings = DatastoreSettings(
         data_dir=data_dir,
         host="127.0.0.1",
@@ -41,19 +44,28 @@ def running_datastore(
         auth_enabled=auth_enabled,
         kubeconfig=kubeconfig,
         auth_admin_users=list(admin_users),
+        **overrides,
     )
     app = create_app(storage if storage is not None else FilesystemStorage(data_dir), settings)
-    server = uvicorn.Server(
+    servers = [uvicorn.Server(
         uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, name="burrito-py-datastore", daemon=True)
-    thread.start()
+    )]
+    if settings.tls_port:
+        servers.append(uvicorn.Server(uvicorn.Config(
+            app, host=settings.host, port=settings.tls_port, log_level="warning", lifespan="off",
+            ssl_certfile=str(settings.tls_cert_file), ssl_keyfile=str(settings.tls_key_file))))
+    threads = [threading.Thread(target=server.run, name="burrito-py-datastore", daemon=True) for server in servers]
+    for thread in threads:
+        thread.start()
     url = f"http://{settings.host}:{settings.port}"
-    if not wait_healthy(url, thread.is_alive, 30):
-        server.should_exit = True
+    if not wait_healthy(url, threads[0].is_alive, 30):
+        for server in servers:
+            server.should_exit = True
         raise RuntimeError(f"datastore did not start on {url}")
     try:
         yield url
     finally:
-        server.should_exit = True
-        thread.join(10)
+        for server in servers:
+            server.should_exit = True
+        for thread in threads:
+            thread.join(10)

@@ -1,0 +1,237 @@
+"""The datastore's provider network mirror with the real `terraform init` (issue 16): read through from a fake
+registry over HTTPS (a test CA), every archive verified against `SHA256SUMS` and its GnuPG signature, each
+archive downloaded from upstream once however many inits share it, a version published after the index was cached
+served on the first request, tampered archives and signatures never stored nor served."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+import re
+import ssl
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from burrito_py.datastore.storage import FilesystemStorage
+from burrito_py.datastore.testing import free_port, running_datastore
+from burrito_py.providercache.cache import ProviderAddress, ProviderCache
+from burrito_py.providercache.hashes import zip_h1
+from burrito_py.providercache.pins import LockPins
+from burrito_py.providercache.upstream import Upstream, ssl_context
+
+from ...fakes.registry import FakeUpstream, running_upstream
+from ...fakes.tls import TlsFiles, make_tls
+
+# Terraform cannot use a mirror for a registry host name with a port (it reads `localhost:1234/…` as a URL
+# scheme), so the layers name this registry and the mirror is told where it is really served.
+REGISTRY = "registry.example.test"
+
+
+@dataclass
+class Mirror:
+    upstream: FakeUpstream
+    host: str  # the registry's name in provider addresses; the mirror reads it from the fake
+    url: str  # https://127.0.0.1:<port>/providers/v1/
+    data_dir: Path
+    tls: TlsFiles
+    workdir: Path
+
+    def layer(self, name: str, providers: dict[str, str]) -> Path:
+        path = self.workdir / name
+        path.mkdir(parents=True, exist_ok=True)
+        required = "\n".join(f'    {t} = {{ source = "{self.host}/test/{t}", version = "{v}" }}'
+                             for t, v in providers.items())
+        (path / "main.tf").write_text(f"terraform {{\n  required_providers {{\n{required}\n  }}\n}}\n")
+        return path
+
+    def init(self, directory: Path) -> subprocess.CompletedProcess[str]:
+        config = self.workdir / "mirror.tfrc"
+        if not config.exists():
+            config.write_text(f'provider_installation {{\n  network_mirror {{\n    url = "{self.url}"\n  }}\n}}\n')
+        env = {**os.environ, "TF_CLI_CONFIG_FILE": str(config), "SSL_CERT_FILE": str(self.tls.ca),
+               "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1", "TF_PLUGIN_CACHE_DIR": ""}
+        env.pop("TF_PLUGIN_CACHE_DIR")
+        return subprocess.run(["terraform", "init", "-input=false", "-no-color"], cwd=directory, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+
+    def trust(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.tls.ca))
+
+    def stored_archives(self) -> set[str]:
+        root = self.data_dir / "providers" / "archives"
+        return {p.stem for p in root.glob("*.zip")} if root.exists() else set()
+
+
+@pytest.fixture
+def mirror(tmp_path: Path) -> Iterator[Mirror]:
+    tls = make_tls(tmp_path / "tls")
+    with running_upstream(tls) as (upstream, served_at):
+        port = free_port()
+        with running_datastore(tmp_path / "datastore", tls_port=port, tls_cert_file=tls.cert, tls_key_file=tls.key,
+                               provider_cache_enabled=True, provider_cache_registries=[],
+                               provider_cache_registry_urls={REGISTRY: f"https://{served_at}"},
+                               provider_cache_index_ttl_seconds=3600, upstream_ca_file=tls.ca):
+            yield Mirror(upstream, REGISTRY, f"https://127.0.0.1:{port}/providers/v1/", tmp_path / "datastore", tls,
+                         tmp_path / "layers")
+
+
+def test_init_through_the_mirror_gets_complete_lock_entries_and_reads_upstream_once(mirror: Mirror) -> None:
+    mirror.upstream.publish("test", "alpha", "1.0.0")
+    first = mirror.init(mirror.layer("one", {"alpha": "1.0.0"}))
+    assert first.returncode == 0, first.stderr
+    lock = (mirror.workdir / "one" / ".terraform.lock.hcl").read_text()
+    zips = mirror.upstream.providers[("test", "alpha")]["1.0.0"]
+    linux = mirror.workdir / "linux.zip"
+    linux.write_bytes(zips["linux_amd64"])
+    assert zip_h1(linux) in lock  # our h1: is Terraform's own
+    # The mirror lists every platform's zh: (from the signed SHA256SUMS) and the h1: of what it stored. Terraform
+    # records only the hash of the package it installed from a mirror (a mirror's hashes are not signed).
+    document = httpx.get(f"{mirror.url}{REGISTRY}/test/alpha/1.0.0.json", verify=mirror.trust()).json()
+    assert {p: sorted(a["hashes"]) for p, a in document["archives"].items()} == {
+        p: sorted([f"zh:{hashlib.sha256(d).hexdigest()}", *([zip_h1(linux)] if p == "linux_amd64" else [])])
+        for p, d in zips.items()}
+    archive_requests = [r for r in mirror.upstream.requests if r.endswith(".zip")]
+    assert archive_requests == ["/files/test/terraform-provider-alpha_1.0.0_linux_amd64.zip"]
+
+    before = len(mirror.upstream.requests)
+    again = mirror.init(mirror.layer("two", {"alpha": "1.0.0"}))
+    assert again.returncode == 0, again.stderr
+    assert mirror.upstream.requests[before:] == []  # index, version and archive: all from the cache
+
+
+def test_fifty_concurrent_inits_over_three_providers_read_each_archive_once(mirror: Mirror) -> None:
+    """50 layers x 3 providers, then two more cycles: no checksum or "text file busy" error, and upstream bytes
+    within 1.01 x the distinct archives (2 MiB each, so the JSON documents count for little)."""
+    for type_ in ("alpha", "beta", "gamma"):
+        mirror.upstream.publish("test", type_, "2.0.0", size=2 * 1024 * 1024)
+    providers = {"alpha": "2.0.0", "beta": "2.0.0", "gamma": "2.0.0"}
+    layers = [mirror.layer(f"layer-{i}", providers) for i in range(50)]
+    started = time.monotonic()
+    for cycle in range(3):
+        batch = layers if cycle == 0 else layers[:10]
+        for directory in batch:
+            for leftover in (directory / ".terraform", directory / ".terraform.lock.hcl"):
+                subprocess.run(["rm", "-rf", str(leftover)], check=True)
+        with ThreadPoolExecutor(max_workers=25) as pool:
+            results = list(pool.map(mirror.init, batch))
+        failed = [r.stderr[-500:] for r in results if r.returncode != 0]
+        assert not failed, failed[0]
+        assert not any("text file busy" in r.stderr or "checksum" in r.stderr.lower() for r in results)
+    distinct = mirror.upstream.distinct_bytes()
+    print(f"\n{len(layers)} layers x 3 providers, 3 cycles ({time.monotonic() - started:.1f} s): upstream "
+          f"{mirror.upstream.bytes_sent} bytes for {distinct} bytes of distinct archives "
+          f"(ratio {mirror.upstream.bytes_sent / distinct:.4f})")
+    assert mirror.upstream.bytes_sent <= 1.01 * distinct
+    assert len(mirror.stored_archives()) == 3
+
+
+def test_a_version_published_after_the_index_was_cached_is_served_at_once(mirror: Mirror) -> None:
+    """burrito #642: the cached index (TTL one hour here) lacks a version published since. Terraform chooses from
+    index.json, so the mirror reads the index again at once when a lock file in the stored sources pins a version
+    it lacks (the repository controller stores a commit's source before any run of it)."""
+    mirror.upstream.publish("test", "alpha", "1.0.0")
+    assert mirror.init(mirror.layer("old", {"alpha": "1.0.0"})).returncode == 0
+    mirror.upstream.publish("test", "alpha", "1.1.0")
+    new = mirror.layer("new", {"alpha": "1.1.0"})
+    zip_path = mirror.workdir / "new.zip"
+    zip_path.write_bytes(mirror.upstream.providers[("test", "alpha")]["1.1.0"]["linux_amd64"])
+    lock = (f'provider "{REGISTRY}/test/alpha" {{\n  version     = "1.1.0"\n  constraints = "1.1.0"\n'
+            f'  hashes = [\n    "{zip_h1(zip_path)}",\n  ]\n}}\n')
+    (new / ".terraform.lock.hcl").write_text(lock)
+    source = mirror.data_dir / "sources" / "team" / "infra" / ("b" * 40 + ".tar.gz")
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_bytes(_source_with_lock(lock))
+    fresh = mirror.init(new)
+    assert fresh.returncode == 0, fresh.stderr
+    # Asked for directly, a version missing from the index reads it again too.
+    mirror.upstream.publish("test", "alpha", "1.2.0")
+    direct = httpx.get(f"{mirror.url}{REGISTRY}/test/alpha/1.2.0.json", verify=mirror.trust())
+    assert direct.status_code == 200 and "linux_amd64" in direct.json()["archives"]
+
+
+def test_a_tampered_archive_or_signature_is_never_stored_nor_served(mirror: Mirror) -> None:
+    mirror.upstream.publish("test", "alpha", "1.0.0")
+    mirror.upstream.tampered.add("terraform-provider-alpha_1.0.0_linux_amd64.zip")
+    for attempt in range(2):
+        refused = mirror.init(mirror.layer(f"tampered-{attempt}", {"alpha": "1.0.0"}))
+        assert refused.returncode != 0
+    assert mirror.stored_archives() == set()
+    sha = hashlib.sha256(mirror.upstream.providers[("test", "alpha")]["1.0.0"]["linux_amd64"]).hexdigest()
+    archive = f"{mirror.url}archives/{sha}/terraform-provider-alpha_1.0.0_linux_amd64.zip"
+    answer = httpx.get(archive, verify=mirror.trust())
+    assert answer.status_code == 502 and "SHA256SUMS" in answer.json()["error"]
+
+    mirror.upstream.publish("test", "beta", "1.0.0")
+    mirror.upstream.bad_signature = True
+    version = httpx.get(f"{mirror.url}{mirror.host}/test/beta/1.0.0.json", verify=mirror.trust())
+    assert version.status_code == 502 and "signature" in version.json()["error"]
+    assert not list((mirror.data_dir / "providers" / "meta").rglob("beta/1.0.0.json"))
+    unknown = httpx.get(f"{mirror.url}archives/{'0' * 64}/x.zip", verify=mirror.trust())
+    assert unknown.status_code == 404
+    other = httpx.get(f"{mirror.url}registry.example.com/test/alpha/index.json", verify=mirror.trust())
+    assert other.status_code == 404 and "not one this mirror reads through" in other.json()["error"]
+
+
+def _source_with_lock(lock: str) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        data = lock.encode()
+        info = tarfile.TarInfo("layers/app/.terraform.lock.hcl")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_eviction_drops_the_least_recently_served_never_a_pinned_version(tmp_path: Path) -> None:
+    tls = make_tls(tmp_path / "tls")
+    storage = FilesystemStorage(tmp_path / "data")
+    with running_upstream(tls, signed=False) as (upstream, served_at):
+        host = REGISTRY
+        for version in ("1.0.0", "2.0.0", "3.0.0"):
+            upstream.publish("test", "alpha", version, size=100_000)
+        lock = f'provider "{host}/test/alpha" {{\n  version = "1.0.0"\n  hashes = ["zh:00"]\n}}\n'
+        source = (tmp_path / "data" / "sources" / "team" / "infra" / ("a" * 40 + ".tar.gz"))
+        source.parent.mkdir(parents=True)
+        source.write_bytes(_source_with_lock(lock))
+        clock = [1000.0]
+
+        async def scenario() -> list[str]:
+            upstream_client = Upstream(ssl_context(tls.ca), registry_urls={host: f"https://{served_at}"})
+            cache = ProviderCache(storage, upstream_client, [host], 3600, max_bytes=250_000,
+                                  pinned=LockPins(storage), now=lambda: clock[0])
+            address = ProviderAddress.parse(host, "test", "alpha")
+            served = []
+            for version in ("1.0.0", "2.0.0", "3.0.0"):
+                clock[0] += 10
+                document = await cache.version(address, version)
+                entry = document["platforms"]["linux_amd64"]
+                async for _ in await cache.archive(entry["sha256"], entry["filename"]):
+                    pass
+                served.append(entry["sha256"])
+            return served
+
+        shas = asyncio.run(scenario())
+    stored = {p.stem for p in (tmp_path / "data" / "providers" / "archives").glob("*.zip")}
+    # 3 x 100 KB over a 250 KB budget: 2.0.0, the least recently served that no lock file pins, went.
+    assert stored == {shas[0], shas[2]}
+
+
+def test_lock_file_pins_are_read_from_provider_blocks() -> None:
+    text = ('provider "registry.terraform.io/hashicorp/aws" {\n  version     = "5.31.0"\n  constraints = "~> 5.0"\n'
+            '  hashes = [\n    "h1:abc=",\n  ]\n}\n\nprovider "registry.terraform.io/hashicorp/random" {\n'
+            '  version = "3.6.0"\n}\n')
+    from burrito_py.providercache.pins import lock_file_pins
+
+    assert lock_file_pins(text) == {("registry.terraform.io/hashicorp/aws", "5.31.0"),
+                                    ("registry.terraform.io/hashicorp/random", "3.6.0")}
+    assert re.fullmatch(r"h1:[A-Za-z0-9+/=]{44}", "h1:" + "A" * 43 + "=")
