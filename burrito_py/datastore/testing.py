@@ -12,6 +12,7 @@ from typing import Any
 import uvicorn
 
 from burrito_py.datastore.app import DatastoreSettings, create_app
+from burrito_py.datastore.auth import Authenticator
 from burrito_py.datastore.storage import FilesystemStorage, Storage
 from burrito_py.health import wait_healthy
 
@@ -31,12 +32,13 @@ def running_datastore(
     auth_enabled: bool = False,
     kubeconfig: Path | None = None,
     admin_users: Sequence[str] = (),
+    authenticator: Authenticator | None = None,
     **overrides: Any,
 ) -> Iterator[str]:
     """`storage` (e.g. S3 or encrypted) replaces the filesystem backend under `data_dir`. Auth is off unless
     asked for (tests of other things send no token); then tokens are reviewed by the API in `kubeconfig`
-    and `admin_users` may do everything. `overrides` are further DatastoreSettings; with `tls_port` (and its
-    certificate and key) the same app also listens with HTTPS there."""
+    and `admin_users` may do everything (`authenticator` replaces that review). `overrides` are further
+    DatastoreSettings; with `tls_port` (and its certificate and key) the same app also listens with HTTPS there."""
     settings = DatastoreSettings(
         data_dir=data_dir,
         host="127.0.0.1",
@@ -46,7 +48,7 @@ def running_datastore(
         auth_admin_users=list(admin_users),
         **overrides,
     )
-    app = create_app(storage if storage is not None else FilesystemStorage(data_dir), settings)
+    app = create_app(storage if storage is not None else FilesystemStorage(data_dir), settings, authenticator)
     servers = [uvicorn.Server(
         uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="off")
     )]

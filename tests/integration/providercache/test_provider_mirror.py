@@ -235,3 +235,62 @@ def test_lock_file_pins_are_read_from_provider_blocks() -> None:
     assert lock_file_pins(text) == {("registry.terraform.io/hashicorp/aws", "5.31.0"),
                                     ("registry.terraform.io/hashicorp/random", "3.6.0")}
     assert re.fullmatch(r"h1:[A-Za-z0-9+/=]{44}", "h1:" + "A" * 43 + "=")
+
+
+def test_tool_archives_are_read_through_once_and_verified(tmp_path: Path) -> None:
+    """Terraform and OpenTofu release archives: versions newest first, the zip with its SHA-256, upstream once; a
+    tampered one refused and never stored. OpenTofu's versions come from get.opentofu.org's api.json (here the
+    fake's), never GitHub's API."""
+    tls = make_tls(tmp_path / "tls")
+    with running_upstream(tls, signed=False) as (upstream, served_at):
+        for tool, versions in (("terraform", ("1.9.8", "1.11.4", "1.10.0")), ("opentofu", ("1.8.5",))):
+            upstream.tools[tool] = {v: {"linux_amd64": f"{tool} {v} binary".encode() * 100} for v in versions}
+        base = f"https://{served_at}"
+        with running_datastore(tmp_path / "datastore", tool_cache_enabled=True, tool_cache_terraform_url=base,
+                               tool_cache_opentofu_url=f"{base}/opentofu",
+                               tool_cache_opentofu_index_url=f"{base}/tofu/api.json", upstream_ca_file=tls.ca) as url:
+            versions = httpx.get(f"{url}/tools/v1/terraform/versions").json()["versions"]
+            assert versions == ["1.11.4", "1.10.0", "1.9.8"]
+            for _ in range(3):
+                answer = httpx.get(f"{url}/tools/v1/terraform/1.11.4/linux/amd64")
+                assert answer.status_code == 200
+                assert answer.headers["X-Burrito-Sha256"] == hashlib.sha256(answer.content).hexdigest()
+            assert upstream.requests.count("/terraform/1.11.4/terraform_1.11.4_linux_amd64.zip") == 1
+            tofu = httpx.get(f"{url}/tools/v1/opentofu/1.8.5/linux/amd64")
+            assert tofu.status_code == 200 and tofu.content.startswith(b"opentofu 1.8.5")
+            assert httpx.get(f"{url}/tools/v1/opentofu/versions").json()["versions"] == ["1.8.5"]
+            assert "/tofu/api.json" in upstream.requests
+            upstream.tampered.add("terraform_1.10.0_linux_amd64.zip")
+            refused = httpx.get(f"{url}/tools/v1/terraform/1.10.0/linux/amd64")
+            assert refused.status_code == 502 and "SHA256SUMS" in refused.json()["error"]
+            assert not (tmp_path / "datastore" / "tools" / "terraform" / "1.10.0").exists()
+            assert httpx.get(f"{url}/tools/v1/terraform/9.9.9/linux/amd64").status_code == 502
+            assert httpx.get(f"{url}/tools/v1/vault/1.0.0/linux/amd64").status_code == 404
+            metrics = httpx.get(f"{url}/metrics").text
+            assert 'burrito_py_provider_cache_requests_total{kind="tool",result="hit"}' in metrics
+            assert "burrito_py_provider_cache_upstream_bytes_total" in metrics
+
+
+def test_only_runners_and_admins_read_through_the_mirror(tmp_path: Path) -> None:
+    """Another authenticated caller gets a 403 from the JSON routes; archives and healthz need no token (Terraform
+    sends none for archive downloads)."""
+    from burrito_py.datastore.auth import Principal, RunnerScope
+
+    class Tokens:
+        async def authenticate(self, token: str) -> Principal:
+            if token == "runner":
+                return Principal("system:serviceaccount:team:burrito-py-runner",
+                                 runner=RunnerScope("team", "app", "run-1", "team", "infra"))
+            return Principal("alice")
+
+    with running_datastore(tmp_path, auth_enabled=True, authenticator=Tokens(), provider_cache_enabled=True,
+                           tool_cache_enabled=True, provider_cache_registries=["registry.example.test"]) as url:
+        for route in ("/providers/v1/registry.example.test/test/alpha/index.json", "/tools/v1/terraform/versions"):
+            assert httpx.get(url + route).status_code == 401
+            denied = httpx.get(url + route, headers={"Authorization": "Bearer alice"})
+            assert denied.status_code == 403 and "only runners and the controllers" in denied.json()["error"]
+        assert httpx.get(f"{url}/providers/v1/healthz").status_code == 200
+        assert httpx.get(f"{url}/providers/v1/archives/{'a' * 64}/x.zip").status_code == 404
+        unknown = httpx.get(f"{url}/providers/v1/elsewhere.example/test/alpha/index.json",
+                            headers={"Authorization": "Bearer runner"})
+        assert unknown.status_code == 404
