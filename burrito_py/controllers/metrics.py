@@ -36,6 +36,12 @@ PULL_REQUEST_PROVIDER_CALLS = Histogram(
     "Provider API calls per pull request update (comment and commit statuses; 0 when nothing changed).",
     buckets=(0, 1, 2, 3, 5, 10),
 )
+PROVIDER_MIRROR_FALLBACKS = PromCounter(
+    "burrito_py_provider_mirror_fallbacks_total",
+    "Runner attempts whose provider mirror was unavailable, so terraform installed providers directly "
+    "(lines 'burrito-py: provider mirror unavailable:' in their logs), by namespace.",
+    ["namespace"],
+)
 NOTIFICATIONS = PromCounter(
     "burrito_py_notifications_total", "Notifications sent, by target kind, event and result.",
     ["kind", "event", "result"],

@@ -62,6 +62,29 @@ class RunnerDefaults:
     command: tuple[str, ...] = ("burrito-py", "runner", "start")
     token_expiration_seconds: int = 3600
     termination_grace_period_seconds: int = 120
+    # The datastore's provider and tool mirrors (issue 16, runner/mirror.py); empty: none.
+    provider_mirror_url: str = ""
+    provider_mirror_fail_closed: bool = False
+    provider_mirror_registries: tuple[str, ...] = ()
+    tool_mirror_url: str = ""
+    mirror_ca_pem: str = ""  # the CA of the datastore's HTTPS certificate: public, not a secret
+
+
+def mirror_env(defaults: RunnerDefaults) -> list[dict[str, str]]:
+    """What the runner needs to use the datastore's mirrors: nothing when none is configured."""
+    env: list[dict[str, str]] = []
+    if defaults.provider_mirror_url:
+        env += [
+            {"name": "BURRITO_PROVIDER_MIRROR_URL", "value": defaults.provider_mirror_url},
+            {"name": "BURRITO_PROVIDER_MIRROR_FAIL_CLOSED",
+             "value": "true" if defaults.provider_mirror_fail_closed else "false"},
+            {"name": "BURRITO_PROVIDER_MIRROR_REGISTRIES", "value": ",".join(defaults.provider_mirror_registries)},
+        ]
+    if defaults.tool_mirror_url:
+        env.append({"name": "BURRITO_TOOL_MIRROR_URL", "value": defaults.tool_mirror_url})
+    if env and defaults.mirror_ca_pem:
+        env.append({"name": "BURRITO_MIRROR_CA_PEM", "value": defaults.mirror_ca_pem})
+    return env
 
 
 def pod_name(run_name: str, attempt: int) -> str:
@@ -102,6 +125,7 @@ def build_runner_pod(
         *({"name": name, "value": value} for name, value in SCRATCH_ENV),
         # The runner stops terraform (SIGINT) within the pod's grace period, before the kubelet's SIGKILL.
         {"name": "BURRITO_RUNNER_GRACE_SECONDS", "value": str(defaults.termination_grace_period_seconds)},
+        *mirror_env(defaults),
     ]
     token_volume = {
         "name": TOKEN_VOLUME,

@@ -1,4 +1,5 @@
-"""TerraformRun reconcile: runner pods per attempt, retries with backoff, the layer Lease, logs.
+"""TerraformRun reconcile: runner pods per attempt, retries with backoff, the layer Lease, logs (and the
+provider mirror fallbacks they report: a counter and one Warning per attempt).
 
 Pods are watched (their events wake the run); the only timed wake-ups are the end of a failure
 grace period and a re-check while a run waits for its Lease, its pod budget or a sync window.
@@ -43,6 +44,7 @@ from burrito_py.controllers.run_decisions import (
 )
 from burrito_py.controllers.run_isolation import refuse_run
 from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod, pod_name
+from burrito_py.runner.mirror import fallback_lines
 from burrito_py.timeutil import format_time, utcnow
 
 log = logging.getLogger(__name__)
@@ -280,6 +282,11 @@ async def _start_attempt(
         settings.datastore_url,
         tuple(settings.runner_command),
         termination_grace_period_seconds=settings.runner_termination_grace_period_seconds,
+        provider_mirror_url=settings.provider_mirror_url,
+        provider_mirror_fail_closed=settings.provider_mirror_fail_closed,
+        provider_mirror_registries=tuple(settings.provider_mirror_registries),
+        tool_mirror_url=settings.tool_mirror_url,
+        mirror_ca_pem=settings.mirror_ca_pem(),
     )
     override = _override_runner_spec(layer, repository)
     body = build_runner_pod(run, layer, decision.start_attempt, defaults, override)
@@ -382,4 +389,16 @@ async def _upload_logs(ctx: Context, run: Body, layer: Body, number: int) -> boo
         log.warning("could not upload log of %s attempt %s: %s", run["metadata"]["name"], number, exc)
         ctx.wake_run((namespace, run["metadata"]["name"]), WAIT_RECHECK)
         return False
+    # Counted once the log is stored: an attempt's log is uploaded once (logsUploaded), so counted once.
+    await _report_mirror_fallbacks(ctx, run, number, text)
     return True
+
+
+async def _report_mirror_fallbacks(ctx: Context, run: Body, number: int, text: str) -> None:
+    """The runner printed that terraform installed providers directly (its provider mirror was down)."""
+    lines = fallback_lines(text)
+    if not lines:
+        return
+    metrics.PROVIDER_MIRROR_FALLBACKS.labels(run["metadata"]["namespace"]).inc(len(lines))
+    detail = lines[0].removeprefix("burrito-py: ")
+    await post_event(ctx.kube, run, "Warning", "ProviderMirrorUnavailable", f"attempt {number}: {detail}")

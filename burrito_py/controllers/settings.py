@@ -30,7 +30,7 @@ def default_identity() -> str:
 class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
-    @field_validator("git_cache_dir", "datastore_token_path", mode="after")
+    @field_validator("git_cache_dir", "datastore_token_path", "mirror_ca_file", mode="after")
     @classmethod
     def _inside_the_pod(cls, value: Path | None) -> Path | None:
         # Under the local kubelet a pod's absolute paths live below its private root (identity elsewhere).
@@ -104,6 +104,33 @@ class ControllerSettings(BaseSettings):
         0, ge=0, description="Port of the liveness endpoint GET /healthz (kopf's); 0 disables the endpoint."
     )
     datastore_token_path: Path | None = None
+    # The datastore's provider and tool cache (issue 16), passed to runner pods (runner_pod.py).
+    provider_mirror_url: str = Field(
+        "",
+        description="Base URL of the datastore's provider network mirror (https://<datastore>:8443/providers/v1/), "
+        "given to runner pods; empty: runners install providers directly.",
+    )
+    provider_mirror_fail_closed: bool = Field(
+        False,
+        description="Fail a run whose provider mirror is unavailable, instead of letting terraform install its "
+        "providers directly.",
+    )
+    provider_mirror_registries: list[str] = Field(
+        default_factory=lambda: ["registry.terraform.io", "registry.opentofu.org"],
+        description="Registries the provider mirror reads through (the datastore's providerCache registries): "
+        "providers of other registries are installed directly (never with failClosed). Empty: every provider "
+        "through the mirror.",
+    )
+    tool_mirror_url: str = Field(
+        "",
+        description="Base URL of the datastore's terraform/tofu binaries (https://<datastore>:8443/tools/v1/), given "
+        "to runner pods; empty: tenv installs missing versions.",
+    )
+    mirror_ca_file: Path | None = Field(
+        None,
+        description="PEM of the CA that signs the datastore's HTTPS certificate, read once and given to runner pods "
+        "with a mirror URL; unset: the system's CAs.",
+    )
     # Isolation between tenant namespaces (docs/architecture.md §8): both off by default.
     allow_file_repositories: bool = Field(
         False,
@@ -155,6 +182,36 @@ class ControllerSettings(BaseSettings):
             )
         return self
     _scope: Scope | None = PrivateAttr(None)
+    _mirror_ca_pem: str = PrivateAttr("")
+
+    @field_validator("provider_mirror_url", "tool_mirror_url", mode="after")
+    @classmethod
+    def _mirror_url(cls, value: str) -> str:
+        url = value.strip()
+        if url and not url.startswith(("https://", "http://")):
+            raise ValueError(f"{url!r} is not an https:// (or http://) URL")
+        # Runners append routes to the base (`<base>healthz`).
+        return url if not url or url.endswith("/") else url + "/"
+
+    @model_validator(mode="after")
+    def _mirror_settings(self) -> Self:
+        if self.provider_mirror_url and not self.provider_mirror_url.startswith("https://"):
+            # Terraform speaks the network mirror protocol over https only.
+            raise ValueError(f"{ENV_PREFIX}PROVIDER_MIRROR_URL: {self.provider_mirror_url!r} is not an https:// URL")
+        if self.mirror_ca_file is not None:
+            # Read once here (a public certificate, not a secret), not for every runner pod.
+            try:
+                pem = self.mirror_ca_file.read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{ENV_PREFIX}MIRROR_CA_FILE: cannot read {self.mirror_ca_file}: {exc}") from None
+            if "-----BEGIN CERTIFICATE-----" not in pem:
+                raise ValueError(f"{ENV_PREFIX}MIRROR_CA_FILE: {self.mirror_ca_file} holds no PEM certificate")
+            self._mirror_ca_pem = pem
+        return self
+
+    def mirror_ca_pem(self) -> str:
+        """The content of `mirror_ca_file` as read when the settings were loaded; empty without one."""
+        return self._mirror_ca_pem
 
     @field_validator("namespaces", mode="after")
     @classmethod

@@ -83,6 +83,7 @@ async def _serve(settings: DatastoreSettings, storage_settings: StorageSettings)
     from burrito_py.datastore.encryption import EncryptionError
     from burrito_py.datastore.kubeapi import KubeApiError, connect
     from burrito_py.datastore.retention import Retention, retention_loop
+    from burrito_py.datastore.tls import https_config
 
     # uvicorn configures only its own loggers; retention and storage report through ours.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -100,9 +101,8 @@ async def _serve(settings: DatastoreSettings, storage_settings: StorageSettings)
         if settings.tls_cert_file is None or settings.tls_key_file is None:
             typer.echo("datastore: tls_port needs tls_cert_file and tls_key_file", err=True)
             raise typer.Exit(2)
-        servers.append(uvicorn.Server(uvicorn.Config(
-            app, host=settings.host, port=settings.tls_port, ssl_certfile=str(settings.tls_cert_file),
-            ssl_keyfile=str(settings.tls_key_file))))
+        servers.append(uvicorn.Server(https_config(app, settings.host, settings.tls_port, settings.tls_cert_file,
+                                                   settings.tls_key_file)))
     from datetime import timedelta
 
     from burrito_py.datastore.backends import sweep_abandoned_uploads

@@ -14,6 +14,7 @@ import uvicorn
 from burrito_py.datastore.app import DatastoreSettings, create_app
 from burrito_py.datastore.auth import Authenticator
 from burrito_py.datastore.storage import FilesystemStorage, Storage
+from burrito_py.datastore.tls import https_config
 from burrito_py.health import wait_healthy
 
 
@@ -33,6 +34,7 @@ def running_datastore(
     kubeconfig: Path | None = None,
     admin_users: Sequence[str] = (),
     authenticator: Authenticator | None = None,
+    tls_check_every: float = 10.0,
     **overrides: Any,
 ) -> Iterator[str]:
     """`storage` (e.g. S3 or encrypted) replaces the filesystem backend under `data_dir`. Auth is off unless
@@ -53,9 +55,10 @@ def running_datastore(
         uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="off")
     )]
     if settings.tls_port:
-        servers.append(uvicorn.Server(uvicorn.Config(
-            app, host=settings.host, port=settings.tls_port, log_level="warning", lifespan="off",
-            ssl_certfile=str(settings.tls_cert_file), ssl_keyfile=str(settings.tls_key_file))))
+        assert settings.tls_cert_file is not None and settings.tls_key_file is not None
+        servers.append(uvicorn.Server(https_config(app, settings.host, settings.tls_port, settings.tls_cert_file,
+                                                   settings.tls_key_file, tls_check_every, log_level="warning",
+                                                   lifespan="off")))
     threads = [threading.Thread(target=server.run, name="burrito-py-datastore", daemon=True) for server in servers]
     for thread in threads:
         thread.start()

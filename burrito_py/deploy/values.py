@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -297,6 +297,46 @@ class DatastoreAuth(Values):
     admin_groups: list[str] = setting(DatastoreSettings, "auth_admin_groups")
 
 
+class IssuerRef(Values):
+    """The cert-manager issuer of the datastore's HTTPS certificate."""
+
+    name: str = Field(
+        "",
+        description="Issuer or ClusterIssuer name; empty: the chart bootstraps its own CA (a self-signed Issuer, a CA "
+        "Certificate <release>-datastore-ca and a CA Issuer of that name) and issues from it. The issuer must put "
+        "ca.crt in the certificate's Secret (CA, Vault and self-signed issuers do; public ACME cannot sign "
+        "*.svc.cluster.local names).",
+    )
+    kind: Literal["Issuer", "ClusterIssuer"] = Field(
+        "Issuer", description="Issuer (in the release namespace) or ClusterIssuer."
+    )
+    group: str = Field("cert-manager.io", description="API group of the issuer.")
+
+
+class CertManager(Values):
+    """The datastore's HTTPS certificate from cert-manager (needs the cert-manager.io CRDs)."""
+
+    enabled: bool = Field(
+        False,
+        description="Have cert-manager issue and renew the certificate: a Certificate (cert-manager.io/v1) for the "
+        "datastore Service's DNS names, whose Secret is <release>-datastore-tls.",
+    )
+    issuer_ref: IssuerRef = Field(default_factory=IssuerRef, description="The issuer.")
+
+
+class DatastoreTls(Values):
+    """Where the certificate of the datastore's HTTPS listener (port 8443, on when providerCache or toolCache is
+    enabled) comes from: existingSecret, else cert-manager, else a CA and certificate the chart generates into
+    Secret <release>-datastore-tls (kept across upgrades)."""
+
+    cert_manager: CertManager = Field(default_factory=CertManager, description="cert-manager.")
+    existing_secret: str = Field(
+        "",
+        description="A kubernetes.io/tls Secret in the release namespace with tls.crt, tls.key and ca.crt (the CA "
+        "the runners trust), valid for <release>-datastore.<namespace>.svc.cluster.local; wins over certManager.",
+    )
+
+
 class Datastore(Workload):
     """The datastore of plans, logs, outputs and source archives (`burrito-py datastore start`)."""
 
@@ -305,6 +345,9 @@ class Datastore(Workload):
     encryption: Encryption = Field(default_factory=Encryption, description="Encryption at rest.")
     retention: Retention = Field(default_factory=Retention, description="Retention of unreferenced artifacts.")
     auth: DatastoreAuth = Field(default_factory=DatastoreAuth, description="Authentication and admins.")
+    tls: DatastoreTls = Field(
+        default_factory=DatastoreTls, description="Certificate of the HTTPS listener serving the caches."
+    )
 
 
 # -- server ---------------------------------------------------------------------------------------------
@@ -354,6 +397,46 @@ class Server(Workload):
 
     config: ServerConfig = Field(default_factory=ServerConfig, description="Server settings.")
     ingress: Ingress = Field(default_factory=Ingress, description="Optional Ingress.")
+
+
+# -- provider and tool caches ---------------------------------------------------------------------------
+HOSTNAME = r"^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*(:[0-9]{1,5})?$"
+
+
+class ProviderCache(Values):
+    """A Terraform provider network mirror served by the datastore (HTTPS, port 8443), which runner pods use
+    instead of the registries: each provider package is downloaded once per cluster."""
+
+    enabled: bool = Field(
+        False,
+        description="Serve the mirror (BURRITO_PY_DATASTORE_PROVIDER_CACHE_ENABLED) and point runner pods at it "
+        "(BURRITO_PY_PROVIDER_MIRROR_URL); turns on the datastore's HTTPS listener.",
+    )
+    fail_closed: bool = setting(ControllerSettings, "provider_mirror_fail_closed")
+    registries: list[Annotated[str, Field(pattern=HOSTNAME)]] = setting(DatastoreSettings, "provider_cache_registries")
+    index_ttl: timedelta = Field(
+        timedelta(minutes=10),
+        description="Age after which the mirrors read an index again (a provider's versions; the tool cache's "
+        "release lists too), as BURRITO_PY_DATASTORE_PROVIDER_CACHE_INDEX_TTL_SECONDS (ISO 8601, e.g. PT10M).",
+    )
+    max_size: int = setting(DatastoreSettings, "provider_cache_max_bytes")
+
+    @field_validator("index_ttl", mode="after")
+    @classmethod
+    def _not_negative(cls, value: timedelta) -> timedelta:
+        if value < timedelta(0):
+            raise ValueError("indexTtl must not be negative")
+        return value
+
+
+class ToolCache(Values):
+    """A mirror of terraform/tofu binaries served by the datastore (HTTPS, port 8443), which runner pods use."""
+
+    enabled: bool = Field(
+        False,
+        description="Serve the mirror (BURRITO_PY_DATASTORE_TOOL_CACHE_ENABLED) and point runner pods at it "
+        "(BURRITO_PY_TOOL_MIRROR_URL); turns on the datastore's HTTPS listener.",
+    )
 
 
 # -- runner, tenants, cluster-wide blocks ---------------------------------------------------------------
@@ -429,10 +512,19 @@ class ServiceMonitor(Values):
     labels: dict[str, str] = Field(default_factory=dict, description="Extra labels (your Prometheus' selector).")
 
 
+class PrometheusRule(Values):
+    """A prometheus-operator PrometheusRule with the chart's alerts: BurritoPyProviderMirrorFallbacks (runs fell
+    back from the provider mirror to the registries in the last 15 minutes)."""
+
+    enabled: bool = Field(False, description="Create the PrometheusRule (needs the monitoring.coreos.com CRDs).")
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra labels (your Prometheus' ruleSelector).")
+
+
 class Metrics(Values):
     """Metrics scraping."""
 
     service_monitor: ServiceMonitor = Field(default_factory=ServiceMonitor, description="ServiceMonitor.")
+    prometheus_rule: PrometheusRule = Field(default_factory=PrometheusRule, description="PrometheusRule.")
 
 
 class Global(Values):
@@ -465,5 +557,9 @@ class ChartValues(Values):
     datastore: Datastore = Field(default_factory=Datastore, description="The datastore.")
     server: Server = Field(default_factory=Server, description="The server.")
     runner: Runner = Field(default_factory=Runner, description="Runner pods.")
+    provider_cache: ProviderCache = Field(
+        default_factory=ProviderCache, description="Provider network mirror in the datastore."
+    )
+    tool_cache: ToolCache = Field(default_factory=ToolCache, description="Tool-binary mirror in the datastore.")
     network_policy: NetworkPolicy = Field(default_factory=NetworkPolicy, description="NetworkPolicies.")
     metrics: Metrics = Field(default_factory=Metrics, description="Metrics scraping.")

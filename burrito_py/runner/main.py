@@ -56,6 +56,12 @@ is a temporary directory under `BURRITO_RUNNER_WORK_DIR` (`/runner/work` in the 
 `TMPDIR` and its CLI configuration (`.terraform.d`, `.terraformrc`) lives in `HOME`; tenv installs under
 `TENV_ROOT`. The pod's grace period comes as `BURRITO_RUNNER_GRACE_SECONDS` (see `signals`).
 
+Mirrors (issue 16): with `BURRITO_PROVIDER_MIRROR_URL`, terraform installs providers through the datastore's
+network mirror (a CLI configuration and a CA bundle in `HOME`, see `mirror`; a mirror that is down fails the
+attempt under `BURRITO_PROVIDER_MIRROR_FAIL_CLOSED=true`, exit code 2, else terraform installs directly after
+one `burrito-py: provider mirror unavailable:` line); with `BURRITO_TOOL_MIRROR_URL`, a terraform/tofu version
+not already at hand is installed from the datastore (see `tools`). The datastore token is masked in the log.
+
 Decisions: the run lives in its layer's namespace (its owner reference requires it); the run must name the
 layer and action of the environment; the plan file sits outside the source tree, so the layer's own files are
 never overwritten; the runner cleans its work directory and ends without interpreter teardown (`exit_now`).
@@ -72,7 +78,7 @@ import tempfile
 import traceback
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -81,10 +87,11 @@ from burrito_py.local.paths import pod_path
 from burrito_py.runner import masking, signals
 from burrito_py.runner.kube import Kube, KubeError
 from burrito_py.runner.masking import MIN_LENGTH, masker
+from burrito_py.runner.mirror import MirrorConfig, MirrorError, MirrorSetup, prepare
 from burrito_py.runner.sources import SourceError, extract_archive, layer_directory
 from burrito_py.runner.summary import plan_summary
 from burrito_py.runner.terraform import Interrupted, StepFailed, Steps, is_stale_plan
-from burrito_py.runner.tools import ToolError, prefetch_version, resolve_tool
+from burrito_py.runner.tools import ToolError, ToolMirror, prefetch_version, resolve_tool
 from burrito_py.runner.transcript import Transcript
 from burrito_py.timeutil import format_time, utcnow
 
@@ -147,6 +154,7 @@ class RunnerEnv:
     datastore_url: str
     grace_seconds: float = signals.DEFAULT_GRACE_SECONDS
     work_dir: Path | None = None  # None: under TMPDIR
+    mirror: MirrorConfig = field(default_factory=MirrorConfig)  # the datastore's mirrors (default: none)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> RunnerEnv:
@@ -177,6 +185,10 @@ class RunnerEnv:
         work_dir = environ.get(WORK_DIR_ENV, "").strip()
         if work_dir and not work_dir.startswith("/"):
             raise RunnerError(f"{WORK_DIR_ENV}: {work_dir!r} is not an absolute path")
+        try:
+            mirror = MirrorConfig.from_environ(environ)
+        except MirrorError as exc:
+            raise RunnerError(str(exc)) from None
         return cls(
             run=environ["BURRITO_RUNNER_RUN"].strip(),
             layer=environ["BURRITO_RUNNER_LAYER_NAME"].strip(),
@@ -186,6 +198,7 @@ class RunnerEnv:
             datastore_url=datastore_url,
             grace_seconds=grace,
             work_dir=pod_path(work_dir) if work_dir else None,
+            mirror=mirror,
         )
 
 
@@ -214,8 +227,10 @@ def _say(text: str) -> None:
 class Runner:
     """One attempt: everything between reading the environment and exiting."""
 
-    def __init__(self, env: RunnerEnv, kube: Kube, store: DatastoreClient, workdir: Path) -> None:
+    def __init__(self, env: RunnerEnv, kube: Kube, store: DatastoreClient, workdir: Path,
+                 token: str | None = None) -> None:
         self.env, self.kube, self.store, self.workdir = env, kube, store, workdir
+        self.token = token  # the datastore token: the mirrors take it too
         self.plan_file = workdir / "plan.bin"
 
     # -- API ------------------------------------------------------------------------------------
@@ -283,12 +298,14 @@ class Runner:
             self.read_inputs(run)  # for masking only
         else:  # a saved plan carries its variables; only a new plan needs them
             self.write_variables(layer, layer_dir, self.read_inputs(run))
+        mirrors = self.prepare_mirrors()
+        tool_mirror = ToolMirror(env.mirror.tool_url, self.token, mirrors.ca_bundle) if env.mirror.tool_url else None
         try:
-            tool = resolve_tool(effective_tool(layer, repository), layer_dir)
+            tool = resolve_tool(effective_tool(layer, repository), layer_dir, tool_mirror)
         except ToolError as exc:
             raise RunnerError(str(exc)) from None
         _say(f"burrito-py: {env.action} of layer {env.namespace}/{env.layer} at {revision} with {tool.describe()}")
-        steps = Steps(tool, layer_dir)
+        steps = Steps(tool, layer_dir, env={**os.environ, **mirrors.env})
         steps.init(override.extra_init_args)
 
         annotations: dict[str, str] = {}
@@ -318,6 +335,15 @@ class Runner:
             return
         self.annotate(annotations)
         _say(f"burrito-py: {env.action} succeeded; layer {env.namespace}/{env.layer} annotated")
+
+    def prepare_mirrors(self) -> MirrorSetup:
+        """The CA bundle and CLI configuration the mirrors need, in HOME (writable in a runner pod, §18)."""
+        try:
+            return prepare(self.env.mirror, self.token, Path.home(), os.environ, say=_say)
+        except MirrorError as exc:
+            raise RunnerError(str(exc)) from None
+        except OSError as exc:
+            raise RunnerError(f"cannot write the mirror configuration in HOME {Path.home()}: {exc}") from None
 
     def already_applied(self, layer: TerraformLayer, plan_sum: str) -> str | None:
         """How an earlier attempt is known to have applied this plan, else None: the layer's `apply-sum`, or
@@ -550,7 +576,7 @@ def _attempt(env: RunnerEnv, token: str | None) -> None:
 
     try:
         with DatastoreClient(env.datastore_url, token=token) as store, _work_directory(env) as tmp:
-            Runner(env, kube, store, Path(tmp)).run()
+            Runner(env, kube, store, Path(tmp), token).run()
     finally:
         kube.close()
 
@@ -579,6 +605,8 @@ def main(environ: Mapping[str, str] | None = None) -> int:
             stop.wait_seconds = signals.stop_wait(env.grace_seconds)
             prefetch_version("terraform")  # the usual tool; its version check then costs nothing
             token = read_token()
+            if token:  # it reaches terraform's CLI configuration: never print it
+                masker().add(token)
             _attempt(env, token)
         except Interrupted as exc:
             message, code = str(exc), stop.exit_code()

@@ -15,6 +15,12 @@ Installation:
   defaulting to `~/.tenv` (tenv also honours `TOFUENV_ROOT`, `TFENV_ROOT`), and run that binary directly
   rather than tenv's proxy, so nothing depends on the working directory's version files.
 - without tenv: the `terraform`/`tofu` binary on PATH, if its `version -json` satisfies the constraint.
+- with the datastore's tool mirror (`BURRITO_TOOL_MIRROR_URL`, a `ToolMirror`), for terraform and opentofu: a
+  baked or already installed version, then (without tenv only, as above) the binary on PATH, when one satisfies
+  the constraint; otherwise the runner installs the newest version of `GET <mirror><tool>/versions` that
+  satisfies it, from `GET <mirror><tool>/<version>/linux/<arch>` (bearer token, the mirror's CA), checked
+  against the `X-Burrito-Sha256` header, unpacked into tenv's layout under TENV_ROOT (a staging directory
+  renamed into place, so no partial install is ever found). Never tenv, hence never GitHub.
 
 Terragrunt (`spec.terragrunt.enabled`): resolved the same way (`tenv tg install`, else `terragrunt` on PATH,
 whose `--version` prints `terragrunt version v0.67.0`); its version comes from the spec only. The steps then
@@ -23,27 +29,38 @@ run `terragrunt <command>` with `TG_TF_PATH`/`TERRAGRUNT_TFPATH` pointing at the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
+from burrito_py.local.paths import pod_path_setting
 from burrito_py.runner.signals import stopping
 from burrito_py.runner.versions import ANY, Constraint, InvalidVersionConstraint, parse_constraint, pick_latest
 
 if TYPE_CHECKING:
+    import httpx
+
     from burrito_py.api.effective import EffectiveTool
 
 __all__ = [
     "Tool",
     "ToolError",
     "ToolKind",
+    "ToolMirror",
     "code_required_version",
+    "install_from_mirror",
+    "mirror_arch",
     "prefetch_version",
     "preinstalled_roots",
     "resolve_tool",
@@ -58,9 +75,15 @@ TENV_FOLDER = {"terraform": "Terraform", "opentofu": "OpenTofu", "terragrunt": "
 TENV_LATEST = "latest-stable"
 _REQUIRED_VERSION = re.compile(r"\brequired_version\b")
 _TERRAGRUNT_VERSION = re.compile(r"\bv?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?)")
+R = TypeVar("R")
 VERSION_TIMEOUT = 60.0
 INSTALL_TIMEOUT = 600.0
 TOOLS_PATH_ENV = "BURRITO_RUNNER_TOOLS_PATH"
+SHA256_HEADER = "X-Burrito-Sha256"
+MIRROR_TRIES = 3
+MIRROR_TIMEOUT = 60.0
+MIRROR_CONNECT_TIMEOUT = 10.0
+_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
 class ToolError(Exception):
@@ -144,7 +167,8 @@ def code_required_version(layer_dir: Path, kind: str = "terraform") -> str | Non
 def tenv_root(environ: Mapping[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     root = env.get("TENV_ROOT") or env.get("TOFUENV_ROOT") or env.get("TFENV_ROOT")
-    return Path(root) if root else Path.home() / ".tenv"
+    # A path inside the pod: under the local kubelet it lives below the pod's root, as the work dir does.
+    return pod_path_setting(Path(root)) or Path(root) if root else Path.home() / ".tenv"
 
 
 def tenv_install_args(kind: ToolKind, version: str | None) -> list[str]:
@@ -294,6 +318,176 @@ def _on_path(kind: ToolKind, text: str | None, constraint: Constraint) -> tuple[
     return binary, version
 
 
+# -- the datastore's tool mirror ----------------------------------------------------------------
+@dataclass(frozen=True)
+class ToolMirror:
+    """The datastore's tool binaries: `url` ends with a slash (`https://<datastore>:8443/tools/v1/`); `token`
+    is the runner's datastore token, `ca_bundle` the CAs that verify the mirror (None: the system's)."""
+
+    url: str
+    token: str | None = None
+    ca_bundle: Path | None = None
+
+
+def mirror_arch(machine: str | None = None) -> str:
+    text = (machine if machine is not None else platform.machine()).lower()
+    try:
+        return _ARCH[text]
+    except KeyError:
+        raise ToolError(f"the tool mirror has no binaries for machine {text!r} (only amd64, arm64)") from None
+
+
+def _mirror_client(mirror: ToolMirror) -> httpx.Client:
+    import httpx
+
+    from burrito_py.runner.mirror import ssl_context
+
+    headers = {"Authorization": f"Bearer {mirror.token}"} if mirror.token else {}
+    return httpx.Client(headers=headers, verify=ssl_context(mirror.ca_bundle),
+                        timeout=httpx.Timeout(MIRROR_TIMEOUT, connect=MIRROR_CONNECT_TIMEOUT))
+
+
+def _retried(what: str, call: Callable[[], R]) -> R:
+    """`call` again on connection errors and 5xx (the datastore may be restarting), a few times; the error
+    names `what`, never the token."""
+    import httpx
+
+    problem = "not tried"
+    for attempt in range(MIRROR_TRIES):
+        if attempt:
+            time.sleep(0.5 * 2 ** (attempt - 1))
+        try:
+            return call()
+        except httpx.HTTPStatusError as exc:
+            problem = f"{exc.response.status_code} {exc.response.reason_phrase}"
+            if exc.response.status_code < 500:
+                break
+        except httpx.HTTPError as exc:
+            problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    raise ToolError(f"{what}: {problem}")
+
+
+def _mirror_versions(client: httpx.Client, mirror: ToolMirror, kind: ToolKind) -> list[str]:
+    url = f"{mirror.url}{kind}/versions"
+
+    def get() -> object:
+        response = client.get(url)
+        response.raise_for_status()
+        return response.json()
+
+    try:
+        body = _retried(f"cannot list {kind} versions on the tool mirror ({url})", get)
+    except ValueError:
+        raise ToolError(f"the tool mirror's {url} is not JSON") from None
+    versions = body.get("versions") if isinstance(body, dict) else None
+    if not isinstance(versions, list):
+        raise ToolError(f'the tool mirror\'s {url} has no "versions" list')
+    return [str(v) for v in versions]
+
+
+def _download(client: httpx.Client, url: str, dest: Path) -> tuple[str, str]:
+    """Stream `url` to `dest`; (sha256 of what came, the X-Burrito-Sha256 header)."""
+
+    def get() -> tuple[str, str]:
+        digest = hashlib.sha256()
+        with client.stream("GET", url) as response, dest.open("wb") as handle:
+            response.raise_for_status()
+            for chunk in response.iter_bytes(1024 * 1024):
+                digest.update(chunk)
+                handle.write(chunk)
+            return digest.hexdigest(), response.headers.get(SHA256_HEADER, "").strip().lower()
+
+    return _retried(f"cannot download {url}", get)
+
+
+def _unzip_binary(archive: Path, name: str, dest: Path, what: str) -> None:
+    """Only the member `name` at the archive's root, written to `dest`: no other path is ever created."""
+    try:
+        with zipfile.ZipFile(archive) as bundle:
+            member = next((info for info in bundle.infolist() if info.filename == name), None)
+            if member is None:
+                raise ToolError(f"{what}: the release archive holds no {name} binary")
+            with bundle.open(member) as source, dest.open("wb") as target:
+                shutil.copyfileobj(source, target, 1024 * 1024)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise ToolError(f"{what}: cannot unpack the release archive: {exc}") from None
+    dest.chmod(0o755)
+
+
+def install_from_mirror(mirror: ToolMirror, kind: Literal["terraform", "opentofu"], text: str | None,
+                        constraint: Constraint) -> tuple[Path, str]:
+    """Install the newest version the mirror has that satisfies `constraint` into tenv's layout under
+    TENV_ROOT; (binary, version). Raises ToolError; leaves nothing behind on failure."""
+    stop = stopping()
+    if stop.requested:
+        raise ToolError(f"not installing {BINARY[kind]} {text or 'latest'}: {stop.signal_name} received")
+    arch = mirror_arch()
+    with _mirror_client(mirror) as client:
+        available = _mirror_versions(client, mirror, kind)
+        version = pick_latest(constraint, available)
+        if version is None:
+            listed = ", ".join(available[:5]) + (", …" if len(available) > 5 else "") or "none"
+            raise ToolError(f'no {kind} version satisfying "{text or "any"}" on the tool mirror {mirror.url} '
+                            f"(it has {listed})")
+        what = f"{kind} {version} from the tool mirror"
+        root = tenv_root()
+        target = root / TENV_FOLDER[kind] / version
+        url = f"{mirror.url}{kind}/{version}/linux/{arch}"  # runner pods are Linux
+        print(f"burrito-py: installing {kind} {version} from the tool mirror ({url})", flush=True)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            # Staged inside TENV_ROOT (one filesystem: the rename is atomic) and renamed into place once whole.
+            staging = Path(tempfile.mkdtemp(prefix=".burrito-py-install-", dir=root))
+        except OSError as exc:
+            raise ToolError(f"{what}: cannot write under TENV_ROOT {root}: {exc}") from None
+        try:
+            archive = staging / "release.zip"
+            got, expected = _download(client, url, archive)
+            if not expected:
+                raise ToolError(f"{what}: the mirror sent no {SHA256_HEADER} header; not installed")
+            if got != expected:
+                raise ToolError(f"{what}: the download's sha256 {got} does not match {SHA256_HEADER} {expected}; "
+                                "not installed")
+            unpacked = staging / version
+            unpacked.mkdir(mode=0o755)
+            _unzip_binary(archive, BINARY[kind], unpacked / BINARY[kind], what)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                unpacked.rename(target)
+            except OSError as exc:
+                if not (target / BINARY[kind]).is_file():  # else another process installed it meanwhile
+                    raise ToolError(f"{what}: cannot install into {target}: {exc}") from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    print(f"burrito-py: installed {kind} {version} (sha256 {got}) into {target}", flush=True)
+    return target / BINARY[kind], version
+
+
+def _satisfying_on_path(kind: ToolKind, constraint: Constraint) -> tuple[str, str] | None:
+    binary = shutil.which(BINARY[kind])
+    if binary is None:
+        return None
+    version = binary_version(binary, kind)
+    try:
+        return (binary, version) if constraint.allows(version) else None
+    except InvalidVersionConstraint as exc:
+        raise ToolError(f"{binary}: {exc}") from None
+
+
+def _mirrored(kind: Literal["terraform", "opentofu"], text: str | None, constraint: Constraint,
+              mirror: ToolMirror, path_too: bool) -> tuple[str, str]:
+    """The existing order first (baked and installed versions; the PATH binary when there is no tenv, whose
+    own `terraform` proxy would download from GitHub), then the mirror instead of tenv."""
+    installed = _tenv_installed(kind, constraint)
+    if installed is not None:
+        return str(installed), installed.parent.name
+    found = _satisfying_on_path(kind, constraint) if path_too else None
+    if found is not None:
+        return found
+    binary, version = install_from_mirror(mirror, kind, text, constraint)
+    return str(binary), version
+
+
 # -- together -----------------------------------------------------------------------------------
 def _constraint(text: str | None, where: str) -> Constraint:
     if not text:
@@ -304,21 +498,23 @@ def _constraint(text: str | None, where: str) -> Constraint:
         raise ToolError(f"{where}: {exc}") from None
 
 
-def _resolve_one(kind: ToolKind, text: str | None, where: str) -> tuple[str, str]:
+def _resolve_one(kind: ToolKind, text: str | None, where: str, mirror: ToolMirror | None = None) -> tuple[str, str]:
     constraint = _constraint(text, where)
     tenv = shutil.which("tenv")
+    if mirror is not None and kind != "terragrunt":  # the mirror serves terraform and tofu only
+        return _mirrored(kind, text, constraint, mirror, path_too=tenv is None)
     if tenv is None:
         return _on_path(kind, text, constraint)
     binary = _tenv(tenv, kind, text, constraint)
     return str(binary), binary.parent.name
 
 
-def resolve_tool(effective: EffectiveTool, layer_dir: Path) -> Tool:
+def resolve_tool(effective: EffectiveTool, layer_dir: Path, mirror: ToolMirror | None = None) -> Tool:
     """The binary (and version) that runs the layer in `layer_dir`. Raises ToolError."""
     text, where = effective.version, f"spec.{effective.kind}.version"
     if not text:
         text, where = code_required_version(layer_dir, effective.kind), "required_version in the code"
-    binary, version = _resolve_one(effective.kind, text, where)
+    binary, version = _resolve_one(effective.kind, text, where, mirror)
     terragrunt = terragrunt_version = None
     if effective.terragrunt is not None:
         terragrunt, terragrunt_version = _resolve_one("terragrunt", effective.terragrunt.version,
@@ -326,8 +522,9 @@ def resolve_tool(effective: EffectiveTool, layer_dir: Path) -> Tool:
     return Tool(effective.kind, binary, version, terragrunt, terragrunt_version)
 
 
-def tool_for(kind: Literal["terraform", "opentofu"], version: str | None, layer_dir: Path) -> Tool:
+def tool_for(kind: Literal["terraform", "opentofu"], version: str | None, layer_dir: Path,
+             mirror: ToolMirror | None = None) -> Tool:
     """`resolve_tool` without API objects (for tests and tools)."""
     from burrito_py.api.effective import EffectiveTool
 
-    return resolve_tool(EffectiveTool(kind=kind, version=version, terragrunt=None), layer_dir)
+    return resolve_tool(EffectiveTool(kind=kind, version=version, terragrunt=None), layer_dir, mirror)

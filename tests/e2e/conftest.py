@@ -141,10 +141,10 @@ class Platform:
 
 @contextlib.contextmanager
 def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = True, start_controllers: bool = True,
-                     **overrides: Any) -> Iterator[Platform]:
+                     datastore: dict[str, Any] | None = None, **overrides: Any) -> Iterator[Platform]:
     """The harness: emulator, CRDs, the chart's run-namespace admission policy (unless `admission_policy` is
-    False, as on a cluster older than 1.30), datastore, kubelet and controllers (unless `start_controllers` is
-    False: `settings` then says how to run them)."""
+    False, as on a cluster older than 1.30), datastore (`datastore`: further DatastoreSettings), kubelet and
+    controllers (unless `start_controllers` is False: `settings` then says how to run them)."""
     with contextlib.ExitStack() as stack:
         api = ApiServer(pod_log_dir=workdir / "pod-logs")
         api.start()
@@ -163,7 +163,8 @@ def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = T
         for obj in policy_objects("burrito-py", [admin], "burrito-py-runner") if admission_policy else ():
             applier.apply(obj)
         datastore_url = stack.enter_context(running_datastore(workdir / "datastore", auth_enabled=True,
-                                                              kubeconfig=kubeconfig, admin_users=[admin]))
+                                                              kubeconfig=kubeconfig, admin_users=[admin],
+                                                              **(datastore or {})))
         kubelet = LocalKubelet(kubeconfig, pod_log_dir=workdir / "pod-logs", work_dir=workdir / "pods")
         kubelet.start()
         stack.callback(kubelet.stop)

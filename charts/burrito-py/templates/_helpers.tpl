@@ -208,3 +208,62 @@ spec:
 {{- end -}}
 {{- toJson $out -}}
 {{- end -}}
+
+{{/* The datastore's HTTPS listener (the provider and tool mirrors) is on: "true", else "". */}}
+{{- define "burrito-py.datastoreTls" -}}
+{{- if or .Values.providerCache.enabled .Values.toolCache.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* The Secret with the HTTPS listener's tls.crt, tls.key and ca.crt: datastore.tls.existingSecret, else the
+     chart's (generated, or cert-manager's) <fullname>-datastore-tls. */}}
+{{- define "burrito-py.datastoreTlsSecret" -}}
+{{- default (printf "%s-datastore-tls" (include "burrito-py.fullname" .)) .Values.datastore.tls.existingSecret -}}
+{{- end -}}
+
+{{/* The datastore Service's DNS names, as a JSON list: what its HTTPS certificate is valid for. */}}
+{{- define "burrito-py.datastoreDnsNames" -}}
+{{- $service := printf "%s-datastore" (include "burrito-py.fullname" .) -}}
+{{- $ns := .Release.Namespace -}}
+{{- toJson (list $service (printf "%s.%s" $service $ns) (printf "%s.%s.svc" $service $ns) (printf "%s.%s.svc.cluster.local" $service $ns)) -}}
+{{- end -}}
+
+{{- define "burrito-py.datastoreHttpsUrl" -}}
+{{- printf "https://%s-datastore.%s.svc.cluster.local:8443" (include "burrito-py.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* An ISO 8601 duration (as pydantic writes a timedelta: P1DT2H3M4.5S; weeks too) in seconds:
+     (dict "name" "providerCache.indexTtl" "value" .Values.providerCache.indexTtl). Years and months, a sign
+     or any other form fail naming the value. */}}
+{{- define "burrito-py.durationSeconds" -}}
+{{- $text := toString .value -}}
+{{- $n := `([0-9]+(?:\.[0-9]+)?)` -}}
+{{- $re := printf `^P(?:%sW)?(?:%sD)?(?:T(?:%sH)?(?:%sM)?(?:%sS)?)?$` $n $n $n $n $n -}}
+{{- if or (not (regexMatch $re $text)) (eq $text "P") (hasSuffix "T" $text) -}}
+{{- fail (printf "%s must be an ISO 8601 duration such as PT10M (days, hours, minutes, seconds), not %q" .name $text) -}}
+{{- end -}}
+{{- $seconds := 0.0 -}}
+{{- range $group, $factor := dict "1" 604800 "2" 86400 "3" 3600 "4" 60 "5" 1 -}}
+{{- $part := regexReplaceAll $re $text (printf "${%s}" $group) -}}
+{{- if $part }}{{ $seconds = addf $seconds (mulf (float64 $part) $factor) }}{{ end -}}
+{{- end -}}
+{{- include "burrito-py.envValue" $seconds -}}
+{{- end -}}
+
+{{/* Runner pods of the tenant namespaces (of any namespace in cluster mode), as NetworkPolicyPeers. */}}
+{{- define "burrito-py.runnerPeers" -}}
+{{- if .Values.clusterMode }}
+- namespaceSelector: {}
+  podSelector:
+    matchLabels:
+      burrito-py.io/component: runner
+{{- else }}
+{{- range (include "burrito-py.tenants" . | fromJsonArray) }}
+- namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {{ .namespace }}
+  podSelector:
+    matchLabels:
+      burrito-py.io/component: runner
+{{- end }}
+{{- end }}
+{{- end -}}

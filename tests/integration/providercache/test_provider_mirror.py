@@ -294,3 +294,35 @@ def test_only_runners_and_admins_read_through_the_mirror(tmp_path: Path) -> None
         unknown = httpx.get(f"{url}/providers/v1/elsewhere.example/test/alpha/index.json",
                             headers={"Authorization": "Bearer runner"})
         assert unknown.status_code == 404
+
+
+def test_a_renewed_https_certificate_is_served_without_a_restart(tmp_path: Path) -> None:
+    """cert-manager renews into the same Secret and the kubelet swaps the files: new connections get the new
+    certificate (checked here every 0.2 s; 10 s in the datastore)."""
+    from cryptography import x509
+
+    tls = make_tls(tmp_path / "tls")
+    port = free_port()
+
+    def serial() -> int:
+        import socket
+
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        with socket.create_connection(("127.0.0.1", port)) as raw, context.wrap_socket(raw) as wrapped:
+            der = wrapped.getpeercert(binary_form=True)
+        assert der is not None
+        return x509.load_der_x509_certificate(der).serial_number
+
+    with running_datastore(tmp_path / "datastore", tls_port=port, tls_cert_file=tls.cert, tls_key_file=tls.key,
+                           provider_cache_enabled=True, tls_check_every=0.2):
+        first = serial()
+        renewed = make_tls(tmp_path / "renewed")
+        for source, target in ((renewed.key, tls.key), (renewed.cert, tls.cert)):
+            staged = target.with_suffix(".new")
+            staged.write_bytes(source.read_bytes())
+            staged.replace(target)
+        time.sleep(0.3)
+        assert serial() != first
+        assert httpx.get(f"https://127.0.0.1:{port}/providers/v1/healthz",
+                         verify=ssl.create_default_context(cafile=str(renewed.ca))).status_code == 200

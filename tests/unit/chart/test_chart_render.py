@@ -3,7 +3,9 @@ the Kubernetes schemas; bad values fail naming the key; the config reaches each 
 
 from __future__ import annotations
 
+import base64
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import helm_python
@@ -20,13 +22,13 @@ from burrito_py.server.settings import ServerSettings
 from tests.unit.chart.rendering import NAMESPACE, RELEASE, VALUE_SETS, find, rendered
 
 KUBERNETES_VERSIONS = ("1.30", latest_version())
-# Kinds kubernetes-validate has no schema for (not built into Kubernetes): prometheus-operator's.
-NO_SCHEMA = {"ServiceMonitor"}
+# Kinds kubernetes-validate has no schema for (not built into Kubernetes): prometheus-operator's, cert-manager's.
+NO_SCHEMA = {"ServiceMonitor", "PrometheusRule", "Certificate", "Issuer"}
 
 
 def test_the_required_value_sets_exist() -> None:
     assert {"default", "tenants", "cluster-mode", "s3-encryption", "ha", "network-policy", "crds-off",
-            "monitoring-ingress", "local-default-tenant"} <= set(VALUE_SETS)
+            "monitoring-ingress", "local-default-tenant", "caches", "caches-cert-manager"} <= set(VALUE_SETS)
     for values in VALUE_SETS.values():
         ChartValues.model_validate(values)  # the ci files are valid values, by the models too
 
@@ -52,6 +54,10 @@ def test_every_object_validates_strictly(name: str, version: str) -> None:
         kubernetes_validate.validate(obj, version, strict=True)
     if name == "monitoring-ingress":
         assert skipped == {"ServiceMonitor"}
+    if name == "caches":
+        assert skipped == {"PrometheusRule"}
+    if name == "caches-cert-manager":
+        assert skipped == {"Certificate", "Issuer"}
 
 
 def test_servicemonitor_shape() -> None:
@@ -104,7 +110,9 @@ def _settings_names(model: type[Any], prefix: str) -> set[str]:
 
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
-def test_every_config_variable_is_a_setting_that_parses(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_config_variable_is_a_setting_that_parses(
+    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """The ConfigMaps hold only real BURRITO_PY_* settings, and the components' settings classes accept them."""
     objects = rendered(name)
     for component, models, prefix in (
@@ -115,12 +123,39 @@ def test_every_config_variable_is_a_setting_that_parses(name: str, monkeypatch: 
         data = _config(objects, component)
         known = set().union(*(_settings_names(m, prefix) for m in models))
         assert set(data) <= known, f"{component}: not settings: {sorted(set(data) - known)}"
+        files = _mounted_secret_files(objects, component, data, tmp_path / component)
         for pod_env in _deployment_envs(objects, component):  # what each Deployment adds (a shard's name)
             with monkeypatch.context() as env:
-                for key, value in {**data, **pod_env}.items():
+                for key, value in {**data, **pod_env, **files}.items():
                     env.setenv(key, value)
                 for model in models:
                     model()  # raises on any value the component would refuse
+
+
+def _mounted_secret_files(objects: list[dict[str, Any]], component: str, data: dict[str, str],
+                          into: Path) -> dict[str, str]:
+    """The settings naming a file of a Secret mounted in the component's pod (the datastore's certificate, the
+    controllers' mirror CA), pointed at a local copy of that file: the Secret's rendered content, or for one the
+    chart does not make (cert-manager's, existingSecret) what the chart would generate."""
+    deployment = next(o for o in objects if o["kind"] == "Deployment"
+                      and o["metadata"]["labels"].get("app.kubernetes.io/component") == component)
+    pod = deployment["spec"]["template"]["spec"]
+    secrets = {v["name"]: v["secret"] for v in pod.get("volumes") or () if "secret" in v}
+    files = {}
+    for key, value in data.items():
+        for mount in pod["containers"][0].get("volumeMounts") or ():
+            if mount["name"] in secrets and value.startswith(mount["mountPath"] + "/"):
+                volume, path = secrets[mount["name"]], value[len(mount["mountPath"]) + 1:]
+                items = {i["path"]: i["key"] for i in volume.get("items") or ()}
+                assert not volume.get("items") or path in items, f"{key}: {path} is not mounted"
+                made = [o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == volume["secretName"]]
+                secret = made[0] if made else find(render_chart({"toolCache": {"enabled": True}}, RELEASE, NAMESPACE),
+                                                   "Secret", f"{RELEASE}-datastore-tls")
+                local = into / path
+                local.parent.mkdir(parents=True, exist_ok=True)
+                local.write_bytes(base64.b64decode(secret["data"][items.get(path, path)]))
+                files[key] = str(local)
+    return files
 
 
 def _deployment_envs(objects: list[dict[str, Any]], component: str) -> list[dict[str, str]]:

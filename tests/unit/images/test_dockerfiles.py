@@ -135,9 +135,10 @@ def test_the_runner_image_has_no_git_nor_ssh_but_tenv_and_a_baked_opentofu() -> 
     assert "COPY --from=tools /out/tools /opt/burrito-py/tools" in text  # OpenTofu/<version>/tofu, tenv layout
 
 
-def test_the_controller_image_has_git_and_ssh() -> None:
+def test_the_controller_image_has_git_ssh_and_gpgv() -> None:
     install = next(item["value"] for item in instructions(CONTROLLER, "RUN") if "apt-get install" in item["value"])
     assert re.search(r"\bgit=\S+", install) and re.search(r"\bopenssh-client=\S+", install)
+    assert re.search(r"\bgpgv=\S+", install)  # the provider cache checks SHA256SUMS signatures
 
 
 def final_env(path: Path) -> dict[str, str]:

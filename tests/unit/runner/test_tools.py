@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import stat
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,12 +15,15 @@ from burrito_py.api.common import ToolSpec
 from burrito_py.api.effective import EffectiveTool
 from burrito_py.runner.tools import (
     ToolError,
+    ToolMirror,
     code_required_version,
+    mirror_arch,
     resolve_tool,
     tenv_install_args,
     tenv_root,
     tool_for,
 )
+from tests.fakes.mirrors import FakeMirror, running_mirror, tool_zip
 
 FAKE_TENV = r"""#!/bin/sh
 printf '%s|' "$@" >> "$FAKE_TENV_LOG"; echo >> "$FAKE_TENV_LOG"
@@ -281,3 +286,110 @@ def test_no_prefetch_with_tenv(tenv: Tenv, layer: Path, tmp_path: Path) -> None:
     prefetch_version("terraform")
     assert tool_for("terraform", "1.9.8", layer).binary == str(tenv.root / "Terraform" / "1.9.8" / "terraform")
     assert not log.exists()
+
+
+# -- the datastore's tool mirror --------------------------------------------------------------------
+MIRROR_TOKEN = "mirror-token-123"
+
+
+@pytest.fixture
+def tool_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMirror]:
+    """A plain-http tool mirror with fake terraform 1.9.8, 1.10.0 and 1.11.4 and tofu 1.8.5; TENV_ROOT empty."""
+    releases = tmp_path / "releases"
+    releases.mkdir()
+    tools: dict[str, dict[str, Path]] = {"terraform": {}, "opentofu": {}}
+    for kind, name, versions in (("terraform", "terraform", ("1.9.8", "1.10.0", "1.11.4")),
+                                 ("opentofu", "tofu", ("1.8.5",))):
+        for version in versions:
+            binary = fake_terraform(releases / f"{kind}-{version}", version, name=name)
+            tools[kind][version] = tool_zip(releases / f"{kind}_{version}.zip", binary, name)
+    monkeypatch.setenv("TENV_ROOT", str(tmp_path / "tenv-root"))
+    monkeypatch.delenv("BURRITO_RUNNER_TOOLS_PATH", raising=False)
+    with running_mirror(FakeMirror(token=MIRROR_TOKEN, tools=tools)) as mirror:
+        yield mirror
+
+
+def _mirror(fake: FakeMirror, token: str | None = MIRROR_TOKEN) -> ToolMirror:
+    return ToolMirror(fake.tool_url, token)
+
+
+def test_mirror_installs_the_newest_satisfying_version_in_tenvs_layout(
+    bin_dir: Path, layer: Path, tool_mirror: FakeMirror, tmp_path: Path
+) -> None:
+    tool = tool_for("terraform", "~> 1.10", layer, _mirror(tool_mirror))
+    installed = tmp_path / "tenv-root" / "Terraform" / "1.11.4" / "terraform"
+    assert (tool.binary, tool.version) == (str(installed), "1.11.4")
+    assert stat.S_IMODE(installed.stat().st_mode) == 0o755
+    assert sorted(p.name for p in (tmp_path / "tenv-root").iterdir()) == ["Terraform"]  # no staging left
+    paths = [seen.path for seen in tool_mirror.requests]
+    assert paths == ["/tools/v1/terraform/versions", f"/tools/v1/terraform/1.11.4/linux/{mirror_arch()}"]
+    assert tool_mirror.authorizations("/tools/") == [f"Bearer {MIRROR_TOKEN}"] * 2
+    # Installed now: found in TENV_ROOT as tenv's own installs are, without asking the mirror again.
+    assert tool_for("terraform", "1.11.4", layer, _mirror(tool_mirror)).binary == str(installed)
+    assert len(tool_mirror.requests) == 2
+    tofu = tool_for("opentofu", None, layer, _mirror(tool_mirror))
+    assert (tofu.binary, tofu.version) == (str(tmp_path / "tenv-root" / "OpenTofu" / "1.8.5" / "tofu"), "1.8.5")
+
+
+def test_mirror_comes_after_baked_and_installed_versions_and_a_matching_path_binary(
+    bin_dir: Path, layer: Path, tool_mirror: FakeMirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    baked = tmp_path / "baked"
+    fake_terraform(baked / "Terraform" / "1.10.0", "1.10.0")
+    monkeypatch.setenv("BURRITO_RUNNER_TOOLS_PATH", str(baked))
+    assert tool_for("terraform", "~> 1.10.0", layer, _mirror(tool_mirror)).version == "1.10.0"
+    fake_terraform(bin_dir, "1.9.8")
+    assert tool_for("terraform", "1.9.8", layer, _mirror(tool_mirror)).binary == str(bin_dir / "terraform")
+    assert tool_mirror.requests == []
+    # The PATH binary does not satisfy: the mirror, not an error.
+    assert tool_for("terraform", "1.11.4", layer, _mirror(tool_mirror)).version == "1.11.4"
+
+
+def test_mirror_replaces_tenv_install_and_skips_tenvs_path_proxy(
+    tenv: Tenv, layer: Path, tool_mirror: FakeMirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TENV_ROOT", str(tenv.root))
+    fake_terraform(tenv.bin_dir, "1.11.4")  # stands for tenv's `terraform` proxy, which would download itself
+    tool = tool_for("terraform", "1.11.4", layer, _mirror(tool_mirror))
+    assert tool.binary == str(tenv.root / "Terraform" / "1.11.4" / "terraform")
+    assert tenv.calls() == []  # never tenv: it installs from GitHub
+
+
+def test_mirror_refuses_a_download_whose_sum_does_not_match(
+    bin_dir: Path, layer: Path, tool_mirror: FakeMirror, tmp_path: Path
+) -> None:
+    tool_mirror.tool_sums[("terraform", "1.11.4")] = "0" * 64
+    with pytest.raises(ToolError, match=r"^terraform 1\.11\.4 from the tool mirror: the download's sha256 [0-9a-f]{64} "
+                                        r"does not match X-Burrito-Sha256 0{64}; not installed$"):
+        tool_for("terraform", "1.11.4", layer, _mirror(tool_mirror))
+    assert list((tmp_path / "tenv-root").iterdir()) == []
+
+
+def test_mirror_errors_name_what_is_missing(bin_dir: Path, layer: Path, tool_mirror: FakeMirror) -> None:
+    with pytest.raises(ToolError, match=r'no terraform version satisfying ">= 2\.0" on the tool mirror .* '
+                                        r"\(it has 1\.11\.4, 1\.10\.0, 1\.9\.8\)"):
+        tool_for("terraform", ">= 2.0", layer, _mirror(tool_mirror))
+    with pytest.raises(ToolError, match=r"cannot list terraform versions on the tool mirror .*: 401 Unauthorized") as e:
+        tool_for("terraform", "1.11.4", layer, _mirror(tool_mirror, token="wrong-token"))
+    assert "wrong-token" not in str(e.value)
+
+
+def test_mirror_that_sends_no_sum_or_no_binary(bin_dir: Path, layer: Path, tool_mirror: FakeMirror,
+                                               tmp_path: Path) -> None:
+    tool_mirror.tool_sums[("terraform", "1.11.4")] = " "
+    with pytest.raises(ToolError, match="the mirror sent no X-Burrito-Sha256 header; not installed"):
+        tool_for("terraform", "1.11.4", layer, _mirror(tool_mirror))
+    empty = tmp_path / "empty.zip"
+    with zipfile.ZipFile(empty, "w") as archive:
+        archive.writestr("README", "no binary")
+    tool_mirror.tools["terraform"]["1.11.4"] = empty
+    tool_mirror.tool_sums.clear()
+    with pytest.raises(ToolError, match="the release archive holds no terraform binary"):
+        tool_for("terraform", "1.11.4", layer, _mirror(tool_mirror))
+    assert list((tmp_path / "tenv-root").iterdir()) == []
+
+
+def test_mirror_arch() -> None:
+    assert (mirror_arch("x86_64"), mirror_arch("aarch64"), mirror_arch("arm64")) == ("amd64", "arm64", "arm64")
+    with pytest.raises(ToolError, match="machine 'riscv64'"):
+        mirror_arch("riscv64")

@@ -1,0 +1,288 @@
+"""The datastore's provider and tool mirrors, from the runner's side (docs/architecture.md §9, issue 16).
+
+Environment (set by the run controller, docs/architecture.md §6.3):
+
+- `BURRITO_PROVIDER_MIRROR_URL`: base URL of Terraform's Provider Network Mirror Protocol on the datastore
+  (`https://<datastore>:8443/providers/v1/`); empty: providers are installed as the code says;
+- `BURRITO_PROVIDER_MIRROR_FAIL_CLOSED`: `true` fails the attempt when that mirror is down, instead of
+  installing providers directly;
+- `BURRITO_TOOL_MIRROR_URL`: base URL of the datastore's terraform/tofu binaries (`runner/tools.py`);
+- `BURRITO_MIRROR_CA_PEM`: the PEM of the CA that signs the datastore's HTTPS certificate.
+
+Before `init`, with a provider mirror: the CA bundle (the pod's trusted CAs plus the mirror's CA) is written to
+`$HOME` and given to every step as `SSL_CERT_FILE` (Go reads it on Linux), so terraform trusts the mirror and,
+on fallback, the public registries; `GET <url>healthz` is probed (5 s, 2 tries); then a CLI configuration
+(`$HOME/burrito-py.tfrc`, mode 0600, `TF_CLI_CONFIG_FILE`) holds a `network_mirror` block and a `credentials`
+block for the mirror's `host:port` carrying the runner's datastore token (terraform 1.11.4 accepts a
+credentials host with a port and sends `Authorization: Bearer` to the mirror's JSON routes; a
+`TF_TOKEN_<host>` variable cannot name a port). When the probe fails, the attempt fails if failClosed, else
+one line starting with `FALLBACK_PREFIX` is printed (the run controller counts them) and the configuration
+has no `provider_installation`: terraform installs directly. No `TF_PLUGIN_CACHE_DIR`: pods share no
+writable plugin cache.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+__all__ = [
+    "CA_BUNDLE_NAME",
+    "CLI_CONFIG_NAME",
+    "FALLBACK_PREFIX",
+    "MirrorConfig",
+    "MirrorError",
+    "MirrorSetup",
+    "base_ca_file",
+    "cli_config",
+    "count_fallbacks",
+    "credentials_host",
+    "fallback_lines",
+    "prepare",
+    "probe",
+    "ssl_context",
+    "write_ca_bundle",
+]
+
+PROVIDER_MIRROR_URL_ENV = "BURRITO_PROVIDER_MIRROR_URL"
+PROVIDER_MIRROR_FAIL_CLOSED_ENV = "BURRITO_PROVIDER_MIRROR_FAIL_CLOSED"
+TOOL_MIRROR_URL_ENV = "BURRITO_TOOL_MIRROR_URL"
+MIRROR_CA_PEM_ENV = "BURRITO_MIRROR_CA_PEM"
+PROVIDER_MIRROR_REGISTRIES_ENV = "BURRITO_PROVIDER_MIRROR_REGISTRIES"
+# The run controller counts the lines that start so (controllers/runs.py): keep both sides on this constant.
+FALLBACK_PREFIX = "burrito-py: provider mirror unavailable:"
+CLI_CONFIG_NAME = "burrito-py.tfrc"
+CA_BUNDLE_NAME = "burrito-py-ca-bundle.pem"
+PROBE_TIMEOUT = 5.0
+PROBE_TRIES = 2
+PROBE_PAUSE = 1.0
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
+_PROVIDER_INSTALLATION = re.compile(r"^\s*provider_installation\b", re.MULTILINE)
+
+
+class MirrorError(Exception):
+    """A mirror setting is unusable, or the provider mirror is down under failClosed; the message says which."""
+
+
+def _base_url(text: str, name: str, schemes: tuple[str, ...]) -> str:
+    url = text.strip()
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    if parts.scheme not in schemes or not parts.hostname:
+        raise MirrorError(f"{name}: {url!r} is not a {' or '.join(s + '://' for s in schemes)} URL")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise MirrorError(f"{name}: {url!r} must hold no credentials, query or fragment")
+    # Routes are appended to the base (`<base>healthz`); terraform wants the mirror URL to end in a slash.
+    return url if url.endswith("/") else url + "/"
+
+
+@dataclass(frozen=True)
+class MirrorConfig:
+    provider_url: str = ""
+    fail_closed: bool = False
+    tool_url: str = ""
+    ca_pem: str = ""
+    registries: tuple[str, ...] = ()  # what the mirror reads through; empty: everything
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> MirrorConfig:
+        """Raises MirrorError naming the variable that is wrong."""
+        flag = environ.get(PROVIDER_MIRROR_FAIL_CLOSED_ENV, "").strip().lower()
+        if flag not in _TRUE + _FALSE:
+            raise MirrorError(f"{PROVIDER_MIRROR_FAIL_CLOSED_ENV}: {flag!r} is not true or false")
+        return cls(
+            # Terraform speaks the network mirror protocol over https only.
+            provider_url=_base_url(environ.get(PROVIDER_MIRROR_URL_ENV, ""), PROVIDER_MIRROR_URL_ENV, ("https",)),
+            fail_closed=flag in _TRUE,
+            tool_url=_base_url(environ.get(TOOL_MIRROR_URL_ENV, ""), TOOL_MIRROR_URL_ENV, ("https", "http")),
+            ca_pem=environ.get(MIRROR_CA_PEM_ENV, "").strip(),
+            registries=tuple(r.strip().lower() for r in environ.get(PROVIDER_MIRROR_REGISTRIES_ENV, "").split(",")
+                             if r.strip()),
+        )
+
+
+# -- pure parts ---------------------------------------------------------------------------------
+def credentials_host(url: str) -> str:
+    """The host a `credentials` block is keyed by: `host` or `host:port` (the default https port dropped, as
+    terraform's svchost normalises it), lower case."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
+    port = parts.port
+    if port is None or (parts.scheme == "https" and port == 443):
+        return host
+    return f"{host}:{port}"
+
+
+def _hcl_string(text: str) -> str:
+    """A quoted HCL string: JSON escapes plus HCL's own template escapes."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return '"' + escaped.replace("${", "$${").replace("%{", "%%{") + '"'
+
+
+def cli_config(mirror_url: str | None, host: str, token: str | None, existing: str = "",
+               registries: tuple[str, ...] = (), fail_closed: bool = False) -> str:
+    """The CLI configuration: `existing` (the pod's own configuration, kept), a `network_mirror` for
+    `mirror_url` (None: the mirror is down, terraform installs directly), the token for `host`. With
+    `registries`, the mirror serves only their providers and the others are installed directly, unless
+    `fail_closed` (an air-gapped site installs nothing from elsewhere)."""
+    parts = [existing.rstrip() + "\n"] if existing.strip() else []
+    if mirror_url is not None:
+        patterns = ", ".join(_hcl_string(f"{registry}/*/*") for registry in registries)
+        block = ["provider_installation {", "  network_mirror {", f"    url = {_hcl_string(mirror_url)}"]
+        if registries:
+            block.append(f"    include = [{patterns}]")
+        block.append("  }")
+        if registries and not fail_closed:
+            block += ["  direct {", f"    exclude = [{patterns}]", "  }"]
+        parts.append("\n".join([*block, "}"]) + "\n")
+    if token:
+        parts.append(f"credentials {_hcl_string(host)} {{\n  token = {_hcl_string(token)}\n}}\n")
+    return "\n".join(parts)
+
+
+def fallback_lines(log_text: str) -> list[str]:
+    """The runner's fallback lines in a pod log (one per attempt that installed providers directly)."""
+    return [line.rstrip("\r") for line in log_text.split("\n") if line.startswith(FALLBACK_PREFIX)]
+
+
+def count_fallbacks(log_text: str) -> int:
+    return len(fallback_lines(log_text))
+
+
+# -- files --------------------------------------------------------------------------------------
+def base_ca_file(environ: Mapping[str, str]) -> Path | None:
+    """The CAs the pod trusts already: its own SSL_CERT_FILE, else certifi's bundle, else the system's."""
+    own = environ.get("SSL_CERT_FILE", "").strip()
+    if own:
+        return Path(own)
+    try:
+        import certifi
+    except ImportError:
+        cafile = ssl.get_default_verify_paths().cafile
+        return Path(cafile) if cafile else None
+    return Path(certifi.where())
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    """Whole or not at all (temp file + rename), created with `mode` (never readable by others first)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def write_ca_bundle(dest: Path, ca_pem: str, base: Path | None) -> Path:
+    """`base`'s certificates followed by `ca_pem`. Raises MirrorError when `ca_pem` holds no certificate or
+    `base` cannot be read."""
+    try:
+        ssl.create_default_context(cadata=ca_pem)
+    except (ssl.SSLError, ValueError) as exc:
+        raise MirrorError(f"{MIRROR_CA_PEM_ENV} holds no usable PEM certificate: {exc}") from None
+    try:
+        system = base.read_text(encoding="utf-8") if base is not None else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MirrorError(f"cannot read the trusted CAs {base}: {exc}") from None
+    _write(dest, f"{system.rstrip()}\n\n# burrito-py datastore mirror CA\n{ca_pem.strip()}\n".lstrip(), 0o644)
+    return dest
+
+
+def ssl_context(bundle: Path | None) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(bundle) if bundle is not None else None)
+
+
+def probe(url: str, context: ssl.SSLContext, timeout: float = PROBE_TIMEOUT, tries: int = PROBE_TRIES,
+          pause: float = PROBE_PAUSE) -> str | None:
+    """None when `GET <url>healthz` answers 200, else why not (the last try's reason, one line)."""
+    import httpx
+
+    reason = "not probed"
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(pause)
+        try:
+            response = httpx.get(url + "healthz", verify=context, timeout=timeout)
+        except httpx.HTTPError as exc:
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            continue
+        if response.status_code == 200:
+            return None
+        reason = f"GET {url}healthz answered {response.status_code}"
+    return " ".join(reason.split())
+
+
+# -- the attempt --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MirrorSetup:
+    """What the mirrors need from the rest of the attempt."""
+
+    env: dict[str, str] = field(default_factory=dict)  # added to the terraform steps' environment
+    ca_bundle: Path | None = None  # trusted CAs for the runner's own calls to the datastore's HTTPS listener
+    provider_mirror: bool = False  # whether terraform installs providers through the mirror
+
+
+def _existing_cli_config(environ: Mapping[str, str], home: Path) -> tuple[Path | None, str]:
+    """The CLI configuration the pod would have used (TF_CLI_CONFIG_FILE, else ~/.terraformrc): ours
+    replaces it as TF_CLI_CONFIG_FILE, so its content is carried over."""
+    named = environ.get("TF_CLI_CONFIG_FILE", "").strip()
+    path = Path(named) if named else home / ".terraformrc"
+    try:
+        return path, path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MirrorError(f"cannot read the CLI configuration {path}: {exc}") from None
+
+
+def prepare(
+    config: MirrorConfig,
+    token: str | None,
+    home: Path,
+    environ: Mapping[str, str],
+    say: Callable[[str], None] = print,
+    check: Callable[[str, ssl.SSLContext], str | None] = probe,
+) -> MirrorSetup:
+    """Write the CA bundle and the CLI configuration for this attempt; raises MirrorError."""
+    if not config.provider_url and not config.tool_url:
+        return MirrorSetup()
+    bundle = write_ca_bundle(home / CA_BUNDLE_NAME, config.ca_pem, base_ca_file(environ)) if config.ca_pem else None
+    if not config.provider_url:
+        return MirrorSetup(ca_bundle=bundle)
+    url = config.provider_url
+    env = {"SSL_CERT_FILE": str(bundle)} if bundle is not None else {}
+    existing_path, existing = _existing_cli_config(environ, home)
+    if _PROVIDER_INSTALLATION.search(existing):
+        # Terraform allows one provider_installation block: the pod's own choice of sources stands.
+        if config.fail_closed:
+            raise MirrorError(f"provider mirror {url} cannot be used (failClosed): the CLI configuration "
+                              f"{existing_path} has its own provider_installation block")
+        say(f"burrito-py: the CLI configuration {existing_path} has its own provider_installation block; "
+            f"the provider mirror {url} is not used")
+        return MirrorSetup(env, bundle)
+    reason = check(url, ssl_context(bundle))
+    if reason is not None and config.fail_closed:
+        raise MirrorError(f"provider mirror {url} is unavailable (failClosed): {reason}")
+    if reason is not None:
+        say(f"{FALLBACK_PREFIX} {url}: {reason}; terraform installs providers directly")
+    target = home / CLI_CONFIG_NAME
+    text = cli_config(None if reason else url, credentials_host(url), token, existing, config.registries,
+                      config.fail_closed)
+    _write(target, text, 0o600)  # it holds a token
+    env["TF_CLI_CONFIG_FILE"] = str(target)
+    if reason is None:
+        say(f"burrito-py: providers from the mirror {url}")
+    return MirrorSetup(env, bundle, provider_mirror=reason is None)

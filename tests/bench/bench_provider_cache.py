@@ -1,0 +1,109 @@
+"""Provider cache (issue 16), with the real `terraform init`, a fake registry over HTTPS (signed SHA256SUMS) and the
+datastore's mirror:
+
+1. upstream bytes for 100 inits (10 layers x 10 rounds) of 3 shared providers, through the mirror vs straight from
+   the registry (target ratio <= 0.01);
+2. warm-mirror `init` time vs an `init` from a pre-filled local filesystem mirror (the packed layout),
+   alternating, medians (target <= 1.2x).
+
+    python3 -m tests.bench.bench_provider_cache [SIZE_MIB] [ROUNDS]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from burrito_py.datastore.testing import free_port, running_datastore
+from tests.fakes.registry import running_upstream
+from tests.fakes.tls import make_tls
+
+SIZE = int(float(sys.argv[1]) * 1024 * 1024) if len(sys.argv) > 1 else 8 * 1024 * 1024
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+TYPES = ("alpha", "beta", "gamma")
+REGISTRY = "registry.example.test"
+
+
+def layer(directory: Path, host: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    required = "\n".join(f'    {t} = {{ source = "{host}/test/{t}", version = "1.0.0" }}' for t in TYPES)
+    (directory / "main.tf").write_text(f"terraform {{\n  required_providers {{\n{required}\n  }}\n}}\n")
+    return directory
+
+
+def init(directory: Path, config: Path, ca: Path) -> float:
+    for leftover in (directory / ".terraform", directory / ".terraform.lock.hcl"):
+        shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+    env = {**os.environ, "TF_CLI_CONFIG_FILE": str(config), "SSL_CERT_FILE": str(ca), "CHECKPOINT_DISABLE": "1"}
+    env.pop("TF_PLUGIN_CACHE_DIR", None)
+    started = time.perf_counter()
+    result = subprocess.run(["terraform", "init", "-input=false", "-no-color"], cwd=directory, env=env,
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-provider-cache-") as tmp:
+        root = Path(tmp)
+        tls = make_tls(root / "tls")
+        with running_upstream(tls) as (upstream, served_at):
+            for type_ in TYPES:
+                upstream.publish("test", type_, "1.0.0", size=SIZE)
+            direct_config = root / "direct.tfrc"
+            direct_config.write_text("")
+            layers = [layer(root / "direct" / f"layer-{i}", served_at) for i in range(10)]
+            for _ in range(ROUNDS):
+                for directory in layers:
+                    init(directory, direct_config, tls.ca)
+            direct_bytes = upstream.bytes_sent
+
+            port = free_port()
+            upstream.bytes_sent = 0
+            with running_datastore(root / "datastore", tls_port=port, tls_cert_file=tls.cert, tls_key_file=tls.key,
+                                   provider_cache_enabled=True, provider_cache_registries=[],
+                                   provider_cache_registry_urls={REGISTRY: f"https://{served_at}"},
+                                   upstream_ca_file=tls.ca):
+                mirror_config = root / "mirror.tfrc"
+                mirror_config.write_text('provider_installation {\n  network_mirror {\n'
+                                         f'    url = "https://127.0.0.1:{port}/providers/v1/"\n  }}\n}}\n')
+                cached = [layer(root / "cached" / f"layer-{i}", REGISTRY) for i in range(10)]
+                for _ in range(ROUNDS):
+                    for directory in cached:
+                        init(directory, mirror_config, tls.ca)
+                cached_bytes = upstream.bytes_sent
+
+                # A pre-filled filesystem mirror of the same packages (the "packed" layout `terraform providers
+                # mirror` writes), then alternate the two ways.
+                filesystem = root / "fs-mirror"
+                for type_ in TYPES:
+                    target = filesystem / REGISTRY / "test" / type_
+                    target.mkdir(parents=True)
+                    name = upstream.archive_name(type_, "1.0.0", "linux_amd64")
+                    (target / name).write_bytes(upstream.providers[("test", type_)]["1.0.0"]["linux_amd64"])
+                fs_config = root / "fs.tfrc"
+                fs_config.write_text(f'provider_installation {{\n  filesystem_mirror {{\n    path = "{filesystem}"\n'
+                                     "  }\n}\n")
+                fs_layer = layer(root / "fs-layer", REGISTRY)
+                warm, local = [], []
+                for _ in range(ROUNDS):
+                    warm.append(init(cached[0], mirror_config, tls.ca))
+                    local.append(init(fs_layer, fs_config, tls.ca))
+    runs = 10 * ROUNDS
+    print(f"{runs} inits of 3 providers ({SIZE / 1024 / 1024:.1f} MiB each): upstream {direct_bytes / 1e6:.1f} MB "
+          f"straight from the registry, {cached_bytes / 1e6:.2f} MB through the mirror: ratio "
+          f"{cached_bytes / direct_bytes:.4f} (target <= 0.01)")
+    print(f"init, warm mirror: median {statistics.median(warm):.3f} s; from a local filesystem mirror: median "
+          f"{statistics.median(local):.3f} s; ratio {statistics.median(warm) / statistics.median(local):.2f} "
+          f"(target <= 1.2)")
+
+
+if __name__ == "__main__":
+    main()

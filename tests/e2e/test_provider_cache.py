@@ -1,0 +1,93 @@
+"""Issue 16 end to end: runner pods on the emulator use the datastore's provider mirror over HTTPS (a test CA handed
+to them by the controllers) without any Terraform change; a mirror that is down lets runs install directly and
+is counted; `failClosed` fails the run naming the mirror. Real terraform, real runner processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from burrito_py.datastore.testing import free_port
+from burrito_py.gitops.testing import TestRepo
+
+from ..fakes.registry import running_upstream
+from ..fakes.tls import make_tls
+from .conftest import Platform, running_platform, wait_for
+
+REGISTRY_NAME = "registry.example.test"
+
+
+def pod_logs(platform: Platform, layer: str) -> str:
+    return "\n".join(platform.core.read_namespaced_pod_log(pod.metadata.name, "default")
+                     for pod in platform.pods(layer))
+
+
+def fallbacks() -> float:
+    return REGISTRY.get_sample_value("burrito_py_provider_mirror_fallbacks_total", {"namespace": "default"}) or 0.0
+
+
+@pytest.fixture
+def mirrored(tmp_path: Path, repo: TestRepo) -> Iterator[tuple[Platform, Any]]:
+    tls = make_tls(tmp_path / "tls")
+    with running_upstream(tls) as (upstream, served_at):
+        port = free_port()
+        datastore = {"tls_port": port, "tls_cert_file": tls.cert, "tls_key_file": tls.key,
+                     "provider_cache_enabled": True, "provider_cache_registries": [],
+                     "provider_cache_registry_urls": {REGISTRY_NAME: f"https://{served_at}"},
+                     "upstream_ca_file": tls.ca}
+        with running_platform(tmp_path / "p", tmp_path / "kubeconfig", datastore=datastore,
+                              provider_mirror_url=f"https://127.0.0.1:{port}/providers/v1/",
+                              provider_mirror_registries=[REGISTRY_NAME], mirror_ca_file=tls.ca) as platform:
+            platform.create_repository("infra", repo.url)
+            yield platform, upstream
+
+
+def test_runs_use_the_mirror_over_https_with_the_controllers_ca(mirrored: tuple[Platform, Any]) -> None:
+    platform, _ = mirrored
+    before = fallbacks()
+    platform.create_layer("app", "infra", "layers/app")
+    platform.wait_state("app", "ApplyNeeded", timeout=120)
+    logs = pod_logs(platform, "app")
+    assert "burrito-py: providers from the mirror https://127.0.0.1:" in logs
+    assert "provider mirror unavailable" not in logs and fallbacks() == before
+
+
+def test_a_mirror_that_is_down_lets_runs_install_directly_and_is_counted(
+    tmp_path: Path, repo: TestRepo
+) -> None:
+    tls = make_tls(tmp_path / "tls")
+    closed = free_port()  # nothing listens there
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig",
+                          provider_mirror_url=f"https://127.0.0.1:{closed}/providers/v1/",
+                          mirror_ca_file=tls.ca) as platform:
+        before = fallbacks()
+        platform.create_repository("infra", repo.url)
+        platform.create_layer("app", "infra", "layers/app")
+        platform.wait_state("app", "ApplyNeeded", timeout=120)
+        assert f"burrito-py: provider mirror unavailable: https://127.0.0.1:{closed}/providers/v1/" in pod_logs(
+            platform, "app")
+        wait_for(lambda: fallbacks() >= before + 1, 30, what="the fallback counted")
+        events = [e for e in platform.core.list_namespaced_event("default").items
+                  if e.reason == "ProviderMirrorUnavailable"]
+        assert events and f"127.0.0.1:{closed}" in events[0].message
+
+
+def test_fail_closed_fails_the_run_naming_the_mirror(tmp_path: Path, repo: TestRepo) -> None:
+    tls = make_tls(tmp_path / "tls")
+    closed = free_port()
+    url = f"https://127.0.0.1:{closed}/providers/v1/"
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", provider_mirror_url=url,
+                          provider_mirror_fail_closed=True, mirror_ca_file=tls.ca, max_retries=0) as platform:
+        platform.create_repository("infra", repo.url)
+        platform.create_layer("app", "infra", "layers/app", remediation={"onError": {"maxRetries": 0}})
+
+        def failed() -> str | None:
+            result = (platform.layer("app").get("status") or {}).get("lastResult") or ""
+            return result if result.startswith("Plan failed") else None
+
+        result = wait_for(failed, 120, what="the plan to fail")
+        assert f"provider mirror {url} is unavailable (failClosed)" in result
