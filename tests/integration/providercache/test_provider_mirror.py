@@ -31,6 +31,7 @@ from burrito_py.providercache.upstream import Upstream, ssl_context
 
 from ...fakes.registry import FakeUpstream, running_upstream
 from ...fakes.tls import TlsFiles, make_tls
+from ..datastore.conftest import S3Bucket
 
 # Terraform cannot use a mirror for a registry host name with a port (it reads `localhost:1234/…` as a URL
 # scheme), so the layers name this registry and the mirror is told where it is really served.
@@ -326,3 +327,26 @@ def test_a_renewed_https_certificate_is_served_without_a_restart(tmp_path: Path)
         assert serial() != first
         assert httpx.get(f"https://127.0.0.1:{port}/providers/v1/healthz",
                          verify=ssl.create_default_context(cafile=str(renewed.ca))).status_code == 200
+
+
+def test_the_mirror_keeps_its_archives_in_s3_like_every_datastore_object(tmp_path: Path, s3_bucket: S3Bucket) -> None:
+    """The S3 backend (moto over HTTP): terraform init through the mirror, the archive stored under the bucket's
+    prefix, a second init from the cache."""
+    tls = make_tls(tmp_path / "tls")
+    with running_upstream(tls) as (upstream, served_at):
+        upstream.publish("test", "alpha", "1.0.0")
+        port = free_port()
+        with running_datastore(tmp_path / "unused", storage=s3_bucket.storage(), tls_port=port,
+                               tls_cert_file=tls.cert, tls_key_file=tls.key, provider_cache_enabled=True,
+                               provider_cache_registries=[],
+                               provider_cache_registry_urls={REGISTRY: f"https://{served_at}"},
+                               upstream_ca_file=tls.ca):
+            mirror = Mirror(upstream, REGISTRY, f"https://127.0.0.1:{port}/providers/v1/", tmp_path / "unused", tls,
+                            tmp_path / "layers")
+            for name in ("one", "two"):
+                done = mirror.init(mirror.layer(name, {"alpha": "1.0.0"}))
+                assert done.returncode == 0, done.stderr
+    sha = hashlib.sha256(upstream.providers[("test", "alpha")]["1.0.0"]["linux_amd64"]).hexdigest()
+    stored = s3_bucket.keys()
+    assert f"burrito/providers/archives/{sha}.zip" in stored
+    assert sum(1 for r in upstream.requests if r.endswith(".zip")) == 1
