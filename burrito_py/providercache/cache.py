@@ -3,8 +3,9 @@
 Storage keys (the datastore's backend, so its encryption applies; retention never touches keys it does not know):
 
 - `providers/archives/<sha256>.zip`: archives, content-addressed;
-- `providers/by-sha/<sha256>.json`: where an archive comes from (address, version, platform, file name), its
-  size, `h1` once stored, and when it was last served (written at most hourly);
+- `providers/by-sha/<sha256>/<file>.json`: where an archive comes from (address, version, platform, file name),
+  its size, `h1` once stored, and when it was last served (written at most hourly); one per file name, since two
+  platforms (or versions) may publish the very same archive;
 - `providers/meta/<hostname>/<namespace>/<type>/index.json`: the upstream version list, with when it was read;
 - `providers/meta/<hostname>/<namespace>/<type>/<version>.json`: every platform's file and SHA-256, from the
   upstream `SHA256SUMS` (its signature checked when the registry signs).
@@ -229,7 +230,7 @@ class ProviderCache:
             name = next((f for f in sums if f.endswith(f"_{version}_{platform}.zip")), None)
             if name is not None and FILENAME.fullmatch(name):
                 files[platform] = {"filename": name, "sha256": sums[name]}
-                await write_json(self.storage, f"providers/by-sha/{sums[name]}.json", {
+                await write_json(self.storage, _pointer(sums[name], name), {
                     "hostname": address.hostname, "namespace": address.namespace, "type": address.type,
                     "version": version, "platform": platform, "filename": name})
         document = {"platforms": files, "verified": verified}
@@ -250,7 +251,7 @@ class ProviderCache:
     async def known_h1(self, document: dict[str, Any]) -> dict[str, str]:
         found = {}
         for entry in document["platforms"].values():
-            pointer = await read_json(self.storage, f"providers/by-sha/{entry['sha256']}.json")
+            pointer = await read_json(self.storage, _pointer(entry["sha256"], entry["filename"]))
             if pointer and pointer.get("h1"):
                 found[entry["sha256"]] = pointer["h1"]
         return found
@@ -260,15 +261,15 @@ class ProviderCache:
         """The archive's bytes; read through (and verified) on first request."""
         if not SHA256.fullmatch(sha256) or not FILENAME.fullmatch(filename):
             raise NotFound("not an archive of this mirror")
-        pointer = await read_json(self.storage, f"providers/by-sha/{sha256}.json")
-        if pointer is None or pointer.get("filename") != filename:
+        pointer = await read_json(self.storage, _pointer(sha256, filename))
+        if pointer is None:
             raise NotFound(f"no archive {sha256}/{filename} was ever listed by this mirror")
         key = f"providers/archives/{sha256}.zip"
         stream = await self.storage.open(key)
         if stream is not None:
             REQUESTS.labels("archive", "hit").inc()
             if self.now() - float(pointer.get("lastUsed", 0)) > LAST_USED_EVERY:  # for eviction, coarsely
-                await write_json(self.storage, f"providers/by-sha/{sha256}.json", {**pointer, "lastUsed": self.now()})
+                await write_json(self.storage, _pointer(sha256, filename), {**pointer, "lastUsed": self.now()})
         else:
             try:
                 await self.flight.run(key, lambda: self._fetch_archive(sha256, pointer, key))
@@ -298,40 +299,52 @@ class ProviderCache:
             h1 = await asyncio.to_thread(zip_h1, path)
             await self.storage.put(key, _file_chunks(path), MAX_ARCHIVE)
         OBJECTS.inc()
-        await write_json(self.storage, f"providers/by-sha/{sha256}.json",
-                         {**pointer, "h1": h1, "size": size, "lastUsed": self.now()})
+        for key in await self.storage.list(f"providers/by-sha/{sha256}"):  # every file name of this content
+            other = await read_json(self.storage, key)
+            if other is not None:
+                await write_json(self.storage, key, {**other, "h1": h1, "size": size, "lastUsed": self.now()})
         log.info("provider cache: stored %s %s %s (%d bytes)", address, pointer["version"], pointer["platform"], size)
         if self.max_bytes:
             await self.evict(keep=sha256)
 
     async def evict(self, keep: str | None = None) -> list[str]:
         """Least recently served archives first, until the archives fit `max_bytes`; never one a lock file pins
-        (by provider address and version), never `keep`. Returns the digests evicted."""
-        pointers = []
-        for pointer_key in await self.storage.list("providers/by-sha"):
-            pointer = await read_json(self.storage, pointer_key)
-            sha = pointer_key.rsplit("/", 1)[-1].removesuffix(".json")
-            if pointer and pointer.get("size") and await self.storage.exists(f"providers/archives/{sha}.zip"):
-                pointers.append((float(pointer.get("lastUsed", 0)), sha, pointer))
-        total = sum(int(p["size"]) for _, _, p in pointers)
+        (by provider address and version, under any of its file names), never `keep`. Returns the digests
+        evicted."""
+        by_sha: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for key in await self.storage.list("providers/by-sha"):
+            pointer = await read_json(self.storage, key)
+            if pointer and pointer.get("size"):
+                by_sha.setdefault(key.split("/")[2], []).append((key, pointer))
+        stored = {sha: entries for sha, entries in by_sha.items()
+                  if await self.storage.exists(f"providers/archives/{sha}.zip")}
+        total = sum(int(entries[0][1]["size"]) for entries in stored.values())
         if total <= self.max_bytes:
             return []
         pins = await self.pinned() if self.pinned is not None else set()
+
+        def last_used(sha: str) -> tuple[float, str]:
+            return max(float(p.get("lastUsed", 0)) for _, p in stored[sha]), sha
+
         evicted = []
-        for _, sha, pointer in sorted(pointers, key=lambda item: item[:2]):
+        for sha in sorted(stored, key=last_used):
             if total <= self.max_bytes:
                 break
-            address = f"{pointer['hostname']}/{pointer['namespace']}/{pointer['type']}"
-            if sha == keep or (address, pointer["version"]) in pins:
+            origins = {(f"{p['hostname']}/{p['namespace']}/{p['type']}", p["version"]) for _, p in stored[sha]}
+            if sha == keep or origins & pins:
                 continue
             await self.storage.delete(f"providers/archives/{sha}.zip")
-            await write_json(self.storage, f"providers/by-sha/{sha}.json",
-                             {k: v for k, v in pointer.items() if k not in ("h1", "size")})
+            for key, pointer in stored[sha]:
+                await write_json(self.storage, key, {k: v for k, v in pointer.items() if k not in ("h1", "size")})
             OBJECTS.dec()
-            total -= int(pointer["size"])
+            total -= int(stored[sha][0][1]["size"])
             evicted.append(sha)
-            log.info("provider cache: evicted %s %s %s", address, pointer["version"], pointer["platform"])
+            log.info("provider cache: evicted %s", ", ".join(f"{a} {v}" for a, v in sorted(origins)))
         return evicted
+
+
+def _pointer(sha256: str, filename: str) -> str:
+    return f"providers/by-sha/{sha256}/{filename}.json"
 
 
 async def _counted(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from burrito_py.datastore.testing import free_port
 from burrito_py.gitops.testing import TestRepo
 
-from ..fakes.registry import running_upstream
+from ..fakes.registry import python_provider, running_upstream
 from ..fakes.tls import make_tls
 from .conftest import Platform, running_platform, wait_for
 
@@ -46,14 +46,32 @@ def mirrored(tmp_path: Path, repo: TestRepo) -> Iterator[tuple[Platform, Any]]:
             yield platform, upstream
 
 
-def test_runs_use_the_mirror_over_https_with_the_controllers_ca(mirrored: tuple[Platform, Any]) -> None:
-    platform, _ = mirrored
+def test_runs_install_providers_through_the_mirror_over_https(mirrored: tuple[Platform, Any], repo: TestRepo
+                                                               ) -> None:
+    """A layer needing a provider (a real one, written in Python) plans: the runner pod's terraform installed it
+    through the datastore's mirror, over HTTPS with the controllers' CA and the runner's own token; a second
+    layer gets it from the cache, not from upstream."""
+    platform, upstream = mirrored
+    upstream.publish("test", "tiny", "1.0.0", content=python_provider(f"{REGISTRY_NAME}/test/tiny"))
+    code = ('terraform {\n  required_providers {\n    tiny = { source = "%s/test/tiny", version = "1.0.0" }\n'
+            '  }\n}\nprovider "tiny" {}\nresource "terraform_data" "this" {\n  input = "%s"\n}\n')
+    repo.commit({"layers/tiny/main.tf": code % (REGISTRY_NAME, "one"),
+                 "layers/tiny2/main.tf": code % (REGISTRY_NAME, "two")}, "layers with a provider")
     before = fallbacks()
-    platform.create_layer("app", "infra", "layers/app")
-    platform.wait_state("app", "ApplyNeeded", timeout=120)
-    logs = pod_logs(platform, "app")
+    platform.create_layer("tiny", "infra", "layers/tiny", remediation={"onError": {"maxRetries": 0}})
+    try:
+        platform.wait_state("tiny", "ApplyNeeded", timeout=120)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nrunner logs:\n{pod_logs(platform, 'tiny')[-3000:]}") from None
+    logs = pod_logs(platform, "tiny")
     assert "burrito-py: providers from the mirror https://127.0.0.1:" in logs
-    assert "provider mirror unavailable" not in logs and fallbacks() == before
+    assert "Installed registry.example.test/test/tiny v1.0.0" in logs
+    assert "Plan: 1 to add" in logs and fallbacks() == before
+    archive = "/files/test/terraform-provider-tiny_1.0.0_linux_amd64.zip"
+    assert upstream.requests.count(archive) == 1
+    platform.create_layer("tiny2", "infra", "layers/tiny2")
+    platform.wait_state("tiny2", "ApplyNeeded", timeout=120)
+    assert upstream.requests.count(archive) == 1  # the second layer's from the cache
 
 
 def test_a_mirror_that_is_down_lets_runs_install_directly_and_is_counted(

@@ -31,10 +31,10 @@ from .tls import TlsFiles
 PLATFORMS = ("linux_amd64", "linux_arm64", "darwin_arm64")
 
 
-def provider_zip(type_: str, version: str, platform: str, size: int = 4096) -> bytes:
-    """A synthetic provider package: deterministic content of about `size` bytes."""
+def provider_zip(type_: str, version: str, platform: str, size: int = 4096, content: bytes | None = None) -> bytes:
+    """A provider package: `content` as its executable, else synthetic content of about `size` bytes."""
     seed = hashlib.sha256(f"{type_} {version} {platform}".encode()).digest()
-    body = (seed * (size // len(seed) + 1))[:size]
+    body = content if content is not None else (seed * (size // len(seed) + 1))[:size]
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
         info = zipfile.ZipInfo(f"terraform-provider-{type_}_v{version}", date_time=(2024, 1, 1, 0, 0, 0))
@@ -76,9 +76,10 @@ class FakeUpstream:
     bytes_sent: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def publish(self, namespace: str, type_: str, version: str, size: int = 4096) -> None:
+    def publish(self, namespace: str, type_: str, version: str, size: int = 4096, content: bytes | None = None
+                ) -> None:
         self.providers.setdefault((namespace, type_), {})[version] = {
-            p: provider_zip(type_, version, p, size) for p in PLATFORMS}
+            p: provider_zip(type_, version, p, size, content) for p in PLATFORMS}
 
     def archive_name(self, type_: str, version: str, platform: str) -> str:
         return f"terraform-provider-{type_}_{version}_{platform}.zip"
@@ -196,3 +197,34 @@ def running_upstream(tls: TlsFiles, signed: bool = True) -> Iterator[tuple[FakeU
             server.server_close()
             if fake.key is not None:
                 fake.key.close()
+
+
+def python_provider(full_name: str) -> bytes:
+    """A real (tiny) Terraform provider written with PyPI's `tf`: no resources, an empty schema. Terraform runs it
+    during `plan`, so a plan that succeeds proves the package was installed and loads. It runs with this
+    interpreter (which has `tf`): tests only."""
+    import sys
+
+    return f"""#!{sys.executable}
+import tempfile
+
+# Its gRPC socket lives in a temporary directory: a local runner pod's TMPDIR is too deep for a unix socket path.
+tempfile.tempdir = "/tmp"
+
+from tf import schema
+from tf.provider import Provider
+from tf.runner import run_provider
+
+
+class Tiny(Provider):
+    def full_name(self): return {full_name!r}
+    def get_model_prefix(self): return "tiny_"
+    def get_provider_schema(self, diags): return schema.Schema(attributes=[])
+    def validate_config(self, diags, config): pass
+    def configure_provider(self, diags, config): pass
+    def get_data_sources(self): return []
+    def get_resources(self): return []
+
+
+run_provider(Tiny())
+""".encode()
