@@ -82,8 +82,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     status: Mapping[str, Any] = pull_request.get("status") or {}
     repository = ctx.inventory.repositories.get((namespace, str(spec.get("repository") or "")))
     runs = [_facts(run) for run in ctx.inventory.runs_of_pull_request(namespace, name)]
-    layers = {key_of(layer): str((layer.get("spec") or {}).get("path") or "")
-              for layer in ctx.inventory.layers if not layer["metadata"].get("deletionTimestamp")}
+    # Only this namespace's layers are ever planned for it (a run's layer is in the run's namespace).
+    layers = {key_of(layer): str((layer.get("spec") or {}).get("path") or "") for layer in ctx.inventory.layers
+              if layer["metadata"]["namespace"] == namespace and not layer["metadata"].get("deletionTimestamp")}
     open_ = spec.get("state", "open") == "open"
     ready: Cond | None = None
     if open_ and (repository is None or not _settings(repository).get("enabled")):
