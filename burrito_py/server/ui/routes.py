@@ -41,6 +41,7 @@ from burrito_py.server.ui.index import LayerIndex
 from burrito_py.server.ui.queries import (
     DRIFTS,
     GROUP_TITLES,
+    PAGE_SIZE,
     STATES,
     LayerQuery,
     approvals,
@@ -466,9 +467,13 @@ def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
     async def approvals_page(request: Request) -> Response:
         who = await principal(request)
         await index.ready()
-        pending = approvals(index.bodies[key] for key in list(index.bodies) if index.rows[key].pending_sum)
+        every = approvals(index.bodies[key] for key in list(index.bodies) if index.rows[key].pending_sum)
+        pages = max(1, -(-len(every) // PAGE_SIZE))  # paged like the layers: the HTML stays small
+        page = min(LayerQuery.from_params(request.query_params).page, pages)
+        pending = every[(page - 1) * PAGE_SIZE:page * PAGE_SIZE]
         allowed = {ns for ns in {a.namespace for a in pending} if await may_act(who, ns)}
-        return render(request, "approvals.html", who=who, nav="approvals", pending=pending, allowed_namespaces=allowed)
+        return render(request, "approvals.html", who=who, nav="approvals", pending=pending, allowed_namespaces=allowed,
+                      total=len(every), page=page, pages=pages)
 
     @router.get("/pull-requests")
     async def pull_requests_page(request: Request) -> Response:
