@@ -6,6 +6,7 @@ wrapper serves custom resources, pods, leases and events alike.
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -108,6 +109,11 @@ class Kube:
         result = await self._call("GET", resource_path, query={"labelSelector": label_selector})
         items: list[Body] = result.get("items") or []
         return items
+
+    async def list_versioned(self, resource_path: str) -> tuple[builtins.list[Body], str]:
+        """The items and the list's resourceVersion, to watch from."""
+        result = await self._call("GET", resource_path)
+        return result.get("items") or [], str((result.get("metadata") or {}).get("resourceVersion") or "")
 
     async def create(self, resource_path: str, body: Mapping[str, Any]) -> Body:
         result: Body = await self._call("POST", resource_path, body=dict(body))

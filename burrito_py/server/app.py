@@ -206,4 +206,8 @@ def create_app(
     app.include_router(
         rest_router(kube, datastore, authenticator, settings.runner_service_account, namespaces=settings.namespaces)
     )
+    if settings.ui_enabled:
+        from burrito_py.server.ui.routes import mount_ui
+
+        mount_ui(app, settings, kube, datastore, authenticator)
     return app

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="Webhooks and the REST API.")
+app = typer.Typer(no_args_is_help=True, help="Webhooks, the REST API and the web UI (/ui/).")
 
 
 @app.command("start")

@@ -16,7 +16,6 @@ import asyncio
 import functools
 import json
 import logging
-import re
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Annotated, Any, Literal
 
@@ -29,11 +28,13 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.inventory import creation_order
 from burrito_py.controllers.kube import Body, Kube, KubeError, crd_path
 from burrito_py.controllers.plan_review import override_refusal
 from burrito_py.datastore.auth import Authenticator, AuthError, Principal, principal_of
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
+from burrito_py.server.layer_actions import LayerNotFound, request_sync
+from burrito_py.server.reads import NAME, NAME_PATTERN, NAMESPACE, NAMESPACE_PATTERN, NoArtifacts, layer_runs
+from burrito_py.server.reads import artifacts_of as shared_artifacts_of
 from burrito_py.server.views import (
     ErrorView,
     LayerDetailView,
@@ -45,22 +46,16 @@ from burrito_py.server.views import (
     SyncView,
     layer_view,
     repository_key,
-    run_layer,
     run_summary,
     run_view,
 )
-from burrito_py.timeutil import format_time, utcnow
 
 log = logging.getLogger(__name__)
 
 RUNNER_SERVICE_ACCOUNT = "burrito-py-runner"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 REALM = 'Bearer realm="burrito-py-server"'
-# DNS-1123 label (namespaces) and subdomain (object names), as the Kubernetes API validates them.
-NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-_NAME = re.compile(NAME_PATTERN)
-_NAMESPACE = re.compile(NAMESPACE_PATTERN)
+_NAME, _NAMESPACE = NAME, NAMESPACE
 MAX_ATTEMPT = 1_000_000  # the datastore's bound
 
 PlanFormat = Literal["pretty", "json", "short"]
@@ -221,18 +216,10 @@ def rest_router(
         return run
 
     def artifacts_of(run: Body) -> tuple[str, str]:
-        """(namespace, layer) under which the datastore keeps the run's plans and logs. Both come from the run's
-        spec, which whoever may create runs writes: they become datastore path segments, read with the server's
-        own (admin) token, so anything but a valid namespace and name (`/`, `..`, `#`, `?`) would let a run
-        point the server at another object — another layer's outputs, say."""
-        layer_ns, layer = run_layer(run)
-        name = f"{run['metadata']['namespace']}/{run['metadata']['name']}"
-        if layer is None or not _NAME.fullmatch(layer) or len(layer) > 253 or not _NAMESPACE.fullmatch(layer_ns):
-            raise Problem(404, f"TerraformRun {name} names no valid layer, so it has no plans or logs")
-        if not visible(layer_ns):
-            raise Problem(404, f"TerraformRun {name} is for a layer in {layer_ns}, a namespace this server does not "
-                               "manage")
-        return layer_ns, layer
+        try:
+            return shared_artifacts_of(run, visible)
+        except NoArtifacts as exc:
+            raise Problem(404, str(exc)) from None
 
     async def from_datastore(call: Callable[[], bytes], missing: str) -> bytes:
         try:
@@ -270,12 +257,7 @@ def rest_router(
     )
     async def list_layer_runs(_: Caller, ns: Namespace, name: LayerName) -> list[RunView]:
         await layer_or_404(ns, name)
-        selector = f"{ann.LABEL_LAYER}={ann.layer_label(name)}"  # a hash for names over 63 characters
-        runs = await kube.list(crd_path("terraformruns", ns), label_selector=selector)
-        # The label is how the controllers find a layer's runs; spec.layer confirms it.
-        runs.sort(key=creation_order, reverse=True)  # as the controllers order them (sub-second ties too)
-        views = [run_summary(r) for r in runs if run_layer(r) == (ns, name)]
-        return views
+        return [run_summary(r) for r in await layer_runs(kube, ns, name)]
 
     @router.post(
         "/layers/{ns}/{name}/sync",
@@ -289,15 +271,10 @@ def rest_router(
             raise Problem(403, f"{who.describe()} is a runner; runners may not ask for syncs")
         if not visible(ns):
             raise Problem(404, f"TerraformLayer {ns}/{name} not found")
-        now = format_time(utcnow())
         try:
-            await kube.merge_patch(
-                crd_path("terraformlayers", ns, name), {"metadata": {"annotations": {ann.SYNC_NOW: now}}}
-            )
-        except KubeError as exc:
-            if exc.status == 404:
-                raise Problem(404, f"TerraformLayer {ns}/{name} not found") from None
-            raise
+            now = await request_sync(kube, ns, name)
+        except LayerNotFound as exc:
+            raise Problem(404, str(exc)) from None
         log.info("REST: %s asked for a sync of layer %s/%s", who.username, ns, name)
         return SyncView(namespace=ns, name=name, sync_now=now)
 

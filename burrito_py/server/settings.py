@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from burrito_py.local.paths import pod_path_setting
@@ -39,3 +39,14 @@ class ServerSettings(BaseSettings):
     auth_cache_ttl_seconds: float = Field(30.0, ge=0, description="How long an accepted token is remembered.")
     # The controllers' runner_service_account: its tokens may read but never ask for syncs.
     runner_service_account: str = "burrito-py-runner"
+    # The web UI (server/ui, docs/architecture.md §11.4).
+    ui_enabled: bool = True
+    ui_session_key: SecretStr | None = Field(
+        default=None, description="Encrypts the UI's session cookies and signs its CSRF tokens; unset: a random key "
+        "per process (sessions end with a restart and are not shared between replicas).")
+    ui_session_ttl_seconds: int = Field(8 * 3600, ge=60, description="How long a UI login lasts.")
+    ui_trusted_headers: bool = Field(
+        default=False, description="Take the user from X-Forwarded-User and X-Forwarded-Groups (only behind an "
+        "authenticating proxy that sets them and strips them from clients).")
+    ui_secure_cookies: bool | None = Field(
+        default=None, description="Mark cookies Secure; unset: when the request came over https.")

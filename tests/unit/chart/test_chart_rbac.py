@@ -40,13 +40,14 @@ CONTROLLERS_CLUSTER: list[Rule] = [
 ]
 KOPF_NAMESPACES: Rule = (CORE, "namespaces", "list watch", ())
 SERVER: list[Rule] = [
-    (TF, "terraformlayers", "get list patch", ()),
+    (TF, "terraformlayers", "get list watch patch", ()),  # watch: the UI's layer index
     (TF, "terraformrepositories", "get list patch", ()),
     (TF, "terraformruns", "get list", ()),
-    (TF, "terraformpullrequests", "get create patch", ()),
+    (TF, "terraformpullrequests", "get list create patch", ()),  # list: the UI's pull requests page
     (TF, "terraformplanpolicies", "get", ()),
     (CORE, "secrets", "get", ()),
     (CORE, "pods", "get", ()),
+    (CORE, "pods/log", "get", ()),  # the UI's live log of a running attempt
 ]
 DATASTORE: list[Rule] = [
     (CORE, "pods", "get", ()),
@@ -96,7 +97,8 @@ def expected(tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, 
     out |= expand(sa("controllers"), [("coordination.k8s.io", "leases", "create", ()),
                                       ("coordination.k8s.io", "leases", "get update", leases)], [NAMESPACE])
     out |= expand(sa("server"), SERVER, scopes) | expand(sa("server"), [TOKEN_REVIEWS], ["cluster"])
-    out |= expand(sa("server"), [(TF, "clusterterraformplanpolicies", "get", ())], ["cluster"])
+    out |= expand(sa("server"), [(TF, "clusterterraformplanpolicies", "get", ()),
+                                 ("authorization.k8s.io", "subjectaccessreviews", "create", ())], ["cluster"])
     out |= expand(sa("datastore"), DATASTORE, scopes) | expand(sa("datastore"), [TOKEN_REVIEWS], ["cluster"])
     for tenant in tenants:
         out |= expand(f"{tenant}/burrito-py-runner", RUNNER, [tenant])
@@ -171,7 +173,7 @@ def test_runner_rules_match_the_runner_api_calls() -> None:
 def test_rule_counts_per_component() -> None:
     """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
     counts = grants_per_component(rendered("default"), RELEASE)
-    assert counts == {"controllers": 51, "server": 16, "datastore": 4, "runner": 6}
+    assert counts == {"controllers": 51, "server": 20, "datastore": 4, "runner": 6}
 
 
 def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:
