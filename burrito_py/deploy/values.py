@@ -358,6 +358,9 @@ class ServerConfig(Values):
     delivery_cache_size: int = setting(ServerSettings, "delivery_cache_size")
     auth_audiences: list[str] = setting(ServerSettings, "auth_audiences")
     auth_cache_ttl_seconds: float = setting(ServerSettings, "auth_cache_ttl_seconds")
+    ui_enabled: bool = setting(ServerSettings, "ui_enabled")
+    ui_session_ttl_seconds: int = setting(ServerSettings, "ui_session_ttl_seconds")
+    ui_trusted_headers: bool = setting(ServerSettings, "ui_trusted_headers")
 
 
 class IngressPath(Values):
@@ -391,11 +394,22 @@ class Ingress(Values):
     tls: list[IngressTls] = Field(default_factory=list, description="TLS.")
 
 
+class UiSession(Values):
+    """The key of the web UI's session cookies and CSRF tokens: one for every server replica, kept across upgrades,
+    so neither a restart nor another replica logs users out."""
+
+    existing_secret: str = Field(
+        "", description="A Secret in the release namespace with the key `sessionKey` (at least 32 characters); "
+        "empty: the chart generates one and keeps it across upgrades.",
+    )
+
+
 class Server(Workload):
-    """Webhooks and the REST API (`burrito-py server start`). Webhook secrets are read from each
+    """Webhooks, the REST API and the web UI (`burrito-py server start`). Webhook secrets are read from each
     TerraformRepository's Secret (spec.repository.secretName, key webhookSecret) in its namespace."""
 
     config: ServerConfig = Field(default_factory=ServerConfig, description="Server settings.")
+    ui_session: UiSession = Field(default_factory=UiSession, description="The web UI's session key.")
     ingress: Ingress = Field(default_factory=Ingress, description="Optional Ingress.")
 
 

@@ -40,7 +40,7 @@ class ServerSettings(BaseSettings):
     # The controllers' runner_service_account: its tokens may read but never ask for syncs.
     runner_service_account: str = "burrito-py-runner"
     # The web UI (server/ui, docs/architecture.md §11.4).
-    ui_enabled: bool = True
+    ui_enabled: bool = Field(True, description="Serve the web UI under /ui/.")
     ui_session_key: SecretStr | None = Field(
         default=None, description="Encrypts the UI's session cookies and signs its CSRF tokens; unset: a random key "
         "per process (sessions end with a restart and are not shared between replicas).")

@@ -61,7 +61,7 @@ def _cache_keys(data: dict[str, str]) -> set[str]:
 @pytest.mark.parametrize("name", ["default", "tenants", "network-policy", "monitoring-ingress"])
 def test_with_the_caches_off_nothing_is_added(name: str) -> None:
     objects = rendered(name)
-    assert not [o for o in objects if o["kind"] in CACHE_KINDS or o["kind"] == "Secret"]
+    assert not [o for o in objects if o["kind"] in CACHE_KINDS or _tls_secret(o)]
     for component in ("controllers", "datastore"):
         assert _cache_keys(_config(objects, component)) == set()
         pod = _pod(objects, component)
@@ -71,6 +71,11 @@ def test_with_the_caches_off_nothing_is_added(name: str) -> None:
     assert [p["name"] for p in find(objects, "Service", f"{RELEASE}-datastore")["spec"]["ports"]] == ["http"]
     for policy in (o for o in objects if o["kind"] == "NetworkPolicy"):
         assert "https" not in json.dumps(policy)
+
+
+def _tls_secret(obj: dict[str, Any]) -> bool:
+    """A Secret of the caches (the UI's session key Secret is the server's, always there: test_chart_ui.py)."""
+    return obj["kind"] == "Secret" and obj["metadata"]["name"] != f"{RELEASE}-server-ui"
 
 
 def _load_secret(objects: list[dict[str, Any]]) -> tuple[x509.Certificate, x509.Certificate, Any]:
@@ -214,7 +219,7 @@ def test_bad_cache_values_fail_naming_the_key(values: dict[str, Any], named: str
 
 def test_cert_manager_without_an_issuer_bootstraps_its_own_ca() -> None:
     objects = rendered("caches-cert-manager")
-    assert not [o for o in objects if o["kind"] == "Secret"]  # cert-manager writes it
+    assert not [o for o in objects if _tls_secret(o)]  # cert-manager writes it
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objects if o["kind"] in CACHE_KINDS}
     assert kinds == {("Issuer", f"{RELEASE}-selfsigned"), ("Certificate", f"{RELEASE}-datastore-ca"),
                      ("Issuer", f"{RELEASE}-datastore-ca"), ("Certificate", f"{RELEASE}-datastore")}
@@ -241,7 +246,7 @@ def test_cert_manager_with_an_issuer_uses_it_alone() -> None:
     issuer = {"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
     objects = _render({"providerCache": {"enabled": True},
                        "datastore": {"tls": {"certManager": {"enabled": True, "issuerRef": issuer}}}})
-    assert not [o for o in objects if o["kind"] in ("Secret", "Issuer")]
+    assert not [o for o in objects if o["kind"] == "Issuer" or _tls_secret(o)]
     [certificate] = [o for o in objects if o["kind"] == "Certificate"]
     assert certificate["metadata"]["name"] == f"{RELEASE}-datastore"
     assert certificate["spec"]["issuerRef"] == issuer
@@ -251,7 +256,7 @@ def test_cert_manager_with_an_issuer_uses_it_alone() -> None:
 def test_an_existing_secret_is_mounted_and_nothing_is_made() -> None:
     objects = _render({"providerCache": {"enabled": True}, "toolCache": {"enabled": True},
                        "datastore": {"tls": {"existingSecret": "my-datastore-tls", "certManager": {"enabled": True}}}})
-    assert not [o for o in objects if o["kind"] in CACHE_KINDS or o["kind"] == "Secret"]
+    assert not [o for o in objects if o["kind"] in CACHE_KINDS or _tls_secret(o)]
     assert _volume(_pod(objects, "datastore"), "tls")["secret"]["secretName"] == "my-datastore-tls"
     ca = _volume(_pod(objects, "controllers"), "mirror-ca")["secret"]
     assert ca == {"secretName": "my-datastore-tls", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
