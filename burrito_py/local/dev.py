@@ -300,6 +300,7 @@ def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
             datastore_url, server_url = _start_in_process(stack, options, api.url, data_dir, admin, docs)
         log.info("datastore at %s", datastore_url)
         log.info("server at %s (webhooks: POST %s/api/webhook; REST: %s/docs)", server_url, server_url, server_url)
+        log.info("web UI at %s/ui/ (log in with the token of %s)", server_url, options.kubeconfig)
 
         progress = LayerProgress(api.url)
         progress.start()

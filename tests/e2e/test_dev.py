@@ -81,6 +81,18 @@ def test_dev_runs_the_quickstart_until_ctrl_c(tmp_path: Path, mode: str) -> None
         assert {layer["name"]: layer["state"] for layer in layers.json()} == states
         assert httpx.get(f"{server}/api/layers", timeout=10).status_code == 401
 
+        # The web UI's URL is printed; with the kubeconfig user's token it lists the layers.
+        ui = output.find(r"web UI at (http://\S+)")
+        assert ui == f"{server}/ui/", output.text
+        with httpx.Client(base_url=server, timeout=10) as browser:
+            login = browser.get("/ui/login")
+            assert login.status_code == 200, login.text
+            csrf = re.search(r'name="csrf" value="([^"]+)"', login.text)
+            assert csrf is not None, login.text
+            browser.post("/ui/login", data={"token": token, "csrf": csrf.group(1)})
+            page = browser.get("/ui/layers")
+            assert page.status_code == 200 and "greetings" in page.text and "hello" in page.text, page.text[:500]
+
         # The plan, with nothing but KUBECONFIG (no URL from the log): through the API server's service proxy.
         env = {k: v for k, v in os.environ.items() if not k.startswith(("BURRITO_DATASTORE", "BURRITO_PY_"))}
         short = subprocess.run(["burrito-py", "plan", "download", "default/greetings", "--format", "short"],
