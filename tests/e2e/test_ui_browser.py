@@ -1,0 +1,177 @@
+"""The web UI (docs/architecture.md §11.4) in a real browser: headless Chromium (Debian's /usr/bin/chromium, driven
+by Playwright) against the server with auth on, beside the emulator, the controllers, the local kubelet and real
+terraform. Screenshots of every page visited are written to tests/artifacts/ui/<test>/ (git-ignored)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers.operator import kubeconfig_login
+from burrito_py.datastore.testing import free_port
+from burrito_py.gitops.testing import make_repo
+from burrito_py.local.identity import ensure_service_account, request_token
+from burrito_py.server.serving import running_server
+from burrito_py.server.settings import ServerSettings
+
+from .conftest import Platform, layer_code, running_platform
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's; scripts/test.sh installs it (never `playwright install`)
+ARTIFACTS = Path(__file__).parents[1] / "artifacts" / "ui"
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+READ_LAYERS = [{"apiGroups": [ann.GROUP], "resources": ["terraformlayers"], "verbs": ["get", "list", "watch"]}]
+
+
+@dataclass
+class World:
+    platform: Platform
+    url: str  # the server's
+    tokens: dict[str, str]  # "admin": the kubeconfig user's (cluster-admin); "viewer": may not patch layers
+
+
+def _viewer_token(platform: Platform) -> str:
+    """A service account that may read TerraformLayers in `default` but not patch them."""
+    with httpx.Client(base_url=platform.api.url, headers=platform.api.admin_headers, timeout=30) as kube:
+        ensure_service_account(kube, "default", "viewer")
+        kube.post(f"{RBAC}/namespaces/default/roles", json={
+            "metadata": {"name": "layer-viewer"}, "rules": READ_LAYERS}).raise_for_status()
+        kube.post(f"{RBAC}/namespaces/default/rolebindings", json={
+            "metadata": {"name": "layer-viewer"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "layer-viewer"},
+            "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": "default"}]}).raise_for_status()
+        return request_token(kube, "default", "viewer", ["burrito-py"])
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """Two layers waiting for a manual approval: `app` (approved by the first test) and `other` (left pending
+    for the second)."""
+    tmp = tmp_path_factory.mktemp("ui-browser")
+    repo = make_repo(tmp / "upstream")
+    repo.commit({"layers/app/main.tf": layer_code("v1"), "layers/other/main.tf": layer_code("other")}, "layers")
+    with running_platform(tmp / "p", tmp / "kubeconfig") as platform:
+        platform.create_repository("repo", repo.url)
+        for name in ("app", "other"):
+            platform.create_layer(name, "repo", f"layers/{name}", approvePlan="manual")
+        for name in ("app", "other"):
+            platform.wait_state(name, "ApplyNeeded", timeout=90)
+        settings = ServerSettings(host="127.0.0.1", port=free_port(), kubeconfig=platform.kubeconfig,
+                                  auth_enabled=True, datastore_url=platform.datastore_url)
+        tokens = {"admin": str(kubeconfig_login(platform.kubeconfig).token), "viewer": _viewer_token(platform)}
+        with running_server(settings) as url:
+            yield World(platform, url, tokens)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        raise RuntimeError(f"{CHROMIUM} is required for the browser tests (scripts/test.sh installs Debian's)")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"], headless=True)
+        yield chromium
+        chromium.close()
+
+
+@contextlib.contextmanager
+def new_context(browser: Browser) -> Iterator[BrowserContext]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(30_000)
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+class Visits:
+    """Screenshots of each page visited, under tests/artifacts/ui/<test>/."""
+
+    def __init__(self, test: str) -> None:
+        self.dir = ARTIFACTS / test
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for old in self.dir.glob("*.png"):
+            old.unlink()
+        self.shots: list[Path] = []
+
+    def page(self, page: Page, name: str) -> None:
+        page.wait_for_load_state("load")
+        path = self.dir / f"{len(self.shots) + 1:02d}-{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        self.shots.append(path)
+
+
+def log_in(page: Page, url: str, token: str) -> None:
+    page.goto(f"{url}/ui/layers")
+    expect(page).to_have_url(re.compile(r"/ui/login\?next="))
+    page.get_by_label("Kubernetes bearer token").fill(token)
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(re.compile(r"/ui/layers$"))
+
+
+def test_log_in_filter_read_the_plan_approve_and_watch_the_row_go_idle(world: World, browser: Browser) -> None:
+    visits = Visits("approve")
+    platform = world.platform
+    pending = platform.layer("app")["status"]["pendingPlan"]
+    with new_context(browser) as context:
+        layers = context.new_page()
+        log_in(layers, world.url, world.tokens["admin"])
+        expect(layers.locator("header")).to_contain_text("Signed in as")
+
+        # The filter: typing updates the table in place and the URL carries it.
+        layers.locator("#filter-q").press_sequentially("app", delay=50)
+        expect(layers).to_have_url(re.compile(r"[?&]q=app(&|$)"))
+        expect(layers.locator("tr[data-layer]")).to_have_count(1)
+        app_row = layers.locator('tr[data-layer="default/app"]')
+        expect(app_row.locator("span.badge[class*=state-]")).to_have_text("ApplyNeeded")
+        visits.page(layers, "layers")
+        # Set before anything changes: a reload or navigation of this page would lose it.
+        layers.evaluate("window.__burritoMarker = 'no reload'")
+        filtered_url = layers.url
+
+        # The layer's page, its pending plan, the approvals page.
+        detail = context.new_page()
+        detail.goto(f"{world.url}/ui/layers/default/app")
+        expect(detail.get_by_role("heading", level=1)).to_have_text("Layer default/app")
+        expect(detail.locator("main")).to_contain_text(pending["sum"])
+        visits.page(detail, "layer")
+        detail.get_by_role("link", name="Read the plan").click()
+        expect(detail).to_have_url(re.compile(r"/ui/runs/default/[a-z0-9-]+/plan"))
+        expect(detail.locator("#plan-summary")).to_have_text("Plan: 1 to add, 0 to change, 0 to destroy")
+        expect(detail.locator("section.group-create")).to_contain_text("terraform_data.this")
+        visits.page(detail, "plan")
+        detail.goto(f"{world.url}/ui/approvals")
+        expect(detail.locator("#approval-default-app")).to_contain_text("Plan: 1 to add")
+        expect(detail.locator("#approval-default-other")).to_be_visible()
+        visits.page(detail, "approvals")
+
+        # Approve on the layer's page: htmx posts it and shows the notice in place.
+        detail.goto(f"{world.url}/ui/layers/default/app")
+        detail.get_by_role("button", name=re.compile(r"^Approve sha256:")).click()
+        expect(detail.locator("#notice")).to_have_text(f"approved plan {pending['sum']} of default/app")
+
+        # The layers page, never reloaded, follows the apply to Idle through its server-sent events.
+        expect(app_row.locator("span.badge[class*=state-]")).to_have_text("Idle", timeout=120_000)
+        assert layers.evaluate("window.__burritoMarker") == "no reload"
+        assert layers.url == filtered_url
+        visits.page(layers, "layers-idle")
+
+        # The apply run is on the layer's page; its own page shows the attempt.
+        detail.reload()
+        apply_run = detail.locator("#runs tbody tr", has_text="apply")
+        expect(apply_run).to_have_count(1)
+        expect(apply_run).to_contain_text("Succeeded")
+        apply_run.get_by_role("link").first.click()
+        expect(detail).to_have_url(re.compile(r"/ui/runs/default/[a-z0-9-]+$"))
+        expect(detail.locator("dl.facts")).to_contain_text("apply")
+        visits.page(detail, "run")
+    assert platform.layer("app")["status"]["state"] == "Idle"
+    print(f"screenshots: {', '.join(str(p) for p in visits.shots)}")
