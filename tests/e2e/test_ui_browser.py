@@ -1,10 +1,13 @@
 """The web UI (docs/architecture.md §11.4) in a real browser: headless Chromium (Debian's /usr/bin/chromium, driven
 by Playwright) against the server with auth on, beside the emulator, the controllers, the local kubelet and real
-terraform. Screenshots of every page visited are written to tests/artifacts/ui/<test>/ (git-ignored)."""
+terraform. Screenshots of every page visited are written to tests/artifacts/ui/<test>/ (git-ignored), and axe-core
+(vendored in assets/axe-core/) checks each of them: no violation of impact serious or critical."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,6 +31,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's; scripts/test.sh installs it (never `playwright install`)
 ARTIFACTS = Path(__file__).parents[1] / "artifacts" / "ui"
+AXE = Path(__file__).parent / "assets" / "axe-core" / "axe.min.js"
+AXE_SHA256 = "29348999450cdf2849a8e70b7912fc2da85a849da39c0d0d5394f51d4a9ed95c"  # axe-core 4.14.1, as its README says
+BLOCKING = ("serious", "critical")
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 READ_LAYERS = [{"apiGroups": [ann.GROUP], "resources": ["terraformlayers"], "verbs": ["get", "list", "watch"]}]
 
@@ -72,6 +78,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             yield World(platform, url, tokens)
 
 
+def test_the_vendored_axe_core_is_the_one_noted() -> None:
+    assert hashlib.sha256(AXE.read_bytes()).hexdigest() == AXE_SHA256
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not CHROMIUM.exists():
@@ -83,8 +93,10 @@ def browser() -> Iterator[Browser]:
 
 
 @contextlib.contextmanager
-def new_context(browser: Browser) -> Iterator[BrowserContext]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+def new_context(browser: Browser, bypass_csp: bool = False) -> Iterator[BrowserContext]:
+    """`bypass_csp`: for axe-core, which add_script_tag injects as an inline script (the UI's Content-Security-Policy
+    refuses those, as it should); the viewer's test keeps the policy and checks that nothing broke it."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, bypass_csp=bypass_csp)
     context.set_default_timeout(30_000)
     try:
         yield context
@@ -92,26 +104,45 @@ def new_context(browser: Browser) -> Iterator[BrowserContext]:
         context.close()
 
 
-class Visits:
-    """Screenshots of each page visited, under tests/artifacts/ui/<test>/."""
+def axe_violations(page: Page) -> list[tuple[str, str]]:
+    """axe-core's violations on the page as it is now: (impact, description) per rule."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.add_script_tag(path=str(AXE))
+    results = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+    assert results["testEngine"]["version"] == "4.14.1" and results["passes"] is not None
+    return [(v["impact"], f"{v['id']}: {v['help']} at {json.dumps([n['target'] for n in v['nodes']][:5])}")
+            for v in results["violations"]]
 
-    def __init__(self, test: str) -> None:
+
+class Visits:
+    """Screenshots of each page visited, under tests/artifacts/ui/<test>/, and axe-core's check of each."""
+
+    def __init__(self, test: str, axe: bool = True) -> None:
+        self.axe = axe
         self.dir = ARTIFACTS / test
         self.dir.mkdir(parents=True, exist_ok=True)
         for old in self.dir.glob("*.png"):
             old.unlink()
         self.shots: list[Path] = []
+        self.minor: list[str] = []  # violations below serious, reported only
 
     def page(self, page: Page, name: str) -> None:
         page.wait_for_load_state("load")
         path = self.dir / f"{len(self.shots) + 1:02d}-{name}.png"
         page.screenshot(path=str(path), full_page=True)
         self.shots.append(path)
+        if self.axe:
+            violations = axe_violations(page)
+            blocking = [f"{impact} {what}" for impact, what in violations if impact in BLOCKING]
+            assert not blocking, f"axe-core on the {name} page ({page.url}):\n" + "\n".join(blocking)
+            self.minor += [f"{name}: {impact} {what}" for impact, what in violations]
 
 
-def log_in(page: Page, url: str, token: str) -> None:
+def log_in(page: Page, url: str, token: str, visits: Visits | None = None) -> None:
     page.goto(f"{url}/ui/layers")
     expect(page).to_have_url(re.compile(r"/ui/login\?next="))
+    if visits is not None:
+        visits.page(page, "login")
     page.get_by_label("Kubernetes bearer token").fill(token)
     page.get_by_role("button", name="Log in").click()
     expect(page).to_have_url(re.compile(r"/ui/layers$"))
@@ -121,9 +152,9 @@ def test_log_in_filter_read_the_plan_approve_and_watch_the_row_go_idle(world: Wo
     visits = Visits("approve")
     platform = world.platform
     pending = platform.layer("app")["status"]["pendingPlan"]
-    with new_context(browser) as context:
+    with new_context(browser, bypass_csp=True) as context:
         layers = context.new_page()
-        log_in(layers, world.url, world.tokens["admin"])
+        log_in(layers, world.url, world.tokens["admin"], visits)
         expect(layers.locator("header")).to_contain_text("Signed in as")
 
         # The filter: typing updates the table in place and the URL carries it.
@@ -175,3 +206,4 @@ def test_log_in_filter_read_the_plan_approve_and_watch_the_row_go_idle(world: Wo
         visits.page(detail, "run")
     assert platform.layer("app")["status"]["state"] == "Idle"
     print(f"screenshots: {', '.join(str(p) for p in visits.shots)}")
+    print("axe-core, below serious:", *(visits.minor or ["none"]), sep="\n  ")
