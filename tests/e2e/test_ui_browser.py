@@ -207,3 +207,46 @@ def test_log_in_filter_read_the_plan_approve_and_watch_the_row_go_idle(world: Wo
     assert platform.layer("app")["status"]["state"] == "Idle"
     print(f"screenshots: {', '.join(str(p) for p in visits.shots)}")
     print("axe-core, below serious:", *(visits.minor or ["none"]), sep="\n  ")
+
+
+def test_a_user_who_may_not_patch_layers_gets_disabled_buttons_and_a_403(world: World, browser: Browser) -> None:
+    visits = Visits("viewer", axe=False)  # the Content-Security-Policy stays on here: no injected axe-core
+    pending = world.platform.layer("other")["status"]["pendingPlan"]
+    with new_context(browser) as context:
+        page = context.new_page()
+        problems: list[str] = []
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        log_in(page, world.url, world.tokens["viewer"], visits)
+        expect(page.locator("header")).to_contain_text("system:serviceaccount:default:viewer")
+        expect(page.locator('tr[data-layer="default/other"]')).to_be_visible()
+        visits.page(page, "layers")
+
+        page.goto(f"{world.url}/ui/layers/default/other")
+        actions = page.locator(".actions")
+        plan_now = actions.get_by_role("button", name="Plan now")
+        approve = actions.get_by_role("button", name=re.compile(r"^Approve sha256:"))
+        for button in (plan_now, approve):
+            expect(button).to_be_disabled()
+            expect(button).to_have_accessible_description("You may not patch TerraformLayers in default.")
+        visits.page(page, "layer")
+
+        page.goto(f"{world.url}/ui/approvals")
+        expect(page.locator("#approval-default-other").get_by_role("button", name=re.compile("^Approve"))
+               ).to_be_disabled()
+        visits.page(page, "approvals")
+
+        # The endpoint refuses what the button would have sent, with this page's valid CSRF token.
+        csrf = page.locator('meta[name="csrf-token"]').get_attribute("content")
+        assert csrf
+        base = f"{world.url}/ui/layers/default/other"
+        for action, form in (("approve", {"csrf": csrf, "sum": pending["sum"]}), ("sync", {"csrf": csrf})):
+            answer = page.request.post(f"{base}/{action}", form=form, max_redirects=0)
+            assert answer.status == 403, (action, answer.status, answer.text())
+            assert "may not patch terraformlayers" in answer.text(), answer.text()
+        # The CSRF token was good: the same POST to log out is accepted.
+        assert page.request.post(f"{world.url}/ui/logout", form={"csrf": csrf}, max_redirects=0).status == 303
+        assert not problems, problems  # nothing broke the Content-Security-Policy or the scripts
+    annotations = world.platform.annotations("other")
+    assert ann.APPROVE_PLAN not in annotations and ann.SYNC_NOW not in annotations
+    assert world.platform.layer("other")["status"]["state"] == "ApplyNeeded"
