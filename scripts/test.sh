@@ -7,11 +7,15 @@ command -v terraform >/dev/null || { echo "terraform is required on PATH" >&2; e
 command -v kubectl >/dev/null || { echo "kubectl is required on PATH" >&2; exit 1; }
 command -v git >/dev/null || { echo "git is required on PATH" >&2; exit 1; }
 
-# The git-credentials tests run a real OpenSSH server on loopback.
-if [ ! -x /usr/sbin/sshd ]; then
+# The git-credentials tests run a real OpenSSH server on loopback; the UI's browser tests drive Debian's
+# Chromium through Playwright (the pip package only: its own browser download is never used).
+missing=()
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+if [ "${#missing[@]}" -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 # Everything Python goes into the project's own .venv; its bin/ comes first on PATH, so the kubelet's runner

@@ -1,0 +1,254 @@
+"""The web UI (docs/architecture.md §11.4) in a real browser: headless Chromium (Debian's /usr/bin/chromium, driven
+by Playwright) against the server with auth on, beside the emulator, the controllers, the local kubelet and real
+terraform. Screenshots of every page visited are written to tests/artifacts/ui/<test>/ (git-ignored), and axe-core
+(vendored in assets/axe-core/) checks each of them: no violation of impact serious or critical."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers.operator import kubeconfig_login
+from burrito_py.datastore.testing import free_port
+from burrito_py.gitops.testing import make_repo
+from burrito_py.local.identity import ensure_service_account, request_token
+from burrito_py.server.serving import running_server
+from burrito_py.server.settings import ServerSettings
+
+from .conftest import Platform, layer_code, running_platform
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's; scripts/test.sh installs it (never `playwright install`)
+ARTIFACTS = Path(__file__).parents[1] / "artifacts" / "ui"
+AXE = Path(__file__).parent / "assets" / "axe-core" / "axe.min.js"
+AXE_SHA256 = "29348999450cdf2849a8e70b7912fc2da85a849da39c0d0d5394f51d4a9ed95c"  # axe-core 4.14.1, as its README says
+BLOCKING = ("serious", "critical")
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+READ_LAYERS = [{"apiGroups": [ann.GROUP], "resources": ["terraformlayers"], "verbs": ["get", "list", "watch"]}]
+
+
+@dataclass
+class World:
+    platform: Platform
+    url: str  # the server's
+    tokens: dict[str, str]  # "admin": the kubeconfig user's (cluster-admin); "viewer": may not patch layers
+
+
+def _viewer_token(platform: Platform) -> str:
+    """A service account that may read TerraformLayers in `default` but not patch them."""
+    with httpx.Client(base_url=platform.api.url, headers=platform.api.admin_headers, timeout=30) as kube:
+        ensure_service_account(kube, "default", "viewer")
+        kube.post(f"{RBAC}/namespaces/default/roles", json={
+            "metadata": {"name": "layer-viewer"}, "rules": READ_LAYERS}).raise_for_status()
+        kube.post(f"{RBAC}/namespaces/default/rolebindings", json={
+            "metadata": {"name": "layer-viewer"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "layer-viewer"},
+            "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": "default"}]}).raise_for_status()
+        return request_token(kube, "default", "viewer", ["burrito-py"])
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """Two layers waiting for a manual approval: `app` (approved by the first test) and `other` (left pending
+    for the second)."""
+    tmp = tmp_path_factory.mktemp("ui-browser")
+    repo = make_repo(tmp / "upstream")
+    repo.commit({"layers/app/main.tf": layer_code("v1"), "layers/other/main.tf": layer_code("other")}, "layers")
+    with running_platform(tmp / "p", tmp / "kubeconfig") as platform:
+        platform.create_repository("repo", repo.url)
+        for name in ("app", "other"):
+            platform.create_layer(name, "repo", f"layers/{name}", approvePlan="manual")
+        for name in ("app", "other"):
+            platform.wait_state(name, "ApplyNeeded", timeout=90)
+        settings = ServerSettings(host="127.0.0.1", port=free_port(), kubeconfig=platform.kubeconfig,
+                                  auth_enabled=True, datastore_url=platform.datastore_url)
+        tokens = {"admin": str(kubeconfig_login(platform.kubeconfig).token), "viewer": _viewer_token(platform)}
+        with running_server(settings) as url:
+            yield World(platform, url, tokens)
+
+
+def test_the_vendored_axe_core_is_the_one_noted() -> None:
+    assert hashlib.sha256(AXE.read_bytes()).hexdigest() == AXE_SHA256
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        raise RuntimeError(f"{CHROMIUM} is required for the browser tests (scripts/test.sh installs Debian's)")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"], headless=True)
+        yield chromium
+        chromium.close()
+
+
+@contextlib.contextmanager
+def new_context(browser: Browser, bypass_csp: bool = False) -> Iterator[BrowserContext]:
+    """`bypass_csp`: for axe-core, which add_script_tag injects as an inline script (the UI's Content-Security-Policy
+    refuses those, as it should); the viewer's test keeps the policy and checks that nothing broke it."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, bypass_csp=bypass_csp)
+    context.set_default_timeout(30_000)
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+def axe_violations(page: Page) -> list[tuple[str, str]]:
+    """axe-core's violations on the page as it is now: (impact, description) per rule."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.add_script_tag(path=str(AXE))
+    results = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+    assert results["testEngine"]["version"] == "4.14.1" and results["passes"] is not None
+    return [(v["impact"], f"{v['id']}: {v['help']} at {json.dumps([n['target'] for n in v['nodes']][:5])}")
+            for v in results["violations"]]
+
+
+class Visits:
+    """Screenshots of each page visited, under tests/artifacts/ui/<test>/, and axe-core's check of each."""
+
+    def __init__(self, test: str, axe: bool = True) -> None:
+        self.axe = axe
+        self.dir = ARTIFACTS / test
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for old in self.dir.glob("*.png"):
+            old.unlink()
+        self.shots: list[Path] = []
+        self.minor: list[str] = []  # violations below serious, reported only
+
+    def page(self, page: Page, name: str) -> None:
+        page.wait_for_load_state("load")
+        path = self.dir / f"{len(self.shots) + 1:02d}-{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        self.shots.append(path)
+        if self.axe:
+            violations = axe_violations(page)
+            blocking = [f"{impact} {what}" for impact, what in violations if impact in BLOCKING]
+            assert not blocking, f"axe-core on the {name} page ({page.url}):\n" + "\n".join(blocking)
+            self.minor += [f"{name}: {impact} {what}" for impact, what in violations]
+
+
+def log_in(page: Page, url: str, token: str, visits: Visits | None = None) -> None:
+    page.goto(f"{url}/ui/layers")
+    expect(page).to_have_url(re.compile(r"/ui/login\?next="))
+    if visits is not None:
+        visits.page(page, "login")
+    page.get_by_label("Kubernetes bearer token").fill(token)
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(re.compile(r"/ui/layers$"))
+
+
+def test_log_in_filter_read_the_plan_approve_and_watch_the_row_go_idle(world: World, browser: Browser) -> None:
+    visits = Visits("approve")
+    platform = world.platform
+    pending = platform.layer("app")["status"]["pendingPlan"]
+    with new_context(browser, bypass_csp=True) as context:
+        layers = context.new_page()
+        log_in(layers, world.url, world.tokens["admin"], visits)
+        expect(layers.locator("header")).to_contain_text("Signed in as")
+
+        # The filter: typing updates the table in place and the URL carries it.
+        layers.locator("#filter-q").press_sequentially("app", delay=50)
+        expect(layers).to_have_url(re.compile(r"[?&]q=app(&|$)"))
+        expect(layers.locator("tr[data-layer]")).to_have_count(1)
+        app_row = layers.locator('tr[data-layer="default/app"]')
+        expect(app_row.locator("span.badge[class*=state-]")).to_have_text("ApplyNeeded")
+        visits.page(layers, "layers")
+        # Set before anything changes: a reload or navigation of this page would lose it.
+        layers.evaluate("window.__burritoMarker = 'no reload'")
+        filtered_url = layers.url
+
+        # The layer's page, its pending plan, the approvals page.
+        detail = context.new_page()
+        detail.goto(f"{world.url}/ui/layers/default/app")
+        expect(detail.get_by_role("heading", level=1)).to_have_text("Layer default/app")
+        expect(detail.locator("main")).to_contain_text(pending["sum"])
+        visits.page(detail, "layer")
+        detail.get_by_role("link", name="Read the plan").click()
+        expect(detail).to_have_url(re.compile(r"/ui/runs/default/[a-z0-9-]+/plan"))
+        expect(detail.locator("#plan-summary")).to_have_text("Plan: 1 to add, 0 to change, 0 to destroy")
+        expect(detail.locator("section.group-create")).to_contain_text("terraform_data.this")
+        visits.page(detail, "plan")
+        detail.goto(f"{world.url}/ui/approvals")
+        expect(detail.locator("#approval-default-app")).to_contain_text("Plan: 1 to add")
+        expect(detail.locator("#approval-default-other")).to_be_visible()
+        visits.page(detail, "approvals")
+
+        # Approve on the layer's page: htmx posts it and shows the notice in place.
+        detail.goto(f"{world.url}/ui/layers/default/app")
+        detail.get_by_role("button", name=re.compile(r"^Approve sha256:")).click()
+        expect(detail.locator("#notice")).to_have_text(f"approved plan {pending['sum']} of default/app")
+
+        # The layers page, never reloaded, follows the apply to Idle through its server-sent events.
+        expect(app_row.locator("span.badge[class*=state-]")).to_have_text("Idle", timeout=120_000)
+        assert layers.evaluate("window.__burritoMarker") == "no reload"
+        assert layers.url == filtered_url
+        visits.page(layers, "layers-idle")
+
+        # The apply run is on the layer's page; its own page shows the attempt.
+        detail.reload()
+        apply_run = detail.locator("#runs tbody tr", has_text="apply")
+        expect(apply_run).to_have_count(1)
+        expect(apply_run).to_contain_text("Succeeded")
+        apply_run.get_by_role("link").first.click()
+        expect(detail).to_have_url(re.compile(r"/ui/runs/default/[a-z0-9-]+$"))
+        expect(detail.locator("dl.facts")).to_contain_text("apply")
+        visits.page(detail, "run")
+    assert platform.layer("app")["status"]["state"] == "Idle"
+    print(f"screenshots: {', '.join(str(p) for p in visits.shots)}")
+    print("axe-core, below serious:", *(visits.minor or ["none"]), sep="\n  ")
+
+
+def test_a_user_who_may_not_patch_layers_gets_disabled_buttons_and_a_403(world: World, browser: Browser) -> None:
+    visits = Visits("viewer", axe=False)  # the Content-Security-Policy stays on here: no injected axe-core
+    pending = world.platform.layer("other")["status"]["pendingPlan"]
+    with new_context(browser) as context:
+        page = context.new_page()
+        problems: list[str] = []
+        page.on("console", lambda m: problems.append(f"{m.text} ({m.location.get('url')})") if m.type == "error"
+                # Chromium asks for /favicon.ico once per browser by itself; the UI declares no icon.
+                and not str(m.location.get("url", "")).endswith("/favicon.ico") else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        log_in(page, world.url, world.tokens["viewer"], visits)
+        expect(page.locator("header")).to_contain_text("system:serviceaccount:default:viewer")
+        expect(page.locator('tr[data-layer="default/other"]')).to_be_visible()
+        visits.page(page, "layers")
+
+        page.goto(f"{world.url}/ui/layers/default/other")
+        actions = page.locator(".actions")
+        plan_now = actions.get_by_role("button", name="Plan now")
+        approve = actions.get_by_role("button", name=re.compile(r"^Approve sha256:"))
+        for button in (plan_now, approve):
+            expect(button).to_be_disabled()
+            expect(button).to_have_accessible_description("You may not patch TerraformLayers in default.")
+        visits.page(page, "layer")
+
+        page.goto(f"{world.url}/ui/approvals")
+        expect(page.locator("#approval-default-other").get_by_role("button", name=re.compile("^Approve"))
+               ).to_be_disabled()
+        visits.page(page, "approvals")
+
+        # The endpoint refuses what the button would have sent, with this page's valid CSRF token.
+        csrf = page.locator('meta[name="csrf-token"]').get_attribute("content")
+        assert csrf
+        base = f"{world.url}/ui/layers/default/other"
+        for action, form in (("approve", {"csrf": csrf, "sum": pending["sum"]}), ("sync", {"csrf": csrf})):
+            answer = page.request.post(f"{base}/{action}", form=form, max_redirects=0)
+            assert answer.status == 403, (action, answer.status, answer.text())
+            assert "may not patch terraformlayers" in answer.text(), answer.text()
+        # The CSRF token was good: the same POST to log out is accepted.
+        assert page.request.post(f"{world.url}/ui/logout", form={"csrf": csrf}, max_redirects=0).status == 303
+        assert not problems, problems  # nothing broke the Content-Security-Policy or the scripts
+    annotations = world.platform.annotations("other")
+    assert ann.APPROVE_PLAN not in annotations and ann.SYNC_NOW not in annotations
+    assert world.platform.layer("other")["status"]["state"] == "ApplyNeeded"
