@@ -167,6 +167,9 @@ def test_log_in_filter_read_the_plan_approve_and_watch_the_row_go_idle(world: Wo
         # Set before anything changes: a reload or navigation of this page would lose it.
         layers.evaluate("window.__burritoMarker = 'no reload'")
         filtered_url = layers.url
+        # From now on this page may only listen to its event stream: no list of layers is fetched again.
+        fetched: list[str] = []
+        layers.on("request", lambda request: fetched.append(request.url))
 
         # The layer's page, its pending plan, the approvals page.
         detail = context.new_page()
@@ -193,6 +196,7 @@ def test_log_in_filter_read_the_plan_approve_and_watch_the_row_go_idle(world: Wo
         expect(app_row.locator("span.badge[class*=state-]")).to_have_text("Idle", timeout=120_000)
         assert layers.evaluate("window.__burritoMarker") == "no reload"
         assert layers.url == filtered_url
+        assert [url for url in fetched if "/ui/layers/events" not in url] == [], fetched
         visits.page(layers, "layers-idle")
 
         # The apply run is on the layer's page; its own page shows the attempt.
