@@ -131,6 +131,9 @@ class Visits:
         path = self.dir / f"{len(self.shots) + 1:02d}-{name}.png"
         page.screenshot(path=str(path), full_page=True)
         self.shots.append(path)
+        # Usable on a laptop screen (1280 pixels wide): nothing scrolls sideways.
+        width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1], f"the {name} page is {width[0]} pixels wide in a {width[1]}-pixel window"
         if self.axe:
             violations = axe_violations(page)
             blocking = [f"{impact} {what}" for impact, what in violations if impact in BLOCKING]
