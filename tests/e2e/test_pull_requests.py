@@ -233,11 +233,11 @@ def test_a_pull_request_is_planned_commented_once_and_left_without_a_trace(world
     # Nothing changed (a title edit reaches the controllers as a spec change): not a single call.
     wait_for(lambda: world.statuses(head).get("burrito-py/default/app", {}).get("state") == "success", 30,
              what="every status sent")
-    time.sleep(1)
-    calls = len(fake.calls)
+    time.sleep(1)  # let the updates already woken finish
+    calls, silent = len(fake.calls), calls_per_update()[2]
     platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformpullrequests",
                                                    pull_request_name("infra", 1), {"spec": {"title": "Renamed"}})
-    time.sleep(3)
+    wait_for(lambda: calls_per_update()[2] > silent, 30, interval=0.05, what="the update the title edit woke")
     assert len(fake.calls) == calls
 
     # A push that breaks the layer: its failure row with the log, failing statuses.

@@ -1,6 +1,6 @@
 """A fake of the datastore's provider network mirror and tool mirror (issue 16), for the runner's tests.
 
-One server on 127.0.0.1, HTTPS with a test CA made here (cryptography), or plain http:
+One server on 127.0.0.1, HTTPS with a test CA (`tls.make_tls`), or plain http:
 
 - `/providers/v1/healthz` (no auth; 503 when `healthy` is False);
 - `/providers/v1/<host>/<namespace>/<type>/index.json` and `…/<version>.json` (bearer token);
@@ -14,10 +14,7 @@ and unpacks them and never runs them. Every request is recorded with its Authori
 
 from __future__ import annotations
 
-import datetime
 import hashlib
-import io
-import ipaddress
 import json
 import shutil
 import ssl
@@ -29,10 +26,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from burrito_py.providercache.hashes import file_sha256
+
+from .registry import provider_zip as registry_zip
+from .tls import make_tls
 
 PLATFORMS = ("linux_amd64", "linux_arm64")
 
@@ -45,42 +42,13 @@ class FakeCa:
 
 
 def make_ca(directory: Path) -> FakeCa:
-    directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "burrito-py mirror test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                                        x509.DNSName("localhost")]), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    cert_path, key_path = directory / "tls.crt", directory / "tls.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return FakeCa(ca.public_bytes(serialization.Encoding.PEM).decode(), cert_path, key_path)
+    tls = make_tls(directory)
+    return FakeCa(tls.ca.read_text(), tls.cert, tls.key)
 
 
 def provider_zip(type_: str, version: str) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        info = zipfile.ZipInfo(f"terraform-provider-{type_}_v{version}", date_time=(2024, 1, 1, 0, 0, 0))
-        info.external_attr = 0o755 << 16
-        archive.writestr(info, f"#!/bin/sh\n# fake {type_} {version}\nexit 1\n")
-    return buffer.getvalue()
+    script = f"#!/bin/sh\n# fake {type_} {version}\nexit 1\n".encode()
+    return registry_zip(type_, version, "linux_amd64", content=script)
 
 
 def tool_zip(dest: Path, binary: Path, name: str) -> Path:
@@ -89,14 +57,6 @@ def tool_zip(dest: Path, binary: Path, name: str) -> Path:
         archive.write(binary, name)
         archive.writestr("LICENSE.txt", "test\n")
     return dest
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1024 * 1024):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass
