@@ -185,10 +185,23 @@ class Webhooks:
 def create_app(
     settings: ServerSettings, kube: Kube, datastore: DatastoreClient, authenticator: Authenticator | None
 ) -> FastAPI:
+    from burrito_py.datastore.token_cache import CachedAuthenticator
+    from burrito_py.server.access import Access, AccessReviewer
+    from burrito_py.server.reads import Artifacts
     from burrito_py.server.rest import rest_router
+    from burrito_py.server.throttle import ReviewThrottle, ThrottledAuthenticator
 
     app = FastAPI(title="burrito-py server", version="v1")
     webhooks = Webhooks(kube, settings)
+    # One authorizer, one token-review throttle and one reader of artifacts for the REST API and the UI.
+    access = Access(AccessReviewer(kube), settings.runner_service_account)
+    artifacts = Artifacts(datastore)
+    throttled = None
+    if authenticator is not None:
+        cached = authenticator if isinstance(authenticator, CachedAuthenticator) else CachedAuthenticator(
+            authenticator, settings.auth_cache_ttl_seconds)
+        throttled = ThrottledAuthenticator(cached, ReviewThrottle())
+    app.state.access = access
 
     @app.post(
         "/api/webhook",
@@ -203,11 +216,9 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    app.include_router(
-        rest_router(kube, datastore, authenticator, settings.runner_service_account, namespaces=settings.namespaces)
-    )
+    app.include_router(rest_router(kube, artifacts, throttled, access, namespaces=settings.namespaces))
     if settings.ui_enabled:
         from burrito_py.server.ui.routes import mount_ui
 
-        mount_ui(app, settings, kube, datastore, authenticator)
+        mount_ui(app, settings, kube, artifacts, throttled, access)
     return app
