@@ -358,9 +358,20 @@ class ServerConfig(Values):
     delivery_cache_size: int = setting(ServerSettings, "delivery_cache_size")
     auth_audiences: list[str] = setting(ServerSettings, "auth_audiences")
     auth_cache_ttl_seconds: float = setting(ServerSettings, "auth_cache_ttl_seconds")
+    forwarded_allow_ips: list[str] = setting(ServerSettings, "forwarded_allow_ips")
     ui_enabled: bool = setting(ServerSettings, "ui_enabled")
     ui_session_ttl_seconds: int = setting(ServerSettings, "ui_session_ttl_seconds")
+    # On in the chart (unset outside it): behind a TLS-terminating Ingress the server sees http, so "Secure when
+    # the request came over https" would send the session cookie in clear.
+    ui_secure_cookies: bool = Field(
+        True, description="Mark the UI's cookies Secure (sent over https only): keep on behind a TLS-terminating "
+        "Ingress, where the server itself sees http; off only to use the UI over plain http.")
     ui_trusted_headers: bool = setting(ServerSettings, "ui_trusted_headers")
+    ui_trusted_headers_port: int = setting(ServerSettings, "ui_trusted_headers_port")
+    ui_max_streams: int = setting(ServerSettings, "ui_max_streams")
+    ui_max_streams_per_user: int = setting(ServerSettings, "ui_max_streams_per_user")
+    ui_stream_max_seconds: float = setting(ServerSettings, "ui_stream_max_seconds")
+    ui_stream_recheck_seconds: float = setting(ServerSettings, "ui_stream_recheck_seconds")
 
 
 class IngressPath(Values):
@@ -516,6 +527,9 @@ class NetworkPolicy(Values):
     metrics_from: list[Object] = Field(
         default_factory=list, description="NetworkPolicyPeers allowed to scrape the metrics; empty: anyone."
     )
+    trusted_proxy_from: list[Object] = Field(
+        default_factory=list, description="NetworkPolicyPeers allowed to reach the server's trusted-header port "
+        "(server.config.uiTrustedHeaders): the authenticating proxy only; empty: nobody.")
 
 
 class ServiceMonitor(Values):
