@@ -533,7 +533,8 @@ class NetworkPolicy(Values):
 
 
 class ServiceMonitor(Values):
-    """A prometheus-operator ServiceMonitor for the controllers' metrics (the only component serving metrics)."""
+    """A prometheus-operator ServiceMonitor for the controllers' metrics, scraped with Prometheus's service-account
+    token (bind it with metrics.readers)."""
 
     enabled: bool = Field(False, description="Create the ServiceMonitor (needs the monitoring.coreos.com CRDs).")
     interval: str = Field("30s", description="Scrape interval.")
@@ -549,10 +550,14 @@ class PrometheusRule(Values):
 
 
 class Metrics(Values):
-    """Metrics scraping."""
+    """Metrics scraping. The controllers' and the datastore's /metrics answer only a bearer token whose user may get
+    the non-resource URL /metrics: the ClusterRole <release>-metrics-reader grants it."""
 
     service_monitor: ServiceMonitor = Field(default_factory=ServiceMonitor, description="ServiceMonitor.")
     prometheus_rule: PrometheusRule = Field(default_factory=PrometheusRule, description="PrometheusRule.")
+    readers: list[Object] = Field(
+        default_factory=list, description="RBAC subjects bound to <release>-metrics-reader (get /metrics), e.g. "
+        "Prometheus's ServiceAccount: {kind: ServiceAccount, name: prometheus-k8s, namespace: monitoring}.")
 
 
 class Global(Values):
