@@ -301,8 +301,10 @@ def ui_router(settings: ServerSettings, kube: Kube, artifacts: Artifacts,
         async def check() -> bool:
             try:
                 current = await principal(request)  # the token again (revoked: gone), and not a runner
-            except (LoginRequired, UiProblem):
+            except LoginRequired:
                 return False
+            except UiProblem as exc:
+                return exc.status != 403  # throttled or cannot check now (429, 503): ask again next time
             try:
                 return current.username == who.username and await still_allowed(current)
             except AccessUnavailable:
