@@ -142,10 +142,12 @@ class Artifacts:
         hide = await self.hidden_values(run, where, document, plan_attempt=attempt)
         return text if hide.empty else scrub_text(text.decode("utf-8", "replace"), hide).encode()
 
-    async def logs(self, run: Body, where: tuple[str, str], attempt: int, missing: str) -> bytes:
+    async def logs(self, run: Body, where: tuple[str, str], attempt: int, missing: str,
+                   hide: SecretValues | None = None) -> bytes:
         """An attempt's log, masked as the plan views are (the runner masks Secret values already; this also covers
-        what it could not know)."""
+        what it could not know). `hide`: `hidden_values` of the run, when already known."""
         data = await self._read(functools.partial(self.datastore.get_logs, *where, str(run["metadata"]["name"]),
                                                   attempt), missing)
-        hide = await self.hidden_values(run, where)
+        if hide is None:
+            hide = await self.hidden_values(run, where)
         return data if hide.empty else scrub_text(data.decode("utf-8", "replace"), hide).encode()

@@ -435,11 +435,11 @@ def ui_router(settings: ServerSettings, kube: Kube, artifacts: Artifacts,
 
     async def attempt_logs(run: Body, where: tuple[str, str]) -> dict[int, str]:
         view, found = run_view(run), {}
-        for attempt in view.attempts:
-            if not attempt.logs_uploaded:
-                continue
+        uploaded = [attempt for attempt in view.attempts if attempt.logs_uploaded]
+        hide = await artifacts.hidden_values(run, where) if uploaded else None
+        for attempt in uploaded:
             try:
-                data = await artifacts.logs(run, where, attempt.number, "")
+                data = await artifacts.logs(run, where, attempt.number, "", hide)
             except ReadFailure as exc:
                 found[attempt.number] = f"(the log cannot be read now: {exc.status})"
                 continue
