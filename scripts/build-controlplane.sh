@@ -24,7 +24,7 @@ esac
 say() { echo "build-controlplane: $*" >&2; }
 fail() { say "$*"; exit 1; }
 
-command -v go >/dev/null || fail "no Go toolchain on PATH: the control plane is built from source and needs Go 1.26 (https://go.dev/doc/install)"
+command -v go >/dev/null || fail "no Go toolchain on PATH: the control plane is built from source with Go 1.26"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 goversion=$(go env GOVERSION)
 
