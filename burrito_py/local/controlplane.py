@@ -418,6 +418,9 @@ class ControlPlane:
                     process.wait()
                     raise ControlPlaneError(f"the control plane did not stop within {timeout:g}s of SIGTERM:"
                                             " killed") from None
+                if process.returncode != 0:
+                    raise ControlPlaneError(f"the control plane stopped with code {process.returncode} after "
+                                            f"SIGTERM: {self.failure()} (log: {self.log_path})")
         finally:
             if self._log is not None:
                 self._log.close()
