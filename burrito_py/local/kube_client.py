@@ -8,6 +8,7 @@ import base64
 import json
 import logging
 import ssl
+import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -44,12 +45,37 @@ def cluster_ca(path: Path) -> bytes | None:
     return base64.b64decode(data) if data else None
 
 
+def _user(path: Path) -> Obj:
+    config = yaml.safe_load(path.read_text()) or {}
+    context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
+    return next((u.get("user") or {} for u in config.get("users") or () if u["name"] == context.get("user")), {})
+
+
+def _load_client_certificate(context: ssl.SSLContext, kubeconfig: Path) -> None:
+    """Present the kubeconfig user's client certificate, if it has one (a node's identity on a real
+    control plane: `CN=system:node:<name>, O=system:nodes`). ssl loads key pairs from files only, so
+    embedded `-data` ones pass through a private temporary directory."""
+    user = _user(kubeconfig)
+    if user.get("client-certificate"):
+        context.load_cert_chain(user["client-certificate"], user.get("client-key"))
+    elif user.get("client-certificate-data"):
+        with tempfile.TemporaryDirectory(prefix="burrito-py-client-") as tmp:
+            cert, key = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
+            cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
+            key.write_bytes(base64.b64decode(user.get("client-key-data") or ""))
+            context.load_cert_chain(cert, key)
+
+
 def client_session(kubeconfig: Path) -> aiohttp.ClientSession:
     """A session for the kubeconfig's server, trusting its CA (the emulator serves kubeconfigs over TLS:
-    kubectl sends credentials only there)."""
+    kubectl sends credentials only there) and presenting its user's client certificate, if any."""
     server = read_kubeconfig(kubeconfig)[0]
     ca = cluster_ca(kubeconfig)
-    connector = aiohttp.TCPConnector(ssl=ssl.create_default_context(cadata=ca.decode())) if ca else None
+    connector = None
+    if ca:
+        context = ssl.create_default_context(cadata=ca.decode())
+        _load_client_certificate(context, kubeconfig)
+        connector = aiohttp.TCPConnector(ssl=context)
     return aiohttp.ClientSession(server, connector=connector)
 
 
@@ -100,8 +126,11 @@ class Informer:
     """A cache of one resource kept current by list+watch; `handler(event_type, obj)` sees each change
     (a relist reports vanished objects as DELETED)."""
 
-    def __init__(self, http: KubeHttp, path: str, handler: Handler | None = None) -> None:
+    def __init__(self, http: KubeHttp, path: str, handler: Handler | None = None,
+                 params: dict[str, str] | None = None) -> None:
+        """`params`: query parameters of both the list and the watch (e.g. a node's field selector)."""
         self.http, self.path, self.handler = http, path, handler
+        self.params = dict(params or {})
         self.cache: dict[Key, Obj] = {}
         self.synced = asyncio.Event()
 
@@ -122,7 +151,7 @@ class Informer:
         while True:
             try:
                 if not rv:
-                    listing = await self.http.call("GET", self.path)
+                    listing = await self.http.call("GET", self.path, params=self.params or None)
                     rv = listing["metadata"]["resourceVersion"]
                     fresh = {key_of(o): o for o in listing["items"]}
                     for key in [k for k in self.cache if k not in fresh]:
@@ -131,7 +160,7 @@ class Informer:
                         self.cache[key] = obj
                         await self._emit("ADDED", obj)
                     self.synced.set()
-                params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": "300",
+                params = {**self.params, "watch": "true", "resourceVersion": rv, "timeoutSeconds": "300",
                           "allowWatchBookmarks": "true"}
                 async with self.http.stream(self.path, params) as response:
                     if response.status == 410:

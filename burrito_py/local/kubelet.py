@@ -32,6 +32,13 @@ PATH stands in for the image's entrypoint). Emulation rules:
 - Deletion: the emulator deletes pods at once (no graceful deletion); the kubelet then sends SIGTERM to the
   process group, waits terminationGracePeriodSeconds (capped by `grace_seconds`) for the main process and
   SIGKILLs the rest of the group.
+
+With `node=NodeMode(...)` the kubelet is a Node of a real control plane instead (`kubelet_node.py`,
+docs/architecture.md §22.3): it registers its Node and renews its Lease, watches only the pods bound to it
+(`spec.nodeName`), addresses pods from the node's pod range and reports the node's address as their hostIP,
+leaves PodScheduled to the scheduler (status writes are strategic merge patches, which keep the other
+conditions), confirms a graceful deletion (DELETE with grace 0 and the pod's UID) once the containers are
+gone, and serves the kubelet API over HTTPS so `kubectl logs` goes through kube-apiserver.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ import aiohttp
 import yaml
 
 from burrito_py.local.kube_client import ApiFailure, Informer, KubeHttp, client_session, cluster_ca, read_kubeconfig
+from burrito_py.local.kubelet_node import NodeAgent, NodeMode
 from burrito_py.local.loop_thread import LoopThread
 from burrito_py.local.service_proxy import ServiceProxy
 from burrito_py.local.workloads import (
@@ -140,6 +148,17 @@ async def end_group(pgid: int) -> None:
         await asyncio.sleep(0.02)
 
 
+def _pod_field(pod: Obj, path: str) -> str:
+    """A downward-API field of the pod's metadata (`metadata.name`, `metadata.labels['k']`, ...)."""
+    meta = pod["metadata"]
+    keyed = _FIELD_KEY.match(path)
+    if keyed:
+        return str((meta.get(keyed.group(1)) or {}).get(keyed.group(2), ""))
+    if path in ("metadata.labels", "metadata.annotations"):
+        return "\n".join(f'{k}="{v}"' for k, v in sorted((meta.get(path.split(".")[1]) or {}).items()))
+    return str(meta.get(path.removeprefix("metadata."), "")) if path.startswith("metadata.") else ""
+
+
 def remap(root: Path, path: str) -> Path:
     return root / path.lstrip("/")
 
@@ -200,8 +219,10 @@ class LocalKubelet(LoopThread):
         backoff_base: float = 10.0,
         backoff_cap: float = 300.0,
         refresh_delay: Callable[[float], float] = token_refresh_delay,
+        node: NodeMode | None = None,
     ) -> None:
         super().__init__()
+        self._node_mode = node
         self._kubeconfig = kubeconfig
         self._server = read_kubeconfig(kubeconfig)[0]
         self._ca = cluster_ca(kubeconfig)
@@ -217,7 +238,11 @@ class LocalKubelet(LoopThread):
         self._pod_grace: dict[tuple[str, str], float] = {}
         self._started: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._ips = IpPool(POD_CIDR, start=IpPool.random_start(POD_CIDR))
+        pod_cidr = node.pod_cidr if node is not None else POD_CIDR
+        self._ips = IpPool(pod_cidr, start=IpPool.random_start(pod_cidr))
+        self._host_ip = node.address if node is not None else HOST_IP
+        self._agent: NodeAgent | None = None
+        self._confirmed: set[str] = set()
         self._proxy = ServiceProxy()
         self._network_changed: asyncio.Event | None = None
         self._http: KubeHttp | None = None
@@ -239,14 +264,31 @@ class LocalKubelet(LoopThread):
 
     async def _run(self) -> None:
         assert self._stopping is not None
-        async with client_session(self._kubeconfig) as session, aiohttp.ClientSession() as probes:
+        node = self._node_mode
+        proxy_config = node.proxy_kubeconfig if node is not None else None
+        async with contextlib.AsyncExitStack() as stack:
+            session = await stack.enter_async_context(client_session(self._kubeconfig))
+            probes = await stack.enter_async_context(aiohttp.ClientSession())
             self._http = KubeHttp(self._kubeconfig, session)
             self._probe_http = probes
-            self._services = Informer(self._http, "/api/v1/services", self._on_network)
-            self._endpoints = Informer(self._http, "/api/v1/endpoints", self._on_network)
-            self._pods = Informer(self._http, "/api/v1/pods", self._on_pod)
-            network = [asyncio.create_task(self._services.run()), asyncio.create_task(self._endpoints.run()),
-                       asyncio.create_task(self._sync_network())]
+            # A node may list Services but not Endpoints: on a real control plane the proxy reads them as
+            # kube-proxy does, with its own identity (NodeMode.proxy_kubeconfig), or not at all.
+            network_http = self._http
+            if proxy_config is not None:
+                network_http = KubeHttp(proxy_config, await stack.enter_async_context(client_session(proxy_config)))
+            self._services = Informer(network_http, "/api/v1/services", self._on_network)
+            self._endpoints = (Informer(network_http, "/api/v1/endpoints", self._on_network)
+                               if node is None or proxy_config is not None else None)
+            own = {"fieldSelector": f"spec.nodeName={self._node}"} if node is not None else None
+            self._pods = Informer(self._http, "/api/v1/pods", self._on_pod, params=own)
+            network = [asyncio.create_task(self._services.run()), asyncio.create_task(self._sync_network())]
+            if self._endpoints is not None:
+                network.append(asyncio.create_task(self._endpoints.run()))
+            if node is not None:
+                self._agent = NodeAgent(self._http, self._node, node, self._container_log_path, self._pod_running)
+                await self._agent.serve()
+                await self._agent.register()
+                network.append(asyncio.create_task(self._agent.heartbeat(self._stopping)))
             # Service links and DNS need the Services before the first pod starts.
             await asyncio.wait([asyncio.create_task(self._services.synced.wait()),
                                 asyncio.create_task(self._stopping.wait())], return_when=asyncio.FIRST_COMPLETED)
@@ -258,6 +300,14 @@ class LocalKubelet(LoopThread):
                 task.cancel()
             await asyncio.gather(watch, *network, *self._tasks, return_exceptions=True)
             await self._proxy.close()
+            if self._agent is not None:
+                await self._agent.close()
+
+    def _container_log_path(self, namespace: str, pod: str, container: str) -> Path:
+        return self._log_dir / namespace / pod / f"{container}.log"
+
+    def _pod_running(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self._processes or (namespace, name) in self._lives
 
     # -- Services: DNS and proxy -----------------------------------------------------------------
     def _on_network(self, _: str, __: Obj) -> None:
@@ -271,8 +321,9 @@ class LocalKubelet(LoopThread):
             self._network_changed.clear()
             try:
                 self._write_hosts()
-                assert self._services is not None and self._endpoints is not None
-                await self._proxy.sync(list(self._services.cache.values()), self._endpoints.cache)
+                assert self._services is not None
+                if self._endpoints is not None:
+                    await self._proxy.sync(list(self._services.cache.values()), self._endpoints.cache)
             except Exception:  # keep serving; the next change tries again
                 log.exception("kubelet: syncing services failed")
             await asyncio.sleep(0.01)  # coalesce bursts of changes
@@ -296,6 +347,11 @@ class LocalKubelet(LoopThread):
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
         if event_type == "DELETED" or meta.get("deletionTimestamp"):
+            if event_type != "DELETED" and self._node_mode is not None:
+                if meta["uid"] not in self._confirmed:
+                    self._confirmed.add(meta["uid"])
+                    self._spawn(self._terminate_and_confirm(key, meta["uid"]))
+                return
             self._spawn(self._terminate(key, meta["uid"], forget=True))
             return
         phase = (pod.get("status") or {}).get("phase")
@@ -323,6 +379,26 @@ class LocalKubelet(LoopThread):
         except ApiFailure as exc:
             raise ConfigError(str(exc)) from None
 
+    async def _terminate_and_confirm(self, key: tuple[str, str], uid: str) -> None:
+        """A graceful deletion on a real control plane: the pod stays (with deletionTimestamp) until its
+        node says its containers are gone, by deleting it with grace 0 and its UID as precondition."""
+        await self._terminate(key, uid, forget=True)
+        assert self._http is not None
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        for delay in status_retry_delays():
+            try:
+                await self._http.call("DELETE", f"/api/v1/namespaces/{key[0]}/pods/{key[1]}", body)
+                return
+            except ApiFailure as exc:
+                if 400 <= exc.status < 500 and exc.status != 429:  # gone already, or another pod took the name
+                    return
+                log.warning("kubelet: deletion of %s/%s not confirmed (%s), retrying", key[0], key[1], exc)
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                log.warning("kubelet: deletion of %s/%s not confirmed (%s), retrying", key[0], key[1], exc)
+            if self._stopping is not None and self._stopping.is_set():
+                return
+            await asyncio.sleep(delay)
+
     async def _patch_status(self, pod: Obj, status: Obj) -> None:
         """Write a pod status, retrying with back-off until the API takes it, as the kubelet's status
         manager does: a dropped `Succeeded` would leave the pod (and whatever waits on it) Running forever.
@@ -336,7 +412,9 @@ class LocalKubelet(LoopThread):
         body = {"metadata": {"uid": meta["uid"]}, "status": status}
         for delay in status_retry_delays():
             try:
-                await self._http.call("PATCH", path, body, "application/merge-patch+json")
+                # On a real control plane a strategic merge keeps the conditions others own (PodScheduled).
+                await self._http.call("PATCH", path, body, "application/strategic-merge-patch+json"
+                                      if self._node_mode is not None else "application/merge-patch+json")
                 return
             except ApiFailure as exc:
                 if exc.status in (404, 409) or (400 <= exc.status < 500 and exc.status != 429):
@@ -398,7 +476,7 @@ class LocalKubelet(LoopThread):
 
     def _service_env(self, pod: Obj) -> dict[str, str]:
         url = urlsplit(self._server)
-        host, port = url.hostname or HOST_IP, str(url.port or (443 if url.scheme == "https" else 80))
+        host, port = url.hostname or self._host_ip, str(url.port or (443 if url.scheme == "https" else 80))
         env = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port,
                "KUBERNETES_SERVICE_PORT_HTTPS": port, "KUBERNETES_PORT": f"tcp://{host}:{port}",
                f"KUBERNETES_PORT_{port}_TCP": f"tcp://{host}:{port}", f"KUBERNETES_PORT_{port}_TCP_PROTO": "tcp",
@@ -426,8 +504,8 @@ class LocalKubelet(LoopThread):
             "spec.nodeName": self._node,
             "status.podIP": ip,
             "status.podIPs": ip,
-            "status.hostIP": HOST_IP,
-            "status.hostIPs": HOST_IP,
+            "status.hostIP": self._host_ip,
+            "status.hostIPs": self._host_ip,
         }
         for item in container.get("env") or ():
             source = item.get("valueFrom") or {}
@@ -489,6 +567,10 @@ class LocalKubelet(LoopThread):
                                                     **source["secret"]}, mode))
             elif "configMap" in source:
                 files.update(await keys("configmaps", source["configMap"], mode))
+            elif "downwardAPI" in source:  # how kube-apiserver's kube-api-access-* volume gives the namespace
+                for item in source["downwardAPI"].get("items") or ():
+                    value = _pod_field(pod, str((item.get("fieldRef") or {}).get("fieldPath", "")))
+                    files[item["path"]] = (value.encode(), int(item.get("mode", mode)))
         return files
 
     async def _volumes(self, pod: Obj, container: Obj, root: Path, pod_dir: Path) -> list[TokenFile]:
@@ -579,12 +661,12 @@ class LocalKubelet(LoopThread):
             if life is not None:
                 await self._publish(life)
             else:
-                await self._patch_status(pod, {
-                    "phase": "Pending", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": HOST_IP,
-                    "hostIPs": [{"ip": HOST_IP}],
-                    "conditions": [{"type": "PodScheduled", "status": "True",
-                                    "lastTransitionTime": format_time(utcnow())}],
-                })
+                pending: Obj = {"phase": "Pending", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": self._host_ip,
+                                "hostIPs": [{"ip": self._host_ip}]}
+                if self._node_mode is None:  # on a real control plane, PodScheduled is the scheduler's
+                    pending["conditions"] = [{"type": "PodScheduled", "status": "True",
+                                              "lastTransitionTime": format_time(utcnow())}]
+                await self._patch_status(pod, pending)
             while True:
                 try:
                     env = await self._environment(pod, container, root, ip)
@@ -740,6 +822,8 @@ class LocalKubelet(LoopThread):
             now = format_time(utcnow())
             running = "running" in life.state
             wanted = {"PodScheduled": True, "Initialized": True, "ContainersReady": life.ready, "Ready": life.ready}
+            if self._node_mode is not None:  # the scheduler's condition
+                del wanted["PodScheduled"]
             conditions = []
             for kind, value in wanted.items():
                 truth = "True" if value else "False"
@@ -752,8 +836,9 @@ class LocalKubelet(LoopThread):
                               "restartCount": life.restarts, "state": life.state, "lastState": life.last_state}
             if life.process is not None:
                 container["containerID"] = f"local://{life.process.pid}"
-            status: Obj = {"phase": life.phase, "podIP": life.ip, "podIPs": [{"ip": life.ip}], "hostIP": HOST_IP,
-                           "hostIPs": [{"ip": HOST_IP}], "startTime": life.started, "conditions": conditions,
+            status: Obj = {"phase": life.phase, "podIP": life.ip, "podIPs": [{"ip": life.ip}],
+                           "hostIP": self._host_ip, "hostIPs": [{"ip": self._host_ip}], "startTime": life.started,
+                           "conditions": conditions,
                            "containerStatuses": [container]}
             if not life.stop.is_set():
                 await self._patch_status(life.pod, status)

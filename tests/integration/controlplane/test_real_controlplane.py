@@ -1,0 +1,204 @@
+"""The real control plane (controlplane/ + burrito_py/local/controlplane.py): what the emulator only imitates,
+checked against kube-apiserver, kube-controller-manager and kube-scheduler themselves."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+
+from burrito_py.api import annotations as ann
+from burrito_py.deploy.admission_policy import MESSAGE, policy_objects
+from burrito_py.local.controlplane import ControlPlane, ControlPlaneConfig, ControlPlaneError
+from tests.support.controlplane import (
+    apply,
+    eventually,
+    kubectl,
+    kubectl_json,
+    read_crds,
+    unique_namespace,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+VIEWER = "system:serviceaccount:default:viewer"
+
+
+def test_ready_and_serving_the_pinned_version(controlplane: ControlPlane) -> None:
+    assert kubectl(controlplane, "get", "--raw", "/readyz").stdout.strip() == "ok"
+    verbose = kubectl(controlplane, "get", "--raw", "/readyz?verbose").stdout
+    assert "[+]etcd ok" in verbose and "[+]poststarthook/rbac/bootstrap-roles ok" in verbose
+    version = json.loads(kubectl(controlplane, "get", "--raw", "/version").stdout)
+    assert version["gitVersion"].startswith("v1.37.") and version["major"] == "1" and version["minor"] == "37"
+    # The controller manager ran: every namespace has its ServiceAccount and the root CA ConfigMap.
+    assert kubectl_json(controlplane, "get", "configmap", "kube-root-ca.crt", "-n", "default")["data"]["ca.crt"]
+    classes = kubectl_json(controlplane, "get", "storageclasses")["items"]
+    default = "storageclass.kubernetes.io/is-default-class"
+    assert [c["metadata"]["name"] for c in classes if c["metadata"]["annotations"].get(default) == "true"] == [
+        "standard"]
+
+
+def test_the_crds_are_served_and_validated(controlplane: ControlPlane) -> None:
+    kubectl(controlplane, "apply", "--server-side", *[f"--filename={p}" for p in read_crds(ROOT)])
+    names = [yaml.safe_load(p.read_text())["metadata"]["name"] for p in read_crds(ROOT)]
+    kubectl(controlplane, "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names])
+    namespace = unique_namespace(controlplane)
+    run = {"apiVersion": ann.API_VERSION, "kind": "TerraformRun", "metadata": {"name": "r1", "namespace": namespace},
+           "spec": {"action": "plan", "layer": {"name": "l1", "revision": "0" * 40}}}
+    apply(controlplane, run)
+    served = kubectl_json(controlplane, "get", "terraformruns", "-n", namespace, "r1")
+    assert served["spec"]["action"] == "plan"
+    # The structural schema is enforced by kube-apiserver itself: a wrong type is a 422 naming the field.
+    bad = {**run, "metadata": {"name": "r2", "namespace": namespace}, "spec": {**run["spec"], "action": 7}}
+    refused = kubectl(controlplane, "apply", "-f", "-", stdin=json.dumps(bad), check=False)
+    assert refused.returncode != 0 and "spec.action" in refused.stderr
+
+
+def test_the_charts_admission_policy_is_enforced(controlplane: ControlPlane) -> None:
+    kubectl(controlplane, "apply", "--server-side", *[f"--filename={p}" for p in read_crds(ROOT)])
+    kubectl(controlplane, "wait", "--for=condition=Established", "--timeout=60s",
+            "crd/terraformruns.terraform.burrito-py.io")
+    apply(controlplane, *policy_objects("vap-test", ["system:serviceaccount:x:server"], "runner"))
+    namespace = unique_namespace(controlplane)
+    forged = {"apiVersion": ann.API_VERSION, "kind": "TerraformRun",
+              "metadata": {"name": "forged", "namespace": namespace},
+              "spec": {"action": "apply", "layer": {"name": "victim", "namespace": "default", "revision": "0" * 40}}}
+
+    def refused() -> str:
+        # The policy is enforced once kube-apiserver's policy informer has seen it and its binding.
+        result = kubectl(controlplane, "create", "-f", "-", stdin=json.dumps(forged), check=False)
+        if result.returncode == 0:
+            kubectl(controlplane, "delete", "terraformrun", "forged", "-n", namespace)
+            return ""
+        return result.stderr
+
+    message = eventually(refused, what="the ValidatingAdmissionPolicy to be enforced")
+    assert ("ValidatingAdmissionPolicy 'vap-test-run-namespace' with binding 'vap-test-run-namespace' denied "
+            f"request: {MESSAGE}") in message
+    own = {**forged, "metadata": {"name": "own", "namespace": namespace},
+           "spec": {**forged["spec"], "layer": {**forged["spec"]["layer"], "namespace": namespace}}}
+    kubectl(controlplane, "create", "-f", "-", stdin=json.dumps(own))
+
+
+def test_rbac_with_real_impersonation(controlplane: ControlPlane) -> None:
+    """`kubectl --as` impersonates for real (the emulator ignores it and answers as the caller)."""
+    apply(controlplane,
+          {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "viewer", "namespace": "default"}},
+          {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+           "metadata": {"name": "viewer-view", "namespace": "default"},
+           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+           "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": "default"}]})
+
+    def can(*args: str, namespace: str = "default") -> str:
+        result = kubectl(controlplane, "auth", "can-i", *args, "--as", VIEWER, "-n", namespace, check=False)
+        return result.stdout.strip()
+
+    assert eventually(lambda: can("get", "pods") == "yes", what="the RoleBinding to apply")
+    assert can("create", "pods") == "no"
+    assert can("get", "secrets") == "no"  # `view` never reads Secrets
+    assert can("get", "pods", namespace="kube-system") == "no"
+    # The admin itself may, so a "no" above is the impersonated user's answer, not the caller's.
+    assert kubectl(controlplane, "auth", "can-i", "create", "pods").stdout.strip() == "yes"
+    denied = kubectl(controlplane, "get", "secrets", "-n", "default", "--as", VIEWER, check=False)
+    assert denied.returncode != 0
+    assert f'User "{VIEWER}" cannot list resource "secrets"' in denied.stderr
+
+
+def test_garbage_collection_through_owner_references(controlplane: ControlPlane) -> None:
+    namespace = unique_namespace(controlplane)
+    apply(controlplane,
+          {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner", "namespace": namespace}})
+    owner = kubectl_json(controlplane, "get", "configmap", "owner", "-n", namespace)
+    apply(controlplane, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "child", "namespace": namespace,
+        "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+                             "uid": owner["metadata"]["uid"]}]}})
+    kubectl(controlplane, "delete", "configmap", "owner", "-n", namespace, "--wait=false")
+
+    def child_gone() -> bool:
+        return kubectl(controlplane, "get", "configmap", "child", "-n", namespace, check=False).returncode != 0
+
+    eventually(child_gone, what="the garbage collector to delete the dependent")
+
+
+def test_a_deployment_makes_a_replicaset_and_a_claim_binds(controlplane: ControlPlane) -> None:
+    namespace = unique_namespace(controlplane)
+    labels = {"app": "web"}
+    apply(controlplane,
+          {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": namespace},
+           "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": {
+               "metadata": {"labels": labels},
+               "spec": {"containers": [{"name": "web", "image": "example.invalid/web:1"}]}}}},
+          {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": namespace},
+           "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    deployment = kubectl_json(controlplane, "get", "deployment", "web", "-n", namespace)
+
+    def replicaset() -> dict[str, object] | None:
+        items = kubectl_json(controlplane, "get", "replicasets", "-n", namespace)["items"]
+        return items[0] if items else None
+
+    rs = eventually(replicaset, what="the deployment controller's ReplicaSet")
+    assert rs["metadata"]["ownerReferences"][0]["uid"] == deployment["metadata"]["uid"]  # type: ignore[index]
+
+    def pods() -> list[dict[str, object]]:
+        items: list[dict[str, object]] = kubectl_json(controlplane, "get", "pods", "-n", namespace)["items"]
+        return items if len(items) == 2 else []
+
+    for pod in eventually(pods, what="the ReplicaSet's two pods"):
+        assert pod["metadata"]["ownerReferences"][0]["uid"] == rs["metadata"]["uid"]  # type: ignore[index]
+    # The claim got the default StorageClass (admission) and a volume from the hostPath provisioner.
+    claim = eventually(lambda: (c := kubectl_json(controlplane, "get", "pvc", "data", "-n", namespace))
+                       ["status"].get("phase") == "Bound" and c, what="the claim to bind")
+    assert claim["spec"]["storageClassName"] == "standard"
+
+
+# -- failures: one clear line each ------------------------------------------------------------------
+def test_a_second_control_plane_on_the_same_data_directory_is_refused(controlplane: ControlPlane) -> None:
+    kubeconfig_before = controlplane.kubeconfig.read_bytes()
+    second = ControlPlane(controlplane.binary, ControlPlaneConfig(controlplane.data_dir))
+    with pytest.raises(ControlPlaneError) as refused:
+        second.start()
+    assert str(refused.value) == (f"data directory {controlplane.data_dir} is in use by another control plane "
+                                  f"(pid {controlplane.process.pid if controlplane.process else '?'})")
+    assert controlplane.kubeconfig.read_bytes() == kubeconfig_before  # nothing of the running one was touched
+    assert kubectl(controlplane, "get", "--raw", "/readyz").stdout.strip() == "ok"
+
+
+def test_a_port_in_use_is_one_clear_line(controlplane: ControlPlane, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        plane = ControlPlane(controlplane.binary, ControlPlaneConfig(tmp_path / "cp", api_port=port))
+        with pytest.raises(ControlPlaneError) as refused:
+            plane.start()
+    assert f"controlplane: port 127.0.0.1:{port} (kube-apiserver) is in use" in str(refused.value)
+
+
+@pytest.mark.slow
+def test_a_killed_control_plane_is_reported_and_its_data_directory_recovered(
+        controlplane: ControlPlane, tmp_path: Path) -> None:
+    config = ControlPlaneConfig(tmp_path / "cp", unsafe_no_fsync=True)
+    plane = ControlPlane(controlplane.binary, config).start()
+    try:
+        apply(plane, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kept", "namespace": "default"}})
+        assert plane.process is not None
+        os.killpg(plane.process.pid, signal.SIGKILL)
+        plane.process.wait()
+        with pytest.raises(ControlPlaneError) as dead:
+            plane.check()
+        assert "the control plane exited with code -9" in str(dead.value)
+        plane.stop()
+        # The same directory again: the lock is free (its owner is dead), etcd replays its log.
+        again = ControlPlane(controlplane.binary, ControlPlaneConfig(config.data_dir, unsafe_no_fsync=True)).start()
+        try:
+            assert kubectl_json(again, "get", "configmap", "kept", "-n", "default")["metadata"]["name"] == "kept"
+            assert "recovering data directory" in again.log_path.read_text()
+        finally:
+            again.stop()
+    finally:
+        plane.stop()

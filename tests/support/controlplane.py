@@ -1,0 +1,73 @@
+"""The real control plane for tests (burrito_py/local/controlplane.py, docs/architecture.md §22): one per
+test session (per xdist worker that needs it), isolated by namespaces.
+
+Register the fixture in a conftest with `from tests.support.controlplane import controlplane  # noqa: F401`.
+The binary is built first when it is not cached (progress on stderr); without Go that is a failure naming
+the cause, never a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from burrito_py.local.controlplane import ControlPlane, ControlPlaneConfig, binary_path
+
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="session")
+def controlplane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    binary = binary_path(build=True)
+    config = ControlPlaneConfig(tmp_path_factory.mktemp("controlplane"), unsafe_no_fsync=True)
+    with ControlPlane(binary, config) as plane:
+        yield plane
+
+
+def kubectl(plane: ControlPlane, *args: str, check: bool = True, stdin: str | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """kubectl as the cluster admin of `plane`; `check`: fail the test, with kubectl's stderr, on an error."""
+    result = subprocess.run(["kubectl", f"--kubeconfig={plane.kubeconfig}", *args], input=stdin,
+                            capture_output=True, text=True, timeout=timeout, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
+    return result
+
+
+def kubectl_json(plane: ControlPlane, *args: str) -> Any:
+    return json.loads(kubectl(plane, *args, "-o", "json").stdout)
+
+
+def apply(plane: ControlPlane, *objects: dict[str, Any]) -> None:
+    kubectl(plane, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+
+
+def unique_namespace(plane: ControlPlane, prefix: str = "t") -> str:
+    """A fresh namespace: tests share the session's control plane and stay apart by namespace."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    kubectl(plane, "create", "namespace", name)
+    return name
+
+
+def eventually(predicate: Callable[[], T], timeout: float = 60.0, interval: float = 0.25, what: str = "") -> T:
+    """Poll until `predicate()` is truthy and return it (a real control plane's controllers act within
+    seconds; the timeout is for a loaded 2-core machine)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate!r}")
+        time.sleep(interval)
+
+
+def read_crds(root: Path) -> list[Path]:
+    return sorted((root / "crds").glob("*.yaml"))
