@@ -124,6 +124,7 @@ class ControllersConfig(Values):
     allow_file_repositories: bool = setting(ControllerSettings, "allow_file_repositories")
     allow_cross_namespace_repositories: bool = setting(ControllerSettings, "allow_cross_namespace_repositories")
     allow_cross_namespace_dependencies: bool = setting(ControllerSettings, "allow_cross_namespace_dependencies")
+    webhook_keys_per_namespace: int = setting(ControllerSettings, "webhook_keys_per_namespace")
     # On in the chart (its replicas need it), off in the settings (in-process runs need no Lease).
     leader_election: bool = Field(
         True, description=str(ControllerSettings.model_fields["leader_election"].description)
@@ -356,6 +357,9 @@ class ServerConfig(Values):
 
     max_webhook_bytes: int = setting(ServerSettings, "max_webhook_bytes")
     delivery_cache_size: int = setting(ServerSettings, "delivery_cache_size")
+    webhook_failures_per_minute: float = setting(ServerSettings, "webhook_failures_per_minute")
+    webhook_failures_burst: int = setting(ServerSettings, "webhook_failures_burst")
+    webhook_trusted_proxies: list[str] = setting(ServerSettings, "webhook_trusted_proxies")
     auth_audiences: list[str] = setting(ServerSettings, "auth_audiences")
     auth_cache_ttl_seconds: float = setting(ServerSettings, "auth_cache_ttl_seconds")
     ui_enabled: bool = setting(ServerSettings, "ui_enabled")
@@ -405,8 +409,9 @@ class UiSession(Values):
 
 
 class Server(Workload):
-    """Webhooks, the REST API and the web UI (`burrito-py server start`). Webhook secrets are read from each
-    TerraformRepository's Secret (spec.repository.secretName, key webhookSecret) in its namespace."""
+    """Webhooks, the REST API and the web UI (`burrito-py server start`). Webhook secrets come from each
+    TerraformRepository's Secret (spec.repository.secretName, key webhookSecret): the controllers publish their keys
+    into `<release>-webhook-keys`, the one Secret the server may read."""
 
     config: ServerConfig = Field(default_factory=ServerConfig, description="Server settings.")
     ui_session: UiSession = Field(default_factory=UiSession, description="The web UI's session key.")

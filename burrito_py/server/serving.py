@@ -30,6 +30,7 @@ async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = 
         )
         authenticator = CachedAuthenticator(reviewer, settings.auth_cache_ttl_seconds, 5.0)
     app = create_app(settings, kube, datastore, authenticator)
+    app.state.webhooks.index.start()  # the repositories and webhook keys, followed before any delivery comes
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                            lifespan="off"))
     if holder is not None:
@@ -37,6 +38,7 @@ async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = 
     try:
         await server.serve()
     finally:
+        await app.state.webhooks.index.close()
         datastore.close()
         await kube.close()
 
