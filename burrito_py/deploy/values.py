@@ -510,9 +510,11 @@ class AdmissionPolicy(Values):
 
 
 class NetworkPolicy(Values):
-    """NetworkPolicies: the datastore is reachable only from the controllers, the server and runner pods."""
+    """NetworkPolicies (on by default): the datastore is reachable only from the controllers, the server and runner
+    pods of the tenant namespaces; the controllers only on their metrics and health ports; runner pods from
+    nowhere. Egress is left open unless runnerEgress restricts runner pods (docs/architecture.md §16)."""
 
-    enabled: bool = Field(False, description="Create the NetworkPolicies.")
+    enabled: bool = Field(True, description="Create the NetworkPolicies.")
     server_ingress_from: list[Object] = Field(
         default_factory=list,
         description="NetworkPolicyPeers allowed to reach the server (e.g. the ingress controller's namespace); "
@@ -520,6 +522,13 @@ class NetworkPolicy(Values):
     )
     metrics_from: list[Object] = Field(
         default_factory=list, description="NetworkPolicyPeers allowed to scrape the metrics; empty: anyone."
+    )
+    runner_egress: list[Object] = Field(
+        default_factory=list,
+        description="NetworkPolicyEgressRules for runner pods; empty: their egress is not restricted (Terraform "
+        "reaches whatever cloud APIs, registries and hosts its providers use). Non-empty: runner pods reach only DNS "
+        "(port 53), the datastore and these, so list the Kubernetes API (an ipBlock of its endpoints: runners read "
+        "their run), your cloud providers' APIs and the registries.",
     )
 
 

@@ -250,13 +250,9 @@ spec:
 {{- end -}}
 
 {{/* Runner pods of the tenant namespaces (of any namespace in cluster mode), as NetworkPolicyPeers. */}}
+{{- /* Runner pods: only the tenant namespaces have runners, in cluster mode too (the controllers may create pods
+nowhere else). */ -}}
 {{- define "burrito-py.runnerPeers" -}}
-{{- if .Values.clusterMode }}
-- namespaceSelector: {}
-  podSelector:
-    matchLabels:
-      burrito-py.io/component: runner
-{{- else }}
 {{- range (include "burrito-py.tenants" . | fromJsonArray) }}
 - namespaceSelector:
     matchLabels:
@@ -264,7 +260,6 @@ spec:
   podSelector:
     matchLabels:
       burrito-py.io/component: runner
-{{- end }}
 {{- end }}
 {{- end -}}
 
