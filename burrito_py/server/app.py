@@ -133,7 +133,7 @@ class Webhooks:
         if not verified:
             log.warning("webhook: %s delivery %s: %s", delivery.provider, delivery.delivery_id,
                         f"missing or wrong signature for {', '.join(c.name for c in candidates)}" if candidates
-                        else f"no TerraformRepository has the URL of {', '.join(delivery.repository_urls()[:3])}")
+                        else f"no TerraformRepository has the URL {delivery.repository_urls()[:3]!r}")
             return _refused(401, error=UNVERIFIED)
         return await self._act(delivery, verified, body_digest(body))
 
