@@ -305,7 +305,8 @@ async def run_with_leader_election(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stopping.set)
     if settings.metrics_port:
-        _serve_metrics(settings.metrics_port, settings.host)
+        _serve_metrics(settings.metrics_port, settings.host, str(kubeconfig) if kubeconfig else None,
+                       settings.metrics_auth)
     LEADER.set(0)
     kube = await Kube.connect(str(kubeconfig) if kubeconfig else None)
     elector = Elector(

@@ -446,11 +446,12 @@ def liveness_endpoint(settings: ControllerSettings) -> str | None:
 
 
 @functools.cache
-def _serve_metrics(port: int, host: str) -> None:
-    """Once per process: an operator started again after a failure keeps the same metrics server."""
-    from prometheus_client import start_http_server
+def _serve_metrics(port: int, host: str, kubeconfig: str | None = None, auth: bool = True) -> None:
+    """Once per process: an operator started again after a failure keeps the same metrics server. With `auth`,
+    only a token whose user may `get /metrics` reads them (metrics_auth.py)."""
+    from burrito_py.metrics_auth import MetricsGate, serve_metrics
 
-    start_http_server(port, addr=host)
+    serve_metrics(port, host, (lambda: MetricsGate.for_kubeconfig(kubeconfig)) if auth else None)
 
 
 def kopf_settings() -> kopf.OperatorSettings:
@@ -501,7 +502,8 @@ async def run_operator(
     instead of stopping kopf (leader election stops kopf itself, then releases the Lease); `liveness`: serve
     kopf's /healthz (off when leader election serves its own)."""
     if settings.metrics_port:
-        _serve_metrics(settings.metrics_port, settings.host)
+        _serve_metrics(settings.metrics_port, settings.host, str(kubeconfig) if kubeconfig else None,
+                       settings.metrics_auth)
     registry = build_registry(settings, kubeconfig)
     # kopf.operator() is spawn_tasks + run_tasks; split, so that kopf's own signal handlers can be replaced.
     existing = {task for task in asyncio.all_tasks() if not task.done()}

@@ -100,6 +100,10 @@ class ControllerSettings(BaseSettings):
         description="Address the metrics and health endpoints bind to (the chart passes the pod IP).",
     )
     metrics_port: int = Field(9464, ge=0, description="Prometheus metrics port; 0 disables the endpoint.")
+    metrics_auth: bool = Field(
+        True, description="Serve /metrics only to a bearer token whose user may get the non-resource URL /metrics "
+        "(TokenReview and SubjectAccessReview, as kube-apiserver's own /metrics); off: to anyone who reaches the "
+        "port.")
     health_port: int = Field(
         0, ge=0, description="Port of the liveness endpoint GET /healthz (kopf's); 0 disables the endpoint."
     )

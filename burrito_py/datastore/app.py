@@ -10,7 +10,7 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import unquote_to_bytes
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
@@ -37,6 +37,9 @@ from burrito_py.datastore.auth import (
 from burrito_py.datastore.encryption import EncryptionError
 from burrito_py.datastore.storage import DeleteFailed, Storage, TooLarge
 from burrito_py.local.paths import pod_path_setting
+
+if TYPE_CHECKING:
+    from burrito_py.metrics_auth import MetricsGate
 
 log = logging.getLogger(__name__)
 
@@ -223,9 +226,11 @@ Caller = Annotated[Principal, Depends(_caller)]
 
 
 def create_app(
-    storage: Storage, settings: DatastoreSettings | None = None, authenticator: Authenticator | None = None
+    storage: Storage, settings: DatastoreSettings | None = None, authenticator: Authenticator | None = None,
+    metrics_gate: MetricsGate | None = None,
 ) -> FastAPI:
-    """`authenticator` replaces the TokenReview one built from `settings` (when auth is enabled)."""
+    """`authenticator` replaces the TokenReview one built from `settings` (when auth is enabled), `metrics_gate` the
+    one guarding /metrics."""
     settings = settings or DatastoreSettings()
     if settings.auth_enabled and authenticator is None:
         authenticator = default_authenticator(settings)
@@ -513,10 +518,24 @@ def create_app(
     app.include_router(api)
     _mount_caches(app, storage, settings)
 
+    # /metrics: for who may `get` the non-resource URL /metrics (metrics_auth.py), not for every runner pod.
+    gate = None
+    if settings.auth_enabled:
+        from burrito_py.metrics_auth import MetricsGate
+
+        gate = metrics_gate or MetricsGate.for_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None)
+
     @app.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+        from burrito_py.metrics_auth import MetricsRefused
+
+        if gate is not None:
+            try:
+                await gate.check(request.headers.get("authorization"))
+            except MetricsRefused as exc:
+                return _error(exc.status, str(exc))
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
     return app
 

@@ -41,6 +41,11 @@ class CachedAuthenticator:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def knows(self, token: str) -> bool:
+        """Whether `token` is answered from the cache now (accepted or rejected), without a review."""
+        entry = self._entries.get(token_digest(token))
+        return entry is not None and entry.expires > self._clock()
+
     async def authenticate(self, token: str) -> Principal:
         key = token_digest(token)
         entry = self._entries.get(key)

@@ -359,12 +359,22 @@ class ServerConfig(Values):
     delivery_cache_size: int = setting(ServerSettings, "delivery_cache_size")
     webhook_failures_per_minute: float = setting(ServerSettings, "webhook_failures_per_minute")
     webhook_failures_burst: int = setting(ServerSettings, "webhook_failures_burst")
-    webhook_trusted_proxies: list[str] = setting(ServerSettings, "webhook_trusted_proxies")
     auth_audiences: list[str] = setting(ServerSettings, "auth_audiences")
     auth_cache_ttl_seconds: float = setting(ServerSettings, "auth_cache_ttl_seconds")
+    forwarded_allow_ips: list[str] = setting(ServerSettings, "forwarded_allow_ips")
     ui_enabled: bool = setting(ServerSettings, "ui_enabled")
     ui_session_ttl_seconds: int = setting(ServerSettings, "ui_session_ttl_seconds")
+    # On in the chart (unset outside it): behind a TLS-terminating Ingress the server sees http, so "Secure when
+    # the request came over https" would send the session cookie in clear.
+    ui_secure_cookies: bool = Field(
+        True, description="Mark the UI's cookies Secure (sent over https only): keep on behind a TLS-terminating "
+        "Ingress, where the server itself sees http; off only to use the UI over plain http.")
     ui_trusted_headers: bool = setting(ServerSettings, "ui_trusted_headers")
+    ui_trusted_headers_port: int = setting(ServerSettings, "ui_trusted_headers_port")
+    ui_max_streams: int = setting(ServerSettings, "ui_max_streams")
+    ui_max_streams_per_user: int = setting(ServerSettings, "ui_max_streams_per_user")
+    ui_stream_max_seconds: float = setting(ServerSettings, "ui_stream_max_seconds")
+    ui_stream_recheck_seconds: float = setting(ServerSettings, "ui_stream_recheck_seconds")
 
 
 class IngressPath(Values):
@@ -530,10 +540,14 @@ class NetworkPolicy(Values):
         "(port 53), the datastore and these, so list the Kubernetes API (an ipBlock of its endpoints: runners read "
         "their run), your cloud providers' APIs and the registries.",
     )
+    trusted_proxy_from: list[Object] = Field(
+        default_factory=list, description="NetworkPolicyPeers allowed to reach the server's trusted-header port "
+        "(server.config.uiTrustedHeaders): the authenticating proxy only; empty: nobody.")
 
 
 class ServiceMonitor(Values):
-    """A prometheus-operator ServiceMonitor for the controllers' metrics (the only component serving metrics)."""
+    """A prometheus-operator ServiceMonitor for the controllers' metrics, scraped with Prometheus's service-account
+    token (bind it with metrics.readers)."""
 
     enabled: bool = Field(False, description="Create the ServiceMonitor (needs the monitoring.coreos.com CRDs).")
     interval: str = Field("30s", description="Scrape interval.")
@@ -549,10 +563,14 @@ class PrometheusRule(Values):
 
 
 class Metrics(Values):
-    """Metrics scraping."""
+    """Metrics scraping. The controllers' and the datastore's /metrics answer only a bearer token whose user may get
+    the non-resource URL /metrics: the ClusterRole <release>-metrics-reader grants it."""
 
     service_monitor: ServiceMonitor = Field(default_factory=ServiceMonitor, description="ServiceMonitor.")
     prometheus_rule: PrometheusRule = Field(default_factory=PrometheusRule, description="PrometheusRule.")
+    readers: list[Object] = Field(
+        default_factory=list, description="RBAC subjects bound to <release>-metrics-reader (get /metrics), e.g. "
+        "Prometheus's ServiceAccount: {kind: ServiceAccount, name: prometheus-k8s, namespace: monitoring}.")
 
 
 class Global(Values):

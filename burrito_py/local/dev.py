@@ -141,7 +141,7 @@ def dev_values(options: DevOptions, agl_kinds: list[dict[str, str]] | None = Non
     """The chart values of `burrito-py dev`: `default` and the manifests' namespaces are the tenants (each gets
     the runner ServiceAccount; the chart creates the namespaces other than `default`); the local admin (the
     kubeconfig's user) is a datastore admin, so `plan download` works; the image is not pulled (the local
-    kubelet runs the installed `burrito-py`)."""
+    kubelet runs the installed `burrito-py`); the UI's cookies are not Secure (plain http on localhost)."""
     from burrito_py.local.identity import LOCAL_ADMIN_USERNAME
 
     def iso(delta: timedelta) -> str:
@@ -161,6 +161,8 @@ def dev_values(options: DevOptions, agl_kinds: list[dict[str, str]] | None = Non
             "agl": {"kinds": agl_kinds or []},
         },
         "datastore": {"auth": {"extraAdminUsers": [LOCAL_ADMIN_USERNAME]}},
+        # The UI is reached over plain http on this machine: Secure cookies would never come back.
+        "server": {"config": {"uiSecureCookies": False}},
         **options.values,
     }
 

@@ -96,11 +96,9 @@ class Webhooks:
         self.index = WebhookIndex(kube, settings.namespaces, settings.webhook_keys_namespace or own_namespace(),
                                   settings.webhook_keys_secrets)
         self.limiter = SourceLimiter(settings.webhook_failures_per_minute, settings.webhook_failures_burst)
-        self.trusted = settings.trusted_proxies()
 
     async def handle(self, request: Request) -> JSONResponse:
-        source = source_of(request.client.host if request.client else None, request.headers.get("x-forwarded-for"),
-                           self.trusted)
+        source = source_of(request.client.host if request.client else None)
         wait = self.limiter.retry_after(source)
         if wait is not None:
             return JSONResponse({"error": "too many deliveries refused from this address: try again later"},
@@ -249,11 +247,24 @@ def _older(event: str | None, recorded: str | None) -> bool:
 def create_app(
     settings: ServerSettings, kube: Kube, datastore: DatastoreClient, authenticator: Authenticator | None
 ) -> FastAPI:
+    from burrito_py.datastore.token_cache import CachedAuthenticator
+    from burrito_py.server.access import Access, AccessReviewer
+    from burrito_py.server.reads import Artifacts
     from burrito_py.server.rest import rest_router
+    from burrito_py.server.throttle import ReviewThrottle, ThrottledAuthenticator
 
     app = FastAPI(title="burrito-py server", version="v1")
     webhooks = Webhooks(kube, settings)
     app.state.webhooks = webhooks  # serving.py starts its index with the server
+    # One authorizer, one token-review throttle and one reader of artifacts for the REST API and the UI.
+    access = Access(AccessReviewer(kube), settings.runner_service_account)
+    artifacts = Artifacts(datastore)
+    throttled = None
+    if authenticator is not None:
+        cached = authenticator if isinstance(authenticator, CachedAuthenticator) else CachedAuthenticator(
+            authenticator, settings.auth_cache_ttl_seconds)
+        throttled = ThrottledAuthenticator(cached, ReviewThrottle())
+    app.state.access = access
 
     @app.post(
         "/api/webhook",
@@ -272,11 +283,9 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    app.include_router(
-        rest_router(kube, datastore, authenticator, settings.runner_service_account, namespaces=settings.namespaces)
-    )
+    app.include_router(rest_router(kube, artifacts, throttled, access, namespaces=settings.namespaces))
     if settings.ui_enabled:
         from burrito_py.server.ui.routes import mount_ui
 
-        mount_ui(app, settings, kube, datastore, authenticator)
+        mount_ui(app, settings, kube, artifacts, throttled, access)
     return app

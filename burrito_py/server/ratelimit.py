@@ -3,9 +3,9 @@
 A token bucket per source address: every delivery that is not acted on (malformed, too large, unknown repository,
 wrong signature, a duplicate) takes a token; a source without a token left is answered 429 before its body is
 read; tokens come back at `per_minute`. A provider's verified deliveries take none, so an attacker sharing no
-address with it never slows it. IPv6 sources count per /64 (one host usually holds a whole /64). Behind a proxy,
-the source is the rightmost X-Forwarded-For address that is not one of the `trusted` proxies (a client can prepend
-anything, never append); without `trusted`, the peer's address.
+address with it never slows it. IPv6 sources count per /64 (one host usually holds a whole /64). Behind a proxy
+named in the server's `forwarded_allow_ips`, uvicorn gives the rightmost X-Forwarded-For address that is not one of
+those proxies (a client can prepend anything, never append); otherwise the source is the peer's address.
 """
 
 from __future__ import annotations
@@ -13,33 +13,18 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["SourceLimiter", "source_of"]
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-
-def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def source_of(peer: str | None) -> str:
+    """The source a delivery is counted against: the client's address (uvicorn has already taken it from
+    X-Forwarded-For when the peer is one of the server's `forwarded_allow_ips`), or its /64 for IPv6."""
     try:
-        return ipaddress.ip_address(text.strip().strip("[]"))
+        address = ipaddress.ip_address((peer or "").strip("[]"))
     except ValueError:
-        return None
-
-
-def source_of(peer: str | None, forwarded_for: str | None, trusted: Sequence[Network]) -> str:
-    """The source a delivery is counted against: an address, or its /64 for IPv6."""
-    address = _address(peer or "")
-    if address is not None and forwarded_for and any(address in net for net in trusted):
-        for hop in reversed(forwarded_for.split(",")):
-            candidate = _address(hop)
-            if candidate is None:
-                break  # garbage: count the last trusted hop rather than believe what comes before it
-            address = candidate
-            if not any(candidate in net for net in trusted):
-                break
-    if address is None:
         return peer or "unknown"
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:

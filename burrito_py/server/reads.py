@@ -3,13 +3,24 @@ keeps a run's artifacts."""
 
 from __future__ import annotations
 
+import functools
+import json
+import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio.to_thread
 
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.inventory import creation_order
 from burrito_py.controllers.kube import Body, Kube, crd_path
+from burrito_py.datastore.client import DatastoreClient, DatastoreError, PlanFormat
+from burrito_py.plans.masking import SecretValues, load_json, masked_document, scrub_text, values_to_hide
+from burrito_py.plans.model import PlanFormatError
 from burrito_py.server.views import run_layer
+
+log = logging.getLogger(__name__)
 
 # DNS-1123 label (namespaces) and subdomain (object names), as the Kubernetes API validates them.
 NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -44,3 +55,99 @@ def artifacts_of(run: Body, visible: Callable[[str], bool]) -> tuple[str, str]:
         raise NoArtifacts(f"TerraformRun {name} is for a layer in {layer_ns}, a namespace this server does not "
                           "manage")
     return layer_ns, layer
+
+
+class ReadFailure(Exception):
+    """An answer other than success for a datastore read: 404 naming what is missing, 502/503 when the datastore
+    failed. The REST API answers it as JSON, the UI as a page; the message never holds a value."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Artifacts:
+    """A run's plans and logs as the server shows them, masked (docs/architecture.md §11.2): every value that came
+    from a Secret (the run inputs record's `secretVariables`), passed in as a sensitive upstream output, or declared
+    sensitive, replaced by Terraform's `(sensitive value)` wherever it occurs. Read with the server's admin token:
+    callers authorize first."""
+
+    def __init__(self, datastore: DatastoreClient) -> None:
+        self.datastore = datastore
+
+    async def _read(self, call: Callable[[], bytes], missing: str) -> bytes:
+        try:
+            return await anyio.to_thread.run_sync(call)
+        except DatastoreError as exc:
+            if exc.status_code == 404:
+                raise ReadFailure(404, missing) from None
+            log.warning("server: datastore error: %s", exc)
+            if exc.status_code is None:
+                raise ReadFailure(503, "the datastore is unavailable") from None
+            raise ReadFailure(502, f"the datastore refused the server's request (HTTP {exc.status_code})") from None
+
+    async def _optional(self, call: Callable[[], bytes]) -> bytes | None:
+        try:
+            return await self._read(call, "")
+        except ReadFailure as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def raw_plan(self, where: tuple[str, str], run: str, attempt: int | None, fmt: PlanFormat,
+                       missing: str) -> bytes:
+        """The stored bytes, unmasked: only for callers who may read the layer namespace's Secrets."""
+        return await self._read(functools.partial(self.datastore.get_plan, *where, run, attempt, fmt), missing)
+
+    async def hidden_values(self, run: Body, where: tuple[str, str], plan: Mapping[str, Any] | None = None,
+                            *, plan_attempt: int | None = None) -> SecretValues:
+        """What masked views of this run hide: from its inputs record and plan (`plan` when already read), and,
+        for an apply, from the plan run it applies. A datastore failure is a ReadFailure (never shown unmasked)."""
+        name = str(run["metadata"]["name"])
+        sources: list[tuple[str, int | None, Mapping[str, Any] | None]] = [(name, plan_attempt, plan)]
+        artifact = (run.get("spec") or {}).get("artifact") or {}
+        if isinstance(artifact, Mapping) and isinstance(artifact.get("run"), str) and NAME.fullmatch(artifact["run"]):
+            number = artifact.get("attempt")
+            sources.append((artifact["run"], number if isinstance(number, int) and number > 0 else None, None))
+        hide = SecretValues()
+        for run_name, attempt, known in sources:
+            raw = await self._optional(functools.partial(self.datastore.get_inputs, *where, run_name))
+            record = load_json(raw) if raw is not None else None
+            document = known
+            if document is None:
+                stored = await self._optional(functools.partial(self.datastore.get_plan, *where, run_name, attempt,
+                                                                "json"))
+                document = load_json(stored) if stored is not None else None
+            hide = hide.merge(values_to_hide(record, document))
+        return hide
+
+    async def masked_plan(self, run: Body, where: tuple[str, str], attempt: int | None, fmt: str,
+                          missing: str) -> bytes:
+        """`pretty` or `short` text, or `masked-json` (the allow-listed JSON document), masked."""
+        name = str(run["metadata"]["name"])
+        stored_json = await self._optional(functools.partial(self.datastore.get_plan, *where, name, attempt, "json"))
+        document = load_json(stored_json) if stored_json is not None else None
+        if fmt == "masked-json":
+            if stored_json is None:
+                raise ReadFailure(404, missing)
+            if document is None:
+                raise ReadFailure(502, "the stored plan JSON is not a JSON object")
+            hide = await self.hidden_values(run, where, document, plan_attempt=attempt)
+            try:
+                masked = masked_document(document, hide)
+            except PlanFormatError as exc:
+                raise ReadFailure(502, f"the stored plan cannot be read: {exc}") from None
+            return json.dumps(masked, indent=2).encode()
+        text = await self._read(functools.partial(self.datastore.get_plan, *where, name, attempt, fmt), missing)  # type: ignore[arg-type]
+        hide = await self.hidden_values(run, where, document, plan_attempt=attempt)
+        return text if hide.empty else scrub_text(text.decode("utf-8", "replace"), hide).encode()
+
+    async def logs(self, run: Body, where: tuple[str, str], attempt: int, missing: str,
+                   hide: SecretValues | None = None) -> bytes:
+        """An attempt's log, masked as the plan views are (the runner masks Secret values already; this also covers
+        what it could not know). `hide`: `hidden_values` of the run, when already known."""
+        data = await self._read(functools.partial(self.datastore.get_logs, *where, str(run["metadata"]["name"]),
+                                                  attempt), missing)
+        if hide is None:
+            hide = await self.hidden_values(run, where)
+        return data if hide.empty else scrub_text(data.decode("utf-8", "replace"), hide).encode()

@@ -3,8 +3,11 @@ and plan, and `POST /api/layers/{ns}/{name}/sync`.
 
 Everything is read live from the Kubernetes API (layers, runs, repositories) and the datastore (logs,
 plans); the server keeps no state. Every route needs a bearer token checked by the datastore's
-authenticator (a TokenReview): any authenticated identity may read, and anyone but a runner may ask for a
-sync — a runner only ever needs to read its own artifacts, so a compromised one cannot trigger plans.
+authenticator (a TokenReview, throttled: `throttle.py`), and then what the caller reads or does is authorized
+as the caller with a SubjectAccessReview in the object's namespace (`access.py`: `get`/`list` for reads, `patch
+terraformlayers` for actions), before the object is read, so a 403 never tells whether it exists. Runner
+identities get 403 on every route. Plans and logs are masked (`reads.Artifacts`); the raw plan JSON needs `get
+secrets` in the layer's namespace.
 
 Errors are `{"error": "..."}` naming the parameter or object; bad input is a 400 (the route class below turns
 FastAPI's 422 into 400, so the API answers like the datastore and the webhook).
@@ -13,13 +16,11 @@ FastAPI's 422 into 400, so the API answers like the datastore and the webhook).
 # No `from __future__ import annotations`: FastAPI must resolve the handlers' annotations, and `Caller` is
 # local to `rest_router` (it closes over the authenticator), which a string annotation could not name.
 import asyncio
-import functools
 import json
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Annotated, Any, Literal
 
-import anyio.to_thread
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
@@ -30,11 +31,32 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.kube import Body, Kube, KubeError, crd_path
 from burrito_py.controllers.plan_review import override_refusal
-from burrito_py.datastore.auth import Authenticator, AuthError, Principal, principal_of
-from burrito_py.datastore.client import DatastoreClient, DatastoreError
+from burrito_py.datastore.auth import AUTH_DISABLED, MISSING_CREDENTIALS, AuthUnavailable, Principal, Unauthenticated
+from burrito_py.server.access import (
+    GET_LAYERS,
+    GET_REPOSITORIES,
+    GET_RUNS,
+    GET_SECRETS,
+    LIST_LAYERS,
+    LIST_RUNS,
+    PATCH_LAYERS,
+    Access,
+    AccessUnavailable,
+    Forbidden,
+)
 from burrito_py.server.layer_actions import LayerNotFound, request_sync
-from burrito_py.server.reads import NAME, NAME_PATTERN, NAMESPACE, NAMESPACE_PATTERN, NoArtifacts, layer_runs
+from burrito_py.server.reads import (
+    NAME,
+    NAME_PATTERN,
+    NAMESPACE,
+    NAMESPACE_PATTERN,
+    Artifacts,
+    NoArtifacts,
+    ReadFailure,
+    layer_runs,
+)
 from burrito_py.server.reads import artifacts_of as shared_artifacts_of
+from burrito_py.server.throttle import Throttled, ThrottledAuthenticator
 from burrito_py.server.views import (
     ErrorView,
     LayerDetailView,
@@ -52,17 +74,16 @@ from burrito_py.server.views import (
 
 log = logging.getLogger(__name__)
 
-RUNNER_SERVICE_ACCOUNT = "burrito-py-runner"
-SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 REALM = 'Bearer realm="burrito-py-server"'
 _NAME, _NAMESPACE = NAME, NAMESPACE
 MAX_ATTEMPT = 1_000_000  # the datastore's bound
 
-PlanFormat = Literal["pretty", "json", "short"]
+PlanFormat = Literal["pretty", "json", "short", "masked-json"]
 PLAN_MEDIA: dict[str, str] = {
     "pretty": "text/plain; charset=utf-8",
     "json": "application/json",
     "short": "text/plain; charset=utf-8",
+    "masked-json": "application/json",
 }
 
 Namespace = Annotated[
@@ -81,10 +102,12 @@ class Problem(Exception):
         self.status = status
 
 
-def _error(status: int, message: str) -> JSONResponse:
+def _error(status: int, message: str, retry_after: int | None = None) -> JSONResponse:
     response = JSONResponse({"error": message}, status_code=status)
     if status == 401:
         response.headers["WWW-Authenticate"] = REALM
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
     return response
 
 
@@ -112,6 +135,15 @@ class RestRoute(APIRoute):
                 return _error(400, validation_message(exc))
             except Problem as exc:
                 return _error(exc.status, str(exc))
+            except Forbidden as exc:
+                return _error(403, str(exc))
+            except ReadFailure as exc:
+                return _error(exc.status, str(exc))
+            except Throttled as exc:
+                return _error(429, str(exc), exc.retry_after)
+            except AccessUnavailable as exc:
+                log.warning("REST %s %s: cannot check access: %s", request.method, request.url.path, exc)
+                return _error(503, f"cannot check the caller's access now: {exc}")
             except KubeError as exc:
                 # The server's own rights or the API itself failed: not the caller's fault.
                 log.warning(
@@ -120,16 +152,6 @@ class RestRoute(APIRoute):
                 return _error(502, f"the Kubernetes API answered {exc.status} {exc.reason}")
 
         return route
-
-
-def is_runner(principal: Principal, runner_service_account: str) -> bool:
-    """A token bound to a runner pod, or any token of the runners' service account."""
-    if principal.runner is not None:
-        return True
-    if not principal.username.startswith(SERVICE_ACCOUNT_PREFIX):
-        return False
-    _, _, account = principal.username.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
-    return account == runner_service_account
 
 
 _bearer = HTTPBearer(
@@ -141,9 +163,14 @@ _bearer = HTTPBearer(
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorView, "description": "A path or query parameter is invalid (the message names it)."},
     401: {"model": ErrorView, "description": "No bearer token, or one the Kubernetes API rejects."},
+    403: {"model": ErrorView, "description": "The caller may not read or do this in that namespace (a runner may "
+          "do nothing here); asked before the object is read, so it says nothing of its existence."},
     404: {"model": ErrorView, "description": "The layer, run, plan or log does not exist."},
     502: {"model": ErrorView, "description": "The Kubernetes API or the datastore failed."},
-    503: {"model": ErrorView, "description": "The token cannot be checked now, or the datastore is unavailable."},
+    429: {"model": ErrorView, "description": "Too many token reviews from this address or for this token "
+          "(Retry-After says when to try again)."},
+    503: {"model": ErrorView, "description": "The token or the caller's access cannot be checked now, or the "
+          "datastore is unavailable."},
     # Declaring a catch-all also keeps FastAPI from documenting a 422 this router never sends.
     "default": {"model": ErrorView, "description": "Any other error."},
 }
@@ -152,15 +179,15 @@ _TEXT = {"text/plain": {"schema": {"type": "string"}}}
 
 def rest_router(
     kube: Kube,
-    datastore: DatastoreClient,
-    authenticator: Authenticator | None,
-    runner_service_account: str = RUNNER_SERVICE_ACCOUNT,
+    artifacts: Artifacts,
+    authenticator: ThrottledAuthenticator | None,
+    access: Access,
     namespaces: Sequence[str] = (),
 ) -> APIRouter:
-    """`authenticator=None` disables auth (local tests only). `runner_service_account` is the controllers'
-    `runner_service_account` setting: tokens of that account may read but not ask for syncs. `namespaces` is the
-    server's `namespaces` setting: when set, the API shows and syncs only layers and runs of these (the server's
-    RBAC may cover no others), and reads repositories only there; empty, every namespace."""
+    """`authenticator=None` disables auth (local tests only). `access` authorizes as the caller (and refuses
+    runners). `namespaces` is the server's `namespaces` setting: when set, the API shows and syncs only layers and
+    runs of these (the server's RBAC may cover no others), and reads repositories only there; empty, every
+    namespace."""
     managed = frozenset(namespaces)
 
     def visible(namespace: str) -> bool:
@@ -168,17 +195,29 @@ def rest_router(
 
     router = APIRouter(prefix="/api", route_class=RestRoute, responses=_ERRORS, tags=["layers and runs"])
 
-    async def caller(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
+    async def caller(
+        request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    ) -> Principal:
+        if authenticator is None:
+            return AUTH_DISABLED
+        if credentials is None or not credentials.credentials:
+            raise Problem(401, MISSING_CREDENTIALS)
         try:
-            return await principal_of(authenticator, credentials.credentials if credentials else None)
-        except AuthError as exc:
-            if exc.status == 503:
-                log.warning("REST: cannot check a token: %s", exc)
-            raise Problem(exc.status, str(exc)) from None
+            who = await authenticator.authenticate(credentials.credentials, request.client.host if request.client
+                                                   else "")
+        except Unauthenticated as exc:
+            raise Problem(401, str(exc)) from None
+        except AuthUnavailable as exc:
+            log.warning("REST: cannot check a token: %s", exc)
+            raise Problem(503, f"cannot check the token now: {exc}") from None
+        refusal = access.refusal_of_identity(who)
+        if refusal is not None:
+            raise Problem(403, refusal)
+        return who
 
     Caller = Annotated[Principal, Depends(caller)]
 
-    def readable_repository(key: tuple[str, str]) -> bool:
+    def valid_repository(key: tuple[str, str]) -> bool:
         """A layer's repository reference is its author's text: only a valid namespace and name become a path on
         the API, and only in a namespace this server manages."""
         valid = bool(_NAMESPACE.fullmatch(key[0]) and _NAME.fullmatch(key[1])) and len(key[1]) <= 253
@@ -191,17 +230,26 @@ def rest_router(
         found = await asyncio.gather(*(kube.list(crd_path(plural, ns)) for ns in namespaces))
         return [item for items in found for item in items]
 
-    async def layers_with_repositories(namespace: str | None) -> tuple[list[Body], dict[tuple[str, str], Body]]:
-        if namespace is None and not managed:
-            layers, repos = await asyncio.gather(
-                kube.list(crd_path("terraformlayers")), kube.list(crd_path("terraformrepositories"))
-            )
-            return layers, by_key(repos)
-        targets = sorted(managed) if namespace is None else [namespace] if visible(namespace) else []
-        layers = await list_in("terraformlayers", targets)
-        # A layer may use a repository of another namespace: list those of the namespaces the layers name.
-        wanted = sorted({key[0] for key in map(repository_key, layers) if readable_repository(key)})
-        return layers, by_key(await list_in("terraformrepositories", wanted))
+    async def repositories_for(who: Principal, layers: list[Body]) -> dict[tuple[str, str], Body]:
+        """The repositories the layers name, read only in namespaces where the caller may get repositories (a
+        layer may use another namespace's repository: its URL and state are that namespace's to show)."""
+        keys = {key for key in map(repository_key, layers) if valid_repository(key)}
+        readable = await access.namespaces_allowed(who, GET_REPOSITORIES, {key[0] for key in keys})
+        return by_key(await list_in("terraformrepositories", sorted(readable)))
+
+    async def layers_listed(who: Principal, namespace: str | None) -> list[Body]:
+        if namespace is not None:
+            await access.require(who, LIST_LAYERS, namespace)
+            return await list_in("terraformlayers", [namespace]) if visible(namespace) else []
+        if managed:
+            allowed = await access.namespaces_allowed(who, LIST_LAYERS, managed)
+            return await list_in("terraformlayers", sorted(allowed))
+        if await access.allowed(who, LIST_LAYERS, ""):
+            return await kube.list(crd_path("terraformlayers"))
+        # Only where the caller may list: the server lists them all (one call), the caller sees their namespaces.
+        every = await kube.list(crd_path("terraformlayers"))
+        allowed = await access.namespaces_allowed(who, LIST_LAYERS, {item["metadata"]["namespace"] for item in every})
+        return [item for item in every if item["metadata"]["namespace"] in allowed]
 
     async def layer_or_404(ns: str, name: str) -> Body:
         layer = await kube.get(crd_path("terraformlayers", ns, name)) if visible(ns) else None
@@ -215,47 +263,44 @@ def rest_router(
             raise Problem(404, f"TerraformRun {ns}/{name} not found")
         return run
 
-    def artifacts_of(run: Body) -> tuple[str, str]:
+    async def run_and_artifacts(who: Principal, ns: str, name: str) -> tuple[Body, tuple[str, str]]:
+        """The run, once the caller may get runs in its namespace, and where its artifacts are, once the caller may
+        get runs there too (a run of one namespace may name a layer of another: that one's data is read)."""
+        await access.require(who, GET_RUNS, ns)
+        run = await run_or_404(ns, name)
         try:
-            return shared_artifacts_of(run, visible)
+            where = shared_artifacts_of(run, visible)
         except NoArtifacts as exc:
             raise Problem(404, str(exc)) from None
-
-    async def from_datastore(call: Callable[[], bytes], missing: str) -> bytes:
-        try:
-            return await anyio.to_thread.run_sync(call)
-        except DatastoreError as exc:
-            if exc.status_code == 404:
-                raise Problem(404, missing) from None
-            log.warning("REST: datastore error: %s", exc)
-            if exc.status_code is None:
-                raise Problem(503, "the datastore is unavailable") from None
-            raise Problem(502, f"the datastore refused the server's request (HTTP {exc.status_code})") from None
+        await access.require(who, GET_RUNS, where[0])
+        return run, where
 
     @router.get("/layers", response_model=list[LayerView], summary="List layers (optionally of one namespace).")
     async def list_layers(
-        _: Caller,
+        who: Caller,
         namespace: Annotated[
             str | None, Query(pattern=NAMESPACE_PATTERN, max_length=63, description="Only this namespace.")
         ] = None,
     ) -> list[LayerView]:
-        layers, repos = await layers_with_repositories(namespace)
+        layers = await layers_listed(who, namespace)
+        repos = await repositories_for(who, layers)
         views = [layer_view(layer, repos.get(repository_key(layer))) for layer in layers]
         views.sort(key=lambda v: (v.namespace, v.name))
         # The list leaves out conditions (the detail has them): the model drops them.
         return [LayerView.model_validate(v.model_dump(include=set(LayerView.model_fields))) for v in views]
 
     @router.get("/layers/{ns}/{name}", response_model=LayerDetailView, summary="One layer, with its conditions.")
-    async def get_layer(_: Caller, ns: Namespace, name: LayerName) -> LayerDetailView:
+    async def get_layer(who: Caller, ns: Namespace, name: LayerName) -> LayerDetailView:
+        await access.require(who, GET_LAYERS, ns)
         layer = await layer_or_404(ns, name)
-        key = repository_key(layer)
-        repository = await kube.get(crd_path("terraformrepositories", *key)) if readable_repository(key) else None
-        return layer_view(layer, repository)
+        return layer_view(layer, (await repositories_for(who, [layer])).get(repository_key(layer)))
 
     @router.get(
         "/layers/{ns}/{name}/runs", response_model=list[RunView], summary="The layer's TerraformRuns, newest first."
     )
-    async def list_layer_runs(_: Caller, ns: Namespace, name: LayerName) -> list[RunView]:
+    async def list_layer_runs(who: Caller, ns: Namespace, name: LayerName) -> list[RunView]:
+        await access.require(who, GET_LAYERS, ns)
+        await access.require(who, LIST_RUNS, ns)
         await layer_or_404(ns, name)
         return [run_summary(r) for r in await layer_runs(kube, ns, name)]
 
@@ -263,12 +308,11 @@ def rest_router(
         "/layers/{ns}/{name}/sync",
         status_code=202,
         response_model=SyncView,
-        responses={403: {"model": ErrorView, "description": "Runners may not ask for syncs."}},
+        responses={403: {"model": ErrorView, "description": "The caller may not patch terraformlayers there."}},
         summary="Plan the layer now (sets its sync-now annotation; the layer controller removes it).",
     )
     async def sync_layer(who: Caller, ns: Namespace, name: LayerName) -> SyncView:
-        if is_runner(who, runner_service_account):
-            raise Problem(403, f"{who.describe()} is a runner; runners may not ask for syncs")
+        await access.require(who, PATCH_LAYERS, ns, fresh=True)
         if not visible(ns):
             raise Problem(404, f"TerraformLayer {ns}/{name} not found")
         try:
@@ -282,13 +326,13 @@ def rest_router(
         "/layers/{ns}/{name}/override",
         status_code=202,
         response_model=OverrideView,
-        responses={403: {"model": ErrorView, "description": "The caller may not override the denying policies."},
+        responses={403: {"model": ErrorView, "description": "The caller may not patch terraformlayers there, or may "
+                                                            "not override the denying policies."},
                    409: {"model": ErrorView, "description": "The plan is not the layer's current, denied plan."}},
         summary="Override a mandatory plan policy's denial of the current plan (it still needs an approval).",
     )
     async def override_plan(who: Caller, ns: Namespace, name: LayerName, body: OverrideRequest) -> OverrideView:
-        if is_runner(who, runner_service_account):
-            raise Problem(403, f"{who.describe()} is a runner; runners may not override plan policies")
+        await access.require(who, PATCH_LAYERS, ns, fresh=True)
         layer = await layer_or_404(ns, name)
         policy = (layer.get("status") or {}).get("policy") or {}
         if policy.get("planSum") != body.plan_sum or policy.get("verdict") != "Denied":
@@ -316,20 +360,20 @@ def rest_router(
         return OverrideView(namespace=ns, name=name, plan_sum=body.plan_sum, by=who.username)
 
     @router.get("/runs/{ns}/{run}", response_model=RunDetailView, summary="A run with its attempts.")
-    async def get_run(_: Caller, ns: Namespace, run: RunName) -> RunDetailView:
+    async def get_run(who: Caller, ns: Namespace, run: RunName) -> RunDetailView:
+        await access.require(who, GET_RUNS, ns)
         return run_view(await run_or_404(ns, run))
 
     @router.get(
         "/runs/{ns}/{run}/attempts/{n}/logs",
         response_class=PlainTextResponse,
-        responses={200: {"content": _TEXT, "description": "The attempt's runner log."}},
+        responses={200: {"content": _TEXT, "description": "The attempt's runner log (values from Secrets masked)."}},
         summary="The log of one attempt of a run.",
     )
-    async def get_logs(_: Caller, ns: Namespace, run: RunName, n: AttemptNumber) -> Response:
-        layer_ns, layer = artifacts_of(await run_or_404(ns, run))
-        data = await from_datastore(
-            functools.partial(datastore.get_logs, layer_ns, layer, run, n),
-            f"no logs for attempt {n} of TerraformRun {ns}/{run} (no such attempt, or not uploaded yet)",
+    async def get_logs(who: Caller, ns: Namespace, run: RunName, n: AttemptNumber) -> Response:
+        body, where = await run_and_artifacts(who, ns, run)
+        data = await artifacts.logs(
+            body, where, n, f"no logs for attempt {n} of TerraformRun {ns}/{run} (no such attempt, or not uploaded yet)"
         )
         return Response(content=data, media_type="text/plain; charset=utf-8")
 
@@ -339,24 +383,33 @@ def rest_router(
         responses={
             200: {
                 "content": {**_TEXT, "application/json": {"schema": {"type": "object"}}},
-                "description": "The latest plan of the run: text for pretty and short, Terraform's JSON for json.",
+                "description": "The latest plan of the run: text for pretty and short, the masked JSON document for "
+                "masked-json, Terraform's own JSON for json.",
             }
         },
         summary="The latest plan of a run.",
     )
     async def get_plan(
-        _: Caller,
+        who: Caller,
         ns: Namespace,
         run: RunName,
-        format: Annotated[PlanFormat, Query(description="pretty (terraform show), json or short (one line).")] = (
-            "pretty"
-        ),
+        format: Annotated[PlanFormat, Query(
+            description="pretty (terraform show), short (one line), masked-json (the plan model's document: "
+            "values from Secrets and sensitive values masked; no prior state), each masked and needing get "
+            "terraformruns; json (Terraform's JSON as stored: every variable value and the prior state) needs get "
+            "secrets in the layer's namespace too.")] = "pretty",
     ) -> Response:
-        layer_ns, layer = artifacts_of(await run_or_404(ns, run))
-        data = await from_datastore(
-            functools.partial(datastore.get_plan, layer_ns, layer, run, None, format),
-            f"no {format} plan for TerraformRun {ns}/{run}",
-        )
+        body, where = await run_and_artifacts(who, ns, run)
+        missing = f"no {format} plan for TerraformRun {ns}/{run}"
+        if format == "json":
+            try:
+                await access.require(who, GET_SECRETS, where[0])
+            except Forbidden as exc:
+                raise Forbidden(f"{exc}: the stored plan JSON holds every variable's value and the prior state; "
+                                "format=masked-json is the masked document") from None
+            data = await artifacts.raw_plan(where, run, None, "json", missing)
+        else:
+            data = await artifacts.masked_plan(body, where, None, format, missing)
         return Response(content=data, media_type=PLAN_MEDIA[format])
 
     return router

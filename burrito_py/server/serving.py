@@ -31,14 +31,26 @@ async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = 
         authenticator = CachedAuthenticator(reviewer, settings.auth_cache_ttl_seconds, 5.0)
     app = create_app(settings, kube, datastore, authenticator)
     app.state.webhooks.index.start()  # the repositories and webhook keys, followed before any delivery comes
-    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
-                                           lifespan="off"))
+    # X-Forwarded-For is believed only from the proxies named (uvicorn would otherwise trust 127.0.0.1).
+    proxies = {"proxy_headers": True, "forwarded_allow_ips": ",".join(settings.forwarded_allow_ips)} \
+        if settings.forwarded_allow_ips else {"proxy_headers": False}
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="off",
+                            **proxies)
+    sockets = [config.bind_socket()]
+    if settings.ui_trusted_headers:
+        # The trusted-header listener: the same app, on a port of its own that only the authenticating proxy
+        # reaches; the UI tells it by the port of the socket a request came in on (routes.on_trusted_listener).
+        trusted = uvicorn.Config(app, host=settings.host, port=settings.ui_trusted_headers_port, log_level="warning")
+        sockets.append(trusted.bind_socket())
+    server = uvicorn.Server(config)
     if holder is not None:
         holder.append(server)
     try:
-        await server.serve()
+        await server.serve(sockets=sockets)
     finally:
         await app.state.webhooks.index.close()
+        for sock in sockets:
+            sock.close()
         datastore.close()
         await kube.close()
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from burrito_py.local.paths import pod_path_setting
@@ -13,19 +12,6 @@ from burrito_py.local.paths import pod_path_setting
 
 class ServerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BURRITO_PY_SERVER_", extra="ignore")
-
-    @field_validator("webhook_trusted_proxies", mode="after")
-    @classmethod
-    def _networks(cls, value: list[str]) -> list[str]:
-        for cidr in value:
-            try:
-                ipaddress.ip_network(cidr, strict=False)
-            except ValueError:
-                raise ValueError(f"{cidr!r} is not an IP address or CIDR") from None
-        return value
-
-    def trusted_proxies(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-        return [ipaddress.ip_network(cidr, strict=False) for cidr in self.webhook_trusted_proxies]
 
     @field_validator("kubeconfig", "datastore_token_path", mode="after")
     @classmethod
@@ -59,10 +45,6 @@ class ServerSettings(BaseSettings):
     webhook_failures_burst: int = Field(
         60, ge=1, description="How many such deliveries a source may send at once before the per-minute rate applies."
     )
-    webhook_trusted_proxies: list[str] = Field(
-        default_factory=list, description="CIDRs of proxies (an ingress controller) whose X-Forwarded-For names the "
-        "source address; empty: the peer's address is the source.",
-    )
     kubeconfig: Path | None = None
     datastore_url: str = "http://burrito-py-datastore:8080"
     datastore_token_path: Path | None = None
@@ -73,8 +55,12 @@ class ServerSettings(BaseSettings):
     )
     auth_admin_users: list[str] = Field(default_factory=list)
     auth_cache_ttl_seconds: float = Field(30.0, ge=0, description="How long an accepted token is remembered.")
-    # The controllers' runner_service_account: its tokens may read but never ask for syncs.
+    # The controllers' runner_service_account: its tokens get nothing from the REST API and the UI (403).
     runner_service_account: str = "burrito-py-runner"
+    forwarded_allow_ips: list[str] = Field(
+        default_factory=list, description="Addresses (or CIDRs) of proxies whose X-Forwarded-For names the client, "
+        "e.g. the ingress controller's pods: the token-review throttle then counts per client rather than per proxy. "
+        "Empty: the connection's peer is the client.")
     # The web UI (server/ui, docs/architecture.md §11.4).
     ui_enabled: bool = Field(True, description="Serve the web UI under /ui/.")
     ui_session_key: SecretStr | None = Field(
@@ -82,7 +68,26 @@ class ServerSettings(BaseSettings):
         "per process (sessions end with a restart and are not shared between replicas).")
     ui_session_ttl_seconds: int = Field(8 * 3600, ge=60, description="How long a UI login lasts.")
     ui_trusted_headers: bool = Field(
-        default=False, description="Take the user from X-Forwarded-User and X-Forwarded-Groups (only behind an "
-        "authenticating proxy that sets them and strips them from clients).")
+        default=False, description="Serve a second listener on uiTrustedHeadersPort where the user comes from "
+        "X-Forwarded-User and X-Forwarded-Groups: only an authenticating proxy that sets them (and strips them from "
+        "clients) may reach that port. The public port never reads them.")
+    ui_trusted_headers_port: int = Field(
+        8083, ge=1, le=65535, description="Port of the trusted-header listener (with uiTrustedHeaders).")
     ui_secure_cookies: bool | None = Field(
-        default=None, description="Mark cookies Secure; unset: when the request came over https.")
+        default=None, description="Mark the UI's cookies Secure (sent over https only): on behind a TLS-terminating "
+        "Ingress, where the server itself sees http; unset: when the request came over https.")
+    ui_max_streams: int = Field(512, ge=1, description="Live views (server-sent event streams) served at once.")
+    ui_max_streams_per_user: int = Field(8, ge=1, description="Live views one user may hold open at once.")
+    ui_stream_max_seconds: float = Field(
+        600.0, gt=0, description="Lifetime of a live view's stream; the browser then reconnects and is authorized "
+        "again.")
+    ui_stream_recheck_seconds: float = Field(
+        30.0, gt=0, description="How often a live view re-checks the user's token and access (a revoked one ends "
+        "it).")
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> ServerSettings:
+        if self.ui_trusted_headers and self.ui_trusted_headers_port == self.port:
+            raise ValueError("ui_trusted_headers_port must differ from port: the public port never trusts "
+                             "X-Forwarded-User")
+        return self

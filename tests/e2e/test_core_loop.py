@@ -218,6 +218,7 @@ def test_i_kubectl_shows_states_and_plan_download_returns_the_plan_json(platform
 
 
 def test_events_in_kubectl_describe_and_metrics_by_state(tmp_path: Path, repo: TestRepo):
+    from burrito_py.controllers.operator import kubeconfig_login
     from burrito_py.datastore.testing import free_port
 
     port = free_port()
@@ -228,7 +229,9 @@ def test_events_in_kubectl_describe_and_metrics_by_state(tmp_path: Path, repo: T
         described = subprocess.run(["kubectl", "--kubeconfig", str(p.kubeconfig), "describe", "tfl", "app"],
                                    capture_output=True, text=True, check=True).stdout
         assert "RunCreated" in described and "StateChanged" in described
-        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 401  # a token allowed to get /metrics
+        admin = kubeconfig_login(p.kubeconfig).token
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {admin}"}).text
         assert 'burrito_py_layers{state="ApplyNeeded"} 1.0' in metrics
         assert 'burrito_py_runs{action="plan",state="Succeeded"} 1.0' in metrics
         assert 'burrito_py_reconcile_duration_seconds_count{controller="layer"}' in metrics

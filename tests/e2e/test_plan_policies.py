@@ -164,14 +164,16 @@ def test_mandatory_needs_an_override_by_an_allowed_principal(world: tuple[Platfo
     with admin_client(platform.api.url) as admin:
         for account in ("alice", "mallory"):
             ensure_service_account(admin, "default", account)
-        # mallory may patch layers (RBAC), so what refuses her override below is the admission policy.
+        # Both may patch layers (RBAC: the server asks that before any override), so what refuses mallory's
+        # override below is overrideBy, and her direct patch the admission policy.
         admin.post("/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", json={
             "metadata": {"name": "layer-editor"}, "rules": [{"apiGroups": [ann.GROUP], "resources": [
                 "terraformlayers"], "verbs": ["get", "patch"]}]}).raise_for_status()
         admin.post("/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", json={
             "metadata": {"name": "mallory-edits-layers"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
                                                                        "kind": "Role", "name": "layer-editor"},
-            "subjects": [{"kind": "ServiceAccount", "name": "mallory", "namespace": "default"}]}).raise_for_status()
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "default"}
+                         for name in ("mallory", "alice")]}).raise_for_status()
         tokens = {a: request_token(admin, "default", a, [*API_AUDIENCES, DATASTORE_AUDIENCE])
                   for a in ("alice", "mallory")}
 

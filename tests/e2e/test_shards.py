@@ -87,6 +87,9 @@ class Cluster:
             "BURRITO_PY_GIT_CACHE_DIR": str(self.workdir / f"git-cache-{name}"),
             "BURRITO_PY_HOST": "127.0.0.1",
             "BURRITO_PY_METRICS_PORT": str(port),
+            # This test reads each shard's metrics with the emulator's static admin token, which no TokenReview
+            # accepts: their authorization is test_metrics_auth.py's.
+            "BURRITO_PY_METRICS_AUTH": "false",
             "BURRITO_PY_REPOSITORY_POLL_INTERVAL": "1s",
             "BURRITO_PY_DRIFT_DETECTION_PERIOD": "1h",
             "BURRITO_PY_RUNNER_IMAGE": "local",

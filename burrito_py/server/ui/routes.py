@@ -1,13 +1,15 @@
 """The UI's routes under /ui/ (docs/architecture.md §11.4): pages, actions and server-sent events.
 
-Reading needs a logged-in user (any identity the TokenReview accepts, as the REST API); acting (sync, approve)
-needs `patch terraformlayers` in the layer's namespace for that user, asked of the API with a SubjectAccessReview
-before each action, and a CSRF token bound to the browser's session."""
+Every page, action and event stream is authorized as the logged-in user with a SubjectAccessReview in the
+object's namespace (`server/access.py`, shared with the REST API): `get`/`list` for reads (lists show only the
+namespaces the user may list in), `patch terraformlayers` for actions (asked afresh before each, with a CSRF token
+bound to the browser's session). Runner identities may use nothing. Plans and logs are masked
+(`reads.Artifacts`). Event streams are bounded per user and in total, end after a maximum lifetime (the browser
+reconnects and is authorized again) and re-check the user's token and access while they run."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
@@ -15,28 +17,32 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote
 
-import anyio.to_thread
 import jinja2
 from fastapi import APIRouter, FastAPI, Request, Response
-from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
 from burrito_py.controllers.kube import Body, Kube, KubeError, crd_path, path
-from burrito_py.datastore.auth import (
-    AUTH_DISABLED,
-    Authenticator,
-    AuthUnavailable,
-    Principal,
-    Unauthenticated,
-)
-from burrito_py.datastore.client import DatastoreClient, DatastoreError
+from burrito_py.datastore.auth import AUTH_DISABLED, AuthUnavailable, Principal, Unauthenticated
+from burrito_py.plans.masking import SecretValues, load_json, masked_model, scrub_text
 from burrito_py.plans.model import PlanFormatError, parse_plan
+from burrito_py.server.access import (
+    GET_LAYERS,
+    GET_RUNS,
+    LIST_LAYERS,
+    LIST_PULL_REQUESTS,
+    LIST_RUNS,
+    PATCH_LAYERS,
+    Access,
+    AccessUnavailable,
+    Forbidden,
+    Permission,
+)
 from burrito_py.server.layer_actions import LayerNotFound, NotPendingPlan, approve_pending_plan, request_sync
-from burrito_py.server.reads import NAME, NAMESPACE, NoArtifacts, artifacts_of, layer_runs
-from burrito_py.server.rest import is_runner
+from burrito_py.server.reads import NAME, NAMESPACE, Artifacts, NoArtifacts, ReadFailure, artifacts_of, layer_runs
 from burrito_py.server.settings import ServerSettings
-from burrito_py.server.ui.access import AccessReviewer, User
+from burrito_py.server.throttle import Throttled, ThrottledAuthenticator
 from burrito_py.server.ui.index import LayerIndex
 from burrito_py.server.ui.queries import (
     DRIFTS,
@@ -44,12 +50,14 @@ from burrito_py.server.ui.queries import (
     PAGE_SIZE,
     STATES,
     LayerQuery,
+    LayerRow,
     approvals,
     layer_page,
     plan_groups,
     pull_request_rows,
 )
 from burrito_py.server.ui.session import CSRF_FIELD, CSRF_HEADER, Sessions, forwarded_identity
+from burrito_py.server.ui.streams import BoundedStream, StreamLimits, TooManyStreams, bounded
 from burrito_py.server.views import layer_view, run_view
 
 log = logging.getLogger(__name__)
@@ -66,9 +74,9 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
 
 
 class UiProblem(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.retry_after = status, retry_after
 
 
 class LoginRequired(Exception):
@@ -104,14 +112,25 @@ def _secured(response: Response) -> Response:
     return response
 
 
-def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
-              authenticator: Authenticator | None) -> tuple[APIRouter, LayerIndex]:
+def on_trusted_listener(request: Request, settings: ServerSettings) -> bool:
+    """Whether the request came in on the trusted-header listener (`ui_trusted_headers_port`), which only the
+    authenticating proxy may reach: told by the port of the socket it arrived on, which no client can set."""
+    server = request.scope.get("server")
+    return bool(settings.ui_trusted_headers and server and server[1] == settings.ui_trusted_headers_port)
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else ""
+
+
+def ui_router(settings: ServerSettings, kube: Kube, artifacts: Artifacts,
+              authenticator: ThrottledAuthenticator | None, access: Access) -> tuple[APIRouter, LayerIndex]:
     env = _environment()
     sessions = Sessions(settings.ui_session_key.get_secret_value() if settings.ui_session_key else None,
                         settings.ui_session_ttl_seconds, settings.ui_secure_cookies)
-    reviewer = AccessReviewer(kube)
     managed = frozenset(settings.namespaces)
     index = LayerIndex(kube, settings.namespaces)
+    limits = StreamLimits(settings.ui_max_streams, settings.ui_max_streams_per_user)
 
     def visible(namespace: str) -> bool:
         return not managed or namespace in managed
@@ -143,7 +162,19 @@ def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
                     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                     return _secured(RedirectResponse(f"{PREFIX}/login?next={quote(target, safe='')}", 303))
                 except UiProblem as exc:
+                    page = render(request, "error.html", exc.status, message=str(exc))
+                    if exc.retry_after is not None:
+                        page.headers["Retry-After"] = str(exc.retry_after)
+                    return page
+                except Forbidden as exc:
+                    return render(request, "error.html", 403, message=str(exc))
+                except ReadFailure as exc:
                     return render(request, "error.html", exc.status, message=str(exc))
+                except TooManyStreams as exc:
+                    return _secured(Response(str(exc), status_code=429, headers={"Retry-After": "10"}))
+                except AccessUnavailable as exc:
+                    log.warning("UI %s %s: cannot check access: %s", request.method, request.url.path, exc)
+                    return render(request, "error.html", 503, message=f"cannot check your access now: {exc}")
                 except KubeError as exc:
                     log.warning("UI %s %s: Kubernetes API error %s %s", request.method, request.url.path,
                                 exc.status, exc.reason)
@@ -155,8 +186,10 @@ def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
     router = APIRouter(prefix=PREFIX, route_class=UiRoute, include_in_schema=False)
 
     # -- who is asking ------------------------------------------------------------------------------------------
-    async def principal(request: Request) -> Principal:
-        if settings.ui_trusted_headers:
+    async def identify(request: Request) -> Principal:
+        # Only on the listener the authenticating proxy alone reaches: on the public port these headers are
+        # anyone's to send, and are ignored.
+        if on_trusted_listener(request, settings):
             forwarded = forwarded_identity(request)
             if forwarded is not None:
                 return Principal(forwarded[0], groups=forwarded[1])
@@ -166,21 +199,26 @@ def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
         if token is None:
             raise LoginRequired
         try:
-            return await authenticator.authenticate(token)
+            return await authenticator.authenticate(token, client_address(request))
         except Unauthenticated:
             raise LoginRequired from None
+        except Throttled as exc:
+            raise UiProblem(429, str(exc), exc.retry_after) from None
         except AuthUnavailable as exc:
             raise UiProblem(503, f"cannot check your token now: {exc}") from None
 
-    def user_of(who: Principal) -> User:
-        return User(who.username, who.groups)
+    async def principal(request: Request) -> Principal:
+        who = await identify(request)
+        refusal = access.refusal_of_identity(who)
+        if refusal is not None:
+            raise UiProblem(403, refusal)
+        return who
 
     async def may_act(who: Principal, namespace: str, *, fresh: bool = False) -> bool:
-        if who is AUTH_DISABLED:
-            return True  # auth off (local tests only), as the REST API
-        if is_runner(who, settings.runner_service_account):
-            return False
-        return await reviewer.may_patch_layers(user_of(who), namespace, fresh=fresh)
+        return await access.allowed(who, PATCH_LAYERS, namespace, fresh=fresh)
+
+    async def readable(who: Principal, permission: Permission, namespaces: set[str]) -> set[str]:
+        return await access.namespaces_allowed(who, permission, namespaces)
 
     async def check_post(request: Request) -> tuple[Principal, dict[str, str]]:
         form = await read_form(request)
@@ -194,15 +232,6 @@ def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
                 raise UiProblem(404, f"{namespace}/{name} is not a valid namespace and name")
             if not visible(namespace):
                 raise UiProblem(404, f"{namespace}/{name} is in a namespace this server does not manage")
-
-    async def from_datastore(call: Callable[[], bytes], missing: str) -> bytes:
-        try:
-            return await anyio.to_thread.run_sync(call)
-        except DatastoreError as exc:
-            if exc.status_code == 404:
-                raise UiProblem(404, missing) from None
-            log.warning("UI: datastore error: %s", exc)
-            raise UiProblem(503 if exc.status_code is None else 502, "the datastore is unavailable") from None
 
     # -- login ----------------------------------------------------------------------------------------------------
     def safe_next(value: str | None) -> str:
@@ -218,7 +247,7 @@ def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
     @router.get("/login")
     async def login_form(request: Request, next: str | None = None) -> Response:
         return render(request, "login.html", next=safe_next(next), error="",
-                      trusted_headers=settings.ui_trusted_headers)
+                      trusted_headers=on_trusted_listener(request, settings))
 
     @router.post("/login")
     async def login(request: Request) -> Response:
@@ -229,16 +258,26 @@ def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
         if authenticator is None:
             raise UiProblem(400, "authentication is disabled on this server: nothing to log in to")
         try:
-            who = await authenticator.authenticate(token) if token else None
+            who = await authenticator.authenticate(token, client_address(request)) if token else None
         except Unauthenticated:
             who = None
+        except Throttled as exc:
+            log.warning("UI: login throttled for %s: %s", client_address(request), exc)
+            page = render(request, "login.html", 429, next=target, error=f"Too many attempts: {exc}.",
+                          trusted_headers=on_trusted_listener(request, settings))
+            page.headers["Retry-After"] = str(exc.retry_after)
+            return page
         except AuthUnavailable as exc:
             raise UiProblem(503, f"cannot check the token now: {exc}") from None
         if who is None:
             # Never echo or log the token.
             return render(request, "login.html", 401, next=target, error="The Kubernetes API did not accept "
                           "this token (expired, revoked, or not for the audience burrito-py).",
-                          trusted_headers=settings.ui_trusted_headers)
+                          trusted_headers=on_trusted_listener(request, settings))
+        refusal = access.refusal_of_identity(who)
+        if refusal is not None:
+            return render(request, "login.html", 403, next=target, error=refusal,
+                          trusted_headers=on_trusted_listener(request, settings))
         response = RedirectResponse(target, 303)
         sessions.log_in(request, response, token)
         log.info("UI: %s logged in", who.username)
@@ -253,55 +292,95 @@ def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
         sessions.log_out(response)
         return response
 
+    # -- event streams ------------------------------------------------------------------------------------------
+    def stream(request: Request, who: Principal, events: AsyncIterator[str],
+               still_allowed: Callable[[Principal], Coroutine[Any, Any, bool]]) -> Response:
+        """A bounded event stream (streams.py): counted for the user, ended after its lifetime, re-checked."""
+        release = limits.acquire(who.username)
+
+        async def check() -> bool:
+            try:
+                current = await principal(request)  # the token again (revoked: gone), and not a runner
+            except LoginRequired:
+                return False
+            except UiProblem as exc:
+                return exc.status != 403  # throttled or cannot check now (429, 503): ask again next time
+            try:
+                return current.username == who.username and await still_allowed(current)
+            except AccessUnavailable:
+                return True  # the API cannot answer now: keep the stream, ask again next time
+
+        body = bounded(events, lifetime=settings.ui_stream_max_seconds,
+                       recheck_seconds=settings.ui_stream_recheck_seconds, still_allowed=check)
+        return BoundedStream(body, release, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
     # -- layers ------------------------------------------------------------------------------------------------
+    async def visible_rows(who: Principal) -> list[LayerRow]:
+        """The index's rows of the namespaces the user may list layers in (from cached answers when recent)."""
+        rows = list(index.rows.values())
+        allowed = await readable(who, LIST_LAYERS, {row.namespace for row in rows})
+        return [row for row in rows if row.namespace in allowed]
+
     @router.get("/layers")
     async def layers(request: Request) -> Response:
         who = await principal(request)
         await index.ready()
         query = LayerQuery.from_params(request.query_params)
-        page = layer_page(index.rows.values(), query)
+        page = layer_page(await visible_rows(who), query)
         template = "layers_table.html" if request.headers.get("HX-Target") == "layer-table" else "layers.html"
         return render(request, template, who=who, page=page, query=query, nav="layers")
 
     @router.get("/layers/events")
     async def layer_events(request: Request) -> Response:
-        """A `row` event with the rendered row of each changed layer that the page's filters select (the browser
-        replaces the row it shows, if any), and an empty `html` for a layer deleted."""
-        await principal(request)
+        """A `row` event with the rendered row of each changed layer that the page's filters select and the user
+        may list (the browser replaces the row it shows, if any), and an empty `html` for a layer deleted."""
+        who = await principal(request)
         await index.ready()
         query = LayerQuery.from_params(request.query_params)
         template = env.get_template("layer_row.html")
 
-        async def events(queue: asyncio.Queue[tuple[str, str]]) -> AsyncIterator[str]:
-            yield "retry: 3000\n\n"
-            while not await request.is_disconnected():
-                try:
-                    key = await asyncio.wait_for(queue.get(), SSE_KEEPALIVE_SECONDS)
-                except TimeoutError:
-                    yield ": keep-alive\n\n"
-                    continue
-                row = index.rows.get(key)
-                if row is not None and not query.matches(row):
-                    continue
-                html = template.render(row=row) if row is not None else ""
-                yield f"event: row\ndata: {json.dumps({'id': f'layer:{key[0]}/{key[1]}', 'html': html})}\n\n"
+        async def events() -> AsyncIterator[str]:
+            async with index.subscribe() as queue:
+                yield "retry: 3000\n\n"
+                while not await request.is_disconnected():
+                    try:
+                        key = await asyncio.wait_for(queue.get(), SSE_KEEPALIVE_SECONDS)
+                    except TimeoutError:
+                        yield ": keep-alive\n\n"
+                        continue
+                    try:
+                        if not await access.allowed(who, LIST_LAYERS, key[0]):
+                            continue
+                    except AccessUnavailable:
+                        continue  # cannot tell now: send nothing of that namespace
+                    row = index.rows.get(key)
+                    if row is not None and not query.matches(row):
+                        continue
+                    html = template.render(row=row) if row is not None else ""
+                    yield f"event: row\ndata: {json.dumps({'id': f'layer:{key[0]}/{key[1]}', 'html': html})}\n\n"
 
-        return _stream(index, events)
+        async def still_allowed(_: Principal) -> bool:
+            return True  # rows are authorized one by one; the token is checked by `stream`
+
+        return stream(request, who, events(), still_allowed)
 
     @router.get("/layers/{ns}/{name}")
     async def layer(request: Request, ns: str, name: str) -> Response:
         who = await principal(request)
         check_names((ns, name))
+        await access.require(who, GET_LAYERS, ns)
         body = await kube.get(crd_path("terraformlayers", ns, name))
         if body is None:
             raise UiProblem(404, f"TerraformLayer {ns}/{name} not found")
-        runs = [run_view(r) for r in await layer_runs(kube, ns, name)]
+        may_list_runs = await access.allowed(who, LIST_RUNS, ns)
+        runs = [run_view(r) for r in await layer_runs(kube, ns, name)] if may_list_runs else []
         status = body.get("status") or {}
         return render(request, "layer.html", who=who, nav="layers", layer=layer_view(body, None),
                       pending=status.get("pendingPlan") or {}, policy=status.get("policy") or {},
                       drift=status.get("drift") or {}, outputs=[o for o in status.get("outputs") or ()
                                                                if isinstance(o, str)],
-                      runs=runs, may_act=await may_act(who, ns))
+                      runs=runs, may_list_runs=may_list_runs, may_act=await may_act(who, ns))
 
     async def act(request: Request, ns: str, name: str, action: Callable[[dict[str, str]], Coroutine[Any, Any, str]]
                   ) -> Response:
@@ -339,30 +418,30 @@ def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
         return await act(request, ns, name, run)
 
     # -- runs and plans ---------------------------------------------------------------------------------------
-    async def run_or_404(ns: str, name: str) -> Body:
+    async def run_and_artifacts(who: Principal, ns: str, name: str) -> tuple[Body, tuple[str, str]]:
+        """The run, once the user may get runs in its namespace, and where its artifacts are, once the user may get
+        runs there too (a run may name another namespace's layer, whose data would be read)."""
         check_names((ns, name))
+        await access.require(who, GET_RUNS, ns)
         found = await kube.get(crd_path("terraformruns", ns, name))
         if found is None:
             raise UiProblem(404, f"TerraformRun {ns}/{name} not found")
-        return found
-
-    def location(run: Body) -> tuple[str, str]:
         try:
-            return artifacts_of(run, visible)
+            where = artifacts_of(found, visible)
         except NoArtifacts as exc:
             raise UiProblem(404, str(exc)) from None
+        await access.require(who, GET_RUNS, where[0])
+        return found, where
 
-    async def attempt_logs(run: Body) -> dict[int, str]:
-        layer_ns, layer_name = location(run)
+    async def attempt_logs(run: Body, where: tuple[str, str]) -> dict[int, str]:
         view, found = run_view(run), {}
-        for attempt in view.attempts:
-            if not attempt.logs_uploaded:
-                continue
+        uploaded = [attempt for attempt in view.attempts if attempt.logs_uploaded]
+        hide = await artifacts.hidden_values(run, where) if uploaded else None
+        for attempt in uploaded:
             try:
-                data = await anyio.to_thread.run_sync(functools.partial(
-                    datastore.get_logs, layer_ns, layer_name, view.name, attempt.number))
-            except DatastoreError as exc:
-                found[attempt.number] = f"(the log cannot be read now: {exc.status_code or 'unavailable'})"
+                data = await artifacts.logs(run, where, attempt.number, "", hide)
+            except ReadFailure as exc:
+                found[attempt.number] = f"(the log cannot be read now: {exc.status})"
                 continue
             found[attempt.number] = data[-LOG_DISPLAY_BYTES:].decode("utf-8", "replace")
         return found
@@ -370,29 +449,30 @@ def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
     @router.get("/runs/{ns}/{name}")
     async def run_page(request: Request, ns: str, name: str) -> Response:
         who = await principal(request)
-        body = await run_or_404(ns, name)
+        body, where = await run_and_artifacts(who, ns, name)
         view = run_view(body)
-        return render(request, "run.html", who=who, nav="layers", run=view, logs=await attempt_logs(body),
+        return render(request, "run.html", who=who, nav="layers", run=view, logs=await attempt_logs(body, where),
                       live=view.state not in DONE_STATES)
 
     @router.get("/runs/{ns}/{name}/attempts/{number}/logs")
     async def run_log(request: Request, ns: str, name: str, number: int) -> Response:
-        await principal(request)
-        layer_ns, layer_name = location(await run_or_404(ns, name))
-        data = await from_datastore(functools.partial(datastore.get_logs, layer_ns, layer_name, name, number),
-                                    f"no log for attempt {number} of {ns}/{name}")
+        who = await principal(request)
+        body, where = await run_and_artifacts(who, ns, name)
+        data = await artifacts.logs(body, where, number, f"no log for attempt {number} of {ns}/{name}")
         return Response(data, media_type="text/plain; charset=utf-8", headers={
             "Content-Disposition": f'attachment; filename="{name}-{number}.log"'})
 
     @router.get("/runs/{ns}/{name}/events")
     async def run_events(request: Request, ns: str, name: str) -> Response:
         """`attempts` (the rendered attempts table) when the run changes, `log` {attempt, text} with what the
-        running attempt's pod wrote since the last event, `done` when the run has finished."""
-        await principal(request)
-        await run_or_404(ns, name)
+        running attempt's pod wrote since the last event (masked as the stored logs are), `done` when the run has
+        finished."""
+        who = await principal(request)
+        first, where = await run_and_artifacts(who, ns, name)
+        hide = await artifacts.hidden_values(first, where)
         table = env.get_template("attempts.html")
 
-        async def events(_: object) -> AsyncIterator[str]:
+        async def events() -> AsyncIterator[str]:
             yield "retry: 3000\n\n"
             last, sent = "", dict[int, int]()
             while not await request.is_disconnected():
@@ -407,7 +487,7 @@ def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
                     yield f"event: attempts\ndata: {json.dumps({'html': table.render(run=view, prefix=PREFIX)})}\n\n"
                 current = view.attempts[-1] if view.attempts else None
                 if current is not None and not current.logs_uploaded and current.pod_name:
-                    text = await pod_log(ns, current.pod_name)
+                    text = await pod_log(ns, current.pod_name, hide)
                     before = sent.get(current.number, 0)
                     if len(text) > before:
                         sent[current.number] = len(text)
@@ -417,47 +497,56 @@ def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
                     return
                 await asyncio.sleep(RUN_POLL_SECONDS)
 
-        return _stream(None, events)
+        async def still_allowed(current: Principal) -> bool:
+            return all([await access.allowed(current, GET_RUNS, ns), await access.allowed(current, GET_RUNS, where[0])])
 
-    async def pod_log(namespace: str, pod: str) -> str:
+        return stream(request, who, events(), still_allowed)
+
+    async def pod_log(namespace: str, pod: str, hide: SecretValues) -> str:
         try:
-            return await kube.read_text(path("v1", "pods", namespace, pod, "log"))
+            text = await kube.read_text(path("v1", "pods", namespace, pod, "log"))
         except KubeError:
             return ""  # not started yet, or gone: the uploaded log follows
+        # Whole lines only, masked one by one: a value cut by the end of what the pod wrote so far is masked once
+        # its line is complete, and what was sent stays a prefix of what is sent next.
+        complete, newline, _ = text.rpartition("\n")
+        if not newline:
+            return ""
+        return "".join(scrub_text(line, hide) + "\n" for line in complete.split("\n"))
 
     @router.get("/runs/{ns}/{name}/plan")
     async def plan_page(request: Request, ns: str, name: str, attempt: int | None = None) -> Response:
         who = await principal(request)
-        body = await run_or_404(ns, name)
-        layer_ns, layer_name = location(body)
-        data = await from_datastore(
-            functools.partial(datastore.get_plan, layer_ns, layer_name, name, attempt, "json"),
-            f"no plan stored for TerraformRun {ns}/{name}")
+        body, where = await run_and_artifacts(who, ns, name)
+        data = await artifacts.raw_plan(where, name, attempt, "json", f"no plan stored for TerraformRun {ns}/{name}")
+        document = load_json(data)
         try:
-            plan = parse_plan(data)
+            if document is None:
+                raise PlanFormatError("(document): not a JSON object")
+            hide = await artifacts.hidden_values(body, where, document, plan_attempt=attempt)
+            plan = masked_model(parse_plan(document), hide)
         except PlanFormatError as exc:
             raise UiProblem(502, f"the stored plan cannot be read: {exc}") from None
         try:
-            pretty = (await anyio.to_thread.run_sync(functools.partial(
-                datastore.get_plan, layer_ns, layer_name, name, attempt, "pretty"))).decode("utf-8", "replace")
-        except DatastoreError:
+            pretty = (await artifacts.masked_plan(body, where, attempt, "pretty", "")).decode("utf-8", "replace")
+        except ReadFailure as exc:
+            if exc.status != 404:
+                raise
             pretty = ""
         return render(request, "plan.html", who=who, nav="layers", run=run_view(body), plan=plan,
                       groups=plan_groups(plan), pretty=pretty[-LOG_DISPLAY_BYTES:], attempt=attempt,
-                      layer_ns=layer_ns, layer_name=layer_name)
+                      layer_ns=where[0], layer_name=where[1])
 
     @router.get("/runs/{ns}/{name}/plan/download")
     async def plan_download(request: Request, ns: str, name: str, format: str = "json",
                             attempt: int | None = None) -> Response:
-        await principal(request)
+        who = await principal(request)
         if format not in ("json", "pretty"):
             raise UiProblem(400, "format is json or pretty")
-        layer_ns, layer_name = location(await run_or_404(ns, name))
-        data = await from_datastore(
-            functools.partial(datastore.get_plan, layer_ns, layer_name, name, attempt, format),  # type: ignore[arg-type]
-            f"no {format} plan stored for TerraformRun {ns}/{name}")
-        if format == "json":  # the stored JSON holds sensitive values: download only what the model masked
-            data = json.dumps(parse_plan(data).policy_input(), indent=2).encode()
+        body, where = await run_and_artifacts(who, ns, name)
+        # Never the stored JSON (it holds every variable's value and the prior state): the masked document.
+        data = await artifacts.masked_plan(body, where, attempt, "masked-json" if format == "json" else "pretty",
+                                           f"no {format} plan stored for TerraformRun {ns}/{name}")
         media, suffix = ("application/json", "json") if format == "json" else ("text/plain; charset=utf-8", "txt")
         return Response(data, media_type=media, headers={
             "Content-Disposition": f'attachment; filename="{name}-plan.{suffix}"'})
@@ -467,7 +556,8 @@ def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
     async def approvals_page(request: Request) -> Response:
         who = await principal(request)
         await index.ready()
-        every = approvals(index.bodies[key] for key in list(index.bodies) if index.rows[key].pending_sum)
+        shown = {(row.namespace, row.name) for row in await visible_rows(who) if row.pending_sum}
+        every = approvals(index.bodies[key] for key in list(index.bodies) if key in shown)
         pages = max(1, -(-len(every) // PAGE_SIZE))  # paged like the layers: the HTML stays small
         page = min(LayerQuery.from_params(request.query_params).page, pages)
         pending = every[(page - 1) * PAGE_SIZE:page * PAGE_SIZE]
@@ -480,29 +570,17 @@ def ui_router(settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
         who = await principal(request)
         scopes: Sequence[str | None] = sorted(managed) or [None]
         found = await asyncio.gather(*(kube.list(crd_path("terraformpullrequests", ns)) for ns in scopes))
-        rows = pull_request_rows(item for items in found for item in items)
+        every = [item for items in found for item in items]
+        allowed = await readable(who, LIST_PULL_REQUESTS, {item["metadata"]["namespace"] for item in every})
+        rows = pull_request_rows(item for item in every if item["metadata"]["namespace"] in allowed)
         return render(request, "pull_requests.html", who=who, nav="pulls", rows=rows)
 
     return router, index
 
 
-def _stream(index: LayerIndex | None, events: Callable[[Any], AsyncIterator[str]]) -> Response:
-    async def body() -> AsyncIterator[str]:
-        if index is None:
-            async for chunk in events(None):
-                yield chunk
-            return
-        async with index.subscribe() as queue:
-            async for chunk in events(queue):
-                yield chunk
-
-    return StreamingResponse(body(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-
-
-def mount_ui(app: FastAPI, settings: ServerSettings, kube: Kube, datastore: DatastoreClient,
-             authenticator: Authenticator | None) -> LayerIndex:
-    router, index = ui_router(settings, kube, datastore, authenticator)
+def mount_ui(app: FastAPI, settings: ServerSettings, kube: Kube, artifacts: Artifacts,
+             authenticator: ThrottledAuthenticator | None, access: Access) -> LayerIndex:
+    router, index = ui_router(settings, kube, artifacts, authenticator, access)
     app.include_router(router)
     app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="ui-static")
     return index

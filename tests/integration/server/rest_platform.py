@@ -1,6 +1,16 @@
 """The emulator with a repository, two layers in two namespaces and their runs (status written through the
 /status subresource), a datastore with auth on holding their plans and logs, and the server with auth on
-(its TokenReviews going to the emulator); one token per kind of caller (for test_rest_*.py)."""
+(its TokenReviews and SubjectAccessReviews going to the emulator, RBAC enforced); one token per kind of caller
+(for test_rest_*.py):
+
+- `person`: an operator who may read burrito-py's kinds and patch layers in every namespace (a ClusterRole), but
+  not read Secrets;
+- `tenant-a`: a tenant user of team-a (a Role there: read and patch layers, read runs, repositories and pull
+  requests), nothing in team-b;
+- `auditor`: reads team-a's kinds and its Secrets (so the raw plan JSON);
+- `nobody`: authenticated, no grant;
+- `runner`: team-a's runner ServiceAccount (its Role lets it get team-a's runs);
+- `controller`, `server`: the components' accounts (datastore admins)."""
 
 from __future__ import annotations
 
@@ -31,6 +41,11 @@ from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
 
 AUDIENCE = "burrito-py"
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+READ_KINDS = {"apiGroups": [ann.GROUP], "verbs": ["get", "list", "watch"],
+              "resources": ["terraformlayers", "terraformruns", "terraformrepositories", "terraformpullrequests"]}
+PATCH_LAYERS = {"apiGroups": [ann.GROUP], "resources": ["terraformlayers"], "verbs": ["patch"]}
+READ_SECRETS = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
 SYSTEM = "burrito-py-system"
 CONTROLLERS = (SYSTEM, "burrito-py-controllers")
 SERVER = (SYSTEM, "burrito-py-server")
@@ -167,16 +182,38 @@ def _objects(applier: Applier, kube: httpx.Client) -> None:
     })
 
 
+def grant(kube: httpx.Client, name: str, rules: list[dict[str, Any]], subject: dict[str, str],
+          namespace: str | None = None) -> None:
+    """A Role (or, without namespace, a ClusterRole) with `rules`, bound to `subject`."""
+    scope = f"{RBAC}/namespaces/{namespace}" if namespace else RBAC
+    kind = "Role" if namespace else "ClusterRole"
+    kube.post(f"{scope}/{kind.lower()}s", json={"metadata": {"name": name}, "rules": rules}).raise_for_status()
+    kube.post(f"{scope}/{kind.lower()}bindings", json={
+        "metadata": {"name": name}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+        "subjects": [subject]}).raise_for_status()
+
+
+def account(namespace: str, name: str) -> dict[str, str]:
+    return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+
+
 def _tokens(platform: RestPlatform) -> None:
     http, api = platform.kube, platform.api
     grant_runner_access(http, NS_A)
-    for namespace, account in (CONTROLLERS, SERVER, (NS_A, "someone")):
-        ensure_service_account(http, namespace, account)
+    for namespace, name in (CONTROLLERS, SERVER, (NS_A, "someone"), (NS_A, "tenant"), (NS_A, "auditor"),
+                            (NS_A, "nobody")):
+        ensure_service_account(http, namespace, name)
+    grant(http, "burrito-py-operator", [READ_KINDS, PATCH_LAYERS], account(NS_A, "someone"))
+    grant(http, "tenant", [READ_KINDS, PATCH_LAYERS], account(NS_A, "tenant"), NS_A)
+    grant(http, "auditor", [READ_KINDS, READ_SECRETS], account(NS_A, "auditor"), NS_A)
     runner_uid = http.get(f"/api/v1/namespaces/{NS_A}/serviceaccounts/{RUNNER_SA}").json()["metadata"]["uid"]
     platform.tokens.update({
         "controller": request_token(http, *CONTROLLERS, [AUDIENCE]),
         "server": request_token(http, *SERVER, [AUDIENCE]),
         "person": request_token(http, NS_A, "someone", [AUDIENCE]),
+        "tenant-a": request_token(http, NS_A, "tenant", [AUDIENCE]),
+        "auditor": request_token(http, NS_A, "auditor", [AUDIENCE]),
+        "nobody": request_token(http, NS_A, "nobody", [AUDIENCE]),
         "runner": request_token(http, NS_A, RUNNER_SA, [AUDIENCE]),
         "wrong-audience": request_token(http, NS_A, "someone", ["https://kubernetes.default.svc.cluster.local"]),
         # Signed by the emulator, but already expired (what a token issued long ago looks like).

@@ -1,6 +1,7 @@
 """The server's REST API (docs/architecture.md §11.2) over real HTTP with auth on: tokens from the emulator's
-TokenRequest checked by a real TokenReview, layers and runs read live from the emulator, plans and logs from a datastore
-with auth on."""
+TokenRequest checked by a real TokenReview, reads and actions authorized by the emulator's RBAC through
+SubjectAccessReviews, layers and runs read live from the emulator, plans and logs from a datastore with auth on.
+Who may not read what: test_read_authorization.py."""
 
 from __future__ import annotations
 
@@ -96,9 +97,8 @@ def test_a_bearer_scheme_without_token_and_another_scheme_are_401(platform: Rest
             assert "missing credentials" in answer.json()["error"]
 
 
-@pytest.mark.parametrize("identity", ["person", "controller", "runner"])
-def test_any_authenticated_identity_may_read(platform: RestPlatform, identity: str) -> None:
-    with platform.client(identity) as client:
+def test_an_identity_granted_reads_reads(platform: RestPlatform) -> None:
+    with platform.client("person") as client:
         for route in READ_ROUTES:
             assert client.get(route).status_code == 200, route
 
@@ -224,17 +224,18 @@ def test_missing_logs_are_404_naming_the_attempt(http: httpx.Client) -> None:
     assert http.get(f"/api/runs/{NS_A}/{OLD_PLAN}/attempts/3/logs").status_code == 404
 
 
-@pytest.mark.parametrize(("fmt", "body", "media"), [
-    (None, PLAN_PRETTY, "text/plain; charset=utf-8"),
-    ("pretty", PLAN_PRETTY, "text/plain; charset=utf-8"),
-    ("json", PLAN_JSON, "application/json"),
-    ("short", PLAN_SHORT, "text/plain; charset=utf-8"),
+@pytest.mark.parametrize(("fmt", "body", "media", "identity"), [
+    (None, PLAN_PRETTY, "text/plain; charset=utf-8", "person"),
+    ("pretty", PLAN_PRETTY, "text/plain; charset=utf-8", "person"),
+    ("json", PLAN_JSON, "application/json", "auditor"),  # the stored JSON: who may read team-a's Secrets
+    ("short", PLAN_SHORT, "text/plain; charset=utf-8", "tenant-a"),
 ])
 def test_each_plan_format_is_the_latest_attempts_uploaded_bytes(
-    http: httpx.Client, fmt: str | None, body: bytes, media: str
+    platform: RestPlatform, fmt: str | None, body: bytes, media: str, identity: str
 ) -> None:
     params = {"format": fmt} if fmt else {}
-    answer = http.get(f"/api/runs/{NS_A}/{OLD_PLAN}/plan", params=params)
+    with platform.client(identity) as client:
+        answer = client.get(f"/api/runs/{NS_A}/{OLD_PLAN}/plan", params=params)
     assert answer.status_code == 200, answer.text
     assert answer.content == body  # attempt 2's, not attempt 1's (FIRST_ATTEMPT_SHORT)
     assert answer.content != FIRST_ATTEMPT_SHORT
@@ -246,16 +247,24 @@ def test_the_binary_plan_is_not_served(http: httpx.Client) -> None:
     assert answer.status_code == 400 and "'format'" in answer.json()["error"]
 
 
+def test_the_masked_json_is_the_plan_models_document(http: httpx.Client) -> None:
+    answer = http.get(f"/api/runs/{NS_A}/{OLD_PLAN}/plan", params={"format": "masked-json"})
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/json"
+    document = answer.json()
+    assert [rc["address"] for rc in document["resource_changes"]] == ["null_resource.a"]
+    assert document["variables"] == {} and "prior_state" not in document and "configuration" not in document
+
+
 @pytest.mark.parametrize("run", [(NS_A, NEW_APPLY), (NS_B, NETWORK_PLAN)])
 def test_a_missing_plan_is_404(http: httpx.Client, run: tuple[str, str]) -> None:
-    for fmt in ("pretty", "json", "short"):
+    for fmt in ("pretty", "short", "masked-json"):
         answer = http.get(f"/api/runs/{run[0]}/{run[1]}/plan", params={"format": fmt})
         assert answer.status_code == 404
         assert answer.json() == {"error": f"no {fmt} plan for TerraformRun {run[0]}/{run[1]}"}
 
 
 # -- sync ---------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("identity", ["person", "controller"])
+@pytest.mark.parametrize("identity", ["person"])
 def test_sync_sets_sync_now_on_the_layer(platform: RestPlatform, identity: str) -> None:
     before = utcnow().replace(microsecond=0)
     with platform.client(identity) as client:
@@ -278,7 +287,8 @@ def test_a_runner_may_not_ask_for_a_sync(platform: RestPlatform) -> None:
         answer = client.post(f"/api/layers/{NS_A}/app/sync")
     assert answer.status_code == 403, answer.text
     assert answer.json()["error"] == (
-        f"system:serviceaccount:{NS_A}:burrito-py-runner is a runner; runners may not ask for syncs"
+        f"system:serviceaccount:{NS_A}:burrito-py-runner is a runner; runner identities may not use the server's "
+        "REST API or UI (their own artifacts are in the datastore)"
     )
     after = platform.layer(NS_A, "app")
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
@@ -336,7 +346,7 @@ def test_a_run_naming_an_invalid_layer_namespace_has_no_artifacts(
     body["spec"]["layer"]["namespace"] = layer_namespace
     create(platform.kube, "terraformruns", NS_B, body)
     try:
-        with platform.client("runner") as client:
+        with platform.client("person") as client:
             for route in (f"/api/runs/{NS_B}/crafted/attempts/1/logs", f"/api/runs/{NS_B}/crafted/plan"):
                 answer = client.get(route)
                 assert answer.status_code == 404, (route, answer.text)

@@ -1,6 +1,6 @@
 """schemathesis over the server's own OpenAPI (the REST API and the webhook), over real HTTP with auth on: no
 input yields a 5xx, as a person (every handler reached, syncs included) or as a runner (the sync route, where
-a runner is refused with a 403; runners read as anyone else does)."""
+a runner is refused with a 403, as on every route)."""
 
 from __future__ import annotations
 

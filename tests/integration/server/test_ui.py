@@ -15,7 +15,7 @@ from burrito_py.api import annotations as ann
 from burrito_py.datastore.testing import free_port
 from burrito_py.plans.model import parse_plan
 from burrito_py.server.serving import running_server
-from tests.integration.server.rest_platform import NS_A, NS_B, REPO_URL, RestPlatform
+from tests.integration.server.rest_platform import NS_A, NS_B, READ_KINDS, REPO_URL, RestPlatform, grant
 from tests.integration.server.ui_platform import (
     BULK,
     BULK_LAYERS,
@@ -106,18 +106,30 @@ def test_login_needs_the_csrf_token(platform: RestPlatform) -> None:
         assert answer.status_code == 403 and "burrito_py_session" not in browser.cookies
 
 
-def test_trusted_headers_only_when_enabled(platform: RestPlatform) -> None:
+def test_trusted_headers_only_on_their_own_listener(platform: RestPlatform) -> None:
+    """Attack (finding 13): a forged X-Forwarded-User on the public port (the one webhooks need) is ignored, even
+    with trusted-header mode on; only the separate listener the proxy alone reaches reads it. Before the fix the
+    public port took the header as the user when the mode was on."""
     headers = {"X-Forwarded-User": "jane@example.com", "X-Forwarded-Groups": "ops, sre"}
     with httpx.Client(base_url=platform.server_url, headers=headers) as browser:
         assert browser.get("/ui/layers").status_code == 303  # ignored: the setting is off
+    grant(platform.kube, "sre-viewers", [READ_KINDS], {"kind": "Group", "name": "sre",
+                                                       "apiGroup": "rbac.authorization.k8s.io"})
     assert platform.settings is not None
-    settings = platform.settings.model_copy(update={"port": free_port(), "ui_trusted_headers": True})
-    with running_server(settings) as url, httpx.Client(base_url=url, headers=headers) as browser:
-        page = browser.get("/ui/layers")
-        assert page.status_code == 200 and "jane@example.com" in page.text
-        # jane has no grant anywhere: the review says no, with her groups.
-        approvals = browser.get("/ui/approvals").text
-        assert re.search(r'<button type="submit" class="approve" disabled', approvals)
+    trusted_port = free_port()
+    settings = platform.settings.model_copy(update={"port": free_port(), "ui_trusted_headers": True,
+                                                    "ui_trusted_headers_port": trusted_port})
+    with running_server(settings) as url:
+        with httpx.Client(base_url=url, headers=headers) as browser:
+            page = browser.get("/ui/layers")
+            assert page.status_code == 303 and "jane" not in page.text  # the public port: no such user
+            assert browser.get("/ui/layers/events").status_code == 401
+        with httpx.Client(base_url=f"http://127.0.0.1:{trusted_port}", headers=headers) as browser:
+            page = browser.get("/ui/layers")
+            assert page.status_code == 200 and "jane@example.com" in page.text
+            # jane reads through her group sre, and may patch nothing: the review says no, with her groups.
+            approvals = browser.get("/ui/approvals").text
+            assert re.search(r'<button type="submit" class="approve" disabled', approvals)
 
 
 # -- layers ------------------------------------------------------------------------------------------------------

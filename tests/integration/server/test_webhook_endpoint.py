@@ -327,7 +327,7 @@ def test_a_burst_of_unsigned_deliveries_reads_nothing_from_the_api_and_is_thrott
         assert throttled.status_code == 429 and int(throttled.headers["Retry-After"]) >= 1
         # Another source (the provider, seen through a trusted proxy) is not held back by the flood.
     proxied = server_settings(webhook_failures_per_minute=0.5, webhook_failures_burst=1,
-                              webhook_trusted_proxies=["127.0.0.0/8"])
+                              forwarded_allow_ips=["127.0.0.1"])
     with running_server(proxied) as url, httpx.Client(base_url=url, timeout=10) as http:
         for _ in range(3):
             http.post("/api/webhook", content=body, headers={"X-GitHub-Event": "push", "X-Forwarded-For": "192.0.2.66"})

@@ -1,7 +1,8 @@
-"""The REST platform (rest_platform.py) plus what the UI tests need: two users on the emulator, one who may patch
-TerraformLayers in team-a (a Role and RoleBinding) and one who may not, one allowed through a group in team-b, a
-pending plan on team-a/app, a run per fixture plan with its plan JSON in the datastore, 120 layers in `bulk`, and
-a pull request."""
+"""The REST platform (rest_platform.py) plus what the UI tests need: two users on the emulator who may read
+burrito-py's kinds everywhere (a ClusterRole), one of whom may patch TerraformLayers in team-a (a Role and
+RoleBinding) and one who may not, one allowed through a group in team-b (and reading nothing), a pending plan on
+team-a/app, a run per fixture plan with its plan JSON in the datastore, 120 layers in `bulk`, and a pull request.
+The REST platform's `tenant-a` reads and acts in team-a only."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ from tests.integration.server.rest_platform import (
     AUDIENCE,
     NS_A,
     NS_B,
+    READ_KINDS,
     RestPlatform,
+    account,
     create,
+    grant,
     run_body,
     running_rest_platform,
 )
@@ -53,10 +57,12 @@ def _grant(kube: httpx.Client, namespace: str, subject: dict[str, str]) -> None:
 
 def _ui_objects(platform: RestPlatform) -> None:
     kube = platform.kube
-    for namespace, account in ((NS_A, "alice"), (NS_A, "bob"), (NS_B, "carol")):
-        ensure_service_account(kube, namespace, account)
-        platform.tokens[account] = request_token(kube, namespace, account, [AUDIENCE])
+    for namespace, name in ((NS_A, "alice"), (NS_A, "bob"), (NS_B, "carol")):
+        ensure_service_account(kube, namespace, name)
+        platform.tokens[name] = request_token(kube, namespace, name, [AUDIENCE])
     _grant(kube, NS_A, {"kind": "ServiceAccount", "name": "alice", "namespace": NS_A})
+    grant(kube, "burrito-py-viewer-alice", [READ_KINDS], account(NS_A, "alice"))
+    grant(kube, "burrito-py-viewer-bob", [READ_KINDS], account(NS_A, "bob"))
     # carol may act in team-b only through her group (the groups of the TokenReview reach the review).
     _grant(kube, NS_B, {"kind": "Group", "name": f"system:serviceaccounts:{NS_B}",
                         "apiGroup": "rbac.authorization.k8s.io"})

@@ -61,6 +61,7 @@ DATASTORE: list[Rule] = [
 ]
 DATASTORE_TENANT: list[Rule] = [(CORE, "pods", "get", ())]
 TOKEN_REVIEWS: Rule = ("authentication.k8s.io", "tokenreviews", "create", ())
+ACCESS_REVIEWS: Rule = ("authorization.k8s.io", "subjectaccessreviews", "create", ())
 RUNNER: list[Rule] = [
     (TF, "terraformruns", "get", ()),
     (TF, "terraformlayers", "get patch", ()),
@@ -115,6 +116,9 @@ def expected(tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, 
                                  ("authorization.k8s.io", "subjectaccessreviews", "create", ())], ["cluster"])
     out |= expand(sa("datastore"), DATASTORE, scopes) | expand(sa("datastore"), [TOKEN_REVIEWS], ["cluster"])
     out |= expand(sa("datastore"), DATASTORE_TENANT, tenants)
+    # Who reads /metrics (burrito_py/metrics_auth.py): a TokenReview, then may that user get /metrics.
+    out |= expand(sa("controllers"), [TOKEN_REVIEWS, ACCESS_REVIEWS], ["cluster"])
+    out |= expand(sa("datastore"), [ACCESS_REVIEWS], ["cluster"])
     for tenant in tenants:
         out |= expand(f"{tenant}/burrito-py-runner", RUNNER, [tenant])
     return out
@@ -224,7 +228,7 @@ def test_runner_rules_match_the_runner_api_calls() -> None:
 def test_rule_counts_per_component() -> None:
     """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
     counts = grants_per_component(rendered("default"), RELEASE)
-    assert counts == {"controllers": 54, "server": 23, "datastore": 4, "runner": 6}
+    assert counts == {"controllers": 56, "server": 23, "datastore": 5, "runner": 6}
 
 
 def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:
@@ -257,3 +261,22 @@ def test_datastore_admins_may_reach_the_datastore_through_the_service_proxy_and_
     binding = find(objects, "RoleBinding", f"{RELEASE}-plan-download")
     assert [(s["kind"], s["name"]) for s in binding["subjects"]] == [("User", "alice@example.com"),
                                                                     ("Group", "platform")]
+
+
+def test_prometheus_may_be_bound_to_get_metrics_and_nothing_else() -> None:
+    """The controllers' and the datastore's /metrics answer only who may get the non-resource URL /metrics
+    (burrito_py/metrics_auth.py): the chart's metrics-reader ClusterRole grants that alone, bound to the subjects
+    of metrics.readers; the ServiceMonitor scrapes with Prometheus's service-account token."""
+    from burrito_py.deploy.chart import render_chart
+
+    role = find(rendered("default"), "ClusterRole", f"{RELEASE}-metrics-reader")
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert not [o for o in rendered("default") if o["kind"] == "ClusterRoleBinding"
+                and o["metadata"]["name"] == f"{RELEASE}-metrics-reader"]
+    prometheus = {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}
+    objects = render_chart({"metrics": {"readers": [prometheus], "serviceMonitor": {"enabled": True}}}, RELEASE,
+                           NAMESPACE)
+    binding = find(objects, "ClusterRoleBinding", f"{RELEASE}-metrics-reader")
+    assert binding["subjects"] == [prometheus] and binding["roleRef"]["name"] == f"{RELEASE}-metrics-reader"
+    endpoint = find(objects, "ServiceMonitor", f"{RELEASE}-controllers")["spec"]["endpoints"][0]
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"

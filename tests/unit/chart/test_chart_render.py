@@ -65,7 +65,8 @@ def test_servicemonitor_shape() -> None:
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     service = find(rendered("monitoring-ingress"), "Service", f"{RELEASE}-controllers-metrics")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s",
+                                             "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}]
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 

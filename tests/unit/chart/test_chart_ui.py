@@ -8,6 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from burrito_py.deploy.chart import render_chart
 from burrito_py.deploy.chartgen import CHART_DIR
 from tests.unit.chart.rendering import NAMESPACE, RELEASE, find, rendered
@@ -57,3 +59,48 @@ def test_an_upgrade_keeps_the_key_it_finds(tmp_path: Path) -> None:
 
     assert key_with('(dict "data" (dict "sessionKey" "a2VlcA=="))') == "a2VlcA=="
     assert key_with("(dict)") != "a2VlcA=="  # nothing found: a new key
+
+
+def test_cookies_are_secure_by_default_in_the_chart() -> None:
+    """Attack (finding 13): behind a TLS-terminating Ingress the server sees http, so without the setting its session
+    cookie went out without Secure; the chart had no value to force it."""
+    config = find(rendered("default"), "ConfigMap", f"{RELEASE}-server")["data"]
+    assert config["BURRITO_PY_SERVER_UI_SECURE_COOKIES"] == "true"
+    off = render_chart({"server": {"config": {"uiSecureCookies": False}}}, RELEASE, NAMESPACE)
+    assert find(off, "ConfigMap", f"{RELEASE}-server")["data"]["BURRITO_PY_SERVER_UI_SECURE_COOKIES"] == "false"
+
+
+def test_stream_bounds_and_forwarded_addresses_reach_the_server() -> None:
+    values = {"server": {"config": {"uiMaxStreamsPerUser": 3, "forwardedAllowIps": ["10.0.0.0/8"]}}}
+    config = find(render_chart(values, RELEASE, NAMESPACE), "ConfigMap", f"{RELEASE}-server")["data"]
+    assert config["BURRITO_PY_SERVER_UI_MAX_STREAMS_PER_USER"] == "3"
+    assert config["BURRITO_PY_SERVER_FORWARDED_ALLOW_IPS"] == '["10.0.0.0/8"]'
+    assert config["BURRITO_PY_SERVER_UI_MAX_STREAMS"] == "512"
+
+
+def _service_ports(objects: list[dict[str, Any]]) -> list[str]:
+    return [p["name"] for p in find(objects, "Service", f"{RELEASE}-server")["spec"]["ports"]]
+
+
+def test_trusted_headers_get_their_own_port_that_only_the_proxy_reaches() -> None:
+    """Attack (finding 13): trusted-header mode was served on the port webhooks make public. Now it is a second
+    port, in the Service and the container, and the NetworkPolicy lets only trustedProxyFrom reach it."""
+    assert _service_ports(rendered("default")) == ["http"]
+    proxy = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "oauth2-proxy"}}}
+    values = {"server": {"config": {"uiTrustedHeaders": True}},
+              "networkPolicy": {"enabled": True, "trustedProxyFrom": [proxy]}}
+    objects = render_chart(values, RELEASE, NAMESPACE)
+    assert _service_ports(objects) == ["http", "proxy"]
+    container = find(objects, "Deployment", f"{RELEASE}-server")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "proxy", "containerPort": 8083, "protocol": "TCP"} in container["ports"]
+    rules = find(objects, "NetworkPolicy", f"{RELEASE}-server")["spec"]["ingress"]
+    proxy_rules = [r for r in rules if r["ports"][0]["port"] == "proxy"]
+    assert proxy_rules == [{"ports": [{"port": "proxy", "protocol": "TCP"}], "from": [proxy]}]
+    assert all(r["ports"][0]["port"] != "proxy" or r.get("from") for r in rules)
+    # Without a NetworkPolicy naming the proxy, any pod could reach the port: the chart refuses.
+    for network_policy in ({"enabled": True}, {"enabled": False, "trustedProxyFrom": [proxy]}):
+        with pytest.raises(Exception, match=r"uiTrustedHeaders needs networkPolicy\.enabled"):
+            render_chart({"server": {"config": {"uiTrustedHeaders": True}}, "networkPolicy": network_policy},
+                         RELEASE, NAMESPACE)
+    config = find(objects, "ConfigMap", f"{RELEASE}-server")["data"]
+    assert config["BURRITO_PY_SERVER_UI_TRUSTED_HEADERS_PORT"] == "8083"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 
 import pytest
@@ -205,15 +204,12 @@ def test_refused_deliveries_are_limited_per_source_and_come_back_with_time() -> 
     assert unlimited.retry_after("a") is None
 
 
-@pytest.mark.parametrize(("peer", "forwarded", "source"), [
-    ("203.0.113.7", None, "203.0.113.7"),
-    ("203.0.113.7", "198.51.100.1", "203.0.113.7"),  # an untrusted peer's X-Forwarded-For is ignored
-    ("10.0.0.5", "198.51.100.1", "198.51.100.1"),  # the trusted proxy names the client
-    ("10.0.0.5", "1.2.3.4, 198.51.100.1", "198.51.100.1"),  # a client cannot choose its source by prepending
-    ("10.0.0.5", "198.51.100.1, 10.0.0.9", "198.51.100.1"),  # chained trusted proxies
-    ("10.0.0.5", "garbage", "10.0.0.5"),
-    ("2001:db8:1:2:3:4:5:6", None, "2001:db8:1:2::/64"),  # one host holds a /64
-    ("::ffff:203.0.113.7", None, "203.0.113.7"),
+@pytest.mark.parametrize(("peer", "source"), [
+    ("203.0.113.7", "203.0.113.7"),
+    ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),  # one host holds a /64
+    ("::ffff:203.0.113.7", "203.0.113.7"),
+    ("not-an-address", "not-an-address"),
+    (None, "unknown"),
 ])
-def test_the_source_of_a_delivery(peer: str, forwarded: str | None, source: str) -> None:
-    assert source_of(peer, forwarded, [ipaddress.ip_network("10.0.0.0/8")]) == source
+def test_the_source_of_a_delivery(peer: str | None, source: str) -> None:
+    assert source_of(peer) == source
