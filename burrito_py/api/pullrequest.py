@@ -51,6 +51,10 @@ class TerraformPullRequestSpec(ApiModel):
     state: PullRequestState = Field(default="open", description="open, closed or merged.")
     title: str = Field(default="", description="Its title.")
     url: str = Field(default="", description="Its web page.")
+    updated_at: str | None = Field(
+        default=None, description="When the provider last changed it, from the webhook event that wrote this spec "
+        "(RFC 3339): an event older than this is a replay and is ignored."
+    )
 
 
 class PullRequestLayer(ApiModel):

@@ -17,6 +17,7 @@ from burrito_py.controllers.policies import PolicyBook
 from burrito_py.controllers.pull_request_decisions import PullRequestMemory
 from burrito_py.controllers.scheduler import Scheduler
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.controllers.webhook_keys import WebhookKeyPublisher
 
 if TYPE_CHECKING:
     from burrito_py.datastore.client import DatastoreClient
@@ -39,11 +40,18 @@ class Context:
     repositories: Scheduler[Key] | None = None
     pull_requests: Scheduler[Key] | None = None
     datastore: DatastoreClient | None = None
+    webhook_keys: WebhookKeyPublisher | None = None  # set from the settings when not given
     # Set once the initial listing is in the inventory: deciding before that could duplicate runs.
     primed: bool = False
 
     def __post_init__(self) -> None:
         self.inventory.layers.on_change = functools.partial(wake_related, self)
+        if self.webhook_keys is None:
+            from burrito_py.controllers.leader_election import own_namespace
+
+            settings = self.settings
+            self.webhook_keys = WebhookKeyPublisher(settings.webhook_keys_namespace or own_namespace(),
+                                                    settings.webhook_keys_secret, settings.webhook_keys_per_namespace)
 
     def wake_layer(self, key: Key, after: timedelta | float = 0.0) -> None:
         if self.layers is not None and self.primed:

@@ -110,9 +110,11 @@ class Kube:
         items: list[Body] = result.get("items") or []
         return items
 
-    async def list_versioned(self, resource_path: str) -> tuple[builtins.list[Body], str]:
-        """The items and the list's resourceVersion, to watch from."""
-        result = await self._call("GET", resource_path)
+    async def list_versioned(self, resource_path: str, field_selector: str | None = None
+                             ) -> tuple[builtins.list[Body], str]:
+        """The items and the list's resourceVersion, to watch from. `metadata.name=<n>` as `field_selector` lists
+        one object with RBAC limited to that name."""
+        result = await self._call("GET", resource_path, query={"fieldSelector": field_selector})
         return result.get("items") or [], str((result.get("metadata") or {}).get("resourceVersion") or "")
 
     async def create(self, resource_path: str, body: Mapping[str, Any]) -> Body:
@@ -147,12 +149,14 @@ class Kube:
         return text
 
     async def watch(
-        self, resource_path: str, resource_version: str, timeout_seconds: int = 300
+        self, resource_path: str, resource_version: str, timeout_seconds: int = 300, field_selector: str | None = None
     ) -> AsyncIterator[Body]:
         """The watch events of a collection from `resource_version` until the server ends the stream
         (after `timeout_seconds`, or when the resource stops being served); a refused watch raises."""
         query = [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
                  ("timeoutSeconds", str(timeout_seconds))]
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         response = await self._api.call_api(
             resource_path, "GET", query_params=query, header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout_seconds + 30,

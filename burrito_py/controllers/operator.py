@@ -156,6 +156,8 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         previous = c.inventory.repositories.get(key_of(raw)) if raw.get("metadata") else None
         body = observe(c.inventory.repositories, event)
         if body is None:
+            if event.get("type") == "DELETED" and raw.get("metadata"):
+                c.wake_repository(key_of(raw))  # its reconcile withdraws its webhook key
             return
         # Our own status writes come back as events: fetch again only when asked to or when the spec
         # changed, and wake the layers only when what they read (branches, conditions) changed.

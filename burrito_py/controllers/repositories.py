@@ -24,6 +24,8 @@ from burrito_py.controllers.events import post_event
 from burrito_py.controllers.inventory import Body, Key, key_of
 from burrito_py.controllers.kube import KubeError, crd_path, path
 from burrito_py.controllers.layer_validation import cross_namespace_problem
+from burrito_py.controllers.webhook_keys import CONDITION as WEBHOOKS
+from burrito_py.controllers.webhook_keys import webhook_entry
 from burrito_py.gitops.credentials import CredentialsError, GitCredentials, credentials_from_secret
 from burrito_py.gitops.mirror import GitError, GitMirror
 from burrito_py.gitops.paths import Change
@@ -58,14 +60,18 @@ async def reconcile_repository(ctx: Context, key: Key) -> None:
         raise
     finally:
         metrics.RECONCILE_SECONDS.labels("repository").observe(time.perf_counter() - started)
-        ctx.wake_repository(key, ctx.settings.repository_poll_interval)
+        if ctx.inventory.repositories.get(key) is not None:  # a deleted one is not polled any more
+            ctx.wake_repository(key, ctx.settings.repository_poll_interval)
 
 
 async def _reconcile(ctx: Context, key: Key) -> None:
     repository = ctx.inventory.repositories.get(key)
     if repository is None or repository["metadata"].get("deletionTimestamp"):
+        if ctx.webhook_keys is not None:  # its webhook key goes with it
+            await ctx.webhook_keys.publish(ctx, key, None, Cond(WEBHOOKS, False, "Deleted"))
         return
     namespace, name = key
+    webhooks = await publish_webhook_key(ctx, repository)
     source = (repository.get("spec") or {}).get("repository") or {}
     url = source.get("url", "")
     # Layers of other namespaces count only when the operator allows it (their own reconcile says why not).
@@ -78,14 +84,15 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     now = utcnow()
     refused = url_policy_problem(url, ctx.settings.allow_file_repositories)
     if refused:
-        await _fail(ctx, repository, branches, "FileURLNotAllowed" if is_file_url(url) else "InvalidURL", refused, now)
+        await _fail(ctx, repository, branches, "FileURLNotAllowed" if is_file_url(url) else "InvalidURL", refused, now,
+                    webhooks)
         for layer in layers:
             ctx.wake_layer(key_of(layer))
         return
     try:
         credentials = await credentials_of(ctx, namespace, source.get("secretName"), url)
     except CredentialsError as exc:  # messages name the Secret and key only
-        await _fail(ctx, repository, branches, "CredentialsInvalid", str(exc), now)
+        await _fail(ctx, repository, branches, "CredentialsInvalid", str(exc), now, webhooks)
         return
     mirror = mirror_for(ctx.settings.git_cache_dir, namespace, name, url)
     try:
@@ -93,7 +100,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         metrics.GIT_FETCHES.labels(f"{namespace}/{name}").inc()
     except GitError as exc:
         # GitError messages are sanitized: no credentials
-        await _fail(ctx, repository, branches, "FetchFailed", str(exc), now)
+        await _fail(ctx, repository, branches, "FetchFailed", str(exc), now, webhooks)
         return
 
     entries = []
@@ -111,7 +118,16 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         for layer, patch in patches:
             await _annotate_layer(ctx, layer, patch)
         entries.append(_branch_entry(branch, head, now, "Synced"))
-    await _write_status(ctx, repository, "Synced", entries, Cond("Synced", True, "FetchSucceeded", ""), now)
+    await _write_status(ctx, repository, "Synced", entries, Cond("Synced", True, "FetchSucceeded", ""), now,
+                        webhooks)
+
+
+async def publish_webhook_key(ctx: Context, repository: Body) -> Cond:
+    """Publish (or withdraw) the repository's webhook key for the server; its `Webhooks` condition."""
+    entry, condition = await webhook_entry(ctx, repository)
+    if ctx.webhook_keys is None:
+        return condition
+    return await ctx.webhook_keys.publish(ctx, key_of(repository), entry, condition)
 
 
 async def credentials_of(ctx: Context, namespace: str, secret_name: str | None, url: str) -> GitCredentials | None:
@@ -127,9 +143,11 @@ async def credentials_of(ctx: Context, namespace: str, secret_name: str | None, 
     return credentials_from_secret(secret, url)
 
 
-async def _fail(ctx: Context, repository: Body, branches: list[str], reason: str, message: str, now: datetime) -> None:
+async def _fail(ctx: Context, repository: Body, branches: list[str], reason: str, message: str, now: datetime,
+                webhooks: Cond) -> None:
     entries = [_branch_entry(b, None, now, f"fetch failed: {message}") for b in branches]
-    await _write_status(ctx, repository, "SyncNeeded", entries, Cond("Synced", False, reason, message), now)
+    await _write_status(ctx, repository, "SyncNeeded", entries, Cond("Synced", False, reason, message), now,
+                        webhooks)
 
 
 def _branch_entry(branch: str, head: str | None, now: datetime, outcome: str) -> Body:
@@ -197,13 +215,13 @@ async def _annotate_layer(ctx: Context, layer: Body, patch: dict[str, str]) -> N
 
 
 async def _write_status(
-    ctx: Context, repository: Body, state: str, branches: list[Body], synced: Cond, now: datetime
+    ctx: Context, repository: Body, state: str, branches: list[Body], synced: Cond, now: datetime, webhooks: Cond
 ) -> None:
     old = repository.get("status") or {}
     status = {
         "state": state,
         "branches": branches,
-        "conditions": merge_conditions(old.get("conditions"), (synced,), now),
+        "conditions": merge_conditions(old.get("conditions"), (synced, webhooks), now),
     }
     if all(status[k] == old.get(k) for k in status):
         return

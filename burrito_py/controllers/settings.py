@@ -146,6 +146,19 @@ class ControllerSettings(BaseSettings):
         description="Let a layer use a TerraformRepository of another namespace (spec.repository.namespace); "
         "its runners then read that repository's sources.",
     )
+    # Webhook keys published for the server, which reads no tenant Secret (controllers/webhook_keys.py).
+    webhook_keys_secret: str = Field(
+        "burrito-py-webhook-keys", min_length=1, max_length=253,
+        description="Secret the controllers write each repository's webhook key into, for the server (one per "
+        "controllers Deployment: the chart names it per shard).",
+    )
+    webhook_keys_namespace: str = Field(
+        "", description="Namespace of that Secret; empty: the pod's own namespace (else default)."
+    )
+    webhook_keys_per_namespace: int = Field(
+        500, ge=1, description="Repositories of one namespace whose webhook keys are published at most (the Secret "
+        "holds 1 MiB for every namespace of the Deployment).",
+    )
     # The Application Generation Layer: ApplicationDefinitions → user kinds → TerraformLayers.
     agl_enabled: bool = Field(True, description="Run the Application Generation Layer controller.")
     # Leader election (docs/architecture.md, "Leader election"): off here so in-process runs need no Lease;

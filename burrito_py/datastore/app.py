@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Respons
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -115,6 +115,13 @@ class DatastoreSettings(BaseSettings):
     )
     provider_cache_index_ttl_seconds: float = Field(600.0, ge=0, description="Age after which an index is read again.")
     provider_cache_max_bytes: int = Field(0, ge=0, description="Archives kept at most (bytes); 0: unbounded.")
+    provider_cache_url_ttl_seconds: float = Field(
+        3600.0, gt=0, description="How long an archive URL handed out by a version document may be used."
+    )
+    provider_cache_url_key: SecretStr | None = Field(
+        default=None, description="Key signing archive URLs (every replica the same); unset: derived from the HTTPS "
+        "key file, else random per process.",
+    )
     tool_cache_enabled: bool = False
     tool_cache_terraform_url: str = "https://releases.hashicorp.com"
     tool_cache_opentofu_url: str = "https://github.com/opentofu/opentofu/releases/download"
@@ -555,4 +562,8 @@ def _mount_caches(app: FastAPI, storage: Storage, settings: DatastoreSettings) -
         if settings.provider_cache_enabled else None
     tools = ToolCache(storage, upstream, settings.tool_cache_terraform_url, settings.tool_cache_opentofu_url,
                       settings.tool_cache_opentofu_index_url, ttl) if settings.tool_cache_enabled else None
-    app.include_router(mirror_router(providers, tools, _caller))
+    from burrito_py.providercache.signing import ArchiveSigner, UrlKeys
+
+    key = settings.provider_cache_url_key.get_secret_value().encode() if settings.provider_cache_url_key else None
+    signer = ArchiveSigner(UrlKeys(key, settings.tls_key_file), settings.provider_cache_url_ttl_seconds)
+    app.include_router(mirror_router(providers, tools, _caller, signer))

@@ -124,6 +124,7 @@ class ControllersConfig(Values):
     allow_file_repositories: bool = setting(ControllerSettings, "allow_file_repositories")
     allow_cross_namespace_repositories: bool = setting(ControllerSettings, "allow_cross_namespace_repositories")
     allow_cross_namespace_dependencies: bool = setting(ControllerSettings, "allow_cross_namespace_dependencies")
+    webhook_keys_per_namespace: int = setting(ControllerSettings, "webhook_keys_per_namespace")
     # On in the chart (its replicas need it), off in the settings (in-process runs need no Lease).
     leader_election: bool = Field(
         True, description=str(ControllerSettings.model_fields["leader_election"].description)
@@ -356,6 +357,8 @@ class ServerConfig(Values):
 
     max_webhook_bytes: int = setting(ServerSettings, "max_webhook_bytes")
     delivery_cache_size: int = setting(ServerSettings, "delivery_cache_size")
+    webhook_failures_per_minute: float = setting(ServerSettings, "webhook_failures_per_minute")
+    webhook_failures_burst: int = setting(ServerSettings, "webhook_failures_burst")
     auth_audiences: list[str] = setting(ServerSettings, "auth_audiences")
     auth_cache_ttl_seconds: float = setting(ServerSettings, "auth_cache_ttl_seconds")
     forwarded_allow_ips: list[str] = setting(ServerSettings, "forwarded_allow_ips")
@@ -416,8 +419,9 @@ class UiSession(Values):
 
 
 class Server(Workload):
-    """Webhooks, the REST API and the web UI (`burrito-py server start`). Webhook secrets are read from each
-    TerraformRepository's Secret (spec.repository.secretName, key webhookSecret) in its namespace."""
+    """Webhooks, the REST API and the web UI (`burrito-py server start`). Webhook secrets come from each
+    TerraformRepository's Secret (spec.repository.secretName, key webhookSecret): the controllers publish their keys
+    into `<release>-webhook-keys`, the one Secret the server may read."""
 
     config: ServerConfig = Field(default_factory=ServerConfig, description="Server settings.")
     ui_session: UiSession = Field(default_factory=UiSession, description="The web UI's session key.")
@@ -516,9 +520,11 @@ class AdmissionPolicy(Values):
 
 
 class NetworkPolicy(Values):
-    """NetworkPolicies: the datastore is reachable only from the controllers, the server and runner pods."""
+    """NetworkPolicies (on by default): the datastore is reachable only from the controllers, the server and runner
+    pods of the tenant namespaces; the controllers only on their metrics and health ports; runner pods from
+    nowhere. Egress is left open unless runnerEgress restricts runner pods (docs/architecture.md §16)."""
 
-    enabled: bool = Field(False, description="Create the NetworkPolicies.")
+    enabled: bool = Field(True, description="Create the NetworkPolicies.")
     server_ingress_from: list[Object] = Field(
         default_factory=list,
         description="NetworkPolicyPeers allowed to reach the server (e.g. the ingress controller's namespace); "
@@ -526,6 +532,13 @@ class NetworkPolicy(Values):
     )
     metrics_from: list[Object] = Field(
         default_factory=list, description="NetworkPolicyPeers allowed to scrape the metrics; empty: anyone."
+    )
+    runner_egress: list[Object] = Field(
+        default_factory=list,
+        description="NetworkPolicyEgressRules for runner pods; empty: their egress is not restricted (Terraform "
+        "reaches whatever cloud APIs, registries and hosts its providers use). Non-empty: runner pods reach only DNS "
+        "(port 53), the datastore and these, so list the Kubernetes API (an ipBlock of its endpoints: runners read "
+        "their run), your cloud providers' APIs and the registries.",
     )
     trusted_proxy_from: list[Object] = Field(
         default_factory=list, description="NetworkPolicyPeers allowed to reach the server's trusted-header port "

@@ -17,7 +17,7 @@ fails while a stale index is held: the stale index is served.
 
 Integrity: an archive is stored only when its SHA-256 equals the registry's `shasum` and the `SHA256SUMS` entry;
 anything else is refused and never stored or served. Archives are served only by the digest a version document
-named.
+named, and only through a URL that document signed (`signing.py`, checked by the route).
 
 Single-flight: concurrent requests for one index, version or archive share one upstream read (per replica).
 Eviction (`max_bytes`): least recently served archives first, never one a lock file pins (`pinned` is given by
@@ -238,13 +238,16 @@ class ProviderCache:
         return document
 
     @staticmethod
-    def mirror_document(document: dict[str, Any], hashes: dict[str, str]) -> dict[str, Any]:
+    def mirror_document(document: dict[str, Any], hashes: dict[str, str],
+                        sign: Callable[[str, str], str] | None = None) -> dict[str, Any]:
         """The protocol's `<version>.json`: archive URLs relative to it (`<base><host>/<ns>/<type>/<v>.json` →
-        `<base>archives/<sha>/<file>`), `zh:` always, `h1:` where known (`hashes`: sha256 → h1)."""
+        `<base>archives/<sha>/<file>`, with `?<sign(sha, file)>`: the archive route serves signed URLs only,
+        `signing.py`), `zh:` always, `h1:` where known (`hashes`: sha256 → h1)."""
         archives = {}
         for platform, entry in sorted(document["platforms"].items()):
             sha = entry["sha256"]
-            archives[platform] = {"url": f"../../../archives/{sha}/{entry['filename']}",
+            query = f"?{sign(sha, entry['filename'])}" if sign is not None else ""
+            archives[platform] = {"url": f"../../../archives/{sha}/{entry['filename']}{query}",
                                   "hashes": [f"zh:{sha}", *([hashes[sha]] if sha in hashes else [])]}
         return {"archives": archives}
 

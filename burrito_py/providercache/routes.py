@@ -3,8 +3,9 @@
 Provider Network Mirror Protocol under `/providers/v1/` (Terraform requires HTTPS: the datastore's TLS listener):
 `<hostname>/<namespace>/<type>/index.json` and `<version>.json` need a token (a runner's, sent by Terraform as
 the mirror host's credentials, or an admin's); archives (`archives/<sha256>/<file>`) need none, since Terraform
-sends no credentials for archive downloads, and only digests a version document listed are served. `healthz`
-needs none: runners probe it before `init`.
+sends no credentials for archive downloads: they need the expiring signature the version document put in their
+URL (`signing.py`), checked before anything is read, and anything unsigned, forged or expired is the same 404 as
+an archive never listed. `healthz` needs none: runners probe it before `init`.
 
 Tools under `/tools/v1/`: `<tool>/versions` and `<tool>/<version>/<os>/<arch>` (the zip, its SHA-256 in
 `X-Burrito-Sha256`), with a token.
@@ -20,6 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from burrito_py.datastore.auth import AuthError, Principal
 from burrito_py.providercache.cache import NotFound, ProviderAddress, ProviderCache, Refused
+from burrito_py.providercache.signing import ArchiveSigner, UrlKeys
 from burrito_py.providercache.tools import ToolCache
 
 __all__ = ["mirror_router"]
@@ -31,9 +33,13 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+NO_ARCHIVE = "no such archive"  # every refusal of the archive route: nothing tells them apart
+
+
 def mirror_router(providers: ProviderCache | None, tools: ToolCache | None,
-                  caller: Callable[..., Any]) -> APIRouter:
+                  caller: Callable[..., Any], signer: ArchiveSigner | None = None) -> APIRouter:
     router = APIRouter()
+    urls = signer or ArchiveSigner(UrlKeys(), 3600.0)
     # A default, not an Annotated alias: with postponed annotations FastAPI resolves names in module globals only.
     caller_dependency = Depends(caller)
 
@@ -58,10 +64,16 @@ def mirror_router(providers: ProviderCache | None, tools: ToolCache | None,
             return {"status": "ok"}
 
         @router.get("/providers/v1/archives/{sha256}/{filename}")
-        async def archive(sha256: str, filename: str) -> Response:
-            async def call() -> Response:
+        async def archive(sha256: str, filename: str, exp: str | None = None, sig: str | None = None) -> Response:
+            # Before any read: an unsigned, forged or expired URL learns nothing and reads nothing through.
+            if not urls.valid(sha256, filename, exp, sig):
+                return _error(404, NO_ARCHIVE)
+            try:
                 return StreamingResponse(await cache.archive(sha256, filename), media_type="application/zip")
-            return await answer(call)
+            except NotFound:
+                return _error(404, NO_ARCHIVE)
+            except Refused as exc:
+                return _error(502, str(exc))
 
         @router.get("/providers/v1/{hostname}/{namespace}/{type_}/{document}")
         async def provider_document(hostname: str, namespace: str, type_: str, document: str,
@@ -76,7 +88,9 @@ def mirror_router(providers: ProviderCache | None, tools: ToolCache | None,
                 if not document.endswith(".json"):
                     raise NotFound(f"{document!r} is neither index.json nor <version>.json")
                 found = await cache.version(address, document.removesuffix(".json"))
-                return JSONResponse(cache.mirror_document(found, await cache.known_h1(found)))
+                # Signed archive URLs, made per request: never cached by anyone.
+                return JSONResponse(cache.mirror_document(found, await cache.known_h1(found), urls.query),
+                                    headers={"Cache-Control": "no-store"})
             return await answer(call)
 
     if tools is not None:

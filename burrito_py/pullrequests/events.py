@@ -9,7 +9,8 @@ for a pull request, or None when it means nothing to us:
 - Gitea `pull_request`: as GitHub, `synchronized` → updated.
 
 Other actions (labels, titles, reviews, assignments, an `update` without new commits) are None: they change no
-plan. A payload missing a field it needs raises `BadPullRequest` naming the field.
+plan. A payload missing a field it needs raises `BadPullRequest` naming the field; `updated_at` (the pull
+request's, which every provider sends) is among them: it orders the events, so a replayed old one is ignored.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from burrito_py.server.webhooks import Delivery
+from burrito_py.timeutil import format_time_precise, parse_time
 
 __all__ = ["BadPullRequest", "PullRequestEvent", "pull_request_event"]
 
@@ -42,6 +44,9 @@ class PullRequestEvent:
     title: str = ""
     url: str = ""
     project: str = ""  # how the provider's API names the repository: `owner/repo`, GitLab `group/project`
+    # When the provider last changed the pull request (RFC 3339 UTC): an event older than the one a
+    # TerraformPullRequest records is a replay, and ignored (§11.3). Empty only when built by hand.
+    updated_at: str = ""
 
 
 def _get(payload: Mapping[str, Any], dotted: str, kind: type) -> Any:
@@ -51,6 +56,15 @@ def _get(payload: Mapping[str, Any], dotted: str, kind: type) -> Any:
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         raise BadPullRequest(f"{dotted}: missing or not a {kind.__name__}")
     return value
+
+
+def _time(payload: Mapping[str, Any], dotted: str) -> str:
+    """A provider's time as RFC 3339 UTC: GitHub and Gitea write RFC 3339, GitLab also `2013-12-03 17:23:34 UTC`."""
+    text = _get(payload, dotted, str).strip()
+    parsed = parse_time(text.removesuffix(" UTC") + ("Z" if text.endswith(" UTC") else ""))
+    if parsed is None:
+        raise BadPullRequest(f"{dotted}: {text[:40]!r} is not a time")
+    return format_time_precise(parsed)
 
 
 def pull_request_event(delivery: Delivery) -> PullRequestEvent | None:
@@ -69,7 +83,7 @@ def pull_request_event(delivery: Delivery) -> PullRequestEvent | None:
                                 _get(payload, "pull_request.head.sha", str),
                                 str((payload.get("pull_request") or {}).get("title") or ""),
                                 str((payload.get("pull_request") or {}).get("html_url") or ""),
-                                _get(payload, "repository.full_name", str))
+                                _get(payload, "repository.full_name", str), _time(payload, "pull_request.updated_at"))
     if delivery.provider == "gitlab" and delivery.event == "Merge Request Hook":
         attributes = payload.get("object_attributes") or {}
         action = _get(payload, "object_attributes.action", str)
@@ -84,5 +98,6 @@ def pull_request_event(delivery: Delivery) -> PullRequestEvent | None:
                                 _get(payload, "object_attributes.source_branch", str),
                                 _get(payload, "object_attributes.last_commit.id", str),
                                 str(attributes.get("title") or ""), str(attributes.get("url") or ""),
-                                _get(payload, "project.path_with_namespace", str))
+                                _get(payload, "project.path_with_namespace", str),
+                                _time(payload, "object_attributes.updated_at"))
     return None

@@ -4,13 +4,15 @@ TerraformPullRequest of a pull/merge request (§11.3); the REST API
 
 A push only annotates the matching TerraformRepositories with `webhook.burrito-py.io/sync-<branch>: <now>`;
 the repository controller fetches at once when it sees that annotation newer than the branch's last sync, and
-the layers the push touched plan from there. The server never talks to git.
+the layers the push touched plan from there. The server never talks to git, and reads no repository Secret: it
+verifies deliveries with the keys the controllers publish, matched in memory (`webhook_index.py`), so a delivery
+costs no Kubernetes request until it is verified, and an unknown repository and a wrong signature get one answer.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,17 +21,24 @@ from fastapi.responses import JSONResponse
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.pullrequest import pull_request_name
-from burrito_py.controllers.kube import Kube, KubeError, crd_path, path
+from burrito_py.controllers.kube import Kube, KubeError, crd_path
 from burrito_py.datastore.auth import Authenticator
 from burrito_py.datastore.client import DatastoreClient
-from burrito_py.gitops.urls import repository_identity
 from burrito_py.pullrequests.events import BadPullRequest, PullRequestEvent, pull_request_event
+from burrito_py.server.ratelimit import SourceLimiter, source_of
 from burrito_py.server.settings import ServerSettings
-from burrito_py.server.webhooks import BadDelivery, Delivery, RecentDeliveries, read_delivery, signature_valid
-from burrito_py.timeutil import format_time_precise, utcnow
+from burrito_py.server.webhook_index import WebhookIndex
+from burrito_py.server.webhooks import (
+    BadDelivery,
+    Delivery,
+    RecentDeliveries,
+    body_digest,
+    read_delivery,
+    verified_by,
+)
+from burrito_py.timeutil import format_time_precise, parse_time, utcnow
 
 log = logging.getLogger(__name__)
-WEBHOOK_SECRET_KEY = "webhookSecret"  # noqa: S105 - the name of a Secret key
 
 
 class BodyTooLarge(Exception):
@@ -57,94 +66,116 @@ def _name(obj: Mapping[str, Any]) -> str:
     return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
 
 
+Outcome = tuple[JSONResponse, bool]  # the answer, and whether the delivery was acted on (else it counts against
+# its source's allowance of refusals)
+
+
+def _body_key(digest: str, repository: Mapping[str, Any]) -> str:
+    return f"body:{digest}:{repository['metadata'].get('uid') or _name(repository)}"
+
+
+def _refused(status: int, **body: Any) -> Outcome:
+    return _answer(status, **body), False
+
+
+def _acted(status: int, **body: Any) -> Outcome:
+    return _answer(status, **body), True
+
+
+UNVERIFIED = ("no TerraformRepository accepts this delivery: its repository is not configured here, or its "
+              "signature is missing or wrong")
+READY_SECONDS = 10.0
+
+
 class Webhooks:
     def __init__(self, kube: Kube, settings: ServerSettings) -> None:
+        from burrito_py.controllers.leader_election import own_namespace
+
         self.kube, self.settings = kube, settings
         self.recent = RecentDeliveries(settings.delivery_cache_size)
-
-    async def _repositories(self, identities: set[tuple[str, str]]) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-        namespaces: list[str | None] = list(self.settings.namespaces) or [None]
-        for namespace in namespaces:
-            for repository in await self.kube.list(crd_path("terraformrepositories", namespace)):
-                url = ((repository.get("spec") or {}).get("repository") or {}).get("url") or ""
-                if repository_identity(url) in identities:
-                    found.append(repository)
-        return found
-
-    async def _secret(self, repository: Mapping[str, Any]) -> bytes:
-        """The repository Secret's `webhookSecret`; empty when there is none (nothing then verifies)."""
-        name = ((repository.get("spec") or {}).get("repository") or {}).get("secretName")
-        if not name:
-            return b""
-        try:
-            secret = await self.kube.get(path("v1", "secrets", repository["metadata"]["namespace"], name))
-        except KubeError as exc:
-            log.warning("webhook: cannot read Secret %s of repository %s: %s", name, _name(repository), exc.status)
-            return b""
-        value = ((secret or {}).get("data") or {}).get(WEBHOOK_SECRET_KEY)
-        return base64.b64decode(value) if value else b""
+        self.index = WebhookIndex(kube, settings.namespaces, settings.webhook_keys_namespace or own_namespace(),
+                                  settings.webhook_keys_secrets)
+        self.limiter = SourceLimiter(settings.webhook_failures_per_minute, settings.webhook_failures_burst)
 
     async def handle(self, request: Request) -> JSONResponse:
+        source = source_of(request.client.host if request.client else None)
+        wait = self.limiter.retry_after(source)
+        if wait is not None:
+            return JSONResponse({"error": "too many deliveries refused from this address: try again later"},
+                                status_code=429, headers={"Retry-After": str(max(1, math.ceil(wait)))})
+        answer, acted = await self._handle(request)
+        if not acted:
+            self.limiter.charge(source)
+        return answer
+
+    async def _handle(self, request: Request) -> Outcome:
         try:
             body = await _read_body(request, self.settings.max_webhook_bytes)
         except BodyTooLarge:
-            return _answer(413, error=f"the body is over the limit of {self.settings.max_webhook_bytes} bytes")
+            return _refused(413, error=f"the body is over the limit of {self.settings.max_webhook_bytes} bytes")
         headers = {k.lower(): v for k, v in request.headers.items()}
         try:
             delivery = read_delivery(headers, body)
         except BadDelivery as exc:
-            return _answer(400, error=str(exc))
+            return _refused(400, error=str(exc))
         identities = delivery.identities()
         if not identities:
-            return _answer(202, ignored="the payload names no repository URL")
-        candidates = await self._repositories(identities)
-        if not candidates:
-            return _answer(202, ignored="no TerraformRepository matches the payload's repository")
-        verified = [r for r in candidates if signature_valid(delivery, headers, body, await self._secret(r))]
+            return _refused(202, ignored="the payload names no repository URL")
+        if not await self.index.ready(READY_SECONDS):
+            return _answer(503, error="the server cannot verify deliveries yet: try again shortly"), True
+        # Nothing below reads the API before a delivery is verified, and an unknown repository is checked
+        # against a decoy key: the answer and its time are the same for both (docs/architecture.md §11.1).
+        candidates = self.index.candidates(identities)
+        checks = verified_by(delivery, headers, body, [c.key for c in candidates])
+        verified = [c.repository for c, ok in zip(candidates, checks, strict=True) if ok]
         if not verified:
-            log.warning("webhook: %s delivery %s for %s: missing or wrong signature", delivery.provider,
-                        delivery.delivery_id, ", ".join(_name(r) for r in candidates))
-            return _answer(401, error="missing or wrong signature for every matching TerraformRepository")
-        return await self._act(delivery, verified)
+            log.warning("webhook: %s delivery %s: %s", delivery.provider, delivery.delivery_id,
+                        f"missing or wrong signature for {', '.join(c.name for c in candidates)}" if candidates
+                        else f"no TerraformRepository has the URL {delivery.repository_urls()[:3]!r}")
+            return _refused(401, error=UNVERIFIED)
+        return await self._act(delivery, verified, body_digest(body))
 
-    async def _act(self, delivery: Delivery, repositories: list[dict[str, Any]]) -> JSONResponse:
-        key = f"{delivery.provider}:{delivery.delivery_id}" if delivery.delivery_id else None
+    async def _act(self, delivery: Delivery, repositories: list[dict[str, Any]], digest: str) -> Outcome:
+        # Known by its (unsigned) delivery id, and per repository by the digest of the body it verified: a replay
+        # under a fresh id verifies the same repositories with the same body; one event delivered by two hooks
+        # (two repositories of one URL, each with its own secret) is acted on once for each.
+        delivery_key = f"{delivery.provider}:{delivery.delivery_id}" if delivery.delivery_id else None
+        fresh = [] if self.recent.seen(delivery_key) else [
+            r for r in repositories if not self.recent.seen(_body_key(digest, r))]
         if not delivery.is_push:
             try:
                 event = pull_request_event(delivery)
             except BadPullRequest as exc:
-                return _answer(400, error=f"a {delivery.provider} pull request event without what it needs: {exc}")
+                return _refused(400, error=f"a {delivery.provider} pull request event without what it needs: {exc}")
             if event is None:
-                return _answer(202, ignored=f"{delivery.provider} event {delivery.event!r} changes no plan")
-            if key is not None and self.recent.seen(key):
-                return _answer(200, duplicate=True, delivery=delivery.delivery_id)
-            answer = await self._pull_request(event, repositories)
-            if key is not None:
-                self.recent.remember(key)
-            return answer
+                return _acted(202, ignored=f"{delivery.provider} event {delivery.event!r} changes no plan")
+            if not fresh:
+                return _refused(200, duplicate=True, delivery=delivery.delivery_id)
+            answer = await self._pull_request(event, fresh)
+            self.recent.remember(delivery_key, *(_body_key(digest, r) for r in fresh))
+            return answer, True
         branch = delivery.branch
         if branch is None:
-            return _answer(202, ignored=f"ref {delivery.payload.get('ref')!r} is not a branch")
-        if key is not None and self.recent.seen(key):
-            return _answer(200, duplicate=True, delivery=delivery.delivery_id)
+            return _acted(202, ignored=f"ref {delivery.payload.get('ref')!r} is not a branch")
+        if not fresh:
+            return _refused(200, duplicate=True, delivery=delivery.delivery_id)
         now = format_time_precise(utcnow())
         marked = []
-        for repository in repositories:
+        for repository in fresh:
             namespace, name = repository["metadata"]["namespace"], repository["metadata"]["name"]
             patch = {"metadata": {"annotations": {ann.repository_sync_annotation(branch): now}}}
             await self.kube.merge_patch(crd_path("terraformrepositories", namespace, name), patch)
             marked.append(f"{namespace}/{name}")
-        if key is not None:
-            self.recent.remember(key)
+            self.recent.remember(_body_key(digest, repository))
+        self.recent.remember(delivery_key)
         log.info("webhook: %s push to %s marks %s", delivery.provider, branch, ", ".join(marked))
-        return _answer(202, branch=branch, repositories=marked)
-
+        return _acted(202, branch=branch, repositories=marked)
 
     async def _pull_request(self, event: PullRequestEvent, repositories: list[dict[str, Any]]) -> JSONResponse:
         """Create or update the TerraformPullRequest of each repository that plans pull requests. A close or merge
-        of one never seen creates nothing."""
-        written, skipped = [], []
+        of one never seen creates nothing; an event older than the one its spec records (`updatedAt`) changes
+        nothing: a replay of a signed delivery cannot roll a pull request back to an old head or state."""
+        written, skipped, stale = [], [], []
         for repository in repositories:
             meta = repository["metadata"]
             if not (((repository.get("spec") or {}).get("pullRequests") or {}).get("enabled")):
@@ -156,30 +187,61 @@ class Webhooks:
                     "base": event.base, "headBranch": event.head_branch, "headSha": event.head_sha,
                     "state": {"closed": "closed", "merged": "merged"}.get(event.action, "open"),
                     "title": event.title[:1024], "url": event.url}
-            resource = crd_path("terraformpullrequests", meta["namespace"], name)
-            if event.action in ("closed", "merged"):
-                try:
-                    await self.kube.merge_patch(resource, {"spec": spec})
-                except KubeError as exc:
-                    if exc.status != 404:
-                        raise
-                    continue
-            else:
-                body = {"apiVersion": f"{ann.GROUP}/{ann.VERSION}", "kind": "TerraformPullRequest",
-                        "metadata": {"name": name, "namespace": meta["namespace"]}, "spec": spec}
-                try:
-                    await self.kube.create(crd_path("terraformpullrequests", meta["namespace"]), body)
-                except KubeError as exc:
-                    if exc.status != 409:
-                        raise
-                    await self.kube.merge_patch(resource, {"spec": spec})
-            written.append(f"{meta['namespace']}/{name}")
-        log.info("webhook: %s pull request #%d %s at %s: %s", event.provider, event.number, event.action,
-                 event.head_sha[:12], ", ".join(written) or "no repository plans pull requests")
+            if event.updated_at:
+                spec["updatedAt"] = event.updated_at
+            outcome = await self._write_pull_request(meta["namespace"], name, spec,
+                                                     create=event.action not in ("closed", "merged"))
+            if outcome == "written":
+                written.append(f"{meta['namespace']}/{name}")
+            elif outcome == "stale":
+                stale.append(f"{meta['namespace']}/{name}")
+        log.info("webhook: %s pull request #%d %s at %s: %s%s", event.provider, event.number, event.action,
+                 event.head_sha[:12], ", ".join(written) or "nothing written",
+                 f"; older than what {', '.join(stale)} records" if stale else "")
         if not written:
+            if stale:
+                return _answer(202, ignored="the event is older than the one its TerraformPullRequest records",
+                               pullRequests=stale)
             return _answer(202, ignored="no matching TerraformRepository has spec.pullRequests.enabled",
                            repositories=skipped)
         return _answer(202, pullRequest=event.number, action=event.action, pullRequests=written)
+
+    async def _write_pull_request(self, namespace: str, name: str, spec: dict[str, Any], create: bool) -> str:
+        """"written", "stale" (it records a newer event) or "absent" (a close of one never seen). The spec is
+        replaced under the resourceVersion it was compared at, so two replicas never interleave."""
+        resource = crd_path("terraformpullrequests", namespace, name)
+        if create:
+            body = {"apiVersion": f"{ann.GROUP}/{ann.VERSION}", "kind": "TerraformPullRequest",
+                    "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+            try:
+                await self.kube.create(crd_path("terraformpullrequests", namespace), body)
+                return "written"
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+        for attempt in range(5):
+            held = await self.kube.get(resource)
+            if held is None:
+                return "absent"
+            if _older(spec.get("updatedAt"), (held.get("spec") or {}).get("updatedAt")):
+                return "stale"
+            patch = {"metadata": {"resourceVersion": held["metadata"]["resourceVersion"]}, "spec": spec}
+            try:
+                await self.kube.merge_patch(resource, patch)
+                return "written"
+            except KubeError as exc:
+                if exc.status == 404:
+                    return "absent"
+                if exc.status != 409 or attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def _older(event: str | None, recorded: str | None) -> bool:
+    """Whether an event's time is before the recorded one (either unknown: not older, as before times were kept).
+    Equal times are accepted: providers write whole seconds, and two events in one second must both count."""
+    when, then = parse_time(event), parse_time(recorded)
+    return when is not None and then is not None and when < then
 
 
 def create_app(
@@ -193,6 +255,7 @@ def create_app(
 
     app = FastAPI(title="burrito-py server", version="v1")
     webhooks = Webhooks(kube, settings)
+    app.state.webhooks = webhooks  # serving.py starts its index with the server
     # One authorizer, one token-review throttle and one reader of artifacts for the REST API and the UI.
     access = Access(AccessReviewer(kube), settings.runner_service_account)
     artifacts = Artifacts(datastore)
@@ -206,8 +269,12 @@ def create_app(
     @app.post(
         "/api/webhook",
         status_code=202,
-        responses={200: {"description": "A delivery already handled"}, 400: {}, 401: {}, 413: {}},
-        summary="Receive a GitHub, GitLab or Gitea/Forgejo push (signed with the repository's webhookSecret).",
+        responses={200: {"description": "A delivery already handled"}, 400: {},
+                   401: {"description": "Unknown repository or missing/wrong signature (one answer for both)"},
+                   413: {}, 429: {"description": "Too many refused deliveries from this address"},
+                   503: {"description": "Not ready to verify deliveries yet"}},
+        summary="Receive a GitHub, GitLab or Gitea/Forgejo push or pull request event (signed with the repository's "
+        "webhookSecret).",
     )
     async def webhook(request: Request) -> JSONResponse:
         return await webhooks.handle(request)

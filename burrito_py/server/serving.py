@@ -30,6 +30,7 @@ async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = 
         )
         authenticator = CachedAuthenticator(reviewer, settings.auth_cache_ttl_seconds, 5.0)
     app = create_app(settings, kube, datastore, authenticator)
+    app.state.webhooks.index.start()  # the repositories and webhook keys, followed before any delivery comes
     # X-Forwarded-For is believed only from the proxies named (uvicorn would otherwise trust 127.0.0.1).
     proxies = {"proxy_headers": True, "forwarded_allow_ips": ",".join(settings.forwarded_allow_ips)} \
         if settings.forwarded_allow_ips else {"proxy_headers": False}
@@ -47,6 +48,7 @@ async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = 
     try:
         await server.serve(sockets=sockets)
     finally:
+        await app.state.webhooks.index.close()
         for sock in sockets:
             sock.close()
         datastore.close()

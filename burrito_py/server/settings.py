@@ -25,7 +25,25 @@ class ServerSettings(BaseSettings):
     namespaces: list[str] = Field(default_factory=list)
     max_webhook_bytes: int = Field(5 * 1024 * 1024, ge=1, description="Largest webhook body accepted (413 above).")
     delivery_cache_size: int = Field(
-        10_000, ge=1, description="Webhook delivery ids remembered, so a redelivery is acted on once."
+        10_000, ge=1, description="Webhook deliveries remembered (by id and by body digest), so a redelivery or a "
+        "replay is acted on once.",
+    )
+    # Webhook keys the controllers publish (one Secret per controllers Deployment), read by name: the server reads
+    # no repository Secret.
+    webhook_keys_namespace: str = Field(
+        "", description="Namespace of the webhook keys Secrets; empty: the pod's own namespace (else default)."
+    )
+    webhook_keys_secrets: list[str] = Field(
+        default_factory=lambda: ["burrito-py-webhook-keys"], min_length=1,
+        description="The Secrets the controllers publish webhook keys into (each controllers Deployment's "
+        "webhook_keys_secret).",
+    )
+    webhook_failures_per_minute: float = Field(
+        60.0, ge=0, description="Deliveries not acted on (malformed, unknown repository, wrong signature, duplicate) "
+        "allowed per minute and source address before it is answered 429; 0: no limit.",
+    )
+    webhook_failures_burst: int = Field(
+        60, ge=1, description="How many such deliveries a source may send at once before the per-minute rate applies."
     )
     kubeconfig: Path | None = None
     datastore_url: str = "http://burrito-py-datastore:8080"

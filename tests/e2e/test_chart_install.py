@@ -120,7 +120,16 @@ def test_b_plan_download_with_only_the_kubeconfig_and_the_datastore_refuses_stra
     assert httpx.get(f"{dev.endpoints['server']}/api/layers", timeout=10).status_code == 401
 
 
-def test_c_outputs_reach_the_layers_secret(dev: Dev) -> None:
+def test_c_outputs_reach_the_layers_secret_and_a_notifier_records_its_delivery(dev: Dev) -> None:
+    """Issue 24 finding 9: the chart granted no `terraformnotifiers/status`, so a notifier's lastDelivery was never
+    written (a 403 in the controllers' log). This notifier's URL Secret is missing: the delivery is "not sent", which
+    needs no network, and is recorded in its status."""
+    notifiers = f"/apis/{ann.GROUP}/{ann.VERSION}/namespaces/default/terraformnotifiers"
+    dev.apply({"apiVersion": ann.API_VERSION, "kind": "TerraformNotifier",
+               "metadata": {"name": "applied", "namespace": "default"},
+               "spec": {"events": ["ApplySucceeded"],
+                        "webhook": {"urlSecretRef": {"name": "no-such-secret", "key": "url"},
+                                    "hmacSecretRef": {"name": "no-such-secret", "key": "key"}}}})
     dev.apply({
         "apiVersion": ann.API_VERSION, "kind": "TerraformLayer",
         "metadata": {"name": "hello-outputs", "namespace": "default"},
@@ -134,6 +143,10 @@ def test_c_outputs_reach_the_layers_secret(dev: Dev) -> None:
     secret = wait_for(lambda: (r := dev.api.get("/api/v1/namespaces/default/secrets/hello-outputs")).status_code
                       == 200 and r.json(), 60, interval=0.2, what="the outputs Secret")
     assert base64.b64decode(secret["data"]["message"]).decode().startswith("Hello")
+    delivery = wait_for(lambda: (dev.api.get(f"{notifiers}/applied").json().get("status") or {}).get("lastDelivery"),
+                        60, interval=0.2, what="the notifier's status.lastDelivery")
+    assert delivery["event"] == "ApplySucceeded" and delivery["layer"] == "hello-outputs"
+    assert delivery["result"].startswith("not sent: Secret default/no-such-secret does not exist"), delivery
 
 
 def test_d_a_signed_push_plans_the_layer_it_touches(dev: Dev) -> None:
@@ -144,6 +157,12 @@ def test_d_a_signed_push_plans_the_layer_it_touches(dev: Dev) -> None:
     url = dev.api.get(repository).json()["spec"]["repository"]["url"]
     dev.api.patch(repository, json={"spec": {"repository": {"secretName": "quickstart-hook"}}},
                   headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+
+    def published() -> bool:  # the controllers publish the key for the server, which reads no tenant Secret
+        conditions = (dev.api.get(repository).json().get("status") or {}).get("conditions") or ()
+        return any(c["type"] == "Webhooks" and c["status"] == "True" for c in conditions)
+
+    wait_for(published, 60, interval=0.2, what="the repository's webhook key published")
     repo = dev.data_dir / "repos" / "quickstart"
     main_tf = repo / "layers" / "greetings" / "main.tf"
     main_tf.write_text(main_tf.read_text() + "\n# touched by the webhook test\n")
@@ -152,10 +171,24 @@ def test_d_a_signed_push_plans_the_layer_it_touches(dev: Dev) -> None:
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     body = json.dumps({"ref": "refs/heads/main", "repository": {"clone_url": url}}).encode()
     digest = hmac.new(HOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
-    answer = httpx.post(f"{dev.endpoints['server']}/api/webhook", content=body, timeout=30, headers={
-        "X-GitHub-Event": "push", "X-GitHub-Delivery": "chart-e2e-1", "X-Hub-Signature-256": f"sha256={digest}",
-        "Content-Type": "application/json"})
+
+    def post() -> httpx.Response | None:  # the server's watch of the keys Secret sees the key within moments
+        answer = httpx.post(f"{dev.endpoints['server']}/api/webhook", content=body, timeout=30, headers={
+            "X-GitHub-Event": "push", "X-GitHub-Delivery": "chart-e2e-1", "X-Hub-Signature-256": f"sha256={digest}",
+            "Content-Type": "application/json"})
+        return answer if answer.status_code != 401 else None
+
+    answer = wait_for(post, 10, interval=0.2, what="the signed push accepted")
     assert answer.status_code == 202 and answer.json().get("repositories") == ["default/quickstart"], answer.text
+    # The server read no tenant Secret for it: it may not (the chart's RBAC, enforced here).
+    server = f"system:serviceaccount:{RELEASE_NAMESPACE}:{RELEASE}-server"
+    review = dev.api.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", json={
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": server, "groups": ["system:serviceaccounts", f"system:serviceaccounts:{RELEASE_NAMESPACE}",
+                                            "system:authenticated"],
+                 "resourceAttributes": {"namespace": "default", "verb": "get", "resource": "secrets",
+                                        "name": "quickstart-hook"}}}).raise_for_status().json()
+    assert review["status"]["allowed"] is False, review
 
     def planned_head() -> bool:
         layer = dev.api.get(f"{LAYERS}/greetings").json()
@@ -188,7 +221,7 @@ def test_e_an_agl_instance_is_compiled_approved_and_applied(dev: Dev) -> None:
 
 
 def test_f_a_rule_removed_from_the_controllers_role_is_a_forbidden_event_naming_verb_and_resource(dev: Dev) -> None:
-    role_path = f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{RELEASE}-controllers"
+    role_path = f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{RELEASE}-controllers-tenant"
     role = dev.api.get(role_path).json()
     original = json.loads(json.dumps(role["rules"]))
     pods_rule = next(r for r in role["rules"] if r.get("apiGroups") == [""] and "pods" in r["resources"]

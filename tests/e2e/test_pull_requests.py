@@ -33,6 +33,7 @@ from burrito_py.gitops.testing import TestRepo, make_bare, run_git
 from burrito_py.pullrequests.comment import marker
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
+from burrito_py.timeutil import format_time, utcnow
 
 from ..fakes.providers import Fake, running_fake_provider
 from .conftest import Platform, layer_code, running_platform, wait_for
@@ -62,7 +63,7 @@ class World:
                 "action": action, "number": number,
                 "pull_request": {"number": number, "title": "More app", "html_url": f"https://example/pr/{number}",
                                  "merged": action == "merged", "base": {"ref": "main"},
-                                 "head": {"ref": branch, "sha": head}},
+                                 "head": {"ref": branch, "sha": head}, "updated_at": format_time(utcnow())},
                 "repository": {"clone_url": self.url, "full_name": PROJECT}}
             if action == "merged":
                 payload["action"] = "closed"
@@ -74,7 +75,8 @@ class World:
             gitlab_action = {"opened": "open", "synchronize": "update", "closed": "close", "merged": "merge"}[action]
             attributes = {"iid": number, "action": gitlab_action, "title": "More app",
                           "url": f"https://example/mr/{number}", "target_branch": "main", "source_branch": branch,
-                          "last_commit": {"id": head}, **({"oldrev": "0" * 40} if action == "synchronize" else {})}
+                          "last_commit": {"id": head}, "updated_at": format_time(utcnow()).replace("T", " ")
+                          .replace("Z", " UTC"), **({"oldrev": "0" * 40} if action == "synchronize" else {})}
             body = json.dumps({"object_kind": "merge_request", "object_attributes": attributes,
                                "project": {"git_http_url": self.url, "path_with_namespace": PROJECT}}).encode()
             headers = {"X-Gitlab-Event": "Merge Request Hook", "X-Gitlab-Token": HOOK_SECRET,

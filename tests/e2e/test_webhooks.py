@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,6 +24,8 @@ from burrito_py.gitops.testing import TestRepo, make_bare
 from burrito_py.gitops.testing_servers import running_http_git_server
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
+from burrito_py.server.webhook_keys import decode_entries, hmac_key
+from burrito_py.timeutil import format_time_precise, utcnow
 
 from .conftest import Platform, layer_code, running_platform, wait_for
 from .test_git_credentials import put_secret
@@ -129,3 +132,53 @@ def test_a_redelivery_to_another_server_replica_plans_once(
         at_commit = [r for r in platform.runs("app")
                      if r["spec"]["action"] == "plan" and r["spec"]["layer"].get("revision") == commit]
         assert len(at_commit) == 1
+
+
+def test_the_controllers_publish_each_repositorys_key_follow_its_secret_and_withdraw_it(
+    world: tuple[Platform, httpx.Client, str, Path],
+) -> None:
+    """The server reads no repository Secret (issue 24 finding 9): the repository controller publishes each key into
+    `burrito-py-webhook-keys`, reports it in the `Webhooks` condition, publishes a rotated secret at its next
+    reconcile (a sync request hastens it), says why a repository has none, and withdraws a deleted repository's."""
+    platform, http, url, _ = world
+
+    def webhooks(name: str) -> dict[str, Any] | None:
+        repository = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, "default",
+                                                                  "terraformrepositories", name)
+        return next((c for c in (repository.get("status") or {}).get("conditions") or ()
+                     if c["type"] == "Webhooks"), None)
+
+    def published() -> dict[tuple[str, str], Any]:
+        secret = platform.core.read_namespaced_secret("burrito-py-webhook-keys", "default")
+        return decode_entries({"data": secret.data})
+
+    assert (webhooks("infra") or {}).get("status") == "True"
+    assert published()[("default", "infra")].key == hmac_key(HOOK_SECRET.encode())
+
+    # Rotation: the new secret verifies once the repository is reconciled again, the old one no more.
+    put_secret(platform, "infra-git", {"username": "alice", "password": PASSWORD, "webhookSecret": "rotated"})
+    platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra",
+                                                   {"metadata": {"annotations": {
+                                                       ann.repository_sync_annotation("main"): format_time_precise(
+                                                           utcnow())}}})
+    wait_for(lambda: published()[("default", "infra")].key == b"rotated", 30, what="the rotated key published")
+
+    def answer(secret: str, delivery: str) -> int:
+        body, headers = github_push(url, secret, delivery)
+        return int(http.post("/api/webhook", content=body, headers=headers).status_code)
+
+    wait_for(lambda: answer("rotated", f"rotated-{time.monotonic()}") == 202, 10, what="the rotated key verifies")
+    assert answer(HOOK_SECRET, "old-secret") == 401
+
+    # A repository whose Secret has no webhookSecret: no key, and the condition says why.
+    put_secret(platform, "plain-git", {"username": "alice", "password": PASSWORD})
+    platform.create_repository("plain", url + "?plain", repository={"url": url, "secretName": "plain-git"})
+    condition = wait_for(lambda: webhooks("plain"), 30, what="the plain repository's Webhooks condition")
+    assert (condition["status"], condition["reason"]) == ("False", "NoWebhookSecret")
+    assert "webhookSecret" in condition["message"] and "plain-git" in condition["message"]
+    assert ("default", "plain") not in published()
+
+    # Deleted: its key goes.
+    platform.custom.delete_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra")
+    wait_for(lambda: ("default", "infra") not in published(), 30, what="the deleted repository's key withdrawn")
+    wait_for(lambda: answer("rotated", f"deleted-{time.monotonic()}") == 401, 10, what="no key, no delivery")

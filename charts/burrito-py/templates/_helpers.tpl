@@ -201,10 +201,10 @@ spec:
 {{- fail (printf "controllers.shards: shard name %q is listed more than once" .name) -}}
 {{- end -}}
 {{- $_ := set $seen .name true -}}
-{{- $out = append $out (dict "name" (printf "%s-controllers-%s" $fullname .name) "shard" .name) -}}
+{{- $out = append $out (dict "name" (printf "%s-controllers-%s" $fullname .name) "shard" .name "webhookKeys" (printf "%s-webhook-keys-%s" $fullname .name)) -}}
 {{- end -}}
 {{- if not $shards -}}
-{{- $out = list (dict "name" (printf "%s-controllers" $fullname) "shard" "") -}}
+{{- $out = list (dict "name" (printf "%s-controllers" $fullname) "shard" "" "webhookKeys" (printf "%s-webhook-keys" $fullname)) -}}
 {{- end -}}
 {{- toJson $out -}}
 {{- end -}}
@@ -250,13 +250,9 @@ spec:
 {{- end -}}
 
 {{/* Runner pods of the tenant namespaces (of any namespace in cluster mode), as NetworkPolicyPeers. */}}
+{{- /* Runner pods: only the tenant namespaces have runners, in cluster mode too (the controllers may create pods
+nowhere else). */ -}}
 {{- define "burrito-py.runnerPeers" -}}
-{{- if .Values.clusterMode }}
-- namespaceSelector: {}
-  podSelector:
-    matchLabels:
-      burrito-py.io/component: runner
-{{- else }}
 {{- range (include "burrito-py.tenants" . | fromJsonArray) }}
 - namespaceSelector:
     matchLabels:
@@ -265,5 +261,11 @@ spec:
     matchLabels:
       burrito-py.io/component: runner
 {{- end }}
-{{- end }}
+{{- end -}}
+
+{{- /* The Secrets the controllers publish webhook keys into (one per controllers Deployment): JSON list. */ -}}
+{{- define "burrito-py.webhookKeySecrets" -}}
+{{- $names := list -}}
+{{- range (include "burrito-py.controllerShards" . | fromJsonArray) }}{{ $names = append $names .webhookKeys }}{{ end -}}
+{{- toJson $names -}}
 {{- end -}}

@@ -6,6 +6,7 @@ served on the first request, tampered archives and signatures never stored nor s
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import io
 import os
@@ -167,8 +168,7 @@ def test_a_tampered_archive_or_signature_is_never_stored_nor_served(mirror: Mirr
         refused = mirror.init(mirror.layer(f"tampered-{attempt}", {"alpha": "1.0.0"}))
         assert refused.returncode != 0
     assert mirror.stored_archives() == set()
-    sha = hashlib.sha256(mirror.upstream.providers[("test", "alpha")]["1.0.0"]["linux_amd64"]).hexdigest()
-    archive = f"{mirror.url}archives/{sha}/terraform-provider-alpha_1.0.0_linux_amd64.zip"
+    archive = signed_archive_url(mirror, "alpha", "1.0.0")
     answer = httpx.get(archive, verify=mirror.trust())
     assert answer.status_code == 502 and "SHA256SUMS" in answer.json()["error"]
 
@@ -181,6 +181,57 @@ def test_a_tampered_archive_or_signature_is_never_stored_nor_served(mirror: Mirr
     assert unknown.status_code == 404
     other = httpx.get(f"{mirror.url}registry.example.com/test/alpha/index.json", verify=mirror.trust())
     assert other.status_code == 404 and "not one this mirror reads through" in other.json()["error"]
+
+
+def signed_archive_url(mirror: Mirror, type_: str, version: str, platform: str = "linux_amd64") -> str:
+    """The archive URL the version document hands out (signed), resolved as Terraform resolves it."""
+    document_url = f"{mirror.url}{mirror.host}/test/{type_}/{version}.json"
+    document = httpx.get(document_url, verify=mirror.trust()).json()
+    return str(httpx.URL(document_url).join(document["archives"][platform]["url"]))
+
+
+def test_an_archive_is_served_only_through_the_signed_url_a_version_document_handed_out(mirror: Mirror) -> None:
+    """Issue 24 finding 12 (attack: the archive route needs no token, Terraform sends none). An outsider who knows
+    or guesses a digest asked `archives/<sha>/<file>`: a 404 or 200/502 told whether the mirror knew it, and a
+    listed digest not yet stored was read through from upstream on their request. Now the route serves only URLs
+    the (token-protected) version document signed, not expired; unsigned, forged and expired URLs get the one 404
+    of an archive never listed, before any storage read or upstream request. Terraform itself follows the signed
+    relative URL, query string kept (the init below, real terraform)."""
+    mirror.upstream.publish("test", "alpha", "1.0.0")
+    mirror.upstream.publish("test", "beta", "1.0.0")
+    signed = signed_archive_url(mirror, "alpha", "1.0.0")  # a runner's view: listed, not read through yet
+    base = signed.split("?", 1)[0]
+    query = dict(httpx.URL(signed).params)
+    never_listed = f"{mirror.url}archives/{'0' * 64}/terraform-provider-alpha_1.0.0_linux_amd64.zip"
+    before = list(mirror.upstream.requests)
+    forged = base64url_of(hashlib.sha256(b"guess").digest())
+    expiry = query.get("exp", str(int(time.time()) + 3600))
+    attempts = {
+        "unsigned": base,
+        "forged": f"{base}?exp={expiry}&sig={forged}",
+        "expired": f"{base}?exp={int(time.time()) - 1}&sig={query.get('sig', forged)}",
+        "extended": f"{base}?exp={int(expiry) + 86400}&sig={query.get('sig', forged)}",
+        "other file": signed.replace("_linux_amd64.zip", "_darwin_arm64.zip"),
+        "never listed, unsigned": never_listed,
+        "never listed, another's signature": f"{never_listed}?{httpx.URL(signed).query.decode()}",
+    }
+    answers = {what: httpx.get(url, verify=mirror.trust()) for what, url in attempts.items()}
+    assert {what: (a.status_code, a.json() if a.status_code != 200 else "archive") for what, a in answers.items()} \
+        == {what: (404, {"error": "no such archive"}) for what in attempts}
+    assert mirror.upstream.requests == before  # nothing read through
+    assert mirror.stored_archives() == set()
+    assert set(query) == {"exp", "sig"} and int(query["exp"]) > time.time() + 3000
+
+    served = httpx.get(signed, verify=mirror.trust())
+    assert served.status_code == 200
+    assert hashlib.sha256(served.content).hexdigest() == base.split("/archives/")[1].split("/")[0]
+    # Real terraform installs through the signed URLs (relative to the document, query string kept).
+    installed = mirror.init(mirror.layer("signed", {"beta": "1.0.0"}))
+    assert installed.returncode == 0, installed.stderr
+
+
+def base64url_of(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
 def _source_with_lock(lock: str) -> bytes:

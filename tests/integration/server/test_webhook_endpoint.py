@@ -1,4 +1,6 @@
-"""POST /api/webhook against the emulator: only a verified push marks repositories, and only once."""
+"""POST /api/webhook against the emulator: only a verified push marks repositories, and only once. The keys are
+published as the controllers publish them (`controllers/webhook_keys.py`, the same encoding): the server reads no
+repository Secret."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ import base64
 import hashlib
 import hmac
 import json
+import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from burrito_py.local.apiserver import ApiServer
 from burrito_py.local.apply import Applier
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
+from burrito_py.server.webhook_keys import encode_entry, entry_name
 
 SYNC_MAIN = ann.repository_sync_annotation("main")
 
@@ -34,13 +39,26 @@ def github(body: bytes, secret: str, delivery: str, event: str = "push") -> dict
             "Content-Type": "application/json"}
 
 
-@pytest.fixture
-def world(apiserver: ApiServer, tmp_path: Path) -> Iterator[tuple[ApiServer, httpx.Client]]:
+KEYS_NAMESPACE, KEYS_SECRET = "burrito-py-system", "burrito-py-webhook-keys"
+
+
+def server_settings(**overrides: Any) -> ServerSettings:
     from tests.conftest import KUBECONFIG_PATH
 
+    values: dict[str, Any] = {
+        "host": "127.0.0.1", "port": free_port(), "kubeconfig": KUBECONFIG_PATH, "auth_enabled": False,
+        "max_webhook_bytes": 4096, "datastore_url": "http://127.0.0.1:9", "webhook_keys_namespace": KEYS_NAMESPACE,
+        "webhook_keys_secrets": [KEYS_SECRET], "webhook_failures_per_minute": 0}
+    return ServerSettings(**{**values, **overrides})
+
+
+@pytest.fixture
+def world(apiserver: ApiServer, tmp_path: Path) -> Iterator[tuple[ApiServer, httpx.Client]]:
     applier = Applier(apiserver.url)
     for crd in generate_crds().values():
         applier.apply(crd)
+    keys: dict[str, str] = {}
+    applier.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KEYS_NAMESPACE}})
     for namespace, name, url, secret in (
         ("default", "infra", "https://github.com/Org/Infra.git", "right"),
         ("team-b", "infra", "git@github.com:org/infra.git", "other"),
@@ -53,14 +71,16 @@ def world(apiserver: ApiServer, tmp_path: Path) -> Iterator[tuple[ApiServer, htt
             applier.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{name}-webhook",
                            "namespace": namespace},
                            "data": {"webhookSecret": base64.b64encode(secret.encode()).decode()}})
-        applier.apply({"apiVersion": ann.API_VERSION, "kind": "TerraformRepository",
-                       "metadata": {"name": name, "namespace": namespace},
-                       "spec": {"repository": source, **({"pullRequests": {"enabled": True}} if namespace == "default"
-                                                         else {})}})
+        repository = applier.apply({"apiVersion": ann.API_VERSION, "kind": "TerraformRepository",
+                                    "metadata": {"name": name, "namespace": namespace},
+                                    "spec": {"repository": source, **({"pullRequests": {"enabled": True}}
+                                                                      if namespace == "default" else {})}})
+        if secret:
+            keys[entry_name(namespace, name)] = encode_entry(repository["metadata"]["uid"], secret.encode())
+    applier.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": KEYS_SECRET, "namespace": KEYS_NAMESPACE},
+                   "data": keys})
     applier.close()
-    settings = ServerSettings(host="127.0.0.1", port=free_port(), kubeconfig=KUBECONFIG_PATH, auth_enabled=False,
-                              max_webhook_bytes=4096, datastore_url="http://127.0.0.1:9")
-    with running_server(settings) as url, httpx.Client(base_url=url, timeout=10) as http:
+    with running_server(server_settings()) as url, httpx.Client(base_url=url, timeout=10) as http:
         yield apiserver, http
 
 
@@ -136,7 +156,7 @@ def test_ignored_and_refused_deliveries(world: tuple[ApiServer, httpx.Client]):
     assert "not a branch" in tagged.json()["ignored"]
     elsewhere = push("https://github.com/org/unknown")
     answer = http.post("/api/webhook", content=elsewhere, headers=github(elsewhere, "right", "d-6"))
-    assert answer.status_code == 202 and "no TerraformRepository" in answer.json()["ignored"]
+    assert answer.status_code == 401 and "no TerraformRepository accepts" in answer.json()["error"]
     malformed = http.post("/api/webhook", content=b"{oops", headers={"X-GitHub-Event": "push"})
     assert malformed.status_code == 400 and "not valid JSON" in malformed.json()["error"]
     assert http.post("/api/webhook", content=body).status_code == 400  # no provider header
@@ -151,10 +171,12 @@ def test_ignored_and_refused_deliveries(world: tuple[ApiServer, httpx.Client]):
     assert set(marks(api).values()) == {None}
 
 
-def pull_request(action: str, number: int, sha: str, merged: bool = False) -> bytes:
+def pull_request(action: str, number: int, sha: str, merged: bool = False, updated: str = "2026-03-01T10:00:00Z"
+                 ) -> bytes:
     return json.dumps({"action": action, "number": number,
                        "pull_request": {"number": number, "title": "t", "html_url": "https://x/pr", "merged": merged,
-                                        "base": {"ref": "main"}, "head": {"ref": "feature", "sha": sha}},
+                                        "base": {"ref": "main"}, "head": {"ref": "feature", "sha": sha},
+                                        "updated_at": updated},
                        "repository": {"clone_url": "https://github.com/org/infra.git", "full_name": "org/infra"}}
                       ).encode()
 
@@ -179,13 +201,13 @@ def test_pull_request_deliveries_write_the_pull_request_of_repositories_that_pla
     assert prs()["default/infra-pr-3"] == {"provider": "github", "repository": "infra", "project": "org/infra",
                                            "number": 3, "base": "main", "headBranch": "feature",
                                            "headSha": "a" * 40, "state": "open", "title": "t",
-                                           "url": "https://x/pr"}
-    body = pull_request("synchronize", 3, "b" * 40)
+                                           "url": "https://x/pr", "updatedAt": "2026-03-01T10:00:00.000000Z"}
+    body = pull_request("synchronize", 3, "b" * 40, updated="2026-03-01T10:05:00Z")
     assert http.post("/api/webhook", content=body, headers=github(body, "right", "pr-2", event="pull_request")
                      ).status_code == 202
     again = http.post("/api/webhook", content=body, headers=github(body, "right", "pr-2", event="pull_request"))
     assert again.status_code == 200 and again.json()["duplicate"] is True
-    body = pull_request("closed", 3, "b" * 40, merged=True)
+    body = pull_request("closed", 3, "b" * 40, merged=True, updated="2026-03-01T10:09:00Z")
     http.post("/api/webhook", content=body, headers=github(body, "right", "pr-3", event="pull_request"))
     assert (prs()["default/infra-pr-3"]["headSha"], prs()["default/infra-pr-3"]["state"]) == ("b" * 40, "merged")
     body = pull_request("closed", 4, "c" * 40)
@@ -199,3 +221,118 @@ def test_pull_request_deliveries_write_the_pull_request_of_repositories_that_pla
     raw = json.dumps(broken).encode()
     answer = http.post("/api/webhook", content=raw, headers=github(raw, "right", "pr-6", event="pull_request"))
     assert answer.status_code == 400 and "pull_request.head.sha" in answer.json()["error"]
+
+
+# -- issue 24 finding 11: attacks from outside -------------------------------------------------------------------
+def test_an_outsider_probing_repository_urls_gets_one_answer_for_configured_and_unknown_ones(
+    world: tuple[ApiServer, httpx.Client],
+) -> None:
+    """Attack: an outsider posts unsigned (or wrongly signed) pushes naming guessed repository URLs and reads which
+    ones are configured from the answer (401 vs 202) or its time (a list and a Secret read for a configured URL,
+    an early answer for an unknown one). Now: the same status and body, no API request for either, and the same
+    work (a decoy HMAC for an unknown repository; medians compared over a few hundred KB bodies)."""
+    api, http = world
+    pad = " " * 3000  # within the fixture's 4 KiB limit: HMAC work large enough to show in a time
+
+    probes = {"configured": ("https://github.com/org/infra.git", True),
+              "unknown": ("https://github.com/org/not-configured.git", True),
+              "unsigned": ("https://github.com/org/infra.git", False),
+              "keyless": ("https://github.com/org/unsigned", True)}  # configured, no webhookSecret
+    answers: dict[str, set[tuple[int, str]]] = {what: set() for what in probes}
+    times: dict[str, list[float]] = {what: [] for what in probes}
+
+    def probe(what: str, i: int) -> None:
+        url, signed = probes[what]
+        body = json.dumps({"ref": "refs/heads/main", "repository": {"clone_url": url}, "pad": pad}).encode()
+        headers = github(body, "guessed", f"probe-{what}-{i}")
+        if not signed:
+            del headers["X-Hub-Signature-256"]
+        started = time.perf_counter()
+        answer = http.post("/api/webhook", content=body, headers=headers)
+        times[what].append(time.perf_counter() - started)
+        answers[what].add((answer.status_code, answer.text))
+
+    probe("configured", -1)  # the server is up and its index listed
+    api.clear_requests()
+    for i in range(40):  # interleaved, so the machine's load weighs on both alike
+        for what in probes:
+            probe(what, i)
+    assert len(answers["configured"]) == 1 and all(a == answers["configured"] for a in answers.values()), answers
+    assert next(iter(answers["configured"]))[0] == 401
+    assert not api.requests, [f"{r.method} {r.path}" for r in api.requests]  # nothing asked of the API
+    configured, unknown = statistics.median(times["configured"]), statistics.median(times["unknown"])
+    assert unknown < 3 * configured and configured < 3 * unknown, (configured, unknown)
+    assert set(marks(api).values()) == {None}
+
+
+def test_a_captured_signed_push_sent_again_under_a_fresh_delivery_id_does_nothing(
+    world: tuple[ApiServer, httpx.Client],
+) -> None:
+    """Attack: the delivery id header is not signed, so a captured signed delivery sent again with a new id passed
+    the de-duplication and marked the repository again. Now a delivery is also known by the digest of its signed
+    body."""
+    api, http = world
+    body = push("https://github.com/org/infra.git")
+    headers = github(body, "right", "original-1")
+    assert http.post("/api/webhook", content=body, headers=headers).status_code == 202
+    api.clear_requests()
+    for fresh in ("replayed-1", "replayed-2", ""):
+        replayed = http.post("/api/webhook", content=body, headers={**headers, "X-GitHub-Delivery": fresh})
+        assert replayed.status_code == 200 and replayed.json()["duplicate"] is True, replayed.text
+    assert not [r for r in api.requests if r.method in ("PATCH", "PUT", "POST")]
+
+
+def test_a_replayed_pull_request_event_never_rolls_the_pull_request_back(
+    world: tuple[ApiServer, httpx.Client],
+) -> None:
+    """Attack: replay an old signed `opened` delivery (captured earlier) after the pull request moved to a new head,
+    at a replica that never saw it (per-process de-duplication does not help there): it set the old head again.
+    Now a TerraformPullRequest records the provider's `updated_at` of the event that wrote it, and an older event
+    changes nothing."""
+    api, http = world
+    opened = pull_request("opened", 7, "a" * 40, updated="2026-03-01T10:00:00Z")
+    captured = github(opened, "right", "pr7-opened", event="pull_request")
+    assert http.post("/api/webhook", content=opened, headers=captured).status_code == 202
+    newer = pull_request("synchronize", 7, "b" * 40, updated="2026-03-01T10:05:00Z")
+    assert http.post("/api/webhook", content=newer, headers=github(newer, "right", "pr7-sync", event="pull_request")
+                     ).status_code == 202
+    with running_server(server_settings()) as other_url, httpx.Client(base_url=other_url, timeout=10) as other:
+        answer = other.post("/api/webhook", content=opened, headers={**captured, "X-GitHub-Delivery": "pr7-again"})
+    held = api.get_object(ann.API_VERSION, "terraformpullrequests", "default", "infra-pr-7")
+    assert held is not None
+    assert (held["spec"]["headSha"], held["spec"].get("updatedAt")) == ("b" * 40, "2026-03-01T10:05:00.000000Z")
+    assert answer.status_code == 202 and "older" in answer.json()["ignored"], answer.text
+
+
+def test_a_burst_of_unsigned_deliveries_reads_nothing_from_the_api_and_is_throttled(
+    world: tuple[ApiServer, httpx.Client],
+) -> None:
+    """Attack: a flood of unsigned deliveries naming a configured repository made the server list
+    TerraformRepositories cluster-wide (and read Secrets) once per delivery. Now they are matched in memory (no API
+    request at all), and past `webhook_failures_burst` refused deliveries a source gets 429 with Retry-After, before
+    its body is read, while a verified delivery from another source still goes through."""
+    api, _ = world
+    settings = server_settings(webhook_failures_per_minute=0.5, webhook_failures_burst=5)
+    with running_server(settings) as url, httpx.Client(base_url=url, timeout=10) as http:
+        body = push("https://github.com/org/infra.git")
+        assert http.post("/api/webhook", content=body, headers={"X-GitHub-Event": "push"}).status_code == 401
+        api.clear_requests()  # the index is up (its list and watches started with the first delivery)
+        statuses = [http.post("/api/webhook", content=body, headers={"X-GitHub-Event": "push", "X-GitHub-Delivery":
+                                                                     f"flood-{i}"}).status_code for i in range(30)]
+        assert not [r for r in api.requests if r.method == "GET" and "watch" not in r.query], [
+            f"{r.method} {r.path}" for r in api.requests]
+        assert not [r for r in api.requests if "secrets" in r.path and "watch" not in r.query]
+        assert statuses[:4] == [401] * 4 and set(statuses[4:]) == {429}, statuses
+        throttled = http.post("/api/webhook", content=body, headers={"X-GitHub-Event": "push"})
+        assert throttled.status_code == 429 and int(throttled.headers["Retry-After"]) >= 1
+        # Another source (the provider, seen through a trusted proxy) is not held back by the flood.
+    proxied = server_settings(webhook_failures_per_minute=0.5, webhook_failures_burst=1,
+                              forwarded_allow_ips=["127.0.0.1"])
+    with running_server(proxied) as url, httpx.Client(base_url=url, timeout=10) as http:
+        for _ in range(3):
+            http.post("/api/webhook", content=body, headers={"X-GitHub-Event": "push", "X-Forwarded-For": "192.0.2.66"})
+        assert http.post("/api/webhook", content=body, headers={"X-GitHub-Event": "push",
+                                                                 "X-Forwarded-For": "192.0.2.66"}).status_code == 429
+        signed = http.post("/api/webhook", content=body, headers={**github(body, "right", "from-the-provider"),
+                                                                  "X-Forwarded-For": "140.82.115.1"})
+        assert signed.status_code == 202, signed.text

@@ -300,10 +300,11 @@ def test_runner_pods_reach_the_https_listener_and_the_datastore_keeps_its_egress
     assert https["from"] == runners  # runner pods of the tenants, and nobody else
     assert sorted(p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in runners) == [
         "team-a", "team-b"]
-    cluster = _render({"clusterMode": True, "networkPolicy": {"enabled": True}, "toolCache": {"enabled": True}})
+    # Cluster mode too: runners run only in the tenant namespaces (the controllers create pods nowhere else).
+    cluster = _render({"clusterMode": True, "tenants": [{"namespace": "team-a"}], "toolCache": {"enabled": True}})
     https = find(cluster, "NetworkPolicy", f"{RELEASE}-datastore")["spec"]["ingress"][1]
-    assert https["from"] == [{"namespaceSelector": {}, "podSelector": {"matchLabels": {
-        "burrito-py.io/component": "runner"}}}]
+    assert https["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "team-a"}},
+                              "podSelector": {"matchLabels": {"burrito-py.io/component": "runner"}}}]
 
 
 def test_prometheus_rule() -> None:

@@ -15,21 +15,26 @@ TF, AGL, CORE = "terraform.burrito-py.io", "agl.burrito-py.io", ""
 # (apiGroup, resource, verbs, resourceNames) — namespaced rules, granted in each watched namespace.
 Rule = tuple[str, str, str, tuple[str, ...]]
 CONTROLLERS: list[Rule] = [
-    (CORE, "pods", "create list watch", ()),
-    (CORE, "pods/log", "get", ()),
+    (CORE, "pods", "list watch", ()),
     (CORE, "events", "create", ()),
-    (CORE, "secrets", "get create update", ()),
-    ("coordination.k8s.io", "leases", "get create update delete", ()),
     (TF, "terraformrepositories", "list watch", ()),
     (TF, "terraformlayers", "get list watch create update patch delete", ()),
     (TF, "terraformruns", "get list watch create delete", ()),
     (TF, "terraformrepositories/status", "patch", ()),
     (TF, "terraformlayers/status", "patch", ()),
     (TF, "terraformruns/status", "patch", ()),
+    (TF, "terraformnotifiers/status", "patch", ()),  # a notifier's lastDelivery (controllers/notifications.py)
     (TF, "terraformpullrequests", "list watch", ()),
     (TF, "terraformpullrequests/status", "patch", ()),
     (TF, "terraformplanpolicies", "list watch", ()),
     (TF, "terraformnotifiers", "list watch", ()),
+]
+# Only in tenant namespaces, whatever the mode: runner pods, their logs, Secrets, per-layer Leases.
+CONTROLLERS_TENANT: list[Rule] = [
+    (CORE, "pods", "create", ()),
+    (CORE, "pods/log", "get", ()),
+    (CORE, "secrets", "get create update", ()),
+    ("coordination.k8s.io", "leases", "get create update delete", ()),
 ]
 CONTROLLERS_CLUSTER: list[Rule] = [
     ("apiextensions.k8s.io", "customresourcedefinitions", "get list watch create", ()),
@@ -41,19 +46,20 @@ CONTROLLERS_CLUSTER: list[Rule] = [
 KOPF_NAMESPACES: Rule = (CORE, "namespaces", "list watch", ())
 SERVER: list[Rule] = [
     (TF, "terraformlayers", "get list watch patch", ()),  # watch: the UI's layer index
-    (TF, "terraformrepositories", "get list patch", ()),
+    (TF, "terraformrepositories", "get list watch patch", ()),  # watch: the webhooks' index of repositories
     (TF, "terraformruns", "get list", ()),
     (TF, "terraformpullrequests", "get list create patch", ()),  # list: the UI's pull requests page
     (TF, "terraformplanpolicies", "get", ()),
-    (CORE, "secrets", "get", ()),
-    (CORE, "pods", "get", ()),
+]
+SERVER_TENANT: list[Rule] = [
+    (CORE, "pods", "get", ()),  # token authentication: a runner token's pod
     (CORE, "pods/log", "get", ()),  # the UI's live log of a running attempt
 ]
 DATASTORE: list[Rule] = [
-    (CORE, "pods", "get", ()),
     (TF, "terraformruns", "get", ()),
     (TF, "terraformlayers", "get", ()),
 ]
+DATASTORE_TENANT: list[Rule] = [(CORE, "pods", "get", ())]
 TOKEN_REVIEWS: Rule = ("authentication.k8s.io", "tokenreviews", "create", ())
 ACCESS_REVIEWS: Rule = ("authorization.k8s.io", "subjectaccessreviews", "create", ())
 RUNNER: list[Rule] = [
@@ -97,10 +103,19 @@ def expected(tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, 
                    ) if shards else (f"{RELEASE}-controllers",)
     out |= expand(sa("controllers"), [("coordination.k8s.io", "leases", "create", ()),
                                       ("coordination.k8s.io", "leases", "get update", leases)], [NAMESPACE])
+    # The webhook keys Secret(s), one per controllers Deployment, in the release namespace.
+    keys = tuple(sorted(f"{RELEASE}-webhook-keys-{s['name']}" for s in VALUE_SETS["shards"]["controllers"]["shards"])
+                 ) if shards else (f"{RELEASE}-webhook-keys",)
+    out |= expand(sa("controllers"), [(CORE, "secrets", "create", ()), (CORE, "secrets", "get update", keys)],
+                  [NAMESPACE])
+    out |= expand(sa("server"), [(CORE, "secrets", "get list watch", keys)], [NAMESPACE])
+    out |= expand(sa("controllers"), CONTROLLERS_TENANT, tenants)
     out |= expand(sa("server"), SERVER, scopes) | expand(sa("server"), [TOKEN_REVIEWS], ["cluster"])
+    out |= expand(sa("server"), SERVER_TENANT, tenants)
     out |= expand(sa("server"), [(TF, "clusterterraformplanpolicies", "get", ()),
                                  ("authorization.k8s.io", "subjectaccessreviews", "create", ())], ["cluster"])
     out |= expand(sa("datastore"), DATASTORE, scopes) | expand(sa("datastore"), [TOKEN_REVIEWS], ["cluster"])
+    out |= expand(sa("datastore"), DATASTORE_TENANT, tenants)
     # Who reads /metrics (burrito_py/metrics_auth.py): a TokenReview, then may that user get /metrics.
     out |= expand(sa("controllers"), [TOKEN_REVIEWS, ACCESS_REVIEWS], ["cluster"])
     out |= expand(sa("datastore"), [ACCESS_REVIEWS], ["cluster"])
@@ -136,6 +151,40 @@ def test_datastore_encryption_and_retention_grants() -> None:
     }
 
 
+TENANTS = {"default": [NAMESPACE], "tenants": ["team-a", "team-b"], "cluster-mode": ["team-a"],
+           "shards": ["team-a-prod", "team-b"]}
+
+
+@pytest.mark.parametrize("name", list(TENANTS))
+def test_the_internet_facing_server_reads_no_secret_but_the_webhook_keys_and_logs_only_where_runners_run(
+    name: str,
+) -> None:
+    """Issue 24 finding 9 (attack: the server's ServiceAccount token, taken from an exploited server, reads any
+    Secret and any pod's log of the cluster in cluster mode, and every tenant's Secrets in tenant mode). The server
+    may now get Secrets only in the release namespace and only the webhook keys Secret(s) by name; pods and their
+    logs only in the tenant namespaces, where runners run."""
+    server = {g for g in grants(rendered(name)) if g.subject == sa("server")}
+    secrets = {g for g in server if g.resource == "secrets"}
+    assert secrets and {g.scope for g in secrets} == {NAMESPACE}
+    assert all(g.resource_names and all(n.startswith(f"{RELEASE}-webhook-keys") for n in g.resource_names)
+               for g in secrets)
+    assert {g.scope for g in server if g.resource in ("pods", "pods/log")} == set(TENANTS[name])
+
+
+@pytest.mark.parametrize("name", list(TENANTS))
+def test_controllers_create_pods_and_touch_secrets_and_leases_only_in_tenant_namespaces(name: str) -> None:
+    """Issue 24 finding 9: in cluster mode the controllers could create pods and write Secrets in any namespace.
+    Now every pod creation, pod log, Secret and per-layer Lease grant is scoped to a tenant namespace (the release
+    namespace adds the leader Lease and the webhook keys Secret, by name where Kubernetes allows)."""
+    controllers = {g for g in grants(rendered(name)) if g.subject == sa("controllers")}
+    sensitive = {g for g in controllers if (g.resource, g.verb) in {("pods", "create"), ("pods/log", "get")}
+                 or g.resource in ("secrets", "leases")}
+    assert {g.scope for g in sensitive} <= {*TENANTS[name], NAMESPACE}
+    assert "cluster" not in {g.scope for g in sensitive}
+    outside_tenants = {g for g in sensitive if g.scope not in TENANTS[name]}
+    assert all(g.resource_names or g.verb == "create" for g in outside_tenants)
+
+
 def _roles(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [o for o in objects if o["kind"] in ("Role", "ClusterRole")]
 
@@ -152,11 +201,13 @@ def test_no_wildcards_and_no_cluster_wide_secrets_in_tenant_mode(name: str) -> N
             assert "escalate" not in rule["verbs"] and "bind" not in rule["verbs"] and "impersonate" not in rule[
                 "verbs"]
     all_grants = grants(objects)
-    cluster_secrets = {g for g in all_grants if g.resource == "secrets" and g.scope == "cluster"}
-    if name not in ("cluster-mode", "shards"):
-        assert cluster_secrets == set()
-    else:  # cluster mode: only what the code needs everywhere (outputs Secrets, webhook secrets), never list/watch
-        assert {g.verb for g in cluster_secrets} == {"get", "create", "update"}
+    # Cluster mode too (issue 24 finding 9): no component touches a Secret cluster-wide.
+    assert {g for g in all_grants if g.resource == "secrets" and g.scope == "cluster"} == set()
+    # No Secret list or watch but the server's, pinned to the webhook keys by name.
+    assert {(g.subject, g.scope) for g in all_grants if g.resource == "secrets" and g.verb in ("list", "watch")
+            and g.resource_names} <= {(sa("server"), NAMESPACE)}
+    assert not [g for g in all_grants if g.resource == "secrets" and g.verb in ("list", "watch")
+                and not g.resource_names]
     runner = {g for g in all_grants if g.subject.endswith("/burrito-py-runner")}
     assert {(g.resource, g.verb) for g in runner if g.api_group == CORE} == {("secrets", "get"), ("configmaps", "get")}
     assert all(g.scope != "cluster" for g in runner)
@@ -177,7 +228,7 @@ def test_runner_rules_match_the_runner_api_calls() -> None:
 def test_rule_counts_per_component() -> None:
     """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
     counts = grants_per_component(rendered("default"), RELEASE)
-    assert counts == {"controllers": 53, "server": 20, "datastore": 5, "runner": 6}
+    assert counts == {"controllers": 56, "server": 23, "datastore": 5, "runner": 6}
 
 
 def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:

@@ -323,8 +323,37 @@ def test_local_default_tenant_renders_with_pull_policy_never() -> None:
     assert runner["metadata"]["namespace"] == "default"
 
 
+def test_network_policies_are_on_by_default_and_runner_pods_accept_no_connection() -> None:
+    """Issue 24 finding 12: NetworkPolicies were off by default. On now, with runner pods closed to ingress and
+    their egress open (a default that broke every cloud provider would be wrong)."""
+    from burrito_py.deploy.chart import render_chart
+
+    default = rendered("default")
+    assert {o["metadata"]["name"] for o in default if o["kind"] == "NetworkPolicy"} == {
+        f"{RELEASE}-{c}" for c in ("datastore", "server", "controllers", "runner")}
+    runner = find(default, "NetworkPolicy", f"{RELEASE}-runner")
+    assert runner["metadata"]["namespace"] == NAMESPACE
+    assert runner["spec"] == {"podSelector": {"matchLabels": {"burrito-py.io/component": "runner"}},
+                              "policyTypes": ["Ingress"], "ingress": []}
+    assert not [o for o in render_chart({"networkPolicy": {"enabled": False}}, RELEASE, NAMESPACE)
+                if o["kind"] == "NetworkPolicy"]
+    # Restricted egress: DNS, the datastore (and its mirrors), then what the values list.
+    api = {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}], "ports": [{"port": 443, "protocol": "TCP"}]}
+    objects = render_chart({"tenants": [{"namespace": "team-a"}], "networkPolicy": {"runnerEgress": [api]},
+                            "toolCache": {"enabled": True}}, RELEASE, NAMESPACE)
+    spec = find(objects, "NetworkPolicy", f"{RELEASE}-runner")["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
+    dns, datastore, listed = spec["egress"]
+    assert dns == {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
+    assert datastore["to"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+                                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "burrito-py",
+                                                                "app.kubernetes.io/instance": RELEASE,
+                                                                "app.kubernetes.io/component": "datastore"}}}]
+    assert datastore["ports"] == [{"port": 8080, "protocol": "TCP"}, {"port": 8443, "protocol": "TCP"}]
+    assert listed == api
+
+
 def test_network_policies() -> None:
-    assert not [o for o in rendered("default") if o["kind"] == "NetworkPolicy"]
     objects = rendered("network-policy")
     datastore = find(objects, "NetworkPolicy", f"{RELEASE}-datastore")["spec"]
     peers = datastore["ingress"][0]["from"]

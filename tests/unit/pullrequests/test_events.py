@@ -16,14 +16,15 @@ def github(action: str, merged: bool = False, provider: str = "github") -> Deliv
     return Delivery(provider, "pull_request", "d-1", {  # type: ignore[arg-type]
         "action": action, "number": 12,
         "pull_request": {"number": 12, "title": "Bigger db", "html_url": "https://example/pr/12", "merged": merged,
-                         "base": {"ref": "main", "sha": "1" * 40}, "head": {"ref": "feature/db", "sha": SHA}},
+                         "base": {"ref": "main", "sha": "1" * 40}, "head": {"ref": "feature/db", "sha": SHA},
+                         "updated_at": "2026-03-01T10:20:30Z" if provider == "github" else "2026-03-01T11:20:30+01:00"},
         "repository": {"clone_url": "https://example/team/infra.git", "full_name": "team/infra"}})
 
 
 def gitlab(action: str, oldrev: str | None = None) -> Delivery:
     attributes: dict[str, Any] = {"iid": 12, "action": action, "title": "Bigger db", "url": "https://example/mr/12",
                                   "target_branch": "main", "source_branch": "feature/db",
-                                  "last_commit": {"id": SHA}}
+                                  "last_commit": {"id": SHA}, "updated_at": "2026-03-01 10:20:30 UTC"}
     if oldrev:
         attributes["oldrev"] = oldrev
     return Delivery("gitlab", "Merge Request Hook", "d-2", {"object_kind": "merge_request",
@@ -34,7 +35,7 @@ def gitlab(action: str, oldrev: str | None = None) -> Delivery:
 def event(provider: str, action: str) -> PullRequestEvent:
     url = "https://example/pr/12" if provider != "gitlab" else "https://example/mr/12"
     return PullRequestEvent(provider, action, 12, "main", "feature/db", SHA, "Bigger db", url,  # type: ignore[arg-type]
-                            "team/infra")
+                            "team/infra", "2026-03-01T10:20:30.000000Z")  # every provider's form of one time
 
 
 @pytest.mark.parametrize(("delivery", "expected"), [
@@ -73,3 +74,8 @@ def test_a_payload_missing_a_field_names_it() -> None:
     flagged.payload["pull_request"]["number"] = True
     with pytest.raises(BadPullRequest, match=r"pull_request\.number"):
         pull_request_event(flagged)
+    for value in (None, "yesterday"):  # the time orders events (a replayed old one is ignored): required
+        undated = gitlab("open")
+        undated.payload["object_attributes"]["updated_at"] = value
+        with pytest.raises(BadPullRequest, match=r"object_attributes\.updated_at"):
+            pull_request_event(undated)

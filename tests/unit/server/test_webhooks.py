@@ -11,7 +11,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.gitops.urls import repository_identity
-from burrito_py.server.webhooks import BadDelivery, RecentDeliveries, read_delivery, signature_valid
+from burrito_py.server.ratelimit import SourceLimiter, source_of
+from burrito_py.server.webhook_keys import PublishedKey, decode_entries, encode_entry, entry_name, hmac_key
+from burrito_py.server.webhooks import (
+    BadDelivery,
+    Delivery,
+    RecentDeliveries,
+    body_digest,
+    read_delivery,
+    signature_valid,
+    verified_by,
+)
 
 SECRET = b"s3cret"
 BODY = json.dumps({"ref": "refs/heads/main", "repository": {"clone_url": "https://github.com/org/infra.git",
@@ -124,3 +134,82 @@ def test_recent_deliveries_are_bounded() -> None:
     for key in ("a", "b", "c"):
         recent.remember(key)
     assert not recent.seen("a") and recent.seen("b") and recent.seen("c")
+
+
+@given(st.binary(max_size=200), st.binary(min_size=1, max_size=300), st.binary(min_size=1, max_size=300))
+def test_the_published_key_verifies_exactly_what_the_secret_does(body: bytes, secret: bytes, other: bytes) -> None:
+    """The controllers publish `hmac_key(secret)` (at most 64 bytes), never more: HMAC under it is HMAC under the
+    secret (RFC 2104), and a GitLab token is compared through it, so every provider verifies as before."""
+    key = hmac_key(secret)
+    assert len(key) <= 64
+    delivery = read_delivery({"x-github-event": "push"}, b"{}")
+    assert signature_valid(delivery, github_headers(body, secret), body, key)
+    assert signature_valid(delivery, github_headers(body, other), body, key) == (hmac_key(other) == key)
+    gitlab = read_delivery({"x-gitlab-event": "Push Hook"}, b"{}")
+    token = {"x-gitlab-token": secret.decode("latin-1")}
+    assert signature_valid(gitlab, token, body, hmac_key(secret.decode("latin-1").encode()))
+
+
+def test_published_entries_round_trip_and_malformed_ones_verify_nothing() -> None:
+    secret = {"data": {entry_name("team-a", "infra.git"): encode_entry("uid-1", b"s" * 100),
+                       "no-dot": encode_entry("uid-2", b"x"), "team-b.bad": "!!notbase64", "team-c.empty": ""}}
+    assert decode_entries(secret) == {("team-a", "infra.git"): PublishedKey("uid-1", hmac_key(b"s" * 100))}
+    assert decode_entries(None) == {}
+
+
+def test_every_key_costs_one_check_and_an_unknown_repository_one_decoy_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No early answer: zero candidates (unknown repository) and a candidate without a key are checked against a
+    decoy, so they take the time of a wrong signature."""
+    from burrito_py.server import webhooks
+
+    calls: list[bytes] = []
+    real = webhooks.signature_valid
+
+    def counting(delivery: Delivery, headers: dict[str, str], body: bytes, key: bytes) -> bool:
+        calls.append(key)
+        return real(delivery, headers, body, key)
+
+    monkeypatch.setattr(webhooks, "signature_valid", counting)
+    headers = github_headers(BODY)
+    delivery = read_delivery(headers, BODY)
+    assert verified_by(delivery, headers, BODY, []) == [] and len(calls) == 1
+    assert verified_by(delivery, headers, BODY, [None, SECRET, b"other"]) == [False, True, False]
+    assert len(calls) == 4 and calls[1] not in (b"", None)
+
+
+def test_a_delivery_is_remembered_by_its_id_and_by_its_body() -> None:
+    recent = RecentDeliveries(size=10)
+    recent.remember("github:d1", f"body:{body_digest(BODY)}")
+    assert recent.seen("github:d2", f"body:{body_digest(BODY)}")  # a replay under a new (unsigned) id
+    assert recent.seen("github:d1", f"body:{body_digest(BODY + b' ')}")  # a redelivery
+    assert not recent.seen("github:d2", f"body:{body_digest(BODY + b' ')}")
+    assert not recent.seen(None, None)
+
+
+def test_refused_deliveries_are_limited_per_source_and_come_back_with_time() -> None:
+    now = [0.0]
+    limiter = SourceLimiter(per_minute=60, burst=3, max_sources=2, now=lambda: now[0])
+    for _ in range(3):
+        assert limiter.retry_after("a") is None
+        limiter.charge("a")
+    assert limiter.retry_after("a") == pytest.approx(1.0)
+    assert limiter.retry_after("b") is None  # another source is not slowed
+    now[0] += 1.0
+    assert limiter.retry_after("a") is None
+    limiter.charge("a")
+    assert limiter.retry_after("a") is not None
+    unlimited = SourceLimiter(per_minute=0, burst=1)
+    for _ in range(10):
+        unlimited.charge("a")
+    assert unlimited.retry_after("a") is None
+
+
+@pytest.mark.parametrize(("peer", "source"), [
+    ("203.0.113.7", "203.0.113.7"),
+    ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),  # one host holds a /64
+    ("::ffff:203.0.113.7", "203.0.113.7"),
+    ("not-an-address", "not-an-address"),
+    (None, "unknown"),
+])
+def test_the_source_of_a_delivery(peer: str | None, source: str) -> None:
+    assert source_of(peer) == source
