@@ -197,12 +197,18 @@ class _Worker:
         self._drain.cancel()
 
 
+@dataclass(slots=True)
+class _Turn:
+    lost: bool = False  # a worker was killed or ended during the turn
+
+
 class PolicySandbox:
     """The pool of policy workers of one controllers process (created with its event loop; `close()` ends it)."""
 
     def __init__(self, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
         self._idle: list[_Worker] = []
+        self._live = 0  # worker processes running or starting, idle or busy
         self._slots: asyncio.Semaphore | None = None
         self._gates: dict[str, tuple[asyncio.Semaphore, int]] = {}
         self._closed = False
@@ -211,22 +217,47 @@ class PolicySandbox:
         self.started = 0  # workers started so far (a figure for tests and benches)
 
     @contextlib.asynccontextmanager
-    async def _turn(self, namespace: str) -> AsyncIterator[None]:
+    async def _turn(self, namespace: str) -> AsyncIterator[_Turn]:
         """Wait for the namespace's turn (at most `per_namespace` at once), then for a free worker slot. The
-        worker slots' queue holds at most `per_namespace` entries per namespace, so it serves namespaces in turn."""
+        worker slots' queue holds at most `per_namespace` entries per namespace, so it serves namespaces in turn.
+        A turn that lost a worker replaces it before the namespace's turn ends, but after its answer and without
+        a worker slot: so the pool is whole again before that namespace can take another namespace's idle worker,
+        and the verdict does not wait for the start-up."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.limits.workers)
         gate, users = self._gates.get(namespace) or (asyncio.Semaphore(self.limits.per_namespace), 0)
         self._gates[namespace] = (gate, users + 1)
+        turn = _Turn()
         try:
-            async with gate, self._slots:
-                yield
+            await gate.acquire()
+        except BaseException:
+            self._leave(namespace)
+            raise
+        try:
+            async with self._slots:
+                yield turn
         finally:
-            gate, users = self._gates[namespace]
-            if users <= 1:
-                del self._gates[namespace]
+            if turn.lost and not self._closed:  # the namespace's turn ends when the pool is whole again
+                task = asyncio.create_task(self._refill_then_leave(namespace, gate))
+                self._warming.add(task)
+                task.add_done_callback(self._warming.discard)
             else:
-                self._gates[namespace] = (gate, users - 1)
+                gate.release()
+                self._leave(namespace)
+
+    def _leave(self, namespace: str) -> None:
+        gate, users = self._gates[namespace]
+        if users <= 1:
+            del self._gates[namespace]
+        else:
+            self._gates[namespace] = (gate, users - 1)
+
+    async def _refill_then_leave(self, namespace: str, gate: asyncio.Semaphore) -> None:
+        try:
+            await self._refill()
+        finally:
+            gate.release()
+            self._leave(namespace)
 
     def _warm(self) -> None:
         """On first use, start the rest of the pool in the background: a namespace that finds a free slot then
@@ -235,31 +266,58 @@ class PolicySandbox:
             return
         self._warmed = True
         for _ in range(self.limits.workers - 1):  # the first caller starts its own
+            self._live += 1
             task = asyncio.create_task(self._start_idle())
             self._warming.add(task)
             task.add_done_callback(self._warming.discard)
 
-    async def _start_idle(self) -> None:
+    async def _start(self) -> _Worker:
+        """A new worker, counted in `_live` by the caller."""
         try:
             worker = await _Worker.start(self.limits)
+        except BaseException:
+            self._live -= 1
+            raise
+        self.started += 1
+        return worker
+
+    async def _start_idle(self) -> None:
+        try:
+            worker = await self._start()
         except SandboxUnavailable as exc:
             log.warning("%s", exc)
             return
-        self.started += 1
         await self._give_back(worker)
 
-    async def _take(self) -> _Worker:
+    async def _take(self, fresh: bool = False) -> _Worker:
+        """An idle worker, else (or when `fresh`) one started for the caller, who waits for its start-up. A plan
+        whose rule had its worker killed takes a fresh one: never the idle worker another namespace is about to
+        use, so the cost of a killed worker falls on the namespace whose rule it ran."""
         self._warm()
-        while self._idle:
+        while self._idle and not fresh:
             worker = self._idle.pop()
             if worker.process.returncode is None:
                 return worker
-            await worker.kill()
+            await self._discard(worker)
         if self._closed:
             raise SandboxUnavailable("the controllers are stopping")
-        worker = await _Worker.start(self.limits)
-        self.started += 1
-        return worker
+        self._live += 1
+        return await self._start()
+
+    async def _discard(self, worker: _Worker) -> None:
+        await worker.kill()
+        self._live -= 1
+
+    async def _refill(self) -> None:
+        """Start workers until the pool is whole (after a turn that lost its worker: `_turn`)."""
+        while not self._closed and self._live < self.limits.workers:
+            self._live += 1
+            try:
+                worker = await self._start()
+            except SandboxUnavailable as exc:
+                log.warning("%s", exc)
+                return
+            await self._give_back(worker)
 
     async def _give_back(self, worker: _Worker | None) -> None:
         """Keep a worker for the next plan unless it is mid-request, ended, or has grown by half its memory
@@ -269,7 +327,7 @@ class PolicySandbox:
         grown = worker.data - worker.baseline > (self.limits.memory_mib << 20) // 2
         spare = len(self._idle) >= self.limits.workers
         if worker.busy or grown or spare or self._closed or worker.process.returncode is not None:
-            await worker.kill()
+            await self._discard(worker)
         else:
             self._idle.append(worker)
 
@@ -287,31 +345,37 @@ class PolicySandbox:
                 found[i] = result
         if sandboxed:
             request = await asyncio.to_thread(pickle.dumps, ("plan", plan, drift_correction), pickle.HIGHEST_PROTOCOL)
-            async with self._turn(namespace):
-                await self._run_rules([(i, *pairs[i]) for i in sandboxed], request, found)
+            async with self._turn(namespace) as turn:
+                await self._run_rules(turn, [(i, *pairs[i]) for i in sandboxed], request, found)
         return Verdict.of(plan_sum, [r for results in found for r in results])
 
-    async def _run_rules(self, todo: Sequence[tuple[int, Policy, PlanPolicyRule]], plan_request: bytes,
-                         found: list[list[RuleResult]]) -> None:
+    async def _run_rules(self, turn: _Turn, todo: Sequence[tuple[int, Policy, PlanPolicyRule]],
+                         plan_request: bytes, found: list[list[RuleResult]]) -> None:
         loop = asyncio.get_running_loop()
         limits = self.limits
         deadline: float | None = None
         worker: _Worker | None = None
+        lost = False  # a worker of this turn was killed or ended: this turn replaces it
         unavailable: str | None = None  # once the plan cannot be handed to a worker, no rule is evaluated
         try:
             for i, policy, rule in todo:
                 if worker is None and unavailable is None:
+                    began = loop.time()
                     try:
-                        worker = await self._take()
+                        worker = await self._take(fresh=lost)
                         loaded = await worker.call(plan_request, limits.start_seconds)
                         if loaded.get("ok") is not True:
                             unavailable = (f"the plan does not fit its {limits.memory_mib} MiB memory limit"
                                            if loaded.get("limit") == "memory" else "it could not read the plan")
-                    except (SandboxUnavailable, WorkerStopped) as exc:
+                    except WorkerStopped as exc:
                         unavailable = str(exc)[:200]
+                    except SandboxUnavailable as exc:
+                        unavailable, worker = str(exc)[:200], None
                     if unavailable is not None and worker is not None:
-                        await worker.kill()
-                        worker = None
+                        await self._discard(worker)
+                        worker, lost = None, True
+                    if deadline is not None:
+                        deadline += loop.time() - began  # a worker's start-up is not the rules' time
                 if worker is None or unavailable is not None:
                     found[i] = [self._stopped(policy, rule, "unavailable", unavailable or "")]
                     continue
@@ -326,21 +390,23 @@ class PolicySandbox:
                 try:
                     answer = await worker.call(request, timeout)
                 except WorkerStopped as stop:
-                    worker = None  # killed, or ended by itself
+                    await self._discard(worker)  # killed, or ended by itself
+                    worker, lost = None, True
                     limit: Limit = "budget" if stop.limit == "time" and timeout < limits.rule_seconds else stop.limit
                     found[i] = [self._stopped(policy, rule, limit, stop.detail)]
                     continue
                 if "results" in answer:
                     found[i] = [RuleResult.model_validate(r) for r in answer["results"]]
                     continue
-                await worker.kill()  # after any limit or failure: a fresh worker for the next rule
-                worker = None
+                await self._discard(worker)  # after any limit or failure: a fresh worker for the next rule
+                worker, lost = None, True
                 if answer.get("limit") == "memory":
                     found[i] = [self._stopped(policy, rule, "memory")]
                 else:
                     found[i] = [self._stopped(policy, rule, "crash", str(answer.get("failed") or "no answer"))]
         finally:
             await self._give_back(worker)
+            turn.lost = lost
 
     def _stopped(self, policy: Policy, rule: PlanPolicyRule, limit: Limit, detail: str = "") -> RuleResult:
         message = limit_message(policy, rule.name, limit, self.limits, detail)
@@ -354,36 +420,41 @@ class PolicySandbox:
         errors: list[tuple[str, str]] = []
         if not todo:
             return errors
-        async with self._turn(policy.namespace or ""):
+        async with self._turn(policy.namespace or "") as turn:
             worker: _Worker | None = None
+            lost = False
             try:
                 for rule in todo:
                     if worker is None:
-                        worker = await self._take()
+                        worker = await self._take(fresh=lost)
                     request = pickle.dumps(("compile", rule), pickle.HIGHEST_PROTOCOL)
                     try:
                         answer = await worker.call(request, self.limits.rule_seconds)
                     except WorkerStopped as stop:
-                        worker = None
+                        await self._discard(worker)
+                        worker, lost = None, True
                         errors.append((rule.name, f"compiling it {limit_text(stop.limit, self.limits, stop.detail)}"))
                         continue
                     if "error" in answer:
                         if answer["error"]:
                             errors.append((rule.name, str(answer["error"])[:300]))
                         continue
-                    await worker.kill()
-                    worker = None
+                    await self._discard(worker)
+                    worker, lost = None, True
                     limit: Limit = "memory" if answer.get("limit") == "memory" else "crash"
                     text = limit_text(limit, self.limits, str(answer.get("failed") or "no answer"))
                     errors.append((rule.name, f"compiling it {text}"))
             finally:
                 await self._give_back(worker)
+                turn.lost = lost
         return errors
 
     async def close(self) -> None:
         self._closed = True
-        for task in list(self._warming):
+        pending = list(self._warming)
+        for task in pending:
             task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         idle, self._idle = self._idle, []
         for worker in idle:
-            await worker.kill()
+            await self._discard(worker)
