@@ -12,7 +12,9 @@ time (its other plans wait for their namespace's turn, holding no worker), and a
 most `plan_seconds` (rules left when it is spent are not evaluated: they deny, naming the budget). With the
 defaults (2 workers, 1 per namespace) a tenant whose every plan meets a worst-case policy holds one worker, and
 every other namespace still finds one free; the one tenant's plans queue behind each other, which slows only
-that tenant. Cluster policies count against the namespace of the layer they judge.
+that tenant. A killed worker is replaced at the cost of the namespace whose rule it ran: its next rule starts a
+fresh worker, and its turn ends only once the pool is whole again, so it never takes the idle worker another
+namespace is about to use. Cluster policies count against the namespace of the layer they judge.
 """
 
 from __future__ import annotations
@@ -396,7 +398,9 @@ class PolicySandbox:
                     found[i] = [self._stopped(policy, rule, limit, stop.detail)]
                     continue
                 if "results" in answer:
-                    found[i] = [RuleResult.model_validate(r) for r in answer["results"]]
+                    # `error` is the controllers' sentence, shown in status and events: never a worker's.
+                    found[i] = [RuleResult.model_validate(r).model_copy(update={"error": None})
+                                for r in answer["results"]]
                     continue
                 await self._discard(worker)  # after any limit or failure: a fresh worker for the next rule
                 worker, lost = None, True
