@@ -139,7 +139,7 @@ async def test_a_worker_that_dies_mid_rule_is_a_denial_never_a_pass(sandbox: Pol
 
 
 async def test_one_namespace_cannot_hold_every_worker() -> None:
-    box = PolicySandbox(Limits(rule_seconds=3.0, plan_seconds=10.0, workers=2, per_namespace=1))
+    box = PolicySandbox(Limits(rule_seconds=3.0, cpu_seconds=10, plan_seconds=10.0, workers=2, per_namespace=1))
     worst = [{"name": "worst", "cel": {"expression": WORST_CEL, "scope": "plan"}}]
     try:
         await judge(box, NORMAL, namespace="team-b")
