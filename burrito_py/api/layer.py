@@ -272,6 +272,11 @@ class PolicyFinding(ApiModel):
     enforcement: str = Field(description="advisory, gateAutoApply or mandatory.")
     addresses: list[str] = Field(default_factory=list, description="Resource addresses it names (at most 20).")
     count: int = Field(default=0, ge=0, description="How many resources it names in all.")
+    error: str | None = Field(
+        default=None,
+        description="Why the rule could not be evaluated, in the controllers' words: the limit it exceeded (e.g. "
+        "'rule loop of policy team-a/slow exceeded the 2 s evaluation limit').",
+    )
 
 
 class PolicyOverride(ApiModel):

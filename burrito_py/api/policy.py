@@ -170,12 +170,19 @@ class ClusterPlanPolicySpec(PlanPolicySpec):
 
 
 class PlanPolicyStatus(ApiModel):
-    conditions: list[Condition] = Field(default_factory=list, description="Ready: the policy parses.")
+    """Written by the controllers once per generation (controllers/policies.py)."""
+
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready: True when the policy is valid and each CEL and Rego rule compiles; False (reason "
+        "Invalid or CompileFailed) names the rule and the compiler's message.",
+    )
     observed_generation: int | None = Field(default=None, description="The generation the status describes.")
 
 
 _COLUMNS = (
     PrinterColumn("Enforcement", "string", ".spec.enforcement"),
+    PrinterColumn("Ready", "string", '.status.conditions[?(@.type=="Ready")].status'),
     AGE_COLUMN,
 )
 

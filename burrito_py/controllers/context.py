@@ -18,6 +18,7 @@ from burrito_py.controllers.pull_request_decisions import PullRequestMemory
 from burrito_py.controllers.scheduler import Scheduler
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.controllers.webhook_keys import WebhookKeyPublisher
+from burrito_py.policy.sandbox import PolicySandbox
 
 if TYPE_CHECKING:
     from burrito_py.datastore.client import DatastoreClient
@@ -32,6 +33,7 @@ class Context:
     inventory: Inventory = field(default_factory=Inventory)
     crds: CrdWatch = field(default_factory=CrdWatch)  # what the layer destroy guard knows of CRDs
     policies: PolicyBook = field(default_factory=PolicyBook)  # the plan policies (plan_review.py)
+    sandbox: PolicySandbox = field(default_factory=PolicySandbox)  # where their CEL and Rego rules run
     notifications: Notifications = field(default_factory=Notifications)  # notifiers and deliveries
     outputs: OutputsCache = field(default_factory=OutputsCache)  # upstream outputs (dependencies.py)
     pull_request_memory: PullRequestMemory = field(default_factory=PullRequestMemory)  # pull_requests.py
@@ -39,6 +41,7 @@ class Context:
     runs: Scheduler[Key] | None = None
     repositories: Scheduler[Key] | None = None
     pull_requests: Scheduler[Key] | None = None
+    plan_policies: Scheduler[Key] | None = None  # their status (policies.py); key: ("", name) for a cluster policy
     datastore: DatastoreClient | None = None
     webhook_keys: WebhookKeyPublisher | None = None  # set from the settings when not given
     # Set once the initial listing is in the inventory: deciding before that could duplicate runs.
@@ -64,6 +67,10 @@ class Context:
     def wake_pull_request(self, key: Key, after: timedelta | float = 0.0) -> None:
         if self.pull_requests is not None and self.primed:
             self.pull_requests.schedule(key, _seconds(after))
+
+    def wake_plan_policy(self, key: Key, after: timedelta | float = 0.0) -> None:
+        if self.plan_policies is not None and self.primed:
+            self.plan_policies.schedule(key, _seconds(after))
 
     def wake_repository(self, key: Key, after: timedelta | float = 0.0) -> None:
         if self.repositories is not None and self.primed:

@@ -372,6 +372,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         ctx, layer, {v.name: v for v in map(run_view, runs)}, await ctx.policies.for_layer(ctx.kube, layer), now)
     deps_snapshot = await dependency_snapshot(ctx, layer)
     deps = judge_dependencies(deps_snapshot) if deps_snapshot is not None else None
+    # The review may have waited for the policy sandbox (§5.9): decide on the runs as they are now (a plan run
+    # that ended meanwhile is no longer Running), not as they were before it.
+    runs = ctx.inventory.runs_of_layer(namespace, name)
     dependents = tuple("/".join(k) for k in ctx.inventory.layers.dependents_of(key)) if deleting else ()
     decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review, deps, dependents)
 

@@ -31,6 +31,7 @@ from burrito_py.controllers.forbidden import ForbiddenReporter
 from burrito_py.controllers.inventory import Store, key_of
 from burrito_py.controllers.kube import Kube, KubeError, crd_path, path
 from burrito_py.controllers.layers import reconcile_layer
+from burrito_py.controllers.policies import reconcile_plan_policy
 from burrito_py.controllers.pull_requests import reconcile_pull_request
 from burrito_py.controllers.repositories import reconcile_repository
 from burrito_py.controllers.repository_decisions import sync_requested
@@ -38,6 +39,7 @@ from burrito_py.controllers.run_decisions import TERMINAL
 from burrito_py.controllers.runs import reconcile_run
 from burrito_py.controllers.scheduler import Scheduler
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.policy.sandbox import PolicySandbox
 
 if TYPE_CHECKING:
     from burrito_py.datastore.client import DatastoreClient
@@ -97,7 +99,8 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         check_kopf_settings(settings)
         kube = await Kube.connect(str(kubeconfig) if kubeconfig else None)
         datastore = datastore_client(config.datastore_url, config.datastore_token_path, kubeconfig)
-        context = Context(settings=config, kube=kube, datastore=datastore)
+        context = Context(settings=config, kube=kube, datastore=datastore,
+                          sandbox=PolicySandbox(config.policy_limits()))
         holder["ctx"] = context
         metrics.watch_inventory(context.inventory)
         forbidden = ForbiddenReporter(kube)
@@ -110,6 +113,8 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
             "repository", lambda key: reconcile_repository(context, key), inventory.repositories.get))
         context.pull_requests = Scheduler("pull_requests", forbidden.wrap(
             "pull request", lambda key: reconcile_pull_request(context, key), inventory.pull_requests.get))
+        context.plan_policies = Scheduler("plan_policies", forbidden.wrap(
+            "plan policy", lambda key: reconcile_plan_policy(context, key), context.policies.get), concurrency=2)
         started = time.monotonic()
         await _prime(context)
         memo["tasks"] = [
@@ -117,6 +122,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
             asyncio.create_task(context.runs.run()),
             asyncio.create_task(context.repositories.run()),
             asyncio.create_task(context.pull_requests.run()),
+            asyncio.create_task(context.plan_policies.run()),
             asyncio.create_task(_resync_forever(context)),
             asyncio.create_task(_report_startup(context, started)),
         ]
@@ -133,6 +139,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
             task.cancel()
         if "ctx" in holder:
             await holder["ctx"].notifications.close()
+            await holder["ctx"].sandbox.close()
             await holder["ctx"].kube.close()
             if holder["ctx"].datastore is not None:
                 holder["ctx"].datastore.close()
@@ -278,6 +285,8 @@ def _policy_changed(ctx: Context, event: Mapping[str, Any]) -> None:
         store.forget(body)
     elif not store.observe(body) or (previous is not None and _generation(previous) == _generation(body)):
         return  # a status write, or an old event: nothing the verdicts depend on
+    else:
+        ctx.wake_plan_policy(key_of(body))  # its status: does this generation compile?
     namespace = body["metadata"].get("namespace")
     for layer in ctx.inventory.layers:
         if namespace is None or layer["metadata"]["namespace"] == namespace:
@@ -370,6 +379,9 @@ def _wake_everything(ctx: Context) -> None:
             ctx.wake_run(key_of(run))
     for pull_request in ctx.inventory.pull_requests:
         ctx.wake_pull_request(key_of(pull_request))
+    for store in (ctx.policies.namespaced, ctx.policies.cluster):
+        for policy in store:
+            ctx.wake_plan_policy(key_of(policy))
 
 
 async def _report_startup(ctx: Context, started: float) -> None:

@@ -12,7 +12,6 @@ Pure parts (`review_needed`, `drift_state`, `gate_of`, …) and one act function
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import json
 import logging
@@ -26,9 +25,10 @@ from burrito_py.controllers import metrics
 from burrito_py.controllers.inventory import Body
 from burrito_py.controllers.layer_decisions import NO_CHANGES, RunView, parse_plan_run
 from burrito_py.controllers.plan_gate import PlanGate
+from burrito_py.controllers.scheduler import slot_released
 from burrito_py.plans.drift import classify_drift
 from burrito_py.plans.model import PlanFormatError, PlanModel, parse_plan
-from burrito_py.policy.evaluate import evaluate, policy_name
+from burrito_py.policy.evaluate import policy_name
 from burrito_py.policy.verdict import Verdict, rule_result
 from burrito_py.timeutil import format_time
 
@@ -182,9 +182,13 @@ def policy_status(verdict: Verdict, selected: int, digest: str, facts: Body, err
 
 
 def gate_reason(policy: Mapping[str, Any]) -> str:
-    """The rules behind a gating verdict: `policy/rule (addresses…)`, names only."""
+    """The rules behind a gating verdict: `policy/rule (addresses…)`, names only; for a rule stopped by a
+    limit, the sandbox's sentence naming it."""
     parts = []
     for finding in policy.get("denied") or ():
+        if finding.get("error"):  # a limit the rule exceeded, in the controllers' words (policy/sandbox.py)
+            parts.append(str(finding["error"]))
+            continue
         addresses = list(finding.get("addresses") or ())
         shown = ", ".join(addresses[:3]) + (", …" if len(addresses) > 3 else "")
         parts.append(f"{finding.get('policy')}/{finding.get('rule')}" + (f" ({shown})" if shown else ""))
@@ -241,9 +245,11 @@ async def review_plan(
         model, error = await _read_plan(ctx, meta["namespace"], meta["name"], annotations)
         facts = plan_facts(model, plan_sum, annotations.get(ann.PLAN_DATE), changed)
         if model is not None:
-            # Off the event loop: a Rego module with many findings takes up to a second on 1,000 changes.
-            verdict = await asyncio.to_thread(
-                functools.partial(evaluate, policies, model, plan_sum=plan_sum, drift_correction=changed is False))
+            # CEL and Rego rules in the policy sandbox's worker processes, under its limits; waiting for them
+            # holds no slot of the layers' queue (another tenant's slow policy must not hold up this layer).
+            async with slot_released():
+                verdict = await ctx.sandbox.evaluate(policies, model, namespace=meta["namespace"], plan_sum=plan_sum,
+                                                     drift_correction=changed is False)
         else:
             verdict = unreadable_verdict(policies, plan_sum, error or "the plan could not be read")
             retry_in = RETRY_UNREADABLE

@@ -13,7 +13,6 @@ runs go on.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -36,10 +35,10 @@ from burrito_py.controllers.pull_request_decisions import (
     decide_pull_request,
 )
 from burrito_py.controllers.repositories import credentials_of, ensure_source, mirror_for
+from burrito_py.controllers.scheduler import slot_released
 from burrito_py.gitops.credentials import CredentialsError as GitCredentialsError
 from burrito_py.gitops.mirror import GitError
 from burrito_py.plans.model import PlanFormatError, parse_plan
-from burrito_py.policy.evaluate import evaluate
 from burrito_py.pullrequests.affected import Affected, affected_layers
 from burrito_py.pullrequests.comment import GITEA_LIMIT, GITHUB_LIMIT, GITLAB_LIMIT, LOG_LINES, marker, render
 from burrito_py.pullrequests.credentials import (
@@ -200,8 +199,9 @@ async def _read_outcome(ctx: Context, run: RunFacts) -> PlanOutcome | None:
     body = ctx.inventory.layers.get(run.layer)
     policies = await ctx.policies.for_layer(ctx.kube, body) if body is not None else []
     if policies:
-        verdict = (await asyncio.to_thread(functools.partial(
-            evaluate, policies, model, plan_sum=f"pull-request:{run.name}", drift_correction=False))).result
+        async with slot_released():  # as a layer's review (plan_review.py): bounded, holding no queue slot
+            verdict = (await ctx.sandbox.evaluate(policies, model, namespace=namespace,
+                                                  plan_sum=f"pull-request:{run.name}", drift_correction=False)).result
     return PlanOutcome("planned", model.summary(), model, pretty.decode(errors="replace"), verdict=verdict)
 
 

@@ -3,20 +3,60 @@
 One task serves all keys, so thousands of idle layers cost one sleeping coroutine, not a timer each.
 A key is never handled twice concurrently: a key scheduled while it is being handled runs again
 right after (the same guarantee as controller-runtime's work queue).
+
+At most `concurrency` handlers run at once. A handler that waits on something slow that is not its own work
+(a plan policy's evaluation, which queues for the policy sandbox's workers: policy/sandbox.py) gives its slot
+up meanwhile (`slot_released()`), so one tenant's slow policies never keep another tenant's reconciles queued.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import heapq
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
+
+
+class _Slot:
+    """One handler's hold on its scheduler's semaphore; `held` so that a give-up cancelled half-way never
+    releases twice."""
+
+    def __init__(self, semaphore: asyncio.Semaphore) -> None:
+        self._semaphore = semaphore
+        self.held = False
+
+    async def take(self) -> None:
+        await self._semaphore.acquire()
+        self.held = True
+
+    def give(self) -> None:
+        if self.held:
+            self.held = False
+            self._semaphore.release()
+
+
+_SLOT: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar("scheduler_slot", default=None)
+
+
+@contextlib.asynccontextmanager
+async def slot_released() -> AsyncIterator[None]:
+    """Run the body without the calling handler's scheduler slot, taken back after (a no-op outside one)."""
+    slot = _SLOT.get()
+    if slot is None or not slot.held:
+        yield
+        return
+    slot.give()
+    try:
+        yield
+    finally:
+        await slot.take()
 
 
 class Scheduler(Generic[K]):
@@ -86,9 +126,14 @@ class Scheduler(Generic[K]):
         task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, key: K) -> None:
+        slot = _Slot(self._slots)
+        _SLOT.set(slot)  # this task's own context: seen by what the handler awaits
         try:
-            async with self._slots:
+            await slot.take()
+            try:
                 await self._handler(key)
+            finally:
+                slot.give()
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -18,6 +18,7 @@ from burrito_py.api.common import SyncWindow
 from burrito_py.controllers.shards import Scope, Shard, pattern_problem, scope_of, shard_problem
 from burrito_py.durations import Duration
 from burrito_py.local.paths import pod_path_setting
+from burrito_py.policy.sandbox import Limits
 
 ENV_PREFIX = "BURRITO_PY_"
 
@@ -159,6 +160,37 @@ class ControllerSettings(BaseSettings):
         500, ge=1, description="Repositories of one namespace whose webhook keys are published at most (the Secret "
         "holds 1 MiB for every namespace of the Deployment).",
     )
+    # Plan policies' CEL and Rego rules run in worker processes under these limits (policy/sandbox.py, §5.9).
+    policy_rule_timeout: Duration = Field(
+        timedelta(seconds=2),
+        description="Wall-clock limit of one CEL or Rego rule over one plan (a resource-scope CEL rule: over all "
+        "the plan's resources); a rule that exceeds it denies, naming the limit, and its worker is replaced.",
+    )
+    policy_rule_cpu_seconds: int = Field(
+        2, ge=1, le=3600, description="CPU seconds one CEL or Rego rule may use (RLIMIT_CPU of its worker process)."
+    )
+    policy_rule_memory_mib: int = Field(
+        256,
+        ge=32,
+        le=65536,
+        description="MiB a policy worker process may allocate beyond its start-up footprint (RLIMIT_DATA); a rule "
+        "that needs more denies, naming the limit.",
+    )
+    policy_plan_budget: Duration = Field(
+        timedelta(seconds=10),
+        description="Wall-clock limit of all the CEL and Rego rules judging one plan together; rules left when it "
+        "is spent are not evaluated and deny, naming it.",
+    )
+    policy_workers: int = Field(
+        2, ge=1, le=64, description="Policy worker processes (started on first use, reused, replaced when killed)."
+    )
+    policy_workers_per_namespace: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Policy workers the plans of one namespace may use at once (at most policyWorkers); below "
+        "policyWorkers, a namespace whose policies hit every limit leaves the others a free worker.",
+    )
     # The Application Generation Layer: ApplicationDefinitions → user kinds → TerraformLayers.
     agl_enabled: bool = Field(True, description="Run the Application Generation Layer controller.")
     # Leader election (docs/architecture.md, "Leader election"): off here so in-process runs need no Lease;
@@ -187,6 +219,26 @@ class ControllerSettings(BaseSettings):
         timedelta(seconds=2),
         description="Time between two renewals by the leader and two looks at the Lease by a standby.",
     )
+
+    @model_validator(mode="after")
+    def _policy_limits(self) -> Self:
+        if self.policy_workers_per_namespace > self.policy_workers:
+            raise ValueError(
+                f"{ENV_PREFIX}POLICY_WORKERS_PER_NAMESPACE ({self.policy_workers_per_namespace}) is more than "
+                f"{ENV_PREFIX}POLICY_WORKERS ({self.policy_workers})"
+            )
+        for name in ("policy_rule_timeout", "policy_plan_budget"):
+            if getattr(self, name).total_seconds() <= 0:
+                raise ValueError(f"{ENV_PREFIX}{name.upper()}: must be more than 0 s")
+        return self
+
+    def policy_limits(self) -> Limits:
+        """The policy sandbox's limits (policy/sandbox.py)."""
+        return Limits(
+            rule_seconds=self.policy_rule_timeout.total_seconds(), cpu_seconds=self.policy_rule_cpu_seconds,
+            memory_mib=self.policy_rule_memory_mib, plan_seconds=self.policy_plan_budget.total_seconds(),
+            workers=self.policy_workers, per_namespace=self.policy_workers_per_namespace,
+        )
 
     @model_validator(mode="after")
     def _election_timing(self) -> Self:

@@ -125,6 +125,12 @@ class ControllersConfig(Values):
     allow_cross_namespace_repositories: bool = setting(ControllerSettings, "allow_cross_namespace_repositories")
     allow_cross_namespace_dependencies: bool = setting(ControllerSettings, "allow_cross_namespace_dependencies")
     webhook_keys_per_namespace: int = setting(ControllerSettings, "webhook_keys_per_namespace")
+    policy_rule_timeout: timedelta = setting(ControllerSettings, "policy_rule_timeout")
+    policy_rule_cpu_seconds: int = setting(ControllerSettings, "policy_rule_cpu_seconds")
+    policy_rule_memory_mib: int = setting(ControllerSettings, "policy_rule_memory_mib")
+    policy_plan_budget: timedelta = setting(ControllerSettings, "policy_plan_budget")
+    policy_workers: int = setting(ControllerSettings, "policy_workers")
+    policy_workers_per_namespace: int = setting(ControllerSettings, "policy_workers_per_namespace")
     # On in the chart (its replicas need it), off in the settings (in-process runs need no Lease).
     leader_election: bool = Field(
         True, description=str(ControllerSettings.model_fields["leader_election"].description)
@@ -189,6 +195,12 @@ class Controllers(Workload):
         ],
         description="topologySpreadConstraints (default: the replicas on different nodes when possible, so one "
         "node's loss leaves a standby); the chart fills in labelSelector when it is left out.",
+    )
+    resources: Object = Field(
+        default_factory=lambda: {"requests": {"cpu": "50m", "memory": "192Mi"}, "limits": {"memory": "1Gi"}},
+        description="Container resources (ResourceRequirements). The limit holds the controllers and their policy "
+        "workers: config.policyWorkers x (about 70 MiB + config.policyRuleMemoryMib) at most; when the container "
+        "runs short anyway, the kernel kills a worker first (a denial naming the evaluator), not the controllers.",
     )
     config: ControllersConfig = Field(default_factory=ControllersConfig, description="Controller settings.")
     metrics_port: int = Field(9464, ge=1, le=65535, description="Prometheus metrics port.")

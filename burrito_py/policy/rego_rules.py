@@ -10,9 +10,11 @@ from typing import Any
 
 from burrito_py.plans.model import PlanModel
 
-__all__ = ["RegoRuleError", "rego_findings"]
+__all__ = ["RegoRuleError", "package_of", "rego_error_text", "rego_findings"]
 
 _PACKAGE = re.compile(r"^\s*package\s+([A-Za-z_][\w.]*)", re.MULTILINE)
+# rego-cpp's errors: `(error <n>:<file>|<offset>|<length> (errormsg <n>:<message>) …)`, <n> the length that follows.
+_ERROR = re.compile(r"\(error \d+:[^|\n]*\|(\d+)\|\d+\s*\(errormsg (\d+):")
 
 
 class RegoRuleError(ValueError):
@@ -35,11 +37,32 @@ def _entries(value: Any) -> list[tuple[str, str | None]]:
     return found
 
 
+def package_of(module: str) -> str | None:
+    found = _PACKAGE.search(module)
+    return found.group(1) if found is not None else None
+
+
+def rego_error_text(exc: BaseException, module: str) -> str:
+    """rego-cpp's error as `line L:C: message` (at most three), else its first line."""
+    text = str(exc)
+    parts = []
+    for found in list(_ERROR.finditer(text))[:3]:
+        offset, length = int(found.group(1)), int(found.group(2))
+        message = text[found.end():found.end() + length]
+        line = module.count("\n", 0, offset) + 1
+        column = offset - (module.rfind("\n", 0, offset) + 1) + 1
+        parts.append(f"line {line}:{column}: {message}")
+    if parts:
+        return "; ".join(parts)[:300]
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return first[:200]
+
+
 def rego_findings(module: str, plan: PlanModel, drift_correction: bool) -> dict[str, list[tuple[str, str | None]]]:
     """{"deny": [...], "warn": [...]}: `violation` counts as deny."""
     from regopy import Interpreter
 
-    package = _PACKAGE.search(module)
+    package = package_of(module)
     if package is None:
         raise RegoRuleError("the module has no package line")
     interpreter = Interpreter()
@@ -47,9 +70,9 @@ def rego_findings(module: str, plan: PlanModel, drift_correction: bool) -> dict[
         interpreter.add_module("policy.rego", module)
         # A dict converts faster than its JSON text (0.13 s against 0.21 s for 1,000 changes with their values).
         interpreter.set_input({**plan.policy_input(), "burrito": {"drift_correction": drift_correction}})
-        output = interpreter.query(f"data.{package.group(1)}")
+        output = interpreter.query(f"data.{package}")
     except Exception as exc:  # regopy raises its own RegoError for parse and evaluation errors
-        raise RegoRuleError(f"does not evaluate: {str(exc).splitlines()[0][:200]}") from None
+        raise RegoRuleError(f"does not evaluate: {rego_error_text(exc, module)}") from None
     if not output.ok():
         raise RegoRuleError(f"does not evaluate: {str(output).splitlines()[0][:200]}")
     try:

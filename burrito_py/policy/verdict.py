@@ -28,18 +28,25 @@ class RuleResult(BaseModel):
     addresses: list[str] = Field(default_factory=list)
     count: int = 0
     messages: list[str] = Field(default_factory=list)
+    # Why the rule could not be evaluated, in the controllers' own words (a limit it exceeded: sandbox.py), so
+    # unlike `messages` it may be shown in status, conditions and events.
+    error: str | None = None
 
     def finding(self) -> dict[str, Any]:
-        return {"policy": self.policy, "rule": self.rule, "enforcement": self.enforcement,
-                "addresses": self.addresses, "count": self.count}
+        found = {"policy": self.policy, "rule": self.rule, "enforcement": self.enforcement,
+                 "addresses": self.addresses, "count": self.count}
+        if self.error:
+            found["error"] = self.error
+        return found
 
 
 def rule_result(policy: str, kind: str, rule: str, enforcement: str, outcome: Outcome, addresses: Sequence[str],
-                messages: Sequence[str] = ()) -> RuleResult:
+                messages: Sequence[str] = (), error: str | None = None) -> RuleResult:
     unique = sorted(set(addresses))
     return RuleResult(policy=policy, kind=kind, rule=rule, enforcement=enforcement, outcome=outcome,
                       addresses=unique[:ADDRESSES_KEPT], count=len(unique),
-                      messages=[m[:MESSAGE_CHARS] for m in list(messages)[:MESSAGES_KEPT]])
+                      messages=[m[:MESSAGE_CHARS] for m in list(messages)[:MESSAGES_KEPT]],
+                      error=error[:500] if error else None)
 
 
 class Verdict(BaseModel):

@@ -246,3 +246,31 @@ def test_f_a_rule_removed_from_the_controllers_role_is_a_forbidden_event_naming_
         role["rules"] = original
         dev.api.put(role_path, json=role).raise_for_status()
     dev.wait_state("hello", "Idle", timeout=120)  # the rule back, the run's next attempt creates its pod
+
+
+def test_g_plan_policies_report_whether_they_compile_under_the_charts_rbac(dev: Dev) -> None:
+    """Issue 24: the controllers' pod compiles policies in its policy workers and may write both kinds' status
+    (`terraformplanpolicies/status`, `clusterterraformplanpolicies/status`: a missing grant is a 403 here)."""
+    dev.apply({"apiVersion": ann.API_VERSION, "kind": "TerraformPlanPolicy",
+               "metadata": {"name": "chart-broken", "namespace": "default"},
+               "spec": {"enforcement": "advisory", "rules": [{"name": "typo", "cel": {"expression": "1 +"}}]}})
+    dev.apply({"apiVersion": ann.API_VERSION, "kind": "ClusterTerraformPlanPolicy",
+               "metadata": {"name": "chart-fine"},
+               "spec": {"enforcement": "advisory", "namespaceSelector": {"matchLabels": {"none": "none"}},
+                        "rules": [{"name": "small", "cel": {"expression": "plan.counts.total < 100",
+                                                            "scope": "plan"}}]}})
+
+    def ready(path: str) -> dict[str, Any] | None:
+        status = dev.api.get(path).json().get("status") or {}
+        return next((c for c in status.get("conditions") or () if c["type"] == "Ready"), None)
+
+    tf = f"/apis/{ann.GROUP}/{ann.VERSION}"
+    broken = wait_for(lambda: ready(f"{tf}/namespaces/default/terraformplanpolicies/chart-broken"), 120,
+                      interval=0.3, what="the namespaced policy's status")
+    assert (broken["status"], broken["reason"]) == ("False", "CompileFailed")
+    assert broken["message"].startswith("rule typo: CEL: Failed to parse expression '1 +'")
+    fine = wait_for(lambda: ready(f"{tf}/clusterterraformplanpolicies/chart-fine"), 120, interval=0.3,
+                    what="the cluster policy's status")
+    assert (fine["status"], fine["reason"]) == ("True", "Compiled")
+    table = dev.kubectl("get", "tfpp", "-n", "default")
+    assert "READY" in table.splitlines()[0] and "chart-broken" in table and "False" in table

@@ -27,6 +27,7 @@ CONTROLLERS: list[Rule] = [
     (TF, "terraformpullrequests", "list watch", ()),
     (TF, "terraformpullrequests/status", "patch", ()),
     (TF, "terraformplanpolicies", "list watch", ()),
+    (TF, "terraformplanpolicies/status", "patch", ()),  # Ready: the policy compiles (controllers/policies.py)
     (TF, "terraformnotifiers", "list watch", ()),
 ]
 # Only in tenant namespaces, whatever the mode: runner pods, their logs, Secrets, per-layer Leases.
@@ -39,6 +40,7 @@ CONTROLLERS_TENANT: list[Rule] = [
 CONTROLLERS_CLUSTER: list[Rule] = [
     ("apiextensions.k8s.io", "customresourcedefinitions", "get list watch create", ()),
     (TF, "clusterterraformplanpolicies", "list watch", ()),
+    (TF, "clusterterraformplanpolicies/status", "patch", ()),
     (CORE, "namespaces", "get", ()),
     (AGL, "applicationdefinitions", "list watch patch", ()),
     (AGL, "applicationdefinitions/status", "patch", ()),
@@ -228,7 +230,7 @@ def test_runner_rules_match_the_runner_api_calls() -> None:
 def test_rule_counts_per_component() -> None:
     """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
     counts = grants_per_component(rendered("default"), RELEASE)
-    assert counts == {"controllers": 56, "server": 23, "datastore": 5, "runner": 6}
+    assert counts == {"controllers": 58, "server": 23, "datastore": 5, "runner": 6}
 
 
 def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:

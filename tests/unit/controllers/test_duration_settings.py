@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.durations import parse_duration
@@ -76,3 +77,17 @@ def test_controllers_start_accepts_plain_seconds_in_the_environment(tmp_path: Pa
     assert code != 2, stderr
     assert "invalid controller settings" not in stderr
     assert "failure_grace_period_cap" not in stderr
+
+
+def test_policy_limits_are_settings_and_one_namespace_cannot_be_given_every_worker() -> None:
+    from burrito_py.policy.sandbox import Limits
+
+    settings = ControllerSettings(policy_rule_timeout="500ms", policy_plan_budget="PT5S", policy_rule_memory_mib=64,
+                                  policy_workers=4, policy_workers_per_namespace=2, policy_rule_cpu_seconds=1)
+    assert settings.policy_limits() == Limits(rule_seconds=0.5, cpu_seconds=1, memory_mib=64, plan_seconds=5.0,
+                                              workers=4, per_namespace=2)
+    assert ControllerSettings().policy_limits() == Limits()  # the documented defaults, in one place
+    with pytest.raises(ValidationError, match="BURRITO_PY_POLICY_WORKERS_PER_NAMESPACE"):
+        ControllerSettings(policy_workers=1, policy_workers_per_namespace=2)
+    with pytest.raises(ValidationError, match="BURRITO_PY_POLICY_RULE_TIMEOUT"):
+        ControllerSettings(policy_rule_timeout="0s")

@@ -92,3 +92,17 @@ def test_parse_override_and_gate() -> None:
     assert gate is not None and gate.verdict == "Denied" and gate.override_by == "alice"
     assert gate.reason == "p/r (a.b)" and gate.drift_state == "CodeChange"
     assert gate_of(policy, {**PLANNED, ann.PLAN_SUM: "sha256:new"}) is None
+
+
+def test_a_rule_stopped_by_a_limit_is_named_with_its_limit_in_the_gate() -> None:
+    """The condition and events say which limit stopped which rule (the sandbox's words, never the rule's)."""
+    from burrito_py.controllers.plan_gate import gate_plan
+
+    limit = "rule loop of policy team-a/slow exceeded the 2 s evaluation limit"
+    policy = {"planSum": SUM, "verdict": "Denied", "plan": {"planSum": SUM},
+              "denied": [{"policy": "team-a/slow", "rule": "loop", "addresses": [], "error": limit},
+                         {"policy": "team-a/safe", "rule": "r", "addresses": ["a.b"]}]}
+    gate = gate_of(policy, PLANNED)
+    assert gate is not None and gate.reason == f"{limit}; team-a/safe/r (a.b)"
+    outcome = gate_plan(gate, SUM, "detect")
+    assert outcome.condition.message == f"denied by {limit}; team-a/safe/r (a.b)"

@@ -12,7 +12,7 @@ from burrito_py.controllers.layers import last_result, run_body, run_view, runs_
 from burrito_py.controllers.repository_decisions import sync_requested
 from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod, pod_name
 from burrito_py.controllers.runs import _override_runner_spec
-from burrito_py.controllers.scheduler import Scheduler
+from burrito_py.controllers.scheduler import Scheduler, slot_released
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.timeutil import format_time, format_time_precise
 
@@ -198,3 +198,51 @@ def test_scheduler_deduplicates_and_never_runs_a_key_twice_at_once():
 
     seen = asyncio.run(scenario())
     assert sorted(seen) == ["a", "a", "b"]
+
+
+def test_a_handler_waiting_with_its_slot_released_holds_up_no_other_key():
+    """One tenant's reconciles waiting on the policy sandbox do not keep another's queued (issue 24, finding 5):
+    with one slot, `slow` waits 0.3 s with its slot released, and `quick` runs meanwhile; the slot is taken
+    back after, and the scheduler never runs more handlers at once than its slots (outside the released part)."""
+
+    async def scenario() -> tuple[list[str], int]:
+        events: list[str] = []
+        holding = 0
+        most = 0
+
+        async def handler(key: str) -> None:
+            nonlocal holding, most
+            holding += 1
+            most = max(most, holding)
+            if key == "slow":
+                holding -= 1
+                async with slot_released():
+                    events.append("slow waits")
+                    await asyncio.sleep(0.3)
+                holding += 1
+                most = max(most, holding)
+            events.append(f"{key} done")
+            holding -= 1
+
+        scheduler: Scheduler[str] = Scheduler("test", handler, concurrency=1)
+        task = asyncio.create_task(scheduler.run())
+        await asyncio.sleep(0)
+        scheduler.schedule("slow")
+        await asyncio.sleep(0.05)
+        scheduler.schedule("quick")
+        while scheduler.pending():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        return events, most
+
+    events, most = asyncio.run(scenario())
+    assert events == ["slow waits", "quick done", "slow done"]
+    assert most == 1
+
+
+def test_slot_released_is_a_no_op_outside_a_scheduler():
+    async def scenario() -> str:
+        async with slot_released():
+            return "ran"
+
+    assert asyncio.run(scenario()) == "ran"
