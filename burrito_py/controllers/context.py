@@ -44,6 +44,7 @@ class Context:
 
     def __post_init__(self) -> None:
         self.inventory.layers.on_change = functools.partial(wake_related, self)
+        self.notifications.outbound = self.settings.outbound_policy()
 
     def wake_layer(self, key: Key, after: timedelta | float = 0.0) -> None:
         if self.layers is not None and self.primed:
