@@ -17,6 +17,7 @@ ignored for them).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import ssl
@@ -311,9 +312,15 @@ class _AsyncBackend(httpcore.AsyncNetworkBackend):
         await self.inner.sleep(seconds)
 
 
-def _ssl_context(verify: ssl.SSLContext | str | bool) -> ssl.SSLContext:
-    # As httpx makes it: SSL_CERT_FILE / SSL_CERT_DIR are honoured (a company CA for an internal git server).
-    return verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify, trust_env=True)
+@functools.lru_cache(maxsize=8)
+def _ssl_context(verify: str | bool) -> ssl.SSLContext:
+    # As httpx makes it: SSL_CERT_FILE / SSL_CERT_DIR are honoured (a company CA for an internal git server). Made
+    # once per process: loading the CA bundle costs tens of milliseconds, and a context is safe to share.
+    return httpx.create_ssl_context(verify=verify, trust_env=True)
+
+
+def _context(verify: ssl.SSLContext | str | bool) -> ssl.SSLContext:
+    return verify if isinstance(verify, ssl.SSLContext) else _ssl_context(verify)
 
 
 class GuardedTransport(httpx.HTTPTransport):
@@ -323,10 +330,9 @@ class GuardedTransport(httpx.HTTPTransport):
 
     def __init__(self, policy: OutboundPolicy, *, verify: ssl.SSLContext | str | bool = True,
                  resolver: Resolver = system_resolver) -> None:
-        super().__init__(verify=verify)
-        # httpx builds its pool from its own arguments and takes no network backend: build the same pool with ours.
-        self._pool = httpcore.ConnectionPool(ssl_context=_ssl_context(verify), network_backend=_Backend(policy,
-                                                                                                        resolver))
+        # Not HTTPTransport.__init__: it builds a pool from its own arguments (and an SSL context each time) and
+        # takes no network backend. Its request handling only needs `_pool`: the same pool, with our backend.
+        self._pool = httpcore.ConnectionPool(ssl_context=_context(verify), network_backend=_Backend(policy, resolver))
 
 
 class AsyncGuardedTransport(httpx.AsyncHTTPTransport):
@@ -334,6 +340,5 @@ class AsyncGuardedTransport(httpx.AsyncHTTPTransport):
 
     def __init__(self, policy: OutboundPolicy, *, verify: ssl.SSLContext | str | bool = True,
                  resolver: Resolver = system_resolver) -> None:
-        super().__init__(verify=verify)
-        self._pool = httpcore.AsyncConnectionPool(ssl_context=_ssl_context(verify),
+        self._pool = httpcore.AsyncConnectionPool(ssl_context=_context(verify),
                                                   network_backend=_AsyncBackend(policy, resolver))
