@@ -34,6 +34,16 @@ def start(
     allow_cross_namespace_repositories: Annotated[
         bool | None, typer.Option(help="Let layers use repositories of other namespaces (default: off).")
     ] = None,
+    outbound_allowed_network: Annotated[
+        list[str] | None,
+        typer.Option(help="A CIDR that git fetches, pull request APIs and notifiers may reach although internal "
+                     "(repeat for more; default: none)."),
+    ] = None,
+    outbound_allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(help="A host name (or *.suffix) those calls may reach whatever it resolves to (repeat; "
+                     "default: none)."),
+    ] = None,
     leader_election: Annotated[
         bool | None,
         typer.Option("--leader-election/--no-leader-election", help="Act only while holding the leader Lease."),
@@ -70,6 +80,8 @@ def start(
         "agl_enabled": agl,
         "allow_file_repositories": allow_file_repositories,
         "allow_cross_namespace_repositories": allow_cross_namespace_repositories,
+        "outbound_allowed_networks": outbound_allowed_network or None,
+        "outbound_allowed_hosts": outbound_allowed_host or None,
         "leader_election": leader_election,
         "leader_election_namespace": leader_election_namespace,
         "leader_election_name": leader_election_name,

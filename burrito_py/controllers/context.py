@@ -55,6 +55,7 @@ class Context:
             settings = self.settings
             self.webhook_keys = WebhookKeyPublisher(settings.webhook_keys_namespace or own_namespace(),
                                                     settings.webhook_keys_secret, settings.webhook_keys_per_namespace)
+        self.notifications.outbound = self.settings.outbound_policy()
 
     def wake_layer(self, key: Key, after: timedelta | float = 0.0) -> None:
         if self.layers is not None and self.primed:

@@ -26,10 +26,12 @@ from pydantic import ValidationError
 from burrito_py.api import annotations as ann
 from burrito_py.api.notifier import TerraformNotifier
 from burrito_py.controllers import metrics
+from burrito_py.controllers.events import post_event
 from burrito_py.controllers.inventory import Store
 from burrito_py.controllers.kube import Kube, KubeError, crd_path, path
-from burrito_py.notify.deliver import Target, deliver
+from burrito_py.notify.deliver import Target, deliver, notification_client
 from burrito_py.notify.message import Notification
+from burrito_py.outbound import OutboundPolicy
 from burrito_py.timeutil import format_time, utcnow
 
 __all__ = ["Notifications", "layer_link", "notifications_due"]
@@ -101,10 +103,12 @@ def notifications_due(
 class Notifications:
     """The notifiers the controllers hold (fed by a watch) and the deliveries in flight."""
 
-    def __init__(self) -> None:
+    def __init__(self, outbound: OutboundPolicy | None = None) -> None:
         self.notifiers = Store()
         self._tasks: set[asyncio.Task[None]] = set()
         self._client: httpx.AsyncClient | None = None
+        # What deliveries may reach besides public addresses (the controllers' outbound settings; Context sets it).
+        self.outbound = outbound or OutboundPolicy()
 
     def _selected(self, namespace: str, labels: Mapping[str, str], event: str) -> list[TerraformNotifier]:
         chosen = []
@@ -142,11 +146,18 @@ class Notifications:
             metrics.NOTIFICATIONS.labels(kind, notification.event, "error").inc()
             return
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=10.0)
+            self._client = notification_client(self.outbound)
         if notifier.spec.link_base:
             notification = replace(notification, link=layer_link(notifier.spec.link_base, notification.namespace,
                                                                  notification.layer))
         result = await deliver(target, notification, client=self._client)
+        if result.refused:
+            metrics.NOTIFICATIONS.labels(kind, notification.event, "refused").inc()
+            outcome = f"not sent: {result.error}"
+            await _record(kube, notifier, notification, outcome)
+            await post_event(kube, _body(notifier), "Warning", "NotificationRefused", f"{notification.event} for "
+                             f"layer {notification.layer} {outcome}")
+            return
         metrics.NOTIFICATIONS.labels(kind, notification.event, "sent" if result.ok else "failed").inc()
         outcome = "Delivered" if result.ok else f"failed after {result.attempts} attempts: {result.error}"
         await _record(kube, notifier, notification, outcome)
@@ -156,6 +167,11 @@ class Notifications:
             task.cancel()
         if self._client is not None:
             await self._client.aclose()
+
+
+def _body(notifier: TerraformNotifier) -> dict[str, Any]:
+    """What an Event names of the notifier."""
+    return {"apiVersion": notifier.api_version, "kind": TerraformNotifier.KIND, "metadata": notifier.metadata}
 
 
 async def _secret_value(kube: Kube, namespace: str, name: str, key: str) -> bytes:
@@ -185,7 +201,7 @@ async def _target(kube: Kube, notifier: TerraformNotifier) -> Target:
 async def _record(kube: Kube, notifier: TerraformNotifier, notification: Notification, result: str) -> None:
     """`status.lastDelivery` of the notifier: the event, the layer and the outcome, never the URL."""
     body = {"status": {"lastDelivery": {"event": notification.event, "layer": notification.layer,
-                                        "time": format_time(utcnow()), "result": result[:200]}}}
+                                        "time": format_time(utcnow()), "result": result[:500]}}}
     try:
         await kube.merge_patch(crd_path("terraformnotifiers", notifier.namespace, notifier.name, "status"), body)
     except KubeError as exc:

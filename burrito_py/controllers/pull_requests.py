@@ -36,8 +36,10 @@ from burrito_py.controllers.pull_request_decisions import (
 )
 from burrito_py.controllers.repositories import credentials_of, ensure_source, mirror_for
 from burrito_py.controllers.scheduler import slot_released
+from burrito_py.gitops.allowed_hosts import HostNotAllowed
 from burrito_py.gitops.credentials import CredentialsError as GitCredentialsError
 from burrito_py.gitops.mirror import GitError
+from burrito_py.outbound import OutboundRefused
 from burrito_py.plans.model import PlanFormatError, parse_plan
 from burrito_py.pullrequests.affected import Affected, affected_layers
 from burrito_py.pullrequests.comment import GITEA_LIMIT, GITHUB_LIMIT, GITLAB_LIMIT, LOG_LINES, marker, render
@@ -101,8 +103,14 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         assert repository is not None
         try:
             affected = await _affected(ctx, repository, spec)
-        except (GitError, GitCredentialsError) as exc:
-            await _write_status(ctx, pull_request, dict(status), Cond("Ready", False, "FetchFailed", str(exc)))
+        except (GitError, GitCredentialsError, OutboundRefused) as exc:
+            reason = ("HostNotAllowed" if isinstance(exc, HostNotAllowed) else
+                      "AddressNotAllowed" if isinstance(exc, OutboundRefused) else "FetchFailed")
+            message = f"spec.repository.url: {exc}" if isinstance(exc, OutboundRefused) else str(exc)
+            before = [c for c in status.get("conditions") or () if c.get("type") == "Ready"]
+            await _write_status(ctx, pull_request, dict(status), Cond("Ready", False, reason, message))
+            if reason != "FetchFailed" and (not before or before[0].get("message") != message):
+                await post_event(ctx.kube, pull_request, "Warning", reason, message)
             ctx.wake_pull_request(key, RETRY_SECONDS)
             return
         snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, snap.outcomes, affected)
@@ -144,7 +152,8 @@ async def _affected(ctx: Context, repository: Mapping[str, Any], spec: Mapping[s
     meta = repository["metadata"]
     source = (repository.get("spec") or {}).get("repository") or {}
     credentials = await credentials_of(ctx, meta["namespace"], source.get("secretName"), source.get("url", ""))
-    mirror = mirror_for(ctx.settings.git_cache_dir, meta["namespace"], meta["name"], source.get("url", ""))
+    mirror = mirror_for(ctx.settings.git_cache_dir, meta["namespace"], meta["name"], source.get("url", ""),
+                        ctx.settings.outbound_policy())
     head = await asyncio.to_thread(mirror.fetch_pull_request, str(spec["provider"]), int(spec["number"]),
                                    str(spec["headSha"]), credentials)
     if await asyncio.to_thread(mirror.resolve, str(spec["base"])) is None:  # a branch no layer follows yet
@@ -279,17 +288,28 @@ async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Ma
     if comment.get("digest") == body_digest(body) and all(sent.get(s.context) == s for s in statuses):
         metrics.PULL_REQUEST_PROVIDER_CALLS.observe(0)  # nothing changed: not a call
         return Cond("Published", True, "Published", "the comment and statuses are up to date")
+    outbound = ctx.settings.outbound_policy()
     try:
-        tokens = await _tokens(ctx, repository, provider)
         api_url = str(settings.get("apiUrl") or default_api_url(
             provider, str(((repository.get("spec") or {}).get("repository") or {}).get("url") or "")))
-        client = client_for(provider, api_url, str(spec["project"]), int(spec["number"]), tokens)
+        tokens = await _tokens(ctx, repository, provider, api_url)
+        # An App's token exchange is the first call: in the thread, as every call to the provider.
+        client = await asyncio.to_thread(client_for, provider, api_url, str(spec["project"]), int(spec["number"]),
+                                         tokens, outbound=outbound)
+    except HostNotAllowed as exc:  # before any call: the credentials never left
+        return Cond("Published", False, "HostNotAllowed", str(exc))
+    except OutboundRefused as exc:
+        return Cond("Published", False, "AddressNotAllowed", f"{_api_field(settings)}: {exc}")
+    except ProviderError as exc:
+        return Cond("Published", False, "ProviderError", str(exc))
     except (CredentialsError, GitCredentialsError, ValueError) as exc:
         return Cond("Published", False, "CredentialsInvalid", str(exc))
     try:
         done = await asyncio.to_thread(
             publish, client, marker(decision.results.repository, decision.results.number), body,
             comment.get("id"), comment.get("digest"), head, statuses, sent)
+    except OutboundRefused as exc:
+        return Cond("Published", False, "AddressNotAllowed", f"{_api_field(settings)}: {exc}")
     except ProviderError as exc:
         return Cond("Published", False, "ProviderError", str(exc))
     finally:
@@ -303,7 +323,13 @@ async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Ma
     return Cond("Published", True, "Published", "the comment and statuses are up to date")
 
 
-async def _tokens(ctx: Context, repository: Mapping[str, Any], provider: str) -> TokenSource:
+def _api_field(settings: Mapping[str, Any]) -> str:
+    """Which field a refusal of the API's destination is about."""
+    return "spec.pullRequests.apiUrl" if settings.get("apiUrl") else "spec.repository.url (the default apiUrl)"
+
+
+async def _tokens(ctx: Context, repository: Mapping[str, Any], provider: str, api_url: str) -> TokenSource:
+    """The token source for `api_url`; HostNotAllowed when the Secret's `allowedHosts` does not name its host."""
     meta = repository["metadata"]
     source = (repository.get("spec") or {}).get("repository") or {}
     secret_name = source.get("secretName")
@@ -315,12 +341,12 @@ async def _tokens(ctx: Context, repository: Mapping[str, Any], provider: str) ->
             raise CredentialsError(f"cannot read Secret {meta['namespace']}/{secret_name}: {exc.status} "
                                    f"{exc.reason}") from None
     version = str(((secret or {}).get("metadata") or {}).get("resourceVersion") or "")
-    api_url = str(_settings(repository).get("apiUrl") or "")
+    # The API URL is part of the key: a source (an App's cached installation token) never serves another URL.
     cache_key = (meta["namespace"], str(secret_name or ""), version, provider, api_url)
     held = ctx.pull_request_memory.tokens.get(cache_key)
     if held is None:
-        url = api_url or default_api_url(provider, str(source.get("url") or ""))
-        held = provider_token_source(secret, provider, url, str(secret_name or ""))
+        held = provider_token_source(secret, provider, api_url, str(secret_name or ""),
+                                     field=_api_field(_settings(repository)), outbound=ctx.settings.outbound_policy())
         ctx.pull_request_memory.tokens[cache_key] = held
     return held
 

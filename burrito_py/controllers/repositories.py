@@ -4,7 +4,9 @@ store one source archive per tree, and tell each layer its `branch-commit` / `re
 Git work is blocking, so it runs in a thread; one fetch serves every layer of the repository.
 Credentials come from the Secret named in `spec.repository.secretName`, read at each reconcile (so a fixed
 Secret is used at the next poll) and handed to that one fetch; a missing Secret or key fails the sync with a
-message naming the Secret and the key, never a value.
+message naming the Secret and the key, never a value. A Secret whose `allowedHosts` does not name the URL's host
+gives `HostNotAllowed`, and a destination the outbound address guard refuses `AddressNotAllowed`: in both cases
+nothing is sent.
 """
 
 from __future__ import annotations
@@ -26,28 +28,30 @@ from burrito_py.controllers.kube import KubeError, crd_path, path
 from burrito_py.controllers.layer_validation import cross_namespace_problem
 from burrito_py.controllers.webhook_keys import CONDITION as WEBHOOKS
 from burrito_py.controllers.webhook_keys import webhook_entry
+from burrito_py.gitops.allowed_hosts import HostNotAllowed
 from burrito_py.gitops.credentials import CredentialsError, GitCredentials, credentials_from_secret
 from burrito_py.gitops.mirror import GitError, GitMirror
 from burrito_py.gitops.paths import Change
 from burrito_py.gitops.relevance import decide_layer_commits, diff_base
 from burrito_py.gitops.urls import is_file_url, url_policy_problem
+from burrito_py.outbound import OutboundPolicy, OutboundRefused
 from burrito_py.timeutil import format_time_precise, utcnow
 
 log = logging.getLogger(__name__)
 # kubernetes_asyncio's REST client logs every response body at DEBUG, and we read Secrets with it: keep that
 # logger at INFO so turning on debug logging can never print git credentials.
 logging.getLogger("kubernetes_asyncio.client.rest").setLevel(logging.INFO)
-_mirrors: dict[tuple[Path, str], GitMirror] = {}
+_mirrors: dict[tuple[Path, str, OutboundPolicy], GitMirror] = {}
 
 
-def mirror_for(cache_dir: Path, namespace: str, name: str, url: str) -> GitMirror:
+def mirror_for(cache_dir: Path, namespace: str, name: str, url: str, outbound: OutboundPolicy) -> GitMirror:
     """The repository's own mirror, `<cache>/<namespace>/<name>/<slug>-<hash(url)>.git`: never shared with a
     repository of another namespace (or another name), so no fetch, credential or failure of one can hand its
-    objects to the other."""
+    objects to the other. Its fetches reach only what `outbound` (the controllers' address guard) allows."""
     cache_dir = cache_dir / namespace / name
-    key = (cache_dir, url)
+    key = (cache_dir, url, outbound)
     if key not in _mirrors:
-        _mirrors[key] = GitMirror(cache_dir, url)
+        _mirrors[key] = GitMirror(cache_dir, url, outbound=outbound)
     return _mirrors[key]
 
 
@@ -92,12 +96,16 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     try:
         credentials = await credentials_of(ctx, namespace, source.get("secretName"), url)
     except CredentialsError as exc:  # messages name the Secret and key only
-        await _fail(ctx, repository, branches, "CredentialsInvalid", str(exc), now, webhooks)
+        reason = "HostNotAllowed" if isinstance(exc, HostNotAllowed) else "CredentialsInvalid"
+        await _fail(ctx, repository, branches, reason, str(exc), now, webhooks)
         return
-    mirror = mirror_for(ctx.settings.git_cache_dir, namespace, name, url)
+    mirror = mirror_for(ctx.settings.git_cache_dir, namespace, name, url, ctx.settings.outbound_policy())
     try:
         await asyncio.to_thread(mirror.fetch, credentials)
         metrics.GIT_FETCHES.labels(f"{namespace}/{name}").inc()
+    except OutboundRefused as exc:  # nothing was sent: the message names the host and the settings
+        await _fail(ctx, repository, branches, "AddressNotAllowed", f"spec.repository.url: {exc}", now, webhooks)
+        return
     except GitError as exc:
         # GitError messages are sanitized: no credentials
         await _fail(ctx, repository, branches, "FetchFailed", str(exc), now, webhooks)

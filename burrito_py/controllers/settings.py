@@ -18,6 +18,7 @@ from burrito_py.api.common import SyncWindow
 from burrito_py.controllers.shards import Scope, Shard, pattern_problem, scope_of, shard_problem
 from burrito_py.durations import Duration
 from burrito_py.local.paths import pod_path_setting
+from burrito_py.outbound import HostEntry, NetworkEntry, OutboundPolicy
 from burrito_py.policy.sandbox import Limits
 
 ENV_PREFIX = "BURRITO_PY_"
@@ -191,6 +192,18 @@ class ControllerSettings(BaseSettings):
         description="Policy workers the plans of one namespace may use at once (at most policyWorkers); below "
         "policyWorkers, a namespace whose policies hit every limit leaves the others a free worker.",
     )
+    # The outbound address guard (burrito_py/outbound.py, docs/architecture.md §8): both empty by default.
+    outbound_allowed_networks: list[NetworkEntry] = Field(
+        default_factory=list,
+        description="CIDRs (or single addresses) that git fetches, pull request APIs and notifier deliveries may "
+        "reach although they are loopback, link-local, private or otherwise not public (e.g. an in-cluster git "
+        "server's 10.0.0.0/8). Empty: nothing internal.",
+    )
+    outbound_allowed_hosts: list[HostEntry] = Field(
+        default_factory=list,
+        description="Host names (or *.suffix patterns) those calls may reach whatever they resolve to, cluster "
+        "names included (e.g. gitea.tools.svc.cluster.local). Empty: none.",
+    )
     # The Application Generation Layer: ApplicationDefinitions → user kinds → TerraformLayers.
     agl_enabled: bool = Field(True, description="Run the Application Generation Layer controller.")
     # Leader election (docs/architecture.md, "Leader election"): off here so in-process runs need no Lease;
@@ -252,6 +265,20 @@ class ControllerSettings(BaseSettings):
         return self
     _scope: Scope | None = PrivateAttr(None)
     _mirror_ca_pem: str = PrivateAttr("")
+    _outbound: OutboundPolicy = PrivateAttr(default_factory=OutboundPolicy)
+
+    @model_validator(mode="after")
+    def _outbound_policy(self) -> Self:
+        try:
+            self._outbound = OutboundPolicy.of(self.outbound_allowed_networks, self.outbound_allowed_hosts)
+        except ValueError as exc:
+            raise ValueError(f"{ENV_PREFIX}OUTBOUND_ALLOWED_NETWORKS / {ENV_PREFIX}OUTBOUND_ALLOWED_HOSTS: {exc}") \
+                from None
+        return self
+
+    def outbound_policy(self) -> OutboundPolicy:
+        """What tenants' outbound calls may reach besides public addresses (the two outbound settings)."""
+        return self._outbound
 
     @field_validator("provider_mirror_url", "tool_mirror_url", mode="after")
     @classmethod

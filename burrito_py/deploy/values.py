@@ -26,6 +26,7 @@ from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.controllers.shards import SHARD_NAME, Shard, pattern_problem
 from burrito_py.datastore.app import DatastoreSettings
 from burrito_py.datastore.backends import StorageSettings
+from burrito_py.outbound import HostEntry, NetworkEntry, OutboundPolicy
 from burrito_py.server.settings import ServerSettings
 
 __all__ = [
@@ -131,6 +132,13 @@ class ControllersConfig(Values):
     policy_plan_budget: timedelta = setting(ControllerSettings, "policy_plan_budget")
     policy_workers: int = setting(ControllerSettings, "policy_workers")
     policy_workers_per_namespace: int = setting(ControllerSettings, "policy_workers_per_namespace")
+    outbound_allowed_networks: list[NetworkEntry] = setting(ControllerSettings, "outbound_allowed_networks")
+    outbound_allowed_hosts: list[HostEntry] = setting(ControllerSettings, "outbound_allowed_hosts")
+
+    @model_validator(mode="after")
+    def _outbound_entries(self) -> ControllersConfig:
+        OutboundPolicy.of(self.outbound_allowed_networks, self.outbound_allowed_hosts)  # ValueError naming the entry
+        return self
     # On in the chart (its replicas need it), off in the settings (in-process runs need no Lease).
     leader_election: bool = Field(
         True, description=str(ControllerSettings.model_fields["leader_election"].description)

@@ -12,14 +12,17 @@ Keys of the Secret named in `spec.repository.secretName` (docs/architecture.md Â
   controller's own known-hosts files (`~/.ssh/known_hosts`, `/etc/ssh/ssh_known_hosts`).
 - A Secret with none of these keys (say only `webhookSecret`) means anonymous access. A Secret with some of
   them but not a usable set for the URL's transport is an error naming the Secret and the missing key.
+- `allowedHosts`: the hosts the credentials may be sent to (gitops/allowed_hosts.py); without it they are sent
+  nowhere (HostNotAllowed).
 - `file://` and `git://` URLs take no credentials; any in the Secret are ignored.
 
 How secrets reach git: never on a command line (world-readable in /proc), never in a URL or the mirror's
 config. HTTPS uses a credential helper given through `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n` environment
 variables (a shell function printing two environment variables), after an empty `credential.helper` that
 drops any helper of the machine's config, so nothing is ever stored by a helper and no executable file is
-written (temp directories may be `noexec` in pods). SSH uses `GIT_SSH_COMMAND` with the key and the known
-hosts written 0600 in a private (0700) temporary directory that is removed when the fetch ends. Every
+written (temp directories may be `noexec` in pods); the helper is configured for the URL's origin only, so git
+never hands the credentials to another host (a redirect, were one followed). SSH uses `GIT_SSH_COMMAND` with the
+key and the known hosts written 0600 in a private (0700) temporary directory that is removed when the fetch ends. Every
 message derived from git's stderr goes through `scrub`, which removes the secret values themselves.
 """
 
@@ -38,6 +41,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from burrito_py.gitops.allowed_hosts import check_destination
+from burrito_py.gitops.errors import CredentialsError as CredentialsError  # raised here, caught by callers
+from burrito_py.gitops.pinning import Pin
 from burrito_py.gitops.urls import is_scp_like, redact
 
 TOKEN_USERNAME = "x-access-token"  # noqa: S105 - a user name, not a secret
@@ -58,10 +64,6 @@ _HELPER = (
 )
 
 
-class CredentialsError(ValueError):
-    """The Secret cannot give credentials for the URL. The message names the Secret and key, never a value."""
-
-
 @dataclass(frozen=True)
 class HttpsCredentials:
     """HTTP basic auth: a user name and a password or token."""
@@ -74,17 +76,6 @@ class HttpsCredentials:
     def secret_values(self) -> tuple[str, ...]:
         return (self.password,)
 
-    @contextlib.contextmanager
-    def environment(self) -> Iterator[dict[str, str]]:
-        yield {
-            "GIT_CONFIG_COUNT": "2",
-            "GIT_CONFIG_KEY_0": "credential.helper",
-            "GIT_CONFIG_VALUE_0": "",
-            "GIT_CONFIG_KEY_1": "credential.helper",
-            "GIT_CONFIG_VALUE_1": _HELPER,
-            _ENV_USERNAME: self.username,
-            _ENV_PASSWORD: self.password,
-        }
 
 
 @dataclass(frozen=True)
@@ -102,38 +93,57 @@ class SshCredentials:
         return tuple(line for line in lines if len(line) >= 16 and not line.startswith("-----"))
 
     @contextlib.contextmanager
-    def environment(self) -> Iterator[dict[str, str]]:
+    def ssh_options(self) -> Iterator[list[str]]:
+        """`ssh` options naming the key and the known hosts, written 0600 in a private directory that is removed
+        when the context ends."""
         directory = Path(tempfile.mkdtemp(prefix="burrito-py-ssh-"))  # mode 0700
         try:
             key = directory / "id"
             _write_private(key, _normalize_key(self.private_key))
-            options = [
-                "ssh",
-                "-F",
-                "/dev/null",  # the machine's ssh config must not add keys, agents or host-key policies
-                "-i",
-                str(key),
-                "-o",
-                "IdentitiesOnly=yes",
-                "-o",
-                "IdentityAgent=none",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "StrictHostKeyChecking=yes",
-                "-o",
-                "ConnectTimeout=30",
-            ]
+            options = ["-i", str(key)]
             if self.known_hosts is not None:
                 known_hosts = directory / "known_hosts"
                 _write_private(known_hosts, self.known_hosts.replace("\r\n", "\n").rstrip("\n") + "\n")
                 options += ["-o", f"UserKnownHostsFile={known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null"]
-            yield {"GIT_SSH_COMMAND": shlex.join(options), "GIT_SSH_VARIANT": "ssh"}
+            yield options
         finally:
             shutil.rmtree(directory, ignore_errors=True)
 
 
 GitCredentials = HttpsCredentials | SshCredentials
+
+
+# Every ssh git runs for a fetch: the machine's ssh config must not add keys, agents, proxies or host-key policies;
+# never prompt; host keys always verified.
+_SSH_BASE = ("ssh", "-F", "/dev/null", "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none", "-o", "BatchMode=yes",
+             "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=30")
+
+
+@contextlib.contextmanager
+def git_environment(credentials: GitCredentials | None, pin: Pin) -> Iterator[dict[str, str]]:
+    """The environment of one `git fetch`: the credentials (if any) and the pin (gitops/pinning.py).
+
+    The machine's credential helpers are dropped (an empty `credential.helper` first), so none answers for a
+    tenant's URL; ours is configured for the URL's origin only (`credential.<scheme>://<host>:<port>.helper`), so
+    git never asks it for another host. Git config travels as `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n` variables."""
+    config: list[tuple[str, str]] = [("credential.helper", ""), *pin.config]
+    env: dict[str, str] = {}
+    if pin.transport != "other":
+        env.update({"NO_PROXY": "*", "no_proxy": "*"})  # a proxy would connect where the guard never looked
+    with contextlib.ExitStack() as stack:
+        if isinstance(credentials, HttpsCredentials) and pin.transport == "https":
+            config.append((f"credential.{pin.origin}.helper", _HELPER))
+            env.update({_ENV_USERNAME: credentials.username, _ENV_PASSWORD: credentials.password})
+        if pin.transport == "ssh":
+            options = list(_SSH_BASE)
+            if isinstance(credentials, SshCredentials):
+                options += stack.enter_context(credentials.ssh_options())
+            options += pin.ssh_options
+            env.update({"GIT_SSH_COMMAND": shlex.join(options), "GIT_SSH_VARIANT": "ssh"})
+        env["GIT_CONFIG_COUNT"] = str(len(config))
+        for index, (key, value) in enumerate(config):
+            env[f"GIT_CONFIG_KEY_{index}"], env[f"GIT_CONFIG_VALUE_{index}"] = key, value
+        yield env
 
 
 def transport(url: str) -> str:
@@ -170,14 +180,17 @@ def credentials_from_secret(secret: Mapping[str, Any], url: str) -> GitCredentia
 
 
 def credentials_from_data(data: Mapping[str, str], url: str, source: str) -> GitCredentials | None:
-    """Like `credentials_from_secret`, from decoded key/values. `source` names the Secret in messages."""
+    """Like `credentials_from_secret`, from decoded key/values. `source` names the Secret in messages.
+
+    HostNotAllowed (a CredentialsError) when the Secret's `allowedHosts` does not name the URL's host: the
+    credentials are then never handed to git (gitops/allowed_hosts.py)."""
     present = [key for key in GIT_CREDENTIAL_KEYS if data.get(key, "").strip()]
     kind = transport(url)
     if not present or kind == "other":
         return None
-    if kind == "https":
-        return _https(data, source, present)
-    return _ssh(data, source, present)
+    credentials: GitCredentials = _https(data, source, present) if kind == "https" else _ssh(data, source, present)
+    check_destination(data, source, url, "spec.repository.url")
+    return credentials
 
 
 def _https(data: Mapping[str, str], source: str, present: list[str]) -> HttpsCredentials:

@@ -10,7 +10,13 @@ mirror's config but the redacted URL, and every message this module raises is re
 (`https://***@host`). Credentials proper are given to each `fetch` (`burrito_py.gitops.credentials`): they
 reach git through its environment for that one command, and the secret values are scrubbed from whatever
 git prints before it becomes a message. A fetch failure is classified (authentication refused, host key
-unknown or changed, unusable private key, not found, unreachable, timed out) so the message says what to fix.
+unknown or changed, unusable private key, not found, unreachable, timed out) so the message says what to fix;
+"could not connect" is one message whatever the network said (refused, filtered, reset), so a status never
+answers a port scan.
+
+Where a fetch connects: every fetch first asks the outbound address guard (`outbound`, gitops/pinning.py) and is
+pinned to the addresses it checked; a refused destination raises `OutboundRefused` and nothing is sent. Redirects
+are not followed.
 """
 
 from __future__ import annotations
@@ -28,9 +34,11 @@ from pathlib import Path
 
 import git
 
-from burrito_py.gitops.credentials import GitCredentials, scrub
+from burrito_py.gitops.credentials import GitCredentials, git_environment, scrub
 from burrito_py.gitops.paths import ROOT, Change, normalize_repo_path
+from burrito_py.gitops.pinning import pin_for
 from burrito_py.gitops.urls import mirror_dir_name, redact, validate_url
+from burrito_py.outbound import OutboundPolicy, Resolver, Unresolvable, system_resolver
 
 DEFAULT_FETCH_TIMEOUT = 600.0
 _HEADS = "refs/heads/"
@@ -73,6 +81,8 @@ class GitMirror:
         env: Mapping[str, str] | None = None,
         *,
         fetch_timeout: float = DEFAULT_FETCH_TIMEOUT,
+        outbound: OutboundPolicy = OutboundPolicy(),  # noqa: B008 - frozen: allows nothing internal
+        resolver: Resolver = system_resolver,
     ) -> None:
         try:
             self.url = validate_url(url)
@@ -83,6 +93,8 @@ class GitMirror:
         self.path = (self.cache_dir / mirror_dir_name(self.url)).absolute()
         self.env = dict(env or {})
         self.fetch_timeout = fetch_timeout
+        self.outbound = outbound
+        self._resolver = resolver
         self._lock_path = self.path.with_name(self.path.name + ".lock")
 
     def __repr__(self) -> str:
@@ -124,11 +136,23 @@ class GitMirror:
 
     def _fetch_into(self, git_dir: Path, credentials: GitCredentials | None) -> None:
         args = ["fetch", "--prune", "--no-tags", "--quiet", self.url, "+refs/heads/*:refs/heads/*"]
-        with contextlib.ExitStack() as stack:
-            extra = stack.enter_context(credentials.environment()) if credentials is not None else {}
-            status, _, stderr = self._git(git_dir, args, timeout=self.fetch_timeout, use_env=True, extra_env=extra)
+        status, stderr = self._run_fetch(git_dir, args, credentials)
         if status != 0:
             raise GitError(self._fetch_failure(scrub(stderr, credentials), credentials))
+
+    def _run_fetch(self, git_dir: Path, args: list[str], credentials: GitCredentials | None) -> tuple[int, str]:
+        """Run one fetch, pinned where the outbound guard allows it to connect (OutboundRefused: nothing sent)."""
+        try:
+            pin = pin_for(self.url, self.outbound, self._resolver)
+        except Unresolvable as exc:
+            unresolved: Unresolvable | None = exc
+        else:
+            unresolved = None
+        if unresolved is not None:  # raised outside the handler: nothing chained
+            raise GitError(f"cannot reach {self.safe_url}: {unresolved}")
+        with git_environment(credentials, pin) as extra:
+            status, _, stderr = self._git(git_dir, args, timeout=self.fetch_timeout, use_env=True, extra_env=extra)
+        return status, stderr
 
     def fetch_pull_request(self, provider: str, number: int, head_sha: str,
                            credentials: GitCredentials | None = None) -> str:
@@ -143,10 +167,8 @@ class GitMirror:
         if not self.has_commit(head_sha):
             source = PULL_REQUEST_REFS.get(provider, PULL_REQUEST_REFS["github"]).format(number=int(number))
             args = ["fetch", "--no-tags", "--quiet", self.url, f"+{source}:refs/burrito-py/pull/{int(number)}"]
-            with self._locked(), contextlib.ExitStack() as stack:
-                extra = stack.enter_context(credentials.environment()) if credentials is not None else {}
-                status, _, stderr = self._git(self.path, args, timeout=self.fetch_timeout, use_env=True,
-                                              extra_env=extra)
+            with self._locked():
+                status, stderr = self._run_fetch(self.path, args, credentials)
             if status != 0:
                 if "couldn't find remote ref" not in stderr.lower():
                     raise GitError(self._fetch_failure(scrub(stderr, credentials), credentials))
@@ -187,17 +209,15 @@ class GitMirror:
             if credentials is None:
                 return f"authentication to {self.safe_url} failed: no credentials (set spec.repository.secretName)"
             return f"authentication to {self.safe_url} failed: the server refused the {credentials.kind}{origin}"
-        if any(
-            marker in lower
-            for marker in (
-                "could not resolve host",
-                "name or service not known",
-                "connection refused",
-                "failed to connect",
-                "timed out",
-            )
-        ):
-            return f"cannot reach {self.safe_url}: {_last_error_line(text)}"
+        if any(marker in lower for marker in ("could not resolve host", "name or service not known",
+                                              "could not resolve hostname")):
+            return f"cannot reach {self.safe_url}: its host name does not resolve"
+        if any(marker in lower for marker in _CONNECT_FAILURES):
+            # One message whatever happened (refused, filtered, reset, not speaking git): never a port scan's answer.
+            return f"cannot reach {self.safe_url}: could not connect"
+        if "redirect" in lower or re.search(r"returned error: 30[1-8]", lower):
+            return (f"fetching {self.safe_url} was redirected, and redirects are not followed: set "
+                    "spec.repository.url to where the repository is now")
         return f"fetching {self.safe_url} failed: {_last_error_line(text)}"
 
     @contextlib.contextmanager
@@ -379,6 +399,14 @@ class GitMirror:
             raise GitError(f"running git for {self.safe_url} failed: {type(exc).__name__}") from None
         assert isinstance(out, bytes)
         return int(status), out, redact(str(err))
+
+
+# What git, curl and ssh print when no git conversation could be had with the host.
+_CONNECT_FAILURES = ("connection refused", "failed to connect", "couldn't connect", "timed out", "no route to host",
+                     "network is unreachable", "connection reset", "connection closed", "kex_exchange_identification",
+                     "banner exchange", "empty reply from server", "recv failure", "send failure",
+                     "ssl_connect", "wrong version number", "unexpected eof", "remote end hung up unexpectedly",
+                     "http/0.9", "weird server reply", "unsupported protocol", "invalid packet line")
 
 
 def _valid_rev(rev: str) -> bool:

@@ -31,6 +31,14 @@ def is_scp_like(url: str) -> bool:
     return "://" not in url and _SCP_LIKE.match(url) is not None and not url.startswith("-")
 
 
+def scp_host(url: str) -> str:
+    """The host of an scp-style URL (`git@github.com:org/repo.git` → `github.com`)."""
+    match = _SCP_LIKE.match(url.strip())
+    if match is None:
+        raise ValueError(f"{redact(url)!r} is not an scp-style URL")
+    return match.group("host")
+
+
 def validate_url(url: str) -> str:
     """Return `url` stripped of surrounding whitespace, or raise ValueError saying why git must not use it."""
     stripped = url.strip()

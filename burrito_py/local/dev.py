@@ -22,6 +22,7 @@ import httpx
 
 from burrito_py.local.apply import Applier, load_documents, load_files
 from burrito_py.local.kube_authn import ADMIN_TOKEN
+from burrito_py.outbound import LOOPBACK_NETWORKS
 
 log = logging.getLogger("burrito_py.dev")
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
@@ -157,6 +158,8 @@ def dev_values(options: DevOptions, agl_kinds: list[dict[str, str]] | None = Non
                 "repositoryPollInterval": iso(options.repository_poll_interval),
                 "failureGracePeriod": iso(options.failure_grace_period),
                 "allowFileRepositories": True,  # the examples' repositories are local directories
+                # A local git server or webhook receiver is on loopback: allowed here, never by the chart's default.
+                "outboundAllowedNetworks": list(LOOPBACK_NETWORKS),
             },
             "agl": {"kinds": agl_kinds or []},
         },
@@ -261,6 +264,7 @@ def _start_in_process(stack: contextlib.ExitStack, options: DevOptions, api_url:
         runner_image="local",
         metrics_port=0,
         allow_file_repositories=True,  # the examples' repositories are local directories
+        outbound_allowed_networks=list(LOOPBACK_NETWORKS),  # a local git server or webhook receiver: loopback
     )
     controllers = ControllerThread(settings, options.kubeconfig)
     controllers.start()

@@ -1,6 +1,8 @@
 """Deliver one notification to one target, retrying what may succeed later (connection errors, timeouts, 429
-with its Retry-After, 5xx) with exponential backoff; any other 4xx is final. The URL is a credential: it never
-appears in a log line or a result."""
+with its Retry-After, 5xx) with exponential backoff; any other 4xx or 3xx is final (redirects are not followed).
+The URL is a credential: it never appears in a log line or a result. Deliveries go through `notification_client`:
+a destination the outbound address guard refuses is never contacted, and is not retried; a connection that fails
+is "could not connect", whatever the network said."""
 
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ import httpx
 
 from burrito_py.notify.message import Notification, render
 from burrito_py.notify.sign import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, signature
+from burrito_py.outbound import AsyncGuardedTransport, OutboundPolicy, OutboundRefused, Unresolvable
 
-__all__ = ["DeliveryResult", "Target", "deliver"]
+__all__ = ["DeliveryResult", "Target", "deliver", "notification_client"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,13 @@ class DeliveryResult:
     attempts: int
     status_code: int | None
     error: str | None = None
+    refused: bool = False  # by the outbound address guard: nothing was sent
+
+
+def notification_client(policy: OutboundPolicy, timeout: float = 10.0) -> httpx.AsyncClient:
+    """The client deliveries go through: the outbound address guard decides where it may connect, no proxy, and no
+    redirect is followed (a 3xx is a final refusal)."""
+    return httpx.AsyncClient(transport=AsyncGuardedTransport(policy), timeout=timeout, follow_redirects=False)
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -101,8 +111,17 @@ async def _attempts(
         delay = min(base_delay * 2 ** (attempt - 1), max_delay)
         try:
             response = await client.post(target.url, content=body, headers=headers)
+        except OutboundRefused as exc:  # nothing was sent, and nothing will be on a retry
+            log.warning("notification %s to %r refused: %s", notification.event, target, exc)
+            return DeliveryResult(False, attempt, None, str(exc), refused=True)
+        except Unresolvable as exc:
+            status, error = None, str(exc)
+        except httpx.TransportError:
+            # One answer whether the port was closed, filtered or reset: never a port scan's (and the exception's
+            # text may hold the URL).
+            status, error = None, "could not connect"
         except httpx.HTTPError as exc:
-            status, error = None, f"{type(exc).__name__}"  # the exception's text may hold the URL
+            status, error = None, f"{type(exc).__name__}"
         else:
             status = response.status_code
             if status < 300:

@@ -83,7 +83,7 @@ class ArchiveSigner:
 
     def valid(self, sha256: str, filename: str, expiry: str | None, signature: str | None) -> bool:
         """Whether the URL was signed by this mirror and has not expired (constant-time comparison)."""
-        if not expiry or not signature or not expiry.isdigit() or len(expiry) > 12:
+        if not expiry or not signature or not (expiry.isascii() and expiry.isdigit()) or len(expiry) > 12:
             return False
         when = int(expiry)
         matched = False

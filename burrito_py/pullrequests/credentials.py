@@ -6,6 +6,8 @@ Keys of the Secret named in `spec.repository.secretName`:
 - GitHub only: `githubAppId`, `githubAppInstallationId` and `githubAppPrivateKey` (PEM), all three or none: a GitHub
   App installation token, exchanged for a JWT the App signs (RS256) and renewed before it expires. App keys win
   over a token when a Secret holds both.
+- `allowedHosts`: the hosts these may be sent to (gitops/allowed_hosts.py); the API URL's host must be among them
+  (`api.github.com` for github.com), else nothing is built and nothing is sent.
 
 Also here: the provider's default API URL and the project path (`owner/repo`, `group/subgroup/repo`) from the
 repository URL. No message ever holds a token, a JWT or key material: errors name the Secret and the key.
@@ -27,10 +29,19 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from burrito_py.gitops.allowed_hosts import check_destination
 from burrito_py.gitops.credentials import CredentialsError as GitCredentialsError
 from burrito_py.gitops.credentials import decode_secret_data
 from burrito_py.gitops.urls import is_file_url, normalize_url
-from burrito_py.pullrequests.providers import Gitea, GitHub, GitLab, ProviderClient, ProviderError
+from burrito_py.outbound import GuardedTransport, OutboundPolicy
+from burrito_py.pullrequests.providers import (
+    Gitea,
+    GitHub,
+    GitLab,
+    ProviderClient,
+    ProviderError,
+    connection_failure,
+)
 
 __all__ = [
     "APP_KEYS",
@@ -93,8 +104,10 @@ class GitHubAppTokens:
     that is cached until 5 minutes before it expires. Thread-safe: concurrent callers share one exchange."""
 
     def __init__(self, api_url: str, app_id: str, installation_id: str, private_key: str, *, source: str = "",
-                 http_timeout: float = 30.0, now: Callable[[], float] = time.time) -> None:
+                 http_timeout: float = 30.0, now: Callable[[], float] = time.time,
+                 outbound: OutboundPolicy = OutboundPolicy()) -> None:  # noqa: B008 - frozen: nothing internal
         self.api_url = api_url.rstrip("/")
+        self._outbound = outbound
         self.app_id = app_id
         self.installation_id = installation_id
         self._key = _rsa_key(private_key, source)
@@ -133,9 +146,10 @@ class GitHubAppTokens:
                    "X-GitHub-Api-Version": "2022-11-28"}
         self.exchanges += 1
         try:
-            response = httpx.post(url, headers=headers, timeout=self._timeout)
+            with httpx.Client(transport=GuardedTransport(self._outbound), timeout=self._timeout) as http:
+                response = http.post(url, headers=headers)
         except httpx.HTTPError as exc:
-            raise ProviderError(f"{what}: {type(exc).__name__}") from None
+            raise ProviderError(f"{what}: {connection_failure(exc)}") from None
         if response.status_code >= 400:
             # GitHub's message says why ("Integration not found", "'Expiration time' claim is too far…"); the
             # JWT is scrubbed from it all the same, in case something echoes the request.
@@ -152,9 +166,13 @@ class GitHubAppTokens:
 
 
 def provider_token_source(secret: Mapping[str, Any] | None, provider: str, api_url: str, secret_name: str, *,
-                          http_timeout: float = 30.0) -> TokenSource:
+                          field: str = "spec.pullRequests.apiUrl", http_timeout: float = 30.0,
+                          outbound: OutboundPolicy = OutboundPolicy()) -> TokenSource:  # noqa: B008 - frozen
     """The token source the repository's Secret (a v1 Secret body, None when the repository names none) gives
-    for `provider`'s API at `api_url`. `secret_name` is what `spec.repository.secretName` says, for messages."""
+    for `provider`'s API at `api_url`. `secret_name` is what `spec.repository.secretName` says, for messages.
+
+    HostNotAllowed when the Secret's `allowedHosts` does not name `api_url`'s host (`field` says where the URL
+    comes from): checked before anything is built, so neither a token nor an App's JWT ever goes there."""
     if secret is None:
         raise CredentialsError(
             f"the repository names no Secret (spec.repository.secretName) holding a token for the {provider} pull "
@@ -166,6 +184,9 @@ def provider_token_source(secret: Mapping[str, Any] | None, provider: str, api_u
         data = decode_secret_data(secret, source)
     except GitCredentialsError as exc:
         raise CredentialsError(str(exc)) from None
+    present_keys = [key for key in (*APP_KEYS, KEY_API_TOKEN, KEY_TOKEN) if data.get(key, "").strip()]
+    if present_keys:
+        check_destination(data, source, api_url, field)
     if provider == "github":
         present = [key for key in APP_KEYS if data.get(key, "").strip()]
         if present:
@@ -177,7 +198,7 @@ def provider_token_source(secret: Mapping[str, Any] | None, provider: str, api_u
                 )
             return GitHubAppTokens(api_url, _single_line(data, KEY_APP_ID, source),
                                    _single_line(data, KEY_APP_INSTALLATION_ID, source), data[KEY_APP_PRIVATE_KEY],
-                                   source=source, http_timeout=http_timeout)
+                                   source=source, http_timeout=http_timeout, outbound=outbound)
     for key in (KEY_API_TOKEN, KEY_TOKEN):
         value = _single_line(data, key, source)
         if value:
@@ -190,20 +211,21 @@ def provider_token_source(secret: Mapping[str, Any] | None, provider: str, api_u
 
 
 def client_for(provider: str, api_url: str, project: str, number: int, tokens: TokenSource,
-               sleep: Callable[[float], None] = time.sleep) -> ProviderClient:
+               sleep: Callable[[float], None] = time.sleep, *,
+               outbound: OutboundPolicy = OutboundPolicy()) -> ProviderClient:  # noqa: B008 - frozen
     """The client of `provider`'s API for pull request `number` of `project` (`owner/repo` on GitHub and Gitea,
-    the path or numeric id on GitLab), with a token from `tokens`."""
+    the path or numeric id on GitLab), with a token from `tokens`, reaching only what `outbound` allows."""
     if provider not in PROVIDERS:
         raise ValueError(f"unknown pull request provider {provider!r} (expected one of {', '.join(PROVIDERS)})")
     client: GitHub | GitLab
     if provider == "gitlab":
-        client = GitLab(api_url, project.strip("/"), number, tokens.token(), sleep=sleep)
+        client = GitLab(api_url, project.strip("/"), number, tokens.token(), sleep=sleep, outbound=outbound)
     else:
         owner, _, repo = project.strip("/").rpartition("/")
         if not owner or not repo:
             raise ValueError(f"{provider} project {project!r} is not owner/repo")
         client_type = GitHub if provider == "github" else Gitea
-        client = client_type(api_url, owner, repo, number, tokens.token(), sleep=sleep)
+        client = client_type(api_url, owner, repo, number, tokens.token(), sleep=sleep, outbound=outbound)
     return client
 
 

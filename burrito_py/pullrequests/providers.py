@@ -11,7 +11,8 @@ Each client speaks its provider's documented REST routes, with the token from th
 
 Rate limits: a 429, or a 403 with `X-RateLimit-Remaining: 0` (GitHub's secondary limits), waits `Retry-After`
 or until `X-RateLimit-Reset` (GitHub, Gitea: epoch seconds; GitLab `RateLimit-Reset` too), at most
-`MAX_WAIT` seconds, then tries once more. Tokens never appear in errors or logs.
+`MAX_WAIT` seconds, then tries once more. Tokens never appear in errors or logs, and never go to another origin
+than the API URL's (a `Link` to another host is not followed). Connections go through the outbound address guard.
 
 `publish` makes one update: the comment (listed only when its id is not known yet, then created or edited only
 when its body changed) and the commit statuses that changed: the aggregate always (branch protection reads it),
@@ -29,6 +30,7 @@ from urllib.parse import quote
 
 import httpx
 
+from burrito_py.outbound import GuardedTransport, OutboundPolicy
 from burrito_py.pullrequests.statuses import AGGREGATE_CONTEXT, CommitStatus, comment_update, statuses_to_send
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "ProviderError",
     "Published",
     "body_digest",
+    "connection_failure",
     "publish",
 ]
 
@@ -62,11 +65,21 @@ class ProviderClient(Protocol):
     def set_status(self, sha: str, status: CommitStatus, target_url: str | None) -> None: ...
 
 
-class _Http:
-    """One provider's HTTP: auth header, rate-limit waits, call counting."""
+def connection_failure(exc: httpx.HTTPError) -> str:
+    """What a failed call says: the same words whether the port was closed, filtered or reset, so a status never
+    answers a port scan (docs/architecture.md §8, "Outbound calls")."""
+    return "could not connect" if isinstance(exc, httpx.TransportError) else type(exc).__name__
 
-    def __init__(self, base_url: str, headers: Mapping[str, str], *, sleep: Callable[[float], None]) -> None:
-        self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=dict(headers), timeout=30.0)
+
+class _Http:
+    """One provider's HTTP: auth header, rate-limit waits, call counting; connections through the outbound address
+    guard (burrito_py/outbound.py), and never a request carrying the token to another origin than the API's."""
+
+    def __init__(self, base_url: str, headers: Mapping[str, str], *, sleep: Callable[[float], None],
+                 outbound: OutboundPolicy) -> None:
+        self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=dict(headers), timeout=30.0,
+                                    transport=GuardedTransport(outbound))
+        self._origin = _origin(httpx.URL(base_url))
         self._sleep = sleep
         self.calls = 0
 
@@ -74,12 +87,17 @@ class _Http:
         self._client.close()
 
     def request(self, method: str, path: str, what: str, **kw: Any) -> httpx.Response:
+        # A path may be a URL the provider gave (GitHub's `Link: <…>; rel="next"`): the token goes to the API's own
+        # origin only, whatever an answer says.
+        target = self._client.base_url.join(path) if not path.startswith(("http://", "https://")) else httpx.URL(path)
+        if _origin(target) != self._origin:
+            raise ProviderError(f"{what}: the provider pointed to another host ({target.host}); not followed")
         for attempt in (1, 2):
             self.calls += 1
             try:
                 response = self._client.request(method, path, **kw)
             except httpx.HTTPError as exc:
-                raise ProviderError(f"{what}: {type(exc).__name__}") from None
+                raise ProviderError(f"{what}: {connection_failure(exc)}") from None
             wait = _rate_limited(response)
             if wait is not None and attempt == 1:
                 self._sleep(min(wait, MAX_WAIT))
@@ -88,6 +106,10 @@ class _Http:
                 raise ProviderError(f"{what}: HTTP {response.status_code} {_message(response)}")
             return response
         raise AssertionError("unreachable")
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port
 
 
 def _rate_limited(response: httpx.Response) -> float | None:
@@ -123,12 +145,15 @@ class GitHub:
     number: int
     token: str = field(repr=False)
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)  # rate-limit waits (tests pass their own)
+    # What the API may resolve to besides public addresses (the default: nothing internal).
+    outbound: OutboundPolicy = field(default_factory=OutboundPolicy, repr=False)
     http: _Http = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.http = _Http(self.api_url, {"Authorization": f"Bearer {self.token}",
                                          "Accept": "application/vnd.github+json",
-                                         "X-GitHub-Api-Version": "2022-11-28"}, sleep=self.sleep)
+                                         "X-GitHub-Api-Version": "2022-11-28"}, sleep=self.sleep,
+                          outbound=self.outbound)
 
     @property
     def calls(self) -> int:
@@ -174,10 +199,11 @@ class GitLab:
     number: int  # the merge request's iid
     token: str = field(repr=False)
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    outbound: OutboundPolicy = field(default_factory=OutboundPolicy, repr=False)
     http: _Http = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.http = _Http(self.api_url, {"PRIVATE-TOKEN": self.token}, sleep=self.sleep)
+        self.http = _Http(self.api_url, {"PRIVATE-TOKEN": self.token}, sleep=self.sleep, outbound=self.outbound)
 
     @property
     def calls(self) -> int:
@@ -221,7 +247,7 @@ class Gitea(GitHub):
 
     def __post_init__(self) -> None:
         self.http = _Http(self.api_url, {"Authorization": f"token {self.token}", "Accept": "application/json"},
-                          sleep=self.sleep)
+                          sleep=self.sleep, outbound=self.outbound)
 
     def list_comments(self) -> dict[str, str]:
         found: dict[str, str] = {}

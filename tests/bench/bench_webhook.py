@@ -81,7 +81,8 @@ def main(repositories: int = 50, per_repository: int = 100, pushes: int = 25) ->
     for crd in generate_crds().values():
         applier.apply(crd)
     secret = {k: base64.b64encode(v.encode()).decode()
-              for k, v in {"username": USER, "password": PASSWORD, "webhookSecret": HOOK_SECRET}.items()}
+              for k, v in {"username": USER, "password": PASSWORD, "webhookSecret": HOOK_SECRET,
+                          "allowedHosts": "http://127.0.0.1"}.items()}
     applier.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "git", "namespace": "default"},
                    "data": secret})
     # What the Helm chart creates: the runner pods' service account (pods are created, never started here).
@@ -114,7 +115,8 @@ def main(repositories: int = 50, per_repository: int = 100, pushes: int = 25) ->
         controllers = subprocess.Popen(
             [sys.executable, "-c", "from burrito_py.entry import main; main()", "controllers", "start",
              "--kubeconfig", str(kubeconfig), "--datastore-url", datastore_url, "--git-cache-dir", str(tmp / "git"),
-             "--drift-detection-period", "36000", "--repository-poll-interval", "3600", "--metrics-port", "0"],
+             "--drift-detection-period", "36000", "--repository-poll-interval", "3600", "--metrics-port", "0",
+             "--outbound-allowed-network", "127.0.0.0/8"],  # the git server listens on loopback
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )

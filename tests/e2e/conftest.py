@@ -28,6 +28,7 @@ from burrito_py.local.apply import Applier
 from burrito_py.local.identity import admin_client, grant_runner_access, login_as_local_admin
 from burrito_py.local.kubelet import LocalKubelet
 from burrito_py.local.testing import wait_for
+from burrito_py.outbound import LOOPBACK_NETWORKS
 
 pytestmark = pytest.mark.e2e
 # On a cluster the Helm chart creates the runner's service account in each namespace with layers.
@@ -178,6 +179,8 @@ def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = T
             "metrics_port": 0,
             "runner_image": "local",
             "allow_file_repositories": True,  # TestRepo serves its repositories as file:// URLs
+            # Git servers, fake providers and webhook receivers of the tests listen on loopback: allowed explicitly.
+            "outbound_allowed_networks": list(LOOPBACK_NETWORKS),
             **overrides,
         })
         controllers = ControllerThread(settings, kubeconfig) if start_controllers else None

@@ -64,15 +64,19 @@ def ssh_upstream(tmp_path: Path, repo: TestRepo, sshd: SshGitServer) -> str:
     return sshd.url_for(bare)
 
 
-def put_secret(platform: Platform, name: str, data: dict[str, str]) -> None:
-    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "default"},
+# Where the tests' Secrets allow their credentials to go: the git servers on loopback (plain http and ssh).
+LOOPBACK_HOSTS = {"allowedHosts": "127.0.0.1 http://127.0.0.1"}
+
+
+def put_secret(platform: Platform, name: str, data: dict[str, str], namespace: str = "default") -> None:
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
             "type": "Opaque", "stringData": data}
     try:
-        platform.core.create_namespaced_secret("default", body)
+        platform.core.create_namespaced_secret(namespace, body)
     except ApiException as exc:
         if exc.status != 409:
             raise
-        platform.core.replace_namespaced_secret(name, "default", body)
+        platform.core.replace_namespaced_secret(name, namespace, body)
 
 
 def create_private_repository(platform: Platform, name: str, url: str, secret: str) -> None:
@@ -134,8 +138,9 @@ def test_ssh_only_and_https_token_repositories_reach_idle(
     tmp_path: Path, platform: Platform, repo: TestRepo, sshd: SshGitServer, token_server: HttpGitServer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    put_secret(platform, "ssh-creds", {"sshPrivateKey": sshd.client_key, "knownHosts": sshd.known_hosts})
-    put_secret(platform, "token-creds", {"token": TOKEN, "webhookSecret": "unused-here"})
+    put_secret(platform, "ssh-creds", {**LOOPBACK_HOSTS, "sshPrivateKey": sshd.client_key,
+                                       "knownHosts": sshd.known_hosts})
+    put_secret(platform, "token-creds", {**LOOPBACK_HOSTS, "token": TOKEN, "webhookSecret": "unused-here"})
     create_private_repository(platform, "over-ssh", ssh_upstream(tmp_path, repo, sshd), "ssh-creds")
     create_private_repository(platform, "over-https", token_server.url_for("infra.git"), "token-creds")
     platform.create_layer("via-ssh", "over-ssh", "layers/app", auto_apply=True)
@@ -156,8 +161,9 @@ def test_wrong_password_or_key_fails_the_sync_naming_the_cause_and_a_fixed_secre
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     stranger, _ = generate_ssh_key(tmp_path / "stranger")
-    put_secret(platform, "https-creds", {"username": "alice", "password": WRONG_PASSWORD})
-    put_secret(platform, "ssh-creds", {"sshPrivateKey": stranger, "knownHosts": sshd.known_hosts})
+    put_secret(platform, "https-creds", {**LOOPBACK_HOSTS, "username": "alice", "password": WRONG_PASSWORD})
+    put_secret(platform, "ssh-creds", {**LOOPBACK_HOSTS, "sshPrivateKey": stranger,
+                                       "knownHosts": sshd.known_hosts})
     https_url = password_server.url_for("infra.git")
     create_private_repository(platform, "over-https", https_url, "https-creds")
     create_private_repository(platform, "over-ssh", ssh_upstream(tmp_path, repo, sshd), "ssh-creds")
@@ -178,8 +184,9 @@ def test_wrong_password_or_key_fails_the_sync_naming_the_cause_and_a_fixed_secre
     assert ann.BRANCH_COMMIT not in platform.annotations("via-https")
     assert_never_shown(everything_people_can_read(platform, caplog), [WRONG_PASSWORD, *key_lines(stranger)])
 
-    put_secret(platform, "https-creds", {"username": "alice", "password": PASSWORD})
-    put_secret(platform, "ssh-creds", {"sshPrivateKey": sshd.client_key, "knownHosts": sshd.known_hosts})
+    put_secret(platform, "https-creds", {**LOOPBACK_HOSTS, "username": "alice", "password": PASSWORD})
+    put_secret(platform, "ssh-creds", {**LOOPBACK_HOSTS, "sshPrivateKey": sshd.client_key,
+                                       "knownHosts": sshd.known_hosts})
     for layer in ("via-https", "via-ssh"):
         platform.wait_state(layer, "ApplyNeeded", timeout=120)
     assert (synced(platform, "over-https") or {}).get("status") == "True"
@@ -193,9 +200,10 @@ def test_missing_secret_missing_key_and_unknown_host_are_named(
 ) -> None:
     https_url = password_server.url_for("infra.git")
     ssh_url = ssh_upstream(tmp_path, repo, sshd)
-    put_secret(platform, "half", {"username": "alice"})
+    put_secret(platform, "half", {**LOOPBACK_HOSTS, "username": "alice"})
     _, elsewhere = generate_ssh_key(tmp_path / "elsewhere")
-    put_secret(platform, "no-host", {"sshPrivateKey": sshd.client_key, "knownHosts": f"git.example.com {elsewhere}"})
+    put_secret(platform, "no-host", {**LOOPBACK_HOSTS, "sshPrivateKey": sshd.client_key,
+                                     "knownHosts": f"git.example.com {elsewhere}"})
     create_private_repository(platform, "absent-secret", https_url, "absent")
     create_private_repository(platform, "half-secret", https_url, "half")
     create_private_repository(platform, "unknown-host", ssh_url, "no-host")
@@ -211,6 +219,6 @@ def test_missing_secret_missing_key_and_unknown_host_are_named(
     assert platform.runs() == []
     assert_never_shown(everything_people_can_read(platform, caplog), key_lines(sshd.client_key))
 
-    put_secret(platform, "absent", {"username": "alice", "password": PASSWORD})
+    put_secret(platform, "absent", {**LOOPBACK_HOSTS, "username": "alice", "password": PASSWORD})
     platform.wait_state("absent-secret-layer", "ApplyNeeded", timeout=120)
     assert_never_shown(everything_people_can_read(platform, caplog), [PASSWORD])

@@ -37,7 +37,7 @@ from burrito_py.timeutil import format_time, utcnow
 
 from ..fakes.providers import Fake, running_fake_provider
 from .conftest import Platform, layer_code, running_platform, wait_for
-from .test_git_credentials import put_secret
+from .test_git_credentials import LOOPBACK_HOSTS, put_secret
 
 HOOK_SECRET = "pr-hook-secret"
 API_TOKEN = "provider-api-token-e2e"
@@ -137,7 +137,7 @@ def pull_request_world(tmp_path: Path, repo: TestRepo, provider: str) -> Iterato
         settings = ServerSettings(host="127.0.0.1", port=free_port(), kubeconfig=platform.kubeconfig,
                                   auth_enabled=False, datastore_url=platform.datastore_url)
         with running_server(settings) as server_url, httpx.Client(base_url=server_url, timeout=30) as http:
-            put_secret(platform, "infra-git", {"token": API_TOKEN, "webhookSecret": HOOK_SECRET})
+            put_secret(platform, "infra-git", {**LOOPBACK_HOSTS, "token": API_TOKEN, "webhookSecret": HOOK_SECRET})
             api_url = api if provider == "github" else f"{api}/api/v4"
             platform.create_repository("infra", url, repository={"url": url, "secretName": "infra-git"},
                                        pullRequests={"enabled": True, "apiUrl": api_url})
@@ -289,7 +289,7 @@ def test_without_api_credentials_the_plans_still_run_and_the_pull_request_says_w
     retry), the plan still runs; a token put in the Secret publishes at the next try."""
     with pull_request_world(tmp_path, repo, "github") as world:
         platform = world.platform
-        put_secret(platform, "infra-git", {"webhookSecret": HOOK_SECRET})
+        put_secret(platform, "infra-git", {**LOOPBACK_HOSTS, "webhookSecret": HOOK_SECRET})
         head = world.push(2, {"layers/app/main.tf": layer_code("v2")}, "change app")
         world.hook("opened", 2, head)
 
@@ -308,6 +308,6 @@ def test_without_api_credentials_the_plans_still_run_and_the_pull_request_says_w
                   if e.involved_object.kind == "TerraformPullRequest" and e.reason == "PublishFailed"]
         assert len(events) == 1 and (events[0].count or 1) == 1
 
-        put_secret(platform, "infra-git", {"token": API_TOKEN, "webhookSecret": HOOK_SECRET})
+        put_secret(platform, "infra-git", {**LOOPBACK_HOSTS, "token": API_TOKEN, "webhookSecret": HOOK_SECRET})
         world.wait_pr(2, head, "Planned", timeout=60)
         assert len([b for b in world.fake.comments.values() if b.startswith(marker("default/infra", 2))]) == 1

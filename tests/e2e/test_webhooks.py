@@ -28,7 +28,7 @@ from burrito_py.server.webhook_keys import decode_entries, hmac_key
 from burrito_py.timeutil import format_time_precise, utcnow
 
 from .conftest import Platform, layer_code, running_platform, wait_for
-from .test_git_credentials import put_secret
+from .test_git_credentials import LOOPBACK_HOSTS, put_secret
 
 PASSWORD = "webhook-e2e-Pa55"
 HOOK_SECRET = "hook-secret-e2e"
@@ -45,7 +45,7 @@ def world(tmp_path: Path, repo: TestRepo) -> Iterator[tuple[Platform, httpx.Clie
                                   auth_enabled=False, datastore_url=platform.datastore_url)
         with running_server(settings) as server_url, httpx.Client(base_url=server_url, timeout=30) as http:
             url = git_server.url_for("infra.git")
-            put_secret(platform, "infra-git", {"username": "alice", "password": PASSWORD,
+            put_secret(platform, "infra-git", {**LOOPBACK_HOSTS, "username": "alice", "password": PASSWORD,
                                                "webhookSecret": HOOK_SECRET})
             platform.create_repository("infra", url, repository={"url": url, "secretName": "infra-git"})
             platform.create_layer("app", "infra", "layers/app")

@@ -27,6 +27,7 @@ class Fake:
     auth: list[str] = field(default_factory=list)
     limited: int = 0  # answer this many next calls with a rate limit
     next_id: int = 100
+    next_page_host: str | None = None  # a hostile provider: GitHub's `Link` to the next page names this host
 
 
 def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
@@ -64,7 +65,8 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
                     page = int(query.get("page", "1"))
                     chunk = items[(page - 1) * 2:page * 2]  # two per page: paging is exercised
                     more = page * 2 < len(items)
-                    next_url = f'<http://{self.headers["Host"]}{path}?page={page + 1}>; rel="next"'
+                    host = fake.next_page_host or self.headers["Host"]
+                    next_url = f'<http://{host}{path}?page={page + 1}>; rel="next"'
                     link = {"Link": next_url} if more else {}
                     return self._answer(200, [{"id": i, "body": b} for i, b in chunk], link)
                 if fake.kind == "gitlab":
@@ -104,15 +106,15 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
 
 
 @contextlib.contextmanager
-def running_fake_provider(kind: str) -> Iterator[tuple[Fake, str]]:
+def running_fake_provider(kind: str, host: str = "127.0.0.1") -> Iterator[tuple[Fake, str]]:
     """(the fake's state, its base URL). GitLab's API lives under `/api/v4`, Gitea's under `/api/v1`: any prefix
-    is served."""
+    is served. `host`: the loopback address it listens on (127.0.0.2 plays another host)."""
     fake = Fake(kind)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler(fake))
+    server = ThreadingHTTPServer((host, 0), handler(fake))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield fake, f"http://127.0.0.1:{server.server_address[1]}"
+        yield fake, f"http://{host}:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

@@ -13,10 +13,13 @@ from burrito_py.gitops.credentials import TOKEN_USERNAME, HttpsCredentials, cred
 from burrito_py.gitops.mirror import GitError, GitMirror
 from burrito_py.gitops.testing import TestRepo, make_bare, make_repo, run_git
 from burrito_py.gitops.testing_servers import HttpGitServer, running_http_git_server
+from burrito_py.outbound import LOOPBACK_NETWORKS, OutboundPolicy
 
 PASSWORD = "pw-Zq81-'quoted'-$HOME-`x`"  # shell-special characters must reach the server unchanged
 TOKEN = "ghp_testtoken0123456789abcdef"
 SOURCE = "Secret default/git"
+LOOPBACK = OutboundPolicy.of(LOOPBACK_NETWORKS)  # the servers listen on loopback: allowed explicitly
+ALLOWED = {"allowedHosts": "http://127.0.0.1"}  # plain http: the test server has no TLS
 
 
 @pytest.fixture
@@ -41,16 +44,17 @@ def token_server(tmp_path: Path, work: TestRepo) -> Iterator[HttpGitServer]:
 
 
 def test_username_and_password_fetch(tmp_path: Path, server: HttpGitServer, work: TestRepo) -> None:
-    mirror = GitMirror(tmp_path / "cache", server.url_for("infra.git"))
-    mirror.fetch(credentials_from_data({"username": "alice", "password": PASSWORD + "\n"}, mirror.url, SOURCE))
+    mirror = GitMirror(tmp_path / "cache", server.url_for("infra.git"), outbound=LOOPBACK)
+    mirror.fetch(credentials_from_data({"username": "alice", "password": PASSWORD + "\n", **ALLOWED}, mirror.url,
+                                       SOURCE))
     assert mirror.branches() == {"main": work.head}
     assert any(authorized for _, _, authorized in server.requests)
 
 
 def test_token_fetch_and_a_second_fetch_picks_up_new_commits(tmp_path: Path, token_server: HttpGitServer,
                                                               work: TestRepo) -> None:
-    mirror = GitMirror(tmp_path / "cache", token_server.url_for("infra.git"))
-    creds = credentials_from_data({"token": TOKEN}, mirror.url, SOURCE)
+    mirror = GitMirror(tmp_path / "cache", token_server.url_for("infra.git"), outbound=LOOPBACK)
+    creds = credentials_from_data({"token": TOKEN, **ALLOWED}, mirror.url, SOURCE)
     mirror.fetch(creds)
     newer = work.commit({"layers/app/main.tf": "# v2\n"}, "change")
     work.push(str(token_server.root / "infra.git"))
@@ -59,7 +63,7 @@ def test_token_fetch_and_a_second_fetch_picks_up_new_commits(tmp_path: Path, tok
 
 
 def test_nothing_secret_is_stored_in_the_mirror(tmp_path: Path, server: HttpGitServer) -> None:
-    mirror = GitMirror(tmp_path / "cache", server.url_for("infra.git"))
+    mirror = GitMirror(tmp_path / "cache", server.url_for("infra.git"), outbound=LOOPBACK)
     mirror.fetch(HttpsCredentials("alice", PASSWORD, SOURCE))
     for path in mirror.path.rglob("*"):
         if path.is_file():
@@ -74,7 +78,7 @@ def test_wrong_credentials_say_authentication_failed_without_the_secret(
     tmp_path: Path, server: HttpGitServer, username: str, password: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    mirror = GitMirror(tmp_path / "cache", server.url_for("infra.git"))
+    mirror = GitMirror(tmp_path / "cache", server.url_for("infra.git"), outbound=LOOPBACK)
     with pytest.raises(GitError) as raised:
         mirror.fetch(HttpsCredentials(username, password, SOURCE))
     message = str(raised.value)
@@ -89,21 +93,21 @@ def test_wrong_credentials_say_authentication_failed_without_the_secret(
 
 
 def test_wrong_token_names_the_token(tmp_path: Path, token_server: HttpGitServer) -> None:
-    mirror = GitMirror(tmp_path / "cache", token_server.url_for("infra.git"))
+    mirror = GitMirror(tmp_path / "cache", token_server.url_for("infra.git"), outbound=LOOPBACK)
     with pytest.raises(GitError, match=f"the server refused the token from {SOURCE}$") as raised:
-        mirror.fetch(credentials_from_data({"token": "ghp_wrongtoken999"}, mirror.url, SOURCE))
+        mirror.fetch(credentials_from_data({"token": "ghp_wrongtoken999", **ALLOWED}, mirror.url, SOURCE))
     assert "ghp_wrongtoken999" not in str(raised.value)
 
 
 def test_no_credentials_fail_fast_instead_of_prompting(tmp_path: Path, server: HttpGitServer) -> None:
-    mirror = GitMirror(tmp_path / "cache", server.url_for("infra.git"), fetch_timeout=30)
+    mirror = GitMirror(tmp_path / "cache", server.url_for("infra.git"), outbound=LOOPBACK, fetch_timeout=30)
     with pytest.raises(GitError, match="failed: no credentials"):
         mirror.fetch()
 
 
 def test_credentials_in_the_url_are_never_stored_or_shown(tmp_path: Path, server: HttpGitServer) -> None:
     url = server.url_for("infra.git").replace("http://", f"http://alice:{'wrong-in-url-1234'}@")
-    mirror = GitMirror(tmp_path / "cache", url)
+    mirror = GitMirror(tmp_path / "cache", url, outbound=LOOPBACK)
     with pytest.raises(GitError) as raised:
         mirror.fetch()
     assert "wrong-in-url-1234" not in str(raised.value)

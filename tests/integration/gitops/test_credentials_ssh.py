@@ -14,8 +14,11 @@ from burrito_py.gitops.credentials import SshCredentials, credentials_from_data
 from burrito_py.gitops.mirror import GitError, GitMirror
 from burrito_py.gitops.testing import TestRepo, make_bare, make_repo, run_git
 from burrito_py.gitops.testing_servers import SshGitServer, generate_ssh_key, running_ssh_git_server
+from burrito_py.outbound import LOOPBACK_NETWORKS, OutboundPolicy
 
 SOURCE = "Secret default/git-ssh"
+LOOPBACK = OutboundPolicy.of(LOOPBACK_NETWORKS)  # sshd listens on loopback: allowed explicitly
+ALLOWED = {"allowedHosts": "127.0.0.1"}
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +52,9 @@ def private_ssh_dirs() -> set[str]:
 
 def test_the_authorized_key_fetches(tmp_path: Path, url: str, sshd: SshGitServer, work: TestRepo) -> None:
     before = private_ssh_dirs()
-    mirror = GitMirror(tmp_path / "cache", url)
-    creds = credentials_from_data({"sshPrivateKey": sshd.client_key, "knownHosts": sshd.known_hosts}, url, SOURCE)
+    mirror = GitMirror(tmp_path / "cache", url, outbound=LOOPBACK)
+    creds = credentials_from_data({"sshPrivateKey": sshd.client_key, "knownHosts": sshd.known_hosts, **ALLOWED}, url,
+                                  SOURCE)
     mirror.fetch(creds)
     assert mirror.branches() == {"main": work.head}
     assert private_ssh_dirs() <= before, "the key's temporary directory is removed after the fetch"
@@ -62,8 +66,8 @@ def test_the_authorized_key_fetches(tmp_path: Path, url: str, sshd: SshGitServer
 def test_a_key_pasted_with_crlf_and_no_final_newline_still_works(tmp_path: Path, url: str,
                                                                  sshd: SshGitServer) -> None:
     pasted = sshd.client_key.replace("\n", "\r\n").rstrip()
-    creds = credentials_from_data({"sshPrivateKey": pasted, "knownHosts": sshd.known_hosts}, url, SOURCE)
-    mirror = GitMirror(tmp_path / "cache", url)
+    creds = credentials_from_data({"sshPrivateKey": pasted, "knownHosts": sshd.known_hosts, **ALLOWED}, url, SOURCE)
+    mirror = GitMirror(tmp_path / "cache", url, outbound=LOOPBACK)
     mirror.fetch(creds)
     assert mirror.exists()
 
@@ -72,7 +76,7 @@ def test_a_key_the_server_does_not_know_is_refused(tmp_path: Path, url: str, ssh
                                                    caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     stranger, _ = generate_ssh_key(tmp_path / "stranger")
-    mirror = GitMirror(tmp_path / "cache", url)
+    mirror = GitMirror(tmp_path / "cache", url, outbound=LOOPBACK)
     with pytest.raises(GitError) as raised:
         mirror.fetch(SshCredentials(stranger, sshd.known_hosts, SOURCE))
     message = str(raised.value)
@@ -87,7 +91,8 @@ def test_an_unknown_host_key_is_refused(tmp_path: Path, url: str, sshd: SshGitSe
     _, other_public = generate_ssh_key(tmp_path / "other-host")
     known_elsewhere = f"git.example.com {other_public}\n"
     with pytest.raises(GitError) as raised:
-        GitMirror(tmp_path / "cache", url).fetch(SshCredentials(sshd.client_key, known_elsewhere, SOURCE))
+        GitMirror(tmp_path / "cache", url, outbound=LOOPBACK).fetch(SshCredentials(sshd.client_key, known_elsewhere,
+                                                                                   SOURCE))
     assert str(raised.value).startswith(f"host key for 127.0.0.1:{sshd.port} is not in knownHosts")
 
 
@@ -95,7 +100,7 @@ def test_a_changed_host_key_is_refused(tmp_path: Path, url: str, sshd: SshGitSer
     _, other_public = generate_ssh_key(tmp_path / "impostor")
     wrong = f"[127.0.0.1]:{sshd.port} {' '.join(other_public.split()[:2])}\n"
     with pytest.raises(GitError) as raised:
-        GitMirror(tmp_path / "cache", url).fetch(SshCredentials(sshd.client_key, wrong, SOURCE))
+        GitMirror(tmp_path / "cache", url, outbound=LOOPBACK).fetch(SshCredentials(sshd.client_key, wrong, SOURCE))
     assert str(raised.value).startswith(f"host key for 127.0.0.1:{sshd.port} does not match knownHosts")
 
 
@@ -103,7 +108,8 @@ def test_a_broken_private_key_is_named(tmp_path: Path, url: str, sshd: SshGitSer
     lines = sshd.client_key.splitlines()
     broken = "\n".join([lines[0], lines[1][::-1], *lines[2:]]) + "\n"  # right armour, garbage inside
     with pytest.raises(GitError) as raised:
-        GitMirror(tmp_path / "cache", url).fetch(SshCredentials(broken, sshd.known_hosts, SOURCE))
+        GitMirror(tmp_path / "cache", url, outbound=LOOPBACK).fetch(SshCredentials(broken, sshd.known_hosts,
+                                                                                   SOURCE))
     message = str(raised.value)
     assert message.startswith(f"the ssh private key from {SOURCE} is not a valid private key")
     assert all(line not in message for line in key_lines(broken))

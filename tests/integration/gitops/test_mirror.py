@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import tarfile
@@ -14,6 +15,7 @@ import pytest
 
 from burrito_py.gitops import Change, GitError, GitMirror, decide_layer_commits, diff_base, is_relevant
 from burrito_py.gitops.testing import TestRepo, make_bare, make_repo, run_git
+from burrito_py.outbound import LOOPBACK_NETWORKS, OutboundPolicy
 
 
 @pytest.fixture
@@ -299,13 +301,17 @@ def test_force_push(tmp_path: Path, cache: Path) -> None:
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("https://user:secret@nonexistent.invalid/org/repo.git", "cannot reach https://***@nonexistent.invalid"),
-        ("https://user:secret@127.0.0.1:9/org/repo.git", "https://***@127.0.0.1:9/org/repo.git"),
+        ("https://user:secret@nonexistent.invalid/org/repo.git",
+         "cannot reach https://***@nonexistent.invalid/org/repo.git: could not connect to nonexistent.invalid: its "
+         "name does not resolve"),
+        ("https://user:secret@127.0.0.1:9/org/repo.git", "cannot reach https://***@127.0.0.1:9/org/repo.git: could not "
+                                                         "connect"),
         ("file:///nonexistent/nowhere/repo", "repository file:///nonexistent/nowhere/repo not found"),
     ],
 )
 def test_errors_are_readable_and_never_contain_credentials(cache: Path, url: str, expected: str) -> None:
-    mirror = GitMirror(cache, url, fetch_timeout=60)
+    # Loopback allowed explicitly, so the fetch really tries (and fails to) connect.
+    mirror = GitMirror(cache, url, fetch_timeout=60, outbound=OutboundPolicy.of(LOOPBACK_NETWORKS))
     with pytest.raises(GitError) as info:
         mirror.fetch()
     message = str(info.value)
@@ -338,14 +344,14 @@ def test_env_reaches_git(repo: TestRepo, cache: Path, tmp_path: Path) -> None:
 
 
 def test_a_hanging_fetch_times_out_with_a_clear_message(cache: Path) -> None:
-    """GIT_SSH_COMMAND (how ssh keys will arrive) reaches git; a transport that hangs is killed."""
-    mirror = GitMirror(
-        cache,
-        "ssh://deploy@git.example.invalid/org/repo.git",
-        env={"GIT_SSH_COMMAND": "sh -c 'sleep 30'"},
-        fetch_timeout=1,
-    )
-    with pytest.raises(GitError) as info:
-        mirror.fetch()
-    assert str(info.value) == "fetching ssh://***@git.example.invalid/org/repo.git timed out after 1s"
+    """A server that accepts the connection and then says nothing: the fetch is killed at its timeout."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        mirror = GitMirror(cache, f"ssh://deploy@127.0.0.1:{port}/org/repo.git", fetch_timeout=1,
+                           outbound=OutboundPolicy.of(LOOPBACK_NETWORKS))
+        with pytest.raises(GitError) as info:
+            mirror.fetch()
+    assert str(info.value) == f"fetching ssh://***@127.0.0.1:{port}/org/repo.git timed out after 1s"
     assert not mirror.exists()

@@ -21,6 +21,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
+from burrito_py.gitops.allowed_hosts import HostNotAllowed
+from burrito_py.outbound import LOOPBACK_NETWORKS, OutboundPolicy, OutboundRefused
 from burrito_py.pullrequests.credentials import (
     CredentialsError,
     GitHubAppTokens,
@@ -50,7 +52,13 @@ def pem_of(key: rsa.RSAPrivateKey) -> str:
                              serialization.NoEncryption()).decode()
 
 
+# Where the Secrets of these tests allow their credentials to go: the hosts the tests name, and the fakes.
+ALLOWED_HOSTS = "x api.github.com gitea.example gitlab.com http://127.0.0.1"
+LOOPBACK = OutboundPolicy.of(LOOPBACK_NETWORKS)  # the fakes listen on loopback: allowed explicitly
+
+
 def secret(**data: str) -> dict[str, Any]:
+    data = {"allowedHosts": ALLOWED_HOSTS, **data}
     return {"apiVersion": "v1", "kind": "Secret", "metadata": {"namespace": "team-a", "name": "infra-git"},
             "data": {key: base64.b64encode(value.encode()).decode() for key, value in data.items()}}
 
@@ -149,15 +157,15 @@ def github(app_key: rsa.RSAPrivateKey) -> Iterator[tuple[FakeGitHub, str]]:
 
 
 def app_tokens(fake: FakeGitHub, url: str, key: rsa.RSAPrivateKey) -> GitHubAppTokens:
-    return GitHubAppTokens(url, APP_ID, INSTALLATION_ID, pem_of(key), now=lambda: fake.clock[0])
+    return GitHubAppTokens(url, APP_ID, INSTALLATION_ID, pem_of(key), now=lambda: fake.clock[0], outbound=LOOPBACK)
 
 
 def test_the_installation_token_authorizes_the_clients_calls(github: tuple[FakeGitHub, str],
                                                              app_key: rsa.RSAPrivateKey) -> None:
     fake, url = github
-    tokens = provider_token_source(app_secret(app_key), "github", url, "infra-git")
+    tokens = provider_token_source(app_secret(app_key), "github", url, "infra-git", outbound=LOOPBACK)
     assert isinstance(tokens, GitHubAppTokens)
-    client = client_for("github", url, "o/r", 1, tokens)
+    client = client_for("github", url, "o/r", 1, tokens, outbound=LOOPBACK)
     assert isinstance(client, GitHub)
     assert client.create_comment("hello") == "7"
     client.set_status(SHA, CommitStatus("burrito-py", "success", "1 layers planned"), None)
@@ -209,9 +217,9 @@ def test_a_refused_exchange_names_the_call_and_status_but_no_secret(github: tupl
                                                                     app_key: rsa.RSAPrivateKey) -> None:
     fake, url = github
     fake.refuse = True
-    tokens = provider_token_source(app_secret(app_key), "github", url, "infra-git")
+    tokens = provider_token_source(app_secret(app_key), "github", url, "infra-git", outbound=LOOPBACK)
     with pytest.raises(ProviderError) as refused:
-        client_for("github", url, "o/r", 1, tokens)
+        client_for("github", url, "o/r", 1, tokens, outbound=LOOPBACK)
     message = str(refused.value)
     assert "401" in message and f"installation {INSTALLATION_ID} access token" in message
     jwt = fake.exchanges[0]
@@ -224,9 +232,32 @@ def test_an_unreachable_api_is_a_provider_error(app_key: rsa.RSAPrivateKey) -> N
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     port = server.server_address[1]
     server.server_close()  # nothing listens there any more
-    tokens = GitHubAppTokens(f"http://127.0.0.1:{port}", APP_ID, INSTALLATION_ID, pem_of(app_key), http_timeout=5)
-    with pytest.raises(ProviderError, match="access token: ConnectError"):
+    tokens = GitHubAppTokens(f"http://127.0.0.1:{port}", APP_ID, INSTALLATION_ID, pem_of(app_key), http_timeout=5,
+                             outbound=LOOPBACK)
+    with pytest.raises(ProviderError, match=r"access token: could not connect$"):
         tokens.token()
+
+
+def test_an_api_url_the_secret_does_not_name_gets_neither_a_token_nor_a_jwt(github: tuple[FakeGitHub, str],
+                                                                           app_key: rsa.RSAPrivateKey) -> None:
+    """A tenant points `pullRequests.apiUrl` at a host they run: nothing is built for it, so nothing is sent."""
+    fake, url = github
+    attacker = url.replace("127.0.0.1", "127.0.0.2")  # another host, as far as the Secret is concerned
+    for data in (app_secret(app_key), secret(apiToken="api-token-value")):
+        with pytest.raises(HostNotAllowed) as refused:
+            provider_token_source(data, "github", attacker, "infra-git", outbound=LOOPBACK)
+        assert str(refused.value).startswith(
+            'Secret team-a/infra-git does not allow its credentials to go to http://127.0.0.2:')
+        assert '"allowedHosts"' in str(refused.value) and "api-token-value" not in str(refused.value)
+    assert fake.exchanges == [] and fake.auth == []
+
+
+def test_the_guard_refuses_an_internal_api_before_any_call(app_key: rsa.RSAPrivateKey) -> None:
+    tokens = GitHubAppTokens("http://169.254.169.254/api/v3", APP_ID, INSTALLATION_ID, pem_of(app_key))
+    with pytest.raises(OutboundRefused, match=r"169\.254\.169\.254 is a link-local address"):
+        tokens.token()
+    with pytest.raises(OutboundRefused, match=r"127\.0\.0\.1 is a loopback address"):
+        client_for("gitea", "http://127.0.0.1:3000/api/v1", "o/r", 1, StaticToken("t")).list_comments()
 
 
 def test_api_token_beats_token_and_app_keys_beat_both(app_key: rsa.RSAPrivateKey) -> None:

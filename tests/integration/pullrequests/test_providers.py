@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from burrito_py.outbound import LOOPBACK_NETWORKS, OutboundPolicy, OutboundRefused
 from burrito_py.plans.model import parse_plan
 from burrito_py.pullrequests.comment import LayerResult, PullRequestResults, marker, render
 from burrito_py.pullrequests.providers import CALL_BUDGET, Gitea, GitHub, GitLab, ProviderError, body_digest, publish
@@ -19,6 +20,7 @@ from ...unit.plans.plan_fixtures import fixture
 
 TOKEN = "ghp-secret-token-value"
 SHA = "0123456789abcdef0123456789abcdef01234567"
+LOOPBACK = OutboundPolicy.of(LOOPBACK_NETWORKS)  # the fakes listen on loopback: allowed explicitly
 
 
 @pytest.fixture(params=["github", "gitlab", "gitea"])
@@ -27,11 +29,11 @@ def provider(request: pytest.FixtureRequest) -> Iterator[tuple[Fake, Any, list[f
         slept: list[float] = []
         client: Any
         if fake.kind == "github":
-            client = GitHub(url, "team", "infra", 7, TOKEN, sleep=slept.append)
+            client = GitHub(url, "team", "infra", 7, TOKEN, sleep=slept.append, outbound=LOOPBACK)
         elif fake.kind == "gitlab":
-            client = GitLab(url + "/api/v4", "team/infra", 7, TOKEN, sleep=slept.append)
+            client = GitLab(url + "/api/v4", "team/infra", 7, TOKEN, sleep=slept.append, outbound=LOOPBACK)
         else:
-            client = Gitea(url + "/api/v1", "team", "infra", 7, TOKEN, sleep=slept.append)
+            client = Gitea(url + "/api/v1", "team", "infra", 7, TOKEN, sleep=slept.append, outbound=LOOPBACK)
         yield fake, client, slept
         client.close()
 
@@ -102,3 +104,32 @@ def test_statuses_beyond_the_budget_wait_for_the_next_update(provider: tuple[Fak
     assert publish(client, MARK, body, comment, body_digest(body), SHA, statuses, third.sent).calls == 0
     if fake.kind == "gitlab":
         assert {s["state"] for s in fake.statuses} == {"success"} and "name" in fake.statuses[0]
+
+
+def test_a_next_page_link_to_another_host_is_not_followed_with_the_token() -> None:
+    """A provider (or whoever answers for it) names another host in GitHub's `Link` header: the token goes to the
+    API's own origin only."""
+    with running_fake_provider("github") as (fake, url), running_fake_provider("github", "127.0.0.2") as (
+            attacker, attacker_url):
+        fake.comments.update({11: "one", 12: "two", 13: "three"})  # two per page: a next page is linked
+        fake.next_page_host = attacker_url.removeprefix("http://")
+        client = GitHub(url, "team", "infra", 7, TOKEN, outbound=LOOPBACK)
+        try:
+            client.list_comments()
+        except ProviderError as exc:
+            error: ProviderError | None = exc
+        else:
+            error = None
+        client.close()
+    assert attacker.calls == [] and attacker.auth == [], f"the other host received {attacker.auth}"
+    assert len(fake.calls) == 1
+    assert error is not None and str(error).endswith("the provider pointed to another host (127.0.0.2); not followed")
+
+
+def test_by_default_a_client_reaches_nothing_internal() -> None:
+    with running_fake_provider("gitea") as (fake, url):
+        client = Gitea(url + "/api/v1", "team", "infra", 7, TOKEN)  # no allow-list: the controllers' default
+        with pytest.raises(OutboundRefused) as refused:
+            client.list_comments()
+        client.close()
+    assert "127.0.0.1 is a loopback address" in str(refused.value) and fake.calls == []

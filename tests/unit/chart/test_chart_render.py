@@ -18,6 +18,7 @@ from burrito_py.datastore.app import DatastoreSettings
 from burrito_py.datastore.backends import StorageSettings
 from burrito_py.deploy.chart import CHART_DIR, ChartRenderError, render_chart
 from burrito_py.deploy.values import ChartValues
+from burrito_py.outbound import OutboundPolicy
 from burrito_py.server.settings import ServerSettings
 from tests.unit.chart.rendering import NAMESPACE, RELEASE, VALUE_SETS, find, rendered
 
@@ -184,6 +185,23 @@ def test_default_config_reaches_the_settings(monkeypatch: pytest.MonkeyPatch) ->
     assert settings.drift_detection_period == ChartValues().controllers.config.drift_detection_period
     assert settings.health_port == 8082 and settings.metrics_port == 9464
     assert str(settings.datastore_token_path) == "/var/run/secrets/burrito-py/token"
+
+
+def test_the_outbound_guard_allows_nothing_internal_by_default_and_takes_the_allow_lists(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    default = _config(rendered("default"), "controllers")
+    assert default["BURRITO_PY_OUTBOUND_ALLOWED_NETWORKS"] == "[]"
+    assert default["BURRITO_PY_OUTBOUND_ALLOWED_HOSTS"] == "[]"
+    config = {"outboundAllowedNetworks": ["10.20.0.0/16", "fd00::/8"],
+              "outboundAllowedHosts": ["gitea.tools.svc.cluster.local", "*.corp.example"]}
+    objects = render_chart({"controllers": {"config": config}}, RELEASE, NAMESPACE)
+    for key, value in _config(objects, "controllers").items():
+        monkeypatch.setenv(key, value)
+    assert ControllerSettings().outbound_policy() == OutboundPolicy.of(config["outboundAllowedNetworks"],
+                                                                      config["outboundAllowedHosts"])
+    with pytest.raises(ChartRenderError, match="outboundAllowedNetworks"):
+        render_chart({"controllers": {"config": {"outboundAllowedNetworks": ["git.example.com"]}}}, RELEASE,
+                     NAMESPACE)
 
 
 def test_cluster_mode_watches_every_namespace(monkeypatch: pytest.MonkeyPatch) -> None:

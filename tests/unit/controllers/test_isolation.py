@@ -11,6 +11,7 @@ from burrito_py.controllers.repositories import mirror_for
 from burrito_py.controllers.run_isolation import run_refusal
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.gitops.urls import url_policy_problem
+from burrito_py.outbound import OutboundPolicy
 
 STRICT = ControllerSettings()
 LOCAL = ControllerSettings(allow_file_repositories=True, allow_cross_namespace_repositories=True)
@@ -91,8 +92,11 @@ def test_a_run_of_a_layer_whose_repository_is_refused_is_refused():
 
 def test_mirrors_are_per_repository_never_shared_across_namespaces(tmp_path: Path):
     url = "https://git.example/org/repo.git"
-    mine, theirs = mirror_for(tmp_path, "tenant", "repo", url), mirror_for(tmp_path, "default", "repo", url)
+    strict = OutboundPolicy()
+    mine, theirs = mirror_for(tmp_path, "tenant", "repo", url, strict), mirror_for(tmp_path, "default", "repo", url,
+                                                                                  strict)
     assert mine.path != theirs.path
     assert mine.path.parent == (tmp_path / "tenant" / "repo").absolute()
     assert theirs.path.is_relative_to((tmp_path / "default").absolute())
-    assert mirror_for(tmp_path, "tenant", "other", url).path != mine.path
+    assert mirror_for(tmp_path, "tenant", "other", url, strict).path != mine.path
+    assert mine.outbound == strict

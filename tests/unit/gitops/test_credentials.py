@@ -19,9 +19,11 @@ from burrito_py.gitops.credentials import (
     SshCredentials,
     credentials_from_data,
     credentials_from_secret,
+    git_environment,
     scrub,
     transport,
 )
+from burrito_py.gitops.pinning import Pin
 
 SOURCE = "Secret team/git"
 HTTPS = "https://git.example.com/org/infra.git"
@@ -48,24 +50,28 @@ def test_transport(url: str, expected: str) -> None:
     assert transport(url) == expected
 
 
+ALLOWED = {"allowedHosts": "git.example.com"}  # every Secret with credentials names where they may go
+
+
 def test_username_and_password() -> None:
-    creds = credentials_from_secret(secret({"username": "alice", "password": "pa55\n"}), HTTPS)
+    creds = credentials_from_secret(secret({"username": "alice", "password": "pa55\n", **ALLOWED}), HTTPS)
     assert creds == HttpsCredentials("alice", "pa55", SOURCE, "username/password")
 
 
 def test_token_uses_the_conventional_user_name_unless_one_is_given() -> None:
-    assert credentials_from_data({"token": "tok"}, HTTPS, SOURCE) == HttpsCredentials(
+    assert credentials_from_data({"token": "tok", **ALLOWED}, HTTPS, SOURCE) == HttpsCredentials(
         TOKEN_USERNAME, "tok", SOURCE, "token"
     )
-    assert credentials_from_data({"token": "tok", "username": "ci"}, HTTPS, SOURCE) == HttpsCredentials(
+    assert credentials_from_data({"token": "tok", "username": "ci", **ALLOWED}, HTTPS, SOURCE) == HttpsCredentials(
         "ci", "tok", SOURCE, "token"
     )
 
 
 def test_ssh_key_with_and_without_known_hosts() -> None:
-    creds = credentials_from_data({"sshPrivateKey": KEY, "knownHosts": "h ssh-ed25519 AAAA\n"}, SCP, SOURCE)
+    creds = credentials_from_data({"sshPrivateKey": KEY, "knownHosts": "h ssh-ed25519 AAAA\n", **ALLOWED}, SCP,
+                                  SOURCE)
     assert creds == SshCredentials(KEY, "h ssh-ed25519 AAAA\n", SOURCE)
-    assert credentials_from_data({"sshPrivateKey": KEY}, SSH, SOURCE) == SshCredentials(KEY, None, SOURCE)
+    assert credentials_from_data({"sshPrivateKey": KEY, **ALLOWED}, SSH, SOURCE) == SshCredentials(KEY, None, SOURCE)
 
 
 def test_a_secret_without_git_keys_or_a_local_url_means_anonymous() -> None:
@@ -117,8 +123,11 @@ def test_scrub_removes_the_secret_wherever_it_appears(password: str) -> None:
 
 def test_https_environment_drops_machine_helpers_and_answers_get_only(tmp_path: Path) -> None:
     creds = HttpsCredentials("alice", "pa55 'quoted' $HOME `x`")
-    with creds.environment() as env:
+    with git_environment(creds, Pin("https", "https://git.example.com")) as env:
         assert env["GIT_CONFIG_KEY_0"] == "credential.helper" and env["GIT_CONFIG_VALUE_0"] == ""
+        # Our helper answers for the URL's origin only: git never asks it about another host.
+        assert env["GIT_CONFIG_KEY_1"] == "credential.https://git.example.com.helper"
+        assert env["NO_PROXY"] == "*"
         helper = env["GIT_CONFIG_VALUE_1"]
         assert creds.password not in helper  # the value travels in the environment only
         # Run the helper the way git does: `sh -c '<helper without !> <action>'`.
@@ -131,16 +140,32 @@ def test_https_environment_drops_machine_helpers_and_answers_get_only(tmp_path: 
         assert ask("erase") == ""
 
 
+def test_pin_config_travels_with_the_helper_and_an_anonymous_fetch_drops_machine_helpers_too() -> None:
+    pin = Pin("https", "http://h:8080", (("http.followRedirects", "false"), ("http.curloptResolve", "h:8080:1.2.3.4")))
+    with git_environment(None, pin) as env:
+        count = int(env["GIT_CONFIG_COUNT"])
+        pairs = [(env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"]) for i in range(count)]
+    assert pairs == [("credential.helper", ""), *pin.config]
+
+
+def ssh_options(command: list[str]) -> dict[str, str]:
+    return {command[i + 1].split("=", 1)[0]: command[i + 1].split("=", 1)[1]
+            for i, word in enumerate(command) if word == "-o"}
+
+
+SSH_PIN = Pin("ssh", ssh_options=("-o", "HostName=192.0.2.7", "-o", "HostKeyAlias=[git.example.com]:2222"))
+
+
 def test_ssh_environment_writes_private_files_and_removes_them() -> None:
     creds = SshCredentials(KEY.replace("\n", "\r\n").rstrip(), "[127.0.0.1]:2222 ssh-ed25519 AAAA")
-    with creds.environment() as env:
+    with git_environment(creds, SSH_PIN) as env:
         command = shlex.split(env["GIT_SSH_COMMAND"])
         key = Path(command[command.index("-i") + 1])
-        options = {command[i + 1].split("=", 1)[0]: command[i + 1].split("=", 1)[1]
-                   for i, word in enumerate(command) if word == "-o"}
+        options = ssh_options(command)
         known_hosts = Path(options["UserKnownHostsFile"])
         assert options["StrictHostKeyChecking"] == "yes" and options["IdentitiesOnly"] == "yes"
         assert options["BatchMode"] == "yes" and options["GlobalKnownHostsFile"] == "/dev/null"
+        assert options["HostName"] == "192.0.2.7" and options["HostKeyAlias"] == "[git.example.com]:2222"
         assert key.read_text() == KEY  # CRLF and a missing final newline are what ssh refuses
         assert known_hosts.read_text() == "[127.0.0.1]:2222 ssh-ed25519 AAAA\n"
         assert stat.S_IMODE(key.stat().st_mode) == 0o600
@@ -151,7 +176,14 @@ def test_ssh_environment_writes_private_files_and_removes_them() -> None:
 
 
 def test_ssh_environment_without_known_hosts_keeps_strict_checking() -> None:
-    with SshCredentials(KEY, None).environment() as env:
+    with git_environment(SshCredentials(KEY, None), SSH_PIN) as env:
         command = env["GIT_SSH_COMMAND"]
         assert "StrictHostKeyChecking=yes" in command
         assert "UserKnownHostsFile" not in command
+
+
+def test_anonymous_ssh_is_pinned_and_ignores_the_machine_ssh_config() -> None:
+    with git_environment(None, SSH_PIN) as env:
+        command = shlex.split(env["GIT_SSH_COMMAND"])
+    assert command[:3] == ["ssh", "-F", "/dev/null"] and "-i" not in command
+    assert ssh_options(command)["HostName"] == "192.0.2.7"

@@ -1,0 +1,46 @@
+"""Where one git fetch may connect (the outbound guard's pin for git), with a resolver the test controls."""
+
+from __future__ import annotations
+
+import pytest
+
+from burrito_py.gitops.pinning import Pin, pin_for
+from burrito_py.outbound import OutboundPolicy, OutboundRefused
+
+PUBLIC = OutboundPolicy()
+
+
+def answers(*addresses: str):  # a resolver answering `addresses` for every name
+    return lambda host, port: list(addresses)
+
+
+def test_https_is_pinned_to_every_checked_address_and_follows_no_redirect() -> None:
+    pin = pin_for("https://github.com/org/repo.git", PUBLIC, answers("140.82.112.3", "2606:50c0::1"))
+    assert pin == Pin("https", "https://github.com", (
+        ("http.followRedirects", "false"), ("http.curloptResolve", "github.com:443:140.82.112.3,[2606:50c0::1]")))
+
+
+def test_an_explicit_port_is_part_of_the_origin_and_a_literal_address_needs_no_resolving() -> None:
+    pin = pin_for("http://127.0.0.1:8080/infra.git", OutboundPolicy.of(["127.0.0.0/8"]), answers())
+    assert pin == Pin("https", "http://127.0.0.1:8080", (("http.followRedirects", "false"),))
+
+
+def test_ssh_connects_to_the_checked_address_and_looks_the_host_key_up_by_name() -> None:
+    assert pin_for("git@github.com:org/repo.git", PUBLIC, answers("140.82.112.4")).ssh_options == (
+        "-o", "HostName=140.82.112.4", "-o", "HostKeyAlias=github.com")
+    assert pin_for("ssh://git@git.example.com:2222/r.git", PUBLIC, answers("93.184.215.14")).ssh_options == (
+        "-o", "HostName=93.184.215.14", "-o", "HostKeyAlias=[git.example.com]:2222")
+
+
+def test_git_protocol_is_checked_but_not_pinned_and_file_urls_leave_nothing() -> None:
+    assert pin_for("git://git.example.com/r.git", PUBLIC, answers("93.184.215.14")) == Pin("other")
+    with pytest.raises(OutboundRefused):
+        pin_for("git://git.example.com/r.git", PUBLIC, answers("10.0.0.7"))
+    assert pin_for("file:///srv/repo", PUBLIC, answers("10.0.0.7")) == Pin("other")
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1/r.git", "ssh://git@[::1]:22/r.git",
+                                 "https://git.example.com/r.git", "git@kubernetes.default.svc:r.git"])
+def test_internal_destinations_are_refused_before_git_runs(url: str) -> None:
+    with pytest.raises(OutboundRefused, match="refused by the outbound address guard"):
+        pin_for(url, PUBLIC, answers("169.254.169.254"))
