@@ -262,6 +262,11 @@ class ExhaustedRun(ApiModel):
     stale_count: int = Field(
         default=0, ge=0, description="Stale applies in a row at that relevant commit (each re-plans once at most)."
     )
+    changes_digest: str | None = Field(
+        default=None, description="apply: what its plan would change (sha256); a later plan making the same changes "
+        "at the same relevant commit and inputs is not applied without sync-now or an approval."
+    )
+    inputs_digest: str | None = Field(default=None, description="apply: the upstream outputs it was given.")
 
 
 class PolicyFinding(ApiModel):

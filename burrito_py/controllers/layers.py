@@ -93,6 +93,8 @@ def run_view(run: Mapping[str, Any]) -> RunView:
         plan_sum=annotations.get(ann.RUN_PLAN_SUM) or None,
         reason=succeeded.get("reason", "") if status.get("state") == "Failed" else "",
         inputs_digest=annotations.get(ann.RUN_INPUTS_DIGEST) or None,
+        changes_digest=annotations.get(ann.RUN_CHANGES_DIGEST) or None,
+        sync_requested=ann.RUN_SYNC_NOW in annotations,
     )
 
 
@@ -107,6 +109,8 @@ def exhaustion_record(value: Mapping[str, Any] | None) -> Exhaustion | None:
         message=str(value.get("message") or ""),
         relevant_commit=value.get("relevantCommit"),
         stale_count=int(value.get("staleCount") or 0),
+        changes_digest=value.get("changesDigest"),
+        inputs_digest=value.get("inputsDigest"),
     )
 
 
@@ -118,6 +122,10 @@ def exhaustion_status(record: Exhaustion | None) -> Body | None:
         body["relevantCommit"] = record.relevant_commit
     if record.stale_count:
         body["staleCount"] = record.stale_count
+    if record.changes_digest:
+        body["changesDigest"] = record.changes_digest
+    if record.inputs_digest:
+        body["inputsDigest"] = record.inputs_digest
     return body
 
 
@@ -235,6 +243,10 @@ def run_body(layer: Mapping[str, Any], create: CreateRun, name: str | None = Non
         annotations[ann.RUN_PLAN_SUM] = create.plan_sum
     if create.inputs_digest:
         annotations[ann.RUN_INPUTS_DIGEST] = create.inputs_digest
+    if create.changes_digest:
+        annotations[ann.RUN_CHANGES_DIGEST] = create.changes_digest
+    if create.sync_requested:
+        annotations[ann.RUN_SYNC_NOW] = (meta.get("annotations") or {}).get(ann.SYNC_NOW) or "true"
     metadata: Body = {
         "namespace": meta["namespace"],
         "labels": {ann.LABEL_LAYER: ann.layer_label(meta["name"])},
@@ -566,12 +578,18 @@ async def _announce(ctx: Context, layer: Body, old: Mapping[str, Any], new: Mapp
         await post_event(ctx.kube, layer, "Warning", ready.reason, ready.message)
     if old.get("state") != new.get("state") and new.get("state"):
         await post_event(ctx.kube, layer, "Normal", "StateChanged", f"{old.get('state') or 'New'} -> {new['state']}")
-        if new.get("state") == "MaxRetriesReached":
+        # Once per failed run: a layer whose failed apply holds back its drift plans comes back to this state at
+        # every drift check (issue 25), and the failure was already told.
+        if new.get("state") == "MaxRetriesReached" and _exhausted_runs(new) != _exhausted_runs(old):
             await post_event(ctx.kube, layer, "Warning", "MaxRetriesReached", str(new.get("lastResult") or ""))
     for type_, problem in (("IsPlanApproved", "ApprovalMismatch"), ("HasDestroyFailed", "DestroyFailed")):
         now_cond = _condition(new, type_)
         if now_cond.get("reason") == problem and _condition(old, type_).get("message") != now_cond.get("message"):
             await post_event(ctx.kube, layer, "Warning", problem, str(now_cond.get("message") or ""))
+
+
+def _exhausted_runs(status: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    return ((status.get("exhaustedPlan") or {}).get("run"), (status.get("exhaustedApply") or {}).get("run"))
 
 
 def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
