@@ -468,6 +468,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         layer_link(ctx.settings.public_url, namespace, name))
     layer = await _write_status(ctx, layer, status, validation.ready)
     ctx.notifications.send(ctx.kube, layer, due)
+    if any(n.event == "DriftResolved" for n in due):
+        # Told once per drift, however it ended: an approved correction, or a new commit's apply (§5.9, §5.10).
+        await post_event(ctx.kube, layer, "Normal", "DriftResolved", "the layer is in sync again")
     if review is not None:
         for type_, reason, message in review.events:
             await post_event(ctx.kube, layer, type_, reason, message)

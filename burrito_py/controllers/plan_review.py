@@ -303,8 +303,8 @@ def _drift_events(previous: Mapping[str, Any] | None, drift: Mapping[str, Any]) 
         addresses = list(drift.get("addresses") or ())
         shown = ", ".join(addresses[:5]) + (", …" if len(addresses) > 5 else "")
         return [("Warning", "DriftDetected", f"{drift.get('resources', 0)} resource(s) drifted: {shown}"[:1000])]
-    if before == "Drifted" and drift.get("state") == "InSync":
-        return [("Normal", "DriftResolved", "the layer is in sync again")]
+    # DriftResolved is posted with its notification (layers.py): a drift may end through a code change, which
+    # this transition (Drifted → CodeChange → InSync) cannot see.
     return []
 
 
