@@ -9,10 +9,13 @@ PATH stands in for the image's entrypoint). Emulation rules:
   The root, emptyDirs and log belong to one pod (its UID): a pod recreated under the same name starts with
   an empty /tmp and log, and a deleted pod's files go with it. (A program that writes to the literal
   path /tmp, ignoring TMPDIR, still reaches the host's /tmp: there is no mount namespace.)
-- Processes: each container runs in its own session and process group; when its main process exits (or
-  the pod is deleted), what is left of the group is SIGKILLed and waited for before the status is
-  written, as a container's PID namespace ends with its PID 1. Exit codes are the runtime's: 128 + N for
-  signal N (137 and reason `Error` for SIGKILL; OOMKilled is never reported, limits are not enforced).
+- Processes: each container runs in its own session (its main process leads it). When its main process
+  exits (or the pod is deleted), every process left in that session, whatever its process group, is
+  SIGKILLed and waited for before the status is written, as a container's PID namespace ends with its PID 1:
+  a `terraform apply` the runner started in a process group of its own cannot outlive a killed runner. (A
+  process that calls setsid() itself leaves the session and escapes: there are no cgroups here.) Exit codes
+  are the runtime's: 128 + N for signal N (137 and reason `Error` for SIGKILL; OOMKilled is never reported,
+  limits are not enforced).
 - Status: each status write is retried with back-off until the API takes it (404/409: the pod is gone or
   replaced; other 4xx: refused for good), with the pod's UID as a precondition.
 - Network: each pod gets its own loopback address from 127.10.0.0/16 (`status.podIP`); Services get
@@ -99,16 +102,14 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether a process group still has a live (not zombie) member: an orphan its new parent has not
-    reaped yet is dead for our purpose. Reads /proc on Linux; elsewhere asks the kernel (zombies count)."""
+def container_members(leader: int) -> list[int] | None:
+    """The live (not zombie) processes of a container: those in the session, or the process group, its main
+    process `leader` started (it runs with start_new_session, so both ids are its pid). An orphan its new parent
+    has not reaped yet is dead for our purpose. Reads /proc on Linux; None elsewhere (no way to list them)."""
     proc = Path("/proc")
     if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+        return None
+    found = []
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -116,26 +117,47 @@ def group_alive(pgid: int) -> bool:
             fields = (entry / "stat").read_text().rpartition(")")[2].split()
         except OSError:
             continue
-        # After the command name: state, ppid, pgrp.
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
+        # After the command name: state, ppid, pgrp, session.
+        if len(fields) > 3 and fields[0] != "Z" and str(leader) in (fields[2], fields[3]):
+            found.append(int(entry.name))
+    return found
 
 
-GROUP_KILL_WAIT = 10.0  # seconds a killed process group may take to go before the kubelet gives up on it
+def group_alive(pgid: int) -> bool:
+    """Whether anything of the container led by `pgid` is still alive (its session or its process group).
+    Without /proc, asks the kernel about the process group (zombies count)."""
+    members = container_members(pgid)
+    if members is not None:
+        return bool(members)
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+GROUP_KILL_WAIT = 10.0  # seconds a killed container's processes may take to go before the kubelet gives up
+
+
+def _kill_container(leader: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader, signal.SIGKILL)
+    for pid in container_members(leader) or ():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 async def end_group(pgid: int) -> None:
-    """SIGKILL what is left of a container's process group and wait until it is gone: on a node the
-    container's PID namespace ends with its main process, so no child outlives the container."""
+    """SIGKILL what is left of a container (its session, and its process group) and wait until it is gone: on a
+    node the container's PID namespace ends with its main process, so no child outlives the container, not even
+    one in a process group of its own (terraform under the runner)."""
     deadline = time.monotonic() + GROUP_KILL_WAIT
     while True:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
+        await asyncio.to_thread(_kill_container, pgid)
         if not await asyncio.to_thread(group_alive, pgid):
             return
         if time.monotonic() >= deadline:
-            log.warning("kubelet: process group %d survived SIGKILL for %gs", pgid, GROUP_KILL_WAIT)
+            log.warning("kubelet: processes of container %d survived SIGKILL for %gs", pgid, GROUP_KILL_WAIT)
             return
         await asyncio.sleep(0.02)
 
