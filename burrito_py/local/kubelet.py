@@ -32,9 +32,14 @@ PATH stands in for the image's entrypoint). Emulation rules:
 - Volumes: secret, configMap, projected (serviceAccountToken, secret, configMap), emptyDir (per pod),
   persistentVolumeClaim (a directory per claim under the work dir that outlives pods). readOnly is not
   enforced.
-- Deletion: the emulator deletes pods at once (no graceful deletion); the kubelet then sends SIGTERM to the
-  process group, waits terminationGracePeriodSeconds (capped by `grace_seconds`) for the main process and
-  SIGKILLs the rest of the group.
+- Binding: the kubelet assigns each pod it runs to its node (`pods/binding`, as a scheduler would) before
+  anything else, so the emulator knows a kubelet will stop it.
+- Deletion is graceful, as on a node: a deleted pod stays, with `deletionTimestamp` (and its ServiceAccount
+  token valid), while the kubelet sends SIGTERM to its main process group, waits for the main process at most
+  the pod's grace period (`deletionGracePeriodSeconds`, capped by `grace_seconds`), SIGKILLs the rest of the
+  container's session, writes the pod's final status, then deletes it with a grace period of 0 (a UID
+  precondition: never its successor), which removes it. A pod deleted with a grace period of 0 (forced) is gone
+  at once; the kubelet stops its processes all the same.
 """
 
 from __future__ import annotations
@@ -238,6 +243,8 @@ class LocalKubelet(LoopThread):
         self._lives: dict[tuple[str, str], Life] = {}
         self._pod_grace: dict[tuple[str, str], float] = {}
         self._started: set[str] = set()
+        self._ending: set[str] = set()  # uids of pods being deleted gracefully: never (re)started
+        self._pod_tasks: dict[str, asyncio.Task[None]] = {}  # uid → the task running the pod
         self._tasks: set[asyncio.Task[None]] = set()
         self._ips = IpPool(POD_CIDR, start=IpPool.random_start(POD_CIDR))
         self._proxy = ServiceProxy()
@@ -261,7 +268,12 @@ class LocalKubelet(LoopThread):
 
     async def _run(self) -> None:
         assert self._stopping is not None
-        async with client_session(self._kubeconfig) as session, aiohttp.ClientSession() as probes:
+        # Probes open a connection each and close it, as the kubelet's prober does (DisableKeepAlives): a kept-alive
+        # probe connection is a request handler task left in the probed server, which delayed the controllers'
+        # graceful stop (kopf waits 5 s for the tasks it did not start) past its Lease release.
+        probes_connector = aiohttp.TCPConnector(force_close=True)
+        async with client_session(self._kubeconfig) as session, aiohttp.ClientSession(connector=probes_connector) as \
+                probes:
             self._http = KubeHttp(self._kubeconfig, session)
             self._probe_http = probes
             self._services = Informer(self._http, "/api/v1/services", self._on_network)
@@ -317,8 +329,13 @@ class LocalKubelet(LoopThread):
         startup = self._pods is not None and not self._pods.synced.is_set()
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
-        if event_type == "DELETED" or meta.get("deletionTimestamp"):
+        if event_type == "DELETED":
             self._spawn(self._terminate(key, meta["uid"], forget=True))
+            return
+        if meta.get("deletionTimestamp"):
+            if meta["uid"] not in self._ending:
+                self._ending.add(meta["uid"])
+                self._spawn(self._end_gracefully(pod))
             return
         phase = (pod.get("status") or {}).get("phase")
         if meta["uid"] in self._started or phase in TERMINAL:
@@ -331,12 +348,76 @@ class LocalKubelet(LoopThread):
             ))
             return
         self._started.add(meta["uid"])
-        self._spawn(self._run_pod(pod))
+        uid = meta["uid"]
+        task = self._pod_tasks[uid] = self._spawn(self._run_pod(pod))
+        task.add_done_callback(lambda _: self._pod_tasks.pop(uid, None))
 
-    def _spawn(self, work: Any) -> None:
+    def _spawn(self, work: Any) -> asyncio.Task[None]:
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _bind(self, pod: Obj) -> bool:
+        """Assign the pod to this node (`pods/binding`); False when it is gone, being deleted or someone else's."""
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        if spec.get("nodeName"):
+            return bool(spec["nodeName"] == self._node)
+        assert self._http is not None
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": meta["name"], "uid": meta["uid"]},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": self._node}}
+        for delay in status_retry_delays():
+            try:
+                await self._http.call("POST", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding",
+                                      body)
+                return True
+            except ApiFailure as exc:
+                if 400 <= exc.status < 500 and exc.status != 429:
+                    log.info("kubelet: pod %s/%s not bound: %s", meta["namespace"], meta["name"], exc)
+                    return False
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                log.warning("kubelet: binding %s/%s failed (%s), retrying", meta["namespace"], meta["name"], exc)
+            if self._stopping is not None and self._stopping.is_set():
+                return False
+            await asyncio.sleep(delay)
+        return False
+
+    async def _end_gracefully(self, pod: Obj) -> None:
+        """A pod marked for deletion: stop its container within its grace period, write its final status, then
+        delete it for good (grace period 0, its UID as precondition), as a node's kubelet does."""
+        meta = pod["metadata"]
+        key, uid = (meta["namespace"], meta["name"]), meta["uid"]
+        grace = min(float(meta.get("deletionGracePeriodSeconds") or 0), self._grace)
+        life = self._lives.get(key)
+        life = life if life is not None and life.pod["metadata"]["uid"] == uid else None
+        await self._terminate(key, uid, grace=grace)
+        task = self._pod_tasks.get(uid)
+        if task is not None and not task.done():
+            # A runner's final status (its exit code, its termination message) is written as its process ends.
+            done, _ = await asyncio.wait({task}, timeout=10.0)
+            if not done:  # never started (e.g. waiting for a Secret): nothing more to say about it
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if life is not None and life.process is not None and life.process.returncode is not None:
+            code = exit_code(life.process.returncode)
+            await self._patch_status(life.pod, {
+                "phase": "Succeeded" if code == 0 else "Failed",
+                "conditions": [{"type": kind, "status": "False", "lastProbeTime": None,
+                                "lastTransitionTime": format_time(utcnow())} for kind in ("ContainersReady", "Ready")],
+                "containerStatuses": [{**_identity(life.container), "ready": False, "started": False,
+                                       "restartCount": life.restarts, "lastState": life.last_state, "state": {
+                                           "terminated": {"exitCode": code, "reason": "Completed" if code == 0
+                                                          else "Error", "startedAt": life.started,
+                                                          "finishedAt": format_time(utcnow())}}}]})
+        assert self._http is not None
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
+                   "preconditions": {"uid": uid}}
+        try:
+            await self._http.call("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", options)
+        except ApiFailure as exc:  # gone already (a forced delete), or another pod took the name
+            log.info("kubelet: final delete of %s/%s: %s", meta["namespace"], meta["name"], exc)
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            log.warning("kubelet: final delete of %s/%s failed: %s", meta["namespace"], meta["name"], exc)
 
     async def _api(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         assert self._http is not None
@@ -588,6 +669,8 @@ class LocalKubelet(LoopThread):
         pod_dir = self._work_dir / meta["namespace"] / meta["name"]
         root = pod_dir / "root"
         container = (spec.get("containers") or [{}])[0]
+        if not await self._bind(pod):
+            return
         await self._fresh_pod_dir(key, meta["uid"])
         ip = self._ips.allocate()
         self._pod_grace[key] = float(spec.get("terminationGracePeriodSeconds", 30))
@@ -616,7 +699,7 @@ class LocalKubelet(LoopThread):
                     await self._patch_status(pod, {"containerStatuses": [{
                         **_identity(container), "ready": False, "restartCount": 0,
                         "state": {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}}]})
-                    if life is not None and life.stop.is_set():
+                    if (life is not None and life.stop.is_set()) or meta["uid"] in self._ending:
                         return
                     await asyncio.sleep(1.0)
                     if self._stopping is not None and self._stopping.is_set():
@@ -641,6 +724,8 @@ class LocalKubelet(LoopThread):
             log_path.parent.mkdir(parents=True, exist_ok=True)
             cwd = remap(root, container["workingDir"]) if container.get("workingDir") else pod_dir
             cwd.mkdir(parents=True, exist_ok=True)
+            if meta["uid"] in self._ending:
+                return  # deleted while it was being set up: never started
             if life is not None:
                 await self._run_long(life, argv, process_env, cwd, log_path)
             else:
@@ -711,6 +796,8 @@ class LocalKubelet(LoopThread):
                 await self._finish(pod, container, 128, "StartError", str(exc), started)
                 return
             self._processes[key] = (meta["uid"], process)
+            if meta["uid"] in self._ending:  # deleted while its process was being started
+                self._spawn(self._terminate(key, meta["uid"]))
             await self._patch_status(
                 pod,
                 {
@@ -798,6 +885,8 @@ class LocalKubelet(LoopThread):
                     except (OSError, ValueError) as exc:
                         life.process = None
                         code, reason, message = 128, "StartError", str(exc)
+                    if life.process is not None and life.stop.is_set():  # deleted while it was being started
+                        self._spawn(self._kill(life.process, life.grace))
                     if life.process is not None:
                         life.phase, life.state = "Running", {"running": {"startedAt": started}}
                         readiness = life.container.get("readinessProbe")
@@ -911,9 +1000,12 @@ class LocalKubelet(LoopThread):
         await end_group(process.pid)
         await process.wait()
 
-    async def _terminate(self, key: tuple[str, str], uid: str | None = None, forget: bool = False) -> None:
-        """Stop a pod's process; `forget` (the pod was deleted): its emptyDirs go too, as on a node."""
-        grace = min(self._pod_grace.get(key, self._grace), self._grace)
+    async def _terminate(self, key: tuple[str, str], uid: str | None = None, forget: bool = False,
+                         grace: float | None = None) -> None:
+        """Stop a pod's process; `forget` (the pod was deleted): its emptyDirs go too, as on a node. `grace`: the
+        deletion's grace period (default: the pod's terminationGracePeriodSeconds), capped by `grace_seconds`."""
+        if grace is None:
+            grace = min(self._pod_grace.get(key, self._grace), self._grace)
         life = self._lives.get(key)
         if life is not None and (uid is None or life.pod["metadata"]["uid"] == uid):
             life.stop.set()

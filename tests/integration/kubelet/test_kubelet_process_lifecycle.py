@@ -173,7 +173,9 @@ def test_each_pod_gets_its_own_empty_tmp_and_log_even_under_a_reused_name(node: 
 
 
 def test_a_pod_recreated_at_once_under_its_name_keeps_its_files(node: Node) -> None:
-    """The cleanup of a deleted pod must not remove the files of its successor of the same name."""
+    """The cleanup of a deleted pod must not remove the files of its successor of the same name. Force-deleted
+    (a grace period of 0, `kubectl delete --force`), so the name is free at once while the kubelet still stops
+    the old pod's process and removes its files."""
     code = """
         import os, pathlib, time
         pathlib.Path(os.environ["TMPDIR"], "mine").write_text(os.environ["HOSTNAME"])
@@ -183,7 +185,7 @@ def test_a_pod_recreated_at_once_under_its_name_keeps_its_files(node: Node) -> N
     root = node.kubelet.pod_root("default", "again")
     wait_for(lambda: (root / "tmp" / "mine").exists(), 30, 0.02)
     for _ in range(3):
-        assert node.http.delete(f"{PODS}/again").status_code == 200
+        assert node.http.delete(f"{PODS}/again", params={"gracePeriodSeconds": "0"}).status_code == 200
         node.run("again", code)
     uid = node.pod("again")["metadata"]["uid"]
     wait_for(lambda: node.phase("again") == "Running", 30, 0.02)
