@@ -26,7 +26,7 @@ import pytest
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
 from burrito_py.controllers.context import Context
-from burrito_py.controllers.kube import Kube, path
+from burrito_py.controllers.kube import Kube, KubeError, path
 from burrito_py.controllers.leases import layer_lease_name
 from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod, pod_name
 from burrito_py.controllers.runs import reconcile_run
@@ -161,3 +161,21 @@ def test_a_403_on_the_read_back_is_a_visible_wait_that_keeps_the_lease(chart_rba
     assert not [r for r in chart_rbac.api.requests if "/pods" in r.path], chart_rbac.api.requests
     again = chart_rbac.admin.get(f"/apis/{ann.API_VERSION}/namespaces/default/terraformruns/{name}").json()["status"]
     assert again["podCreation"]["failures"] == 1
+
+
+def test_any_other_403_on_a_run_shows_on_the_run_and_is_not_retried_every_5_seconds(chart_rbac: ChartRbac) -> None:
+    """A chart edited by hand without the per-layer Lease rights: the reconcile cannot take the Lease. The run says
+    so (`Permitted=False`, the API's message) and the work queue backs off (scheduler.retry_delay)."""
+    role = chart_rbac.admin.get(ROLE).json()
+    role["rules"] = [r for r in role["rules"] if "leases" not in r["resources"]]
+    chart_rbac.admin.put(ROLE, json=role).raise_for_status()
+    repository, layer, run = _objects(chart_rbac.admin)
+    with pytest.raises(KubeError) as refused:
+        asyncio.run(_reconcile_as_controllers(chart_rbac, repository, layer, run))
+    assert refused.value.status == 403
+
+    name = run["metadata"]["name"]
+    status = chart_rbac.admin.get(f"/apis/{ann.API_VERSION}/namespaces/default/terraformruns/{name}").json()["status"]
+    cond = next(c for c in status["conditions"] if c["type"] == "Permitted")
+    assert cond["status"] == "False" and cond["reason"] == "Forbidden", cond
+    assert 'cannot get resource "leases"' in cond["message"] and "growing delay" in cond["message"]
