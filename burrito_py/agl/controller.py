@@ -8,6 +8,7 @@ they say. Conflicts and transient API errors requeue the key.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import Mapping
@@ -46,6 +47,10 @@ DEFINITIONS = f"/apis/{AGL_API_VERSION}/applicationdefinitions"
 # Instance events arrive in bursts; a definition's instance count is rewritten at most this often.
 COUNT_DELAY = 1.0
 RETRY_SOON = 0.2
+# How long a definition's reconcile waits for its kind's first listing, so Ready says whether the controllers may
+# read the kind (a 403) rather than "served" before they know.
+FIRST_LISTING_WAIT = 10.0
+GRANT_HINT = "grant it with the chart's controllers.agl.groups (the kind's group) or controllers.agl.kinds"
 
 
 def instance_key(body: Mapping[str, Any]) -> InstanceKey:
@@ -66,7 +71,8 @@ class AglController:
         self._parsed: dict[tuple[str, str], ApplicationDefinition | Invalid] = {}  # (name, resourceVersion)
         self._warned: dict[InstanceKey, str] = {}
         self._aligned: dict[str, Any] = {}  # definition → the generation its instances were woken for
-        self.watches = KindWatches(kube)
+        # A kind whose listing the API refuses (or allows again) changes its definition's Ready: look again.
+        self.watches = KindWatches(kube, changed=lambda _: self._wake_definitions())
         self.primed = False
         # A 403 (a kind the chart was not told about) is a Forbidden event on the object, not a log line only.
         forbidden = ForbiddenReporter(kube)
@@ -80,6 +86,10 @@ class AglController:
     def wake_definition(self, name: str, after: float = 0.0) -> None:
         if self.primed:
             self.definition_queue.schedule(name, after)
+
+    def _wake_definitions(self) -> None:
+        for name in self.definitions:
+            self.wake_definition(name)
 
     def wake_instance(self, key: InstanceKey, after: float = 0.0) -> None:
         if self.primed:
@@ -210,6 +220,16 @@ class AglController:
                 self._wake_kind_of(body)
                 self._wake_kind_of(held)
 
+    async def _forbidden(self, body: Mapping[str, Any], doing: str, error: KubeError | str, **extra: Any) -> None:
+        """Ready=False naming the permission the controllers lack (the API's own message), and a Warning once per
+        message (a reconcile that raises gets the same from forbidden.py)."""
+        message = f"{doing}: {error.message if isinstance(error, KubeError) else error}; {GRANT_HINT}"
+        previous: Mapping[str, Any] = next(
+            (c for c in (body.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"), {})
+        await self._definition_status(body, Cond("Ready", False, "Forbidden", message), **extra)
+        if previous.get("message") != message and not isinstance(error, KubeError):
+            await post_event(self.kube, body, "Warning", "Forbidden", message)
+
     async def _count_served(self, served: str) -> list[str]:
         plural, _, group = served.partition(".")
         try:
@@ -231,7 +251,12 @@ class AglController:
         if DEFINITION_FINALIZER not in finalizers:
             return
         if served:
-            remaining = await self._count_served(served)
+            try:
+                remaining = await self._count_served(served)
+            except KubeError as error:
+                if error.status == 403:
+                    await self._forbidden(body, f"deleting: cannot count the instances of {served}", error)
+                raise
             if remaining:
                 shown = ", ".join(remaining[:5]) + (", …" if len(remaining) > 5 else "")
                 await self._definition_status(body, Cond(
@@ -252,7 +277,12 @@ class AglController:
                 self.wake_definition(name, 10.0)  # layer deletions wake us sooner
                 return
             await self._unwatch(served)
-            await self._delete_crd(served, name)
+            try:
+                await self._delete_crd(served, name)
+            except KubeError as error:
+                if error.status == 403:
+                    await self._forbidden(body, f"deleting: cannot withdraw the CRD {served}", error)
+                raise
         finalizers.remove(DEFINITION_FINALIZER)
         patch = {"metadata": {"finalizers": finalizers, "resourceVersion": body["metadata"]["resourceVersion"]}}
         try:
@@ -342,8 +372,23 @@ class AglController:
             if error.status in (400, 422):
                 await self._definition_status(body, Cond("Ready", False, "CRDRejected", error.message))
                 return
+            if error.status == 403:  # e.g. replacing the CRD of a kind the chart does not list in agl.kinds
+                await self._forbidden(body, f"cannot {'create' if existing is None else 'replace'} the CRD {wanted}",
+                                      error)
             raise
         self._watch_kind(parsed)
+        # Ready says whether the controllers may read the kind: its first listing decides (a 403 is reported by
+        # the watch, which backs off and wakes this definition when the answer changes).
+        collections = self._collections(wanted)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(FIRST_LISTING_WAIT):
+                await self.watches.answered(collections)
+        refusal = self.watches.refusal(collections)
+        if refusal is not None:
+            await self._forbidden(
+                body, f"{application.kind} is served as {application.group}/{APPS_VERSION}, but the controllers may "
+                f"not list its instances, so none is compiled", refusal, servedCrd=wanted)
+            return
         # A shard holds only its own namespaces' instances: with shards the count is a listing of every one.
         count = (len(await self._count_served(wanted)) if self.scope.sharded
                  else len(self.instances_of(application.group, application.kind)))

@@ -92,3 +92,9 @@ def repository_sync_annotation(branch: str) -> str:
 # On a TerraformRun, set by the layer controller on a plan of a layer with dependencies: the digest of the
 # upstream outputs it was given (stored in the datastore under the run, read by the runner; §5.11).
 RUN_INPUTS_DIGEST = "burrito-py.io/inputs-digest"
+
+# On a TerraformRun, set by the layer controller (issue 25): on an apply, the digest of what its plan would change
+# (the controllers' review, burrito_py/plans/changes.py), so a later plan making the same changes is not applied
+# again after that apply failed for good; on a plan, that `sync-now` asked for it (an explicit request lifts that).
+RUN_CHANGES_DIGEST = "burrito-py.io/changes-digest"
+RUN_SYNC_NOW = "burrito-py.io/sync-now"

@@ -43,6 +43,7 @@ __all__ = [
     "PolicyFinding",
     "PolicyOverride",
     "RelativePath",
+    "RunCreationStatus",
     "RunReference",
     "TerraformLayer",
     "TerraformLayerSpec",
@@ -262,6 +263,11 @@ class ExhaustedRun(ApiModel):
     stale_count: int = Field(
         default=0, ge=0, description="Stale applies in a row at that relevant commit (each re-plans once at most)."
     )
+    changes_digest: str | None = Field(
+        default=None, description="apply: what its plan would change (sha256); a later plan making the same changes "
+        "at the same relevant commit and inputs is not applied without sync-now or an approval."
+    )
+    inputs_digest: str | None = Field(default=None, description="apply: the upstream outputs it was given.")
 
 
 class PolicyFinding(ApiModel):
@@ -334,6 +340,16 @@ class DependencyStatus(ApiModel):
     message: str = Field(default="", description="Why, in words (names only, never values).")
 
 
+class RunCreationStatus(ApiModel):
+    """A run of this layer the API refused to create (an admission policy, a webhook, a permission)."""
+
+    action: str = Field(description="plan or apply: the run it tried to create.")
+    revision: str = Field(default="", description="The commit of that run.")
+    failures: int = Field(default=0, ge=0, description="Refused creations of that run in a row.")
+    last_failure: str | None = Field(default=None, description="When the API last refused it (RFC 3339 UTC).")
+    message: str = Field(default="", description="Failed to create TerraformRun for <Action> action: <API error>.")
+
+
 class TerraformLayerStatus(ApiModel):
     """Observed state of a TerraformLayer."""
 
@@ -375,6 +391,9 @@ class TerraformLayerStatus(ApiModel):
     inputs_digest: str | None = Field(
         default=None, description="sha256 of the upstream outputs the current plan consumed (salted; never the "
         "values)."
+    )
+    run_creation: RunCreationStatus | None = Field(
+        default=None, description="The run the API refuses to create, while it does (asked again with a backoff)."
     )
 
 

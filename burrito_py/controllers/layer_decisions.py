@@ -67,6 +67,10 @@ class RunView:
     reason: str = ""
     # The digest of the upstream outputs it was given (dependencies), None when it was given none.
     inputs_digest: str | None = None
+    # For an apply: the digest of the changes its plan makes (plans/changes.py), None when not recorded.
+    changes_digest: str | None = None
+    # For a plan: made because someone asked (`sync-now`), not by a drift check or a commit.
+    sync_requested: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -88,6 +92,9 @@ class Exhaustion:
     message: str = ""
     relevant_commit: str | None = None
     stale_count: int = 0
+    # For an apply: what its plan would change and the upstream outputs it was given (see `repeats_failed_apply`).
+    changes_digest: str | None = None
+    inputs_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +139,9 @@ class CreateRun:
     plan_sum: str | None = None
     # The digest of the upstream outputs handed to its runner (dependencies), None: none.
     inputs_digest: str | None = None
+    # Stamped on an apply: the digest of its plan's changes (the review's); on a plan: asked by `sync-now`.
+    changes_digest: str | None = None
+    sync_requested: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +229,34 @@ def apply_exhaustion(snap: LayerSnapshot) -> Exhaustion | None:
             and previous.relevant_commit == run.relevant_commit
         )
         stale_count = (previous.stale_count if previous is not None and streak else 0) + 1
-    return Exhaustion(run.name, key, reason, run.message, run.relevant_commit, stale_count)
+    return Exhaustion(run.name, key, reason, run.message, run.relevant_commit, stale_count, run.changes_digest,
+                      run.inputs_digest)
+
+
+def repeats_failed_apply(snap: LayerSnapshot, failed: Exhaustion | None, plan_sum: str | None,
+                         relevant_commit: str | None) -> bool:
+    """Whether the current plan, another sum than the one whose apply failed for good, would make the very same
+    changes again, with nothing new behind it: the same relevant commit, the same upstream inputs, a changes
+    digest equal to the failed apply's (the review's, plans/changes.py), and nobody asking (no `sync-now` plan, no
+    approval of this sum). Every drift check makes a new plan, hence a new sum: without this, an apply that always
+    fails would be applied again once per drift period, forever (issue 25). Unknown facts (a record or a review
+    without a digest) never hold a plan back."""
+    if failed is None or plan_sum is None or failed.key == plan_sum:
+        return False
+    if failed.reason == STALE_PLAN and failed.stale_count <= MAX_STALE_REPLANS:
+        return False  # a stale apply's one re-plan at once (§5.1) is the retry of that apply
+    gate = snap.gate
+    if gate is None or gate.plan_sum != plan_sum or not gate.changes_digest or not failed.changes_digest:
+        return False
+    if gate.changes_digest != failed.changes_digest:
+        return False
+    if not failed.relevant_commit or failed.relevant_commit != relevant_commit:
+        return False
+    if failed.inputs_digest != snap.plan_inputs_digest:
+        return False
+    if snap.annotations.get(ann.APPROVE_PLAN) == plan_sum:
+        return False
+    return not (snap.plan_run is not None and snap.plan_run.sync_requested)
 
 
 def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
@@ -310,15 +347,23 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         and failed_apply.reason == STALE_PLAN
         and failed_apply.stale_count <= MAX_STALE_REPLANS
     )
-    apply_exhausted = apply_of_plan_failed and not stale_replan
+    # A newer plan that would make the same changes as the failed apply, with nothing new behind it, is not
+    # applied either (issue 25): an always-failing apply is applied once, with its retries, not once per drift check.
+    repeated = repeats_failed_apply(snap, failed_apply, plan_sum, relevant_commit)
+    apply_exhausted = (apply_of_plan_failed and not stale_replan) or repeated
     exhausted_run = failed_plan if plan_exhausted else (failed_apply if apply_exhausted else None)
+    retry_message = ""
+    if exhausted_run is not None:
+        retry_message = f"run {exhausted_run.run} failed after its last retry: {exhausted_run.message}".rstrip(": ")
+    if repeated and not plan_exhausted:
+        retry_message += (f"; plan {plan_sum} would make the same changes, so it is not applied until a new relevant "
+                          f"commit, changed inputs, {ann.SYNC_NOW} or an approval "
+                          f"({ann.APPROVE_PLAN}={plan_sum})")
     retry_limit = Cond(
         "HasLastRunReachedRetryLimit",
         exhausted_run is not None,
         (exhausted_run.reason if exhausted_run is not None else "RetriesAvailable"),
-        f"run {exhausted_run.run} failed after its last retry: {exhausted_run.message}".rstrip(": ")
-        if exhausted_run is not None
-        else "",
+        retry_message,
     )
 
     state: LayerStateName
@@ -357,7 +402,8 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
 
     create: CreateRun | None = None
     if state == "PlanNeeded" and (deps is None or deps.plan_allowed):
-        create = CreateRun("plan", branch_commit, relevant_commit=relevant_commit, inputs_digest=wanted_inputs)
+        create = CreateRun("plan", branch_commit, relevant_commit=relevant_commit, inputs_digest=wanted_inputs,
+                           sync_requested=sync_now)
     elif state == "ApplyNeeded" and (auto or (approved and gate.approval_allowed)) and (
         deps is None or deps.apply_allowed
     ):
@@ -365,7 +411,7 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         if artifact is not None and plan_commit:
             create = CreateRun(
                 "apply", plan_commit, artifact[0], artifact[1], relevant_commit=relevant_commit, plan_sum=plan_sum,
-                inputs_digest=wanted_inputs,
+                inputs_digest=wanted_inputs, changes_digest=reviewed.changes_digest if reviewed else None,
             )
 
     # Sync windows are decided here, before a run exists: a held-back layer keeps its state (PlanNeeded or
@@ -398,7 +444,9 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         create,
         remove_sync_now=sync_now and create is not None,
         pending_plan=pending,
-        remove_approval=approved and create is not None and create.action == "apply",
+        # Under `auto` an approval of the plan only lifts a repeated failure (above): consumed by the apply too.
+        remove_approval=(approved or (approval is not None and approval == plan_sum)) and create is not None
+        and create.action == "apply",
         exhausted_plan=failed_plan,
         exhausted_apply=failed_apply,
         wake_at=wake_at,

@@ -49,7 +49,21 @@ from burrito_py.controllers.layer_validation import LayerValidation, validate_la
 from burrito_py.controllers.notifications import layer_link, notifications_due
 from burrito_py.controllers.outputs import sync_outputs
 from burrito_py.controllers.plan_review import Review, gate_of, review_plan
-from burrito_py.controllers.pod_creation import blocked_message
+from burrito_py.controllers.pod_creation import backoff, blocked_message
+from burrito_py.controllers.run_creation import (
+    EVENT_REASON as RUN_CREATION_EVENT,
+)
+from burrito_py.controllers.run_creation import (
+    RunCreation,
+    announce,
+    api_message_of,
+    next_try,
+    refusal_message,
+    refused,
+    wait_before_creating,
+)
+from burrito_py.controllers.run_creation import condition as run_creation_condition
+from burrito_py.controllers.run_creation import last_result as run_creation_result
 from burrito_py.timeutil import format_time_precise, parse_time, utcnow
 
 log = logging.getLogger(__name__)
@@ -69,6 +83,7 @@ STATUS_KEYS = (
     "appliedRevision",
     "dependencies",
     "inputsDigest",
+    "runCreation",
 )
 
 
@@ -93,6 +108,8 @@ def run_view(run: Mapping[str, Any]) -> RunView:
         plan_sum=annotations.get(ann.RUN_PLAN_SUM) or None,
         reason=succeeded.get("reason", "") if status.get("state") == "Failed" else "",
         inputs_digest=annotations.get(ann.RUN_INPUTS_DIGEST) or None,
+        changes_digest=annotations.get(ann.RUN_CHANGES_DIGEST) or None,
+        sync_requested=ann.RUN_SYNC_NOW in annotations,
     )
 
 
@@ -107,6 +124,8 @@ def exhaustion_record(value: Mapping[str, Any] | None) -> Exhaustion | None:
         message=str(value.get("message") or ""),
         relevant_commit=value.get("relevantCommit"),
         stale_count=int(value.get("staleCount") or 0),
+        changes_digest=value.get("changesDigest"),
+        inputs_digest=value.get("inputsDigest"),
     )
 
 
@@ -118,6 +137,10 @@ def exhaustion_status(record: Exhaustion | None) -> Body | None:
         body["relevantCommit"] = record.relevant_commit
     if record.stale_count:
         body["staleCount"] = record.stale_count
+    if record.changes_digest:
+        body["changesDigest"] = record.changes_digest
+    if record.inputs_digest:
+        body["inputsDigest"] = record.inputs_digest
     return body
 
 
@@ -235,6 +258,10 @@ def run_body(layer: Mapping[str, Any], create: CreateRun, name: str | None = Non
         annotations[ann.RUN_PLAN_SUM] = create.plan_sum
     if create.inputs_digest:
         annotations[ann.RUN_INPUTS_DIGEST] = create.inputs_digest
+    if create.changes_digest:
+        annotations[ann.RUN_CHANGES_DIGEST] = create.changes_digest
+    if create.sync_requested:
+        annotations[ann.RUN_SYNC_NOW] = (meta.get("annotations") or {}).get(ann.SYNC_NOW) or "true"
     metadata: Body = {
         "namespace": meta["namespace"],
         "labels": {ann.LABEL_LAYER: ann.layer_label(meta["name"])},
@@ -303,6 +330,7 @@ def compute_status(
         "dependencies": ([s.to_status() for s in decision.dependencies.standings]
                          if decision.dependencies is not None else None),
         "inputsDigest": decision.inputs_digest,
+        "runCreation": old.get("runCreation"),  # the reconcile sets it (run_creation.py); kept otherwise
     }
     if a.get(ann.PLAN_SUM):
         plan_run = parse_plan_run(a.get(ann.PLAN_RUN))
@@ -377,8 +405,18 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     runs = ctx.inventory.runs_of_layer(namespace, name)
     dependents = tuple("/".join(k) for k in ctx.inventory.layers.dependents_of(key)) if deleting else ()
     decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review, deps, dependents)
-
+    # A run the API refused to create is asked for again only after its backoff (run_creation.py).
+    creation = RunCreation.of(layer.get("status") or {})
+    grace, grace_cap = ctx.settings.failure_grace_period, ctx.settings.failure_grace_period_cap
+    held_back = False
     if validation.ready.status and decision.create_run is not None:
+        wait = wait_before_creating(creation, decision.create_run.action, decision.create_run.revision, now, grace,
+                                    grace_cap)
+        if wait is not None:
+            held_back = True
+            ctx.wake_layer(key, wait)
+
+    if validation.ready.status and decision.create_run is not None and not held_back:
         # Runs finish through our own writes, but the runner's plan/apply annotations reach us by watch and
         # may lag: read the layer fresh before acting, or a finished apply would look undone and run again.
         fresh = await ctx.kube.get(crd_path("terraformlayers", namespace, name))
@@ -391,14 +429,20 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             # CRDs fresh (Kubernetes marks the CRD terminating before it deletes any instance).
             withdrawn = await look_fresh(ctx.kube, layer, ctx.crds)
         decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review, deps, dependents)
-    if validation.ready.status and decision.create_run is not None:
-        executed = await _execute_create(ctx, layer, decision, decision.create_run, validation, runs, now, review,
-                                         deps)
-        if executed is None:
-            return
-        layer = executed
-        runs = ctx.inventory.runs_of_layer(namespace, name)
-        decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review, deps, dependents)
+    if validation.ready.status and decision.create_run is not None and not held_back:
+        try:
+            executed = await _execute_create(ctx, layer, decision, decision.create_run, validation, runs, now,
+                                             review, deps)
+        except RunCreateRefused as refusal:
+            creation = await _run_refused(ctx, key, layer, creation, refusal, now)
+            layer = ctx.inventory.layers.get(key) or layer
+        else:
+            if executed is None:
+                return
+            layer = executed
+            creation = RunCreation()
+            runs = ctx.inventory.runs_of_layer(namespace, name)
+            decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review, deps, dependents)
     elif decision.state is None and repository is not None and not _branch_synced(repository, layer):
         ctx.wake_repository(_repository_key(layer))  # a new branch: resolve it now, not at the next poll
 
@@ -413,12 +457,23 @@ async def _reconcile(ctx: Context, key: Key) -> None:
 
     if decision.skip_destroy is not None:
         layer = await _mark_skip_destroy(ctx, layer, decision.skip_destroy)
+    if creation.failures and decision.create_run is None and decision.state not in ("PlanNeeded", "ApplyNeeded"):
+        creation = RunCreation()  # the layer no longer wants a run: nothing is refused any more
+    refused_cond = run_creation_condition(creation, next_try(creation, grace, grace_cap))
+    if refused_cond is not None:
+        decision = replace(decision, conditions=(*decision.conditions, refused_cond))
     status = compute_status(layer, decision, validation.ready, runs, now, review)
+    status["runCreation"] = creation.to_status()
+    if creation.failures:
+        status["lastResult"] = run_creation_result(creation, api_message_of(creation))
     due, status["notified"] = notifications_due(
         layer.get("status") or {}, status, layer["metadata"].get("annotations") or {}, namespace, name, now,
         layer_link(ctx.settings.public_url, namespace, name))
     layer = await _write_status(ctx, layer, status, validation.ready)
     ctx.notifications.send(ctx.kube, layer, due)
+    if any(n.event == "DriftResolved" for n in due):
+        # Told once per drift, however it ended: an approved correction, or a new commit's apply (§5.9, §5.10).
+        await post_event(ctx.kube, layer, "Normal", "DriftResolved", "the layer is in sync again")
     if review is not None:
         for type_, reason, message in review.events:
             await post_event(ctx.kube, layer, type_, reason, message)
@@ -517,7 +572,7 @@ async def _create_run(ctx: Context, layer: Body, create: CreateRun, runs: Sequen
         return await ctx.kube.create(crd_path("terraformruns", meta["namespace"]), run_body(layer, create, name))
     except KubeError as exc:
         if exc.status != 409:
-            raise
+            raise RunCreateRefused(create, exc) from None
     existing = await ctx.kube.get(crd_path("terraformruns", meta["namespace"], name))
     if existing is None:
         log.warning("run %s/%s: create said it exists, but it is gone; deciding again", meta["namespace"], name)
@@ -525,6 +580,31 @@ async def _create_run(ctx: Context, layer: Body, create: CreateRun, runs: Sequen
         return None
     log.info("run %s/%s was already created by an earlier try of this decision: adopted", meta["namespace"], name)
     return existing
+
+
+class RunCreateRefused(Exception):
+    """The API answered a layer's run create with an error other than 409 (run_creation.py)."""
+
+    def __init__(self, create: CreateRun, error: KubeError) -> None:
+        super().__init__(str(error))
+        self.create, self.error = create, error
+
+
+async def _run_refused(ctx: Context, key: Key, layer: Body, record: RunCreation, refusal: RunCreateRefused,
+                       now: datetime) -> RunCreation:
+    """Record a refused run create, say it once per distinct message, and ask again after the backoff."""
+    error, create = refusal.error, refusal.create
+    message = refusal_message(create.action, error.message or str(error))
+    after = refused(record, create.action, create.revision, now, message)
+    if announce(record, after):
+        # A 403 is a `Forbidden` event, as every 403 the controllers meet (forbidden.py).
+        await post_event(ctx.kube, layer, "Warning", "Forbidden" if error.status == 403 else RUN_CREATION_EVENT,
+                         message)
+    wait = backoff(after.failures, ctx.settings.failure_grace_period, ctx.settings.failure_grace_period_cap)
+    log.warning("layer %s/%s: %s (%d in a row; next try in %gs)", key[0], key[1], message, after.failures,
+                wait.total_seconds())
+    ctx.wake_layer(key, wait)
+    return after
 
 
 async def _mark_skip_destroy(ctx: Context, layer: Body, reason: str) -> Body:
@@ -569,12 +649,18 @@ async def _announce(ctx: Context, layer: Body, old: Mapping[str, Any], new: Mapp
         await post_event(ctx.kube, layer, "Warning", ready.reason, ready.message)
     if old.get("state") != new.get("state") and new.get("state"):
         await post_event(ctx.kube, layer, "Normal", "StateChanged", f"{old.get('state') or 'New'} -> {new['state']}")
-        if new.get("state") == "MaxRetriesReached":
+        # Once per failed run: a layer whose failed apply holds back its drift plans comes back to this state at
+        # every drift check (issue 25), and the failure was already told.
+        if new.get("state") == "MaxRetriesReached" and _exhausted_runs(new) != _exhausted_runs(old):
             await post_event(ctx.kube, layer, "Warning", "MaxRetriesReached", str(new.get("lastResult") or ""))
     for type_, problem in (("IsPlanApproved", "ApprovalMismatch"), ("HasDestroyFailed", "DestroyFailed")):
         now_cond = _condition(new, type_)
         if now_cond.get("reason") == problem and _condition(old, type_).get("message") != now_cond.get("message"):
             await post_event(ctx.kube, layer, "Warning", problem, str(now_cond.get("message") or ""))
+
+
+def _exhausted_runs(status: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    return ((status.get("exhaustedPlan") or {}).get("run"), (status.get("exhaustedApply") or {}).get("run"))
 
 
 def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any]:

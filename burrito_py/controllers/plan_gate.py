@@ -34,6 +34,8 @@ class PlanGate:
     resources: int = 0  # how many resources the plan changes
     # The principal whose override of this very sum the denying policies allow (None: no valid override).
     override_by: str | None = None
+    # What applying the plan would change, as a digest (plans/changes.py); None when the review could not read it.
+    changes_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from burrito_py.controllers.inventory import Body
 from burrito_py.controllers.layer_decisions import NO_CHANGES, RunView, parse_plan_run
 from burrito_py.controllers.plan_gate import PlanGate
 from burrito_py.controllers.scheduler import slot_released
+from burrito_py.plans.changes import changes_digest
 from burrito_py.plans.drift import classify_drift
 from burrito_py.plans.model import PlanFormatError, PlanModel, parse_plan
 from burrito_py.policy.evaluate import policy_name
@@ -163,6 +164,8 @@ def plan_facts(model: PlanModel | None, plan_sum: str, plan_date: str | None, ch
         "resources": len(changing),
         "addresses": changing[:ADDRESSES_SHOWN],
         "updateOnly": all(rc.action in ("update", "no-op", "read") for rc in model.changed()),
+        # What an apply would change, whatever the plan's sum: lifts an apply's exhaustion only when it differs.
+        "changesDigest": changes_digest(model),
     }
 
 
@@ -212,6 +215,7 @@ def gate_of(policy: Mapping[str, Any] | None, annotations: Mapping[str, str]) ->
         update_only=bool(facts.get("updateOnly")),
         resources=int(facts.get("resources") or 0),
         override_by=override.get("by") if override.get("planSum") == plan_sum else None,
+        changes_digest=facts.get("changesDigest"),
     )
 
 
@@ -305,8 +309,8 @@ def _drift_events(previous: Mapping[str, Any] | None, drift: Mapping[str, Any]) 
         addresses = list(drift.get("addresses") or ())
         shown = ", ".join(addresses[:5]) + (", …" if len(addresses) > 5 else "")
         return [("Warning", "DriftDetected", f"{drift.get('resources', 0)} resource(s) drifted: {shown}"[:1000])]
-    if before == "Drifted" and drift.get("state") == "InSync":
-        return [("Normal", "DriftResolved", "the layer is in sync again")]
+    # DriftResolved is posted with its notification (layers.py): a drift may end through a code change, which
+    # this transition (Drifted → CodeChange → InSync) cannot see.
     return []
 
 

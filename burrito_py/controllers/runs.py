@@ -120,11 +120,47 @@ async def reconcile_run(ctx: Context, key: Key) -> None:
     started = time.perf_counter()
     try:
         await _reconcile(ctx, key)
+    except KubeError as error:
+        metrics.RECONCILE_ERRORS.labels("run").inc()
+        if error.status == 403:
+            # The Warning event is forbidden.py's and the retry backs off (scheduler.py); this says it on the run.
+            await _show_forbidden(ctx, key, error)
+        raise
     except Exception:
         metrics.RECONCILE_ERRORS.labels("run").inc()
         raise
     finally:
         metrics.RECONCILE_SECONDS.labels("run").observe(time.perf_counter() - started)
+
+
+FORBIDDEN_CONDITION = "Permitted"
+
+
+def forbidden_condition(error: KubeError) -> Cond:
+    """A request of the run's reconcile the API refused (403): shown on the run until a reconcile succeeds
+    (the next successful status write drops it, as it computes every condition afresh)."""
+    return Cond(FORBIDDEN_CONDITION, False, "Forbidden",
+                f"{error.message or error}; retried with a growing delay (up to 5 minutes) until it is granted")
+
+
+async def _show_forbidden(ctx: Context, key: Key, error: KubeError) -> None:
+    run = ctx.inventory.runs.get(key)
+    if run is None:
+        return
+    status = run.get("status") or {}
+    conditions = merge_conditions(status.get("conditions"), (
+        *(Cond(c["type"], {"True": True, "False": False}.get(c.get("status", "")), c.get("reason", ""),
+               c.get("message", "")) for c in status.get("conditions") or () if c.get("type") != FORBIDDEN_CONDITION),
+        forbidden_condition(error)), utcnow())
+    if conditions == status.get("conditions"):
+        return
+    try:
+        updated = await ctx.kube.merge_patch(crd_path("terraformruns", key[0], key[1], "status"),
+                                             {"status": {"conditions": conditions}})
+    except KubeError as write_error:  # perhaps the very write that is forbidden: the event still says it
+        log.warning("run %s/%s: could not show the refusal on its status: %s", key[0], key[1], write_error)
+        return
+    ctx.inventory.runs.observe(updated)
 
 
 async def _reconcile(ctx: Context, key: Key) -> None:
@@ -211,7 +247,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
                 wait = backoff(creation.failures, settings.failure_grace_period, settings.failure_grace_period_cap)
                 next_try = now + wait
                 ctx.wake_run(key, wait)
-                if pod_surely_absent(started.status):
+                if pod_surely_absent(started.status) and not started.pod_exists:
                     # The Lease is for a Terraform that runs: none does, so others may have the state meanwhile.
                     await leases.release(ctx.kube, layer, run)
             else:
@@ -315,10 +351,12 @@ async def _start_attempt(
 
 @dataclass(frozen=True, slots=True)
 class CreationRefused:
-    """The API would not create the attempt's pod; `message` carries its answer."""
+    """The API would not create the attempt's pod; `message` carries its answer. `pod_exists`: the create's
+    409 said the pod is there (it may run Terraform), so the run keeps the layer's Lease while it waits."""
 
     message: str
     status: int = 0
+    pod_exists: bool = False
 
 
 async def _adopt_or_refuse(ctx: Context, run: Body, name: str, exc: KubeError) -> CreationRefused | None:
@@ -330,7 +368,15 @@ async def _adopt_or_refuse(ctx: Context, run: Body, name: str, exc: KubeError) -
             f"could not create runner pod {name}: {exc.status} {exc.reason}: {exc.message}", exc.status
         )
     # 409 AlreadyExists: read it back; adopt it only if it is ours, never a stranger's pod of the same name.
-    existing = await ctx.kube.get(path("v1", "pods", namespace, name))
+    try:
+        existing = await ctx.kube.get(path("v1", "pods", namespace, name))
+    except KubeError as error:
+        # A pod exists that we cannot read (a 403: the controllers lack `get` on pods): waiting visibly, with
+        # the Lease kept (that pod may be running Terraform), rather than raising into a 5-second retry loop.
+        return CreationRefused(
+            f"runner pod {name} already exists (409) and cannot be read to adopt it: {error.status} "
+            f"{error.reason}: {error.message}", error.status, pod_exists=True,
+        )
     if existing is None:
         return CreationRefused(f"could not create runner pod {name}: 409 Conflict, and the pod is gone")
     if not belongs_to(existing, run):

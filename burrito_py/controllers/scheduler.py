@@ -2,7 +2,9 @@
 
 One task serves all keys, so thousands of idle layers cost one sleeping coroutine, not a timer each.
 A key is never handled twice concurrently: a key scheduled while it is being handled runs again
-right after (the same guarantee as controller-runtime's work queue).
+right after (the same guarantee as controller-runtime's work queue). A key whose handler keeps raising is
+retried after 5 s, then 10, 20, … up to 5 minutes (`retry_delay`), and at once again after a success: a
+permanent error (a permission the controllers lack) is not a request every 5 seconds forever.
 
 At most `concurrency` handlers run at once. A handler that waits on something slow that is not its own work
 (a plan policy's evaluation, which queues for the policy sandbox's workers: policy/sandbox.py) gives its slot
@@ -22,6 +24,13 @@ from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
+RETRY_FIRST = 5.0
+RETRY_CAP = 300.0
+
+
+def retry_delay(failures: int, first: float = RETRY_FIRST, cap: float = RETRY_CAP) -> float:
+    """Seconds before the next try of a key whose handler failed `failures` times in a row."""
+    return float(min(first * 2 ** min(max(failures - 1, 0), 30), cap))
 
 
 class _Slot:
@@ -71,6 +80,7 @@ class Scheduler(Generic[K]):
         self._wake: asyncio.Event | None = None
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._failures: dict[K, int] = {}  # consecutive failed handlings per key
 
     @staticmethod
     def _now() -> float:
@@ -134,11 +144,15 @@ class Scheduler(Generic[K]):
                 await self._handler(key)
             finally:
                 slot.give()
+            self._failures.pop(key, None)
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("%s: reconcile of %s failed; retrying in 5s", self.name, key)
-            self.schedule(key, 5.0)
+            failures = self._failures[key] = self._failures.get(key, 0) + 1
+            delay = retry_delay(failures)
+            log.exception("%s: reconcile of %s failed (%d in a row); retrying in %gs", self.name, key, failures,
+                          delay)
+            self.schedule(key, delay)
         finally:
             self._active.discard(key)
             if key in self._again:

@@ -156,14 +156,29 @@ class AglKind(Values):
     plural: str = Field(..., pattern=K8S_NAME, description="Plural resource name of the kind.")
 
 
+# An API group that may hold AGL kinds: a DNS subdomain with at least one dot (never the core group nor the
+# dot-less built-in ones such as `apps` or `batch`); the chart refuses Kubernetes' and burrito-py's own groups.
+AGL_GROUP_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$"
+
+
 class Agl(Values):
     """The Application Generation Layer's user kinds."""
 
     kinds: list[AglKind] = Field(
         default_factory=list,
         description="Kinds your ApplicationDefinitions serve. The controllers get read and status rights on "
-        "exactly these (no wildcard), and update/delete on their CRDs; a kind not listed here is served but its "
-        "instances are never compiled (403).",
+        "exactly these, and update/delete on their CRDs (replacing a kind's CRD when its definition changes, "
+        "withdrawing it when the definition goes).",
+    )
+    groups: list[Annotated[str, Field(pattern=AGL_GROUP_PATTERN, max_length=253)]] = Field(
+        default_factory=lambda: [APPS_GROUP],
+        description="API groups whose kinds the controllers may serve without being listed in kinds: list, watch "
+        "and status patch on every resource of each group, so an ApplicationDefinition added later in one of them "
+        "is served and its instances compiled without a redeploy. Give AGL kinds groups of their own: Kubernetes' "
+        "groups (*.k8s.io, *.kubernetes.io) and burrito-py's (terraform.burrito-py.io, agl.burrito-py.io) are "
+        "refused. A kind in none of these groups and not in kinds is served, but its definition reports "
+        "Ready=False naming the missing permission. Replacing or withdrawing the CRD of a kind not in kinds is "
+        "refused the same way (its definition says so).",
     )
 
 

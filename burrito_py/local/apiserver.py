@@ -441,6 +441,12 @@ class ApiServer:
             if method != "POST":
                 raise self._not_allowed(method, path)
             return _json(self._token_request(namespace or "", name or "", await self._body(request)), 201)
+        if sub == "binding":  # pods/binding: the local kubelet assigns a pod to its node before running it
+            if method != "POST":
+                raise self._not_allowed(method, path)
+            self.store.bind(resource, namespace or "", name or "", await self._body(request))
+            return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
+                         201)
         if sub == "scale":
             return await self._scale(request, resource, namespace or "", name or "", path)
         if resource.verbs == ["create"]:  # the reviews: nothing is stored, the answer is computed
@@ -584,6 +590,8 @@ class ApiServer:
         merged = dict(options)
         if request.query.get("propagationPolicy"):
             merged["propagationPolicy"] = request.query["propagationPolicy"]
+        if request.query.get("gracePeriodSeconds"):
+            merged["gracePeriodSeconds"] = request.query["gracePeriodSeconds"]
         if not merged.get("propagationPolicy") and options.get("orphanDependents") is True:
             merged["propagationPolicy"] = "Orphan"
         return merged

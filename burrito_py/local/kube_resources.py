@@ -85,7 +85,7 @@ class Resource:
         if self.categories:
             entry["categories"] = self.categories
         subs = [*(["status"] if self.status_subresource else []), *self.subresources]
-        sub_verbs = {"status": ["get", "patch", "update"], "log": ["get"], "token": ["create"],
+        sub_verbs = {"status": ["get", "patch", "update"], "log": ["get"], "token": ["create"], "binding": ["create"],
                      "scale": ["get", "patch", "update"], "proxy": ["create", "delete", "get", "patch", "update"]}
         sub_groups = {"token": {"group": "authentication.k8s.io", "version": "v1"},
                       "scale": {"group": "autoscaling", "version": "v1"}}
@@ -96,7 +96,8 @@ class Resource:
                     "name": f"{self.plural}/{s}",
                     "singularName": "",
                     "namespaced": self.namespaced,
-                    "kind": {"log": "Pod", "token": "TokenRequest", "scale": "Scale"}.get(s, self.kind),
+                    "kind": {"log": "Pod", "token": "TokenRequest", "scale": "Scale", "binding": "Binding"}.get(
+                        s, self.kind),
                     "verbs": sub_verbs.get(s, ["get"]),
                     **sub_groups.get(s, {}),
                 }
@@ -109,7 +110,7 @@ def builtins() -> list[Resource]:
     return [
         Resource("", "v1", "namespaces", "namespace", "Namespace", False, ["ns"], status_subresource=True,
                  returns_deleted_object=True),
-        Resource("", "v1", "pods", "pod", "Pod", True, ["po"], ["all"], True, subresources=["log"],
+        Resource("", "v1", "pods", "pod", "Pod", True, ["po"], ["all"], True, subresources=["log", "binding"],
                  field_selectors=COMMON_FIELDS | POD_FIELDS, returns_deleted_object=True),
         Resource("", "v1", "secrets", "secret", "Secret", True, field_selectors=COMMON_FIELDS | {"type"}),
         Resource("", "v1", "configmaps", "configmap", "ConfigMap", True, ["cm"]),

@@ -18,7 +18,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from burrito_py.local.kube_admission_policy import BINDINGS, POLICIES, AdmissionRequest, admit
@@ -39,7 +39,7 @@ from burrito_py.local.kube_rbac import RBAC_GROUP, prepare_binding
 from burrito_py.local.kube_resources import Resource, builtins, resources_from_crd, storage_version
 from burrito_py.local.kube_selectors import Selection
 from burrito_py.local.kube_table import table
-from burrito_py.local.workloads import IpPool, label_selector_matches
+from burrito_py.local.workloads import IpPool, label_selector_matches, pod_deletion_grace
 
 Obj = dict[str, Any]
 Storage = tuple[str, str]
@@ -51,6 +51,10 @@ FOREGROUND = "foregroundDeletion"
 CRD_CLEANUP = "customresourcecleanup.apiextensions.k8s.io"
 SERVICES: Storage = ("", "services")
 DEPLOYMENTS: Storage = ("apps", "deployments")
+PODS: Storage = ("", "pods")
+# A token bound to a pod stays valid until this long after the pod's deletionTimestamp (kube-apiserver's JWT leeway):
+# a pod being deleted gracefully still acts as its ServiceAccount (a leader releasing its Lease on SIGTERM).
+BOUND_TOKEN_LEEWAY = timedelta(seconds=60)
 # Services' cluster IPs: loopback addresses the local kubelet's service proxy listens on (pods get theirs
 # from 127.10.0.0/16), so a process on this machine reaches a Service as a pod on a node would.
 SERVICE_CIDR = "127.20.0.0/16"
@@ -79,8 +83,20 @@ class FieldChecks:
     user: dict[str, Any] = field(default_factory=dict)
 
 
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _grace_option(options: Obj) -> int | None:
+    """DeleteOptions.gracePeriodSeconds (body or query): None for the default."""
+    value = options.get("gracePeriodSeconds")
+    if value is None or value == "":
+        return None
+    try:
+        seconds = int(value)
+    except (TypeError, ValueError):
+        raise bad_request(f"gracePeriodSeconds must be an integer, not {value!r}") from None
+    return max(seconds, 0)
+
+
+def now_rfc3339(after: float = 0.0) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=after)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def view(resource: Resource, obj: Obj) -> Obj:
@@ -197,9 +213,18 @@ class Store:
         return view(resource, obj)
 
     def uid_of(self, plural: str, namespace: str, name: str) -> str | None:
+        """The uid of a live object (what a bound token names). A pod being deleted is live until a minute after
+        its deletionTimestamp, as kube-apiserver's token validator judges it."""
         with self.lock:
             obj = self.objects[("", plural)].get(namespace, {}).get(name)
-            return None if obj is None else str(obj["metadata"]["uid"])
+            if obj is None:
+                return None
+            deleted = obj["metadata"].get("deletionTimestamp")
+            if deleted and plural == "pods":
+                when = datetime.strptime(str(deleted), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+                if when < datetime.now(UTC) - BOUND_TOKEN_LEEWAY:
+                    return None
+            return str(obj["metadata"]["uid"])
 
     def _iter(self, storage: Storage, namespace: str | None) -> Iterator[Obj]:
         by_ns = self.objects[storage]
@@ -412,6 +437,7 @@ class Store:
             spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
             spec.setdefault("serviceAccount", spec["serviceAccountName"])
             spec.setdefault("restartPolicy", "Always")
+            spec.setdefault("terminationGracePeriodSeconds", 30)
             account = str(spec["serviceAccountName"])
             if self.find(self.resources[("", "v1", "serviceaccounts")], meta["namespace"], account) is None:
                 raise ApiError(403, "Forbidden", f'pods "{meta["name"]}" is forbidden: error looking up service '
@@ -592,8 +618,10 @@ class Store:
         if dry_run:
             return new
         stored = self._commit(resource, new, prev)
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            return self._remove(resource, stored)  # the last finalizer is gone: the deletion completes
+        if meta.get("deletionTimestamp") and not meta.get("finalizers") and not meta.get("deletionGracePeriodSeconds"):
+            # The last finalizer is gone: the deletion completes (a pod still in its grace period waits for its
+            # kubelet's final DELETE).
+            return self._remove(resource, stored)
         return stored
 
     def update(self, resource: Resource, namespace: str | None, name: str, body: Any, sub: str | None,
@@ -679,9 +707,10 @@ class Store:
                 raise invalid("DeleteOptions", "", "", [field_cause(
                     "propagationPolicy", f'Unsupported value: "{policy}": supported values: "Foreground", '
                     '"Background", "Orphan"', "FieldValueNotSupported")])
+            grace = _grace_option(options)
             if dry_run:
                 return view(resource, obj), False
-            result, gone = self._delete(resource, obj, policy)
+            result, gone = self._delete(resource, obj, policy, grace)
             if resource.storage == CRDS:
                 # kube-apiserver answers a CRD's DELETE with the CRD as marked (200): its cleanup finalizer
                 # is released later, by the apiextensions controller, even when it has no instance.
@@ -699,12 +728,16 @@ class Store:
                 found.append((where[0], obj))
         return found
 
-    def _delete(self, resource: Resource, obj: Obj, policy: str) -> tuple[Obj, bool]:
+    def _delete(self, resource: Resource, obj: Obj, policy: str, grace: int | None = None) -> tuple[Obj, bool]:
         meta = obj["metadata"]
         uid = meta["uid"]
         if policy == "Orphan":
             for dep_resource, dep in self._live_dependents(uid):
                 self._drop_owner(dep_resource, dep, uid)
+        if resource.storage == PODS:
+            graceful = self._delete_pod_gracefully(resource, obj, grace)
+            if graceful is not None:
+                return graceful
         if meta.get("deletionTimestamp"):
             return obj, False
         finalizers = list(meta.get("finalizers") or ())
@@ -736,6 +769,49 @@ class Store:
             self._release_foreground(uid)
         latest = self.find(resource, meta.get("namespace"), meta["name"])
         return (latest, False) if latest is not None else (current, True)
+
+    def _delete_pod_gracefully(self, resource: Resource, pod: Obj, requested: int | None) -> tuple[Obj, bool] | None:
+        """A pod its kubelet runs is not removed at once: it is marked (`deletionTimestamp` = now + its grace
+        period, `deletionGracePeriodSeconds`), its kubelet stops its containers and then deletes it with a grace
+        period of 0, which removes it (its finalizers permitting). A later DELETE may shorten the grace period,
+        never lengthen it. None: the pod goes at once (never bound, already ended, or a grace period of 0), as any
+        object does."""
+        meta = pod["metadata"]
+        period = pod_deletion_grace(pod, requested)
+        if not meta.get("deletionTimestamp"):
+            if period == 0:
+                return None
+        else:
+            current = meta.get("deletionGracePeriodSeconds")
+            if current is None or period >= int(current):
+                return pod, False  # already terminating, no sooner than asked
+            if period == 0 and not meta.get("finalizers"):
+                return self._remove(resource, pod), True
+        marked: Obj = {**pod, "metadata": {**meta, "deletionTimestamp": now_rfc3339(period),
+                                            "deletionGracePeriodSeconds": period}}
+        return self._commit(resource, marked, pod), False
+
+    def bind(self, resource: Resource, namespace: str, name: str, body: Obj) -> None:
+        """`POST pods/<name>/binding` (what a scheduler does): the pod is assigned to the node `target.name`."""
+        with self.lock:
+            pod = self.find(resource, namespace, name)
+            if pod is None:
+                raise not_found(resource.plural, resource.group, name)
+            target = str(((body.get("target") or {}) if isinstance(body.get("target"), dict) else {}).get("name")
+                         or "")
+            if not target:
+                raise invalid("Binding", "", name, [field_cause("target.name", "Required value", "FieldValueRequired")])
+            wanted_uid = (body.get("metadata") or {}).get("uid") if isinstance(body.get("metadata"), dict) else None
+            if wanted_uid and wanted_uid != pod["metadata"]["uid"]:
+                raise conflict("pods/binding", "", name, f"Precondition failed: UID in precondition: {wanted_uid}, "
+                               f"UID in object meta: {pod['metadata']['uid']}")
+            if pod["metadata"].get("deletionTimestamp"):
+                raise conflict("pods/binding", "", name, "pod is being deleted, cannot be assigned to a host")
+            current = (pod.get("spec") or {}).get("nodeName")
+            if current:
+                raise conflict("pods/binding", "", name, f'pod {name} is already assigned to node "{current}"')
+            bound = {**pod, "metadata": dict(pod["metadata"]), "spec": {**(pod.get("spec") or {}), "nodeName": target}}
+            self._commit(resource, bound, pod)
 
     def _drop_owner(self, resource: Resource, obj: Obj, owner_uid: str) -> None:
         refs = [r for r in obj["metadata"].get("ownerReferences") or () if r.get("uid") != owner_uid]
@@ -861,11 +937,12 @@ class Store:
             if dry_run:
                 return items
             policy = str(options.get("propagationPolicy") or "Background")
+            grace = _grace_option(options)
             done = []
             for obj in items:
                 current = self.find(resource, obj["metadata"].get("namespace"), obj["metadata"]["name"])
                 if current is not None:
-                    done.append(view(resource, self._delete(resource, current, policy)[0]))
+                    done.append(view(resource, self._delete(resource, current, policy, grace)[0]))
             return done
 
     # -- CRDs ------------------------------------------------------------------------------------

@@ -9,10 +9,13 @@ PATH stands in for the image's entrypoint). Emulation rules:
   The root, emptyDirs and log belong to one pod (its UID): a pod recreated under the same name starts with
   an empty /tmp and log, and a deleted pod's files go with it. (A program that writes to the literal
   path /tmp, ignoring TMPDIR, still reaches the host's /tmp: there is no mount namespace.)
-- Processes: each container runs in its own session and process group; when its main process exits (or
-  the pod is deleted), what is left of the group is SIGKILLed and waited for before the status is
-  written, as a container's PID namespace ends with its PID 1. Exit codes are the runtime's: 128 + N for
-  signal N (137 and reason `Error` for SIGKILL; OOMKilled is never reported, limits are not enforced).
+- Processes: each container runs in its own session (its main process leads it). When its main process
+  exits (or the pod is deleted), every process left in that session, whatever its process group, is
+  SIGKILLed and waited for before the status is written, as a container's PID namespace ends with its PID 1:
+  a `terraform apply` the runner started in a process group of its own cannot outlive a killed runner. (A
+  process that calls setsid() itself leaves the session and escapes: there are no cgroups here.) Exit codes
+  are the runtime's: 128 + N for signal N (137 and reason `Error` for SIGKILL; OOMKilled is never reported,
+  limits are not enforced).
 - Status: each status write is retried with back-off until the API takes it (404/409: the pod is gone or
   replaced; other 4xx: refused for good), with the pod's UID as a precondition.
 - Network: each pod gets its own loopback address from 127.10.0.0/16 (`status.podIP`); Services get
@@ -29,9 +32,14 @@ PATH stands in for the image's entrypoint). Emulation rules:
 - Volumes: secret, configMap, projected (serviceAccountToken, secret, configMap), emptyDir (per pod),
   persistentVolumeClaim (a directory per claim under the work dir that outlives pods). readOnly is not
   enforced.
-- Deletion: the emulator deletes pods at once (no graceful deletion); the kubelet then sends SIGTERM to the
-  process group, waits terminationGracePeriodSeconds (capped by `grace_seconds`) for the main process and
-  SIGKILLs the rest of the group.
+- Binding: the kubelet assigns each pod it runs to its node (`pods/binding`, as a scheduler would) before
+  anything else, so the emulator knows a kubelet will stop it.
+- Deletion is graceful, as on a node: a deleted pod stays, with `deletionTimestamp` (and its ServiceAccount
+  token valid), while the kubelet sends SIGTERM to its main process group, waits for the main process at most
+  the pod's grace period (`deletionGracePeriodSeconds`, capped by `grace_seconds`), SIGKILLs the rest of the
+  container's session, writes the pod's final status, then deletes it with a grace period of 0 (a UID
+  precondition: never its successor), which removes it. A pod deleted with a grace period of 0 (forced) is gone
+  at once; the kubelet stops its processes all the same.
 
 With `node=NodeMode(...)` the kubelet is a Node of a real control plane instead (`kubelet_node.py`,
 docs/architecture.md §22.3): it registers its Node and renews its Lease, watches only the pods bound to it
@@ -107,16 +115,14 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether a process group still has a live (not zombie) member: an orphan its new parent has not
-    reaped yet is dead for our purpose. Reads /proc on Linux; elsewhere asks the kernel (zombies count)."""
+def container_members(leader: int) -> list[int] | None:
+    """The live (not zombie) processes of a container: those in the session, or the process group, its main
+    process `leader` started (it runs with start_new_session, so both ids are its pid). An orphan its new parent
+    has not reaped yet is dead for our purpose. Reads /proc on Linux; None elsewhere (no way to list them)."""
     proc = Path("/proc")
     if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+        return None
+    found = []
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -124,26 +130,47 @@ def group_alive(pgid: int) -> bool:
             fields = (entry / "stat").read_text().rpartition(")")[2].split()
         except OSError:
             continue
-        # After the command name: state, ppid, pgrp.
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
+        # After the command name: state, ppid, pgrp, session.
+        if len(fields) > 3 and fields[0] != "Z" and str(leader) in (fields[2], fields[3]):
+            found.append(int(entry.name))
+    return found
 
 
-GROUP_KILL_WAIT = 10.0  # seconds a killed process group may take to go before the kubelet gives up on it
+def group_alive(pgid: int) -> bool:
+    """Whether anything of the container led by `pgid` is still alive (its session or its process group).
+    Without /proc, asks the kernel about the process group (zombies count)."""
+    members = container_members(pgid)
+    if members is not None:
+        return bool(members)
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+GROUP_KILL_WAIT = 10.0  # seconds a killed container's processes may take to go before the kubelet gives up
+
+
+def _kill_container(leader: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader, signal.SIGKILL)
+    for pid in container_members(leader) or ():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 async def end_group(pgid: int) -> None:
-    """SIGKILL what is left of a container's process group and wait until it is gone: on a node the
-    container's PID namespace ends with its main process, so no child outlives the container."""
+    """SIGKILL what is left of a container (its session, and its process group) and wait until it is gone: on a
+    node the container's PID namespace ends with its main process, so no child outlives the container, not even
+    one in a process group of its own (terraform under the runner)."""
     deadline = time.monotonic() + GROUP_KILL_WAIT
     while True:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
+        await asyncio.to_thread(_kill_container, pgid)
         if not await asyncio.to_thread(group_alive, pgid):
             return
         if time.monotonic() >= deadline:
-            log.warning("kubelet: process group %d survived SIGKILL for %gs", pgid, GROUP_KILL_WAIT)
+            log.warning("kubelet: processes of container %d survived SIGKILL for %gs", pgid, GROUP_KILL_WAIT)
             return
         await asyncio.sleep(0.02)
 
@@ -237,6 +264,8 @@ class LocalKubelet(LoopThread):
         self._lives: dict[tuple[str, str], Life] = {}
         self._pod_grace: dict[tuple[str, str], float] = {}
         self._started: set[str] = set()
+        self._ending: set[str] = set()  # uids of pods being deleted gracefully: never (re)started
+        self._pod_tasks: dict[str, asyncio.Task[None]] = {}  # uid → the task running the pod
         self._tasks: set[asyncio.Task[None]] = set()
         pod_cidr = node.pod_cidr if node is not None else POD_CIDR
         self._ips = IpPool(pod_cidr, start=IpPool.random_start(pod_cidr))
@@ -268,7 +297,11 @@ class LocalKubelet(LoopThread):
         proxy_config = node.proxy_kubeconfig if node is not None else None
         async with contextlib.AsyncExitStack() as stack:
             session = await stack.enter_async_context(client_session(self._kubeconfig))
-            probes = await stack.enter_async_context(aiohttp.ClientSession())
+            # Probes open a connection each and close it, as the kubelet's prober does (DisableKeepAlives): a kept-alive
+            # probe connection is a request handler task left in the probed server, which delayed the controllers'
+            # graceful stop (kopf waits 5 s for the tasks it did not start) past its Lease release.
+            probes = await stack.enter_async_context(
+                aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)))
             self._http = KubeHttp(self._kubeconfig, session)
             self._probe_http = probes
             # A node may list Services but not Endpoints: on a real control plane the proxy reads them as
@@ -346,13 +379,18 @@ class LocalKubelet(LoopThread):
         startup = self._pods is not None and not self._pods.synced.is_set()
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
-        if event_type == "DELETED" or meta.get("deletionTimestamp"):
-            if event_type != "DELETED" and self._node_mode is not None:
-                if meta["uid"] not in self._confirmed:
-                    self._confirmed.add(meta["uid"])
-                    self._spawn(self._terminate_and_confirm(key, meta["uid"]))
-                return
+        if event_type == "DELETED":
             self._spawn(self._terminate(key, meta["uid"], forget=True))
+            return
+        if meta.get("deletionTimestamp") and self._node_mode is not None:  # a real control plane's node
+            if meta["uid"] not in self._confirmed:
+                self._confirmed.add(meta["uid"])
+                self._spawn(self._terminate_and_confirm(key, meta["uid"]))
+            return
+        if meta.get("deletionTimestamp"):
+            if meta["uid"] not in self._ending:
+                self._ending.add(meta["uid"])
+                self._spawn(self._end_gracefully(pod))
             return
         phase = (pod.get("status") or {}).get("phase")
         if meta["uid"] in self._started or phase in TERMINAL:
@@ -365,12 +403,76 @@ class LocalKubelet(LoopThread):
             ))
             return
         self._started.add(meta["uid"])
-        self._spawn(self._run_pod(pod))
+        uid = meta["uid"]
+        task = self._pod_tasks[uid] = self._spawn(self._run_pod(pod))
+        task.add_done_callback(lambda _: self._pod_tasks.pop(uid, None))
 
-    def _spawn(self, work: Any) -> None:
+    def _spawn(self, work: Any) -> asyncio.Task[None]:
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _bind(self, pod: Obj) -> bool:
+        """Assign the pod to this node (`pods/binding`); False when it is gone, being deleted or someone else's."""
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        if spec.get("nodeName"):
+            return bool(spec["nodeName"] == self._node)
+        assert self._http is not None
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": meta["name"], "uid": meta["uid"]},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": self._node}}
+        for delay in status_retry_delays():
+            try:
+                await self._http.call("POST", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding",
+                                      body)
+                return True
+            except ApiFailure as exc:
+                if 400 <= exc.status < 500 and exc.status != 429:
+                    log.info("kubelet: pod %s/%s not bound: %s", meta["namespace"], meta["name"], exc)
+                    return False
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                log.warning("kubelet: binding %s/%s failed (%s), retrying", meta["namespace"], meta["name"], exc)
+            if self._stopping is not None and self._stopping.is_set():
+                return False
+            await asyncio.sleep(delay)
+        return False
+
+    async def _end_gracefully(self, pod: Obj) -> None:
+        """A pod marked for deletion: stop its container within its grace period, write its final status, then
+        delete it for good (grace period 0, its UID as precondition), as a node's kubelet does."""
+        meta = pod["metadata"]
+        key, uid = (meta["namespace"], meta["name"]), meta["uid"]
+        grace = min(float(meta.get("deletionGracePeriodSeconds") or 0), self._grace)
+        life = self._lives.get(key)
+        life = life if life is not None and life.pod["metadata"]["uid"] == uid else None
+        await self._terminate(key, uid, grace=grace)
+        task = self._pod_tasks.get(uid)
+        if task is not None and not task.done():
+            # A runner's final status (its exit code, its termination message) is written as its process ends.
+            done, _ = await asyncio.wait({task}, timeout=10.0)
+            if not done:  # never started (e.g. waiting for a Secret): nothing more to say about it
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if life is not None and life.process is not None and life.process.returncode is not None:
+            code = exit_code(life.process.returncode)
+            await self._patch_status(life.pod, {
+                "phase": "Succeeded" if code == 0 else "Failed",
+                "conditions": [{"type": kind, "status": "False", "lastProbeTime": None,
+                                "lastTransitionTime": format_time(utcnow())} for kind in ("ContainersReady", "Ready")],
+                "containerStatuses": [{**_identity(life.container), "ready": False, "started": False,
+                                       "restartCount": life.restarts, "lastState": life.last_state, "state": {
+                                           "terminated": {"exitCode": code, "reason": "Completed" if code == 0
+                                                          else "Error", "startedAt": life.started,
+                                                          "finishedAt": format_time(utcnow())}}}]})
+        assert self._http is not None
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
+                   "preconditions": {"uid": uid}}
+        try:
+            await self._http.call("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", options)
+        except ApiFailure as exc:  # gone already (a forced delete), or another pod took the name
+            log.info("kubelet: final delete of %s/%s: %s", meta["namespace"], meta["name"], exc)
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            log.warning("kubelet: final delete of %s/%s failed: %s", meta["namespace"], meta["name"], exc)
 
     async def _api(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         assert self._http is not None
@@ -648,6 +750,8 @@ class LocalKubelet(LoopThread):
         pod_dir = self._work_dir / meta["namespace"] / meta["name"]
         root = pod_dir / "root"
         container = (spec.get("containers") or [{}])[0]
+        if not await self._bind(pod):
+            return
         await self._fresh_pod_dir(key, meta["uid"])
         ip = self._ips.allocate()
         self._pod_grace[key] = float(spec.get("terminationGracePeriodSeconds", 30))
@@ -676,7 +780,7 @@ class LocalKubelet(LoopThread):
                     await self._patch_status(pod, {"containerStatuses": [{
                         **_identity(container), "ready": False, "restartCount": 0,
                         "state": {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}}]})
-                    if life is not None and life.stop.is_set():
+                    if (life is not None and life.stop.is_set()) or meta["uid"] in self._ending:
                         return
                     await asyncio.sleep(1.0)
                     if self._stopping is not None and self._stopping.is_set():
@@ -701,6 +805,8 @@ class LocalKubelet(LoopThread):
             log_path.parent.mkdir(parents=True, exist_ok=True)
             cwd = remap(root, container["workingDir"]) if container.get("workingDir") else pod_dir
             cwd.mkdir(parents=True, exist_ok=True)
+            if meta["uid"] in self._ending:
+                return  # deleted while it was being set up: never started
             if life is not None:
                 await self._run_long(life, argv, process_env, cwd, log_path)
             else:
@@ -771,6 +877,8 @@ class LocalKubelet(LoopThread):
                 await self._finish(pod, container, 128, "StartError", str(exc), started)
                 return
             self._processes[key] = (meta["uid"], process)
+            if meta["uid"] in self._ending:  # deleted while its process was being started
+                self._spawn(self._terminate(key, meta["uid"]))
             await self._patch_status(
                 pod,
                 {
@@ -861,6 +969,8 @@ class LocalKubelet(LoopThread):
                     except (OSError, ValueError) as exc:
                         life.process = None
                         code, reason, message = 128, "StartError", str(exc)
+                    if life.process is not None and life.stop.is_set():  # deleted while it was being started
+                        self._spawn(self._kill(life.process, life.grace))
                     if life.process is not None:
                         life.phase, life.state = "Running", {"running": {"startedAt": started}}
                         readiness = life.container.get("readinessProbe")
@@ -974,9 +1084,12 @@ class LocalKubelet(LoopThread):
         await end_group(process.pid)
         await process.wait()
 
-    async def _terminate(self, key: tuple[str, str], uid: str | None = None, forget: bool = False) -> None:
-        """Stop a pod's process; `forget` (the pod was deleted): its emptyDirs go too, as on a node."""
-        grace = min(self._pod_grace.get(key, self._grace), self._grace)
+    async def _terminate(self, key: tuple[str, str], uid: str | None = None, forget: bool = False,
+                         grace: float | None = None) -> None:
+        """Stop a pod's process; `forget` (the pod was deleted): its emptyDirs go too, as on a node. `grace`: the
+        deletion's grace period (default: the pod's terminationGracePeriodSeconds), capped by `grace_seconds`."""
+        if grace is None:
+            grace = min(self._pod_grace.get(key, self._grace), self._grace)
         life = self._lives.get(key)
         if life is not None and (uid is None or life.pod["metadata"]["uid"] == uid):
             life.stop.set()

@@ -84,6 +84,18 @@ def pod_ready(pod: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def pod_deletion_grace(pod: Mapping[str, Any], requested: int | None) -> int:
+    """Seconds a deleted pod is kept (with `deletionTimestamp`) for its kubelet to stop it, as kube-apiserver's
+    pod strategy decides: none for a pod no node runs (never bound) or one already ended; else the DELETE's
+    `gracePeriodSeconds`, or the pod's `terminationGracePeriodSeconds` (30 by default)."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if not spec.get("nodeName") or status.get("phase") in TERMINAL:
+        return 0
+    if requested is not None:
+        return max(int(requested), 0)
+    return max(int(spec.get("terminationGracePeriodSeconds", 30)), 0)
+
+
 def pod_active(pod: Mapping[str, Any]) -> bool:
     """Counts towards a Deployment's replicas: not being deleted and not finished."""
     return not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in TERMINAL

@@ -184,3 +184,29 @@ def test_drift_is_detected_notified_once_and_resolved(world: tuple[Platform, Tes
                                                             "drift")
     assert notifier["status"]["lastDelivery"]["result"] == "Delivered"
     assert receiver.url not in json.dumps(notifier) and base64.b64encode(HMAC_KEY).decode() not in json.dumps(notifier)
+
+
+def test_a_commit_that_ends_a_drift_resolves_it(world: tuple[Platform, TestRepo, Receiver]) -> None:
+    """Issue 25 item 4: the drift ended by a new commit's apply (not by approving the correction). The commit's
+    plan is a code change, not a drift correction, so the drift state went Drifted → CodeChange → InSync and the
+    DriftResolved event, which looked for Drifted → InSync, was never posted: a notifier never heard it was over."""
+    platform, repo, receiver = world
+    platform.create_layer("app", "infra", "layers/app", auto_apply=True)
+    platform.wait_state("app", "Idle", 120)
+    edit_state_behind_terraforms_back(platform.state_file("app"))
+    wait_for(lambda: receiver.events() == ["DriftDetected"], 60, interval=0.2, what="one DriftDetected delivery")
+
+    head = repo.commit({"layers/app/main.tf": DRIFT_TF.replace('input = "v1"', 'input = "v2"')}, "v2")
+
+    def applied_in_sync() -> bool:
+        layer = platform.layer("app")
+        status = layer.get("status") or {}
+        return ((layer["metadata"].get("annotations") or {}).get(ann.APPLY_COMMIT) == head
+                and status.get("state") == "Idle" and (status.get("drift") or {}).get("state") == "InSync")
+
+    wait_for(applied_in_sync, 120, interval=0.3, what="the commit applied and the layer in sync")
+    wait_for(lambda: receiver.events() == ["DriftDetected", "DriftResolved"], 30, interval=0.2,
+             what="one DriftResolved delivery")
+    reasons = [e.reason for e in platform.core.list_namespaced_event("default").items
+               if e.involved_object.name == "app"]
+    assert reasons.count("DriftDetected") == 1 and reasons.count("DriftResolved") == 1, reasons

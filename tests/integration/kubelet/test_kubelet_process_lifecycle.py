@@ -4,6 +4,7 @@ process, a status write the API lost is retried, a SIGKILLed container reads 137
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 import time
@@ -172,7 +173,9 @@ def test_each_pod_gets_its_own_empty_tmp_and_log_even_under_a_reused_name(node: 
 
 
 def test_a_pod_recreated_at_once_under_its_name_keeps_its_files(node: Node) -> None:
-    """The cleanup of a deleted pod must not remove the files of its successor of the same name."""
+    """The cleanup of a deleted pod must not remove the files of its successor of the same name. Force-deleted
+    (a grace period of 0, `kubectl delete --force`), so the name is free at once while the kubelet still stops
+    the old pod's process and removes its files."""
     code = """
         import os, pathlib, time
         pathlib.Path(os.environ["TMPDIR"], "mine").write_text(os.environ["HOSTNAME"])
@@ -182,10 +185,46 @@ def test_a_pod_recreated_at_once_under_its_name_keeps_its_files(node: Node) -> N
     root = node.kubelet.pod_root("default", "again")
     wait_for(lambda: (root / "tmp" / "mine").exists(), 30, 0.02)
     for _ in range(3):
-        assert node.http.delete(f"{PODS}/again").status_code == 200
+        assert node.http.delete(f"{PODS}/again", params={"gracePeriodSeconds": "0"}).status_code == 200
         node.run("again", code)
     uid = node.pod("again")["metadata"]["uid"]
     wait_for(lambda: node.phase("again") == "Running", 30, 0.02)
     time.sleep(0.5)  # the deleted pods' cleanups have run
     wait_for(lambda: (root / "tmp" / "mine").exists(), 10, 0.02, "the live pod's /tmp to hold its file")
     assert node.pod("again")["metadata"]["uid"] == uid
+
+
+# As the runner starts terraform (runner/terraform.py: `process_group=0`): a process group of its own, so that a
+# terminal's Ctrl-C or a killpg of the runner's group never reaches it directly. It ignores SIGTERM here.
+OWN_GROUP = """
+    import pathlib, subprocess, sys, time
+    subprocess.Popen([sys.executable, "-c", "import os, pathlib, signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); pathlib.Path({pidfile!r}).write_text(str(os.getpid())); "
+        "time.sleep(600)"], process_group=0)
+    while not pathlib.Path({pidfile!r}).exists():
+        time.sleep(0.01)
+"""
+
+
+def test_a_child_in_a_process_group_of_its_own_goes_with_a_killed_container(node: Node) -> None:
+    """Issue 25 item 6: terraform, started by the runner in its own process group, outlived a runner killed under
+    the local kubelet (which killed the runner's group only), and the next attempt ran a second terraform apply
+    on the same state. The container's whole session goes now, as its PID namespace would."""
+    pidfile = node.tmp / "terraform.pid"
+    node.run("runner", OWN_GROUP.format(pidfile=str(pidfile)) + "\n    import os, signal\n"
+                                                                 "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    wait_for(lambda: node.phase("runner") == "Failed", 30, 0.02, "the killed runner's pod to fail")
+    child = int(pidfile.read_text())
+    assert not alive(child), "terraform outlived its killed runner"
+    terminated = node.pod("runner")["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["exitCode"] == 137
+
+
+def test_deleting_a_pod_ends_a_child_in_a_process_group_of_its_own(node: Node) -> None:
+    pidfile = node.tmp / "terraform-2.pid"
+    node.run("deleted", OWN_GROUP.format(pidfile=str(pidfile)) + "\n    time.sleep(600)\n")
+    wait_for(lambda: pidfile.exists() and pidfile.read_text(), 30, 0.02, "the child to start")
+    child = int(pidfile.read_text())
+    assert alive(child) and os.getpgid(child) == child, "it runs in a process group of its own"
+    assert node.http.delete(f"{PODS}/deleted").status_code == 200
+    wait_for(lambda: not alive(child), 15, 0.05, "the child to be killed with its pod")

@@ -32,7 +32,7 @@ CONTROLLERS: list[Rule] = [
 ]
 # Only in tenant namespaces, whatever the mode: runner pods, their logs, Secrets, per-layer Leases.
 CONTROLLERS_TENANT: list[Rule] = [
-    (CORE, "pods", "create", ()),
+    (CORE, "pods", "get create", ()),  # get: adopting a pod after a 409 (runs.py _adopt_or_refuse)
     (CORE, "pods/log", "get", ()),
     (CORE, "secrets", "get create update", ()),
     ("coordination.k8s.io", "leases", "get create update delete", ()),
@@ -71,8 +71,10 @@ RUNNER: list[Rule] = [
     (CORE, "secrets", "get", ()),  # spec.varsFrom (burrito_py/runner/main.py write_variables)
     (CORE, "configmaps", "get", ()),
 ]
-# AGL kinds named in the tenants value set.
+# AGL kinds named in the tenants value set, and the AGL groups (controllers.agl.groups) of the value sets.
 AGL_KINDS = [("apps.burrito-py.io", "databases"), ("platform.example.com", "buckets")]
+APPS = "apps.burrito-py.io"
+AGL_GROUPS = [APPS, "platform.example.com"]
 
 
 def sa(component: str) -> str:
@@ -89,11 +91,14 @@ def expand(subject: str, rules: list[Rule], scopes: list[str]) -> set[Grant]:
 
 
 def expected(tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, str]],
-             shards: bool = False) -> set[Grant]:
+             shards: bool = False, agl_groups: tuple[str, ...] = (APPS,)) -> set[Grant]:
     scopes = ["cluster"] if cluster_mode else tenants
     controllers = CONTROLLERS + [rule for g, p in agl_kinds for rule in ((g, p, "list watch", ()),
                                                                           (g, f"{p}/status", "patch", ()))]
-    cluster = CONTROLLERS_CLUSTER + [(g, p, "list", ()) for g, p in agl_kinds]
+    # Every kind of an AGL group: a definition added after install is served without a redeploy (issue 25).
+    controllers += [rule for g in agl_groups for rule in ((g, "*", "list watch", ()), (g, "*/status", "patch", ()))]
+    cluster = CONTROLLERS_CLUSTER + [(g, p, "list", ()) for g, p in agl_kinds] + [(g, "*", "list", ())
+                                                                                  for g in agl_groups]
     if agl_kinds:
         names = tuple(sorted(f"{p}.{g}" for g, p in agl_kinds))
         cluster.append(("apiextensions.k8s.io", "customresourcedefinitions", "update delete", names))
@@ -139,7 +144,7 @@ def expected(tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, 
 def test_exact_grants(name: str, tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, str]],
                       shards: bool) -> None:
     got = grants(rendered(name))
-    want = expected(tenants, cluster_mode, agl_kinds, shards)
+    want = expected(tenants, cluster_mode, agl_kinds, shards, tuple(AGL_GROUPS) if agl_kinds else (APPS,))
     assert sorted(got - want) == [], "new grants"
     assert sorted(want - got) == [], "missing grants"
 
@@ -196,10 +201,18 @@ def _roles(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 )
 def test_no_wildcards_and_no_cluster_wide_secrets_in_tenant_mode(name: str) -> None:
     objects = rendered(name)
+    agl_groups = set(VALUE_SETS[name].get("controllers", {}).get("agl", {}).get("groups") or [APPS])
     for role in _roles(objects):
         for rule in role["rules"]:
-            for key in ("apiGroups", "resources", "verbs", "resourceNames"):
+            for key in ("apiGroups", "verbs", "resourceNames"):
                 assert "*" not in (rule.get(key) or ()), (role["metadata"]["name"], rule)
+            # The one wildcard: the resources of a group given to AGL kinds (controllers.agl.groups), read and
+            # status only; never a Kubernetes or burrito-py group.
+            if any("*" in r for r in rule.get("resources") or ()):
+                assert set(rule["apiGroups"]) <= agl_groups, (role["metadata"]["name"], rule)
+                assert set(rule["resources"]) <= {"*", "*/status"}, rule
+                assert set(rule["verbs"]) <= {"list", "watch"} or rule["resources"] == ["*/status"], rule
+                assert rule["resources"] != ["*/status"] or rule["verbs"] == ["patch"], rule
             assert "escalate" not in rule["verbs"] and "bind" not in rule["verbs"] and "impersonate" not in rule[
                 "verbs"]
     all_grants = grants(objects)
@@ -230,7 +243,7 @@ def test_runner_rules_match_the_runner_api_calls() -> None:
 def test_rule_counts_per_component() -> None:
     """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
     counts = grants_per_component(rendered("default"), RELEASE)
-    assert counts == {"controllers": 58, "server": 23, "datastore": 5, "runner": 6}
+    assert counts == {"controllers": 63, "server": 23, "datastore": 5, "runner": 6}
 
 
 def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:
@@ -282,3 +295,14 @@ def test_prometheus_may_be_bound_to_get_metrics_and_nothing_else() -> None:
     assert binding["subjects"] == [prometheus] and binding["roleRef"]["name"] == f"{RELEASE}-metrics-reader"
     endpoint = find(objects, "ServiceMonitor", f"{RELEASE}-controllers")["spec"]["endpoints"][0]
     assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+@pytest.mark.parametrize("group", ["apps", "", "rbac.authorization.k8s.io", "metrics.k8s.io", "x.kubernetes.io",
+                                   "terraform.burrito-py.io", "agl.burrito-py.io"])
+def test_agl_groups_never_reach_kubernetes_or_burrito_pys_own_groups(group: str) -> None:
+    """A wildcard over a group's resources is only for groups of AGL kinds: the schema (a dotted DNS name) or the
+    template refuses the others, naming the value."""
+    from burrito_py.deploy.chart import ChartRenderError, render_chart
+
+    with pytest.raises(ChartRenderError, match=r"controllers.agl.groups: |/controllers/agl/groups/0"):
+        render_chart({"controllers": {"agl": {"groups": [group]}}}, RELEASE, NAMESPACE)

@@ -246,3 +246,33 @@ def test_slot_released_is_a_no_op_outside_a_scheduler():
             return "ran"
 
     assert asyncio.run(scenario()) == "ran"
+
+
+def test_a_key_that_keeps_failing_is_retried_later_and_later_then_at_once_after_a_success():
+    """Issue 25: a permanent error (a 403 on a run) was retried every 5 s forever."""
+    from burrito_py.controllers.scheduler import retry_delay
+
+    assert [retry_delay(n) for n in range(1, 9)] == [5, 10, 20, 40, 80, 160, 300, 300]
+
+    async def scenario() -> list[float]:
+        fail = {"a": 3}
+        delays: list[float] = []
+
+        async def handler(key: str) -> None:
+            if fail[key]:
+                fail[key] -= 1
+                raise RuntimeError("403 Forbidden")
+
+        scheduler: Scheduler[str] = Scheduler("test", handler)
+        task = asyncio.create_task(scheduler.run())
+        await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        for _ in range(4):
+            scheduler.schedule("a", 0.0)  # a wake-up now (an event) runs it now, whatever its backoff
+            while scheduler.busy():
+                await asyncio.sleep(0.001)
+            delays.append(round(scheduler._due["a"] - loop.time()) if "a" in scheduler._due else 0.0)
+        task.cancel()
+        return delays
+
+    assert asyncio.run(scenario()) == [5, 10, 20, 0], "the success resets the count; nothing more is due"

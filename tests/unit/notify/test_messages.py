@@ -114,3 +114,15 @@ def test_pending_plans_policy_denials_failures_and_applies() -> None:
     events, notified = due(status(), status(lastResult="Applied: Plan: 0 to add, 1 to change, 0 to destroy"), applied)
     assert events == ["ApplySucceeded"]
     assert due(status(notified=notified), status(lastResult="Applied: x", notified=notified), applied)[0] == []
+
+
+def test_a_drift_ended_by_a_commit_is_resolved_too() -> None:
+    """Issue 25 item 4: Drifted, then a commit's plan (a code change, not a correction), then its apply: in sync.
+    The DriftResolved notification is due at the end, and the layer controller posts its event with it."""
+    events, notified = due(status(), status(drift=DRIFTED))
+    code_change = {"state": "CodeChange", "planSum": "sha256:cc", "resources": 1}
+    assert due(status(drift=DRIFTED, notified=notified), status(drift=code_change, notified=notified),
+               {**A, ann.PLAN_SUM: "sha256:cc"})[0] == []
+    events, _ = due(status(drift=code_change, notified=notified), status(drift={"state": "InSync"}, notified=notified),
+                    {**A, ann.PLAN_SUM: "sha256:cc", ann.APPLY_SUM: "sha256:cc"})
+    assert events == ["DriftResolved"]
