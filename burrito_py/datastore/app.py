@@ -38,6 +38,7 @@ from burrito_py.datastore.encryption import EncryptionError
 from burrito_py.datastore.quota import NamespaceUsage, allowance, describe_bytes, run_used
 from burrito_py.datastore.storage import DeleteFailed, Exists, ObjectInfo, Storage, Stored, TooLarge
 from burrito_py.local.paths import pod_path_setting
+from burrito_py.plans.limits import PLAN_JSON_LIMIT
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,6 @@ REVIEW_FILE = "review.json"
 INPUTS_FILE = "inputs.json"
 TREE_HEADER = "X-Burrito-Tree-Id"
 
-# Plan JSON: `terraform show -json` of 1,000 changing resources is about 1.5 MiB (measured with the test
-# fixtures); 8 MiB leaves room for big states (the JSON holds the prior state) and keeps one parse under
-# 200 MiB of the controllers' 512 MiB (parsing costs about 23 times the size).
-PLAN_JSON_LIMIT = 8 * 1024 * 1024
 SHA_HEADER = "X-Burrito-Sha256"
 # Small records, bounded here rather than by a setting.
 SHORT_LIMIT = 4096

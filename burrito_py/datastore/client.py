@@ -33,6 +33,11 @@ class DatastoreError(Exception):
         self.limit = limit
 
 
+class NotTheRecordedObject(DatastoreError):
+    """An object above the size the reader takes, or whose bytes do not have the recorded sum: reading it again
+    gives the same answer."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoredObject:
     """What the datastore recorded for an object: `sha256:<hex>` of its bytes (computed by the datastore as it
@@ -200,17 +205,17 @@ class DatastoreClient:
                 self._check(response, what)
                 declared = response.headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > max_bytes:
-                    raise DatastoreError(f"{what}: {declared} bytes, above the limit of {max_bytes}")
+                    raise NotTheRecordedObject(f"{what}: {declared} bytes, above the limit of {max_bytes}")
                 digest, parts, size = hashlib.sha256(), [], 0
                 for chunk in response.iter_bytes():
                     size += len(chunk)
                     if size > max_bytes:
-                        raise DatastoreError(f"{what}: more than the limit of {max_bytes} bytes")
+                        raise NotTheRecordedObject(f"{what}: more than the limit of {max_bytes} bytes")
                     digest.update(chunk)
                     parts.append(chunk)
             got = _sum(digest.hexdigest())
             if got != expected:
-                raise DatastoreError(f"{what}: its bytes have the sum {got}, not the recorded {expected}")
+                raise NotTheRecordedObject(f"{what}: its bytes have the sum {got}, not the recorded {expected}")
             return b"".join(parts)
 
         try:
@@ -365,18 +370,23 @@ class DatastoreClient:
     def get_applied(self, ns: str, layer: str, run: str, attempt: int | None = None) -> str | None:
         """The plan sum the run's latest attempt with an applied record (or attempt `attempt`) recorded as
         applied; None when none did."""
+        body = self.get_applied_record(ns, layer, run, attempt)
+        if body is None:
+            return None
+        found = applied_sum(body)
+        if found is None:
+            raise DatastoreError(f"applied record of {ns}/{layer} run {run} is not valid JSON")
+        return found
+
+    def get_applied_record(self, ns: str, layer: str, run: str, attempt: int | None = None) -> bytes | None:
+        """The raw applied record (see `get_applied`); None when there is none."""
         try:
             url = f"{self._run_url(ns, layer, run, attempt)}/applied"
-            body = self._get(url, f"applied record of {ns}/{layer} run {run}")
+            return self._get(url, f"applied record of {ns}/{layer} run {run}")
         except DatastoreError as exc:
             if exc.status_code == 404:
                 return None
             raise
-        try:
-            found = json.loads(body).get("sum")
-        except (ValueError, AttributeError):
-            raise DatastoreError(f"applied record of {ns}/{layer} run {run} is not valid JSON") from None
-        return str(found) if found else None
 
     def delete_run(self, namespace: str, layer: str, run: str) -> None:
         """Delete everything the run stored (every attempt's plans, logs, outputs, records, and its inputs), as
@@ -422,6 +432,15 @@ class DatastoreClient:
             dest,
             f"source of {ns}/{repo} at {revision}",
         )
+
+
+def applied_sum(record: bytes) -> str | None:
+    """The `sum` of an applied record (`{"sum", "attempt"}`); None when it holds none."""
+    try:
+        found = json.loads(record).get("sum")
+    except (ValueError, AttributeError):
+        return None
+    return str(found) if found else None
 
 
 class _ServerError(Exception):
