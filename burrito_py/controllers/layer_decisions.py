@@ -383,7 +383,8 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     if (
         not auto
         and plan_sum is not None
-        and not (apply_done or plan_failed or apply_exhausted or stale_replan or applying or refusal is not None)
+        and not (apply_done or plan_failed or apply_exhausted or stale_replan or applying or refusal is not None
+                 or recording)
     ):
         reason = gate.waiting_reason if snap.auto_apply or not gate.approval_allowed else ""
         pending = PendingPlanView(plan_sum, a.get(ann.PLAN_RUN), plan_commit, reason)

@@ -589,6 +589,10 @@ async def _write_status(ctx: Context, layer: Body, status: Body, ready: Cond) ->
         return layer
     meta = layer["metadata"]
     patch = {"status": {k: status.get(k) for k in STATUS_KEYS}}
+    old_pending, new_pending = old_status.get("pendingPlan"), status.get("pendingPlan")
+    if isinstance(old_pending, dict) and isinstance(new_pending, dict):
+        # A merge patch keeps the keys it does not name: a `reason` the plan no longer has must be removed.
+        patch["status"]["pendingPlan"] = {**{k: None for k in old_pending if k not in new_pending}, **new_pending}
     updated = await ctx.kube.merge_patch(crd_path("terraformlayers", meta["namespace"], meta["name"], "status"), patch)
     ctx.inventory.layers.observe(updated)
     await _announce(ctx, layer, old_status, status, ready)

@@ -150,6 +150,9 @@ def test_a_live_run_is_not_judged_while_its_result_is_recorded() -> None:
     snap = replace(snapshot("app-plan-1/2", SUM, live), active_run=live)
     d = decide_layer(snap, NOW)
     assert d.state == "Running" and condition(d)[:2] == (True, "NothingToVerify")
+    # Nor is it offered for approval before it is recorded (and reviewed).
+    manual = replace(snapshot("app-plan-1/2", SUM, live, auto_apply=False), active_run=live)
+    assert decide_layer(manual, NOW).pending_plan is None
 
 
 def test_a_forgery_stays_reported_while_the_layer_plans_again() -> None:
