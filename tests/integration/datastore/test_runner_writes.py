@@ -58,13 +58,13 @@ def test_a_runner_writes_each_object_once_and_the_datastore_says_its_sum(platfor
     plan, crafted = b"the plan terraform made", b"a crafted plan"
     first = httpx.put(url, content=plan, headers=runner(platform))
     assert first.status_code == 201, first.text
-    assert first.headers["X-Burrito-Sha256"] == first.json()["sha256"] == sha(plan)
-    retried = httpx.put(url, content=plan, headers=runner(platform))
-    assert (retried.status_code, retried.headers["X-Burrito-Sha256"]) == (200, sha(plan))
     overwrite = httpx.put(url, content=crafted, headers=runner(platform))
     assert overwrite.status_code == 409
     assert overwrite.json()["error"] == (f"plan.bin of this attempt is already stored with other content (sha256 "
                                          f"{sha(plan)}): an attempt's objects are written once")
+    assert first.headers["X-Burrito-Sha256"] == first.json()["sha256"] == sha(plan)
+    retried = httpx.put(url, content=plan, headers=runner(platform))
+    assert (retried.status_code, retried.headers["X-Burrito-Sha256"]) == (200, sha(plan))
     got = httpx.get(url, headers=admin(platform))
     assert (got.content, got.headers["X-Burrito-Sha256"]) == (plan, sha(plan))
     head = httpx.head(url, headers=runner(platform))
