@@ -38,6 +38,11 @@ class ArtifactReference(ApiModel):
 
     run: str = Field(min_length=1, description="Name of the plan run.")
     attempt: int = Field(ge=1, description="Attempt of that run that holds the plan (from 1).")
+    sum: str | None = Field(
+        default=None, pattern=r"^sha256:[0-9a-f]{64}$",
+        description="sha256:<hex> of that attempt's binary plan, as the controllers recorded it from the datastore; "
+        "the runner applies only a plan of exactly this sum.",
+    )
 
 
 class TerraformRunSpec(ApiModel):
@@ -80,6 +85,18 @@ class Attempt(ApiModel):
     finished_at: str | None = Field(default=None, description="When the pod terminated (RFC 3339 UTC).")
     logs_uploaded: bool = Field(default=False, description="Whether the attempt's log is in the datastore.")
     exit_code: int | None = Field(default=None, description="Exit code of the runner container.")
+    # Recorded by the run controller from the datastore when the attempt ends (never from the runner's word):
+    # what a later apply of this plan is checked against (docs/architecture.md §6.4).
+    plan_sum: str | None = Field(
+        default=None, description="sha256:<hex> of the attempt's binary plan, as the datastore computed it."
+    )
+    plan_json_sum: str | None = Field(
+        default=None, description="sha256:<hex> of the attempt's plan JSON, as the datastore computed it."
+    )
+    plan_json_size: int | None = Field(default=None, ge=0, description="Size of the attempt's plan JSON in bytes.")
+    applied_sum: str | None = Field(
+        default=None, description="sha256:<hex> of the plan this apply attempt applied (its run's artifact)."
+    )
 
 
 class PodCreation(ApiModel):

@@ -13,6 +13,7 @@ from burrito_py.controllers.dependencies import OutputsCache, wake_related
 from burrito_py.controllers.inventory import Inventory, Key
 from burrito_py.controllers.kube import Kube
 from burrito_py.controllers.notifications import Notifications
+from burrito_py.controllers.plan_budget import ParseBudget
 from burrito_py.controllers.policies import PolicyBook
 from burrito_py.controllers.pull_request_decisions import PullRequestMemory
 from burrito_py.controllers.scheduler import Scheduler
@@ -46,6 +47,8 @@ class Context:
     webhook_keys: WebhookKeyPublisher | None = None  # set from the settings when not given
     # Set once the initial listing is in the inventory: deciding before that could duplicate runs.
     primed: bool = False
+    # The plan JSON read and parsed at once (plan_review.py, pull_requests.py): at most one plan's limit.
+    parse_budget: ParseBudget = field(init=False)
 
     def __post_init__(self) -> None:
         self.inventory.layers.on_change = functools.partial(wake_related, self)
@@ -56,6 +59,7 @@ class Context:
             self.webhook_keys = WebhookKeyPublisher(settings.webhook_keys_namespace or own_namespace(),
                                                     settings.webhook_keys_secret, settings.webhook_keys_per_namespace)
         self.notifications.outbound = self.settings.outbound_policy()
+        self.parse_budget = ParseBudget(self.settings.max_plan_json_bytes)
 
     def wake_layer(self, key: Key, after: timedelta | float = 0.0) -> None:
         if self.layers is not None and self.primed:

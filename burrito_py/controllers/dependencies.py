@@ -8,7 +8,8 @@ destroy.
 
 Upstream outputs are read from the datastore once per upstream apply (`apply-run`) and kept in memory: a
 dependent's evaluation costs no request while its upstreams' applies are unchanged. Values stay here and in
-the datastore record handed to the runner (`put_inputs`); status holds only a salted digest.
+the datastore record handed to the runner (`upstream_inputs`, then run_inputs.py); status holds only a salted
+digest.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from burrito_py.controllers.dependency_decisions import (
     dependencies_of,
 )
 from burrito_py.controllers.inventory import Body, Key, key_of
+from burrito_py.controllers.run_inputs import Upstream
 
 if TYPE_CHECKING:
     from burrito_py.controllers.context import Context
@@ -206,14 +208,11 @@ def inputs_record(verdict: DependencyVerdict, outputs: Mapping[Key, HeldOutputs]
     return {"digest": verdict.inputs_digest, "variables": variables, "sensitive": sorted(sensitive)}
 
 
-async def put_inputs(ctx: Context, layer: Mapping[str, Any], run: str, verdict: DependencyVerdict) -> str | None:
-    """Store the plan run's inputs before the run exists (its runner reads them). None when stored (or nothing to
-    store); `MOVED_ON` when an upstream applied again meanwhile (decide again at once); else why the datastore
-    could not take them (names only)."""
-    if not verdict.inputs or ctx.datastore is None:
+async def upstream_inputs(ctx: Context, verdict: DependencyVerdict) -> Upstream | str | None:
+    """The upstream outputs a run being created consumes, for its inputs record (run_inputs.py): None when it
+    consumes none; `MOVED_ON` when an upstream applied again meanwhile (decide again at once)."""
+    if not verdict.inputs:
         return None
-    from burrito_py.datastore.client import DatastoreError
-
     outputs: dict[Key, HeldOutputs] = {}
     for upstream, apply_run in verdict.consumed:
         body = ctx.inventory.layers.get(upstream)
@@ -222,11 +221,4 @@ async def put_inputs(ctx: Context, layer: Mapping[str, Any], run: str, verdict: 
             return MOVED_ON
         outputs[upstream] = held
     record = inputs_record(verdict, outputs)
-    namespace, name = key_of(layer)
-    try:
-        await asyncio.to_thread(ctx.datastore.put_inputs, namespace, name, run,
-                                json.dumps(record, sort_keys=True).encode())
-    except DatastoreError as exc:
-        log.warning("layer %s/%s: cannot store the inputs of run %s: %s", namespace, name, run, exc)
-        return f"the upstream outputs for run {run} could not be stored in the datastore: {exc}"
-    return None
+    return Upstream(record["digest"], record["variables"], tuple(record["sensitive"]))

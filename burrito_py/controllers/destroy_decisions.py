@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from burrito_py.api import annotations as ann
+from burrito_py.controllers.artifact_check import LayerIdentity, artifact_refusal
 from burrito_py.controllers.conditions import Cond
 from burrito_py.controllers.layer_decisions import (
     NO_CHANGES,
@@ -46,6 +47,7 @@ from burrito_py.controllers.layer_decisions import (
 
 DESTROY_FINALIZER = "terraform.burrito-py.io/destroy"
 DESTROY_SKIPPED = "DestroySkipped"
+DESTROY_PLAN_REFUSED = "DestroyPlanRefused"
 FinalizerChange = Literal["add", "remove"]
 
 
@@ -73,6 +75,9 @@ class DestroySnapshot:
     crd_deletion: str | None = None
     # Layers that depend on this one and still exist (`<namespace>/<name>`): its destroy waits for them.
     dependents: tuple[str, ...] = ()
+    # The layer, and the run `plan-run` names: a destroy plan is applied only if the artifact check passes.
+    identity: LayerIdentity | None = None
+    named_plan_run: RunView | None = None
 
 
 def _decision(
@@ -170,11 +175,22 @@ def decide_destroy(snap: DestroySnapshot) -> LayerDecision:
         return _decision(
             "Idle", "NothingToDestroy", f"destroy plan run {last.name} found nothing to destroy", remove_finalizer=True
         )
+    if snap.identity is not None:
+        # The destroy plan is applied only as any plan is: one the controllers made and recorded (artifact_check).
+        named = snap.named_plan_run if snap.named_plan_run is not None else last
+        refusal = artifact_refusal(snap.identity, a.get(ann.PLAN_RUN), a.get(ann.PLAN_SUM), named)
+        if refusal is not None:
+            return _decision(
+                "PlanNeeded", DESTROY_PLAN_REFUSED,
+                f"the destroy plan {a.get(ann.PLAN_RUN)!r} is never applied: {refusal}; planning the destruction "
+                "again", create=CreateRun("plan", target, destroy=True), remove_sync_now=sync_now,
+            )
     return _decision(
         "ApplyNeeded",
         "DestroyApplyNeeded",
         f"applying destroy plan {a.get(ann.PLAN_SUM)} of run {last.name}",
-        create=CreateRun("apply", last.revision or target, planned[0], planned[1], destroy=True),
+        create=CreateRun("apply", last.revision or target, planned[0], planned[1], destroy=True,
+                         plan_sum=a.get(ann.PLAN_SUM)),
         remove_sync_now=sync_now,
     )
 

@@ -19,6 +19,9 @@ from typing import Literal
 
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.admission import Window, sync_windows_allow
+from burrito_py.controllers.artifact_check import CONDITION as ARTIFACT_CONDITION
+from burrito_py.controllers.artifact_check import REFUSED as ARTIFACT_REFUSED
+from burrito_py.controllers.artifact_check import LayerIdentity, artifact_refusal
 from burrito_py.controllers.conditions import Cond
 from burrito_py.controllers.dependency_decisions import DependencyVerdict
 from burrito_py.controllers.drift import drift_due
@@ -71,6 +74,19 @@ class RunView:
     changes_digest: str | None = None
     # For a plan: made because someone asked (`sync-now`), not by a drift check or a commit.
     sync_requested: bool = False
+    # What the apply artifact check reads (artifact_check.py): the uids of its TerraformLayer owner references,
+    # its layer label, the layer its spec names, the pull request it plans for, and its last attempt when that
+    # one succeeded with the plan sum the run controller recorded for it.
+    owners: tuple[str, ...] = ()
+    layer_label: str | None = None
+    layer_name: str = ""
+    layer_namespace: str | None = None
+    pull_request: str | None = None
+    result_attempt: int | None = None
+    result_sum: str | None = None
+    # The sum and size of that attempt's plan JSON, recorded with it (the review reads only that JSON).
+    result_json_sum: str | None = None
+    result_json_size: int | None = None
 
     @property
     def terminal(self) -> bool:
@@ -125,6 +141,9 @@ class LayerSnapshot:
     dependencies: DependencyVerdict | None = None
     # The inputs digest the current plan was made with (its run's stamp, else status.inputsDigest).
     plan_inputs_digest: str | None = None
+    # The layer itself and the run of the layer's namespace that `plan-run` names, whatever it is (artifact check).
+    identity: LayerIdentity | None = None
+    named_plan_run: RunView | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,10 +385,27 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         retry_message,
     )
 
+    # The plan an apply would take must be one the controllers made and recorded (artifact_check.py); one that is
+    # not is never applied, and the layer plans again. Not the live run's own plan: its result is being recorded
+    # (the run controller annotates the layer just before it marks the run Succeeded).
+    named = parse_plan_run(a.get(ann.PLAN_RUN))
+    recording = live is not None and named is not None and named[0] == live.name
+    refusal = None
+    if (plan_sum is not None and not (apply_done or plan_failed or apply_exhausted) and not recording
+            and snap.identity is not None):
+        refusal = artifact_refusal(snap.identity, a.get(ann.PLAN_RUN), plan_sum, snap.named_plan_run)
+    artifact_cond = (
+        Cond(ARTIFACT_CONDITION, False, ARTIFACT_REFUSED,
+             f"the plan {a.get(ann.PLAN_RUN)!r} ({plan_sum}) is never applied: {refusal}; the layer plans again")
+        if refusal is not None
+        else Cond(ARTIFACT_CONDITION, True, "ArtifactVerified" if plan_sum is not None and not apply_done
+                  and not running else "NothingToVerify")
+    )
+
     state: LayerStateName
     if running:
         state = "Running"
-    elif sync_now or ((not plan_fresh or not planned or stale_replan) and not plan_exhausted):
+    elif sync_now or ((not plan_fresh or not planned or stale_replan or refusal is not None) and not plan_exhausted):
         state = "PlanNeeded"
     elif not apply_done and not plan_failed and not apply_exhausted:
         state = "ApplyNeeded"
@@ -392,7 +428,8 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     if (
         not auto
         and plan_sum is not None
-        and not (apply_done or plan_failed or apply_exhausted or stale_replan or applying)
+        and not (apply_done or plan_failed or apply_exhausted or stale_replan or applying or refusal is not None
+                 or recording)
     ):
         reason = gate.waiting_reason if snap.auto_apply or not gate.approval_allowed else ""
         pending = PendingPlanView(plan_sum, a.get(ann.PLAN_RUN), plan_commit, reason)
@@ -435,6 +472,7 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         approval_cond,
         gate.condition,
         drifted,
+        artifact_cond,
         window_cond,
         *((deps.condition,) if deps is not None else ()),
     )

@@ -18,13 +18,17 @@ from burrito_py.api import annotations as ann
 from burrito_py.api.common import SyncWindow
 from burrito_py.controllers import metrics
 from burrito_py.controllers.admission import Window
+from burrito_py.controllers.artifact_check import CONDITION as ARTIFACT_CONDITION
+from burrito_py.controllers.artifact_check import REFUSED as ARTIFACT_REFUSED
+from burrito_py.controllers.artifact_check import LayerIdentity
 from burrito_py.controllers.conditions import Cond, merge_conditions
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.crd_guard import LAYER_CRD, cached_owners, crd_deletion, look_fresh
-from burrito_py.controllers.dependencies import MOVED_ON, RETRY_SECONDS, dependency_snapshot, put_inputs
+from burrito_py.controllers.dependencies import MOVED_ON, RETRY_SECONDS, dependency_snapshot, upstream_inputs
 from burrito_py.controllers.dependency_decisions import DependencyVerdict, judge_dependencies
 from burrito_py.controllers.destroy_decisions import (
     DESTROY_FINALIZER,
+    DESTROY_PLAN_REFUSED,
     DESTROY_SKIPPED,
     DestroySnapshot,
     decide_destroy,
@@ -64,6 +68,7 @@ from burrito_py.controllers.run_creation import (
 )
 from burrito_py.controllers.run_creation import condition as run_creation_condition
 from burrito_py.controllers.run_creation import last_result as run_creation_result
+from burrito_py.controllers.run_inputs import put_run_inputs
 from burrito_py.timeutil import format_time_precise, parse_time, utcnow
 
 log = logging.getLogger(__name__)
@@ -94,6 +99,9 @@ def run_view(run: Mapping[str, Any]) -> RunView:
     annotations = run["metadata"].get("annotations") or {}
     generation = annotations.get(ann.RUN_LAYER_GENERATION, "")
     succeeded: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "HasSucceeded"), {})
+    attempts = [a for a in status.get("attempts") or () if isinstance(a, Mapping)]
+    # The last attempt, when it succeeded: what the run's status records as its result.
+    result: Mapping[str, Any] = attempts[-1] if attempts and attempts[-1].get("exitCode") == 0 else {}
     return RunView(
         name=run["metadata"]["name"],
         action=spec.get("action", "plan"),
@@ -110,6 +118,16 @@ def run_view(run: Mapping[str, Any]) -> RunView:
         inputs_digest=annotations.get(ann.RUN_INPUTS_DIGEST) or None,
         changes_digest=annotations.get(ann.RUN_CHANGES_DIGEST) or None,
         sync_requested=ann.RUN_SYNC_NOW in annotations,
+        owners=tuple(str(ref.get("uid")) for ref in run["metadata"].get("ownerReferences") or ()
+                     if ref.get("kind") == "TerraformLayer" and ref.get("uid")),
+        layer_label=(run["metadata"].get("labels") or {}).get(ann.LABEL_LAYER),
+        layer_name=str((spec.get("layer") or {}).get("name") or ""),
+        layer_namespace=(spec.get("layer") or {}).get("namespace") or run["metadata"].get("namespace"),
+        pull_request=spec.get("pullRequest") or None,
+        result_attempt=int(result["number"]) if result.get("number") else None,
+        result_sum=result.get("planSum"),
+        result_json_sum=result.get("planJsonSum"),
+        result_json_size=result.get("planJsonSize"),
     )
 
 
@@ -160,13 +178,17 @@ def snapshot(
     review: Review | None = None,
     drift_remediation: str = "detect",
     dependencies: DependencyVerdict | None = None,
+    named_plan_run: Mapping[str, Any] | None = None,
 ) -> LayerSnapshot:
-    """`review`: this reconcile's review of the plan; without one, the status's (what the last reconcile wrote)."""
+    """`review`: this reconcile's review of the plan; without one, the status's (what the last reconcile wrote).
+    `named_plan_run`: the run of the layer's namespace that `plan-run` names, whichever layer (or pull request) it
+    belongs to (the artifact check says why it may not be applied)."""
     views = [run_view(r) for r in runs]  # newest first
     annotations = dict(layer["metadata"].get("annotations") or {})
     status = layer.get("status") or {}
     current = parse_plan_run(annotations.get(ann.PLAN_RUN))
     plan_run = next((v for v in views if current is not None and v.name == current[0]), None)
+    named = run_view(named_plan_run) if named_plan_run is not None else plan_run
     return LayerSnapshot(
         annotations=annotations,
         last_run=views[0] if views else None,
@@ -185,7 +207,20 @@ def snapshot(
         drift_remediation=drift_remediation,
         dependencies=dependencies,
         plan_inputs_digest=plan_run.inputs_digest if plan_run is not None else status.get("inputsDigest"),
+        identity=identity(layer),
+        named_plan_run=named,
     )
+
+
+def identity(layer: Mapping[str, Any]) -> LayerIdentity:
+    meta = layer["metadata"]
+    return LayerIdentity(str(meta.get("uid") or ""), str(meta.get("namespace") or ""), str(meta["name"]))
+
+
+def named_plan_run(ctx: Context, layer: Mapping[str, Any]) -> Body | None:
+    """The run of the layer's namespace that its `plan-run` annotation names, from the inventory."""
+    named = parse_plan_run((layer["metadata"].get("annotations") or {}).get(ann.PLAN_RUN))
+    return ctx.inventory.runs.get((layer["metadata"]["namespace"], named[0])) if named is not None else None
 
 
 def drift_key(layer: Mapping[str, Any]) -> str:
@@ -197,18 +232,22 @@ def decide(
     layer: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], validation: LayerValidation, drift: timedelta,
     now: datetime, withdrawn: str | None = None, windows: tuple[Window, ...] = (), review: Review | None = None,
     dependencies: DependencyVerdict | None = None, dependents: tuple[str, ...] = (),
+    plan_run: Mapping[str, Any] | None = None,
 ) -> LayerDecision:
     """The destroy sequence once the layer is being deleted (it holds our finalizer), else the normal loop.
 
     `withdrawn`: why the deletion comes from a CRD's deletion (crd_guard), which skips the destroy.
-    `dependencies`: how its upstreams stand; `dependents`: the layers that depend on it and exist."""
+    `dependencies`: how its upstreams stand; `dependents`: the layers that depend on it and exist.
+    `plan_run`: the run `plan-run` names (`named_plan_run`), for the artifact check."""
     meta = layer["metadata"]
     if meta.get("deletionTimestamp"):
         views = tuple(run_view(r) for r in runs)
         annotations = dict(meta.get("annotations") or {})
         generation = int(meta.get("generation") or 0)
         decision = decide_destroy(
-            DestroySnapshot(annotations, views, generation, validation.destroy_on_deletion, withdrawn, dependents)
+            DestroySnapshot(annotations, views, generation, validation.destroy_on_deletion, withdrawn, dependents,
+                            identity=identity(layer),
+                            named_plan_run=run_view(plan_run) if plan_run is not None else None)
         )
         if decision.create_run is not None and dependencies is not None and dependencies.inputs_digest:
             # A destroy plan reads the variables too: the last known upstream outputs.
@@ -216,7 +255,7 @@ def decide(
                                                             inputs_digest=dependencies.inputs_digest))
         return decision
     return decide_layer(snapshot(layer, runs, validation.auto_apply, drift, windows, review,
-                                 validation.drift_remediation, dependencies), now)
+                                 validation.drift_remediation, dependencies, plan_run), now)
 
 
 MAX_RUN_PREFIX = 40
@@ -245,7 +284,9 @@ def run_body(layer: Mapping[str, Any], create: CreateRun, name: str | None = Non
         "layer": {"name": meta["name"], "namespace": meta["namespace"], "revision": create.revision},
     }
     if create.artifact_run is not None:
-        spec["artifact"] = {"run": create.artifact_run, "attempt": create.artifact_attempt}
+        # The sum the run controller recorded for that attempt: the runner applies only a plan of this sum.
+        spec["artifact"] = {"run": create.artifact_run, "attempt": create.artifact_attempt,
+                            **({"sum": create.plan_sum} if create.plan_sum else {})}
     if create.destroy:
         spec["destroy"] = True
     annotations = {
@@ -404,7 +445,8 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     # that ended meanwhile is no longer Running), not as they were before it.
     runs = ctx.inventory.runs_of_layer(namespace, name)
     dependents = tuple("/".join(k) for k in ctx.inventory.layers.dependents_of(key)) if deleting else ()
-    decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review, deps, dependents)
+    decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review, deps, dependents,
+                      named_plan_run(ctx, layer))
     # A run the API refused to create is asked for again only after its backoff (run_creation.py).
     creation = RunCreation.of(layer.get("status") or {})
     grace, grace_cap = ctx.settings.failure_grace_period, ctx.settings.failure_grace_period_cap
@@ -428,7 +470,8 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             # A destroy run is next. The layer's deletion event may have come before its CRD's: read the
             # CRDs fresh (Kubernetes marks the CRD terminating before it deletes any instance).
             withdrawn = await look_fresh(ctx.kube, layer, ctx.crds)
-        decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review, deps, dependents)
+        decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review, deps, dependents,
+                          named_plan_run(ctx, layer))
     if validation.ready.status and decision.create_run is not None and not held_back:
         try:
             executed = await _execute_create(ctx, layer, decision, decision.create_run, validation, runs, now,
@@ -442,7 +485,8 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             layer = executed
             creation = RunCreation()
             runs = ctx.inventory.runs_of_layer(namespace, name)
-            decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review, deps, dependents)
+            decision = decide(layer, runs, validation, drift, now, withdrawn, windows, review, deps, dependents,
+                              named_plan_run(ctx, layer))
     elif decision.state is None and repository is not None and not _branch_synced(repository, layer):
         ctx.wake_repository(_repository_key(layer))  # a new branch: resolve it now, not at the next poll
 
@@ -560,7 +604,9 @@ async def _create_run(ctx: Context, layer: Body, create: CreateRun, runs: Sequen
     meta = layer["metadata"]
     newest = runs[0]["metadata"]["name"] if runs else None
     name = run_name(layer, create, newest, (meta.get("annotations") or {}).get(ann.SYNC_NOW))
-    problem = await put_inputs(ctx, layer, name, deps) if create.inputs_digest and deps is not None else None
+    upstream = await upstream_inputs(ctx, deps) if create.inputs_digest and deps is not None else None
+    # What the run is given (its varsFrom values and upstream outputs), stored before it exists: run_inputs.py.
+    problem = upstream if isinstance(upstream, str) else await put_run_inputs(ctx, layer, name, upstream)
     if problem is not None:
         # The run would start without its variables: none is created. A datastore refusal is told on the layer
         # (and retried at the outputs' pace); an upstream that applied meanwhile is simply decided again.
@@ -626,6 +672,10 @@ async def _write_status(ctx: Context, layer: Body, status: Body, ready: Cond) ->
         return layer
     meta = layer["metadata"]
     patch = {"status": {k: status.get(k) for k in STATUS_KEYS}}
+    old_pending, new_pending = old_status.get("pendingPlan"), status.get("pendingPlan")
+    if isinstance(old_pending, dict) and isinstance(new_pending, dict):
+        # A merge patch keeps the keys it does not name: a `reason` the plan no longer has must be removed.
+        patch["status"]["pendingPlan"] = {**{k: None for k in old_pending if k not in new_pending}, **new_pending}
     updated = await ctx.kube.merge_patch(crd_path("terraformlayers", meta["namespace"], meta["name"], "status"), patch)
     ctx.inventory.layers.observe(updated)
     await _announce(ctx, layer, old_status, status, ready)
@@ -653,7 +703,8 @@ async def _announce(ctx: Context, layer: Body, old: Mapping[str, Any], new: Mapp
         # every drift check (issue 25), and the failure was already told.
         if new.get("state") == "MaxRetriesReached" and _exhausted_runs(new) != _exhausted_runs(old):
             await post_event(ctx.kube, layer, "Warning", "MaxRetriesReached", str(new.get("lastResult") or ""))
-    for type_, problem in (("IsPlanApproved", "ApprovalMismatch"), ("HasDestroyFailed", "DestroyFailed")):
+    for type_, problem in (("IsPlanApproved", "ApprovalMismatch"), ("HasDestroyFailed", "DestroyFailed"),
+                           (ARTIFACT_CONDITION, ARTIFACT_REFUSED), ("HasDestroyFailed", DESTROY_PLAN_REFUSED)):
         now_cond = _condition(new, type_)
         if now_cond.get("reason") == problem and _condition(old, type_).get("message") != now_cond.get("message"):
             await post_event(ctx.kube, layer, "Warning", problem, str(now_cond.get("message") or ""))

@@ -238,7 +238,7 @@ async def review_plan(
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     status: Mapping[str, Any] = layer.get("status") or {}
     plan_sum = annotations.get(ann.PLAN_SUM) or None
-    if plan_sum is None:
+    if plan_sum is None or recording(annotations, runs):
         return Review(status.get("policy"), status.get("drift"))
     digest = policies_digest(policies)
     policy: Body = dict(status.get("policy") or {})
@@ -246,7 +246,7 @@ async def review_plan(
     retry_in = None
     changed = code_changed(annotations, runs)
     if review_needed(status, annotations, digest):
-        model, error = await _read_plan(ctx, meta["namespace"], meta["name"], annotations)
+        model, error = await _read_plan(ctx, meta["namespace"], meta["name"], annotations, runs)
         facts = plan_facts(model, plan_sum, annotations.get(ann.PLAN_DATE), changed)
         if model is not None:
             # CEL and Rego rules in the policy sandbox's worker processes, under its limits; waiting for them
@@ -314,19 +314,55 @@ def _drift_events(previous: Mapping[str, Any] | None, drift: Mapping[str, Any]) 
     return []
 
 
+def recording(annotations: Mapping[str, str], runs: Mapping[str, RunView]) -> bool:
+    """The run that made the plan is still live: the run controller writes the layer's annotations just before
+    it records the attempt in the run's status (run_results.py); the plan is reviewed once it has."""
+    where = parse_plan_run(annotations.get(ann.PLAN_RUN))
+    run = runs.get(where[0]) if where is not None else None
+    return run is not None and not run.terminal
+
+
+def recorded_json(annotations: Mapping[str, str], runs: Mapping[str, RunView], limit: int
+                  ) -> tuple[str, int, str, int] | str:
+    """(run, attempt, the plan JSON's recorded sum and size) of the plan `plan-run` names, if the controllers recorded
+    its JSON and it is within `limit` bytes; else why the review cannot read it (pure). The JSON is tied to the
+    binary by the run controller's record of both sums for that attempt, and objects are written once, so what
+    is reviewed is what an apply would take (§5.9)."""
+    where = parse_plan_run(annotations.get(ann.PLAN_RUN))
+    if where is None:
+        return "no plan run recorded"
+    run = runs.get(where[0])
+    if run is None or run.result_attempt != where[1] or not run.result_json_sum:
+        return f"the controllers recorded no plan JSON for run {where[0]} attempt {where[1]}"
+    if run.result_sum != annotations.get(ann.PLAN_SUM):
+        return f"plan-sum is not the sum recorded for run {where[0]} attempt {where[1]}"
+    size = run.result_json_size
+    if size is None or size > limit:
+        return (f"the plan JSON is {size if size is not None else 'of unknown size'} bytes, above the "
+                f"{limit} bytes the controllers read (maxPlanJsonBytes): it is not parsed")
+    return where[0], where[1], run.result_json_sum, size
+
+
 async def _read_plan(
-    ctx: Any, namespace: str, name: str, annotations: Mapping[str, str]
+    ctx: Any, namespace: str, name: str, annotations: Mapping[str, str], runs: Mapping[str, RunView]
 ) -> tuple[PlanModel | None, str | None]:
     from burrito_py.datastore.client import DatastoreError
 
-    where = parse_plan_run(annotations.get(ann.PLAN_RUN))
-    if ctx.datastore is None or where is None:
-        return None, "no datastore, or no plan run recorded"
+    if ctx.datastore is None:
+        return None, "no datastore"
+    limit = int(ctx.settings.max_plan_json_bytes)
+    found = recorded_json(annotations, runs, limit)
+    if isinstance(found, str):
+        return None, f"the plan JSON is not reviewed: {found}"
+    run, attempt, expected, size = found
     try:
-        raw = await asyncio.to_thread(ctx.datastore.get_plan, namespace, name, where[0], where[1], "json")
-        return await asyncio.to_thread(parse_plan, raw), None
+        async with ctx.parse_budget.hold(size):
+            # Read only up to the limit, and only if its bytes have the recorded sum: never parse anything else.
+            raw = await asyncio.to_thread(ctx.datastore.get_plan_verified, namespace, name, run, attempt, "json",
+                                          limit, expected)
+            return await asyncio.to_thread(parse_plan, raw), None
     except DatastoreError as exc:
-        log.warning("layer %s/%s: cannot read plan %s/%s: %s", namespace, name, where[0], where[1], exc)
+        log.warning("layer %s/%s: cannot read plan %s/%s: %s", namespace, name, run, attempt, exc)
         return None, f"the plan JSON cannot be read: {exc}"
     except PlanFormatError as exc:
         return None, f"the plan JSON is invalid: {exc}"

@@ -43,6 +43,10 @@ class RunFacts:
     message: str = ""  # why it failed (its HasSucceeded message)
     uid: str = ""
     attempt: int = 0  # its latest attempt (0: none yet)
+    # Its plan JSON's sum and size as the run controller recorded them from the datastore (never parsed above the
+    # controllers' limit, and only with that sum).
+    json_sum: str | None = None
+    json_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

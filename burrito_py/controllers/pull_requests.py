@@ -22,7 +22,7 @@ from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
 from burrito_py.controllers.conditions import Cond, merge_conditions
 from burrito_py.controllers.context import Context
-from burrito_py.controllers.dependencies import dependency_snapshot, put_inputs
+from burrito_py.controllers.dependencies import dependency_snapshot, upstream_inputs
 from burrito_py.controllers.dependency_decisions import judge_dependencies
 from burrito_py.controllers.events import post_event
 from burrito_py.controllers.inventory import Body, Key, key_of
@@ -35,6 +35,7 @@ from burrito_py.controllers.pull_request_decisions import (
     decide_pull_request,
 )
 from burrito_py.controllers.repositories import credentials_of, ensure_source, mirror_for
+from burrito_py.controllers.run_inputs import Upstream, put_run_inputs
 from burrito_py.controllers.scheduler import slot_released
 from burrito_py.gitops.allowed_hosts import HostNotAllowed
 from burrito_py.gitops.credentials import CredentialsError as GitCredentialsError
@@ -141,10 +142,12 @@ def _facts(run: Mapping[str, Any]) -> RunFacts:
     layer = spec.get("layer") or {}
     message = next((str(c.get("message") or "") for c in status.get("conditions") or ()
                     if c.get("type") == "HasSucceeded"), "")
+    last: Mapping[str, Any] = (status.get("attempts") or [{}])[-1]
     return RunFacts(run["metadata"]["name"], (layer.get("namespace") or run["metadata"]["namespace"],
                                               str(layer.get("name") or "")), status.get("state"), message,
                     uid=str(run["metadata"].get("uid") or ""),
-                    attempt=len(status.get("attempts") or ()))
+                    attempt=len(status.get("attempts") or ()),
+                    json_sum=last.get("planJsonSum"), json_size=last.get("planJsonSize"))
 
 
 async def _affected(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str, Any]) -> Affected:
@@ -185,7 +188,7 @@ async def _outcomes(ctx: Context, runs: Sequence[RunFacts]) -> dict[str, PlanOut
 
 
 async def _read_outcome(ctx: Context, run: RunFacts) -> PlanOutcome | None:
-    from burrito_py.datastore.client import DatastoreError
+    from burrito_py.datastore.client import DatastoreError, NotTheRecordedObject
 
     if ctx.datastore is None:
         return None
@@ -196,9 +199,18 @@ async def _read_outcome(ctx: Context, run: RunFacts) -> PlanOutcome | None:
             raw = await asyncio.to_thread(store.get_logs, namespace, layer, run.name, run.attempt)
             tail = tuple(raw.decode(errors="replace").rstrip("\n").splitlines()[-LOG_LINES:])
             return PlanOutcome("failed", run.message or "the plan failed", log_tail=tail)
-        raw_json = await asyncio.to_thread(store.get_plan, namespace, layer, run.name, run.attempt, "json")
+        limit = int(ctx.settings.max_plan_json_bytes)
+        if not run.json_sum or run.json_size is None or run.json_size > limit:
+            return PlanOutcome("failed", f"the plan JSON ({run.json_size} bytes) is above the {limit} bytes the "
+                               "controllers read, or was not recorded: it is not shown" if run.json_sum
+                               else "the plan JSON was not recorded by the controllers")
+        async with ctx.parse_budget.hold(run.json_size):
+            raw_json = await asyncio.to_thread(store.get_plan_verified, namespace, layer, run.name, run.attempt,
+                                               "json", limit, run.json_sum)
+            model = await asyncio.to_thread(parse_plan, raw_json)
         pretty = await asyncio.to_thread(store.get_plan, namespace, layer, run.name, run.attempt, "pretty")
-        model = await asyncio.to_thread(parse_plan, raw_json)
+    except NotTheRecordedObject as exc:
+        return PlanOutcome("failed", f"the plan JSON is not the one recorded: {exc}")
     except DatastoreError as exc:
         log.info("pull request run %s/%s: its artifacts cannot be read yet: %s", namespace, run.name, exc)
         return None
@@ -242,10 +254,17 @@ async def _create_run(ctx: Context, pull_request: Mapping[str, Any], layer_key: 
     annotations = {ann.RUN_CREATED_AT: format_time_precise(utcnow())}
     snapshot = await dependency_snapshot(ctx, layer)
     verdict = judge_dependencies(snapshot) if snapshot is not None else None
+    upstream: Upstream | None = None
     if verdict is not None and verdict.inputs_digest is not None and verdict.inputs:
-        if await put_inputs(ctx, layer, name, verdict) is not None:
+        consumed = await upstream_inputs(ctx, verdict)
+        if isinstance(consumed, str):
             return False
+        upstream = consumed
         annotations[ann.RUN_INPUTS_DIGEST] = verdict.inputs_digest
+    # The same inputs path as the layer's runs (run_inputs.py): today a pull request's plan gets the layer's
+    # varsFrom values, as when its runner read them itself (issue 24, P2, changes what pull requests get).
+    if await put_run_inputs(ctx, layer, name, upstream) is not None:
+        return False
     body = {
         "apiVersion": ann.API_VERSION, "kind": "TerraformRun",
         "metadata": {

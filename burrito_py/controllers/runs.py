@@ -11,9 +11,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from burrito_py.api import annotations as ann
 from burrito_py.controllers import leases, metrics
@@ -36,16 +36,22 @@ from burrito_py.controllers.run_decisions import (
     ACTIVE_POD_PHASES,
     TERMINAL,
     AttemptView,
+    FinishAttempt,
     PodView,
     RetryPolicy,
     RunDecision,
     RunSnapshot,
     decide_run,
 )
+from burrito_py.controllers.run_inputs import refresh_failed_inputs
 from burrito_py.controllers.run_isolation import refuse_run
+from burrito_py.controllers.run_results import FactsUnavailable, Recorded, facts_needed, gather_facts, record_result
 from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod, pod_name
 from burrito_py.runner.mirror import fallback_lines
-from burrito_py.timeutil import format_time, utcnow
+from burrito_py.timeutil import format_time, parse_time, utcnow
+
+if TYPE_CHECKING:
+    from burrito_py.datastore.client import DatastoreClient
 
 log = logging.getLogger(__name__)
 WAIT_RECHECK = timedelta(seconds=5)
@@ -189,21 +195,34 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if attempts and latest_pod is None and ctx.inventory.pod_deleted(namespace, attempts[-1].pod_name, run):
         latest_pod = PodView(attempts[-1].pod_name, None, gone=True)
     now = utcnow()
-    decision = decide_run(
-        RunSnapshot(
-            status.get("state"), int(status.get("retries") or 0), attempts, latest_pod, policy,
-            message=next((str(c.get("message") or "") for c in status.get("conditions") or ()
-                          if c.get("type") == "HasSucceeded"), ""),
-        ),
-        now,
+    snapshot = RunSnapshot(
+        status.get("state"), int(status.get("retries") or 0), attempts, latest_pod, policy,
+        message=next((str(c.get("message") or "") for c in status.get("conditions") or ()
+                      if c.get("type") == "HasSucceeded"), ""),
     )
+    decision = decide_run(snapshot, now)
+    recorded = None
+    if decision.finish is not None:
+        # The attempt's result, from the datastore, on the layer before the run says Succeeded (run_results.py).
+        try:
+            recorded = await _record_attempt(ctx, run, layer, decision.finish, now)
+        except FactsUnavailable as exc:
+            log.warning("run %s/%s: attempt %s ended; its result cannot be read yet: %s", namespace, name,
+                        decision.finish.number, exc)
+            ctx.wake_run(key, WAIT_RECHECK)
+            return  # nothing is written: the attempt is recorded once the datastore answers
+        if recorded.problem is not None and decision.finish.succeeded and latest_pod is not None:
+            # The pod exited 0 but its result is not in the datastore: a failed attempt, retried as any other.
+            failed_pod = replace(latest_pod, phase="Failed", message=recorded.problem)
+            decision = decide_run(replace(snapshot, pod=failed_pod), now)
 
     raw_attempts: list[Body] = [dict(a) for a in status.get("attempts") or ()]
     state: str = decision.state
     extra: list[Cond] = []
     if decision.finish is not None:
         f = decision.finish
-        raw_attempts[-1].update(finishedAt=f.finished_at or format_time(now), exitCode=f.exit_code)
+        raw_attempts[-1].update(finishedAt=f.finished_at or format_time(now), exitCode=f.exit_code,
+                                **(recorded.attempt if recorded is not None else {}))
         if f.succeeded:
             await post_event(ctx.kube, run, "Normal", "AttemptSucceeded", f"attempt {f.number} succeeded")
         else:
@@ -311,6 +330,9 @@ async def _start_attempt(
     if holder is not None:
         return Cond("Admitted", False, "LayerLocked", f"waiting for run {holder} to release the layer's lease")
 
+    if decision.start_attempt > 1:
+        # A retry of a run whose varsFrom could not be satisfied sees a Secret created since (run_inputs.py).
+        await refresh_failed_inputs(ctx, layer, run["metadata"]["name"])
     settings = ctx.settings
     defaults = RunnerDefaults(
         settings.runner_image,
@@ -412,6 +434,30 @@ def _override_runner_spec(layer: Body, repository: Body | None) -> dict[str, Any
     return merged
 
 
+async def _record_attempt(ctx: Context, run: Body, layer: Body, finish: FinishAttempt, now: datetime) -> Recorded:
+    """Read what the ended attempt stored, write its result on the layer (not for a pull request's run), and
+    return what to record in its status entry. Raises FactsUnavailable while the datastore cannot answer."""
+    spec = run.get("spec") or {}
+    needed = facts_needed(str(spec.get("action")), finish.succeeded)
+    if not needed or ctx.datastore is None:
+        return Recorded()
+    meta = layer["metadata"]
+    facts = await gather_facts(ctx.datastore, meta["namespace"], meta["name"], run["metadata"]["name"], finish.number,
+                               needed)
+    finished_at = format_time(parse_time(finish.finished_at) or now)
+    recorded = record_result(run, finish.number, finish.succeeded, finished_at, facts)
+    if recorded.annotations and not spec.get("pullRequest"):
+        try:
+            patched = await ctx.kube.merge_patch(crd_path("terraformlayers", meta["namespace"], meta["name"]),
+                                                 {"metadata": {"annotations": recorded.annotations}})
+        except KubeError as exc:
+            if exc.status != 404:  # 404: the layer is gone, and its runs with it
+                raise
+        else:
+            ctx.inventory.layers.observe(patched)
+    return recorded
+
+
 async def _upload_logs(ctx: Context, run: Body, layer: Body, number: int) -> bool:
     """Copy a finished attempt's log to the datastore; False (retried later) when it cannot yet."""
     if ctx.datastore is None:
@@ -428,9 +474,7 @@ async def _upload_logs(ctx: Context, run: Body, layer: Body, number: int) -> boo
             return False
     meta = layer["metadata"]
     try:
-        await asyncio.to_thread(
-            ctx.datastore.put_logs, meta["namespace"], meta["name"], run["metadata"]["name"], number, text.encode()
-        )
+        await _put_log(ctx.datastore, meta["namespace"], meta["name"], run["metadata"]["name"], number, text.encode())
     except Exception as exc:  # the datastore may be briefly unavailable; the next reconcile retries
         log.warning("could not upload log of %s attempt %s: %s", run["metadata"]["name"], number, exc)
         ctx.wake_run((namespace, run["metadata"]["name"]), WAIT_RECHECK)
@@ -438,6 +482,21 @@ async def _upload_logs(ctx: Context, run: Body, layer: Body, number: int) -> boo
     # Counted once the log is stored: an attempt's log is uploaded once (logsUploaded), so counted once.
     await _report_mirror_fallbacks(ctx, run, number, text)
     return True
+
+
+async def _put_log(store: DatastoreClient, namespace: str, layer: str, run: str, number: int, data: bytes) -> None:
+    """Store the log; one above the datastore's limit (413 naming it) is cut to its end, which says why it
+    failed, behind a line saying how much was dropped."""
+    from burrito_py.datastore.client import DatastoreError
+
+    try:
+        await asyncio.to_thread(store.put_logs, namespace, layer, run, number, data)
+    except DatastoreError as exc:
+        if exc.status_code != 413 or not exc.limit:
+            raise
+        note = b"(the beginning of this log was dropped: it was longer than the datastore keeps)\n"
+        keep = max(exc.limit - len(note), 0)
+        await asyncio.to_thread(store.put_logs, namespace, layer, run, number, note + data[len(data) - keep:])
 
 
 async def _report_mirror_fallbacks(ctx: Context, run: Body, number: int, text: str) -> None:

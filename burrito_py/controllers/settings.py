@@ -19,6 +19,7 @@ from burrito_py.controllers.shards import Scope, Shard, pattern_problem, scope_o
 from burrito_py.durations import Duration
 from burrito_py.local.paths import pod_path_setting
 from burrito_py.outbound import HostEntry, NetworkEntry, OutboundPolicy
+from burrito_py.plans.limits import PLAN_JSON_LIMIT
 from burrito_py.policy.sandbox import Limits
 
 ENV_PREFIX = "BURRITO_PY_"
@@ -76,6 +77,11 @@ class ControllerSettings(BaseSettings):
     public_url: str = Field(
         "", description="The server's URL as people reach it: notifications link to <publicUrl>/api/layers/<ns>/<name> "
         "(a notifier's linkBase overrides it); empty: no link."
+    )
+    max_plan_json_bytes: int = Field(
+        PLAN_JSON_LIMIT, ge=1, description="Largest plan JSON the controllers read (the review, pull request "
+        "comments): a larger one is never parsed, it fails the review closed. The chart sets it from "
+        "datastore.config.maxPlanJsonBytes.",
     )
     runner_image: str = "ghcr.io/burrito-py/burrito-py:0.1.0"
     runner_service_account: str = Field(

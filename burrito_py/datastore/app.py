@@ -35,8 +35,10 @@ from burrito_py.datastore.auth import (
     proxied_token,
 )
 from burrito_py.datastore.encryption import EncryptionError
-from burrito_py.datastore.storage import DeleteFailed, Storage, TooLarge
+from burrito_py.datastore.quota import NamespaceUsage, allowance, describe_bytes, run_used
+from burrito_py.datastore.storage import DeleteFailed, Exists, ObjectInfo, Storage, Stored, TooLarge
 from burrito_py.local.paths import pod_path_setting
+from burrito_py.plans.limits import PLAN_JSON_LIMIT
 
 if TYPE_CHECKING:
     from burrito_py.metrics_auth import MetricsGate
@@ -52,10 +54,18 @@ PLAN_FILES: dict[str, tuple[str, str]] = {
 }
 TEXT = "text/plain; charset=utf-8"
 OUTPUTS_FILE = "outputs.json"
+LOG_FILE = "run.log"
 APPLIED_FILE = "applied.json"
 REVIEW_FILE = "review.json"
 INPUTS_FILE = "inputs.json"
 TREE_HEADER = "X-Burrito-Tree-Id"
+
+SHA_HEADER = "X-Burrito-Sha256"
+# Small records, bounded here rather than by a setting.
+SHORT_LIMIT = 4096
+APPLIED_LIMIT = 4096
+REVIEW_LIMIT = 256 * 1024
+INPUTS_LIMIT = 8 * 1024 * 1024  # varsFrom Secrets and ConfigMaps are each at most 1 MiB; a few of them
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # No leading "-": an id that reads as a command-line option is never a commit or tree id.
@@ -75,7 +85,29 @@ class DatastoreSettings(BaseSettings):
     data_dir: Path = Path("/var/lib/burrito-py/datastore")
     host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on all interfaces
     port: int = 8080
-    max_body_bytes: int = Field(100 * 1024 * 1024, ge=1, description="Largest upload accepted (413 above).")
+    max_body_bytes: int = Field(
+        100 * 1024 * 1024, ge=1, description="Largest upload accepted where no other limit says less: source "
+        "archives (413 above).")
+    # Per format (docs/architecture.md §10.1): what a runner may store per attempt, and what a reader (the
+    # controllers' review, the UI) may have to hold. A 413 names the limit.
+    max_plan_bytes: int = Field(64 * 1024 * 1024, ge=1, description="Largest binary plan (plan.bin) accepted.")
+    max_plan_json_bytes: int = Field(
+        PLAN_JSON_LIMIT, ge=1, description="Largest plan JSON (terraform show -json) accepted. Parsing it costs "
+        "about 23 times its size in memory, and the controllers never parse one above this size: keep it well "
+        "under a twentieth of their memory limit.")
+    max_plan_text_bytes: int = Field(16 * 1024 * 1024, ge=1, description="Largest human-readable plan accepted.")
+    max_log_bytes: int = Field(
+        32 * 1024 * 1024, ge=1, description="Largest attempt log accepted (the controllers keep the end of a "
+        "longer one).")
+    max_outputs_bytes: int = Field(4 * 1024 * 1024, ge=1, description="Largest `terraform output -json` accepted.")
+    run_quota_bytes: int = Field(
+        256 * 1024 * 1024, ge=0, description="Stored bytes a run's runner may bring its run to (every attempt, "
+        "every object; 413 above); 0: no quota.")
+    namespace_quota_bytes: int = Field(
+        5 * 1024**3, ge=0, description="Stored bytes runners may bring a namespace's layers to (413 above); 0: no "
+        "quota. Counted per datastore replica and listed again every quotaRecountSeconds, so approximate.")
+    quota_recount_seconds: float = Field(
+        300.0, ge=0, description="How long a namespace's stored-bytes count is used before it is listed again.")
     # Bearer tokens checked by a Kubernetes TokenReview (docs/architecture.md §10.2); off only for tests that do not
     # test auth.
     auth_enabled: bool = True
@@ -148,8 +180,8 @@ def _revision(kind: str, value: str) -> str:
     return value
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _error(status: int, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status)
 
 
 def raw_path_problem(raw_path: bytes) -> str | None:
@@ -265,23 +297,69 @@ def create_app(
             log.info("datastore denied %s %s of %s: %s", who.username, action, target.describe(), denied)
             raise AuthError(403, denied)
 
-    async def store(key: str, request: Request, limit: int | None = None) -> Response:
+    usage = NamespaceUsage(storage, settings.quota_recount_seconds)
+
+    def sha_headers(info: ObjectInfo | Stored) -> dict[str, str]:
+        return {SHA_HEADER: info.sha256}
+
+    async def store(key: str, request: Request, limit: int | None = None, *, once: bool = False,
+                    limit_reason: str | None = None, namespace: str | None = None) -> Response:
+        """Stream the body into `key` (at most `limit` bytes; `limit_reason` names that limit in the 413).
+        `once`: a write-once object (runners): the same bytes again are 200, other bytes 409."""
+        limit = limit or settings.max_body_bytes
+        reason = limit_reason or f"the body may hold at most {describe_bytes(limit)}"
+        declared = request.headers.get("content-length", "")
+        name = key.rsplit("/", 1)[-1]
+        if limit <= 0 or (declared.isdigit() and int(declared) > limit):
+            # Refused before a byte is read: the body never reaches storage.
+            return _error(413, f"{name} refused: {reason}", limit=max(limit, 0))
         try:
-            size = await storage.put(key, request.stream(), limit or settings.max_body_bytes)
-        except TooLarge as exc:
-            return _error(413, str(exc))
-        return JSONResponse({"key": key, "size": size}, status_code=201)
+            stored = await storage.put(key, request.stream(), limit, once=once)
+        except TooLarge:
+            return _error(413, f"{name} refused: {reason}", limit=limit)
+        except Exists as exc:
+            return _error(409, f"{name} of this attempt is already stored with other content (sha256 "
+                               f"{exc.sha256}): an attempt's objects are written once")
+        if namespace is not None and stored.created:
+            usage.add(namespace, stored.size)
+        body = {"key": key, "size": stored.size, "sha256": stored.sha256}
+        return JSONResponse(body, status_code=201 if stored.created else 200, headers=sha_headers(stored))
 
     async def serve(key: str, media_type: str, missing: str) -> Response:
-        stream = await storage.open(key)
-        if stream is None:
+        opened = await storage.read(key)
+        if opened is None:
             return _error(404, missing)
-        return StreamingResponse(stream, media_type=media_type)
+        headers = {**sha_headers(opened.info), "Content-Length": str(opened.info.size)}
+        return StreamingResponse(opened.stream, media_type=media_type, headers=headers)
 
-    def attempt_prefix(who: Principal, action: Action, ns: str, layer: str, run: str) -> str:
-        prefix = f"layers/{_name('namespace', ns)}/{_name('layer', layer)}/{_name('run', run)}"
-        allow(who, action, LayerArtifacts(ns, layer, run))
+    async def describe_head(key: str, media_type: str) -> Response:
+        info = await storage.stat(key)
+        if info is None:
+            return Response(status_code=404)
+        return Response(status_code=200, media_type=media_type,
+                        headers={**sha_headers(info), "Content-Length": str(info.size)})
+
+    def run_prefix(ns: str, layer: str, run: str) -> str:
+        return f"layers/{_name('namespace', ns)}/{_name('layer', layer)}/{_name('run', run)}"
+
+    def attempt_prefix(who: Principal, action: Action, ns: str, layer: str, run: str, attempt: int | None = None
+                       ) -> str:
+        prefix = run_prefix(ns, layer, run)
+        allow(who, action, LayerArtifacts(ns, layer, run, attempt))
         return prefix
+
+    async def put_attempt_object(who: Principal, ns: str, layer: str, run: str, n: int, filename: str,
+                                 request: Request, limit: int, setting: str) -> Response:
+        """One object of an attempt. A runner (its own run and attempt only: auth.py) writes it once, within the
+        format's limit and its run's and namespace's quotas; the controllers may write anything again."""
+        prefix = attempt_prefix(who, "write", ns, layer, run, n)
+        runner = not who.admin
+        run_bytes = await run_used(storage, prefix) if runner and settings.run_quota_bytes else None
+        ns_bytes = await usage.used(ns) if runner and settings.namespace_quota_bytes else None
+        granted = allowance(filename, limit, setting, run, run_bytes, settings.run_quota_bytes, ns, ns_bytes,
+                            settings.namespace_quota_bytes)
+        return await store(f"{prefix}/{n}/{filename}", request, granted.limit, once=runner,
+                           limit_reason=granted.reason, namespace=ns)
 
     responses: dict[int | str, dict[str, Any]] = {
         400: {"description": "A path segment or parameter is invalid."},
@@ -289,18 +367,28 @@ def create_app(
         403: {"description": "The caller may not touch this layer or repository."},
         503: {"description": "The token cannot be checked now (Kubernetes API unavailable)."},
     }
+    written: dict[int | str, dict[str, Any]] = {
+        **responses,
+        200: {"description": "The same bytes were already stored (a retried write-once upload)."},
+        409: {"description": "A runner's object of this attempt is already stored with other bytes."},
+        413: {"description": "Body above the format's limit, or above the run's or namespace's quota."},
+    }
+    found: dict[int | str, dict[str, Any]] = {**responses, 404: {}}
+    plan_limits = {
+        "bin": (settings.max_plan_bytes, "BURRITO_PY_DATASTORE_MAX_PLAN_BYTES"),
+        "json": (settings.max_plan_json_bytes, "BURRITO_PY_DATASTORE_MAX_PLAN_JSON_BYTES"),
+        "pretty": (settings.max_plan_text_bytes, "BURRITO_PY_DATASTORE_MAX_PLAN_TEXT_BYTES"),
+        "short": (SHORT_LIMIT, "fixed"),
+    }
 
-    @api.put(
-        "/layers/{ns}/{layer}/runs/{run}/attempts/{n}/plan",
-        status_code=201,
-        responses={**responses, 413: {"description": "Body too large."}},
-    )
+    @api.put("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/plan", status_code=201, responses=written)
     async def put_plan(
         who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt, request: Request, format: Format = "bin"
     ) -> Response:
-        return await store(f"{attempt_prefix(who, 'write', ns, layer, run)}/{n}/{PLAN_FILES[format][0]}", request)
+        limit, setting = plan_limits[format]
+        return await put_attempt_object(who, ns, layer, run, n, PLAN_FILES[format][0], request, limit, setting)
 
-    @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/plan", responses={**responses, 404: {}})
+    @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/plan", responses=found)
     async def get_plan(
         who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt, format: Format = "json"
     ) -> Response:
@@ -311,6 +399,13 @@ def create_app(
             f"no plan for {ns}/{layer} run {run} attempt {n} (format {format})",
         )
 
+    @api.head("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/plan", responses=found)
+    async def head_plan(
+        who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt, format: Format = "json"
+    ) -> Response:
+        filename, media = PLAN_FILES[format]
+        return await describe_head(f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/{filename}", media)
+
     async def latest_attempt(prefix: str, filename: str) -> int | None:
         """The highest attempt number under a run's prefix that holds `filename`."""
         numbers = [
@@ -320,7 +415,7 @@ def create_app(
         ]
         return max(numbers, default=None)
 
-    @api.get("/layers/{ns}/{layer}/runs/{run}/plan", responses={**responses, 404: {}})
+    @api.get("/layers/{ns}/{layer}/runs/{run}/plan", responses=found)
     async def get_latest_plan(
         who: Caller, ns: Segment, layer: Segment, run: Segment, format: Format = "json"
     ) -> Response:
@@ -331,35 +426,33 @@ def create_app(
             return _error(404, f"no plan for {ns}/{layer} run {run} (format {format})")
         return await serve(f"{prefix}/{latest}/{filename}", media, "plan vanished")
 
-    @api.put(
-        "/layers/{ns}/{layer}/runs/{run}/attempts/{n}/logs",
-        status_code=201,
-        responses={**responses, 413: {"description": "Body too large."}},
-    )
+    @api.put("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/logs", status_code=201, responses=written)
     async def put_logs(
         who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt, request: Request
     ) -> Response:
-        return await store(f"{attempt_prefix(who, 'write', ns, layer, run)}/{n}/run.log", request)
+        return await put_attempt_object(who, ns, layer, run, n, LOG_FILE, request, settings.max_log_bytes,
+                                        "BURRITO_PY_DATASTORE_MAX_LOG_BYTES")
 
-    @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/logs", responses={**responses, 404: {}})
+    @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/logs", responses=found)
     async def get_logs(who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt) -> Response:
         return await serve(
-            f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/run.log",
+            f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/{LOG_FILE}",
             TEXT,
             f"no logs for {ns}/{layer} run {run} attempt {n}",
         )
 
-    @api.put(
-        "/layers/{ns}/{layer}/runs/{run}/attempts/{n}/outputs",
-        status_code=201,
-        responses={**responses, 413: {"description": "Body too large."}},
-    )
+    @api.head("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/logs", responses=found)
+    async def head_logs(who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt) -> Response:
+        return await describe_head(f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/{LOG_FILE}", TEXT)
+
+    @api.put("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/outputs", status_code=201, responses=written)
     async def put_outputs(
         who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt, request: Request
     ) -> Response:
-        return await store(f"{attempt_prefix(who, 'write', ns, layer, run)}/{n}/{OUTPUTS_FILE}", request)
+        return await put_attempt_object(who, ns, layer, run, n, OUTPUTS_FILE, request, settings.max_outputs_bytes,
+                                        "BURRITO_PY_DATASTORE_MAX_OUTPUTS_BYTES")
 
-    @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/outputs", responses={**responses, 404: {}})
+    @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/outputs", responses=found)
     async def get_outputs(who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt) -> Response:
         return await serve(
             f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/{OUTPUTS_FILE}",
@@ -367,20 +460,27 @@ def create_app(
             f"no outputs for {ns}/{layer} run {run} attempt {n}",
         )
 
-    # An attempt's record that its apply completed, written before the layer is annotated: a retry of the run
-    # that finds it does not apply the same plan again (issue 11, item 4; docs/architecture.md §9).
-    @api.put(
-        "/layers/{ns}/{layer}/runs/{run}/attempts/{n}/applied",
-        status_code=201,
-        responses={**responses, 413: {"description": "Body too large."}},
-    )
+    @api.head("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/outputs", responses=found)
+    async def head_outputs(who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt) -> Response:
+        return await describe_head(f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/{OUTPUTS_FILE}",
+                                   "application/json")
+
+    # An attempt's record that its apply completed, stored right after the apply: a retry of the run that finds
+    # it does not apply the same plan again, and the run controller records the apply on the layer from it
+    # when the attempt failed after applying (docs/architecture.md §6.4, §9).
+    @api.put("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/applied", status_code=201, responses=written)
     async def put_applied(
         who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt, request: Request
     ) -> Response:
         # A small JSON record: 4 KiB is plenty, and keeps this route from being a general upload.
-        return await store(f"{attempt_prefix(who, 'write', ns, layer, run)}/{n}/{APPLIED_FILE}", request, 4096)
+        return await put_attempt_object(who, ns, layer, run, n, APPLIED_FILE, request, APPLIED_LIMIT, "fixed")
 
-    @api.get("/layers/{ns}/{layer}/runs/{run}/applied", responses={**responses, 404: {}})
+    @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/applied", responses=found)
+    async def get_attempt_applied(who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt) -> Response:
+        return await serve(f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/{APPLIED_FILE}", "application/json",
+                           f"no applied record for {ns}/{layer} run {run} attempt {n}")
+
+    @api.get("/layers/{ns}/{layer}/runs/{run}/applied", responses=found)
     async def get_applied(who: Caller, ns: Segment, layer: Segment, run: Segment) -> Response:
         """The latest attempt's applied record of a run (what `put_applied` stored), 404 when none has one."""
         prefix = attempt_prefix(who, "read", ns, layer, run)
@@ -391,19 +491,15 @@ def create_app(
 
     # The controllers' review of an attempt's plan (policy verdict, drift), keyed by the plan's sum inside. A
     # runner may read it but never write it (auth.py, "review").
-    @api.put(
-        "/layers/{ns}/{layer}/runs/{run}/attempts/{n}/review",
-        status_code=201,
-        responses={**responses, 413: {"description": "Body too large."}},
-    )
+    @api.put("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/review", status_code=201, responses=written)
     async def put_review(
         who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt, request: Request
     ) -> Response:
         prefix = attempt_prefix(who, "read", ns, layer, run)
-        allow(who, "review", LayerArtifacts(ns, layer, run))
-        return await store(f"{prefix}/{n}/{REVIEW_FILE}", request, 256 * 1024)
+        allow(who, "review", LayerArtifacts(ns, layer, run, n))
+        return await store(f"{prefix}/{n}/{REVIEW_FILE}", request, REVIEW_LIMIT, namespace=ns)
 
-    @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/review", responses={**responses, 404: {}})
+    @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/review", responses=found)
     async def get_review(who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt) -> Response:
         return await serve(
             f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/{REVIEW_FILE}",
@@ -411,22 +507,20 @@ def create_app(
             f"no review for {ns}/{layer} run {run} attempt {n}",
         )
 
-    # The upstream outputs a plan run is given as variables (dependencies, §5.11): written by the controllers
-    # before they create the run, read by its runner. A runner never writes it (auth.py, "inputs").
-    @api.put(
-        "/layers/{ns}/{layer}/runs/{run}/inputs",
-        status_code=201,
-        responses={**responses, 413: {"description": "Body too large."}},
-    )
+    # What a run is given (docs/architecture.md §5.11, §9): its variables (the values of spec.varsFrom, which the
+    # controllers resolve, and the upstream outputs of spec.dependsOn), which of them are sensitive and which came
+    # from a Secret. Written by the controllers before they create the run, read by that run's runner only
+    # (Secret values: auth.py, "read-inputs"). A runner never writes it (auth.py, "inputs").
+    @api.put("/layers/{ns}/{layer}/runs/{run}/inputs", status_code=201, responses=written)
     async def put_inputs(who: Caller, ns: Segment, layer: Segment, run: Segment, request: Request) -> Response:
         prefix = attempt_prefix(who, "read", ns, layer, run)
         allow(who, "inputs", LayerArtifacts(ns, layer, run))
-        return await store(f"{prefix}/{INPUTS_FILE}", request, 1024 * 1024)
+        return await store(f"{prefix}/{INPUTS_FILE}", request, INPUTS_LIMIT, namespace=ns)
 
-    @api.get("/layers/{ns}/{layer}/runs/{run}/inputs", responses={**responses, 404: {}})
+    @api.get("/layers/{ns}/{layer}/runs/{run}/inputs", responses=found)
     async def get_inputs(who: Caller, ns: Segment, layer: Segment, run: Segment) -> Response:
         return await serve(
-            f"{attempt_prefix(who, 'read', ns, layer, run)}/{INPUTS_FILE}",
+            f"{attempt_prefix(who, 'read-inputs', ns, layer, run)}/{INPUTS_FILE}",
             "application/json",
             f"no inputs for {ns}/{layer} run {run}",
         )
@@ -443,14 +537,15 @@ def create_app(
         },
     )
     async def delete_run(who: Caller, ns: Segment, layer: Segment, run: Segment) -> Response:
-        keys = await storage.list(attempt_prefix(who, "delete", ns, layer, run))
+        stored = await storage.sizes(attempt_prefix(who, "delete", ns, layer, run))
         try:
-            await storage.delete_many(keys)
+            await storage.delete_many(stored)
         except DeleteFailed as exc:
             log.warning("cannot delete %s/%s run %s: %s", ns, layer, run, exc)
             return _error(503, f"deletion of {ns}/{layer} run {run} is incomplete, retry: {exc}")
-        if keys:
-            log.info("%s deleted %d object(s) of %s/%s run %s", who.username, len(keys), ns, layer, run)
+        usage.add(ns, -sum(stored.values()))
+        if stored:
+            log.info("%s deleted %d object(s) of %s/%s run %s", who.username, len(stored), ns, layer, run)
         return Response(status_code=204)
 
     def sources(who: Principal, action: Action, ns: str, repo: str) -> str:

@@ -3,8 +3,10 @@
 A bearer token becomes a `Principal` (see `kube_auth.py`: a Kubernetes TokenReview, then the runner pod the
 token is bound to). Admins (the configured controller and server identities) may read and write everything.
 A runner may read its own layer's plans and logs and its layer's repository's sources, and may write only
-the artifacts of its own run (the run that owns its pod): a runner never needs to write anything else, and a
-compromised runner then cannot overwrite the plan another run of its layer is about to apply.
+the artifacts of its own run's attempt its pod is recorded for (`RunnerScope.attempt`), each object once (the
+datastore refuses other bytes under a key already written: `app.py`): a runner never needs to write anything
+else, and tenant code in a runner then can neither overwrite a plan the controllers recorded nor write as
+another attempt (a "latest attempt" a reader would pick, or unbounded storage).
 
 A token has runner rights only when it is bound to the very pod the run controller created for the run's
 current attempt (`runner_pod_binding`): a token of the runner ServiceAccount, a pod running as that account,
@@ -27,7 +29,8 @@ from burrito_py.controllers.runner_pod import pod_name
 # "inputs": the upstream outputs a plan run is given (dependencies); only the controllers write them too.
 # "delete": throwing away everything one run stored (a closed pull request's plan runs); only the controllers,
 # never a runner, not even the run's own: a compromised runner must not erase the record of what it did.
-Action = Literal["read", "write", "review", "inputs", "delete"]
+# "read-inputs": reading a run's inputs record (variables, Secret values among them): only that run's runner.
+Action = Literal["read", "write", "review", "inputs", "read-inputs", "delete"]
 
 
 class Unauthenticated(Exception):
@@ -47,6 +50,8 @@ class RunnerScope:
     run: str
     repository_namespace: str
     repository: str
+    # The attempt the run's status records for the token's pod: the only attempt it may write.
+    attempt: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,20 +65,24 @@ class Principal:
 
     def describe(self) -> str:
         if self.runner is not None:
-            return f"{self.username} (runner of {self.runner.namespace}/{self.runner.layer} run {self.runner.run})"
+            scope = self.runner
+            where = f"{scope.namespace}/{scope.layer} run {scope.run} attempt {scope.attempt}"
+            return f"{self.username} (runner of {where})"
         return self.username
 
 
 @dataclass(frozen=True, slots=True)
 class LayerArtifacts:
-    """Plans and logs of one run of a layer."""
+    """Plans and logs of one run of a layer; `attempt` when they are one attempt's."""
 
     namespace: str
     layer: str
     run: str
+    attempt: int | None = None
 
     def describe(self) -> str:
-        return f"artifacts of {self.namespace}/{self.layer} run {self.run}"
+        where = f"artifacts of {self.namespace}/{self.layer} run {self.run}"
+        return where if self.attempt is None else f"{where} attempt {self.attempt}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +159,12 @@ def authorize(principal: Principal, action: Action, target: Target) -> str | Non
     if isinstance(target, LayerArtifacts):
         if (target.namespace, target.layer) != (scope.namespace, scope.layer):
             return f"{principal.describe()} may only use its own layer's artifacts, not {target.describe()}"
-        if action == "write" and target.run != scope.run:
-            return f"{principal.describe()} may only write its own run's artifacts, not {target.describe()}"
+        if action in ("write", "read-inputs") and target.run != scope.run:
+            what = "write its own run's artifacts" if action == "write" else "read its own run's inputs"
+            return f"{principal.describe()} may only {what}, not {target.describe()}"
+        if action == "write" and target.attempt != scope.attempt:
+            return (f"{principal.describe()} may only write the artifacts of attempt {scope.attempt}, the attempt its "
+                    f"pod is recorded for, not {target.describe()}")
         return None
     if action == "write":
         return f"{principal.describe()} may not write {target.describe()}"
@@ -165,12 +178,14 @@ def authorize(principal: Principal, action: Action, target: Target) -> str | Non
 
 @dataclass(frozen=True, slots=True)
 class Binding:
-    """The verdict on a pod-bound token: `ok`, else why not; `pending` when the run controller has created
-    the pod of the run's next attempt but not yet recorded it (retry shortly: 503, never cached)."""
+    """The verdict on a pod-bound token: `ok` (with the attempt the pod is recorded for), else why not;
+    `pending` when the run controller has created the pod of the run's next attempt but not yet recorded it
+    (retry shortly: 503, never cached)."""
 
     ok: bool
     reason: str = ""
     pending: bool = False
+    attempt: int = 0
 
 
 def _latest_attempt(status: Mapping[str, Any]) -> tuple[int, str | None, str | None]:
@@ -205,7 +220,7 @@ def runner_pod_binding(
     status = run.get("status") or {}
     number, recorded_name, recorded_uid = _latest_attempt(status)
     if recorded_name == meta.get("name") and (not recorded_uid or recorded_uid == meta.get("uid")):
-        return Binding(True)
+        return Binding(True, attempt=number)
     if meta.get("name") == pod_name(run_name, number + 1) and status.get("state") not in (
         "Succeeded",
         "Failed",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import ssl
 import tempfile
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal, TypeVar
 from urllib.parse import quote
@@ -18,13 +20,35 @@ PlanFormat = Literal["bin", "json", "pretty", "short"]
 Body = bytes | IO[bytes] | Path
 T = TypeVar("T")
 TREE_HEADER = "X-Burrito-Tree-Id"
+SHA_HEADER = "X-Burrito-Sha256"
 RETRIES = 3
 
 
 class DatastoreError(Exception):
-    def __init__(self, message: str, status_code: int | None = None) -> None:
+    """`limit`: on a 413, the most bytes the datastore would have taken."""
+
+    def __init__(self, message: str, status_code: int | None = None, limit: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.limit = limit
+
+
+class NotTheRecordedObject(DatastoreError):
+    """An object above the size the reader takes, or whose bytes do not have the recorded sum: reading it again
+    gives the same answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """What the datastore recorded for an object: `sha256:<hex>` of its bytes (computed by the datastore as it
+    stored them, never the writer's claim) and their size."""
+
+    sha256: str
+    size: int
+
+
+def _sum(hex_digest: str) -> str:
+    return f"sha256:{hex_digest.strip().lower()}"
 
 
 def _path(*segments: str | int) -> str:
@@ -114,17 +138,22 @@ class DatastoreClient:
         if response.status_code >= 500:
             raise _ServerError(response.status_code)
         if response.status_code >= 400:
+            limit = None
             try:
                 answer = response.json()
                 # The datastore says `error`; the API server's service proxy answers with a Status `message`.
                 detail = (answer.get("error") or answer.get("message")) if isinstance(answer, dict) else None
                 detail = detail or response.text
+                if isinstance(answer, dict) and isinstance(answer.get("limit"), int):
+                    limit = int(answer["limit"])
             except ValueError:
                 detail = response.text
-            raise DatastoreError(f"{what}: {detail or 'not found'}", response.status_code)
+            raise DatastoreError(f"{what}: {detail or 'not found'}", response.status_code, limit)
 
-    def _put(self, url: str, data: Body | None, what: str, headers: dict[str, str] | None = None) -> None:
-        def call() -> None:
+    def _put(self, url: str, data: Body | None, what: str, headers: dict[str, str] | None = None) -> str | None:
+        """The sum the datastore computed of what it stored (`sha256:<hex>`; None from an older datastore)."""
+
+        def call() -> str | None:
             if data is None:
                 response = self._http.put(url, content=b"", headers=headers)
             elif isinstance(data, Path):
@@ -136,9 +165,61 @@ class DatastoreClient:
                 data.seek(0)
                 response = self._http.put(url, content=_chunks(data), headers=headers)
             self._check(response, what)
+            sha = response.headers.get(SHA_HEADER)
+            return _sum(sha) if sha else None
 
         try:
-            self._retry(call)
+            return self._retry(call)
+        except (httpx.TransportError, _ServerError) as exc:
+            raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
+
+    def _head(self, url: str, what: str, params: dict[str, str] | None = None) -> StoredObject | None:
+        """What the datastore recorded for an object; None when it does not exist."""
+
+        def call() -> StoredObject | None:
+            response = self._http.head(url, params=params)
+            if response.status_code >= 500:
+                raise _ServerError(response.status_code)
+            if response.status_code == 404:
+                return None
+            self._check(response, what)
+            sha, size = response.headers.get(SHA_HEADER), response.headers.get("content-length", "")
+            if not sha or not size.isdigit():
+                raise DatastoreError(f"{what}: the datastore recorded no sum (an older datastore?)")
+            return StoredObject(_sum(sha), int(size))
+
+        try:
+            return self._retry(call)
+        except (httpx.TransportError, _ServerError) as exc:
+            raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
+
+    def _get_verified(self, url: str, what: str, max_bytes: int, expected: str,
+                      params: dict[str, str] | None = None) -> bytes:
+        """The object, read only up to `max_bytes` (more is an error, never held) and only if its bytes have
+        the sum `expected` (`sha256:<hex>`)."""
+
+        def call() -> bytes:
+            with self._http.stream("GET", url, params=params) as response:
+                if response.status_code >= 400:
+                    response.read()
+                self._check(response, what)
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > max_bytes:
+                    raise NotTheRecordedObject(f"{what}: {declared} bytes, above the limit of {max_bytes}")
+                digest, parts, size = hashlib.sha256(), [], 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise NotTheRecordedObject(f"{what}: more than the limit of {max_bytes} bytes")
+                    digest.update(chunk)
+                    parts.append(chunk)
+            got = _sum(digest.hexdigest())
+            if got != expected:
+                raise NotTheRecordedObject(f"{what}: its bytes have the sum {got}, not the recorded {expected}")
+            return b"".join(parts)
+
+        try:
+            return self._retry(call)
         except (httpx.TransportError, _ServerError) as exc:
             raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
@@ -190,8 +271,8 @@ class DatastoreClient:
         base = _path("layers", ns, layer, "runs", run)
         return base if attempt is None else f"{base}/attempts/{int(attempt)}"
 
-    def put_plan(self, ns: str, layer: str, run: str, attempt: int, fmt: PlanFormat, data: Body) -> None:
-        self._put(
+    def put_plan(self, ns: str, layer: str, run: str, attempt: int, fmt: PlanFormat, data: Body) -> str | None:
+        return self._put(
             f"{self._run_url(ns, layer, run, attempt)}/plan?format={quote(fmt, safe='')}",
             data,
             f"upload of the {fmt} plan of {ns}/{layer} run {run} attempt {attempt}",
@@ -204,6 +285,18 @@ class DatastoreClient:
             f"plan of {ns}/{layer} run {run} {where} (format {fmt})",
             {"format": fmt},
         )
+
+    def stat_plan(self, ns: str, layer: str, run: str, attempt: int, fmt: PlanFormat) -> StoredObject | None:
+        """The sum and size the datastore recorded for one attempt's plan in that format; None when absent."""
+        return self._head(f"{self._run_url(ns, layer, run, attempt)}/plan",
+                          f"plan of {ns}/{layer} run {run} attempt {attempt} (format {fmt})", {"format": fmt})
+
+    def get_plan_verified(self, ns: str, layer: str, run: str, attempt: int, fmt: PlanFormat, max_bytes: int,
+                          expected: str) -> bytes:
+        """One attempt's plan, only if at most `max_bytes` and of the sum `expected` (else DatastoreError)."""
+        return self._get_verified(f"{self._run_url(ns, layer, run, attempt)}/plan",
+                                  f"plan of {ns}/{layer} run {run} attempt {attempt} (format {fmt})", max_bytes,
+                                  expected, {"format": fmt})
 
     def download_plan(self, ns: str, layer: str, run: str, attempt: int | None, fmt: PlanFormat, dest: Path) -> None:
         self._download(
@@ -232,6 +325,10 @@ class DatastoreClient:
             data,
             f"upload of the outputs of {ns}/{layer} run {run} attempt {attempt}",
         )
+
+    def stat_outputs(self, ns: str, layer: str, run: str, attempt: int) -> StoredObject | None:
+        return self._head(f"{self._run_url(ns, layer, run, attempt)}/outputs",
+                          f"outputs of {ns}/{layer} run {run} attempt {attempt}")
 
     def get_outputs(self, ns: str, layer: str, run: str, attempt: int) -> bytes:
         return self._get(
@@ -270,20 +367,26 @@ class DatastoreClient:
             f"upload of the applied record of {ns}/{layer} run {run} attempt {attempt}",
         )
 
-    def get_applied(self, ns: str, layer: str, run: str) -> str | None:
-        """The plan sum an earlier attempt of the run recorded as applied; None when none did."""
+    def get_applied(self, ns: str, layer: str, run: str, attempt: int | None = None) -> str | None:
+        """The plan sum the run's latest attempt with an applied record (or attempt `attempt`) recorded as
+        applied; None when none did."""
+        body = self.get_applied_record(ns, layer, run, attempt)
+        if body is None:
+            return None
+        found = applied_sum(body)
+        if found is None:
+            raise DatastoreError(f"applied record of {ns}/{layer} run {run} is not valid JSON")
+        return found
+
+    def get_applied_record(self, ns: str, layer: str, run: str, attempt: int | None = None) -> bytes | None:
+        """The raw applied record (see `get_applied`); None when there is none."""
         try:
-            url = f"{self._run_url(ns, layer, run, None)}/applied"
-            body = self._get(url, f"applied record of {ns}/{layer} run {run}")
+            url = f"{self._run_url(ns, layer, run, attempt)}/applied"
+            return self._get(url, f"applied record of {ns}/{layer} run {run}")
         except DatastoreError as exc:
             if exc.status_code == 404:
                 return None
             raise
-        try:
-            found = json.loads(body).get("sum")
-        except (ValueError, AttributeError):
-            raise DatastoreError(f"applied record of {ns}/{layer} run {run} is not valid JSON") from None
-        return str(found) if found else None
 
     def delete_run(self, namespace: str, layer: str, run: str) -> None:
         """Delete everything the run stored (every attempt's plans, logs, outputs, records, and its inputs), as
@@ -329,6 +432,15 @@ class DatastoreClient:
             dest,
             f"source of {ns}/{repo} at {revision}",
         )
+
+
+def applied_sum(record: bytes) -> str | None:
+    """The `sum` of an applied record (`{"sum", "attempt"}`); None when it holds none."""
+    try:
+        found = json.loads(record).get("sum")
+    except (ValueError, AttributeError):
+        return None
+    return str(found) if found else None
 
 
 class _ServerError(Exception):

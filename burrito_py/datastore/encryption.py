@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from burrito_py.datastore.storage import Storage, TooLarge
+from burrito_py.datastore.storage import Describe, Hashing, ObjectInfo, Opened, Storage, Stored, TooLarge
 
 MAGIC = b"BPYE"
 VERSION = 1
@@ -97,23 +97,22 @@ class EncryptedStorage:
         """Most bytes the format adds to a `size`-byte object (bounds the inner storage's limit)."""
         return len(_header(self.keyring.active, bytes(PREFIX_BYTES), 0)) + TAG_BYTES * (size // self.chunk_size + 1)
 
-    async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int) -> int:
+    async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int, *, once: bool = False,
+                  describe: Describe | None = None) -> Stored:
+        """The plaintext's sum and size are what the inner storage records (and what `once` compares): the
+        ciphertext of the same bytes differs on every write (a fresh nonce)."""
         key_id = self.keyring.active
         aead = AESGCM(self.keyring.keys[key_id])
         prefix = os.urandom(PREFIX_BYTES)
         header = _header(key_id, prefix, self.chunk_size)
         aad = header + key.encode()
-        size = 0
+        plain = Hashing(max_size)
 
         async def sealed() -> AsyncIterator[bytes]:
-            nonlocal size
             yield header
             pending, index, chunk = bytearray(), 0, self.chunk_size
             async for data in chunks:
-                size += len(data)
-                if size > max_size:
-                    raise TooLarge(max_size)
-                pending += data
+                pending += plain.add(data)
                 # Only a chunk known not to be the last is sealed here; the last one carries the final flag.
                 while len(pending) > chunk:
                     yield aead.encrypt(_nonce(prefix, index, False), bytes(pending[:chunk]), aad)
@@ -122,17 +121,50 @@ class EncryptedStorage:
             yield aead.encrypt(_nonce(prefix, index, True), bytes(pending), aad)
 
         try:
-            await self.inner.put(key, sealed(), max_size + self.overhead(max_size))
+            return await self.inner.put(key, sealed(), max_size + self.overhead(max_size), once=once,
+                                        describe=describe or plain.info)
         except TooLarge:
             raise TooLarge(max_size) from None
-        return size
 
-    async def open(self, key: str) -> AsyncIterator[bytes] | None:
-        """The header and the first chunk are read and checked here, so a foreign object, an unknown key id
-        or a damaged first chunk fails before any response starts; later chunks are checked as they stream."""
-        stream = await self.inner.open(key)
+    async def read(self, key: str) -> Opened | None:
+        opened = await self.inner.read(key)
+        if opened is None:
+            return None
+        stream = await self._decrypting(key, opened.stream)
+        if opened.info.recorded:
+            return Opened(opened.info, stream)
+        # Stored before sums were kept: the inner sum is the ciphertext's; the plaintext's needs a full read.
+        await _close(stream)
+        info = await self._plaintext_info(key)
+        reopened = await self.open(key)
+        return Opened(info, reopened) if info is not None and reopened is not None else None
+
+    async def stat(self, key: str) -> ObjectInfo | None:
+        info = await self.inner.stat(key)
+        if info is None or info.recorded:
+            return info
+        return await self._plaintext_info(key)
+
+    async def _plaintext_info(self, key: str) -> ObjectInfo | None:
+        stream = await self.open(key)
         if stream is None:
             return None
+        digest = Hashing(2**63)
+        async for chunk in stream:
+            digest.add(chunk)
+        info = digest.info()
+        return ObjectInfo(info.sha256, info.size, recorded=False)
+
+    async def sizes(self, prefix: str) -> dict[str, int]:
+        return await self.inner.sizes(prefix)
+
+    async def open(self, key: str) -> AsyncIterator[bytes] | None:
+        stream = await self.inner.open(key)
+        return None if stream is None else await self._decrypting(key, stream)
+
+    async def _decrypting(self, key: str, stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """The header and the first chunk are read and checked here, so a foreign object, an unknown key id
+        or a damaged first chunk fails before any response starts; later chunks are checked as they stream."""
         reader = _Reader(stream)
         await reader.fill(6)
         if len(reader.buffer) < 6 or bytes(reader.buffer[:4]) != MAGIC:
@@ -187,6 +219,12 @@ class EncryptedStorage:
 
     async def list(self, prefix: str) -> list[str]:
         return await self.inner.list(prefix)
+
+
+async def _close(stream: AsyncIterator[bytes]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 async def _prepended(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -170,6 +170,7 @@ async def _runner_scope(
         run=str(owner["name"]),
         repository_namespace=str(repository.get("namespace") or namespace),
         repository=str(repository.get("name") or ""),
+        attempt=binding.attempt,
     )
 
 

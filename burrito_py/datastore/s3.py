@@ -6,12 +6,21 @@ parts in flight). Both
 PutObject and CompleteMultipartUpload make an object visible atomically, and a failed, interrupted or
 oversized upload is aborted, so no partial object is ever readable. boto3 is synchronous: every call runs
 in a worker thread so the event loop keeps serving other requests.
+
+The object's SHA-256 and size travel in its user metadata (`x-amz-meta-burrito-sha256`, `-size`), which S3
+stores atomically with it. A single PutObject knows them when it is sent; a multipart body's sum is known only
+at its end, so it is uploaded under `staging/<uuid>` first and then copied server-side (UploadPartCopy) into a
+multipart upload of the real key created with the metadata. A `once` write is conditional (`If-None-Match: *`
+on PutObject or CompleteMultipartUpload): S3 itself refuses to replace an object, whatever raced it. Staging
+objects left by a killed datastore are removed by the abandoned-upload sweep.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import datetime, timedelta
@@ -22,7 +31,17 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from burrito_py.datastore.storage import CHUNK, DeleteFailed, TooLarge, check_key
+from burrito_py.datastore.storage import (
+    CHUNK,
+    DeleteFailed,
+    Describe,
+    Exists,
+    Hashing,
+    ObjectInfo,
+    Opened,
+    Stored,
+    check_key,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -32,7 +51,11 @@ DEFAULT_PART_SIZE = 8 * 1024 * 1024
 # Parts uploading while the next one is read: more overlaps better, each costs a part of memory.
 DEFAULT_CONCURRENCY = 2
 _MISSING = {"404", "NoSuchKey", "NotFound"}
+_PRECONDITION = {"412", "PreconditionFailed"}
 DELETE_BATCH = 1000  # the most keys one DeleteObjects call takes
+SHA_META, SIZE_META = "burrito-sha256", "burrito-size"  # S3 lowercases user metadata keys
+STAGING = "staging"  # multipart bodies, before their copy under the real key (with their sum)
+MAX_COPY_PART = 5 * 1024**3  # the largest part UploadPartCopy takes
 
 
 def make_client(
@@ -97,34 +120,128 @@ class S3Storage:
     def _key(self, key: str) -> str:
         return self.prefix + check_key(key)
 
-    async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int) -> int:
+    async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int, *, once: bool = False,
+                  describe: Describe | None = None) -> Stored:
         target = self._key(key)
         pending: deque[bytes] = deque()
-        buffered = size = 0
-        upload = _Multipart(self.client, self.bucket, target, self.concurrency)
+        buffered = 0
+        hashing = Hashing(max_size)
+        staging = f"{self.prefix}{STAGING}/{uuid.uuid4().hex}"
+        upload = _Multipart(self.client, self.bucket, staging, self.concurrency)
         try:
             async for chunk in chunks:
-                size += len(chunk)
-                if size > max_size:
-                    raise TooLarge(max_size)
-                pending.append(chunk)
+                pending.append(hashing.add(chunk))
                 buffered += len(chunk)
                 # Strictly more than a part: the last part then always has at least one byte.
                 while buffered > self.part_size:
                     await upload.send(_take(pending, self.part_size))
                     buffered -= self.part_size
             body = b"".join(pending)
-            if upload.started:
-                await upload.send(body)
-                await upload.complete()
-            else:
-                await _in_thread(self.client.put_object, Bucket=self.bucket, Key=target, Body=body)
+            info = describe() if describe is not None else hashing.info()
+            metadata = {SHA_META: info.sha256, SIZE_META: str(info.size)}
+            condition = {"IfNoneMatch": "*"} if once else {}
+            try:
+                if upload.started:
+                    await upload.send(body)
+                    await upload.complete()
+                    await self._copy_into(staging, target, hashing.size, metadata, condition)
+                else:
+                    await _in_thread(self.client.put_object, Bucket=self.bucket, Key=target, Body=body,
+                                     Metadata=metadata, **condition)
+            except ClientError as exc:
+                if _code(exc) not in _PRECONDITION:
+                    raise
+                existing = await self.stat(key)
+                if existing is not None and existing.sha256 == info.sha256:
+                    return Stored(info.size, info.sha256, created=False)
+                raise Exists(key, existing.sha256 if existing is not None else "unknown") from None
+            return Stored(info.size, info.sha256)
         except BaseException:
             # Shielded: the abort must run even when the request task is being cancelled.
             with anyio.CancelScope(shield=True):
                 await upload.abort()
             raise
-        return size
+        finally:
+            if upload.completed:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await _in_thread(self.client.delete_object, Bucket=self.bucket, Key=staging)
+                    except (ClientError, BotoCoreError) as exc:  # the sweep removes it later
+                        log.warning("could not delete the staging object %s: %s", staging, exc)
+
+    async def _copy_into(self, staging: str, target: str, size: int, metadata: dict[str, str],
+                         condition: dict[str, str]) -> None:
+        """The staged body as `target`, with its metadata, made visible at once by one CompleteMultipartUpload
+        (conditional when `condition` says so)."""
+        created = await _in_thread(self.client.create_multipart_upload, Bucket=self.bucket, Key=target,
+                                   Metadata=metadata)
+        upload_id = created["UploadId"]
+        try:
+            parts = []
+            for number, start in enumerate(range(0, size, MAX_COPY_PART), start=1):
+                last = min(start + MAX_COPY_PART, size) - 1
+                copied = await _in_thread(
+                    self.client.upload_part_copy, Bucket=self.bucket, Key=target, UploadId=upload_id,
+                    PartNumber=number, CopySource={"Bucket": self.bucket, "Key": staging},
+                    CopySourceRange=f"bytes={start}-{last}")
+                parts.append({"PartNumber": number, "ETag": copied["CopyPartResult"]["ETag"]})
+            await _in_thread(self.client.complete_multipart_upload, Bucket=self.bucket, Key=target,
+                             UploadId=upload_id, MultipartUpload={"Parts": parts}, **condition)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await _in_thread(self.client.abort_multipart_upload, Bucket=self.bucket, Key=target,
+                                     UploadId=upload_id)
+                except (ClientError, BotoCoreError) as exc:
+                    log.warning("could not abort the copy into %s: %s", target, exc)
+            raise
+
+    @staticmethod
+    def _info(response: dict[str, Any]) -> ObjectInfo | None:
+        metadata = {k.lower(): v for k, v in (response.get("Metadata") or {}).items()}
+        sha, size = metadata.get(SHA_META), metadata.get(SIZE_META)
+        if sha and size and size.isdigit():
+            return ObjectInfo(sha, int(size))
+        return None
+
+    async def read(self, key: str) -> Opened | None:
+        try:
+            response = await _in_thread(self.client.get_object, Bucket=self.bucket, Key=self._key(key))
+        except ClientError as exc:
+            if _code(exc) in _MISSING:
+                return None
+            raise
+        body = response["Body"]
+
+        async def stream() -> AsyncIterator[bytes]:
+            try:
+                while chunk := await _in_thread(body.read, CHUNK):
+                    yield chunk
+            finally:
+                body.close()
+
+        info = self._info(response)
+        if info is None:  # stored before sums were kept: computed from another read
+            body.close()
+            info = await self._computed(key)
+            if info is None:
+                return None
+            return await self._reopen(key, info)
+        return Opened(info, stream())
+
+    async def _reopen(self, key: str, info: ObjectInfo) -> Opened | None:
+        stream = await self.open(key)
+        return Opened(info, stream) if stream is not None else None
+
+    async def _computed(self, key: str) -> ObjectInfo | None:
+        stream = await self.open(key)
+        if stream is None:
+            return None
+        digest, size = hashlib.sha256(), 0
+        async for chunk in stream:
+            digest.update(chunk)
+            size += len(chunk)
+        return ObjectInfo(digest.hexdigest(), size, recorded=False)
 
     async def open(self, key: str) -> AsyncIterator[bytes] | None:
         try:
@@ -143,6 +260,15 @@ class S3Storage:
                 body.close()
 
         return stream()
+
+    async def stat(self, key: str) -> ObjectInfo | None:
+        try:
+            response = await _in_thread(self.client.head_object, Bucket=self.bucket, Key=self._key(key))
+        except ClientError as exc:
+            if _code(exc) in _MISSING:
+                return None
+            raise
+        return self._info(response) or await self._computed(key)
 
     async def exists(self, key: str) -> bool:
         try:
@@ -188,6 +314,20 @@ class S3Storage:
         if failed:
             raise DeleteFailed(failed, len(targets))
 
+    async def sizes(self, prefix: str) -> dict[str, int]:
+        """Stored bytes per key under the directory-like `prefix`, from the listing (no object is read)."""
+        base = prefix.strip("/")
+        full = self.prefix + (check_key(base) + "/" if base else "")
+
+        def collect() -> dict[str, int]:
+            found: dict[str, int] = {}
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full):
+                for item in page.get("Contents", []):
+                    found[item["Key"][len(self.prefix) :]] = int(item.get("Size") or 0)
+            return found
+
+        return await anyio.to_thread.run_sync(collect)
+
     async def list(self, prefix: str) -> list[str]:
         """Keys under the directory-like `prefix` (`a/b` lists `a/b/...`, never `a/bc`); `""` lists all."""
         base = prefix.strip("/")
@@ -203,7 +343,7 @@ class S3Storage:
 
     async def abort_stale_uploads(self, older_than: timedelta, now: datetime) -> int:
         """Abort multipart uploads left behind by a process that died mid-upload (they are invisible but
-        cost storage); returns how many were aborted."""
+        cost storage), and delete staged bodies whose copy never happened; returns how many."""
 
         def sweep() -> int:
             aborted = 0
@@ -214,6 +354,13 @@ class S3Storage:
                         self.client.abort_multipart_upload(
                             Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
                         )
+                        aborted += 1
+            # Staged bodies whose copy never finished (their datastore was killed in between).
+            staged = self.client.get_paginator("list_objects_v2")
+            for page in staged.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}{STAGING}/"):
+                for item in page.get("Contents", []):
+                    if now - item["LastModified"] >= older_than:
+                        self.client.delete_object(Bucket=self.bucket, Key=item["Key"])
                         aborted += 1
             return aborted
 
@@ -228,10 +375,15 @@ class _Multipart:
         self.upload_id: str | None = None
         self.parts: list[dict[str, Any]] = []
         self.in_flight: list[asyncio.Task[None]] = []
+        self._completed = False
 
     @property
     def started(self) -> bool:
         return self.upload_id is not None
+
+    @property
+    def completed(self) -> bool:
+        return self._completed
 
     async def send(self, data: bytes) -> None:
         if self.upload_id is None:
@@ -264,8 +416,11 @@ class _Multipart:
             self.client.complete_multipart_upload,
             Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, MultipartUpload={"Parts": self.parts},
         )
+        self._completed = True
 
     async def abort(self) -> None:
+        if self._completed:
+            return  # a completed staging upload is an object: `put` deletes it
         if self.in_flight:
             # Let the parts in flight finish (or fail) first, so the abort is the last word on this upload.
             await asyncio.gather(*self.in_flight, return_exceptions=True)

@@ -1,14 +1,24 @@
-"""Where the datastore keeps objects: one small streaming interface, so S3 and encryption slot in."""
+"""Where the datastore keeps objects: one small streaming interface, so S3 and encryption slot in.
+
+Every object is stored with the SHA-256 and size of its bytes (as clients send and read them), computed while
+it streams in and kept atomically with it (the filesystem: a header in the same file; S3: the object's
+metadata), so the datastore can answer `X-Burrito-Sha256` without reading the object again. A `once` write
+(what runners do) never replaces an object: the same bytes again are fine (a retried upload), other bytes are
+refused (`Exists`).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import struct
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 
@@ -31,6 +41,41 @@ class DeleteFailed(Exception):
         self.failed = failed
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What is recorded with an object: the SHA-256 (hex) and size of its bytes as clients see them.
+    `recorded` is False for an object stored before sums were kept (its sum was computed from what the
+    backend holds, which the encryption wrapper must then compute again from the plaintext)."""
+
+    sha256: str
+    size: int
+    recorded: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The answer to a write: what is stored now. `created` is False when a `once` write found the very same
+    bytes already there (a retried upload)."""
+
+    size: int
+    sha256: str
+    created: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    info: ObjectInfo
+    stream: AsyncIterator[bytes]
+
+
+class Exists(Exception):
+    """A `once` write to a key that holds other bytes; nothing was changed."""
+
+    def __init__(self, key: str, sha256: str) -> None:
+        super().__init__(f"{key} is already stored (sha256 {sha256}) with other content; it is written once")
+        self.key, self.sha256 = key, sha256
+
+
 def check_key(key: str) -> str:
     """Keys are built from validated segments; this is the last line of defence against traversal."""
     if not _KEY.fullmatch(key) or any(part in (".", "..") for part in key.split("/")):
@@ -38,12 +83,25 @@ def check_key(key: str) -> str:
     return key
 
 
+Describe = Callable[[], ObjectInfo]
+
+
 class Storage(Protocol):
-    async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int) -> int:
-        """Store atomically: on any error (or over `max_size`) nothing is left behind."""
+    async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int, *, once: bool = False,
+                  describe: Describe | None = None) -> Stored:
+        """Store atomically, with the object's sum: on any error (or over `max_size`) nothing is left behind.
+        `once`: never replace an object (identical bytes: `created=False`; other bytes: `Exists`).
+        `describe`: what to record instead of the sum and size of `chunks`, called once they are exhausted
+        (the encryption wrapper records the plaintext's)."""
         ...
 
     async def open(self, key: str) -> AsyncIterator[bytes] | None: ...
+
+    async def read(self, key: str) -> Opened | None:
+        """The object and what is recorded with it; None when it does not exist."""
+        ...
+
+    async def stat(self, key: str) -> ObjectInfo | None: ...
 
     async def exists(self, key: str) -> bool: ...
 
@@ -56,9 +114,52 @@ class Storage(Protocol):
 
     async def list(self, prefix: str) -> list[str]: ...
 
+    async def sizes(self, prefix: str) -> dict[str, int]:
+        """Stored bytes of every key under the directory-like `prefix` (what the backend holds, headers and
+        encryption included): what quotas count."""
+        ...
+
+
+class Hashing:
+    """Counts and hashes the bytes that stream through it, refusing more than `max_size`."""
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size, self.size, self.digest = max_size, 0, hashlib.sha256()
+
+    def add(self, chunk: bytes) -> bytes:
+        self.size += len(chunk)
+        if self.size > self.max_size:
+            raise TooLarge(self.max_size)
+        self.digest.update(chunk)
+        return chunk
+
+    def info(self) -> ObjectInfo:
+        return ObjectInfo(self.digest.hexdigest(), self.size)
+
+
+# The filesystem's object header: magic, version, the SHA-256 (32 bytes) and size (8 bytes) of the body. Written
+# with the body into one temporary file that is then linked or renamed into place: the sum is atomic with it.
+FS_MAGIC = b"BPYS"
+FS_VERSION = 1
+FS_HEADER = struct.Struct(">4sB32sQ")
+
+
+def _fs_header(info: ObjectInfo) -> bytes:
+    return FS_HEADER.pack(FS_MAGIC, FS_VERSION, bytes.fromhex(info.sha256), info.size)
+
+
+def _parse_fs_header(data: bytes) -> ObjectInfo | None:
+    if len(data) < FS_HEADER.size or not data.startswith(FS_MAGIC):
+        return None
+    _magic, version, digest, size = FS_HEADER.unpack(data[: FS_HEADER.size])
+    if version != FS_VERSION:
+        return None
+    return ObjectInfo(digest.hex(), size)
+
 
 class FilesystemStorage:
-    """Files under `root`; writes go to a temp file in the same directory, then `os.replace`."""
+    """Files under `root`, each a header (the body's sum and size) then the body. A write goes to a temp file
+    in the same directory, then `os.replace` (or, for a `once` write, `os.link`, which never replaces)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -67,40 +168,108 @@ class FilesystemStorage:
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
 
-    async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int) -> int:
+    async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int, *, once: bool = False,
+                  describe: Describe | None = None) -> Stored:
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=f".{uuid.uuid4().hex}.tmp", dir=target.parent)
         tmp = Path(tmp_name)
-        size = 0
+        hashing = Hashing(max_size)
         try:
             with os.fdopen(fd, "wb") as handle:
+                handle.write(bytes(FS_HEADER.size))  # the header is written once the body's sum is known
                 async for chunk in chunks:
-                    size += len(chunk)
-                    if size > max_size:
-                        raise TooLarge(max_size)
-                    await anyio.to_thread.run_sync(handle.write, chunk)
+                    await anyio.to_thread.run_sync(handle.write, hashing.add(chunk))
+                info = describe() if describe is not None else hashing.info()
+                handle.seek(0)
+                handle.write(_fs_header(info))
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(tmp, target)
+            if not once:
+                os.replace(tmp, target)
+                return Stored(info.size, info.sha256)
+            try:
+                os.link(tmp, target)  # atomic: fails when the key exists, whatever raced us to it
+            except FileExistsError:
+                existing = await self.stat(key)
+                if existing is not None and existing.sha256 == info.sha256:
+                    return Stored(info.size, info.sha256, created=False)
+                raise Exists(key, existing.sha256 if existing is not None else "unknown") from None
+            finally:
+                tmp.unlink(missing_ok=True)
+            return Stored(info.size, info.sha256)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        return size
 
-    async def open(self, key: str) -> AsyncIterator[bytes] | None:
+    @staticmethod
+    def _read_header(handle: Any) -> ObjectInfo:
+        """The recorded info of an open object, its handle left at the body; an object stored before headers
+        existed gets its sum computed (and is read from its start)."""
+        info = _parse_fs_header(handle.read(FS_HEADER.size))
+        if info is not None:
+            return info
+        handle.seek(0)
+        digest, size = hashlib.sha256(), 0
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+        handle.seek(0)
+        return ObjectInfo(digest.hexdigest(), size, recorded=False)
+
+    async def read(self, key: str) -> Opened | None:
         target = self._path(key)
         try:
             handle = target.open("rb")  # opened now: a missing object is known before streaming
         except FileNotFoundError:
             return None
+        try:
+            info = await anyio.to_thread.run_sync(self._read_header, handle)
+        except BaseException:
+            handle.close()
+            raise
 
         async def stream() -> AsyncIterator[bytes]:
             with handle:
                 while chunk := await anyio.to_thread.run_sync(handle.read, CHUNK):
                     yield chunk
 
-        return stream()
+        return Opened(info, stream())
+
+    async def open(self, key: str) -> AsyncIterator[bytes] | None:
+        opened = await self.read(key)
+        return opened.stream if opened is not None else None
+
+    async def stat(self, key: str) -> ObjectInfo | None:
+        target = self._path(key)
+
+        def look() -> ObjectInfo | None:
+            try:
+                with target.open("rb") as handle:
+                    return self._read_header(handle)
+            except FileNotFoundError:
+                return None
+
+        return await anyio.to_thread.run_sync(look)
+
+    async def sizes(self, prefix: str) -> dict[str, int]:
+        base = self._path(prefix.rstrip("/"))
+
+        def walk() -> dict[str, int]:
+            if not base.is_dir():
+                return {}
+            found: dict[str, int] = {}
+            for path in base.rglob("*"):
+                if path.name.endswith(".tmp"):
+                    continue
+                try:
+                    if path.is_file():
+                        found[str(path.relative_to(self.root))] = path.stat().st_size
+                except FileNotFoundError:  # deleted meanwhile
+                    continue
+            return found
+
+        return await anyio.to_thread.run_sync(walk)
 
     async def exists(self, key: str) -> bool:
         return self._path(key).is_file()

@@ -115,10 +115,12 @@ def values_yaml() -> str:
 
 def admission_policy_template() -> str:
     """templates/admission-policy.yaml: `policy_objects` named after the release fullname, with its labels; the
-    override's writer is the release's server ServiceAccount, the runner the tenants' runner ServiceAccount."""
+    override's writer is the release's server ServiceAccount, the `runner.burrito-py.io/` annotations' writer its
+    controllers ServiceAccount, the runner the tenants' runner ServiceAccount."""
     docs = []
     server = f"system:serviceaccount:{_NAMESPACE}:{_FULLNAME}-server"
-    for obj in policy_objects(_FULLNAME, [server], _RUNNER_ACCOUNT):
+    controllers = f"system:serviceaccount:{_NAMESPACE}:{_FULLNAME}-controllers"
+    for obj in policy_objects(_FULLNAME, [server], _RUNNER_ACCOUNT, [controllers]):
         text = yaml.safe_dump(obj, sort_keys=False, width=1000)
         assert not _BRACES.search(text)  # nothing to escape: the text is taken literally by Helm
         text = text.replace(_FULLNAME, '{{ include "burrito-py.fullname" . }}')

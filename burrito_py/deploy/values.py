@@ -260,6 +260,14 @@ class DatastoreConfig(Values):
     """Datastore settings, passed as BURRITO_PY_DATASTORE_<NAME>."""
 
     max_body_bytes: int = setting(DatastoreSettings, "max_body_bytes")
+    max_plan_bytes: int = setting(DatastoreSettings, "max_plan_bytes")
+    max_plan_json_bytes: int = setting(DatastoreSettings, "max_plan_json_bytes")
+    max_plan_text_bytes: int = setting(DatastoreSettings, "max_plan_text_bytes")
+    max_log_bytes: int = setting(DatastoreSettings, "max_log_bytes")
+    max_outputs_bytes: int = setting(DatastoreSettings, "max_outputs_bytes")
+    run_quota_bytes: int = setting(DatastoreSettings, "run_quota_bytes")
+    namespace_quota_bytes: int = setting(DatastoreSettings, "namespace_quota_bytes")
+    quota_recount_seconds: float = setting(DatastoreSettings, "quota_recount_seconds")
     auth_cache_ttl_seconds: float = setting(DatastoreSettings, "auth_cache_ttl_seconds")
     auth_negative_cache_ttl_seconds: float = setting(DatastoreSettings, "auth_negative_cache_ttl_seconds")
     s3_part_size: int = setting(StorageSettings, "s3_part_size")

@@ -237,8 +237,8 @@ def _start_in_process(stack: contextlib.ExitStack, options: DevOptions, api_url:
     stack.callback(applier.close)
     for crd in generate_crds().values():
         applier.apply(crd)
-    # The chart's ValidatingAdmissionPolicies; the server runs as the local admin here.
-    for obj in policy_objects(RELEASE, [admin], ControllerSettings().runner_service_account):
+    # The chart's ValidatingAdmissionPolicies; the server and the controllers run as the local admin here.
+    for obj in policy_objects(RELEASE, [admin], ControllerSettings().runner_service_account, [admin]):
         applier.apply(obj)
     with admin_client(api_url) as http:  # what the chart creates in each tenant namespace
         for namespace in tenant_namespaces(docs):

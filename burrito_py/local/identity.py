@@ -30,14 +30,12 @@ DATASTORE_AUDIENCE = "burrito-py"
 RUNNER_ACCOUNT = "burrito-py-runner"
 RBAC = "rbac.authorization.k8s.io"
 APPLY = {"Content-Type": "application/apply-patch+yaml"}
-# What burrito_py/runner/main.py calls: it reads its TerraformRun, TerraformLayer and TerraformRepository,
-# annotates the layer (a merge patch) and reads the Secrets and ConfigMaps of `spec.varsFrom`. Plans, logs,
-# sources and outputs go through the datastore, not the API.
+# What burrito_py/runner/main.py calls: it reads its TerraformRun, TerraformLayer and TerraformRepository, and
+# nothing else (no write, no Secret: issue 24). Plans, logs, sources, outputs and its variables go through the
+# datastore, not the API.
 RUNNER_RULES: list[dict[str, Any]] = [
-    {"apiGroups": ["terraform.burrito-py.io"], "resources": ["terraformruns", "terraformrepositories"],
-     "verbs": ["get"]},
-    {"apiGroups": ["terraform.burrito-py.io"], "resources": ["terraformlayers"], "verbs": ["get", "patch"]},
-    {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["get"]},
+    {"apiGroups": ["terraform.burrito-py.io"],
+     "resources": ["terraformruns", "terraformlayers", "terraformrepositories"], "verbs": ["get"]},
 ]
 
 

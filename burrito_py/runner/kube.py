@@ -1,5 +1,6 @@
-"""The runner's few Kubernetes API calls: read its run, layer and repository, and the Secrets and ConfigMaps
-its layer's `varsFrom` names; annotate the layer.
+"""The runner's few Kubernetes API calls, all reads of its run, layer and repository. It writes nothing to the
+API and reads no Secret or ConfigMap: the controllers record its result and hand it its variables
+(docs/architecture.md §9).
 
 Why not the `kubernetes` package: importing it costs ~0.45 s, a third of what the runner added to a small
 plan, for two endpoints. The runner speaks to the API with httpx (which the datastore client loads anyway)
@@ -37,7 +38,6 @@ REQUEST_TIMEOUT = 30.0
 RETRIES = 6
 BASE_DELAY = 0.25
 MAX_DELAY = 4.0
-MERGE_PATCH = "application/merge-patch+json"
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -213,27 +213,6 @@ class Kube:
 
     def get(self, plural: str, namespace: str, name: str, kind: str) -> dict[str, Any]:
         return self._call(f"cannot read {kind} {namespace}/{name}", "GET", self._path(namespace, plural, name))
-
-    def get_core(self, plural: str, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
-        """A core (`v1`) object, e.g. a Secret; None when it does not exist. Errors name the object only: the
-        body (a Secret's data) never goes into a message."""
-        try:
-            return self._call(f"cannot read {kind} {namespace}/{name}", "GET",
-                              f"/api/v1/namespaces/{namespace}/{plural}/{name}")
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def annotate(self, plural: str, namespace: str, name: str, kind: str, annotations: dict[str, str]) -> None:
-        """One JSON merge patch of `metadata.annotations` (idempotent, no resourceVersion precondition)."""
-        self._call(
-            f"cannot annotate {kind} {namespace}/{name}",
-            "PATCH",
-            self._path(namespace, plural, name),
-            json={"metadata": {"annotations": annotations}},
-            headers={"Content-Type": MERGE_PATCH},
-        )
 
 
 class _Retryable(Exception):

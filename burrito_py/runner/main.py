@@ -5,41 +5,43 @@ Environment (set by the run controller, docs/architecture.md §6.3): `BURRITO_RU
 `BURRITO_RUNNER_ATTEMPT` (the attempt number, from 1), `BURRITO_DATASTORE_URL`. The datastore token is read
 from `/var/run/secrets/burrito-py/token` when that file exists (`pod_path`, for the local kubelet).
 
-Variables (plan, and apply without a plan artifact): `spec.vars`, then each `spec.varsFrom` Secret or ConfigMap
-of the layer's namespace in order, then the upstream outputs the controllers gave the run (`spec.dependsOn`
-inputs: the run's `burrito-py.io/inputs-digest` annotation names the record stored under the run in the datastore),
-merged into `burrito-py.auto.tfvars.json` (mode 0600) in the layer's directory before `init` (see `variables.py`);
-only variable names are printed, never values, and sensitive inputs are masked.
+Variables (plan, and apply without a plan artifact): `spec.vars`, then the run's inputs record, which the
+controllers stored under the run in the datastore before they created it (`controllers/run_inputs.py`): the values
+of each `spec.varsFrom` Secret or ConfigMap in order, then the upstream outputs of `spec.dependsOn` (the run's
+`burrito-py.io/inputs-digest` annotation names them). The runner reads no Secret or ConfigMap itself (its Role
+has no such grant). They are merged into `burrito-py.auto.tfvars.json` (mode 0600) in the layer's directory before
+`init` (see `variables.py`); only variable names are printed, never values, and the values from Secrets and the
+sensitive inputs are masked (an apply of a saved plan reads the record for that alone).
 
 Plan: download the source archive of the run's revision, resolve the tool, `init`, `plan` (its output kept
 as the human-readable plan), `show -json`; upload `bin`, `json`, `pretty` and `short` for (layer namespace,
-layer, run, attempt); then one merge patch of the layer's `plan-date`, `plan-sum` (`sha256:<hex>` of
-plan.bin), `plan-run` (`<run>/<attempt>`), `plan-commit` and `plan-summary` annotations. A run with
-`spec.destroy` (a layer being deleted with destroyResourcesOnDeletion) plans with `-destroy` and adds
-`plan-destroy: "true"`; its apply always applies that destroy plan, even with `applyWithoutPlanArtifact`.
+layer, run, attempt). A run with `spec.destroy` (a layer being deleted with destroyResourcesOnDeletion) plans
+with `-destroy`; its apply always applies that destroy plan, even with `applyWithoutPlanArtifact`.
+
+The runner writes nothing to the Kubernetes API (issue 24): when the attempt ends, the run controller records
+its result on the layer (`plan-*`, `apply-*` annotations) from what the datastore holds for this attempt, whose
+objects the runner may write once each and only under its own attempt number (docs/architecture.md §6.4, §10).
 
 A pull request's plan (`spec.pullRequest` on the run, docs/architecture.md §11.3) is the same plan at the pull
-request's head with `-lock=false`, uploaded the same way under its own run, and writes no annotation: the layer
-never sees it. Such a run may not apply.
+request's head with `-lock=false`, uploaded the same way under its own run; its result never reaches the
+layer. Such a run may not apply.
 
-Apply: download the plan named by the run's `spec.artifact {run, attempt}` and apply exactly it. When the
-layer's `plan-run` names that same plan, its sha256 must equal the layer's `plan-sum` (else the stored plan is
-not the one that was recorded, and nothing is applied); when the layer has planned again since, the run's
-artifact is still what the run was created to apply, and terraform itself refuses it if the state moved on.
-With `applyWithoutPlanArtifact` (effective remediation) the artifact is ignored: plan at the run's revision,
-upload that plan under this run and attempt, apply it, and patch its `plan-*` annotations along with
-`apply-*`, so that `apply-sum == plan-sum` and the layer settles. Then `terraform output -json` (to a file,
-never to the log: it holds sensitive values), uploaded as this attempt's outputs, and `apply-date`, `apply-sum`
-(the sum of the applied plan), `apply-commit` and `apply-run` (`<run>/<attempt>`, whose outputs the layer
-controller copies). When the outputs cannot be read or uploaded, the apply still happened: `apply-*` is written
-without `apply-run`, and the attempt fails. Right after a successful apply, before any annotation, the attempt
-stores an applied record (the plan's sum) in the datastore for (layer, run, attempt). A retry of the run that
-finds its plan's sum as the layer's `apply-sum` or in an earlier attempt's applied record does not apply again
-(Terraform would call the plan stale): it only reads the outputs and writes the annotations. Every API call
-is retried with a bounded backoff on 5xx, 429 and connection errors (`kube`), datastore calls likewise
-(`DatastoreClient`), so one lost response does not fail an applied attempt. When terraform refuses the saved
-plan as stale ("Saved plan is stale") and no earlier attempt applied it, the attempt ends with exit code 5 and
-a termination message starting "stale plan: ": the run controller does not retry it, the layer plans again.
+Apply: download the plan named by the run's `spec.artifact {run, attempt, sum}` and apply exactly it: its
+sha256 must be the `sum` the controllers recorded from the datastore (else nothing is applied, exit 2); when the
+layer has planned again since, the run's artifact is still what the run was created to apply, and terraform
+itself refuses it if the state moved on. With `applyWithoutPlanArtifact` (effective remediation) the artifact
+is ignored: plan at the run's revision, upload that plan under this run and attempt and apply it (the run
+controller then records it as the layer's plan and as applied, so the layer settles). Then `terraform output
+-json` (to a file, never to the log: it holds sensitive values), uploaded as this attempt's outputs. Right after
+a successful apply the attempt stores an applied record (the plan's sum) in the datastore for (layer, run,
+attempt): when the outputs cannot be read or uploaded the attempt fails, but the apply happened, and the run
+controller records it on the layer from that record. A retry of the run that finds its plan's sum as the layer's
+`apply-sum` or in an earlier attempt's applied record does not apply again (Terraform would call the plan
+stale): it only reads the outputs. Every API call is retried with a bounded backoff on 5xx, 429 and connection
+errors (`kube`), datastore calls likewise (`DatastoreClient`), so one lost response does not fail an applied
+attempt. When terraform refuses the saved plan as stale ("Saved plan is stale") and no earlier attempt applied
+it, the attempt ends with exit code 5 and a termination message starting "stale plan: ": the run controller does
+not retry it, the layer plans again.
 
 Exit codes: 0 success; 1 a terraform/tofu step failed; 2 bad input or configuration (environment, invalid
 object, missing object, layer path, source archive, tool resolution, missing or mismatched plan); 3 the
@@ -47,7 +49,7 @@ Kubernetes API or the datastore is unavailable or refused a call; 4 an unexpecte
 is printed); 5 terraform refused the saved plan as stale (not retried: the layer must plan again); 128 + n
 (143 for SIGTERM, 130 for SIGINT) stopped by signal n: the running terraform/tofu step got
 one SIGINT and the time to stop cleanly, see `signals`; the log printed so far is then uploaded to the
-datastore by the runner itself. A failing attempt writes no success annotation. Expected errors print one
+datastore by the runner itself. Expected errors print one
 `error: …` line on stderr (no traceback) and the same text to the container's termination message.
 
 Files (a runner pod's root filesystem is read-only): the attempt's work directory (source tree, plan, outputs)
@@ -93,13 +95,13 @@ from burrito_py.runner.summary import plan_summary
 from burrito_py.runner.terraform import Interrupted, StepFailed, Steps, is_stale_plan
 from burrito_py.runner.tools import ToolError, ToolMirror, prefetch_version, resolve_tool
 from burrito_py.runner.transcript import Transcript
-from burrito_py.timeutil import format_time, utcnow
 
 if TYPE_CHECKING:
     from burrito_py.api.common import OverrideRunnerSpec, Resource
     from burrito_py.api.layer import TerraformLayer
     from burrito_py.api.run import TerraformRun
     from burrito_py.datastore.client import DatastoreClient
+    from burrito_py.runner.variables import Inputs
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -293,11 +295,10 @@ class Runner:
                                       layer.spec.path)
         applied_sum: str | None = None
         if env.action == "apply" and not without_artifact:
-            applied_sum = self.fetch_plan(run, layer)  # before init: no point initialising for a missing plan
-            self.mask_secrets_of(layer)
-            self.read_inputs(run)  # for masking only
-        else:  # a saved plan carries its variables; only a new plan needs them
-            self.write_variables(layer, layer_dir, self.read_inputs(run))
+            applied_sum = self.fetch_plan(run)  # before init: no point initialising for a missing plan
+            self.read_inputs(run, layer)  # for masking only: a saved plan carries its variables
+        else:  # only a new plan needs the variables
+            self.write_variables(layer, layer_dir, self.read_inputs(run, layer))
         mirrors = self.prepare_mirrors()
         tool_mirror = ToolMirror(env.mirror.tool_url, self.token, mirrors.ca_bundle) if env.mirror.tool_url else None
         try:
@@ -308,11 +309,8 @@ class Runner:
         steps = Steps(tool, layer_dir, env={**os.environ, **mirrors.env})
         steps.init(override.extra_init_args)
 
-        annotations: dict[str, str] = {}
         if env.action == "plan" or without_artifact:
-            annotations.update(self.plan(steps, override, revision, destroy=run.spec.destroy,
-                                         lock=pull_request is None))
-            applied_sum = annotations[ann.PLAN_SUM]
+            applied_sum = self.plan(steps, override, destroy=run.spec.destroy, lock=pull_request is None)
         if env.action == "apply":
             assert applied_sum is not None
             already = None if without_artifact else self.already_applied(layer, applied_sum)
@@ -321,20 +319,15 @@ class Runner:
                      f"(known from {already})")
             else:
                 self.apply(steps, override, applied_sum)
-            annotations.update(
-                {ann.APPLY_DATE: format_time(utcnow()), ann.APPLY_SUM: applied_sum, ann.APPLY_COMMIT: revision}
-            )
-            try:
-                self.record_outputs(steps)
-            except (StepFailed, RunnerError):
-                self.annotate(annotations)  # the apply happened: the layer must not apply that plan again
-                raise
-            annotations[ann.APPLY_RUN] = f"{env.run}/{env.attempt}"
+            # When this fails, the apply happened all the same: the applied record stored right after it tells
+            # the run controller, which records the apply on the layer (so it is never applied again).
+            self.record_outputs(steps)
         if pull_request is not None:  # the plan is the pull request's, kept under the run; the layer's is not touched
             _say(f"burrito-py: plan for pull request {pull_request} succeeded")
             return
-        self.annotate(annotations)
-        _say(f"burrito-py: {env.action} succeeded; layer {env.namespace}/{env.layer} annotated")
+        # The runner writes nothing to the Kubernetes API: the run controller records the result on the layer from
+        # what the datastore holds (docs/architecture.md §6.4).
+        _say(f"burrito-py: {env.action} of layer {env.namespace}/{env.layer} succeeded")
 
     def prepare_mirrors(self) -> MirrorSetup:
         """The CA bundle and CLI configuration the mirrors need, in HOME (writable in a runner pod, §18)."""
@@ -347,8 +340,8 @@ class Runner:
 
     def already_applied(self, layer: TerraformLayer, plan_sum: str) -> str | None:
         """How an earlier attempt is known to have applied this plan, else None: the layer's `apply-sum`, or
-        the run's applied record in the datastore (written before the layer is annotated, so it survives an
-        attempt that died or lost the API between its apply and its annotation)."""
+        the run's applied record in the datastore (written right after the apply, so it survives an attempt that
+        died before it ended)."""
         recorded = layer.metadata.get("annotations") or {}
         if recorded.get(ann.APPLY_SUM) == plan_sum:
             return "the layer's apply-sum"
@@ -360,7 +353,7 @@ class Runner:
         return None
 
     def apply(self, steps: Steps, override: OverrideRunnerSpec, plan_sum: str) -> None:
-        """Apply the saved plan, then record durably that it is applied (before any annotation)."""
+        """Apply the saved plan, then record durably that it is applied (before anything else can fail)."""
         env = self.env
         try:
             steps.apply(self.plan_file, override.extra_apply_args)
@@ -375,78 +368,42 @@ class Runner:
             raise
         try:
             self._datastore(self.store.put_applied, env.namespace, env.layer, env.run, env.attempt, plan_sum)
-        except RunnerError as exc:  # the annotation still records it; a retry then finds apply-sum set
+        except RunnerError as exc:  # a successful attempt is recorded all the same (its exit code and outputs)
             _say(f"burrito-py: warning: the applied record could not be stored ({exc})")
 
-    def annotate(self, annotations: dict[str, str]) -> None:
-        env = self.env
-        try:
-            self.kube.annotate("terraformlayers", env.namespace, env.layer, "TerraformLayer", annotations)
-        except KubeError as exc:
-            raise (RunnerError if exc.status == 404 else Unavailable)(str(exc)) from None
-
-    def read_inputs(self, run: TerraformRun) -> dict[str, Any]:
-        """The upstream outputs the controllers gave this run (spec.dependsOn inputs), from the datastore; the
-        sensitive ones are masked in the log from now on. Empty for a run given none."""
+    def read_inputs(self, run: TerraformRun, layer: TerraformLayer) -> Inputs | None:
+        """The run's inputs record the controllers stored (its layer's varsFrom values, the upstream outputs of
+        spec.dependsOn): the runner reads no Secret itself. None for a run given none. The values of Secrets and
+        the sensitive upstream outputs are masked in the log from now on."""
         from burrito_py.runner.variables import VariablesError, parse_inputs
 
-        digest = (run.metadata.get("annotations") or {}).get(ann.RUN_INPUTS_DIGEST)
-        if not digest:
-            return {}
+        digest = (run.metadata.get("annotations") or {}).get(ann.RUN_INPUTS_DIGEST) or None
+        if not layer.spec.vars_from and digest is None:
+            return None
         env = self.env
         raw = self._datastore(self.store.get_inputs, env.namespace, env.layer, env.run)
         try:
-            variables, sensitive = parse_inputs(raw, digest)
+            inputs = parse_inputs(raw, digest)
         except VariablesError as exc:
             raise RunnerError(str(exc)) from None
-        self.mask({name: variables[name] if isinstance(variables[name], str) else json.dumps(variables[name])
-                   for name in sensitive}, "sensitive input(s)")
-        _say(f"burrito-py: inputs {', '.join(sorted(variables)) or '(none)'} from upstream layers ({digest})")
-        return variables
+        self.mask(inputs.masked(), "Secret or sensitive input(s)")
+        if digest is not None:
+            _say(f"burrito-py: inputs {', '.join(sorted(inputs.variables)) or '(none)'} ({digest})")
+        return inputs
 
-    def write_variables(self, layer: TerraformLayer, layer_dir: Path, inputs: Mapping[str, Any]) -> None:
-        """`burrito-py.auto.tfvars.json` from spec.vars, spec.varsFrom and the upstream inputs (which win);
-        names are printed, values never."""
-        from burrito_py.runner.variables import VariablesError, merge_variables, source_values, write_tfvars
+    def write_variables(self, layer: TerraformLayer, layer_dir: Path, inputs: Inputs | None) -> None:
+        """`burrito-py.auto.tfvars.json` from spec.vars and the run's inputs (varsFrom values, then the upstream
+        outputs: they win); names are printed, values never."""
+        from burrito_py.runner.variables import merge_variables, write_tfvars
 
-        spec = layer.spec
-        if not spec.vars and not spec.vars_from and not inputs:
+        if inputs is not None and inputs.error is not None:
+            raise RunnerError(inputs.error)  # a varsFrom the controllers could not satisfy (names only)
+        given = inputs.variables if inputs is not None else {}
+        if not layer.spec.vars and not given:
             return
-        sources: list[dict[str, str]] = []
-        for index, source in enumerate(spec.vars_from):
-            obj = self.read_source(index, source.kind, source.name)
-            try:
-                sources.append(source_values(source, self.env.namespace, index, obj))
-            except VariablesError as exc:
-                raise RunnerError(str(exc)) from None
-        variables = merge_variables(spec.vars, [*sources, inputs])
+        variables = merge_variables(layer.spec.vars, [given])
         target = write_tfvars(layer_dir, variables)
         _say(f"burrito-py: variables {', '.join(sorted(variables)) or '(none)'} written to {target.name}")
-
-    def read_source(self, index: int, kind: str, name: str) -> dict[str, Any] | None:
-        """A varsFrom object (None: missing). Every value of a Secret is masked in the logs from now on."""
-        plural = "secrets" if kind == "Secret" else "configmaps"
-        try:
-            obj = self.kube.get_core(plural, self.env.namespace, name, kind)
-        except KubeError as exc:  # its message names the object, never its data
-            raise Unavailable(f"spec.varsFrom[{index}]: {exc}") from None
-        if obj is not None and kind == "Secret":
-            self.mask_secret(obj, f"{kind} {self.env.namespace}/{name}")
-        return obj
-
-    @staticmethod
-    def mask_secret(obj: Mapping[str, Any], where: str) -> None:
-        import base64
-        import binascii
-
-        data = obj.get("data") or {}
-        values = {}
-        for key, encoded in (data.items() if isinstance(data, Mapping) else ()):
-            try:
-                values[str(key)] = base64.b64decode(str(encoded), validate=True).decode("utf-8")
-            except (binascii.Error, UnicodeDecodeError):
-                continue  # not text: never a variable, and terraform never prints it
-        Runner.mask(values, f"{where} key(s)")
 
     @staticmethod
     def mask(values: Mapping[str, str], what: str) -> None:
@@ -455,13 +412,6 @@ class Runner:
         if short:
             _say(f"burrito-py: warning: {what} {', '.join(sorted(short))} are shorter than {MIN_LENGTH} "
                  "characters and are not masked in the log")
-
-    def mask_secrets_of(self, layer: TerraformLayer) -> None:
-        """An apply of a saved plan reads no variables, but terraform may print the plan's values: the layer's
-        Secrets are read for masking only (a missing one is no error here)."""
-        for index, source in enumerate(layer.spec.vars_from):
-            if source.kind == "Secret":
-                self.read_source(index, source.kind, source.name)
 
     def record_outputs(self, steps: Steps) -> None:
         """`output -json` of the applied state, uploaded as this attempt's outputs (never printed)."""
@@ -489,28 +439,32 @@ class Runner:
         except SourceError as exc:
             raise RunnerError(f"source of {namespace}/{repository} at {revision}: {exc}") from None
 
-    def fetch_plan(self, run: TerraformRun, layer: TerraformLayer) -> str:
+    def fetch_plan(self, run: TerraformRun) -> str:
+        """Download the run's artifact and check it is the plan the controllers recorded: its sha256 must be the
+        sum the run carries (`spec.artifact.sum`, set by the controllers from the datastore's own sum)."""
         artifact = run.spec.artifact
         if artifact is None:
             raise RunnerError(
                 f"apply run {self.env.run} names no plan to apply (spec.artifact) and applyWithoutPlanArtifact is off"
             )
+        expected = artifact.sum or (run.metadata.get("annotations") or {}).get(ann.RUN_PLAN_SUM)
+        if not expected:
+            raise RunnerError(f"apply run {self.env.run} carries no plan sum (spec.artifact.sum); refusing to apply")
         env = self.env
         self._datastore(
             self.store.download_plan, env.namespace, env.layer, artifact.run, artifact.attempt, "bin", self.plan_file
         )
         digest = file_sum(self.plan_file)
-        recorded = layer.metadata.get("annotations") or {}
-        if recorded.get(ann.PLAN_RUN) == f"{artifact.run}/{artifact.attempt}" and recorded.get(ann.PLAN_SUM) != digest:
+        if digest != expected:
             raise RunnerError(
-                f"the stored plan of run {artifact.run} attempt {artifact.attempt} is {digest}, but the layer "
-                f"recorded {recorded.get(ann.PLAN_SUM)} for it; refusing to apply"
+                f"the stored plan of run {artifact.run} attempt {artifact.attempt} is {digest}, but the controllers "
+                f"recorded {expected} for it; refusing to apply"
             )
         _say(f"burrito-py: applying the plan of run {artifact.run} attempt {artifact.attempt} ({digest})")
         return digest
 
-    def plan(self, steps: Steps, override: OverrideRunnerSpec, revision: str, destroy: bool = False,
-             lock: bool = True) -> dict[str, str]:
+    def plan(self, steps: Steps, override: OverrideRunnerSpec, destroy: bool = False, lock: bool = True) -> str:
+        """Plan and upload the four formats of this attempt; the plan binary's sum."""
         env = self.env
         plan_json, pretty = self.workdir / "plan.json", self.workdir / "plan.txt"
         steps.plan(self.plan_file, override.extra_plan_args, copy_to=pretty, destroy=destroy, lock=lock)
@@ -538,14 +492,7 @@ class Runner:
             for future in uploads:
                 future.result()
         _say(f"burrito-py: {short}")
-        return {
-            ann.PLAN_DATE: format_time(utcnow()),
-            ann.PLAN_SUM: digest,
-            ann.PLAN_RUN: f"{env.run}/{env.attempt}",
-            ann.PLAN_COMMIT: revision,
-            ann.PLAN_SUMMARY: short,
-            **({ann.PLAN_DESTROY: "true"} if destroy else {}),
-        }
+        return digest
 
 
 def _fail(message: str, code: int) -> int:

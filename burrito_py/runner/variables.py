@@ -1,4 +1,6 @@
 """The layer's Terraform variables, merged into `burrito-py.auto.tfvars.json` (pure, apart from `write_tfvars`).
+The controllers resolve `spec.varsFrom` with `source_values` into the run's inputs record (controllers/run_inputs.py);
+the runner reads that record (`parse_inputs`) and never a Secret or ConfigMap.
 
 Order: `spec.vars`, then each `spec.varsFrom` entry in turn; a later entry wins over earlier ones and over
 `spec.vars`. A Secret's or ConfigMap's keys are the variable names, and its values are used as-is, as strings:
@@ -15,6 +17,7 @@ import binascii
 import json
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from burrito_py.api.layer import VarsSource
 
 __all__ = [
     "TFVARS_FILE",
+    "Inputs",
     "VariablesError",
     "merge_variables",
     "object_values",
@@ -84,20 +88,40 @@ def merge_variables(vars_: Mapping[str, Any] | None, sources: Iterable[Mapping[s
     return merged
 
 
-def parse_inputs(raw: bytes, digest: str) -> tuple[dict[str, Any], list[str]]:
-    """The upstream outputs the controllers gave this run (dependencies): (variables, the sensitive ones). The
-    record must be the one the run was created with (`digest`); a message never holds a value."""
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """The run's inputs record as the runner uses it: every variable it is given (varsFrom values, then upstream
+    outputs), the sensitive ones, the ones whose value came from a Secret, and why the varsFrom could not be
+    satisfied (`error`, names only)."""
+
+    variables: dict[str, Any]
+    sensitive: list[str]
+    secret: list[str]
+    error: str | None = None
+
+    def masked(self) -> dict[str, str]:
+        """The values to mask in the log, by variable name (as text: a structured value as its JSON)."""
+        return {name: value if isinstance(value, str) else json.dumps(value)
+                for name in {*self.sensitive, *self.secret} if (value := self.variables.get(name)) is not None}
+
+
+def parse_inputs(raw: bytes, digest: str | None) -> Inputs:
+    """The run's inputs record (controllers/run_inputs.py). With `digest` (the run's inputs-digest annotation),
+    the record must be the one the run was created with; a message never holds a value."""
     try:
         record = json.loads(raw)
     except ValueError:
         raise VariablesError("the run's inputs are not JSON") from None
     if not isinstance(record, dict) or not isinstance(record.get("variables"), dict):
         raise VariablesError("the run's inputs are not an inputs record")
-    if record.get("digest") != digest:
+    if digest is not None and record.get("digest") != digest:
         raise VariablesError(f"the run's inputs are of digest {record.get('digest')!r}, not {digest!r} as the run "
                              "was created with")
-    sensitive = [str(name) for name in record.get("sensitive") or () if name in record["variables"]]
-    return {str(k): v for k, v in record["variables"].items()}, sensitive
+    variables = {str(k): v for k, v in record["variables"].items()}
+    listed = [str(name) for name in record.get("sensitive") or () if name in variables]
+    secret = [str(name) for name in record.get("secretVariables") or () if name in variables]
+    error = record.get("error")
+    return Inputs(variables, listed, secret, str(error) if error else None)
 
 
 def write_tfvars(directory: Path, variables: Mapping[str, Any]) -> Path:

@@ -160,8 +160,8 @@ def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = T
         # Datastore auth on end to end: controllers and `plan download` as the kubeconfig's service account,
         # runners with their pod-bound projected tokens.
         admin = login_as_local_admin(api.url, kubeconfig)
-        # The chart's admission policies; a server started by a test runs as the local admin.
-        for obj in policy_objects("burrito-py", [admin], "burrito-py-runner") if admission_policy else ():
+        # The chart's admission policies; the controllers and a server started by a test run as the local admin.
+        for obj in policy_objects("burrito-py", [admin], "burrito-py-runner", [admin]) if admission_policy else ():
             applier.apply(obj)
         datastore_url = stack.enter_context(running_datastore(workdir / "datastore", auth_enabled=True,
                                                               kubeconfig=kubeconfig, admin_users=[admin],

@@ -274,3 +274,63 @@ def test_g_plan_policies_report_whether_they_compile_under_the_charts_rbac(dev: 
     assert (fine["status"], fine["reason"]) == ("True", "Compiled")
     table = dev.kubectl("get", "tfpp", "-n", "default")
     assert "READY" in table.splitlines()[0] and "chart-broken" in table and "False" in table
+
+
+def test_h_runners_change_no_layer_and_only_the_controllers_record_runner_annotations(dev: Dev) -> None:
+    """Issue 24, findings 1 (b) and 4, in chart mode (the chart's RBAC and admission policies, its identities):
+    a runner's ServiceAccount token reads no Secret and patches no layer (RBAC); given `patch` on layers by an
+    operator's mistake, the admission policy still refuses any change it makes; and a tenant user allowed to
+    patch layers may approve a plan but never set or change the `runner.burrito-py.io/` annotations."""
+    from burrito_py.deploy.admission_policy import ANNOTATION_MESSAGE, RUNNER_MESSAGE
+    from burrito_py.local.identity import ensure_service_account, request_token
+    from burrito_py.local.kube_tokens import API_AUDIENCES
+
+    dev.wait_state("greetings", "ApplyNeeded")
+    rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/default"
+    merge = {"Content-Type": "application/merge-patch+json"}
+    forged = {"metadata": {"annotations": {ann.PLAN_RUN: "greetings-pr-1/7", ann.PLAN_SUM: "sha256:" + "0" * 64}}}
+
+    def as_account(account: str) -> httpx.Client:
+        token = request_token(dev.api, "default", account, list(API_AUDIENCES))
+        return httpx.Client(base_url=str(dev.api.base_url), headers={"Authorization": f"Bearer {token}"},
+                            timeout=30)
+
+    with as_account("burrito-py-runner") as runner:
+        assert runner.get(f"{LAYERS}/greetings").status_code == 200  # what it needs: reads
+        assert runner.get("/api/v1/namespaces/default/secrets").status_code == 403
+        for secret in dev.api.get("/api/v1/namespaces/default/secrets").json()["items"][:3]:
+            assert runner.get(f"/api/v1/namespaces/default/secrets/{secret['metadata']['name']}").status_code == 403
+        assert runner.get("/api/v1/namespaces/default/configmaps").status_code == 403
+        assert runner.patch(f"{LAYERS}/greetings", json=forged, headers=merge).status_code == 403  # RBAC
+
+        role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "too-wide", "namespace": "default"},
+                "rules": [{"apiGroups": [ann.GROUP], "resources": ["terraformlayers"], "verbs": ["patch"]}]}
+        dev.api.post(f"{rbac}/roles", json=role).raise_for_status()
+        binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": "too-wide", "namespace": "default"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "too-wide"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "burrito-py-runner", "namespace": "default"},
+                                {"kind": "ServiceAccount", "name": "alice", "namespace": "default"}]}
+        dev.api.post(f"{rbac}/rolebindings", json=binding).raise_for_status()
+        try:
+            for patch in (forged, {"metadata": {"labels": {"x": "y"}}},
+                          {"spec": {"overrideRunnerSpec": {"image": "evil.example/runner"}}}):
+                refused = runner.patch(f"{LAYERS}/greetings", json=patch, headers=merge)
+                assert refused.status_code == 403 and refused.json()["message"].endswith(RUNNER_MESSAGE), refused.text
+
+            ensure_service_account(dev.api, "default", "alice")
+            with as_account("alice") as alice:
+                refused = alice.patch(f"{LAYERS}/greetings", json=forged, headers=merge)
+                assert refused.status_code == 403 and refused.json()["message"].endswith(ANNOTATION_MESSAGE)
+                plan_sum = dev.api.get(f"{LAYERS}/greetings").json()["metadata"]["annotations"][ann.PLAN_SUM]
+                changed = {"metadata": {"annotations": {ann.PLAN_SUM: plan_sum + "0"}}}
+                assert alice.patch(f"{LAYERS}/greetings", json=changed, headers=merge).status_code == 403
+                label = alice.patch(f"{LAYERS}/greetings", json={"metadata": {"labels": {"team": "a"}}},
+                                    headers=merge)
+                assert label.status_code == 200, label.text  # the rest of the layer is hers to change
+        finally:
+            dev.api.delete(f"{rbac}/rolebindings/too-wide")
+            dev.api.delete(f"{rbac}/roles/too-wide")
+    annotations = dev.api.get(f"{LAYERS}/greetings").json()["metadata"]["annotations"]
+    assert annotations[ann.PLAN_RUN] != "greetings-pr-1/7" and annotations[ann.PLAN_SUM] == plan_sum

@@ -1,8 +1,9 @@
 """Faults on the runner's writes (issue 11, items 2 and 4), end to end: the emulator, the local kubelet running
 real `burrito-py runner start` processes with real terraform, the datastore and the controllers.
 
-- One injected 500 on the runner's layer PATCH, before the write or after it (a lost response), in the plan
-  or in the apply: the layer ends Idle with apply-sum == plan-sum, and terraform applied exactly once.
+- One injected 500 on the layer PATCH that records a plan's or an apply's result (the run controller's since
+  issue 24: the runner writes nothing to the API), before the write or after it (a lost response): the layer
+  ends Idle with apply-sum == plan-sum, terraform applied exactly once, and no attempt was lost.
 - kill -9 of the runner mid-replace (terraform and its provisioner included, as a container's SIGKILL would
   be): the retry attempt either finds the plan applied and succeeds, or exits 5 with "stale plan: …". What the
   layer does after a StalePlan (plan again, then apply) is the layer helper's part of issue 11 and is checked

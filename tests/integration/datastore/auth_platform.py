@@ -43,6 +43,7 @@ class AuthPlatform:
     url: str
     data_dir: Path
     http: httpx.Client  # to the emulator
+    kubeconfig: Path  # the admin's, for another datastore reviewing the same tokens
     tokens: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -158,7 +159,7 @@ def running_auth_platform(workdir: Path) -> Iterator[AuthPlatform]:
             workdir / "data", auth_enabled=True, kubeconfig=kubeconfig,
             admin_users=[service_account_username(*CONTROLLERS)],
         ))
-        platform = AuthPlatform(api, url, workdir / "data", http)
+        platform = AuthPlatform(api, url, workdir / "data", http, kubeconfig)
         _tokens(platform)
         _seed(platform)
         yield platform

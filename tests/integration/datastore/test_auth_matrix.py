@@ -57,13 +57,17 @@ def calls() -> list[Call]:
             Call("DELETE run", target, "DELETE", base),
             Call("PUT plan", target, "PUT", f"{base}/attempts/1/plan?format=json", b'{"seeded": true}'),
             Call("GET plan", target, "GET", f"{base}/attempts/1/plan?format=json"),
+            Call("HEAD plan", target, "HEAD", f"{base}/attempts/1/plan?format=json"),
             Call("GET latest plan", target, "GET", f"{base}/plan?format=json"),
             Call("PUT logs", target, "PUT", f"{base}/attempts/1/logs", b"seeded log\n"),
             Call("GET logs", target, "GET", f"{base}/attempts/1/logs"),
+            Call("HEAD logs", target, "HEAD", f"{base}/attempts/1/logs"),
             Call("PUT outputs", target, "PUT", f"{base}/attempts/1/outputs", b'{"seeded": {"value": 1}}'),
             Call("GET outputs", target, "GET", f"{base}/attempts/1/outputs"),
+            Call("HEAD outputs", target, "HEAD", f"{base}/attempts/1/outputs"),
             Call("PUT applied", target, "PUT", f"{base}/attempts/1/applied", b'{"sum": "sha256:00", "attempt": 1}'),
             Call("GET applied", target, "GET", f"{base}/applied"),
+            Call("GET attempt applied", target, "GET", f"{base}/attempts/1/applied"),
             Call("PUT review", target, "PUT", f"{base}/attempts/1/review", b'{"planSum": "sha256:00"}'),
             Call("GET review", target, "GET", f"{base}/attempts/1/review"),
             Call("PUT inputs", target, "PUT", f"{base}/inputs", b'{"digest": "sha256:00", "variables": {}}'),
@@ -90,13 +94,15 @@ def success(call: Call) -> int:
 
 
 # What each runner may do, spelled out rather than derived: reads of its layer and its layer's repository,
-# writes of its own run only.
+# writes of its own run's attempt only (the one its pod is recorded for: 1 for both), reads of its own run's
+# inputs only.
 RUNNER_ALLOWED = {
     "own-runner": {("own-run", "PUT"), ("own-run", "GET"), ("own-run", "HEAD"), ("own-layer", "GET"),
-                   ("own-repo", "GET"), ("own-repo", "HEAD")},
-    "other-runner": {("other-layer", "PUT"), ("other-layer", "GET"), ("other-repo", "GET"),
+                   ("own-layer", "HEAD"), ("own-repo", "GET"), ("own-repo", "HEAD")},
+    "other-runner": {("other-layer", "PUT"), ("other-layer", "GET"), ("other-layer", "HEAD"), ("other-repo", "GET"),
                      ("other-repo", "HEAD")},
 }
+OWN_RUN = {"own-runner": "own-run", "other-runner": "other-layer"}
 
 
 def expected(identity: str, call: Call) -> int:
@@ -106,10 +112,16 @@ def expected(identity: str, call: Call) -> int:
         return success(call)
     if identity in RUNNER_ALLOWED:
         if call.endpoint in ("PUT review", "PUT inputs", "DELETE run"):
-            # The controllers' verdict on a plan, the upstream outputs a run is given, and throwing a run away:
-            # no runner may, not even for its own run.
+            # The controllers' verdict on a plan, the run's inputs, and throwing a run away: no runner may, not
+            # even for its own run.
             return 403
-        return success(call) if (call.target, call.method) in RUNNER_ALLOWED[identity] else 403
+        if call.endpoint == "GET inputs" and call.target != OWN_RUN[identity]:
+            return 403  # the inputs hold Secret values: only that run's runner reads them
+        if (call.target, call.method) not in RUNNER_ALLOWED[identity]:
+            return 403
+        # The controllers (or an earlier runner identity) stored these very bytes: a runner's repeated write of
+        # an object written once is a 200, nothing changes.
+        return 200 if call.method == "PUT" else success(call)
     return 403  # stranger, impostor, default-sa-pod, previous-attempt
 
 

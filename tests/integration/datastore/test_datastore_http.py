@@ -71,13 +71,14 @@ def test_outputs_round_trip_per_attempt_and_missing_is_404(datastore: tuple[str,
         with pytest.raises(DatastoreError, match="outputs of default/app run app-apply-x attempt 1") as missing:
             client.get_outputs("default", "app", "app-apply-x", 1)
         assert missing.value.status_code == 404
-    assert (data / "layers/default/app/app-apply-x/2/outputs.json").read_bytes() == outputs
+    stored = (data / "layers/default/app/app-apply-x/2/outputs.json").read_bytes()
+    assert stored.endswith(outputs) and outputs not in stored[:45]  # the object's header (its sum), then the body
     response = httpx.get(f"{url}/api/v1/layers/default/app/runs/app-apply-x/attempts/2/outputs")
     assert response.headers["content-type"] == "application/json"
 
 
 def test_oversized_outputs_are_413_and_leave_nothing(tmp_path: Path):
-    settings = DatastoreSettings(data_dir=tmp_path, max_body_bytes=10, auth_enabled=False)
+    settings = DatastoreSettings(data_dir=tmp_path, max_outputs_bytes=10, auth_enabled=False)
     app = create_app(FilesystemStorage(tmp_path), settings)
 
     async def scenario() -> httpx.Response:
@@ -145,7 +146,7 @@ def test_malformed_requests_are_refused_without_touching_storage(datastore: tupl
 
 
 def test_oversized_upload_is_413_and_leaves_nothing(tmp_path: Path):
-    settings = DatastoreSettings(data_dir=tmp_path, max_body_bytes=10, auth_enabled=False)  # auth: test_auth*.py
+    settings = DatastoreSettings(data_dir=tmp_path, max_log_bytes=10, auth_enabled=False)  # auth: test_auth*.py
     app = create_app(FilesystemStorage(tmp_path), settings)
 
     async def scenario() -> httpx.Response:

@@ -183,7 +183,7 @@ def test_only_an_admin_may_delete_a_run_not_even_its_own_runner(backend: Backend
     with running_datastore(backend.data_dir, storage=backend.storage) as url, DatastoreClient(url) as client:
         store_run_a(client)  # auth off here: the seeding is not under test
     own_runner = Principal(
-        "system:serviceaccount:default:burrito-py-runner", runner=RunnerScope(NS, LAYER, RUN_A, NS, "repo")
+        "system:serviceaccount:default:burrito-py-runner", runner=RunnerScope(NS, LAYER, RUN_A, NS, "repo", 1)
     )
     tokens = _Tokens({
         "admin": Principal("system:serviceaccount:burrito-py:burrito-py-controllers", admin=True),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -129,7 +130,8 @@ def test_rotation_keeps_old_objects_readable(tmp_path: Path):
 
 def test_size_limit_applies_to_the_plaintext(tmp_path: Path):
     storage = EncryptedStorage(FilesystemStorage(tmp_path), Keyring({"a": KEY_A}, "a"), chunk_size=16)
-    assert asyncio.run(storage.put("k", _chunks(b"x" * 100), 100)) == 100
+    stored = asyncio.run(storage.put("k", _chunks(b"x" * 100), 100))
+    assert (stored.size, stored.sha256) == (100, hashlib.sha256(b"x" * 100).hexdigest())  # the plaintext's
     from burrito_py.datastore.storage import TooLarge
 
     with pytest.raises(TooLarge, match="limit of 99 bytes"):

@@ -101,10 +101,12 @@ def test_interrupted_upload_leaves_nothing(backend: Backend, datastore: Datastor
 
 
 def test_over_the_limit_is_413_and_leaves_nothing(backend: Backend, tmp_path: Path):
-    env = {**backend.env, "BURRITO_PY_DATASTORE_MAX_BODY_BYTES": str(11 * MiB)}
+    env = {**backend.env, "BURRITO_PY_DATASTORE_MAX_PLAN_BYTES": str(11 * MiB)}
     with datastore_process(tmp_path / "data", env) as process:
         response = httpx.put(process.url + PLAN.format(run="big"), content=_body(12), timeout=60)
-        assert response.status_code == 413 and "limit of 11534336 bytes" in response.json()["error"]
+        assert response.status_code == 413, response.text
+        assert response.json()["error"] == ("plan.bin refused: plan.bin may hold at most 11 MiB "
+                                            "(BURRITO_PY_DATASTORE_MAX_PLAN_BYTES)")
         wait_for(lambda: backend.leftovers() == [], 30, 0.05, "the refused upload to be cleaned up")
         ok = httpx.put(process.url + PLAN.format(run="fits"), content=_body(11), timeout=60)
         assert ok.status_code == 201, ok.text
@@ -135,7 +137,7 @@ def test_a_crash_mid_upload_keeps_every_completed_upload(backend: Backend, tmp_p
 
 @pytest.mark.slow
 def test_a_200_mib_plan_streams_through_in_bounded_memory(backend: Backend, tmp_path: Path):
-    env = {**backend.env, "BURRITO_PY_DATASTORE_MAX_BODY_BYTES": str(256 * MiB)}
+    env = {**backend.env, "BURRITO_PY_DATASTORE_MAX_PLAN_BYTES": str(256 * MiB)}
     with datastore_process(tmp_path / "data", env) as datastore:
         _transfer_200_mib(datastore)
 

@@ -332,7 +332,7 @@ def test_only_runners_and_admins_read_through_the_mirror(tmp_path: Path) -> None
         async def authenticate(self, token: str) -> Principal:
             if token == "runner":
                 return Principal("system:serviceaccount:team:burrito-py-runner",
-                                 runner=RunnerScope("team", "app", "run-1", "team", "infra"))
+                                 runner=RunnerScope("team", "app", "run-1", "team", "infra", 1))
             return Principal("alice")
 
     with running_datastore(tmp_path, auth_enabled=True, authenticator=Tokens(), provider_cache_enabled=True,

@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client, config
 
 from burrito_py.api import annotations as ann
+from burrito_py.controllers.run_inputs import Upstream, build_record, resolve_sources
 from burrito_py.datastore.client import DatastoreClient
 from burrito_py.datastore.testing import running_datastore
 from burrito_py.local.apiserver import ApiServer
@@ -91,10 +92,50 @@ class World:
 
     def run(self, name: str, action: str, revision: str, layer: str = "app", artifact: dict[str, Any] | None = None,
             ) -> dict[str, Any]:
+        """An artifact without a `sum` gets the one the datastore recorded for that plan, as the controllers
+        set it (none when the plan is not stored)."""
         spec: dict[str, Any] = {"action": action, "layer": {"name": layer, "revision": revision}}
         if artifact:
+            if "sum" not in artifact:
+                with DatastoreClient(self.datastore_url) as store:
+                    stored = store.stat_plan(NS, layer, artifact["run"], artifact["attempt"], "bin")
+                artifact = {**artifact, **({"sum": stored.sha256} if stored is not None else {})}
             spec["artifact"] = artifact
-        return self.create("terraformruns", {"kind": "TerraformRun", "metadata": {"name": name}, "spec": spec})
+        created = self.create("terraformruns", {"kind": "TerraformRun", "metadata": {"name": name}, "spec": spec})
+        self.give_inputs(name, layer)
+        return created
+
+    def give_inputs(self, run: str, layer: str = "app") -> dict[str, Any] | None:
+        """Store the run's inputs record as the controllers do before they create a run (run_inputs.py): the
+        values of the layer's varsFrom, read here as an admin (the runner may not read them)."""
+        body = self.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, NS, "terraformlayers", layer)
+        vars_from = (body.get("spec") or {}).get("varsFrom") or []
+        if not vars_from:
+            return None
+        core = client.CoreV1Api(self.custom.api_client)
+        objects: list[dict[str, Any] | None] = []
+        for entry in vars_from:
+            read = core.read_namespaced_secret if entry["kind"] == "Secret" else core.read_namespaced_config_map
+            try:
+                objects.append(self.custom.api_client.sanitize_for_serialization(read(entry["name"], NS)))
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+                objects.append(None)
+        record = build_record(resolve_sources(vars_from, NS, objects), Upstream())
+        with DatastoreClient(self.datastore_url) as store:
+            store.put_inputs(NS, layer, run, json.dumps(record).encode())
+        return record
+
+    def stored_sum(self, run: str, attempt: int, fmt: str = "bin") -> str | None:
+        """The sum the datastore recorded for a run's plan (what the run controller reads), None when absent."""
+        with DatastoreClient(self.datastore_url) as store:
+            stored = store.stat_plan(NS, "app", run, attempt, fmt)  # type: ignore[arg-type]
+        return stored.sha256 if stored is not None else None
+
+    def applied(self, run: str, attempt: int) -> str | None:
+        with DatastoreClient(self.datastore_url) as store:
+            return store.get_applied(NS, "app", run, attempt)
 
     def annotations(self, layer: str = "app") -> dict[str, str]:
         body = self.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, NS, "terraformlayers", layer)

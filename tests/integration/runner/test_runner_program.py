@@ -15,8 +15,6 @@ from burrito_py.api import annotations as ann
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
 from burrito_py.datastore.storage import FilesystemStorage
 from burrito_py.datastore.testing import free_port, running_datastore
-from burrito_py.runner.kube import RETRIES
-from burrito_py.timeutil import parse_time
 from tests.integration.runner.runner_world import CODE, NS, World, world
 
 __all__ = ["world"]  # the fixture, used by name
@@ -31,43 +29,39 @@ def test_plan_then_apply_exactly_that_plan(world: World) -> None:
     world.layer()
     world.run("app-plan-1", "plan", revision)
 
+    world.api.clear_requests()
     planned = world.runner("app-plan-1", "plan", cli=True)
     assert planned.code == 0, planned.stderr
     assert planned.stderr == ""
     assert "Terraform has been successfully initialized!" in planned.stdout  # terraform's output, streamed
     assert "Plan: 1 to add, 0 to change, 0 to destroy." in planned.stdout
-    a = world.annotations()
     plan_bin = world.plan("app-plan-1", 1, "bin")
-    assert a[ann.PLAN_SUM] == sha256(plan_bin)
-    assert a[ann.PLAN_RUN] == "app-plan-1/1"
-    assert a[ann.PLAN_COMMIT] == revision
-    assert a[ann.PLAN_SUMMARY] == "Plan: 1 to add, 0 to change, 0 to destroy"
-    assert parse_time(a[ann.PLAN_DATE]) is not None and a[ann.PLAN_DATE].endswith("Z")
-    assert ann.APPLY_SUM not in a
+    # The datastore's own sum of what the runner stored: what the run controller records (§6.4).
+    assert world.stored_sum("app-plan-1", 1) == sha256(plan_bin)
+    assert world.stored_sum("app-plan-1", 1, "json") == sha256(world.plan("app-plan-1", 1, "json"))
     changes = json.loads(world.plan("app-plan-1", 1, "json"))["resource_changes"]
     assert [(c["address"], c["change"]["actions"]) for c in changes] == [("terraform_data.this", ["create"])]
     assert "terraform_data.this will be created" in world.plan("app-plan-1", 1, "pretty").decode()
     assert world.plan("app-plan-1", 1, "short") == b"Plan: 1 to add, 0 to change, 0 to destroy"
     assert world.state_inputs() == []
+    # The runner only read the API (issue 24): its result reaches the layer through the run controller.
+    assert {r.method for r in world.api.requests} == {"GET"}
+    assert world.annotations() == {}
 
     world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-1", "attempt": 1})
+    world.api.clear_requests()
     applied = world.runner("app-apply-1", "apply")
     assert applied.code == 0, applied.stderr
     assert "Apply complete! Resources: 1 added, 0 changed, 0 destroyed." in applied.stdout
     assert world.state_inputs() == ["v1"]
-    a = world.annotations()
-    assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM] == sha256(plan_bin)
-    assert a[ann.APPLY_COMMIT] == revision
-    assert parse_time(a[ann.APPLY_DATE]) is not None
+    assert world.applied("app-apply-1", 1) == sha256(plan_bin)
+    assert {r.method for r in world.api.requests} == {"GET"} and world.annotations() == {}
 
     # A new revision: attempt 2 of a plan run (the first attempt "failed" elsewhere) records its own artifacts.
     second = world.commit({"layers/app/main.tf": CODE % "v2"})
     world.run("app-plan-2", "plan", second)
     assert world.runner("app-plan-2", "plan", attempt=2).code == 0
-    a = world.annotations()
-    assert (a[ann.PLAN_RUN], a[ann.PLAN_COMMIT]) == ("app-plan-2/2", second)
-    assert a[ann.PLAN_SUMMARY] == "Plan: 0 to add, 1 to change, 0 to destroy"
-    assert a[ann.APPLY_SUM] != a[ann.PLAN_SUM]
+    assert world.plan("app-plan-2", 2, "short") == b"Plan: 0 to add, 1 to change, 0 to destroy"
     with pytest.raises(DatastoreError):
         world.plan("app-plan-2", 1, "bin")
 
@@ -77,22 +71,33 @@ def test_apply_refuses_a_plan_that_is_not_the_recorded_one(world: World) -> None
     world.layer()
     world.run("app-plan-1", "plan", revision)
     assert world.runner("app-plan-1", "plan").code == 0
-    world.annotate({ann.PLAN_SUM: "sha256:" + "0" * 64})
 
-    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-1", "attempt": 1})
+    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-1", "attempt": 1,
+                                                          "sum": "sha256:" + "0" * 64})
     result = world.runner("app-apply-1", "apply")
     assert result.code == 2
     assert result.stderr.startswith("error: the stored plan of run app-plan-1 attempt 1 is sha256:")
+    assert "but the controllers recorded sha256:000" in result.stderr
     assert "refusing to apply" in result.stderr and "Traceback" not in result.stderr
     assert "refusing to apply" in world.termination_message("app-apply-1")
     assert world.state_inputs() == []
-    assert ann.APPLY_SUM not in world.annotations()
+    assert world.applied("app-apply-1", 1) is None
+
+
+def test_apply_refuses_a_run_that_carries_no_plan_sum(world: World) -> None:
+    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer()
+    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-gone", "attempt": 1})
+    result = world.runner("app-apply-1", "apply")
+    assert result.code == 2
+    assert result.stderr == "error: apply run app-apply-1 carries no plan sum (spec.artifact.sum); refusing to apply\n"
 
 
 def test_apply_of_a_plan_that_does_not_exist(world: World) -> None:
     revision = world.commit({"layers/app/main.tf": CODE % "v1"})
     world.layer()
-    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-gone", "attempt": 1})
+    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-gone", "attempt": 1,
+                                                          "sum": "sha256:" + "1" * 64})
     result = world.runner("app-apply-1", "apply")
     assert result.code == 2
     assert "error: plan of default/app run app-plan-gone" in result.stderr
@@ -106,11 +111,10 @@ def test_apply_without_plan_artifact_plans_and_applies(world: World) -> None:
     result = world.runner("app-apply-1", "apply")
     assert result.code == 0, result.stderr
     assert world.state_inputs() == ["v1"]
-    a = world.annotations()
-    # The plan it made is recorded too, so the layer sees that plan as applied.
-    assert a[ann.PLAN_RUN] == "app-apply-1/1"
-    assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM] == sha256(world.plan("app-apply-1", 1, "bin"))
-    assert a[ann.PLAN_COMMIT] == a[ann.APPLY_COMMIT] == revision
+    # The plan it made is stored under the apply's own attempt (the run controller records it as the layer's plan
+    # and as applied), and that is the plan it applied.
+    made = world.stored_sum("app-apply-1", 1)
+    assert made == sha256(world.plan("app-apply-1", 1, "bin")) and world.applied("app-apply-1", 1) == made
 
 
 def test_a_manually_approved_apply_applies_the_approved_plan_even_with_apply_without_plan_artifact(
@@ -120,12 +124,12 @@ def test_a_manually_approved_apply_applies_the_approved_plan_even_with_apply_wit
     world.layer(approvePlan="manual", remediationStrategy={"applyWithoutPlanArtifact": True})
     world.run("app-plan-1", "plan", revision)
     assert world.runner("app-plan-1", "plan").code == 0
-    approved = world.annotations()[ann.PLAN_SUM]
+    approved = world.stored_sum("app-plan-1", 1)
     world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-1", "attempt": 1})
     result = world.runner("app-apply-1", "apply")
     assert result.code == 0, result.stderr
-    a = world.annotations()
-    assert a[ann.APPLY_SUM] == approved and a[ann.PLAN_RUN] == "app-plan-1/1"  # no second plan was made
+    assert world.applied("app-apply-1", 1) == approved
+    assert world.stored_sum("app-apply-1", 1) is None  # no second plan was made
     assert world.state_inputs() == ["v1"]
 
 
@@ -172,17 +176,6 @@ def test_unreachable_datastore_exits_3(world: World) -> None:
     result = world.runner("app-plan-1", "plan", BURRITO_DATASTORE_URL=f"http://127.0.0.1:{free_port()}")
     assert result.code == 3
     assert "datastore unavailable" in result.stderr and "Traceback" not in result.stderr
-
-
-def test_a_refused_annotation_exits_3_without_annotations(world: World) -> None:
-    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
-    world.layer()
-    world.run("app-plan-1", "plan", revision)
-    world.api.inject_fault("PATCH", "/terraformlayers/app$", status=500, times=10)
-    result = world.runner("app-plan-1", "plan")
-    assert result.code == 3
-    assert "error: cannot annotate TerraformLayer default/app: HTTP 500" in result.stderr
-    assert world.annotations() == {}
 
 
 VARS_CODE = """
@@ -264,7 +257,6 @@ def test_variables_from_spec_secrets_and_config_maps_then_outputs_after_apply(wo
     assert "burrito-py: 3 output(s) recorded" in applied.stdout
     assert PASSWORD not in applied.stdout + applied.stderr
     assert sorted(world.state_inputs()) == sorted(["hello eu-west-3 1,2", PASSWORD])
-    assert world.annotations()[ann.APPLY_RUN] == "app-apply-1/1"
     with DatastoreClient(world.datastore_url) as store:
         outputs = json.loads(store.get_outputs(NS, "app", "app-apply-1", 1))
     assert {name: (o["value"], o["sensitive"]) for name, o in outputs.items()} == {
@@ -272,6 +264,8 @@ def test_variables_from_spec_secrets_and_config_maps_then_outputs_after_apply(wo
 
 
 def test_a_missing_secret_or_key_fails_the_plan_naming_it(world: World) -> None:
+    """The controllers put why the varsFrom cannot be satisfied in the run's inputs (names only); the runner fails
+    the plan with it, as it did when it read the Secret itself."""
     revision = vars_layer(world)
     world.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, NS, "terraformlayers", "app", {"spec": {
         "varsFrom": [{"kind": "Secret", "name": "creds", "keys": ["password", "token"]}]}})
@@ -281,11 +275,44 @@ def test_a_missing_secret_or_key_fails_the_plan_naming_it(world: World) -> None:
     assert result.stderr == "error: Secret default/creds (spec.varsFrom[0]) has no key 'token'\n"
     world.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, NS, "terraformlayers", "app", {"spec": {
         "varsFrom": [{"kind": "Secret", "name": "nope"}]}})
+    world.give_inputs("app-plan-1")  # what the run controller does before a retry of such a run
     result = world.runner("app-plan-1", "plan", attempt=2)
     assert result.code == 2
     assert result.stderr == "error: Secret default/nope (spec.varsFrom[0]) does not exist\n"
     assert world.termination_message("app-plan-1", 2) == "Secret default/nope (spec.varsFrom[0]) does not exist"
     assert "terraform" not in result.stdout.lower()
+    assert world.annotations() == {}
+
+
+def test_a_run_given_no_inputs_record_is_refused_naming_it(world: World) -> None:
+    revision = vars_layer(world)
+    world.create("terraformruns", {"kind": "TerraformRun", "metadata": {"name": "app-plan-1"}, "spec": {
+        "action": "plan", "layer": {"name": "app", "revision": revision}}})  # no record stored
+    result = world.runner("app-plan-1", "plan")
+    assert result.code == 2
+    assert result.stderr == "error: inputs of default/app run app-plan-1: no inputs for default/app run app-plan-1\n"
+
+
+def test_the_runners_token_reads_no_secret_and_writes_no_layer(world: World) -> None:
+    """Issue 24, finding 4: tenant code using the runner pod's ServiceAccount token (its kubeconfig here, with
+    exactly the chart's runner Role) reads no Secret or ConfigMap of its namespace and patches no layer."""
+    import httpx
+    import yaml
+
+    vars_layer(world)
+    config = yaml.safe_load(world.runner_kubeconfig.read_text())
+    token = config["users"][0]["user"]["token"]
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=world.api.url, headers=headers, timeout=10) as api:
+        assert api.get(f"/api/v1/namespaces/{NS}/secrets/creds").status_code == 403
+        assert api.get(f"/api/v1/namespaces/{NS}/configmaps/site").status_code == 403
+        assert api.get(f"/api/v1/namespaces/{NS}/secrets").status_code == 403
+        patch = api.patch(f"/apis/{ann.GROUP}/{ann.VERSION}/namespaces/{NS}/terraformlayers/app",
+                          json={"metadata": {"annotations": {ann.PLAN_RUN: "app-pr-7/1"}},
+                                "spec": {"overrideRunnerSpec": {"image": "evil"}}},
+                          headers={"Content-Type": "application/merge-patch+json"})
+        assert patch.status_code == 403
+        assert api.get(f"/apis/{ann.GROUP}/{ann.VERSION}/namespaces/{NS}/terraformlayers/app").status_code == 200
     assert world.annotations() == {}
 
 
@@ -298,10 +325,10 @@ class _NoOutputs:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def put(self, key: str, chunks: Any, max_size: int) -> int:
+    async def put(self, key: str, chunks: Any, max_size: int, **options: Any) -> Any:
         if key.endswith("/outputs.json"):
             raise OSError("disk on fire")
-        return await self.inner.put(key, chunks, max_size)
+        return await self.inner.put(key, chunks, max_size, **options)
 
 
 def test_outputs_lost_after_an_apply_fail_the_attempt_and_a_retry_only_reads_them(world: World) -> None:
@@ -314,8 +341,8 @@ def test_outputs_lost_after_an_apply_fail_the_attempt_and_a_retry_only_reads_the
         failed = world.runner("app-apply-1", "apply", BURRITO_DATASTORE_URL=broken)
     assert failed.code == 3, failed.stderr
     assert "upload of the outputs of default/app run app-apply-1 attempt 1" in failed.stderr
-    a = world.annotations()
-    assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM] and ann.APPLY_RUN not in a  # applied, outputs not recorded
+    # Applied, outputs not recorded: the applied record tells the run controller to record the apply anyway.
+    assert world.applied("app-apply-1", 1) == world.stored_sum("app-plan-1", 1)
     state = world.state().read_text()
 
     retried = world.runner("app-apply-1", "apply", attempt=2)
@@ -323,7 +350,6 @@ def test_outputs_lost_after_an_apply_fail_the_attempt_and_a_retry_only_reads_the
     assert "is already applied (an earlier attempt); reading its outputs" in retried.stdout
     assert "terraform apply" not in retried.stdout
     assert json.loads(world.state().read_text())["serial"] == json.loads(state)["serial"]
-    assert world.annotations()[ann.APPLY_RUN] == "app-apply-1/2"
     with DatastoreClient(world.datastore_url) as store:
         assert json.loads(store.get_outputs(NS, "app", "app-apply-1", 2))["password"]["value"] == PASSWORD
 
@@ -353,54 +379,6 @@ def test_a_stale_saved_plan_exits_5_with_a_stale_plan_message(world: World) -> N
     assert "error: stale plan: terraform apply refused the saved plan sha256:" in stale.stderr
     assert world.termination_message("app-apply-1").startswith("stale plan: ")
     assert world.state_inputs() == ["v2"] and _serial(world) == serial
-    assert world.annotations()[ann.APPLY_COMMIT] == second
-
-
-def test_one_lost_annotation_response_does_not_fail_an_applied_attempt(world: World) -> None:
-    """Issue 11, item 4: the layer PATCH after the apply is carried out but its response is lost (500): the
-    runner sends it again and the attempt succeeds, with one apply."""
-    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
-    world.layer()
-    world.run("app-plan-1", "plan", revision)
-    world.api.inject_fault("PATCH", "/terraformlayers/app$", status=500, after=True)
-    planned = world.runner("app-plan-1", "plan")
-    assert planned.code == 0, planned.stderr
-    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-1", "attempt": 1})
-    world.api.inject_fault("PATCH", "/terraformlayers/app$", status=500, after=True)
-    applied = world.runner("app-apply-1", "apply")
-    assert applied.code == 0, applied.stderr
-    assert applied.stdout.count("Apply complete!") == 1
-    a = world.annotations()
-    assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM] and a[ann.APPLY_RUN] == "app-apply-1/1"
-
-
-def test_an_apply_whose_annotation_failed_is_done_on_retry_without_applying_again(world: World) -> None:
-    """Issue 11, item 4: the API refuses the annotation longer than the runner retries; the attempt fails
-    (exit 3), but its applied record is in the datastore, so the next attempt only annotates (no second apply,
-    no stale plan)."""
-    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
-    world.layer()
-    world.run("app-plan-1", "plan", revision)
-    assert world.runner("app-plan-1", "plan").code == 0
-    plan_sum = world.annotations()[ann.PLAN_SUM]
-    world.run("app-apply-1", "apply", revision, artifact={"run": "app-plan-1", "attempt": 1})
-    world.api.inject_fault("PATCH", "/terraformlayers/app$", status=503, times=RETRIES)  # every try refused
-    failed = world.runner("app-apply-1", "apply")
-    assert failed.code == 3, failed.stderr
-    assert "Apply complete! Resources: 1 added" in failed.stdout
-    assert ann.APPLY_SUM not in world.annotations()
-    serial = _serial(world)
-    with DatastoreClient(world.datastore_url) as store:
-        assert store.get_applied(NS, "app", "app-apply-1") == plan_sum
-
-    retried = world.runner("app-apply-1", "apply", attempt=2)
-    assert retried.code == 0, retried.stderr
-    assert "is already applied (an earlier attempt)" in retried.stdout
-    assert "the run's applied record" in retried.stdout
-    assert "terraform apply" not in retried.stdout
-    assert _serial(world) == serial and world.state_inputs() == ["v1"]
-    a = world.annotations()
-    assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM] == plan_sum and a[ann.APPLY_RUN] == "app-apply-1/2"
 
 
 LEAKY_CODE = """

@@ -12,7 +12,6 @@ import time
 
 import pytest
 
-from burrito_py.api import annotations as ann
 from burrito_py.datastore.client import DatastoreClient
 from tests.integration.runner.runner_world import NS, World, world
 
@@ -102,7 +101,7 @@ def test_sigterm_during_apply_stops_terraform_gracefully_and_releases_the_lock(w
         log = store.get_logs(NS, "app", "app-apply-1", 1).decode()
     assert "Provisioning with 'local-exec'" in log and "Interrupt received." in log and log.endswith(
         f"error: {message}\n")
-    assert ann.APPLY_SUM not in world.annotations()
+    assert world.applied("app-apply-1", 1) is None
 
     # The next attempt (code without the sleep) takes the same state's lock at once: no force-unlock needed.
     fixed = world.commit({"layers/app/main.tf": SLOW % ("v2", "true")})

@@ -1,7 +1,7 @@
 """The chart's ValidatingAdmissionPolicies are `policy_objects`, named after the release: the run-namespace one
 (issue 11, item 15) refuses exactly the cross-namespace runs, the layer-annotations one lets only the server set
-a plan policy override and a runner change only its own annotations, when the emulator's admission evaluates
-them."""
+a plan policy override, only the controllers set the `runner.burrito-py.io/` annotations, and a runner change
+no layer at all (issue 24), when the emulator's admission evaluates them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from burrito_py.api import annotations as ann
-from burrito_py.deploy.admission_policy import MESSAGE, OVERRIDE_MESSAGE, RUNNER_MESSAGE, policy_objects
+from burrito_py.deploy.admission_policy import (
+    ANNOTATION_MESSAGE,
+    MESSAGE,
+    OVERRIDE_MESSAGE,
+    RUNNER_MESSAGE,
+    policy_objects,
+)
 from burrito_py.deploy.chart import render_chart
 from burrito_py.local.kube_admission_policy import AdmissionRequest, admit
 
@@ -24,14 +30,15 @@ def test_the_chart_renders_policy_objects_under_the_release_name():
     for doc in rendered:
         assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == "rel"  # type: ignore[index]
         del doc["metadata"]["labels"]  # type: ignore[attr-defined]
-    assert rendered == policy_objects("rel", ["system:serviceaccount:ns:rel-server"], "burrito-py-runner")
+    assert rendered == policy_objects("rel", ["system:serviceaccount:ns:rel-server"], "burrito-py-runner",
+                                      ["system:serviceaccount:ns:rel-controllers"])
     assert [d["metadata"]["name"] for d in rendered] == ["rel-run-namespace", "rel-run-namespace",  # type: ignore[index]
                                                          "rel-layer-annotations", "rel-layer-annotations"]
     assert admission_objects({"admissionPolicy": {"enabled": False}}) == []
 
 
 def test_the_policy_refuses_a_cross_namespace_run_and_admits_the_others():
-    policy, binding = policy_objects("burrito-py", [SERVER], RUNNER)[:2]
+    policy, binding = policy_objects("burrito-py", [SERVER], RUNNER, [CONTROLLERS])[:2]
 
     def outcome(layer: dict[str, str]) -> str | None:
         run = {"metadata": {"name": "r", "namespace": "tenant"}, "spec": {"action": "plan", "layer": layer}}
@@ -48,12 +55,13 @@ def test_the_policy_refuses_a_cross_namespace_run_and_admits_the_others():
 
 
 SERVER = "system:serviceaccount:burrito-py-system:burrito-py-server"
+CONTROLLERS = "system:serviceaccount:burrito-py-system:burrito-py-controllers"
 RUNNER = "burrito-py-runner"
 OVERRIDE = {ann.OVERRIDE_POLICY: '{"sum": "sha256:aa", "user": "alice", "groups": []}'}
 
 
 def layer_update(user: str, old: dict[str, str] | None, new: dict[str, str]) -> str | None:
-    policy, binding = policy_objects("burrito-py", [SERVER], RUNNER)[2:]
+    policy, binding = policy_objects("burrito-py", [SERVER], RUNNER, [CONTROLLERS])[2:]
 
     def body(annotations: dict[str, str] | None) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": "app", "namespace": "team"}
@@ -68,16 +76,32 @@ def layer_update(user: str, old: dict[str, str] | None, new: dict[str, str]) -> 
     return None if denial is None else denial.message
 
 
+RUNNER_SA = f"system:serviceaccount:team:{RUNNER}"
+PLAN = {ann.PLAN_RUN: "app-plan-1/1", ann.PLAN_SUM: "sha256:aa"}
+
+
 @pytest.mark.parametrize(("user", "old", "new", "denied"), [
     (SERVER, {}, OVERRIDE, None),                                        # the server sets it
     ("alice", {}, OVERRIDE, OVERRIDE_MESSAGE),                           # nobody else does, not even alice
     ("alice", None, OVERRIDE, OVERRIDE_MESSAGE),                         # nor on create
     ("alice", OVERRIDE, {**OVERRIDE, "x": "y"}, None),                   # others may leave it as it is
-    ("system:serviceaccount:burrito-py-system:burrito-py-controllers", OVERRIDE, {}, None),  # and remove it
-    (f"system:serviceaccount:team:{RUNNER}", {}, {ann.PLAN_SUM: "sha256:aa"}, None),     # a runner reports
-    (f"system:serviceaccount:team:{RUNNER}", {}, {ann.APPROVE_PLAN: "sha256:aa"}, RUNNER_MESSAGE),  # never approves
-    (f"system:serviceaccount:team:{RUNNER}", {ann.SYNC_NOW: "x"}, {}, RUNNER_MESSAGE),   # nor removes others'
-    (f"system:serviceaccount:team:{RUNNER}", {}, OVERRIDE, OVERRIDE_MESSAGE),
+    (CONTROLLERS, OVERRIDE, {}, None),                                   # and remove it
+    (CONTROLLERS, {}, PLAN, None),                                       # the controllers record a plan
+    (CONTROLLERS, PLAN, {**PLAN, ann.PLAN_RUN: "app-plan-2/1"}, None),   # and the next one
+    # Issue 24, finding 1 (b): a runner (tenant code) may change nothing of a layer, its "own" annotations neither.
+    (RUNNER_SA, {}, {ann.PLAN_SUM: "sha256:aa"}, RUNNER_MESSAGE),
+    (RUNNER_SA, PLAN, {**PLAN, ann.PLAN_RUN: "app-pr-7/1"}, RUNNER_MESSAGE),
+    (RUNNER_SA, {}, {ann.APPROVE_PLAN: "sha256:aa"}, RUNNER_MESSAGE),    # never approves
+    (RUNNER_SA, {ann.SYNC_NOW: "x"}, {}, RUNNER_MESSAGE),                # nor removes others'
+    (RUNNER_SA, {}, {"unrelated": "x"}, RUNNER_MESSAGE),                 # nor anything else
+    (RUNNER_SA, PLAN, PLAN, RUNNER_MESSAGE),                             # not even a no-op
+    (RUNNER_SA, {}, OVERRIDE, OVERRIDE_MESSAGE),
+    # A tenant user with `patch` on layers cannot point the layer at a plan of their choosing either.
+    ("alice", {}, PLAN, ANNOTATION_MESSAGE),
+    ("alice", None, PLAN, ANNOTATION_MESSAGE),                           # not on create
+    ("alice", PLAN, {**PLAN, ann.PLAN_SUM: "sha256:ff"}, ANNOTATION_MESSAGE),
+    ("alice", PLAN, {**PLAN, ann.APPROVE_PLAN: "sha256:aa"}, None),      # approving leaves them as they are
+    ("alice", PLAN, {}, None),                                           # removing them plans again: allowed
     ("alice", {}, {ann.APPROVE_PLAN: "sha256:aa"}, None),
 ])
 def test_layer_annotations(user: str, old: dict[str, str] | None, new: dict[str, str], denied: str | None) -> None:

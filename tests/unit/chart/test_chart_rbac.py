@@ -35,6 +35,7 @@ CONTROLLERS_TENANT: list[Rule] = [
     (CORE, "pods", "get create", ()),  # get: adopting a pod after a 409 (runs.py _adopt_or_refuse)
     (CORE, "pods/log", "get", ()),
     (CORE, "secrets", "get create update", ()),
+    (CORE, "configmaps", "get", ()),  # spec.varsFrom, resolved into the run's inputs (controllers/run_inputs.py)
     ("coordination.k8s.io", "leases", "get create update delete", ()),
 ]
 CONTROLLERS_CLUSTER: list[Rule] = [
@@ -64,12 +65,11 @@ DATASTORE: list[Rule] = [
 DATASTORE_TENANT: list[Rule] = [(CORE, "pods", "get", ())]
 TOKEN_REVIEWS: Rule = ("authentication.k8s.io", "tokenreviews", "create", ())
 ACCESS_REVIEWS: Rule = ("authorization.k8s.io", "subjectaccessreviews", "create", ())
+# Reads of its run, layer and repository only: no write, no Secret, no ConfigMap (issue 24, finding 4).
 RUNNER: list[Rule] = [
     (TF, "terraformruns", "get", ()),
-    (TF, "terraformlayers", "get patch", ()),
+    (TF, "terraformlayers", "get", ()),
     (TF, "terraformrepositories", "get", ()),
-    (CORE, "secrets", "get", ()),  # spec.varsFrom (burrito_py/runner/main.py write_variables)
-    (CORE, "configmaps", "get", ()),
 ]
 # AGL kinds named in the tenants value set, and the AGL groups (controllers.agl.groups) of the value sets.
 AGL_KINDS = [("apps.burrito-py.io", "databases"), ("platform.example.com", "buckets")]
@@ -224,26 +224,28 @@ def test_no_wildcards_and_no_cluster_wide_secrets_in_tenant_mode(name: str) -> N
     assert not [g for g in all_grants if g.resource == "secrets" and g.verb in ("list", "watch")
                 and not g.resource_names]
     runner = {g for g in all_grants if g.subject.endswith("/burrito-py-runner")}
-    assert {(g.resource, g.verb) for g in runner if g.api_group == CORE} == {("secrets", "get"), ("configmaps", "get")}
+    assert {(g.resource, g.verb) for g in runner} == {("terraformruns", "get"), ("terraformlayers", "get"),
+                                                     ("terraformrepositories", "get")}
     assert all(g.scope != "cluster" for g in runner)
 
 
 def test_runner_rules_match_the_runner_api_calls() -> None:
-    """The runner's only API calls (burrito_py/runner/kube.py): GET of its run, layer and repository, GET of
-    varsFrom Secrets/ConfigMaps, one merge PATCH of its layer's annotations."""
+    """The runner's only API calls (burrito_py/runner/kube.py): GET of its run, layer and repository. It writes
+    nothing and reads no Secret (issue 24: the controllers record its result and resolve its variables)."""
     import inspect
 
     from burrito_py.runner import kube
 
     source = inspect.getsource(kube.Kube)
-    assert source.count('"GET"') == 2 and source.count('"PATCH"') == 1
-    assert '"POST"' not in source and '"PUT"' not in source and '"DELETE"' not in source
+    assert source.count('"GET"') == 1 and "/api/v1/" not in source
+    for verb in ('"PATCH"', '"POST"', '"PUT"', '"DELETE"'):
+        assert verb not in source
 
 
 def test_rule_counts_per_component() -> None:
     """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
     counts = grants_per_component(rendered("default"), RELEASE)
-    assert counts == {"controllers": 63, "server": 23, "datastore": 5, "runner": 6}
+    assert counts == {"controllers": 64, "server": 23, "datastore": 5, "runner": 3}
 
 
 def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:

@@ -55,8 +55,22 @@ def validation(auto_apply: bool = True) -> LayerValidation:
 
 def decide_for(body: dict[str, Any], runs: list[dict[str, Any]] = (), *, auto_apply: bool = True,  # type: ignore[assignment]
                repository: dict[str, Any] | None = None, defaults: list[SyncWindow] = ()) -> LayerDecision:  # type: ignore[assignment]
+    runs = [of_layer(r, body) for r in runs]
     return decide(body, runs, validation(auto_apply), DRIFT, NOW, windows=sync_windows(repository, defaults),
                   review=reviewed(body))
+
+
+def of_layer(body: dict[str, Any], layer_body: dict[str, Any]) -> dict[str, Any]:
+    """burrito's runs as ours are: created by the controllers for that layer (owner, label, spec.layer), and a
+    succeeded plan run with the sum the run controller recorded for its attempt (what the artifact check reads)."""
+    meta = layer_body["metadata"]
+    run_meta = {**body["metadata"], "ownerReferences": [{"kind": "TerraformLayer", "uid": meta["uid"]}],
+                "labels": {ann.LABEL_LAYER: meta["name"]}}
+    spec = {**body["spec"], "layer": {**body["spec"]["layer"], "name": meta["name"]}}
+    status = dict(body["status"])
+    if status["state"] == "Succeeded" and spec["action"] == "plan":
+        status["attempts"] = [{"number": 1, "podName": "p", "exitCode": 0, "planSum": SUM}]
+    return {**body, "metadata": run_meta, "spec": spec, "status": status}
 
 
 def reviewed(body: dict[str, Any]) -> Review:
@@ -67,7 +81,7 @@ def reviewed(body: dict[str, Any]) -> Review:
 
 
 def planned_at(commit: str = PLANNED, date: str = MAY_8, **extra: str) -> dict[str, str]:
-    return {ann.PLAN_COMMIT: commit, ann.PLAN_DATE: date, ann.PLAN_RUN: "run-succeeded/0", ann.PLAN_SUM: SUM,
+    return {ann.PLAN_COMMIT: commit, ann.PLAN_DATE: date, ann.PLAN_RUN: "run-succeeded/1", ann.PLAN_SUM: SUM,
             ann.BRANCH_COMMIT: BRANCH, **extra}
 
 
@@ -280,7 +294,8 @@ def held_back(d: LayerDecision, reason: str) -> bool:
 def test_deny_window_for_apply():
     """Sync Window Cases / When a TerraformLayer is in a deny window for apply action: stays ApplyNeeded, no run."""
     repo = repository(window("deny", "* * * * *", "1h", "sync-window-case-deny-*", "apply"))
-    d = decide_for(layer("sync-window-case-deny-apply-1", unrelated_head(planned_at())), repository=repo)
+    d = decide_for(layer("sync-window-case-deny-apply-1", unrelated_head(planned_at())),
+                   [run("run-succeeded", "Succeeded")], repository=repo)
     assert d.state == "ApplyNeeded" and held_back(d, "SyncWindowDenied")
 
 
@@ -288,7 +303,8 @@ def test_outside_the_allow_window_for_apply():
     """Sync Window Cases / When a TerraformLayer is outside the allow window for apply action (`0 0 30 2 *`):
     stays ApplyNeeded, no run. Today the never-firing cron raises (InvalidSyncWindow)."""
     repo = repository(window("allow", "0 0 30 2 *", "1m", "sync-window-case-allow-*", "apply"))
-    d = decide_for(layer("sync-window-case-allow-apply-1", unrelated_head(planned_at())), repository=repo)
+    d = decide_for(layer("sync-window-case-allow-apply-1", unrelated_head(planned_at())),
+                   [run("run-succeeded", "Succeeded")], repository=repo)
     assert d.state == "ApplyNeeded" and held_back(d, "OutsideSyncWindow")
 
 
@@ -310,8 +326,8 @@ def test_default_deny_window_for_apply():
     """Sync Window Cases / When there is a deny sync window on apply action in the default controller config."""
     default = SyncWindow(kind="deny", schedule="* * * * *", duration="1h", layers=["sync-window-case-default-1"],
                          actions=["apply"])
-    d = decide_for(layer("sync-window-case-default-1", unrelated_head(planned_at())), repository=repository(),
-                   defaults=[default])
+    d = decide_for(layer("sync-window-case-default-1", unrelated_head(planned_at())),
+                   [run("run-succeeded", "Succeeded")], repository=repository(), defaults=[default])
     assert d.state == "ApplyNeeded" and held_back(d, "SyncWindowDenied")
 
 

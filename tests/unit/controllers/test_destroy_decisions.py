@@ -76,7 +76,8 @@ def test_deleting_plans_a_destroy_at_the_branch_commit():
 def test_then_applies_exactly_that_destroy_plan_whatever_the_approval_mode():
     d = decide_destroy(snap(DESTROY_PLANNED, run("app-plan-d", "plan", "Succeeded")))
     assert d.state == "ApplyNeeded"
-    assert d.create_run == CreateRun("apply", "c1", "app-plan-d", 2, destroy=True)
+    # It carries the plan's sum, which its runner checks the downloaded plan against.
+    assert d.create_run == CreateRun("apply", "c1", "app-plan-d", 2, destroy=True, plan_sum="sha256:dd")
 
 
 def test_then_lets_the_layer_go():

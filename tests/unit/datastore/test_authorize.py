@@ -18,7 +18,7 @@ from burrito_py.datastore.auth import (
     unverified_expiry,
 )
 
-SCOPE = RunnerScope("team", "app", "app-plan-1", "infra", "repo")
+SCOPE = RunnerScope("team", "app", "app-plan-1", "infra", "repo", attempt=2)
 RUNNER = Principal("system:serviceaccount:team:burrito-py-runner", runner=SCOPE)
 ADMIN = Principal("system:serviceaccount:burrito-py:burrito-py-controllers", admin=True)
 NOBODY = Principal("system:serviceaccount:team:default")
@@ -27,9 +27,24 @@ names = st.sampled_from(["team", "other", "app", "app-plan-1", "app-plan-2", "re
 
 def test_a_runner_reads_its_layer_and_writes_only_its_run() -> None:
     assert authorize(RUNNER, "read", LayerArtifacts("team", "app", "app-plan-0")) is None
-    assert authorize(RUNNER, "write", LayerArtifacts("team", "app", "app-plan-1")) is None
-    reason = authorize(RUNNER, "write", LayerArtifacts("team", "app", "app-plan-0"))
+    assert authorize(RUNNER, "write", LayerArtifacts("team", "app", "app-plan-1", 2)) is None
+    reason = authorize(RUNNER, "write", LayerArtifacts("team", "app", "app-plan-0", 2))
     assert reason is not None and "own run" in reason and "app-plan-0" in reason
+
+
+def test_a_runner_writes_only_the_attempt_its_pod_is_recorded_for() -> None:
+    """Issue 24, finding 1 (a) and 10: tenant code writing attempt 7 of its own run (a plan a reader of "the
+    latest attempt" would pick, or one more 100 MiB object per attempt number) is refused."""
+    for attempt in (1, 3, 7, 1_000_000, None):
+        reason = authorize(RUNNER, "write", LayerArtifacts("team", "app", "app-plan-1", attempt))
+        assert reason is not None and "attempt 2, the attempt its pod is recorded for" in reason
+
+
+def test_a_runner_reads_only_its_own_runs_inputs() -> None:
+    assert authorize(RUNNER, "read-inputs", LayerArtifacts("team", "app", "app-plan-1")) is None
+    reason = authorize(RUNNER, "read-inputs", LayerArtifacts("team", "app", "app-plan-0"))
+    assert reason is not None and "its own run's inputs" in reason
+    assert authorize(ADMIN, "read-inputs", LayerArtifacts("team", "app", "app-plan-0")) is None
 
 
 def test_only_admins_delete_a_run_not_even_its_own_runner() -> None:
@@ -60,12 +75,15 @@ def test_admins_may_do_everything_and_unscoped_callers_nothing(action: str, ns: 
         assert reason is not None and NOBODY.username in reason
 
 
-@given(st.sampled_from(["read", "write", "delete"]), names, names, names)
-def test_runner_rights_never_leave_its_layer(action: str, ns: str, layer: str, run: str) -> None:
-    allowed = authorize(RUNNER, action, LayerArtifacts(ns, layer, run)) is None  # type: ignore[arg-type]
+@given(st.sampled_from(["read", "write", "delete", "review", "inputs", "read-inputs"]), names, names, names,
+       st.none() | st.integers(0, 1_000_000))
+def test_runner_rights_never_leave_its_layer(action: str, ns: str, layer: str, run: str, attempt: int | None
+                                             ) -> None:
+    allowed = authorize(RUNNER, action, LayerArtifacts(ns, layer, run, attempt)) is None  # type: ignore[arg-type]
     if allowed:
         assert (ns, layer) == ("team", "app")
         assert action == "read" or run == "app-plan-1"
+        assert action in ("read", "read-inputs") or attempt == 2
 
 
 def _jwt(claims: object) -> str:

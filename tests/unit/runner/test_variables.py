@@ -103,13 +103,25 @@ def test_the_file_is_json_and_private(tmp_path: Path) -> None:
 
 def test_upstream_inputs_are_checked_against_the_runs_digest_and_win() -> None:
     record = {"digest": "sha256:d1", "variables": {"vpc_id": "vpc-1", "token": SECRET_VALUE},
-              "sensitive": ["token", "not-a-variable"]}
-    variables, sensitive = parse_inputs(json.dumps(record).encode(), "sha256:d1")
-    assert variables == {"vpc_id": "vpc-1", "token": SECRET_VALUE} and sensitive == ["token"]
-    assert merge_variables({"vpc_id": "default"}, [{"vpc_id": "from-secret"}, variables])["vpc_id"] == "vpc-1"
+              "sensitive": ["token", "not-a-variable"], "secretVariables": ["password-not-given"]}
+    inputs = parse_inputs(json.dumps(record).encode(), "sha256:d1")
+    assert inputs.variables == {"vpc_id": "vpc-1", "token": SECRET_VALUE} and inputs.sensitive == ["token"]
+    assert inputs.secret == [] and inputs.error is None and inputs.masked() == {"token": SECRET_VALUE}
+    assert merge_variables({"vpc_id": "default"}, [inputs.variables])["vpc_id"] == "vpc-1"
     with pytest.raises(VariablesError) as other:
         parse_inputs(json.dumps(record).encode(), "sha256:d2")
     assert "sha256:d1" in str(other.value) and SECRET_VALUE not in str(other.value)
     for raw in (b"not json", b"[]", b'{"digest": "sha256:d1"}'):
         with pytest.raises(VariablesError):
             parse_inputs(raw, "sha256:d1")
+
+
+def test_a_record_without_upstream_inputs_carries_the_varsfrom_values_and_what_to_mask() -> None:
+    record = {"digest": None, "variables": {"password": SECRET_VALUE, "region": "eu", "sizes": [1, 2]},
+              "sensitive": [], "secretVariables": ["password", "sizes"], "error": None}
+    inputs = parse_inputs(json.dumps(record).encode(), None)
+    assert inputs.secret == ["password", "sizes"]
+    assert inputs.masked() == {"password": SECRET_VALUE, "sizes": "[1, 2]"}
+    failed = parse_inputs(json.dumps({**record, "error": "Secret ns/db (spec.varsFrom[1]) does not exist"}).encode(),
+                          None)
+    assert failed.error == "Secret ns/db (spec.varsFrom[1]) does not exist"

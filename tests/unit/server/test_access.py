@@ -61,7 +61,7 @@ def access(reviews: Reviews, clock: Clock | None = None) -> Access:
 def test_runner_identities_are_refused_pod_bound_or_not() -> None:
     assert is_runner(RUNNER, "burrito-py-runner")
     assert is_runner(Principal("system:serviceaccount:team-b:burrito-py-runner"), "burrito-py-runner")
-    assert is_runner(Principal("x", runner=RunnerScope("a", "b", "c", "a", "r")), "burrito-py-runner")
+    assert is_runner(Principal("x", runner=RunnerScope("a", "b", "c", "a", "r", 1)), "burrito-py-runner")
     assert not is_runner(ALICE, "burrito-py-runner")
     reviews = Reviews({(RUNNER.username, "get", "terraformruns", "team-a")})
     with pytest.raises(Forbidden, match="is a runner"):

@@ -1,0 +1,168 @@
+"""What an ended attempt leaves on its layer and in its run's status, decided by the run controller from what
+the datastore holds, never from what the runner says (docs/architecture.md §6.4; issue 24, design item 1).
+
+The runner writes nothing to the Kubernetes API. When an attempt ends, the run controller reads the facts it
+needs from the datastore (the sums and sizes the datastore computed of the attempt's `plan.bin` and `plan.json`,
+the one-line summary, whether outputs are stored, the applied record), and, before it marks the run Succeeded
+(so the layer controller never sees a succeeded run without its result), writes the layer's
+`runner.burrito-py.io/plan-*` / `apply-*` annotations and records the sums in the attempt's status entry. The
+annotations keep their names and meanings; only who writes them changed.
+
+`gather_facts` is the only I/O; `record_result` is pure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from burrito_py.api import annotations as ann
+
+if TYPE_CHECKING:
+    from burrito_py.datastore.client import DatastoreClient, StoredObject
+
+SUMMARY_MAX = 300  # one line, as a layer's lastResult shows it
+
+
+class FactsUnavailable(Exception):
+    """The datastore could not be asked now: the attempt is recorded at a later reconcile."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFacts:
+    """What the datastore holds for one ended attempt (None: absent or not asked)."""
+
+    plan: StoredObject | None = None
+    plan_json: StoredObject | None = None
+    summary: str | None = None
+    outputs: bool = False
+    applied: str | None = None  # the sum in the attempt's applied record
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """The layer annotations to merge (None removes one; empty for a pull request's run), the fields to add to
+    the attempt's status entry, and `problem`: why an attempt whose pod succeeded cannot count as a success."""
+
+    annotations: dict[str, str | None] = field(default_factory=dict)
+    attempt: dict[str, Any] = field(default_factory=dict)
+    problem: str | None = None
+
+
+def artifact_sum(run: Mapping[str, Any]) -> str | None:
+    """The plan sum an apply run carries: `spec.artifact.sum` (set by the controllers), else the run's
+    `burrito-py.io/plan-sum` stamp (runs made before the spec field)."""
+    artifact = (run.get("spec") or {}).get("artifact") or {}
+    stamp = (run["metadata"].get("annotations") or {}).get(ann.RUN_PLAN_SUM)
+    return str(artifact.get("sum") or stamp or "") or None
+
+
+def one_line(summary: str) -> str:
+    text = " ".join(summary.split())
+    return text[:SUMMARY_MAX]
+
+
+def _plan_annotations(run: Mapping[str, Any], number: int, finished_at: str, facts: AttemptFacts,
+                      revision: str) -> dict[str, str | None]:
+    assert facts.plan is not None and facts.summary is not None
+    return {
+        ann.PLAN_DATE: finished_at,
+        ann.PLAN_SUM: facts.plan.sha256,
+        ann.PLAN_RUN: f"{run['metadata']['name']}/{number}",
+        ann.PLAN_COMMIT: revision,
+        ann.PLAN_SUMMARY: one_line(facts.summary),
+        ann.PLAN_DESTROY: "true" if (run.get("spec") or {}).get("destroy") else None,
+    }
+
+
+def _plan_fields(facts: AttemptFacts) -> dict[str, Any]:
+    assert facts.plan is not None and facts.plan_json is not None
+    return {"planSum": facts.plan.sha256, "planJsonSum": facts.plan_json.sha256, "planJsonSize": facts.plan_json.size}
+
+
+def _missing_plan(number: int, facts: AttemptFacts) -> str | None:
+    missing = [name for name, present in (("plan.bin", facts.plan), ("plan.json", facts.plan_json),
+                                          ("its summary", facts.summary)) if present is None]
+    if not missing:
+        return None
+    return f"attempt {number} ended without storing {', '.join(missing)} in the datastore"
+
+
+def record_result(run: Mapping[str, Any], number: int, succeeded: bool, finished_at: str, facts: AttemptFacts
+                  ) -> Recorded:
+    """Pure: what attempt `number` of `run` leaves, given the facts `gather_facts` read for it."""
+    spec = run.get("spec") or {}
+    action, revision = spec.get("action"), str((spec.get("layer") or {}).get("revision") or "")
+    pull_request = bool(spec.get("pullRequest"))
+    if action == "plan":
+        if not succeeded:
+            return Recorded()
+        problem = _missing_plan(number, facts)
+        if problem is not None:
+            return Recorded(problem=problem)
+        annotations = {} if pull_request else _plan_annotations(run, number, finished_at, facts, revision)
+        return Recorded(annotations, _plan_fields(facts))
+    # An apply. A plan stored under the apply's own attempt: its runner planned itself (applyWithoutPlanArtifact)
+    # and applied that plan; otherwise it applied its artifact, of the sum the run carries.
+    self_planned = facts.plan is not None
+    expected = facts.plan.sha256 if facts.plan is not None else artifact_sum(run)
+    planned: dict[str, str | None] = {}
+    fields: dict[str, Any] = {}
+    if self_planned:
+        missing = _missing_plan(number, facts)
+        if missing is None:
+            planned, fields = _plan_annotations(run, number, finished_at, facts, revision), _plan_fields(facts)
+    applied = {ann.APPLY_DATE: finished_at, ann.APPLY_SUM: expected, ann.APPLY_COMMIT: revision}
+    if not succeeded:
+        # An attempt that applied and failed afterwards (say its outputs could not be stored) still records the
+        # apply, so the layer never applies that plan again; its applied record says so, for the sum it carries.
+        if expected is not None and facts.applied == expected:
+            return Recorded({**planned, **applied}, {**fields, "appliedSum": expected})
+        return Recorded()
+    if expected is None:
+        return Recorded(problem=f"apply run {run['metadata']['name']} carries no plan sum (spec.artifact.sum)")
+    if not facts.outputs:
+        return Recorded({**planned, **applied}, {**fields, "appliedSum": expected},
+                        problem=f"attempt {number} applied but stored no outputs in the datastore")
+    return Recorded({**planned, **applied, ann.APPLY_RUN: f"{run['metadata']['name']}/{number}"},
+                    {**fields, "appliedSum": expected})
+
+
+def facts_needed(action: str, succeeded: bool) -> tuple[str, ...]:
+    """Which facts `record_result` reads for such an attempt."""
+    if action == "plan":
+        return ("plan", "plan_json", "summary") if succeeded else ()
+    # An apply that may have planned itself: its own plan first (absent when it applied its artifact).
+    return ("plan", "plan_json", "summary", "outputs") if succeeded else ("plan", "plan_json", "summary", "applied")
+
+
+async def gather_facts(store: DatastoreClient, namespace: str, layer: str, run: str, number: int,
+                       needed: tuple[str, ...]) -> AttemptFacts:
+    """Read what `needed` names for attempt `number` (in threads: the client is synchronous). Raises
+    FactsUnavailable when the datastore cannot answer; an absent object is a fact (None)."""
+    from burrito_py.datastore.client import DatastoreError, applied_sum
+
+    def read() -> AttemptFacts:
+        plan = store.stat_plan(namespace, layer, run, number, "bin") if "plan" in needed else None
+        # An apply that applied its artifact stored no plan of its own: nothing else of a plan to read then.
+        planned = "plan" not in needed or plan is not None
+        plan_json = store.stat_plan(namespace, layer, run, number, "json") if "plan_json" in needed and planned \
+            else None
+        summary = None
+        if "summary" in needed and planned:
+            try:
+                summary = store.get_plan(namespace, layer, run, number, "short").decode(errors="replace")
+            except DatastoreError as exc:
+                if exc.status_code != 404:
+                    raise
+        outputs = "outputs" in needed and store.stat_outputs(namespace, layer, run, number) is not None
+        record = store.get_applied_record(namespace, layer, run, number) if "applied" in needed else None
+        # A record that is not one (the runner wrote it) claims nothing.
+        return AttemptFacts(plan, plan_json, summary, outputs, applied_sum(record) if record else None)
+
+    try:
+        return await asyncio.to_thread(read)
+    except DatastoreError as exc:
+        raise FactsUnavailable(str(exc)) from None
