@@ -39,7 +39,8 @@ from burrito_py.local.kube_tokens import API_AUDIENCES
 
 RELEASE, RELEASE_NAMESPACE = "burrito-py", "burrito-py-system"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-ROLE = f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{RELEASE}-controllers"
+# Runner pods and per-layer Leases are granted in tenant namespaces only (the chart's -controllers-tenant role).
+ROLE = f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{RELEASE}-controllers-tenant"
 
 
 @dataclass

@@ -85,13 +85,41 @@ class World:
         return "sha256:" + hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()
 
     def planned_layer(self, namespace: str, name: str) -> str:
-        """A layer whose current plan is PLAN, as a plan run leaves it; its plan sum."""
+        """A layer whose current plan is PLAN, as a plan run leaves it: the JSON stored, the run controller's
+        record of its sums on the plan run, then the layer annotated (the review reads only a JSON so recorded,
+        and the controllers annotate a layer only after they recorded its run's result). Its plan sum."""
         plan_sum = self.sum_of(namespace, name)
-        self.store.put_plan(namespace, name, f"{name}-plan", 1, "json", PLAN)
-        self.create("terraformlayers", namespace, {"kind": "TerraformLayer", "metadata": {
-            "name": name, "annotations": {ann.PLAN_SUM: plan_sum, ann.PLAN_RUN: f"{name}-plan/1",
-                                          ann.PLAN_DATE: "2030-01-01T00:00:00Z"}},
-            "spec": {"repository": {"name": "none"}, "branch": "main", "path": "."}})
+        run = f"{name}-plan"
+        self.store.put_plan(namespace, name, run, 1, "json", PLAN)
+        stored = self.store.stat_plan(namespace, name, run, 1, "json")
+        assert stored is not None
+        layer = self.create("terraformlayers", namespace, {"kind": "TerraformLayer", "metadata": {"name": name},
+                                                           "spec": {"repository": {"name": "none"}, "branch": "main",
+                                                                    "path": "."}})
+        self.create("terraformruns", namespace, {"kind": "TerraformRun", "metadata": {
+            "name": run, "labels": {ann.LABEL_LAYER: ann.layer_label(name)},
+            "ownerReferences": [{"apiVersion": ann.API_VERSION, "kind": "TerraformLayer", "name": name,
+                                 "uid": layer["metadata"]["uid"], "controller": True}]},
+            "spec": {"action": "plan", "layer": {"name": name, "namespace": namespace, "revision": "c1"}}})
+        attempt = {"number": 1, "podName": f"{run}-1", "exitCode": 0, "logsUploaded": True, "planSum": plan_sum,
+                   "planJsonSum": stored.sha256, "planJsonSize": stored.size}
+        merge = {"Content-Type": "application/merge-patch+json"}
+
+        def recorded() -> bool:
+            # The run controller may be writing its own view of the new run (no pod can start here): record the
+            # result until it is what the run says.
+            status = self.get("terraformruns", namespace, run).get("status") or {}
+            if status.get("state") == "Succeeded" and status.get("attempts") == [attempt]:
+                return True
+            self.http.patch(f"{TF}/namespaces/{namespace}/terraformruns/{run}/status",
+                            json={"status": {"state": "Succeeded", "attempts": [attempt]}},
+                            headers=merge).raise_for_status()
+            return False
+
+        wait_for(recorded, 30, interval=0.05, what=f"the recorded result of run {namespace}/{run}")
+        self.http.patch(f"{TF}/namespaces/{namespace}/terraformlayers/{name}", headers=merge, json={"metadata": {
+            "annotations": {ann.PLAN_SUM: plan_sum, ann.PLAN_RUN: f"{run}/1",
+                            ann.PLAN_DATE: "2030-01-01T00:00:00Z"}}}).raise_for_status()
         return plan_sum
 
     def decided(self, namespace: str, name: str, plan_sum: str) -> dict[str, Any] | None:

@@ -62,7 +62,8 @@ def test_the_charts_admission_policy_is_enforced(controlplane: ControlPlane) -> 
     kubectl(controlplane, "apply", "--server-side", *[f"--filename={p}" for p in read_crds(ROOT)])
     kubectl(controlplane, "wait", "--for=condition=Established", "--timeout=60s",
             "crd/terraformruns.terraform.burrito-py.io")
-    apply(controlplane, *policy_objects("vap-test", ["system:serviceaccount:x:server"], "runner"))
+    apply(controlplane, *policy_objects("vap-test", ["system:serviceaccount:x:server"], "runner",
+                                      ["system:serviceaccount:x:controllers"]))
     namespace = unique_namespace(controlplane)
     forged = {"apiVersion": ann.API_VERSION, "kind": "TerraformRun",
               "metadata": {"name": "forged", "namespace": namespace},
