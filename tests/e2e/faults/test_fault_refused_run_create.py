@@ -67,9 +67,13 @@ def test_a_refused_run_create_is_told_once_shown_and_backed_off(tmp_path: Path) 
         assert DENIAL in event.message and POLICY in event.message, event.message
         to_warning = told - creates[0].time
 
-        layer = platform.layer("refused")
-        status = layer["status"]
-        cond = next(c for c in status["conditions"] if c["type"] == "RunCreated")
+        # The event is posted before the status patch lands: wait for the condition, do not race it.
+        def refused_status() -> Any:
+            status = platform.layer("refused").get("status") or {}
+            cond = next((c for c in status.get("conditions", []) if c["type"] == "RunCreated"), None)
+            return (status, cond) if cond else None
+
+        status, cond = wait_for(refused_status, 30, interval=0.05, what="the RunCreated condition")
         assert cond["status"] == "False" and cond["reason"] == "RunCreationFailed" and DENIAL in cond["message"]
         assert status["state"] == "PlanNeeded" and status["lastResult"].startswith("Plan cannot start: ")
         assert status["runCreation"]["action"] == "plan" and status["runCreation"]["failures"] >= 1
