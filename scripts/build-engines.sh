@@ -49,7 +49,8 @@ check_version() {  # tool version binary
   # CHECKPOINT_DISABLE: terraform would otherwise ask HashiCorp whether a newer version exists. No CLI
   # configuration: a TF_CLI_CONFIG_FILE naming a missing file makes tofu 1.12 print a warning on stdout, before
   # the JSON.
-  if ! out=$(env -u TF_CLI_CONFIG_FILE -u TOFU_CLI_CONFIG_FILE CHECKPOINT_DISABLE=1 "$binary" "${args[@]}" 2>"$err"); then
+  if ! out=$(env -u TF_CLI_CONFIG_FILE -u TOFU_CLI_CONFIG_FILE CHECKPOINT_DISABLE=1 \
+      "$binary" "${args[@]}" 2>"$err"); then
     echo "'$tool ${args[*]}' failed: $(tr '\n' ' ' <"$err")"; rm -f "$err"; return
   fi
   if [ "$want" = "$version" ]; then
@@ -95,7 +96,8 @@ describe() {  # name
   tool=${name%%-*}; version=${name#*-}
   [ -f "$dir/go.mod" ] || { why="no wrapper module $dir"; return; }
   [ -f "$dir/go.sum" ] || { why="$dir has no go.sum (run 'go mod tidy' there once and commit it)"; return; }
-  recipe "$tool" "$version" || { why="unknown tool '$tool' (the directory must be named tofu|terraform|terragrunt|tenv-<version>)"; return; }
+  recipe "$tool" "$version" \
+    || { why="unknown tool '$tool' (the directory must be named tofu|terraform|terragrunt|tenv-<version>)"; return; }
   # The wrapper names one tool package; its module is the required one whose path is the longest prefix of it
   # (go mod tidy marks it "// indirect": no package of the wrapper imports it).
   edit=$(cd "$dir" && go mod edit -json 2>&1) || { why="go.mod does not parse: $(tail -1 <<<"$edit")"; return; }
@@ -107,8 +109,10 @@ owners = sorted((r for r in m.get("Require") or [] for t in tools[:1]
                  if t == r["Path"] or t.startswith(r["Path"] + "/")), key=lambda r: len(r["Path"]))
 print(*(tools + [owners[-1]["Path"], owners[-1]["Version"]] if len(tools) == 1 and owners else "---"))' <<<"$edit")
   [ "$package" != - ] || { why="go.mod must have one tool directive and require the module that provides it"; return; }
-  [ "$module_version" = "v$version" ] || { why="the directory says $version but go.mod requires $module $module_version"; return; }
-  hash=$({ printf '%s\n%s\n%s\n' "$goversion" "$tool" "$ldflags"; cat "$dir/go.mod" "$dir/go.sum"; } | sha256sum | cut -c1-16)
+  [ "$module_version" = "v$version" ] \
+    || { why="the directory says $version but go.mod requires $module $module_version"; return; }
+  hash=$({ printf '%s\n%s\n%s\n' "$goversion" "$tool" "$ldflags"; cat "$dir/go.mod" "$dir/go.sum"; } \
+    | sha256sum | cut -c1-16)
   binary="$cache/$name/$hash/$binary_name"
 }
 
@@ -132,7 +136,8 @@ elapsed() { local s=$(( $(date +%s) - $1 )); printf '%dm%02ds' $((s / 60)) $((s 
 # Sets $cpu_now; `times` runs in this shell itself (in a pipe or $(…) it would report a subshell's children).
 children_cpu() {
   local f; f=$(mktemp); times >"$f"
-  cpu_now=$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, t, "m"); n += t[1] * 60 + t[2] } print int(n) }' "$f")
+  cpu_now=$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, t, "m"); n += t[1] * 60 + t[2] }
+                           print int(n) }' "$f")
   rm -f "$f"
 }
 # The first line that names a module@version with go's error, with the proxy's reason when it gave one.
@@ -161,7 +166,9 @@ done
 
 if [ "$mode" = cached ]; then
   [ "${#failures[@]}" -eq 0 ] || exit 1
-  [ "${#missing[@]}" -eq 0 ] || { say "not built for these wrappers: ${missing[*]}: run scripts/build-engines.sh"; exit 3; }
+  if [ "${#missing[@]}" -gt 0 ]; then
+    say "not built for these wrappers: ${missing[*]}: run scripts/build-engines.sh"; exit 3
+  fi
 else
   # One build at a time on this machine (two test workers may ask at once); the second finds it cached.
   mkdir -p "$cache"
@@ -190,8 +197,8 @@ else
     total=$(cd "$dir" && nice -n 19 go list -deps "$package" 2>/dev/null | wc -l)
     tmp="$cache/$name/$hash/.building.$$"
     set +e
-    (cd "$dir" && nice -n 19 go build -p 2 -v -trimpath -buildvcs=false -ldflags "-s -w $ldflags" -o "$tmp" "$package") 2>&1 \
-      | tee -a "$log" | progress "$label" "$total" "$began"
+    (cd "$dir" && nice -n 19 go build -p 2 -v -trimpath -buildvcs=false -ldflags "-s -w $ldflags" \
+       -o "$tmp" "$package") 2>&1 | tee -a "$log" | progress "$label" "$total" "$began"
     status=${PIPESTATUS[0]}
     set -e
     if [ "$status" -ne 0 ]; then
@@ -213,7 +220,8 @@ else
     # Keep this build and the one before it (a branch switch back costs nothing); older ones go.
     ls -1dt "$cache/$name"/*/ 2>/dev/null | tail -n +3 | xargs -r rm -rf --
     children_cpu; cpu=$((cpu_now - cpu_before))
-    say "$label: built in $(elapsed "$began"), $((cpu / 60))m$(printf '%02d' $((cpu % 60)))s of CPU ($(du -m "$binary" | cut -f1) MB), version checked"
+    say "$label: built in $(elapsed "$began"), $((cpu / 60))m$(printf '%02d' $((cpu % 60)))s of CPU" \
+        "($(du -m "$binary" | cut -f1) MB), version checked"
   done
 fi
 
@@ -223,7 +231,8 @@ engines=()
 for entry in "${built[@]}"; do engines+=(--engine "${entry// /=}"); done
 host=$(command -v terraform || true)
 if [ -n "$host" ]; then
-  hv=$(CHECKPOINT_DISABLE=1 "$host" version -json 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["terraform_version"])' 2>/dev/null || true)
+  hv=$(env -u TF_CLI_CONFIG_FILE CHECKPOINT_DISABLE=1 "$host" version -json 2>/dev/null \
+       | python3 -c 'import json, sys; print(json.load(sys.stdin)["terraform_version"])' 2>/dev/null || true)
   if [ -n "$hv" ] && ! printf '%s\n' "${built[@]}" | grep -qx "terraform $hv .*"; then
     engines+=(--engine "terraform=$hv=$host")
   fi
@@ -255,4 +264,4 @@ fi
 echo "${out:?}"
 }
 
-main "$@"
+main "$@"; exit  # on one line: bash has read it whole before main runs

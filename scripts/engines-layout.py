@@ -64,13 +64,14 @@ def sha256_file(path: Path) -> str:
 
 
 def place(source: Path, target: Path) -> None:
-    """A hard link to the cached binary when the filesystem allows it (no copy of ~100 MB), else a copy."""
+    """A hard link to the cached binary when the filesystem allows it (no copy of ~100 MB), else a copy. A link
+    shares the source's inode, so its mode is left as it is (the source is executable, parse_engine checked)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(source, target)
     except OSError:
         shutil.copy2(source, target)
-    target.chmod(0o755)
+        target.chmod(0o755)
 
 
 def write_zip(source: Path, archive: Path, entry: str) -> None:
