@@ -207,3 +207,60 @@ def test_a_refused_module_is_named_and_the_other_tools_still_go(tmp_path: Path) 
     result = _run("bash", SCRIPT, "tofu-1.0.0", env=env)
     assert result.returncode == 1
     assert "FAILED tofu-1.0.0: go.mod does not parse: " in result.stderr and "should be v0 or v1" in result.stderr
+
+
+CONFIG = """
+terraform {
+  required_version = ">= 1.5"
+}
+resource "terraform_data" "greeting" {
+  input = "hello from ${terraform.workspace}"
+}
+output "greeting" {
+  value = terraform_data.greeting.output
+}
+"""
+
+
+def _engine_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CLI_CONFIG_FILE", "TOFU_CLI_CONFIG_FILE")}
+    # No provider is needed (terraform_data is built in); a plugin cache directory that is empty proves nothing
+    # came from elsewhere.
+    env.update(CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1", TF_PLUGIN_CACHE_DIR="", HOME=str(tmp_path))
+    return env
+
+
+@pytest.mark.parametrize("wrapper", [w for w in WRAPPERS if not w.startswith(("terragrunt-", "tenv-"))])
+def test_each_engine_applies_a_configuration(built: Path, wrapper: str, tmp_path: Path) -> None:
+    tool, version = wrapper.split("-", 1)
+    binary = built / "tenv" / FOLDERS[tool] / version / tool
+    work = tmp_path / "layer"
+    work.mkdir()
+    (work / "main.tf").write_text(CONFIG)
+    env = _engine_env(tmp_path)
+    for args in (["init", "-input=false"], ["apply", "-auto-approve", "-input=false"]):
+        result = _run(binary, *args, env=env, cwd=work)
+        assert result.returncode == 0, result.stdout + result.stderr
+    result = _run(binary, "output", "-json", env=env, cwd=work)
+    assert json.loads(result.stdout)["greeting"]["value"] == "hello from default"
+    state = json.loads((work / "terraform.tfstate").read_text())
+    assert state["terraform_version"] == version
+
+
+@pytest.mark.parametrize("engine", ["OpenTofu/1.12.6/tofu", "Terraform/1.5.7/terraform"])
+def test_terragrunt_runs_a_unit_with_a_built_engine(built: Path, engine: str, tmp_path: Path) -> None:
+    [terragrunt] = (built / "tenv" / "Terragrunt").glob("*/terragrunt")
+    unit = tmp_path / "unit"
+    unit.mkdir()
+    (unit / "main.tf").write_text(CONFIG)
+    (unit / "terragrunt.hcl").write_text("")
+    env = {**_engine_env(tmp_path), "TG_TF_PATH": str(built / "tenv" / engine), "TG_NON_INTERACTIVE": "true",
+           "TG_NO_COLOR": "true"}
+    result = _run(terragrunt, "apply", "-auto-approve", env=env, cwd=unit)
+    assert result.returncode == 0, result.stdout + result.stderr
+    result = _run(terragrunt, "output", "-raw", "greeting", env=env, cwd=unit)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "hello from default"
+    # Terragrunt 1.x runs the unit in a copy under .terragrunt-cache (auto-init included); its state is there.
+    [state_file] = unit.rglob("terraform.tfstate")
+    assert json.loads(state_file.read_text())["terraform_version"] == engine.split("/")[1]
