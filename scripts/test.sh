@@ -25,12 +25,14 @@ fi
 python -m ruff check .
 python -m mypy
 # The real control plane (controlplane/, docs/architecture.md §22) is built from source once per version of its
-# sources and cached under ~/.cache/burrito-py; the first build takes 20-40 minutes on 2 cores. Without Go the
-# tests that need it fail, naming the cause (never a skip).
+# sources and cached under ~/.cache/burrito-py; the first build takes 20-40 minutes on 2 cores. So are the
+# engines (engines/: OpenTofu, Terragrunt, Terraform 1.5.7; §23), about 14 minutes for all four the first time.
+# Without Go the tests that need them fail, naming the cause (never a skip).
 if command -v go >/dev/null; then
   bash scripts/build-controlplane.sh >/dev/null
+  bash scripts/build-engines.sh >/dev/null
 else
-  echo "test.sh: no Go toolchain on PATH: the real control plane's tests will fail" >&2
+  echo "test.sh: no Go toolchain on PATH: the real control plane's and the engines' tests will fail" >&2
 fi
 # Two workers (the machines have 2 cores); each test file stays on one worker.
 python -m pytest -n 2 --dist loadfile "$@"
