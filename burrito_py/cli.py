@@ -63,10 +63,20 @@ def chart_generate(
     chart: Annotated[Path | None, typer.Option("--chart", help="Chart directory (default: charts/burrito-py).")] = None,
 ) -> None:
     """Write the chart's CRD templates, values.schema.json and values.yaml from the models."""
-    from burrito_py.deploy.chartgen import CHART_DIR, write_chart_files
+    from burrito_py.chart.chartgen import CHART_DIR, write_chart_files
 
     for path in write_chart_files(chart or CHART_DIR):
         typer.echo(f"wrote {path}")
+
+
+def _require_local() -> None:
+    """`dev` and `local` run on burrito-py-local (the emulator, the local kubelet), which the images never hold."""
+    import importlib.util
+
+    if importlib.util.find_spec("burrito_local") is None:
+        typer.echo("error: this command needs the burrito-py-local package (the emulator and the local kubelet, "
+                   "not in the images): pip install -e ./local from a checkout, or run scripts/dev.sh", err=True)
+        raise typer.Exit(2)
 
 
 @local_app.command("apiserver")
@@ -76,7 +86,8 @@ def local_apiserver(
     kubeconfig: Annotated[Path | None, typer.Option(help="Write a kubeconfig pointing at the emulator here.")] = None,
 ) -> None:
     """Run the Kubernetes API emulator standalone until interrupted."""
-    from burrito_py.local.apiserver import serve_forever
+    _require_local()
+    from burrito_local.apiserver import serve_forever
 
     serve_forever(host=host, port=port, kubeconfig=kubeconfig)
 
@@ -100,7 +111,7 @@ def plan_download(
 ) -> None:
     """Download a layer's latest plan (or a given run's) from the datastore, with only your kubeconfig."""
     from burrito_py.datastore.client import DatastoreError
-    from burrito_py.kube_proxy import ServiceNotFound
+    from burrito_py.kube.service_proxy import ServiceNotFound
     from burrito_py.plan_download import PlanNotFound, download
 
     try:
@@ -127,7 +138,8 @@ def dev(
     """Run everything on this machine: API emulator, kubelet, datastore, controllers, real terraform."""
     from datetime import timedelta
 
-    from burrito_py.local.dev import DevOptions, run_dev
+    _require_local()
+    from burrito_local.dev import DevOptions, run_dev
 
     try:
         options = DevOptions(

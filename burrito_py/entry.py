@@ -16,7 +16,7 @@ _RUNNER_SKIPPED_IMPORTS = ("httpx._main", "trio")
 
 
 def main() -> None:
-    from burrito_py.local import dns
+    from burrito_py.kube import pod_dns as dns
 
     dns.install()  # cluster DNS for processes of the local kubelet; a no-op elsewhere (cheap: os and socket)
     if sys.argv[1:] == ["runner", "start"]:

@@ -7,7 +7,7 @@ allows them (`outbound_allowed_networks`, `outbound_allowed_hosts`).
 - `resolve_checked` resolves a host once and checks every address it resolves to; callers connect to those
   addresses and nothing else, so a name that resolves elsewhere the second time (DNS rebinding) cannot move the
   connection: httpx through `GuardedTransport`/`AsyncGuardedTransport` (an httpcore network backend: TLS still
-  verifies the certificate against the name), git by pinning (gitops/mirror.py).
+  verifies the certificate against the name), git by pinning (git/mirror.py).
 - A refusal is `OutboundRefused`: its message names the host, what kind of address it is and the settings that
   would allow it. It never says whether anything listens there: nothing is ever sent to a refused address.
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.layer_decisions import parse_plan_run
-from burrito_py.kube_proxy import RELEASE_NAMESPACE, find_datastore, proxy_headers, proxy_url, tls_context
+from burrito_py.controllers.layer.decide import parse_plan_run
+from burrito_py.kube.service_proxy import RELEASE_NAMESPACE, find_datastore, proxy_headers, proxy_url, tls_context
 
 if TYPE_CHECKING:
     from burrito_py.datastore.client import DatastoreClient
@@ -77,7 +77,7 @@ def download(
     release_namespace: str = RELEASE_NAMESPACE,
 ) -> None:
     """`token` defaults to the kubeconfig user's. Without `datastore_url`, the datastore is reached through the
-    Kubernetes API's service proxy in `release_namespace` (`burrito_py.kube_proxy`)."""
+    Kubernetes API's service proxy in `release_namespace` (`burrito_py.kube.service_proxy`)."""
     namespace, name = parse_layer_ref(ref)
     attempt: int | None = None
     needs_kube = run is None or token is None or datastore_url is None

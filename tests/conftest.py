@@ -15,14 +15,14 @@ KUBECONFIG_PATH = _KUBECONFIG_DIR / "kubeconfig"
 os.environ["KUBECONFIG"] = str(KUBECONFIG_PATH)
 
 
-# -- the Kubernetes API emulator (burrito_py/local/apiserver.py) ------------------------------------
+# -- the Kubernetes API emulator (local/burrito_local/apiserver.py) ------------------------------------
 import pytest  # noqa: E402
 
 
 @pytest.fixture
 def apiserver(tmp_path: Path):  # type: ignore[no-untyped-def]
     """A fresh emulator per test; the kubeconfig at KUBECONFIG_PATH points at it."""
-    from burrito_py.local.testing import running_apiserver
+    from tests.support.emulator import running_apiserver
 
     with running_apiserver(tmp_path, kubeconfig=KUBECONFIG_PATH) as server:
         yield server

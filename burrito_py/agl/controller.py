@@ -27,13 +27,13 @@ from burrito_py.agl.errors import Invalid
 from burrito_py.agl.instance_decisions import layer_write, project_status, status_patch
 from burrito_py.agl.watch import KindWatches
 from burrito_py.api.application import AGL_API_VERSION, APPS_VERSION, ApplicationDefinition
-from burrito_py.controllers.conditions import Cond, merge_conditions
-from burrito_py.controllers.events import post_event
-from burrito_py.controllers.forbidden import ForbiddenReporter
-from burrito_py.controllers.inventory import Store
-from burrito_py.controllers.kube import Kube, KubeError, crd_path, path
-from burrito_py.controllers.scheduler import Scheduler
-from burrito_py.controllers.shards import Scope
+from burrito_py.kube.client import Kube, KubeError, crd_path, path
+from burrito_py.kube.conditions import Cond, merge_conditions
+from burrito_py.kube.events import post_event
+from burrito_py.kube.forbidden import ForbiddenReporter
+from burrito_py.kube.inventory import Store
+from burrito_py.kube.scheduler import Scheduler
+from burrito_py.kube.shards import Scope
 from burrito_py.timeutil import utcnow
 
 __all__ = ["AglController", "InstanceKey", "instance_key", "resync_forever"]
@@ -62,7 +62,7 @@ def instance_key(body: Mapping[str, Any]) -> InstanceKey:
 class AglController:
     def __init__(self, kube: Kube, namespaces: list[str] | None = None, scope: Scope | None = None) -> None:
         self.kube = kube
-        # What this process watches and owns (controllers/shards.py): with shards, instances and their layers
+        # What this process watches and owns (kube/shards.py): with shards, instances and their layers
         # are compiled by the shard owning their namespace; definitions → CRDs by the first listed shard only.
         self.scope = scope if scope is not None else Scope(patterns=list(namespaces or []))
         self.definitions: dict[str, Body] = {}
@@ -268,7 +268,7 @@ class AglController:
             layers = self._layers_of_kind(body)
             if layers:
                 # Deleted instances' layers may still be destroying: withdrawing the kind now would make the
-                # destroy guard (controllers/crd_guard.py) take their deletion for a CRD's, and skip it.
+                # destroy guard (controllers/layer/crd_guard.py) take their deletion for a CRD's, and skip it.
                 shown = ", ".join(layers[:5]) + (", …" if len(layers) > 5 else "")
                 await self._definition_status(body, Cond(
                     "Ready", False, "LayersRemain",

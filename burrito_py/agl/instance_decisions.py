@@ -15,8 +15,8 @@ from typing import Any
 from burrito_py.agl.compile import CompiledInstance
 from burrito_py.agl.errors import Invalid
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.conditions import Cond, merge_conditions
-from burrito_py.controllers.pod_creation import is_blocked_result
+from burrito_py.controllers.run.pod_creation import is_blocked_result
+from burrito_py.kube.conditions import Cond, merge_conditions
 from burrito_py.timeutil import format_time
 
 __all__ = ["LayerWrite", "layer_write", "project_status", "status_patch"]

@@ -17,8 +17,8 @@ from burrito_py.agl.compile import LABEL_APP_KIND
 from burrito_py.agl.controller import AglController, resync_forever
 from burrito_py.api import annotations as ann
 from burrito_py.api.application import AGL_GROUP, AGL_VERSION
-from burrito_py.controllers.kube import Kube
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.kube.client import Kube
 
 __all__ = ["register_agl"]
 

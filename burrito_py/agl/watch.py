@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from burrito_py.controllers.kube import Kube, KubeError
+from burrito_py.kube.client import Kube, KubeError
 
 __all__ = ["KindWatches", "watch_collection"]
 

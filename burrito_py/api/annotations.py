@@ -41,7 +41,7 @@ OVERRIDE_POLICY = "api.burrito-py.io/override-policy"
 # the layer's plans whatever their selectors say.
 LAYER_PLAN_POLICIES = "agl.burrito-py.io/plan-policies"
 # On a TerraformLayer being deleted: release it without destroying its resources, for the reason given.
-# Set by the layer controller when a CRD's deletion is behind the layer's (see controllers/crd_guard.py).
+# Set by the layer controller when a CRD's deletion is behind the layer's (see controllers/layer/crd_guard.py).
 SKIP_DESTROY = "api.burrito-py.io/skip-destroy"
 # On a TerraformRepository: `sync-<branch>` = time the server asked for an immediate fetch.
 REPOSITORY_SYNC_PREFIX = "webhook.burrito-py.io/sync-"

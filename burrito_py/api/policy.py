@@ -170,7 +170,7 @@ class ClusterPlanPolicySpec(PlanPolicySpec):
 
 
 class PlanPolicyStatus(ApiModel):
-    """Written by the controllers once per generation (controllers/policies.py)."""
+    """Written by the controllers once per generation (controllers/planpolicy/reconcile.py)."""
 
     conditions: list[Condition] = Field(
         default_factory=list,

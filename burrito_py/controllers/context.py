@@ -8,17 +8,17 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from burrito_py.controllers.crd_guard import CrdWatch
-from burrito_py.controllers.dependencies import OutputsCache, wake_related
-from burrito_py.controllers.inventory import Inventory, Key
-from burrito_py.controllers.kube import Kube
-from burrito_py.controllers.notifications import Notifications
+from burrito_py.controllers.layer.crd_guard import CrdWatch
+from burrito_py.controllers.layer.dependencies import OutputsCache, wake_related
+from burrito_py.controllers.layer.notifications import Notifications
 from burrito_py.controllers.plan_budget import ParseBudget
-from burrito_py.controllers.policies import PolicyBook
-from burrito_py.controllers.pull_request_decisions import PullRequestMemory
-from burrito_py.controllers.scheduler import Scheduler
+from burrito_py.controllers.planpolicy.reconcile import PolicyBook
+from burrito_py.controllers.pullrequest.decide import PullRequestMemory
+from burrito_py.controllers.repository.webhook_keys import WebhookKeyPublisher
 from burrito_py.controllers.settings import ControllerSettings
-from burrito_py.controllers.webhook_keys import WebhookKeyPublisher
+from burrito_py.kube.client import Kube
+from burrito_py.kube.inventory import Inventory, Key
+from burrito_py.kube.scheduler import Scheduler
 from burrito_py.policy.sandbox import PolicySandbox
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class Context:
     def __post_init__(self) -> None:
         self.inventory.layers.on_change = functools.partial(wake_related, self)
         if self.webhook_keys is None:
-            from burrito_py.controllers.leader_election import own_namespace
+            from burrito_py.kube.leader.election import own_namespace
 
             settings = self.settings
             self.webhook_keys = WebhookKeyPublisher(settings.webhook_keys_namespace or own_namespace(),

@@ -11,7 +11,7 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from burrito_py.controllers.inventory import Inventory
+from burrito_py.kube.inventory import Inventory
 from burrito_py.timeutil import parse_time
 
 RECONCILE_SECONDS = Histogram(

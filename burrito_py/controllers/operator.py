@@ -25,20 +25,20 @@ import yaml
 from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
-from burrito_py.controllers.crd_guard import CRDS
-from burrito_py.controllers.destroy_decisions import DESTROY_FINALIZER
-from burrito_py.controllers.forbidden import ForbiddenReporter
-from burrito_py.controllers.inventory import Store, key_of
-from burrito_py.controllers.kube import Kube, KubeError, crd_path, path
-from burrito_py.controllers.layers import reconcile_layer
-from burrito_py.controllers.policies import reconcile_plan_policy
-from burrito_py.controllers.pull_requests import reconcile_pull_request
-from burrito_py.controllers.repositories import reconcile_repository
-from burrito_py.controllers.repository_decisions import sync_requested
-from burrito_py.controllers.run_decisions import TERMINAL
-from burrito_py.controllers.runs import reconcile_run
-from burrito_py.controllers.scheduler import Scheduler
+from burrito_py.controllers.layer.crd_guard import CRDS
+from burrito_py.controllers.layer.destroy import DESTROY_FINALIZER
+from burrito_py.controllers.layer.reconcile import reconcile_layer
+from burrito_py.controllers.planpolicy.reconcile import reconcile_plan_policy
+from burrito_py.controllers.pullrequest.reconcile import reconcile_pull_request
+from burrito_py.controllers.repository.decide import sync_requested
+from burrito_py.controllers.repository.reconcile import reconcile_repository
+from burrito_py.controllers.run.decide import TERMINAL
+from burrito_py.controllers.run.reconcile import reconcile_run
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.kube.client import Kube, KubeError, crd_path, path
+from burrito_py.kube.forbidden import ForbiddenReporter
+from burrito_py.kube.inventory import Store, key_of
+from burrito_py.kube.scheduler import Scheduler
 from burrito_py.policy.sandbox import PolicySandbox
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
     scope = config.scope()
 
     def owned(namespace: str | None, **_: Any) -> bool:
-        """Shards (controllers/shards.py): kopf watches the shard's patterns; objects of a namespace another
+        """Shards (kube/shards.py): kopf watches the shard's patterns; objects of a namespace another
         shard owns (overlapping patterns) are dropped here, before they reach the inventory."""
         return scope.owns(namespace)
 
@@ -318,7 +318,7 @@ def datastore_client(url: str, token_path: Path | None, kubeconfig: Path | None)
     (`token_path`, else the standard mount; re-read as it rotates); locally: the kubeconfig user's token
     (`burrito-py dev` makes that a service account the datastore knows)."""
     from burrito_py.datastore.client import DatastoreClient
-    from burrito_py.local.paths import pod_path
+    from burrito_py.kube.pod_paths import pod_path
 
     mounted = pod_path(DATASTORE_TOKEN_PATH)
     token_file = token_path or (mounted if mounted.exists() else None)
@@ -460,8 +460,8 @@ def liveness_endpoint(settings: ControllerSettings) -> str | None:
 @functools.cache
 def _serve_metrics(port: int, host: str, kubeconfig: str | None = None, auth: bool = True) -> None:
     """Once per process: an operator started again after a failure keeps the same metrics server. With `auth`,
-    only a token whose user may `get /metrics` reads them (metrics_auth.py)."""
-    from burrito_py.metrics_auth import MetricsGate, serve_metrics
+    only a token whose user may `get /metrics` reads them (kube/metrics_auth.py)."""
+    from burrito_py.kube.metrics_auth import MetricsGate, serve_metrics
 
     serve_metrics(port, host, (lambda: MetricsGate.for_kubeconfig(kubeconfig)) if auth else None)
 
@@ -551,7 +551,7 @@ async def run_controllers(
         # kopf waits for a thread's Event in an executor thread, which outlives an operator that failed (kopf
         # gives up when a watched CRD is deleted under a live watch) and then holds asyncio.run's shutdown, so
         # the operator is never started again: hand kopf an asyncio.Event that follows the thread's instead.
-        from burrito_py.controllers.leader_election import follow_flag
+        from burrito_py.kube.leader.election import follow_flag
 
         stopping = asyncio.Event()
         follower = asyncio.create_task(follow_flag(stop_flag, stopping))
@@ -560,6 +560,6 @@ async def run_controllers(
         finally:
             follower.cancel()
         return
-    from burrito_py.controllers.leader_election import run_with_leader_election
+    from burrito_py.kube.leader.election import run_with_leader_election
 
     await run_with_leader_election(settings, kubeconfig, stop_flag=stop_flag, ready_flag=ready_flag)

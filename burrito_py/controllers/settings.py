@@ -15,9 +15,9 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from burrito_py.api.common import SyncWindow
-from burrito_py.controllers.shards import Scope, Shard, pattern_problem, scope_of, shard_problem
 from burrito_py.durations import Duration
-from burrito_py.local.paths import pod_path_setting
+from burrito_py.kube.pod_paths import pod_path_setting
+from burrito_py.kube.shards import Scope, Shard, pattern_problem, scope_of, shard_problem
 from burrito_py.outbound import HostEntry, NetworkEntry, OutboundPolicy
 from burrito_py.plans.limits import PLAN_JSON_LIMIT
 from burrito_py.policy.sandbox import Limits
@@ -44,7 +44,7 @@ class ControllerSettings(BaseSettings):
         description="Watched namespaces: names or kopf patterns ('team-a-*,!*-sandbox'; a namespace matching any "
         "entry is watched); empty = all (with a shard: that shard's namespaces).",
     )
-    # Sharding by namespace sets (controllers/shards.py): every shard process gets the whole list and its name.
+    # Sharding by namespace sets (kube/shards.py): every shard process gets the whole list and its name.
     shards: list[Shard] = Field(
         default_factory=list,
         description="Every shard as {name, namespaces}; a namespace belongs to the first listed shard whose "
@@ -154,7 +154,7 @@ class ControllerSettings(BaseSettings):
         description="Let a layer use a TerraformRepository of another namespace (spec.repository.namespace); "
         "its runners then read that repository's sources.",
     )
-    # Webhook keys published for the server, which reads no tenant Secret (controllers/webhook_keys.py).
+    # Webhook keys published for the server, which reads no tenant Secret (controllers/repository/webhook_keys.py).
     webhook_keys_secret: str = Field(
         "burrito-py-webhook-keys", min_length=1, max_length=253,
         description="Secret the controllers write each repository's webhook key into, for the server (one per "

@@ -37,11 +37,11 @@ from burrito_py.datastore.auth import (
 from burrito_py.datastore.encryption import EncryptionError
 from burrito_py.datastore.quota import NamespaceUsage, allowance, describe_bytes, run_used
 from burrito_py.datastore.storage import DeleteFailed, Exists, ObjectInfo, Storage, Stored, TooLarge
-from burrito_py.local.paths import pod_path_setting
+from burrito_py.kube.pod_paths import pod_path_setting
 from burrito_py.plans.limits import PLAN_JSON_LIMIT
 
 if TYPE_CHECKING:
-    from burrito_py.metrics_auth import MetricsGate
+    from burrito_py.kube.metrics_auth import MetricsGate
 
 log = logging.getLogger(__name__)
 
@@ -613,10 +613,10 @@ def create_app(
     app.include_router(api)
     _mount_caches(app, storage, settings)
 
-    # /metrics: for who may `get` the non-resource URL /metrics (metrics_auth.py), not for every runner pod.
+    # /metrics: for who may `get` the non-resource URL /metrics (kube/metrics_auth.py), not for every runner pod.
     gate = None
     if settings.auth_enabled:
-        from burrito_py.metrics_auth import MetricsGate
+        from burrito_py.kube.metrics_auth import MetricsGate
 
         gate = metrics_gate or MetricsGate.for_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None)
 
@@ -624,7 +624,7 @@ def create_app(
     async def metrics(request: Request) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-        from burrito_py.metrics_auth import MetricsRefused
+        from burrito_py.kube.metrics_auth import MetricsRefused
 
         if gate is not None:
             try:
@@ -643,11 +643,11 @@ def _mount_caches(app: FastAPI, storage: Storage, settings: DatastoreSettings) -
     """The provider mirror and the tool cache (docs/architecture.md §10.5), when enabled."""
     if not (settings.provider_cache_enabled or settings.tool_cache_enabled):
         return
-    from burrito_py.providercache.cache import ProviderCache
-    from burrito_py.providercache.pins import LockPins
-    from burrito_py.providercache.routes import mirror_router
-    from burrito_py.providercache.tools import ToolCache
-    from burrito_py.providercache.upstream import Upstream, ssl_context
+    from burrito_py.datastore.providercache.cache import ProviderCache
+    from burrito_py.datastore.providercache.pins import LockPins
+    from burrito_py.datastore.providercache.routes import mirror_router
+    from burrito_py.datastore.providercache.tools import ToolCache
+    from burrito_py.datastore.providercache.upstream import Upstream, ssl_context
 
     upstream = Upstream(ssl_context(settings.upstream_ca_file), registry_urls=settings.provider_cache_registry_urls)
     ttl = settings.provider_cache_index_ttl_seconds
@@ -657,7 +657,7 @@ def _mount_caches(app: FastAPI, storage: Storage, settings: DatastoreSettings) -
         if settings.provider_cache_enabled else None
     tools = ToolCache(storage, upstream, settings.tool_cache_terraform_url, settings.tool_cache_opentofu_url,
                       settings.tool_cache_opentofu_index_url, ttl) if settings.tool_cache_enabled else None
-    from burrito_py.providercache.signing import ArchiveSigner, UrlKeys
+    from burrito_py.datastore.providercache.signing import ArchiveSigner, UrlKeys
 
     key = settings.provider_cache_url_key.get_secret_value().encode() if settings.provider_cache_url_key else None
     signer = ArchiveSigner(UrlKeys(key, settings.tls_key_file), settings.provider_cache_url_ttl_seconds)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from burrito_py.controllers.runner_pod import pod_name
+from burrito_py.controllers.run.runner_pod import pod_name
 
 # "review": the controllers' verdict on a plan (policy and drift), stored beside it. Only the controllers (admin
 # users) write it: a runner executes tenant code and must not be able to forge the verdict on its own plan.

@@ -102,7 +102,7 @@ class DatastoreClient:
         verify: ssl.SSLContext | None = None,
     ) -> None:
         """`headers` and `verify` serve a client going through the Kubernetes API's service proxy
-        (`burrito_py.kube_proxy`): the API server's credentials and CA."""
+        (`burrito_py.kube.service_proxy`): the API server's credentials and CA."""
         sent = {"Authorization": f"Bearer {token}"} if token else {}
         sent.update(headers or {})
         auth = BearerTokenFile(token_file) if token_file is not None else None

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from burrito_py.api.policy import CelRule
-from burrito_py.cel_eval import CelError, evaluate_cel
 from burrito_py.plans.model import PlanModel, ResourceChange
+from burrito_py.policy.cel_eval import CelError, evaluate_cel
 
 __all__ = ["CelRuleError", "cel_violations", "change_variable", "plan_variable"]
 

@@ -6,7 +6,7 @@ Keys of the Secret named in `spec.repository.secretName`:
 - GitHub only: `githubAppId`, `githubAppInstallationId` and `githubAppPrivateKey` (PEM), all three or none: a GitHub
   App installation token, exchanged for a JWT the App signs (RS256) and renewed before it expires. App keys win
   over a token when a Secret holds both.
-- `allowedHosts`: the hosts these may be sent to (gitops/allowed_hosts.py); the API URL's host must be among them
+- `allowedHosts`: the hosts these may be sent to (git/allowed_hosts.py); the API URL's host must be among them
   (`api.github.com` for github.com), else nothing is built and nothing is sent.
 
 Also here: the provider's default API URL and the project path (`owner/repo`, `group/subgroup/repo`) from the
@@ -29,10 +29,10 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from burrito_py.gitops.allowed_hosts import check_destination
-from burrito_py.gitops.credentials import CredentialsError as GitCredentialsError
-from burrito_py.gitops.credentials import decode_secret_data
-from burrito_py.gitops.urls import is_file_url, normalize_url
+from burrito_py.git.allowed_hosts import check_destination
+from burrito_py.git.credentials import CredentialsError as GitCredentialsError
+from burrito_py.git.credentials import decode_secret_data
+from burrito_py.git.urls import is_file_url, normalize_url
 from burrito_py.outbound import GuardedTransport, OutboundPolicy
 from burrito_py.pullrequests.providers import (
     Gitea,

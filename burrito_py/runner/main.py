@@ -6,7 +6,7 @@ Environment (set by the run controller, docs/architecture.md §6.3): `BURRITO_RU
 from `/var/run/secrets/burrito-py/token` when that file exists (`pod_path`, for the local kubelet).
 
 Variables (plan, and apply without a plan artifact): `spec.vars`, then the run's inputs record, which the
-controllers stored under the run in the datastore before they created it (`controllers/run_inputs.py`): the values
+controllers stored under the run in the datastore before they created it (`controllers/layer/run_inputs.py`): the values
 of each `spec.varsFrom` Secret or ConfigMap in order, then the upstream outputs of `spec.dependsOn` (the run's
 `burrito-py.io/inputs-digest` annotation names them). The runner reads no Secret or ConfigMap itself (its Role
 has no such grant). They are merged into `burrito-py.auto.tfvars.json` (mode 0600) in the layer's directory before
@@ -85,7 +85,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from burrito_py.api import annotations as ann
-from burrito_py.local.paths import pod_path
+from burrito_py.kube.pod_paths import pod_path
 from burrito_py.runner import masking, signals
 from burrito_py.runner.kube import Kube, KubeError
 from burrito_py.runner.masking import MIN_LENGTH, masker

@@ -55,7 +55,7 @@ PROVIDER_MIRROR_FAIL_CLOSED_ENV = "BURRITO_PROVIDER_MIRROR_FAIL_CLOSED"
 TOOL_MIRROR_URL_ENV = "BURRITO_TOOL_MIRROR_URL"
 MIRROR_CA_PEM_ENV = "BURRITO_MIRROR_CA_PEM"
 PROVIDER_MIRROR_REGISTRIES_ENV = "BURRITO_PROVIDER_MIRROR_REGISTRIES"
-# The run controller counts the lines that start so (controllers/runs.py): keep both sides on this constant.
+# The run controller counts the lines that start so (controllers/run/reconcile.py): keep both sides on this constant.
 FALLBACK_PREFIX = "burrito-py: provider mirror unavailable:"
 CLI_CONFIG_NAME = "burrito-py.tfrc"
 CA_BUNDLE_NAME = "burrito-py-ca-bundle.pem"

@@ -44,9 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from burrito_py.local.paths import pod_path_setting
+from burrito_py.kube.pod_paths import pod_path_setting
+from burrito_py.plans.versions import ANY, Constraint, InvalidVersionConstraint, parse_constraint, pick_latest
 from burrito_py.runner.signals import stopping
-from burrito_py.runner.versions import ANY, Constraint, InvalidVersionConstraint, parse_constraint, pick_latest
 
 if TYPE_CHECKING:
     import httpx

@@ -1,6 +1,6 @@
 """The layer's Terraform variables, merged into `burrito-py.auto.tfvars.json` (pure, apart from `write_tfvars`).
-The controllers resolve `spec.varsFrom` with `source_values` into the run's inputs record (controllers/run_inputs.py);
-the runner reads that record (`parse_inputs`) and never a Secret or ConfigMap.
+The controllers resolve `spec.varsFrom` with `source_values` into the run's inputs record
+(controllers/layer/run_inputs.py); the runner reads that record (`parse_inputs`) and never a Secret or ConfigMap.
 
 Order: `spec.vars`, then each `spec.varsFrom` entry in turn; a later entry wins over earlier ones and over
 `spec.vars`. A Secret's or ConfigMap's keys are the variable names, and its values are used as-is, as strings:
@@ -106,7 +106,7 @@ class Inputs:
 
 
 def parse_inputs(raw: bytes, digest: str | None) -> Inputs:
-    """The run's inputs record (controllers/run_inputs.py). With `digest` (the run's inputs-digest annotation),
+    """The run's inputs record (controllers/layer/run_inputs.py). With `digest` (the run's inputs-digest annotation),
     the record must be the one the run was created with; a message never holds a value."""
     try:
         record = json.loads(raw)

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import aiohttp
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.kube import Kube, KubeError
 from burrito_py.datastore.auth import AUTH_DISABLED, Principal
+from burrito_py.kube.client import Kube, KubeError
 
 REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 # Short: a RoleBinding removed takes effect on reads within this long (actions and stream re-checks ask again).

@@ -21,9 +21,9 @@ from fastapi.responses import JSONResponse
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.pullrequest import pull_request_name
-from burrito_py.controllers.kube import Kube, KubeError, crd_path
 from burrito_py.datastore.auth import Authenticator
 from burrito_py.datastore.client import DatastoreClient
+from burrito_py.kube.client import Kube, KubeError, crd_path
 from burrito_py.pullrequests.events import BadPullRequest, PullRequestEvent, pull_request_event
 from burrito_py.server.ratelimit import SourceLimiter, source_of
 from burrito_py.server.settings import ServerSettings
@@ -89,7 +89,7 @@ READY_SECONDS = 10.0
 
 class Webhooks:
     def __init__(self, kube: Kube, settings: ServerSettings) -> None:
-        from burrito_py.controllers.leader_election import own_namespace
+        from burrito_py.kube.leader.election import own_namespace
 
         self.kube, self.settings = kube, settings
         self.recent = RecentDeliveries(settings.delivery_cache_size)

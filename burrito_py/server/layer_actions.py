@@ -6,7 +6,7 @@ the UI: a SubjectAccessReview of the user)."""
 from __future__ import annotations
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.kube import Kube, KubeError, crd_path
+from burrito_py.kube.client import Kube, KubeError, crd_path
 from burrito_py.timeutil import format_time, utcnow
 
 

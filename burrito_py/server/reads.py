@@ -13,9 +13,9 @@ from typing import Any
 import anyio.to_thread
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.inventory import creation_order
-from burrito_py.controllers.kube import Body, Kube, crd_path
 from burrito_py.datastore.client import DatastoreClient, DatastoreError, PlanFormat
+from burrito_py.kube.client import Body, Kube, crd_path
+from burrito_py.kube.inventory import creation_order
 from burrito_py.plans.masking import SecretValues, load_json, masked_document, scrub_text, values_to_hide
 from burrito_py.plans.model import PlanFormatError
 from burrito_py.server.views import run_layer

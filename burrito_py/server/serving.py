@@ -15,10 +15,10 @@ from burrito_py.server.settings import ServerSettings
 
 async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = None) -> None:
     """Serve until stopped; `holder` receives the uvicorn server, so another thread can stop it."""
-    from burrito_py.controllers.kube import Kube
     from burrito_py.controllers.operator import datastore_client
     from burrito_py.datastore.kube_auth import KubeAuthenticator
     from burrito_py.datastore.token_cache import CachedAuthenticator
+    from burrito_py.kube.client import Kube
     from burrito_py.server.app import create_app
 
     kube = await Kube.connect(str(settings.kubeconfig) if settings.kubeconfig else None)

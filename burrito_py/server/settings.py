@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from burrito_py.local.paths import pod_path_setting
+from burrito_py.kube.pod_paths import pod_path_setting
 
 
 class ServerSettings(BaseSettings):

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.urls import redact
+from burrito_py.git.urls import redact
 
 
 class View(BaseModel):

@@ -14,8 +14,8 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from burrito_py.controllers.kube import Body, Kube, KubeError, crd_path, path
-from burrito_py.gitops.urls import repository_identity
+from burrito_py.git.urls import repository_identity
+from burrito_py.kube.client import Body, Kube, KubeError, crd_path, path
 from burrito_py.server.webhook_keys import PublishedKey, decode_entries
 
 __all__ = ["Candidate", "WebhookIndex", "follow"]

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from burrito_py.gitops.urls import repository_identity
+from burrito_py.git.urls import repository_identity
 from burrito_py.server.webhook_keys import hmac_key
 
 Provider = Literal["github", "gitlab", "gitea"]

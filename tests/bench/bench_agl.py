@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 
 import httpx
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
+from burrito_local.kube_authn import ADMIN_TOKEN
 
 from burrito_py.api.crdgen import generate_crds
 from burrito_py.controllers.operator import ControllerThread
 from burrito_py.controllers.settings import ControllerSettings
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
-from burrito_py.local.kube_authn import ADMIN_TOKEN
-from burrito_py.local.testing import wait_for
+from tests.support.emulator import wait_for
 
 DEFS = "/apis/agl.burrito-py.io/v1alpha1/applicationdefinitions"
 BUCKETS = "/apis/apps.burrito-py.io/v1alpha1/namespaces/default/buckets"

@@ -16,8 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout, not an installed copy
 
 import httpx
-
-from burrito_py.local.apiserver import ApiServer
+from burrito_local.apiserver import ApiServer
 
 CMS = "/api/v1/namespaces/default/configmaps"
 
@@ -84,8 +83,8 @@ def writes(count: int) -> dict[str, float]:
 def authorized_gets(bindings: int, count: int) -> dict[str, float]:
     """Single gets per second as the admin (system:masters) and as a service account whose one RoleBinding
     sits among `bindings` others (RBAC evaluated on every request)."""
-    from burrito_py.local.identity import request_token
-    from burrito_py.local.kube_tokens import API_AUDIENCES
+    from burrito_local.identity import request_token
+    from burrito_local.kube_tokens import API_AUDIENCES
 
     rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/default"
     with ApiServer() as server, httpx.Client(base_url=server.url, headers=server.admin_headers) as admin:

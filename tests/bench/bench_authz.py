@@ -30,18 +30,18 @@ from typing import Any
 
 import httpx
 import uvicorn
+from burrito_local.apply import Applier
+from burrito_local.identity import ensure_namespace, ensure_service_account, request_token
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.controllers.kube import Kube
 from burrito_py.datastore.auth import Principal
-from burrito_py.datastore.testing import free_port
+from burrito_py.datastore.in_process import free_port
 from burrito_py.health import wait_healthy
-from burrito_py.local.apply import Applier
-from burrito_py.local.identity import ensure_namespace, ensure_service_account, request_token
-from burrito_py.local.testing import running_apiserver
+from burrito_py.kube.client import Kube
 from burrito_py.server.access import GET_RUNS, Access, AccessReviewer
 from burrito_py.server.settings import ServerSettings
+from tests.support.emulator import running_apiserver
 
 NAMESPACES, LAYERS = 10, 20
 RBAC = "/apis/rbac.authorization.k8s.io/v1"

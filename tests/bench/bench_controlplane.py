@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout, not an installed copy
 
-from burrito_py.local.controlplane import ControlPlane, ControlPlaneConfig, binary_path
-from burrito_py.local.netns import NodeNamespace
+from burrito_local.controlplane import ControlPlane, ControlPlaneConfig, binary_path
+from burrito_local.netns import NodeNamespace
 
 
 def plain(binary: Path, rounds: int) -> dict[str, list[float]]:

@@ -32,9 +32,9 @@ from typing import Any
 import httpx
 
 from burrito_py.datastore.client import DatastoreClient
-from burrito_py.datastore.process_testing import RssSampler, datastore_process, rss_bytes
+from burrito_py.datastore.in_process import free_port
 from burrito_py.datastore.s3 import make_client
-from burrito_py.datastore.testing import free_port
+from tests.support.datastore_process import RssSampler, datastore_process, rss_bytes
 
 MiB = 1024 * 1024
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}

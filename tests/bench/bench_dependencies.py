@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 
 import httpx
+from burrito_local.kube_authn import ADMIN_TOKEN
 
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.testing import make_repo
-from burrito_py.local.kube_authn import ADMIN_TOKEN
-from burrito_py.local.testing import wait_for
 from tests.e2e.conftest import running_platform
 from tests.e2e.test_dependencies import cluster, network
+from tests.support.emulator import wait_for
+from tests.support.git_repos import make_repo
 
 CHANGES = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 BASE = "/apis/terraform.burrito-py.io/v1alpha1/namespaces/default"

@@ -13,9 +13,9 @@ import tracemalloc
 from typing import Any
 
 from burrito_py.controllers.context import Context
-from burrito_py.controllers.inventory import Store
-from burrito_py.controllers.kube import Kube
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.kube.client import Kube
+from burrito_py.kube.inventory import Store
 
 LAYERS = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
 DEPENDENCIES = 3

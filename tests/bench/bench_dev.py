@@ -19,9 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from burrito_py.deploy.chart import render_chart
-from burrito_py.deploy.rbac import grants_per_component
-from burrito_py.local.dev import RELEASE, RELEASE_NAMESPACE
+from burrito_local.dev import RELEASE, RELEASE_NAMESPACE
+
+from burrito_py.chart.chart import render_chart
+from burrito_py.chart.rbac import grants_per_component
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 # Distinct (apiGroup, resource, verb) grants of burrito's chart per component, counted from padok-team/burrito

@@ -25,9 +25,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 from burrito_py.api import annotations as ann  # noqa: E402
-from burrito_py.gitops.testing import make_repo  # noqa: E402
 from tests.e2e.conftest import running_platform  # noqa: E402
 from tests.e2e.faults.test_fault_failing_apply import FAILING_APPLY_TF  # noqa: E402
+from tests.support.git_repos import make_repo  # noqa: E402
 
 
 def main(minutes: float = 10.0, drift: float = 20.0) -> None:

@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from burrito_py.datastore.testing import free_port, running_datastore
-from tests.fakes.registry import running_upstream
-from tests.fakes.tls import make_tls
+from burrito_py.datastore.in_process import free_port, running_datastore
+from tests.support.fakes.registry import running_upstream
+from tests.support.fakes.tls import make_tls
 
 SIZE = int(float(sys.argv[1]) * 1024 * 1024) if len(sys.argv) > 1 else 8 * 1024 * 1024
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 10

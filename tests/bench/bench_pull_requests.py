@@ -10,9 +10,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from burrito_py.gitops.testing import make_repo
 from tests.e2e.conftest import layer_code
 from tests.e2e.test_pull_requests import calls_per_update, first_write, pull_request_world
+from tests.support.git_repos import make_repo
 
 PUSHES = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 

@@ -83,13 +83,13 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=7)
     options = parser.parse_args()
 
+    from burrito_local.apiserver import ApiServer
+    from burrito_local.apply import Applier, load_files
     from kubernetes import client, config
 
     from burrito_py.api import annotations as ann
     from burrito_py.datastore.client import DatastoreClient
-    from burrito_py.datastore.testing import running_datastore
-    from burrito_py.local.apiserver import ApiServer
-    from burrito_py.local.apply import Applier, load_files
+    from burrito_py.datastore.in_process import running_datastore
 
     tmp = Path(tempfile.mkdtemp(prefix="burrito-py-bench-runner-"))
     api = ApiServer().start()

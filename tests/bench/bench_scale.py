@@ -22,16 +22,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
+
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.controllers.layer_decisions import CreateRun
-from burrito_py.controllers.layers import run_body
-from burrito_py.datastore.testing import running_datastore
-from burrito_py.gitops.testing import make_repo
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
+from burrito_py.controllers.layer.decide import CreateRun
+from burrito_py.controllers.layer.reconcile import run_body
+from burrito_py.datastore.in_process import running_datastore
 from burrito_py.timeutil import format_time, utcnow
 from tests.bench.bench_steady_state import peak_rss_mb
+from tests.support.git_repos import make_repo
 
 DRIFT_PERIOD = 20 * 60.0
 NAMESPACES = [f"team-{i}" for i in range(10)]

@@ -19,14 +19,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.datastore.testing import running_datastore
-from burrito_py.gitops.testing import make_repo
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
+from burrito_py.datastore.in_process import running_datastore
 from burrito_py.timeutil import format_time, utcnow
+from tests.support.git_repos import make_repo
 
 BASE = f"/apis/{ann.API_VERSION}/namespaces/default"
 DRIFT_PERIOD = 20 * 60.0

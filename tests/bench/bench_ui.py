@@ -18,15 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+from burrito_local.apply import Applier
+from burrito_local.identity import ensure_namespace, ensure_service_account, request_token
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.datastore.testing import free_port
-from burrito_py.local.apply import Applier
-from burrito_py.local.identity import ensure_namespace, ensure_service_account, request_token
-from burrito_py.local.testing import running_apiserver
+from burrito_py.datastore.in_process import free_port
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
+from tests.support.emulator import running_apiserver
 
 NAMESPACES = 20
 STATES = ("Idle", "Idle", "Idle", "PlanNeeded", "ApplyNeeded", "Running", "MaxRetriesReached")

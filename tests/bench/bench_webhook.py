@@ -27,18 +27,18 @@ import time
 from pathlib import Path
 
 import httpx
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
+from burrito_local.identity import admin_client, grant_runner_access
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.datastore.testing import free_port, running_datastore
-from burrito_py.gitops.testing import TestRepo, make_bare, make_repo
-from burrito_py.gitops.testing_servers import running_http_git_server
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
-from burrito_py.local.identity import admin_client, grant_runner_access
+from burrito_py.datastore.in_process import free_port, running_datastore
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
 from burrito_py.timeutil import format_time, utcnow
+from tests.support.git_repos import TestRepo, make_bare, make_repo
+from tests.support.git_servers import running_http_git_server
 
 BASE = f"/apis/{ann.API_VERSION}/namespaces/default"
 USER, PASSWORD, HOOK_SECRET = "bench", "bench-Pa55", "bench-hook"

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout, n
 
 import httpx
 
-from burrito_py.local.testing import running_cluster, wait_for
+from tests.support.emulator import running_cluster, wait_for
 
 SERVER = ("import http.server, sys\n"
           "class H(http.server.BaseHTTPRequestHandler):\n"

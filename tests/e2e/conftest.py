@@ -13,22 +13,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
+from burrito_local.identity import admin_client, grant_runner_access, login_as_local_admin
+from burrito_local.kubelet import LocalKubelet
 from kubernetes import client, config
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.controllers.inventory import creation_order
+from burrito_py.chart.admission_policy import policy_objects
 from burrito_py.controllers.operator import ControllerThread
 from burrito_py.controllers.settings import ControllerSettings
-from burrito_py.datastore.testing import running_datastore
-from burrito_py.deploy.admission_policy import policy_objects
-from burrito_py.gitops.testing import TestRepo, make_repo
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
-from burrito_py.local.identity import admin_client, grant_runner_access, login_as_local_admin
-from burrito_py.local.kubelet import LocalKubelet
-from burrito_py.local.testing import wait_for
+from burrito_py.datastore.in_process import running_datastore
+from burrito_py.kube.inventory import creation_order
 from burrito_py.outbound import LOOPBACK_NETWORKS
+from tests.support.emulator import wait_for
+from tests.support.git_repos import TestRepo, make_repo
 
 pytestmark = pytest.mark.e2e
 # On a cluster the Helm chart creates the runner's service account in each namespace with layers.

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.testing import TestRepo, make_repo
+from tests.support.git_repos import TestRepo, make_repo
 
 from .conftest import Platform, wait_for
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.testing import TestRepo, run_git
-from burrito_py.local.testing import wait_for
+from tests.support.emulator import wait_for
+from tests.support.git_repos import TestRepo, run_git
 
 from .test_pull_requests import pr_runs, pull_request_world
 

@@ -20,11 +20,11 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from burrito_local.dev import RELEASE, RELEASE_NAMESPACE, DevOptions, running_dev
+from burrito_local.identity import admin_client
 
 from burrito_py.api import annotations as ann
-from burrito_py.local.dev import RELEASE, RELEASE_NAMESPACE, DevOptions, running_dev
-from burrito_py.local.identity import admin_client
-from burrito_py.local.testing import wait_for
+from tests.support.emulator import wait_for
 
 pytestmark = pytest.mark.e2e
 LAYERS = f"/apis/{ann.GROUP}/{ann.VERSION}/namespaces/default/terraformlayers"
@@ -58,7 +58,7 @@ class Dev:
         return items
 
     def apply(self, doc: dict[str, Any]) -> None:
-        from burrito_py.local.apply import Applier
+        from burrito_local.apply import Applier
 
         applier = Applier(str(self.api.base_url).rstrip("/"))
         try:
@@ -281,9 +281,10 @@ def test_h_runners_change_no_layer_and_only_the_controllers_record_runner_annota
     a runner's ServiceAccount token reads no Secret and patches no layer (RBAC); given `patch` on layers by an
     operator's mistake, the admission policy still refuses any change it makes; and a tenant user allowed to
     patch layers may approve a plan but never set or change the `runner.burrito-py.io/` annotations."""
-    from burrito_py.deploy.admission_policy import ANNOTATION_MESSAGE, RUNNER_MESSAGE
-    from burrito_py.local.identity import ensure_service_account, request_token
-    from burrito_py.local.kube_tokens import API_AUDIENCES
+    from burrito_local.identity import ensure_service_account, request_token
+    from burrito_local.kube_tokens import API_AUDIENCES
+
+    from burrito_py.chart.admission_policy import ANNOTATION_MESSAGE, RUNNER_MESSAGE
 
     dev.wait_state("greetings", "ApplyNeeded")
     rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/default"

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.testing import TestRepo
 from burrito_py.timeutil import parse_time
+from tests.support.git_repos import TestRepo
 
 from .conftest import Platform, layer_code, running_platform, wait_for
 
@@ -148,7 +148,7 @@ def test_g_never_two_runner_pods_of_a_layer_and_orphan_leases_are_taken_over(pla
     # live run holds, and may re-create, the real Lease).
     wait_for(lambda: all((r.get("status") or {}).get("state") in ("Succeeded", "Failed") for r in platform.runs("app")),
              90, what="every run of the layer finished")
-    from burrito_py.controllers.leases import layer_lease_name
+    from burrito_py.controllers.run.leases import layer_lease_name
 
     lease_name = layer_lease_name(platform.layer("app"))
     body = {
@@ -219,7 +219,7 @@ def test_i_kubectl_shows_states_and_plan_download_returns_the_plan_json(platform
 
 def test_events_in_kubectl_describe_and_metrics_by_state(tmp_path: Path, repo: TestRepo):
     from burrito_py.controllers.operator import kubeconfig_login
-    from burrito_py.datastore.testing import free_port
+    from burrito_py.datastore.in_process import free_port
 
     port = free_port()
     with running_platform(tmp_path / "p", tmp_path / "kubeconfig", metrics_port=port) as p:

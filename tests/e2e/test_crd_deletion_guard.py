@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.crd_guard import LAYER_CRD
-from burrito_py.gitops.testing import TestRepo, make_repo
+from burrito_py.controllers.layer.crd_guard import LAYER_CRD
+from tests.support.git_repos import TestRepo, make_repo
 
 from .conftest import Platform, wait_for
 from .test_agl import BUCKET_TF, GROUP, PLURAL, _condition, create_bucket, define, wait_bucket

@@ -4,12 +4,12 @@ controllers with the kubeconfig's service account, and anonymous callers are tur
 from __future__ import annotations
 
 import httpx
+from burrito_local.identity import request_token
 
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.testing import TestRepo
-from burrito_py.local.identity import request_token
-from burrito_py.local.testing import wait_for
 from tests.e2e.conftest import Platform
+from tests.support.emulator import wait_for
+from tests.support.git_repos import TestRepo
 
 
 def test_runners_and_controllers_authenticate_and_strangers_do_not(platform: Platform, repo: TestRepo):

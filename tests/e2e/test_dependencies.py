@@ -18,9 +18,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.inventory import creation_order
-from burrito_py.gitops.testing import TestRepo, make_repo
-from burrito_py.local.testing import wait_for
+from burrito_py.kube.inventory import creation_order
+from tests.support.emulator import wait_for
+from tests.support.git_repos import TestRepo, make_repo
 
 from .conftest import Platform, running_platform
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from burrito_py.local.testing import wait_for
+from tests.support.emulator import wait_for
 
 
 class Output:

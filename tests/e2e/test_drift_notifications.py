@@ -23,9 +23,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.testing import TestRepo, make_repo
-from burrito_py.local.testing import wait_for
 from burrito_py.notify.sign import EVENT_HEADER, SIGNATURE_HEADER, verify
+from tests.support.emulator import wait_for
+from tests.support.git_repos import TestRepo, make_repo
 
 from .conftest import Platform, running_platform
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from burrito_py.gitops.testing import TestRepo, make_repo
-from burrito_py.local.testing import wait_for
+from tests.support.emulator import wait_for
+from tests.support.git_repos import TestRepo, make_repo
 
 from .conftest import Platform, running_platform
 

@@ -15,9 +15,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.credentials import TOKEN_USERNAME
-from burrito_py.gitops.testing import TestRepo, make_bare
-from burrito_py.gitops.testing_servers import (
+from burrito_py.git.credentials import TOKEN_USERNAME
+from tests.support.git_repos import TestRepo, make_bare
+from tests.support.git_servers import (
     HttpGitServer,
     SshGitServer,
     generate_ssh_key,

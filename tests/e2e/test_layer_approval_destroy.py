@@ -10,8 +10,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.destroy_decisions import DESTROY_FINALIZER
-from burrito_py.gitops.testing import TestRepo
+from burrito_py.controllers.layer.destroy import DESTROY_FINALIZER
+from tests.support.git_repos import TestRepo
 
 from .conftest import Platform, layer_code, running_platform, wait_for
 

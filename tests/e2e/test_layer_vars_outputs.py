@@ -12,9 +12,9 @@ import httpx
 import yaml
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.outputs import OUTPUTS_RUN
-from burrito_py.gitops.testing import TestRepo
-from burrito_py.local.testing import wait_for
+from burrito_py.controllers.layer.outputs import OUTPUTS_RUN
+from tests.support.emulator import wait_for
+from tests.support.git_repos import TestRepo
 
 from .conftest import Platform
 from .test_core_loop import terraform_state_inputs

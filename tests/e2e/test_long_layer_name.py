@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.testing import TestRepo
+from tests.support.git_repos import TestRepo
 
 from .conftest import Platform
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.testing import TestRepo
-from burrito_py.local.testing import wait_for
 from tests.e2e.conftest import Platform, running_platform
+from tests.support.emulator import wait_for
+from tests.support.git_repos import TestRepo
 
 POLL = timedelta(minutes=5)
 

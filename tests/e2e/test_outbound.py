@@ -20,24 +20,19 @@ from typing import Any
 
 import httpx
 import pytest
+from burrito_local.identity import admin_client, ensure_service_account, request_token
+from burrito_local.kube_tokens import API_AUDIENCES
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.pullrequest import pull_request_name
-from burrito_py.gitops.credentials import TOKEN_USERNAME
-from burrito_py.gitops.testing import TestRepo, make_bare
-from burrito_py.gitops.testing_servers import (
-    HttpGitServer,
-    SshGitServer,
-    running_http_git_server,
-    running_ssh_git_server,
-)
-from burrito_py.local import dns
-from burrito_py.local.identity import admin_client, ensure_service_account, request_token
-from burrito_py.local.kube_tokens import API_AUDIENCES
+from burrito_py.git.credentials import TOKEN_USERNAME
+from burrito_py.kube import pod_dns as dns
+from tests.support.git_repos import TestRepo, make_bare
+from tests.support.git_servers import HttpGitServer, SshGitServer, running_http_git_server, running_ssh_git_server
 
-from ..fakes.providers import Fake, running_fake_provider
+from ..support.fakes.providers import Fake, running_fake_provider
 from .conftest import Platform, running_platform, wait_for
 from .test_git_credentials import everything_people_can_read, put_secret
 
@@ -351,7 +346,7 @@ def strict(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
 @pytest.fixture
 def attacker_dns(tmp_path: Path) -> Iterator[str]:
     """A public-looking name the attacker's DNS answers with loopback. Resolved through the local kubelet's cluster
-    DNS (burrito_py/local/dns.py: `socket.getaddrinfo` answers from a hosts file), which the controllers of this
+    DNS (burrito_py/kube/pod_dns.py: `socket.getaddrinfo` answers from a hosts file), which the controllers of this
     process use as they would a cluster's resolver."""
     hosts = tmp_path / "attacker-hosts"
     hosts.write_text("127.0.0.1 hooks.attacker.test git.attacker.test\n")

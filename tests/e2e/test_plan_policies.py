@@ -13,25 +13,25 @@ from typing import Any
 
 import httpx
 import pytest
-from kubernetes.client import ApiException
-from prometheus_client import REGISTRY
-
-from burrito_py.api import annotations as ann
-from burrito_py.datastore.client import DatastoreClient
-from burrito_py.datastore.testing import free_port
-from burrito_py.deploy.admission_policy import OVERRIDE_MESSAGE
-from burrito_py.gitops.testing import TestRepo, make_repo
-from burrito_py.local.identity import (
+from burrito_local.identity import (
     DATASTORE_AUDIENCE,
     admin_client,
     ensure_service_account,
     request_token,
     service_account_username,
 )
-from burrito_py.local.kube_tokens import API_AUDIENCES
-from burrito_py.local.testing import wait_for
+from burrito_local.kube_tokens import API_AUDIENCES
+from kubernetes.client import ApiException
+from prometheus_client import REGISTRY
+
+from burrito_py.api import annotations as ann
+from burrito_py.chart.admission_policy import OVERRIDE_MESSAGE
+from burrito_py.datastore.client import DatastoreClient
+from burrito_py.datastore.in_process import free_port
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
+from tests.support.emulator import wait_for
+from tests.support.git_repos import TestRepo, make_repo
 
 from .conftest import Platform, running_platform
 

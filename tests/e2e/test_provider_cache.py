@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from burrito_py.datastore.testing import free_port
-from burrito_py.gitops.testing import TestRepo
+from burrito_py.datastore.in_process import free_port
+from tests.support.git_repos import TestRepo
 
-from ..fakes.registry import python_provider, running_upstream
-from ..fakes.tls import make_tls
+from ..support.fakes.registry import python_provider, running_upstream
+from ..support.fakes.tls import make_tls
 from .conftest import Platform, running_platform, wait_for
 
 REGISTRY_NAME = "registry.example.test"

@@ -26,16 +26,16 @@ from prometheus_client import REGISTRY
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.pullrequest import pull_request_name
-from burrito_py.controllers.leases import layer_lease_name
+from burrito_py.controllers.run.leases import layer_lease_name
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
-from burrito_py.datastore.testing import free_port
-from burrito_py.gitops.testing import TestRepo, make_bare, run_git
+from burrito_py.datastore.in_process import free_port
 from burrito_py.pullrequests.comment import marker
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
 from burrito_py.timeutil import format_time, utcnow
+from tests.support.git_repos import TestRepo, make_bare, run_git
 
-from ..fakes.providers import Fake, running_fake_provider
+from ..support.fakes.providers import Fake, running_fake_provider
 from .conftest import Platform, layer_code, running_platform, wait_for
 from .test_git_credentials import LOOPBACK_HOSTS, put_secret
 

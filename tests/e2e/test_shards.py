@@ -21,17 +21,17 @@ from typing import Any
 
 import httpx
 import pytest
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
+from burrito_local.identity import admin_client, ensure_namespace, grant_runner_access
 from prometheus_client.parser import text_string_to_metric_families
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.datastore.testing import running_datastore
-from burrito_py.gitops.testing import TestRepo, make_repo
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
-from burrito_py.local.identity import admin_client, ensure_namespace, grant_runner_access
-from burrito_py.local.testing import wait_for
+from burrito_py.datastore.in_process import running_datastore
 from tests.e2e.conftest import layer_code
+from tests.support.emulator import wait_for
+from tests.support.git_repos import TestRepo, make_repo
 
 pytestmark = pytest.mark.e2e
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from burrito_py.controllers.leases import layer_lease_name
-from burrito_py.gitops.testing import TestRepo
+from burrito_py.controllers.run.leases import layer_lease_name
+from tests.support.git_repos import TestRepo
 
 from .conftest import Platform, layer_code
 

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from burrito_local.identity import admin_client, ensure_namespace
 from kubernetes.client.exceptions import ApiException
 
 from burrito_py.api import annotations as ann
-from burrito_py.deploy.admission_policy import MESSAGE
-from burrito_py.gitops.testing import TestRepo
-from burrito_py.local.identity import admin_client, ensure_namespace
-from burrito_py.local.testing import wait_for
+from burrito_py.chart.admission_policy import MESSAGE
 from tests.e2e.conftest import Platform, running_platform
+from tests.support.emulator import wait_for
+from tests.support.git_repos import TestRepo
 
 TENANT = "tenant"
 

@@ -18,14 +18,14 @@ import httpx
 import pytest
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.repository_decisions import sync_requested
-from burrito_py.datastore.testing import free_port
-from burrito_py.gitops.testing import TestRepo, make_bare
-from burrito_py.gitops.testing_servers import running_http_git_server
+from burrito_py.controllers.repository.decide import sync_requested
+from burrito_py.datastore.in_process import free_port
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
 from burrito_py.server.webhook_keys import decode_entries, hmac_key
 from burrito_py.timeutil import format_time_precise, utcnow
+from tests.support.git_repos import TestRepo, make_bare
+from tests.support.git_servers import running_http_git_server
 
 from .conftest import Platform, layer_code, running_platform, wait_for
 from .test_git_credentials import LOOPBACK_HOSTS, put_secret

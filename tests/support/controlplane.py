@@ -1,4 +1,4 @@
-"""The real control plane for tests (burrito_py/local/controlplane.py, docs/architecture.md §22): one per
+"""The real control plane for tests (local/burrito_local/controlplane.py, docs/architecture.md §22): one per
 test session (per xdist worker that needs it), isolated by namespaces.
 
 Register the fixture in a conftest with `from tests.support.controlplane import controlplane  # noqa: F401`.
@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-
-from burrito_py.local.controlplane import ControlPlane, ControlPlaneConfig, binary_path
+from burrito_local.controlplane import ControlPlane, ControlPlaneConfig, binary_path
 
 T = TypeVar("T")
 

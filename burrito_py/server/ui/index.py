@@ -10,7 +10,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 
-from burrito_py.controllers.kube import Body, Kube, KubeError, crd_path
+from burrito_py.kube.client import Body, Kube, KubeError, crd_path
 from burrito_py.server.ui.queries import LayerRow, layer_row
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
-from burrito_py.controllers.kube import Body, Kube, KubeError, crd_path, path
 from burrito_py.datastore.auth import AUTH_DISABLED, AuthUnavailable, Principal, Unauthenticated
+from burrito_py.kube.client import Body, Kube, KubeError, crd_path, path
 from burrito_py.plans.masking import SecretValues, load_json, masked_model, scrub_text
 from burrito_py.plans.model import PlanFormatError, parse_plan
 from burrito_py.server.access import (

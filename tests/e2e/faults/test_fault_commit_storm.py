@@ -11,8 +11,8 @@ from datetime import timedelta
 import pytest
 
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.testing import TestRepo
 from burrito_py.timeutil import utcnow
+from tests.support.git_repos import TestRepo
 
 from ..conftest import Platform, layer_code, wait_for
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.testing import TestRepo, make_repo
 from burrito_py.timeutil import parse_time
+from tests.support.git_repos import TestRepo, make_repo
 
 from ..conftest import Platform, running_platform
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.testing import TestRepo, make_repo
+from tests.support.git_repos import TestRepo, make_repo
 
 from ..conftest import Platform, running_platform, wait_for
 

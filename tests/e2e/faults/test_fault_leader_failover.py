@@ -26,7 +26,7 @@ from kubernetes import client, config
 
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.operator import datastore_client
-from burrito_py.gitops.testing import TestRepo, make_repo
+from tests.support.git_repos import TestRepo, make_repo
 
 from ..conftest import Platform, running_platform, wait_for
 
@@ -415,8 +415,8 @@ class ChartLeaders:
 
 def chart_handovers(rounds: int, tmp_path: Path) -> dict[str, list[float]]:
     """Leader pod deletions and SIGTERMs, alternately, in `burrito-py dev --mode chart` (chart timing 15/10/2)."""
-    from burrito_py.local.dev import RELEASE, RELEASE_NAMESPACE, DevOptions, running_dev
-    from burrito_py.local.identity import admin_client
+    from burrito_local.dev import RELEASE, RELEASE_NAMESPACE, DevOptions, running_dev
+    from burrito_local.identity import admin_client
 
     options = DevOptions(data_dir=tmp_path / "dev", kubeconfig=tmp_path / "dev-kubeconfig", mode="chart")
     times: dict[str, list[float]] = {"pod deletion": [], "SIGTERM": []}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from burrito_py.gitops.testing import TestRepo
+from tests.support.git_repos import TestRepo
 
 from ..conftest import Platform
 

@@ -13,10 +13,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from burrito_local.identity import admin_client
+
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.testing import make_repo
-from burrito_py.local.identity import admin_client
-from burrito_py.local.testing import wait_for
+from tests.support.emulator import wait_for
+from tests.support.git_repos import make_repo
 
 from ..conftest import layer_code, running_platform
 
@@ -42,7 +43,7 @@ def test_a_refused_run_create_is_told_once_shown_and_backed_off(tmp_path: Path) 
     repo.commit({"layers/app/main.tf": layer_code("v1")}, "first")
     with running_platform(tmp_path / "p", tmp_path / "kubeconfig", failure_grace_period=timedelta(seconds=1),
                           failure_grace_period_cap=timedelta(seconds=8)) as platform:
-        from burrito_py.local.apply import Applier
+        from burrito_local.apply import Applier
 
         applier = Applier(platform.api.url)
         for obj in _policy_objects():

@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from burrito_local.identity import RUNNER_ACCOUNT, admin_client, grant_runner_access
+
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.testing import TestRepo
-from burrito_py.local.identity import RUNNER_ACCOUNT, admin_client, grant_runner_access
-from burrito_py.local.testing import wait_for
+from tests.support.emulator import wait_for
+from tests.support.git_repos import TestRepo
 
 # `platform` and `repo` are the fixtures of tests/e2e/conftest.py (a Platform: emulator, kubelet, datastore,
 # controllers; a git repository with layers/app).

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from burrito_py.api import annotations as ann
-from burrito_py.gitops.testing import TestRepo
+from tests.support.git_repos import TestRepo
 
 from ..conftest import Platform, wait_for
 

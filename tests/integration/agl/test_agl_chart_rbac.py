@@ -25,17 +25,17 @@ from typing import Any
 import httpx
 import kopf
 import pytest
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
+from burrito_local.identity import admin_client, ensure_namespace, request_token, set_kubeconfig_token
+from burrito_local.install import install
+from burrito_local.kube_tokens import API_AUDIENCES
 
 from burrito_py.agl.operator import register_agl
 from burrito_py.api.crdgen import generate_crds
 from burrito_py.controllers.operator import kubeconfig_login
 from burrito_py.controllers.settings import ControllerSettings
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
-from burrito_py.local.identity import admin_client, ensure_namespace, request_token, set_kubeconfig_token
-from burrito_py.local.install import install
-from burrito_py.local.kube_tokens import API_AUDIENCES
-from burrito_py.local.testing import wait_for
+from tests.support.emulator import wait_for
 
 RELEASE, RELEASE_NAMESPACE = "burrito-py", "burrito-py-system"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
@@ -61,7 +61,7 @@ def ready(admin: httpx.Client, name: str) -> dict[str, Any] | None:
 
 @pytest.fixture
 def agl_as_controllers(tmp_path: Path) -> Iterator[tuple[ApiServer, httpx.Client]]:
-    from burrito_py.deploy.chart import render_chart
+    from burrito_py.chart.chart import render_chart
 
     with ApiServer(pod_log_dir=tmp_path / "logs") as api:
         admin_kubeconfig = api.write_kubeconfig(tmp_path / "admin-kubeconfig")

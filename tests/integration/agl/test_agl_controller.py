@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import kopf
 import pytest
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
 
 from burrito_py.agl.compile import LABEL_APP_KIND
 from burrito_py.agl.operator import register_agl
@@ -24,9 +26,7 @@ from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
 from burrito_py.controllers.operator import kubeconfig_login
 from burrito_py.controllers.settings import ControllerSettings
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
-from burrito_py.local.testing import wait_for
+from tests.support.emulator import wait_for
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 DEFS = "/apis/agl.burrito-py.io/v1alpha1/applicationdefinitions"

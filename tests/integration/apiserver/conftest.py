@@ -10,8 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-
-from burrito_py.local.apiserver import ApiServer
+from burrito_local.apiserver import ApiServer
 
 GROUP = "example.com"
 WIDGETS = "/apis/example.com/v1/namespaces/default/widgets"

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from burrito_local.apiserver import ApiServer
 
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.testing import wait_for
 from tests.integration.apiserver.conftest import MERGE
+from tests.support.emulator import wait_for
 
 SA = "/api/v1/namespaces/default/serviceaccounts"
 PODS = "/api/v1/namespaces/default/pods"

@@ -9,11 +9,11 @@ from typing import Any
 
 import httpx
 import yaml
+from burrito_local.apiserver import ApiServer
 
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.testing import wait_for, watching
 from tests.integration.apiserver.conftest import GROUP, MERGE, KubectlRun, stream_lines, widget, widget_crd
+from tests.support.emulator import wait_for, watching
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 TABLE = ("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,"

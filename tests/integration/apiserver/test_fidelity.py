@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
 
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
 
 TFL = "/apis/terraform.burrito-py.io/v1alpha1/namespaces/default/terraformlayers"
 CM = "/api/v1/namespaces/default/configmaps"

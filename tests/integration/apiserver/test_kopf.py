@@ -7,11 +7,11 @@ import textwrap
 from pathlib import Path
 
 import httpx
+from burrito_local.apiserver import ApiServer
 from kopf.testing import KopfRunner
 
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.testing import wait_for, watching
 from tests.integration.apiserver.conftest import WIDGETS, widget, widget_crd
+from tests.support.emulator import wait_for, watching
 
 OPERATOR = '''
 import kopf

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from burrito_local.apiserver import ApiServer
 
-from burrito_py.local.apiserver import ApiServer
 from tests.integration.apiserver.conftest import CMS, KubectlRun, cm, widget
 
 LONG = "x" * 64
@@ -144,7 +144,7 @@ def test_kubectl_apply_of_a_pod_is_validated_by_the_server_without_flags(
 def test_kubectl_applies_the_charts_kinds_and_more_without_validate_false(
     kubectl: KubectlRun, http: httpx.Client, manifest: Path
 ) -> None:
-    from burrito_py.deploy.chart import render_chart
+    from burrito_py.chart.chart import render_chart
 
     extra = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenant"}},

@@ -8,11 +8,11 @@ import time
 from typing import Any
 
 import httpx
+from burrito_local.apiserver import ApiServer
 from kubernetes import client, watch
 
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.testing import wait_for, watching
 from tests.integration.apiserver.conftest import CMS, MERGE, cm, stream_lines
+from tests.support.emulator import wait_for, watching
 
 PODS = "/api/v1/namespaces/default/pods"
 EVENTS = "/api/v1/namespaces/default/events"

@@ -11,11 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
+from burrito_local.apiserver import ApiServer
 from kubernetes import client
 
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.testing import wait_for
 from tests.integration.apiserver.conftest import CMS, JSON_PATCH, MERGE, STRATEGIC, cm, stream_lines, widget
+from tests.support.emulator import wait_for
 
 PODS = "/api/v1/namespaces/default/pods"
 

@@ -11,10 +11,9 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.identity import request_token
-from burrito_py.local.kube_tokens import API_AUDIENCES, TokenIssuer
+from burrito_local.apiserver import ApiServer
+from burrito_local.identity import request_token
+from burrito_local.kube_tokens import API_AUDIENCES, TokenIssuer
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 AUTHZ = "/apis/authorization.k8s.io/v1"

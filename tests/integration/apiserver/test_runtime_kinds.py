@@ -8,10 +8,10 @@ import threading
 from typing import Any
 
 import httpx
+from burrito_local.apiserver import ApiServer
 
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.testing import wait_for, watching
 from tests.integration.apiserver.conftest import MERGE, KubectlRun, widget, widget_crd
+from tests.support.emulator import wait_for, watching
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 GADGETS = "/apis/example.com/v1/gadgets"

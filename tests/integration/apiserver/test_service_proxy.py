@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
+from burrito_local.apiserver import ApiServer
 
-from burrito_py.local.apiserver import ApiServer
 from tests.integration.apiserver.test_rbac import RBAC, account, client_for, create, role
 
 BASE = "/api/v1/namespaces/default/services/echo:8080/proxy"

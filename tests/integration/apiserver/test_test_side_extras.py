@@ -16,11 +16,11 @@ from typing import Any
 
 import httpx
 import yaml
+from burrito_local.apiserver import ApiServer
 from kubernetes import client, config
 
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.testing import running_apiserver, wait_for
 from tests.integration.apiserver.conftest import CMS, cm
+from tests.support.emulator import running_apiserver, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 

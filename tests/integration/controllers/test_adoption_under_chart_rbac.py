@@ -22,20 +22,20 @@ from typing import Any
 
 import httpx
 import pytest
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
+from burrito_local.identity import admin_client, ensure_namespace, request_token, set_kubeconfig_token
+from burrito_local.install import install
+from burrito_local.kube_tokens import API_AUDIENCES
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
 from burrito_py.controllers.context import Context
-from burrito_py.controllers.kube import Kube, KubeError, path
-from burrito_py.controllers.leases import layer_lease_name
-from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod, pod_name
-from burrito_py.controllers.runs import reconcile_run
+from burrito_py.controllers.run.leases import layer_lease_name
+from burrito_py.controllers.run.reconcile import reconcile_run
+from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod, pod_name
 from burrito_py.controllers.settings import ControllerSettings
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
-from burrito_py.local.identity import admin_client, ensure_namespace, request_token, set_kubeconfig_token
-from burrito_py.local.install import install
-from burrito_py.local.kube_tokens import API_AUDIENCES
+from burrito_py.kube.client import Kube, KubeError, path
 
 RELEASE, RELEASE_NAMESPACE = "burrito-py", "burrito-py-system"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
@@ -52,7 +52,7 @@ class ChartRbac:
 
 @pytest.fixture
 def chart_rbac(tmp_path: Path) -> Iterator[ChartRbac]:
-    from burrito_py.deploy.chart import render_chart
+    from burrito_py.chart.chart import render_chart
 
     api = ApiServer(pod_log_dir=tmp_path / "logs").start()
     admin_kubeconfig = api.write_kubeconfig(tmp_path / "admin-kubeconfig")

@@ -6,12 +6,12 @@ import socket
 from pathlib import Path
 
 import httpx
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
 
 from burrito_py.api.crdgen import generate_crds
 from burrito_py.controllers.operator import ControllerThread, liveness_endpoint
 from burrito_py.controllers.settings import ControllerSettings
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
 
 
 def _free_port() -> int:

@@ -23,6 +23,9 @@ from typing import Any
 
 import httpx
 import pytest
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
+from burrito_local.identity import admin_client
 from prometheus_client import REGISTRY
 
 from burrito_py.api import annotations as ann
@@ -30,11 +33,8 @@ from burrito_py.api.crdgen import generate_crds
 from burrito_py.controllers.operator import ControllerThread
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.datastore.client import DatastoreClient
-from burrito_py.datastore.testing import running_datastore
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
-from burrito_py.local.identity import admin_client
-from burrito_py.local.testing import wait_for
+from burrito_py.datastore.in_process import running_datastore
+from tests.support.emulator import wait_for
 
 from ...unit.plans.plan_fixtures import generated_plan
 from ...unit.policy.hostile import worst_rules

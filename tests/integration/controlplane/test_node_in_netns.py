@@ -1,5 +1,5 @@
-"""The local kubelet as a real Node (burrito_py/local/kubelet_node.py), in a private user+network namespace
-with the control plane (burrito_py/local/netns.py): the real scheduler places a pod on it, the pod runs as a
+"""The local kubelet as a real Node (local/burrito_local/kubelet_node.py), in a private user+network namespace
+with the control plane (local/burrito_local/netns.py): the real scheduler places a pod on it, the pod runs as a
 local process with a routable address and a token bound to it, and `kubectl logs` reads its output through
 kube-apiserver and the kubelet API."""
 
@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from burrito_py.local.controlplane import binary_path
-from burrito_py.local.netns import NODE_ADDRESS, NODE_NAME, POD_CIDR, NodeNamespace
+from burrito_local.controlplane import binary_path
+from burrito_local.netns import NODE_ADDRESS, NODE_NAME, POD_CIDR, NodeNamespace
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The real control plane (controlplane/ + burrito_py/local/controlplane.py): what the emulator only imitates,
+"""The real control plane (controlplane/ + local/burrito_local/controlplane.py): what the emulator only imitates,
 checked against kube-apiserver, kube-controller-manager and kube-scheduler themselves."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from burrito_local.controlplane import ControlPlane, ControlPlaneConfig, ControlPlaneError
 
 from burrito_py.api import annotations as ann
-from burrito_py.deploy.admission_policy import MESSAGE, policy_objects
-from burrito_py.local.controlplane import ControlPlane, ControlPlaneConfig, ControlPlaneError
+from burrito_py.chart.admission_policy import MESSAGE, policy_objects
 from tests.support.controlplane import (
     apply,
     eventually,

@@ -10,21 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
+from burrito_local.identity import ensure_service_account, grant_runner_access, request_token, service_account_username
+from burrito_local.kube_tokens import TokenIssuer
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
 from burrito_py.datastore.client import DatastoreClient
-from burrito_py.datastore.testing import running_datastore
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
-from burrito_py.local.identity import (
-    ensure_service_account,
-    grant_runner_access,
-    request_token,
-    service_account_username,
-)
-from burrito_py.local.kube_tokens import TokenIssuer
-from burrito_py.local.testing import running_apiserver
+from burrito_py.datastore.in_process import running_datastore
+from tests.support.emulator import running_apiserver
 
 NS = "default"
 RUNNER_SA = "burrito-py-runner"

@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from burrito_py.datastore.testing import free_port
-from burrito_py.local.testing import wait_for
+from burrito_py.datastore.in_process import free_port
 from tests.integration.datastore.conftest import S3Bucket
+from tests.support.emulator import wait_for
 
 
 def test_abandoned_multipart_uploads_are_aborted_at_start_up_and_on_a_schedule(s3_bucket: S3Bucket,

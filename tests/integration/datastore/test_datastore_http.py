@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from burrito_py.datastore.app import DatastoreSettings, create_app
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
+from burrito_py.datastore.in_process import running_datastore
 from burrito_py.datastore.storage import FilesystemStorage, TooLarge
-from burrito_py.datastore.testing import running_datastore
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ from burrito_py.datastore.app import DatastoreSettings, create_app
 from burrito_py.datastore.auth import Principal, RunnerScope, Unauthenticated
 from burrito_py.datastore.client import DatastoreClient, DatastoreError, PlanFormat
 from burrito_py.datastore.encryption import EncryptedStorage, Keyring
+from burrito_py.datastore.in_process import running_datastore
 from burrito_py.datastore.s3 import S3Storage, make_client
 from burrito_py.datastore.storage import DeleteFailed, FilesystemStorage, Storage
-from burrito_py.datastore.testing import running_datastore
 from tests.integration.datastore.conftest import S3Bucket
 
 NS, LAYER = "default", "app"

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from burrito_local.apiserver import ApiServer
 
 from burrito_py.datastore.backends import StorageSettings, build_storage, load_keyring
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
 from burrito_py.datastore.encryption import EncryptedStorage, EncryptionError, Keyring
+from burrito_py.datastore.in_process import running_datastore
 from burrito_py.datastore.storage import FilesystemStorage, Storage
-from burrito_py.datastore.testing import running_datastore
-from burrito_py.local.apiserver import ApiServer
 from tests.integration.datastore.conftest import S3Bucket
 
 KEY_A, KEY_B = os.urandom(32), os.urandom(32)

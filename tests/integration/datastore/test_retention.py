@@ -14,18 +14,18 @@ from typing import Any
 
 import httpx
 import pytest
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
 from burrito_py.datastore.client import DatastoreClient
+from burrito_py.datastore.in_process import free_port, running_datastore
 from burrito_py.datastore.kubeapi import connect
 from burrito_py.datastore.retention import Retention, retention_loop
 from burrito_py.datastore.storage import FilesystemStorage
-from burrito_py.datastore.testing import free_port, running_datastore
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
-from burrito_py.local.testing import wait_for
 from tests.conftest import KUBECONFIG_PATH
+from tests.support.emulator import wait_for
 
 ADMIN = {"Authorization": "Bearer burrito-py-local-admin"}
 BASE = f"/apis/{ann.API_VERSION}/namespaces/default"

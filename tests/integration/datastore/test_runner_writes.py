@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from burrito_local.identity import service_account_username
 
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
-from burrito_py.datastore.testing import running_datastore
-from burrito_py.local.identity import service_account_username
+from burrito_py.datastore.in_process import running_datastore
 from tests.integration.datastore.auth_platform import CONTROLLERS, NS, AuthPlatform, running_auth_platform
 
 MiB = 1024 * 1024

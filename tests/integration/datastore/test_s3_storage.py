@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
+from burrito_py.datastore.in_process import running_datastore
 from burrito_py.datastore.s3 import MIN_PART_SIZE, S3Storage
 from burrito_py.datastore.storage import TooLarge
-from burrito_py.datastore.testing import running_datastore
 from tests.integration.datastore.conftest import S3Bucket
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from burrito_py.datastore.process_testing import DatastoreProcess, RssSampler, datastore_process, rss_bytes
 from burrito_py.datastore.s3 import MIN_PART_SIZE
-from burrito_py.local.testing import wait_for
 from tests.integration.datastore.conftest import CREDENTIALS, S3Bucket
+from tests.support.datastore_process import DatastoreProcess, RssSampler, datastore_process, rss_bytes
+from tests.support.emulator import wait_for
 
 MiB = 1024 * 1024
 PLAN = "/api/v1/layers/default/app/runs/{run}/attempts/1/plan?format=bin"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from burrito_py.gitops.credentials import TOKEN_USERNAME, HttpsCredentials, credentials_from_data
-from burrito_py.gitops.mirror import GitError, GitMirror
-from burrito_py.gitops.testing import TestRepo, make_bare, make_repo, run_git
-from burrito_py.gitops.testing_servers import HttpGitServer, running_http_git_server
+from burrito_py.git.credentials import TOKEN_USERNAME, HttpsCredentials, credentials_from_data
+from burrito_py.git.mirror import GitError, GitMirror
 from burrito_py.outbound import LOOPBACK_NETWORKS, OutboundPolicy
+from tests.support.git_repos import TestRepo, make_bare, make_repo, run_git
+from tests.support.git_servers import HttpGitServer, running_http_git_server
 
 PASSWORD = "pw-Zq81-'quoted'-$HOME-`x`"  # shell-special characters must reach the server unchanged
 TOKEN = "ghp_testtoken0123456789abcdef"

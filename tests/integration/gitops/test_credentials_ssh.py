@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from burrito_py.gitops.credentials import SshCredentials, credentials_from_data
-from burrito_py.gitops.mirror import GitError, GitMirror
-from burrito_py.gitops.testing import TestRepo, make_bare, make_repo, run_git
-from burrito_py.gitops.testing_servers import SshGitServer, generate_ssh_key, running_ssh_git_server
+from burrito_py.git.credentials import SshCredentials, credentials_from_data
+from burrito_py.git.mirror import GitError, GitMirror
 from burrito_py.outbound import LOOPBACK_NETWORKS, OutboundPolicy
+from tests.support.git_repos import TestRepo, make_bare, make_repo, run_git
+from tests.support.git_servers import SshGitServer, generate_ssh_key, running_ssh_git_server
 
 SOURCE = "Secret default/git-ssh"
 LOOPBACK = OutboundPolicy.of(LOOPBACK_NETWORKS)  # sshd listens on loopback: allowed explicitly

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from burrito_py.gitops import Change, GitError, GitMirror, decide_layer_commits, diff_base, is_relevant
-from burrito_py.gitops.testing import TestRepo, make_bare, make_repo, run_git
+from burrito_py.git import Change, GitError, GitMirror, decide_layer_commits, diff_base, is_relevant
 from burrito_py.outbound import LOOPBACK_NETWORKS, OutboundPolicy
+from tests.support.git_repos import TestRepo, make_bare, make_repo, run_git
 
 
 @pytest.fixture
@@ -252,7 +252,7 @@ def test_concurrent_fetches_from_threads_are_safe(tmp_path: Path, cache: Path) -
 
 def test_concurrent_first_fetches_from_processes_share_one_mirror(repo: TestRepo, cache: Path) -> None:
     script = (
-        "import sys; from pathlib import Path; from burrito_py.gitops import GitMirror\n"
+        "import sys; from pathlib import Path; from burrito_py.git import GitMirror\n"
         "m = GitMirror(Path(sys.argv[1]), sys.argv[2]); m.fetch(); print(m.resolve('main'))\n"
     )
     procs = [

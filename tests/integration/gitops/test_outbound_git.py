@@ -17,16 +17,11 @@ from typing import Any
 
 import pytest
 
-from burrito_py.gitops.credentials import credentials_from_data
-from burrito_py.gitops.mirror import GitError, GitMirror
-from burrito_py.gitops.testing import TestRepo, make_bare, make_repo
-from burrito_py.gitops.testing_servers import (
-    HttpGitServer,
-    SshGitServer,
-    running_http_git_server,
-    running_ssh_git_server,
-)
+from burrito_py.git.credentials import credentials_from_data
+from burrito_py.git.mirror import GitError, GitMirror
 from burrito_py.outbound import LOOPBACK_NETWORKS, OutboundPolicy, OutboundRefused
+from tests.support.git_repos import TestRepo, make_bare, make_repo
+from tests.support.git_servers import HttpGitServer, SshGitServer, running_http_git_server, running_ssh_git_server
 
 PASSWORD = "pw-redirected-Zq81"
 SOURCE = "Secret team-a/git"

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from burrito_py.gitops import GitMirror
-from burrito_py.gitops.mirror import GitError
-from burrito_py.gitops.testing import make_repo, run_git
+from burrito_py.git import GitMirror
+from burrito_py.git.mirror import GitError
 from burrito_py.pullrequests.affected import affected_layers
+from tests.support.git_repos import make_repo, run_git
 
 REPO = ("team-a", "infra")
 

@@ -17,13 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
+from burrito_local.apiserver import ApiServer
+from burrito_local.identity import request_token
+from burrito_local.kube_tokens import API_AUDIENCES
+from burrito_local.kubelet import LocalKubelet
+from burrito_local.workloads import pod_deletion_grace
 
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.identity import request_token
-from burrito_py.local.kube_tokens import API_AUDIENCES
-from burrito_py.local.kubelet import LocalKubelet
-from burrito_py.local.testing import wait_for
-from burrito_py.local.workloads import pod_deletion_grace
+from tests.support.emulator import wait_for
 
 PODS = "/api/v1/namespaces/default/pods"
 

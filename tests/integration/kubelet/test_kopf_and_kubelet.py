@@ -12,11 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
+from burrito_local.apiserver import ApiServer
+from burrito_local.kubelet import LocalKubelet
 from kopf.testing import KopfRunner
 
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.kubelet import LocalKubelet
-from burrito_py.local.testing import wait_for, watching
+from tests.support.emulator import wait_for, watching
 
 PODS = "/api/v1/namespaces/default/pods"
 OPERATOR = textwrap.dedent('''

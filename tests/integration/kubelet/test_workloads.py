@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
+from burrito_local.workloads import token_refresh_delay
 
-from burrito_py.local.testing import LocalCluster, running_cluster, wait_for
-from burrito_py.local.workloads import token_refresh_delay
+from tests.support.emulator import LocalCluster, running_cluster, wait_for
 
 SERVER = textwrap.dedent('''
     import http.server, os, sys
@@ -33,7 +33,7 @@ SERVER = textwrap.dedent('''
     http.server.ThreadingHTTPServer((sys.argv[1], 8080), Handler).serve_forever()
 ''')
 CLIENT = textwrap.dedent('''
-    from burrito_py.local import dns
+    from burrito_local import dns
     dns.install()
     import urllib.request
     for url in ("http://web.{ns}.svc.cluster.local/", "http://web/", "http://web.{ns}:80/"):

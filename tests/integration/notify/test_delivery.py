@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from burrito_py.local import dns
+from burrito_py.kube import pod_dns as dns
 from burrito_py.notify.deliver import Target, deliver, notification_client
 from burrito_py.notify.message import Notification
 from burrito_py.notify.sign import DELIVERY_HEADER, SIGNATURE_HEADER, verify
@@ -124,7 +124,7 @@ async def test_an_unreachable_receiver_fails_after_its_attempts(caplog: Any) -> 
 @pytest.fixture
 def hosts_file(tmp_path: Any) -> Iterator[Any]:
     """Names that resolve to loopback for this process, through the local kubelet's cluster DNS
-    (burrito_py/local/dns.py: `socket.getaddrinfo` answers from a hosts file), as an attacker's DNS would answer."""
+    (burrito_py/kube/pod_dns.py: `socket.getaddrinfo` answers from a hosts file), as an attacker's DNS would answer."""
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1 receiver.attacker.test\n")
     assert dns.install({dns.ENV: str(hosts)})

@@ -23,15 +23,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from burrito_py.datastore.in_process import free_port, running_datastore
+from burrito_py.datastore.providercache.cache import ProviderAddress, ProviderCache
+from burrito_py.datastore.providercache.hashes import zip_h1
+from burrito_py.datastore.providercache.pins import LockPins
+from burrito_py.datastore.providercache.upstream import Upstream, ssl_context
 from burrito_py.datastore.storage import FilesystemStorage
-from burrito_py.datastore.testing import free_port, running_datastore
-from burrito_py.providercache.cache import ProviderAddress, ProviderCache
-from burrito_py.providercache.hashes import zip_h1
-from burrito_py.providercache.pins import LockPins
-from burrito_py.providercache.upstream import Upstream, ssl_context
 
-from ...fakes.registry import FakeUpstream, running_upstream
-from ...fakes.tls import TlsFiles, make_tls
+from ...support.fakes.registry import FakeUpstream, running_upstream
+from ...support.fakes.tls import TlsFiles, make_tls
 from ..datastore.conftest import S3Bucket
 
 # Terraform cannot use a mirror for a registry host name with a port (it reads `localhost:1234/…` as a URL
@@ -282,7 +282,7 @@ def test_lock_file_pins_are_read_from_provider_blocks() -> None:
     text = ('provider "registry.terraform.io/hashicorp/aws" {\n  version     = "5.31.0"\n  constraints = "~> 5.0"\n'
             '  hashes = [\n    "h1:abc=",\n  ]\n}\n\nprovider "registry.terraform.io/hashicorp/random" {\n'
             '  version = "3.6.0"\n}\n')
-    from burrito_py.providercache.pins import lock_file_pins
+    from burrito_py.datastore.providercache.pins import lock_file_pins
 
     assert lock_file_pins(text) == {("registry.terraform.io/hashicorp/aws", "5.31.0"),
                                     ("registry.terraform.io/hashicorp/random", "3.6.0")}

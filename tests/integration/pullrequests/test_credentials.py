@@ -21,7 +21,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-from burrito_py.gitops.allowed_hosts import HostNotAllowed
+from burrito_py.git.allowed_hosts import HostNotAllowed
 from burrito_py.outbound import LOOPBACK_NETWORKS, OutboundPolicy, OutboundRefused
 from burrito_py.pullrequests.credentials import (
     CredentialsError,

@@ -15,7 +15,7 @@ from burrito_py.pullrequests.comment import LayerResult, PullRequestResults, mar
 from burrito_py.pullrequests.providers import CALL_BUDGET, Gitea, GitHub, GitLab, ProviderError, body_digest, publish
 from burrito_py.pullrequests.statuses import commit_statuses
 
-from ...fakes.providers import Fake, running_fake_provider
+from ...support.fakes.providers import Fake, running_fake_provider
 from ...unit.plans.plan_fixtures import fixture
 
 TOKEN = "ghp-secret-token-value"

@@ -15,22 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
-
-from burrito_py.api import annotations as ann
-from burrito_py.controllers.run_inputs import Upstream, build_record, resolve_sources
-from burrito_py.datastore.client import DatastoreClient
-from burrito_py.datastore.testing import running_datastore
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier, load_files
-from burrito_py.local.identity import (
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier, load_files
+from burrito_local.identity import (
     RUNNER_ACCOUNT,
     admin_client,
     grant_runner_access,
     request_token,
     set_kubeconfig_token,
 )
-from burrito_py.local.kube_tokens import API_AUDIENCES
+from burrito_local.kube_tokens import API_AUDIENCES
+from kubernetes import client, config
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers.layer.run_inputs import Upstream, build_record, resolve_sources
+from burrito_py.datastore.client import DatastoreClient
+from burrito_py.datastore.in_process import running_datastore
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 NS = "default"

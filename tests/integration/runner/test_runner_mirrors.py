@@ -1,5 +1,5 @@
 """The runner with the datastore's provider and tool mirrors (issue 16), against a fake mirror over HTTPS with
-a test CA (tests/fakes/mirrors.py) and the real terraform 1.11.4: providers through terraform's network mirror
+a test CA (tests/support/fakes/mirrors.py) and the real terraform 1.11.4: providers through terraform's network mirror
 with the runner's token, a mirror that is down (direct install, or failClosed), terraform installed from the
 tool mirror, and a tool download whose sum does not match."""
 
@@ -19,8 +19,8 @@ import pytest
 from burrito_py.runner.mirror import CLI_CONFIG_NAME, FALLBACK_PREFIX, MirrorConfig, count_fallbacks, prepare
 from burrito_py.runner.terraform import StepFailed, Steps
 from burrito_py.runner.tools import Tool
-from tests.fakes.mirrors import FakeCa, FakeMirror, closed_port_url, make_ca, running_mirror, tool_zip
 from tests.integration.runner.runner_world import CODE, World, world
+from tests.support.fakes.mirrors import FakeCa, FakeMirror, closed_port_url, make_ca, running_mirror, tool_zip
 
 __all__ = ["world"]  # the fixture, used by name
 

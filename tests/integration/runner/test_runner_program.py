@@ -13,8 +13,8 @@ from kubernetes import client
 
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
+from burrito_py.datastore.in_process import free_port, running_datastore
 from burrito_py.datastore.storage import FilesystemStorage
-from burrito_py.datastore.testing import free_port, running_datastore
 from tests.integration.runner.runner_world import CODE, NS, World, world
 
 __all__ = ["world"]  # the fixture, used by name

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from burrito_local.apiserver import ApiServer
+from burrito_local.identity import ensure_service_account, grant_runner_access, request_token
 
-from burrito_py.datastore.testing import free_port, running_datastore
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.identity import ensure_service_account, grant_runner_access, request_token
-from burrito_py.local.testing import running_apiserver
-from burrito_py.metrics_auth import MetricsGate, serve_metrics
+from burrito_py.datastore.in_process import free_port, running_datastore
+from burrito_py.kube.metrics_auth import MetricsGate, serve_metrics
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
+from tests.support.emulator import running_apiserver
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"

@@ -17,11 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
+from burrito_local.identity import ensure_service_account, request_token
 
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.client import DatastoreClient
-from burrito_py.datastore.testing import free_port
-from burrito_py.local.identity import ensure_service_account, request_token
+from burrito_py.datastore.in_process import free_port
 from burrito_py.plans.model import MASK
 from burrito_py.server.serving import running_server
 from tests.integration.server.rest_platform import (

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from burrito_local.identity import request_token
 
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.client import DatastoreClient
-from burrito_py.datastore.testing import free_port
-from burrito_py.local.identity import request_token
+from burrito_py.datastore.in_process import free_port
 from burrito_py.server.serving import running_server
 from burrito_py.timeutil import parse_time, utcnow
 from tests.integration.server.rest_platform import (

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from burrito_py.api import annotations as ann
-from burrito_py.datastore.testing import free_port
+from burrito_py.datastore.in_process import free_port
 from burrito_py.plans.model import parse_plan
 from burrito_py.server.serving import running_server
 from tests.integration.server.rest_platform import NS_A, NS_B, READ_KINDS, REPO_URL, RestPlatform, grant

@@ -1,6 +1,6 @@
 """POST /api/webhook against the emulator: only a verified push marks repositories, and only once. The keys are
-published as the controllers publish them (`controllers/webhook_keys.py`, the same encoding): the server reads no
-repository Secret."""
+published as the controllers publish them (`controllers/repository/webhook_keys.py`, the same encoding): the
+server reads no repository Secret."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from typing import Any
 
 import httpx
 import pytest
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.datastore.testing import free_port
-from burrito_py.local.apiserver import ApiServer
-from burrito_py.local.apply import Applier
+from burrito_py.datastore.in_process import free_port
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
 from burrito_py.server.webhook_keys import encode_entry, entry_name

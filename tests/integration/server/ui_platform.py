@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+from burrito_local.identity import ensure_namespace, ensure_service_account, request_token
 
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.client import DatastoreClient
-from burrito_py.local.identity import ensure_namespace, ensure_service_account, request_token
 from tests.integration.server.rest_platform import (
     AUDIENCE,
     NS_A,

@@ -8,8 +8,8 @@ import copy
 from typing import Any
 
 from burrito_py.agl.controller import AglController
-from burrito_py.controllers.kube import Kube
-from burrito_py.controllers.shards import Scope, Shard
+from burrito_py.kube.client import Kube
+from burrito_py.kube.shards import Scope, Shard
 from tests.unit.agl.test_agl_compile import DEFINITION
 
 SHARDS = [Shard(name="a", namespaces="team-a-*"), Shard(name="b", namespaces="team-*")]

@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from burrito_py.deploy.chart import CHART_DIR, render_chart
+from burrito_py.chart.chart import CHART_DIR, render_chart
 
 RELEASE, NAMESPACE = "burrito-py", "burrito-py-system"
 CI_DIR = CHART_DIR / "ci"

@@ -8,17 +8,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from burrito_local.kube_admission_policy import AdmissionRequest, admit
 
 from burrito_py.api import annotations as ann
-from burrito_py.deploy.admission_policy import (
+from burrito_py.chart.admission_policy import (
     ANNOTATION_MESSAGE,
     MESSAGE,
     OVERRIDE_MESSAGE,
     RUNNER_MESSAGE,
     policy_objects,
 )
-from burrito_py.deploy.chart import render_chart
-from burrito_py.local.kube_admission_policy import AdmissionRequest, admit
+from burrito_py.chart.chart import render_chart
 
 
 def admission_objects(values: dict[str, object], release: str = "rel") -> list[dict[str, object]]:

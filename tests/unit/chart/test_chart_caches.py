@@ -15,9 +15,9 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from burrito_py.deploy.chart import CHART_DIR, ChartRenderError, render_chart
-from burrito_py.deploy.rbac import grants
-from burrito_py.deploy.values import ChartValues
+from burrito_py.chart.chart import CHART_DIR, ChartRenderError, render_chart
+from burrito_py.chart.rbac import grants
+from burrito_py.chart.values import ChartValues
 from tests.unit.chart.rendering import NAMESPACE, RELEASE, VALUE_SETS, find, rendered
 
 SECRET = f"{RELEASE}-datastore-tls"

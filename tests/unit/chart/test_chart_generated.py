@@ -8,8 +8,8 @@ import jsonschema
 import yaml
 
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.deploy.chartgen import CHART_DIR, KEEP_ANNOTATION, generate_chart_files, values_schema
-from burrito_py.deploy.values import ChartValues
+from burrito_py.chart.chartgen import CHART_DIR, KEEP_ANNOTATION, generate_chart_files, values_schema
+from burrito_py.chart.values import ChartValues
 from tests.unit.chart.rendering import rendered
 
 REGENERATE = "run `burrito-py chart generate`"

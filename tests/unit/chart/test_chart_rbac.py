@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from burrito_py.deploy.rbac import Grant, grants, grants_per_component
+from burrito_py.chart.rbac import Grant, grants, grants_per_component
 from tests.unit.chart.rendering import NAMESPACE, RELEASE, VALUE_SETS, find, rendered
 
 TF, AGL, CORE = "terraform.burrito-py.io", "agl.burrito-py.io", ""
@@ -23,11 +23,11 @@ CONTROLLERS: list[Rule] = [
     (TF, "terraformrepositories/status", "patch", ()),
     (TF, "terraformlayers/status", "patch", ()),
     (TF, "terraformruns/status", "patch", ()),
-    (TF, "terraformnotifiers/status", "patch", ()),  # a notifier's lastDelivery (controllers/notifications.py)
+    (TF, "terraformnotifiers/status", "patch", ()),  # a notifier's lastDelivery (controllers/layer/notifications.py)
     (TF, "terraformpullrequests", "list watch", ()),
     (TF, "terraformpullrequests/status", "patch", ()),
     (TF, "terraformplanpolicies", "list watch", ()),
-    (TF, "terraformplanpolicies/status", "patch", ()),  # Ready: the policy compiles (controllers/policies.py)
+    (TF, "terraformplanpolicies/status", "patch", ()),  # Ready: the policy compiles (planpolicy)
     (TF, "terraformnotifiers", "list watch", ()),
 ]
 # Only in tenant namespaces, whatever the mode: runner pods, their logs, Secrets, per-layer Leases.
@@ -35,7 +35,7 @@ CONTROLLERS_TENANT: list[Rule] = [
     (CORE, "pods", "get create", ()),  # get: adopting a pod after a 409 (runs.py _adopt_or_refuse)
     (CORE, "pods/log", "get", ()),
     (CORE, "secrets", "get create update", ()),
-    (CORE, "configmaps", "get", ()),  # spec.varsFrom, resolved into the run's inputs (controllers/run_inputs.py)
+    (CORE, "configmaps", "get", ()),  # spec.varsFrom, resolved into the run's inputs (controllers/layer/run_inputs.py)
     ("coordination.k8s.io", "leases", "get create update delete", ()),
 ]
 CONTROLLERS_CLUSTER: list[Rule] = [
@@ -123,7 +123,7 @@ def expected(tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, 
                                  ("authorization.k8s.io", "subjectaccessreviews", "create", ())], ["cluster"])
     out |= expand(sa("datastore"), DATASTORE, scopes) | expand(sa("datastore"), [TOKEN_REVIEWS], ["cluster"])
     out |= expand(sa("datastore"), DATASTORE_TENANT, tenants)
-    # Who reads /metrics (burrito_py/metrics_auth.py): a TokenReview, then may that user get /metrics.
+    # Who reads /metrics (burrito_py/kube/metrics_auth.py): a TokenReview, then may that user get /metrics.
     out |= expand(sa("controllers"), [TOKEN_REVIEWS, ACCESS_REVIEWS], ["cluster"])
     out |= expand(sa("datastore"), [ACCESS_REVIEWS], ["cluster"])
     for tenant in tenants:
@@ -250,7 +250,7 @@ def test_rule_counts_per_component() -> None:
 
 def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:
     """`grant_runner_access` (test platforms, `dev --mode in-process`) and the chart must not drift apart."""
-    from burrito_py.local.identity import RUNNER_RULES
+    from burrito_local.identity import RUNNER_RULES
 
     def flat(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
         return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]
@@ -261,9 +261,9 @@ def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -
 
 
 def test_datastore_admins_may_reach_the_datastore_through_the_service_proxy_and_nothing_else() -> None:
-    """`burrito-py plan download` with only a kubeconfig (burrito_py/kube_proxy.py): the datastore's admin users
+    """`burrito-py plan download` with only a kubeconfig (burrito_py/kube/service_proxy.py): the datastore's admin users
     and groups get `services/proxy` get on the datastore Service alone, and list of Services to find it."""
-    from burrito_py.deploy.chart import render_chart
+    from burrito_py.chart.chart import render_chart
 
     assert not [o for o in rendered("default") if o["metadata"]["name"].endswith("-plan-download")]
     objects = render_chart({"datastore": {"auth": {"extraAdminUsers": ["alice@example.com"],
@@ -282,9 +282,9 @@ def test_datastore_admins_may_reach_the_datastore_through_the_service_proxy_and_
 
 def test_prometheus_may_be_bound_to_get_metrics_and_nothing_else() -> None:
     """The controllers' and the datastore's /metrics answer only who may get the non-resource URL /metrics
-    (burrito_py/metrics_auth.py): the chart's metrics-reader ClusterRole grants that alone, bound to the subjects
+    (burrito_py/kube/metrics_auth.py): the chart's metrics-reader ClusterRole grants that alone, bound to the subjects
     of metrics.readers; the ServiceMonitor scrapes with Prometheus's service-account token."""
-    from burrito_py.deploy.chart import render_chart
+    from burrito_py.chart.chart import render_chart
 
     role = find(rendered("default"), "ClusterRole", f"{RELEASE}-metrics-reader")
     assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
@@ -304,7 +304,7 @@ def test_prometheus_may_be_bound_to_get_metrics_and_nothing_else() -> None:
 def test_agl_groups_never_reach_kubernetes_or_burrito_pys_own_groups(group: str) -> None:
     """A wildcard over a group's resources is only for groups of AGL kinds: the schema (a dotted DNS name) or the
     template refuses the others, naming the value."""
-    from burrito_py.deploy.chart import ChartRenderError, render_chart
+    from burrito_py.chart.chart import ChartRenderError, render_chart
 
     with pytest.raises(ChartRenderError, match=r"controllers.agl.groups: |/controllers/agl/groups/0"):
         render_chart({"controllers": {"agl": {"groups": [group]}}}, RELEASE, NAMESPACE)

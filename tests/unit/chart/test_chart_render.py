@@ -13,11 +13,11 @@ import kubernetes_validate
 import pytest
 from kubernetes_validate.utils import latest_version
 
+from burrito_py.chart.chart import CHART_DIR, ChartRenderError, render_chart
+from burrito_py.chart.values import ChartValues
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.datastore.app import DatastoreSettings
 from burrito_py.datastore.backends import StorageSettings
-from burrito_py.deploy.chart import CHART_DIR, ChartRenderError, render_chart
-from burrito_py.deploy.values import ChartValues
 from burrito_py.outbound import OutboundPolicy
 from burrito_py.server.settings import ServerSettings
 from tests.unit.chart.rendering import NAMESPACE, RELEASE, VALUE_SETS, find, rendered
@@ -344,7 +344,7 @@ def test_local_default_tenant_renders_with_pull_policy_never() -> None:
 def test_network_policies_are_on_by_default_and_runner_pods_accept_no_connection() -> None:
     """Issue 24 finding 12: NetworkPolicies were off by default. On now, with runner pods closed to ingress and
     their egress open (a default that broke every cloud provider would be wrong)."""
-    from burrito_py.deploy.chart import render_chart
+    from burrito_py.chart.chart import render_chart
 
     default = rendered("default")
     assert {o["metadata"]["name"] for o in default if o["kind"] == "NetworkPolicy"} == {

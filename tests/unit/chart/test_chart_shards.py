@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from burrito_py.chart.chart import ChartRenderError, render_chart
+from burrito_py.chart.values import ChartValues
 from burrito_py.controllers.settings import ControllerSettings
-from burrito_py.deploy.chart import ChartRenderError, render_chart
-from burrito_py.deploy.values import ChartValues
 from tests.unit.chart.rendering import NAMESPACE, RELEASE, find, rendered
 
 
@@ -115,7 +115,7 @@ def test_the_values_model_names_the_shard_field(shards: list[dict[str, Any]], me
 
 
 def test_notes_list_the_shards_and_say_what_no_shard_matches() -> None:
-    from burrito_py.deploy.chart import render_chart_files
+    from burrito_py.chart.chart import render_chart_files
     from tests.unit.chart.rendering import VALUE_SETS
 
     files = render_chart_files(VALUE_SETS["shards"], RELEASE, NAMESPACE)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from burrito_py.deploy.chart import render_chart
-from burrito_py.deploy.chartgen import CHART_DIR
+from burrito_py.chart.chart import render_chart
+from burrito_py.chart.chartgen import CHART_DIR
 from tests.unit.chart.rendering import NAMESPACE, RELEASE, find, rendered
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from burrito_py.deploy.chart import render_chart
-from burrito_py.local.dev import RELEASE, RELEASE_NAMESPACE, DevOptions, dev_values, tenant_namespaces
+from burrito_local.dev import RELEASE, RELEASE_NAMESPACE, DevOptions, dev_values, tenant_namespaces
+
+from burrito_py.chart.chart import render_chart
 
 
 def test_the_manifests_namespaces_are_tenants_with_a_runner_service_account(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod
-from burrito_py.deploy.pod_security import pod_specs, restricted_violations
+from burrito_py.chart.pod_security import pod_specs, restricted_violations
+from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod
 from tests.unit.chart.rendering import VALUE_SETS, rendered
 
 GOOD: dict[str, Any] = {

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.controllers.admission import Window, parse_duration, pod_budget_allows, sync_windows_allow
-from burrito_py.controllers.lease_decisions import LeaseVerdict, lease_name, lease_verdict, lock_key
-from burrito_py.controllers.leases import layer_lease_name
+from burrito_py.controllers.layer.sync_windows import Window, parse_duration, pod_budget_allows, sync_windows_allow
+from burrito_py.controllers.run.lease_decisions import LeaseVerdict, lease_name, lease_verdict, lock_key
+from burrito_py.controllers.run.leases import layer_lease_name
 
 MONDAY_10 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 

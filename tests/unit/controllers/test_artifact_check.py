@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.artifact_check import CONDITION, REFUSED, LayerIdentity, artifact_refusal
-from burrito_py.controllers.destroy_decisions import DESTROY_PLAN_REFUSED, DestroySnapshot, decide_destroy
-from burrito_py.controllers.layer_decisions import LayerSnapshot, RunView, decide_layer
-from burrito_py.controllers.plan_gate import PlanGate
+from burrito_py.controllers.layer.artifact_check import CONDITION, REFUSED, LayerIdentity, artifact_refusal
+from burrito_py.controllers.layer.decide import LayerSnapshot, RunView, decide_layer
+from burrito_py.controllers.layer.destroy import DESTROY_PLAN_REFUSED, DestroySnapshot, decide_destroy
+from burrito_py.controllers.layer.plan_gate import PlanGate
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 LAYER = LayerIdentity("uid-app", "team", "app")

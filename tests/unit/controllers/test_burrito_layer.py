@@ -16,11 +16,11 @@ from typing import Any
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.common import SyncWindow
-from burrito_py.controllers.conditions import Cond
-from burrito_py.controllers.layer_decisions import LayerDecision
-from burrito_py.controllers.layer_validation import LayerValidation
-from burrito_py.controllers.layers import decide, runs_to_delete, sync_windows
-from burrito_py.controllers.plan_review import Review
+from burrito_py.controllers.layer.decide import LayerDecision
+from burrito_py.controllers.layer.plan_review import Review
+from burrito_py.controllers.layer.reconcile import decide, runs_to_delete, sync_windows
+from burrito_py.controllers.layer.validation import LayerValidation
+from burrito_py.kube.conditions import Cond
 
 NOW = datetime(2023, 5, 8, 11, 22, 30, tzinfo=UTC)
 DRIFT = timedelta(minutes=20)

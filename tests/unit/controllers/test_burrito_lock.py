@@ -3,8 +3,8 @@ translated to our Lease decisions (`lock_key`, `lease_name`, `lease_verdict`).""
 
 from __future__ import annotations
 
-from burrito_py.controllers.lease_decisions import LeaseVerdict, lease_name, lease_verdict, lock_key
-from burrito_py.controllers.leases import layer_lease_name
+from burrito_py.controllers.run.lease_decisions import LeaseVerdict, lease_name, lease_verdict, lock_key
+from burrito_py.controllers.run.leases import layer_lease_name
 
 
 def layer(name: str, branch: str, path: str, repository: str = "burrito", **spec: str) -> dict[str, object]:

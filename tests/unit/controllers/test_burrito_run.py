@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from burrito_py.controllers.admission import pod_budget_allows
-from burrito_py.controllers.lease_decisions import LeaseVerdict, lease_verdict
-from burrito_py.controllers.run_decisions import AttemptView, PodView, RetryPolicy, RunSnapshot, decide_run
+from burrito_py.controllers.layer.sync_windows import pod_budget_allows
+from burrito_py.controllers.run.decide import AttemptView, PodView, RetryPolicy, RunSnapshot, decide_run
+from burrito_py.controllers.run.lease_decisions import LeaseVerdict, lease_verdict
 from burrito_py.timeutil import format_time
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from burrito_py.controllers.admission import Window, sync_windows_allow
+from burrito_py.controllers.layer.sync_windows import Window, sync_windows_allow
 
 NOW = datetime(2023, 5, 8, 11, 21, 53, tzinfo=UTC)  # testTime of burrito's suite
 EVERY_MINUTE = "* * * * *"

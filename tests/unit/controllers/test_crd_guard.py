@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.crd_guard import (
+from burrito_py.controllers.layer.crd_guard import (
     LAYER_CRD,
     CrdView,
     CrdWatch,
@@ -17,8 +17,8 @@ from burrito_py.controllers.crd_guard import (
     crd_deletion,
     owner_kinds,
 )
-from burrito_py.controllers.destroy_decisions import DESTROY_SKIPPED, DestroySnapshot, decide_destroy
-from burrito_py.controllers.layer_decisions import NO_CHANGES, LayerDecision, RunView
+from burrito_py.controllers.layer.decide import NO_CHANGES, LayerDecision, RunView
+from burrito_py.controllers.layer.destroy import DESTROY_SKIPPED, DestroySnapshot, decide_destroy
 
 APPLIED = {ann.BRANCH_COMMIT: "c1", ann.PLAN_SUM: "sha256:aa", ann.PLAN_RUN: "app-plan-1/1", ann.PLAN_COMMIT: "c1",
            ann.APPLY_SUM: "sha256:aa", ann.APPLY_COMMIT: "c1"}

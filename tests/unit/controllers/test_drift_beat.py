@@ -1,4 +1,4 @@
-"""Drift checks on each layer's own beat (burrito_py/controllers/drift.py)."""
+"""Drift checks on each layer's own beat (burrito_py/controllers/layer/drift.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.controllers.drift import drift_due, drift_phase
+from burrito_py.controllers.layer.drift import drift_due, drift_phase
 
 T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
 periods = st.integers(min_value=2, max_value=7 * 24 * 3600).map(lambda s: timedelta(seconds=s))

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from burrito_py.controllers.layer_validation import cross_namespace_problem, validate_layer
-from burrito_py.controllers.repositories import mirror_for
-from burrito_py.controllers.run_isolation import run_refusal
+from burrito_py.controllers.layer.validation import cross_namespace_problem, validate_layer
+from burrito_py.controllers.repository.reconcile import mirror_for
+from burrito_py.controllers.run.isolation import run_refusal
 from burrito_py.controllers.settings import ControllerSettings
-from burrito_py.gitops.urls import url_policy_problem
+from burrito_py.git.urls import url_policy_problem
 from burrito_py.outbound import OutboundPolicy
 
 STRICT = ControllerSettings()

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.layer_decisions import (
+from burrito_py.controllers.layer.decide import (
     LAYER_STATES,
     NO_CHANGES,
     CreateRun,
@@ -17,7 +17,7 @@ from burrito_py.controllers.layer_decisions import (
     decide_layer,
     parse_plan_run,
 )
-from burrito_py.controllers.plan_gate import PlanGate
+from burrito_py.controllers.layer.plan_gate import PlanGate
 from burrito_py.timeutil import format_time
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

@@ -10,9 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.admission import Window
-from burrito_py.controllers.conditions import Cond
-from burrito_py.controllers.layer_decisions import (
+from burrito_py.controllers.layer.decide import (
     CreateRun,
     Exhaustion,
     LayerDecision,
@@ -20,8 +18,10 @@ from burrito_py.controllers.layer_decisions import (
     RunView,
     decide_layer,
 )
-from burrito_py.controllers.layers import compute_status, run_name, snapshot
-from burrito_py.controllers.plan_gate import PlanGate
+from burrito_py.controllers.layer.plan_gate import PlanGate
+from burrito_py.controllers.layer.reconcile import compute_status, run_name, snapshot
+from burrito_py.controllers.layer.sync_windows import Window
+from burrito_py.kube.conditions import Cond
 from burrito_py.timeutil import format_time
 
 NOW = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)  # a Monday
@@ -296,7 +296,7 @@ def test_run_names_are_valid_label_values_whatever_the_layer_name(layer_name: st
 
 def test_controller_wide_default_windows_come_from_the_environment_and_merge_with_the_repository(monkeypatch):
     """Issue 11 item 8 (from burrito): default sync windows, as the chart passes them (JSON in the variable)."""
-    from burrito_py.controllers.layers import sync_windows
+    from burrito_py.controllers.layer.reconcile import sync_windows
     from burrito_py.controllers.settings import ControllerSettings
 
     monkeypatch.setenv("BURRITO_PY_DEFAULT_SYNC_WINDOWS",

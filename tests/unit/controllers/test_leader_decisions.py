@@ -1,4 +1,4 @@
-"""Leader election's decisions (controllers/leader_decisions.py): unit cases, and a simulation of several
+"""Leader election's decisions (kube/leader/decide.py): unit cases, and a simulation of several
 candidates over one linearizable Lease store with arbitrary clock offsets, request delays, lost answers,
 crashes, restarts under the same identity and releases (hypothesis)."""
 
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from burrito_py.controllers.leader_decisions import (
+from burrito_py.kube.leader.decide import (
     Action,
     LeaseRecord,
     Observation,

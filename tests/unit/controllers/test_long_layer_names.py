@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.inventory import Inventory
-from burrito_py.controllers.layer_decisions import CreateRun
-from burrito_py.controllers.layers import run_body
-from burrito_py.controllers.outputs import secret_body
-from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod
+from burrito_py.controllers.layer.decide import CreateRun
+from burrito_py.controllers.layer.outputs import secret_body
+from burrito_py.controllers.layer.reconcile import run_body
+from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod
+from burrito_py.kube.inventory import Inventory
 
 # kube-apiserver's label value rule: at most 63 characters, alphanumerics at both ends.
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

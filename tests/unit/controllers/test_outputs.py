@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.outputs import (
+from burrito_py.controllers.layer.outputs import (
     OUTPUTS_RUN,
     OutputsUnreadable,
     missing_outputs,

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.layer_decisions import LayerSnapshot, decide_layer
-from burrito_py.controllers.plan_gate import PlanGate, gate_plan
+from burrito_py.controllers.layer.decide import LayerSnapshot, decide_layer
+from burrito_py.controllers.layer.plan_gate import PlanGate, gate_plan
 from burrito_py.timeutil import format_time
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.layer_decisions import RunView
-from burrito_py.controllers.plan_review import (
+from burrito_py.controllers.layer.decide import RunView
+from burrito_py.controllers.layer.plan_review import (
     code_changed,
     drift_state,
     drift_status,
@@ -96,7 +96,7 @@ def test_parse_override_and_gate() -> None:
 
 def test_a_rule_stopped_by_a_limit_is_named_with_its_limit_in_the_gate() -> None:
     """The condition and events say which limit stopped which rule (the sandbox's words, never the rule's)."""
-    from burrito_py.controllers.plan_gate import gate_plan
+    from burrito_py.controllers.layer.plan_gate import gate_plan
 
     limit = "rule loop of policy team-a/slow exceeded the 2 s evaluation limit"
     policy = {"planSum": SUM, "verdict": "Denied", "plan": {"planSum": SUM},

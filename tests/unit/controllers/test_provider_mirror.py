@@ -12,10 +12,10 @@ from prometheus_client import REGISTRY
 from pydantic import ValidationError
 
 from burrito_py.controllers.context import Context
-from burrito_py.controllers.kube import Kube, KubeError
-from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod
-from burrito_py.controllers.runs import _upload_logs
+from burrito_py.controllers.run.reconcile import _upload_logs
+from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod
 from burrito_py.controllers.settings import ControllerSettings, settings_problem
+from burrito_py.kube.client import Kube, KubeError
 from burrito_py.runner.mirror import FALLBACK_PREFIX
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.controllers.pull_request_decisions import (
+from burrito_py.controllers.pullrequest.decide import (
     PlanOutcome,
     PullRequestSnapshot,
     RunFacts,

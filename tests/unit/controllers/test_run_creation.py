@@ -7,8 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.controllers.pod_creation import is_blocked_result
-from burrito_py.controllers.run_creation import (
+from burrito_py.controllers.layer.run_creation import (
     RunCreation,
     announce,
     api_message_of,
@@ -18,6 +17,7 @@ from burrito_py.controllers.run_creation import (
     refused,
     wait_before_creating,
 )
+from burrito_py.controllers.run.pod_creation import is_blocked_result
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 BASE, CAP = timedelta(seconds=15), timedelta(hours=1)

@@ -5,14 +5,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.controllers.run_decisions import (
-    RUN_STATES,
-    AttemptView,
-    PodView,
-    RetryPolicy,
-    RunSnapshot,
-    decide_run,
-)
+from burrito_py.controllers.run.decide import RUN_STATES, AttemptView, PodView, RetryPolicy, RunSnapshot, decide_run
 from burrito_py.timeutil import format_time
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

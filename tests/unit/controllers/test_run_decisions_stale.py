@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from burrito_py.controllers.run_decisions import AttemptView, PodView, RetryPolicy, RunSnapshot, decide_run
+from burrito_py.controllers.run.decide import AttemptView, PodView, RetryPolicy, RunSnapshot, decide_run
 from burrito_py.timeutil import format_time
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.run_results import AttemptFacts, facts_needed, record_result
+from burrito_py.controllers.run.results import AttemptFacts, facts_needed, record_result
 from burrito_py.datastore.client import StoredObject
 
 BIN = StoredObject("sha256:" + "b" * 64, 100)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from burrito_py.controllers.conditions import Cond
-from burrito_py.controllers.inventory import Inventory
-from burrito_py.controllers.layer_decisions import LayerDecision
-from burrito_py.controllers.layers import compute_status
-from burrito_py.controllers.pod_creation import (
+from burrito_py.controllers.layer.decide import LayerDecision
+from burrito_py.controllers.layer.reconcile import compute_status
+from burrito_py.controllers.run.decide import AttemptView, PodView, RetryPolicy, RunSnapshot, decide_run
+from burrito_py.controllers.run.pod_creation import (
     LONGEST_WAIT,
     PodCreation,
     backoff,
@@ -18,8 +17,9 @@ from burrito_py.controllers.pod_creation import (
     pod_surely_absent,
     wait_before_creating,
 )
-from burrito_py.controllers.run_decisions import AttemptView, PodView, RetryPolicy, RunSnapshot, decide_run
-from burrito_py.controllers.runs import belongs_to
+from burrito_py.controllers.run.reconcile import belongs_to
+from burrito_py.kube.conditions import Cond
+from burrito_py.kube.inventory import Inventory
 from burrito_py.timeutil import format_time
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

@@ -4,16 +4,16 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.conditions import Cond, merge_conditions
-from burrito_py.controllers.inventory import Inventory
-from burrito_py.controllers.layer_decisions import CreateRun, decide_layer
-from burrito_py.controllers.layer_validation import validate_layer
-from burrito_py.controllers.layers import last_result, run_body, run_view, runs_to_delete, snapshot
-from burrito_py.controllers.repository_decisions import sync_requested
-from burrito_py.controllers.runner_pod import RunnerDefaults, build_runner_pod, pod_name
-from burrito_py.controllers.runs import _override_runner_spec
-from burrito_py.controllers.scheduler import Scheduler, slot_released
+from burrito_py.controllers.layer.decide import CreateRun, decide_layer
+from burrito_py.controllers.layer.reconcile import last_result, run_body, run_view, runs_to_delete, snapshot
+from burrito_py.controllers.layer.validation import validate_layer
+from burrito_py.controllers.repository.decide import sync_requested
+from burrito_py.controllers.run.reconcile import _override_runner_spec
+from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod, pod_name
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.kube.conditions import Cond, merge_conditions
+from burrito_py.kube.inventory import Inventory
+from burrito_py.kube.scheduler import Scheduler, slot_released
 from burrito_py.timeutil import format_time, format_time_precise
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -250,7 +250,7 @@ def test_slot_released_is_a_no_op_outside_a_scheduler():
 
 def test_a_key_that_keeps_failing_is_retried_later_and_later_then_at_once_after_a_success():
     """Issue 25: a permanent error (a 403 on a run) was retried every 5 s forever."""
-    from burrito_py.controllers.scheduler import retry_delay
+    from burrito_py.kube.scheduler import retry_delay
 
     assert [retry_delay(n) for n in range(1, 9)] == [5, 10, 20, 40, 80, 160, 300, 300]
 

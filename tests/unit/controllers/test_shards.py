@@ -1,4 +1,4 @@
-"""Sharding by namespace sets (controllers/shards.py): who owns a namespace, what a shard lists at start-up,
+"""Sharding by namespace sets (kube/shards.py): who owns a namespace, what a shard lists at start-up,
 and the settings that describe shards, with errors naming the variable."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from burrito_py.controllers.layer_validation import validate_layer
+from burrito_py.controllers.layer.validation import validate_layer
 from burrito_py.controllers.settings import ControllerSettings, settings_problem
-from burrito_py.controllers.shards import Scope, Shard, is_literal, owner_of
+from burrito_py.kube.shards import Scope, Shard, is_literal, owner_of
 
 SHARDS = [
     Shard(name="a", namespaces="team-a-*,!*-sandbox"),
@@ -49,7 +49,7 @@ def test_a_list_of_patterns_is_a_union_but_one_pattern_reads_left_to_right() -> 
 
 def test_overlap_the_second_shard_ignores_and_warns_once_per_namespace(caplog: pytest.LogCaptureFixture) -> None:
     scope = Scope(patterns=["team-*"], shard="b", shards=SHARDS)
-    with caplog.at_level(logging.WARNING, "burrito_py.controllers.shards"):
+    with caplog.at_level(logging.WARNING, "burrito_py.kube.shards"):
         assert not scope.owns("team-a-prod")
         assert not scope.owns("team-a-prod")
         assert not scope.owns("team-a-dev")

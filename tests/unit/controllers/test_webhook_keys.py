@@ -1,11 +1,11 @@
-"""Which webhook keys the controllers publish for the server (controllers/webhook_keys.py, pure part)."""
+"""Which webhook keys the controllers publish for the server (controllers/repository/webhook_keys.py, pure part)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.controllers.webhook_keys import decide_entries
+from burrito_py.controllers.repository.webhook_keys import decide_entries
 from burrito_py.server.webhook_keys import decode_entries, encode_entry, entry_name
 
 LIVE = {("team-a", "infra"): "uid-a", ("team-a", "apps"): "uid-b", ("team-b", "infra"): "uid-c"}

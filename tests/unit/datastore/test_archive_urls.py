@@ -1,4 +1,4 @@
-"""Signed archive URLs of the provider mirror (providercache/signing.py): what verifies, what does not."""
+"""Signed archive URLs of the provider mirror (datastore/providercache/signing.py): what verifies, what does not."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.providercache.signing import ArchiveSigner, UrlKeys
+from burrito_py.datastore.providercache.signing import ArchiveSigner, UrlKeys
 
 SHA, FILE = "a" * 64, "terraform-provider-x_1.0.0_linux_amd64.zip"
 

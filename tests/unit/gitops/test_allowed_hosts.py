@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.gitops.allowed_hosts import (
+from burrito_py.git.allowed_hosts import (
     Destination,
     HostNotAllowed,
     check_destination,
     destination_of,
     parse_allowed_hosts,
 )
-from burrito_py.gitops.credentials import CredentialsError, credentials_from_data
+from burrito_py.git.credentials import CredentialsError, credentials_from_data
 
 SOURCE = "Secret team/git"
 FIELD = "spec.repository.url"

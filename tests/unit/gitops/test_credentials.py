@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.gitops.credentials import (
+from burrito_py.git.credentials import (
     TOKEN_USERNAME,
     CredentialsError,
     HttpsCredentials,
@@ -23,7 +23,7 @@ from burrito_py.gitops.credentials import (
     scrub,
     transport,
 )
-from burrito_py.gitops.pinning import Pin
+from burrito_py.git.pinning import Pin
 
 SOURCE = "Secret team/git"
 HTTPS = "https://git.example.com/org/infra.git"

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.gitops.paths import ROOT, Change, is_relevant, normalize_repo_path, path_matches
+from burrito_py.git.paths import ROOT, Change, is_relevant, normalize_repo_path, path_matches
 
 # Path components: no `/`, never `.` or `..` (those are syntax, tested separately).
 component = st.text(alphabet=st.characters(blacklist_characters="/\x00", codec="utf-8"), min_size=1, max_size=8).filter(

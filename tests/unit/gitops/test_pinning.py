@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from burrito_py.gitops.pinning import Pin, pin_for
+from burrito_py.git.pinning import Pin, pin_for
 from burrito_py.outbound import OutboundPolicy, OutboundRefused
 
 PUBLIC = OutboundPolicy()

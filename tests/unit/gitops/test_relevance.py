@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.api.annotations import BRANCH_COMMIT, BRANCH_COMMIT_DATE, RELEVANT_COMMIT, RELEVANT_COMMIT_DATE
-from burrito_py.gitops.paths import Change
-from burrito_py.gitops.relevance import decide_layer_commits, diff_base
+from burrito_py.git.paths import Change
+from burrito_py.git.relevance import decide_layer_commits, diff_base
 
 T0 = datetime(2026, 11, 22, 8, 0, tzinfo=UTC)
 T1 = datetime(2026, 11, 22, 9, 30, 15, tzinfo=UTC)

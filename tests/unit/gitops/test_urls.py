@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.gitops.urls import mirror_dir_name, normalize_url, redact, validate_url
+from burrito_py.git.urls import mirror_dir_name, normalize_url, redact, validate_url
 
 
 @pytest.mark.parametrize(

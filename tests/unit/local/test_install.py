@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from burrito_py.local.install import deployment_available, install_order
+from burrito_local.install import deployment_available, install_order
 
 
 def doc(kind: str, name: str = "x") -> dict[str, Any]:

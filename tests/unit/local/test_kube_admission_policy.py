@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from burrito_py.local.kube_admission_policy import (
+from burrito_local.kube_admission_policy import (
     AdmissionRequest,
     CelError,
     admit,

@@ -7,15 +7,14 @@ import time
 from typing import Any
 
 import pytest
+from burrito_local.kube_patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from burrito_local.kube_resources import resources_from_crd
+from burrito_local.kube_schema import CompiledSchema, prune_and_default
+from burrito_local.kube_selectors import FieldSelector, LabelSelector
+from burrito_local.kube_table import human_duration, json_path, table
+from burrito_local.kube_tokens import TokenIssuer
 from hypothesis import given
 from hypothesis import strategies as st
-
-from burrito_py.local.kube_patch import PatchError, json_patch, merge_patch, strategic_merge_patch
-from burrito_py.local.kube_resources import resources_from_crd
-from burrito_py.local.kube_schema import CompiledSchema, prune_and_default
-from burrito_py.local.kube_selectors import FieldSelector, LabelSelector
-from burrito_py.local.kube_table import human_duration, json_path, table
-from burrito_py.local.kube_tokens import TokenIssuer
 
 keys = st.sampled_from(["a", "b", "c", "app"])
 values = st.sampled_from(["x", "y", "z"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from burrito_py.local.kube_meta import label_value_errors, metadata_causes, qualified_name_errors
+from burrito_local.kube_meta import label_value_errors, metadata_causes, qualified_name_errors
 
 VALUE_REGEX = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
                "must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', "

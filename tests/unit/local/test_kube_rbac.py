@@ -6,9 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-
-from burrito_py.local.kube_authn import ANONYMOUS, UserInfo
-from burrito_py.local.kube_rbac import (
+from burrito_local.kube_authn import ANONYMOUS, UserInfo
+from burrito_local.kube_rbac import (
     RbacIndex,
     RequestAttributes,
     Rule,
@@ -242,7 +241,7 @@ def test_forbidden_messages_are_kube_apiservers() -> None:
 
 
 def test_bindings_are_defaulted_and_validated_as_kube_does() -> None:
-    from burrito_py.local.kube_rbac import prepare_binding
+    from burrito_local.kube_rbac import prepare_binding
 
     ok, causes = prepare_binding({"roleRef": {"kind": "Role", "name": "r"},
                                   "subjects": [{"kind": "User", "name": "u"},

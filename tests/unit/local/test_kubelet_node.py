@@ -1,4 +1,4 @@
-"""The local kubelet's Node duties (burrito_py/local/kubelet_node.py): the objects it writes, the log window,
+"""The local kubelet's Node duties (local/burrito_local/kubelet_node.py): the objects it writes, the log window,
 and the kubelet API admitting kube-apiserver's kubelet client only."""
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from burrito_local.kube_tls import CertificateAuthority
+from burrito_local.kubelet_node import NodeAgent, NodeMode, lease_body, log_window, node_object, node_status
 from hypothesis import given
 from hypothesis import strategies as st
-
-from burrito_py.local.kube_tls import CertificateAuthority
-from burrito_py.local.kubelet_node import NodeAgent, NodeMode, lease_body, log_window, node_object, node_status
 
 
 def mode(ca: CertificateAuthority | None = None, port: int = 10250) -> NodeMode:

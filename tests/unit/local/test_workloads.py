@@ -7,10 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from burrito_py.local import dns
-from burrito_py.local.paths import pod_path_setting
-from burrito_py.local.workloads import (
+from burrito_local.workloads import (
     IpPool,
     deployment_status,
     endpoint_subsets,
@@ -23,6 +20,9 @@ from burrito_py.local.workloads import (
     template_hash,
     token_refresh_delay,
 )
+
+from burrito_py.kube import pod_dns as dns
+from burrito_py.kube.pod_paths import pod_path_setting
 
 
 def pod(name: str, hash_: str = "h1", ready: bool = True, phase: str = "Running", ip: str = "127.10.0.1",
@@ -165,6 +165,6 @@ def test_backoff_refresh_and_address_pools(monkeypatch: pytest.MonkeyPatch, tmp_
 def test_status_retry_delays_double_up_to_a_cap_without_end() -> None:
     from itertools import islice
 
-    from burrito_py.local.workloads import status_retry_delays
+    from burrito_local.workloads import status_retry_delays
 
     assert list(islice(status_retry_delays(0.1, 1.0), 7)) == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.notifications import notifications_due
+from burrito_py.controllers.layer.notifications import notifications_due
 from burrito_py.notify.message import BODY_LIMIT, Notification, render
 from burrito_py.notify.sign import signature, verify
 

@@ -25,7 +25,7 @@ from burrito_py.runner.mirror import (
     probe,
     write_ca_bundle,
 )
-from tests.fakes.mirrors import FakeCa, FakeMirror, closed_port_url, make_ca, running_mirror
+from tests.support.fakes.mirrors import FakeCa, FakeMirror, closed_port_url, make_ca, running_mirror
 
 URL = "https://burrito-py-datastore.burrito-py.svc.cluster.local:8443/providers/v1/"
 TOKEN = "eyJhbGciOi.token.sig"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from burrito_py.local.paths import pod_path
+from burrito_py.kube.pod_paths import pod_path
 from burrito_py.runner import main as runner_main
 from burrito_py.runner.main import EXIT_BAD_INPUT, EXIT_INTERNAL, RunnerEnv, RunnerError, file_sum, main, read_token
 

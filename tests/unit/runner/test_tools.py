@@ -23,7 +23,7 @@ from burrito_py.runner.tools import (
     tenv_root,
     tool_for,
 )
-from tests.fakes.mirrors import FakeMirror, running_mirror, tool_zip
+from tests.support.fakes.mirrors import FakeMirror, running_mirror, tool_zip
 
 FAKE_TENV = r"""#!/bin/sh
 printf '%s|' "$@" >> "$FAKE_TENV_LOG"; echo >> "$FAKE_TENV_LOG"

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.runner.versions import InvalidVersionConstraint, parse_constraint, pick_latest
+from burrito_py.plans.versions import InvalidVersionConstraint, parse_constraint, pick_latest
 
 
 @pytest.mark.parametrize(
@@ -69,7 +69,7 @@ def test_pick_latest_ignores_prereleases_and_junk_and_keeps_the_spelling() -> No
 
 def test_prerelease_order_follows_semver() -> None:
     # Only relevant to pick_latest among exact matches, but the order itself must be right.
-    from burrito_py.runner.versions import Version
+    from burrito_py.plans.versions import Version
 
     ordered = ["1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta", "1.0.0-beta.2", "1.0.0-beta.11",
                "1.0.0-rc.1", "1.0.0"]

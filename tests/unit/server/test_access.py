@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from burrito_py.controllers.kube import KubeError
 from burrito_py.datastore.auth import AUTH_DISABLED, Principal, RunnerScope, Unauthenticated
 from burrito_py.datastore.token_cache import CachedAuthenticator
+from burrito_py.kube.client import KubeError
 from burrito_py.server.access import (
     GET_RUNS,
     LIST_LAYERS,

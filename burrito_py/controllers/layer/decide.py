@@ -1,0 +1,516 @@
+"""What a TerraformLayer needs next (docs/architecture.md §5): conditions and state as pure functions.
+
+The snapshot is built from the layer's annotations and the runs the controller already holds in
+memory, so evaluating a layer (on every event and every drift tick) costs no API or datastore call.
+
+Approval (`spec.approvePlan`): `auto` applies every plan that has changes, as `autoApply` always did;
+`manual` applies only the plan whose sum the layer's `api.burrito-py.io/approve-plan` annotation names
+exactly. The approval is consumed (the controller removes the annotation) when the apply run is created,
+as `sync-now` is, so a later plan, even one with the same sum, needs a fresh approval; an approval naming
+any other sum applies nothing and stays where the person put it, reported by the `IsPlanApproved`
+condition. A newer plan (new commit, drift, sync-now) has another sum, so an older approval never applies it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers.layer.artifact_check import CONDITION as ARTIFACT_CONDITION
+from burrito_py.controllers.layer.artifact_check import REFUSED as ARTIFACT_REFUSED
+from burrito_py.controllers.layer.artifact_check import LayerIdentity, artifact_refusal
+from burrito_py.controllers.layer.dependency_decisions import DependencyVerdict
+from burrito_py.controllers.layer.drift import drift_due
+from burrito_py.controllers.layer.plan_gate import PlanGate, drift_condition, gate_plan
+from burrito_py.controllers.layer.sync_windows import Window, sync_windows_allow
+from burrito_py.controllers.run.decide import STALE_PLAN
+from burrito_py.kube.conditions import Cond
+from burrito_py.timeutil import parse_time
+
+LayerStateName = Literal["Idle", "PlanNeeded", "ApplyNeeded", "Running", "MaxRetriesReached"]
+LAYER_STATES: tuple[LayerStateName, ...] = (
+    "Idle",
+    "PlanNeeded",
+    "ApplyNeeded",
+    "Running",
+    "MaxRetriesReached",
+)
+TERMINAL_RUN_STATES = frozenset({"Succeeded", "Failed"})
+NO_CHANGES = "No changes."
+RETRY_LIMIT = "RetryLimitReached"
+# A stale apply re-plans at once this many times in a row at one relevant commit; after that the apply of the
+# latest plan is exhausted until a plan with another sum (drift, sync-now, a new commit), so a layer whose
+# state keeps changing under it cannot loop plan → stale apply → plan.
+MAX_STALE_REPLANS = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """The few facts about a TerraformRun that layer decisions need."""
+
+    name: str
+    action: str
+    state: str | None
+    revision: str | None
+    created: str = ""
+    message: str = ""
+    # A destroy plan (terraform plan -destroy), or the apply of one, made while the layer is deleted.
+    destroy: bool = False
+    # For an apply: the plan run it applies.
+    artifact: str | None = None
+    # metadata.generation of the layer when the run was created (a changed spec retries a failed destroy).
+    layer_generation: int | None = None
+    # The layer's relevant commit when the run was created (None on runs made before it was recorded).
+    relevant_commit: str | None = None
+    # For an apply: the sum of the plan it applies (None on runs made before it was recorded).
+    plan_sum: str | None = None
+    # The reason of its HasSucceeded condition (`StalePlan` for an apply refused as stale).
+    reason: str = ""
+    # The digest of the upstream outputs it was given (dependencies), None when it was given none.
+    inputs_digest: str | None = None
+    # For an apply: the digest of the changes its plan makes (plans/changes.py), None when not recorded.
+    changes_digest: str | None = None
+    # For a plan: made because someone asked (`sync-now`), not by a drift check or a commit.
+    sync_requested: bool = False
+    # What the apply artifact check reads (artifact_check.py): the uids of its TerraformLayer owner references,
+    # its layer label, the layer its spec names, the pull request it plans for, and its last attempt when that
+    # one succeeded with the plan sum the run controller recorded for it.
+    owners: tuple[str, ...] = ()
+    layer_label: str | None = None
+    layer_name: str = ""
+    layer_namespace: str | None = None
+    pull_request: str | None = None
+    result_attempt: int | None = None
+    result_sum: str | None = None
+    # The sum and size of that attempt's plan JSON, recorded with it (the review reads only that JSON).
+    result_json_sum: str | None = None
+    result_json_size: int | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_RUN_STATES
+
+    @property
+    def failed(self) -> bool:
+        # A run reaches `Failed` only once its retries are exhausted (docs/architecture.md §6).
+        return self.state == "Failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Exhaustion:
+    """A run that failed for good (`status.exhaustedPlan` / `status.exhaustedApply`), see `ExhaustedRun`."""
+
+    run: str
+    key: str
+    reason: str = RETRY_LIMIT
+    message: str = ""
+    relevant_commit: str | None = None
+    stale_count: int = 0
+    # For an apply: what its plan would change and the upstream outputs it was given (see `repeats_failed_apply`).
+    changes_digest: str | None = None
+    inputs_digest: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LayerSnapshot:
+    annotations: dict[str, str]
+    last_run: RunView | None
+    last_plan_run: RunView | None
+    last_apply_run: RunView | None
+    auto_apply: bool
+    drift_period: timedelta
+    # Any run of the layer not yet terminal, whatever the order: a layer never gets a second live run.
+    active_run: RunView | None = None
+    # The run named by `plan-run` (the run holding the current plan), when the controller holds it.
+    plan_run: RunView | None = None
+    # What the status recorded at the previous reconcile (the runs themselves may since have been deleted).
+    exhausted_plan: Exhaustion | None = None
+    exhausted_apply: Exhaustion | None = None
+    # The repository's sync windows and the controller's defaults, and the layer's name they match.
+    windows: tuple[Window, ...] = ()
+    layer_name: str = ""
+    # What places the layer's drift checks on its own beat (drift.py): its UID.
+    drift_key: str = ""
+    # The controllers' review of the current plan (policy verdict, drift state; plan_gate.py), None before it.
+    gate: PlanGate | None = None
+    # The effective remediationStrategy.drift: detect | auto | autoIfPolicyPasses.
+    drift_remediation: str = "detect"
+    # How the layer's upstreams stand (dependency_decisions.py), None without spec.dependsOn.
+    dependencies: DependencyVerdict | None = None
+    # The inputs digest the current plan was made with (its run's stamp, else status.inputsDigest).
+    plan_inputs_digest: str | None = None
+    # The layer itself and the run of the layer's namespace that `plan-run` names, whatever it is (artifact check).
+    identity: LayerIdentity | None = None
+    named_plan_run: RunView | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreateRun:
+    action: Literal["plan", "apply"]
+    revision: str
+    artifact_run: str | None = None
+    artifact_attempt: int | None = None
+    destroy: bool = False
+    # Stamped on the run (see RunView): the relevant commit at creation, and for an apply the plan's sum.
+    relevant_commit: str | None = None
+    plan_sum: str | None = None
+    # The digest of the upstream outputs handed to its runner (dependencies), None: none.
+    inputs_digest: str | None = None
+    # Stamped on an apply: the digest of its plan's changes (the review's); on a plan: asked by `sync-now`.
+    changes_digest: str | None = None
+    sync_requested: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPlanView:
+    """The plan waiting for a manual approval (`status.pendingPlan`)."""
+
+    sum: str
+    run: str | None
+    revision: str | None
+    # Why a person must act on an `auto` layer's plan (a policy gate, a drift correction); empty under manual.
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerDecision:
+    state: LayerStateName | None
+    conditions: tuple[Cond, ...]
+    create_run: CreateRun | None
+    remove_sync_now: bool
+    pending_plan: PendingPlanView | None = None
+    # The approve-plan annotation (and a policy override) was acted on (an apply run of the approved plan is
+    # created): remove them.
+    remove_approval: bool = False
+    # The layer is being deleted and its destroy is done (or not wanted): let it go.
+    remove_finalizer: bool = False
+    # Annotate the layer `api.burrito-py.io/skip-destroy` with this reason (a CRD's deletion is behind the
+    # layer's, and a live run is waited for first: the mark keeps the verdict until then).
+    skip_destroy: str | None = None
+    # What to record as `status.exhaustedPlan` / `status.exhaustedApply`.
+    exhausted_plan: Exhaustion | None = None
+    exhausted_apply: Exhaustion | None = None
+    # A sync window holds back the run this decision would create: wake the layer when it may change.
+    wake_at: datetime | None = None
+    # `status.appliedRevision`: the branch commit whose code is planned and applied (only while Idle).
+    applied_revision: str | None = None
+    # `status.dependencies` and `status.inputsDigest` (None without dependencies).
+    dependencies: DependencyVerdict | None = None
+    inputs_digest: str | None = None
+
+
+def parse_plan_run(value: str | None) -> tuple[str, int] | None:
+    """`<run>/<attempt>` → (run, attempt); None when absent or malformed."""
+    if not value or "/" not in value:
+        return None
+    run, _, attempt = value.rpartition("/")
+    if not run or not attempt.isdigit():
+        return None
+    return run, int(attempt)
+
+
+def plan_exhaustion(snap: LayerSnapshot) -> Exhaustion | None:
+    """The newest plan run, if it failed for good. Without a plan run in hand (history cleanup deleted it),
+    the status's record stands; a newer plan run always replaces it."""
+    run = snap.last_plan_run
+    if run is None or not run.terminal:
+        return snap.exhausted_plan
+    if not run.failed:
+        return None
+    # Keyed on the relevant commit it planned: an unrelated commit must not retry a broken layer.
+    key = run.relevant_commit or run.revision or ""
+    return Exhaustion(run.name, key, RETRY_LIMIT, run.message, run.relevant_commit)
+
+
+def apply_exhaustion(snap: LayerSnapshot) -> Exhaustion | None:
+    """The newest apply run, if it failed for good or on a stale plan; else the status's record."""
+    run = snap.last_apply_run
+    previous = snap.exhausted_apply
+    if run is None or not run.terminal:
+        return previous
+    if not run.failed:
+        return None
+    if previous is not None and previous.run == run.name:
+        return previous  # already recorded (with its stale count)
+    current = parse_plan_run(snap.annotations.get(ann.PLAN_RUN))
+    # Keyed on the sum of the plan it applied; runs made before the sum was stamped: by their artifact.
+    key = run.plan_sum or (
+        snap.annotations.get(ann.PLAN_SUM, "") if current is not None and run.artifact == current[0] else ""
+    )
+    reason = STALE_PLAN if run.reason == STALE_PLAN else RETRY_LIMIT
+    stale_count = 0
+    if reason == STALE_PLAN:
+        streak = (
+            previous is not None
+            and previous.reason == STALE_PLAN
+            and previous.relevant_commit == run.relevant_commit
+        )
+        stale_count = (previous.stale_count if previous is not None and streak else 0) + 1
+    return Exhaustion(run.name, key, reason, run.message, run.relevant_commit, stale_count, run.changes_digest,
+                      run.inputs_digest)
+
+
+def repeats_failed_apply(snap: LayerSnapshot, failed: Exhaustion | None, plan_sum: str | None,
+                         relevant_commit: str | None) -> bool:
+    """Whether the current plan, another sum than the one whose apply failed for good, would make the very same
+    changes again, with nothing new behind it: the same relevant commit, the same upstream inputs, a changes
+    digest equal to the failed apply's (the review's, plans/changes.py), and nobody asking (no `sync-now` plan, no
+    approval of this sum). Every drift check makes a new plan, hence a new sum: without this, an apply that always
+    fails would be applied again once per drift period, forever (issue 25). Unknown facts (a record or a review
+    without a digest) never hold a plan back."""
+    if failed is None or plan_sum is None or failed.key == plan_sum:
+        return False
+    if failed.reason == STALE_PLAN and failed.stale_count <= MAX_STALE_REPLANS:
+        return False  # a stale apply's one re-plan at once (§5.1) is the retry of that apply
+    gate = snap.gate
+    if gate is None or gate.plan_sum != plan_sum or not gate.changes_digest or not failed.changes_digest:
+        return False
+    if gate.changes_digest != failed.changes_digest:
+        return False
+    if not failed.relevant_commit or failed.relevant_commit != relevant_commit:
+        return False
+    if failed.inputs_digest != snap.plan_inputs_digest:
+        return False
+    if snap.annotations.get(ann.APPROVE_PLAN) == plan_sum:
+        return False
+    return not (snap.plan_run is not None and snap.plan_run.sync_requested)
+
+
+def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
+    a = snap.annotations
+    branch_commit = a.get(ann.BRANCH_COMMIT)
+    # An empty annotation means "no plan", as it does for the status (compute_status).
+    plan_sum = a.get(ann.PLAN_SUM) or None
+    plan_commit = a.get(ann.PLAN_COMMIT) or None
+    plan_date = parse_time(a.get(ann.PLAN_DATE))
+    relevant_commit = a.get(ann.RELEVANT_COMMIT) or branch_commit
+
+    if not branch_commit:
+        waiting = Cond(
+            "HasBranchCommit",
+            False,
+            "WaitingForRepository",
+            "the repository controller has not resolved this layer's branch yet",
+        )
+        return LayerDecision(None, (waiting,), None, remove_sync_now=False)
+
+    last = snap.last_run
+    live = snap.active_run or (last if last is not None and not last.terminal else None)
+    running = live is not None
+    is_running = Cond(
+        "IsRunning",
+        running,
+        "RunInProgress" if running else "NoRunInProgress",
+        f"run {live.name} is {live.state or 'starting'}" if live is not None else "",
+    )
+
+    plan_fresh = (
+        plan_sum is not None and plan_date is not None and now < drift_due(plan_date, snap.drift_period, snap.drift_key)
+    )
+    plan_up_to_date = Cond(
+        "IsPlanArtifactUpToDate",
+        plan_fresh,
+        "PlanIsRecent" if plan_fresh else ("NoPlanYet" if plan_sum is None else "DriftDetectionDue"),
+    )
+
+    # Decided on revisions, never on dates: the plan is of the relevant commit when it planned that commit or
+    # the branch head, or was made at a commit whose relevant commit (stamped on its run) is the current one.
+    plan_run_relevant = snap.plan_run.relevant_commit if snap.plan_run is not None else None
+    planned = plan_sum is not None and (
+        (plan_commit is not None and plan_commit in (relevant_commit, branch_commit))
+        or (plan_run_relevant is not None and plan_run_relevant == relevant_commit)
+    )
+    # With dependencies, a plan is of the current inputs only when made with the current consumed outputs: a
+    # consumed output that changed (or, with triggerAlways, an upstream apply) is planned again, once.
+    deps = snap.dependencies
+    wanted_inputs = deps.inputs_digest if deps is not None else None
+    inputs_changed = planned and wanted_inputs is not None and snap.plan_inputs_digest != wanted_inputs
+    planned = planned and not inputs_changed
+    relevant_planned = Cond(
+        "IsLastRelevantCommitPlanned",
+        planned,
+        "LastRelevantCommitPlanned" if planned else ("InputsChanged" if inputs_changed else "NewRelevantCommit"),
+        "" if planned else ("the upstream outputs it reads changed since its plan" if inputs_changed
+                            else f"commit {relevant_commit} has not been planned"),
+    )
+
+    failed_plan = plan_exhaustion(snap)
+    failed_apply = apply_exhaustion(snap)
+    plan_failed = plan_sum is None or failed_plan is not None
+    last_plan_failed = Cond(
+        "HasLastPlanFailed",
+        plan_failed,
+        "LastPlanFailed" if failed_plan is not None else ("NoPlanYet" if plan_sum is None else "LastPlanSucceeded"),
+        failed_plan.message if failed_plan is not None else "",
+    )
+
+    no_changes = a.get(ann.PLAN_SUMMARY) == NO_CHANGES
+    apply_done = plan_sum is None or a.get(ann.APPLY_SUM) == plan_sum or no_changes
+    apply_up_to_date = Cond(
+        "IsApplyUpToDate",
+        apply_done,
+        "NothingToApply" if plan_sum is None or no_changes else ("PlanApplied" if apply_done else "PlanNotApplied"),
+    )
+
+    sync_now = ann.SYNC_NOW in a
+    sync_scheduled = Cond("IsSyncScheduled", sync_now, "SyncNowRequested" if sync_now else "NoSyncRequested")
+
+    plan_exhausted = failed_plan is not None and failed_plan.key in (relevant_commit, branch_commit)
+    # The apply of the current plan failed: for good, or on a stale plan (re-planned at once, within bounds).
+    apply_of_plan_failed = failed_apply is not None and plan_sum is not None and failed_apply.key == plan_sum
+    stale_replan = (
+        apply_of_plan_failed
+        and failed_apply is not None
+        and failed_apply.reason == STALE_PLAN
+        and failed_apply.stale_count <= MAX_STALE_REPLANS
+    )
+    # A newer plan that would make the same changes as the failed apply, with nothing new behind it, is not
+    # applied either (issue 25): an always-failing apply is applied once, with its retries, not once per drift check.
+    repeated = repeats_failed_apply(snap, failed_apply, plan_sum, relevant_commit)
+    apply_exhausted = (apply_of_plan_failed and not stale_replan) or repeated
+    exhausted_run = failed_plan if plan_exhausted else (failed_apply if apply_exhausted else None)
+    retry_message = ""
+    if exhausted_run is not None:
+        retry_message = f"run {exhausted_run.run} failed after its last retry: {exhausted_run.message}".rstrip(": ")
+    if repeated and not plan_exhausted:
+        retry_message += (f"; plan {plan_sum} would make the same changes, so it is not applied until a new relevant "
+                          f"commit, changed inputs, {ann.SYNC_NOW} or an approval "
+                          f"({ann.APPROVE_PLAN}={plan_sum})")
+    retry_limit = Cond(
+        "HasLastRunReachedRetryLimit",
+        exhausted_run is not None,
+        (exhausted_run.reason if exhausted_run is not None else "RetriesAvailable"),
+        retry_message,
+    )
+
+    # The plan an apply would take must be one the controllers made and recorded (artifact_check.py); one that is
+    # not is never applied, and the layer plans again. Not the live run's own plan: its result is being recorded
+    # (the run controller annotates the layer just before it marks the run Succeeded).
+    named = parse_plan_run(a.get(ann.PLAN_RUN))
+    recording = live is not None and named is not None and named[0] == live.name
+    refusal = None
+    if (plan_sum is not None and not (apply_done or plan_failed or apply_exhausted) and not recording
+            and snap.identity is not None):
+        refusal = artifact_refusal(snap.identity, a.get(ann.PLAN_RUN), plan_sum, snap.named_plan_run)
+    artifact_cond = (
+        Cond(ARTIFACT_CONDITION, False, ARTIFACT_REFUSED,
+             f"the plan {a.get(ann.PLAN_RUN)!r} ({plan_sum}) is never applied: {refusal}; the layer plans again")
+        if refusal is not None
+        else Cond(ARTIFACT_CONDITION, True, "ArtifactVerified" if plan_sum is not None and not apply_done
+                  and not running else "NothingToVerify")
+    )
+
+    state: LayerStateName
+    if running:
+        state = "Running"
+    elif sync_now or ((not plan_fresh or not planned or stale_replan or refusal is not None) and not plan_exhausted):
+        state = "PlanNeeded"
+    elif not apply_done and not plan_failed and not apply_exhausted:
+        state = "ApplyNeeded"
+    elif plan_exhausted or apply_exhausted:
+        state = "MaxRetriesReached"
+    else:
+        state = "Idle"
+
+    # The controllers' review of the plan: an `auto` layer may be held back for a person (policy gate, drift
+    # correction), and a mandatory denial holds back even an approval (plan_gate.py).
+    gate = gate_plan(snap.gate, plan_sum, snap.drift_remediation)
+    auto = snap.auto_apply and gate.auto_allowed
+    reviewed = snap.gate if snap.gate is not None and snap.gate.plan_sum == plan_sum else None
+    drifted = drift_condition(reviewed.drift_state if reviewed else None, reviewed.resources if reviewed else 0)
+
+    # Under manual approval (or an `auto` layer held back), the plan an apply would apply, and whether the
+    # approval names it. A plan being applied waits for nothing: no pending plan while an apply runs.
+    applying = live is not None and live.action == "apply"
+    pending: PendingPlanView | None = None
+    if (
+        not auto
+        and plan_sum is not None
+        and not (apply_done or plan_failed or apply_exhausted or stale_replan or applying or refusal is not None
+                 or recording)
+    ):
+        reason = gate.waiting_reason if snap.auto_apply or not gate.approval_allowed else ""
+        pending = PendingPlanView(plan_sum, a.get(ann.PLAN_RUN), plan_commit, reason)
+    approval = a.get(ann.APPROVE_PLAN)
+    approved = pending is not None and approval == pending.sum
+    approval_cond = _approval_condition(auto, pending, approval, applying)
+
+    create: CreateRun | None = None
+    if state == "PlanNeeded" and (deps is None or deps.plan_allowed):
+        create = CreateRun("plan", branch_commit, relevant_commit=relevant_commit, inputs_digest=wanted_inputs,
+                           sync_requested=sync_now)
+    elif state == "ApplyNeeded" and (auto or (approved and gate.approval_allowed)) and (
+        deps is None or deps.apply_allowed
+    ):
+        artifact = parse_plan_run(a.get(ann.PLAN_RUN))
+        if artifact is not None and plan_commit:
+            create = CreateRun(
+                "apply", plan_commit, artifact[0], artifact[1], relevant_commit=relevant_commit, plan_sum=plan_sum,
+                inputs_digest=wanted_inputs, changes_digest=reviewed.changes_digest if reviewed else None,
+            )
+
+    # Sync windows are decided here, before a run exists: a held-back layer keeps its state (PlanNeeded or
+    # ApplyNeeded), says why, and is woken when the window changes. It then decides afresh, so a plan that
+    # aged past the drift period meanwhile is planned again, never applied.
+    window_cond, wake_at = Cond("IsInSyncWindow", True, "NoRunWaiting"), None
+    if create is not None:
+        verdict = sync_windows_allow(snap.windows, create.action, snap.layer_name, now)
+        window_cond = Cond("IsInSyncWindow", verdict.allowed, verdict.reason, verdict.message)
+        if not verdict.allowed:
+            create, wake_at = None, verdict.wake_at
+
+    conditions = (
+        is_running,
+        plan_up_to_date,
+        relevant_planned,
+        last_plan_failed,
+        apply_up_to_date,
+        sync_scheduled,
+        retry_limit,
+        approval_cond,
+        gate.condition,
+        drifted,
+        artifact_cond,
+        window_cond,
+        *((deps.condition,) if deps is not None else ()),
+    )
+    return LayerDecision(
+        state,
+        conditions,
+        create,
+        remove_sync_now=sync_now and create is not None,
+        pending_plan=pending,
+        # Under `auto` an approval of the plan only lifts a repeated failure (above): consumed by the apply too.
+        remove_approval=(approved or (approval is not None and approval == plan_sum)) and create is not None
+        and create.action == "apply",
+        exhausted_plan=failed_plan,
+        exhausted_apply=failed_apply,
+        wake_at=wake_at,
+        applied_revision=branch_commit if state == "Idle" and apply_done else None,
+        dependencies=deps,
+        inputs_digest=snap.plan_inputs_digest if deps is not None else None,
+    )
+
+
+def _approval_condition(auto: bool, pending: PendingPlanView | None, approval: str | None, applying: bool) -> Cond:
+    if auto:
+        return Cond("IsPlanApproved", True, "AutoApprove", "approvePlan is auto: every plan with changes is applied")
+    if pending is None:
+        return Cond("IsPlanApproved", True, "ApplyInProgress" if applying else "NothingToApprove", "")
+    if approval == pending.sum:
+        return Cond("IsPlanApproved", True, "PlanApproved", f"plan {pending.sum} is approved")
+    if approval is None:
+        return Cond(
+            "IsPlanApproved",
+            False,
+            "WaitingForApproval",
+            f"plan {pending.sum} waits for approval: annotate the layer with {ann.APPROVE_PLAN}={pending.sum}",
+        )
+    return Cond(
+        "IsPlanApproved",
+        False,
+        "ApprovalMismatch",
+        f"{ann.APPROVE_PLAN} is {approval!r}, but the pending plan is {pending.sum}; nothing is applied",
+    )

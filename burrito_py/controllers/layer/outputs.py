@@ -1,0 +1,228 @@
+"""Layer outputs: after each successful apply, the names of its outputs go to `status.outputs` and, with
+`spec.writeOutputsToSecret`, their values to that Secret in the layer's namespace.
+
+The runner uploads `terraform output -json` under the apply's attempt and then sets `apply-run`
+(`<run>/<attempt>`). `status.outputsSync` records which apply (and which writeOutputsToSecret) the status and
+the Secret reflect, so the decision (`outputs_to_sync`) is pure and a layer whose last apply is already
+reflected costs no datastore read and no API call: one datastore read per successful apply, or per change of
+writeOutputsToSecret.
+
+The Secret: one key per output (or per `old:new` mapping); strings as they are, other values JSON-encoded;
+sensitive outputs included (it is a Secret); label `burrito-py.io/layer`, annotation
+`burrito-py.io/outputs-run`, owned by the layer (deleted with it). A Secret of that name the layer does not own
+is never overwritten. Output values are never logged nor put in events or status: only names are.
+
+Known limits: a Secret deleted by hand comes back at the next apply (or change of writeOutputsToSecret), not
+before, since nothing reads it at rest; removing writeOutputsToSecret leaves the Secret in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers.context import Context
+from burrito_py.controllers.layer.decide import parse_plan_run
+from burrito_py.kube.client import KubeError, crd_path, path
+from burrito_py.kube.events import post_event
+from burrito_py.kube.inventory import Body, Key
+
+log = logging.getLogger(__name__)
+
+OUTPUTS_RUN = "burrito-py.io/outputs-run"  # on the Secret: `<run>/<attempt>` its values come from
+RETRY_SECONDS = 30.0
+
+__all__ = [
+    "OUTPUTS_RUN",
+    "OutputsUnreadable",
+    "missing_outputs",
+    "output_text",
+    "outputs_to_sync",
+    "parse_outputs",
+    "secret_body",
+    "secret_data",
+    "sync_outputs",
+]
+
+
+class OutputsUnreadable(ValueError):
+    """The stored outputs are not what `terraform output -json` prints (the message never holds a value)."""
+
+
+# -- decisions (pure) -------------------------------------------------------------------------------
+def _secret_spec(value: object) -> Body | None:
+    """writeOutputsToSecret as compared and recorded: name, and outputs only when set."""
+    if not isinstance(value, Mapping) or not value.get("name"):
+        return None
+    spec: Body = {"name": value["name"]}
+    if value.get("outputs") is not None:
+        spec["outputs"] = list(value["outputs"])
+    return spec
+
+
+def outputs_to_sync(layer: Mapping[str, Any]) -> Body | None:
+    """The `status.outputsSync` to reach, or None when the status (and Secret) already reflect the last apply."""
+    annotations = layer["metadata"].get("annotations") or {}
+    applied = parse_plan_run(annotations.get(ann.APPLY_RUN))
+    if applied is None:
+        return None
+    wanted: Body = {"run": f"{applied[0]}/{applied[1]}"}
+    secret = _secret_spec((layer.get("spec") or {}).get("writeOutputsToSecret"))
+    if secret is not None:
+        wanted["secret"] = secret
+    recorded = (layer.get("status") or {}).get("outputsSync") or {}
+    current: Body = {"run": recorded.get("run")}
+    if _secret_spec(recorded.get("secret")) is not None:
+        current["secret"] = _secret_spec(recorded.get("secret"))
+    return None if current == wanted else wanted
+
+
+def parse_outputs(raw: bytes) -> dict[str, Any]:
+    """Output name → value, from `terraform output -json` (`{name: {value, type, sensitive}}`)."""
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        raise OutputsUnreadable("are not JSON") from None
+    if not isinstance(document, dict) or not all(isinstance(o, dict) and "value" in o for o in document.values()):
+        raise OutputsUnreadable("are not what `terraform output -json` prints")
+    return {str(name): output["value"] for name, output in document.items()}
+
+
+def output_text(value: Any) -> str:
+    """A Secret value: strings as they are, anything else as JSON (what `jsondecode` in Terraform reads back)."""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _mappings(selection: Sequence[str] | None, outputs: Mapping[str, Any]) -> list[tuple[str, str]]:
+    if selection is None:
+        return [(name, name) for name in sorted(outputs)]
+    pairs = []
+    for entry in selection:
+        name, _, key = entry.partition(":")
+        pairs.append((name, key or name))
+    return pairs
+
+
+def secret_data(outputs: Mapping[str, Any], selection: Sequence[str] | None) -> dict[str, str]:
+    """Secret `data` (base64): every output, or those `selection` lists (`name` or `old:new`) that exist."""
+    return {
+        key: base64.b64encode(output_text(outputs[name]).encode()).decode()
+        for name, key in _mappings(selection, outputs)
+        if name in outputs
+    }
+
+
+def missing_outputs(outputs: Mapping[str, Any], selection: Sequence[str] | None) -> list[str]:
+    """Outputs `selection` names that the apply did not produce."""
+    return [name for name, _ in _mappings(selection, outputs) if name not in outputs]
+
+
+def _owner(layer: Mapping[str, Any]) -> Body:
+    meta = layer["metadata"]
+    return {
+        "apiVersion": layer.get("apiVersion", ann.API_VERSION),
+        "kind": "TerraformLayer",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def owned_by(secret: Mapping[str, Any], layer: Mapping[str, Any]) -> bool:
+    uid = layer["metadata"].get("uid")
+    return any(ref.get("uid") == uid for ref in secret.get("metadata", {}).get("ownerReferences") or ())
+
+
+def secret_body(layer: Mapping[str, Any], name: str, data: Mapping[str, str], run: str) -> Body:
+    meta = layer["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": {ann.LABEL_LAYER: ann.layer_label(meta["name"])},
+            "annotations": {OUTPUTS_RUN: run},
+            "ownerReferences": [_owner(layer)],
+        },
+        "data": dict(data),
+    }
+
+
+# -- acting -----------------------------------------------------------------------------------------
+async def sync_outputs(ctx: Context, key: Key) -> None:
+    """Bring `status.outputs` and the outputs Secret up to the layer's last apply, when they are not."""
+    layer = ctx.inventory.layers.get(key)
+    if layer is None or layer["metadata"].get("deletionTimestamp") or ctx.datastore is None:
+        return
+    wanted = outputs_to_sync(layer)
+    if wanted is None:
+        return
+    from burrito_py.datastore.client import DatastoreError
+
+    namespace, name = key
+    run, attempt = wanted["run"].rsplit("/", 1)
+    readable = True
+    try:
+        outputs = parse_outputs(await asyncio.to_thread(ctx.datastore.get_outputs, namespace, name, run, int(attempt)))
+    except DatastoreError as exc:
+        if exc.status_code != 404:  # unavailable or refused: try again soon
+            log.warning("layer %s/%s: cannot read the outputs of %s: %s", namespace, name, wanted["run"], exc)
+            ctx.wake_layer(key, RETRY_SECONDS)
+            return
+        problem, readable, outputs = "are not in the datastore", False, {}
+    except OutputsUnreadable as exc:
+        problem, readable, outputs = str(exc), False, {}
+    if not readable:  # recorded all the same: retrying cannot bring them back; the next apply will
+        await post_event(ctx.kube, layer, "Warning", "OutputsMissing",
+                         f"the outputs of apply {wanted['run']} {problem}; the outputs Secret is left as it was")
+    secret = wanted.get("secret")
+    if readable and secret is not None and not await _write_secret(ctx, layer, secret, outputs, wanted["run"]):
+        ctx.wake_layer(key, RETRY_SECONDS)
+        return
+    patch = {"status": {"outputs": sorted(outputs), "outputsSync": wanted}}
+    try:
+        updated = await ctx.kube.merge_patch(crd_path("terraformlayers", namespace, name, "status"), patch)
+    except KubeError as exc:
+        log.warning("layer %s/%s: cannot record its outputs in the status: %s", namespace, name, exc)
+        ctx.wake_layer(key, RETRY_SECONDS)
+        return
+    ctx.inventory.layers.observe(updated)
+
+
+async def _write_secret(ctx: Context, layer: Body, secret: Body, outputs: Mapping[str, Any], run: str) -> bool:
+    """Create or replace the Secret; False (retried later) when it cannot be written now."""
+    namespace, secret_name = layer["metadata"]["namespace"], secret["name"]
+    where = path("v1", "secrets", namespace, secret_name)
+    body = secret_body(layer, secret_name, secret_data(outputs, secret.get("outputs")), run)
+    try:
+        existing = await ctx.kube.get(where)
+        if existing is None:
+            await ctx.kube.create(path("v1", "secrets", namespace), body)
+        elif not owned_by(existing, layer):
+            await post_event(ctx.kube, layer, "Warning", "OutputsSecretNotOwned",
+                             f"Secret {namespace}/{secret_name} exists and is not this layer's; its outputs are "
+                             "not written there (delete it or choose another writeOutputsToSecret.name)")
+            return False
+        else:
+            body["metadata"]["resourceVersion"] = existing["metadata"].get("resourceVersion")
+            await ctx.kube.replace(where, body)
+    except KubeError as exc:  # e.g. 403 without RBAC on Secrets; the API's message carries no Secret data
+        await post_event(ctx.kube, layer, "Warning", "OutputsSecretFailed",
+                         f"cannot write Secret {namespace}/{secret_name}: {exc.status} {exc.reason}")
+        return False
+    missing = missing_outputs(outputs, secret.get("outputs"))
+    if missing:
+        await post_event(ctx.kube, layer, "Warning", "OutputsMissing",
+                         f"writeOutputsToSecret.outputs names outputs apply {run} did not produce: "
+                         + ", ".join(missing))
+    await post_event(ctx.kube, layer, "Normal", "OutputsWritten",
+                     f"outputs of apply {run} written to Secret {namespace}/{secret_name}")
+    return True

@@ -1,0 +1,168 @@
+"""What a run is given: its inputs record in the datastore (`PUT …/runs/{run}/inputs`, admin-only write, read by
+that run's runner only), written by the controllers before they create the run (docs/architecture.md §9,
+§5.11; issue 24, design item 6).
+
+The runner reads no Secret and no ConfigMap: the controllers resolve `spec.varsFrom` (they already read Secrets)
+and hand the values over here, with the upstream outputs of `spec.dependsOn`. The record:
+
+- `digest`: the upstream inputs digest the run was created with (its `burrito-py.io/inputs-digest`), or null;
+- `variables`: the varsFrom values in order, then the upstream outputs (a later source wins; `spec.vars`, which
+  the runner reads from the layer, loses to all of them);
+- `sensitive`: the variables from upstream outputs marked sensitive; `secretVariables`: the sorted names of the
+  variables whose value came from a Secret (the runner masks both in its log; P3's plan views mask them);
+- `upstream`: the upstream outputs alone, so the record can be resolved again with fresh varsFrom values;
+- `error` (only when varsFrom could not be satisfied): why, naming kind, namespace, name and key, never a value.
+  A run that needs its variables fails with it, as it did when the runner read the Secret itself; the run
+  controller resolves the varsFrom again before a retry of such a run (`refresh_failed_inputs`), so a Secret
+  created meanwhile is found.
+
+Pure: `resolve_sources`, `build_record`. The rest reads the API and writes the datastore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from burrito_py.api.layer import VarsSource
+from burrito_py.kube.client import KubeError, path
+from burrito_py.runner.variables import VariablesError, source_values
+
+if TYPE_CHECKING:
+    from burrito_py.controllers.context import Context
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """The varsFrom values in order, the names that came from a Secret, and why they are incomplete."""
+
+    values: tuple[Mapping[str, str], ...] = ()
+    secret_names: frozenset[str] = frozenset()
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """The upstream outputs a run consumes (dependencies), as `dependencies.inputs_record` made them."""
+
+    digest: str | None = None
+    variables: Mapping[str, Any] = field(default_factory=dict)
+    sensitive: tuple[str, ...] = ()
+
+
+Read = Mapping[str, Any] | None | str  # the object, None (absent), or why it could not be read
+
+
+def resolve_sources(vars_from: Sequence[Mapping[str, Any]], namespace: str, objects: Sequence[Read]) -> Sources:
+    """Pure: each varsFrom entry's values from the object read for it (`objects[i]`)."""
+    values: list[Mapping[str, str]] = []
+    secret: set[str] = set()
+    for index, (entry, obj) in enumerate(zip(vars_from, objects, strict=True)):
+        try:
+            source = VarsSource.model_validate(entry)
+        except ValidationError:
+            return Sources(tuple(values), frozenset(secret), f"spec.varsFrom[{index}] is invalid")
+        if isinstance(obj, str):
+            return Sources(tuple(values), frozenset(secret), f"spec.varsFrom[{index}]: {obj}")
+        try:
+            found = source_values(source, namespace, index, obj)
+        except VariablesError as exc:  # names kind, namespace, name and key, never a value
+            return Sources(tuple(values), frozenset(secret), str(exc))
+        values.append(found)
+        secret = (secret - set(found)) | (set(found) if source.kind == "Secret" else set())
+    return Sources(tuple(values), frozenset(secret))
+
+
+def build_record(sources: Sources, upstream: Upstream) -> dict[str, Any]:
+    """Pure: the record (see the module docstring). A variable set by an upstream output is not from a Secret."""
+    variables: dict[str, Any] = {}
+    for values in sources.values:
+        variables.update(values)
+    variables.update(upstream.variables)
+    secret = sorted(name for name in sources.secret_names if name not in upstream.variables)
+    record: dict[str, Any] = {
+        "digest": upstream.digest,
+        "variables": variables,
+        "sensitive": sorted(upstream.sensitive),
+        "secretVariables": secret,
+        "upstream": dict(upstream.variables),
+    }
+    if sources.error is not None:
+        record["error"] = sources.error
+    return record
+
+
+def needs_record(layer: Mapping[str, Any], upstream: Upstream | None) -> bool:
+    return bool((layer.get("spec") or {}).get("varsFrom")) or upstream is not None
+
+
+async def read_sources(ctx: Context, layer: Mapping[str, Any]) -> Sources:
+    """Read the layer's varsFrom objects (in its namespace) and resolve them. A 5xx or an unreachable API
+    raises KubeError (decide again later); a missing object is for `optional` to judge; any other refusal is
+    the record's error."""
+    namespace = layer["metadata"]["namespace"]
+    vars_from = list((layer.get("spec") or {}).get("varsFrom") or ())
+    objects: list[Read] = []
+    for entry in vars_from:
+        kind = str(entry.get("kind") or "")
+        plural = "secrets" if kind == "Secret" else "configmaps"
+        try:
+            objects.append(await ctx.kube.get(path("v1", plural, namespace, str(entry.get("name") or ""))))
+        except KubeError as exc:
+            if exc.status is None or exc.status >= 500:
+                raise
+            objects.append(f"cannot read {kind} {namespace}/{entry.get('name')}: {exc.status} {exc.reason}")
+    return resolve_sources(vars_from, namespace, objects)
+
+
+async def store_record(ctx: Context, layer: Mapping[str, Any], run: str, record: Mapping[str, Any]) -> str | None:
+    """PUT the record under the run; None when stored, else why not (names only)."""
+    from burrito_py.datastore.client import DatastoreError
+
+    if ctx.datastore is None:
+        return None
+    namespace, name = layer["metadata"]["namespace"], layer["metadata"]["name"]
+    try:
+        await asyncio.to_thread(ctx.datastore.put_inputs, namespace, name, run,
+                                json.dumps(record, sort_keys=True).encode())
+    except DatastoreError as exc:
+        log.warning("layer %s/%s: cannot store the inputs of run %s: %s", namespace, name, run, exc)
+        return f"the inputs of run {run} could not be stored in the datastore: {exc}"
+    return None
+
+
+async def put_run_inputs(ctx: Context, layer: Mapping[str, Any], run: str, upstream: Upstream | None) -> str | None:
+    """Resolve the layer's varsFrom and store the run's record with `upstream` (None: it consumes none). Nothing
+    is stored for a layer without either."""
+    if not needs_record(layer, upstream):
+        return None
+    sources = await read_sources(ctx, layer)
+    return await store_record(ctx, layer, run, build_record(sources, upstream or Upstream()))
+
+
+async def refresh_failed_inputs(ctx: Context, layer: Mapping[str, Any], run: str) -> None:
+    """Before a retry: a record whose varsFrom could not be satisfied is resolved again (its upstream part is
+    kept), so a Secret created since is found, as when the runner read it at each attempt."""
+    from burrito_py.datastore.client import DatastoreError
+
+    if ctx.datastore is None or not (layer.get("spec") or {}).get("varsFrom"):
+        return
+    namespace, name = layer["metadata"]["namespace"], layer["metadata"]["name"]
+    try:
+        raw = await asyncio.to_thread(ctx.datastore.get_inputs, namespace, name, run)
+        record = json.loads(raw)
+    except (DatastoreError, ValueError):
+        return  # none (an older run) or unreadable: the attempt says so itself
+    if not isinstance(record, dict) or not record.get("error"):
+        return
+    upstream = Upstream(record.get("digest"), dict(record.get("upstream") or {}),
+                        tuple(str(n) for n in record.get("sensitive") or ()))
+    await store_record(ctx, layer, run, build_record(await read_sources(ctx, layer), upstream))

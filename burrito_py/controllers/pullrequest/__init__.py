@@ -1,0 +1,1 @@
+"""The TerraformPullRequest controller: `reconcile` (gather, decide, act) and `decide` (pure)."""

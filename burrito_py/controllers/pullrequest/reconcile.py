@@ -1,0 +1,393 @@
+"""TerraformPullRequest reconcile (docs/architecture.md §11.3): gather one snapshot, decide
+(`pull_request_decisions.decide_pull_request`), then act: discard runs, create runs, write the status, publish the
+comment and commit statuses.
+
+Gathering holds the I/O the decision needs: when the head moved, the head is fetched into the repository's own
+mirror, its source archive stored and its affected layers found (`pullrequests.affected`); a finished run's plan,
+log tail and policy verdict are read from the datastore once (kept in `PullRequestMemory`).
+
+Publishing never blocks planning: a provider that refuses or is down gives `Published=False` and a retry, the
+runs go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers import metrics
+from burrito_py.controllers.context import Context
+from burrito_py.controllers.layer.dependencies import dependency_snapshot, upstream_inputs
+from burrito_py.controllers.layer.dependency_decisions import judge_dependencies
+from burrito_py.controllers.layer.run_inputs import Upstream, put_run_inputs
+from burrito_py.controllers.pullrequest.decide import (
+    PlanOutcome,
+    PullRequestDecision,
+    PullRequestSnapshot,
+    RunFacts,
+    decide_pull_request,
+)
+from burrito_py.controllers.repository.reconcile import credentials_of, ensure_source, mirror_for
+from burrito_py.git.allowed_hosts import HostNotAllowed
+from burrito_py.git.credentials import CredentialsError as GitCredentialsError
+from burrito_py.git.mirror import GitError
+from burrito_py.kube.client import KubeError, crd_path, path
+from burrito_py.kube.conditions import Cond, merge_conditions
+from burrito_py.kube.events import post_event
+from burrito_py.kube.inventory import Body, Key, key_of
+from burrito_py.kube.scheduler import slot_released
+from burrito_py.outbound import OutboundRefused
+from burrito_py.plans.model import PlanFormatError, parse_plan
+from burrito_py.pullrequests.affected import Affected, affected_layers
+from burrito_py.pullrequests.comment import GITEA_LIMIT, GITHUB_LIMIT, GITLAB_LIMIT, LOG_LINES, marker, render
+from burrito_py.pullrequests.credentials import (
+    CredentialsError,
+    TokenSource,
+    client_for,
+    default_api_url,
+    provider_token_source,
+)
+from burrito_py.pullrequests.providers import ProviderError, body_digest, publish
+from burrito_py.pullrequests.statuses import CommitStatus, commit_statuses
+from burrito_py.timeutil import format_time_precise, utcnow
+
+log = logging.getLogger(__name__)
+RETRY_SECONDS = 15.0
+LIMITS = {"github": GITHUB_LIMIT, "gitlab": GITLAB_LIMIT, "gitea": GITEA_LIMIT}
+
+
+async def reconcile_pull_request(ctx: Context, key: Key) -> None:
+    started = time.perf_counter()
+    try:
+        await _reconcile(ctx, key)
+    except Exception:
+        metrics.RECONCILE_ERRORS.labels("pull_request").inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.labels("pull_request").observe(time.perf_counter() - started)
+
+
+def _settings(repository: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return ((repository or {}).get("spec") or {}).get("pullRequests") or {}
+
+
+async def _reconcile(ctx: Context, key: Key) -> None:
+    pull_request = ctx.inventory.pull_requests.get(key)
+    if pull_request is None or pull_request["metadata"].get("deletionTimestamp"):
+        return
+    namespace, name = key
+    spec: Mapping[str, Any] = pull_request.get("spec") or {}
+    status: Mapping[str, Any] = pull_request.get("status") or {}
+    repository = ctx.inventory.repositories.get((namespace, str(spec.get("repository") or "")))
+    runs = [_facts(run) for run in ctx.inventory.runs_of_pull_request(namespace, name)]
+    # Only this namespace's layers are ever planned for it (a run's layer is in the run's namespace).
+    layers = {key_of(layer): str((layer.get("spec") or {}).get("path") or "") for layer in ctx.inventory.layers
+              if layer["metadata"]["namespace"] == namespace and not layer["metadata"].get("deletionTimestamp")}
+    open_ = spec.get("state", "open") == "open"
+    ready: Cond | None = None
+    if open_ and (repository is None or not _settings(repository).get("enabled")):
+        why = (f"TerraformRepository {namespace}/{spec.get('repository')} does not exist" if repository is None
+               else f"TerraformRepository {namespace}/{spec.get('repository')} does not plan pull requests "
+               "(spec.pullRequests.enabled)")
+        await _write_status(ctx, pull_request, dict(status), Cond("Ready", False, "RepositoryNotReady", why))
+        return
+    outcomes = await _outcomes(ctx, runs)
+    if any(run.state in ("Succeeded", "Failed") and run.attempt and run.name not in outcomes for run in runs):
+        ctx.wake_pull_request(key, RETRY_SECONDS)  # artifacts not readable yet (a log still being uploaded)
+    snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, outcomes)
+    decision = decide_pull_request(snap)
+    if decision.needs_affected:
+        assert repository is not None
+        try:
+            affected = await _affected(ctx, repository, spec)
+        except (GitError, GitCredentialsError, OutboundRefused) as exc:
+            reason = ("HostNotAllowed" if isinstance(exc, HostNotAllowed) else
+                      "AddressNotAllowed" if isinstance(exc, OutboundRefused) else "FetchFailed")
+            message = f"spec.repository.url: {exc}" if isinstance(exc, OutboundRefused) else str(exc)
+            before = [c for c in status.get("conditions") or () if c.get("type") == "Ready"]
+            await _write_status(ctx, pull_request, dict(status), Cond("Ready", False, reason, message))
+            if reason != "FetchFailed" and (not before or before[0].get("message") != message):
+                await post_event(ctx.kube, pull_request, "Warning", reason, message)
+            ctx.wake_pull_request(key, RETRY_SECONDS)
+            return
+        snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, snap.outcomes, affected)
+        decision = decide_pull_request(snap)
+    if open_:
+        ready = Cond("Ready", True, "HeadFetched", f"layers found at {str(spec.get('headSha'))[:12]}")
+    if not await _discard(ctx, namespace, decision.discard):
+        ctx.wake_pull_request(key, RETRY_SECONDS)
+    for layer_key, run in decision.create:
+        if not await _create_run(ctx, pull_request, layer_key, run):
+            ctx.wake_pull_request(key, RETRY_SECONDS)
+    new_status: Body = {**status, **decision.status}
+    if decision.status.get("headSha") != status.get("headSha"):
+        new_status["statuses"] = []  # a new head carries none of the statuses sent for the last one
+    published: Cond | None = None
+    if decision.results is not None and repository is not None:
+        published = await _publish(ctx, pull_request, repository, decision, new_status)
+        if not published.status:
+            ctx.wake_pull_request(key, RETRY_SECONDS)
+            before = [c for c in status.get("conditions") or () if c.get("type") == "Published"]
+            if not before or before[0].get("message") != published.message:
+                await post_event(ctx.kube, pull_request, "Warning", "PublishFailed", published.message)
+    await _write_status(ctx, pull_request, new_status, ready, published)
+
+
+def _facts(run: Mapping[str, Any]) -> RunFacts:
+    spec, status = run.get("spec") or {}, run.get("status") or {}
+    layer = spec.get("layer") or {}
+    message = next((str(c.get("message") or "") for c in status.get("conditions") or ()
+                    if c.get("type") == "HasSucceeded"), "")
+    last: Mapping[str, Any] = (status.get("attempts") or [{}])[-1]
+    return RunFacts(run["metadata"]["name"], (layer.get("namespace") or run["metadata"]["namespace"],
+                                              str(layer.get("name") or "")), status.get("state"), message,
+                    uid=str(run["metadata"].get("uid") or ""),
+                    attempt=len(status.get("attempts") or ()),
+                    json_sum=last.get("planJsonSum"), json_size=last.get("planJsonSize"))
+
+
+async def _affected(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str, Any]) -> Affected:
+    """Fetch the head into the repository's mirror, store its source archive, and find what it affects."""
+    meta = repository["metadata"]
+    source = (repository.get("spec") or {}).get("repository") or {}
+    credentials = await credentials_of(ctx, meta["namespace"], source.get("secretName"), source.get("url", ""))
+    mirror = mirror_for(ctx.settings.git_cache_dir, meta["namespace"], meta["name"], source.get("url", ""),
+                        ctx.settings.outbound_policy())
+    head = await asyncio.to_thread(mirror.fetch_pull_request, str(spec["provider"]), int(spec["number"]),
+                                   str(spec["headSha"]), credentials)
+    if await asyncio.to_thread(mirror.resolve, str(spec["base"])) is None:  # a branch no layer follows yet
+        await asyncio.to_thread(mirror.fetch, credentials)
+    changes = await asyncio.to_thread(mirror.pull_request_changes, str(spec["base"]), head)
+    await ensure_source(ctx, mirror, meta["namespace"], meta["name"], head)
+    # A pull request's runs live in its namespace (a run's layer must be in the run's own, §6.1): layers of other
+    # namespaces using this repository are not planned for it.
+    own = [layer for layer in ctx.inventory.layers if layer["metadata"]["namespace"] == meta["namespace"]]
+    return affected_layers(changes, own, (meta["namespace"], meta["name"]), str(spec["base"]))
+
+
+async def _outcomes(ctx: Context, runs: Sequence[RunFacts]) -> dict[str, PlanOutcome]:
+    """Each finished run's outcome, read once from the datastore (a run that cannot be read yet is left out and
+    shown as planning or failed until it can)."""
+    memory = ctx.pull_request_memory
+    found: dict[str, PlanOutcome] = {}
+    for run in runs:
+        if run.state not in ("Succeeded", "Failed") or run.attempt < 1:
+            continue
+        held = memory.outcomes.get(run.uid)
+        if held is None:
+            held = await _read_outcome(ctx, run)
+            if held is None:
+                continue
+            memory.outcomes[run.uid] = held
+        found[run.name] = held
+    return found
+
+
+async def _read_outcome(ctx: Context, run: RunFacts) -> PlanOutcome | None:
+    from burrito_py.datastore.client import DatastoreError, NotTheRecordedObject
+
+    if ctx.datastore is None:
+        return None
+    namespace, layer = run.layer
+    store = ctx.datastore
+    try:
+        if run.state == "Failed":
+            raw = await asyncio.to_thread(store.get_logs, namespace, layer, run.name, run.attempt)
+            tail = tuple(raw.decode(errors="replace").rstrip("\n").splitlines()[-LOG_LINES:])
+            return PlanOutcome("failed", run.message or "the plan failed", log_tail=tail)
+        limit = int(ctx.settings.max_plan_json_bytes)
+        if not run.json_sum or run.json_size is None or run.json_size > limit:
+            return PlanOutcome("failed", f"the plan JSON ({run.json_size} bytes) is above the {limit} bytes the "
+                               "controllers read, or was not recorded: it is not shown" if run.json_sum
+                               else "the plan JSON was not recorded by the controllers")
+        async with ctx.parse_budget.hold(run.json_size):
+            raw_json = await asyncio.to_thread(store.get_plan_verified, namespace, layer, run.name, run.attempt,
+                                               "json", limit, run.json_sum)
+            model = await asyncio.to_thread(parse_plan, raw_json)
+        pretty = await asyncio.to_thread(store.get_plan, namespace, layer, run.name, run.attempt, "pretty")
+    except NotTheRecordedObject as exc:
+        return PlanOutcome("failed", f"the plan JSON is not the one recorded: {exc}")
+    except DatastoreError as exc:
+        log.info("pull request run %s/%s: its artifacts cannot be read yet: %s", namespace, run.name, exc)
+        return None
+    except PlanFormatError as exc:
+        return PlanOutcome("failed", f"the plan JSON is invalid: {exc}")
+    verdict = None
+    body = ctx.inventory.layers.get(run.layer)
+    policies = await ctx.policies.for_layer(ctx.kube, body) if body is not None else []
+    if policies:
+        async with slot_released():  # as a layer's review (plan_review.py): bounded, holding no queue slot
+            verdict = (await ctx.sandbox.evaluate(policies, model, namespace=namespace,
+                                                  plan_sum=f"pull-request:{run.name}", drift_correction=False)).result
+    return PlanOutcome("planned", model.summary(), model, pretty.decode(errors="replace"), verdict=verdict)
+
+
+async def _discard(ctx: Context, namespace: str, runs: Sequence[RunFacts]) -> bool:
+    """The runs' artifacts, then the runs (their pods go with them). False when something is left for a retry."""
+    from burrito_py.datastore.client import DatastoreError
+
+    done = True
+    for run in runs:
+        try:
+            if ctx.datastore is not None:
+                await asyncio.to_thread(ctx.datastore.delete_run, run.layer[0], run.layer[1], run.name)
+            await ctx.kube.delete(crd_path("terraformruns", namespace, run.name))
+        except (DatastoreError, KubeError) as exc:
+            log.warning("pull request run %s/%s: cannot discard it yet: %s", namespace, run.name, exc)
+            done = False
+            continue
+        ctx.pull_request_memory.outcomes.pop(run.uid, None)
+    return done
+
+
+async def _create_run(ctx: Context, pull_request: Mapping[str, Any], layer_key: Key, name: str) -> bool:
+    """One plan-only run at the head; its upstream outputs first when the layer reads some (§5.11). False when it
+    has to wait (the outputs could not be stored)."""
+    meta, spec = pull_request["metadata"], pull_request.get("spec") or {}
+    layer = ctx.inventory.layers.get(layer_key)
+    if layer is None:
+        return True
+    annotations = {ann.RUN_CREATED_AT: format_time_precise(utcnow())}
+    snapshot = await dependency_snapshot(ctx, layer)
+    verdict = judge_dependencies(snapshot) if snapshot is not None else None
+    upstream: Upstream | None = None
+    if verdict is not None and verdict.inputs_digest is not None and verdict.inputs:
+        consumed = await upstream_inputs(ctx, verdict)
+        if isinstance(consumed, str):
+            return False
+        upstream = consumed
+        annotations[ann.RUN_INPUTS_DIGEST] = verdict.inputs_digest
+    # The same inputs path as the layer's runs (run_inputs.py): today a pull request's plan gets the layer's
+    # varsFrom values, as when its runner read them itself (issue 24, P2, changes what pull requests get).
+    if await put_run_inputs(ctx, layer, name, upstream) is not None:
+        return False
+    body = {
+        "apiVersion": ann.API_VERSION, "kind": "TerraformRun",
+        "metadata": {
+            "name": name, "namespace": meta["namespace"],
+            "labels": {ann.LABEL_PULL_REQUEST: ann.layer_label(meta["name"])},
+            "annotations": annotations,
+            "ownerReferences": [{"apiVersion": pull_request.get("apiVersion", ann.API_VERSION),
+                                 "kind": "TerraformPullRequest", "name": meta["name"], "uid": meta["uid"],
+                                 "blockOwnerDeletion": True}],
+        },
+        "spec": {"action": "plan", "layer": {"name": layer_key[1], "namespace": layer_key[0],
+                                             "revision": spec["headSha"]},
+                 "pullRequest": meta["name"]},
+    }
+    try:
+        created = await ctx.kube.create(crd_path("terraformruns", meta["namespace"]), body)
+    except KubeError as exc:
+        if exc.status == 409:
+            return True  # a retried create: the name is the run's for this head
+        raise
+    ctx.inventory.runs.observe(created)
+    ctx.wake_run(key_of(created))
+    return True
+
+
+async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Mapping[str, Any],
+                   decision: PullRequestDecision, status: Body) -> Cond:
+    """Render and publish (comment, commit statuses); records what was published into `status`."""
+    assert decision.results is not None
+    spec = pull_request.get("spec") or {}
+    provider = str(spec["provider"])
+    settings = _settings(repository)
+    limit = int(settings.get("commentLimit") or LIMITS[provider])
+    body = render(decision.results, limit)
+    statuses = commit_statuses(decision.results)
+    head = str(spec["headSha"])
+    sent = {s["context"]: CommitStatus(s["context"], s["state"], s.get("description", ""))
+            for s in status.get("statuses") or ()}
+    comment = status.get("comment") or {}
+    if comment.get("digest") == body_digest(body) and all(sent.get(s.context) == s for s in statuses):
+        metrics.PULL_REQUEST_PROVIDER_CALLS.observe(0)  # nothing changed: not a call
+        return Cond("Published", True, "Published", "the comment and statuses are up to date")
+    outbound = ctx.settings.outbound_policy()
+    try:
+        api_url = str(settings.get("apiUrl") or default_api_url(
+            provider, str(((repository.get("spec") or {}).get("repository") or {}).get("url") or "")))
+        tokens = await _tokens(ctx, repository, provider, api_url)
+        # An App's token exchange is the first call: in the thread, as every call to the provider.
+        client = await asyncio.to_thread(client_for, provider, api_url, str(spec["project"]), int(spec["number"]),
+                                         tokens, outbound=outbound)
+    except HostNotAllowed as exc:  # before any call: the credentials never left
+        return Cond("Published", False, "HostNotAllowed", str(exc))
+    except OutboundRefused as exc:
+        return Cond("Published", False, "AddressNotAllowed", f"{_api_field(settings)}: {exc}")
+    except ProviderError as exc:
+        return Cond("Published", False, "ProviderError", str(exc))
+    except (CredentialsError, GitCredentialsError, ValueError) as exc:
+        return Cond("Published", False, "CredentialsInvalid", str(exc))
+    try:
+        done = await asyncio.to_thread(
+            publish, client, marker(decision.results.repository, decision.results.number), body,
+            comment.get("id"), comment.get("digest"), head, statuses, sent)
+    except OutboundRefused as exc:
+        return Cond("Published", False, "AddressNotAllowed", f"{_api_field(settings)}: {exc}")
+    except ProviderError as exc:
+        return Cond("Published", False, "ProviderError", str(exc))
+    finally:
+        client.close()
+    metrics.PULL_REQUEST_PROVIDER_CALLS.observe(done.calls)
+    status["comment"] = {"id": done.comment_id, "digest": body_digest(body)} if done.comment_id else None
+    status["statuses"] = [{"context": s.context, "state": s.state, "description": s.description}
+                          for s in sorted(done.sent.values(), key=lambda s: s.context)]
+    if any(done.sent.get(s.context) != s for s in statuses):
+        ctx.wake_pull_request(key_of(pull_request), 1.0)  # statuses beyond this update's call budget: next
+    return Cond("Published", True, "Published", "the comment and statuses are up to date")
+
+
+def _api_field(settings: Mapping[str, Any]) -> str:
+    """Which field a refusal of the API's destination is about."""
+    return "spec.pullRequests.apiUrl" if settings.get("apiUrl") else "spec.repository.url (the default apiUrl)"
+
+
+async def _tokens(ctx: Context, repository: Mapping[str, Any], provider: str, api_url: str) -> TokenSource:
+    """The token source for `api_url`; HostNotAllowed when the Secret's `allowedHosts` does not name its host."""
+    meta = repository["metadata"]
+    source = (repository.get("spec") or {}).get("repository") or {}
+    secret_name = source.get("secretName")
+    secret = None
+    if secret_name:
+        try:
+            secret = await ctx.kube.get(path("v1", "secrets", meta["namespace"], secret_name))
+        except KubeError as exc:
+            raise CredentialsError(f"cannot read Secret {meta['namespace']}/{secret_name}: {exc.status} "
+                                   f"{exc.reason}") from None
+    version = str(((secret or {}).get("metadata") or {}).get("resourceVersion") or "")
+    # The API URL is part of the key: a source (an App's cached installation token) never serves another URL.
+    cache_key = (meta["namespace"], str(secret_name or ""), version, provider, api_url)
+    held = ctx.pull_request_memory.tokens.get(cache_key)
+    if held is None:
+        held = provider_token_source(secret, provider, api_url, str(secret_name or ""),
+                                     field=_api_field(_settings(repository)), outbound=ctx.settings.outbound_policy())
+        ctx.pull_request_memory.tokens[cache_key] = held
+    return held
+
+
+async def _write_status(ctx: Context, pull_request: Mapping[str, Any], status: Body, *conditions: Cond | None
+                        ) -> None:
+    """Write `status` when it differs; conditions not computed this time keep what they said."""
+    old = pull_request.get("status") or {}
+    computed = {c.type: c for c in conditions if c is not None}
+    kept = [Cond(str(c.get("type")), c.get("status") == "True", str(c.get("reason") or ""), str(c.get("message") or ""))
+            for c in old.get("conditions") or () if c.get("type") not in computed]
+    status = {k: v for k, v in status.items() if v is not None}  # unset, as the API stores it
+    status["conditions"] = merge_conditions(old.get("conditions"), [*kept, *computed.values()], utcnow())
+    if status == old:
+        return
+    meta = pull_request["metadata"]
+    try:
+        updated = await ctx.kube.merge_patch(
+            crd_path("terraformpullrequests", meta["namespace"], meta["name"], "status"),
+            {"status": {**{k: None for k in old if k not in status}, **status}})
+    except KubeError as exc:
+        if exc.status == 404:
+            return
+        raise
+    ctx.inventory.pull_requests.observe(updated)

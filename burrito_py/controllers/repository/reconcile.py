@@ -1,0 +1,243 @@
+"""TerraformRepository reconcile (docs/architecture.md §8): fetch the mirror, resolve the branches its layers use,
+store one source archive per tree, and tell each layer its `branch-commit` / `relevant-commit`.
+
+Git work is blocking, so it runs in a thread; one fetch serves every layer of the repository.
+Credentials come from the Secret named in `spec.repository.secretName`, read at each reconcile (so a fixed
+Secret is used at the next poll) and handed to that one fetch; a missing Secret or key fails the sync with a
+message naming the Secret and the key, never a value. A Secret whose `allowedHosts` does not name the URL's host
+gives `HostNotAllowed`, and a destination the outbound address guard refuses `AddressNotAllowed`: in both cases
+nothing is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers import metrics
+from burrito_py.controllers.context import Context
+from burrito_py.controllers.layer.validation import cross_namespace_problem
+from burrito_py.controllers.repository.webhook_keys import CONDITION as WEBHOOKS
+from burrito_py.controllers.repository.webhook_keys import webhook_entry
+from burrito_py.git.allowed_hosts import HostNotAllowed
+from burrito_py.git.credentials import CredentialsError, GitCredentials, credentials_from_secret
+from burrito_py.git.mirror import GitError, GitMirror
+from burrito_py.git.paths import Change
+from burrito_py.git.relevance import decide_layer_commits, diff_base
+from burrito_py.git.urls import is_file_url, url_policy_problem
+from burrito_py.kube.client import KubeError, crd_path, path
+from burrito_py.kube.conditions import Cond, merge_conditions
+from burrito_py.kube.events import post_event
+from burrito_py.kube.inventory import Body, Key, key_of
+from burrito_py.outbound import OutboundPolicy, OutboundRefused
+from burrito_py.timeutil import format_time_precise, utcnow
+
+log = logging.getLogger(__name__)
+# kubernetes_asyncio's REST client logs every response body at DEBUG, and we read Secrets with it: keep that
+# logger at INFO so turning on debug logging can never print git credentials.
+logging.getLogger("kubernetes_asyncio.client.rest").setLevel(logging.INFO)
+_mirrors: dict[tuple[Path, str, OutboundPolicy], GitMirror] = {}
+
+
+def mirror_for(cache_dir: Path, namespace: str, name: str, url: str, outbound: OutboundPolicy) -> GitMirror:
+    """The repository's own mirror, `<cache>/<namespace>/<name>/<slug>-<hash(url)>.git`: never shared with a
+    repository of another namespace (or another name), so no fetch, credential or failure of one can hand its
+    objects to the other. Its fetches reach only what `outbound` (the controllers' address guard) allows."""
+    cache_dir = cache_dir / namespace / name
+    key = (cache_dir, url, outbound)
+    if key not in _mirrors:
+        _mirrors[key] = GitMirror(cache_dir, url, outbound=outbound)
+    return _mirrors[key]
+
+
+async def reconcile_repository(ctx: Context, key: Key) -> None:
+    started = time.perf_counter()
+    try:
+        await _reconcile(ctx, key)
+    except Exception:
+        metrics.RECONCILE_ERRORS.labels("repository").inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.labels("repository").observe(time.perf_counter() - started)
+        if ctx.inventory.repositories.get(key) is not None:  # a deleted one is not polled any more
+            ctx.wake_repository(key, ctx.settings.repository_poll_interval)
+
+
+async def _reconcile(ctx: Context, key: Key) -> None:
+    repository = ctx.inventory.repositories.get(key)
+    if repository is None or repository["metadata"].get("deletionTimestamp"):
+        if ctx.webhook_keys is not None:  # its webhook key goes with it
+            await ctx.webhook_keys.publish(ctx, key, None, Cond(WEBHOOKS, False, "Deleted"))
+        return
+    namespace, name = key
+    webhooks = await publish_webhook_key(ctx, repository)
+    source = (repository.get("spec") or {}).get("repository") or {}
+    url = source.get("url", "")
+    # Layers of other namespaces count only when the operator allows it (their own reconcile says why not).
+    layers = [
+        layer
+        for layer in ctx.inventory.layers_of_repository(namespace, name)
+        if cross_namespace_problem(layer, ctx.settings) is None
+    ]
+    branches = sorted({(layer.get("spec") or {}).get("branch", "") for layer in layers} - {""})
+    now = utcnow()
+    refused = url_policy_problem(url, ctx.settings.allow_file_repositories)
+    if refused:
+        await _fail(ctx, repository, branches, "FileURLNotAllowed" if is_file_url(url) else "InvalidURL", refused, now,
+                    webhooks)
+        for layer in layers:
+            ctx.wake_layer(key_of(layer))
+        return
+    try:
+        credentials = await credentials_of(ctx, namespace, source.get("secretName"), url)
+    except CredentialsError as exc:  # messages name the Secret and key only
+        reason = "HostNotAllowed" if isinstance(exc, HostNotAllowed) else "CredentialsInvalid"
+        await _fail(ctx, repository, branches, reason, str(exc), now, webhooks)
+        return
+    mirror = mirror_for(ctx.settings.git_cache_dir, namespace, name, url, ctx.settings.outbound_policy())
+    try:
+        await asyncio.to_thread(mirror.fetch, credentials)
+        metrics.GIT_FETCHES.labels(f"{namespace}/{name}").inc()
+    except OutboundRefused as exc:  # nothing was sent: the message names the host and the settings
+        await _fail(ctx, repository, branches, "AddressNotAllowed", f"spec.repository.url: {exc}", now, webhooks)
+        return
+    except GitError as exc:
+        # GitError messages are sanitized: no credentials
+        await _fail(ctx, repository, branches, "FetchFailed", str(exc), now, webhooks)
+        return
+
+    entries = []
+    for branch in branches:
+        head = await asyncio.to_thread(mirror.resolve, branch)
+        branch_layers = [layer for layer in layers if (layer.get("spec") or {}).get("branch") == branch]
+        if head is None:
+            entries.append(_branch_entry(branch, None, now, f'branch "{branch}" does not exist in {url}'))
+            for layer in branch_layers:
+                ctx.wake_layer(key_of(layer))
+            continue
+        head_date = await asyncio.to_thread(mirror.commit_date, head)
+        await ensure_source(ctx, mirror, namespace, name, head)
+        patches = await asyncio.to_thread(_branch_patches, mirror, branch_layers, head, head_date)
+        for layer, patch in patches:
+            await _annotate_layer(ctx, layer, patch)
+        entries.append(_branch_entry(branch, head, now, "Synced"))
+    await _write_status(ctx, repository, "Synced", entries, Cond("Synced", True, "FetchSucceeded", ""), now,
+                        webhooks)
+
+
+async def publish_webhook_key(ctx: Context, repository: Body) -> Cond:
+    """Publish (or withdraw) the repository's webhook key for the server; its `Webhooks` condition."""
+    entry, condition = await webhook_entry(ctx, repository)
+    if ctx.webhook_keys is None:
+        return condition
+    return await ctx.webhook_keys.publish(ctx, key_of(repository), entry, condition)
+
+
+async def credentials_of(ctx: Context, namespace: str, secret_name: str | None, url: str) -> GitCredentials | None:
+    """The git credentials of the repository's Secret; CredentialsError when the Secret cannot give them."""
+    if not secret_name:
+        return None
+    try:
+        secret = await ctx.kube.get(path("v1", "secrets", namespace, secret_name))
+    except KubeError as exc:  # e.g. 403 without RBAC on Secrets; the API's message carries no Secret data
+        raise CredentialsError(f"cannot read Secret {namespace}/{secret_name}: {exc.status} {exc.reason}") from None
+    if secret is None:
+        raise CredentialsError(f"Secret {namespace}/{secret_name} (spec.repository.secretName) does not exist")
+    return credentials_from_secret(secret, url)
+
+
+async def _fail(ctx: Context, repository: Body, branches: list[str], reason: str, message: str, now: datetime,
+                webhooks: Cond) -> None:
+    entries = [_branch_entry(b, None, now, f"fetch failed: {message}") for b in branches]
+    await _write_status(ctx, repository, "SyncNeeded", entries, Cond("Synced", False, reason, message), now,
+                        webhooks)
+
+
+def _branch_entry(branch: str, head: str | None, now: datetime, outcome: str) -> Body:
+    # Sub-second: a webhook's sync request in the same second as this fetch's start must still be told
+    # apart (before it: satisfied; after it: fetch again).
+    entry: Body = {"name": branch, "lastSyncDate": format_time_precise(now), "lastSyncStatus": outcome}
+    if head:
+        entry["latestRev"] = head
+    return entry
+
+
+async def ensure_source(ctx: Context, mirror: GitMirror, namespace: str, name: str, revision: str) -> None:
+    """Upload the revision's archive once per tree (sources are content-addressed by tree id)."""
+    store = ctx.datastore
+    if store is None or await asyncio.to_thread(store.has_source, namespace, name, revision):
+        return
+    tree = await asyncio.to_thread(mirror.tree_id, revision)
+    if await asyncio.to_thread(store.has_tree, namespace, name, tree):
+        await asyncio.to_thread(store.put_source, namespace, name, revision, tree, None)
+        return
+    with tempfile.TemporaryDirectory(prefix="burrito-py-archive-") as tmp:
+        archive = Path(tmp) / "source.tar.gz"
+        await asyncio.to_thread(mirror.archive, revision, archive)
+        await asyncio.to_thread(store.put_source, namespace, name, revision, tree, archive)
+
+
+def _branch_patches(
+    mirror: GitMirror, layers: list[Body], head: str, head_date: datetime
+) -> list[tuple[Body, dict[str, str]]]:
+    """Each layer's annotation patch for a new head, layers with a relevant change first (they are the ones
+    waiting to plan). Layers usually share their diff base, so each diff runs once, not once per layer."""
+    diffs: dict[str, list[Change]] = {}
+
+    def changes(base: str) -> list[Change]:
+        if base not in diffs:
+            diffs[base] = mirror.changes(base, head)
+        return diffs[base]
+
+    patches = []
+    for layer in layers:
+        annotations = layer["metadata"].get("annotations") or {}
+        spec = layer.get("spec") or {}
+        base = diff_base(annotations)
+        found = changes(base) if base and base != head else ([] if base else None)
+        try:
+            patch = decide_layer_commits(
+                annotations, head, head_date, found, spec.get("path", ""), spec.get("additionalTriggerPaths") or ()
+            )
+        except ValueError as exc:  # an invalid path; the CRD schema normally refuses it first
+            log.warning("layer %s/%s: %s", layer["metadata"]["namespace"], layer["metadata"]["name"], exc)
+            continue
+        if patch:
+            patches.append((layer, patch))
+    patches.sort(key=lambda item: ann.RELEVANT_COMMIT not in item[1])
+    return patches
+
+
+async def _annotate_layer(ctx: Context, layer: Body, patch: dict[str, str]) -> None:
+    meta = layer["metadata"]
+    updated = await ctx.kube.merge_patch(
+        crd_path("terraformlayers", meta["namespace"], meta["name"]), {"metadata": {"annotations": patch}}
+    )
+    ctx.inventory.layers.observe(updated)
+    ctx.wake_layer(key_of(updated))
+
+
+async def _write_status(
+    ctx: Context, repository: Body, state: str, branches: list[Body], synced: Cond, now: datetime, webhooks: Cond
+) -> None:
+    old = repository.get("status") or {}
+    status = {
+        "state": state,
+        "branches": branches,
+        "conditions": merge_conditions(old.get("conditions"), (synced, webhooks), now),
+    }
+    if all(status[k] == old.get(k) for k in status):
+        return
+    meta = repository["metadata"]
+    updated = await ctx.kube.merge_patch(
+        crd_path("terraformrepositories", meta["namespace"], meta["name"], "status"), {"status": status}
+    )
+    ctx.inventory.repositories.observe(updated)
+    old_synced = next((c for c in old.get("conditions") or () if c.get("type") == "Synced"), None)
+    if not synced.status and (old_synced is None or old_synced.get("message") != synced.message):
+        await post_event(ctx.kube, repository, "Warning", synced.reason, synced.message)

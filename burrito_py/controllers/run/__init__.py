@@ -1,0 +1,1 @@
+"""The TerraformRun controller: `reconcile`, `decide` (pure), runner pods, Leases, isolation and results."""

@@ -1,0 +1,258 @@
+"""What a TerraformRun needs next (docs/architecture.md §6): conditions, state and effects as pure functions.
+
+`retries` counts the attempts that failed. A run gets `1 + maxRetries` attempts; after the n-th
+failure it waits `failureGracePeriod * 2^(n-1)` (capped) before the next one.
+
+One failure is never retried: an apply the runner refused because Terraform called its saved plan stale (exit
+code 5, termination message `stale plan: …`). The same plan would fail again; the run ends `Failed` with the
+HasSucceeded reason `StalePlan` and the layer plans again (docs/architecture.md §5.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from burrito_py.kube.conditions import Cond
+from burrito_py.timeutil import parse_time
+
+RunStateName = Literal["Initial", "Running", "Retrying", "FailureGracePeriod", "Succeeded", "Failed"]
+RUN_STATES: tuple[RunStateName, ...] = (
+    "Initial",
+    "Running",
+    "Retrying",
+    "FailureGracePeriod",
+    "Succeeded",
+    "Failed",
+)
+TERMINAL: frozenset[str] = frozenset({"Succeeded", "Failed"})
+ACTIVE_POD_PHASES = frozenset({"Pending", "Running"})
+# The runner's exit code and termination message prefix for an apply of a stale plan (the contract with it).
+STALE_PLAN_EXIT_CODE = 5
+STALE_PLAN_PREFIX = "stale plan: "
+STALE_PLAN = "StalePlan"
+
+
+def is_stale_plan(exit_code: int | None, message: str) -> bool:
+    return exit_code == STALE_PLAN_EXIT_CODE or message.startswith(STALE_PLAN_PREFIX)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptView:
+    number: int
+    pod_name: str
+    started_at: str | None
+    finished_at: str | None = None
+    exit_code: int | None = None
+    logs_uploaded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    name: str
+    phase: str | None
+    exit_code: int | None = None
+    message: str = ""
+    finished_at: str | None = None
+    # The watch saw this pod deleted (a DELETE event): it is gone, whatever its last phase was.
+    gone: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_retries: int = 3
+    grace_base: timedelta = timedelta(seconds=15)
+    grace_cap: timedelta = timedelta(hours=1)
+    # How long a just-created runner pod may be missing from the watch before we call it lost.
+    pod_appearance_grace: timedelta = timedelta(seconds=60)
+
+    def backoff(self, retries: int) -> timedelta:
+        if retries <= 0:
+            return timedelta(0)
+        # Cap the exponent too: 2**retries overflows timedelta long before the cap matters.
+        factor: int = 2 ** min(retries - 1, 30)
+        return min(self.grace_base * factor, self.grace_cap)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSnapshot:
+    state: str | None
+    retries: int
+    attempts: tuple[AttemptView, ...]
+    pod: PodView | None  # the runner pod of the latest attempt, as last observed
+    policy: RetryPolicy
+    # The HasSucceeded message as stored: a run that ended keeps why (the layer's lastResult shows it).
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FinishAttempt:
+    number: int
+    succeeded: bool
+    exit_code: int | None
+    finished_at: str | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunDecision:
+    state: RunStateName
+    retries: int
+    conditions: tuple[Cond, ...]
+    finish: FinishAttempt | None = None
+    start_attempt: int | None = None
+    upload_logs: tuple[int, ...] = ()
+    release_lease: bool = False
+    requeue_after: timedelta | None = None
+    message: str = ""
+
+
+def _observe_latest(snap: RunSnapshot, now: datetime) -> FinishAttempt | None:
+    """The latest attempt's outcome if it has just ended (its pod terminated or vanished)."""
+    latest = snap.attempts[-1]
+    if latest.finished_at is not None:
+        return None
+    pod = snap.pod
+    if pod is not None and pod.name == latest.pod_name and pod.gone:
+        return FinishAttempt(latest.number, False, None, None, f"runner pod {latest.pod_name} disappeared (deleted)")
+    if pod is not None and pod.name == latest.pod_name:
+        if pod.phase in ACTIVE_POD_PHASES or pod.phase is None:
+            return None
+        succeeded = pod.phase == "Succeeded"
+        return FinishAttempt(latest.number, succeeded, pod.exit_code, pod.finished_at, pod.message)
+    started = parse_time(latest.started_at)
+    if started is not None and now - started < snap.policy.pod_appearance_grace:
+        return None  # created moments ago; the watch has not shown it to us yet
+    return FinishAttempt(latest.number, False, None, None, f"runner pod {latest.pod_name} disappeared")
+
+
+def _appearance_deadline(snap: RunSnapshot, now: datetime) -> timedelta | None:
+    """While the latest attempt's pod has not been seen, look again when its appearance grace ends: a pod
+    that never shows up is then a failed attempt, found without waiting for the periodic resync."""
+    latest = snap.attempts[-1]
+    if snap.pod is not None and snap.pod.name == latest.pod_name:
+        return None
+    started = parse_time(latest.started_at)
+    if started is None:
+        return None
+    return max(started + snap.policy.pod_appearance_grace - now, timedelta(0)) + timedelta(seconds=1)
+
+
+def decide_run(snap: RunSnapshot, now: datetime) -> RunDecision:
+    policy = snap.policy
+    pending_logs = tuple(a.number for a in snap.attempts if (a.finished_at is not None and not a.logs_uploaded))
+    if snap.state in TERMINAL:
+        state: RunStateName = "Succeeded" if snap.state == "Succeeded" else "Failed"
+        stale = state == "Failed" and bool(snap.attempts) and is_stale_plan(snap.attempts[-1].exit_code, snap.message)
+        return RunDecision(
+            state,
+            snap.retries,
+            _conditions(state, snap.retries, policy, None, snap.message, stale=stale),
+            upload_logs=pending_logs,
+            release_lease=True,
+            message=snap.message,
+        )
+
+    if not snap.attempts:
+        return RunDecision("Initial", 0, _conditions("Initial", 0, policy, None), start_attempt=1)
+
+    latest = snap.attempts[-1]
+    finish = _observe_latest(snap, now)
+    retries = snap.retries
+    if finish is not None:
+        pending_logs = (*pending_logs, finish.number)
+        if not finish.succeeded:
+            retries += 1
+        succeeded, finished_at = finish.succeeded, parse_time(finish.finished_at) or now
+    elif latest.finished_at is not None:
+        succeeded = latest.exit_code == 0
+        finished_at = parse_time(latest.finished_at) or now
+    else:
+        return RunDecision(
+            "Running",
+            retries,
+            _conditions("Running", retries, policy, None),
+            upload_logs=pending_logs,
+            requeue_after=_appearance_deadline(snap, now),
+        )
+
+    if succeeded:
+        return RunDecision(
+            "Succeeded",
+            retries,
+            _conditions("Succeeded", retries, policy, None),
+            finish=finish,
+            upload_logs=pending_logs,
+            release_lease=True,
+        )
+    message = finish.message if finish is not None else ""
+    exit_code = finish.exit_code if finish is not None else latest.exit_code
+    stale = is_stale_plan(exit_code, message)
+    if retries > policy.max_retries or stale:
+        return RunDecision(
+            "Failed",
+            retries,
+            _conditions("Failed", retries, policy, None, message, stale=stale),
+            finish=finish,
+            upload_logs=pending_logs,
+            release_lease=True,
+            message=message,
+        )
+    retry_at = finished_at + policy.backoff(retries)
+    if now < retry_at:
+        return RunDecision(
+            "FailureGracePeriod",
+            retries,
+            _conditions("FailureGracePeriod", retries, policy, retry_at, message),
+            finish=finish,
+            upload_logs=pending_logs,
+            requeue_after=retry_at - now,
+            message=message,
+        )
+    return RunDecision(
+        "Retrying",
+        retries,
+        _conditions("Retrying", retries, policy, None, message),
+        finish=finish,
+        upload_logs=pending_logs,
+        start_attempt=latest.number + 1,
+        message=message,
+    )
+
+
+def _conditions(
+    state: RunStateName,
+    retries: int,
+    policy: RetryPolicy,
+    retry_at: datetime | None,
+    message: str = "",
+    *,
+    stale: bool = False,
+) -> tuple[Cond, ...]:
+    limit = retries > policy.max_retries
+    failed_reason = STALE_PLAN if stale else "RunFailed"
+    return (
+        Cond("HasStatus", True, "StatusKnown"),
+        Cond(
+            "HasReachedRetryLimit",
+            limit,
+            "RetryLimitReached" if limit else "RetriesAvailable",
+            f"{retries} failed attempt(s), {policy.max_retries} retries allowed",
+        ),
+        Cond(
+            "HasSucceeded",
+            state == "Succeeded",
+            "RunSucceeded"
+            if state == "Succeeded"
+            else (failed_reason if state in ("Failed", "FailureGracePeriod", "Retrying") else "NotFinished"),
+            message,
+        ),
+        Cond("IsRunning", state == "Running", "RunnerPodActive" if state == "Running" else "NoActivePod"),
+        Cond(
+            "IsInFailureGracePeriod",
+            retry_at is not None,
+            "WaitingBeforeRetry" if retry_at is not None else "NotWaiting",
+            f"next attempt after {retry_at.isoformat()}" if retry_at is not None else "",
+        ),
+    )

@@ -1,0 +1,510 @@
+"""TerraformRun reconcile: runner pods per attempt, retries with backoff, the layer Lease, logs (and the
+provider mirror fallbacks they report: a counter and one Warning per attempt).
+
+Pods are watched (their events wake the run); the only timed wake-ups are the end of a failure
+grace period and a re-check while a run waits for its Lease, its pod budget or a sync window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers import metrics
+from burrito_py.controllers.context import Context
+from burrito_py.controllers.layer.run_inputs import refresh_failed_inputs
+from burrito_py.controllers.layer.sync_windows import Admission, pod_budget_allows
+from burrito_py.controllers.layer.validation import inherited, validate_layer
+from burrito_py.controllers.run import leases
+from burrito_py.controllers.run.decide import (
+    ACTIVE_POD_PHASES,
+    TERMINAL,
+    AttemptView,
+    FinishAttempt,
+    PodView,
+    RetryPolicy,
+    RunDecision,
+    RunSnapshot,
+    decide_run,
+)
+from burrito_py.controllers.run.isolation import refuse_run
+from burrito_py.controllers.run.pod_creation import (
+    EVENT_REASON,
+    PodCreation,
+    backoff,
+    pod_surely_absent,
+    wait_before_creating,
+)
+from burrito_py.controllers.run.pod_creation import condition as pod_creation_condition
+from burrito_py.controllers.run.results import FactsUnavailable, Recorded, facts_needed, gather_facts, record_result
+from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod, pod_name
+from burrito_py.kube.client import KubeError, crd_path, path
+from burrito_py.kube.conditions import Cond, merge_conditions
+from burrito_py.kube.events import post_event
+from burrito_py.kube.inventory import Body, Key
+from burrito_py.runner.mirror import fallback_lines
+from burrito_py.timeutil import format_time, parse_time, utcnow
+
+if TYPE_CHECKING:
+    from burrito_py.datastore.client import DatastoreClient
+
+log = logging.getLogger(__name__)
+WAIT_RECHECK = timedelta(seconds=5)
+
+
+def attempt_views(status: Mapping[str, Any]) -> tuple[AttemptView, ...]:
+    return tuple(
+        AttemptView(
+            int(a.get("number", i + 1)),
+            a.get("podName", ""),
+            a.get("startedAt"),
+            a.get("finishedAt"),
+            a.get("exitCode"),
+            bool(a.get("logsUploaded")),
+        )
+        for i, a in enumerate(status.get("attempts") or ())
+    )
+
+
+def pod_view(pod: Mapping[str, Any] | None) -> PodView | None:
+    if pod is None:
+        return None
+    status = pod.get("status") or {}
+    terminated: Mapping[str, Any] = {}
+    for container in status.get("containerStatuses") or ():
+        terminated = (container.get("state") or {}).get("terminated") or {}
+    return PodView(
+        pod["metadata"]["name"],
+        status.get("phase"),
+        terminated.get("exitCode"),
+        str(terminated.get("message") or terminated.get("reason") or "").strip()[-500:],
+        terminated.get("finishedAt"),
+    )
+
+
+def _pod_active(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in (None, *ACTIVE_POD_PHASES)
+
+
+def active_runner_pods(ctx: Context, repository: Mapping[str, Any] | None) -> int:
+    """Runner pods not yet finished among the layers of `repository`."""
+    if repository is None:
+        return 0
+    meta = repository["metadata"]
+    layers = {
+        (layer["metadata"]["namespace"], ann.layer_label(layer["metadata"]["name"]))
+        for layer in ctx.inventory.layers_of_repository(meta["namespace"], meta["name"])
+    }
+    count = 0
+    for pod in ctx.inventory.pods:
+        labels = pod["metadata"].get("labels") or {}
+        if (pod["metadata"]["namespace"], labels.get(ann.LABEL_LAYER)) in layers and _pod_active(pod):
+            count += 1
+    return count
+
+
+def admission(
+    ctx: Context, run: Mapping[str, Any], layer: Mapping[str, Any], repository: Mapping[str, Any] | None, now: datetime
+) -> Admission:
+    # Sync windows are decided by the layer controller before it creates a run (docs/architecture.md §5.8):
+    # an attempt of a run already created is never held back by a window.
+    spec = (repository or {}).get("spec") or {}
+    return pod_budget_allows(
+        active_runner_pods(ctx, repository),
+        spec.get("maxConcurrentRunnerPods"),
+        active_total=sum(1 for pod in ctx.inventory.pods if _pod_active(pod)),
+        max_total=ctx.settings.max_concurrent_runner_pods,
+    )
+
+
+async def reconcile_run(ctx: Context, key: Key) -> None:
+    started = time.perf_counter()
+    try:
+        await _reconcile(ctx, key)
+    except KubeError as error:
+        metrics.RECONCILE_ERRORS.labels("run").inc()
+        if error.status == 403:
+            # The Warning event is forbidden.py's and the retry backs off (scheduler.py); this says it on the run.
+            await _show_forbidden(ctx, key, error)
+        raise
+    except Exception:
+        metrics.RECONCILE_ERRORS.labels("run").inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.labels("run").observe(time.perf_counter() - started)
+
+
+FORBIDDEN_CONDITION = "Permitted"
+
+
+def forbidden_condition(error: KubeError) -> Cond:
+    """A request of the run's reconcile the API refused (403): shown on the run until a reconcile succeeds
+    (the next successful status write drops it, as it computes every condition afresh)."""
+    return Cond(FORBIDDEN_CONDITION, False, "Forbidden",
+                f"{error.message or error}; retried with a growing delay (up to 5 minutes) until it is granted")
+
+
+async def _show_forbidden(ctx: Context, key: Key, error: KubeError) -> None:
+    run = ctx.inventory.runs.get(key)
+    if run is None:
+        return
+    status = run.get("status") or {}
+    conditions = merge_conditions(status.get("conditions"), (
+        *(Cond(c["type"], {"True": True, "False": False}.get(c.get("status", "")), c.get("reason", ""),
+               c.get("message", "")) for c in status.get("conditions") or () if c.get("type") != FORBIDDEN_CONDITION),
+        forbidden_condition(error)), utcnow())
+    if conditions == status.get("conditions"):
+        return
+    try:
+        updated = await ctx.kube.merge_patch(crd_path("terraformruns", key[0], key[1], "status"),
+                                             {"status": {"conditions": conditions}})
+    except KubeError as write_error:  # perhaps the very write that is forbidden: the event still says it
+        log.warning("run %s/%s: could not show the refusal on its status: %s", key[0], key[1], write_error)
+        return
+    ctx.inventory.runs.observe(updated)
+
+
+async def _reconcile(ctx: Context, key: Key) -> None:
+    run = ctx.inventory.runs.get(key)
+    if run is None or run["metadata"].get("deletionTimestamp"):
+        return
+    namespace, name = key
+    layer_ref = (run.get("spec") or {}).get("layer") or {}
+    layer_key = (layer_ref.get("namespace") or namespace, layer_ref.get("name", ""))
+    layer = ctx.inventory.layers.get(layer_key)
+    # Isolation (run_isolation.py): another namespace's layer, or a repository the layer may not use.
+    if await refuse_run(ctx, run, layer, ctx.inventory.repository_of(layer) if layer else None):
+        return
+    if layer is None:
+        return  # its layer is gone; garbage collection removes the run
+    repository = ctx.inventory.repository_of(layer)
+    settings = ctx.settings
+    policy = RetryPolicy(
+        max_retries=validate_layer(layer, repository, settings).max_retries,
+        grace_base=settings.failure_grace_period,
+        grace_cap=settings.failure_grace_period_cap,
+    )
+    status: Body = dict(run.get("status") or {})
+    attempts = attempt_views(status)
+    latest_pod = pod_view(ctx.inventory.pods.get((namespace, attempts[-1].pod_name))) if attempts else None
+    if attempts and latest_pod is None and ctx.inventory.pod_deleted(namespace, attempts[-1].pod_name, run):
+        latest_pod = PodView(attempts[-1].pod_name, None, gone=True)
+    now = utcnow()
+    snapshot = RunSnapshot(
+        status.get("state"), int(status.get("retries") or 0), attempts, latest_pod, policy,
+        message=next((str(c.get("message") or "") for c in status.get("conditions") or ()
+                      if c.get("type") == "HasSucceeded"), ""),
+    )
+    decision = decide_run(snapshot, now)
+    recorded = None
+    if decision.finish is not None:
+        # The attempt's result, from the datastore, on the layer before the run says Succeeded (run_results.py).
+        try:
+            recorded = await _record_attempt(ctx, run, layer, decision.finish, now)
+        except FactsUnavailable as exc:
+            log.warning("run %s/%s: attempt %s ended; its result cannot be read yet: %s", namespace, name,
+                        decision.finish.number, exc)
+            ctx.wake_run(key, WAIT_RECHECK)
+            return  # nothing is written: the attempt is recorded once the datastore answers
+        if recorded.problem is not None and decision.finish.succeeded and latest_pod is not None:
+            # The pod exited 0 but its result is not in the datastore: a failed attempt, retried as any other.
+            failed_pod = replace(latest_pod, phase="Failed", message=recorded.problem)
+            decision = decide_run(replace(snapshot, pod=failed_pod), now)
+
+    raw_attempts: list[Body] = [dict(a) for a in status.get("attempts") or ()]
+    state: str = decision.state
+    extra: list[Cond] = []
+    if decision.finish is not None:
+        f = decision.finish
+        raw_attempts[-1].update(finishedAt=f.finished_at or format_time(now), exitCode=f.exit_code,
+                                **(recorded.attempt if recorded is not None else {}))
+        if f.succeeded:
+            await post_event(ctx.kube, run, "Normal", "AttemptSucceeded", f"attempt {f.number} succeeded")
+        else:
+            await post_event(
+                ctx.kube,
+                run,
+                "Warning",
+                "AttemptFailed",
+                f"attempt {f.number} failed (exit code {f.exit_code}): {f.message}".rstrip(": "),
+            )
+    for number in decision.upload_logs:
+        if await _upload_logs(ctx, run, layer, number):
+            for a in raw_attempts:
+                if a.get("number") == number:
+                    a["logsUploaded"] = True
+
+    creation = PodCreation.of(status)
+    next_try: datetime | None = None
+    if decision.start_attempt is not None:
+        wait = wait_before_creating(creation, now, settings.failure_grace_period, settings.failure_grace_period_cap)
+        if wait is not None:  # the API refused the last pod: back off before asking again
+            next_try = now + wait
+            ctx.wake_run(key, wait)
+        else:
+            started = await _start_attempt(ctx, run, layer, repository, decision, now)
+            if isinstance(started, dict):
+                raw_attempts.append(started)
+                status["lastRun"] = started["startedAt"]
+                status["runnerPod"] = started["podName"]
+                if "podCreation" in status:
+                    status["podCreation"] = None  # a merge patch removes it
+                creation = PodCreation()
+                state = "Running"
+            elif isinstance(started, CreationRefused):
+                creation = PodCreation(creation.failures + 1, now, started.message)
+                status["podCreation"] = {
+                    "failures": creation.failures,
+                    "lastFailure": format_time(now),
+                    "message": creation.message,
+                }
+                wait = backoff(creation.failures, settings.failure_grace_period, settings.failure_grace_period_cap)
+                next_try = now + wait
+                ctx.wake_run(key, wait)
+                if pod_surely_absent(started.status) and not started.pod_exists:
+                    # The Lease is for a Terraform that runs: none does, so others may have the state meanwhile.
+                    await leases.release(ctx.kube, layer, run)
+            else:
+                extra.append(started)
+                ctx.wake_run(key, WAIT_RECHECK)
+    refused = pod_creation_condition(creation, next_try)
+    if refused is not None:
+        extra.append(refused)
+    if decision.release_lease and status.get("state") not in TERMINAL:
+        await leases.release(ctx.kube, layer, run)
+    if decision.requeue_after is not None:
+        ctx.wake_run(key, decision.requeue_after)
+
+    conditions = list(decision.conditions)
+    if state == "Running":
+        conditions = [Cond(c.type, True, "RunnerPodActive") if c.type == "IsRunning" else c for c in conditions]
+    new_status: Body = {
+        **status,
+        "state": state,
+        "retries": decision.retries,
+        "attempts": raw_attempts,
+        "conditions": merge_conditions(status.get("conditions"), (*conditions, *extra), now),
+    }
+    if new_status != (run.get("status") or {}):
+        updated = await ctx.kube.merge_patch(
+            crd_path("terraformruns", namespace, name, "status"), {"status": new_status}
+        )
+        ctx.inventory.runs.observe(updated)
+        if state != status.get("state"):
+            pull_request = (run.get("spec") or {}).get("pullRequest")
+            if pull_request:  # a pull request's plan: its pull request shows it; the layer never reads it
+                ctx.wake_pull_request((namespace, pull_request))
+            else:
+                ctx.wake_layer(layer_key)
+            if state == "Failed":
+                await post_event(
+                    ctx.kube,
+                    run,
+                    "Warning",
+                    "RunFailed",
+                    f"{run['spec']['action']} failed after {decision.retries} attempt(s): {decision.message}",
+                )
+
+
+async def _start_attempt(
+    ctx: Context, run: Body, layer: Body, repository: Body | None, decision: RunDecision, now: datetime
+) -> Body | Cond | CreationRefused:
+    """Create the runner pod of the next attempt, or say why it has to wait."""
+    assert decision.start_attempt is not None
+    verdict = admission(ctx, run, layer, repository, now)
+    if not verdict.allowed:
+        return Cond("Admitted", False, verdict.reason, verdict.message)
+
+    async def holder_of(namespace: str, holder: str) -> tuple[bool, str | None]:
+        held = ctx.inventory.runs.get((namespace, holder)) or await ctx.kube.get(
+            crd_path("terraformruns", namespace, holder)
+        )
+        return (held is not None, ((held or {}).get("status") or {}).get("state"))
+
+    holder = await leases.acquire(ctx.kube, layer, run, holder_of)
+    if holder is not None:
+        return Cond("Admitted", False, "LayerLocked", f"waiting for run {holder} to release the layer's lease")
+
+    if decision.start_attempt > 1:
+        # A retry of a run whose varsFrom could not be satisfied sees a Secret created since (run_inputs.py).
+        await refresh_failed_inputs(ctx, layer, run["metadata"]["name"])
+    settings = ctx.settings
+    defaults = RunnerDefaults(
+        settings.runner_image,
+        settings.runner_service_account,
+        settings.datastore_url,
+        tuple(settings.runner_command),
+        termination_grace_period_seconds=settings.runner_termination_grace_period_seconds,
+        provider_mirror_url=settings.provider_mirror_url,
+        provider_mirror_fail_closed=settings.provider_mirror_fail_closed,
+        provider_mirror_registries=tuple(settings.provider_mirror_registries),
+        tool_mirror_url=settings.tool_mirror_url,
+        mirror_ca_pem=settings.mirror_ca_pem(),
+    )
+    override = _override_runner_spec(layer, repository)
+    body = build_runner_pod(run, layer, decision.start_attempt, defaults, override)
+    namespace = run["metadata"]["namespace"]
+    name = pod_name(run["metadata"]["name"], decision.start_attempt)
+    uid: str | None = None
+    try:
+        created = await ctx.kube.create(path("v1", "pods", namespace), body)
+        ctx.inventory.pods.observe(created)
+        uid = created["metadata"].get("uid")
+    except KubeError as exc:
+        refused = await _adopt_or_refuse(ctx, run, name, exc)
+        if refused is not None:
+            # A 403 is a `Forbidden` event, as every 403 the controllers meet (forbidden.py); others get their own.
+            reason = "Forbidden" if refused.status == 403 else EVENT_REASON
+            await post_event(ctx.kube, run, "Warning", reason, f"attempt {decision.start_attempt}: {refused.message}")
+            log.warning("run %s/%s: %s", namespace, run["metadata"]["name"], refused.message)
+            return refused
+        adopted = ctx.inventory.pods.get((namespace, name)) or {}
+        uid = (adopted.get("metadata") or {}).get("uid")  # this run's own pod (belongs_to): bind to it too
+    await post_event(ctx.kube, run, "Normal", "RunnerPodCreated", f"attempt {decision.start_attempt}: pod {name}")
+    attempt = {"podName": name, "number": decision.start_attempt, "startedAt": format_time(now), "logsUploaded": False}
+    # The datastore grants runner rights only to this pod (name and uid): docs/architecture.md §10.2.
+    return {**attempt, "podUid": uid} if uid else attempt
+
+
+@dataclass(frozen=True, slots=True)
+class CreationRefused:
+    """The API would not create the attempt's pod; `message` carries its answer. `pod_exists`: the create's
+    409 said the pod is there (it may run Terraform), so the run keeps the layer's Lease while it waits."""
+
+    message: str
+    status: int = 0
+    pod_exists: bool = False
+
+
+async def _adopt_or_refuse(ctx: Context, run: Body, name: str, exc: KubeError) -> CreationRefused | None:
+    """After a failed create: None when the pod exists and is this run's (a retried create, or a lost
+    response), else why the attempt could not get its pod."""
+    namespace = run["metadata"]["namespace"]
+    if exc.status != 409:
+        return CreationRefused(
+            f"could not create runner pod {name}: {exc.status} {exc.reason}: {exc.message}", exc.status
+        )
+    # 409 AlreadyExists: read it back; adopt it only if it is ours, never a stranger's pod of the same name.
+    try:
+        existing = await ctx.kube.get(path("v1", "pods", namespace, name))
+    except KubeError as error:
+        # A pod exists that we cannot read (a 403: the controllers lack `get` on pods): waiting visibly, with
+        # the Lease kept (that pod may be running Terraform), rather than raising into a 5-second retry loop.
+        return CreationRefused(
+            f"runner pod {name} already exists (409) and cannot be read to adopt it: {error.status} "
+            f"{error.reason}: {error.message}", error.status, pod_exists=True,
+        )
+    if existing is None:
+        return CreationRefused(f"could not create runner pod {name}: 409 Conflict, and the pod is gone")
+    if not belongs_to(existing, run):
+        return CreationRefused(
+            f"could not create runner pod {name}: a pod of that name exists and does not belong to run "
+            f"{run['metadata']['name']} (uid {run['metadata'].get('uid')})"
+        )
+    ctx.inventory.pods.observe(existing)
+    return None
+
+
+def belongs_to(pod: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
+    """A runner pod of this very run: its controller owner reference is the run's uid and its run label names it."""
+    meta, run_meta = pod.get("metadata") or {}, run["metadata"]
+    owned = any(
+        ref.get("kind") == "TerraformRun" and ref.get("uid") == run_meta.get("uid") and ref.get("controller")
+        for ref in meta.get("ownerReferences") or ()
+    )
+    return owned and (meta.get("labels") or {}).get(ann.LABEL_RUN) == run_meta["name"]
+
+
+def _override_runner_spec(layer: Body, repository: Body | None) -> dict[str, Any]:
+    """Layer fields win over the repository's, field by field; runner metadata maps merge."""
+    base = dict(inherited({}, repository, "overrideRunnerSpec") or {})
+    mine = dict(inherited(layer, None, "overrideRunnerSpec") or {})
+    merged = {**base, **{k: v for k, v in mine.items() if v not in (None, [], {})}}
+    meta_base, meta_mine = base.get("metadata") or {}, mine.get("metadata") or {}
+    if meta_base or meta_mine:
+        merged["metadata"] = {
+            "labels": {**(meta_base.get("labels") or {}), **(meta_mine.get("labels") or {})},
+            "annotations": {**(meta_base.get("annotations") or {}), **(meta_mine.get("annotations") or {})},
+        }
+    return merged
+
+
+async def _record_attempt(ctx: Context, run: Body, layer: Body, finish: FinishAttempt, now: datetime) -> Recorded:
+    """Read what the ended attempt stored, write its result on the layer (not for a pull request's run), and
+    return what to record in its status entry. Raises FactsUnavailable while the datastore cannot answer."""
+    spec = run.get("spec") or {}
+    needed = facts_needed(str(spec.get("action")), finish.succeeded)
+    if not needed or ctx.datastore is None:
+        return Recorded()
+    meta = layer["metadata"]
+    facts = await gather_facts(ctx.datastore, meta["namespace"], meta["name"], run["metadata"]["name"], finish.number,
+                               needed)
+    finished_at = format_time(parse_time(finish.finished_at) or now)
+    recorded = record_result(run, finish.number, finish.succeeded, finished_at, facts)
+    if recorded.annotations and not spec.get("pullRequest"):
+        try:
+            patched = await ctx.kube.merge_patch(crd_path("terraformlayers", meta["namespace"], meta["name"]),
+                                                 {"metadata": {"annotations": recorded.annotations}})
+        except KubeError as exc:
+            if exc.status != 404:  # 404: the layer is gone, and its runs with it
+                raise
+        else:
+            ctx.inventory.layers.observe(patched)
+    return recorded
+
+
+async def _upload_logs(ctx: Context, run: Body, layer: Body, number: int) -> bool:
+    """Copy a finished attempt's log to the datastore; False (retried later) when it cannot yet."""
+    if ctx.datastore is None:
+        return False
+    namespace = run["metadata"]["namespace"]
+    name = pod_name(run["metadata"]["name"], number)
+    try:
+        text = await ctx.kube.read_text(path("v1", "pods", namespace, name, "log"))
+    except KubeError as exc:
+        if exc.status == 404:
+            text = f"(the runner pod {name} was gone before its log could be collected)\n"
+        else:
+            log.warning("could not read log of %s/%s: %s", namespace, name, exc)
+            return False
+    meta = layer["metadata"]
+    try:
+        await _put_log(ctx.datastore, meta["namespace"], meta["name"], run["metadata"]["name"], number, text.encode())
+    except Exception as exc:  # the datastore may be briefly unavailable; the next reconcile retries
+        log.warning("could not upload log of %s attempt %s: %s", run["metadata"]["name"], number, exc)
+        ctx.wake_run((namespace, run["metadata"]["name"]), WAIT_RECHECK)
+        return False
+    # Counted once the log is stored: an attempt's log is uploaded once (logsUploaded), so counted once.
+    await _report_mirror_fallbacks(ctx, run, number, text)
+    return True
+
+
+async def _put_log(store: DatastoreClient, namespace: str, layer: str, run: str, number: int, data: bytes) -> None:
+    """Store the log; one above the datastore's limit (413 naming it) is cut to its end, which says why it
+    failed, behind a line saying how much was dropped."""
+    from burrito_py.datastore.client import DatastoreError
+
+    try:
+        await asyncio.to_thread(store.put_logs, namespace, layer, run, number, data)
+    except DatastoreError as exc:
+        if exc.status_code != 413 or not exc.limit:
+            raise
+        note = b"(the beginning of this log was dropped: it was longer than the datastore keeps)\n"
+        keep = max(exc.limit - len(note), 0)
+        await asyncio.to_thread(store.put_logs, namespace, layer, run, number, note + data[len(data) - keep:])
+
+
+async def _report_mirror_fallbacks(ctx: Context, run: Body, number: int, text: str) -> None:
+    """The runner printed that terraform installed providers directly (its provider mirror was down)."""
+    lines = fallback_lines(text)
+    if not lines:
+        return
+    metrics.PROVIDER_MIRROR_FALLBACKS.labels(run["metadata"]["namespace"]).inc(len(lines))
+    detail = lines[0].removeprefix("burrito-py: ")
+    await post_event(ctx.kube, run, "Warning", "ProviderMirrorUnavailable", f"attempt {number}: {detail}")

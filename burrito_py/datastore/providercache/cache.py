@@ -1,0 +1,356 @@
+"""The read-through provider cache behind the network mirror routes (docs/architecture.md §10.5).
+
+Storage keys (the datastore's backend, so its encryption applies; retention never touches keys it does not know):
+
+- `providers/archives/<sha256>.zip`: archives, content-addressed;
+- `providers/by-sha/<sha256>/<file>.json`: where an archive comes from (address, version, platform, file name),
+  its size, `h1` once stored, and when it was last served (written at most hourly); one per file name, since two
+  platforms (or versions) may publish the very same archive;
+- `providers/meta/<hostname>/<namespace>/<type>/index.json`: the upstream version list, with when it was read;
+- `providers/meta/<hostname>/<namespace>/<type>/<version>.json`: every platform's file and SHA-256, from the
+  upstream `SHA256SUMS` (its signature checked when the registry signs).
+
+Freshness: a cached index is read again after `index_ttl`, and at once when it lacks a version asked for
+(`<version>.json`) or a version some lock file pins (Terraform chooses from `index.json`, so this is how a
+version published after the index was cached is served on the first request: burrito #642). An upstream that
+fails while a stale index is held: the stale index is served.
+
+Integrity: an archive is stored only when its SHA-256 equals the registry's `shasum` and the `SHA256SUMS` entry;
+anything else is refused and never stored or served. Archives are served only by the digest a version document
+named, and only through a URL that document signed (`signing.py`, checked by the route).
+
+Single-flight: concurrent requests for one index, version or archive share one upstream read (per replica).
+Eviction (`max_bytes`): least recently served archives first, never one a lock file pins (`pinned` is given by
+the caller: the versions named in the repositories' `.terraform.lock.hcl` files).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from burrito_py.datastore.providercache.hashes import ShasumsError, file_sha256, parse_shasums, zip_h1
+from burrito_py.datastore.providercache.metrics import OBJECTS, REQUESTS, SERVED_BYTES
+from burrito_py.datastore.providercache.signatures import SignatureError, verify_detached
+from burrito_py.datastore.providercache.upstream import Upstream, UpstreamError
+from burrito_py.datastore.storage import Storage
+
+__all__ = ["NotFound", "ProviderAddress", "ProviderCache", "Refused", "SingleFlight", "read_json", "write_json"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+MAX_ARCHIVE = 2 * 1024 * 1024 * 1024
+MAX_JSON = 64 * 1024 * 1024
+LAST_USED_EVERY = 3600.0
+HOSTNAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?(:[0-9]{1,5})?$")
+NAME = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?$")
+VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}\.zip$")
+PREFERRED_PLATFORM = "linux_amd64"
+
+
+class NotFound(Exception):
+    """Nothing of that name (404)."""
+
+
+class Refused(Exception):
+    """Upstream failed or gave something that does not verify (502); the message says which."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderAddress:
+    hostname: str
+    namespace: str
+    type: str
+
+    @classmethod
+    def parse(cls, hostname: str, namespace: str, type_: str) -> ProviderAddress:
+        address = cls(hostname.lower(), namespace.lower(), type_.lower())
+        if not HOSTNAME.fullmatch(address.hostname):
+            raise NotFound(f"hostname {hostname!r} is not a registry host name")
+        for what, value in (("namespace", address.namespace), ("type", address.type)):
+            if not NAME.fullmatch(value):
+                raise NotFound(f"{what} {value!r} is not a provider {what}")
+        return address
+
+    def __str__(self) -> str:
+        return f"{self.hostname}/{self.namespace}/{self.type}"
+
+
+class SingleFlight:
+    """Concurrent callers of one key share one call."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, asyncio.Future[Any]] = {}
+
+    async def run(self, key: str, call: Callable[[], Awaitable[T]]) -> T:
+        running = self._running.get(key)
+        if running is not None:
+            result: T = await asyncio.shield(running)
+            return result
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._running[key] = future
+        try:
+            value = await call()
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody else waited
+            raise
+        else:
+            future.set_result(value)
+            return value
+        finally:
+            del self._running[key]
+
+
+async def read_json(storage: Storage, key: str) -> Any:
+    stream = await storage.open(key)
+    if stream is None:
+        return None
+    return json.loads(b"".join([chunk async for chunk in stream]))
+
+
+async def write_json(storage: Storage, key: str, value: Any) -> None:
+    data = json.dumps(value, sort_keys=True).encode()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield data
+
+    await storage.put(key, chunks(), MAX_JSON)
+
+
+async def _file_chunks(path: Path) -> AsyncIterator[bytes]:
+    with path.open("rb") as handle:
+        while chunk := await asyncio.to_thread(handle.read, 1 << 20):
+            yield chunk
+
+
+class ProviderCache:
+    def __init__(self, storage: Storage, upstream: Upstream, registries: Collection[str], index_ttl: float,
+                 max_bytes: int = 0, pinned: Callable[[], Awaitable[set[tuple[str, str]]]] | None = None,
+                 now: Callable[[], float] = time.time) -> None:
+        self.storage, self.upstream, self.index_ttl, self.max_bytes = storage, upstream, index_ttl, max_bytes
+        self.registries = {r.lower() for r in registries}
+        self.pinned, self.now = pinned, now
+        self.flight = SingleFlight()
+
+    def _meta(self, address: ProviderAddress) -> str:
+        return f"providers/meta/{address}"
+
+    def _allowed(self, address: ProviderAddress) -> None:
+        if address.hostname not in self.registries:
+            raise NotFound(f"registry {address.hostname} is not one this mirror reads through "
+                           f"({', '.join(sorted(self.registries))})")
+
+    # -- index.json ---------------------------------------------------------------------------------------------
+    async def index(self, address: ProviderAddress, want: str | None = None) -> dict[str, Any]:
+        """The cached index, read again when stale, or when it lacks `want`."""
+        self._allowed(address)
+        key = f"{self._meta(address)}/index.json"
+        held = await read_json(self.storage, key)
+        fresh = held is not None and self.now() - float(held.get("fetched", 0)) < self.index_ttl
+        if fresh and want is None and self.pinned is not None:
+            # Terraform picks versions from index.json: a version a lock file pins but the cached index lacks
+            # (published since) must make the index fresh now, not after the TTL (burrito #642).
+            wanted = {v for a, v in await self.pinned() if a == str(address)}
+            fresh = wanted <= set(held["versions"])
+        if fresh and (want is None or want in held["versions"]):
+            REQUESTS.labels("index", "hit").inc()
+            return dict(held)
+
+        async def refresh() -> dict[str, Any]:
+            versions = await self.upstream.versions(address.hostname, address.namespace, address.type)
+            document = {"fetched": self.now(), "versions": {v: {"platforms": p} for v, p in versions.items()}}
+            await write_json(self.storage, key, document)
+            return document
+
+        try:
+            document = await self.flight.run(key, refresh)
+        except UpstreamError as exc:
+            REQUESTS.labels("index", "error").inc()
+            if held is not None:  # upstream down: what we know beats nothing
+                log.warning("provider index %s: upstream failed, serving the cached one: %s", address, exc)
+                return dict(held)
+            raise Refused(str(exc)) from None
+        REQUESTS.labels("index", "refresh" if held is not None else "miss").inc()
+        return document
+
+    # -- <version>.json -----------------------------------------------------------------------------------------
+    async def version(self, address: ProviderAddress, version: str) -> dict[str, Any]:
+        """The version's document: every platform's archive file and SHA-256 (and `h1` once stored)."""
+        if not VERSION.fullmatch(version):
+            raise NotFound(f"version {version!r} is not a version")
+        index = await self.index(address, want=version)
+        if version not in index["versions"]:
+            REQUESTS.labels("version", "error").inc()
+            raise NotFound(f"{address} has no version {version}")
+        key = f"{self._meta(address)}/{version}.json"
+        held = await read_json(self.storage, key)
+        if held is not None:
+            REQUESTS.labels("version", "hit").inc()
+            return dict(held)
+        platforms = list(index["versions"][version].get("platforms") or [])
+        try:
+            document = await self.flight.run(key, lambda: self._read_version(address, version, platforms, key))
+        except (UpstreamError, ShasumsError, SignatureError) as exc:
+            REQUESTS.labels("version", "error").inc()
+            raise Refused(f"{address} {version}: {exc}") from None
+        REQUESTS.labels("version", "miss").inc()
+        return document
+
+    async def _read_version(self, address: ProviderAddress, version: str, platforms: list[str], key: str
+                            ) -> dict[str, Any]:
+        if not platforms:
+            raise UpstreamError(f"{address} {version} lists no platform")
+        first = PREFERRED_PLATFORM if PREFERRED_PLATFORM in platforms else platforms[0]
+        info = await self.upstream.download(address.hostname, address.namespace, address.type, version, first)
+        shasums = await self.upstream.fetch(info["shasums_url"], MAX_JSON)
+        signature_url = info.get("shasums_signature_url")
+        verified = "sha256sums"
+        if isinstance(signature_url, str) and signature_url:
+            signature = await self.upstream.fetch(signature_url, MAX_JSON)
+            keys = [k.get("ascii_armor", "") for k in ((info.get("signing_keys") or {}).get("gpg_public_keys") or ())
+                    if isinstance(k, dict)]
+            await asyncio.to_thread(verify_detached, shasums, signature, keys)
+            verified = "signature"
+        sums = parse_shasums(shasums.decode(errors="replace"))
+        if sums.get(info["filename"]) != info["shasum"]:
+            raise UpstreamError(f"{info['filename']}: the registry's shasum is not the one in SHA256SUMS")
+        files: dict[str, dict[str, str]] = {}
+        for platform in platforms:
+            name = next((f for f in sums if f.endswith(f"_{version}_{platform}.zip")), None)
+            if name is not None and FILENAME.fullmatch(name):
+                files[platform] = {"filename": name, "sha256": sums[name]}
+                await write_json(self.storage, _pointer(sums[name], name), {
+                    "hostname": address.hostname, "namespace": address.namespace, "type": address.type,
+                    "version": version, "platform": platform, "filename": name})
+        document = {"platforms": files, "verified": verified}
+        await write_json(self.storage, key, document)
+        return document
+
+    @staticmethod
+    def mirror_document(document: dict[str, Any], hashes: dict[str, str],
+                        sign: Callable[[str, str], str] | None = None) -> dict[str, Any]:
+        """The protocol's `<version>.json`: archive URLs relative to it (`<base><host>/<ns>/<type>/<v>.json` →
+        `<base>archives/<sha>/<file>`, with `?<sign(sha, file)>`: the archive route serves signed URLs only,
+        `signing.py`), `zh:` always, `h1:` where known (`hashes`: sha256 → h1)."""
+        archives = {}
+        for platform, entry in sorted(document["platforms"].items()):
+            sha = entry["sha256"]
+            query = f"?{sign(sha, entry['filename'])}" if sign is not None else ""
+            archives[platform] = {"url": f"../../../archives/{sha}/{entry['filename']}{query}",
+                                  "hashes": [f"zh:{sha}", *([hashes[sha]] if sha in hashes else [])]}
+        return {"archives": archives}
+
+    async def known_h1(self, document: dict[str, Any]) -> dict[str, str]:
+        found = {}
+        for entry in document["platforms"].values():
+            pointer = await read_json(self.storage, _pointer(entry["sha256"], entry["filename"]))
+            if pointer and pointer.get("h1"):
+                found[entry["sha256"]] = pointer["h1"]
+        return found
+
+    # -- archives -----------------------------------------------------------------------------------------------
+    async def archive(self, sha256: str, filename: str) -> AsyncIterator[bytes]:
+        """The archive's bytes; read through (and verified) on first request."""
+        if not SHA256.fullmatch(sha256) or not FILENAME.fullmatch(filename):
+            raise NotFound("not an archive of this mirror")
+        pointer = await read_json(self.storage, _pointer(sha256, filename))
+        if pointer is None:
+            raise NotFound(f"no archive {sha256}/{filename} was ever listed by this mirror")
+        key = f"providers/archives/{sha256}.zip"
+        stream = await self.storage.open(key)
+        if stream is not None:
+            REQUESTS.labels("archive", "hit").inc()
+            if self.now() - float(pointer.get("lastUsed", 0)) > LAST_USED_EVERY:  # for eviction, coarsely
+                await write_json(self.storage, _pointer(sha256, filename), {**pointer, "lastUsed": self.now()})
+        else:
+            try:
+                await self.flight.run(key, lambda: self._fetch_archive(sha256, pointer, key))
+            except (UpstreamError, Refused) as exc:
+                REQUESTS.labels("archive", "error").inc()
+                raise Refused(str(exc)) from None
+            REQUESTS.labels("archive", "miss").inc()
+            stream = await self.storage.open(key)
+            if stream is None:
+                raise Refused(f"archive {sha256} vanished right after it was stored")
+        return _counted(stream)
+
+    async def _fetch_archive(self, sha256: str, pointer: dict[str, Any], key: str) -> None:
+        address = ProviderAddress(pointer["hostname"], pointer["namespace"], pointer["type"])
+        info = await self.upstream.download(address.hostname, address.namespace, address.type, pointer["version"],
+                                            pointer["platform"])
+        if info["shasum"] != sha256 or info["filename"] != pointer["filename"]:
+            raise Refused(f"{address} {pointer['version']} {pointer['platform']}: the registry now names "
+                          f"{info['filename']} {info['shasum']}, not {pointer['filename']} {sha256}")
+        with tempfile.TemporaryDirectory(prefix="burrito-py-provider-") as tmp:
+            path = Path(tmp) / pointer["filename"]
+            size = await self.upstream.fetch_to(info["download_url"], path, MAX_ARCHIVE)
+            actual = await asyncio.to_thread(file_sha256, path)
+            if actual != sha256:
+                raise Refused(f"{address} {pointer['version']} {pointer['filename']}: SHA-256 {actual} is not the "
+                              f"{sha256} of SHA256SUMS: not stored")
+            h1 = await asyncio.to_thread(zip_h1, path)
+            await self.storage.put(key, _file_chunks(path), MAX_ARCHIVE)
+        OBJECTS.inc()
+        for key in await self.storage.list(f"providers/by-sha/{sha256}"):  # every file name of this content
+            other = await read_json(self.storage, key)
+            if other is not None:
+                await write_json(self.storage, key, {**other, "h1": h1, "size": size, "lastUsed": self.now()})
+        log.info("provider cache: stored %s %s %s (%d bytes)", address, pointer["version"], pointer["platform"], size)
+        if self.max_bytes:
+            await self.evict(keep=sha256)
+
+    async def evict(self, keep: str | None = None) -> list[str]:
+        """Least recently served archives first, until the archives fit `max_bytes`; never one a lock file pins
+        (by provider address and version, under any of its file names), never `keep`. Returns the digests
+        evicted."""
+        by_sha: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for key in await self.storage.list("providers/by-sha"):
+            pointer = await read_json(self.storage, key)
+            if pointer and pointer.get("size"):
+                by_sha.setdefault(key.split("/")[2], []).append((key, pointer))
+        stored = {sha: entries for sha, entries in by_sha.items()
+                  if await self.storage.exists(f"providers/archives/{sha}.zip")}
+        total = sum(int(entries[0][1]["size"]) for entries in stored.values())
+        if total <= self.max_bytes:
+            return []
+        pins = await self.pinned() if self.pinned is not None else set()
+
+        def last_used(sha: str) -> tuple[float, str]:
+            return max(float(p.get("lastUsed", 0)) for _, p in stored[sha]), sha
+
+        evicted = []
+        for sha in sorted(stored, key=last_used):
+            if total <= self.max_bytes:
+                break
+            origins = {(f"{p['hostname']}/{p['namespace']}/{p['type']}", p["version"]) for _, p in stored[sha]}
+            if sha == keep or origins & pins:
+                continue
+            await self.storage.delete(f"providers/archives/{sha}.zip")
+            for key, pointer in stored[sha]:
+                await write_json(self.storage, key, {k: v for k, v in pointer.items() if k not in ("h1", "size")})
+            OBJECTS.dec()
+            total -= int(stored[sha][0][1]["size"])
+            evicted.append(sha)
+            log.info("provider cache: evicted %s", ", ".join(f"{a} {v}" for a, v in sorted(origins)))
+        return evicted
+
+
+def _pointer(sha256: str, filename: str) -> str:
+    return f"providers/by-sha/{sha256}/{filename}.json"
+
+
+async def _counted(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async for chunk in stream:
+        SERVED_BYTES.inc(len(chunk))
+        yield chunk

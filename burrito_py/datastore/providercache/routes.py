@@ -1,0 +1,117 @@
+"""The mirror routes of the datastore (docs/architecture.md §10.5).
+
+Provider Network Mirror Protocol under `/providers/v1/` (Terraform requires HTTPS: the datastore's TLS listener):
+`<hostname>/<namespace>/<type>/index.json` and `<version>.json` need a token (a runner's, sent by Terraform as
+the mirror host's credentials, or an admin's); archives (`archives/<sha256>/<file>`) need none, since Terraform
+sends no credentials for archive downloads: they need the expiring signature the version document put in their
+URL (`signing.py`), checked before anything is read, and anything unsigned, forged or expired is the same 404 as
+an archive never listed. `healthz` needs none: runners probe it before `init`.
+
+Tools under `/tools/v1/`: `<tool>/versions` and `<tool>/<version>/<os>/<arch>` (the zip, its SHA-256 in
+`X-Burrito-Sha256`), with a token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Depends, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from burrito_py.datastore.auth import AuthError, Principal
+from burrito_py.datastore.providercache.cache import NotFound, ProviderAddress, ProviderCache, Refused
+from burrito_py.datastore.providercache.signing import ArchiveSigner, UrlKeys
+from burrito_py.datastore.providercache.tools import ToolCache
+
+__all__ = ["mirror_router"]
+
+SHA_HEADER = "X-Burrito-Sha256"
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+NO_ARCHIVE = "no such archive"  # every refusal of the archive route: nothing tells them apart
+
+
+def mirror_router(providers: ProviderCache | None, tools: ToolCache | None,
+                  caller: Callable[..., Any], signer: ArchiveSigner | None = None) -> APIRouter:
+    router = APIRouter()
+    urls = signer or ArchiveSigner(UrlKeys(), 3600.0)
+    # A default, not an Annotated alias: with postponed annotations FastAPI resolves names in module globals only.
+    caller_dependency = Depends(caller)
+
+    def member(who: Principal) -> None:
+        # Runners (their pod-bound token) and admins: a token from anyone else gets nothing read through.
+        if not who.admin and who.runner is None:
+            raise AuthError(403, f"{who.describe()} may not use the mirror: only runners and the controllers")
+
+    async def answer(call: Callable[[], Any]) -> Response:
+        try:
+            return await call()  # type: ignore[no-any-return]
+        except NotFound as exc:
+            return _error(404, str(exc))
+        except Refused as exc:
+            return _error(502, str(exc))
+
+    if providers is not None:
+        cache = providers
+
+        @router.get("/providers/v1/healthz", include_in_schema=False)
+        async def healthz() -> dict[str, str]:
+            return {"status": "ok"}
+
+        @router.get("/providers/v1/archives/{sha256}/{filename}")
+        async def archive(sha256: str, filename: str, exp: str | None = None, sig: str | None = None) -> Response:
+            # Before any read: an unsigned, forged or expired URL learns nothing and reads nothing through.
+            if not urls.valid(sha256, filename, exp, sig):
+                return _error(404, NO_ARCHIVE)
+            try:
+                return StreamingResponse(await cache.archive(sha256, filename), media_type="application/zip")
+            except NotFound:
+                return _error(404, NO_ARCHIVE)
+            except Refused as exc:
+                return _error(502, str(exc))
+
+        @router.get("/providers/v1/{hostname}/{namespace}/{type_}/{document}")
+        async def provider_document(hostname: str, namespace: str, type_: str, document: str,
+                                    who: Principal = caller_dependency) -> Response:
+            member(who)
+
+            async def call() -> Response:
+                address = ProviderAddress.parse(hostname, namespace, type_)
+                if document == "index.json":
+                    index = await cache.index(address)
+                    return JSONResponse({"versions": {v: {} for v in index["versions"]}})
+                if not document.endswith(".json"):
+                    raise NotFound(f"{document!r} is neither index.json nor <version>.json")
+                found = await cache.version(address, document.removesuffix(".json"))
+                # Signed archive URLs, made per request: never cached by anyone.
+                return JSONResponse(cache.mirror_document(found, await cache.known_h1(found), urls.query),
+                                    headers={"Cache-Control": "no-store"})
+            return await answer(call)
+
+    if tools is not None:
+        binaries = tools
+
+        @router.get("/tools/v1/{tool}/versions")
+        async def tool_versions(tool: str, who: Principal = caller_dependency) -> Response:
+            member(who)
+
+            async def call() -> Response:
+                return JSONResponse({"versions": await binaries.versions(tool)})
+            return await answer(call)
+
+        @router.get("/tools/v1/{tool}/{version}/{os}/{arch}")
+        async def tool_archive(tool: str, version: str, os: str, arch: str,
+                               who: Principal = caller_dependency) -> Response:
+            member(who)
+
+            async def call() -> Response:
+                sha, stream = await binaries.archive(tool, version, f"{os}_{arch}")
+                return StreamingResponse(stream, media_type="application/zip", headers={SHA_HEADER: sha})
+            return await answer(call)
+
+    return router

@@ -1,0 +1,154 @@
+"""Terraform and OpenTofu release archives, read through and checksum-verified (docs/architecture.md §10.5), so
+a runner start makes no request to GitHub's API (tenv lists OpenTofu versions through it; burrito #329).
+
+- Terraform: versions from `<terraform_url>/terraform/index.json`; `terraform_<v>_<os>_<arch>.zip` and
+  `terraform_<v>_SHA256SUMS` under `<terraform_url>/terraform/<v>/` (releases.hashicorp.com).
+- OpenTofu: versions from `get.opentofu.org/tofu/api.json`; `tofu_<v>_<os>_<arch>.zip` and
+  `tofu_<v>_SHA256SUMS` under `<opentofu_url>/v<v>/` (GitHub release downloads, not its API).
+
+Stored as `tools/<tool>/<version>/<file>` with `<file>.sha256`; an archive whose SHA-256 is not the one in
+`SHA256SUMS` is never stored nor served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from burrito_py.datastore.providercache.cache import (
+    MAX_ARCHIVE,
+    NotFound,
+    Refused,
+    SingleFlight,
+    _counted,
+    _file_chunks,
+    read_json,
+    write_json,
+)
+from burrito_py.datastore.providercache.hashes import ShasumsError, file_sha256, parse_shasums
+from burrito_py.datastore.providercache.metrics import OBJECTS, REQUESTS
+from burrito_py.datastore.providercache.upstream import MAX_DOCUMENT, Upstream, UpstreamError
+from burrito_py.datastore.storage import Storage
+from burrito_py.plans.versions import InvalidVersionConstraint, Version
+
+__all__ = ["TOOLS", "ToolCache"]
+
+TOOLS = ("terraform", "opentofu")
+PLATFORM = re.compile(r"^(linux|darwin|windows|freebsd|openbsd|solaris)_(amd64|arm64|arm|386)$")
+STRICT_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$")
+
+
+class ToolCache:
+    def __init__(self, storage: Storage, upstream: Upstream, terraform_url: str, opentofu_url: str,
+                 opentofu_index_url: str, index_ttl: float, now: Callable[[], float] = time.time) -> None:
+        self.storage, self.upstream, self.index_ttl, self.now = storage, upstream, index_ttl, now
+        self.terraform_url, self.opentofu_url = terraform_url.rstrip("/"), opentofu_url.rstrip("/")
+        self.opentofu_index_url = opentofu_index_url
+        self.flight = SingleFlight()
+
+    def _tool(self, tool: str) -> str:
+        if tool not in TOOLS:
+            raise NotFound(f"tool {tool!r} is not one of {', '.join(TOOLS)}")
+        return tool
+
+    async def versions(self, tool: str) -> list[str]:
+        """Released versions, newest first."""
+        key = f"tools/{self._tool(tool)}/index.json"
+        held = await read_json(self.storage, key)
+        if held is not None and self.now() - float(held.get("fetched", 0)) < self.index_ttl:
+            REQUESTS.labels("tool", "hit").inc()
+            return list(held["versions"])
+
+        async def refresh() -> list[str]:
+            found = await self._upstream_versions(tool)
+            await write_json(self.storage, key, {"fetched": self.now(), "versions": found})
+            return found
+
+        try:
+            found = await self.flight.run(key, refresh)
+        except UpstreamError as exc:
+            REQUESTS.labels("tool", "error").inc()
+            if held is not None:
+                return list(held["versions"])
+            raise Refused(str(exc)) from None
+        REQUESTS.labels("tool", "refresh" if held is not None else "miss").inc()
+        return found
+
+    async def _upstream_versions(self, tool: str) -> list[str]:
+        if tool == "terraform":
+            document = await self.upstream.document(f"{self.terraform_url}/terraform/index.json")
+            names = list((document.get("versions") or {}) if isinstance(document, dict) else {})
+        else:
+            document = await self.upstream.document(self.opentofu_index_url)
+            entries = document.get("versions") if isinstance(document, dict) else None
+            names = [e.get("id") for e in entries or () if isinstance(e, dict)]
+        versions = []
+        for name in names:
+            if isinstance(name, str) and STRICT_VERSION.fullmatch(name):
+                try:
+                    versions.append(Version.parse(name))
+                except InvalidVersionConstraint:
+                    continue
+        return [str(v) for v in sorted(versions, reverse=True)]
+
+    def _urls(self, tool: str, version: str, platform: str) -> tuple[str, str, str]:
+        """(archive file name, its URL, the SHA256SUMS URL)."""
+        if tool == "terraform":
+            base, stem = f"{self.terraform_url}/terraform/{version}", f"terraform_{version}"
+        else:
+            base, stem = f"{self.opentofu_url}/v{version}", f"tofu_{version}"
+        name = f"{stem}_{platform}.zip"
+        return name, f"{base}/{name}", f"{base}/{stem}_SHA256SUMS"
+
+    async def archive(self, tool: str, version: str, platform: str) -> tuple[str, AsyncIterator[bytes]]:
+        """(SHA-256, bytes) of the release archive, read through on first request."""
+        self._tool(tool)
+        if not STRICT_VERSION.fullmatch(version) or not PLATFORM.fullmatch(platform):
+            raise NotFound(f"no {tool} {version} for {platform}")
+        name, url, sums_url = self._urls(tool, version, platform)
+        key = f"tools/{tool}/{version}/{name}"
+        sha = await self._sha(key)
+        if sha is None:
+            try:
+                sha = await self.flight.run(key, lambda: self._fetch(key, url, sums_url, name))
+            except (UpstreamError, ShasumsError) as exc:
+                REQUESTS.labels("tool", "error").inc()
+                raise Refused(f"{tool} {version} {platform}: {exc}") from None
+            REQUESTS.labels("tool", "miss").inc()
+        else:
+            REQUESTS.labels("tool", "hit").inc()
+        stream = await self.storage.open(key)
+        if stream is None:
+            raise Refused(f"{tool} {version} {platform}: the archive vanished")
+        return sha, _counted(stream)
+
+    async def _sha(self, key: str) -> str | None:
+        stream = await self.storage.open(f"{key}.sha256")
+        if stream is None:
+            return None
+        return b"".join([chunk async for chunk in stream]).decode().strip() or None
+
+    async def _fetch(self, key: str, url: str, sums_url: str, name: str) -> str:
+        sums = parse_shasums((await self.upstream.fetch(sums_url, MAX_DOCUMENT)).decode(errors="replace"))
+        expected = sums.get(name)
+        if expected is None:
+            raise UpstreamError(f"{sums_url} lists no {name}")
+        with tempfile.TemporaryDirectory(prefix="burrito-py-tool-") as tmp:
+            path = Path(tmp) / name
+            await self.upstream.fetch_to(url, path, MAX_ARCHIVE)
+            actual = await asyncio.to_thread(file_sha256, path)
+            if actual != expected:
+                raise UpstreamError(f"{name}: SHA-256 {actual} is not the {expected} of its SHA256SUMS: not stored")
+            await self.storage.put(key, _file_chunks(path), MAX_ARCHIVE)
+
+        async def digest() -> AsyncIterator[bytes]:
+            yield expected.encode()
+
+        await self.storage.put(f"{key}.sha256", digest(), 128)  # after the archive: a digest names a stored file
+        OBJECTS.inc()
+        return expected
+

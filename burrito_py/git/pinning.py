@@ -1,0 +1,52 @@
+"""Where one `git fetch` may connect: the outbound address guard (burrito_py/outbound.py) for git, which runs as a
+subprocess and resolves names itself. The controllers resolve the URL's host once, check every address, and pin
+git to them:
+
+- http(s): `http.curloptResolve host:port:addresses` (curl connects to those addresses, TLS still checks the
+  certificate against the name), `http.followRedirects=false` (a redirect would reach a host nobody checked, and
+  git would ask for credentials there), and no proxy (`NO_PROXY=*`: a proxy would resolve the name itself);
+- ssh: `-o HostName=<address>` with `-o HostKeyAlias=<host>` (or `[host]:port`), so the host key is still looked
+  up under the name the repository uses;
+- `git://`: checked but not pinned (git connects by itself; the protocol carries no credentials);
+- `file://`: nothing leaves the machine (`allow_file_repositories` governs it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from burrito_py.git.allowed_hosts import destination_of
+from burrito_py.outbound import OutboundPolicy, Resolver, resolve_checked, system_resolver
+
+__all__ = ["Pin", "pin_for"]
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """What one fetch's environment says about where git may connect."""
+
+    transport: str  # https (http too) | ssh | other
+    origin: str = ""  # scheme://host[:port], to scope the credential helper to this URL's origin
+    config: tuple[tuple[str, str], ...] = ()
+    ssh_options: tuple[str, ...] = ()
+
+
+def pin_for(url: str, policy: OutboundPolicy, resolver: Resolver = system_resolver) -> Pin:
+    """The pin for fetching `url` now; OutboundRefused (nothing sent) or Unresolvable from the guard."""
+    destination = destination_of(url)
+    if destination is None:
+        return Pin("other")
+    addresses = resolve_checked(policy, destination.host, destination.port, resolver)
+    host = f"[{destination.host}]" if ":" in destination.host else destination.host
+    if destination.scheme in ("http", "https"):
+        explicit = f":{destination.port}" if destination.explicit_port else ""
+        origin = f"{destination.scheme}://{host}{explicit}"
+        config = [("http.followRedirects", "false")]
+        if addresses != [destination.host]:  # a literal address needs no resolving
+            shown = ",".join(f"[{a}]" if ":" in a else a for a in addresses)
+            config.append(("http.curloptResolve", f"{host}:{destination.port}:{shown}"))
+        return Pin("https", origin, tuple(config))
+    if destination.scheme == "ssh":
+        alias = destination.host if destination.port == 22 else f"[{destination.host}]:{destination.port}"
+        return Pin("ssh", ssh_options=("-o", f"HostName={addresses[0]}", "-o", f"HostKeyAlias={alias}"))
+    return Pin("other")

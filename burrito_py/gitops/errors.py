@@ -1,7 +1,0 @@
-"""The error both credential modules raise (gitops/credentials.py, gitops/allowed_hosts.py)."""
-
-from __future__ import annotations
-
-
-class CredentialsError(ValueError):
-    """The Secret cannot give credentials for the URL. The message names the Secret and key, never a value."""
