@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from burrito_py.controllers.layer.crd_guard import CrdWatch
-from burrito_py.controllers.layer.dependencies import OutputsCache, wake_related
 from burrito_py.controllers.layer.notifications import Notifications
+from burrito_py.controllers.layer.outputs_cache import OutputsCache
 from burrito_py.controllers.plan_budget import ParseBudget
-from burrito_py.controllers.planpolicy.reconcile import PolicyBook
+from burrito_py.controllers.planpolicy.book import PolicyBook
 from burrito_py.controllers.pullrequest.decide import PullRequestMemory
 from burrito_py.controllers.repository.webhook_keys import WebhookKeyPublisher
 from burrito_py.controllers.settings import ControllerSettings
@@ -51,9 +50,8 @@ class Context:
     parse_budget: ParseBudget = field(init=False)
 
     def __post_init__(self) -> None:
-        self.inventory.layers.on_change = functools.partial(wake_related, self)
         if self.webhook_keys is None:
-            from burrito_py.kube.leader.election import own_namespace
+            from burrito_py.kube.pod_paths import own_namespace
 
             settings = self.settings
             self.webhook_keys = WebhookKeyPublisher(settings.webhook_keys_namespace or own_namespace(),

@@ -15,7 +15,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.crd_guard import CRDS
+from burrito_py.controllers.layer.dependencies import wake_related
 from burrito_py.controllers.layer.destroy import DESTROY_FINALIZER
 from burrito_py.controllers.layer.reconcile import reconcile_layer
 from burrito_py.controllers.planpolicy.reconcile import reconcile_plan_policy
@@ -38,6 +39,9 @@ from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.kube.client import Kube, KubeError, crd_path, path
 from burrito_py.kube.forbidden import ForbiddenReporter
 from burrito_py.kube.inventory import Store, key_of
+from burrito_py.kube.leader.decide import Timing
+from burrito_py.kube.leader.election import LeaderConfig, follow_flag, run_with_leader_election
+from burrito_py.kube.pod_paths import own_namespace
 from burrito_py.kube.scheduler import Scheduler
 from burrito_py.policy.sandbox import PolicySandbox
 
@@ -101,6 +105,8 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         datastore = datastore_client(config.datastore_url, config.datastore_token_path, kubeconfig)
         context = Context(settings=config, kube=kube, datastore=datastore,
                           sandbox=PolicySandbox(config.policy_limits()))
+        # A layer's change wakes the layers that depend on it (and its upstreams when it goes).
+        context.inventory.layers.on_change = functools.partial(wake_related, context)
         holder["ctx"] = context
         metrics.watch_inventory(context.inventory)
         forbidden = ForbiddenReporter(kube)
@@ -551,8 +557,6 @@ async def run_controllers(
         # kopf waits for a thread's Event in an executor thread, which outlives an operator that failed (kopf
         # gives up when a watched CRD is deleted under a live watch) and then holds asyncio.run's shutdown, so
         # the operator is never started again: hand kopf an asyncio.Event that follows the thread's instead.
-        from burrito_py.kube.leader.election import follow_flag
-
         stopping = asyncio.Event()
         follower = asyncio.create_task(follow_flag(stop_flag, stopping))
         try:
@@ -560,6 +564,17 @@ async def run_controllers(
         finally:
             follower.cancel()
         return
-    from burrito_py.kube.leader.election import run_with_leader_election
+    if settings.metrics_port:
+        _serve_metrics(settings.metrics_port, settings.host, str(kubeconfig) if kubeconfig else None,
+                       settings.metrics_auth)
+    leader = LeaderConfig(
+        namespace=settings.leader_election_namespace or own_namespace(), name=settings.leader_election_name,
+        identity=settings.leader_election_identity, host=settings.host, health_port=settings.health_port,
+        timing=Timing(lease_duration=settings.lease_duration.total_seconds(),
+                      renew_deadline=settings.renew_deadline.total_seconds(),
+                      retry_period=settings.retry_period.total_seconds()))
 
-    await run_with_leader_election(settings, kubeconfig, stop_flag=stop_flag, ready_flag=ready_flag)
+    def operate(stop: asyncio.Event, on_signal: Callable[[], None]) -> Coroutine[Any, Any, None]:
+        return run_operator(settings, kubeconfig, stop_flag=stop, on_signal=on_signal, liveness=False)
+
+    await run_with_leader_election(leader, operate, kubeconfig, stop_flag=stop_flag, ready_flag=ready_flag)

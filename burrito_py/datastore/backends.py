@@ -14,10 +14,10 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from burrito_py.datastore.encryption import EncryptedStorage, Keyring
-from burrito_py.datastore.kubeapi import connect, own_namespace, read_secret_data
+from burrito_py.datastore.kubeapi import connect, read_secret_data
 from burrito_py.datastore.s3 import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MIN_PART_SIZE, S3Storage, make_client
 from burrito_py.datastore.storage import FilesystemStorage, Storage
-from burrito_py.kube.pod_paths import pod_path_setting
+from burrito_py.kube.pod_paths import own_namespace, pod_path_setting
 
 ENV_PREFIX = "BURRITO_PY_DATASTORE_"
 log = logging.getLogger(__name__)

@@ -3,15 +3,12 @@ layers, runs and repositories that still reference artifacts. Plain dicts, as th
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from burrito_py.api.annotations import GROUP, VERSION
-
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 class KubeApiError(Exception):
@@ -29,14 +26,6 @@ async def connect(kubeconfig: str | None = None) -> client.ApiClient:
         except config.ConfigException as exc:
             raise KubeApiError(f"no Kubernetes API configuration (KUBECONFIG or in-cluster): {exc}") from None
     return client.ApiClient(configuration=configuration)
-
-
-def own_namespace() -> str:
-    """The pod's namespace in a cluster; `default` elsewhere."""
-    try:
-        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
-    except OSError:
-        return "default"
 
 
 async def read_secret_data(api: client.ApiClient, namespace: str, name: str) -> dict[str, str]:

@@ -3,6 +3,7 @@ local kubelet they live below the pod's private root (`BURRITO_LOCAL_ROOT`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -19,3 +20,13 @@ def pod_path_setting(path: Path | None) -> Path | None:
     if path is None or not root or not path.is_absolute() or path.is_relative_to(root):
         return path
     return pod_path(path)
+
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def own_namespace() -> str:
+    """The pod's namespace (the service account mount), else POD_NAMESPACE, else `default`."""
+    with contextlib.suppress(OSError):
+        return pod_path(SERVICE_ACCOUNT_NAMESPACE).read_text().strip() or "default"
+    return os.environ.get("POD_NAMESPACE") or "default"

@@ -89,7 +89,7 @@ READY_SECONDS = 10.0
 
 class Webhooks:
     def __init__(self, kube: Kube, settings: ServerSettings) -> None:
-        from burrito_py.kube.leader.election import own_namespace
+        from burrito_py.kube.pod_paths import own_namespace
 
         self.kube, self.settings = kube, settings
         self.recent = RecentDeliveries(settings.delivery_cache_size)

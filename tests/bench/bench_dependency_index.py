@@ -5,6 +5,7 @@ with the real wake_related, against a real Context whose scheduler counts what i
 
 from __future__ import annotations
 
+import functools
 import random
 import statistics
 import sys
@@ -13,6 +14,7 @@ import tracemalloc
 from typing import Any
 
 from burrito_py.controllers.context import Context
+from burrito_py.controllers.layer.dependencies import wake_related
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.kube.client import Kube
 from burrito_py.kube.inventory import Store
@@ -57,9 +59,11 @@ def main() -> None:
     bodies = [layer(i, sorted(rng.sample(range(min(i, 10)) if i < 100 else
                                          [*rng.sample(range(10), 1), *rng.sample(range(10, i), 2)],
                                          min(i, DEPENDENCIES)))) for i in range(LAYERS)]
-    # The controllers' own Context: its layer store calls dependencies.wake_related on every observe (a no-op
-    # wake until primed, as at start-up), and its scheduler is replaced by one that counts.
+    # The controllers' own Context, wired as the operator wires it: its layer store calls
+    # dependencies.wake_related on every observe (a no-op wake until primed, as at start-up), and its scheduler
+    # is replaced by one that counts.
     ctx = Context(ControllerSettings(), Kube(None))  # type: ignore[arg-type]  # no request is ever made here
+    ctx.inventory.layers.on_change = functools.partial(wake_related, ctx)
     plain_bytes, plain_seconds = held(Store(), bodies)
     index_bytes, built = held(ctx.inventory.layers, bodies)
     store = ctx.inventory.layers

@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING
 from burrito_py.api import annotations as ann
 
 if TYPE_CHECKING:
-    from burrito_py.controllers.layer.decide import RunView
-
+    from burrito_py.controllers.layer.run_view import RunView
 CONDITION = "IsPlanArtifactValid"
 REFUSED = "ArtifactRefused"
 

@@ -24,6 +24,7 @@ from burrito_py.controllers.layer.artifact_check import LayerIdentity, artifact_
 from burrito_py.controllers.layer.dependency_decisions import DependencyVerdict
 from burrito_py.controllers.layer.drift import drift_due
 from burrito_py.controllers.layer.plan_gate import PlanGate, drift_condition, gate_plan
+from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.controllers.layer.sync_windows import Window, sync_windows_allow
 from burrito_py.controllers.run.decide import STALE_PLAN
 from burrito_py.kube.conditions import Cond
@@ -37,65 +38,12 @@ LAYER_STATES: tuple[LayerStateName, ...] = (
     "Running",
     "MaxRetriesReached",
 )
-TERMINAL_RUN_STATES = frozenset({"Succeeded", "Failed"})
 NO_CHANGES = "No changes."
 RETRY_LIMIT = "RetryLimitReached"
 # A stale apply re-plans at once this many times in a row at one relevant commit; after that the apply of the
 # latest plan is exhausted until a plan with another sum (drift, sync-now, a new commit), so a layer whose
 # state keeps changing under it cannot loop plan → stale apply → plan.
 MAX_STALE_REPLANS = 1
-
-
-@dataclass(frozen=True, slots=True)
-class RunView:
-    """The few facts about a TerraformRun that layer decisions need."""
-
-    name: str
-    action: str
-    state: str | None
-    revision: str | None
-    created: str = ""
-    message: str = ""
-    # A destroy plan (terraform plan -destroy), or the apply of one, made while the layer is deleted.
-    destroy: bool = False
-    # For an apply: the plan run it applies.
-    artifact: str | None = None
-    # metadata.generation of the layer when the run was created (a changed spec retries a failed destroy).
-    layer_generation: int | None = None
-    # The layer's relevant commit when the run was created (None on runs made before it was recorded).
-    relevant_commit: str | None = None
-    # For an apply: the sum of the plan it applies (None on runs made before it was recorded).
-    plan_sum: str | None = None
-    # The reason of its HasSucceeded condition (`StalePlan` for an apply refused as stale).
-    reason: str = ""
-    # The digest of the upstream outputs it was given (dependencies), None when it was given none.
-    inputs_digest: str | None = None
-    # For an apply: the digest of the changes its plan makes (plans/changes.py), None when not recorded.
-    changes_digest: str | None = None
-    # For a plan: made because someone asked (`sync-now`), not by a drift check or a commit.
-    sync_requested: bool = False
-    # What the apply artifact check reads (artifact_check.py): the uids of its TerraformLayer owner references,
-    # its layer label, the layer its spec names, the pull request it plans for, and its last attempt when that
-    # one succeeded with the plan sum the run controller recorded for it.
-    owners: tuple[str, ...] = ()
-    layer_label: str | None = None
-    layer_name: str = ""
-    layer_namespace: str | None = None
-    pull_request: str | None = None
-    result_attempt: int | None = None
-    result_sum: str | None = None
-    # The sum and size of that attempt's plan JSON, recorded with it (the review reads only that JSON).
-    result_json_sum: str | None = None
-    result_json_size: int | None = None
-
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL_RUN_STATES
-
-    @property
-    def failed(self) -> bool:
-        # A run reaches `Failed` only once its retries are exhausted (docs/architecture.md §6).
-        return self.state == "Failed"
 
 
 @dataclass(frozen=True, slots=True)

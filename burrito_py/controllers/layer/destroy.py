@@ -40,9 +40,9 @@ from burrito_py.controllers.layer.decide import (
     CreateRun,
     LayerDecision,
     LayerStateName,
-    RunView,
     parse_plan_run,
 )
+from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.kube.conditions import Cond
 
 DESTROY_FINALIZER = "terraform.burrito-py.io/destroy"

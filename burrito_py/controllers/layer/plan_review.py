@@ -22,8 +22,9 @@ from typing import Any, Literal
 
 from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
-from burrito_py.controllers.layer.decide import NO_CHANGES, RunView, parse_plan_run
+from burrito_py.controllers.layer.decide import NO_CHANGES, parse_plan_run
 from burrito_py.controllers.layer.plan_gate import PlanGate
+from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.kube.inventory import Body
 from burrito_py.kube.scheduler import slot_released
 from burrito_py.plans.changes import changes_digest

@@ -28,7 +28,6 @@ from burrito_py.controllers.layer.decide import (
     Exhaustion,
     LayerDecision,
     LayerSnapshot,
-    RunView,
     decide_layer,
     parse_plan_run,
 )
@@ -60,6 +59,7 @@ from burrito_py.controllers.layer.run_creation import (
 from burrito_py.controllers.layer.run_creation import condition as run_creation_condition
 from burrito_py.controllers.layer.run_creation import last_result as run_creation_result
 from burrito_py.controllers.layer.run_inputs import put_run_inputs
+from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.controllers.layer.sync_windows import Window
 from burrito_py.controllers.layer.validation import LayerValidation, validate_layer
 from burrito_py.controllers.run.pod_creation import backoff, blocked_message

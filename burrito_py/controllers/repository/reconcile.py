@@ -72,7 +72,8 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     repository = ctx.inventory.repositories.get(key)
     if repository is None or repository["metadata"].get("deletionTimestamp"):
         if ctx.webhook_keys is not None:  # its webhook key goes with it
-            await ctx.webhook_keys.publish(ctx, key, None, Cond(WEBHOOKS, False, "Deleted"))
+            await ctx.webhook_keys.publish(ctx.kube, ctx.inventory.repositories, key, None,
+                                           Cond(WEBHOOKS, False, "Deleted"))
         return
     namespace, name = key
     webhooks = await publish_webhook_key(ctx, repository)
@@ -132,10 +133,10 @@ async def _reconcile(ctx: Context, key: Key) -> None:
 
 async def publish_webhook_key(ctx: Context, repository: Body) -> Cond:
     """Publish (or withdraw) the repository's webhook key for the server; its `Webhooks` condition."""
-    entry, condition = await webhook_entry(ctx, repository)
+    entry, condition = await webhook_entry(ctx.kube, repository)
     if ctx.webhook_keys is None:
         return condition
-    return await ctx.webhook_keys.publish(ctx, key_of(repository), entry, condition)
+    return await ctx.webhook_keys.publish(ctx.kube, ctx.inventory.repositories, key_of(repository), entry, condition)
 
 
 async def credentials_of(ctx: Context, namespace: str, secret_name: str | None, url: str) -> GitCredentials | None:

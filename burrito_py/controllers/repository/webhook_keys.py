@@ -23,16 +23,13 @@ import asyncio
 import base64
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from burrito_py.kube.client import Body, KubeError, path
+from burrito_py.kube.client import Body, Kube, KubeError, path
 from burrito_py.kube.conditions import Cond
 from burrito_py.server.webhook_keys import encode_entry, entry_name, parse_entry_name
-
-if TYPE_CHECKING:
-    from burrito_py.controllers.context import Context
 
 __all__ = ["WEBHOOK_SECRET_KEY", "EntryDecision", "WebhookKeyPublisher", "decide_entries", "webhook_entry"]
 
@@ -75,7 +72,7 @@ def _uid_of(value: str) -> str:
         return ""
 
 
-async def webhook_entry(ctx: Context, repository: Mapping[str, Any]) -> tuple[str | None, Cond]:
+async def webhook_entry(kube: Kube, repository: Mapping[str, Any]) -> tuple[str | None, Cond]:
     """The repository's entry (None: it has no webhook key) and its `Webhooks` condition. Messages name the
     Secret and the key, never a value."""
     meta = repository["metadata"]
@@ -86,7 +83,7 @@ async def webhook_entry(ctx: Context, repository: Mapping[str, Any]) -> tuple[st
                           "spec.repository.secretName is not set: no webhook delivery is accepted for this repository")
     where = f"Secret {namespace}/{secret_name}"
     try:
-        secret = await ctx.kube.get(path("v1", "secrets", namespace, secret_name))
+        secret = await kube.get(path("v1", "secrets", namespace, secret_name))
     except KubeError as exc:  # e.g. 403 in a namespace that is not a tenant's
         return None, Cond(CONDITION, False, "SecretUnreadable", f"cannot read {where}: {exc.status} {exc.reason}")
     value = ((secret or {}).get("data") or {}).get(WEBHOOK_SECRET_KEY) if secret is not None else None
@@ -118,33 +115,33 @@ class WebhookKeyPublisher:
     def _path(self) -> str:
         return path("v1", "secrets", self.namespace, self.name)
 
-    async def _read(self, ctx: Context) -> None:
-        body = await ctx.kube.get(self._path)
+    async def _read(self, kube: Kube) -> None:
+        body = await kube.get(self._path)
         self._data = dict((body or {}).get("data") or {})
         self._version = str(body["metadata"].get("resourceVersion") or "") if body is not None else None
         self._read_at = time.monotonic()
 
-    async def publish(self, ctx: Context, repository: tuple[str, str], entry: str | None,
+    async def publish(self, kube: Kube, repositories: Iterable[Body], repository: tuple[str, str], entry: str | None,
                       condition: Cond) -> Cond:
-        """Set or remove the repository's entry; the condition to report (the given one, or why it could not be
-        published)."""
+        """Set or remove the repository's entry (`repositories`: every repository the controllers hold); the
+        condition to report (the given one, or why it could not be published)."""
         live = {(r["metadata"]["namespace"], r["metadata"]["name"]): str(r["metadata"].get("uid") or "")
-                for r in ctx.inventory.repositories if not r["metadata"].get("deletionTimestamp")}
+                for r in repositories if not r["metadata"].get("deletionTimestamp")}
         async with self._lock:
             if time.monotonic() - self._read_at >= REREAD_SECONDS:
-                await self._read(ctx)
+                await self._read(kube)
             for attempt in range(3):
                 decision = decide_entries(self._data, live, repository, entry, self.per_namespace)
                 if decision.data == self._data:
                     break
                 try:
-                    await self._write(ctx, decision.data)
+                    await self._write(kube, decision.data)
                     break
                 except KubeError as exc:
                     if exc.status == 409 and attempt < 2:  # written meanwhile (a previous leader): read, decide again
-                        await self._read(ctx)
+                        await self._read(kube)
                         continue
-                    await self._read(ctx)
+                    await self._read(kube)
                     log.warning("webhook keys: cannot write Secret %s/%s: %s", self.namespace, self.name, exc)
                     return Cond(CONDITION, False, "PublishFailed",
                                 f"cannot write the webhook keys Secret {self.namespace}/{self.name}: {exc.status} "
@@ -155,17 +152,17 @@ class WebhookKeyPublisher:
                         "(the controllers' webhookKeysPerNamespace): no delivery is accepted for this one")
         return condition
 
-    async def _write(self, ctx: Context, data: dict[str, str]) -> None:
+    async def _write(self, kube: Kube, data: dict[str, str]) -> None:
         body: Body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                       "metadata": {"name": self.name, "namespace": self.namespace,
                                    "labels": {"app.kubernetes.io/name": "burrito-py",
                                               "app.kubernetes.io/component": "webhook-keys"}},
                       "data": data}
         if self._version is None:  # a 409 (it exists after all): the caller reads it and decides again
-            written = await ctx.kube.create(path("v1", "secrets", self.namespace), body)
+            written = await kube.create(path("v1", "secrets", self.namespace), body)
         else:
             body["metadata"]["resourceVersion"] = self._version
-            written = await ctx.kube.replace(self._path, body)
+            written = await kube.replace(self._path, body)
         self._data = dict(written.get("data") or {})
         self._version = str(written["metadata"].get("resourceVersion") or "")
         self._read_at = time.monotonic()

@@ -12,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +24,6 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import Counter, Gauge
 
-from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.kube.client import Body, Kube, KubeError, path
 from burrito_py.kube.leader.decide import (
     Action,
@@ -195,25 +193,20 @@ class Elector:
 
 
 # -- the controllers under leader election ------------------------------------------------------------------
-SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+@dataclass(frozen=True, slots=True)
+class LeaderConfig:
+    """Where the Lease is, who we are, its timing, and where /healthz is served (port 0: not served)."""
+
+    namespace: str
+    name: str
+    identity: str
+    timing: Timing
+    host: str = "0.0.0.0"  # noqa: S104 - the probes reach the pod's address
+    health_port: int = 0
 
 
-def own_namespace() -> str:
-    """The pod's namespace (the service account mount), else POD_NAMESPACE, else `default`."""
-    from burrito_py.kube.pod_paths import pod_path
-
-    mounted = pod_path(SERVICE_ACCOUNT_NAMESPACE)
-    with contextlib.suppress(OSError):
-        return mounted.read_text().strip() or "default"
-    return os.environ.get("POD_NAMESPACE") or "default"
-
-
-def timing_of(settings: ControllerSettings) -> Timing:
-    return Timing(
-        lease_duration=settings.lease_duration.total_seconds(),
-        renew_deadline=settings.renew_deadline.total_seconds(),
-        retry_period=settings.retry_period.total_seconds(),
-    )
+# What runs while leading: given an Event that asks it to stop and a callback for a stop signal (SIGTERM).
+Operate = Callable[[asyncio.Event, Callable[[], None]], Coroutine[Any, Any, None]]
 
 
 @dataclass
@@ -231,9 +224,9 @@ class Health:
         return (503 if leading and not running else 200), body
 
 
-async def serve_health(settings: ControllerSettings, health: Health) -> web.AppRunner | None:
+async def serve_health(config: LeaderConfig, health: Health) -> web.AppRunner | None:
     """GET /healthz on host:health_port (the chart's liveness and readiness probes)."""
-    if not settings.health_port:
+    if not config.health_port:
         return None
 
     async def healthz(_: web.Request) -> web.Response:
@@ -244,7 +237,7 @@ async def serve_health(settings: ControllerSettings, health: Health) -> web.AppR
     app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, settings.host, settings.health_port).start()
+    await web.TCPSite(runner, config.host, config.health_port).start()
     return runner
 
 
@@ -284,18 +277,17 @@ async def _stop_operator(operator: asyncio.Task[None], stop: asyncio.Event, grac
 
 
 async def run_with_leader_election(
-    settings: ControllerSettings,
+    config: LeaderConfig,
+    operate: Operate,
     kubeconfig: Path | None = None,
     stop_flag: threading.Event | asyncio.Event | None = None,
     ready_flag: threading.Event | None = None,
 ) -> None:
-    """Campaign for the Lease; run kopf (afresh each time) only while leading. Losing the Lease stops kopf and
+    """Campaign for the Lease; run `operate` (afresh each time) only while leading. Losing the Lease stops it and
     returns to candidacy (no process restart, so no CrashLoopBackOff from a flaky API); a stop (SIGTERM, or
-    `stop_flag`) stops kopf, then releases the Lease so a standby takes over within one retry period. An
-    operator that fails while leading releases the Lease and raises (the kubelet restarts the container)."""
-    from burrito_py.controllers.operator import _serve_metrics, run_operator
-
-    timing = timing_of(settings)
+    `stop_flag`) stops it, then releases the Lease so a standby takes over within one retry period. An operator
+    that fails while leading releases the Lease and raises (the kubelet restarts the container)."""
+    timing = config.timing
     stopping = asyncio.Event() if not isinstance(stop_flag, asyncio.Event) else stop_flag
     background: list[asyncio.Task[None]] = []
     if isinstance(stop_flag, threading.Event):
@@ -304,17 +296,11 @@ async def run_with_leader_election(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stopping.set)
-    if settings.metrics_port:
-        _serve_metrics(settings.metrics_port, settings.host, str(kubeconfig) if kubeconfig else None,
-                       settings.metrics_auth)
     LEADER.set(0)
     kube = await Kube.connect(str(kubeconfig) if kubeconfig else None)
-    elector = Elector(
-        kube, namespace=settings.leader_election_namespace or own_namespace(), name=settings.leader_election_name,
-        identity=settings.leader_election_identity, timing=timing,
-    )
+    elector = Elector(kube, namespace=config.namespace, name=config.name, identity=config.identity, timing=timing)
     health = Health(elector)
-    health_runner = await serve_health(settings, health)
+    health_runner = await serve_health(config, health)
     campaign = asyncio.create_task(elector.run(), name="leader election")
     log.info("leader election: %s campaigns for Lease %s/%s", elector.identity, elector.namespace, elector.name)
     if ready_flag is not None:
@@ -328,8 +314,7 @@ async def run_with_leader_election(
             lost = asyncio.create_task(_until_not_leading(elector))
             stop = asyncio.create_task(stopping.wait())
             operator_stop = asyncio.Event()
-            operator = asyncio.create_task(run_operator(
-                settings, kubeconfig, stop_flag=operator_stop, on_signal=stopping.set, liveness=False))
+            operator = asyncio.create_task(operate(operator_stop, stopping.set))
             health.operator = operator
             await asyncio.wait({lost, stop, operator}, return_when=asyncio.FIRST_COMPLETED)
             for watcher in (lost, stop):

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.layer.artifact_check import CONDITION, REFUSED, LayerIdentity, artifact_refusal
-from burrito_py.controllers.layer.decide import LayerSnapshot, RunView, decide_layer
+from burrito_py.controllers.layer.decide import LayerSnapshot, decide_layer
 from burrito_py.controllers.layer.destroy import DESTROY_PLAN_REFUSED, DestroySnapshot, decide_destroy
 from burrito_py.controllers.layer.plan_gate import PlanGate
+from burrito_py.controllers.layer.run_view import RunView
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 LAYER = LayerIdentity("uid-app", "team", "app")

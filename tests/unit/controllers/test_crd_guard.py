@@ -17,8 +17,9 @@ from burrito_py.controllers.layer.crd_guard import (
     crd_deletion,
     owner_kinds,
 )
-from burrito_py.controllers.layer.decide import NO_CHANGES, LayerDecision, RunView
+from burrito_py.controllers.layer.decide import NO_CHANGES, LayerDecision
 from burrito_py.controllers.layer.destroy import DESTROY_SKIPPED, DestroySnapshot, decide_destroy
+from burrito_py.controllers.layer.run_view import RunView
 
 APPLIED = {ann.BRANCH_COMMIT: "c1", ann.PLAN_SUM: "sha256:aa", ann.PLAN_RUN: "app-plan-1/1", ann.PLAN_COMMIT: "c1",
            ann.APPLY_SUM: "sha256:aa", ann.APPLY_COMMIT: "c1"}

@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.layer.decide import LayerSnapshot, RunView, decide_layer
-from burrito_py.controllers.layer.dependencies import fingerprint, read_outputs
+from burrito_py.controllers.layer.decide import LayerSnapshot, decide_layer
 from burrito_py.controllers.layer.dependency_decisions import (
     Dependency,
     DependencySnapshot,
@@ -23,7 +22,9 @@ from burrito_py.controllers.layer.dependency_decisions import (
     judge_dependencies,
 )
 from burrito_py.controllers.layer.destroy import DestroySnapshot, decide_destroy
+from burrito_py.controllers.layer.outputs_cache import fingerprint, read_outputs
 from burrito_py.controllers.layer.plan_gate import PlanGate
+from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.timeutil import format_time
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)

@@ -6,8 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.layer.decide import LAYER_STATES, NO_CHANGES, CreateRun, LayerDecision, RunView
+from burrito_py.controllers.layer.decide import LAYER_STATES, NO_CHANGES, CreateRun, LayerDecision
 from burrito_py.controllers.layer.destroy import DESTROY_FINALIZER, DestroySnapshot, decide_destroy, finalizer_change
+from burrito_py.controllers.layer.run_view import RunView
 
 APPLIED = {
     ann.BRANCH_COMMIT: "c1",

@@ -13,11 +13,11 @@ from burrito_py.controllers.layer.decide import (
     CreateRun,
     LayerSnapshot,
     PendingPlanView,
-    RunView,
     decide_layer,
     parse_plan_run,
 )
 from burrito_py.controllers.layer.plan_gate import PlanGate
+from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.timeutil import format_time
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

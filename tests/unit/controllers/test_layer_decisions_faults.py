@@ -15,11 +15,11 @@ from burrito_py.controllers.layer.decide import (
     Exhaustion,
     LayerDecision,
     LayerSnapshot,
-    RunView,
     decide_layer,
 )
 from burrito_py.controllers.layer.plan_gate import PlanGate
 from burrito_py.controllers.layer.reconcile import compute_status, run_name, snapshot
+from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.controllers.layer.sync_windows import Window
 from burrito_py.kube.conditions import Cond
 from burrito_py.timeutil import format_time

@@ -16,9 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.layer.decide import Exhaustion, LayerDecision, LayerSnapshot, RunView, decide_layer
+from burrito_py.controllers.layer.decide import Exhaustion, LayerDecision, LayerSnapshot, decide_layer
 from burrito_py.controllers.layer.plan_gate import PlanGate
 from burrito_py.controllers.layer.plan_review import gate_of, plan_facts
+from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.plans.changes import UNKNOWN, changes_digest, planned_values
 from burrito_py.plans.model import parse_plan
 from burrito_py.timeutil import format_time

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.layer.decide import RunView
 from burrito_py.controllers.layer.plan_review import (
     code_changed,
     drift_state,
@@ -16,6 +15,7 @@ from burrito_py.controllers.layer.plan_review import (
     parse_override,
     review_needed,
 )
+from burrito_py.controllers.layer.run_view import RunView
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 SUM = "sha256:aa"

@@ -1,0 +1,59 @@
+"""What the layer's decisions (decide.py) and its apply artifact check (artifact_check.py) read of a TerraformRun."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TERMINAL_RUN_STATES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """The few facts about a TerraformRun that layer decisions need."""
+
+    name: str
+    action: str
+    state: str | None
+    revision: str | None
+    created: str = ""
+    message: str = ""
+    # A destroy plan (terraform plan -destroy), or the apply of one, made while the layer is deleted.
+    destroy: bool = False
+    # For an apply: the plan run it applies.
+    artifact: str | None = None
+    # metadata.generation of the layer when the run was created (a changed spec retries a failed destroy).
+    layer_generation: int | None = None
+    # The layer's relevant commit when the run was created (None on runs made before it was recorded).
+    relevant_commit: str | None = None
+    # For an apply: the sum of the plan it applies (None on runs made before it was recorded).
+    plan_sum: str | None = None
+    # The reason of its HasSucceeded condition (`StalePlan` for an apply refused as stale).
+    reason: str = ""
+    # The digest of the upstream outputs it was given (dependencies), None when it was given none.
+    inputs_digest: str | None = None
+    # For an apply: the digest of the changes its plan makes (plans/changes.py), None when not recorded.
+    changes_digest: str | None = None
+    # For a plan: made because someone asked (`sync-now`), not by a drift check or a commit.
+    sync_requested: bool = False
+    # What the apply artifact check reads (artifact_check.py): the uids of its TerraformLayer owner references,
+    # its layer label, the layer its spec names, the pull request it plans for, and its last attempt when that
+    # one succeeded with the plan sum the run controller recorded for it.
+    owners: tuple[str, ...] = ()
+    layer_label: str | None = None
+    layer_name: str = ""
+    layer_namespace: str | None = None
+    pull_request: str | None = None
+    result_attempt: int | None = None
+    result_sum: str | None = None
+    # The sum and size of that attempt's plan JSON, recorded with it (the review reads only that JSON).
+    result_json_sum: str | None = None
+    result_json_size: int | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_RUN_STATES
+
+    @property
+    def failed(self) -> bool:
+        # A run reaches `Failed` only once its retries are exhausted (docs/architecture.md §6).
+        return self.state == "Failed"
