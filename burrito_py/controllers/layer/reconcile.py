@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.annotations import parse_plan_run
 from burrito_py.api.common import SyncWindow
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
@@ -29,7 +30,6 @@ from burrito_py.controllers.layer.decide import (
     LayerDecision,
     LayerSnapshot,
     decide_layer,
-    parse_plan_run,
 )
 from burrito_py.controllers.layer.dependencies import MOVED_ON, RETRY_SECONDS, dependency_snapshot, upstream_inputs
 from burrito_py.controllers.layer.dependency_decisions import DependencyVerdict, judge_dependencies

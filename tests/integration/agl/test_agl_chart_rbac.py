@@ -33,8 +33,8 @@ from burrito_local.kube_tokens import API_AUDIENCES
 
 from burrito_py.agl.operator import register_agl
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.controllers.operator import kubeconfig_login
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.kube.kubeconfig import kubeconfig_login
 from tests.support.emulator import wait_for
 
 RELEASE, RELEASE_NAMESPACE = "burrito-py", "burrito-py-system"

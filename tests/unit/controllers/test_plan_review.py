@@ -11,11 +11,11 @@ from burrito_py.controllers.layer.plan_review import (
     drift_state,
     drift_status,
     gate_of,
-    override_refusal,
     parse_override,
     review_needed,
 )
 from burrito_py.controllers.layer.run_view import RunView
+from burrito_py.policy.override import override_refusal
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 SUM = "sha256:aa"
