@@ -94,7 +94,8 @@ class Relay:
         except OSError:
             writer.close()
             return
-        await _splice((reader, writer), upstream)
+        with contextlib.suppress(asyncio.CancelledError):  # stop() cancels open connections: not an error
+            await _splice((reader, writer), upstream)
 
     async def _start(self) -> None:
         if isinstance(self._listen, str):

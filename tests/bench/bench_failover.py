@@ -75,13 +75,15 @@ def real(rounds: int = 3) -> None:
     with NodeNamespace(tmp / "netns", binary_path(build=True)) as cluster, \
             chart_on_node(cluster, tmp / "chart") as leaders:
         done = handovers(leaders, ["deletion", "SIGTERM", "forced"] * rounds)
-    for how, target in (("deletion", "<= 5 s"), ("SIGTERM", "<= 5 s"), ("forced", "the lease, 15 s")):
+    for how, what, target in (("deletion", "leader pod deleted", "<= 5 s"),
+                              ("SIGTERM", "SIGTERM to the leader's container", "<= 5 s"),
+                              ("forced", "leader pod force-deleted", "the lease, 15 s, when the release is refused")):
         acquired = [h.acquired for h in done if h.how == how]
         polled = [h.polled for h in done if h.how == how]
-        print(f"real control plane, leader pod {how}: another replica leads after {statistics.median(acquired):.2f} s "
-              f"median ({min(acquired):.2f}-{max(acquired):.2f} s; polled {statistics.median(polled):.2f} s; "
-              f"{len(acquired)} rounds; target {target})")
-
+        released = sum(h.released for h in done if h.how == how)
+        print(f"real control plane, {what}: another replica leads after {statistics.median(acquired):.2f} s median "
+              f"({min(acquired):.2f}-{max(acquired):.2f} s; polled {statistics.median(polled):.2f} s; "
+              f"released {released} of {len(acquired)} rounds; target {target})")
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
