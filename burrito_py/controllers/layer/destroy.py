@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.layer import LayerState
 from burrito_py.controllers.layer.artifact_check import LayerIdentity, artifact_refusal
 from burrito_py.controllers.layer.decide import (
     NO_CHANGES,
     CreateRun,
     LayerDecision,
-    LayerStateName,
     parse_plan_run,
 )
 from burrito_py.controllers.layer.run_view import RunView
@@ -81,7 +81,7 @@ class DestroySnapshot:
 
 
 def _decision(
-    state: LayerStateName,
+    state: LayerState,
     reason: str,
     message: str,
     *,
