@@ -3,11 +3,11 @@ tests.bench.trace_reconcile`. Not a benchmark (not run by `python3 -m tests.benc
 same way for the layer and the pull request.
 
 One reconcile of one object runs against the API emulator (real Kube client, real inventory, no datastore), under
-`sys.setprofile`. Two counts, over code of `burrito_py/` only:
-- calls: `call` events whose code object lives in the reconcile.py of the controller (a coroutine resumed after a
-  suspension counts again), and among them those of named functions (not `<genexpr>`, `<listcomp>`, `<lambda>`);
-- entries: how many times the innermost frame of `burrito_py/` code moves from another file into that
-  reconcile.py (what a reader following the object sees: back into reconcile.py after each helper).
+`sys.settrace`, over code of `burrito_py/` only:
+- calls: the functions of the controller's reconcile.py invoked (a coroutine resumed after an await is the same
+  invocation), and among them named functions (not `<genexpr>`, `<listcomp>`, `<lambda>`);
+- entries: how many times the line executed moves from another file of `burrito_py/` into that reconcile.py (what
+  a reader following the object sees: back into reconcile.py after each helper).
 
 Scenarios: a layer at a new commit (it plans: the create path, the busiest), the same layer at rest (nothing to
 do), and a pull request whose head was seen, with one affected layer (it creates its plan run and publishes; the
@@ -43,38 +43,40 @@ PLURALS = {"TerraformRepository": "terraformrepositories", "TerraformLayer": "te
 
 
 class Counter:
-    def __init__(self, target: str) -> None:
-        self.target, self.calls, self.named, self.entries, self.where = target, 0, 0, 0, ""
+    """A `sys.settrace` function: invocations of the target file's functions, and entries into its lines."""
 
-    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
-        if event not in ("call", "return"):
-            return
-        if event == "return":
-            frame = frame.f_back  # type: ignore[assignment]
-            while frame is not None and not frame.f_code.co_filename.startswith(PACKAGE):
-                frame = frame.f_back  # type: ignore[assignment]
-            if frame is None:
-                return
+    def __init__(self, target: str) -> None:
+        self.target, self.entries, self.where = target, 0, ""
+        self.frames: dict[int, FrameType] = {}  # held, so that an id is never reused during the count
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
         filename = frame.f_code.co_filename
         if not filename.startswith(PACKAGE):
-            return
+            return None  # no line events for other code
         if event == "call" and filename == self.target:
-            self.calls += 1
-            self.named += not frame.f_code.co_name.startswith("<")
-        if filename != self.where:
-            if filename == self.target:
-                self.entries += 1
+            self.frames.setdefault(id(frame), frame)  # a coroutine resumed is the same frame: counted once
+        if event == "line" and filename != self.where:
+            self.entries += filename == self.target
             self.where = filename
+        return self
+
+    @property
+    def calls(self) -> int:
+        return len(self.frames)
+
+    @property
+    def named(self) -> int:
+        return sum(1 for frame in self.frames.values() if not frame.f_code.co_name.startswith("<"))
 
 
 async def count(target: str, run: Callable[[], Awaitable[None]]) -> tuple[int, int, int]:
-    """One reconcile under the profiler (this thread only: the event loop's, where the reconcile runs)."""
+    """One reconcile under the tracer (this thread only: the event loop's, where the reconcile runs)."""
     counter = Counter(str(Path(PACKAGE) / target))
-    sys.setprofile(counter)
+    sys.settrace(counter)
     try:
         await run()
     finally:
-        sys.setprofile(None)
+        sys.settrace(None)
     return counter.calls, counter.named, counter.entries
 
 
