@@ -34,7 +34,7 @@ from burrito_py.controllers.layer.destroy import (
 )
 from burrito_py.controllers.layer.drift import drift_due
 from burrito_py.controllers.layer.notifications import layer_link, notifications_due
-from burrito_py.controllers.layer.outputs import outputs_to_sync
+from burrito_py.controllers.layer.outputs import OutputsReading, OutputsSync, outputs_sync
 from burrito_py.controllers.layer.plan_review import Review, gate_of
 from burrito_py.controllers.layer.run_creation import RunCreation, api_message_of, next_try, wait_before_creating
 from burrito_py.controllers.layer.run_creation import condition as run_creation_condition
@@ -70,6 +70,7 @@ class LayerFacts:
     dependents: tuple[str, ...] = ()  # the layers that depend on it and exist (while deleting)
     named_plan_run: Body | None = None  # the run of its namespace `plan-run` names, for the artifact check
     creation: RunCreation = field(default_factory=RunCreation)  # a refused run create (status.runCreation)
+    outputs: OutputsReading | None = None  # the last apply's outputs, when the status or Secret lags them
     # The layer was just read fresh because the decision on the inventory's copy asked for a run that its backoff
     # allowed: the run this snapshot asks for is created without checking the backoff again (as it always was).
     backoff_checked: bool = False
@@ -92,7 +93,7 @@ class Settlement:
     retry_review_in: float | None  # an unreadable plan is reviewed again
     release: Event | None  # the destroy's outcome, told before the finalizer goes (release_finalizer)
     release_finalizer: bool  # the destroy is done or not wanted: remove the finalizer and stop
-    sync_outputs: bool  # status.outputs and the outputs Secret lag the last apply (outputs.py)
+    outputs: OutputsSync | None  # bring status.outputs and the outputs Secret up to the last apply (outputs.py)
     drift_check_in: float | None  # seconds until the current plan is stale (drift.py)
     wake_in: float | None  # a sync window holds back the run: decide again then
 
@@ -270,8 +271,8 @@ def settle(facts: LayerFacts, decision: LayerDecision) -> Settlement:
         release=release,
         release_finalizer=decision.remove_finalizer,
         # After a successful apply only (outputs.py); never for a layer being deleted.
-        sync_outputs=not decision.remove_finalizer and not meta.get("deletionTimestamp")
-        and outputs_to_sync(layer) is not None,
+        outputs=outputs_sync(layer, facts.outputs) if facts.outputs is not None and not decision.remove_finalizer
+        else None,
         drift_check_in=drift_check_in(layer, facts.drift_period, now),
         # Held back by a sync window: decide again when it may have changed.
         wake_in=max((decision.wake_at - now).total_seconds(), 0.0) + 1.0 if decision.wake_at is not None else None,

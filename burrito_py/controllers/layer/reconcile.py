@@ -37,8 +37,8 @@ from burrito_py.controllers.layer.dependencies import MOVED_ON, RETRY_SECONDS, d
 from burrito_py.controllers.layer.dependency_decisions import DependencyVerdict
 from burrito_py.controllers.layer.destroy import DESTROY_SKIPPED
 from burrito_py.controllers.layer.finalizers import set_destroy_finalizer
-from burrito_py.controllers.layer.outputs import sync_outputs
-from burrito_py.controllers.layer.plan_review import review_plan
+from burrito_py.controllers.layer.outputs import read_outputs_sync, sync_outputs
+from burrito_py.controllers.layer.plan_review import read_plan, record_review, review_plan
 from burrito_py.controllers.layer.run_creation import EVENT_REASON as RUN_CREATION_EVENT
 from burrito_py.controllers.layer.run_creation import RunCreation, announce, refusal_message, refused
 from burrito_py.controllers.layer.run_inputs import put_run_inputs
@@ -72,6 +72,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if facts is None:
         return
     actions = decide_reconcile(facts)
+    await record_review(ctx, facts.layer, facts.review)  # as soon as it is read, whatever this reconcile does next
     if actions.finalizer is not None:
         # Before any run: a layer that might have applied something always holds its finalizer. No decision reads
         # the finalizers: what was decided stands for the layer as the patch returned it.
@@ -89,8 +90,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
 
 
 async def _gather(ctx: Context, key: Key, now: datetime) -> LayerFacts | None:
-    """The snapshot: from the inventory and the CRD watch (no request), plus the plan review and the upstreams'
-    outputs (datastore reads, each once per plan or apply). None: nothing is left to reconcile."""
+    """The snapshot: from the inventory and the CRD watch (no request), plus the plan review, the upstreams'
+    outputs and the layer's own outputs with their Secret (datastore reads and a GET, each once per plan or
+    apply). None: nothing is left to reconcile."""
     layer = ctx.inventory.layers.get(key)
     if layer is None:
         return None
@@ -100,9 +102,11 @@ async def _gather(ctx: Context, key: Key, now: datetime) -> LayerFacts | None:
     settings = ctx.settings
     repository = ctx.inventory.repository_of(layer)
     runs = ctx.inventory.runs_of_layer(*key)
-    # Not while deleting: a destroy reviews nothing.
-    review = None if deleting else await review_plan(
-        ctx, layer, {v.name: v for v in map(run_view, runs)}, await ctx.policies.for_layer(ctx.kube, layer), now)
+    review = None
+    if not deleting:  # a destroy reviews nothing
+        views = {v.name: v for v in map(run_view, runs)}
+        policies = await ctx.policies.for_layer(ctx.kube, layer)
+        review = review_plan(layer, views, policies, await read_plan(ctx, layer, views, policies), now)
     dependencies = await dependency_snapshot(ctx, layer)
     return LayerFacts(
         layer=layer,
@@ -124,6 +128,7 @@ async def _gather(ctx: Context, key: Key, now: datetime) -> LayerFacts | None:
         dependents=tuple("/".join(k) for k in ctx.inventory.layers.dependents_of(key)) if deleting else (),
         named_plan_run=_named_plan_run(ctx, layer),
         creation=RunCreation.of(layer.get("status") or {}),
+        outputs=await read_outputs_sync(ctx, layer),
     )
 
 
@@ -199,8 +204,8 @@ async def _settle(ctx: Context, key: Key, layer: Body, settlement: Settlement) -
             await post_event(ctx.kube, layer, *settlement.release)
         await set_destroy_finalizer(ctx, layer, present=False)
         return
-    if settlement.sync_outputs:
-        await sync_outputs(ctx, key)  # after a successful apply only: see outputs.py
+    if settlement.outputs is not None:
+        await sync_outputs(ctx, layer, settlement.outputs)  # after a successful apply only: see outputs.py
     if settlement.drift_check_in is not None:
         ctx.wake_layer(key, settlement.drift_check_in)
     if settlement.wake_in is not None:

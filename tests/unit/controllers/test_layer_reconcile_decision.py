@@ -197,7 +197,7 @@ def test_the_finalizer(f: LayerFacts) -> None:
     if actions.settlement.release_finalizer:
         # Only a layer being deleted is let go, and nothing follows (no outputs, no wake).
         assert deleting and actions.create is None
-        assert not actions.settlement.sync_outputs and actions.settlement.wake_in is None
+        assert actions.settlement.outputs is None and actions.settlement.wake_in is None
 
 
 @settings(max_examples=300)
