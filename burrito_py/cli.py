@@ -12,8 +12,8 @@ from typing import Annotated
 
 import typer
 
-from burrito_py.controllers.commands import app as controllers_app
 from burrito_py.datastore.commands import app as datastore_app
+from burrito_py.operator.commands import app as controllers_app
 from burrito_py.runner.commands import app as runner_app
 from burrito_py.server.commands import app as server_app
 

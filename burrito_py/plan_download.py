@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.layer.decide import parse_plan_run
+from burrito_py.api.annotations import parse_plan_run
 from burrito_py.kube.service_proxy import RELEASE_NAMESPACE, find_datastore, proxy_headers, proxy_url, tls_context
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@
 #   PUSH=1 REGISTRY=ghcr.io/acme scripts/build-images.sh   # build for PLATFORMS and push
 #
 # Tags: <REGISTRY>/burrito-py:<version> and <REGISTRY>/burrito-py-runner:<version>, <version> from pyproject.toml.
-# PLATFORMS (push only): linux/amd64 by default; linux/arm64 needs TOFU_SHA256_ARM64 in images/runner/Dockerfile.
+# PLATFORMS (push only): linux/amd64 by default; linux/arm64 needs TOFU_SHA256_ARM64 in runner/Dockerfile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,4 +32,4 @@ build() {  # <Dockerfile> <image name>
 }
 
 build images/burrito-py/Dockerfile burrito-py
-build images/runner/Dockerfile burrito-py-runner
+build runner/Dockerfile burrito-py-runner

@@ -98,3 +98,13 @@ RUN_INPUTS_DIGEST = "burrito-py.io/inputs-digest"
 # again after that apply failed for good; on a plan, that `sync-now` asked for it (an explicit request lifts that).
 RUN_CHANGES_DIGEST = "burrito-py.io/changes-digest"
 RUN_SYNC_NOW = "burrito-py.io/sync-now"
+
+
+def parse_plan_run(value: str | None) -> tuple[str, int] | None:
+    """`<run>/<attempt>` → (run, attempt); None when absent or malformed."""
+    if not value or "/" not in value:
+        return None
+    run, _, attempt = value.rpartition("/")
+    if not run or not attempt.isdigit():
+        return None
+    return run, int(attempt)

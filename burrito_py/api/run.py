@@ -147,3 +147,9 @@ class TerraformRun(Resource):
     def layer_namespace(self) -> str:
         """Namespace of the run's layer: `spec.layer.namespace`, else the run's own."""
         return self.spec.layer.namespace or self.namespace
+
+
+def pod_name(run_name: str, attempt: int) -> str:
+    """Deterministic per attempt, so a retried create can never start a second pod for it."""
+    suffix = f"-{attempt}"
+    return run_name[: 253 - len(suffix)] + suffix

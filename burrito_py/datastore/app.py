@@ -22,7 +22,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from burrito_py.datastore.auth import (
-    PROXIED_AUTHORIZATION,
     Action,
     Authenticator,
     AuthError,
@@ -38,6 +37,7 @@ from burrito_py.datastore.encryption import EncryptionError
 from burrito_py.datastore.quota import NamespaceUsage, allowance, describe_bytes, run_used
 from burrito_py.datastore.storage import DeleteFailed, Exists, ObjectInfo, Storage, Stored, TooLarge
 from burrito_py.kube.pod_paths import pod_path_setting
+from burrito_py.kube.service_proxy import PROXIED_AUTHORIZATION
 from burrito_py.plans.limits import PLAN_JSON_LIMIT
 
 if TYPE_CHECKING:

@@ -16,13 +16,12 @@ a pod whose name (and uid, when the run records it) the run's status records as 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from burrito_py.controllers.run.runner_pod import pod_name
+from burrito_py.api.run import pod_name
 
 # "review": the controllers' verdict on a plan (policy and drift), stored beside it. Only the controllers (admin
 # users) write it: a runner executes tenant code and must not be able to forge the verdict on its own plan.
@@ -109,9 +108,6 @@ AUTH_DISABLED = Principal("anonymous (datastore auth disabled)", admin=True)
 MISSING_CREDENTIALS = "missing credentials: send 'Authorization: Bearer <service-account token>'"
 # The Kubernetes API server's service proxy does not forward `Authorization` (its authentication filter deletes
 # it), so a client going through it (`burrito-py plan download` with only a kubeconfig) sends its token here.
-PROXIED_AUTHORIZATION = "X-Burrito-Py-Authorization"
-
-
 def proxied_token(header: str | None) -> str | None:
     """The bearer token of an `X-Burrito-Py-Authorization: Bearer <token>` header, else None."""
     scheme, _, token = (header or "").partition(" ")
@@ -230,11 +226,6 @@ def runner_pod_binding(
     if recorded_name == meta.get("name"):
         current = f"its current runner pod {recorded_name} has uid {recorded_uid}, not {meta.get('uid')}"
     return Binding(False, f"{where} is not the current runner pod of run {run_name} ({current})")
-
-
-def token_digest(token: str) -> str:
-    """Cache key of a token: its hash, so no cache, log or dump ever holds the token itself."""
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def unverified_expiry(token: str) -> float | None:

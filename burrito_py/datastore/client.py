@@ -16,6 +16,9 @@ from urllib.parse import quote
 
 import httpx
 
+from burrito_py.kube.kubeconfig import read_kubeconfig
+from burrito_py.kube.pod_paths import pod_path
+
 PlanFormat = Literal["bin", "json", "pretty", "short"]
 Body = bytes | IO[bytes] | Path
 T = TypeVar("T")
@@ -451,3 +454,18 @@ class _ServerError(Exception):
 def _chunks(handle: IO[bytes], size: int = 1024 * 1024) -> Iterator[bytes]:
     while chunk := handle.read(size):
         yield chunk
+
+
+DATASTORE_TOKEN_PATH = Path("/var/run/secrets/burrito-py/token")
+
+
+def datastore_client(url: str, token_path: Path | None, kubeconfig: Path | None) -> DatastoreClient:
+    """The controllers' and server's datastore client. In a pod: the projected service-account token file
+    (`token_path`, else the standard mount; re-read as it rotates); locally: the kubeconfig user's token
+    (`burrito-py dev` makes that a service account the datastore knows)."""
+    mounted = pod_path(DATASTORE_TOKEN_PATH)
+    token_file = token_path or (mounted if mounted.exists() else None)
+    if token_file is not None:
+        return DatastoreClient(url, token_file=token_file)
+    token = read_kubeconfig(kubeconfig).token if kubeconfig is not None else None
+    return DatastoreClient(url, token=token)

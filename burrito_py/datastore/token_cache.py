@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from burrito_py.datastore.auth import Authenticator, Principal, Unauthenticated, token_digest, unverified_expiry
+from burrito_py.datastore.auth import Authenticator, Principal, Unauthenticated, unverified_expiry
+from burrito_py.kube.tokens import token_digest
 
 
 @dataclass(frozen=True, slots=True)

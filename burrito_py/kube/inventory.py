@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.layer.dependency_decisions import dependencies_of, find_cycle
+from burrito_py.api.dependencies import dependencies_of, find_cycle
 
 Key = tuple[str, str]  # (namespace, name)
 Body = dict[str, Any]

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from burrito_py.datastore.auth import token_digest
 from burrito_py.kube.client import Kube, KubeError
+from burrito_py.kube.tokens import token_digest
 
 log = logging.getLogger(__name__)
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"  # noqa: S105 - an API path

@@ -9,8 +9,6 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from burrito_py.datastore.auth import PROXIED_AUTHORIZATION
-
 # The chart's labels on the datastore Service (and its conventional name when listing Services is not allowed).
 RELEASE_NAMESPACE = "burrito-py-system"
 DATASTORE_SELECTOR = "app.kubernetes.io/name=burrito-py,app.kubernetes.io/component=datastore"
@@ -73,3 +71,6 @@ def proxy_headers(token: str | None) -> dict[str, str]:
     if not token:
         return {}
     return {"Authorization": f"Bearer {token}", PROXIED_AUTHORIZATION: f"Bearer {token}"}
+
+
+PROXIED_AUTHORIZATION = "X-Burrito-Py-Authorization"

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from burrito_py.controllers.layer.dependency_decisions import dependencies_of
+from burrito_py.api.dependencies import dependencies_of
 from burrito_py.git.paths import Change, is_relevant
 
 Key = tuple[str, str]

@@ -29,9 +29,9 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.layer.plan_review import override_refusal
 from burrito_py.datastore.auth import AUTH_DISABLED, MISSING_CREDENTIALS, AuthUnavailable, Principal, Unauthenticated
 from burrito_py.kube.client import Body, Kube, KubeError, crd_path
+from burrito_py.policy.override import override_refusal
 from burrito_py.server.access import (
     GET_LAYERS,
     GET_REPOSITORIES,

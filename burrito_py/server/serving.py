@@ -15,7 +15,7 @@ from burrito_py.server.settings import ServerSettings
 
 async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = None) -> None:
     """Serve until stopped; `holder` receives the uvicorn server, so another thread can stop it."""
-    from burrito_py.controllers.operator import datastore_client
+    from burrito_py.datastore.client import datastore_client
     from burrito_py.datastore.kube_auth import KubeAuthenticator
     from burrito_py.datastore.token_cache import CachedAuthenticator
     from burrito_py.kube.client import Kube

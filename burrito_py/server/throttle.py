@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from burrito_py.datastore.auth import AuthUnavailable, Principal, Unauthenticated, token_digest
+from burrito_py.datastore.auth import AuthUnavailable, Principal, Unauthenticated
 from burrito_py.datastore.token_cache import CachedAuthenticator
+from burrito_py.kube.tokens import token_digest
 
 ADDRESS_BURST, ADDRESS_PER_MINUTE = 20, 20.0
 TOKEN_BURST, TOKEN_PER_MINUTE = 5, 5.0

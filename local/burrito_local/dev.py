@@ -227,9 +227,9 @@ def _start_in_process(stack: contextlib.ExitStack, options: DevOptions, api_url:
     from burrito_local.kubelet import LocalKubelet
     from burrito_py.api.crdgen import generate_crds
     from burrito_py.chart.admission_policy import policy_objects
-    from burrito_py.controllers.operator import ControllerThread
     from burrito_py.controllers.settings import ControllerSettings
     from burrito_py.datastore.in_process import free_port, running_datastore
+    from burrito_py.operator.main import ControllerThread
     from burrito_py.server.serving import running_server
     from burrito_py.server.settings import ServerSettings
 

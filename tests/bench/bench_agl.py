@@ -17,8 +17,8 @@ from burrito_local.apply import Applier
 from burrito_local.kube_authn import ADMIN_TOKEN
 
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.controllers.operator import ControllerThread
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.operator.main import ControllerThread
 from tests.support.emulator import wait_for
 
 DEFS = "/apis/agl.burrito-py.io/v1alpha1/applicationdefinitions"

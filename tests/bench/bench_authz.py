@@ -80,7 +80,7 @@ def _grant(kube: httpx.Client, name: str, namespace: str | None, account: tuple[
 def _server(settings: ServerSettings, authorize: bool) -> Iterator[tuple[str, Access]]:
     """The server's app in a thread; with `authorize` off every SubjectAccessReview is answered `True` at once
     (the rest of the request is the same)."""
-    from burrito_py.controllers.operator import datastore_client
+    from burrito_py.datastore.client import datastore_client
     from burrito_py.datastore.kube_auth import KubeAuthenticator
     from burrito_py.datastore.token_cache import CachedAuthenticator
     from burrito_py.server.app import create_app

@@ -22,10 +22,10 @@ from kubernetes import client, config
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
 from burrito_py.chart.admission_policy import policy_objects
-from burrito_py.controllers.operator import ControllerThread
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.datastore.in_process import running_datastore
 from burrito_py.kube.inventory import creation_order
+from burrito_py.operator.main import ControllerThread
 from burrito_py.outbound import LOOPBACK_NETWORKS
 from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo, make_repo

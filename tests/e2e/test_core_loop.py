@@ -182,7 +182,7 @@ def test_h_restarted_controllers_create_no_run_for_idle_layers(tmp_path: Path, r
         runs_before = len(p.runs())
         assert p.controllers is not None
         p.controllers.stop()
-        from burrito_py.controllers.operator import ControllerThread
+        from burrito_py.operator.main import ControllerThread
 
         restarted = ControllerThread(p.settings, kubeconfig)
         restarted.start()
@@ -218,8 +218,8 @@ def test_i_kubectl_shows_states_and_plan_download_returns_the_plan_json(platform
 
 
 def test_events_in_kubectl_describe_and_metrics_by_state(tmp_path: Path, repo: TestRepo):
-    from burrito_py.controllers.operator import kubeconfig_login
     from burrito_py.datastore.in_process import free_port
+    from burrito_py.kube.kubeconfig import kubeconfig_login
 
     port = free_port()
     with running_platform(tmp_path / "p", tmp_path / "kubeconfig", metrics_port=port) as p:

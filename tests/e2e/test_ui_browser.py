@@ -19,8 +19,8 @@ from burrito_local.identity import ensure_service_account, request_token
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.operator import kubeconfig_login
 from burrito_py.datastore.in_process import free_port
+from burrito_py.kube.kubeconfig import kubeconfig_login
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
 from tests.support.git_repos import make_repo

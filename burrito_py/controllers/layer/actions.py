@@ -20,9 +20,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.annotations import parse_plan_run
 from burrito_py.api.common import SyncWindow
 from burrito_py.controllers.layer.artifact_check import LayerIdentity
-from burrito_py.controllers.layer.decide import CreateRun, LayerDecision, LayerSnapshot, decide_layer, parse_plan_run
+from burrito_py.controllers.layer.decide import CreateRun, LayerDecision, LayerSnapshot, decide_layer
 from burrito_py.controllers.layer.dependency_decisions import DependencySnapshot, DependencyVerdict, judge_dependencies
 from burrito_py.controllers.layer.destroy import (
     DESTROY_FINALIZER,

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.annotations import parse_plan_run
 from burrito_py.api.layer import LayerState
 from burrito_py.controllers.layer.artifact_check import CONDITION as ARTIFACT_CONDITION
 from burrito_py.controllers.layer.artifact_check import REFUSED as ARTIFACT_REFUSED
@@ -140,16 +141,6 @@ class LayerDecision:
     # `status.dependencies` and `status.inputsDigest` (None without dependencies).
     dependencies: DependencyVerdict | None = None
     inputs_digest: str | None = None
-
-
-def parse_plan_run(value: str | None) -> tuple[str, int] | None:
-    """`<run>/<attempt>` → (run, attempt); None when absent or malformed."""
-    if not value or "/" not in value:
-        return None
-    run, _, attempt = value.rpartition("/")
-    if not run or not attempt.isdigit():
-        return None
-    return run, int(attempt)
 
 
 def plan_exhaustion(snap: LayerSnapshot) -> Exhaustion | None:

@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.dependencies import dependencies_of
 from burrito_py.controllers.layer.dependency_decisions import (
     CONDITION,
     FAILED,
     DependencySnapshot,
     DependencyVerdict,
     UpstreamView,
-    dependencies_of,
 )
 from burrito_py.controllers.layer.outputs_cache import HeldOutputs, read_outputs
 from burrito_py.controllers.layer.run_inputs import Upstream

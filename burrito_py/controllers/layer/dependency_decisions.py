@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from burrito_py.api.dependencies import Dependency, Key
 from burrito_py.kube.conditions import Cond
-
-Key = tuple[str, str]  # (namespace, name), as in inventory.py (which imports this module)
 
 SATISFIED = "Satisfied"
 PENDING = "UpstreamPending"
@@ -48,15 +47,6 @@ CONDITION = "DependenciesSatisfied"
 BLOCKING = (CYCLE, NOT_FOUND, DENIED)
 # In the order a layer's condition reports them: the first reason found among its upstreams wins.
 PRECEDENCE = (CYCLE, DENIED, NOT_FOUND, FAILED, OUTPUT_MISSING, DELETING, PENDING)
-
-
-@dataclass(frozen=True, slots=True)
-class Dependency:
-    """One entry of `spec.dependsOn`, resolved: the upstream's key and what is read from it."""
-
-    upstream: Key
-    inputs: tuple[tuple[str, str], ...] = ()  # (variable, upstream output), sorted
-    trigger_always: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,39 +200,3 @@ def judge_dependencies(snap: DependencySnapshot) -> DependencyVerdict | None:
     )
 
 
-def dependencies_of(spec: Mapping[str, Any], namespace: str) -> tuple[Dependency, ...]:
-    """`spec.dependsOn` as keys (the namespace defaults to the dependent's); duplicates merged in order."""
-    found: dict[Key, Dependency] = {}
-    for entry in spec.get("dependsOn") or ():
-        if not isinstance(entry, Mapping) or not entry.get("name"):
-            continue
-        key = (str(entry.get("namespace") or namespace), str(entry["name"]))
-        inputs = tuple(sorted((str(k), str(v)) for k, v in (entry.get("inputs") or {}).items()))
-        held = found.get(key)
-        if held is not None:
-            inputs = tuple(sorted({*held.inputs, *inputs}))
-        found[key] = Dependency(key, inputs, bool(entry.get("triggerAlways")) or (held is not None
-                                                                                  and held.trigger_always))
-    return tuple(found.values())
-
-
-def find_cycle(start: Key, upstreams_of: Mapping[Key, Sequence[Key]]) -> tuple[Key, ...] | None:
-    """A cycle through `start` in the dependency graph (`start`, …, `start`), or None. Depth-first over the
-    upstream edges; a self-dependency is a cycle of one."""
-    stack: list[tuple[Key, int]] = [(start, 0)]
-    path: list[Key] = []
-    on_path: set[Key] = set()
-    seen: set[Key] = set()
-    while stack:
-        node, depth = stack.pop()
-        del path[depth:]
-        on_path = set(path)
-        path.append(node)
-        on_path.add(node)
-        for up in upstreams_of.get(node, ()):
-            if up == start:
-                return (*path, start)
-            if up not in on_path and up not in seen:
-                seen.add(up)
-                stack.append((up, depth + 1))
-    return None

@@ -34,14 +34,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.annotations import parse_plan_run
 from burrito_py.api.layer import LayerState
 from burrito_py.controllers.layer.artifact_check import LayerIdentity, artifact_refusal
-from burrito_py.controllers.layer.decide import (
-    NO_CHANGES,
-    CreateRun,
-    LayerDecision,
-    parse_plan_run,
-)
+from burrito_py.controllers.layer.decide import NO_CHANGES, CreateRun, LayerDecision
 from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.kube.conditions import Cond
 

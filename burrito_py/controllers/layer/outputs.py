@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.annotations import parse_plan_run
 from burrito_py.controllers.context import Context
-from burrito_py.controllers.layer.decide import parse_plan_run
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.events import post_event
 from burrito_py.kube.inventory import Body

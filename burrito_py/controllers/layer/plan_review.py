@@ -22,8 +22,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.annotations import parse_plan_run
 from burrito_py.controllers import metrics
-from burrito_py.controllers.layer.decide import NO_CHANGES, parse_plan_run
+from burrito_py.controllers.layer.decide import NO_CHANGES
 from burrito_py.controllers.layer.plan_gate import PlanGate
 from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.kube.inventory import Body
@@ -32,6 +33,7 @@ from burrito_py.plans.changes import changes_digest
 from burrito_py.plans.drift import classify_drift
 from burrito_py.plans.model import PlanFormatError, PlanModel, parse_plan
 from burrito_py.policy.evaluate import policy_name
+from burrito_py.policy.override import override_refusal
 from burrito_py.policy.verdict import Verdict, rule_result
 from burrito_py.timeutil import format_time
 
@@ -60,23 +62,6 @@ def parse_override(value: str | None) -> Override | None:
         return Override(str(data["sum"]), str(data["user"]), tuple(str(g) for g in data.get("groups") or ()))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-
-
-def override_refusal(
-    denials: Sequence[Mapping[str, Any]], allowed: Mapping[str, tuple[Sequence[str], Sequence[str]]], user: str,
-    groups: Sequence[str],
-) -> str | None:
-    """None when `user` (or one of `groups`) is in the `overrideBy` of every mandatory policy that denies the
-    plan (`allowed`: policy name → (users, groups)), else why not. Without a mandatory denial: nothing to
-    override."""
-    names = sorted({str(d.get("policy")) for d in denials if d.get("enforcement") == "mandatory"})
-    if not names:
-        return "no mandatory policy denies the plan: there is nothing to override"
-    for name in names:
-        users, allowed_groups = allowed.get(name, ((), ()))
-        if user not in users and not set(groups) & set(allowed_groups):
-            return f"{user} may not override the denial by {name}: its overrideBy names neither them nor their groups"
-    return None
 
 
 LEVELS = ("advisory", "gateAutoApply", "mandatory")

@@ -20,6 +20,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.annotations import parse_plan_run
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.actions import (
@@ -32,7 +33,7 @@ from burrito_py.controllers.layer.actions import (
     sync_windows,
 )
 from burrito_py.controllers.layer.crd_guard import LAYER_CRD, cached_owners, crd_deletion, look_fresh
-from burrito_py.controllers.layer.decide import CreateRun, parse_plan_run
+from burrito_py.controllers.layer.decide import CreateRun
 from burrito_py.controllers.layer.dependencies import MOVED_ON, RETRY_SECONDS, dependency_snapshot, upstream_inputs
 from burrito_py.controllers.layer.dependency_decisions import DependencyVerdict
 from burrito_py.controllers.layer.destroy import DESTROY_SKIPPED

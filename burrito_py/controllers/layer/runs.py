@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.layer.decide import CreateRun, parse_plan_run
+from burrito_py.api.annotations import parse_plan_run
+from burrito_py.controllers.layer.decide import CreateRun
 from burrito_py.controllers.layer.run_view import run_view
 from burrito_py.kube.inventory import Body
 from burrito_py.timeutil import format_time_precise, utcnow

@@ -8,9 +8,10 @@ from datetime import datetime
 from typing import Any, Literal
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.annotations import parse_plan_run
 from burrito_py.controllers.layer.artifact_check import CONDITION as ARTIFACT_CONDITION
 from burrito_py.controllers.layer.artifact_check import REFUSED as ARTIFACT_REFUSED
-from burrito_py.controllers.layer.decide import RETRY_LIMIT, Exhaustion, LayerDecision, parse_plan_run
+from burrito_py.controllers.layer.decide import RETRY_LIMIT, Exhaustion, LayerDecision
 from burrito_py.controllers.layer.destroy import DESTROY_PLAN_REFUSED
 from burrito_py.controllers.layer.plan_review import Review
 from burrito_py.controllers.layer.run_view import RunView, run_view

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.run import pod_name
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.run_inputs import refresh_failed_inputs
@@ -43,7 +44,7 @@ from burrito_py.controllers.run.pod_creation import (
 )
 from burrito_py.controllers.run.pod_creation import condition as pod_creation_condition
 from burrito_py.controllers.run.results import FactsUnavailable, Recorded, facts_needed, gather_facts, record_result
-from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod, pod_name
+from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.conditions import Cond, merge_conditions
 from burrito_py.kube.events import post_event

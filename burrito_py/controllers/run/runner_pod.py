@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.run import pod_name
 
 TOKEN_DIR = "/var/run/secrets/burrito-py"  # noqa: S105 - a path, not a secret
 TOKEN_AUDIENCE = "burrito-py"  # noqa: S105
@@ -85,12 +86,6 @@ def mirror_env(defaults: RunnerDefaults) -> list[dict[str, str]]:
     if env and defaults.mirror_ca_pem:
         env.append({"name": "BURRITO_MIRROR_CA_PEM", "value": defaults.mirror_ca_pem})
     return env
-
-
-def pod_name(run_name: str, attempt: int) -> str:
-    """Deterministic per attempt, so a retried create can never start a second pod for it."""
-    suffix = f"-{attempt}"
-    return run_name[: 253 - len(suffix)] + suffix
 
 
 def _merge_by_name(base: Sequence[Mapping[str, Any]], extra: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

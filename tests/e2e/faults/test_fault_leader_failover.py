@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client, config
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.operator import datastore_client
+from burrito_py.datastore.client import datastore_client
 from tests.support.git_repos import TestRepo, make_repo
 
 from ..conftest import Platform, running_platform, wait_for

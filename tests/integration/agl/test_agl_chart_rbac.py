@@ -33,8 +33,8 @@ from burrito_local.kube_tokens import API_AUDIENCES
 
 from burrito_py.agl.operator import register_agl
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.controllers.operator import kubeconfig_login
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.kube.kubeconfig import kubeconfig_login
 from tests.support.emulator import wait_for
 
 RELEASE, RELEASE_NAMESPACE = "burrito-py", "burrito-py-system"
@@ -122,8 +122,14 @@ def test_a_kind_outside_the_agl_groups_says_what_is_missing_and_backs_off(
     assert 'cannot list resource "gadgets" in API group "example.org"' in cond["message"], cond["message"]
     assert f"system:serviceaccount:{RELEASE_NAMESPACE}:{RELEASE}-controllers" in cond["message"]
     assert "controllers.agl.groups" in cond["message"] and "controllers.agl.kinds" in cond["message"]
-    events = admin.get("/api/v1/namespaces/default/events").json()["items"]
-    assert [e["reason"] for e in events if e["involvedObject"]["name"] == "gadgets"] == ["Forbidden"]
+
+    def reasons() -> list[str]:
+        events = admin.get("/api/v1/namespaces/default/events").json()["items"]
+        return [e["reason"] for e in events if e["involvedObject"]["name"] == "gadgets"]
+
+    # The event is posted just after the condition is written: wait for it, then check it is the only one.
+    wait_for(reasons, 10, interval=0.05, what="the Forbidden event")
+    assert reasons() == ["Forbidden"]
 
     # Listings of the kind back off (1, 2, 4, 8 s …), where they came every second, forever.
     api.clear_requests()

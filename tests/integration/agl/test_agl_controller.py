@@ -24,8 +24,8 @@ from burrito_py.agl.compile import LABEL_APP_KIND
 from burrito_py.agl.operator import register_agl
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.controllers.operator import kubeconfig_login
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.kube.kubeconfig import kubeconfig_login
 from tests.support.emulator import wait_for
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"

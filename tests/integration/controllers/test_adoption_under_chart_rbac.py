@@ -30,10 +30,11 @@ from burrito_local.kube_tokens import API_AUDIENCES
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
+from burrito_py.api.run import pod_name
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.run.leases import layer_lease_name
 from burrito_py.controllers.run.reconcile import reconcile_run
-from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod, pod_name
+from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.kube.client import Kube, KubeError, path
 

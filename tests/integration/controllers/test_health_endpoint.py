@@ -10,8 +10,8 @@ from burrito_local.apiserver import ApiServer
 from burrito_local.apply import Applier
 
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.controllers.operator import ControllerThread, liveness_endpoint
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.operator.main import ControllerThread, liveness_endpoint
 
 
 def _free_port() -> int:

@@ -13,8 +13,8 @@ from burrito_local.apiserver import ApiServer
 from burrito_local.apply import Applier
 
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.controllers.operator import ControllerThread, check_kopf_settings, kopf_settings
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.operator.main import ControllerThread, check_kopf_settings, kopf_settings
 
 
 def test_the_kopf_settings_we_run_with() -> None:

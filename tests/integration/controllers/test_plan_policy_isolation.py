@@ -30,10 +30,10 @@ from prometheus_client import REGISTRY
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.controllers.operator import ControllerThread
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.datastore.client import DatastoreClient
 from burrito_py.datastore.in_process import running_datastore
+from burrito_py.operator.main import ControllerThread
 from tests.support.emulator import wait_for
 
 from ...unit.plans.plan_fixtures import generated_plan

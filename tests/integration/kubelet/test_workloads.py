@@ -33,7 +33,7 @@ SERVER = textwrap.dedent('''
     http.server.ThreadingHTTPServer((sys.argv[1], 8080), Handler).serve_forever()
 ''')
 CLIENT = textwrap.dedent('''
-    from burrito_local import dns
+    from burrito_py.kube import pod_dns as dns
     dns.install()
     import urllib.request
     for url in ("http://web.{ns}.svc.cluster.local/", "http://web/", "http://web.{ns}:80/"):

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from burrito_py.api.dependencies import dependencies_of, find_cycle
 from burrito_py.api.layer import TerraformLayer
 from burrito_py.api.repository import TerraformRepository
-from burrito_py.controllers.layer.dependency_decisions import dependencies_of, find_cycle
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 MODELS = {"TerraformLayer": TerraformLayer, "TerraformRepository": TerraformRepository}

@@ -12,15 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.dependencies import Dependency, dependencies_of, find_cycle
 from burrito_py.controllers.layer.decide import LayerSnapshot, decide_layer
-from burrito_py.controllers.layer.dependency_decisions import (
-    Dependency,
-    DependencySnapshot,
-    UpstreamView,
-    dependencies_of,
-    find_cycle,
-    judge_dependencies,
-)
+from burrito_py.controllers.layer.dependency_decisions import DependencySnapshot, UpstreamView, judge_dependencies
 from burrito_py.controllers.layer.destroy import DestroySnapshot, decide_destroy
 from burrito_py.controllers.layer.outputs_cache import fingerprint, read_outputs
 from burrito_py.controllers.layer.plan_gate import PlanGate

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.annotations import parse_plan_run
 from burrito_py.api.layer import LAYER_STATES
 from burrito_py.controllers.layer.decide import (
     NO_CHANGES,
@@ -14,7 +15,6 @@ from burrito_py.controllers.layer.decide import (
     LayerSnapshot,
     PendingPlanView,
     decide_layer,
-    parse_plan_run,
 )
 from burrito_py.controllers.layer.plan_gate import PlanGate
 from burrito_py.controllers.layer.run_view import RunView

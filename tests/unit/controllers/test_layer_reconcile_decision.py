@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.annotations import parse_plan_run
 from burrito_py.api.layer import LAYER_STATES
 from burrito_py.controllers.layer.actions import LayerFacts, decide, decide_reconcile
-from burrito_py.controllers.layer.decide import NO_CHANGES, parse_plan_run
+from burrito_py.controllers.layer.decide import NO_CHANGES
 from burrito_py.controllers.layer.destroy import DESTROY_FINALIZER
 from burrito_py.controllers.layer.plan_review import Review
 from burrito_py.controllers.layer.run_creation import RunCreation

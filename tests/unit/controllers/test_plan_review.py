@@ -14,13 +14,13 @@ from burrito_py.controllers.layer.plan_review import (
     drift_state,
     drift_status,
     gate_of,
-    override_refusal,
     parse_override,
     plan_facts,
     review_needed,
     review_plan,
 )
 from burrito_py.controllers.layer.run_view import RunView
+from burrito_py.policy.override import override_refusal
 from burrito_py.policy.verdict import Verdict
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

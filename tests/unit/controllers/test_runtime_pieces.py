@@ -4,6 +4,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.run import pod_name
 from burrito_py.controllers.layer.actions import snapshot
 from burrito_py.controllers.layer.decide import CreateRun, decide_layer
 from burrito_py.controllers.layer.run_view import run_view
@@ -12,7 +13,7 @@ from burrito_py.controllers.layer.status import last_result
 from burrito_py.controllers.layer.validation import validate_layer
 from burrito_py.controllers.repository.decide import sync_requested
 from burrito_py.controllers.run.reconcile import _override_runner_spec
-from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod, pod_name
+from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.kube.conditions import Cond, merge_conditions
 from burrito_py.kube.inventory import Inventory

@@ -8,15 +8,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.datastore.auth import (
-    LayerArtifacts,
-    Principal,
-    RunnerScope,
-    Sources,
-    authorize,
-    token_digest,
-    unverified_expiry,
-)
+from burrito_py.datastore.auth import LayerArtifacts, Principal, RunnerScope, Sources, authorize, unverified_expiry
+from burrito_py.kube.tokens import token_digest
 
 SCOPE = RunnerScope("team", "app", "app-plan-1", "infra", "repo", attempt=2)
 RUNNER = Principal("system:serviceaccount:team:burrito-py-runner", runner=SCOPE)

@@ -9,7 +9,6 @@ while watching is free and idle layers should cost nothing.
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import logging
 import signal
@@ -20,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import kopf
-import yaml
 
 from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
@@ -36,9 +34,11 @@ from burrito_py.controllers.repository.reconcile import reconcile_repository
 from burrito_py.controllers.run.decide import TERMINAL
 from burrito_py.controllers.run.reconcile import reconcile_run
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.datastore.client import datastore_client
 from burrito_py.kube.client import Kube, KubeError, crd_path, path
 from burrito_py.kube.forbidden import ForbiddenReporter
 from burrito_py.kube.inventory import Store, key_of
+from burrito_py.kube.kubeconfig import kubeconfig_login
 from burrito_py.kube.leader.decide import Timing
 from burrito_py.kube.leader.election import LeaderConfig, follow_flag, run_with_leader_election
 from burrito_py.kube.pod_paths import own_namespace
@@ -46,7 +46,7 @@ from burrito_py.kube.scheduler import Scheduler
 from burrito_py.policy.sandbox import PolicySandbox
 
 if TYPE_CHECKING:
-    from burrito_py.datastore.client import DatastoreClient
+    pass
 
 log = logging.getLogger(__name__)
 RUNNER_SELECTOR = f"{ann.LABEL_COMPONENT}={ann.COMPONENT_RUNNER}"
@@ -57,26 +57,6 @@ def _needs_attention(run: Mapping[str, Any]) -> bool:
     if status.get("state") not in TERMINAL:
         return True
     return any(not a.get("logsUploaded") for a in status.get("attempts") or ())
-
-
-def kubeconfig_login(kubeconfig: Path) -> kopf.ConnectionInfo:
-    """Read server and token from a kubeconfig (what `burrito-py dev` and the tests write)."""
-    config = yaml.safe_load(kubeconfig.read_text()) or {}
-    current = config.get("current-context")
-    context = next(c["context"] for c in config.get("contexts", []) if c["name"] == current)
-    cluster = next(c["cluster"] for c in config.get("clusters", []) if c["name"] == context["cluster"])
-    user: dict[str, Any] = (
-        next((u["user"] for u in config.get("users", []) if u["name"] == context.get("user")), {}) or {}
-    )
-    return kopf.ConnectionInfo(
-        server=cluster["server"],
-        token=user.get("token"),
-        insecure=bool(cluster.get("insecure-skip-tls-verify")),
-        ca_path=cluster.get("certificate-authority"),
-        ca_data=base64.b64decode(cluster["certificate-authority-data"]) if cluster.get("certificate-authority-data")
-        else None,
-        default_namespace=context.get("namespace"),
-    )
 
 
 def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -> kopf.OperatorRegistry:
@@ -316,24 +296,6 @@ def _branch_outcomes(body: Mapping[str, Any]) -> list[tuple[Any, Any, Any]]:
 
 
 # Where a pod's projected token for the datastore's audience is mounted (runner pods; the chart's too).
-DATASTORE_TOKEN_PATH = Path("/var/run/secrets/burrito-py/token")
-
-
-def datastore_client(url: str, token_path: Path | None, kubeconfig: Path | None) -> DatastoreClient:
-    """The controllers' and server's datastore client. In a pod: the projected service-account token file
-    (`token_path`, else the standard mount; re-read as it rotates); locally: the kubeconfig user's token
-    (`burrito-py dev` makes that a service account the datastore knows)."""
-    from burrito_py.datastore.client import DatastoreClient
-    from burrito_py.kube.pod_paths import pod_path
-
-    mounted = pod_path(DATASTORE_TOKEN_PATH)
-    token_file = token_path or (mounted if mounted.exists() else None)
-    if token_file is not None:
-        return DatastoreClient(url, token_file=token_file)
-    token = kubeconfig_login(kubeconfig).token if kubeconfig is not None else None
-    return DatastoreClient(url, token=token)
-
-
 async def _prime(ctx: Context) -> None:
     """List everything once before deciding anything, so no layer acts on a partial view of its runs.
 

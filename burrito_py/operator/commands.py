@@ -62,8 +62,8 @@ def start(
     """Run the controllers until interrupted."""
     from pydantic import ValidationError
 
-    from burrito_py.controllers.operator import run_controllers
     from burrito_py.controllers.settings import ControllerSettings, settings_problem
+    from burrito_py.operator.main import run_controllers
 
     overrides: dict[str, Any] = {
         "namespaces": namespace or None,
