@@ -130,8 +130,14 @@ class World:
     def decision_seconds(self, namespace: str, name: str, timeout: float) -> float:
         started = time.monotonic()
         plan_sum = self.planned_layer(namespace, name)
-        wait_for(lambda: self.decided(namespace, name, plan_sum), timeout, interval=0.02,
-                 what=f"the review of {namespace}/{name}")
+        try:
+            wait_for(lambda: self.decided(namespace, name, plan_sum), timeout, interval=0.02,
+                     what=f"the review of {namespace}/{name}")
+        except AssertionError as exc:  # say what the controllers did instead
+            layer = self.get("terraformlayers", namespace, name)
+            run = self.get("terraformruns", namespace, f"{name}-plan")
+            raise AssertionError(f"{exc}; layer status {layer.get('status')}; annotations "
+                                 f"{layer['metadata'].get('annotations')}; run status {run.get('status')}") from None
         return time.monotonic() - started
 
 
@@ -152,6 +158,11 @@ def running_world(tmp_path: Path, leader_timing: tuple[float, float, float] | No
         http = stack.enter_context(admin_client(api.url))
         for namespace in ("team-a", "team-b"):
             http.post("/api/v1/namespaces", json={"metadata": {"name": namespace}}).raise_for_status()
+            # The runner's account exists, as the chart makes it: the run controller's pod create then succeeds
+            # (no kubelet here, the pod waits) instead of failing the run with a 403 after this world recorded
+            # its result, which left some layers never reviewed.
+            http.post(f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                      json={"metadata": {"name": "burrito-py-runner"}}).raise_for_status()
         datastore_url = stack.enter_context(running_datastore(tmp_path / "datastore"))
         settings = ControllerSettings(
             datastore_url=datastore_url, git_cache_dir=tmp_path / "git", metrics_port=0, agl_enabled=False,
