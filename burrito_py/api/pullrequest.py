@@ -8,7 +8,7 @@ statuses it sent.
 from __future__ import annotations
 
 import hashlib
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, get_args
 
 from pydantic import Field
 
@@ -28,7 +28,10 @@ __all__ = [
     "pull_request_name",
 ]
 
+# The git providers, the one list: each name is a module of burrito_py/gitproviders/ (its registry loads them by
+# these names; docs/CONTRIBUTING.md "A git provider"). Its order is the order webhook detection reverses.
 PullRequestProvider = Literal["github", "gitlab", "gitea"]
+_PROVIDERS: tuple[str, ...] = get_args(PullRequestProvider)
 PullRequestState = Literal["open", "closed", "merged"]
 PullRequestLayerState = Literal["pending", "planning", "planned", "failed"]
 PULL_REQUEST_LAYER_STATES: tuple[PullRequestLayerState, ...] = ("pending", "planning", "planned", "failed")
@@ -38,7 +41,7 @@ SHA_PATTERN = r"^[0-9a-f]{7,64}$"
 class TerraformPullRequestSpec(ApiModel):
     """The pull/merge request as its provider last described it."""
 
-    provider: PullRequestProvider = Field(description="github, gitlab or gitea.")
+    provider: PullRequestProvider = Field(description=f"{', '.join(_PROVIDERS[:-1])} or {_PROVIDERS[-1]}.")
     repository: str = Field(min_length=1, description="The TerraformRepository (in this namespace).")
     project: str = Field(
         min_length=1, description="How the provider's API names the repository: owner/repo (GitHub, Gitea) or "

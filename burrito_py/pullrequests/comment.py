@@ -1,7 +1,7 @@
 """The one sticky comment of a pull/merge request, rendered from the layers' plans (pure; issue 15).
 
-`render(results, limit)` always fits the provider's limit (GitHub 65,536 characters, GitLab 1,000,000, Gitea
-configurable) and fills it in a fixed priority:
+`render(results, limit)` always fits the provider's limit (its module's `comment_limit`: GitHub 65,536
+characters, GitLab 1,000,000, Gitea configurable) and fills it in a fixed priority:
 
 1. the hidden marker that identifies the comment (edited in place), and the status line: head commit, then
    "planning 3/7 layers…" while plans run, or the outcome;
@@ -27,12 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from burrito_py.gitproviders import github
 from burrito_py.plans.model import PlanModel, ResourceChange
 
 __all__ = [
-    "GITEA_LIMIT",
-    "GITHUB_LIMIT",
-    "GITLAB_LIMIT",
     "LOG_LINES",
     "MAX_WARNINGS",
     "MIN_LIMIT",
@@ -42,9 +40,6 @@ __all__ = [
     "render",
 ]
 
-GITHUB_LIMIT = 65_536
-GITLAB_LIMIT = 1_000_000
-GITEA_LIMIT = 65_536  # Gitea's is a setting of the instance; this is the default we assume
 MIN_LIMIT = 4_096
 MAX_WARNINGS = 20
 LOG_LINES = 40
@@ -212,7 +207,7 @@ def _plan(layer: LayerResult, budget: int | None) -> str:
     return head + _fence(cut, "diff") + note + tail
 
 
-def render(results: PullRequestResults, limit: int = GITHUB_LIMIT) -> str:
+def render(results: PullRequestResults, limit: int = github.COMMENT_LIMIT) -> str:
     """The comment's body, at most `limit` characters (≥ MIN_LIMIT)."""
     if limit < MIN_LIMIT:
         raise ValueError(f"limit: {limit} is below {MIN_LIMIT} characters, too small for a plan comment")

@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from burrito_py.gitproviders.client import CommitStatus
 from burrito_py.pullrequests.comment import LayerResult, PullRequestResults
 
 __all__ = [
     "AGGREGATE_CONTEXT",
     "CommentUpdate",
-    "CommitStatus",
     "comment_update",
     "commit_statuses",
     "statuses_to_send",
@@ -28,14 +28,6 @@ __all__ = [
 
 AGGREGATE_CONTEXT = "burrito-py"
 DESCRIPTION_MAX = 140  # GitHub's limit on a status description
-StatusState = Literal["pending", "success", "failure"]
-
-
-@dataclass(frozen=True, slots=True)
-class CommitStatus:
-    context: str
-    state: StatusState
-    description: str
 
 
 def _cut(text: str) -> str:

@@ -23,14 +23,14 @@ from burrito_py.api import annotations as ann
 from burrito_py.api.pullrequest import pull_request_name
 from burrito_py.datastore.auth import Authenticator
 from burrito_py.datastore.client import DatastoreClient
+from burrito_py.gitproviders.base import BadPullRequest, PullRequestEvent
+from burrito_py.gitproviders.delivery import Delivery, pull_request_event
 from burrito_py.kube.client import Kube, KubeError, crd_path
-from burrito_py.pullrequests.events import BadPullRequest, PullRequestEvent, pull_request_event
 from burrito_py.server.ratelimit import SourceLimiter, source_of
 from burrito_py.server.settings import ServerSettings
 from burrito_py.server.webhook_index import WebhookIndex
 from burrito_py.server.webhooks import (
     BadDelivery,
-    Delivery,
     RecentDeliveries,
     body_digest,
     read_delivery,

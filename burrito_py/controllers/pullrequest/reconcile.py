@@ -35,6 +35,8 @@ from burrito_py.controllers.repository.reconcile import credentials_of, ensure_s
 from burrito_py.git.allowed_hosts import HostNotAllowed
 from burrito_py.git.credentials import CredentialsError as GitCredentialsError
 from burrito_py.git.mirror import GitError
+from burrito_py.gitproviders.client import CommitStatus, ProviderError
+from burrito_py.gitproviders.registry import provider_named
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.conditions import Cond, merge_conditions
 from burrito_py.kube.events import post_event
@@ -43,7 +45,7 @@ from burrito_py.kube.scheduler import slot_released
 from burrito_py.outbound import OutboundRefused
 from burrito_py.plans.model import PlanFormatError, parse_plan
 from burrito_py.pullrequests.affected import Affected, affected_layers
-from burrito_py.pullrequests.comment import GITEA_LIMIT, GITHUB_LIMIT, GITLAB_LIMIT, LOG_LINES, marker, render
+from burrito_py.pullrequests.comment import LOG_LINES, marker, render
 from burrito_py.pullrequests.credentials import (
     CredentialsError,
     TokenSource,
@@ -51,13 +53,12 @@ from burrito_py.pullrequests.credentials import (
     default_api_url,
     provider_token_source,
 )
-from burrito_py.pullrequests.providers import ProviderError, body_digest, publish
-from burrito_py.pullrequests.statuses import CommitStatus, commit_statuses
+from burrito_py.pullrequests.providers import body_digest, publish
+from burrito_py.pullrequests.statuses import commit_statuses
 from burrito_py.timeutil import format_time_precise, utcnow
 
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 15.0
-LIMITS = {"github": GITHUB_LIMIT, "gitlab": GITLAB_LIMIT, "gitea": GITEA_LIMIT}
 
 
 async def reconcile_pull_request(ctx: Context, key: Key) -> None:
@@ -157,8 +158,9 @@ async def _affected(ctx: Context, repository: Mapping[str, Any], spec: Mapping[s
     credentials = await credentials_of(ctx, meta["namespace"], source.get("secretName"), source.get("url", ""))
     mirror = mirror_for(ctx.settings.git_cache_dir, meta["namespace"], meta["name"], source.get("url", ""),
                         ctx.settings.outbound_policy())
-    head = await asyncio.to_thread(mirror.fetch_pull_request, str(spec["provider"]), int(spec["number"]),
-                                   str(spec["headSha"]), credentials)
+    number = int(spec["number"])
+    head = await asyncio.to_thread(mirror.fetch_pull_request, provider_named(str(spec["provider"])).head_ref(number),
+                                   number, str(spec["headSha"]), credentials)
     if await asyncio.to_thread(mirror.resolve, str(spec["base"])) is None:  # a branch no layer follows yet
         await asyncio.to_thread(mirror.fetch, credentials)
     changes = await asyncio.to_thread(mirror.pull_request_changes, str(spec["base"]), head)
@@ -297,7 +299,7 @@ async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Ma
     spec = pull_request.get("spec") or {}
     provider = str(spec["provider"])
     settings = _settings(repository)
-    limit = int(settings.get("commentLimit") or LIMITS[provider])
+    limit = int(settings.get("commentLimit") or provider_named(provider).comment_limit)
     body = render(decision.results, limit)
     statuses = commit_statuses(decision.results)
     head = str(spec["headSha"])

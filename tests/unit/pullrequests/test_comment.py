@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from burrito_py.gitproviders.github import COMMENT_LIMIT as GITHUB_LIMIT
+from burrito_py.gitproviders.gitlab import COMMENT_LIMIT as GITLAB_LIMIT
 from burrito_py.plans.model import PlanModel, parse_plan
 from burrito_py.pullrequests.comment import (
-    GITHUB_LIMIT,
-    GITLAB_LIMIT,
     MAX_WARNINGS,
     MIN_LIMIT,
     LayerResult,

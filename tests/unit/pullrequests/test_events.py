@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from burrito_py.pullrequests.events import BadPullRequest, PullRequestEvent, pull_request_event
-from burrito_py.server.webhooks import Delivery
+from burrito_py.gitproviders.base import BadPullRequest, PullRequestEvent
+from burrito_py.gitproviders.delivery import Delivery, pull_request_event
 
 SHA = "9f2c1e0d8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e"
 
