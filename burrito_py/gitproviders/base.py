@@ -23,6 +23,7 @@ __all__ = [
     "PullRequestEvent",
     "field_of",
     "hmac_key",
+    "repository_urls",
     "time_of",
 ]
 
@@ -79,6 +80,10 @@ class GitProvider(Protocol):
         empty), compared in constant time."""
         ...
 
+    def repository_urls(self, payload: Mapping[str, Any]) -> list[str]:
+        """Every URL a delivery's payload gives for its repository (clone, ssh and web forms), each once."""
+        ...
+
     def pull_request_event(self, event: str, payload: Mapping[str, Any]) -> PullRequestEvent | None:
         """What a delivery of `event` means for a pull request; None when nothing. BadPullRequest names a field
         the payload lacks."""
@@ -102,6 +107,16 @@ class GitProvider(Protocol):
 def hmac_key(secret: bytes) -> bytes:
     """The key HMAC-SHA256 really uses for `secret` (RFC 2104)."""
     return hashlib.sha256(secret).digest() if len(secret) > BLOCK else secret
+
+
+def repository_urls(payload: Mapping[str, Any]) -> list[str]:
+    """The repository's URLs in GitHub's, GitLab's and Gitea's payloads: any of their keys in `repository` or
+    `project`, whichever provider sent it (a URL names a repository whatever key holds it)."""
+    sections = [payload.get("repository"), payload.get("project")]
+    keys = ("clone_url", "ssh_url", "git_url", "html_url", "url", "git_http_url", "git_ssh_url", "web_url",
+            "homepage")
+    urls = [s[k] for s in sections if isinstance(s, dict) for k in keys if isinstance(s.get(k), str)]
+    return list(dict.fromkeys(urls))
 
 
 def field_of(payload: Mapping[str, Any], dotted: str, kind: type) -> Any:

@@ -36,12 +36,9 @@ class Delivery:
         return None
 
     def repository_urls(self) -> list[str]:
-        """Every URL the payload gives for its repository (clone, ssh and web forms)."""
-        sections = [self.payload.get("repository"), self.payload.get("project")]
-        keys = ("clone_url", "ssh_url", "git_url", "html_url", "url", "git_http_url", "git_ssh_url", "web_url",
-                "homepage")
-        urls = [s[k] for s in sections if isinstance(s, dict) for k in keys if isinstance(s.get(k), str)]
-        return list(dict.fromkeys(urls))
+        """Every URL the payload gives for its repository (clone, ssh and web forms), as its provider reads it."""
+        provider = registry.find(self.provider)
+        return provider.repository_urls(self.payload) if provider is not None else []
 
     def identities(self) -> set[tuple[str, str]]:
         return {identity for url in self.repository_urls() if (identity := repository_identity(url)) is not None}

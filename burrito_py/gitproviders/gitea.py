@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from burrito_py.gitproviders import github
-from burrito_py.gitproviders.base import Detected, GitProvider, PullRequestEvent
+from burrito_py.gitproviders.base import Detected, GitProvider, PullRequestEvent, repository_urls
 from burrito_py.gitproviders.client import ApiHttp, ProviderClient
 from burrito_py.outbound import OutboundPolicy
 
@@ -59,6 +59,9 @@ class GiteaProvider:
 
     def signature_valid(self, headers: Mapping[str, str], body: bytes, key: bytes) -> bool:
         return github.sha256_valid(headers.get("x-gitea-signature", ""), body, key)
+
+    def repository_urls(self, payload: Mapping[str, Any]) -> list[str]:
+        return repository_urls(payload)
 
     def pull_request_event(self, event: str, payload: Mapping[str, Any]) -> PullRequestEvent | None:
         return github.pull_request_event(self.name, event, payload)

@@ -28,6 +28,7 @@ from burrito_py.gitproviders.base import (
     GitProvider,
     PullRequestEvent,
     field_of,
+    repository_urls,
     time_of,
 )
 from burrito_py.gitproviders.client import ApiHttp, CommitStatus, ProviderClient
@@ -145,6 +146,9 @@ class GitHubProvider:
 
     def signature_valid(self, headers: Mapping[str, str], body: bytes, key: bytes) -> bool:
         return sha256_valid(headers.get("x-hub-signature-256", "").removeprefix("sha256="), body, key)
+
+    def repository_urls(self, payload: Mapping[str, Any]) -> list[str]:
+        return repository_urls(payload)
 
     def pull_request_event(self, event: str, payload: Mapping[str, Any]) -> PullRequestEvent | None:
         return pull_request_event(self.name, event, payload)

@@ -25,6 +25,7 @@ from burrito_py.gitproviders.base import (
     PullRequestEvent,
     field_of,
     hmac_key,
+    repository_urls,
     time_of,
 )
 from burrito_py.gitproviders.client import ApiHttp, CommitStatus, ProviderClient
@@ -102,6 +103,9 @@ class GitLabProvider:
     def signature_valid(self, headers: Mapping[str, str], body: bytes, key: bytes) -> bool:
         token = headers.get("x-gitlab-token", "").encode()
         return hmac.compare_digest(hmac_key(token), key)
+
+    def repository_urls(self, payload: Mapping[str, Any]) -> list[str]:
+        return repository_urls(payload)
 
     def pull_request_event(self, event: str, payload: Mapping[str, Any]) -> PullRequestEvent | None:
         if event != "Merge Request Hook":
