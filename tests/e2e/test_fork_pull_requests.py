@@ -110,7 +110,10 @@ def test_a_forks_pull_request_is_not_planned_by_default_nor_before_an_approvers_
 
         # The approver labels again (GitHub: remove and add), at the new head: planned.
         world.hook("unlabeled", 5, pushed, fork=True, sender="maintainer", label=LABEL)
+        wait_for(lambda: "approval" not in world.pull_request(5)["spec"], 30, what="the approval withdrawn")
         world.hook("labeled", 5, pushed, fork=True, sender="maintainer", label=LABEL)
+        wait_for(lambda: (world.pull_request(5)["spec"].get("approval") or {}).get("headSha") == pushed, 30,
+                 what=f"the approval of the new head ({world.answers[-2:]})")
         world.wait_pr(5, pushed, "Planned", timeout=150)
         assert all(r["spec"]["action"] == "plan" for r in world.platform.runs())  # nothing applied anywhere
 
@@ -165,3 +168,42 @@ def test_a_pull_requests_plan_gets_no_secret_of_the_layer_runs_as_its_own_accoun
         body = ours(world, 6)[0]
         assert f'"{SHORT_SECRET}"' not in body and "(sensitive value)" in body  # …and never the comment
         assert all(SHORT_SECRET not in s.get("description", "") for s in world.fake.statuses)
+
+
+def test_an_apply_run_a_tenant_user_makes_of_a_pull_requests_plan_cannot_read_it(
+    tmp_path: Path, repo: TestRepo
+) -> None:
+    """A tenant user who may create TerraformRuns writes an apply naming a pull request's plan run as its artifact,
+    with the sum the controllers recorded for it (the layer controller would never choose it, §5.2; this goes
+    around it). The apply's runner may not read a pull request's plan (RunnerScope.reads): the run fails, and
+    nothing reaches the layer's state."""
+    with pull_request_world(tmp_path, repo, "github") as world:
+        platform = world.platform
+        head = world.push(7, {"layers/app/main.tf": layer_code("the pull request's")}, "change app")
+        world.hook("opened", 7, head)
+        done = world.wait_pr(7, head, "Planned", timeout=150)
+        pr_run = done["status"]["layers"][0]["run"]
+        attempt = next(r for r in pr_runs(platform) if r["metadata"]["name"] == pr_run)["status"]["attempts"][-1]
+        assert attempt["planSum"].startswith("sha256:")
+        layer = platform.layer("app")
+        platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformruns", {
+            "apiVersion": ann.API_VERSION, "kind": "TerraformRun",
+            "metadata": {"name": "app-apply-forged", "namespace": "default",
+                         "labels": {ann.LABEL_LAYER: ann.layer_label("app")},
+                         "ownerReferences": [{"apiVersion": ann.API_VERSION, "kind": "TerraformLayer", "name": "app",
+                                              "uid": layer["metadata"]["uid"]}]},
+            "spec": {"action": "apply", "layer": {"name": "app", "namespace": "default", "revision": head},
+                     "artifact": {"run": pr_run, "attempt": attempt["number"], "sum": attempt["planSum"]}}})
+
+        def ended() -> dict[str, Any] | None:
+            run = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformruns",
+                                                               "app-apply-forged")
+            return run if (run.get("status") or {}).get("state") in ("Succeeded", "Failed") else None
+
+        run = wait_for(ended, 240, 0.5, "the forged apply run's end")
+        assert run["status"]["state"] == "Failed", run["status"]
+        token = (platform.kubeconfig.read_text().split("token: ", 1)[1].split()[0]).strip("'\"")
+        with DatastoreClient(platform.datastore_url, token=token) as store:
+            log = store.get_logs("default", "app", "app-apply-forged", 1).decode()
+        assert "may only read its own run's artifacts" in log, log[-2000:]
+        assert not platform.state_file("app").exists()  # the pull request's plan was never applied

@@ -15,7 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ class World:
     bare: Path
     url: str
     provider: str
+    answers: list[dict[str, Any]] = field(default_factory=list)  # the server's answers to hook(), in order
 
     def hook(self, action: str, number: int, head: str, branch: str = "feature", fork: bool = False,
              sender: str = "author", label: str = "") -> float:
@@ -98,6 +99,7 @@ class World:
         sent = time.monotonic()
         answer = self.http.post("/api/webhook", content=body, headers={**headers, "Content-Type": "application/json"})
         assert answer.status_code == 202, answer.text
+        self.answers.append(answer.json())
         return sent
 
     def push(self, number: int, files: dict[str, str | None], message: str) -> str:

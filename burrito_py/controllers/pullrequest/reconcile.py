@@ -431,3 +431,7 @@ async def _write_status(ctx: Context, pull_request: Mapping[str, Any], status: B
             return
         raise
     ctx.inventory.pull_requests.observe(updated)
+    if (updated.get("metadata") or {}).get("generation") != meta.get("generation"):
+        # The spec changed while we decided (a new head, an approval): its watch event now meets an inventory
+        # that already holds that generation and wakes nothing, so decide again here.
+        ctx.wake_pull_request(key_of(pull_request))
