@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 command -v terraform >/dev/null || { echo "terraform is required on PATH" >&2; exit 1; }
 command -v git >/dev/null || { echo "git is required on PATH" >&2; exit 1; }
 
-. scripts/venv.sh local
+. scripts/venv.sh
 exec burrito-py dev --example quickstart --data-dir .burrito-py --kubeconfig .burrito-py/kubeconfig "$@"

@@ -15,6 +15,7 @@ from typing import Any
 from burrito_py.agl.compile import CompiledInstance
 from burrito_py.agl.errors import Invalid
 from burrito_py.api import annotations as ann
+from burrito_py.api.layer import LAYER_STATES, LayerState
 from burrito_py.controllers.run.pod_creation import is_blocked_result
 from burrito_py.kube.conditions import Cond, merge_conditions
 from burrito_py.timeutil import format_time
@@ -82,7 +83,8 @@ def _layer_conditions(layer: Mapping[str, Any], compiled: CompiledInstance, appr
                       plural: str, name: str) -> tuple[Cond, Cond]:
     a = layer["metadata"].get("annotations") or {}
     status = layer.get("status") or {}
-    state = status.get("state")
+    # Typed by the one list of layer states (api/layer.py): a state it does not hold is a type error below.
+    state: LayerState | None = status.get("state") if status.get("state") in LAYER_STATES else None
     result = str(status.get("lastResult") or "")
     plan_sum = a.get(ann.PLAN_SUM)
     applied = plan_sum is not None and (a.get(ann.APPLY_SUM) == plan_sum or a.get(ann.PLAN_SUMMARY) == NO_CHANGES)

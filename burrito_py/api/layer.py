@@ -26,6 +26,7 @@ from burrito_py.api.errors import PATTERN_EXPLANATIONS
 
 __all__ = [
     "LAYER_STATES",
+    "LAYER_STATES_TEXT",
     "OUTPUT_MAPPING_PATTERN",
     "RELATIVE_PATH_PATTERN",
     "ApprovePlan",
@@ -77,7 +78,10 @@ TerraformName = Annotated[str, StringConstraints(pattern=TERRAFORM_NAME_PATTERN,
 MAX_DEPENDENCIES = 32
 
 LayerState = Literal["Idle", "PlanNeeded", "ApplyNeeded", "Running", "MaxRetriesReached"]
+# The one list of layer states: the decisions (controllers/layer/decide.py, destroy.py), the UI's filters
+# (server/ui/queries.py), the REST view (server/views.py) and the AGL projection (agl/instance_decisions.py).
 LAYER_STATES: tuple[LayerState, ...] = ("Idle", "PlanNeeded", "ApplyNeeded", "Running", "MaxRetriesReached")
+LAYER_STATES_TEXT = f"{', '.join(LAYER_STATES[:-1])} or {LAYER_STATES[-1]}."
 
 
 class VarsSource(ApiModel):
@@ -354,7 +358,7 @@ class TerraformLayerStatus(ApiModel):
     """Observed state of a TerraformLayer."""
 
     state: LayerState | None = Field(
-        default=None, description="Idle, PlanNeeded, ApplyNeeded, Running or MaxRetriesReached."
+        default=None, description=LAYER_STATES_TEXT
     )
     conditions: list[Condition] = Field(default_factory=list, description="Current conditions.")
     last_result: str | None = Field(

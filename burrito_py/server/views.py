@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.layer import LAYER_STATES_TEXT
 from burrito_py.git.urls import redact
 
 
@@ -53,7 +54,7 @@ class RunReferenceView(View):
 class LayerView(View):
     namespace: str
     name: str
-    state: str | None = Field(default=None, description="Idle, PlanNeeded, ApplyNeeded, Running or MaxRetriesReached.")
+    state: str | None = Field(default=None, description=LAYER_STATES_TEXT)
     last_result: str | None = Field(default=None, description="Outcome of the last run.")
     last_run: RunReferenceView | None = None
     repository: RepositoryView

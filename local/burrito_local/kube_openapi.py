@@ -37,7 +37,7 @@ def _raw_definitions() -> dict[str, Obj]:
     try:
         root = files("kubernetes_validate") / "kubernetes-json-schema"
     except ModuleNotFoundError:
-        log.warning("kubernetes-validate is not installed (pip install 'burrito-py[local]'): the emulator serves "
+        log.warning("kubernetes-validate is not installed (pip install -e ./local): the emulator serves "
                     "no schemas of built-in kinds and does not check their fields")
         return {}
     wanted = root / f"{SCHEMA_VERSION}-local"

@@ -8,8 +8,8 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from burrito_py.api import annotations as ann
+from burrito_py.controllers.layer.actions import snapshot
 from burrito_py.controllers.layer.decide import decide_layer
-from burrito_py.controllers.layer.reconcile import snapshot
 from burrito_py.timeutil import format_time
 
 NOW = datetime.now(UTC)

@@ -28,7 +28,7 @@ from burrito_local.apply import Applier
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
 from burrito_py.controllers.layer.decide import CreateRun
-from burrito_py.controllers.layer.reconcile import run_body
+from burrito_py.controllers.layer.runs import run_body
 from burrito_py.datastore.in_process import running_datastore
 from burrito_py.timeutil import format_time, utcnow
 from tests.bench.bench_steady_state import peak_rss_mb

@@ -19,6 +19,7 @@ from typing import Literal
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.annotations import parse_plan_run
+from burrito_py.api.layer import LayerState
 from burrito_py.controllers.layer.artifact_check import CONDITION as ARTIFACT_CONDITION
 from burrito_py.controllers.layer.artifact_check import REFUSED as ARTIFACT_REFUSED
 from burrito_py.controllers.layer.artifact_check import LayerIdentity, artifact_refusal
@@ -31,14 +32,6 @@ from burrito_py.controllers.run.decide import STALE_PLAN
 from burrito_py.kube.conditions import Cond
 from burrito_py.timeutil import parse_time
 
-LayerStateName = Literal["Idle", "PlanNeeded", "ApplyNeeded", "Running", "MaxRetriesReached"]
-LAYER_STATES: tuple[LayerStateName, ...] = (
-    "Idle",
-    "PlanNeeded",
-    "ApplyNeeded",
-    "Running",
-    "MaxRetriesReached",
-)
 NO_CHANGES = "No changes."
 RETRY_LIMIT = "RetryLimitReached"
 # A stale apply re-plans at once this many times in a row at one relevant commit; after that the apply of the
@@ -125,7 +118,7 @@ class PendingPlanView:
 
 @dataclass(frozen=True, slots=True)
 class LayerDecision:
-    state: LayerStateName | None
+    state: LayerState | None
     conditions: tuple[Cond, ...]
     create_run: CreateRun | None
     remove_sync_now: bool
@@ -341,7 +334,7 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
                   and not running else "NothingToVerify")
     )
 
-    state: LayerStateName
+    state: LayerState
     if running:
         state = "Running"
     elif sync_now or ((not plan_fresh or not planned or stale_replan or refusal is not None) and not plan_exhausted):

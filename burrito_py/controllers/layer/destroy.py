@@ -35,8 +35,9 @@ from typing import Literal
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.annotations import parse_plan_run
+from burrito_py.api.layer import LayerState
 from burrito_py.controllers.layer.artifact_check import LayerIdentity, artifact_refusal
-from burrito_py.controllers.layer.decide import NO_CHANGES, CreateRun, LayerDecision, LayerStateName
+from burrito_py.controllers.layer.decide import NO_CHANGES, CreateRun, LayerDecision
 from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.kube.conditions import Cond
 
@@ -76,7 +77,7 @@ class DestroySnapshot:
 
 
 def _decision(
-    state: LayerStateName,
+    state: LayerState,
     reason: str,
     message: str,
     *,

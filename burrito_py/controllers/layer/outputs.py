@@ -23,14 +23,15 @@ import base64
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.annotations import parse_plan_run
 from burrito_py.controllers.context import Context
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.events import post_event
-from burrito_py.kube.inventory import Body, Key
+from burrito_py.kube.inventory import Body
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +40,15 @@ RETRY_SECONDS = 30.0
 
 __all__ = [
     "OUTPUTS_RUN",
+    "OutputsReading",
+    "OutputsSync",
     "OutputsUnreadable",
     "missing_outputs",
     "output_text",
+    "outputs_sync",
     "outputs_to_sync",
     "parse_outputs",
+    "read_outputs_sync",
     "secret_body",
     "secret_data",
     "sync_outputs",
@@ -156,73 +161,130 @@ def secret_body(layer: Mapping[str, Any], name: str, data: Mapping[str, str], ru
     }
 
 
-# -- acting -----------------------------------------------------------------------------------------
-async def sync_outputs(ctx: Context, key: Key) -> None:
-    """Bring `status.outputs` and the outputs Secret up to the layer's last apply, when they are not."""
-    layer = ctx.inventory.layers.get(key)
-    if layer is None or layer["metadata"].get("deletionTimestamp") or ctx.datastore is None:
-        return
+@dataclass(frozen=True, slots=True)
+class OutputsReading:
+    """What syncing the outputs had to read (`read_outputs_sync`): the apply's outputs, or why not, and the Secret
+    of that name as it is (None: absent, or not read)."""
+
+    wanted: Body  # the status.outputsSync to reach (outputs_to_sync)
+    outputs: Mapping[str, Any] | None  # None: they cannot be read now (retried) or at all (`problem`)
+    problem: str | None = None  # why they are unreadable for good ("are not in the datastore", …)
+    secret: Body | None = None
+    secret_error: str | None = None  # the Secret could not be read: `<status> <reason>` of the API's answer
+
+
+@dataclass(frozen=True, slots=True)
+class OutputsSync:
+    """What to do about them (pure, `outputs_sync`), in order: events before, the Secret to write (create, or
+    replace at the resourceVersion read), events after it is written, the status patch; or wait and retry."""
+
+    retry: bool = False  # after `before`, nothing else: read again in RETRY_SECONDS
+    before: tuple[tuple[Literal["Normal", "Warning"], str, str], ...] = ()
+    secret: Body | None = None
+    replace_secret: bool = False
+    after_secret: tuple[tuple[Literal["Normal", "Warning"], str, str], ...] = ()
+    status: Body | None = None  # the merge patch of status.outputs and status.outputsSync
+
+
+def outputs_sync(layer: Mapping[str, Any], reading: OutputsReading) -> OutputsSync:
+    """Deciding: the writes that bring `status.outputs` and the Secret up to the last apply."""
+    wanted = reading.wanted
+    if reading.outputs is None and reading.problem is None:
+        return OutputsSync(retry=True)
+    before: list[tuple[Literal["Normal", "Warning"], str, str]] = []
+    outputs = reading.outputs or {}
+    if reading.problem is not None:  # recorded all the same: retrying cannot bring them back; the next apply will
+        before.append(("Warning", "OutputsMissing", f"the outputs of apply {wanted['run']} {reading.problem}; "
+                       "the outputs Secret is left as it was"))
+    patch: Body = {"status": {"outputs": sorted(outputs), "outputsSync": wanted}}
+    secret = wanted.get("secret")
+    if reading.problem is not None or secret is None:
+        return OutputsSync(before=tuple(before), status=patch)
+    namespace, secret_name = layer["metadata"]["namespace"], secret["name"]
+    existing = reading.secret
+    if reading.secret_error is not None:
+        before.append(("Warning", "OutputsSecretFailed",
+                       f"cannot write Secret {namespace}/{secret_name}: {reading.secret_error}"))
+        return OutputsSync(retry=True, before=tuple(before))
+    if existing is not None and not owned_by(existing, layer):
+        before.append(("Warning", "OutputsSecretNotOwned",
+                       f"Secret {namespace}/{secret_name} exists and is not this layer's; its outputs are not "
+                       "written there (delete it or choose another writeOutputsToSecret.name)"))
+        return OutputsSync(retry=True, before=tuple(before))
+    body = secret_body(layer, secret_name, secret_data(outputs, secret.get("outputs")), wanted["run"])
+    if existing is not None:
+        body["metadata"]["resourceVersion"] = existing["metadata"].get("resourceVersion")
+    after: list[tuple[Literal["Normal", "Warning"], str, str]] = []
+    missing = missing_outputs(outputs, secret.get("outputs"))
+    if missing:
+        after.append(("Warning", "OutputsMissing", "writeOutputsToSecret.outputs names outputs apply "
+                      f"{wanted['run']} did not produce: " + ", ".join(missing)))
+    after.append(("Normal", "OutputsWritten", f"outputs of apply {wanted['run']} written to Secret "
+                  f"{namespace}/{secret_name}"))
+    return OutputsSync(before=tuple(before), secret=body, replace_secret=existing is not None,
+                       after_secret=tuple(after), status=patch)
+
+
+# -- gathering and acting ---------------------------------------------------------------------------
+async def read_outputs_sync(ctx: Context, layer: Mapping[str, Any]) -> OutputsReading | None:
+    """Gathering: when the status (or the Secret) lags the last apply, its outputs from the datastore and the
+    Secret as it is. None: nothing to sync (or no datastore, or the layer is being deleted)."""
+    if layer["metadata"].get("deletionTimestamp") or ctx.datastore is None:
+        return None
     wanted = outputs_to_sync(layer)
     if wanted is None:
-        return
+        return None
     from burrito_py.datastore.client import DatastoreError
 
-    namespace, name = key
+    namespace, name = layer["metadata"]["namespace"], layer["metadata"]["name"]
     run, attempt = wanted["run"].rsplit("/", 1)
-    readable = True
     try:
         outputs = parse_outputs(await asyncio.to_thread(ctx.datastore.get_outputs, namespace, name, run, int(attempt)))
     except DatastoreError as exc:
         if exc.status_code != 404:  # unavailable or refused: try again soon
             log.warning("layer %s/%s: cannot read the outputs of %s: %s", namespace, name, wanted["run"], exc)
-            ctx.wake_layer(key, RETRY_SECONDS)
-            return
-        problem, readable, outputs = "are not in the datastore", False, {}
+            return OutputsReading(wanted, None)
+        return OutputsReading(wanted, None, "are not in the datastore")
     except OutputsUnreadable as exc:
-        problem, readable, outputs = str(exc), False, {}
-    if not readable:  # recorded all the same: retrying cannot bring them back; the next apply will
-        await post_event(ctx.kube, layer, "Warning", "OutputsMissing",
-                         f"the outputs of apply {wanted['run']} {problem}; the outputs Secret is left as it was")
+        return OutputsReading(wanted, None, str(exc))
     secret = wanted.get("secret")
-    if readable and secret is not None and not await _write_secret(ctx, layer, secret, outputs, wanted["run"]):
+    existing = None
+    if secret is not None:
+        try:
+            existing = await ctx.kube.get(path("v1", "secrets", namespace, secret["name"]))
+        except KubeError as exc:  # e.g. 403 without RBAC on Secrets; the API's message carries no Secret data
+            return OutputsReading(wanted, outputs, secret_error=f"{exc.status} {exc.reason}")
+    return OutputsReading(wanted, outputs, None, existing)
+
+
+async def sync_outputs(ctx: Context, layer: Body, sync: OutputsSync) -> None:
+    """Executing `sync` (outputs_sync)."""
+    key = (layer["metadata"]["namespace"], layer["metadata"]["name"])
+    for type_, reason, message in sync.before:
+        await post_event(ctx.kube, layer, type_, reason, message)
+    if sync.retry:
         ctx.wake_layer(key, RETRY_SECONDS)
         return
-    patch = {"status": {"outputs": sorted(outputs), "outputsSync": wanted}}
+    if sync.secret is not None:
+        secret_name = sync.secret["metadata"]["name"]
+        try:
+            if sync.replace_secret:
+                await ctx.kube.replace(path("v1", "secrets", key[0], secret_name), sync.secret)
+            else:
+                await ctx.kube.create(path("v1", "secrets", key[0]), sync.secret)
+        except KubeError as exc:  # e.g. 403 without RBAC on Secrets; the API's message carries no Secret data
+            await post_event(ctx.kube, layer, "Warning", "OutputsSecretFailed",
+                             f"cannot write Secret {key[0]}/{secret_name}: {exc.status} {exc.reason}")
+            ctx.wake_layer(key, RETRY_SECONDS)
+            return
+        for type_, reason, message in sync.after_secret:
+            await post_event(ctx.kube, layer, type_, reason, message)
+    if sync.status is None:
+        return
     try:
-        updated = await ctx.kube.merge_patch(crd_path("terraformlayers", namespace, name, "status"), patch)
+        updated = await ctx.kube.merge_patch(crd_path("terraformlayers", key[0], key[1], "status"), sync.status)
     except KubeError as exc:
-        log.warning("layer %s/%s: cannot record its outputs in the status: %s", namespace, name, exc)
+        log.warning("layer %s/%s: cannot record its outputs in the status: %s", key[0], key[1], exc)
         ctx.wake_layer(key, RETRY_SECONDS)
         return
     ctx.inventory.layers.observe(updated)
-
-
-async def _write_secret(ctx: Context, layer: Body, secret: Body, outputs: Mapping[str, Any], run: str) -> bool:
-    """Create or replace the Secret; False (retried later) when it cannot be written now."""
-    namespace, secret_name = layer["metadata"]["namespace"], secret["name"]
-    where = path("v1", "secrets", namespace, secret_name)
-    body = secret_body(layer, secret_name, secret_data(outputs, secret.get("outputs")), run)
-    try:
-        existing = await ctx.kube.get(where)
-        if existing is None:
-            await ctx.kube.create(path("v1", "secrets", namespace), body)
-        elif not owned_by(existing, layer):
-            await post_event(ctx.kube, layer, "Warning", "OutputsSecretNotOwned",
-                             f"Secret {namespace}/{secret_name} exists and is not this layer's; its outputs are "
-                             "not written there (delete it or choose another writeOutputsToSecret.name)")
-            return False
-        else:
-            body["metadata"]["resourceVersion"] = existing["metadata"].get("resourceVersion")
-            await ctx.kube.replace(where, body)
-    except KubeError as exc:  # e.g. 403 without RBAC on Secrets; the API's message carries no Secret data
-        await post_event(ctx.kube, layer, "Warning", "OutputsSecretFailed",
-                         f"cannot write Secret {namespace}/{secret_name}: {exc.status} {exc.reason}")
-        return False
-    missing = missing_outputs(outputs, secret.get("outputs"))
-    if missing:
-        await post_event(ctx.kube, layer, "Warning", "OutputsMissing",
-                         f"writeOutputsToSecret.outputs names outputs apply {run} did not produce: "
-                         + ", ".join(missing))
-    await post_event(ctx.kube, layer, "Normal", "OutputsWritten",
-                     f"outputs of apply {run} written to Secret {namespace}/{secret_name}")
-    return True

@@ -6,7 +6,8 @@ the policies it was computed with, so an Idle layer costs no datastore read and 
 plans it may judge. The review is also stored beside the plan in the datastore (`…/attempts/N/review`, which only
 the controllers may write); decisions read the status, which only the controllers write too.
 
-Pure parts (`review_needed`, `drift_state`, `gate_of`, …) and one act function (`review_plan`), as outputs.py.
+Split as the layer reconcile is (reconcile.py): `read_plan` gathers (the plan JSON, the sandbox's verdict),
+`review_plan` decides (pure: the status, the events), `record_review` executes (the datastore copy, the metric).
 """
 
 from __future__ import annotations
@@ -205,6 +206,17 @@ def gate_of(policy: Mapping[str, Any] | None, annotations: Mapping[str, str]) ->
     )
 
 
+@dataclass(frozen=True, slots=True)
+class PlanReading:
+    """What reviewing the current plan had to read and run (`read_plan`): the verdict of the policies on it and
+    what the drift state needs of it, or why it could not be read."""
+
+    verdict: Verdict
+    facts: Body
+    error: str | None = None
+    readable: bool = True  # False: judged an error by every policy (fail closed), reviewed again soon
+
+
 @dataclass
 class Review:
     """What a reconcile learnt of the current plan: the status to write and the events to post."""
@@ -213,40 +225,57 @@ class Review:
     drift: Body | None
     events: list[tuple[EventType, str, str]] = field(default_factory=list)  # (type, reason, message)
     retry_in: float | None = None
+    # A new verdict: kept beside the plan in the datastore and counted (`record_review`), once.
+    reading: PlanReading | None = None
+    level: str = "none"
 
 
-async def review_plan(
-    ctx: Any, layer: Mapping[str, Any], runs: Mapping[str, RunView], policies: Sequence[Any], now: datetime
+async def read_plan(ctx: Any, layer: Mapping[str, Any], runs: Mapping[str, RunView], policies: Sequence[Any]
+                    ) -> PlanReading | None:
+    """Gathering: when the current plan needs a review (`review_needed`), read its JSON from the datastore once
+    and run the policies on it in the sandbox; None when it needs none."""
+    meta = layer["metadata"]
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    plan_sum = annotations.get(ann.PLAN_SUM) or None
+    if plan_sum is None or recording(annotations, runs):
+        return None
+    if not review_needed(layer.get("status") or {}, annotations, policies_digest(policies)):
+        return None
+    changed = code_changed(annotations, runs)
+    model, error = await _read_plan(ctx, meta["namespace"], meta["name"], annotations, runs)
+    facts = plan_facts(model, plan_sum, annotations.get(ann.PLAN_DATE), changed)
+    if model is None:
+        return PlanReading(unreadable_verdict(policies, plan_sum, error or "the plan could not be read"), facts, error,
+                           readable=False)
+    # CEL and Rego rules in the policy sandbox's worker processes, under its limits; waiting for them holds no
+    # slot of the layers' queue (another tenant's slow policy must not hold up this layer).
+    async with slot_released():
+        verdict = await ctx.sandbox.evaluate(policies, model, namespace=meta["namespace"], plan_sum=plan_sum,
+                                             drift_correction=changed is False)
+    return PlanReading(verdict, facts, error)
+
+
+def review_plan(
+    layer: Mapping[str, Any], runs: Mapping[str, RunView], policies: Sequence[Any], reading: PlanReading | None,
+    now: datetime,
 ) -> Review:
-    """Review the layer's current plan when it needs it (reading the plan JSON from the datastore once);
-    otherwise recompute only what annotations change (the drift state after an apply, an override)."""
+    """Deciding (pure): the review of the layer's current plan, from this reconcile's reading of it when it needed
+    one (`read_plan`), else from the status; what annotations change is recomputed (the drift state after an
+    apply, an override)."""
     meta = layer["metadata"]
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     status: Mapping[str, Any] = layer.get("status") or {}
     plan_sum = annotations.get(ann.PLAN_SUM) or None
     if plan_sum is None or recording(annotations, runs):
         return Review(status.get("policy"), status.get("drift"))
-    digest = policies_digest(policies)
     policy: Body = dict(status.get("policy") or {})
     events: list[tuple[EventType, str, str]] = []
     retry_in = None
-    changed = code_changed(annotations, runs)
-    if review_needed(status, annotations, digest):
-        model, error = await _read_plan(ctx, meta["namespace"], meta["name"], annotations, runs)
-        facts = plan_facts(model, plan_sum, annotations.get(ann.PLAN_DATE), changed)
-        if model is not None:
-            # CEL and Rego rules in the policy sandbox's worker processes, under its limits; waiting for them
-            # holds no slot of the layers' queue (another tenant's slow policy must not hold up this layer).
-            async with slot_released():
-                verdict = await ctx.sandbox.evaluate(policies, model, namespace=meta["namespace"], plan_sum=plan_sum,
-                                                     drift_correction=changed is False)
-        else:
-            verdict = unreadable_verdict(policies, plan_sum, error or "the plan could not be read")
+    if reading is not None:
+        if not reading.readable:
             retry_in = RETRY_UNREADABLE
-        policy = policy_status(verdict, len(policies), digest, facts, error)
-        metrics.PLAN_POLICY_VERDICTS.labels(strictest_level(policies), verdict.result).inc()
-        await _store(ctx, meta["namespace"], meta["name"], annotations, verdict, facts)
-        events += _verdict_events(verdict, policy)
+        policy = policy_status(reading.verdict, len(policies), policies_digest(policies), reading.facts, reading.error)
+        events += _verdict_events(reading.verdict, policy)
     # The server checked the principal when it wrote the override; checked again here against the policies
     # the controllers hold (an annotation written around the server, where no admission policy guards it).
     override = parse_override(annotations.get(ann.OVERRIDE_POLICY))
@@ -268,7 +297,17 @@ async def review_plan(
     state = drift_state(annotations, policy.get("plan") or {})
     drift = drift_status(status.get("drift"), state, policy.get("plan") or {}, now)
     events += _drift_events(status.get("drift"), drift)
-    return Review(policy, drift, events, retry_in)
+    return Review(policy, drift, events, retry_in, reading, strictest_level(policies))
+
+
+async def record_review(ctx: Any, layer: Mapping[str, Any], review: Review | None) -> None:
+    """Executing: a new verdict is counted and kept beside the plan in the datastore (for people and the UI)."""
+    if review is None or review.reading is None:
+        return
+    meta = layer["metadata"]
+    reading = review.reading
+    metrics.PLAN_POLICY_VERDICTS.labels(review.level, reading.verdict.result).inc()
+    await _store(ctx, meta["namespace"], meta["name"], meta.get("annotations") or {}, reading.verdict, reading.facts)
 
 
 def overrides_allowed(policies: Sequence[Any]) -> dict[str, tuple[Sequence[str], Sequence[str]]]:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from burrito_py.api import annotations as ann
 
 TERMINAL_RUN_STATES = frozenset({"Succeeded", "Failed"})
 
@@ -57,3 +61,42 @@ class RunView:
     def failed(self) -> bool:
         # A run reaches `Failed` only once its retries are exhausted (docs/architecture.md §6).
         return self.state == "Failed"
+
+
+def run_view(run: Mapping[str, Any]) -> RunView:
+    spec, status = run.get("spec") or {}, run.get("status") or {}
+    conditions = status.get("conditions") or ()
+    message = next((c.get("message", "") for c in conditions if c.get("type") == "HasSucceeded"), "")
+    annotations = run["metadata"].get("annotations") or {}
+    generation = annotations.get(ann.RUN_LAYER_GENERATION, "")
+    succeeded: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "HasSucceeded"), {})
+    attempts = [a for a in status.get("attempts") or () if isinstance(a, Mapping)]
+    # The last attempt, when it succeeded: what the run's status records as its result.
+    result: Mapping[str, Any] = attempts[-1] if attempts and attempts[-1].get("exitCode") == 0 else {}
+    return RunView(
+        name=run["metadata"]["name"],
+        action=spec.get("action", "plan"),
+        state=status.get("state"),
+        revision=(spec.get("layer") or {}).get("revision"),
+        created=run["metadata"].get("creationTimestamp", ""),
+        message=message,
+        destroy=bool(spec.get("destroy")),
+        artifact=(spec.get("artifact") or {}).get("run"),
+        layer_generation=int(generation) if generation.isdigit() else None,
+        relevant_commit=annotations.get(ann.RUN_RELEVANT_COMMIT) or None,
+        plan_sum=annotations.get(ann.RUN_PLAN_SUM) or None,
+        reason=succeeded.get("reason", "") if status.get("state") == "Failed" else "",
+        inputs_digest=annotations.get(ann.RUN_INPUTS_DIGEST) or None,
+        changes_digest=annotations.get(ann.RUN_CHANGES_DIGEST) or None,
+        sync_requested=ann.RUN_SYNC_NOW in annotations,
+        owners=tuple(str(ref.get("uid")) for ref in run["metadata"].get("ownerReferences") or ()
+                     if ref.get("kind") == "TerraformLayer" and ref.get("uid")),
+        layer_label=(run["metadata"].get("labels") or {}).get(ann.LABEL_LAYER),
+        layer_name=str((spec.get("layer") or {}).get("name") or ""),
+        layer_namespace=(spec.get("layer") or {}).get("namespace") or run["metadata"].get("namespace"),
+        pull_request=spec.get("pullRequest") or None,
+        result_attempt=int(result["number"]) if result.get("number") else None,
+        result_sum=result.get("planSum"),
+        result_json_sum=result.get("planJsonSum"),
+        result_json_size=result.get("planJsonSize"),
+    )

@@ -10,12 +10,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.layer import LAYER_STATES
 from burrito_py.plans.model import PlanModel, ResourceChange
 from burrito_py.server.views import repository_key
 
 PAGE_SIZE = 50
 SORT_KEYS = ("namespace", "name", "state", "repository", "drift", "result", "policy")
-STATES = ("Idle", "PlanNeeded", "ApplyNeeded", "Running", "MaxRetriesReached")
+STATES = LAYER_STATES  # the one list (api/layer.py)
 DRIFTS = ("InSync", "Drifted", "CodeChange", "Unknown")
 
 

@@ -122,8 +122,14 @@ def test_a_kind_outside_the_agl_groups_says_what_is_missing_and_backs_off(
     assert 'cannot list resource "gadgets" in API group "example.org"' in cond["message"], cond["message"]
     assert f"system:serviceaccount:{RELEASE_NAMESPACE}:{RELEASE}-controllers" in cond["message"]
     assert "controllers.agl.groups" in cond["message"] and "controllers.agl.kinds" in cond["message"]
-    events = admin.get("/api/v1/namespaces/default/events").json()["items"]
-    assert [e["reason"] for e in events if e["involvedObject"]["name"] == "gadgets"] == ["Forbidden"]
+
+    def reasons() -> list[str]:
+        events = admin.get("/api/v1/namespaces/default/events").json()["items"]
+        return [e["reason"] for e in events if e["involvedObject"]["name"] == "gadgets"]
+
+    # The event is posted just after the condition is written: wait for it, then check it is the only one.
+    wait_for(reasons, 10, interval=0.05, what="the Forbidden event")
+    assert reasons() == ["Forbidden"]
 
     # Listings of the kind back off (1, 2, 4, 8 s …), where they came every second, forever.
     api.clear_requests()

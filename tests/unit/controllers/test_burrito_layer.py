@@ -16,9 +16,10 @@ from typing import Any
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.common import SyncWindow
+from burrito_py.controllers.layer.actions import decide, sync_windows
 from burrito_py.controllers.layer.decide import LayerDecision
 from burrito_py.controllers.layer.plan_review import Review
-from burrito_py.controllers.layer.reconcile import decide, runs_to_delete, sync_windows
+from burrito_py.controllers.layer.runs import runs_to_delete
 from burrito_py.controllers.layer.validation import LayerValidation
 from burrito_py.kube.conditions import Cond
 

@@ -6,7 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.layer.decide import LAYER_STATES, NO_CHANGES, CreateRun, LayerDecision
+from burrito_py.api.layer import LAYER_STATES
+from burrito_py.controllers.layer.decide import NO_CHANGES, CreateRun, LayerDecision
 from burrito_py.controllers.layer.destroy import DESTROY_FINALIZER, DestroySnapshot, decide_destroy, finalizer_change
 from burrito_py.controllers.layer.run_view import RunView
 

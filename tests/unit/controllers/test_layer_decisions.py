@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.annotations import parse_plan_run
+from burrito_py.api.layer import LAYER_STATES
 from burrito_py.controllers.layer.decide import (
-    LAYER_STATES,
     NO_CHANGES,
     CreateRun,
     LayerSnapshot,

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
+from burrito_py.controllers.layer.actions import snapshot
 from burrito_py.controllers.layer.decide import (
     CreateRun,
     Exhaustion,
@@ -18,8 +19,9 @@ from burrito_py.controllers.layer.decide import (
     decide_layer,
 )
 from burrito_py.controllers.layer.plan_gate import PlanGate
-from burrito_py.controllers.layer.reconcile import compute_status, run_name, snapshot
 from burrito_py.controllers.layer.run_view import RunView
+from burrito_py.controllers.layer.runs import run_name
+from burrito_py.controllers.layer.status import compute_status
 from burrito_py.controllers.layer.sync_windows import Window
 from burrito_py.kube.conditions import Cond
 from burrito_py.timeutil import format_time
@@ -296,7 +298,7 @@ def test_run_names_are_valid_label_values_whatever_the_layer_name(layer_name: st
 
 def test_controller_wide_default_windows_come_from_the_environment_and_merge_with_the_repository(monkeypatch):
     """Issue 11 item 8 (from burrito): default sync windows, as the chart passes them (JSON in the variable)."""
-    from burrito_py.controllers.layer.reconcile import sync_windows
+    from burrito_py.controllers.layer.actions import sync_windows
     from burrito_py.controllers.settings import ControllerSettings
 
     monkeypatch.setenv("BURRITO_PY_DEFAULT_SYNC_WINDOWS",

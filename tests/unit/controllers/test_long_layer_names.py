@@ -7,7 +7,7 @@ import re
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.layer.decide import CreateRun
 from burrito_py.controllers.layer.outputs import secret_body
-from burrito_py.controllers.layer.reconcile import run_body
+from burrito_py.controllers.layer.runs import run_body
 from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod
 from burrito_py.kube.inventory import Inventory
 

@@ -13,9 +13,12 @@ from hypothesis import strategies as st
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.layer.outputs import (
     OUTPUTS_RUN,
+    OutputsReading,
+    OutputsSync,
     OutputsUnreadable,
     missing_outputs,
     output_text,
+    outputs_sync,
     outputs_to_sync,
     parse_outputs,
     secret_body,
@@ -114,3 +117,43 @@ def test_the_secret_is_owned_by_labelled_with_and_annotated_for_the_layer() -> N
     assert body["metadata"]["namespace"] == "ns" and body["type"] == "Opaque" and body["data"] == {"k": "dg=="}
     (owner,) = body["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("TerraformLayer", "app", "u-1", True)
+
+
+def reading(to_secret: dict[str, Any] | None = None, **kwargs: Any) -> OutputsReading:
+    """What gathering found; `to_secret`: the layer writes its outputs to Secret `out`."""
+    wanted: dict[str, Any] = {"run": "app-apply-x/2", **({"secret": {"name": "out"}} if to_secret is not None else {})}
+    return OutputsReading(wanted, **kwargs)
+
+
+def test_sync_waits_when_the_outputs_cannot_be_read_now() -> None:
+    assert outputs_sync(layer(), reading(outputs=None)) == OutputsSync(retry=True)
+
+
+def test_sync_records_outputs_lost_for_good_and_leaves_the_secret() -> None:
+    sync = outputs_sync(layer(secret={"name": "out"}), reading({}, outputs=None, problem="are not in the datastore"))
+    assert [e[1] for e in sync.before] == ["OutputsMissing"] and sync.secret is None and not sync.retry
+    assert sync.status == {"status": {"outputs": [], "outputsSync": reading({}, outputs=None).wanted}}
+
+
+def test_sync_never_overwrites_a_secret_the_layer_does_not_own() -> None:
+    foreign = {"metadata": {"name": "out", "ownerReferences": [{"uid": "someone-else"}]}}
+    sync = outputs_sync(layer(secret={"name": "out"}), reading({}, outputs={"a": SECRET}, secret=foreign))
+    assert sync.retry and sync.secret is None and sync.status is None
+    assert [e[1] for e in sync.before] == ["OutputsSecretNotOwned"]
+    assert SECRET not in repr(sync.before)
+
+
+def test_sync_replaces_its_own_secret_at_the_version_read_then_records_the_names() -> None:
+    own = {"metadata": {"name": "out", "resourceVersion": "7", "ownerReferences": [{"uid": "u-1"}]}}
+    sync = outputs_sync(layer(secret={"name": "out"}), reading({}, outputs={"a": SECRET}, secret=own))
+    assert sync.replace_secret and sync.secret is not None
+    assert sync.secret["metadata"]["resourceVersion"] == "7"
+    assert base64.b64decode(sync.secret["data"]["a"]).decode() == SECRET
+    assert [e[1] for e in sync.after_secret] == ["OutputsWritten"]
+    assert sync.status is not None and sync.status["status"]["outputs"] == ["a"]
+    assert SECRET not in repr((sync.before, sync.after_secret, sync.status))
+
+
+def test_sync_tells_a_secret_it_cannot_read() -> None:
+    sync = outputs_sync(layer(secret={"name": "out"}), reading({}, outputs={"a": 1}, secret_error="403 Forbidden"))
+    assert sync.retry and [e[1] for e in sync.before] == ["OutputsSecretFailed"]

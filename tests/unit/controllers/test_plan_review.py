@@ -4,18 +4,24 @@ the drift status over time, and who may override a mandatory denial."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.layer.plan_review import (
+    RETRY_UNREADABLE,
+    PlanReading,
     code_changed,
     drift_state,
     drift_status,
     gate_of,
     parse_override,
+    plan_facts,
     review_needed,
+    review_plan,
 )
 from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.policy.override import override_refusal
+from burrito_py.policy.verdict import Verdict
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 SUM = "sha256:aa"
@@ -106,3 +112,32 @@ def test_a_rule_stopped_by_a_limit_is_named_with_its_limit_in_the_gate() -> None
     assert gate is not None and gate.reason == f"{limit}; team-a/safe/r (a.b)"
     outcome = gate_plan(gate, SUM, "detect")
     assert outcome.condition.message == f"denied by {limit}; team-a/safe/r (a.b)"
+
+
+def planned_layer(status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": "app", "namespace": "ns", "annotations": {**PLANNED, **APPLIED}},
+            "status": status or {}}
+
+
+def test_review_plan_without_a_reading_keeps_the_recorded_verdict() -> None:
+    policy = {"planSum": SUM, "verdict": "Allowed", "digest": "d", "plan": {"planSum": SUM, "classified": "Drifted"}}
+    review = review_plan(planned_layer({"policy": policy}), runs("c2", "c2"), [], None, NOW)
+    assert review.policy == policy and review.reading is None and review.retry_in is None
+    assert review.drift is not None and review.drift["state"] == "Drifted"
+    assert [e[1] for e in review.events] == ["DriftDetected"]
+
+
+def test_review_plan_records_a_new_reading_and_retries_an_unreadable_plan() -> None:
+    facts = plan_facts(None, SUM, None, None)
+    unreadable = PlanReading(Verdict.of(SUM, []), facts, "the plan JSON cannot be read: 503", readable=False)
+    review = review_plan(planned_layer(), runs("c2", "c1"), [], unreadable, NOW)
+    assert review.reading is unreadable and review.retry_in == RETRY_UNREADABLE
+    assert review.policy is not None and review.policy["planSum"] == SUM and "503" in review.policy["error"]
+    readable = PlanReading(Verdict.of(SUM, []), facts)
+    assert review_plan(planned_layer(), runs("c2", "c1"), [], readable, NOW).retry_in is None
+
+
+def test_review_plan_waits_for_the_run_recording_its_plan() -> None:
+    live = {"app-plan-2": RunView("app-plan-2", "plan", "Running", "c2")}
+    review = review_plan(planned_layer({"policy": {"planSum": "old"}}), live, [], None, NOW)
+    assert review.policy == {"planSum": "old"} and review.events == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from burrito_py.controllers.layer.decide import LayerDecision
-from burrito_py.controllers.layer.reconcile import compute_status
+from burrito_py.controllers.layer.status import compute_status
 from burrito_py.controllers.run.decide import AttemptView, PodView, RetryPolicy, RunSnapshot, decide_run
 from burrito_py.controllers.run.pod_creation import (
     LONGEST_WAIT,

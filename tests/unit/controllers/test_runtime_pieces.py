@@ -5,8 +5,11 @@ from datetime import UTC, datetime, timedelta
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.run import pod_name
+from burrito_py.controllers.layer.actions import snapshot
 from burrito_py.controllers.layer.decide import CreateRun, decide_layer
-from burrito_py.controllers.layer.reconcile import last_result, run_body, run_view, runs_to_delete, snapshot
+from burrito_py.controllers.layer.run_view import run_view
+from burrito_py.controllers.layer.runs import run_body, runs_to_delete
+from burrito_py.controllers.layer.status import last_result
 from burrito_py.controllers.layer.validation import validate_layer
 from burrito_py.controllers.repository.decide import sync_requested
 from burrito_py.controllers.run.reconcile import _override_runner_spec
