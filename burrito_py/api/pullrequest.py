@@ -16,6 +16,7 @@ from burrito_py.api.common import AGE_COLUMN, ApiModel, Condition, PrinterColumn
 
 __all__ = [
     "PULL_REQUEST_LAYER_STATES",
+    "PullRequestApproval",
     "PullRequestComment",
     "PullRequestLayer",
     "PullRequestLayerState",
@@ -38,6 +39,15 @@ PULL_REQUEST_LAYER_STATES: tuple[PullRequestLayerState, ...] = ("pending", "plan
 SHA_PATTERN = r"^[0-9a-f]{7,64}$"
 
 
+class PullRequestApproval(ApiModel):
+    """Who approved which head of a fork's pull request, by adding the repository's approval label."""
+
+    by: str = Field(min_length=1, description="The login that added the label (the delivery's sender).")
+    head_sha: str = Field(pattern=SHA_PATTERN, description="The head it approves: a later push needs a new approval.")
+    label: str = Field(min_length=1, description="The label added.")
+    at: str | None = Field(default=None, description="When (the event's updated_at, RFC 3339).")
+
+
 class TerraformPullRequestSpec(ApiModel):
     """The pull/merge request as its provider last described it."""
 
@@ -57,6 +67,16 @@ class TerraformPullRequestSpec(ApiModel):
     updated_at: str | None = Field(
         default=None, description="When the provider last changed it, from the webhook event that wrote this spec "
         "(RFC 3339): an event older than this is a replay and is ignored."
+    )
+    from_fork: bool = Field(
+        default=False, description="Its head lives in another repository than its base (a fork), as the signed "
+        "delivery says (GitHub/Gitea head.repo vs base.repo, GitLab source vs target project; unknown: a fork). "
+        "Planned only as the repository's spec.pullRequests.forks allows."
+    )
+    author: str = Field(default="", description="Who opened it (the provider's login; informational).")
+    approval: PullRequestApproval | None = Field(
+        default=None, description="The approval of a fork's head: the repository's approvalLabel, added by one of "
+        "its approvers, at headSha (written by the server from the signed label event)."
     )
 
 
@@ -92,17 +112,22 @@ class SentStatus(ApiModel):
 class TerraformPullRequestStatus(ApiModel):
     """What the controller made of the pull request."""
 
-    state: Literal["Planning", "Planned", "Failed", "Closed", "Merged"] | None = Field(
-        default=None, description="Planning, Planned (every layer), Failed (a plan failed or was denied), Closed or "
-        "Merged (its runs and artifacts are gone)."
+    state: Literal["Planning", "Planned", "Failed", "Closed", "Merged", "AwaitingApproval", "NotPlanned"] | None = (
+        Field(default=None, description="Planning, Planned (every layer), Failed (a plan failed or was denied), "
+              "Closed or Merged (its runs and artifacts are gone), AwaitingApproval (a fork's head no approver has "
+              "labelled) or NotPlanned (a fork, and the repository plans no fork).")
     )
     head_sha: str | None = Field(default=None, description="The head the layers below were found and planned at.")
+    gated_sha: str | None = Field(
+        default=None, description="The head shown as not planned (a fork's, AwaitingApproval or NotPlanned)."
+    )
     progress: str | None = Field(default=None, description="Layers planned (or failed) / layers to plan.")
     layers: list[PullRequestLayer] = Field(default_factory=list, description="The affected layers, then downstream.")
     comment: PullRequestComment | None = Field(default=None, description="The sticky comment.")
     statuses: list[SentStatus] = Field(default_factory=list, description="Commit statuses sent for headSha.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready (the head is fetched and its layers found) and Published."
+        default_factory=list, description="Planned (False: AwaitingApproval or ForkNotPlanned; True: NotAFork or "
+        "Approved), Ready (the head is fetched and its layers found) and Published."
     )
 
 

@@ -23,11 +23,12 @@ __all__ = [
     "PullRequestEvent",
     "field_of",
     "hmac_key",
+    "login_of",
     "repository_urls",
     "time_of",
 ]
 
-Action = Literal["opened", "updated", "closed", "merged"]
+Action = Literal["opened", "updated", "closed", "merged", "labeled"]
 Detected = tuple[str, str | None]  # a delivery's event type and its id (None when the provider sends none)
 BLOCK = 64  # SHA-256's block size: longer HMAC keys are hashed first
 
@@ -50,6 +51,14 @@ class PullRequestEvent:
     # When the provider last changed the pull request (RFC 3339 UTC): an event older than the one a
     # TerraformPullRequest records is a replay, and ignored (§11.3). Empty only when built by hand.
     updated_at: str = ""
+    # Whether the head is a fork's: only a head the delivery shows to be in the base repository itself is trusted
+    # as not one (each provider's module says how it tells); unknown is a fork.
+    from_fork: bool = True
+    author: str = ""  # who opened it (GitHub/Gitea `pull_request.user.login`, GitLab the opener of an `open`)
+    sender: str = ""  # who did this (the delivery's `sender.login`, GitLab `user.username`)
+    added: tuple[str, ...] = ()  # labeled: the labels added (Gitea: every label it has now)
+    removed: tuple[str, ...] = ()  # labeled: the labels removed
+    labels_complete: bool = False  # `added` is every label it has now (Gitea): any other is removed
 
 
 @runtime_checkable
@@ -117,6 +126,13 @@ def repository_urls(payload: Mapping[str, Any]) -> list[str]:
             "homepage")
     urls = [s[k] for s in sections if isinstance(s, dict) for k in keys if isinstance(s.get(k), str)]
     return list(dict.fromkeys(urls))
+
+
+def login_of(value: Any, *keys: str) -> str:
+    """A login under `value` (a mapping) at the first of `keys` that holds a non-empty string, else ""."""
+    if not isinstance(value, Mapping):
+        return ""
+    return next((str(value[k]) for k in keys if isinstance(value.get(k), str) and value[k]), "")
 
 
 def field_of(payload: Mapping[str, Any], dotted: str, kind: type) -> Any:

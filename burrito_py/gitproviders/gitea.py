@@ -2,7 +2,8 @@
 
 - Webhooks: `X-Gitea-Event`, `X-Gitea-Delivery`; signed `X-Gitea-Signature: <hex HMAC-SHA256 of the body>`. It
   also sends `X-GitHub-Event`: the registry asks it before GitHub (`registry.py`).
-- `pull_request`: as GitHub's (`github.pull_request_event`), `synchronized` → updated.
+- `pull_request`: as GitHub's (`github.pull_request_event`, forks told the same way), `synchronized` → updated,
+  `label_updated`/`label_cleared` → labeled with every label it has now.
 - Heads at `refs/pull/<n>/head`; comments assumed up to 65,536 characters (an instance setting: the repository's
   `spec.pullRequests.commentLimit` says otherwise).
 - API `/api/v1`: GitHub's routes, `token` authorization and `page`/`limit` paging.

@@ -3,7 +3,10 @@
 - Webhooks: `X-GitHub-Event`, `X-GitHub-Delivery`; signed `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the
   body>`.
 - `pull_request`: `opened`/`reopened` → opened, `synchronize` → updated (a new head), `closed` → closed or merged
-  (`pull_request.merged`); other actions (labels, titles, reviews, assignments) are None: they change no plan.
+  (`pull_request.merged`), `labeled`/`unlabeled` → labeled (Gitea also `label_updated`, `label_cleared`: every
+  label it has now), with the labels added and removed and the sender (who may approve a fork's head, §11.3);
+  other actions (titles, reviews, assignments) are None: they change no plan. A fork (`from_fork`):
+  `pull_request.head.repo` against `base.repo` (by id, else full name); a payload that does not say is one.
 - Heads at `refs/pull/<n>/head`; comments up to 65,536 characters; tokens also from a GitHub App.
 - API: https://api.github.com for github.com, `/api/v3` on an Enterprise host:
   `GET/POST /repos/{o}/{r}/issues/{n}/comments`, `PATCH /repos/{o}/{r}/issues/comments/{id}`,
@@ -28,13 +31,14 @@ from burrito_py.gitproviders.base import (
     GitProvider,
     PullRequestEvent,
     field_of,
+    login_of,
     repository_urls,
     time_of,
 )
 from burrito_py.gitproviders.client import ApiHttp, CommitStatus, ProviderClient
 from burrito_py.outbound import OutboundPolicy
 
-__all__ = ["COMMENT_LIMIT", "PROVIDER", "GitHub", "GitHubProvider", "owner_repo", "pull_request_event",
+__all__ = ["COMMENT_LIMIT", "PROVIDER", "GitHub", "GitHubProvider", "from_fork", "owner_repo", "pull_request_event",
            "sha256_valid"]
 
 COMMENT_LIMIT = 65_536
@@ -48,25 +52,60 @@ def sha256_valid(given: str, body: bytes, key: bytes) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
+def from_fork(pull_request: Mapping[str, Any]) -> bool:
+    """Whether a GitHub/Gitea pull request's head is in another repository than its base. Only a head repository
+    the payload shows to be the base one (same id, else same full name) is not a fork; a deleted fork (`head.repo`
+    null) or a payload without them is."""
+    head = (pull_request.get("head") or {}).get("repo") if isinstance(pull_request.get("head"), Mapping) else None
+    base = (pull_request.get("base") or {}).get("repo") if isinstance(pull_request.get("base"), Mapping) else None
+    if not isinstance(head, Mapping) or not isinstance(base, Mapping):
+        return True
+    if head.get("fork") is True:
+        return True
+    for key in ("id", "full_name"):
+        h, b = head.get(key), base.get(key)
+        if h is not None and b is not None and not isinstance(h, bool) and not isinstance(b, bool):
+            return bool(h != b)
+    return True
+
+
 def pull_request_event(provider: str, event: str, payload: Mapping[str, Any]) -> PullRequestEvent | None:
-    """A `pull_request` delivery of GitHub or of a provider that writes it as GitHub does (Gitea: `synchronized`)."""
+    """A `pull_request` delivery of GitHub or of a provider that writes it as GitHub does (Gitea: `synchronized`,
+    `label_updated`, `label_cleared`)."""
     if event != "pull_request":
         return None
     action = field_of(payload, "action", str)
+    pull_request = payload.get("pull_request") or {}
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    complete = False
     if action == "closed":
-        kind: Action = "merged" if (payload.get("pull_request") or {}).get("merged") else "closed"
+        kind: Action = "merged" if pull_request.get("merged") else "closed"
     elif action in _ACTIONS:
         kind = _ACTIONS[action]
+    elif action in ("labeled", "unlabeled"):
+        kind = "labeled"
+        name = field_of(payload, "label.name", str)
+        added, removed = ((name,), ()) if action == "labeled" else ((), (name,))
+    elif action in ("label_updated", "label_cleared"):
+        # Gitea sends the labels the pull request has now: one not among them is removed.
+        kind = "labeled"
+        added = tuple(str(label["name"]) for label in pull_request.get("labels") or ()
+                      if isinstance(label, Mapping) and isinstance(label.get("name"), str))
+        complete = True
     else:
         return None
     return PullRequestEvent(provider, kind, field_of(payload, "pull_request.number", int),
                             field_of(payload, "pull_request.base.ref", str),
                             field_of(payload, "pull_request.head.ref", str),
                             field_of(payload, "pull_request.head.sha", str),
-                            str((payload.get("pull_request") or {}).get("title") or ""),
-                            str((payload.get("pull_request") or {}).get("html_url") or ""),
+                            str(pull_request.get("title") or ""), str(pull_request.get("html_url") or ""),
                             field_of(payload, "repository.full_name", str),
-                            time_of(payload, "pull_request.updated_at"))
+                            time_of(payload, "pull_request.updated_at"),
+                            from_fork=from_fork(pull_request),
+                            author=login_of(pull_request.get("user"), "login", "username"),
+                            sender=login_of(payload.get("sender"), "login", "username"), added=added,
+                            removed=removed, labels_complete=complete)
 
 
 def owner_repo(provider: str, project: str) -> tuple[str, str]:

@@ -2,8 +2,10 @@
 
 - Webhooks: `X-Gitlab-Event`, delivery id `X-Gitlab-Event-UUID` (else `X-Gitlab-Webhook-UUID`); not signed: it
   sends the secret itself (`X-Gitlab-Token`), verified when `hmac_key(token)` equals the key, in constant time.
-- `Merge Request Hook`: `open`/`reopen` → opened, `update` with `oldrev` (new commits) → updated, `close`,
-  `merge`; other actions (an `update` without new commits, approvals) are None.
+- `Merge Request Hook`: `open`/`reopen` → opened, `update` with `oldrev` (new commits) → updated, `update` with
+  `changes.labels` → labeled (the labels added and removed, the sender `user.username`), `close`, `merge`; other
+  actions (an `update` without new commits or labels, approvals) are None. A fork (`from_fork`):
+  `source_project_id` against `target_project_id`; a payload that does not say is one.
 - Heads at `refs/merge-requests/<iid>/head`; notes up to 1,000,000 characters.
 - API v4 (`/api/v4`): `GET/POST /projects/{id}/merge_requests/{iid}/notes`, `PUT …/notes/{id}`,
   `POST /projects/{id}/statuses/{sha}`; `project` is the id or `group/subgroup/name`.
@@ -25,16 +27,39 @@ from burrito_py.gitproviders.base import (
     PullRequestEvent,
     field_of,
     hmac_key,
+    login_of,
     repository_urls,
     time_of,
 )
 from burrito_py.gitproviders.client import ApiHttp, CommitStatus, ProviderClient
 from burrito_py.outbound import OutboundPolicy
 
-__all__ = ["COMMENT_LIMIT", "PROVIDER", "GitLab", "GitLabProvider"]
+__all__ = ["COMMENT_LIMIT", "PROVIDER", "GitLab", "GitLabProvider", "from_fork"]
 
 COMMENT_LIMIT = 1_000_000
 _ACTIONS: dict[str, Action] = {"open": "opened", "reopen": "opened", "close": "closed", "merge": "merged"}
+
+
+def from_fork(attributes: Mapping[str, Any]) -> bool:
+    """Whether a GitLab merge request comes from another project than its target (unknown: it does)."""
+    source, target = attributes.get("source_project_id"), attributes.get("target_project_id")
+    if not isinstance(source, int) or not isinstance(target, int) or isinstance(source, bool):
+        return True
+    return source != target
+
+
+def _labels(payload: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(added, removed) label titles of a GitLab `update` (`changes.labels.previous/current`)."""
+    changes = (payload.get("changes") or {}).get("labels") if isinstance(payload.get("changes"), Mapping) else None
+    if not isinstance(changes, Mapping):
+        return (), ()
+
+    def titles(key: str) -> set[str]:
+        items = changes.get(key)
+        return {str(i["title"]) for i in items or () if isinstance(i, Mapping) and isinstance(i.get("title"), str)}
+
+    before, after = titles("previous"), titles("current")
+    return tuple(sorted(after - before)), tuple(sorted(before - after))
 
 
 @dataclass
@@ -112,19 +137,26 @@ class GitLabProvider:
             return None
         attributes = payload.get("object_attributes") or {}
         action = field_of(payload, "object_attributes.action", str)
+        added, removed = _labels(payload)
         if action == "update" and attributes.get("oldrev"):
             kind: Action = "updated"  # new commits: GitLab sends `oldrev` only then
+            added, removed = (), ()
+        elif action == "update" and (added or removed):
+            kind = "labeled"
         elif action in _ACTIONS:
             kind = _ACTIONS[action]
         else:
             return None
+        actor = login_of(payload.get("user"), "username")
         return PullRequestEvent(self.name, kind, field_of(payload, "object_attributes.iid", int),
                                 field_of(payload, "object_attributes.target_branch", str),
                                 field_of(payload, "object_attributes.source_branch", str),
                                 field_of(payload, "object_attributes.last_commit.id", str),
                                 str(attributes.get("title") or ""), str(attributes.get("url") or ""),
                                 field_of(payload, "project.path_with_namespace", str),
-                                time_of(payload, "object_attributes.updated_at"))
+                                time_of(payload, "object_attributes.updated_at"),
+                                from_fork=from_fork(attributes),
+                                author=actor if kind == "opened" else "", sender=actor, added=added, removed=removed)
 
     def head_ref(self, number: int) -> str:
         return f"refs/merge-requests/{int(number)}/head"

@@ -47,6 +47,9 @@ def _layer_status(layer: LayerResult) -> CommitStatus:
 
 def commit_statuses(results: PullRequestResults) -> list[CommitStatus]:
     """Every status the head commit should carry: one per planned layer, then the aggregate."""
+    if results.notice is not None:
+        # A fork's head not planned says why on the head (never silent, §11.3), and never claims a success.
+        return [CommitStatus(AGGREGATE_CONTEXT, "pending", _cut(results.notice_short or results.notice))]
     own = [_layer_status(layer) for layer in results.layers if not layer.downstream]
     failed = sum(1 for s in own if s.state == "failure")
     pending = sum(1 for s in own if s.state == "pending")

@@ -58,7 +58,7 @@ def test_each_provider_read_into_one_shape(delivery: Delivery, expected: PullReq
 
 
 @pytest.mark.parametrize("delivery", [
-    github("labeled"), github("edited"), github("review_requested"), gitlab("update"),  # no new commits
+    github("assigned"), github("edited"), github("review_requested"), gitlab("update"),  # no new commits
     gitlab("approved"), Delivery("github", "push", None, {"ref": "refs/heads/main"}),
 ])
 def test_other_actions_mean_nothing(delivery: Delivery) -> None:
