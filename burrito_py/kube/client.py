@@ -6,6 +6,7 @@ wrapper serves custom resources, pods, leases and events alike.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import json
 from collections.abc import AsyncIterator, Mapping
@@ -34,6 +35,24 @@ def _error(exc: ApiException) -> KubeError:
     except (TypeError, ValueError):
         message = str(exc.body or "")[:200]
     return KubeError(int(exc.status or 0), reason, message)
+
+
+# client-go's rest client: a 429 or 5xx answer with Retry-After is retried after that many seconds, at most 10
+# times (`maxRetries`). kube-apiserver sends one while a new resource's storage initializes ("storage is
+# (re)initializing", Retry-After: 1) and when API Priority and Fairness sheds load; the request was not processed.
+RETRY_AFTER_ATTEMPTS = 10
+RETRY_AFTER_CAP = 10.0  # seconds; a longer Retry-After is waited for this long (a caller's own deadline still binds)
+
+
+def retry_after(status: int, headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait before sending the request again, or None: do not retry (client-go's `checkWait`: only a
+    429 or 5xx answer carrying a whole number of seconds in Retry-After)."""
+    if status != 429 and status < 500:
+        return None
+    value = next((v for k, v in (headers or {}).items() if k.lower() == "retry-after"), None)
+    if value is None or not value.strip().isdigit():
+        return None
+    return min(float(value.strip()), RETRY_AFTER_CAP)
 
 
 def path(
@@ -82,19 +101,24 @@ class Kube:
         content_type: str = "application/json",
         response: str = "object",
     ) -> Any:
-        try:
-            return await self._api.call_api(
-                resource_path,
-                method,
-                query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=body,
-                response_types_map={200: response, 201: response, 202: response},
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-            )
-        except ApiException as exc:
-            raise _error(exc) from None
+        for attempt in range(RETRY_AFTER_ATTEMPTS + 1):
+            try:
+                return await self._api.call_api(
+                    resource_path,
+                    method,
+                    query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
+                    header_params={"Accept": "application/json", "Content-Type": content_type},
+                    body=body,
+                    response_types_map={200: response, 201: response, 202: response},
+                    auth_settings=["BearerToken"],
+                    _return_http_data_only=True,
+                )
+            except ApiException as exc:
+                wait = retry_after(int(exc.status or 0), exc.headers)
+                if wait is None or attempt == RETRY_AFTER_ATTEMPTS:
+                    raise _error(exc) from None
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")  # the last attempt returns or raises
 
     async def get(self, resource_path: str) -> Body | None:
         try:

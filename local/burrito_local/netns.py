@@ -30,7 +30,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Self
+from typing import IO, TYPE_CHECKING, Any, Self
+
+if TYPE_CHECKING:
+    from burrito_local.controlplane import AdminClient
 
 NODE_ADDRESS = "10.244.0.1"
 NODE_NETWORK = "10.244.0.0/16"
@@ -91,7 +94,8 @@ class Relay:
         except OSError:
             writer.close()
             return
-        await _splice((reader, writer), upstream)
+        with contextlib.suppress(asyncio.CancelledError):  # stop() cancels open connections: not an error
+            await _splice((reader, writer), upstream)
 
     async def _start(self) -> None:
         if isinstance(self._listen, str):
@@ -158,6 +162,15 @@ class NodeNamespace:
             self.stop()
             raise
         return self
+
+    def admin_client(self) -> AdminClient:
+        """The cluster admin's client from this host (through the relay; the serving certificate names
+        127.0.0.1): for callers that time requests, where a kubectl process's start would blur the figure."""
+        from burrito_local.controlplane import AdminClient, Pki
+
+        assert self._relay is not None, "the namespace is not started"
+        pki = Pki(self.workdir / "inside" / "cp" / "pki")
+        return AdminClient("127.0.0.1", self._relay.port, pki.ca_crt.read_bytes(), pki.admin_crt, pki.admin_key)
 
     def _wait_ready(self, began: float) -> dict[str, Any]:
         assert self.process is not None and self.process.stdout is not None

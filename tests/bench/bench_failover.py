@@ -8,7 +8,13 @@ With `--chart` (issue 25): the chart's two controllers replicas as pods of `burr
 leader's pod deleted (the emulator deletes pods gracefully, as Kubernetes does: the pod, and its token, stay while
 its kubelet stops it, so it releases its Lease) or its container sent SIGTERM, alternately. Target <= 5 s each.
 
-Run: python3 -m tests.bench.bench_failover [ROUNDS] [--chart]
+With `--real` (issue 25 item 6 on a real API server): the same chart on the real control plane with the local
+kubelet as its Node (docs/architecture.md §22.3): the leader's pod deleted with its grace (`kubectl delete pod`),
+its container sent SIGTERM, and its pod deleted with `--grace-period=0 --force` (the pod and its token go at once:
+the release is refused and the standby waits for the Lease to expire), in turn. Targets: <= 5 s for the first
+two; the forced deletion is the lease duration's fallback, shown for comparison.
+
+Run: python3 -m tests.bench.bench_failover [ROUNDS] [--chart | --real]
 """
 
 from __future__ import annotations
@@ -59,10 +65,32 @@ def chart(rounds: int = 10) -> None:
               f"({min(values):.2f}-{max(values):.2f} s, {len(values)} rounds; target <= 5 s)")
 
 
+def real(rounds: int = 3) -> None:
+    from burrito_local.controlplane import binary_path
+    from burrito_local.netns import NodeNamespace
+
+    from tests.integration.controlplane.test_leader_failover import chart_on_node, handovers
+
+    tmp = Path(tempfile.mkdtemp(prefix="burrito-py-bench-failover-real-"))
+    with NodeNamespace(tmp / "netns", binary_path(build=True)) as cluster, \
+            chart_on_node(cluster, tmp / "chart") as leaders:
+        done = handovers(leaders, ["deletion", "SIGTERM", "forced"] * rounds)
+    for how, what, target in (("deletion", "leader pod deleted", "<= 5 s"),
+                              ("SIGTERM", "SIGTERM to the leader's container", "<= 5 s"),
+                              ("forced", "leader pod force-deleted", "the lease, 15 s, when the release is refused")):
+        acquired = [h.acquired for h in done if h.how == how]
+        polled = [h.polled for h in done if h.how == how]
+        released = sum(h.released for h in done if h.how == how)
+        print(f"real control plane, {what}: another replica leads after {statistics.median(acquired):.2f} s median "
+              f"({min(acquired):.2f}-{max(acquired):.2f} s; polled {statistics.median(polled):.2f} s; "
+              f"released {released} of {len(acquired)} rounds; target {target})")
+
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--chart"]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
     count = int(args[0]) if args else 10
     if "--chart" in sys.argv[1:]:
         chart(count)
+    elif "--real" in sys.argv[1:]:
+        real(int(args[0]) if args else 3)
     else:
         main(count)

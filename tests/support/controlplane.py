@@ -1,7 +1,8 @@
 """The real control plane for tests (local/burrito_local/controlplane.py, docs/architecture.md §22): one per
 test session (per xdist worker that needs it), isolated by namespaces.
 
-Register the fixture in a conftest with `from tests.support.controlplane import controlplane  # noqa: F401`.
+Register the fixtures in a conftest with `from tests.support.controlplane import controlplane, node  # noqa: F401`
+(`node`: the control plane with the local kubelet as its Node, in a network namespace).
 The binary is built first when it is not cached (progress on stderr); without Go that is a failure naming
 the cause, never a skip.
 """
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 import pytest
 from burrito_local.controlplane import ControlPlane, ControlPlaneConfig, binary_path
+from burrito_local.netns import NodeNamespace
 
 T = TypeVar("T")
 
@@ -30,7 +32,15 @@ def controlplane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPl
         yield plane
 
 
-def kubectl(plane: ControlPlane, *args: str, check: bool = True, stdin: str | None = None,
+@pytest.fixture(scope="session")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeNamespace]:
+    """The control plane with the local kubelet as its Node, in a private network namespace (§22.3): one
+    per session and xdist worker that needs it, tests apart by namespace."""
+    with NodeNamespace(tmp_path_factory.mktemp("netns"), binary_path(build=True)) as cluster:
+        yield cluster
+
+
+def kubectl(plane: ControlPlane | NodeNamespace, *args: str, check: bool = True, stdin: str | None = None,
             timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """kubectl as the cluster admin of `plane`; `check`: fail the test, with kubectl's stderr, on an error."""
     result = subprocess.run(["kubectl", f"--kubeconfig={plane.kubeconfig}", *args], input=stdin,
@@ -40,15 +50,15 @@ def kubectl(plane: ControlPlane, *args: str, check: bool = True, stdin: str | No
     return result
 
 
-def kubectl_json(plane: ControlPlane, *args: str) -> Any:
+def kubectl_json(plane: ControlPlane | NodeNamespace, *args: str) -> Any:
     return json.loads(kubectl(plane, *args, "-o", "json").stdout)
 
 
-def apply(plane: ControlPlane, *objects: dict[str, Any]) -> None:
+def apply(plane: ControlPlane | NodeNamespace, *objects: dict[str, Any]) -> None:
     kubectl(plane, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
 
 
-def unique_namespace(plane: ControlPlane, prefix: str = "t") -> str:
+def unique_namespace(plane: ControlPlane | NodeNamespace, prefix: str = "t") -> str:
     """A fresh namespace: tests share the session's control plane and stay apart by namespace."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     kubectl(plane, "create", "namespace", name)

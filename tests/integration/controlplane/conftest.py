@@ -1,3 +1,4 @@
-"""The real control plane, once per test session (tests/support/controlplane.py)."""
+"""The real control plane, and the one with the local kubelet as its Node, once per test session
+(tests/support/controlplane.py)."""
 
-from tests.support.controlplane import controlplane  # noqa: F401
+from tests.support.controlplane import controlplane, node  # noqa: F401

@@ -9,21 +9,13 @@ import ipaddress
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from burrito_local.controlplane import binary_path
 from burrito_local.netns import NODE_ADDRESS, NODE_NAME, POD_CIDR, NodeNamespace
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeNamespace]:
-    with NodeNamespace(tmp_path_factory.mktemp("netns"), binary_path(build=True)) as cluster:
-        yield cluster
 
 
 def kubectl(cluster: NodeNamespace, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
