@@ -8,7 +8,7 @@ statuses it sent.
 from __future__ import annotations
 
 import hashlib
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, get_args
 
 from pydantic import Field
 
@@ -16,6 +16,7 @@ from burrito_py.api.common import AGE_COLUMN, ApiModel, Condition, PrinterColumn
 
 __all__ = [
     "PULL_REQUEST_LAYER_STATES",
+    "PullRequestApproval",
     "PullRequestComment",
     "PullRequestLayer",
     "PullRequestLayerState",
@@ -28,17 +29,29 @@ __all__ = [
     "pull_request_name",
 ]
 
+# The git providers, the one list: each name is a module of burrito_py/gitproviders/ (its registry loads them by
+# these names; docs/CONTRIBUTING.md "A git provider"). Its order is the order webhook detection reverses.
 PullRequestProvider = Literal["github", "gitlab", "gitea"]
+_PROVIDERS: tuple[str, ...] = get_args(PullRequestProvider)
 PullRequestState = Literal["open", "closed", "merged"]
 PullRequestLayerState = Literal["pending", "planning", "planned", "failed"]
 PULL_REQUEST_LAYER_STATES: tuple[PullRequestLayerState, ...] = ("pending", "planning", "planned", "failed")
 SHA_PATTERN = r"^[0-9a-f]{7,64}$"
 
 
+class PullRequestApproval(ApiModel):
+    """Who approved which head of a fork's pull request, by adding the repository's approval label."""
+
+    by: str = Field(min_length=1, description="The login that added the label (the delivery's sender).")
+    head_sha: str = Field(pattern=SHA_PATTERN, description="The head it approves: a later push needs a new approval.")
+    label: str = Field(min_length=1, description="The label added.")
+    at: str | None = Field(default=None, description="When (the event's updated_at, RFC 3339).")
+
+
 class TerraformPullRequestSpec(ApiModel):
     """The pull/merge request as its provider last described it."""
 
-    provider: PullRequestProvider = Field(description="github, gitlab or gitea.")
+    provider: PullRequestProvider = Field(description=f"{', '.join(_PROVIDERS[:-1])} or {_PROVIDERS[-1]}.")
     repository: str = Field(min_length=1, description="The TerraformRepository (in this namespace).")
     project: str = Field(
         min_length=1, description="How the provider's API names the repository: owner/repo (GitHub, Gitea) or "
@@ -54,6 +67,16 @@ class TerraformPullRequestSpec(ApiModel):
     updated_at: str | None = Field(
         default=None, description="When the provider last changed it, from the webhook event that wrote this spec "
         "(RFC 3339): an event older than this is a replay and is ignored."
+    )
+    from_fork: bool = Field(
+        default=False, description="Its head lives in another repository than its base (a fork), as the signed "
+        "delivery says (GitHub/Gitea head.repo vs base.repo, GitLab source vs target project; unknown: a fork). "
+        "Planned only as the repository's spec.pullRequests.forks allows."
+    )
+    author: str = Field(default="", description="Who opened it (the provider's login; informational).")
+    approval: PullRequestApproval | None = Field(
+        default=None, description="The approval of a fork's head: the repository's approvalLabel, added by one of "
+        "its approvers, at headSha (written by the server from the signed label event)."
     )
 
 
@@ -89,17 +112,22 @@ class SentStatus(ApiModel):
 class TerraformPullRequestStatus(ApiModel):
     """What the controller made of the pull request."""
 
-    state: Literal["Planning", "Planned", "Failed", "Closed", "Merged"] | None = Field(
-        default=None, description="Planning, Planned (every layer), Failed (a plan failed or was denied), Closed or "
-        "Merged (its runs and artifacts are gone)."
+    state: Literal["Planning", "Planned", "Failed", "Closed", "Merged", "AwaitingApproval", "NotPlanned"] | None = (
+        Field(default=None, description="Planning, Planned (every layer), Failed (a plan failed or was denied), "
+              "Closed or Merged (its runs and artifacts are gone), AwaitingApproval (a fork's head no approver has "
+              "labelled) or NotPlanned (a fork, and the repository plans no fork).")
     )
     head_sha: str | None = Field(default=None, description="The head the layers below were found and planned at.")
+    gated_sha: str | None = Field(
+        default=None, description="The head shown as not planned (a fork's, AwaitingApproval or NotPlanned)."
+    )
     progress: str | None = Field(default=None, description="Layers planned (or failed) / layers to plan.")
     layers: list[PullRequestLayer] = Field(default_factory=list, description="The affected layers, then downstream.")
     comment: PullRequestComment | None = Field(default=None, description="The sticky comment.")
     statuses: list[SentStatus] = Field(default_factory=list, description="Commit statuses sent for headSha.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready (the head is fetched and its layers found) and Published."
+        default_factory=list, description="Planned (False: AwaitingApproval or ForkNotPlanned; True: NotAFork or "
+        "Approved), Ready (the head is fetched and its layers found) and Published."
     )
 
 

@@ -24,6 +24,8 @@ from burrito_py.api.errors import PATTERN_EXPLANATIONS
 __all__ = [
     "REPOSITORY_URL_PATTERN",
     "BranchStatus",
+    "ForkSettings",
+    "PullRequestSettings",
     "RepositorySource",
     "RepositoryState",
     "TerraformRepository",
@@ -53,6 +55,39 @@ class RepositorySource(ApiModel):
     )
 
 
+ForkPolicy = Literal["Ignore", "RequireApproval"]
+
+
+class ForkSettings(ApiModel):
+    """Pull requests whose head lives in another repository (a fork): their code is an outsider's (§11.3)."""
+
+    policy: ForkPolicy | None = Field(
+        default=None, description="Ignore (unset): a fork's pull request is never planned. RequireApproval: planned "
+        "only once one of `approvers` adds `approvalLabel`, and only at the head it was added at (a new push needs "
+        "the label again)."
+    )
+    approval_label: str | None = Field(
+        default=None, min_length=1, max_length=100,
+        description="The label that approves the head of a fork's pull request (RequireApproval; unset: "
+        "burrito-py/plan).",
+    )
+    approvers: list[Annotated[str, StringConstraints(min_length=1, max_length=255)]] = Field(
+        default_factory=list, max_length=256,
+        description="Provider logins (GitHub/Gitea login, GitLab username) whose label approves; the label added by "
+        "anyone else approves nothing. RequireApproval needs at least one.",
+    )
+    inherit_secrets: bool | None = Field(
+        default=None, description="Give a fork's plans the layer's varsFrom and Secret-fed runner env (unset: "
+        "false; spec.pullRequests.inheritSecrets does not apply to forks)."
+    )
+
+    @model_validator(mode="after")
+    def _approvers_for_approval(self) -> Self:
+        if self.policy == "RequireApproval" and not self.approvers:
+            raise ValueError("approvers: RequireApproval needs at least one login whose label approves")
+        return self
+
+
 class PullRequestSettings(ApiModel):
     """Plans of pull/merge requests (docs/architecture.md §11.3): off unless enabled."""
 
@@ -69,6 +104,13 @@ class PullRequestSettings(ApiModel):
         default=None, ge=4096,
         description="Largest comment the provider accepts, in characters; unset: GitHub 65536, GitLab 1000000, "
         "Gitea 65536.",
+    )
+    inherit_secrets: bool | None = Field(
+        default=None, description="Give pull requests' plans (not a fork's: see forks) the layer's varsFrom values "
+        "and the runner env, envFrom and volumes that come from Secrets (unset: false: they get none)."
+    )
+    forks: ForkSettings | None = Field(
+        default=None, description="Pull requests from forks (unset: never planned)."
     )
 
 

@@ -523,6 +523,7 @@ class Runner(Values):
 
     image: RunnerImage = Field(default_factory=RunnerImage, description="Runner image.")
     service_account_name: str = setting(ControllerSettings, "runner_service_account")
+    pull_request_service_account_name: str = setting(ControllerSettings, "runner_pull_request_service_account")
     termination_grace_period_seconds: int = setting(ControllerSettings, "runner_termination_grace_period_seconds")
 
 
@@ -541,6 +542,10 @@ class Tenant(Values):
     )
     runner_service_account: RunnerServiceAccount = Field(
         default_factory=RunnerServiceAccount, description="The runner ServiceAccount of this namespace."
+    )
+    pull_request_runner_service_account: RunnerServiceAccount = Field(
+        default_factory=RunnerServiceAccount, description="The ServiceAccount of this namespace's pull request plans "
+        "(e.g. annotated with a read-only cloud role; by default it can reach nothing)."
     )
 
 

@@ -87,6 +87,10 @@ class ControllerSettings(BaseSettings):
     runner_service_account: str = Field(
         "burrito-py-runner", description="ServiceAccount of runner pods, in each namespace with layers."
     )
+    runner_pull_request_service_account: str = Field(
+        "burrito-py-runner-pr", description="ServiceAccount of pull requests' plan runner pods, in each namespace "
+        "with layers (never the layer's runner account: a pull request's code gets none of its identity)."
+    )
     max_concurrent_runner_pods: int = Field(
         0,
         ge=0,

@@ -126,6 +126,8 @@ class DatastoreSettings(BaseSettings):
     )
     # The controllers' runner_service_account: only pod-bound tokens of this account can be runners (§10.2).
     auth_runner_service_account: str = Field("burrito-py-runner", min_length=1)
+    # The controllers' runner_pull_request_service_account: pull requests' runs run as it (issue 24, P2).
+    auth_runner_pull_request_service_account: str = Field("burrito-py-runner-pr", min_length=1)
     auth_cache_ttl_seconds: float = Field(30.0, ge=0, description="How long an accepted token is remembered.")
     auth_negative_cache_ttl_seconds: float = Field(5.0, ge=0, description="How long a rejected token is remembered.")
     # Where the Kubernetes API is for TokenReviews: this kubeconfig, else $KUBECONFIG, else in-cluster.
@@ -232,6 +234,7 @@ def default_authenticator(settings: DatastoreSettings) -> Authenticator:
         settings.auth_admin_groups,
         settings.kubeconfig,
         settings.auth_runner_service_account,
+        settings.auth_runner_pull_request_service_account,
     )
     return CachedAuthenticator(reviewer, settings.auth_cache_ttl_seconds, settings.auth_negative_cache_ttl_seconds)
 

@@ -51,6 +51,11 @@ class RunnerScope:
     repository: str
     # The attempt the run's status records for the token's pod: the only attempt it may write.
     attempt: int
+    # Runs of the layer whose artifacts it may read besides its own: an apply's plan run (`spec.artifact.run`),
+    # when that is a plan run of the layer and not a pull request's. Nothing else: a pull request's plan reads
+    # none of the layer's plans, and a layer's run none of a pull request's (issue 24, P2).
+    reads: tuple[str, ...] = ()
+    pull_request: str | None = None  # the run's spec.pullRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +163,9 @@ def authorize(principal: Principal, action: Action, target: Target) -> str | Non
         if action in ("write", "read-inputs") and target.run != scope.run:
             what = "write its own run's artifacts" if action == "write" else "read its own run's inputs"
             return f"{principal.describe()} may only {what}, not {target.describe()}"
+        if action == "read" and target.run != scope.run and target.run not in scope.reads:
+            also = f" and its plan run {', '.join(scope.reads)}'s" if scope.reads else ""
+            return f"{principal.describe()} may only read its own run's artifacts{also}, not {target.describe()}"
         if action == "write" and target.attempt != scope.attempt:
             return (f"{principal.describe()} may only write the artifacts of attempt {scope.attempt}, the attempt its "
                     f"pod is recorded for, not {target.describe()}")
@@ -199,14 +207,18 @@ def runner_pod_binding(
     pod: Mapping[str, Any],
     run: Mapping[str, Any],
     runner_service_account: str,
+    pull_request_service_account: str = "burrito-py-runner-pr",
 ) -> Binding:
     """Is the pod a token is bound to the run's current runner pod? `run` is the TerraformRun its controller
-    owner reference names (uid already checked). Pure: the caller reads the pod and the run."""
+    owner reference names (uid already checked). Pure: the caller reads the pod and the run. A pull request's run
+    runs as `pull_request_service_account`, any other as `runner_service_account` (issue 24, P2)."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     where = f"pod {meta.get('namespace')}/{meta.get('name')}"
-    if token_account != runner_service_account:
-        return Binding(False, f"the token's service account {token_account!r} is not the runner service account "
-                              f"{runner_service_account!r}")
+    pull_request = bool((run.get("spec") or {}).get("pullRequest"))
+    expected = pull_request_service_account if pull_request else runner_service_account
+    if token_account != expected:
+        what = "a pull request's run, whose runner account is" if pull_request else "the runner service account"
+        return Binding(False, f"the token's service account {token_account!r} is not {what} {expected!r}")
     if (spec.get("serviceAccountName") or "default") != token_account:
         return Binding(False, f"{where} does not run as service account {token_account!r}")
     if not token_pod_uid or meta.get("uid") != token_pod_uid:
@@ -226,6 +238,14 @@ def runner_pod_binding(
     if recorded_name == meta.get("name"):
         current = f"its current runner pod {recorded_name} has uid {recorded_uid}, not {meta.get('uid')}"
     return Binding(False, f"{where} is not the current runner pod of run {run_name} ({current})")
+
+
+def plan_readable(plan_run: Mapping[str, Any] | None, layer: str) -> bool:
+    """Whether an apply run's runner may read the plan run its `spec.artifact` names: a plan run of its own layer
+    that is not a pull request's (a pull request's plan is never any apply's artifact, §11.3)."""
+    spec = (plan_run or {}).get("spec") or {}
+    return (plan_run is not None and spec.get("action") == "plan" and not spec.get("pullRequest")
+            and (spec.get("layer") or {}).get("name") == layer)
 
 
 def unverified_expiry(token: str) -> float | None:

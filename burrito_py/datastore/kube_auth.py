@@ -22,13 +22,21 @@ from typing import Any
 import aiohttp
 
 from burrito_py.api import annotations as ann
-from burrito_py.datastore.auth import AuthUnavailable, Principal, RunnerScope, Unauthenticated, runner_pod_binding
+from burrito_py.datastore.auth import (
+    AuthUnavailable,
+    Principal,
+    RunnerScope,
+    Unauthenticated,
+    plan_readable,
+    runner_pod_binding,
+)
 
 log = logging.getLogger(__name__)
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 RUNNER_SERVICE_ACCOUNT = "burrito-py-runner"  # the controllers' default runner_service_account
+PULL_REQUEST_SERVICE_ACCOUNT = "burrito-py-runner-pr"  # their default runner_pull_request_service_account
 
 
 class KubeAuthenticator:
@@ -42,8 +50,10 @@ class KubeAuthenticator:
         admin_groups: Iterable[str] = (),
         kubeconfig: Path | None = None,
         runner_service_account: str = RUNNER_SERVICE_ACCOUNT,
+        pull_request_service_account: str = PULL_REQUEST_SERVICE_ACCOUNT,
     ) -> None:
         self.runner_service_account = runner_service_account
+        self.pull_request_service_account = pull_request_service_account
         self.audiences = list(audiences)
         self.admin_users = frozenset(admin_users)
         self.admin_groups = frozenset(admin_groups)
@@ -96,7 +106,8 @@ class KubeAuthenticator:
                 if pod_name and username.startswith(SERVICE_ACCOUNT_PREFIX):
                     namespace, _, account = username.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
                     scope = await _runner_scope(
-                        api, namespace, account, pod_name, pod_uid, self.runner_service_account
+                        api, namespace, account, pod_name, pod_uid, self.runner_service_account,
+                        self.pull_request_service_account,
                     )
                     if isinstance(scope, str):
                         return Principal(username, not_runner=scope, groups=tuple(sorted(groups)))
@@ -119,15 +130,17 @@ def _env_kubeconfig() -> Path | None:
 
 
 async def _runner_scope(
-    api: Any, namespace: str, account: str, pod_name: str, pod_uid: str | None, runner_account: str
+    api: Any, namespace: str, account: str, pod_name: str, pod_uid: str | None, runner_account: str,
+    pull_request_account: str = PULL_REQUEST_SERVICE_ACCOUNT,
 ) -> RunnerScope | str:
     """The scope of the runner pod the token is bound to, else why that pod has no runner rights.
     Raises AuthUnavailable while the run controller has created the pod but not yet recorded it."""
     from kubernetes_asyncio import client
 
     where = f"pod {namespace}/{pod_name}"
-    if account != runner_account:  # decided before any read: most such tokens are not runners at all
-        return f"the token's service account {account!r} is not the runner service account {runner_account!r}"
+    if account not in (runner_account, pull_request_account):  # before any read: most such tokens are no runners
+        return (f"the token's service account {account!r} is not a runner service account ({runner_account!r}, "
+                f"{pull_request_account!r})")
     pod = await _get(client.CoreV1Api(api).read_namespaced_pod(pod_name, namespace))
     if pod is None:
         return f"{where} does not exist"
@@ -149,7 +162,7 @@ async def _runner_scope(
     )
     if run is None or run["metadata"].get("uid") != owner.get("uid"):
         return f"the TerraformRun {namespace}/{owner['name']} that {where} names no longer exists"
-    binding = runner_pod_binding(account, pod_uid, pod_dict, run, runner_account)
+    binding = runner_pod_binding(account, pod_uid, pod_dict, run, runner_account, pull_request_account)
     if binding.pending:
         raise AuthUnavailable(f"{binding.reason}; retry shortly")
     if not binding.ok:
@@ -164,6 +177,18 @@ async def _runner_scope(
     if layer is None:
         return f"the layer {namespace}/{layer_ref['name']} of run {owner['name']} does not exist"
     repository = (layer.get("spec") or {}).get("repository") or {}
+    run_spec = run.get("spec") or {}
+    reads: tuple[str, ...] = ()
+    plan_run = ((run_spec.get("artifact") or {}).get("run")) if run_spec.get("action") == "apply" else None
+    if plan_run and plan_run != owner["name"]:
+        planned = await _get(
+            custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, namespace, "terraformruns", str(plan_run))
+        )
+        if plan_readable(planned, str(layer_ref["name"])):
+            reads = (str(plan_run),)
+        else:
+            log.warning("run %s/%s names plan run %s, which is not a plan of its layer (or is a pull request's): its "
+                        "runner may not read it", namespace, owner["name"], plan_run)
     return RunnerScope(
         namespace=namespace,
         layer=str(layer_ref["name"]),
@@ -171,6 +196,8 @@ async def _runner_scope(
         repository_namespace=str(repository.get("namespace") or namespace),
         repository=str(repository.get("name") or ""),
         attempt=binding.attempt,
+        reads=reads,
+        pull_request=str(run_spec["pullRequest"]) if run_spec.get("pullRequest") else None,
     )
 
 

@@ -42,9 +42,6 @@ from burrito_py.outbound import OutboundPolicy, Resolver, Unresolvable, system_r
 
 DEFAULT_FETCH_TIMEOUT = 600.0
 _HEADS = "refs/heads/"
-# Where each provider publishes a pull/merge request's head (forks included).
-PULL_REQUEST_REFS = {"github": "refs/pull/{number}/head", "gitea": "refs/pull/{number}/head",
-                     "gitlab": "refs/merge-requests/{number}/head"}
 
 # Never wait for a human: with no credentials available git must fail, not prompt on a terminal.
 _NON_INTERACTIVE = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
@@ -154,19 +151,22 @@ class GitMirror:
             status, _, stderr = self._git(git_dir, args, timeout=self.fetch_timeout, use_env=True, extra_env=extra)
         return status, stderr
 
-    def fetch_pull_request(self, provider: str, number: int, head_sha: str,
+    def fetch_pull_request(self, head_ref: str, number: int, head_sha: str,
                            credentials: GitCredentials | None = None) -> str:
         """Make a pull request's head commit present in the mirror and return its full sha.
 
-        The provider's own ref for it (`refs/pull/<n>/head` on GitHub and Gitea, `refs/merge-requests/<n>/head` on
-        GitLab) is fetched into `refs/burrito-py/pull/<n>`, outside `refs/heads/`, so the branch fetch's prune
-        never drops it. It also holds the head of a pull request from a fork, which no branch of the repository
-        has. Without that ref (a server that does not publish it), the branches are fetched instead."""
+        `head_ref` is where the provider publishes the head (its module's `head_ref`: `refs/pull/<n>/head` on
+        GitHub and Gitea, `refs/merge-requests/<n>/head` on GitLab); it is fetched into `refs/burrito-py/pull/<n>`,
+        outside `refs/heads/`, so the branch fetch's prune never drops it. It also holds the head of a pull request
+        from a fork, which no branch of the repository has. Without that ref (a server that does not publish it),
+        the branches are fetched instead."""
+        # The ref goes into a refspec: one plain ref name, nothing git would read as a pattern or a second side.
+        if not head_ref.startswith("refs/") or any(c in head_ref for c in ":*?[\\^~ \t\n\0"):
+            raise ValueError(f"{head_ref!r} is not a plain git ref")
         if not self.exists():
             self.fetch(credentials)
         if not self.has_commit(head_sha):
-            source = PULL_REQUEST_REFS.get(provider, PULL_REQUEST_REFS["github"]).format(number=int(number))
-            args = ["fetch", "--no-tags", "--quiet", self.url, f"+{source}:refs/burrito-py/pull/{int(number)}"]
+            args = ["fetch", "--no-tags", "--quiet", self.url, f"+{head_ref}:refs/burrito-py/pull/{int(number)}"]
             with self._locked():
                 status, stderr = self._run_fetch(self.path, args, credentials)
             if status != 0:

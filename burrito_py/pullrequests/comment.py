@@ -1,7 +1,7 @@
 """The one sticky comment of a pull/merge request, rendered from the layers' plans (pure; issue 15).
 
-`render(results, limit)` always fits the provider's limit (GitHub 65,536 characters, GitLab 1,000,000, Gitea
-configurable) and fills it in a fixed priority:
+`render(results, limit)` always fits the provider's limit (its module's `comment_limit`: GitHub 65,536
+characters, GitLab 1,000,000, Gitea configurable) and fills it in a fixed priority:
 
 1. the hidden marker that identifies the comment (edited in place), and the status line: head commit, then
    "planning 3/7 layers…" while plans run, or the outcome;
@@ -16,7 +16,10 @@ configurable) and fills it in a fixed priority:
 Parts 1 to 3 are never cut while they fit (the ⚠ block names at most `MAX_WARNINGS` resources, then says how
 many more); the rest shrinks to fit. Every fence and `<details>` is closed whatever is cut: a fence is longer
 than any run of backticks in what it holds, and a part is dropped whole rather than cut inside its markup.
-Values never appear: plans come from the plan model (sensitive values masked) and the runner's masked log.
+Values never appear: plans come from the plan model (sensitive values masked) and the runner's masked log, and
+each layer's `hide` (the values of its run's Secret-fed variables, from the inputs record's `secretVariables`, and
+of its sensitive ones: `plans/masking.py`) is replaced wherever it occurs in the plan model, the plan text and the
+log before anything is rendered.
 """
 
 from __future__ import annotations
@@ -24,15 +27,14 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from burrito_py.gitproviders import github
+from burrito_py.plans.masking import SecretValues, masked_model, scrub_text
 from burrito_py.plans.model import PlanModel, ResourceChange
 
 __all__ = [
-    "GITEA_LIMIT",
-    "GITHUB_LIMIT",
-    "GITLAB_LIMIT",
     "LOG_LINES",
     "MAX_WARNINGS",
     "MIN_LIMIT",
@@ -42,9 +44,6 @@ __all__ = [
     "render",
 ]
 
-GITHUB_LIMIT = 65_536
-GITLAB_LIMIT = 1_000_000
-GITEA_LIMIT = 65_536  # Gitea's is a setting of the instance; this is the default we assume
 MIN_LIMIT = 4_096
 MAX_WARNINGS = 20
 LOG_LINES = 40
@@ -65,6 +64,17 @@ class LayerResult:
     log_tail: tuple[str, ...] = ()  # for a failed plan: the last lines of its log (masked by the runner)
     verdict: str | None = None  # the plan policies' verdict, when policies select the layer
     downstream: bool = False  # not changed itself: an upstream it depends on is (informational)
+    # The values of its run's Secret-fed and sensitive variables (plans/masking.py): masked wherever they appear.
+    hide: SecretValues = field(default_factory=SecretValues)
+
+    def masked(self) -> LayerResult:
+        """This result with every hidden value replaced: in the plan model, the plan text and the log."""
+        if self.hide.empty:
+            return self
+        return replace(self, plan=masked_model(self.plan, self.hide) if self.plan is not None else None,
+                       plan_text=scrub_text(self.plan_text, self.hide),
+                       log_tail=tuple(scrub_text(line, self.hide) for line in self.log_tail),
+                       path=scrub_text(self.path, self.hide), hide=SecretValues())
 
     @property
     def key(self) -> str:
@@ -81,6 +91,10 @@ class PullRequestResults:
     number: int
     head_sha: str
     layers: tuple[LayerResult, ...] = field(default=())
+    # Why the head is not planned (a fork's pull request awaiting approval, or not planned at all): then the
+    # comment and the aggregate status say this, and list no layer (pullrequests/forks.py).
+    notice: str | None = None
+    notice_short: str = ""  # the same for the commit status (140 characters)
 
 
 def marker(repository: str, number: int) -> str:
@@ -117,6 +131,8 @@ def _status_line(results: PullRequestResults) -> str:
     layers = [r for r in results.layers if not r.downstream]
     done = sum(1 for r in layers if r.state in ("planned", "failed"))
     sha = _code(results.head_sha[:12])
+    if results.notice is not None:
+        return f"**burrito-py** at {sha}: not planned: {_cell(results.notice)}."
     if not layers:
         return f"**burrito-py** at {sha}: no layer is affected by this pull request."
     if done < len(layers):
@@ -212,10 +228,12 @@ def _plan(layer: LayerResult, budget: int | None) -> str:
     return head + _fence(cut, "diff") + note + tail
 
 
-def render(results: PullRequestResults, limit: int = GITHUB_LIMIT) -> str:
+def render(results: PullRequestResults, limit: int = github.COMMENT_LIMIT) -> str:
     """The comment's body, at most `limit` characters (≥ MIN_LIMIT)."""
     if limit < MIN_LIMIT:
         raise ValueError(f"limit: {limit} is below {MIN_LIMIT} characters, too small for a plan comment")
+    # Secret-fed values never reach the provider (issue 24, P2/P3): each layer's texts masked before anything.
+    results = replace(results, layers=tuple(layer.masked() for layer in results.layers))
     essential = [marker(results.repository, results.number), _status_line(results), *_warnings(results),
                  *_table(results)]
     body = "\n\n".join(essential)

@@ -3,14 +3,15 @@
 Keys of the Secret named in `spec.repository.secretName`:
 
 - `apiToken`, else `token` (the key git's HTTPS fetches use too): a static token sent to the provider's API;
-- GitHub only: `githubAppId`, `githubAppInstallationId` and `githubAppPrivateKey` (PEM), all three or none: a GitHub
-  App installation token, exchanged for a JWT the App signs (RS256) and renewed before it expires. App keys win
-  over a token when a Secret holds both.
+- for a provider that takes them (its module's `github_app`: GitHub): `githubAppId`, `githubAppInstallationId` and
+  `githubAppPrivateKey` (PEM), all three or none: a GitHub App installation token, exchanged for a JWT the App
+  signs (RS256) and renewed before it expires. App keys win over a token when a Secret holds both.
 - `allowedHosts`: the hosts these may be sent to (git/allowed_hosts.py); the API URL's host must be among them
   (`api.github.com` for github.com), else nothing is built and nothing is sent.
 
-Also here: the provider's default API URL and the project path (`owner/repo`, `group/subgroup/repo`) from the
-repository URL. No message ever holds a token, a JWT or key material: errors name the Secret and the key.
+Also here, asking the provider's module (`burrito_py/gitproviders/`): its default API URL and its client; and the
+project path (`owner/repo`, `group/subgroup/repo`) from the repository URL. No message ever holds a token, a JWT
+or key material: errors name the Secret and the key.
 """
 
 from __future__ import annotations
@@ -33,15 +34,9 @@ from burrito_py.git.allowed_hosts import check_destination
 from burrito_py.git.credentials import CredentialsError as GitCredentialsError
 from burrito_py.git.credentials import decode_secret_data
 from burrito_py.git.urls import is_file_url, normalize_url
+from burrito_py.gitproviders import registry
+from burrito_py.gitproviders.client import ProviderClient, ProviderError, connection_failure
 from burrito_py.outbound import GuardedTransport, OutboundPolicy
-from burrito_py.pullrequests.providers import (
-    Gitea,
-    GitHub,
-    GitLab,
-    ProviderClient,
-    ProviderError,
-    connection_failure,
-)
 
 __all__ = [
     "APP_KEYS",
@@ -67,7 +62,6 @@ KEY_APP_INSTALLATION_ID = "githubAppInstallationId"
 KEY_APP_PRIVATE_KEY = "githubAppPrivateKey"
 APP_KEYS = (KEY_APP_ID, KEY_APP_INSTALLATION_ID, KEY_APP_PRIVATE_KEY)
 
-PROVIDERS = ("github", "gitlab", "gitea")
 # GitHub refuses an App JWT whose lifetime exceeds 10 minutes; issuing it 60 s in the past allows for clock drift.
 _JWT_BACKDATE = 60
 _JWT_LIFETIME = 540
@@ -187,7 +181,9 @@ def provider_token_source(secret: Mapping[str, Any] | None, provider: str, api_u
     present_keys = [key for key in (*APP_KEYS, KEY_API_TOKEN, KEY_TOKEN) if data.get(key, "").strip()]
     if present_keys:
         check_destination(data, source, api_url, field)
-    if provider == "github":
+    found = registry.find(provider)
+    app_keys = found is not None and found.github_app
+    if app_keys:
         present = [key for key in APP_KEYS if data.get(key, "").strip()]
         if present:
             missing = [key for key in APP_KEYS if key not in present]
@@ -203,7 +199,7 @@ def provider_token_source(secret: Mapping[str, Any] | None, provider: str, api_u
         value = _single_line(data, key, source)
         if value:
             return StaticToken(value)
-    app = " (or GitHub App keys)" if provider == "github" else ""
+    app = " (or GitHub App keys)" if app_keys else ""
     raise CredentialsError(
         f"{source} (spec.repository.secretName) has no {KEY_API_TOKEN} or {KEY_TOKEN} key{app} for the pull "
         "request API"
@@ -215,34 +211,21 @@ def client_for(provider: str, api_url: str, project: str, number: int, tokens: T
                outbound: OutboundPolicy = OutboundPolicy()) -> ProviderClient:  # noqa: B008 - frozen
     """The client of `provider`'s API for pull request `number` of `project` (`owner/repo` on GitHub and Gitea,
     the path or numeric id on GitLab), with a token from `tokens`, reaching only what `outbound` allows."""
-    if provider not in PROVIDERS:
-        raise ValueError(f"unknown pull request provider {provider!r} (expected one of {', '.join(PROVIDERS)})")
-    client: GitHub | GitLab
-    if provider == "gitlab":
-        client = GitLab(api_url, project.strip("/"), number, tokens.token(), sleep=sleep, outbound=outbound)
-    else:
-        owner, _, repo = project.strip("/").rpartition("/")
-        if not owner or not repo:
-            raise ValueError(f"{provider} project {project!r} is not owner/repo")
-        client_type = GitHub if provider == "github" else Gitea
-        client = client_type(api_url, owner, repo, number, tokens.token(), sleep=sleep, outbound=outbound)
-    return client
+    return registry.provider_named(provider).client(api_url, project, number, tokens.token, sleep=sleep,
+                                                    outbound=outbound)
 
 
 def default_api_url(provider: str, repository_url: str) -> str:
     """The API of the provider serving `repository_url`: api.github.com for github.com, `/api/v3` on a GitHub
     Enterprise host, `/api/v4` on GitLab, `/api/v1` on Gitea. An http(s) repository URL keeps its scheme and
     port (the API is served where the repository is); ssh and scp-style ones mean https on the default port."""
-    if provider not in PROVIDERS:
-        raise ValueError(f"unknown pull request provider {provider!r} (expected one of {', '.join(PROVIDERS)})")
+    found = registry.provider_named(provider)
     parts = _parts(repository_url)
     host = parts.hostname or ""
     scheme = parts.scheme if parts.scheme in ("http", "https") else "https"
     port = f":{parts.port}" if scheme == parts.scheme and parts.port is not None else ""
     base = f"{scheme}://{host}{port}"
-    if provider == "github":
-        return "https://api.github.com" if host == "github.com" else f"{base}/api/v3"
-    return f"{base}/api/v4" if provider == "gitlab" else f"{base}/api/v1"
+    return found.default_api_url(base, host)
 
 
 def project_of(repository_url: str) -> str:

@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from burrito_py.gitproviders.client import CommitStatus
 from burrito_py.pullrequests.comment import LayerResult, PullRequestResults
 
 __all__ = [
     "AGGREGATE_CONTEXT",
     "CommentUpdate",
-    "CommitStatus",
     "comment_update",
     "commit_statuses",
     "statuses_to_send",
@@ -28,14 +28,6 @@ __all__ = [
 
 AGGREGATE_CONTEXT = "burrito-py"
 DESCRIPTION_MAX = 140  # GitHub's limit on a status description
-StatusState = Literal["pending", "success", "failure"]
-
-
-@dataclass(frozen=True, slots=True)
-class CommitStatus:
-    context: str
-    state: StatusState
-    description: str
 
 
 def _cut(text: str) -> str:
@@ -55,6 +47,9 @@ def _layer_status(layer: LayerResult) -> CommitStatus:
 
 def commit_statuses(results: PullRequestResults) -> list[CommitStatus]:
     """Every status the head commit should carry: one per planned layer, then the aggregate."""
+    if results.notice is not None:
+        # A fork's head not planned says why on the head (never silent, §11.3), and never claims a success.
+        return [CommitStatus(AGGREGATE_CONTEXT, "pending", _cut(results.notice_short or results.notice))]
     own = [_layer_status(layer) for layer in results.layers if not layer.downstream]
     failed = sum(1 for s in own if s.state == "failure")
     pending = sum(1 for s in own if s.state == "pending")

@@ -78,14 +78,14 @@ class Forbidden(Exception):
     """403: the message names the caller and the permission it lacks (never whether the object exists)."""
 
 
-def is_runner(principal: Principal, runner_service_account: str) -> bool:
-    """A token bound to a runner pod, or any token of the runners' service account (in any namespace)."""
+def is_runner(principal: Principal, runner_service_account: str, *others: str) -> bool:
+    """A token bound to a runner pod, or any token of the runners' service accounts (in any namespace)."""
     if principal.runner is not None:
         return True
     if not principal.username.startswith(SERVICE_ACCOUNT_PREFIX):
         return False
     _, _, account = principal.username.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
-    return account == runner_service_account
+    return account == runner_service_account or account in others
 
 
 @dataclass(slots=True)
@@ -167,12 +167,15 @@ class AccessReviewer:
 class Access:
     """The decision the REST API and the UI share: may this principal do that in this namespace?"""
 
-    def __init__(self, reviewer: AccessReviewer, runner_service_account: str = RUNNER_SERVICE_ACCOUNT) -> None:
+    def __init__(self, reviewer: AccessReviewer, runner_service_account: str = RUNNER_SERVICE_ACCOUNT,
+                 pull_request_service_account: str = "burrito-py-runner-pr") -> None:
         self.reviewer, self.runner_service_account = reviewer, runner_service_account
+        self.pull_request_service_account = pull_request_service_account
 
     def refusal_of_identity(self, who: Principal) -> str | None:
         """Why this identity may use nothing at all (a runner), else None."""
-        if who is not AUTH_DISABLED and is_runner(who, self.runner_service_account):
+        if who is not AUTH_DISABLED and is_runner(who, self.runner_service_account,
+                                                         self.pull_request_service_account):
             return (f"{who.describe()} is a runner; runner identities may not use the server's REST API or UI "
                     "(their own artifacts are in the datastore)")
         return None

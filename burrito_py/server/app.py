@@ -23,14 +23,15 @@ from burrito_py.api import annotations as ann
 from burrito_py.api.pullrequest import pull_request_name
 from burrito_py.datastore.auth import Authenticator
 from burrito_py.datastore.client import DatastoreClient
+from burrito_py.gitproviders.base import BadPullRequest, PullRequestEvent
+from burrito_py.gitproviders.delivery import Delivery, pull_request_event
 from burrito_py.kube.client import Kube, KubeError, crd_path
-from burrito_py.pullrequests.events import BadPullRequest, PullRequestEvent, pull_request_event
+from burrito_py.pullrequests.forks import approval_change
 from burrito_py.server.ratelimit import SourceLimiter, source_of
 from burrito_py.server.settings import ServerSettings
 from burrito_py.server.webhook_index import WebhookIndex
 from burrito_py.server.webhooks import (
     BadDelivery,
-    Delivery,
     RecentDeliveries,
     body_digest,
     read_delivery,
@@ -182,13 +183,24 @@ class Webhooks:
                 skipped.append(_name(repository))
                 continue
             name = pull_request_name(meta["name"], event.number)
-            spec = {"provider": event.provider, "repository": meta["name"], "project": event.project,
-                    "number": event.number,
-                    "base": event.base, "headBranch": event.head_branch, "headSha": event.head_sha,
-                    "state": {"closed": "closed", "merged": "merged"}.get(event.action, "open"),
-                    "title": event.title[:1024], "url": event.url}
+            spec: dict[str, Any] = {
+                "provider": event.provider, "repository": meta["name"], "project": event.project,
+                "number": event.number, "base": event.base, "headBranch": event.head_branch,
+                "headSha": event.head_sha, "state": {"closed": "closed", "merged": "merged"}.get(event.action, "open"),
+                "title": event.title[:1024], "url": event.url, "fromFork": event.from_fork}
+            if event.author:
+                spec["author"] = event.author[:255]
             if event.updated_at:
                 spec["updatedAt"] = event.updated_at
+            # A label event may approve (or withdraw the approval of) a fork's head (pullrequests/forks.py).
+            change = approval_change(event, (repository.get("spec") or {}).get("pullRequests"))
+            if change.action == "set":
+                spec["approval"] = dict(change.approval or {})
+            elif change.action == "clear":
+                spec["approval"] = None
+            if change.why:
+                log.info("webhook: %s pull request #%d label event for %s/%s: %s", event.provider, event.number,
+                         meta["namespace"], meta["name"], change.why)
             outcome = await self._write_pull_request(meta["namespace"], name, spec,
                                                      create=event.action not in ("closed", "merged"))
             if outcome == "written":
@@ -212,7 +224,8 @@ class Webhooks:
         resource = crd_path("terraformpullrequests", namespace, name)
         if create:
             body = {"apiVersion": f"{ann.GROUP}/{ann.VERSION}", "kind": "TerraformPullRequest",
-                    "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {k: v for k, v in spec.items() if v is not None}}
             try:
                 await self.kube.create(crd_path("terraformpullrequests", namespace), body)
                 return "written"
@@ -257,7 +270,8 @@ def create_app(
     webhooks = Webhooks(kube, settings)
     app.state.webhooks = webhooks  # serving.py starts its index with the server
     # One authorizer, one token-review throttle and one reader of artifacts for the REST API and the UI.
-    access = Access(AccessReviewer(kube), settings.runner_service_account)
+    access = Access(AccessReviewer(kube), settings.runner_service_account,
+                    settings.runner_pull_request_service_account)
     artifacts = Artifacts(datastore)
     throttled = None
     if authenticator is not None:

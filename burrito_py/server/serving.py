@@ -26,7 +26,8 @@ async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = 
     authenticator = None
     if settings.auth_enabled:
         reviewer = KubeAuthenticator(
-            settings.auth_audiences, settings.auth_admin_users, (), settings.kubeconfig, settings.runner_service_account
+            settings.auth_audiences, settings.auth_admin_users, (), settings.kubeconfig,
+            settings.runner_service_account, settings.runner_pull_request_service_account,
         )
         authenticator = CachedAuthenticator(reviewer, settings.auth_cache_ttl_seconds, 5.0)
     app = create_app(settings, kube, datastore, authenticator)

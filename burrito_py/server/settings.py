@@ -57,6 +57,8 @@ class ServerSettings(BaseSettings):
     auth_cache_ttl_seconds: float = Field(30.0, ge=0, description="How long an accepted token is remembered.")
     # The controllers' runner_service_account: its tokens get nothing from the REST API and the UI (403).
     runner_service_account: str = "burrito-py-runner"
+    # The controllers' runner_pull_request_service_account: the same for pull requests' runners (issue 24, P2).
+    runner_pull_request_service_account: str = "burrito-py-runner-pr"
     forwarded_allow_ips: list[str] = Field(
         default_factory=list, description="Addresses (or CIDRs) of proxies whose X-Forwarded-For names the client, "
         "e.g. the ingress controller's pods: the token-review throttle then counts per client rather than per proxy. "

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from burrito_py.gitproviders.base import hmac_key
+
 __all__ = ["MAX_SECRET_BYTES", "PublishedKey", "decode_entries", "encode_entry", "entry_name", "hmac_key",
            "parse_entry_name"]
 
-BLOCK = 64  # SHA-256's block size: longer HMAC keys are hashed first
 MAX_SECRET_BYTES = 1024 * 1024  # a Secret's own limit
 
 
@@ -34,11 +34,6 @@ MAX_SECRET_BYTES = 1024 * 1024  # a Secret's own limit
 class PublishedKey:
     uid: str
     key: bytes
-
-
-def hmac_key(secret: bytes) -> bytes:
-    """The key HMAC-SHA256 really uses for `secret`."""
-    return hashlib.sha256(secret).digest() if len(secret) > BLOCK else secret
 
 
 def entry_name(namespace: str, name: str) -> str:

@@ -1,7 +1,8 @@
 """Push webhooks from GitHub, GitLab and Gitea/Forgejo (docs/architecture.md §11.1): who sent it, is it signed,
 what it names.
 
-Pure functions; `burrito_py.server.app` does the I/O. The order of checks is what makes a forged delivery
+Pure functions; `burrito_py.server.app` does the I/O. What each provider sends is its module's in
+`burrito_py/gitproviders/` (asked through `registry.py`). The order of checks is what makes a forged delivery
 change nothing: the provider is told by its event header, the body must be JSON, the repository it names
 must match TerraformRepositories, and a delivery is acted on only for the repositories whose Secret's
 `webhookSecret` verifies it (through the key the controllers publish, `webhook_keys.py`) — `X-Hub-Signature-256`
@@ -13,75 +14,32 @@ considered: anything but a branch push or a pull request event is ignored.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import secrets
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
 
-from burrito_py.git.urls import repository_identity
-from burrito_py.server.webhook_keys import hmac_key
-
-Provider = Literal["github", "gitlab", "gitea"]
-BRANCH_REF_PREFIX = "refs/heads/"
+from burrito_py.gitproviders import registry
+from burrito_py.gitproviders.delivery import Delivery
 
 
 class BadDelivery(Exception):
     """The request is not a webhook delivery we can read (400)."""
 
 
-@dataclass(frozen=True)
-class Delivery:
-    provider: Provider
-    event: str
-    delivery_id: str | None
-    payload: dict[str, Any]
-
-    @property
-    def is_push(self) -> bool:
-        return self.event in ("push", "Push Hook")
-
-    @property
-    def branch(self) -> str | None:
-        """The pushed branch; None for tags and other refs."""
-        ref = self.payload.get("ref")
-        if isinstance(ref, str) and ref.startswith(BRANCH_REF_PREFIX):
-            return ref[len(BRANCH_REF_PREFIX) :]
-        return None
-
-    def repository_urls(self) -> list[str]:
-        """Every URL the payload gives for its repository (clone, ssh and web forms)."""
-        sections = [self.payload.get("repository"), self.payload.get("project")]
-        keys = ("clone_url", "ssh_url", "git_url", "html_url", "url", "git_http_url", "git_ssh_url", "web_url",
-                "homepage")
-        urls = [s[k] for s in sections if isinstance(s, dict) for k in keys if isinstance(s.get(k), str)]
-        return list(dict.fromkeys(urls))
-
-    def identities(self) -> set[tuple[str, str]]:
-        return {identity for url in self.repository_urls() if (identity := repository_identity(url)) is not None}
-
-
 def read_delivery(headers: Mapping[str, str], body: bytes) -> Delivery:
     """`headers` with lower-case names. Raises BadDelivery naming what is wrong."""
-    provider: Provider
-    if "x-gitea-event" in headers:
-        provider, event, delivery_id = "gitea", headers["x-gitea-event"], headers.get("x-gitea-delivery")
-    elif "x-gitlab-event" in headers:
-        provider, event = "gitlab", headers["x-gitlab-event"]
-        delivery_id = headers.get("x-gitlab-event-uuid") or headers.get("x-gitlab-webhook-uuid")
-    elif "x-github-event" in headers:
-        provider, event, delivery_id = "github", headers["x-github-event"], headers.get("x-github-delivery")
-    else:
-        raise BadDelivery("not a webhook delivery: no X-GitHub-Event, X-Gitlab-Event or X-Gitea-Event header")
+    detected = registry.detect(headers)
+    if detected is None:
+        raise BadDelivery(f"not a webhook delivery: no {registry.event_headers()} header")
+    provider, event, delivery_id = detected
     try:
         payload = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadDelivery(f"the body is not valid JSON: {exc}") from None
     if not isinstance(payload, dict):
         raise BadDelivery("the body is not a JSON object")
-    return Delivery(provider, event, delivery_id, payload)
+    return Delivery(provider.name, event, delivery_id, payload)
 
 
 def signature_valid(delivery: Delivery, headers: Mapping[str, str], body: bytes, key: bytes) -> bool:
@@ -89,15 +47,7 @@ def signature_valid(delivery: Delivery, headers: Mapping[str, str], body: bytes,
     the way its provider signs. HMAC under that key is HMAC under the secret itself (RFC 2104)."""
     if not key:
         return False
-    if delivery.provider == "gitlab":
-        token = headers.get("x-gitlab-token", "").encode()
-        return hmac.compare_digest(hmac_key(token), key)
-    expected = hmac.new(key, body, hashlib.sha256).hexdigest()
-    if delivery.provider == "gitea":
-        given = headers.get("x-gitea-signature", "")
-    else:
-        given = headers.get("x-hub-signature-256", "").removeprefix("sha256=")
-    return hmac.compare_digest(given.encode(), expected.encode())
+    return registry.provider_named(delivery.provider).signature_valid(headers, body, key)
 
 
 _DECOY = secrets.token_bytes(32)

@@ -28,6 +28,7 @@ LOCAL_ADMIN_NAMESPACE = "kube-system"
 LOCAL_ADMIN_ACCOUNT = "burrito-py-local-admin"
 DATASTORE_AUDIENCE = "burrito-py"
 RUNNER_ACCOUNT = "burrito-py-runner"
+PULL_REQUEST_RUNNER_ACCOUNT = "burrito-py-runner-pr"  # ControllerSettings.runner_pull_request_service_account
 RBAC = "rbac.authorization.k8s.io"
 APPLY = {"Content-Type": "application/apply-patch+yaml"}
 # What burrito_py/runner/main.py calls: it reads its TerraformRun, TerraformLayer and TerraformRepository, and
@@ -113,15 +114,17 @@ def grant_runner_access(http: httpx.Client, namespace: str) -> str:
     equal). A layer whose repository lives in another namespace needs `get terraformrepositories` there
     too, which this function does not grant.
     """
-    ensure_service_account(http, namespace, RUNNER_ACCOUNT)
     base = f"/apis/{RBAC}/v1/namespaces/{namespace}"
-    meta = {"name": RUNNER_ACCOUNT, "namespace": namespace}
-    _apply(http, f"{base}/roles", {"apiVersion": f"{RBAC}/v1", "kind": "Role", "metadata": meta,
-                                   "rules": RUNNER_RULES})
-    _apply(http, f"{base}/rolebindings", {
-        "apiVersion": f"{RBAC}/v1", "kind": "RoleBinding", "metadata": meta,
-        "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": RUNNER_ACCOUNT},
-        "subjects": [{"kind": "ServiceAccount", "name": RUNNER_ACCOUNT, "namespace": namespace}]})
+    # The pull requests' runner account (issue 24, P2) gets the same reads, as the chart's `-runner-pr` Role.
+    for account in (RUNNER_ACCOUNT, PULL_REQUEST_RUNNER_ACCOUNT):
+        ensure_service_account(http, namespace, account)
+        meta = {"name": account, "namespace": namespace}
+        _apply(http, f"{base}/roles", {"apiVersion": f"{RBAC}/v1", "kind": "Role", "metadata": meta,
+                                       "rules": RUNNER_RULES})
+        _apply(http, f"{base}/rolebindings", {
+            "apiVersion": f"{RBAC}/v1", "kind": "RoleBinding", "metadata": meta,
+            "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]})
     return service_account_username(namespace, RUNNER_ACCOUNT)
 
 

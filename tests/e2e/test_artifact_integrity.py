@@ -86,6 +86,10 @@ def attack():
     note("write-base-run", httpx.put(f"{{base}}/{{base_run}}/attempts/1/plan?format=bin", content=CRAFTED,
                                      headers=bearer).status_code)
     note("read-base-inputs", httpx.get(f"{{base}}/{{base_run}}/inputs", headers=bearer).status_code)
+    # (d) the layer's own plan and log (issue 24, P2: a pull request's runner reads only its own run's artifacts).
+    note("read-base-plan", httpx.get(f"{{base}}/{{base_run}}/attempts/1/plan?format=json",
+                                     headers=bearer).status_code)
+    note("read-base-log", httpx.get(f"{{base}}/{{base_run}}/attempts/1/logs", headers=bearer).status_code)
     # (b) the pod's ServiceAccount token (the runner's kubeconfig): the base layer's annotations, its spec.
     config = yaml.safe_load(open(env["KUBECONFIG"]))
     server = config["clusters"][0]["cluster"]["server"]
@@ -192,6 +196,8 @@ def test_a_pull_requests_plan_run_cannot_make_its_plan_the_base_layers_artifact(
             "write-next-attempt-json": 403,
             "write-base-run": 403,              # (a) only its own run
             "read-base-inputs": 403,            # another run's inputs (Secret values): its own run's only
+            "read-base-plan": 403,              # (d) the layer's plan and log: its own run's only (P2)
+            "read-base-log": 403,
             "patch-base-layer-annotations": 403,  # (b) the runner's Role: no write at all
             "patch-base-layer-spec": 403,
             "read-secret": 403,                 # (c) no Secret

@@ -15,7 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -55,35 +55,51 @@ class World:
     bare: Path
     url: str
     provider: str
+    answers: list[dict[str, Any]] = field(default_factory=list)  # the server's answers to hook(), in order
 
-    def hook(self, action: str, number: int, head: str, branch: str = "feature") -> float:
-        """Send a signed pull/merge request webhook; returns when it was sent (time.monotonic)."""
+    def hook(self, action: str, number: int, head: str, branch: str = "feature", fork: bool = False,
+             sender: str = "author", label: str = "") -> float:
+        """Send a signed pull/merge request webhook; returns when it was sent (time.monotonic). `fork`: its head
+        is in another repository (issue 24, P2); `label` with `labeled`/`unlabeled`: that label, by `sender`."""
         if self.provider == "github":
+            base_repo = {"id": 1, "full_name": PROJECT, "fork": False}
+            head_repo = {"id": 2, "full_name": "outsider/infra", "fork": True} if fork else base_repo
             payload: dict[str, Any] = {
                 "action": action, "number": number,
                 "pull_request": {"number": number, "title": "More app", "html_url": f"https://example/pr/{number}",
-                                 "merged": action == "merged", "base": {"ref": "main"},
-                                 "head": {"ref": branch, "sha": head}, "updated_at": format_time(utcnow())},
-                "repository": {"clone_url": self.url, "full_name": PROJECT}}
+                                 "merged": action == "merged", "base": {"ref": "main", "repo": base_repo},
+                                 "head": {"ref": branch, "sha": head, "repo": head_repo},
+                                 "updated_at": format_time(utcnow()), "user": {"login": "author"}},
+                "repository": {"clone_url": self.url, "full_name": PROJECT}, "sender": {"login": sender}}
             if action == "merged":
                 payload["action"] = "closed"
+            if label:
+                payload["label"] = {"name": label}
             body = json.dumps(payload).encode()
             digest = hmac.new(HOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
-            headers = {"X-GitHub-Event": "pull_request", "X-GitHub-Delivery": f"{action}-{head}",
+            headers = {"X-GitHub-Event": "pull_request", "X-GitHub-Delivery": f"{action}-{head}-{sender}-{label}",
                        "X-Hub-Signature-256": f"sha256={digest}"}
         else:
-            gitlab_action = {"opened": "open", "synchronize": "update", "closed": "close", "merged": "merge"}[action]
+            gitlab_action = {"opened": "open", "synchronize": "update", "closed": "close", "merged": "merge",
+                             "labeled": "update", "unlabeled": "update"}[action]
             attributes = {"iid": number, "action": gitlab_action, "title": "More app",
                           "url": f"https://example/mr/{number}", "target_branch": "main", "source_branch": branch,
                           "last_commit": {"id": head}, "updated_at": format_time(utcnow()).replace("T", " ")
-                          .replace("Z", " UTC"), **({"oldrev": "0" * 40} if action == "synchronize" else {})}
-            body = json.dumps({"object_kind": "merge_request", "object_attributes": attributes,
-                               "project": {"git_http_url": self.url, "path_with_namespace": PROJECT}}).encode()
+                          .replace("Z", " UTC"), **({"oldrev": "0" * 40} if action == "synchronize" else {}),
+                          "source_project_id": 2 if fork else 1, "target_project_id": 1}
+            payload = {"object_kind": "merge_request", "object_attributes": attributes,
+                       "project": {"git_http_url": self.url, "path_with_namespace": PROJECT},
+                       "user": {"username": sender}}
+            if label:
+                titles = [[], [{"title": label}]] if action == "labeled" else [[{"title": label}], []]
+                payload["changes"] = {"labels": {"previous": titles[0], "current": titles[1]}}
+            body = json.dumps(payload).encode()
             headers = {"X-Gitlab-Event": "Merge Request Hook", "X-Gitlab-Token": HOOK_SECRET,
-                       "X-Gitlab-Event-UUID": f"{action}-{head}"}
+                       "X-Gitlab-Event-UUID": f"{action}-{head}-{sender}-{label}"}
         sent = time.monotonic()
         answer = self.http.post("/api/webhook", content=body, headers={**headers, "Content-Type": "application/json"})
         assert answer.status_code == 202, answer.text
+        self.answers.append(answer.json())
         return sent
 
     def push(self, number: int, files: dict[str, str | None], message: str) -> str:

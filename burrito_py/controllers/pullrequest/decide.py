@@ -4,6 +4,10 @@ discard, its status, and the results its comment and commit statuses are rendere
 One plan-only run per affected layer and head, with a deterministic name (`run_name`), so a retried create never
 makes a second run and a new head's runs never meet the old head's: those are discarded (their artifacts, then
 the run). A closed or merged pull request discards them all. Downstream layers are listed, never planned.
+
+A fork's pull request whose head may not be planned (`pullrequests.forks.fork_gate`: the repository plans no
+fork, or no approver approved this head) gets no run, loses any it had (an approval withdrawn, or a push after
+it), and says why: its state, the `Planned` condition, the comment and the aggregate commit status.
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from burrito_py.controllers.layer.run_inputs import Sources, Upstream, build_record
+from burrito_py.plans.masking import SecretValues
 from burrito_py.plans.model import PlanModel
 from burrito_py.pullrequests.affected import Affected
 from burrito_py.pullrequests.comment import LayerResult, PullRequestResults
 from burrito_py.pullrequests.credentials import TokenSource
+from burrito_py.pullrequests.forks import Gate
 
 __all__ = [
     "PlanOutcome",
@@ -25,6 +32,7 @@ __all__ = [
     "PullRequestSnapshot",
     "RunFacts",
     "decide_pull_request",
+    "pull_request_record",
     "run_name",
 ]
 
@@ -59,6 +67,7 @@ class PlanOutcome:
     plan_text: str = ""
     log_tail: tuple[str, ...] = ()
     verdict: str | None = None  # the plan policies' verdict, when policies select the layer
+    hide: SecretValues = field(default_factory=SecretValues)  # what the comment masks (Secret-fed values)
 
 
 @dataclass
@@ -80,6 +89,7 @@ class PullRequestSnapshot:
     runs: Sequence[RunFacts]  # every run labelled with this pull request
     outcomes: Mapping[str, PlanOutcome] = field(default_factory=dict)  # run name → outcome, for finished runs
     affected: Affected | None = None  # found at spec.headSha, when status.headSha is another head
+    gate: Gate | None = None  # why the head may not be planned (a fork's), else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +99,16 @@ class PullRequestDecision:
     discard: tuple[RunFacts, ...] = ()  # artifacts first, then the run
     results: PullRequestResults | None = None  # what the comment and statuses say; None once closed
     needs_affected: bool = False  # the head moved: find its affected layers, then decide again
+    gate: Gate | None = None  # the head is not planned: why (the Planned condition says it)
+
+
+def pull_request_record(upstream: Upstream | None) -> dict[str, Any]:
+    """The inputs record of a pull request's plan that inherits no secret: no varsFrom value, and of the upstream
+    outputs only those not marked sensitive (a missing variable fails the plan visibly, naming it)."""
+    upstream = upstream or Upstream()
+    hidden = set(upstream.sensitive)
+    kept = Upstream(upstream.digest, {k: v for k, v in upstream.variables.items() if k not in hidden}, ())
+    return build_record(Sources(), kept)
 
 
 def run_name(pull_request: str, layer: Key, head: str, number: int) -> str:
@@ -115,7 +135,7 @@ def _result(row: Mapping[str, Any], outcome: PlanOutcome | None) -> LayerResult:
         row["namespace"], row["name"], row.get("path", ""), state,
         plan=outcome.plan if outcome else None, plan_text=outcome.plan_text if outcome else "",
         log_tail=outcome.log_tail if outcome else (), verdict=outcome.verdict if outcome else None,
-        downstream=bool(row.get("downstream")),
+        downstream=bool(row.get("downstream")), hide=outcome.hide if outcome else SecretValues(),
     )
 
 
@@ -124,12 +144,18 @@ def decide_pull_request(snap: PullRequestSnapshot) -> PullRequestDecision:
     if spec.get("state") in ("closed", "merged"):
         # headSha unset: a reopen finds the head's layers again.
         closed: Body = {"state": "Closed" if spec["state"] == "closed" else "Merged", "headSha": None,
-                        "progress": None, "layers": []}
+                        "gatedSha": None, "progress": None, "layers": []}
         return PullRequestDecision(closed, discard=tuple(snap.runs))
     head = str(spec["headSha"])
+    number = int(spec["number"])
+    repository = f"{snap.namespace}/{spec['repository']}"
+    if snap.gate is not None:
+        # Not fetched, not planned: headSha unset, so an approval finds the head's layers then.
+        gated: Body = {"state": snap.gate.state, "headSha": None, "gatedSha": head, "progress": None, "layers": []}
+        return PullRequestDecision(gated, discard=tuple(snap.runs), gate=snap.gate, results=PullRequestResults(
+            repository, number, head, notice=snap.gate.message, notice_short=snap.gate.short))
     if status.get("headSha") != head and snap.affected is None:
         return PullRequestDecision(dict(status), needs_affected=True)
-    number = int(spec["number"])
     runs = {run.name: run for run in snap.runs}
     wanted: set[str] = set()
     create: list[tuple[Key, str]] = []
@@ -167,8 +193,8 @@ def decide_pull_request(snap: PullRequestSnapshot) -> PullRequestDecision:
         state = "Failed"
     else:
         state = "Planned"
-    new_status: Body = {"state": state, "headSha": head, "progress": f"{done}/{len(own)}", "layers": rows}
+    new_status: Body = {"state": state, "headSha": head, "gatedSha": None, "progress": f"{done}/{len(own)}",
+                        "layers": rows}
     discard = tuple(run for run in snap.runs if run.name not in wanted)
-    repository = f"{snap.namespace}/{spec['repository']}"
     return PullRequestDecision(new_status, tuple(create), discard,
                                PullRequestResults(repository, number, head, tuple(results)))

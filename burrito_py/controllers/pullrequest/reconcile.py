@@ -23,27 +23,31 @@ from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.dependencies import dependency_snapshot, upstream_inputs
 from burrito_py.controllers.layer.dependency_decisions import judge_dependencies
-from burrito_py.controllers.layer.run_inputs import Upstream, put_run_inputs
+from burrito_py.controllers.layer.run_inputs import Upstream, needs_record, put_run_inputs, store_record
 from burrito_py.controllers.pullrequest.decide import (
     PlanOutcome,
     PullRequestDecision,
     PullRequestSnapshot,
     RunFacts,
     decide_pull_request,
+    pull_request_record,
 )
 from burrito_py.controllers.repository.reconcile import credentials_of, ensure_source, mirror_for
 from burrito_py.git.allowed_hosts import HostNotAllowed
 from burrito_py.git.credentials import CredentialsError as GitCredentialsError
 from burrito_py.git.mirror import GitError
+from burrito_py.gitproviders.client import CommitStatus, ProviderError
+from burrito_py.gitproviders.registry import provider_named
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.conditions import Cond, merge_conditions
 from burrito_py.kube.events import post_event
 from burrito_py.kube.inventory import Body, Key, key_of
 from burrito_py.kube.scheduler import slot_released
 from burrito_py.outbound import OutboundRefused
+from burrito_py.plans.masking import load_json, values_to_hide
 from burrito_py.plans.model import PlanFormatError, parse_plan
 from burrito_py.pullrequests.affected import Affected, affected_layers
-from burrito_py.pullrequests.comment import GITEA_LIMIT, GITHUB_LIMIT, GITLAB_LIMIT, LOG_LINES, marker, render
+from burrito_py.pullrequests.comment import LOG_LINES, marker, render
 from burrito_py.pullrequests.credentials import (
     CredentialsError,
     TokenSource,
@@ -51,13 +55,13 @@ from burrito_py.pullrequests.credentials import (
     default_api_url,
     provider_token_source,
 )
-from burrito_py.pullrequests.providers import ProviderError, body_digest, publish
-from burrito_py.pullrequests.statuses import CommitStatus, commit_statuses
+from burrito_py.pullrequests.forks import fork_gate, inherits_secrets
+from burrito_py.pullrequests.providers import body_digest, publish
+from burrito_py.pullrequests.statuses import commit_statuses
 from burrito_py.timeutil import format_time_precise, utcnow
 
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 15.0
-LIMITS = {"github": GITHUB_LIMIT, "gitlab": GITLAB_LIMIT, "gitea": GITEA_LIMIT}
 
 
 async def reconcile_pull_request(ctx: Context, key: Key) -> None:
@@ -98,7 +102,8 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     outcomes = await _outcomes(ctx, runs)
     if any(run.state in ("Succeeded", "Failed") and run.attempt and run.name not in outcomes for run in runs):
         ctx.wake_pull_request(key, RETRY_SECONDS)  # artifacts not readable yet (a log still being uploaded)
-    snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, outcomes)
+    gate = fork_gate(spec, _settings(repository)) if open_ else None
+    snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, outcomes, gate=gate)
     decision = decide_pull_request(snap)
     if decision.needs_affected:
         assert repository is not None
@@ -114,17 +119,28 @@ async def _reconcile(ctx: Context, key: Key) -> None:
                 await post_event(ctx.kube, pull_request, "Warning", reason, message)
             ctx.wake_pull_request(key, RETRY_SECONDS)
             return
-        snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, snap.outcomes, affected)
+        snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, snap.outcomes, affected, gate)
         decision = decide_pull_request(snap)
-    if open_:
+    planned: Cond | None = None
+    if open_ and decision.gate is not None:
+        planned = Cond("Planned", False, decision.gate.reason, decision.gate.message)
+        before = [c for c in status.get("conditions") or () if c.get("type") == "Planned"]
+        if not before or before[0].get("message") != planned.message:
+            await post_event(ctx.kube, pull_request, "Normal", decision.gate.reason, decision.gate.message)
+    elif open_:
         ready = Cond("Ready", True, "HeadFetched", f"layers found at {str(spec.get('headSha'))[:12]}")
+        approval = spec.get("approval") or {}
+        planned = (Cond("Planned", True, "Approved", f"a fork's head, approved by {approval.get('by')} at "
+                        f"{str(spec.get('headSha'))[:12]}") if spec.get("fromFork")
+                   else Cond("Planned", True, "NotAFork", "the head is in the repository itself"))
     if not await _discard(ctx, namespace, decision.discard):
         ctx.wake_pull_request(key, RETRY_SECONDS)
     for layer_key, run in decision.create:
         if not await _create_run(ctx, pull_request, layer_key, run):
             ctx.wake_pull_request(key, RETRY_SECONDS)
     new_status: Body = {**status, **decision.status}
-    if decision.status.get("headSha") != status.get("headSha"):
+    if ((decision.status.get("headSha"), decision.status.get("gatedSha"))
+            != (status.get("headSha"), status.get("gatedSha"))):
         new_status["statuses"] = []  # a new head carries none of the statuses sent for the last one
     published: Cond | None = None
     if decision.results is not None and repository is not None:
@@ -134,7 +150,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             before = [c for c in status.get("conditions") or () if c.get("type") == "Published"]
             if not before or before[0].get("message") != published.message:
                 await post_event(ctx.kube, pull_request, "Warning", "PublishFailed", published.message)
-    await _write_status(ctx, pull_request, new_status, ready, published)
+    await _write_status(ctx, pull_request, new_status, ready, planned, published)
 
 
 def _facts(run: Mapping[str, Any]) -> RunFacts:
@@ -157,8 +173,9 @@ async def _affected(ctx: Context, repository: Mapping[str, Any], spec: Mapping[s
     credentials = await credentials_of(ctx, meta["namespace"], source.get("secretName"), source.get("url", ""))
     mirror = mirror_for(ctx.settings.git_cache_dir, meta["namespace"], meta["name"], source.get("url", ""),
                         ctx.settings.outbound_policy())
-    head = await asyncio.to_thread(mirror.fetch_pull_request, str(spec["provider"]), int(spec["number"]),
-                                   str(spec["headSha"]), credentials)
+    number = int(spec["number"])
+    head = await asyncio.to_thread(mirror.fetch_pull_request, provider_named(str(spec["provider"])).head_ref(number),
+                                   number, str(spec["headSha"]), credentials)
     if await asyncio.to_thread(mirror.resolve, str(spec["base"])) is None:  # a branch no layer follows yet
         await asyncio.to_thread(mirror.fetch, credentials)
     changes = await asyncio.to_thread(mirror.pull_request_changes, str(spec["base"]), head)
@@ -195,10 +212,12 @@ async def _read_outcome(ctx: Context, run: RunFacts) -> PlanOutcome | None:
     namespace, layer = run.layer
     store = ctx.datastore
     try:
+        record = await _inputs_record(ctx, run)
         if run.state == "Failed":
             raw = await asyncio.to_thread(store.get_logs, namespace, layer, run.name, run.attempt)
             tail = tuple(raw.decode(errors="replace").rstrip("\n").splitlines()[-LOG_LINES:])
-            return PlanOutcome("failed", run.message or "the plan failed", log_tail=tail)
+            return PlanOutcome("failed", run.message or "the plan failed", log_tail=tail,
+                               hide=values_to_hide(record, None))
         limit = int(ctx.settings.max_plan_json_bytes)
         if not run.json_sum or run.json_size is None or run.json_size > limit:
             return PlanOutcome("failed", f"the plan JSON ({run.json_size} bytes) is above the {limit} bytes the "
@@ -208,6 +227,8 @@ async def _read_outcome(ctx: Context, run: RunFacts) -> PlanOutcome | None:
             raw_json = await asyncio.to_thread(store.get_plan_verified, namespace, layer, run.name, run.attempt,
                                                "json", limit, run.json_sum)
             model = await asyncio.to_thread(parse_plan, raw_json)
+            # What the comment masks (comment.py): the values of Secret-fed and sensitive variables.
+            hide = values_to_hide(record, await asyncio.to_thread(load_json, raw_json))
         pretty = await asyncio.to_thread(store.get_plan, namespace, layer, run.name, run.attempt, "pretty")
     except NotTheRecordedObject as exc:
         return PlanOutcome("failed", f"the plan JSON is not the one recorded: {exc}")
@@ -223,7 +244,23 @@ async def _read_outcome(ctx: Context, run: RunFacts) -> PlanOutcome | None:
         async with slot_released():  # as a layer's review (plan_review.py): bounded, holding no queue slot
             verdict = (await ctx.sandbox.evaluate(policies, model, namespace=namespace,
                                                   plan_sum=f"pull-request:{run.name}", drift_correction=False)).result
-    return PlanOutcome("planned", model.summary(), model, pretty.decode(errors="replace"), verdict=verdict)
+    return PlanOutcome("planned", model.summary(), model, pretty.decode(errors="replace"), verdict=verdict,
+                       hide=hide)
+
+
+async def _inputs_record(ctx: Context, run: RunFacts) -> dict[str, Any] | None:
+    """The run's inputs record (its variables, Secret-fed ones named), None when it has none."""
+    from burrito_py.datastore.client import DatastoreError
+
+    assert ctx.datastore is not None
+    try:
+        raw = await asyncio.to_thread(ctx.datastore.get_inputs, run.layer[0], run.layer[1], run.name)
+    except DatastoreError as exc:
+        if exc.status_code == 404:
+            return None
+        raise
+    found = load_json(raw)
+    return dict(found) if found is not None else None
 
 
 async def _discard(ctx: Context, namespace: str, runs: Sequence[RunFacts]) -> bool:
@@ -261,9 +298,14 @@ async def _create_run(ctx: Context, pull_request: Mapping[str, Any], layer_key: 
             return False
         upstream = consumed
         annotations[ann.RUN_INPUTS_DIGEST] = verdict.inputs_digest
-    # The same inputs path as the layer's runs (run_inputs.py): today a pull request's plan gets the layer's
-    # varsFrom values, as when its runner read them itself (issue 24, P2, changes what pull requests get).
-    if await put_run_inputs(ctx, layer, name, upstream) is not None:
+    # What the plan is given (issue 24, P2): the layer's varsFrom values and sensitive upstream outputs only when
+    # the repository says so (`inheritSecrets`; for a fork `forks.inheritSecrets`), else none of them.
+    repository = ctx.inventory.repositories.get((meta["namespace"], str(spec.get("repository") or "")))
+    if inherits_secrets(_settings(repository), bool(spec.get("fromFork"))):
+        if await put_run_inputs(ctx, layer, name, upstream) is not None:
+            return False
+    elif needs_record(layer, upstream) and await store_record(ctx, layer, name,
+                                                               pull_request_record(upstream)) is not None:
         return False
     body = {
         "apiVersion": ann.API_VERSION, "kind": "TerraformRun",
@@ -297,7 +339,7 @@ async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Ma
     spec = pull_request.get("spec") or {}
     provider = str(spec["provider"])
     settings = _settings(repository)
-    limit = int(settings.get("commentLimit") or LIMITS[provider])
+    limit = int(settings.get("commentLimit") or provider_named(provider).comment_limit)
     body = render(decision.results, limit)
     statuses = commit_statuses(decision.results)
     head = str(spec["headSha"])
@@ -391,3 +433,7 @@ async def _write_status(ctx: Context, pull_request: Mapping[str, Any], status: B
             return
         raise
     ctx.inventory.pull_requests.observe(updated)
+    if (updated.get("metadata") or {}).get("generation") != meta.get("generation"):
+        # The spec changed while we decided (a new head, an approval): its watch event now meets an inventory
+        # that already holds that generation and wakes nothing, so decide again here.
+        ctx.wake_pull_request(key_of(pull_request))

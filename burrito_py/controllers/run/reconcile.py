@@ -44,11 +44,12 @@ from burrito_py.controllers.run.pod_creation import (
 )
 from burrito_py.controllers.run.pod_creation import condition as pod_creation_condition
 from burrito_py.controllers.run.results import FactsUnavailable, Recorded, facts_needed, gather_facts, record_result
-from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod
+from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod, without_secret_sources
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.conditions import Cond, merge_conditions
 from burrito_py.kube.events import post_event
 from burrito_py.kube.inventory import Body, Key
+from burrito_py.pullrequests.forks import inherits_secrets
 from burrito_py.runner.mirror import fallback_lines
 from burrito_py.timeutil import format_time, parse_time, utcnow
 
@@ -332,13 +333,15 @@ async def _start_attempt(
     if holder is not None:
         return Cond("Admitted", False, "LayerLocked", f"waiting for run {holder} to release the layer's lease")
 
-    if decision.start_attempt > 1:
-        # A retry of a run whose varsFrom could not be satisfied sees a Secret created since (run_inputs.py).
+    pull_request = (run.get("spec") or {}).get("pullRequest")
+    if decision.start_attempt > 1 and not pull_request:
+        # A retry of a run whose varsFrom could not be satisfied sees a Secret created since (run_inputs.py); a
+        # pull request's record is the pull request controller's (what it may inherit), never refreshed here.
         await refresh_failed_inputs(ctx, layer, run["metadata"]["name"])
     settings = ctx.settings
     defaults = RunnerDefaults(
         settings.runner_image,
-        settings.runner_service_account,
+        settings.runner_pull_request_service_account if pull_request else settings.runner_service_account,
         settings.datastore_url,
         tuple(settings.runner_command),
         termination_grace_period_seconds=settings.runner_termination_grace_period_seconds,
@@ -349,6 +352,10 @@ async def _start_attempt(
         mirror_ca_pem=settings.mirror_ca_pem(),
     )
     override = _override_runner_spec(layer, repository)
+    if pull_request and not _pull_request_inherits(ctx, run["metadata"]["namespace"], pull_request, repository):
+        override = without_secret_sources(override)  # issue 24, P2: a pull request's plan gets no Secret
+    elif pull_request:
+        override.pop("serviceAccountName", None)  # always the pull requests' own account
     body = build_runner_pod(run, layer, decision.start_attempt, defaults, override)
     namespace = run["metadata"]["namespace"]
     name = pod_name(run["metadata"]["name"], decision.start_attempt)
@@ -420,6 +427,14 @@ def belongs_to(pod: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
         for ref in meta.get("ownerReferences") or ()
     )
     return owned and (meta.get("labels") or {}).get(ann.LABEL_RUN) == run_meta["name"]
+
+
+def _pull_request_inherits(ctx: Context, namespace: str, pull_request: str, repository: Body | None) -> bool:
+    """Whether a pull request's plan gets the layer's Secret-fed runner env (`inheritSecrets`); a pull request
+    the controllers do not hold counts as a fork's."""
+    held = ctx.inventory.pull_requests.get((namespace, pull_request))
+    from_fork = bool(((held or {}).get("spec") or {}).get("fromFork", True)) if held is not None else True
+    return inherits_secrets(((repository or {}).get("spec") or {}).get("pullRequests"), from_fork)
 
 
 def _override_runner_spec(layer: Body, repository: Body | None) -> dict[str, Any]:

@@ -96,6 +96,32 @@ def _merge_by_name(base: Sequence[Mapping[str, Any]], extra: Sequence[Mapping[st
     return list(merged.values())
 
 
+def _secret_volume(volume: Mapping[str, Any]) -> bool:
+    """A volume that brings Secret data (or a token, or a CSI driver's, e.g. a secrets store) into the pod."""
+    if volume.get("secret") or volume.get("csi") or volume.get("ephemeral") or volume.get("persistentVolumeClaim"):
+        return True
+    sources = (volume.get("projected") or {}).get("sources") or ()
+    return any(src.get("secret") or src.get("serviceAccountToken") for src in sources)
+
+
+def without_secret_sources(override: Mapping[str, Any]) -> dict[str, Any]:
+    """An overrideRunnerSpec for a pull request's plan that inherits no secret (issue 24, P2; §11.3): no env
+    entry whose value comes from a Secret, no `envFrom` Secret, no volume bringing Secret data, a token, a CSI
+    or persistent volume (and no mount of one), and never its `serviceAccountName` (the pull request's own
+    account is used). The rest (image, resources, plain env, ConfigMaps, scheduling) is kept. Pure."""
+    kept = {k: v for k, v in override.items() if k != "serviceAccountName"}
+    if "env" in kept:
+        kept["env"] = [e for e in kept["env"] or () if not ((e.get("valueFrom") or {}).get("secretKeyRef"))]
+    if "envFrom" in kept:
+        kept["envFrom"] = [e for e in kept["envFrom"] or () if not e.get("secretRef")]
+    if "volumes" in kept:
+        dropped = {str(v.get("name")) for v in kept["volumes"] or () if _secret_volume(v)}
+        kept["volumes"] = [v for v in kept["volumes"] or () if str(v.get("name")) not in dropped]
+        if "volumeMounts" in kept:
+            kept["volumeMounts"] = [m for m in kept["volumeMounts"] or () if str(m.get("name")) not in dropped]
+    return kept
+
+
 def build_runner_pod(
     run: Mapping[str, Any],
     layer: Mapping[str, Any],

@@ -93,12 +93,14 @@ def success(call: Call) -> int:
     return {"PUT": 201, "DELETE": 204}.get(call.method, 200)
 
 
-# What each runner may do, spelled out rather than derived: reads of its layer and its layer's repository,
+# What each runner may do, spelled out rather than derived: reads of its own run and its layer's repository,
 # writes of its own run's attempt only (the one its pod is recorded for: 1 for both), reads of its own run's
 # inputs only.
 RUNNER_ALLOWED = {
-    "own-runner": {("own-run", "PUT"), ("own-run", "GET"), ("own-run", "HEAD"), ("own-layer", "GET"),
-                   ("own-layer", "HEAD"), ("own-repo", "GET"), ("own-repo", "HEAD")},
+    # Another run of its layer: no (issue 24, P2: a runner reads its own run's artifacts, and an apply its plan
+    # run's, so a pull request's plan and the layer's runs read none of each other's).
+    "own-runner": {("own-run", "PUT"), ("own-run", "GET"), ("own-run", "HEAD"), ("own-repo", "GET"),
+                   ("own-repo", "HEAD")},
     "other-runner": {("other-layer", "PUT"), ("other-layer", "GET"), ("other-layer", "HEAD"), ("other-repo", "GET"),
                      ("other-repo", "HEAD")},
 }
@@ -211,10 +213,10 @@ def test_health_stays_open(platform: AuthPlatform) -> None:
 
 def test_the_client_sends_its_token_and_reports_refusals(platform: AuthPlatform) -> None:
     with DatastoreClient(platform.url, token=platform.tokens["own-runner"]) as store:
-        assert store.get_plan(NS, "app", "app-plan-0", 1, "json") == b'{"seeded": true}'
-        with pytest.raises(DatastoreError) as refused:
-            store.get_plan(NS, "other", "other-plan-1", 1, "json")
-        assert refused.value.status_code == 403
+        for layer, run in (("app", "app-plan-0"), ("other", "other-plan-1")):
+            with pytest.raises(DatastoreError) as refused:
+                store.get_plan(NS, layer, run, 1, "json")
+            assert refused.value.status_code == 403
     with DatastoreClient(platform.url) as anonymous, pytest.raises(DatastoreError) as missing:
         anonymous.get_logs(NS, "app", "app-plan-1", 1)
     assert missing.value.status_code == 401

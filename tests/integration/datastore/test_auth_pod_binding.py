@@ -32,7 +32,7 @@ def test_a_pod_owned_by_the_run_but_running_as_default_cannot_upload_its_plan(pl
     assert response.status_code == 403
     error = response.json()["error"]
     assert "system:serviceaccount:default:default may not use the datastore" in error
-    assert "'default' is not the runner service account 'burrito-py-runner'" in error
+    assert "'default' is not a runner service account ('burrito-py-runner', 'burrito-py-runner-pr')" in error
 
 
 def test_the_pod_of_a_previous_attempt_cannot_upload(platform: AuthPlatform):

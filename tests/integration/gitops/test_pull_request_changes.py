@@ -10,6 +10,7 @@ import pytest
 
 from burrito_py.git import GitMirror
 from burrito_py.git.mirror import GitError
+from burrito_py.gitproviders.registry import provider_named
 from burrito_py.pullrequests.affected import affected_layers
 from tests.support.git_repos import make_repo, run_git
 
@@ -86,17 +87,18 @@ def test_a_pull_request_head_is_fetched_from_the_providers_ref_even_from_a_fork(
     run_git(repo.path, "branch", "-D", "fork-work")
 
     mirror = GitMirror(tmp_path / "cache", repo.url)
-    assert mirror.fetch_pull_request("github", 7, fork_head) == fork_head  # creates the mirror first
+    github, gitlab_, gitea = (provider_named(name) for name in ("github", "gitlab", "gitea"))
+    assert mirror.fetch_pull_request(github.head_ref(7), 7, fork_head) == fork_head  # creates the mirror first
     mirror.fetch()  # the branch fetch prunes branches, never the pull ref
     assert mirror.has_commit(fork_head)
     assert [c.path for c in mirror.pull_request_changes("main", fork_head)] == ["layers/a/main.tf"]
     gitlab = GitMirror(tmp_path / "cache-gitlab", repo.url)
-    assert gitlab.fetch_pull_request("gitlab", 8, fork_head[:12]) == fork_head
+    assert gitlab.fetch_pull_request(gitlab_.head_ref(8), 8, fork_head[:12]) == fork_head
 
     repo.branch("same-repo")
     repo.checkout("same-repo")
     repo.commit({"layers/a/main.tf": "# a, from a branch\n"}, "branch")
-    assert mirror.fetch_pull_request("gitea", 9, repo.head) == repo.head  # no refs/pull/9/head: branches
+    assert mirror.fetch_pull_request(gitea.head_ref(9), 9, repo.head) == repo.head  # no refs/pull/9/head: branches
     assert base != repo.head
     with pytest.raises(GitError, match="pull request #10"):
-        mirror.fetch_pull_request("github", 10, "0" * 40)
+        mirror.fetch_pull_request(github.head_ref(10), 10, "0" * 40)

@@ -22,6 +22,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from burrito_py.git.allowed_hosts import HostNotAllowed
+from burrito_py.gitproviders.client import CommitStatus, ProviderError
+from burrito_py.gitproviders.gitea import Gitea
+from burrito_py.gitproviders.github import GitHub
+from burrito_py.gitproviders.gitlab import GitLab
 from burrito_py.outbound import LOOPBACK_NETWORKS, OutboundPolicy, OutboundRefused
 from burrito_py.pullrequests.credentials import (
     CredentialsError,
@@ -32,8 +36,6 @@ from burrito_py.pullrequests.credentials import (
     project_of,
     provider_token_source,
 )
-from burrito_py.pullrequests.providers import Gitea, GitHub, GitLab, ProviderError
-from burrito_py.pullrequests.statuses import CommitStatus
 
 APP_ID = "424242"
 INSTALLATION_ID = "9876543"

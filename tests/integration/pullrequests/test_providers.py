@@ -9,10 +9,14 @@ from typing import Any
 
 import pytest
 
+from burrito_py.gitproviders.client import ProviderError
+from burrito_py.gitproviders.gitea import Gitea
+from burrito_py.gitproviders.github import GitHub
+from burrito_py.gitproviders.gitlab import GitLab
 from burrito_py.outbound import LOOPBACK_NETWORKS, OutboundPolicy, OutboundRefused
 from burrito_py.plans.model import parse_plan
 from burrito_py.pullrequests.comment import LayerResult, PullRequestResults, marker, render
-from burrito_py.pullrequests.providers import CALL_BUDGET, Gitea, GitHub, GitLab, ProviderError, body_digest, publish
+from burrito_py.pullrequests.providers import CALL_BUDGET, body_digest, publish
 from burrito_py.pullrequests.statuses import commit_statuses
 
 from ...support.fakes.providers import Fake, running_fake_provider

@@ -201,7 +201,9 @@ def test_pull_request_deliveries_write_the_pull_request_of_repositories_that_pla
     assert prs()["default/infra-pr-3"] == {"provider": "github", "repository": "infra", "project": "org/infra",
                                            "number": 3, "base": "main", "headBranch": "feature",
                                            "headSha": "a" * 40, "state": "open", "title": "t",
-                                           "url": "https://x/pr", "updatedAt": "2026-03-01T10:00:00.000000Z"}
+                                           "url": "https://x/pr", "updatedAt": "2026-03-01T10:00:00.000000Z",
+                                           # the payload names no head repository: taken as a fork's (§11.3)
+                                           "fromFork": True, "author": ""}
     body = pull_request("synchronize", 3, "b" * 40, updated="2026-03-01T10:05:00Z")
     assert http.post("/api/webhook", content=body, headers=github(body, "right", "pr-2", event="pull_request")
                      ).status_code == 202
@@ -213,7 +215,8 @@ def test_pull_request_deliveries_write_the_pull_request_of_repositories_that_pla
     body = pull_request("closed", 4, "c" * 40)
     answer = http.post("/api/webhook", content=body, headers=github(body, "right", "pr-4", event="pull_request"))
     assert answer.status_code == 202 and "default/infra-pr-4" not in prs()
-    labeled = pull_request("labeled", 3, "b" * 40)
+    # (labels may approve a fork's head, §11.3: an assignment is what changes nothing)
+    labeled = pull_request("assigned", 3, "b" * 40)
     answer = http.post("/api/webhook", content=labeled, headers=github(labeled, "right", "pr-5", event="pull_request"))
     assert answer.status_code == 202 and "changes no plan" in answer.json()["ignored"]
     broken = json.loads(pull_request("opened", 5, "d" * 40))

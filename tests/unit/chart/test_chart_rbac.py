@@ -128,6 +128,8 @@ def expected(tenants: list[str], cluster_mode: bool, agl_kinds: list[tuple[str, 
     out |= expand(sa("datastore"), [ACCESS_REVIEWS], ["cluster"])
     for tenant in tenants:
         out |= expand(f"{tenant}/burrito-py-runner", RUNNER, [tenant])
+        # Pull requests' plans (issue 24, P2): their own account, reading its run as the runner does, nothing else.
+        out |= expand(f"{tenant}/burrito-py-runner-pr", RUNNER, [tenant])
     return out
 
 
@@ -227,6 +229,9 @@ def test_no_wildcards_and_no_cluster_wide_secrets_in_tenant_mode(name: str) -> N
     assert {(g.resource, g.verb) for g in runner} == {("terraformruns", "get"), ("terraformlayers", "get"),
                                                      ("terraformrepositories", "get")}
     assert all(g.scope != "cluster" for g in runner)
+    pull_requests = {g for g in all_grants if g.subject.endswith("/burrito-py-runner-pr")}
+    assert {(g.resource, g.verb) for g in pull_requests} == {(g.resource, g.verb) for g in runner}
+    assert all(g.scope != "cluster" for g in pull_requests)
 
 
 def test_runner_rules_match_the_runner_api_calls() -> None:
@@ -245,7 +250,7 @@ def test_runner_rules_match_the_runner_api_calls() -> None:
 def test_rule_counts_per_component() -> None:
     """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
     counts = grants_per_component(rendered("default"), RELEASE)
-    assert counts == {"controllers": 64, "server": 23, "datastore": 5, "runner": 3}
+    assert counts == {"controllers": 64, "server": 23, "datastore": 5, "runner": 3, "runner-pr": 3}
 
 
 def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:

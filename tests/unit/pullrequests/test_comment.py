@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from burrito_py.gitproviders.github import COMMENT_LIMIT as GITHUB_LIMIT
+from burrito_py.gitproviders.gitlab import COMMENT_LIMIT as GITLAB_LIMIT
 from burrito_py.plans.model import PlanModel, parse_plan
 from burrito_py.pullrequests.comment import (
-    GITHUB_LIMIT,
-    GITLAB_LIMIT,
     MAX_WARNINGS,
     MIN_LIMIT,
     LayerResult,
@@ -189,3 +189,25 @@ def test_status_warnings_and_table_are_never_cut(layers: list[LayerResult], limi
     assert len(body) <= limit
     assert body.startswith(essential)
     assert_balanced(body)
+
+
+def test_the_comment_masks_every_secret_fed_value_wherever_it_appears() -> None:
+    """Issue 24, P2 item 5 (left by P3): a value that came from a Secret into an ordinary variable is not marked
+    sensitive by Terraform; it shows in the plan text, the resource changes and a failed plan's log. The comment
+    masks the inputs record's `secretVariables` values (plans/masking.py) in all of them."""
+    from burrito_py.plans.masking import values_to_hide
+    from burrito_py.plans.model import parse_plan
+
+    secret = "s3cr3t-from-a-Secret"
+    document = {"format_version": "1.2", "variables": {"token": {"value": secret}},
+                "resource_changes": [{"address": f'terraform_data.x["{secret}"]', "mode": "managed",
+                                      "type": "terraform_data", "name": "x", "index": secret,
+                                      "change": {"actions": ["create"], "before": None,
+                                                 "after": {"input": secret}, "after_unknown": {}}}]}
+    hide = values_to_hide({"variables": {"token": secret}, "secretVariables": ["token"]}, document)
+    planned = LayerResult("team", "app", "layers/app", "planned", plan=parse_plan(document),
+                          plan_text=f'  + input = "{secret}"\n', hide=hide)
+    failed = LayerResult("team", "db", "layers/db", "failed", log_tail=(f"Error: bad token {secret}",), hide=hide)
+    body = render(PullRequestResults("team/infra", 4, "a" * 40, (planned, failed)))
+    assert secret not in body
+    assert body.count("(sensitive value)") >= 2  # the plan text and the log line, each masked

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from burrito_py.pullrequests.events import BadPullRequest, PullRequestEvent, pull_request_event
-from burrito_py.server.webhooks import Delivery
+from burrito_py.gitproviders.base import BadPullRequest, PullRequestEvent
+from burrito_py.gitproviders.delivery import Delivery, pull_request_event
 
 SHA = "9f2c1e0d8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e"
 
@@ -58,7 +58,7 @@ def test_each_provider_read_into_one_shape(delivery: Delivery, expected: PullReq
 
 
 @pytest.mark.parametrize("delivery", [
-    github("labeled"), github("edited"), github("review_requested"), gitlab("update"),  # no new commits
+    github("assigned"), github("edited"), github("review_requested"), gitlab("update"),  # no new commits
     gitlab("approved"), Delivery("github", "push", None, {"ref": "refs/heads/main"}),
 ])
 def test_other_actions_mean_nothing(delivery: Delivery) -> None:

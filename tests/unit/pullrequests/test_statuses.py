@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from burrito_py.gitproviders.client import CommitStatus
 from burrito_py.plans.model import parse_plan
 from burrito_py.pullrequests.comment import LayerResult, PullRequestResults, marker, render
 from burrito_py.pullrequests.statuses import (
     AGGREGATE_CONTEXT,
     CommentUpdate,
-    CommitStatus,
     comment_update,
     commit_statuses,
     statuses_to_send,

@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.git.urls import repository_identity
+from burrito_py.gitproviders.delivery import Delivery
 from burrito_py.server.ratelimit import SourceLimiter, source_of
 from burrito_py.server.webhook_keys import PublishedKey, decode_entries, encode_entry, entry_name, hmac_key
 from burrito_py.server.webhooks import (
     BadDelivery,
-    Delivery,
     RecentDeliveries,
     body_digest,
     read_delivery,

@@ -1,0 +1,124 @@
+"""What the providers' API clients share (docs/architecture.md §11.3): the client Protocol, the commit status
+they send, their errors, and one provider's HTTP.
+
+Rate limits: a 429, or a 403 with `X-RateLimit-Remaining: 0` (GitHub's secondary limits), waits `Retry-After`
+or until `X-RateLimit-Reset` (GitHub, Gitea: epoch seconds; GitLab `RateLimit-Reset` too), at most
+`MAX_WAIT` seconds, then tries once more. Tokens never appear in errors or logs, and never go to another origin
+than the API URL's (a `Link` to another host is not followed). Connections go through the outbound address guard.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import httpx
+
+from burrito_py.outbound import GuardedTransport, OutboundPolicy
+
+__all__ = [
+    "MAX_WAIT",
+    "ApiHttp",
+    "CommitStatus",
+    "ProviderClient",
+    "ProviderError",
+    "StatusState",
+    "connection_failure",
+]
+
+MAX_WAIT = 60.0
+StatusState = Literal["pending", "success", "failure"]
+
+
+class ProviderError(Exception):
+    """A provider refused or failed a call; the message names the call, never the token."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitStatus:
+    context: str
+    state: StatusState
+    description: str
+
+
+class ProviderClient(Protocol):
+    @property
+    def calls(self) -> int: ...  # API calls made so far (rate-limit retries included)
+
+    def list_comments(self) -> dict[str, str]: ...
+    def close(self) -> None: ...
+    def create_comment(self, body: str) -> str: ...
+    def edit_comment(self, comment_id: str, body: str) -> None: ...
+    def set_status(self, sha: str, status: CommitStatus, target_url: str | None) -> None: ...
+
+
+def connection_failure(exc: httpx.HTTPError) -> str:
+    """What a failed call says: the same words whether the port was closed, filtered or reset, so a status never
+    answers a port scan (docs/architecture.md §8, "Outbound calls")."""
+    return "could not connect" if isinstance(exc, httpx.TransportError) else type(exc).__name__
+
+
+class ApiHttp:
+    """One provider's HTTP: auth header, rate-limit waits, call counting; connections through the outbound address
+    guard (burrito_py/outbound.py), and never a request carrying the token to another origin than the API's."""
+
+    def __init__(self, base_url: str, headers: Mapping[str, str], *, sleep: Callable[[float], None],
+                 outbound: OutboundPolicy) -> None:
+        self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=dict(headers), timeout=30.0,
+                                    transport=GuardedTransport(outbound))
+        self._origin = _origin(httpx.URL(base_url))
+        self._sleep = sleep
+        self.calls = 0
+
+    def close(self) -> None:
+        self._client.close()
+
+    def request(self, method: str, path: str, what: str, **kw: Any) -> httpx.Response:
+        # A path may be a URL the provider gave (GitHub's `Link: <…>; rel="next"`): the token goes to the API's own
+        # origin only, whatever an answer says.
+        target = self._client.base_url.join(path) if not path.startswith(("http://", "https://")) else httpx.URL(path)
+        if _origin(target) != self._origin:
+            raise ProviderError(f"{what}: the provider pointed to another host ({target.host}); not followed")
+        for attempt in (1, 2):
+            self.calls += 1
+            try:
+                response = self._client.request(method, path, **kw)
+            except httpx.HTTPError as exc:
+                raise ProviderError(f"{what}: {connection_failure(exc)}") from None
+            wait = _rate_limited(response)
+            if wait is not None and attempt == 1:
+                self._sleep(min(wait, MAX_WAIT))
+                continue
+            if response.status_code >= 400:
+                raise ProviderError(f"{what}: HTTP {response.status_code} {_message(response)}")
+            return response
+        raise AssertionError("unreachable")
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port
+
+
+def _rate_limited(response: httpx.Response) -> float | None:
+    """Seconds to wait before trying again, or None when the answer is no rate limit."""
+    limited = response.status_code == 429 or (
+        response.status_code == 403 and response.headers.get("X-RateLimit-Remaining") == "0")
+    if not limited:
+        return None
+    retry_after = response.headers.get("Retry-After")
+    if retry_after and retry_after.isdigit():
+        return float(retry_after)
+    reset = response.headers.get("X-RateLimit-Reset") or response.headers.get("RateLimit-Reset")
+    if reset and reset.isdigit():
+        return max(float(reset) - time.time(), 0.0) + 1.0
+    return 1.0
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return ""
+    return str(data.get("message") or data.get("error") or "")[:200] if isinstance(data, dict) else ""

@@ -1,0 +1,82 @@
+"""Gitea and Forgejo (docs/architecture.md §11.1, §11.3): GitHub's shapes with its own headers.
+
+- Webhooks: `X-Gitea-Event`, `X-Gitea-Delivery`; signed `X-Gitea-Signature: <hex HMAC-SHA256 of the body>`. It
+  also sends `X-GitHub-Event`: the registry asks it before GitHub (`registry.py`).
+- `pull_request`: as GitHub's (`github.pull_request_event`, forks told the same way), `synchronized` → updated,
+  `label_updated`/`label_cleared` → labeled with every label it has now.
+- Heads at `refs/pull/<n>/head`; comments assumed up to 65,536 characters (an instance setting: the repository's
+  `spec.pullRequests.commentLimit` says otherwise).
+- API `/api/v1`: GitHub's routes, `token` authorization and `page`/`limit` paging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from burrito_py.gitproviders import github
+from burrito_py.gitproviders.base import Detected, GitProvider, PullRequestEvent, repository_urls
+from burrito_py.gitproviders.client import ApiHttp, ProviderClient
+from burrito_py.outbound import OutboundPolicy
+
+__all__ = ["COMMENT_LIMIT", "PROVIDER", "Gitea", "GiteaProvider"]
+
+COMMENT_LIMIT = 65_536  # Gitea's is a setting of the instance; this is the default we assume
+
+
+@dataclass
+class Gitea(github.GitHub):
+    """Gitea's REST API (`api_url` https://gitea.example/api/v1): GitHub's routes, `token` authorization."""
+
+    def __post_init__(self) -> None:
+        self.http = ApiHttp(self.api_url, {"Authorization": f"token {self.token}", "Accept": "application/json"},
+                            sleep=self.sleep, outbound=self.outbound)
+
+    def list_comments(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        page = 1
+        while True:
+            response = self.http.request("GET", f"{self._repo()}/issues/{self.number}/comments",
+                                         "listing the pull request's comments", params={"page": page, "limit": 50})
+            items = response.json()
+            found.update({str(c["id"]): str(c.get("body") or "") for c in items})
+            if len(items) < 50:
+                return found
+            page += 1
+
+
+class GiteaProvider:
+    name = "gitea"
+    event_header = "X-Gitea-Event"
+    push_events = frozenset({"push"})
+    comment_limit = COMMENT_LIMIT
+    github_app = False
+
+    def detect(self, headers: Mapping[str, str]) -> Detected | None:
+        if "x-gitea-event" not in headers:
+            return None
+        return headers["x-gitea-event"], headers.get("x-gitea-delivery")
+
+    def signature_valid(self, headers: Mapping[str, str], body: bytes, key: bytes) -> bool:
+        return github.sha256_valid(headers.get("x-gitea-signature", ""), body, key)
+
+    def repository_urls(self, payload: Mapping[str, Any]) -> list[str]:
+        return repository_urls(payload)
+
+    def pull_request_event(self, event: str, payload: Mapping[str, Any]) -> PullRequestEvent | None:
+        return github.pull_request_event(self.name, event, payload)
+
+    def head_ref(self, number: int) -> str:
+        return f"refs/pull/{int(number)}/head"
+
+    def default_api_url(self, base: str, host: str) -> str:
+        return f"{base}/api/v1"
+
+    def client(self, api_url: str, project: str, number: int, token: Callable[[], str], *,
+               sleep: Callable[[float], None], outbound: OutboundPolicy) -> ProviderClient:
+        owner, repo = github.owner_repo(self.name, project)
+        return Gitea(api_url, owner, repo, number, token(), sleep=sleep, outbound=outbound)
+
+
+PROVIDER: GitProvider = GiteaProvider()

@@ -1,0 +1,172 @@
+"""GitLab (gitlab.com and self-managed; docs/architecture.md §11.1, §11.3).
+
+- Webhooks: `X-Gitlab-Event`, delivery id `X-Gitlab-Event-UUID` (else `X-Gitlab-Webhook-UUID`); not signed: it
+  sends the secret itself (`X-Gitlab-Token`), verified when `hmac_key(token)` equals the key, in constant time.
+- `Merge Request Hook`: `open`/`reopen` → opened, `update` with `oldrev` (new commits) → updated, `update` with
+  `changes.labels` → labeled (the labels added and removed, the sender `user.username`), `close`, `merge`; other
+  actions (an `update` without new commits or labels, approvals) are None. A fork (`from_fork`):
+  `source_project_id` against `target_project_id`; a payload that does not say is one.
+- Heads at `refs/merge-requests/<iid>/head`; notes up to 1,000,000 characters.
+- API v4 (`/api/v4`): `GET/POST /projects/{id}/merge_requests/{iid}/notes`, `PUT …/notes/{id}`,
+  `POST /projects/{id}/statuses/{sha}`; `project` is the id or `group/subgroup/name`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from burrito_py.gitproviders.base import (
+    Action,
+    Detected,
+    GitProvider,
+    PullRequestEvent,
+    field_of,
+    hmac_key,
+    login_of,
+    repository_urls,
+    time_of,
+)
+from burrito_py.gitproviders.client import ApiHttp, CommitStatus, ProviderClient
+from burrito_py.outbound import OutboundPolicy
+
+__all__ = ["COMMENT_LIMIT", "PROVIDER", "GitLab", "GitLabProvider", "from_fork"]
+
+COMMENT_LIMIT = 1_000_000
+_ACTIONS: dict[str, Action] = {"open": "opened", "reopen": "opened", "close": "closed", "merge": "merged"}
+
+
+def from_fork(attributes: Mapping[str, Any]) -> bool:
+    """Whether a GitLab merge request comes from another project than its target (unknown: it does)."""
+    source, target = attributes.get("source_project_id"), attributes.get("target_project_id")
+    if not isinstance(source, int) or not isinstance(target, int) or isinstance(source, bool):
+        return True
+    return source != target
+
+
+def _labels(payload: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(added, removed) label titles of a GitLab `update` (`changes.labels.previous/current`)."""
+    changes = (payload.get("changes") or {}).get("labels") if isinstance(payload.get("changes"), Mapping) else None
+    if not isinstance(changes, Mapping):
+        return (), ()
+
+    def titles(key: str) -> set[str]:
+        items = changes.get(key)
+        return {str(i["title"]) for i in items or () if isinstance(i, Mapping) and isinstance(i.get("title"), str)}
+
+    before, after = titles("previous"), titles("current")
+    return tuple(sorted(after - before)), tuple(sorted(before - after))
+
+
+@dataclass
+class GitLab:
+    """GitLab's REST API v4 (`api_url` https://gitlab.com/api/v4); `project` is the id or `group/name`."""
+
+    api_url: str
+    project: str
+    number: int  # the merge request's iid
+    token: str = field(repr=False)
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    outbound: OutboundPolicy = field(default_factory=OutboundPolicy, repr=False)
+    http: ApiHttp = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.http = ApiHttp(self.api_url, {"PRIVATE-TOKEN": self.token}, sleep=self.sleep, outbound=self.outbound)
+
+    @property
+    def calls(self) -> int:
+        return self.http.calls
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _mr(self) -> str:
+        return f"/projects/{quote(self.project, safe='')}/merge_requests/{self.number}"
+
+    def list_comments(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        page: str | None = "1"
+        while page:
+            response = self.http.request("GET", f"{self._mr()}/notes", "listing the merge request's notes",
+                                         params={"per_page": 100, "page": page, "sort": "asc"})
+            found.update({str(n["id"]): str(n.get("body") or "") for n in response.json() if not n.get("system")})
+            page = response.headers.get("X-Next-Page") or None
+        return found
+
+    def create_comment(self, body: str) -> str:
+        response = self.http.request("POST", f"{self._mr()}/notes", "creating the note", json={"body": body})
+        return str(response.json()["id"])
+
+    def edit_comment(self, comment_id: str, body: str) -> None:
+        self.http.request("PUT", f"{self._mr()}/notes/{quote(comment_id, safe='')}", "editing the note",
+                          json={"body": body})
+
+    def set_status(self, sha: str, status: CommitStatus, target_url: str | None) -> None:
+        state = {"pending": "pending", "success": "success", "failure": "failed"}[status.state]
+        payload = {"state": state, "name": status.context, "description": status.description,
+                   **({"target_url": target_url} if target_url else {})}
+        self.http.request("POST", f"/projects/{quote(self.project, safe='')}/statuses/{quote(sha, safe='')}",
+                          f"status {status.context}", json=payload)
+
+
+class GitLabProvider:
+    name = "gitlab"
+    event_header = "X-Gitlab-Event"
+    push_events = frozenset({"Push Hook"})
+    comment_limit = COMMENT_LIMIT
+    github_app = False
+
+    def detect(self, headers: Mapping[str, str]) -> Detected | None:
+        if "x-gitlab-event" not in headers:
+            return None
+        return headers["x-gitlab-event"], headers.get("x-gitlab-event-uuid") or headers.get("x-gitlab-webhook-uuid")
+
+    def signature_valid(self, headers: Mapping[str, str], body: bytes, key: bytes) -> bool:
+        token = headers.get("x-gitlab-token", "").encode()
+        return hmac.compare_digest(hmac_key(token), key)
+
+    def repository_urls(self, payload: Mapping[str, Any]) -> list[str]:
+        return repository_urls(payload)
+
+    def pull_request_event(self, event: str, payload: Mapping[str, Any]) -> PullRequestEvent | None:
+        if event != "Merge Request Hook":
+            return None
+        attributes = payload.get("object_attributes") or {}
+        action = field_of(payload, "object_attributes.action", str)
+        added, removed = _labels(payload)
+        if action == "update" and attributes.get("oldrev"):
+            kind: Action = "updated"  # new commits: GitLab sends `oldrev` only then
+            added, removed = (), ()
+        elif action == "update" and (added or removed):
+            kind = "labeled"
+        elif action in _ACTIONS:
+            kind = _ACTIONS[action]
+        else:
+            return None
+        actor = login_of(payload.get("user"), "username")
+        return PullRequestEvent(self.name, kind, field_of(payload, "object_attributes.iid", int),
+                                field_of(payload, "object_attributes.target_branch", str),
+                                field_of(payload, "object_attributes.source_branch", str),
+                                field_of(payload, "object_attributes.last_commit.id", str),
+                                str(attributes.get("title") or ""), str(attributes.get("url") or ""),
+                                field_of(payload, "project.path_with_namespace", str),
+                                time_of(payload, "object_attributes.updated_at"),
+                                from_fork=from_fork(attributes),
+                                author=actor if kind == "opened" else "", sender=actor, added=added, removed=removed)
+
+    def head_ref(self, number: int) -> str:
+        return f"refs/merge-requests/{int(number)}/head"
+
+    def default_api_url(self, base: str, host: str) -> str:
+        return f"{base}/api/v4"
+
+    def client(self, api_url: str, project: str, number: int, token: Callable[[], str], *,
+               sleep: Callable[[float], None], outbound: OutboundPolicy) -> ProviderClient:
+        return GitLab(api_url, project.strip("/"), number, token(), sleep=sleep, outbound=outbound)
+
+
+PROVIDER: GitProvider = GitLabProvider()

@@ -1,0 +1,72 @@
+"""The git providers, by name (docs/architecture.md §11.1, §11.3).
+
+The one list of names is `PullRequestProvider` in `burrito_py/api/pullrequest.py`: the TerraformPullRequest
+CRD's enum is generated from it, and each name is the module of this package that implements that provider
+(`PROVIDER: GitProvider`). So a new provider is its module here plus its name there (then `burrito-py crds
+generate` and `burrito-py chart generate`); nothing else names a provider. The models live a floor below this
+package (they import nothing of ours but each other), so the names are read from there, never the other way.
+
+Webhook detection asks the providers in the reverse of that list's order: a provider whose deliveries also carry
+another's headers comes after it (Gitea and Forgejo send `X-GitHub-Event` besides `X-Gitea-Event`), so it is
+asked first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import import_module
+from typing import get_args
+
+from burrito_py.api.pullrequest import PullRequestProvider
+from burrito_py.gitproviders.base import GitProvider
+
+__all__ = ["PROVIDERS", "detect", "event_headers", "find", "names", "provider_named", "push_events"]
+
+
+def _load(name: str) -> GitProvider:
+    module = import_module(f"burrito_py.gitproviders.{name}")
+    provider = getattr(module, "PROVIDER", None)
+    if not isinstance(provider, GitProvider) or provider.name != name:
+        raise ImportError(f"{module.__name__}.PROVIDER is not a GitProvider named {name!r}")
+    return provider
+
+
+# name → provider, in `PullRequestProvider`'s order (tests add one of their own with monkeypatch.setitem).
+PROVIDERS: dict[str, GitProvider] = {name: _load(name) for name in get_args(PullRequestProvider)}
+
+
+def names() -> tuple[str, ...]:
+    return tuple(PROVIDERS)
+
+
+def find(name: str) -> GitProvider | None:
+    return PROVIDERS.get(name)
+
+
+def provider_named(name: str) -> GitProvider:
+    """The provider called `name`; ValueError naming the known ones otherwise."""
+    provider = PROVIDERS.get(name)
+    if provider is None:
+        raise ValueError(f"unknown pull request provider {name!r} (expected one of {', '.join(PROVIDERS)})")
+    return provider
+
+
+def detect(headers: Mapping[str, str]) -> tuple[GitProvider, str, str | None] | None:
+    """The provider whose webhook `headers` (lower-case names) are, with the event type and delivery id."""
+    for provider in reversed(PROVIDERS.values()):
+        found = provider.detect(headers)
+        if found is not None:
+            return provider, found[0], found[1]
+    return None
+
+
+def event_headers() -> str:
+    """The providers' event headers, for a message: `X-GitHub-Event, X-Gitlab-Event or X-Gitea-Event`."""
+    headers = [provider.event_header for provider in PROVIDERS.values()]
+    return " or ".join([", ".join(headers[:-1]), headers[-1]] if len(headers) > 1 else headers)
+
+
+def push_events() -> frozenset[str]:
+    """Every provider's push event types. A delivery is a push when its event is any of them, whichever provider
+    sent it (as before the providers had modules: a push by any provider's name is acted on as a push)."""
+    return frozenset().union(*(provider.push_events for provider in PROVIDERS.values()))
