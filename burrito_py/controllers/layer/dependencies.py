@@ -28,8 +28,8 @@ from burrito_py.controllers.layer.dependency_decisions import (
     DependencyVerdict,
     UpstreamView,
 )
+from burrito_py.controllers.layer.inputs_record import Upstream
 from burrito_py.controllers.layer.outputs_cache import HeldOutputs, read_outputs
-from burrito_py.controllers.layer.run_inputs import Upstream
 from burrito_py.kube.inventory import Body, Key, key_of
 
 if TYPE_CHECKING:

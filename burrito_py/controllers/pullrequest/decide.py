@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from burrito_py.controllers.layer.run_inputs import Sources, Upstream, build_record
+from burrito_py.controllers.layer.inputs_record import Sources, Upstream, build_record
 from burrito_py.plans.masking import SecretValues
 from burrito_py.plans.model import PlanModel
 from burrito_py.pullrequests.affected import Affected

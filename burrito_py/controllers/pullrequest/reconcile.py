@@ -23,7 +23,8 @@ from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.dependencies import dependency_snapshot, upstream_inputs
 from burrito_py.controllers.layer.dependency_decisions import judge_dependencies
-from burrito_py.controllers.layer.run_inputs import Upstream, needs_record, put_run_inputs, store_record
+from burrito_py.controllers.layer.inputs_record import Upstream, needs_record
+from burrito_py.controllers.layer.run_inputs import put_run_inputs, store_record
 from burrito_py.controllers.pullrequest.decide import (
     PlanOutcome,
     PullRequestDecision,

@@ -28,7 +28,7 @@ from burrito_local.kube_tokens import API_AUDIENCES
 from kubernetes import client, config
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.layer.run_inputs import Upstream, build_record, resolve_sources
+from burrito_py.controllers.layer.inputs_record import Upstream, build_record, resolve_sources
 from burrito_py.datastore.client import DatastoreClient
 from burrito_py.datastore.in_process import running_datastore
 

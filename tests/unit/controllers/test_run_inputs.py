@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from burrito_py.controllers.layer.run_inputs import Sources, Upstream, build_record, resolve_sources
+from burrito_py.controllers.layer.inputs_record import Sources, Upstream, build_record, resolve_sources
 
 SECRET_VALUE = "s3cr3t-Value-9q"
 

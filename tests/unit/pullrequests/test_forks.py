@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.controllers.layer.run_inputs import Upstream
+from burrito_py.controllers.layer.inputs_record import Upstream
 from burrito_py.controllers.pullrequest.decide import (
     PullRequestSnapshot,
     RunFacts,
