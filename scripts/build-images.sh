@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Build the two container images with docker buildx (needs a Docker engine: none exists on the development
+# Build the three container images with docker buildx (needs a Docker engine: none exists on the development
 # machines, where tests/unit/images checks the Dockerfiles statically instead).
 #
-#   scripts/build-images.sh                      # build both for this machine's platform, load them locally
+#   scripts/build-images.sh                      # build all three for this machine's platform, load them locally
 #   PUSH=1 REGISTRY=ghcr.io/acme scripts/build-images.sh   # build for PLATFORMS and push
 #
-# Tags: <REGISTRY>/burrito-py:<version> and <REGISTRY>/burrito-py-runner:<version>, <version> from pyproject.toml.
+# Tags: <REGISTRY>/burrito-py:<version>, <REGISTRY>/burrito-py-runner:<version> and
+# <REGISTRY>/burrito-py-datastore:<version>, <version> from pyproject.toml.
 # PLATFORMS (push only): linux/amd64 by default; linux/arm64 needs TOFU_SHA256_ARM64 in runner/Dockerfile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,3 +34,4 @@ build() {  # <Dockerfile> <image name>
 
 build images/burrito-py/Dockerfile burrito-py
 build runner/Dockerfile burrito-py-runner
+build datastore/Dockerfile burrito-py-datastore

@@ -31,6 +31,7 @@ from burrito_py.server.settings import ServerSettings
 
 __all__ = [
     "CHART_VERSION",
+    "DATASTORE_IMAGE_REPOSITORY",
     "IMAGE_REPOSITORY",
     "RUNNER_IMAGE_REPOSITORY",
     "ChartValues",
@@ -39,6 +40,7 @@ __all__ = [
 CHART_VERSION = "0.1.0"
 IMAGE_REPOSITORY = "ghcr.io/burrito-py/burrito-py"
 RUNNER_IMAGE_REPOSITORY = "ghcr.io/burrito-py/burrito-py-runner"
+DATASTORE_IMAGE_REPOSITORY = "ghcr.io/burrito-py/burrito-py-datastore"
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 Object = dict[str, Any]
@@ -381,9 +383,16 @@ class DatastoreTls(Values):
     )
 
 
+class DatastoreImage(Image):
+    """The datastore image (datastore/Dockerfile: the wheel and gpgv, no git, no ssh)."""
+
+    repository: str = Field(DATASTORE_IMAGE_REPOSITORY, description="Image repository.")
+
+
 class Datastore(Workload):
     """The datastore of plans, logs, outputs and source archives (`burrito-py datastore start`)."""
 
+    image: DatastoreImage = Field(default_factory=DatastoreImage, description="Datastore image.")
     config: DatastoreConfig = Field(default_factory=DatastoreConfig, description="Datastore settings.")
     storage: Storage = Field(default_factory=Storage, description="Storage backend.")
     encryption: Encryption = Field(default_factory=Encryption, description="Encryption at rest.")
@@ -632,7 +641,7 @@ class ChartValues(Values):
     """Values of the burrito-py chart."""
 
     global_: Global = Field(default_factory=Global, alias="global", description="Settings of every object.")
-    image: Image = Field(default_factory=Image, description="Image of the controllers, datastore and server.")
+    image: Image = Field(default_factory=Image, description="Image of the controllers and the server.")
     crds: Crds = Field(default_factory=Crds, description="CustomResourceDefinitions.")
     admission_policy: AdmissionPolicy = Field(
         default_factory=AdmissionPolicy, description="The run-namespace ValidatingAdmissionPolicy."

@@ -163,7 +163,7 @@ def dev_values(options: DevOptions, agl_kinds: list[dict[str, str]] | None = Non
             },
             "agl": {"kinds": agl_kinds or []},
         },
-        "datastore": {"auth": {"extraAdminUsers": [LOCAL_ADMIN_USERNAME]}},
+        "datastore": {"image": {"pullPolicy": "Never"}, "auth": {"extraAdminUsers": [LOCAL_ADMIN_USERNAME]}},
         # The UI is reached over plain http on this machine: Secure cookies would never come back.
         "server": {"config": {"uiSecureCookies": False}},
         **options.values,

@@ -34,6 +34,10 @@ helm.sh/chart: {{ include "burrito-py.chart" .root }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{- define "burrito-py.datastoreImage" -}}
+{{- printf "%s:%s" .Values.datastore.image.repository (default .Chart.AppVersion .Values.datastore.image.tag) -}}
+{{- end -}}
+
 {{- define "burrito-py.runnerImage" -}}
 {{- printf "%s:%s" .Values.runner.image.repository (default .Chart.AppVersion .Values.runner.image.tag) -}}
 {{- end -}}

@@ -16,10 +16,10 @@ import pytest
 from dockerfile_parse import DockerfileParser
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-DOCKERFILES = [REPO_ROOT / "images/burrito-py/Dockerfile", REPO_ROOT / "runner/Dockerfile"]
-CONTROLLER, RUNNER = REPO_ROOT / "images/burrito-py/Dockerfile", REPO_ROOT / "runner/Dockerfile"
+DOCKERFILES = [REPO_ROOT / p for p in ("images/burrito-py/Dockerfile", "runner/Dockerfile", "datastore/Dockerfile")]
+CONTROLLER, RUNNER, DATASTORE = DOCKERFILES
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
-IDS = ["burrito-py", "runner"]
+IDS = ["burrito-py", "runner", "datastore"]
 
 
 def hadolint() -> str:
@@ -52,8 +52,8 @@ def arg_defaults(path: Path) -> dict[str, str]:
     return defaults
 
 
-def test_both_images_exist() -> None:
-    assert DOCKERFILES == [CONTROLLER, RUNNER]
+def test_every_image_exists() -> None:
+    assert all(path.is_file() for path in DOCKERFILES)
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)
@@ -139,6 +139,13 @@ def test_the_controller_image_has_git_ssh_and_gpgv() -> None:
     install = next(item["value"] for item in instructions(CONTROLLER, "RUN") if "apt-get install" in item["value"])
     assert re.search(r"\bgit=\S+", install) and re.search(r"\bopenssh-client=\S+", install)
     assert re.search(r"\bgpgv=\S+", install)  # the provider cache checks SHA256SUMS signatures
+
+
+def test_the_datastore_image_has_gpgv_but_no_git_nor_ssh() -> None:
+    install = next(item["value"] for item in instructions(DATASTORE, "RUN") if "apt-get install" in item["value"])
+    assert re.search(r"\bgpgv=\S+", install)  # the provider cache checks SHA256SUMS signatures
+    assert not re.search(r"\bgit=|openssh", install)  # it clones nothing
+    assert any('"datastore", "start"' in item["value"] for item in instructions(DATASTORE, "CMD"))
 
 
 def final_env(path: Path) -> dict[str, str]:
