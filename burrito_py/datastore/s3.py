@@ -205,29 +205,17 @@ class S3Storage:
         return None
 
     async def read(self, key: str) -> Opened | None:
-        try:
-            response = await _in_thread(self.client.get_object, Bucket=self.bucket, Key=self._key(key))
-        except ClientError as exc:
-            if _code(exc) in _MISSING:
-                return None
-            raise
-        body = response["Body"]
-
-        async def stream() -> AsyncIterator[bytes]:
-            try:
-                while chunk := await _in_thread(body.read, CHUNK):
-                    yield chunk
-            finally:
-                body.close()
-
+        response = await self._get(key)
+        if response is None:
+            return None
         info = self._info(response)
         if info is None:  # stored before sums were kept: computed from another read
-            body.close()
+            response["Body"].close()
             info = await self._computed(key)
             if info is None:
                 return None
             return await self._reopen(key, info)
-        return Opened(info, stream())
+        return Opened(info, _stream(response["Body"]))
 
     async def _reopen(self, key: str, info: ObjectInfo) -> Opened | None:
         stream = await self.open(key)
@@ -244,22 +232,19 @@ class S3Storage:
         return ObjectInfo(digest.hexdigest(), size, recorded=False)
 
     async def open(self, key: str) -> AsyncIterator[bytes] | None:
+        response = await self._get(key)
+        return _stream(response["Body"]) if response is not None else None
+
+    async def _get(self, key: str) -> dict[str, Any] | None:
+        """The object's GetObject answer (its body not read yet); None when there is none."""
         try:
-            response = await _in_thread(self.client.get_object, Bucket=self.bucket, Key=self._key(key))
+            response: dict[str, Any] = await _in_thread(self.client.get_object, Bucket=self.bucket,
+                                                         Key=self._key(key))
         except ClientError as exc:
             if _code(exc) in _MISSING:
                 return None
             raise
-        body = response["Body"]
-
-        async def stream() -> AsyncIterator[bytes]:
-            try:
-                while chunk := await _in_thread(body.read, CHUNK):
-                    yield chunk
-            finally:
-                body.close()
-
-        return stream()
+        return response
 
     async def stat(self, key: str) -> ObjectInfo | None:
         try:
@@ -433,3 +418,12 @@ class _Multipart:
             )
         except ClientError as exc:  # the upload stays invisible; a lifecycle rule or the sweep removes it
             log.warning("could not abort the multipart upload of %s: %s", self.key, _code(exc))
+
+
+async def _stream(body: Any) -> AsyncIterator[bytes]:
+    """An S3 body, read in chunks off the event loop, closed when done or abandoned."""
+    try:
+        while chunk := await _in_thread(body.read, CHUNK):
+            yield chunk
+    finally:
+        body.close()
