@@ -16,6 +16,12 @@ def fixture(name: str) -> dict[str, Any]:
     return data
 
 
+def diff_fixture(name: str) -> dict[str, Any]:
+    """A plan of tests/fixtures/plans/diff/ (attribute diffs; outside the set every plan test iterates over)."""
+    data: dict[str, Any] = json.loads((FIXTURES / "diff" / f"{name}.json").read_text())
+    return data
+
+
 def fixture_names() -> list[str]:
     return sorted(p.stem for p in FIXTURES.glob("*.json"))
 
