@@ -22,7 +22,6 @@ from __future__ import annotations
 import enum
 import json
 import re
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -42,7 +41,6 @@ __all__ = [
 MAX_PER_RESOURCE = 200
 MAX_PER_PLAN = 20_000
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
-_ESCAPED_CATEGORIES = {"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"}
 
 
 class Marker(enum.Enum):
@@ -198,9 +196,13 @@ def path_text(steps: Sequence[str | int]) -> str:
 
 
 def _escape(text: str) -> str:
-    """`text` with every character that could hide, reorder or break what surrounds it written as an escape."""
-    return "".join(c if unicodedata.category(c) not in _ESCAPED_CATEGORIES
-                   else (f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}") for c in text)
+    """`text` with every character that could hide, reorder or break what surrounds it written as an escape: those
+    Python does not call printable (control, format such as bidirectional overrides, line and paragraph separators,
+    spaces other than " ", surrogates, private use, unassigned)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else (f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}")
+                   for c in text)
 
 
 def one_line(text: str) -> str:
