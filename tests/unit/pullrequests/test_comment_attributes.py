@@ -17,7 +17,7 @@ from burrito_py.plans.model import parse_plan
 from burrito_py.pullrequests.comment import MIN_LIMIT, LayerResult, PullRequestResults, render
 from burrito_py.pullrequests.comment_attributes import attribute_sections
 
-from ..plans.plan_fixtures import diff_fixture
+from ..plans.plan_fixtures import diff_fixture, hostile_plan
 from ..plans.test_attributes import NEW, SECRET_PREFIX, _pair
 from .test_comment import assert_balanced
 
@@ -89,18 +89,6 @@ def test_sections_that_do_not_fit_at_all_are_counted() -> None:
     assert sum(len(s) + 2 for s in sections) <= 2_000
     assert re.fullmatch(r"Attribute changes of \d+ more layers cut to fit the comment\.", sections[-1])
     assert len(sections) - 1 + int(sections[-1].split()[3]) == 100
-
-
-HOSTILE = ["</details><img src=x onerror=alert(1)>", "[click here](https://evil.example/steal)",
-           "```\n</details>\n<script>alert(2)</script>", "<a href='https://evil.example'>x</a>",
-           "![img](https://evil.example/p.png)", "\u202egnp.exe", "line\n\n# heading\n- item"]
-
-
-def hostile_plan() -> dict[str, Any]:
-    """A plan whose values, keys and addresses an author of the pull request chose."""
-    return plan_of(*((f'terraform_data.x["{value}"]' if i % 2 == 0 else f"terraform_data.h{i}", ["update"],
-                      {"input": "old", "m": {value: "1"}}, {"input": value, "m": {value: "2"}})
-                     for i, value in enumerate(HOSTILE)))
 
 
 def test_attack_hostile_values_render_inert() -> None:
