@@ -89,8 +89,11 @@ def attribute_changes(change: Mapping[str, Any], budget: Budget | None = None,
     replace_paths = [tuple(p) for p in change.get("replace_paths") or () if isinstance(p, list)]
     walker = _Walker(replace_paths, min(per_resource, budget.left if budget is not None else per_resource))
     before, after = change.get("before"), change.get("after")
-    walker.walk((), {} if before is None else before, {} if after is None else after, change.get("after_unknown"),
-                change.get("before_sensitive"), change.get("after_sensitive"))
+    try:
+        walker.walk((), {} if before is None else before, {} if after is None else after,
+                    change.get("after_unknown"), change.get("before_sensitive"), change.get("after_sensitive"))
+    except RecursionError:  # nested nearly as deep as the JSON parser allows: counted, not shown
+        return (), len(walker.kept) + walker.cut + 1
     if budget is not None:
         budget.left -= len(walker.kept)
     return tuple(walker.kept), walker.cut
@@ -222,5 +225,8 @@ def display(value: Leaf, max_chars: int = 200) -> str:
         if len(value) <= max_chars:
             return _quoted(value)
         return f"{_quoted(value[:max_chars])}… ({len(value):,} characters)"
-    text = _escape(json.dumps(value, ensure_ascii=False, sort_keys=True, default=str, separators=(",", ":")))
+    try:
+        text = _escape(json.dumps(value, ensure_ascii=False, sort_keys=True, default=str, separators=(",", ":")))
+    except RecursionError:
+        return "(too deeply nested to show)"
     return text if len(text) <= max_chars else f"{text[:max_chars]}… ({len(text):,} characters)"

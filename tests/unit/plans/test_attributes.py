@@ -139,6 +139,15 @@ def test_the_parse_keeps_at_most_its_bounds_and_counts_the_rest() -> None:
     assert deleted.resource_changes[0].attributes == ()  # a destroy is its address; its attributes all go
 
 
+def test_values_nested_as_deep_as_json_allows_are_counted_not_a_crash() -> None:
+    deep: Any = "x"
+    for _ in range(5_000):
+        deep = {"a": deep}
+    found, cut = attribute_changes({"before": {"v": deep}, "after": {"v": {"a": deep}}})
+    assert found == () and cut >= 1
+    assert display(deep) == "(too deeply nested to show)"
+
+
 def test_display_is_json_on_one_line_with_hiding_characters_escaped_and_long_values_cut() -> None:
     assert display(Marker.SENSITIVE) == "(sensitive)" and display("(sensitive)") == '"(sensitive)"'
     assert display(None) == "null" and display(True) == "true" and display(1.5) == "1.5" and display([]) == "[]"
