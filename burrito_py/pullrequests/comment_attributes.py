@@ -9,10 +9,10 @@ Everything taken from the plan is inert: it is inside a fence longer than any ba
 markdown nor HTML in a value is read), each value and path is one line (JSON, with control, format and separator
 characters escaped), and the summary's only plan text is HTML-escaped.
 
-`attribute_sections(layers, room)` fits `room`: when the whole does not fit, the resources with the largest blocks
-are dropped first, and each section's last line says how many of its resources were cut and where the whole plan
-is (`burrito-py plan download`); when even the sections' frames do not fit, the last layers' sections go and one
-line says how many.
+`attribute_sections(layers, room)` fits `room`: when the whole does not fit, the layers get equal shares of it,
+smallest first (a small layer stays whole), and inside a layer the resources with the largest blocks are dropped
+first; the section's last line says how many of its resources were cut and where the whole plan is
+(`burrito-py plan download`). A layer whose frame does not fit its share is left out, and one line says how many.
 """
 
 from __future__ import annotations
