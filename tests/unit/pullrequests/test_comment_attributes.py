@@ -139,3 +139,14 @@ def test_a_sensitive_value_never_reaches_the_comment(pairs: list[tuple[tuple[Any
         for i, (before, after) in enumerate(pairs)]}
     body = comment(layer("app", document, plan_text=""), limit=limit)
     assert SECRET_PREFIX not in body
+
+
+def test_a_secret_fed_value_is_masked_in_the_attribute_diffs() -> None:
+    """A value from a Secret (not marked sensitive by Terraform) in an attribute's value and in a map key: the
+    comment masks it there as in the plan text (LayerResult.masked, plans/masking.py)."""
+    secret = "s3cr3t-fed-from-a-Secret"
+    document = hostile_plan([secret])
+    hide = values_to_hide({"variables": {"token": secret}, "secretVariables": ["token"]}, document)
+    body = comment(layer("app", document, plan_text=f"+ input = {secret}", hide=hide))
+    assert secret not in body
+    assert '! input: "old" → "(sensitive value)"' in body and '! m["(sensitive value)"]: "1" → "2"' in body
