@@ -227,7 +227,7 @@ async def _read_outcome(ctx: Context, run: RunFacts) -> PlanOutcome | None:
         async with ctx.parse_budget.hold(run.json_size):
             raw_json = await asyncio.to_thread(store.get_plan_verified, namespace, layer, run.name, run.attempt,
                                                "json", limit, run.json_sum)
-            model = await asyncio.to_thread(parse_plan, raw_json)
+            model = await asyncio.to_thread(parse_plan, raw_json, attributes=True)  # the comment shows them
             # What the comment masks (comment.py): the values of Secret-fed and sensitive variables.
             hide = values_to_hide(record, await asyncio.to_thread(load_json, raw_json))
         pretty = await asyncio.to_thread(store.get_plan, namespace, layer, run.name, run.attempt, "pretty")
