@@ -23,6 +23,7 @@ from burrito_py.timeutil import format_time, utcnow
 from tests.support.git_repos import TestRepo
 
 from .conftest import layer_code, wait_for
+from .test_fork_pull_requests import no_run_for, ours, wait_state
 from .test_pull_requests import HOOK_SECRET, PROJECT, World, pr_runs, pull_request_world
 
 
@@ -37,7 +38,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path, repo: TestRepo) -> Ite
         yield built
 
 
-USER_IDS = {"alice": 1, "rita": 2, "mallory": 3}
+USER_IDS = {"alice": 1, "rita": 2, "mallory": 3, "maint": 4}
 
 
 def comment(world: World, number: int, text: str, login: str, comment_id: int, delivery: str = "") -> float:
@@ -129,3 +130,40 @@ def test_a_plan_comment_plans_again_and_an_unauthorized_one_is_refused(world: Wo
     assert {r["metadata"]["name"] for r in pr_runs(platform)} == runs
     handled = [c["id"] for c in world.pull_request(1)["status"]["commands"]]
     assert handled.count("7001") == 1
+
+
+def test_a_forks_head_is_approved_for_planning_by_an_approvers_comment_and_only_that_head(world: World) -> None:
+    """Issue 30 item 8: `/burrito-py approve` from one of the approvers plans the fork's head it saw; the author's
+    own approve, or a plan command before the approval, plans nothing; a push waits for a new approval."""
+    world.platform.custom.patch_namespaced_custom_object(
+        ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra",
+        {"spec": {"pullRequests": {"forks": {"policy": "RequireApproval", "approvers": ["maint"]}}}})
+    head = world.push(5, {"layers/app/main.tf": layer_code("from a fork")}, "a fork's change")
+    world.hook("opened", 5, head, fork=True, sender="mallory")
+    wait_state(world, 5, "AwaitingApproval")
+    wait_for(lambda: bool(ours(world, 5)) and "waiting for approval to plan" in ours(world, 5)[0], 30,
+             what="the sticky comment saying it waits")
+    assert "/burrito-py approve" in ours(world, 5)[0]
+
+    # The fork's author approves their own head; an allowed commander asks for a plan before any approval.
+    comment(world, 5, "/burrito-py approve", "mallory", 8001)
+    assert answered(world, 5, 8001)["outcome"] == "refused"
+    assert "mallory is not among spec.pullRequests.forks.approvers" in replies(world)[-1]
+    comment(world, 5, "/burrito-py plan", "alice", 8002)
+    assert answered(world, 5, 8002)["outcome"] == "refused" and "not planned" in replies(world)[-1]
+    no_run_for(world)
+    assert "approval" not in world.pull_request(5)["spec"]
+
+    # An approver's comment: this head is planned.
+    comment(world, 5, "/burrito-py approve", "maint", 8003)
+    assert answered(world, 5, 8003)["outcome"] == "done" and "maint approved head" in replies(world)[-1]
+    planned = world.wait_pr(5, head, "Planned", timeout=150)
+    assert planned["spec"]["approval"]["comment"] == "8003" and planned["spec"]["approval"]["headSha"] == head
+    assert len(pr_runs(world.platform)) == 1
+
+    # A push: a new head that waits for its own approval; the approved head's run is discarded.
+    pushed = world.push(5, {"layers/app/main.tf": layer_code("pushed after the approval")}, "sneaky push")
+    world.hook("synchronize", 5, pushed, fork=True, sender="mallory")
+    wait_state(world, 5, "AwaitingApproval")
+    wait_for(lambda: not pr_runs(world.platform), 60, what="the approved head's run discarded")
+    no_run_for(world)
