@@ -25,6 +25,7 @@ __all__ = [
     "REPOSITORY_URL_PATTERN",
     "ApplyRequirement",
     "BranchStatus",
+    "CommandIdentity",
     "CommandSettings",
     "ForkSettings",
     "PullRequestSettings",
@@ -93,6 +94,16 @@ class ForkSettings(ApiModel):
 ApplyRequirement = Literal["approved", "mergeable", "undiverged"]
 
 
+class CommandIdentity(ApiModel):
+    """A provider login and the Kubernetes identity it stands for (comment commands)."""
+
+    login: str = Field(min_length=1, max_length=255, description="The provider login (GitLab username).")
+    user: str = Field(min_length=1, max_length=255, description="The Kubernetes user name it acts as.")
+    groups: list[Annotated[str, StringConstraints(min_length=1, max_length=255)]] = Field(
+        default_factory=list, max_length=32, description="The Kubernetes groups it acts with."
+    )
+
+
 class CommandSettings(ApiModel):
     """Comment commands on pull requests (`/burrito-py plan|apply|unlock|approve|help`; docs/architecture.md §11.3,
     "Comment commands"): who may give them, and what an apply must meet."""
@@ -101,6 +112,12 @@ class CommandSettings(ApiModel):
         default_factory=list, max_length=256,
         description="Provider logins (GitHub/Gitea login, GitLab username) who may give commands; `*` allows any "
         "commenter (then requireWritePermission should be true). Empty: only with requireWritePermission.",
+    )
+    kubernetes: list[CommandIdentity] = Field(
+        default_factory=list, max_length=256,
+        description="Logins mapped to Kubernetes identities: such a login may give commands when a "
+        "SubjectAccessReview says its identity may update terraformlayers in the pull request's namespace (as "
+        "`kubectl annotate` of a layer would need); a login listed here needs that even when also in `allowed`.",
     )
     require_write_permission: bool | None = Field(
         default=None, description="The commenter must also have write access to the repository on the provider "

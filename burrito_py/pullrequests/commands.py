@@ -40,6 +40,7 @@ __all__ = [
     "comment_approval",
     "decide_command",
     "help_text",
+    "identity_of",
     "is_command",
     "needs_permission",
     "parse",
@@ -126,21 +127,36 @@ def needs_permission(settings: Mapping[str, Any] | None) -> bool:
     return settings is not None and settings.get("requireWritePermission") is not False
 
 
-def authorization(login: str, settings: Mapping[str, Any] | None, may_write: bool | None) -> str | None:
+def identity_of(login: str, settings: Mapping[str, Any] | None) -> tuple[str, tuple[str, ...]] | None:
+    """The Kubernetes (user, groups) `spec.pullRequests.commands.kubernetes` maps `login` to, else None."""
+    for entry in (settings or {}).get("kubernetes") or ():
+        if isinstance(entry, Mapping) and entry.get("login") == login and entry.get("user"):
+            return str(entry["user"]), tuple(str(g) for g in entry.get("groups") or ())
+    return None
+
+
+def authorization(login: str, settings: Mapping[str, Any] | None, may_write: bool | None,
+                  may_update: bool | None = None) -> str | None:
     """None when `login` may give plan, apply and unlock commands; else why not. `may_write`: the provider's
-    answer (None: not asked). Commands are off without `spec.pullRequests.commands`; a login must be in `allowed`
-    (`*`: anyone) unless only write permission is required, and have write permission unless that is turned
-    off; with neither an allow-list nor write permission nobody may."""
+    answer; `may_update`: the SubjectAccessReview's for the login's Kubernetes identity (None: not asked).
+    Commands are off without `spec.pullRequests.commands`; a login must be in `allowed` (`*`: anyone) or mapped
+    in `kubernetes` (then its identity must pass the review) unless only write permission is required, and have
+    write permission unless that is turned off; with none of them nobody may."""
     if settings is None:
         return "comment commands are off for this repository (spec.pullRequests.commands)"
     allowed = {str(a) for a in settings.get("allowed") or ()}
+    mapped = bool(settings.get("kubernetes"))
     if not login:
         return "the comment names no author"
     write = needs_permission(settings)
-    if not allowed and not write:
+    identity = identity_of(login, settings)
+    if not allowed and not mapped and not write:
         return "no one may give commands: spec.pullRequests.commands has no allowed logins and no write permission"
-    if allowed and "*" not in allowed and login not in allowed:
-        return f"{login} is not among spec.pullRequests.commands.allowed"
+    if (allowed or mapped) and "*" not in allowed and login not in allowed and identity is None:
+        return f"{login} is not among spec.pullRequests.commands.allowed nor mapped in its kubernetes identities"
+    if identity is not None and may_update is not True:
+        return (f"{login} acts as the Kubernetes user {identity[0]}, who may not update terraformlayers in the "
+                "pull request's namespace (a SubjectAccessReview)")
     if write and may_write is not True:
         return f"{login} has no write permission on the repository (spec.pullRequests.commands.requireWritePermission)"
     return None
@@ -187,6 +203,7 @@ class CommandFacts:
 
     may_write: bool | None = None
     review: ReviewFacts | None = None
+    may_update: bool | None = None  # the login's Kubernetes identity may update the namespace's layers
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +211,8 @@ class CommandDecision:
     outcome: Literal["done", "refused", "ask"]
     reply: str  # the reply's text (its first line is recorded in status.commands)
     replan: tuple[Key, ...] = ()  # layers to plan again, under the comment's id
-    ask: Literal["", "permission", "review"] = ""  # "ask": the provider's answer needed first, then decide again
+    # "ask": the provider's (permission, review) or the API's (access) answer is needed first, then decide again
+    ask: Literal["", "permission", "review", "access"] = ""
 
 
 def _refused(text: str) -> CommandDecision:
@@ -250,10 +268,14 @@ def decide_command(parsed: Parsed, comment_id: str, login: str, spec: Mapping[st
         return _refused(f"nothing approved: {note}" if note and not note.startswith("nothing approved") else
                         note or "nothing approved")
     settings = command_settings(pull_requests)
+    # The provider and the API are asked only about a login the allow-list or the mapping lets through.
+    if facts.may_update is None and identity_of(login, settings) is not None and authorization(
+            login, settings, True, True) is None:
+        return CommandDecision("ask", "", ask="access")
     if (facts.may_write is None and needs_permission(settings)
-            and authorization(login, settings, True) is None):
-        return CommandDecision("ask", "", ask="permission")  # asked only of a login the allow-list lets through
-    refusal = authorization(login, settings, facts.may_write)
+            and authorization(login, settings, True, facts.may_update) is None):
+        return CommandDecision("ask", "", ask="permission")
+    refusal = authorization(login, settings, facts.may_write, facts.may_update)
     if refusal is not None:
         return _refused(f"{login or 'this commenter'} may not give commands here: {refusal}")
     state = spec.get("state", "open")

@@ -38,7 +38,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path, repo: TestRepo) -> Ite
         yield built
 
 
-USER_IDS = {"alice": 1, "rita": 2, "mallory": 3, "maint": 4}
+USER_IDS = {"alice": 1, "rita": 2, "mallory": 3, "maint": 4, "kate": 5, "kurt": 6}
 
 
 def comment(world: World, number: int, text: str, login: str, comment_id: int, delivery: str = "") -> float:
@@ -121,6 +121,33 @@ def test_a_plan_comment_plans_again_and_an_unauthorized_one_is_refused(world: Wo
         assert record["outcome"] == "refused" and why in replies(world)[-1], (text, replies(world)[-1])
     assert {r["metadata"]["name"] for r in pr_runs(platform)} == runs
     assert platform.annotations("app") == real and all(r["spec"]["action"] == "plan" for r in platform.runs())
+
+    # Logins mapped to Kubernetes identities: a SubjectAccessReview (update terraformlayers here) decides.
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(platform.core.api_client)
+    rbac.create_namespaced_role("default", {"metadata": {"name": "layer-editor"}, "rules": [
+        {"apiGroups": [ann.GROUP], "resources": ["terraformlayers"], "verbs": ["get", "update", "patch"]}]})
+    rbac.create_namespaced_role_binding("default", {
+        "metadata": {"name": "kate-edits-layers"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                                               "kind": "Role", "name": "layer-editor"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kate@example"}]})
+    platform.custom.patch_namespaced_custom_object(
+        ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra",
+        {"spec": {"pullRequests": {"commands": {"kubernetes": [{"login": "kate", "user": "kate@example"},
+                                                               {"login": "kurt", "user": "kurt@example"}]}}}})
+    fake.permissions.update({"kate": "write", "kurt": "write"})
+    fake.members.update({5: 30, 6: 30})
+    comment(world, 1, "/burrito-py plan", "kurt", 7008)
+    assert answered(world, 1, 7008)["outcome"] == "refused"
+    assert "Kubernetes user kurt@example, who may not update terraformlayers" in replies(world)[-1]
+    assert {r["metadata"]["name"] for r in pr_runs(platform)} == runs
+    comment(world, 1, "/burrito-py plan app", "kate", 7009)
+    assert answered(world, 1, 7009)["outcome"] == "done"
+    wait_for(lambda: {r["metadata"]["name"] for r in pr_runs(platform)} != runs, 30, interval=0.05,
+             what="kate's plan run")
+    world.wait_pr(1, head, "Planned")
+    runs = {r["metadata"]["name"] for r in pr_runs(platform)}
 
     # The provider redelivers alice's plan comment (under a new delivery id): no second answer, no second plan.
     count = len(replies(world))

@@ -49,7 +49,16 @@ from burrito_py.outbound import OutboundRefused
 from burrito_py.plans.masking import load_json, values_to_hide
 from burrito_py.plans.model import PlanFormatError, parse_plan
 from burrito_py.pullrequests.affected import Affected, affected_layers
-from burrito_py.pullrequests.commands import CommandFacts, Pending, decide_command, parse, pending_commands, reply_body
+from burrito_py.pullrequests.commands import (
+    CommandFacts,
+    Pending,
+    command_settings,
+    decide_command,
+    identity_of,
+    parse,
+    pending_commands,
+    reply_body,
+)
 from burrito_py.pullrequests.comment import LOG_LINES, marker, render
 from burrito_py.pullrequests.credentials import (
     CredentialsError,
@@ -434,6 +443,10 @@ async def _answer_commands(ctx: Context, pull_request: Mapping[str, Any], reposi
                 if answer.ask == "permission":
                     may = await asyncio.to_thread(client.write_permission, command.by, command.by_id)
                     facts = dataclasses.replace(facts, may_write=may)
+                elif answer.ask == "access":
+                    identity = identity_of(command.by, command_settings(settings))
+                    assert identity is not None
+                    facts = dataclasses.replace(facts, may_update=await _may_update(ctx, identity, meta["namespace"]))
                 else:
                     review = await asyncio.to_thread(client.review_facts, str(spec.get("base") or ""),
                                                      str(spec.get("headSha") or ""))
@@ -448,12 +461,23 @@ async def _answer_commands(ctx: Context, pull_request: Mapping[str, Any], reposi
                 replan[layer] = command.id
             log.info("pull request %s/%s: command %r by %s (comment %s): %s: %s", meta["namespace"], meta["name"],
                      command.text[:100], command.by, command.id, answer.outcome, handled[-1]["message"][:200])
-    except (ProviderError, OutboundRefused) as exc:
+    except (ProviderError, OutboundRefused, KubeError) as exc:
         log.warning("pull request %s/%s: answering its comment commands: %s", meta["namespace"], meta["name"], exc)
         return handled, replan, True
     finally:
         client.close()
     return handled, replan, False
+
+
+async def _may_update(ctx: Context, identity: tuple[str, tuple[str, ...]], namespace: str) -> bool:
+    """A SubjectAccessReview: may this Kubernetes identity update the TerraformLayers of `namespace` (what
+    annotating a layer to plan or approve it needs)? KubeError when the API cannot say (the command waits)."""
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+              "spec": {"user": identity[0], "groups": list(identity[1]),
+                       "resourceAttributes": {"verb": "update", "group": ann.GROUP, "resource": "terraformlayers",
+                                              "namespace": namespace}}}
+    answer = await ctx.kube.create(path("authorization.k8s.io/v1", "subjectaccessreviews"), review)
+    return bool((answer.get("status") or {}).get("allowed"))
 
 
 def _api_field(settings: Mapping[str, Any]) -> str:

@@ -20,6 +20,7 @@ from burrito_py.pullrequests.commands import (
     authorization,
     comment_approval,
     decide_command,
+    identity_of,
     is_command,
     parse,
     pending_commands,
@@ -304,3 +305,33 @@ def test_the_approve_answer_follows_what_the_server_wrote() -> None:
 
 def test_parsed_is_a_value() -> None:
     assert parse("/burrito-py help") == Parsed(parse("/burrito-py help").command)
+
+
+# --- git logins mapped to Kubernetes identities (a SubjectAccessReview decides) ----------------------------------
+
+MAPPED: dict[str, Any] = {"enabled": True, "commands": {
+    "allowed": ["alice"], "kubernetes": [{"login": "kate", "user": "kate@example", "groups": ["infra"]}]}}
+
+
+def test_a_mapped_login_is_asked_of_the_api_then_of_the_provider() -> None:
+    assert identity_of("kate", MAPPED["commands"]) == ("kate@example", ("infra",))
+    assert identity_of("alice", MAPPED["commands"]) is None
+    assert decide("/burrito-py plan", login="kate", settings=MAPPED, facts=CommandFacts()).ask == "access"
+    denied = decide("/burrito-py plan", login="kate", settings=MAPPED, facts=CommandFacts(may_update=False))
+    assert denied.outcome == "refused" and "Kubernetes user kate@example, who may not update" in denied.reply
+    assert decide("/burrito-py plan", login="kate", settings=MAPPED, facts=CommandFacts(may_update=True)
+                  ).ask == "permission"
+    done = decide("/burrito-py plan", login="kate", settings=MAPPED, facts=CommandFacts(True, may_update=True))
+    assert done.outcome == "done" and done.replan
+    # Neither allowed nor mapped: refused before anything is asked.
+    assert decide("/burrito-py plan", login="kurt", settings=MAPPED, facts=CommandFacts()).outcome == "refused"
+
+
+@given(st.sampled_from(["alice", "kate", "kurt"]), st.sampled_from([None, True, False]),
+       st.sampled_from([None, True, False]))
+def test_a_mapped_login_never_acts_without_the_reviews_yes(login: str, may_write: bool | None,
+                                                           may_update: bool | None) -> None:
+    answer = decide("/burrito-py plan", login=login, settings=MAPPED,
+                    facts=CommandFacts(may_write=may_write, may_update=may_update))
+    if answer.replan:
+        assert may_write is True and (login == "alice" or (login == "kate" and may_update is True))
