@@ -253,9 +253,11 @@ def _requirements(required: Sequence[str], facts: ReviewFacts | None) -> list[st
 
 
 def decide_command(parsed: Parsed, comment_id: str, login: str, spec: Mapping[str, Any], status: Mapping[str, Any],
-                   pull_requests: Mapping[str, Any] | None, facts: CommandFacts, note: str = "") -> CommandDecision:
+                   pull_requests: Mapping[str, Any] | None, facts: CommandFacts, note: str = "",
+                   seen_head: str | None = None) -> CommandDecision:
     """The answer to one command. `status`: the pull request's status as decided now (its layers at the head).
-    `note`: what the server said of an approve comment (it writes the approval from the signed delivery)."""
+    `note`: what the server said of an approve comment (it writes the approval from the signed delivery).
+    `seen_head`: the head when the comment was recorded: an apply of a plan shown for another head is stale."""
     if parsed.command is None:
         return _refused(parsed.error)
     verb = parsed.command.verb
@@ -304,6 +306,9 @@ def decide_command(parsed: Parsed, comment_id: str, login: str, spec: Mapping[st
         return CommandDecision("done", f"planning again at {head[:12]}: {', '.join(k[1] for k in keys)}",
                                tuple(keys))
     # apply
+    if seen_head and seen_head != head:
+        return _refused(f"the plan you saw is stale: the head moved from {seen_head[:12]} to {head[:12]} since "
+                        "your comment: look at the new plan and comment again. Nothing applied")
     by_key = {(str(r["namespace"]), str(r["name"])): r for r in rows}
     stale = [k[1] for k in keys if by_key[k].get("state") != "planned" or not by_key[k].get("run")]
     if stale:
@@ -329,13 +334,14 @@ class Pending:
     by_id: int | None
     text: str
     note: str = ""  # what the server said of it (an approve: approved, or why not)
+    head_sha: str = ""  # spec.headSha when it was recorded
 
 
 def pending_commands(spec: Mapping[str, Any], status: Mapping[str, Any]) -> list[Pending]:
     """`spec.commands` not yet in `status.commands`, oldest first."""
     handled = {str(c.get("id")) for c in status.get("commands") or ()}
     return [Pending(str(c["id"]), str(c.get("by") or ""), c["byId"] if isinstance(c.get("byId"), int) else None,
-                    str(c.get("text") or ""), str(c.get("note") or ""))
+                    str(c.get("text") or ""), str(c.get("note") or ""), str(c.get("headSha") or ""))
             for c in spec.get("commands") or () if str(c.get("id")) not in handled]
 
 

@@ -438,7 +438,7 @@ async def _answer_commands(ctx: Context, pull_request: Mapping[str, Any], reposi
             parsed = parse(command.text)
             facts = CommandFacts()
             answer = decide_command(parsed, command.id, command.by, spec, decision.status, settings, facts,
-                                    command.note)
+                                    command.note, command.head_sha)
             while answer.outcome == "ask":
                 if answer.ask == "permission":
                     may = await asyncio.to_thread(client.write_permission, command.by, command.by_id)
@@ -452,7 +452,7 @@ async def _answer_commands(ctx: Context, pull_request: Mapping[str, Any], reposi
                                                      str(spec.get("headSha") or ""))
                     facts = dataclasses.replace(facts, review=review)
                 answer = decide_command(parsed, command.id, command.by, spec, decision.status, settings, facts,
-                                        command.note)
+                                        command.note, command.head_sha)
             body = reply_body(command.text, command.by, answer)
             reply = await asyncio.to_thread(client.create_comment, body)
             handled.append({"id": command.id, "outcome": answer.outcome, "reply": reply,

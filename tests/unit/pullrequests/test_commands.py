@@ -216,6 +216,13 @@ def test_apply_is_never_done_and_says_why() -> None:
     assert "pr7-app-1" in ready.reply
 
 
+def test_an_apply_written_for_an_older_head_is_stale() -> None:
+    answer = decide_command(parse("/burrito-py apply app"), "c1", "alice", SPEC, STATUS, SETTINGS, WRITE, "", OLD)
+    assert answer.outcome == "refused" and "the plan you saw is stale" in answer.reply
+    current = decide_command(parse("/burrito-py apply app"), "c1", "alice", SPEC, STATUS, SETTINGS, WRITE, "", HEAD)
+    assert "stale" not in current.reply
+
+
 def test_apply_requirements_each_named_when_failing() -> None:
     settings = {**SETTINGS, "commands": {"allowed": ["alice"],
                                          "applyRequirements": ["approved", "mergeable", "undiverged"]}}
