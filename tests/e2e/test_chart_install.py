@@ -1,7 +1,8 @@
-"""Issue 10: `burrito-py dev` installs charts/burrito-py into the emulator with RBAC enforced, and the product
-works through it: the controllers, datastore and server run as pods of the chart's Deployments under the chart's
-ServiceAccounts (a permission the chart forgot is a 403 here), with the quickstart and AGL examples, outputs
-Secrets, datastore auth and plan download, a signed webhook, and a removed rule surfacing as an event."""
+"""Issue 10: `burrito-py dev` installs charts/burrito-py, into the real control plane since issue 26, with RBAC
+enforced, and the product works through it: the controllers, datastore and server run as pods of the chart's
+Deployments under the chart's ServiceAccounts (a permission the chart forgot is a 403 here), with the quickstart
+and AGL examples, outputs Secrets, datastore auth and plan download, a signed webhook, and a removed rule
+surfacing as an event."""
 
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ import httpx
 import pytest
 import yaml
 from burrito_local.dev import RELEASE, RELEASE_NAMESPACE, DevOptions, running_dev
-from burrito_local.identity import admin_client
 
 from burrito_py.api import annotations as ann
 from tests.support.emulator import wait_for
+from tests.support.kube_access import KubeAccess
 
 pytestmark = pytest.mark.e2e
 LAYERS = f"/apis/{ann.GROUP}/{ann.VERSION}/namespaces/default/terraformlayers"
@@ -35,7 +36,8 @@ HOOK_SECRET = "chart-e2e-hook"
 class Dev:
     endpoints: dict[str, str]
     data_dir: Path
-    api: httpx.Client  # the emulator's bootstrap admin, for the test's own reads and writes
+    access: KubeAccess  # the kubeconfig's: the local admin (a cluster-admin service account)
+    api: httpx.Client  # as the local admin, for the test's own reads and writes
 
     @property
     def kubeconfig(self) -> Path:
@@ -60,7 +62,7 @@ class Dev:
     def apply(self, doc: dict[str, Any]) -> None:
         from burrito_local.apply import Applier
 
-        applier = Applier(str(self.api.base_url).rstrip("/"))
+        applier = Applier(self.access.url, token=self.access.token or "", verify=self.access.verify)
         try:
             applier.apply(doc)
         finally:
@@ -70,10 +72,13 @@ class Dev:
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     data_dir = tmp_path_factory.mktemp("chart-dev")
+    # On the real control plane (dev's default, §22.7): kube-apiserver's RBAC, admission policies and service proxy.
     options = DevOptions(data_dir=data_dir, kubeconfig=data_dir / "kubeconfig", examples=["quickstart", "agl"],
-                         repository_poll_interval=timedelta(hours=1), mode="chart")
-    with running_dev(options) as endpoints, admin_client(endpoints["api"]) as api:
-        yield Dev(endpoints, data_dir.resolve(), api)
+                         repository_poll_interval=timedelta(hours=1), mode="chart", cluster="real")
+    with running_dev(options) as endpoints:
+        access = KubeAccess.from_kubeconfig(Path(endpoints["kubeconfig"]))
+        with access.client() as api:
+            yield Dev(endpoints, data_dir.resolve(), access, api)
 
 
 def test_a_components_run_as_the_charts_pods_and_the_quickstart_converges(dev: Dev) -> None:
@@ -293,8 +298,7 @@ def test_h_runners_change_no_layer_and_only_the_controllers_record_runner_annota
 
     def as_account(account: str) -> httpx.Client:
         token = request_token(dev.api, "default", account, list(API_AUDIENCES))
-        return httpx.Client(base_url=str(dev.api.base_url), headers={"Authorization": f"Bearer {token}"},
-                            timeout=30)
+        return dev.access.client(token)
 
     with as_account("burrito-py-runner") as runner:
         assert runner.get(f"{LAYERS}/greetings").status_code == 200  # what it needs: reads

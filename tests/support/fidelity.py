@@ -8,10 +8,7 @@ emulator and on the real control plane and fails on any difference not in its al
 
 from __future__ import annotations
 
-import base64
 import json
-import ssl
-import tempfile
 import threading
 import time
 import uuid
@@ -20,10 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
-import yaml
-
 from burrito_py.api import annotations as ann
+from tests.support.kube_access import KubeAccess
 
 Obj = dict[str, Any]
 Observation = dict[str, Any]
@@ -37,26 +32,10 @@ class Api:
     """An admin HTTP client made from a kubeconfig (a bearer token or a client certificate)."""
 
     def __init__(self, kubeconfig: Path) -> None:
-        config = yaml.safe_load(kubeconfig.read_text())
-        cluster = config["clusters"][0]["cluster"]
-        user = config["users"][0]["user"]
-        self._dir = tempfile.TemporaryDirectory(prefix="fidelity-")
-        files = Path(self._dir.name)
-        ca = files / "ca.crt"
-        ca.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
-        context = ssl.create_default_context(cafile=str(ca))
-        headers = {}
-        if "token" in user:
-            headers["Authorization"] = f"Bearer {user['token']}"
-        else:
-            (files / "tls.crt").write_bytes(base64.b64decode(user["client-certificate-data"]))
-            (files / "tls.key").write_bytes(base64.b64decode(user["client-key-data"]))
-            context.load_cert_chain(files / "tls.crt", files / "tls.key")
-        self.http = httpx.Client(base_url=cluster["server"], verify=context, headers=headers, timeout=30)
+        self.http = KubeAccess.from_kubeconfig(kubeconfig).client()
 
     def close(self) -> None:
         self.http.close()
-        self._dir.cleanup()
 
     def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
              params: dict[str, str] | None = None, headers: dict[str, str] | None = None,

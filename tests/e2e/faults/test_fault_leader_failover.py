@@ -418,7 +418,10 @@ def chart_handovers(rounds: int, tmp_path: Path) -> dict[str, list[float]]:
     from burrito_local.dev import RELEASE, RELEASE_NAMESPACE, DevOptions, running_dev
     from burrito_local.identity import admin_client
 
-    options = DevOptions(data_dir=tmp_path / "dev", kubeconfig=tmp_path / "dev-kubeconfig", mode="chart")
+    # The emulator's chart mode (SIGTERM by the pod's host pid); the real control plane's hand-over is
+    # tests/integration/controlplane/test_leader_failover.py.
+    options = DevOptions(data_dir=tmp_path / "dev", kubeconfig=tmp_path / "dev-kubeconfig", mode="chart",
+                         cluster="emulator")
     times: dict[str, list[float]] = {"pod deletion": [], "SIGTERM": []}
     with running_dev(options) as endpoints, admin_client(endpoints["api"]) as api:
         leaders = ChartLeaders(api, RELEASE_NAMESPACE, RELEASE)
