@@ -301,8 +301,17 @@ class Runner:
             self.write_variables(layer, layer_dir, self.read_inputs(run, layer))
         mirrors = self.prepare_mirrors()
         tool_mirror = ToolMirror(env.mirror.tool_url, self.token, mirrors.ca_bundle) if env.mirror.tool_url else None
+        for owner, spec in (("spec", layer.spec), ("repository spec", repository.spec)):
+            switches = [tool.enabled if tool is not None else None for tool in (spec.terraform, spec.opentofu)]
+            if switches == [True, True]:
+                # The controllers refuse such a layer (Ready=False); a run made by hand must not guess either.
+                raise RunnerError(f"{owner}.terraform.enabled and {owner}.opentofu.enabled are both true: the engine "
+                                  "is unknown; enable one of them")
+            if any(switch is not None for switch in switches):
+                break  # the nearest level that switches an engine decides
         try:
-            tool = resolve_tool(effective_tool(layer, repository), layer_dir, tool_mirror)
+            tool = resolve_tool(effective_tool(layer, repository), layer_dir, tool_mirror,
+                                source_root=self.workdir / "source")
         except ToolError as exc:
             raise RunnerError(str(exc)) from None
         _say(f"burrito-py: {env.action} of layer {env.namespace}/{env.layer} at {revision} with {tool.describe()}")
