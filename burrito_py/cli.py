@@ -134,6 +134,8 @@ def dev(
     server_port: Annotated[int, typer.Option(help="Port of the server in in-process mode (0 picks one).")] = 0,
     mode: Annotated[str, typer.Option(help="chart: install charts/burrito-py into the emulator, components as pods "
                                       "under RBAC; in-process: components as threads (faster start).")] = "chart",
+    caches: Annotated[bool, typer.Option("--caches", help="Chart mode: turn on the datastore's provider and tool "
+                                         "caches (providerCache, toolCache), runner pods pointed at them.")] = False,
 ) -> None:
     """Run everything on this machine: API emulator, kubelet, datastore, controllers, real terraform."""
     from datetime import timedelta
@@ -152,6 +154,7 @@ def dev(
             api_port=api_port,
             server_port=server_port,
             mode=mode,
+            caches=caches,
         )
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -47,10 +47,14 @@ class DevOptions:
     # in-process: the components as threads of this process (faster to start).
     mode: str = "chart"
     values: dict[str, Any] = field(default_factory=dict)  # chart values merged over dev_values (top level)
+    # chart mode: the datastore's provider and tool caches on (its HTTPS listener, runner pods pointed at it).
+    caches: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        if self.caches and self.mode != "chart":
+            raise ValueError("--caches needs --mode chart (the chart's datastore serves the caches over HTTPS)")
 
 
 def prepare_example(name: str, data_dir: Path) -> list[dict[str, Any]]:
@@ -179,6 +183,7 @@ def dev_values(options: DevOptions, agl_kinds: list[dict[str, str]] | None = Non
         "datastore": {"image": {"pullPolicy": "Never"}, "auth": {"extraAdminUsers": [LOCAL_ADMIN_USERNAME]}},
         # The UI is reached over plain http on this machine: Secure cookies would never come back.
         "server": {"config": {"uiSecureCookies": False}},
+        **({"providerCache": {"enabled": True}, "toolCache": {"enabled": True}} if options.caches else {}),
         **options.values,
     }
 

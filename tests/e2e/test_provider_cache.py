@@ -109,3 +109,30 @@ def test_fail_closed_fails_the_run_naming_the_mirror(tmp_path: Path, repo: TestR
 
         result = wait_for(failed, 120, what="the plan to fail")
         assert f"provider mirror {url} is unavailable (failClosed)" in result
+
+
+def test_a_tampered_provider_archive_fails_the_run_saying_its_checksum_did_not_match(
+    mirrored: tuple[Platform, Any], repo: TestRepo
+) -> None:
+    """The attack: the registry (or anything between it and the datastore) serves a provider archive with one
+    byte changed. The datastore refuses it (SHA256SUMS), terraform only says `bad response code: 502`; the run
+    fails with a line saying the checksum did not match, and nothing is stored (issue 27 item 6)."""
+    platform, upstream = mirrored
+    upstream.publish("test", "tiny", "1.0.0", content=python_provider(f"{REGISTRY_NAME}/test/tiny"))
+    upstream.tampered.add("terraform-provider-tiny_1.0.0_linux_amd64.zip")
+    code = ('terraform {\n  required_providers {\n    tiny = { source = "REGISTRY/test/tiny", version = "1.0.0" }\n'
+            '  }\n}\nprovider "tiny" {}\n').replace("REGISTRY", REGISTRY_NAME)
+    repo.commit({"layers/tiny/main.tf": code}, "a layer with a provider")
+    platform.create_layer("tiny", "infra", "layers/tiny", remediation={"onError": {"maxRetries": 0}})
+
+    def failed() -> str | None:
+        result = (platform.layer("tiny").get("status") or {}).get("lastResult") or ""
+        return result if result.startswith("Plan failed") else None
+
+    result = wait_for(failed, 120, what="the plan to fail")
+    assert "the provider mirror refused registry.example.test/test/tiny v1.0.0 (linux_amd64)" in result, result
+    logs = pod_logs(platform, "tiny")
+    line = next(line for line in logs.splitlines() if line.startswith("error: the provider mirror refused"))
+    assert "checksum did not match" in line and "terraform-provider-tiny_1.0.0_linux_amd64.zip" in line, line
+    assert "bad response code: 502" in logs  # what terraform alone says
+    assert not any((platform.workdir / "datastore" / "providers" / "archives").glob("*.zip"))
