@@ -137,6 +137,8 @@ def dev(
     cluster: Annotated[str, typer.Option(help="real: a Kubernetes control plane built from the official modules "
                                          "(the first run builds it: about 15 CPU-minutes), this machine its node; "
                                          "emulator: the API emulator (starts in a second).")] = "real",
+    caches: Annotated[bool, typer.Option("--caches", help="Chart mode: turn on the datastore's provider and tool "
+                                         "caches (providerCache, toolCache), runner pods pointed at them.")] = False,
 ) -> None:
     """Run everything on this machine: Kubernetes, kubelet, datastore, controllers, real terraform."""
     from datetime import timedelta
@@ -156,6 +158,7 @@ def dev(
             server_port=server_port,
             mode=mode,
             cluster=cluster,
+            caches=caches,
         )
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)

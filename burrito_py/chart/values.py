@@ -16,7 +16,7 @@ import copy
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
@@ -501,6 +501,12 @@ class ProviderCache(Values):
         "release lists too), as BURRITO_PY_DATASTORE_PROVIDER_CACHE_INDEX_TTL_SECONDS (ISO 8601, e.g. PT10M).",
     )
     max_size: int = setting(DatastoreSettings, "provider_cache_max_bytes")
+    # Keys are host names: no other key is accepted (patternProperties alone would let any through).
+    registry_urls: Annotated[
+        dict[Annotated[str, Field(pattern=HOSTNAME)], Annotated[str, Field(pattern=r"^https://\S+$")]],
+        WithJsonSchema({"type": "object", "additionalProperties": False,
+                        "patternProperties": {HOSTNAME: {"type": "string", "pattern": r"^https://\S+$"}}}),
+    ] = setting(DatastoreSettings, "provider_cache_registry_urls")
 
     @field_validator("index_ttl", mode="after")
     @classmethod
@@ -517,6 +523,26 @@ class ToolCache(Values):
         False,
         description="Serve the mirror (BURRITO_PY_DATASTORE_TOOL_CACHE_ENABLED) and point runner pods at it "
         "(BURRITO_PY_TOOL_MIRROR_URL); turns on the datastore's HTTPS listener.",
+    )
+    terraform_url: Annotated[str, Field(pattern=r"^https://\S+$")] = setting(DatastoreSettings,
+                                                                             "tool_cache_terraform_url")
+    opentofu_url: Annotated[str, Field(pattern=r"^https://\S+$")] = setting(DatastoreSettings,
+                                                                            "tool_cache_opentofu_url")
+    opentofu_index_url: Annotated[str, Field(pattern=r"^https://\S+$")] = setting(DatastoreSettings,
+                                                                                  "tool_cache_opentofu_index_url")
+
+
+PEM_CERTIFICATE = r"^\s*(-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----\s*)+$"
+
+
+class CacheUpstream(Values):
+    """How the datastore's provider and tool caches reach their upstream registries and release sites."""
+
+    ca_bundle: Annotated[str, Field(pattern=PEM_CERTIFICATE)] | Literal[""] = Field(
+        "",
+        description="PEM certificates the caches trust besides the system's, for a private registry or release "
+        "mirror behind an in-house CA: put in a ConfigMap mounted into the datastore "
+        "(BURRITO_PY_DATASTORE_UPSTREAM_CA_FILE). Public certificates only; empty: the system's CAs alone.",
     )
 
 
@@ -664,5 +690,8 @@ class ChartValues(Values):
         default_factory=ProviderCache, description="Provider network mirror in the datastore."
     )
     tool_cache: ToolCache = Field(default_factory=ToolCache, description="Tool-binary mirror in the datastore.")
+    cache_upstream: CacheUpstream = Field(
+        default_factory=CacheUpstream, description="The caches' upstream: a CA bundle to trust."
+    )
     network_policy: NetworkPolicy = Field(default_factory=NetworkPolicy, description="NetworkPolicies.")
     metrics: Metrics = Field(default_factory=Metrics, description="Metrics scraping.")

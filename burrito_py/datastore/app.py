@@ -157,9 +157,20 @@ class DatastoreSettings(BaseSettings):
         "key file, else random per process.",
     )
     tool_cache_enabled: bool = False
-    tool_cache_terraform_url: str = "https://releases.hashicorp.com"
-    tool_cache_opentofu_url: str = "https://github.com/opentofu/opentofu/releases/download"
-    tool_cache_opentofu_index_url: str = "https://get.opentofu.org/tofu/api.json"
+    tool_cache_terraform_url: str = Field(
+        "https://releases.hashicorp.com",
+        description="Where Terraform releases are read (releases.hashicorp.com's layout: terraform/index.json, "
+        "terraform/<v>/terraform_<v>_<os>_<arch>.zip and …_SHA256SUMS); a private mirror of it, say.",
+    )
+    tool_cache_opentofu_url: str = Field(
+        "https://github.com/opentofu/opentofu/releases/download",
+        description="Where OpenTofu release files are read: v<v>/tofu_<v>_<os>_<arch>.zip and "
+        "v<v>/tofu_<v>_SHA256SUMS under it (GitHub's release downloads, never its API).",
+    )
+    tool_cache_opentofu_index_url: str = Field(
+        "https://get.opentofu.org/tofu/api.json",
+        description="OpenTofu's version list (get.opentofu.org's api.json: {versions: [{id}]}).",
+    )
     # Extra CAs trusted for upstream registries and release sites (a private registry's; the tests').
     upstream_ca_file: Path | None = None
 

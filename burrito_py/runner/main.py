@@ -301,13 +301,27 @@ class Runner:
             self.write_variables(layer, layer_dir, self.read_inputs(run, layer))
         mirrors = self.prepare_mirrors()
         tool_mirror = ToolMirror(env.mirror.tool_url, self.token, mirrors.ca_bundle) if env.mirror.tool_url else None
+        for owner, spec in (("spec", layer.spec), ("repository spec", repository.spec)):
+            switches = [tool.enabled if tool is not None else None for tool in (spec.terraform, spec.opentofu)]
+            if switches == [True, True]:
+                # The controllers refuse such a layer (Ready=False); a run made by hand must not guess either.
+                raise RunnerError(f"{owner}.terraform.enabled and {owner}.opentofu.enabled are both true: the engine "
+                                  "is unknown; enable one of them")
+            if any(switch is not None for switch in switches):
+                break  # the nearest level that switches an engine decides
         try:
-            tool = resolve_tool(effective_tool(layer, repository), layer_dir, tool_mirror)
+            tool = resolve_tool(effective_tool(layer, repository), layer_dir, tool_mirror,
+                                source_root=self.workdir / "source")
         except ToolError as exc:
             raise RunnerError(str(exc)) from None
         _say(f"burrito-py: {env.action} of layer {env.namespace}/{env.layer} at {revision} with {tool.describe()}")
         steps = Steps(tool, layer_dir, env={**os.environ, **mirrors.env})
-        steps.init(override.extra_init_args)
+        try:
+            steps.init(override.extra_init_args)
+        except Interrupted:
+            raise
+        except StepFailed as exc:
+            raise self.explained(exc, mirrors) from None
 
         if env.action == "plan" or without_artifact:
             applied_sum = self.plan(steps, override, destroy=run.spec.destroy, lock=pull_request is None)
@@ -337,6 +351,28 @@ class Runner:
             raise RunnerError(str(exc)) from None
         except OSError as exc:
             raise RunnerError(f"cannot write the mirror configuration in HOME {Path.home()}: {exc}") from None
+
+    def explained(self, failure: StepFailed, mirrors: MirrorSetup) -> StepFailed:
+        """An init that could not install a provider through the mirror: the mirror's reason, which terraform
+        does not print (`bad response code: 502`), as the failure's first lines (a checksum that did not match)."""
+        if not mirrors.provider_mirror or not self.env.mirror.provider_url:
+            return failure
+        from burrito_py.runner.mirror import failed_installs, mirror_refusal
+        from burrito_py.runner.tools import ToolError, mirror_arch
+
+        try:
+            platform = f"linux_{mirror_arch()}"
+        except ToolError:
+            return failure
+        lines = []
+        for address, version in failed_installs(failure.output)[:3]:
+            reason = mirror_refusal(self.env.mirror.provider_url, self.token, mirrors.ca_bundle, address, version,
+                                    platform)
+            if reason:
+                lines.append(f"error: the provider mirror refused {address} v{version} ({platform}): {reason}")
+        for line in lines:
+            _say(line)
+        return StepFailed(failure.step, failure.exit_code, [*lines, *failure.output]) if lines else failure
 
     def already_applied(self, layer: TerraformLayer, plan_sum: str) -> str | None:
         """How an earlier attempt is known to have applied this plan, else None: the layer's `apply-sum`, or

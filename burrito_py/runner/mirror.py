@@ -27,9 +27,10 @@ import os
 import re
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 __all__ = [
@@ -286,3 +287,54 @@ def prepare(
     if reason is None:
         say(f"burrito-py: providers from the mirror {url}")
     return MirrorSetup(env, bundle, provider_mirror=reason is None)
+
+
+# -- why terraform could not install a provider through the mirror -------------------------------------
+# terraform/tofu print `Error while installing <address> v<version>:` then `<host>: bad response code: 502` for an
+# archive the mirror refused: the datastore's reason (say, a checksum that did not match) is in the body it
+# never shows. The runner asks the mirror again and prints that reason.
+_INSTALL_FAILED = re.compile(r"Error while installing (?P<address>[A-Za-z0-9.:-]+/[A-Za-z0-9_-]+/[A-Za-z0-9_-]+) "
+                             r"v(?P<version>[0-9][0-9A-Za-z.+-]*):")
+EXPLAIN_TIMEOUT = 30.0
+
+
+def failed_installs(lines: Sequence[str]) -> list[tuple[str, str]]:
+    """(address, version) of each provider terraform failed to install, in order, once each (pure)."""
+    found: list[tuple[str, str]] = []
+    for line in lines:
+        match = _INSTALL_FAILED.search(line)
+        if match is not None and (match["address"], match["version"]) not in found:
+            found.append((match["address"], match["version"]))
+    return found
+
+
+def mirror_refusal(mirror_url: str, token: str | None, ca_bundle: Path | None, address: str, version: str,
+                   platform: str) -> str | None:
+    """The mirror's reason for refusing `address` `version` on `platform` (its error document for the version
+    document or the archive), or None when it serves both now or cannot be asked."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    document_url = f"{mirror_url}{address}/{version}.json"
+    try:
+        with httpx.Client(verify=ssl_context(ca_bundle), timeout=EXPLAIN_TIMEOUT) as client:
+            document = client.get(document_url, headers=headers)
+            if document.is_error:
+                return _error_of(document)
+            archive = ((document.json().get("archives") or {}).get(platform) or {}).get("url")
+            if not archive:
+                return f"the mirror lists no {platform} archive"
+            # Archive URLs are signed and relative to the version document; terraform sends them no token.
+            answer = client.get(str(httpx.URL(document_url).join(archive)))
+            return _error_of(answer) if answer.is_error else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+
+
+def _error_of(response: Any) -> str:
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        error = None
+    text = " ".join(str(error).split())[:500] if error else ""
+    return f"{response.status_code} {response.reason_phrase}" + (f": {text}" if text else "")

@@ -1,30 +1,23 @@
-"""Which binary runs a layer, and at which version (docs/architecture.md §9).
+"""Which binary runs a layer, and at which version (docs/architecture.md §9 step 3): this module gathers the
+inputs and carries out the pure decisions of `runner/tool_choice.py`.
 
-Resolution: the effective tool of the layer (layer spec → repository spec, `burrito_py.api.effective`)
-gives terraform or opentofu and maybe a version; without one, the `required_version` of the code's
-`terraform {}` blocks (every `*.tf`, `*.tf.json` and, for OpenTofu, `*.tofu` file of the layer directory; all
-of them must hold, so they are joined with commas). No version anywhere means "any release".
+The version: the spec (`burrito_py.api.effective`), else the engine's version file in the layer directory,
+else the `required_version` of the code's `terraform {}` blocks (every `*.tf`, `*.tf.json` and, for OpenTofu,
+`*.tofu` file of the layer directory, joined with commas), else the version files of the parent directories up
+to the repository root. No version anywhere means "any release".
 
-Installation:
-- with `tenv` on PATH: a version already installed under tenv's root, or baked into the image under a
-  `BURRITO_RUNNER_TOOLS_PATH` directory (same layout), that satisfies the constraint is used as is (the latest
-  such, exactly as tenv's own proxies resolve versions, and without network); otherwise
-  `tenv tf|tofu|tg install <version or constraint>` (`latest-stable` without a constraint), then the latest
-  installed version that satisfies it. We rely on tenv's install layout,
-  `$TENV_ROOT/{Terraform,OpenTofu,Terragrunt}/<version>/{terraform,tofu,terragrunt}` with `TENV_ROOT`
-  defaulting to `~/.tenv` (tenv also honours `TOFUENV_ROOT`, `TFENV_ROOT`), and run that binary directly
-  rather than tenv's proxy, so nothing depends on the working directory's version files.
-- without tenv: the `terraform`/`tofu` binary on PATH, if its `version -json` satisfies the constraint.
-- with the datastore's tool mirror (`BURRITO_TOOL_MIRROR_URL`, a `ToolMirror`), for terraform and opentofu: a
-  baked or already installed version, then (without tenv only, as above) the binary on PATH, when one satisfies
-  the constraint; otherwise the runner installs the newest version of `GET <mirror><tool>/versions` that
-  satisfies it, from `GET <mirror><tool>/<version>/linux/<arch>` (bearer token, the mirror's CA), checked
-  against the `X-Burrito-Sha256` header, unpacked into tenv's layout under TENV_ROOT (a staging directory
-  renamed into place, so no partial install is ever found). Never tenv, hence never GitHub.
+The binary: a version baked into the image (`BURRITO_RUNNER_TOOLS_PATH`) or installed under TENV_ROOT, in
+tenv's layout `<root>/{Terraform,OpenTofu,Terragrunt}/<version>/{terraform,tofu,terragrunt}` (TENV_ROOT
+defaulting to `~/.tenv`; tenv also honours `TOFUENV_ROOT`, `TFENV_ROOT`), run directly; else the binary on PATH
+(not with tenv: its `terraform` is a downloading proxy) when its `version -json` satisfies; else an install:
+from the datastore's tool mirror (`BURRITO_TOOL_MIRROR_URL`, a `ToolMirror`; terraform and OpenTofu) —
+`GET <mirror><tool>/versions`, the newest satisfying, `GET <mirror><tool>/<version>/linux/<arch>` (bearer token,
+the mirror's CA) checked against `X-Burrito-Sha256`, unpacked into tenv's layout under TENV_ROOT through a
+staging directory renamed into place — or with `tenv tf|tofu|tg install`. Never GitHub from the mirror path.
 
-Terragrunt (`spec.terragrunt.enabled`): resolved the same way (`tenv tg install`, else `terragrunt` on PATH,
-whose `--version` prints `terragrunt version v0.67.0`); its version comes from the spec only. The steps then
-run `terragrunt <command>` with `TG_TF_PATH`/`TERRAGRUNT_TFPATH` pointing at the resolved terraform/tofu.
+Terragrunt (`spec.terragrunt.enabled`): the same, from `spec.terragrunt.version` or `.terragrunt-version`
+(`terragrunt --version` prints `terragrunt version v0.67.0`). The steps then run `terragrunt <command>` with
+`TG_TF_PATH`/`TERRAGRUNT_TFPATH` pointing at the resolved terraform/tofu.
 """
 
 from __future__ import annotations
@@ -45,8 +38,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from burrito_py.kube.pod_paths import pod_path_setting
-from burrito_py.plans.versions import ANY, Constraint, InvalidVersionConstraint, parse_constraint, pick_latest
+from burrito_py.plans.versions import Constraint, InvalidVersionConstraint, parse_constraint, pick_latest
 from burrito_py.runner.signals import stopping
+from burrito_py.runner.tool_choice import (
+    VERSION_FILES,
+    Candidate,
+    VersionChoiceError,
+    VersionRequest,
+    choose_binary,
+    request_version,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -88,6 +89,10 @@ _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm6
 
 class ToolError(Exception):
     """The tool cannot be resolved or installed; the message says why and what to do."""
+
+
+class NotOnMirror(ToolError):
+    """The tool mirror lists no version satisfying the request."""
 
 
 @dataclass(frozen=True)
@@ -184,24 +189,43 @@ def preinstalled_roots(environ: Mapping[str, str] | None = None) -> list[Path]:
     return [Path(part) for part in env.get(TOOLS_PATH_ENV, "").split(os.pathsep) if part.strip()]
 
 
-def _tenv_installed(kind: ToolKind, constraint: Constraint) -> Path | None:
-    """The latest version satisfying `constraint` among the baked tools and tenv's installs."""
-    found: dict[str, Path] = {}
-    for root in [*preinstalled_roots(), tenv_root()]:
+def _installed_candidates(kind: ToolKind) -> list[Candidate]:
+    """The versions baked into the image and installed under TENV_ROOT, in that order (the first root holding a
+    version wins): tenv's layout, `<root>/<Folder>/<version>/<binary>`."""
+    found: list[Candidate] = []
+    baked = preinstalled_roots()
+    for root in [*baked, tenv_root()]:
         folder = root / TENV_FOLDER[kind]
+        source = f"{TOOLS_PATH_ENV} {root}" if root in baked else f"TENV_ROOT {root}"
         try:
-            versions = [entry.name for entry in folder.iterdir() if entry.is_dir()]
+            versions = sorted(entry.name for entry in folder.iterdir() if entry.is_dir())
         except OSError:
             continue
-        for name in versions:
-            found.setdefault(name, folder / name)  # the first root holding a version wins
-    version = pick_latest(constraint, list(found))
-    if version is None:
-        return None
-    binary = found[version] / BINARY[kind]
+        found += [Candidate(name, str(folder / name / BINARY[kind]), source) for name in versions]
+    return found
+
+
+def _places(kind: ToolKind, path_consulted: bool) -> list[str]:
+    places = [f"{TOOLS_PATH_ENV} {root}" for root in preinstalled_roots()]
+    places.append(f"TENV_ROOT {tenv_root()}")
+    if path_consulted:
+        places.append("PATH")
+    return places
+
+
+def _checked(candidate: Candidate) -> Path:
+    binary = Path(candidate.binary)
     if not binary.is_file():
-        raise ToolError(f"{found[version]} holds no {BINARY[kind]} binary; reinstall it with tenv")
+        raise ToolError(f"{binary.parent} holds no {binary.name} binary; reinstall it")
     return binary
+
+
+def _tenv_installed(kind: ToolKind, constraint: Constraint) -> Path | None:
+    """The latest version satisfying `constraint` among the baked tools and tenv's installs."""
+    candidates = _installed_candidates(kind)
+    best = pick_latest(constraint, [c.version for c in candidates])
+    chosen = next((c for c in candidates if c.version == best), None)
+    return _checked(chosen) if chosen is not None else None
 
 
 def _tenv(tenv: str, kind: ToolKind, text: str | None, constraint: Constraint) -> Path:
@@ -302,22 +326,6 @@ def binary_version(binary: str, kind: ToolKind) -> str:
     return str(version)
 
 
-def _on_path(kind: ToolKind, text: str | None, constraint: Constraint) -> tuple[str, str]:
-    name = BINARY[kind]
-    binary = shutil.which(name)
-    if binary is None:
-        wanted = f' "{text}"' if text else ""
-        raise ToolError(f"no {name} binary on PATH and no tenv to install {name}{wanted}")
-    version = binary_version(binary, kind)
-    try:
-        allowed = constraint.allows(version)
-    except InvalidVersionConstraint as exc:
-        raise ToolError(f"{binary}: {exc}") from None
-    if not allowed:
-        raise ToolError(f'{name} {version} on PATH does not satisfy "{text}"; install tenv or a matching binary')
-    return binary, version
-
-
 # -- the datastore's tool mirror ----------------------------------------------------------------
 @dataclass(frozen=True)
 class ToolMirror:
@@ -347,6 +355,18 @@ def _mirror_client(mirror: ToolMirror) -> httpx.Client:
                         timeout=httpx.Timeout(MIRROR_TIMEOUT, connect=MIRROR_CONNECT_TIMEOUT))
 
 
+def _error_detail(response: httpx.Response) -> str:
+    """The `error` of a datastore error document (read before raising, even when streamed), else ""."""
+    try:
+        body = response.json()
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    except Exception:
+        return ""
+    error = body.get("error") if isinstance(body, dict) else None
+    return " ".join(str(error).split())[:500] if error else ""
+
+
 def _retried(what: str, call: Callable[[], R]) -> R:
     """`call` again on connection errors and 5xx (the datastore may be restarting), a few times; the error
     names `what`, never the token."""
@@ -360,6 +380,9 @@ def _retried(what: str, call: Callable[[], R]) -> R:
             return call()
         except httpx.HTTPStatusError as exc:
             problem = f"{exc.response.status_code} {exc.response.reason_phrase}"
+            detail = _error_detail(exc.response)
+            if detail:  # the datastore's reason, e.g. an upstream archive whose checksum did not match
+                problem += f": {detail}"
             if exc.response.status_code < 500:
                 break
         except httpx.HTTPError as exc:
@@ -391,6 +414,8 @@ def _download(client: httpx.Client, url: str, dest: Path) -> tuple[str, str]:
     def get() -> tuple[str, str]:
         digest = hashlib.sha256()
         with client.stream("GET", url) as response, dest.open("wb") as handle:
+            if response.is_error:
+                response.read()  # a small error document: its reason goes into the message
             response.raise_for_status()
             for chunk in response.iter_bytes(1024 * 1024):
                 digest.update(chunk)
@@ -427,7 +452,7 @@ def install_from_mirror(mirror: ToolMirror, kind: Literal["terraform", "opentofu
         version = pick_latest(constraint, available)
         if version is None:
             listed = ", ".join(available[:5]) + (", …" if len(available) > 5 else "") or "none"
-            raise ToolError(f'no {kind} version satisfying "{text or "any"}" on the tool mirror {mirror.url} '
+            raise NotOnMirror(f'no {kind} version satisfying "{text or "any"}" on the tool mirror {mirror.url} '
                             f"(it has {listed})")
         what = f"{kind} {version} from the tool mirror"
         root = tenv_root()
@@ -446,8 +471,8 @@ def install_from_mirror(mirror: ToolMirror, kind: Literal["terraform", "opentofu
             if not expected:
                 raise ToolError(f"{what}: the mirror sent no {SHA256_HEADER} header; not installed")
             if got != expected:
-                raise ToolError(f"{what}: the download's sha256 {got} does not match {SHA256_HEADER} {expected}; "
-                                "not installed")
+                raise ToolError(f"{what}: checksum did not match: the download's sha256 {got} is not the "
+                                f"{SHA256_HEADER} {expected}; not installed")
             unpacked = staging / version
             unpacked.mkdir(mode=0o755)
             _unzip_binary(archive, BINARY[kind], unpacked / BINARY[kind], what)
@@ -463,63 +488,98 @@ def install_from_mirror(mirror: ToolMirror, kind: Literal["terraform", "opentofu
     return target / BINARY[kind], version
 
 
-def _satisfying_on_path(kind: ToolKind, constraint: Constraint) -> tuple[str, str] | None:
+def _path_candidate(kind: ToolKind) -> Candidate | None:
     binary = shutil.which(BINARY[kind])
     if binary is None:
         return None
-    version = binary_version(binary, kind)
-    try:
-        return (binary, version) if constraint.allows(version) else None
-    except InvalidVersionConstraint as exc:
-        raise ToolError(f"{binary}: {exc}") from None
-
-
-def _mirrored(kind: Literal["terraform", "opentofu"], text: str | None, constraint: Constraint,
-              mirror: ToolMirror, path_too: bool) -> tuple[str, str]:
-    """The existing order first (baked and installed versions; the PATH binary when there is no tenv, whose
-    own `terraform` proxy would download from GitHub), then the mirror instead of tenv."""
-    installed = _tenv_installed(kind, constraint)
-    if installed is not None:
-        return str(installed), installed.parent.name
-    found = _satisfying_on_path(kind, constraint) if path_too else None
-    if found is not None:
-        return found
-    binary, version = install_from_mirror(mirror, kind, text, constraint)
-    return str(binary), version
+    return Candidate(binary_version(binary, kind), binary, "PATH")
 
 
 # -- together -----------------------------------------------------------------------------------
-def _constraint(text: str | None, where: str) -> Constraint:
-    if not text:
-        return ANY
+def _resolve_one(kind: ToolKind, request: VersionRequest, mirror: ToolMirror | None = None) -> tuple[str, str]:
+    """Gather what is at hand, let `choose_binary` decide, carry it out."""
     try:
-        return parse_constraint(text)
-    except InvalidVersionConstraint as exc:
-        raise ToolError(f"{where}: {exc}") from None
-
-
-def _resolve_one(kind: ToolKind, text: str | None, where: str, mirror: ToolMirror | None = None) -> tuple[str, str]:
-    constraint = _constraint(text, where)
+        constraint = request.constraint
+    except VersionChoiceError as exc:
+        raise ToolError(str(exc)) from None
     tenv = shutil.which("tenv")
-    if mirror is not None and kind != "terragrunt":  # the mirror serves terraform and tofu only
-        return _mirrored(kind, text, constraint, mirror, path_too=tenv is None)
-    if tenv is None:
-        return _on_path(kind, text, constraint)
-    binary = _tenv(tenv, kind, text, constraint)
-    return str(binary), binary.parent.name
+    mirror_url = mirror.url if mirror is not None else None
+    installed = _installed_candidates(kind)
+    path_consulted = tenv is None  # tenv's `terraform` on PATH is its proxy, which would download
+    looked_at = _places(kind, path_consulted)
+    # PATH costs a `version` call: asked only when nothing installed satisfies the request.
+    choice = choose_binary(kind, request, installed, None, looked_at=looked_at, mirror_url=mirror_url,
+                           tenv=tenv is not None)
+    if choice.use is None and path_consulted:
+        choice = choose_binary(kind, request, installed, _path_candidate(kind), looked_at=looked_at,
+                               mirror_url=mirror_url, tenv=tenv is not None)
+    if choice.error is not None:
+        raise ToolError(choice.error)
+    if choice.use is not None:
+        return str(_checked(choice.use)) if choice.use.source != "PATH" else choice.use.binary, choice.use.version
+    if choice.installer == "mirror" and mirror is not None and kind != "terragrunt":
+        try:
+            binary, version = install_from_mirror(mirror, kind, request.text, constraint)
+        except NotOnMirror as exc:
+            raise ToolError(f"{exc}; wanted {request.describe()}; also looked in {'; '.join(looked_at)}") from None
+        return str(binary), version
+    assert tenv is not None
+    installed_path = _tenv(tenv, kind, request.text, constraint)
+    return str(installed_path), installed_path.parent.name
 
 
-def resolve_tool(effective: EffectiveTool, layer_dir: Path, mirror: ToolMirror | None = None) -> Tool:
-    """The binary (and version) that runs the layer in `layer_dir`. Raises ToolError."""
-    text, where = effective.version, f"spec.{effective.kind}.version"
-    if not text:
-        text, where = code_required_version(layer_dir, effective.kind), "required_version in the code"
-    binary, version = _resolve_one(effective.kind, text, where, mirror)
+def _version_files(directory: Path) -> dict[str, str]:
+    files: dict[str, str] = {}
+    for name in VERSION_FILES.values():
+        path = directory / name
+        if path.is_file():
+            try:
+                files[name] = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ToolError(f"cannot read {path.name}: {exc}") from None
+    return files
+
+
+def _parents(layer_dir: Path, source_root: Path | None) -> list[tuple[str, dict[str, str]]]:
+    """Each directory above the layer's, nearest first, up to and including the repository root."""
+    if source_root is None:
+        return []
+    root, current = source_root.resolve(), layer_dir.resolve()
+    if current != root and root not in current.parents:
+        return []
+    found: list[tuple[str, dict[str, str]]] = []
+    while current != root:
+        current = current.parent
+        found.append((current.relative_to(root).as_posix(), _version_files(current)))
+    return found
+
+
+def resolve_tool(effective: EffectiveTool, layer_dir: Path, mirror: ToolMirror | None = None,
+                 source_root: Path | None = None) -> Tool:
+    """The binary (and version) that runs the layer in `layer_dir` (inside the repository at `source_root`:
+    version files are looked for up to it). Raises ToolError."""
+    layer_files = _version_files(layer_dir)
+    parents = _parents(layer_dir, source_root)
+    kind = effective.kind
+    try:
+        # Parsing the code costs (python-hcl2): only when no earlier source decides, or a file says latest-allowed.
+        own_file = layer_files.get(VERSION_FILES[kind])
+        required = None
+        if not effective.version and (own_file is None or "latest-allowed" in own_file):
+            required = code_required_version(layer_dir, kind)
+        request = request_version(kind, effective.version, f"spec.{kind}.version", layer_files, required, parents)
+    except VersionChoiceError as exc:
+        raise ToolError(str(exc)) from None
+    binary, version = _resolve_one(kind, request, mirror)
     terragrunt = terragrunt_version = None
     if effective.terragrunt is not None:
-        terragrunt, terragrunt_version = _resolve_one("terragrunt", effective.terragrunt.version,
-                                                      "spec.terragrunt.version")
-    return Tool(effective.kind, binary, version, terragrunt, terragrunt_version)
+        try:
+            tg_request = request_version("terragrunt", effective.terragrunt.version, "spec.terragrunt.version",
+                                         layer_files, None, parents)
+        except VersionChoiceError as exc:
+            raise ToolError(str(exc)) from None
+        terragrunt, terragrunt_version = _resolve_one("terragrunt", tg_request)
+    return Tool(kind, binary, version, terragrunt, terragrunt_version)
 
 
 def tool_for(kind: Literal["terraform", "opentofu"], version: str | None, layer_dir: Path,

@@ -52,6 +52,8 @@ class DevOptions:
     # real: the control plane built from the Kubernetes modules (docs §22), the kubelet as its Node, in a
     # network namespace; emulator: the API emulator (starts in about a second).
     cluster: str = "real"
+    # chart mode: the datastore's provider and tool caches on (its HTTPS listener, runner pods pointed at it).
+    caches: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -61,6 +63,8 @@ class DevOptions:
         if self.cluster == "real" and self.mode != "chart":
             raise ValueError("--mode in-process needs --cluster emulator: on the real control plane the "
                              "components run as the chart's pods")
+        if self.caches and self.mode != "chart":
+            raise ValueError("--caches needs --mode chart (the chart's datastore serves the caches over HTTPS)")
 
 
 def prepare_example(name: str, data_dir: Path) -> list[dict[str, Any]]:
@@ -77,7 +81,20 @@ def prepare_example(name: str, data_dir: Path) -> list[dict[str, Any]]:
         subprocess.run([*git, "-C", str(repo), "commit", "-q", "-m", f"{name} example"], check=True)
     (data_dir / "state").mkdir(parents=True, exist_ok=True)
     text = (source / "manifests.yaml").read_text().replace("${DATA_DIR}", str(data_dir.resolve()))
+    if "${ENGINES_ROOT}" in text:  # the opentofu example runs the engines built from their Go modules
+        text = text.replace("${ENGINES_ROOT}", str(engines_root()))
     return load_documents(text)
+
+
+def engines_root() -> Path:
+    """The root `scripts/build-engines.sh` assembled (docs/architecture.md §23): its `tenv/` holds OpenTofu
+    and Terraform in tenv's layout. Not built: a clear error naming the script."""
+    script = EXAMPLES_DIR.parent / "scripts" / "build-engines.sh"
+    result = subprocess.run(["bash", str(script), "--cached"], capture_output=True, text=True, check=False)
+    if result.returncode != 0 or not result.stdout.strip():
+        raise FileNotFoundError(f"the engines are not built: run `bash {script}` (about 14 minutes with Go; "
+                                "docs/architecture.md §23)")
+    return Path(result.stdout.strip())
 
 
 class LayerProgress(threading.Thread):
@@ -176,6 +193,7 @@ def dev_values(options: DevOptions, agl_kinds: list[dict[str, str]] | None = Non
         "datastore": {"image": {"pullPolicy": "Never"}, "auth": {"extraAdminUsers": [LOCAL_ADMIN_USERNAME]}},
         # The UI is reached over plain http on this machine: Secure cookies would never come back.
         "server": {"config": {"uiSecureCookies": False}},
+        **({"providerCache": {"enabled": True}, "toolCache": {"enabled": True}} if options.caches else {}),
         **options.values,
     }
 

@@ -1,14 +1,15 @@
-"""What the runner adds over bare terraform, for one plan.
+"""What the runner adds over the bare engine, for one plan, per engine (terraform 1.11.4 and tofu 1.12.6).
 
-    python3 tests/bench/bench_runner.py [--pairs N]
+    python3 tests/bench/bench_runner.py [--pairs N] [--engines terraform-1.11.4,tofu-1.12.6]
 
 Runner: `burrito-py runner start` as a pod runs it (read run, layer and repository from the API emulator,
 download and unpack the source archive from the datastore, resolve the tool, init, plan, show -json, show,
-four uploads, one annotation patch). Bare: `terraform init && terraform plan -out && terraform show -json`
-on the same code in a fresh directory. Pairs alternate, and the figures are medians over the pairs of the
-difference (small layer, target ≤ 1.0 s) and of the ratio (1,000 terraform_data resources, target ≤ 1.3).
-Wall time is the target; CPU time (user + system of the process tree) is printed too, as it says more than wall
-time on a busy machine. Prints figures; asserts nothing.
+four uploads, one annotation patch), the engine taken from the engines root `scripts/build-engines.sh` built
+(BURRITO_RUNNER_TOOLS_PATH, as the runner image's baked tools) and named by the layer's spec. Bare: the same
+binary's `init && plan -out && show -json` on the same code in a fresh directory. Pairs alternate, and the
+figures are medians over the pairs of the difference (small layer, target ≤ +0.3 s) and of the ratio (1,000
+terraform_data resources, target ≤ 1.1). Wall time is the target; CPU time (user + system of the process tree)
+is printed too, as it says more than wall time on a busy machine. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -61,7 +62,24 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def bare(code_dir: Path, work: Path) -> tuple[float, float]:
+ENGINES = {"terraform": ("Terraform", "terraform"), "opentofu": ("OpenTofu", "tofu")}
+
+
+def engines_root() -> Path:
+    """The root scripts/build-engines.sh assembled; not built: exit naming the script."""
+    done = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "build-engines.sh"), "--cached"],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not done.stdout.strip():
+        sys.exit("the engines are not built: run `bash scripts/build-engines.sh`")
+    return Path(done.stdout.strip())
+
+
+def engine_binary(root: Path, kind: str, version: str) -> str:
+    folder, name = ENGINES[kind]
+    return str(root / "tenv" / folder / version / name)
+
+
+def bare(code_dir: Path, work: Path, binary: str = "terraform") -> tuple[float, float]:
     """init + plan -out + show -json in a fresh copy of the layer, as a script would do it."""
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(code_dir, work)
@@ -71,9 +89,9 @@ def bare(code_dir: Path, work: Path) -> tuple[float, float]:
         ["init", "-input=false", f"-backend-config=path={work}.tfstate"],
         ["plan", "-input=false", "-out=plan.bin"],
     ):
-        subprocess.run(["terraform", *args], cwd=work, env=env, check=True, capture_output=True)
+        subprocess.run([binary, *args], cwd=work, env=env, check=True, capture_output=True)
     with (work / "plan.json").open("wb") as out:
-        subprocess.run(["terraform", "show", "-json", "plan.bin"], cwd=work, env=env, check=True, stdout=out,
+        subprocess.run([binary, "show", "-json", "plan.bin"], cwd=work, env=env, check=True, stdout=out,
                        stderr=subprocess.DEVNULL)
     return time.perf_counter() - started, children_cpu() - cpu
 
@@ -81,7 +99,12 @@ def bare(code_dir: Path, work: Path) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=7)
+    parser.add_argument("--engines", default="terraform-1.11.4,tofu-1.12.6",
+                        help="comma-separated <terraform|tofu>-<version>, from the engines root")
     options = parser.parse_args()
+    root = engines_root()
+    engines = [("opentofu" if e.split("-")[0] == "tofu" else "terraform", e.split("-", 1)[1])
+               for e in options.engines.split(",") if e.strip()]
 
     from burrito_local.apiserver import ApiServer
     from burrito_local.apply import Applier, load_files
@@ -145,6 +168,8 @@ def main() -> None:
                     "BURRITO_RUNNER_ACTION": "plan",
                     "BURRITO_RUNNER_ATTEMPT": "1",
                     "BURRITO_DATASTORE_URL": datastore_url,
+                    "BURRITO_RUNNER_TOOLS_PATH": str(root / "tenv"),
+                    "TENV_ROOT": str(tmp / "tenv-root"),
                 }
                 started, cpu = time.perf_counter(), children_cpu()
                 done = subprocess.run(CLI, env=env, capture_output=True, text=True, check=False)
@@ -153,43 +178,49 @@ def main() -> None:
                     sys.exit(f"runner failed ({done.returncode}): {done.stderr}")
                 return elapsed
 
-            version = subprocess.run(["terraform", "version"], capture_output=True, text=True).stdout.split()[1]
-            print(f"terraform {version}, `burrito-py runner start`, {options.pairs} pairs per layer, medians")
-            for layer in layers:
-                create(
-                    "terraformlayers",
-                    "TerraformLayer",
-                    layer,
-                    {
-                        "repository": {"name": "infra"},
-                        "branch": "main",
-                        "path": f"layers/{layer}",
-                        "overrideRunnerSpec": {"extraInitArgs": [f"-backend-config=path={tmp / layer}.tfstate"]},
-                    },
-                )
-                code_dir = tmp / "code" / layer
-                code_dir.mkdir(parents=True)
-                (code_dir / "main.tf").write_text(layers[layer])
-                runner(layer, f"{layer}-warmup")  # page cache, terraform's plugin discovery
-                bare(code_dir, tmp / "bare" / layer)
-                pairs = []
-                for i in range(options.pairs):
-                    if i % 2:
-                        b = bare(code_dir, tmp / "bare" / layer)
-                        r = runner(layer, f"{layer}-plan-{i}")
-                    else:
-                        r = runner(layer, f"{layer}-plan-{i}")
-                        b = bare(code_dir, tmp / "bare" / layer)
-                    pairs.append((r, b))
-                target = "added ≤ 1.0 s" if layer == "small" else "ratio ≤ 1.3"
-                for what, index in (("wall", 0), ("cpu ", 1)):
-                    runs, bares = [r[index] for r, _ in pairs], [b[index] for _, b in pairs]
-                    added = statistics.median(r[index] - b[index] for r, b in pairs)
-                    ratio = statistics.median(r[index] / b[index] for r, b in pairs)
-                    note = f"  (target: {target})" if index == 0 else ""
-                    print(f"{layer:5} {what}: runner {statistics.median(runs):.3f} s, "
-                          f"bare {statistics.median(bares):.3f} s, added {added:+.3f} s, ratio {ratio:.2f}{note}")
-                print(f"      load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+            print(f"`burrito-py runner start` against the bare engine, {options.pairs} pairs per layer, medians")
+            for kind, version in engines:
+                binary = engine_binary(root, kind, version)
+                print(f"{ENGINES[kind][1]} {version} ({binary})")
+                for layer in layers:
+                    name = f"{layer}-{ENGINES[kind][1]}"
+                    other = "terraform" if kind == "opentofu" else "opentofu"
+                    create(
+                        "terraformlayers",
+                        "TerraformLayer",
+                        name,
+                        {
+                            "repository": {"name": "infra"},
+                            "branch": "main",
+                            "path": f"layers/{layer}",
+                            kind: {"enabled": True, "version": version},
+                            other: {"enabled": False},
+                            "overrideRunnerSpec": {"extraInitArgs": [f"-backend-config=path={tmp / name}.tfstate"]},
+                        },
+                    )
+                    code_dir = tmp / "code" / layer
+                    code_dir.mkdir(parents=True, exist_ok=True)
+                    (code_dir / "main.tf").write_text(layers[layer])
+                    runner(name, f"{name}-warmup")  # page cache, the engine's plugin discovery
+                    bare(code_dir, tmp / "bare" / name, binary)
+                    pairs = []
+                    for i in range(options.pairs):
+                        if i % 2:
+                            b = bare(code_dir, tmp / "bare" / name, binary)
+                            r = runner(name, f"{name}-plan-{i}")
+                        else:
+                            r = runner(name, f"{name}-plan-{i}")
+                            b = bare(code_dir, tmp / "bare" / name, binary)
+                        pairs.append((r, b))
+                    target = "added ≤ +0.3 s" if layer == "small" else "ratio ≤ 1.1"
+                    for what, index in (("wall", 0), ("cpu ", 1)):
+                        runs, bares = [r[index] for r, _ in pairs], [b[index] for _, b in pairs]
+                        added = statistics.median(r[index] - b[index] for r, b in pairs)
+                        ratio = statistics.median(r[index] / b[index] for r, b in pairs)
+                        note = f"  (target: {target})" if index == 0 else ""
+                        print(f"  {layer:5} {what}: runner {statistics.median(runs):.3f} s, "
+                              f"bare {statistics.median(bares):.3f} s, added {added:+.3f} s, ratio {ratio:.2f}{note}")
+            print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     finally:
         api.stop()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -28,6 +28,7 @@ from burrito_py.kube.inventory import creation_order
 from burrito_py.operator.main import ControllerThread
 from burrito_py.outbound import LOOPBACK_NETWORKS
 from tests.support.emulator import wait_for
+from tests.support.engines import ENGINES, Engine, engines_root
 from tests.support.git_repos import TestRepo, make_repo
 
 pytestmark = pytest.mark.e2e
@@ -79,16 +80,22 @@ class Platform:
                                                             "terraformrepositories", body)
 
     def create_layer(self, name: str, repository: str, path: str, *, auto_apply: bool = False,
-                     branch: str = "main", **spec: Any) -> dict[str, Any]:
+                     branch: str = "main", engine: Engine | None = None, **spec: Any) -> dict[str, Any]:
+        """`engine`: run on that engine from the built engines root (its tools baked into the runner, as the
+        runner image's are); None: whatever the runner finds (the machine's terraform on PATH)."""
         state = self.workdir / "state" / f"{name}.tfstate"
         state.parent.mkdir(parents=True, exist_ok=True)
+        override: dict[str, Any] = {"extraInitArgs": [f"-backend-config=path={state}"]}
+        if engine is not None:
+            override["env"] = engine.baked_env()
+            spec = {**engine.spec(), **spec}
         body = {
             "apiVersion": ann.API_VERSION, "kind": "TerraformLayer",
             "metadata": {"name": name, "namespace": "default"},
             "spec": {
                 "repository": {"name": repository}, "branch": branch, "path": path,
                 "remediationStrategy": {"autoApply": auto_apply, **spec.pop("remediation", {})},
-                "overrideRunnerSpec": {"extraInitArgs": [f"-backend-config=path={state}"]},
+                "overrideRunnerSpec": override,
                 **spec,
             },
         }
@@ -210,6 +217,14 @@ def repo(tmp_path: Path) -> TestRepo:
     r.commit({"layers/app/main.tf": layer_code("v1"), "layers/other/main.tf": layer_code("other"),
               "modules/shared/README.md": "shared module\n", "docs/README.md": "docs\n"}, "initial layout")
     return r
+
+
+@pytest.fixture(params=ENGINES, ids=lambda engine: engine.id)
+def engine(request: pytest.FixtureRequest) -> Engine:
+    """Each engine the core scenarios run on (terraform 1.11.4, tofu 1.12.6), from the built engines root; a
+    missing build fails naming scripts/build-engines.sh."""
+    engines_root()
+    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,4 +1,8 @@
-"""From a git commit to an applied layer (issue: core loop), with real terraform and real git."""
+"""From a git commit to an applied layer (issue: core loop), with real terraform and real git.
+
+The scenarios taking the `engine` fixture run once per engine (terraform 1.11.4 and tofu 1.12.6, from the
+engines root, issue 27): auto-apply with its outputs, manual approval then apply, and drift; the others run on
+the machine's terraform only, to keep the suite's time."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import httpx
 
 from burrito_py.api import annotations as ann
 from burrito_py.timeutil import parse_time
+from tests.support.engines import Engine, engines_root
 from tests.support.git_repos import TestRepo
 
 from .conftest import Platform, layer_code, running_platform, wait_for
@@ -26,10 +31,16 @@ def terraform_state_inputs(state_file: Path) -> list[str]:
     ]
 
 
-def test_a_auto_apply_plans_then_applies_then_idles(platform: Platform, repo: TestRepo):
+def test_a_auto_apply_plans_then_applies_then_idles(platform: Platform, repo: TestRepo, engine: Engine):
     platform.create_repository("repo", repo.url)
-    platform.create_layer("app", "repo", "layers/app", auto_apply=True)
+    platform.create_layer("app", "repo", "layers/app", auto_apply=True, engine=engine)
     layer = platform.wait_state("app", "Idle", timeout=90)
+    logs = "\n".join(platform.core.read_namespaced_pod_log(pod.metadata.name, "default")
+                     for pod in platform.pods("app"))
+    assert f"with {engine.kind} {engine.version} ({engines_root()}/tenv/" in logs  # the engine asked for, baked
+    state = json.loads(platform.state_file("app").read_text())
+    assert state["terraform_version"] == engine.version  # written by the engine that applied
+    assert layer["status"]["outputs"] == ["message"]
     a = layer["metadata"]["annotations"]
     assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM]
     assert a[ann.PLAN_COMMIT] == a[ann.APPLY_COMMIT] == repo.head
@@ -40,14 +51,21 @@ def test_a_auto_apply_plans_then_applies_then_idles(platform: Platform, repo: Te
     assert layer["status"]["lastResult"].startswith("Applied: Plan: 1 to add")
 
 
-def test_b_without_auto_apply_the_layer_waits_in_apply_needed(platform: Platform, repo: TestRepo):
+def test_b_without_auto_apply_the_layer_waits_in_apply_needed(platform: Platform, repo: TestRepo, engine: Engine):
     platform.create_repository("repo", repo.url)
-    platform.create_layer("app", "repo", "layers/app")
+    platform.create_layer("app", "repo", "layers/app", engine=engine)
     layer = platform.wait_state("app", "ApplyNeeded", timeout=60)
     assert layer["status"]["lastResult"] == "Plan: 1 to add, 0 to change, 0 to destroy"
     time.sleep(2)  # a window in which a wrong controller would create an apply run
     assert [r["spec"]["action"] for r in platform.runs("app")] == ["plan"]
     assert not platform.state_file("app").exists() or terraform_state_inputs(platform.state_file("app")) == []
+    # Approving applies exactly that plan, with the same engine.
+    platform.custom.patch_namespaced_custom_object(
+        ann.GROUP, ann.VERSION, "default", "terraformlayers", "app",
+        {"metadata": {"annotations": {ann.APPROVE_PLAN: layer["status"]["pendingPlan"]["sum"]}}})
+    platform.wait_state("app", "Idle", timeout=90)
+    assert terraform_state_inputs(platform.state_file("app")) == ["v1"]
+    assert json.loads(platform.state_file("app").read_text())["terraform_version"] == engine.version
 
 
 def test_c_relevant_commits_plan_and_unrelated_commits_do_not(platform: Platform, repo: TestRepo):
@@ -96,10 +114,10 @@ def test_d_broken_terraform_retries_then_max_retries_then_a_fix_plans(tmp_path: 
         platform.wait_state("app", "ApplyNeeded")
 
 
-def test_e_drift_period_elapsed_plans_again(tmp_path: Path, repo: TestRepo):
+def test_e_drift_period_elapsed_plans_again(tmp_path: Path, repo: TestRepo, engine: Engine):
     with running_platform(tmp_path / "p", tmp_path / "kubeconfig", drift_detection_period=timedelta(seconds=6)) as p:
         p.create_repository("repo", repo.url)
-        p.create_layer("app", "repo", "layers/app", auto_apply=True)
+        p.create_layer("app", "repo", "layers/app", auto_apply=True, engine=engine)
         p.wait_state("app", "Idle", timeout=60)
         first_plan = p.annotations("app")[ann.PLAN_DATE]
         wait_for(lambda: p.annotations("app").get(ann.PLAN_DATE) != first_plan, 30, what="a drift plan")

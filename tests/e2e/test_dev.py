@@ -124,7 +124,7 @@ def test_dev_runs_the_quickstart_until_ctrl_c(tmp_path: Path, cluster: str, mode
     finally:
         process.send_signal(signal.SIGINT)
         try:
-            code = process.wait(30)
+            code = process.wait(90)  # the pods stop within their grace periods: slow on a loaded machine
         finally:
             if process.poll() is None:
                 process.kill()

@@ -31,6 +31,7 @@ from burrito_py.datastore.in_process import free_port
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
 from tests.support.emulator import wait_for
+from tests.support.engines import Engine
 from tests.support.git_repos import TestRepo, make_repo
 
 from .conftest import Platform, running_platform
@@ -97,10 +98,12 @@ def settle(platform: Platform, layer: str, seconds: float = 4.0) -> None:
         time.sleep(1.0)
 
 
-def test_gate_auto_apply_holds_the_replace_until_that_plan_is_approved(world: tuple[Platform, TestRepo]) -> None:
+def test_gate_auto_apply_holds_the_replace_until_that_plan_is_approved(world: tuple[Platform, TestRepo],
+                                                                       engine: Engine) -> None:
+    """On each engine (terraform 1.11.4, tofu 1.12.6): the policy reads the engine's own `show -json`."""
     platform, repo = world
     create_policy(platform, "db-safety", "gateAutoApply")
-    platform.create_layer("db", "infra", "layers/db", auto_apply=True)
+    platform.create_layer("db", "infra", "layers/db", auto_apply=True, engine=engine)
     platform.wait_state("db", "Idle", 120)  # the first plan only creates: allowed, applied
     assert len(apply_runs(platform, "db")) == 1
 
@@ -136,6 +139,7 @@ def test_gate_auto_apply_holds_the_replace_until_that_plan_is_approved(world: tu
     applies = apply_runs(platform, "db")
     assert len(applies) == 2 and applies[-1]["metadata"]["annotations"][ann.RUN_PLAN_SUM] == plan_sum
     state = json.loads(platform.state_file("db").read_text())
+    assert state["terraform_version"] == engine.version
     db = next(r for r in state["resources"] if r["name"] == "db")
     assert db["instances"][0]["attributes"]["triggers_replace"]["value"] == ["g2"]
 

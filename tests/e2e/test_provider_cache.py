@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from burrito_py.datastore.in_process import free_port
+from tests.support.engines import OPENTOFU
 from tests.support.git_repos import TestRepo
 
 from ..support.fakes.registry import python_provider, running_upstream
@@ -109,3 +110,62 @@ def test_fail_closed_fails_the_run_naming_the_mirror(tmp_path: Path, repo: TestR
 
         result = wait_for(failed, 120, what="the plan to fail")
         assert f"provider mirror {url} is unavailable (failClosed)" in result
+
+
+def test_a_tampered_provider_archive_fails_the_run_saying_its_checksum_did_not_match(
+    mirrored: tuple[Platform, Any], repo: TestRepo
+) -> None:
+    """The attack: the registry (or anything between it and the datastore) serves a provider archive with one
+    byte changed. The datastore refuses it (SHA256SUMS), terraform only says `bad response code: 502`; the run
+    fails with a line saying the checksum did not match, and nothing is stored (issue 27 item 6)."""
+    platform, upstream = mirrored
+    upstream.publish("test", "tiny", "1.0.0", content=python_provider(f"{REGISTRY_NAME}/test/tiny"))
+    upstream.tampered.add("terraform-provider-tiny_1.0.0_linux_amd64.zip")
+    code = ('terraform {\n  required_providers {\n    tiny = { source = "REGISTRY/test/tiny", version = "1.0.0" }\n'
+            '  }\n}\nprovider "tiny" {}\n').replace("REGISTRY", REGISTRY_NAME)
+    repo.commit({"layers/tiny/main.tf": code}, "a layer with a provider")
+    platform.create_layer("tiny", "infra", "layers/tiny", remediation={"onError": {"maxRetries": 0}})
+
+    def failed() -> str | None:
+        result = (platform.layer("tiny").get("status") or {}).get("lastResult") or ""
+        return result if result.startswith("Plan failed") else None
+
+    result = wait_for(failed, 120, what="the plan to fail")
+    assert "the provider mirror refused registry.example.test/test/tiny v1.0.0 (linux_amd64)" in result, result
+    logs = pod_logs(platform, "tiny")
+    line = next(line for line in logs.splitlines() if line.startswith("error: the provider mirror refused"))
+    assert "checksum did not match" in line and "terraform-provider-tiny_1.0.0_linux_amd64.zip" in line, line
+    assert "bad response code: 502" in logs  # what terraform alone says
+    assert not any((platform.workdir / "datastore" / "providers" / "archives").glob("*.zip"))
+
+
+def test_tofu_installs_registry_opentofu_org_providers_through_the_mirror(tmp_path: Path, repo: TestRepo) -> None:
+    """OpenTofu 1.12.6 (from the engines root) installs a `registry.opentofu.org/…` provider through the datastore's
+    network mirror, which reads it through from where the operator says that registry is served
+    (`provider_cache_registry_urls`, the chart's providerCache.registryUrls) with the upstream's CA (issue 27)."""
+    registry = "registry.opentofu.org"
+    tls = make_tls(tmp_path / "tls")
+    with running_upstream(tls) as (upstream, served_at):
+        port = free_port()
+        datastore = {"tls_port": port, "tls_cert_file": tls.cert, "tls_key_file": tls.key,
+                     "provider_cache_enabled": True, "provider_cache_registries": [],
+                     "provider_cache_registry_urls": {registry: f"https://{served_at}"}, "upstream_ca_file": tls.ca}
+        with running_platform(tmp_path / "p", tmp_path / "kubeconfig", datastore=datastore,
+                              provider_mirror_url=f"https://127.0.0.1:{port}/providers/v1/",
+                              provider_mirror_registries=[registry], mirror_ca_file=tls.ca) as platform:
+            platform.create_repository("infra", repo.url)
+            upstream.publish("test", "tiny", "1.0.0", content=python_provider(f"{registry}/test/tiny"))
+            code = ('terraform {\n  required_providers {\n    tiny = { source = "test/tiny", version = "1.0.0" }\n'
+                    '  }\n}\nprovider "tiny" {}\nresource "terraform_data" "this" {\n  input = "tofu"\n}\n')
+            repo.commit({"layers/tofu/main.tf": code}, "a tofu layer with a provider")
+            platform.create_layer("tofu", "infra", "layers/tofu", engine=OPENTOFU,
+                                  remediation={"onError": {"maxRetries": 0}})
+            try:
+                platform.wait_state("tofu", "ApplyNeeded", timeout=120)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\nrunner logs:\n{pod_logs(platform, 'tofu')[-3000:]}") from None
+            logs = pod_logs(platform, "tofu")
+            assert "with opentofu 1.12.6" in logs
+            # tofu names providers of its default registry (registry.opentofu.org) by their short address.
+            assert "- Installed test/tiny v1.0.0 (verified checksum)" in logs
+            assert upstream.requests.count("/files/test/terraform-provider-tiny_1.0.0_linux_amd64.zip") == 1

@@ -37,6 +37,15 @@ def inherited(layer: Mapping[str, Any], repository: Mapping[str, Any] | None, *p
 
 
 def _invalid_version(layer: Mapping[str, Any], repository: Mapping[str, Any] | None) -> str | None:
+    for owner, obj in (("spec", layer), ("repository spec", repository or {})):
+        spec = obj.get("spec") or {}
+        switches = [(spec.get(tool) or {}).get("enabled") for tool in ("terraform", "opentofu")]
+        if switches == [True, True]:
+            # Which engine was meant is unknown: nothing runs rather than the wrong one.
+            return (f"{owner}.terraform.enabled and {owner}.opentofu.enabled are both true: the engine is unknown; "
+                    "enable one of them")
+        if any(switch is not None for switch in switches):
+            break  # the nearest level that switches an engine decides (api/effective.py)
     for tool in ("terraform", "opentofu", "terragrunt"):
         for owner, obj in (("spec", layer), ("repository spec", repository or {})):
             version = ((obj.get("spec") or {}).get(tool) or {}).get("version")

@@ -297,8 +297,8 @@ class ProviderCache:
             size = await self.upstream.fetch_to(info["download_url"], path, MAX_ARCHIVE)
             actual = await asyncio.to_thread(file_sha256, path)
             if actual != sha256:
-                raise Refused(f"{address} {pointer['version']} {pointer['filename']}: SHA-256 {actual} is not the "
-                              f"{sha256} of SHA256SUMS: not stored")
+                raise Refused(f"{address} {pointer['version']} {pointer['filename']}: checksum did not match: its "
+                              f"SHA-256 {actual} is not the {sha256} of SHA256SUMS; not stored")
             h1 = await asyncio.to_thread(zip_h1, path)
             await self.storage.put(key, _file_chunks(path), MAX_ARCHIVE)
         OBJECTS.inc()

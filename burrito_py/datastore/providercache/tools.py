@@ -142,7 +142,8 @@ class ToolCache:
             await self.upstream.fetch_to(url, path, MAX_ARCHIVE)
             actual = await asyncio.to_thread(file_sha256, path)
             if actual != expected:
-                raise UpstreamError(f"{name}: SHA-256 {actual} is not the {expected} of its SHA256SUMS: not stored")
+                raise UpstreamError(f"{name}: checksum did not match: its SHA-256 {actual} is not the {expected} "
+                                    "of its SHA256SUMS; not stored")
             await self.storage.put(key, _file_chunks(path), MAX_ARCHIVE)
 
         async def digest() -> AsyncIterator[bytes]:

@@ -201,7 +201,8 @@ def test_a_tool_whose_sum_does_not_match_is_refused(world: World, ca: FakeCa, te
     with running_mirror(fake, ca) as mirror:
         result = world.runner("app-plan-1", "plan", **tool_env(world, mirror, ca))
     assert result.code == 2
-    assert result.stderr.startswith("error: terraform 1.11.4 from the tool mirror: the download's sha256 ")
-    assert f"does not match X-Burrito-Sha256 {'ab' * 32}; not installed" in result.stderr
+    assert result.stderr.startswith("error: terraform 1.11.4 from the tool mirror: checksum did not match: "
+                                    "the download's sha256 ")
+    assert f"is not the X-Burrito-Sha256 {'ab' * 32}; not installed" in result.stderr
     assert list(tenv_root(world).iterdir()) == []
     assert "Initializing" not in result.stdout

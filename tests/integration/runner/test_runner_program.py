@@ -150,7 +150,8 @@ def test_a_failing_plan_exits_1_and_annotates_nothing(world: World) -> None:
     ("layer_spec", "message"),
     [
         ({"path": "layers/gone"}, "spec.path 'layers/gone' does not exist in revision"),
-        ({"terraform": {"version": ">= 99.0"}}, 'does not satisfy ">= 99.0"; install tenv or a matching binary'),
+        ({"terraform": {"version": ">= 99.0"}},
+         'no terraform version satisfying ">= 99.0" (from spec.terraform.version): looked in TENV_ROOT '),
     ],
 )
 def test_bad_input_exits_2(world: World, layer_spec: dict[str, Any], message: str) -> None:

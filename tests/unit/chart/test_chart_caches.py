@@ -115,6 +115,7 @@ def test_provider_cache_turns_on_the_datastore_https_listener() -> None:
         "BURRITO_PY_DATASTORE_PROVIDER_CACHE_REGISTRIES": '["registry.terraform.io","registry.opentofu.org"]',
         "BURRITO_PY_DATASTORE_PROVIDER_CACHE_INDEX_TTL_SECONDS": "600",
         "BURRITO_PY_DATASTORE_PROVIDER_CACHE_MAX_BYTES": "0",
+        "BURRITO_PY_DATASTORE_PROVIDER_CACHE_REGISTRY_URLS": "{}",
         "BURRITO_PY_DATASTORE_TOOL_CACHE_ENABLED": "false",
     }
     pod = _pod(objects, "datastore")
@@ -355,3 +356,83 @@ def test_the_controllers_read_the_ca_the_datastore_certificate_is_signed_by(
     assert settings.tool_mirror_url == f"{HTTPS}/tools/v1/"
     ca = x509.load_pem_x509_certificate(settings.mirror_ca_pem().encode())
     x509.load_pem_x509_certificate(base64.b64decode(secret["tls.crt"])).verify_directly_issued_by(ca)
+
+
+# -- the caches' upstreams as an operator sets them (issue 27 item 6) ----------------------------------------
+UPSTREAM_CA_FILE = "/etc/burrito-py/upstream-ca/ca.crt"
+
+
+def _pem(tmp_path: Path) -> str:
+    from tests.support.fakes.tls import make_tls
+
+    return make_tls(tmp_path / "tls").ca.read_text()
+
+
+def test_registry_addresses_release_sites_and_an_upstream_ca_reach_the_datastore(tmp_path: Path) -> None:
+    """A private registry served elsewhere, a release mirror for both tools, and the in-house CA they use: the
+    datastore gets them as its settings, the CA as a ConfigMap mounted read-only, and rolls when they change."""
+    pem = _pem(tmp_path)
+    values = {
+        "providerCache": {"enabled": True, "registries": ["registry.terraform.io", "tf.corp.example"],
+                          "registryUrls": {"tf.corp.example": "https://artifacts.corp.example/tf-registry"}},
+        "toolCache": {"enabled": True, "terraformUrl": "https://artifacts.corp.example/hashicorp",
+                      "opentofuUrl": "https://artifacts.corp.example/opentofu/releases/download",
+                      "opentofuIndexUrl": "https://artifacts.corp.example/opentofu/api.json"},
+        "cacheUpstream": {"caBundle": pem},
+    }
+    objects = _render(values)
+    config = _config(objects, "datastore")
+    assert json.loads(config["BURRITO_PY_DATASTORE_PROVIDER_CACHE_REGISTRY_URLS"]) == {
+        "tf.corp.example": "https://artifacts.corp.example/tf-registry"}
+    assert config["BURRITO_PY_DATASTORE_TOOL_CACHE_TERRAFORM_URL"] == "https://artifacts.corp.example/hashicorp"
+    assert config["BURRITO_PY_DATASTORE_TOOL_CACHE_OPENTOFU_URL"] == (
+        "https://artifacts.corp.example/opentofu/releases/download")
+    assert config["BURRITO_PY_DATASTORE_TOOL_CACHE_OPENTOFU_INDEX_URL"] == (
+        "https://artifacts.corp.example/opentofu/api.json")
+    assert config["BURRITO_PY_DATASTORE_UPSTREAM_CA_FILE"] == UPSTREAM_CA_FILE
+    assert find(objects, "ConfigMap", f"{RELEASE}-datastore-upstream-ca")["data"] == {"ca.crt": pem}
+    pod = _pod(objects, "datastore")
+    assert _volume(pod, "upstream-ca") == {"name": "upstream-ca",
+                                           "configMap": {"name": f"{RELEASE}-datastore-upstream-ca"}}
+    assert _mount(pod, "upstream-ca") == {"name": "upstream-ca", "mountPath": "/etc/burrito-py/upstream-ca",
+                                          "readOnly": True}
+    # The datastore's own settings model reads what the chart wrote.
+    from burrito_py.datastore.app import DatastoreSettings
+
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in config.items():
+            if key.startswith("BURRITO_PY_DATASTORE_") and "CACHE" in key:
+                env.setenv(key, value)
+        settings = DatastoreSettings()
+    assert settings.provider_cache_registry_urls == {"tf.corp.example": "https://artifacts.corp.example/tf-registry"}
+    assert settings.tool_cache_opentofu_index_url == "https://artifacts.corp.example/opentofu/api.json"
+    checksum = find(objects, "Deployment", f"{RELEASE}-datastore")["spec"]["template"]["metadata"]["annotations"]
+    other = _render({**values, "cacheUpstream": {"caBundle": _pem(tmp_path / "other")}})
+    assert find(other, "Deployment", f"{RELEASE}-datastore")["spec"]["template"]["metadata"]["annotations"][
+        "checksum/config"] != checksum["checksum/config"]
+
+
+def test_defaults_read_the_public_sites_and_add_no_ca() -> None:
+    objects = _render({"providerCache": {"enabled": True}, "toolCache": {"enabled": True}})
+    config = _config(objects, "datastore")
+    assert json.loads(config["BURRITO_PY_DATASTORE_PROVIDER_CACHE_REGISTRY_URLS"]) == {}
+    assert config["BURRITO_PY_DATASTORE_TOOL_CACHE_TERRAFORM_URL"] == "https://releases.hashicorp.com"
+    assert "BURRITO_PY_DATASTORE_UPSTREAM_CA_FILE" not in config
+    assert not [o for o in objects if o["metadata"]["name"].endswith("upstream-ca")]
+    assert "upstream-ca" not in json.dumps(_pod(objects, "datastore"))
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"providerCache": {"registryUrls": {"tf.corp.example": "http://plain.example"}}},
+         "/providerCache/registryUrls/tf.corp.example"),
+        ({"providerCache": {"registryUrls": {"not a host": "https://x.example"}}}, "/providerCache/registryUrls"),
+        ({"toolCache": {"terraformUrl": "ftp://x"}}, "/toolCache/terraformUrl"),
+        ({"cacheUpstream": {"caBundle": "not a certificate"}}, "/cacheUpstream/caBundle"),
+    ],
+)
+def test_bad_upstream_values_fail_naming_the_key(values: dict[str, Any], named: str) -> None:
+    with pytest.raises(ChartRenderError) as failure:
+        _render(values)
+    assert named in str(failure.value)

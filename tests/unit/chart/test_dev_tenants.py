@@ -3,6 +3,7 @@ AGL instance in a tenant namespace gets its layer there, and its runs need `burr
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from burrito_local.dev import RELEASE, RELEASE_NAMESPACE, DevOptions, dev_values, tenant_namespaces
@@ -28,3 +29,20 @@ def test_the_manifests_namespaces_are_tenants_with_a_runner_service_account(tmp_
                    and o["subjects"][0]["name"] == "burrito-py-runner" for o in objects)
     created = {o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"}
     assert created == {"team-a", "team-b"}, "the chart creates the tenant namespaces dev needs, not default"
+
+
+def test_dev_caches_turns_on_both_caches_in_chart_mode_only(tmp_path: Path) -> None:
+    """`burrito-py dev --caches`: the chart's provider and tool caches on, so runner pods are pointed at the
+    datastore's HTTPS mirrors as on a cluster (issue 27 item 6)."""
+    import pytest
+
+    options = DevOptions(tmp_path, tmp_path / "kubeconfig", caches=True)
+    objects = render_chart(dev_values(options), RELEASE, RELEASE_NAMESPACE)
+    [controllers] = [o for o in objects
+                     if o["kind"] == "ConfigMap" and o["metadata"]["name"] == f"{RELEASE}-controllers"]
+    assert controllers["data"]["BURRITO_PY_TOOL_MIRROR_URL"].endswith(":8443/tools/v1/")
+    assert controllers["data"]["BURRITO_PY_PROVIDER_MIRROR_URL"].endswith(":8443/providers/v1/")
+    plain = render_chart(dev_values(DevOptions(tmp_path, tmp_path / "kubeconfig")), RELEASE, RELEASE_NAMESPACE)
+    assert not any("MIRROR_URL" in json.dumps(o) for o in plain)
+    with pytest.raises(ValueError, match="--caches needs --mode chart"):
+        DevOptions(tmp_path, tmp_path / "kubeconfig", caches=True, mode="in-process")

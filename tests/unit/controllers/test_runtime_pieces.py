@@ -160,6 +160,23 @@ def test_branch_not_found_is_reported_from_the_repository_status():
     assert v.ready.reason == "BranchNotFound" and "spec.branch" in v.ready.message
 
 
+def test_an_unknown_engine_is_a_ready_false_condition_naming_both_switches():
+    """Both engines switched on at one level: which one was meant is unknown, so the layer is not Ready (issue 27);
+    a level that switches one off is fine, whatever the other level says."""
+    layer = {"metadata": {"namespace": "default"},
+             "spec": {"repository": {"name": "r"}, "branch": "main", "opentofu": {"enabled": True},
+                      "terraform": {"enabled": True}}}
+    v = validate_layer(layer, {"spec": {}}, ControllerSettings())
+    assert (v.ready.status, v.ready.reason) == (False, "InvalidSpec")
+    assert v.ready.message.startswith("spec.terraform.enabled and spec.opentofu.enabled are both true")
+    repo = {"spec": {"terraform": {"enabled": True}, "opentofu": {"enabled": True}}}
+    layer["spec"]["terraform"] = {"enabled": False}
+    assert validate_layer(layer, repo, ControllerSettings()).ready.status is True  # the layer decides
+    del layer["spec"]["terraform"], layer["spec"]["opentofu"]
+    v = validate_layer(layer, repo, ControllerSettings())
+    assert v.ready.message.startswith("repository spec.terraform.enabled and repository spec.opentofu.enabled")
+
+
 def test_sync_requested_by_a_newer_annotation_only():
     repo = {"metadata": {"annotations": {ann.repository_sync_annotation("feature/x"): format_time(NOW)}},
             "status": {"branches": [{"name": "feature/x", "lastSyncDate": format_time(NOW - timedelta(seconds=5))}]}}

@@ -243,3 +243,19 @@ def test_only_the_mirrored_registries_go_through_the_mirror_the_rest_directly_un
     closed = cli_config(URL, "ds:8443", TOKEN, registries=registries, fail_closed=True)
     assert "include" in closed and "direct" not in closed
     assert "include" not in cli_config(URL, "ds:8443", TOKEN)  # no list: every provider through the mirror
+
+
+def test_failed_installs_are_read_from_terraform_and_tofu_output() -> None:
+    from burrito_py.runner.mirror import failed_installs
+
+    output = [
+        "- Installing registry.example.test/test/tiny v1.0.0...",
+        "Error: Failed to install provider",
+        "Error while installing registry.example.test/test/tiny v1.0.0:",
+        "127.0.0.1:47349: bad response code: 502",
+        "│ Error while installing registry.opentofu.org/hashicorp/random v3.6.2: some reason",
+        "Error while installing registry.example.test/test/tiny v1.0.0:",
+    ]
+    assert failed_installs(output) == [("registry.example.test/test/tiny", "1.0.0"),
+                                       ("registry.opentofu.org/hashicorp/random", "3.6.2")]
+    assert failed_installs(["Error: Invalid provider configuration"]) == []

@@ -135,7 +135,9 @@ def test_path_binary_not_satisfying_fails_clearly(bin_dir: Path, layer: Path) ->
     fake_terraform(bin_dir, "1.11.4")
     with pytest.raises(ToolError) as error:
         tool_for("terraform", ">= 2.0", layer)
-    assert str(error.value) == 'terraform 1.11.4 on PATH does not satisfy ">= 2.0"; install tenv or a matching binary'
+    assert str(error.value).startswith('no terraform version satisfying ">= 2.0" (from spec.terraform.version): '
+                                       "looked in TENV_ROOT ")
+    assert str(error.value).endswith(f"; PATH ({bin_dir}/terraform is 1.11.4); no tool mirror configured")
 
 
 def test_spec_version_wins_over_the_code(bin_dir: Path, layer: Path) -> None:
@@ -152,7 +154,8 @@ def test_opentofu_uses_tofu(bin_dir: Path, layer: Path) -> None:
 
 
 def test_missing_binary(bin_dir: Path, layer: Path) -> None:
-    with pytest.raises(ToolError, match=r'no tofu binary on PATH and no tenv to install tofu ">= 1.8"'):
+    with pytest.raises(ToolError, match=r'no opentofu version satisfying ">= 1.8" \(from spec.opentofu.version\): '
+                       r"looked in TENV_ROOT .*; PATH; no tool mirror configured$"):
         tool_for("opentofu", ">= 1.8", layer)
 
 
@@ -261,7 +264,8 @@ def test_terragrunt_on_path(bin_dir: Path, layer: Path) -> None:
     effective = EffectiveTool(kind="terraform", version=None, terragrunt=ToolSpec(enabled=True, version="~> 0.68"))
     tool = resolve_tool(effective, layer)
     assert (tool.terragrunt, tool.terragrunt_version) == (str(terragrunt), "0.68.1")
-    with pytest.raises(ToolError, match=r'terragrunt 0\.68\.1 on PATH does not satisfy "< 0\.60"'):
+    with pytest.raises(ToolError, match=r'no terragrunt version satisfying "< 0\.60" '
+                       r"\(from spec\.terragrunt\.version\): looked in .*PATH \(.*/terragrunt is 0\.68\.1\)"):
         resolve_tool(EffectiveTool(kind="terraform", version=None, terragrunt=ToolSpec(enabled=True, version="< 0.60")),
                      layer)
 
@@ -359,8 +363,9 @@ def test_mirror_refuses_a_download_whose_sum_does_not_match(
     bin_dir: Path, layer: Path, tool_mirror: FakeMirror, tmp_path: Path
 ) -> None:
     tool_mirror.tool_sums[("terraform", "1.11.4")] = "0" * 64
-    with pytest.raises(ToolError, match=r"^terraform 1\.11\.4 from the tool mirror: the download's sha256 [0-9a-f]{64} "
-                                        r"does not match X-Burrito-Sha256 0{64}; not installed$"):
+    with pytest.raises(ToolError, match=r"^terraform 1\.11\.4 from the tool mirror: checksum did not match: "
+                                        r"the download's sha256 [0-9a-f]{64} is not the X-Burrito-Sha256 0{64}; "
+                                        r"not installed$"):
         tool_for("terraform", "1.11.4", layer, _mirror(tool_mirror))
     assert list((tmp_path / "tenv-root").iterdir()) == []
 
@@ -393,3 +398,56 @@ def test_mirror_arch() -> None:
     assert (mirror_arch("x86_64"), mirror_arch("aarch64"), mirror_arch("arm64")) == ("amd64", "arm64", "arm64")
     with pytest.raises(ToolError, match="machine 'riscv64'"):
         mirror_arch("riscv64")
+
+
+# -- version files and baked engines without tenv (issue 27 item 2) ----------------------------------
+def test_version_files_walk_up_to_the_repository_root_only(
+    bin_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Engines baked into the image (tenv's layout, BURRITO_RUNNER_TOOLS_PATH) serve without tenv and without a
+    mirror; the version comes from the nearest `.opentofu-version` up to the repository root, never above it."""
+    baked = tmp_path / "baked"
+    for version in ("1.10.10", "1.12.6"):
+        fake_terraform(baked / "OpenTofu" / version, version, name="tofu")
+    monkeypatch.setenv("BURRITO_RUNNER_TOOLS_PATH", str(baked))
+    monkeypatch.setenv("TENV_ROOT", str(tmp_path / "tenv-root"))
+    source = tmp_path / "outside" / "source"
+    layer_dir = source / "layers" / "app"
+    layer_dir.mkdir(parents=True)
+    (layer_dir / "main.tf").write_text('terraform {\n  required_version = ">= 1.6"\n}\n')
+    (tmp_path / "outside" / ".opentofu-version").write_text("9.9.9\n")  # above the repository root: ignored
+    (source / ".opentofu-version").write_text("1.10.10\n")
+    tool = resolve_tool(EffectiveTool("opentofu", None, None), layer_dir, source_root=source)
+    assert tool.version == "1.12.6"  # required_version wins over a parent's file (tenv's order)
+    (layer_dir / "main.tf").write_text('resource "terraform_data" "x" {}\n')
+    tool = resolve_tool(EffectiveTool("opentofu", None, None), layer_dir, source_root=source)
+    assert (tool.version, tool.binary) == ("1.10.10", str(baked / "OpenTofu" / "1.10.10" / "tofu"))
+    (layer_dir / ".opentofu-version").write_text("1.12.6\n")
+    assert resolve_tool(EffectiveTool("opentofu", None, None), layer_dir, source_root=source).version == "1.12.6"
+    assert resolve_tool(EffectiveTool("opentofu", "1.10.10", None), layer_dir, source_root=source
+                        ).version == "1.10.10"  # the spec wins over every file
+
+
+def test_a_version_file_nobody_has_fails_naming_the_file_and_every_place(
+    bin_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tool_mirror: FakeMirror
+) -> None:
+    baked = tmp_path / "baked"
+    fake_terraform(baked / "OpenTofu" / "1.12.6", "1.12.6", name="tofu")
+    fake_terraform(bin_dir, "1.12.6", name="tofu")
+    monkeypatch.setenv("BURRITO_RUNNER_TOOLS_PATH", str(baked))
+    layer_dir = tmp_path / "src" / "app"
+    layer_dir.mkdir(parents=True)
+    (layer_dir / ".opentofu-version").write_text("1.9.0\n")
+    with pytest.raises(ToolError) as error:
+        resolve_tool(EffectiveTool("opentofu", None, None), layer_dir, _mirror(tool_mirror), source_root=layer_dir)
+    message = str(error.value)
+    assert message.startswith("no opentofu version satisfying \"1.9.0\" on the tool mirror "), message
+    assert "; wanted \"1.9.0\" (from .opentofu-version in the layer directory); also looked in" in message
+    assert f"BURRITO_RUNNER_TOOLS_PATH {baked}" in message and "TENV_ROOT " in message and "PATH" in message
+
+
+def test_a_bad_version_file_names_it(bin_dir: Path, layer: Path) -> None:
+    (layer / ".terraform-version").write_text("one.two\n")
+    with pytest.raises(ToolError,
+                       match=r"\.terraform-version in the layer directory: invalid version constraint 'one\.two'"):
+        tool_for("terraform", None, layer)
