@@ -45,4 +45,4 @@ def test_dev_caches_turns_on_both_caches_in_chart_mode_only(tmp_path: Path) -> N
     plain = render_chart(dev_values(DevOptions(tmp_path, tmp_path / "kubeconfig")), RELEASE, RELEASE_NAMESPACE)
     assert not any("MIRROR_URL" in json.dumps(o) for o in plain)
     with pytest.raises(ValueError, match="--caches needs --mode chart"):
-        DevOptions(tmp_path, tmp_path / "kubeconfig", caches=True, mode="in-process")
+        DevOptions(tmp_path, tmp_path / "kubeconfig", caches=True, mode="in-process", cluster="emulator")
