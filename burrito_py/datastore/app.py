@@ -106,6 +106,9 @@ class DatastoreSettings(BaseSettings):
         32 * 1024 * 1024, ge=1, description="Largest Terraform state a managed-state layer may post (413 above). The "
         "datastore parses each posted state (its serial, lineage and resources): keep it well under a tenth of its "
         "memory limit.")
+    state_versions_kept: int = Field(
+        100, ge=1, description="Versions of a managed-state layer's state kept (the newest; older ones are deleted "
+        "after each write).")
     run_quota_bytes: int = Field(
         256 * 1024 * 1024, ge=0, description="Stored bytes a run's runner may bring its run to (every attempt, "
         "every object; 413 above); 0: no quota.")
@@ -644,7 +647,8 @@ def create_app(
     app.include_router(api)
     from burrito_py.datastore.state_routes import state_router
 
-    app.include_router(state_router(storage, _state_caller, allow, _name, settings.max_state_bytes))
+    app.include_router(state_router(storage, _state_caller, allow, _name, settings.max_state_bytes,
+                                    settings.state_versions_kept))
     _mount_caches(app, storage, settings)
 
     # /metrics: for who may `get` the non-resource URL /metrics (kube/metrics_auth.py), not for every runner pod.

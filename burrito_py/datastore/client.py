@@ -391,6 +391,15 @@ class DatastoreClient:
                 return None
             raise
 
+    def state_versions(self, ns: str, layer: str) -> bytes:
+        """A managed-state layer's kept versions' records (JSON list, oldest first; docs/architecture.md §10.6)."""
+        return self._get(_path("layers", ns, layer, "state", "versions"),
+                         f"state versions of {ns}/{layer}")
+
+    def get_state_version(self, ns: str, layer: str, serial: int) -> bytes:
+        return self._get(_path("layers", ns, layer, "state", "versions", serial),
+                         f"state version {serial} of {ns}/{layer}")
+
     def delete_run(self, namespace: str, layer: str, run: str) -> None:
         """Delete everything the run stored (every attempt's plans, logs, outputs, records, and its inputs), as
         when a closed pull request's plan runs are thrown away. Only admins (the controllers) may; succeeds

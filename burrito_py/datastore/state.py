@@ -36,6 +36,7 @@ __all__ = [
     "parse_state",
     "version_key",
     "version_serial",
+    "versions_to_drop",
 ]
 
 # Serials are zero-padded in keys so that keys sort as serials do (Terraform's serial is a uint64).
@@ -263,3 +264,9 @@ def version_serial(key: str, suffix: str = STATE_SUFFIX) -> int | None:
         return None
     digits = name[: -len(suffix)]
     return int(digits) if len(digits) == SERIAL_DIGITS and digits.isdigit() else None
+
+
+def versions_to_drop(serials: list[int], keep: int) -> list[int]:
+    """The versions retention deletes: all but the `keep` highest serials (`keep` ≥ 1, so never the current one)."""
+    ordered = sorted(set(serials))
+    return ordered[: max(0, len(ordered) - max(1, keep))]

@@ -6,6 +6,8 @@ a layer's state, stored through the datastore's `Storage` (filesystem or S3, enc
     LOCK   /api/v1/layers/{ns}/{layer}/state/lock      take the lock (body: Terraform's lock info)
     UNLOCK /api/v1/layers/{ns}/{layer}/state/lock      release it (body: the same lock info; an admin: any)
     GET    /api/v1/layers/{ns}/{layer}/state/lock      who holds it (404: nobody)
+    GET    /api/v1/layers/{ns}/{layer}/state/versions  every version kept: its record, oldest first
+    GET    /api/v1/layers/{ns}/{layer}/state/versions/{serial}  one version's state
 
 Storage, under `states/<ns>/<layer>/` (retention, §10.4, never lists it):
     versions/<serial, 20 digits>.tfstate    each state as posted, written once (create-if-absent)
@@ -45,8 +47,9 @@ from burrito_py.datastore.state import (
     parse_state,
     version_key,
     version_serial,
+    versions_to_drop,
 )
-from burrito_py.datastore.storage import Exists, Storage, TooLarge
+from burrito_py.datastore.storage import DeleteFailed, Exists, Storage, TooLarge
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,28 @@ class StateStore:
         raw = await self._read(f"{self.prefix}/{LOCK_FILE}", LOCK_LIMIT)
         return LockRecord.from_json(json.loads(raw)) if raw is not None else None
 
+    async def records(self) -> list[dict[str, Any]]:
+        """Every kept version's record, oldest first (a version whose record is missing: its facts only)."""
+        found: list[dict[str, Any]] = []
+        for serial in await self.serials():
+            meta = await self._read(version_key(self.prefix, serial, META_SUFFIX), META_LIMIT)
+            if meta is not None:
+                found.append(json.loads(meta))
+                continue
+            facts = await self.facts(serial)
+            if facts is not None:
+                found.append({"serial": facts.serial, "lineage": facts.lineage, "resources": facts.resources,
+                              "size": facts.size, "sha256": facts.sha256})
+        return found
+
+    async def drop_old(self, keep: int) -> list[int]:
+        """Retention: delete all but the `keep` newest versions (their state and record)."""
+        dropped = versions_to_drop(await self.serials(), keep)
+        if dropped:
+            await self.storage.delete_many([version_key(self.prefix, serial, suffix) for serial in dropped
+                                            for suffix in (META_SUFFIX, ".tfstate")])
+        return dropped
+
     async def write_meta(self, facts: StateFacts, who: Principal, now: datetime) -> None:
         scope = who.runner
         record = {"serial": facts.serial, "lineage": facts.lineage, "resources": facts.resources, "size": facts.size,
@@ -120,6 +145,7 @@ def state_router(
     allow: Callable[[Principal, Action, Target], None],
     name: Callable[[str, str], str],
     max_state_bytes: int,
+    versions_kept: int = 100,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> APIRouter:
     """The routes; `caller` authenticates (bearer or Terraform's basic auth, the password being the token),
@@ -198,6 +224,14 @@ def state_router(
             if verdict.created:
                 log.info("state of %s/%s: serial %d (%d resources, %d bytes) written by %s", ns, layer,
                          incoming.serial, incoming.resources, incoming.size, who.describe())
+                try:
+                    dropped = await state.drop_old(versions_kept)
+                except DeleteFailed as exc:  # the next write tries again; the new version is stored
+                    log.warning("state of %s/%s: old versions not deleted: %s", ns, layer, exc)
+                else:
+                    if dropped:
+                        log.info("state of %s/%s: versions %s dropped (BURRITO_PY_DATASTORE_STATE_VERSIONS_KEPT=%d)",
+                                 ns, layer, ", ".join(map(str, dropped)), versions_kept)
         return JSONResponse({"serial": incoming.serial, "lineage": incoming.lineage, "sha256": incoming.sha256},
                             status_code=200)
 
@@ -269,5 +303,20 @@ def state_router(
         if held is None:
             return _error(404, f"the state of layer {ns}/{layer} is not locked")
         return JSONResponse(held.to_json())
+
+    @router.get("/layers/{ns}/{layer}/state/versions", responses=responses)
+    async def list_versions(who: Caller, ns: Segment, layer: Segment) -> Response:
+        return JSONResponse(await store(who, "state-read", ns, layer).records())
+
+    @router.get("/layers/{ns}/{layer}/state/versions/{serial}",
+                responses={**responses, 404: {"description": "No such version (never written, or dropped)."}})
+    async def get_version(who: Caller, ns: Segment, layer: Segment,
+                          serial: Annotated[int, PathParam(ge=0, le=10**20 - 1)]) -> Response:
+        state = store(who, "state-read", ns, layer)
+        opened = await storage.read(version_key(state.prefix, serial))
+        if opened is None:
+            return _error(404, f"layer {ns}/{layer} has no state version {serial}")
+        headers = {"Content-Length": str(opened.info.size), "X-Burrito-State-Serial": str(serial)}
+        return StreamingResponse(opened.stream, media_type="application/json", headers=headers)
 
     return router

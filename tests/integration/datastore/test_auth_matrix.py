@@ -86,6 +86,8 @@ def calls() -> list[Call]:
             Call("GET state", target, "GET", base),
             Call("LOCK state", target, "LOCK", f"{base}/lock", lock),
             Call("GET state lock", target, "GET", f"{base}/lock"),
+            Call("GET state versions", target, "GET", f"{base}/versions"),
+            Call("GET state version", target, "GET", f"{base}/versions/1"),
             Call("UNLOCK state", target, "UNLOCK", f"{base}/lock", lock),
         ]
     for target, repo in REPO_TARGETS.items():
@@ -166,7 +168,7 @@ def _template(path: str) -> str:
     """/api/v1/layers/default/app/runs/r/attempts/1/plan?… → the OpenAPI path template."""
     parts = path.split("?")[0].split("/")  # ['', 'api', 'v1', 'layers', ns, layer, 'runs', run, …]
     if parts[3] == "layers" and parts[6] == "state":
-        names = {4: "{ns}", 5: "{layer}"}
+        names = {4: "{ns}", 5: "{layer}", 8: "{serial}"}
     elif parts[3] == "layers":
         names = {4: "{ns}", 5: "{layer}", 7: "{run}", 9: "{n}"}
     else:

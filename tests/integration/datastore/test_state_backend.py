@@ -129,6 +129,21 @@ def test_the_lock_has_one_holder(datastore: str) -> None:
     assert lock(url, other).status_code == 200
 
 
+def test_every_write_is_a_version_and_retention_keeps_the_newest(tmp_path: Path) -> None:
+    with running_datastore(tmp_path / "data", state_versions_kept=3) as url:
+        for serial in range(1, 7):
+            assert post(f"{url}{APP}", tfstate(serial, resources=serial)).status_code == 200
+        records = httpx.get(f"{url}{APP}/versions").json()
+        assert [r["serial"] for r in records] == [4, 5, 6]
+        assert [r["resources"] for r in records] == [4, 5, 6]
+        assert all(r["lineage"] == "lineage-1" and r["size"] == len(tfstate(r["serial"], resources=r["serial"]))
+                   for r in records)
+        assert all(r["created"] and r["writer"] for r in records)
+        assert httpx.get(f"{url}{APP}/versions/5").content == tfstate(5, resources=5)
+        assert httpx.get(f"{url}{APP}/versions/2").status_code == 404  # dropped
+        assert httpx.get(f"{url}{APP}").content == tfstate(6, resources=6)
+
+
 def test_the_state_is_encrypted_at_rest_as_plans_are(tmp_path: Path) -> None:
     inner = FilesystemStorage(tmp_path / "data")
     storage = EncryptedStorage(inner, Keyring({"a": os.urandom(32)}, "a"))
@@ -202,6 +217,8 @@ def test_another_layers_runner_cannot_read_write_or_lock_this_layers_state(
         "lock": lock(url, stolen, **hostile),
         "unlock": lock(url, LOCK_INFO, "UNLOCK", **hostile),
         "read the lock": httpx.get(f"{url}/lock", headers=hostile),
+        "list the versions": httpx.get(f"{url}/versions", headers=hostile),
+        "read a version": httpx.get(f"{url}/versions/1", headers=hostile),
     }
     for what, response in attempts.items():
         assert response.status_code == 403, (what, response.status_code, response.text)

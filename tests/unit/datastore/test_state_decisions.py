@@ -24,7 +24,9 @@ from burrito_py.datastore.state import (
     parse_state,
     version_key,
     version_serial,
+    versions_to_drop,
 )
+from burrito_py.datastore.state_diff import state_diff
 
 
 def state(serial: int = 1, lineage: str = "abc", resources: int = 0) -> bytes:
@@ -197,3 +199,34 @@ def test_only_the_layers_own_runner_and_admins_use_its_state(action: Action) -> 
 def test_state_actions_never_reach_artifacts() -> None:
     assert authorize(RUNNER, "state-read", LayerArtifacts("team", "app", "app-apply-1")) is not None
     assert authorize(RUNNER, "read", LayerState("team", "app")) is not None
+
+
+@given(serials=st.lists(st.integers(0, 1000), max_size=40), keep=st.integers(-2, 50))
+def test_retention_never_drops_the_newest_versions(serials: list[int], keep: int) -> None:
+    dropped = versions_to_drop(serials, keep)
+    kept = sorted(set(serials) - set(dropped))
+    newest = sorted(set(serials))[-max(1, keep):] if serials else []
+    assert kept == newest  # exactly the newest max(1, keep): the current version is always kept
+    assert set(dropped) <= set(serials)
+
+
+def test_the_diff_names_resources_and_attributes_never_values() -> None:
+    def doc(serial: int, resources: list[dict[str, object]], outputs: dict[str, object]) -> dict[str, object]:
+        return {"serial": serial, "lineage": "l", "resources": resources, "outputs": outputs}
+
+    db = {"mode": "managed", "type": "db", "name": "main", "instances": [
+        {"attributes": {"password": "old-secret", "size": 1}, "sensitive_attributes": [[{"value": "password"}]]}]}
+    db_new = {**db, "instances": [{"attributes": {"password": "new-secret", "size": 1}}]}
+    keyed = {"mode": "managed", "type": "t", "name": "each", "module": "module.m",
+             "instances": [{"index_key": "a", "attributes": {}}, {"index_key": 0, "attributes": {}}]}
+    data = {"mode": "data", "type": "d", "name": "x", "instances": [{"attributes": {"v": 1}}]}
+    old = doc(1, [db, data], {"url": {"value": "x"}, "gone": {"value": 1}})
+    new = doc(2, [db_new, keyed], {"url": {"value": "y"}, "new": {"value": 2}})
+    diff = state_diff(old, new)
+    assert diff == {
+        "from": 1, "to": 2,
+        "added": ['module.m.t.each["a"]', "module.m.t.each[0]"], "removed": ["data.d.x"],
+        "changed": [{"address": "db.main", "attributes": ["password"]}],
+        "outputs": {"added": ["new"], "removed": ["gone"], "changed": ["url"]},
+    }
+    assert "secret" not in json.dumps(diff)
