@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal, TypeVar
+from typing import IO, Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -399,6 +399,32 @@ class DatastoreClient:
     def get_state_version(self, ns: str, layer: str, serial: int) -> bytes:
         return self._get(_path("layers", ns, layer, "state", "versions", serial),
                          f"state version {serial} of {ns}/{layer}")
+
+    def get_state_lock(self, ns: str, layer: str) -> dict[str, Any] | None:
+        """The lock record of a managed-state layer's state (docs/architecture.md §10.6), None when not locked."""
+        try:
+            raw = self._get(_path("layers", ns, layer, "state", "lock"), f"state lock of {ns}/{layer}")
+        except DatastoreError as exc:
+            if exc.status_code == 404:
+                return None
+            raise
+        parsed = json.loads(raw)
+        return parsed if isinstance(parsed, dict) else None
+
+    def unlock_state(self, ns: str, layer: str, lock_id: str) -> None:
+        """Release the lock `lock_id` holds (an admin's UNLOCK naming it: a lock taken since, under another ID, stays;
+        409 then). Releasing what is not locked is fine."""
+        what = f"unlock of the state of {ns}/{layer}"
+
+        def call() -> None:
+            response = self._http.request("UNLOCK", _path("layers", ns, layer, "state", "lock"),
+                                          content=json.dumps({"ID": lock_id}).encode())
+            self._check(response, what)
+
+        try:
+            self._retry(call)
+        except (httpx.TransportError, _ServerError) as exc:
+            raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
     def delete_run(self, namespace: str, layer: str, run: str) -> None:
         """Delete everything the run stored (every attempt's plans, logs, outputs, records, and its inputs), as

@@ -4,12 +4,15 @@ backend in its code plans and applies with real terraform 1.11.4, its state in t
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 
 import httpx
 import yaml
 
 from burrito_py.api import annotations as ann
+from burrito_py.datastore.storage import FilesystemStorage
 from tests.support.git_repos import TestRepo
 
 from .conftest import Platform, wait_for
@@ -86,3 +89,35 @@ def test_a_managed_layer_whose_code_declares_a_backend_fails_naming_the_field(
     message = layer["status"]["lastResult"]
     assert "spec.state.managed is true, but the layer's code declares its own backend" in message
     assert 'main.tf: backend "local"' in message
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+def test_a_lock_left_by_a_pod_that_is_gone_is_released_and_the_layer_proceeds(
+    platform: Platform, repo: TestRepo,
+) -> None:
+    """A runner pod killed under terraform (SIGKILL, a lost node) leaves its lock: the next attempt's terraform gets
+    a 423. When that attempt ends, the run controller sees the lock's pod is gone, releases it and says so on the
+    layer; the retry plans and applies."""
+    repo.commit({"layers/orphan/main.tf": CODE % "v1"}, "a managed layer")
+    ghost = {"id": "ghost-lock", "info": {"ID": "ghost-lock", "Operation": "OperationTypeApply", "Who": "killed"},
+             "holder": "system:serviceaccount:default:burrito-py-runner", "run": "orphan-apply-old", "attempt": 1,
+             "pod": "orphan-apply-old-1", "podUid": "0d7e2a52-0000-4000-8000-000000000000",
+             "created": "2026-11-26T22:00:00Z"}
+    storage = FilesystemStorage(platform.workdir / "datastore")
+    asyncio.run(storage.put("states/default/orphan/lock.json", _once(json.dumps(ghost).encode()), 65536))
+    platform.create_repository("repo", repo.url)
+    platform.create_layer("orphan", "repo", "layers/orphan", auto_apply=True, state={"managed": True},
+                          overrideRunnerSpec={})
+    platform.wait_state("orphan", "Idle", timeout=150)
+    events = platform.core.list_namespaced_event("default", field_selector="involvedObject.name=orphan").items
+    released = [e.message for e in events if e.reason == "StateLockReleased"]
+    assert released == ["state lock ghost-lock of run orphan-apply-old attempt 1 released: its runner pod "
+                        "orphan-apply-old-1 is gone"], [(e.reason, e.message) for e in events]
+    first_plan = platform.runs("orphan")[0]
+    assert first_plan["status"]["attempts"][0]["exitCode"] == 1  # the attempt that met the lock
+    url = f"{platform.datastore_url}/api/v1/layers/default/orphan/state"
+    assert httpx.get(f"{url}/lock", headers=admin(platform)).status_code == 404
+    assert httpx.get(url, headers=admin(platform)).json()["serial"] >= 1
