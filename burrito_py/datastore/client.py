@@ -400,6 +400,19 @@ class DatastoreClient:
         return self._get(_path("layers", ns, layer, "state", "versions", serial),
                          f"state version {serial} of {ns}/{layer}")
 
+    def post_state(self, ns: str, layer: str, body: bytes, rollback_of: int, requested_by: str) -> dict[str, Any]:
+        """Store `body` as the layer's next state version, recorded as a rollback to `rollback_of` asked by
+        `requested_by` (admins only; docs/architecture.md §10.6). Not retried: a lost answer is seen in the versions."""
+        what = f"rollback of the state of {ns}/{layer} to version {rollback_of}"
+        response = self._http.post(_path("layers", ns, layer, "state"), content=body,
+                                   params={"rollbackOf": str(rollback_of), "requestedBy": requested_by},
+                                   headers={"Content-Type": "application/json"})
+        if response.status_code >= 500:
+            raise DatastoreError(f"{what}: datastore error (HTTP {response.status_code})", response.status_code)
+        self._check(response, what)
+        answer = response.json()
+        return answer if isinstance(answer, dict) else {}
+
     def get_state_lock(self, ns: str, layer: str) -> dict[str, Any] | None:
         """The lock record of a managed-state layer's state (docs/architecture.md §10.6), None when not locked."""
         try:

@@ -34,6 +34,7 @@ __all__ = [
     "held_by_other_pod",
     "parse_lock_request",
     "parse_state",
+    "rollback_body",
     "version_key",
     "version_serial",
     "versions_to_drop",
@@ -270,3 +271,13 @@ def versions_to_drop(serials: list[int], keep: int) -> list[int]:
     """The versions retention deletes: all but the `keep` highest serials (`keep` ≥ 1, so never the current one)."""
     ordered = sorted(set(serials))
     return ordered[: max(0, len(ordered) - max(1, keep))]
+
+
+def rollback_body(old: bytes, current: StateFacts) -> bytes:
+    """An earlier version's state as the next version: its content, with the serial after the current one (Terraform
+    then reads it as newer than anything it holds). BadState when it is not of the current lineage."""
+    parsed = json.loads(old)
+    if not isinstance(parsed, dict) or parsed.get("lineage") != current.lineage:
+        raise BadState(f"lineage: the version is not of the current lineage {current.lineage!r}")
+    parsed["serial"] = current.serial + 1
+    return json.dumps(parsed, indent=2).encode() + b"\n"

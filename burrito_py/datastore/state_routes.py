@@ -130,9 +130,11 @@ class StateStore:
                                             for suffix in (META_SUFFIX, ".tfstate")])
         return dropped
 
-    async def write_meta(self, facts: StateFacts, who: Principal, now: datetime) -> None:
+    async def write_meta(self, facts: StateFacts, who: Principal, now: datetime,
+                         audit: dict[str, Any] | None = None) -> None:
         scope = who.runner
-        record = {"serial": facts.serial, "lineage": facts.lineage, "resources": facts.resources, "size": facts.size,
+        record = {**(audit or {}), "serial": facts.serial, "lineage": facts.lineage, "resources": facts.resources,
+                  "size": facts.size,
                   "sha256": facts.sha256, "writer": who.username, "run": scope.run if scope else "",
                   "attempt": scope.attempt if scope else 0, "created": now.isoformat()}
         await self.storage.put(version_key(self.prefix, facts.serial, META_SUFFIX),
@@ -195,9 +197,18 @@ def state_router(
     @router.post("/layers/{ns}/{layer}/state", responses={
         **responses, 409: {"description": "Locked by another holder, another lineage, or a lower serial."},
         413: {"description": "Above BURRITO_PY_DATASTORE_MAX_STATE_BYTES."}})
-    async def post_state(who: Caller, ns: Segment, layer: Segment, request: Request,
-                         lock_id: Annotated[str | None, Query(alias="ID", max_length=256)] = None) -> Response:
+    async def post_state(
+        who: Caller, ns: Segment, layer: Segment, request: Request,
+        lock_id: Annotated[str | None, Query(alias="ID", max_length=256)] = None,
+        rollback_of: Annotated[int | None, Query(alias="rollbackOf", ge=0, le=10**20 - 1, description=(
+            "An admin's rollback (the server's, §11.2): the version this state restores."))] = None,
+        requested_by: Annotated[str | None, Query(alias="requestedBy", max_length=256, description=(
+            "An admin's rollback: who asked for it (recorded in the version)."))] = None,
+    ) -> Response:
         state = store(who, "state-write", ns, layer)
+        if (rollback_of is not None or requested_by is not None) and not who.admin:
+            return _error(403, f"{who.describe()} may not record a rollback: only the server's audited rollback does")
+        audit = {"rollbackOf": rollback_of, "requestedBy": requested_by} if rollback_of is not None else {}
         body = await body_of(request, max_state_bytes, "the state", "BURRITO_PY_DATASTORE_MAX_STATE_BYTES")
         if isinstance(body, JSONResponse):
             return body
@@ -220,7 +231,7 @@ def state_router(
             except Exists:  # another replica wrote this serial meanwhile with other content
                 return _error(409, f"serial: {incoming.serial} was just stored with other content")
             if verdict.created or await state.facts(incoming.serial) is None:
-                await state.write_meta(incoming, who, clock())
+                await state.write_meta(incoming, who, clock(), audit)
             if verdict.created:
                 log.info("state of %s/%s: serial %d (%d resources, %d bytes) written by %s", ns, layer,
                          incoming.serial, incoming.resources, incoming.size, who.describe())

@@ -30,8 +30,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.auth import AUTH_DISABLED, MISSING_CREDENTIALS, AuthUnavailable, Principal, Unauthenticated
+from burrito_py.datastore.state import BadState, StateFacts, rollback_body
 from burrito_py.datastore.state_diff import state_diff
 from burrito_py.kube.client import Body, Kube, KubeError, crd_path
+from burrito_py.kube.events import post_event
 from burrito_py.policy.override import override_refusal
 from burrito_py.server.access import (
     GET_LAYERS,
@@ -64,6 +66,7 @@ from burrito_py.server.views import (
     LayerView,
     OverrideRequest,
     OverrideView,
+    RollbackRequest,
     RunDetailView,
     RunView,
     SyncView,
@@ -405,6 +408,34 @@ def rest_router(
         data = await artifacts.state_version(ns, name, serial)
         return Response(content=data, media_type="application/json",
                         headers={"Content-Disposition": f'attachment; filename="{name}-{serial}.tfstate"'})
+
+    # A rollback (docs/architecture.md §10.6, §11.2): an earlier version becomes the next one, audited. Asked afresh:
+    # patch on the layer (what a sync needs: the next plan acts on it) and get secrets (who may see the state may
+    # restore it). Refused while a run holds the state's lock.
+    @router.post("/layers/{ns}/{name}/state/rollback", status_code=201,
+                 summary="Restore an earlier version of a managed-state layer's state, as a new version.")
+    async def rollback_state(who: Caller, ns: Namespace, name: LayerName, body: RollbackRequest) -> dict[str, Any]:
+        await access.require(who, PATCH_LAYERS, ns, fresh=True)
+        await access.require(who, GET_SECRETS, ns, fresh=True)
+        layer = await layer_or_404(ns, name)
+        versions = await artifacts.state_versions(ns, name)
+        if not versions:
+            raise Problem(404, f"layer {ns}/{name} has no state versions")
+        current = versions[-1]
+        if current.get("serial") == body.serial:
+            raise Problem(409, f"version {body.serial} is already the current state of layer {ns}/{name}")
+        old = await artifacts.state_version(ns, name, body.serial)
+        try:
+            restored = rollback_body(old, StateFacts(int(current["serial"]), str(current["lineage"]), 0, 0, ""))
+        except BadState as exc:
+            raise Problem(409, f"version {body.serial} cannot be restored: {exc}") from None
+        answer = await artifacts.store_rollback(ns, name, restored, body.serial, who.username)
+        message = (f"state rolled back to version {body.serial} by {who.username}: new version "
+                   f"{answer.get('serial')}")
+        log.info("REST: layer %s/%s: %s", ns, name, message)
+        await post_event(kube, layer, "Warning", "StateRolledBack", message)
+        return {"namespace": ns, "name": name, "rollbackOf": body.serial, "serial": answer.get("serial"),
+                "by": who.username}
 
     @router.get("/runs/{ns}/{run}", response_model=RunDetailView, summary="A run with its attempts.")
     async def get_run(who: Caller, ns: Namespace, run: RunName) -> RunDetailView:

@@ -240,3 +240,14 @@ def test_no_token_or_a_bad_password_is_401(platform: AuthPlatform) -> None:
     assert httpx.get(url).status_code == 401
     assert httpx.get(url, headers=basic("not-a-token")).status_code == 401
     assert httpx.get(url, headers={"Authorization": "Basic %%%"}).status_code == 401
+
+
+def test_a_runner_cannot_record_a_rollback(platform: AuthPlatform) -> None:
+    """Tenant code would dress its own crafted state as an audited rollback someone asked for: only admins (the
+    server, after its SubjectAccessReview) record one."""
+    url, own = f"{platform.url}{APP}", basic(platform.tokens["own-runner"])
+    admin = {"Authorization": f"Bearer {platform.admin_token}"}
+    before = httpx.get(f"{url}/versions", headers=admin).json()
+    forged = httpx.post(url, content=tfstate(50), params={"rollbackOf": 1, "requestedBy": "alice"}, headers=own)
+    assert forged.status_code == 403 and "may not record a rollback" in forged.json()["error"]
+    assert httpx.get(f"{url}/versions", headers=admin).json() == before

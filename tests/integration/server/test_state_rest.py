@@ -9,9 +9,21 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from burrito_local.identity import ensure_service_account, request_token
 
 from burrito_py.datastore.state import parse_state
-from tests.integration.server.rest_platform import NS_A, NS_B, RestPlatform, running_rest_platform
+from tests.integration.server.rest_platform import (
+    AUDIENCE,
+    NS_A,
+    NS_B,
+    PATCH_LAYERS,
+    READ_KINDS,
+    READ_SECRETS,
+    RestPlatform,
+    account,
+    grant,
+    running_rest_platform,
+)
 
 SECRET = "pg-password-in-the-state"
 
@@ -85,3 +97,66 @@ def test_callers_without_read_access_get_nothing(platform: RestPlatform, route: 
         answer = client.get(f"/api/layers/{namespace}/{layer}/state/{route}")
     assert answer.status_code == 403, answer.text
     assert "lineage" not in answer.text and SECRET not in answer.text
+
+
+# -- rollback (after the reads above: it adds a version) --------------------------------------------------------------
+def restorer(platform: RestPlatform) -> str:
+    """A team-a identity that may patch its layers and read its Secrets: who may restore a state."""
+    if "restorer" not in platform.tokens:
+        ensure_service_account(platform.kube, NS_A, "restorer")
+        grant(platform.kube, "restorer", [READ_KINDS, PATCH_LAYERS, READ_SECRETS], account(NS_A, "restorer"), NS_A)
+        platform.tokens["restorer"] = request_token(platform.kube, NS_A, "restorer", [AUDIENCE])
+    return "restorer"
+
+
+def serials(platform: RestPlatform) -> list[int]:
+    with platform.client("auditor") as client:
+        return [v["serial"] for v in client.get(f"/api/layers/{NS_A}/app/state/versions").json()]
+
+
+@pytest.mark.parametrize("identity", ["auditor", "tenant-a", "person", "nobody", "runner"])
+def test_a_rollback_needs_patch_on_the_layer_and_get_secrets(platform: RestPlatform, identity: str) -> None:
+    """Reading Secrets alone (auditor), patching layers alone (tenant-a, person), nothing, or a runner token: 403, no
+    version written."""
+    before = serials(platform)
+    with platform.client(identity) as client:
+        answer = client.post(f"/api/layers/{NS_A}/app/state/rollback", json={"serial": 1})
+    assert answer.status_code == 403, answer.text
+    assert serials(platform) == before
+
+
+def test_a_rollback_is_a_new_version_recorded_with_who_asked_and_an_event(platform: RestPlatform) -> None:
+    who = restorer(platform)
+    with platform.client(who) as client:
+        answer = client.post(f"/api/layers/{NS_A}/app/state/rollback", json={"serial": 1})
+        assert answer.status_code == 201, answer.text
+        assert answer.json() == {"namespace": NS_A, "name": "app", "rollbackOf": 1, "serial": 4,
+                                 "by": f"system:serviceaccount:{NS_A}:restorer"}
+        versions = client.get(f"/api/layers/{NS_A}/app/state/versions").json()
+        restored = json.loads(client.get(f"/api/layers/{NS_A}/app/state/versions/4").content)
+        again = client.post(f"/api/layers/{NS_A}/app/state/rollback", json={"serial": 4})
+        missing = client.post(f"/api/layers/{NS_A}/app/state/rollback", json={"serial": 9})
+    assert (versions[-1]["serial"], versions[-1]["rollbackOf"]) == (4, 1)
+    assert versions[-1]["requestedBy"] == f"system:serviceaccount:{NS_A}:restorer"
+    assert restored == {**json.loads(tfstate(1, ["a"])), "serial": 4}
+    assert again.status_code == 409 and "already the current state" in again.json()["error"]
+    assert missing.status_code == 404
+    events = platform.kube.get(f"/api/v1/namespaces/{NS_A}/events").json()["items"]
+    rolled = [e["message"] for e in events if e.get("reason") == "StateRolledBack"
+              and e["involvedObject"]["name"] == "app"]
+    assert rolled == [f"state rolled back to version 1 by system:serviceaccount:{NS_A}:restorer: new version 4"]
+
+
+def test_no_rollback_while_a_run_holds_the_lock(platform: RestPlatform) -> None:
+    admin = {"Authorization": f"Bearer {platform.tokens['controller']}"}
+    lock_url = f"{platform.datastore_url}/api/v1/layers/{NS_A}/app/state/lock"
+    info = json.dumps({"ID": "a-run-holds-it", "Operation": "OperationTypeApply"}).encode()
+    assert httpx.request("LOCK", lock_url, content=info, headers=admin).status_code == 200
+    before = serials(platform)
+    try:
+        with platform.client(restorer(platform)) as client:
+            answer = client.post(f"/api/layers/{NS_A}/app/state/rollback", json={"serial": 2})
+        assert answer.status_code == 409 and "the state is locked" in answer.json()["error"]
+        assert serials(platform) == before
+    finally:
+        httpx.request("UNLOCK", lock_url, content=info, headers=admin)

@@ -22,6 +22,7 @@ from burrito_py.datastore.state import (
     decide_write,
     parse_lock_request,
     parse_state,
+    rollback_body,
     version_key,
     version_serial,
     versions_to_drop,
@@ -230,3 +231,11 @@ def test_the_diff_names_resources_and_attributes_never_values() -> None:
         "outputs": {"added": ["new"], "removed": ["gone"], "changed": ["url"]},
     }
     assert "secret" not in json.dumps(diff)
+
+
+def test_a_rollback_restores_the_content_under_the_next_serial() -> None:
+    old = state(2, "abc", resources=1)
+    restored = json.loads(rollback_body(old, facts(7, "abc")))
+    assert restored == {**json.loads(old), "serial": 8}
+    with pytest.raises(BadState, match="lineage: the version is not of the current lineage 'zzz'"):
+        rollback_body(old, facts(7, "zzz"))
