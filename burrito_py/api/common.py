@@ -251,6 +251,17 @@ class OverrideRunnerSpec(ApiModel):
     extra_apply_args: list[str] = Field(default_factory=list, description="Extra arguments to `apply`.")
 
 
+class StateSettings(ApiModel):
+    """Terraform state the platform owns (docs/architecture.md §10.6): the datastore is the layer's backend."""
+
+    managed: bool | None = Field(
+        default=None,
+        description="true: the layer's state lives in the burrito-py datastore (Terraform's http backend, set up by "
+        "the runner: the code declares no backend and holds no credential for it; a code that declares a backend "
+        "or cloud block fails its runs). Unset: inherited from the repository, else false.",
+    )
+
+
 class RunHistoryPolicy(ApiModel):
     """How many runs of a layer are kept."""
 

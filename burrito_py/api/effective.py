@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_RUNS_TO_KEEP",
     "EffectiveRemediation",
     "EffectiveTool",
+    "effective_managed_state",
     "effective_override_runner_spec",
     "effective_remediation",
     "effective_runs_to_keep",
@@ -87,6 +88,12 @@ def effective_runs_to_keep(layer: TerraformLayer, repository: TerraformRepositor
     levels = [layer.spec.run_history_policy, repository.spec.run_history_policy if repository is not None else None]
     runs = _first(*(level.runs for level in levels if level is not None))
     return DEFAULT_RUNS_TO_KEEP if runs is None else runs
+
+
+def effective_managed_state(layer: TerraformLayer, repository: TerraformRepository | None) -> bool:
+    """`state.managed` of the layer, else of the repository, else false (docs/architecture.md §10.6)."""
+    levels = [layer.spec.state, repository.spec.state if repository is not None else None]
+    return bool(_first(*(level.managed for level in levels if level is not None)))
 
 
 def _enabled(spec: ToolSpec | None) -> bool | None:

@@ -19,6 +19,7 @@ from burrito_py.api.common import (
     Resource,
     RunAction,
     RunHistoryPolicy,
+    StateSettings,
     ToolSpec,
     check_single_tool,
 )
@@ -196,6 +197,10 @@ class TerraformLayerSpec(ApiModel):
         max_length=MAX_DEPENDENCIES,
         description="Upstream layers: this layer applies only after each has applied the same commit (same "
         "repository and branch) or its latest code, and reads their outputs as variables (inputs).",
+    )
+
+    state: StateSettings | None = Field(
+        default=None, description="Where the layer's state lives. Unset fields: inherited from the repository."
     )
 
     lock_key: str | None = Field(

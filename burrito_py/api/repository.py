@@ -15,6 +15,7 @@ from burrito_py.api.common import (
     RemediationStrategy,
     Resource,
     RunHistoryPolicy,
+    StateSettings,
     SyncWindow,
     ToolSpec,
     check_single_tool,
@@ -174,6 +175,7 @@ class TerraformRepositorySpec(ApiModel):
         default=None, description="Runner pod overrides for layers."
     )
     run_history_policy: RunHistoryPolicy | None = Field(default=None, description="Run history defaults for layers.")
+    state: StateSettings | None = Field(default=None, description="State defaults for layers (managed state).")
     max_concurrent_runner_pods: int | None = Field(
         default=None, ge=1, description="At most this many runner pods of this repository's layers run at once."
     )

@@ -267,6 +267,8 @@ class DatastoreConfig(Values):
     max_plan_text_bytes: int = setting(DatastoreSettings, "max_plan_text_bytes")
     max_log_bytes: int = setting(DatastoreSettings, "max_log_bytes")
     max_outputs_bytes: int = setting(DatastoreSettings, "max_outputs_bytes")
+    max_state_bytes: int = setting(DatastoreSettings, "max_state_bytes")
+    state_versions_kept: int = setting(DatastoreSettings, "state_versions_kept")
     run_quota_bytes: int = setting(DatastoreSettings, "run_quota_bytes")
     namespace_quota_bytes: int = setting(DatastoreSettings, "namespace_quota_bytes")
     quota_recount_seconds: float = setting(DatastoreSettings, "quota_recount_seconds")

@@ -6,6 +6,8 @@ Outputs (`terraform output -json` of a successful apply) hold sensitive values: 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -100,6 +102,13 @@ class DatastoreSettings(BaseSettings):
         32 * 1024 * 1024, ge=1, description="Largest attempt log accepted (the controllers keep the end of a "
         "longer one).")
     max_outputs_bytes: int = Field(4 * 1024 * 1024, ge=1, description="Largest `terraform output -json` accepted.")
+    max_state_bytes: int = Field(
+        32 * 1024 * 1024, ge=1, description="Largest Terraform state a managed-state layer may post (413 above). The "
+        "datastore parses each posted state (its serial, lineage and resources): keep it well under a tenth of its "
+        "memory limit.")
+    state_versions_kept: int = Field(
+        100, ge=1, description="Versions of a managed-state layer's state kept (the newest; older ones are deleted "
+        "after each write).")
     run_quota_bytes: int = Field(
         256 * 1024 * 1024, ge=0, description="Stored bytes a run's runner may bring its run to (every attempt, "
         "every object; 413 above); 0: no quota.")
@@ -269,6 +278,28 @@ async def _caller(
 
 
 Caller = Annotated[Principal, Depends(_caller)]
+
+
+def basic_password(header: str | None) -> str | None:
+    """The password of an `Authorization: Basic` header, else None: Terraform's http backend sends only basic
+    auth (`TF_HTTP_USERNAME`, `TF_HTTP_PASSWORD`), and the runner puts its datastore token in the password."""
+    scheme, _, encoded = (header or "").partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    return decoded.partition(":")[2] or None
+
+
+async def _state_caller(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    """As `_caller`, and Terraform's basic auth (the password being the token), for the state backend's routes."""
+    if credentials is None and (password := basic_password(request.headers.get("authorization"))) is not None:
+        return await _caller(request, HTTPAuthorizationCredentials(scheme="Bearer", credentials=password))
+    return await _caller(request, credentials)
 
 
 def create_app(
@@ -625,6 +656,10 @@ def create_app(
         return {"status": "ok"}
 
     app.include_router(api)
+    from burrito_py.datastore.state_routes import state_router
+
+    app.include_router(state_router(storage, _state_caller, allow, _name, settings.max_state_bytes,
+                                    settings.state_versions_kept))
     _mount_caches(app, storage, settings)
 
     # /metrics: for who may `get` the non-resource URL /metrics (kube/metrics_auth.py), not for every runner pod.

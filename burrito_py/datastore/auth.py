@@ -29,7 +29,11 @@ from burrito_py.api.run import pod_name
 # "delete": throwing away everything one run stored (a closed pull request's plan runs); only the controllers,
 # never a runner, not even the run's own: a compromised runner must not erase the record of what it did.
 # "read-inputs": reading a run's inputs record (variables, Secret values among them): only that run's runner.
-Action = Literal["read", "write", "review", "inputs", "read-inputs", "delete"]
+# "state-read", "state-write", "state-lock": the layer's Terraform state (docs/architecture.md §10.6): only the layer's
+# own current runner pod (never a pull request's) and admins.
+Action = Literal["read", "write", "review", "inputs", "read-inputs", "delete", "state-read", "state-write",
+                 "state-lock"]
+STATE_ACTIONS = ("state-read", "state-write", "state-lock")
 
 
 class Unauthenticated(Exception):
@@ -56,6 +60,10 @@ class RunnerScope:
     # none of the layer's plans, and a layer's run none of a pull request's (issue 24, P2).
     reads: tuple[str, ...] = ()
     pull_request: str | None = None  # the run's spec.pullRequest
+    # The pod the token is bound to (from the TokenReview, checked against the run's status): what a state lock
+    # records as its holder, never what the runner says.
+    pod: str = ""
+    pod_uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +108,18 @@ class Sources:
         return f"sources of repository {self.namespace}/{self.repository}"
 
 
-Target = LayerArtifacts | Sources
+@dataclass(frozen=True, slots=True)
+class LayerState:
+    """The Terraform state of one layer (docs/architecture.md §10.6)."""
+
+    namespace: str
+    layer: str
+
+    def describe(self) -> str:
+        return f"the state of layer {self.namespace}/{self.layer}"
+
+
+Target = LayerArtifacts | Sources | LayerState
 
 
 class Authenticator(Protocol):
@@ -157,6 +176,8 @@ def authorize(principal: Principal, action: Action, target: Target) -> str | Non
         if principal.not_runner:
             return f"{principal.describe()} may not use the datastore: {principal.not_runner}"
         return f"{principal.describe()} is neither a configured datastore user nor a runner pod"
+    if isinstance(target, LayerState) or action in STATE_ACTIONS:
+        return _authorize_state(principal.describe(), scope, action, target)
     if isinstance(target, LayerArtifacts):
         if (target.namespace, target.layer) != (scope.namespace, scope.layer):
             return f"{principal.describe()} may only use its own layer's artifacts, not {target.describe()}"
@@ -177,6 +198,19 @@ def authorize(principal: Principal, action: Action, target: Target) -> str | Non
             f"{principal.describe()} may only read the sources of repository "
             f"{scope.repository_namespace}/{scope.repository}, not {target.describe()}"
         )
+    return None
+
+
+def _authorize_state(who: str, scope: RunnerScope, action: Action, target: Target) -> str | None:
+    """A runner's right to a layer's state: its own layer's only, and never a pull request's runner (its code is
+    not the branch's, and the state holds the layer's secrets: it reads none of the layer's artifacts either)."""
+    if not isinstance(target, LayerState) or action not in STATE_ACTIONS:
+        return f"{who} may not {action} {target.describe()}"
+    if (target.namespace, target.layer) != (scope.namespace, scope.layer):
+        return f"{who} may only use its own layer's state, not {target.describe()}"
+    if scope.pull_request is not None:
+        return (f"{who} is the runner of pull request {scope.pull_request}: pull requests' runs may not use "
+                f"{target.describe()}")
     return None
 
 

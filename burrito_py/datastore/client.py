@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal, TypeVar
+from typing import IO, Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -390,6 +390,54 @@ class DatastoreClient:
             if exc.status_code == 404:
                 return None
             raise
+
+    def state_versions(self, ns: str, layer: str) -> bytes:
+        """A managed-state layer's kept versions' records (JSON list, oldest first; docs/architecture.md §10.6)."""
+        return self._get(_path("layers", ns, layer, "state", "versions"),
+                         f"state versions of {ns}/{layer}")
+
+    def get_state_version(self, ns: str, layer: str, serial: int) -> bytes:
+        return self._get(_path("layers", ns, layer, "state", "versions", serial),
+                         f"state version {serial} of {ns}/{layer}")
+
+    def post_state(self, ns: str, layer: str, body: bytes, rollback_of: int, requested_by: str) -> dict[str, Any]:
+        """Store `body` as the layer's next state version, recorded as a rollback to `rollback_of` asked by
+        `requested_by` (admins only; docs/architecture.md §10.6). Not retried: a lost answer is seen in the versions."""
+        what = f"rollback of the state of {ns}/{layer} to version {rollback_of}"
+        response = self._http.post(_path("layers", ns, layer, "state"), content=body,
+                                   params={"rollbackOf": str(rollback_of), "requestedBy": requested_by},
+                                   headers={"Content-Type": "application/json"})
+        if response.status_code >= 500:
+            raise DatastoreError(f"{what}: datastore error (HTTP {response.status_code})", response.status_code)
+        self._check(response, what)
+        answer = response.json()
+        return answer if isinstance(answer, dict) else {}
+
+    def get_state_lock(self, ns: str, layer: str) -> dict[str, Any] | None:
+        """The lock record of a managed-state layer's state (docs/architecture.md §10.6), None when not locked."""
+        try:
+            raw = self._get(_path("layers", ns, layer, "state", "lock"), f"state lock of {ns}/{layer}")
+        except DatastoreError as exc:
+            if exc.status_code == 404:
+                return None
+            raise
+        parsed = json.loads(raw)
+        return parsed if isinstance(parsed, dict) else None
+
+    def unlock_state(self, ns: str, layer: str, lock_id: str) -> None:
+        """Release the lock `lock_id` holds (an admin's UNLOCK naming it: a lock taken since, under another ID, stays;
+        409 then). Releasing what is not locked is fine."""
+        what = f"unlock of the state of {ns}/{layer}"
+
+        def call() -> None:
+            response = self._http.request("UNLOCK", _path("layers", ns, layer, "state", "lock"),
+                                          content=json.dumps({"ID": lock_id}).encode())
+            self._check(response, what)
+
+        try:
+            self._retry(call)
+        except (httpx.TransportError, _ServerError) as exc:
+            raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
     def delete_run(self, namespace: str, layer: str, run: str) -> None:
         """Delete everything the run stored (every attempt's plans, logs, outputs, records, and its inputs), as

@@ -198,6 +198,8 @@ async def _runner_scope(
         attempt=binding.attempt,
         reads=reads,
         pull_request=str(run_spec["pullRequest"]) if run_spec.get("pullRequest") else None,
+        pod=pod_name,
+        pod_uid=str(meta.get("uid") or ""),
     )
 
 

@@ -64,6 +64,10 @@ attempt under `BURRITO_PROVIDER_MIRROR_FAIL_CLOSED=true`, exit code 2, else terr
 one `burrito-py: provider mirror unavailable:` line); with `BURRITO_TOOL_MIRROR_URL`, a terraform/tofu version
 not already at hand is installed from the datastore (see `tools`). The datastore token is masked in the log.
 
+Managed state (docs/architecture.md §10.6): a layer with `spec.state.managed` gets the datastore as its `http`
+backend (see `state`): an override file, `-backend-config` addresses for `init`, and the runner's datastore token as
+`TF_HTTP_PASSWORD` in the environment only. Its code must declare no backend (else exit 2 naming the field).
+
 Decisions: the run lives in its layer's namespace (its owner reference requires it); the run must name the
 layer and action of the environment; the plan file sits outside the source tree, so the layer's own files are
 never overwritten; the runner cleans its work directory and ends without interpreter teardown (`exit_now`).
@@ -99,8 +103,10 @@ from burrito_py.runner.transcript import Transcript
 if TYPE_CHECKING:
     from burrito_py.api.common import OverrideRunnerSpec, Resource
     from burrito_py.api.layer import TerraformLayer
+    from burrito_py.api.repository import TerraformRepository
     from burrito_py.api.run import TerraformRun
     from burrito_py.datastore.client import DatastoreClient
+    from burrito_py.runner.state import ManagedBackend
     from burrito_py.runner.variables import Inputs
 
 __all__ = [
@@ -315,9 +321,10 @@ class Runner:
         except ToolError as exc:
             raise RunnerError(str(exc)) from None
         _say(f"burrito-py: {env.action} of layer {env.namespace}/{env.layer} at {revision} with {tool.describe()}")
-        steps = Steps(tool, layer_dir, env={**os.environ, **mirrors.env})
+        backend = self.managed_backend(layer, repository, layer_dir, tool.kind, pull_request)
+        steps = Steps(tool, layer_dir, env={**os.environ, **mirrors.env, **(backend.env if backend else {})})
         try:
-            steps.init(override.extra_init_args)
+            steps.init([*(backend.init_args if backend else ()), *override.extra_init_args])
         except Interrupted:
             raise
         except StepFailed as exc:
@@ -342,6 +349,29 @@ class Runner:
         # The runner writes nothing to the Kubernetes API: the run controller records the result on the layer from
         # what the datastore holds (docs/architecture.md §6.4).
         _say(f"burrito-py: {env.action} of layer {env.namespace}/{env.layer} succeeded")
+
+    def managed_backend(self, layer: TerraformLayer, repository: TerraformRepository, layer_dir: Path, kind: str,
+                        pull_request: str | None) -> ManagedBackend | None:
+        """The datastore as the layer's backend when its state is managed (docs/architecture.md §10.6), else None."""
+        from burrito_py.api.effective import effective_managed_state
+        from burrito_py.runner.state import STATE_FIELD, ManagedStateError, managed_backend
+
+        if not effective_managed_state(layer, repository):
+            return None
+        if pull_request is not None:
+            # The state holds the layer's secrets and a pull request's code is not the branch's: the datastore
+            # gives its runner no access (§10.2), so say why here rather than fail in init with a 403.
+            raise RunnerError(f"{STATE_FIELD}: pull request {pull_request} cannot be planned: a layer's managed state "
+                              "is readable by the layer's own runs only")
+        env = self.env
+        try:
+            backend = managed_backend(layer_dir, kind, env.datastore_url, env.namespace, env.layer, self.token)
+        except ManagedStateError as exc:
+            raise RunnerError(str(exc)) from None
+        except OSError as exc:
+            raise RunnerError(f"{STATE_FIELD}: cannot write the backend override in {layer_dir}: {exc}") from None
+        _say(f"burrito-py: state managed by the datastore ({STATE_FIELD})")
+        return backend
 
     def prepare_mirrors(self) -> MirrorSetup:
         """The CA bundle and CLI configuration the mirrors need, in HOME (writable in a runner pod, §18)."""

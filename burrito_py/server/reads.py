@@ -94,6 +94,31 @@ class Artifacts:
                 return None
             raise
 
+    async def state_versions(self, ns: str, layer: str) -> list[dict[str, Any]]:
+        """The records of a managed-state layer's kept versions (docs/architecture.md §10.6), oldest first; [] when
+        it has none."""
+        raw = await self._optional(functools.partial(self.datastore.state_versions, ns, layer))
+        parsed = json.loads(raw) if raw else []
+        return [item for item in parsed if isinstance(item, dict)] if isinstance(parsed, list) else []
+
+    async def state_version(self, ns: str, layer: str, serial: int) -> bytes:
+        """One version's state as stored, unmasked: only for callers who may read the namespace's Secrets."""
+        return await self._read(functools.partial(self.datastore.get_state_version, ns, layer, serial),
+                                f"layer {ns}/{layer} has no state version {serial}")
+
+    async def store_rollback(self, ns: str, layer: str, body: bytes, serial: int, by: str) -> dict[str, Any]:
+        """Store `body` (an earlier version, re-serialled) as the next version, recorded as a rollback by `by`. A 409
+        (locked, or a run wrote meanwhile) is a ReadFailure 409 with the datastore's reason."""
+        try:
+            return await anyio.to_thread.run_sync(self.datastore.post_state, ns, layer, body, serial, by)
+        except DatastoreError as exc:
+            if exc.status_code == 409:
+                raise ReadFailure(409, f"rollback refused: {exc}") from None
+            log.warning("server: datastore error: %s", exc)
+            if exc.status_code is None:
+                raise ReadFailure(503, "the datastore is unavailable") from None
+            raise ReadFailure(502, f"the datastore refused the server's request (HTTP {exc.status_code})") from None
+
     async def raw_plan(self, where: tuple[str, str], run: str, attempt: int | None, fmt: PlanFormat,
                        missing: str) -> bytes:
         """The stored bytes, unmasked: only for callers who may read the layer namespace's Secrets."""

@@ -30,7 +30,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.auth import AUTH_DISABLED, MISSING_CREDENTIALS, AuthUnavailable, Principal, Unauthenticated
+from burrito_py.datastore.state import BadState, StateFacts, rollback_body
+from burrito_py.datastore.state_diff import state_diff
 from burrito_py.kube.client import Body, Kube, KubeError, crd_path
+from burrito_py.kube.events import post_event
 from burrito_py.policy.override import override_refusal
 from burrito_py.server.access import (
     GET_LAYERS,
@@ -63,6 +66,7 @@ from burrito_py.server.views import (
     LayerView,
     OverrideRequest,
     OverrideView,
+    RollbackRequest,
     RunDetailView,
     RunView,
     SyncView,
@@ -358,6 +362,80 @@ def rest_router(
         log.info("REST: %s overrode the mandatory denial of plan %s of layer %s/%s", who.username, body.plan_sum,
                  ns, name)
         return OverrideView(namespace=ns, name=name, plan_sum=body.plan_sum, by=who.username)
+
+    # A managed-state layer's state (docs/architecture.md §10.6, §11.2): its versions and the difference between two
+    # are what plans are to readers (get terraformruns: names, serials, counts, never a value); a version's state
+    # itself holds every secret of the layer, as a plan's JSON does: get secrets too.
+    async def state_versions(who: Principal, ns: str, name: str) -> list[dict[str, Any]]:
+        await access.require(who, GET_RUNS, ns)
+        await layer_or_404(ns, name)
+        return await artifacts.state_versions(ns, name)
+
+    @router.get("/layers/{ns}/{name}/state/versions", summary="The kept versions of a managed-state layer's state.")
+    async def list_state_versions(who: Caller, ns: Namespace, name: LayerName) -> list[dict[str, Any]]:
+        return await state_versions(who, ns, name)
+
+    @router.get("/layers/{ns}/{name}/state/diff",
+                summary="What changed between two versions of a layer's state: resources and attribute names.")
+    async def state_version_diff(
+        who: Caller, ns: Namespace, name: LayerName,
+        from_serial: Annotated[int | None, Query(alias="from", ge=0, description="Older serial; unset: the version "
+                                                 "before `to`.")] = None,
+        to_serial: Annotated[int | None, Query(alias="to", ge=0, description="Newer serial; unset: the current "
+                                               "version.")] = None,
+    ) -> dict[str, Any]:
+        serials = [int(v["serial"]) for v in await state_versions(who, ns, name) if isinstance(v.get("serial"), int)]
+        to = to_serial if to_serial is not None else (serials[-1] if serials else None)
+        older = [s for s in serials if to is not None and s < to]
+        before = from_serial if from_serial is not None else (older[-1] if older else None)
+        if to is None or before is None:
+            raise Problem(404, f"layer {ns}/{name} has no two state versions to compare")
+        old = json.loads(await artifacts.state_version(ns, name, before))
+        new = json.loads(await artifacts.state_version(ns, name, to))
+        return state_diff(old, new)
+
+    @router.get("/layers/{ns}/{name}/state/versions/{serial}", response_class=JSONResponse,
+                summary="One version of a layer's state as stored (needs get secrets: it holds every secret).")
+    async def download_state_version(
+        who: Caller, ns: Namespace, name: LayerName, serial: Annotated[int, PathParam(ge=0, le=10**20 - 1)],
+    ) -> Response:
+        await state_versions(who, ns, name)
+        try:
+            await access.require(who, GET_SECRETS, ns)
+        except Forbidden as exc:
+            raise Forbidden(f"{exc}: a state holds every secret of the layer; /state/diff shows what changed") \
+                from None
+        data = await artifacts.state_version(ns, name, serial)
+        return Response(content=data, media_type="application/json",
+                        headers={"Content-Disposition": f'attachment; filename="{name}-{serial}.tfstate"'})
+
+    # A rollback (docs/architecture.md §10.6, §11.2): an earlier version becomes the next one, audited. Asked afresh:
+    # patch on the layer (what a sync needs: the next plan acts on it) and get secrets (who may see the state may
+    # restore it). Refused while a run holds the state's lock.
+    @router.post("/layers/{ns}/{name}/state/rollback", status_code=201,
+                 summary="Restore an earlier version of a managed-state layer's state, as a new version.")
+    async def rollback_state(who: Caller, ns: Namespace, name: LayerName, body: RollbackRequest) -> dict[str, Any]:
+        await access.require(who, PATCH_LAYERS, ns, fresh=True)
+        await access.require(who, GET_SECRETS, ns, fresh=True)
+        layer = await layer_or_404(ns, name)
+        versions = await artifacts.state_versions(ns, name)
+        if not versions:
+            raise Problem(404, f"layer {ns}/{name} has no state versions")
+        current = versions[-1]
+        if current.get("serial") == body.serial:
+            raise Problem(409, f"version {body.serial} is already the current state of layer {ns}/{name}")
+        old = await artifacts.state_version(ns, name, body.serial)
+        try:
+            restored = rollback_body(old, StateFacts(int(current["serial"]), str(current["lineage"]), 0, 0, ""))
+        except BadState as exc:
+            raise Problem(409, f"version {body.serial} cannot be restored: {exc}") from None
+        answer = await artifacts.store_rollback(ns, name, restored, body.serial, who.username)
+        message = (f"state rolled back to version {body.serial} by {who.username}: new version "
+                   f"{answer.get('serial')}")
+        log.info("REST: layer %s/%s: %s", ns, name, message)
+        await post_event(kube, layer, "Warning", "StateRolledBack", message)
+        return {"namespace": ns, "name": name, "rollbackOf": body.serial, "serial": answer.get("serial"),
+                "by": who.username}
 
     @router.get("/runs/{ns}/{run}", response_model=RunDetailView, summary="A run with its attempts.")
     async def get_run(who: Caller, ns: Namespace, run: RunName) -> RunDetailView:

@@ -118,6 +118,10 @@ class OverrideRequest(View):
     plan_sum: str = Field(pattern=r"^sha256:[0-9a-f]{1,64}$", description="The sum of the denied plan to override.")
 
 
+class RollbackRequest(View):
+    serial: int = Field(ge=0, le=10**20 - 1, description="The kept state version to restore (as a new version).")
+
+
 class OverrideView(View):
     namespace: str
     name: str

@@ -45,6 +45,7 @@ from burrito_py.controllers.run.pod_creation import (
 from burrito_py.controllers.run.pod_creation import condition as pod_creation_condition
 from burrito_py.controllers.run.results import FactsUnavailable, Recorded, facts_needed, gather_facts, record_result
 from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod, without_secret_sources
+from burrito_py.controllers.run.state_lock import release_orphaned_lock
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.conditions import Cond, merge_conditions
 from burrito_py.kube.events import post_event
@@ -236,6 +237,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
                 "AttemptFailed",
                 f"attempt {f.number} failed (exit code {f.exit_code}): {f.message}".rstrip(": "),
             )
+        # A managed-state layer's lock left by a pod that is gone or ended (killed under terraform) would hold every
+        # next attempt: released before one starts (state_lock.py).
+        await release_orphaned_lock(ctx, layer, repository)
     for number in decision.upload_logs:
         if await _upload_logs(ctx, run, layer, number):
             for a in raw_attempts:

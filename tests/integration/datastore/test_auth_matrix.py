@@ -45,6 +45,9 @@ class Call:
 LAYER_TARGETS = {"own-run": ("app", "app-plan-1"), "own-layer": ("app", "app-plan-0"),
                  "other-layer": ("other", "other-plan-1")}
 REPO_TARGETS = {"own-repo": "repo-a", "other-repo": "repo-b"}
+STATE_TARGETS = {"own-state": "app", "other-state": "other"}
+STATE_BODIES = {layer: json.dumps({"version": 4, "serial": 1, "lineage": f"matrix-{layer}", "resources": []}).encode()
+                for layer in STATE_TARGETS.values()}
 
 
 def calls() -> list[Call]:
@@ -73,6 +76,20 @@ def calls() -> list[Call]:
             Call("PUT inputs", target, "PUT", f"{base}/inputs", b'{"digest": "sha256:00", "variables": {}}'),
             Call("GET inputs", target, "GET", f"{base}/inputs"),
         ]
+    for target, layer in STATE_TARGETS.items():
+        # A managed-state layer's state (docs/architecture.md §10.6): the controller's POST stores serial 1, every
+        # identity allowed after it posts the same bytes (200); each LOCK is released by the same identity's UNLOCK.
+        base = f"/api/v1/layers/{NS}/{layer}/state"
+        lock = json.dumps({"ID": f"matrix-{layer}", "Operation": "OperationTypeApply"}).encode()
+        out += [
+            Call("POST state", target, "POST", base, STATE_BODIES[layer]),
+            Call("GET state", target, "GET", base),
+            Call("LOCK state", target, "LOCK", f"{base}/lock", lock),
+            Call("GET state lock", target, "GET", f"{base}/lock"),
+            Call("GET state versions", target, "GET", f"{base}/versions"),
+            Call("GET state version", target, "GET", f"{base}/versions/1"),
+            Call("UNLOCK state", target, "UNLOCK", f"{base}/lock", lock),
+        ]
     for target, repo in REPO_TARGETS.items():
         base = f"/api/v1/repositories/{NS}/{repo}"
         out += [
@@ -100,9 +117,9 @@ RUNNER_ALLOWED = {
     # Another run of its layer: no (issue 24, P2: a runner reads its own run's artifacts, and an apply its plan
     # run's, so a pull request's plan and the layer's runs read none of each other's).
     "own-runner": {("own-run", "PUT"), ("own-run", "GET"), ("own-run", "HEAD"), ("own-repo", "GET"),
-                   ("own-repo", "HEAD")},
+                   ("own-repo", "HEAD"), *(("own-state", m) for m in ("POST", "GET", "LOCK", "UNLOCK"))},
     "other-runner": {("other-layer", "PUT"), ("other-layer", "GET"), ("other-layer", "HEAD"), ("other-repo", "GET"),
-                     ("other-repo", "HEAD")},
+                     ("other-repo", "HEAD"), *(("other-state", m) for m in ("POST", "GET", "LOCK", "UNLOCK"))},
 }
 OWN_RUN = {"own-runner": "own-run", "other-runner": "other-layer"}
 
@@ -150,7 +167,9 @@ def test_the_matrix_covers_every_endpoint_of_the_openapi(platform: AuthPlatform)
 def _template(path: str) -> str:
     """/api/v1/layers/default/app/runs/r/attempts/1/plan?… → the OpenAPI path template."""
     parts = path.split("?")[0].split("/")  # ['', 'api', 'v1', 'layers', ns, layer, 'runs', run, …]
-    if parts[3] == "layers":
+    if parts[3] == "layers" and parts[6] == "state":
+        names = {4: "{ns}", 5: "{layer}", 8: "{serial}"}
+    elif parts[3] == "layers":
         names = {4: "{ns}", 5: "{layer}", 7: "{run}", 9: "{n}"}
     else:
         names = {4: "{ns}", 5: "{repo}", 7: "{revision}" if parts[6] == "revisions" else "{tree}"}
@@ -258,10 +277,11 @@ def test_path_traversal_and_bad_segments_are_400_for_every_endpoint(platform: Au
     bad = ["..", "%2e%2e", "..%2Fetc", "a%2Fb", "a%5Cb", ".", "a..b", "Bad", "-x", "x_y"]
     refused: dict[str, int] = {}
     host, port = urlsplit(platform.url).hostname, urlsplit(platform.url).port
-    for call in {c.endpoint: c for c in CALLS if c.target in ("own-run", "own-repo")}.values():
+    for call in {c.endpoint: c for c in CALLS if c.target in ("own-run", "own-repo", "own-state")}.values():
         parts = call.path.split("?")[0].split("/")
         query = "?" + call.path.split("?")[1] if "?" in call.path else ""
-        for position in (4, 5, 7):  # namespace, layer|repository, run|revision|tree
+        # namespace, layer|repository, run|revision|tree (a state's path has no third name)
+        for position in (4, 5) if call.target == "own-state" else (4, 5, 7):
             for value in bad:
                 if value in ("x_y", "Bad") and parts[6] in ("revisions", "trees") and position == 7:
                     continue  # revisions and tree ids may hold '_' and capitals
@@ -279,7 +299,7 @@ def test_path_traversal_and_bad_segments_are_400_for_every_endpoint(platform: Au
     assert set(refused.values()) == {400}, {k: v for k, v in refused.items() if v != 400}
     stored = {p.relative_to(platform.data_dir).parts[:3] for p in platform.data_dir.rglob("*") if p.is_file()}
     assert stored <= {("layers", NS, "app"), ("layers", NS, "other"), ("sources", NS, "repo-a"),
-                      ("sources", NS, "repo-b")}
+                      ("sources", NS, "repo-b"), ("states", NS, "app"), ("states", NS, "other")}
 
 
 def test_the_runs_own_runner_may_not_delete_it_and_nothing_is_deleted(platform: AuthPlatform) -> None:

@@ -1,0 +1,283 @@
+"""Terraform state the platform owns (docs/architecture.md §10.6): the pure half.
+
+The datastore serves Terraform's and OpenTofu's `http` backend protocol for a layer whose `spec.state.managed` is
+true. What a request may do is decided here, from what is stored and what was sent, with no I/O:
+
+- `parse_state`: what a posted body claims (serial, lineage, resources), or why it is not a state (400);
+- `decide_write`: whether a posted state may become the layer's next version (lock, lineage, serial);
+- `decide_lock`, `decide_unlock`: the state lock, one holder at a time, released only by its holder (or an
+  admin's force-unlock).
+
+A refused request never changes what is stored: `state_routes.py` executes a verdict only when it allows.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "BadState",
+    "LockRecord",
+    "LockVerdict",
+    "StateFacts",
+    "WriteVerdict",
+    "check_md5",
+    "decide_lock",
+    "decide_unlock",
+    "decide_write",
+    "held_by_other_pod",
+    "parse_lock_request",
+    "parse_state",
+    "rollback_body",
+    "version_key",
+    "version_serial",
+    "versions_to_drop",
+]
+
+# Serials are zero-padded in keys so that keys sort as serials do (Terraform's serial is a uint64).
+SERIAL_DIGITS = 20
+STATE_SUFFIX = ".tfstate"
+META_SUFFIX = ".json"
+
+
+class BadState(Exception):
+    """400: a body that is not what the protocol sends; the message names the field and the reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class StateFacts:
+    """What the datastore knows of one stored (or posted) state without keeping it parsed."""
+
+    serial: int
+    lineage: str
+    resources: int  # resource instances, as `terraform state list` counts them
+    size: int
+    sha256: str
+
+
+def parse_state(body: bytes) -> StateFacts:
+    """The facts of a posted state, or BadState naming why it is not one (never echoing its content: a state
+    holds secrets)."""
+    if not body:
+        raise BadState("the state is empty: expected Terraform's state JSON")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadState("the state is not UTF-8 text: expected Terraform's state JSON") from None
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        # The position only, never the text around it.
+        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise BadState(f"the state is not valid JSON{where} (corrupt or truncated)") from None
+    if not isinstance(parsed, dict):
+        raise BadState("the state is not a JSON object")
+    serial = parsed.get("serial")
+    if isinstance(serial, bool) or not isinstance(serial, int):
+        raise BadState("serial: missing or not an integer")
+    if serial < 0 or serial >= 10**SERIAL_DIGITS:
+        raise BadState(f"serial: {serial} is out of range (0 to 10^{SERIAL_DIGITS} - 1)")
+    lineage = parsed.get("lineage")
+    if not isinstance(lineage, str) or not lineage.strip():
+        raise BadState("lineage: missing or not a non-empty string")
+    if len(lineage) > 256:
+        raise BadState("lineage: longer than 256 characters")
+    resources = parsed.get("resources", [])
+    if not isinstance(resources, list):
+        raise BadState("resources: not a list")
+    return StateFacts(serial, lineage, _instances(resources), len(body), hashlib.sha256(body).hexdigest())
+
+
+def _instances(resources: list[Any]) -> int:
+    count = 0
+    for resource in resources:
+        instances = resource.get("instances") if isinstance(resource, Mapping) else None
+        count += len(instances) if isinstance(instances, list) else 1
+    return count
+
+
+def check_md5(body: bytes, header: str | None) -> None:
+    """Terraform sends `Content-MD5` (base64) with every state it posts: a body cut short on the way fails here."""
+    if not header:
+        return
+    try:
+        expected = base64.b64decode(header, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadState("Content-MD5: not base64") from None
+    if hashlib.md5(body, usedforsecurity=False).digest() != expected:
+        raise BadState("Content-MD5: does not match the body (truncated or corrupted on the way)")
+
+
+@dataclass(frozen=True, slots=True)
+class LockRecord:
+    """The stored lock: Terraform's lock info as the client sent it, and who holds it as the datastore knows it
+    (from the token's pod binding, never from the lock info)."""
+
+    id: str
+    info: Mapping[str, Any]
+    holder: str  # the caller's identity
+    run: str = ""
+    attempt: int = 0
+    pod: str = ""
+    pod_uid: str = ""
+    created: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "info": dict(self.info), "holder": self.holder, "run": self.run,
+                "attempt": self.attempt, "pod": self.pod, "podUid": self.pod_uid, "created": self.created}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LockRecord:
+        return cls(id=str(data.get("id") or ""), info=dict(data.get("info") or {}),
+                   holder=str(data.get("holder") or ""),
+                   run=str(data.get("run") or ""), attempt=int(data.get("attempt") or 0),
+                   pod=str(data.get("pod") or ""), pod_uid=str(data.get("podUid") or ""),
+                   created=str(data.get("created") or ""))
+
+    def describe(self) -> str:
+        return f"run {self.run} attempt {self.attempt} (pod {self.pod})" if self.run else self.holder
+
+    def answer(self) -> dict[str, Any]:
+        """What a refused client is shown: Terraform's own lock info (it prints `ID`, `Who`, `Operation`), with the
+        holder the datastore recorded."""
+        info = dict(self.info)
+        info["ID"] = self.id
+        info["Info"] = f"held by {self.describe()}" + (f"; {info['Info']}" if info.get("Info") else "")
+        return info
+
+
+def parse_lock_request(body: bytes) -> tuple[str | None, dict[str, Any]]:
+    """(the lock ID, the lock info) of a LOCK or UNLOCK body; (None, {}) for an empty body (a force-unlock sends
+    none). BadState for a body that is not a JSON object or an ID that is not a string."""
+    if not body.strip():
+        return None, {}
+    try:
+        parsed = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise BadState("the lock info is not valid JSON") from None
+    if not isinstance(parsed, dict):
+        raise BadState("the lock info is not a JSON object")
+    lock_id = parsed.get("ID")
+    if lock_id is None or lock_id == "":
+        return None, parsed
+    if not isinstance(lock_id, str) or len(lock_id) > 256:
+        raise BadState("ID: not a string of at most 256 characters")
+    return lock_id, parsed
+
+
+@dataclass(frozen=True, slots=True)
+class WriteVerdict:
+    """`allow`: store the posted state as a new version (`created`), or answer 200 for the very state already
+    stored (`created` False: a retried POST). Otherwise `status` and `message` (and the lock to show)."""
+
+    allow: bool
+    status: int = 200
+    message: str = ""
+    created: bool = False
+    lock: LockRecord | None = None
+
+
+def held_by_other_pod(lock: LockRecord, pod_uid: str) -> bool:
+    """A lock bound to a pod is that pod's alone, whatever lock ID another caller learnt (a 423 shows it)."""
+    return bool(lock.pod_uid) and lock.pod_uid != pod_uid
+
+
+def decide_write(current: StateFacts | None, incoming: StateFacts, lock: LockRecord | None,
+                 request_lock_id: str | None, writer_pod_uid: str = "") -> WriteVerdict:
+    """May `incoming` become the layer's next version? Terraform sends the lock ID it holds as `?ID=`: while the
+    state is locked, only its holder (that ID, from the pod that took it) writes. Then one lineage per layer, and
+    serials never go back; the same serial again is only the very same state (a retried POST)."""
+    if lock is not None and (request_lock_id != lock.id or held_by_other_pod(lock, writer_pod_uid)):
+        sent = f"lock ID {request_lock_id}" if request_lock_id else "no lock ID"
+        if request_lock_id == lock.id:
+            sent += " from another pod"
+        return WriteVerdict(False, 409, f"the state is locked by {lock.describe()} (lock ID {lock.id}); the "
+                            f"write sent {sent}", lock=lock)
+    if current is None:
+        return WriteVerdict(True, created=True)
+    if incoming.lineage != current.lineage:
+        return WriteVerdict(False, 409, f"lineage: {incoming.lineage!r} is not the stored state's lineage "
+                            f"{current.lineage!r}; a state of another lineage never replaces this layer's")
+    if incoming.serial < current.serial:
+        return WriteVerdict(False, 409, f"serial: {incoming.serial} is lower than the stored state's serial "
+                            f"{current.serial} (lineage {current.lineage}); a state never goes back")
+    if incoming.serial == current.serial:
+        if incoming.sha256 == current.sha256:
+            return WriteVerdict(True, created=False)
+        return WriteVerdict(False, 409, f"serial: {incoming.serial} is already stored with other content; a "
+                            "changed state must have a higher serial")
+    return WriteVerdict(True, created=True)
+
+
+LockAction = Literal["acquire", "keep", "release", "none", "refuse"]
+
+
+@dataclass(frozen=True, slots=True)
+class LockVerdict:
+    """`acquire` (store the lock), `keep` (already held by this ID: 200), `release` (delete it), `none` (nothing
+    to do: 200), or `refuse` with `status` and `message` (and the lock to show)."""
+
+    action: LockAction
+    status: int = 200
+    message: str = ""
+    lock: LockRecord | None = field(default=None)
+
+
+def decide_lock(held: LockRecord | None, requested_id: str | None, pod_uid: str = "") -> LockVerdict:
+    if not requested_id:
+        return LockVerdict("refuse", 400, "ID: the lock info names no lock ID")
+    if held is None:
+        return LockVerdict("acquire")
+    if held.id == requested_id and not held_by_other_pod(held, pod_uid):
+        return LockVerdict("keep")  # a retried LOCK whose answer was lost
+    return LockVerdict("refuse", 423, f"the state is locked by {held.describe()} (lock ID {held.id})", held)
+
+
+def decide_unlock(held: LockRecord | None, requested_id: str | None, admin: bool, pod_uid: str = "") -> LockVerdict:
+    """Unlocking what is not locked is a 200, so a retried UNLOCK succeeds. A lock is released by its ID, from the
+    pod that took it; an admin's UNLOCK without an ID (Terraform's force-unlock sends no body) releases any."""
+    if held is None:
+        return LockVerdict("none")
+    if not requested_id:
+        if admin:
+            return LockVerdict("release")
+        return LockVerdict("refuse", 400, "ID: the unlock request names no lock ID")
+    if held.id != requested_id or (held_by_other_pod(held, pod_uid) and not admin):
+        return LockVerdict("refuse", 409, f"lock ID {requested_id} does not hold the state: it is locked by "
+                           f"{held.describe()} (lock ID {held.id})", held)
+    return LockVerdict("release")
+
+
+def version_key(prefix: str, serial: int, suffix: str = STATE_SUFFIX) -> str:
+    return f"{prefix}/versions/{serial:0{SERIAL_DIGITS}d}{suffix}"
+
+
+def version_serial(key: str, suffix: str = STATE_SUFFIX) -> int | None:
+    """The serial of a version key, else None (an unknown shape)."""
+    name = key.rsplit("/", 1)[-1]
+    if not name.endswith(suffix):
+        return None
+    digits = name[: -len(suffix)]
+    return int(digits) if len(digits) == SERIAL_DIGITS and digits.isdigit() else None
+
+
+def versions_to_drop(serials: list[int], keep: int) -> list[int]:
+    """The versions retention deletes: all but the `keep` highest serials (`keep` ≥ 1, so never the current one)."""
+    ordered = sorted(set(serials))
+    return ordered[: max(0, len(ordered) - max(1, keep))]
+
+
+def rollback_body(old: bytes, current: StateFacts) -> bytes:
+    """An earlier version's state as the next version: its content, with the serial after the current one (Terraform
+    then reads it as newer than anything it holds). BadState when it is not of the current lineage."""
+    parsed = json.loads(old)
+    if not isinstance(parsed, dict) or parsed.get("lineage") != current.lineage:
+        raise BadState(f"lineage: the version is not of the current lineage {current.lineage!r}")
+    parsed["serial"] = current.serial + 1
+    return json.dumps(parsed, indent=2).encode() + b"\n"

@@ -1,0 +1,333 @@
+"""The state backend's routes (docs/architecture.md §10.6): Terraform's and OpenTofu's `http` backend protocol for
+a layer's state, stored through the datastore's `Storage` (filesystem or S3, encrypted when encryption is on).
+
+    GET    /api/v1/layers/{ns}/{layer}/state           the current state (404: none yet)
+    POST   /api/v1/layers/{ns}/{layer}/state[?ID=]     a new version (Terraform's update; `ID`: the lock it holds)
+    LOCK   /api/v1/layers/{ns}/{layer}/state/lock      take the lock (body: Terraform's lock info)
+    UNLOCK /api/v1/layers/{ns}/{layer}/state/lock      release it (body: the same lock info; an admin: any)
+    GET    /api/v1/layers/{ns}/{layer}/state/lock      who holds it (404: nobody)
+    GET    /api/v1/layers/{ns}/{layer}/state/versions  every version kept: its record, oldest first
+    GET    /api/v1/layers/{ns}/{layer}/state/versions/{serial}  one version's state
+
+Storage, under `states/<ns>/<layer>/` (retention, §10.4, never lists it):
+    versions/<serial, 20 digits>.tfstate    each state as posted, written once (create-if-absent)
+    versions/<serial, 20 digits>.json       what the datastore knows of it (run, attempt, time, size, ...)
+    lock.json                               the lock, created once (create-if-absent), deleted to unlock
+
+The current state is the version with the highest serial. Requests on one layer are serialised in a replica
+(one asyncio lock per layer); across replicas the create-if-absent writes of versions and of the lock decide a
+race (the Lease, §7, already keeps one runner per state). Every decision is `state.py`'s, from what is stored:
+a refused request changes nothing.
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations, and `Caller` is local to
+# `state_router`.
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import Path as PathParam
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from burrito_py.datastore.auth import Action, LayerState, Principal, Target
+from burrito_py.datastore.state import (
+    META_SUFFIX,
+    BadState,
+    LockRecord,
+    StateFacts,
+    check_md5,
+    decide_lock,
+    decide_unlock,
+    decide_write,
+    parse_lock_request,
+    parse_state,
+    version_key,
+    version_serial,
+    versions_to_drop,
+)
+from burrito_py.datastore.storage import DeleteFailed, Exists, Storage, TooLarge
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = "lock.json"
+LOCK_LIMIT = 64 * 1024  # Terraform's lock info is a few hundred bytes
+META_LIMIT = 64 * 1024
+Segment = Annotated[str, PathParam(min_length=1, max_length=253)]
+
+
+def _error(status: int, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status)
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+class StateStore:
+    """One layer's state objects in `Storage`: reads and the writes a verdict allows."""
+
+    def __init__(self, storage: Storage, prefix: str) -> None:
+        self.storage, self.prefix = storage, prefix
+
+    async def _read(self, key: str, limit: int | None = None) -> bytes | None:
+        stream = await self.storage.open(key)
+        if stream is None:
+            return None
+        chunks, size = [], 0
+        async for chunk in stream:
+            size += len(chunk)
+            if limit is not None and size > limit:
+                raise TooLarge(limit)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def serials(self) -> list[int]:
+        keys = await self.storage.list(f"{self.prefix}/versions")
+        return sorted(s for key in keys if (s := version_serial(key)) is not None)
+
+    async def latest(self) -> int | None:
+        serials = await self.serials()
+        return serials[-1] if serials else None
+
+    async def facts(self, serial: int) -> StateFacts | None:
+        """What is known of a stored version: its record, else (a write that died between the state and its
+        record) the state itself, parsed."""
+        meta = await self._read(version_key(self.prefix, serial, META_SUFFIX), META_LIMIT)
+        if meta is not None:
+            data = json.loads(meta)
+            return StateFacts(int(data["serial"]), str(data["lineage"]), int(data["resources"]), int(data["size"]),
+                              str(data["sha256"]))
+        body = await self._read(version_key(self.prefix, serial))
+        return parse_state(body) if body is not None else None
+
+    async def lock(self) -> LockRecord | None:
+        raw = await self._read(f"{self.prefix}/{LOCK_FILE}", LOCK_LIMIT)
+        return LockRecord.from_json(json.loads(raw)) if raw is not None else None
+
+    async def records(self) -> list[dict[str, Any]]:
+        """Every kept version's record, oldest first (a version whose record is missing: its facts only)."""
+        found: list[dict[str, Any]] = []
+        for serial in await self.serials():
+            meta = await self._read(version_key(self.prefix, serial, META_SUFFIX), META_LIMIT)
+            if meta is not None:
+                found.append(json.loads(meta))
+                continue
+            facts = await self.facts(serial)
+            if facts is not None:
+                found.append({"serial": facts.serial, "lineage": facts.lineage, "resources": facts.resources,
+                              "size": facts.size, "sha256": facts.sha256})
+        return found
+
+    async def drop_old(self, keep: int) -> list[int]:
+        """Retention: delete all but the `keep` newest versions (their state and record)."""
+        dropped = versions_to_drop(await self.serials(), keep)
+        if dropped:
+            await self.storage.delete_many([version_key(self.prefix, serial, suffix) for serial in dropped
+                                            for suffix in (META_SUFFIX, ".tfstate")])
+        return dropped
+
+    async def write_meta(self, facts: StateFacts, who: Principal, now: datetime,
+                         audit: dict[str, Any] | None = None) -> None:
+        scope = who.runner
+        record = {**(audit or {}), "serial": facts.serial, "lineage": facts.lineage, "resources": facts.resources,
+                  "size": facts.size,
+                  "sha256": facts.sha256, "writer": who.username, "run": scope.run if scope else "",
+                  "attempt": scope.attempt if scope else 0, "created": now.isoformat()}
+        await self.storage.put(version_key(self.prefix, facts.serial, META_SUFFIX),
+                               _once(json.dumps(record).encode()), META_LIMIT)
+
+
+def state_router(
+    storage: Storage,
+    caller: Callable[..., Awaitable[Principal]],
+    allow: Callable[[Principal, Action, Target], None],
+    name: Callable[[str, str], str],
+    max_state_bytes: int,
+    versions_kept: int = 100,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> APIRouter:
+    """The routes; `caller` authenticates (bearer or Terraform's basic auth, the password being the token),
+    `allow` authorizes (auth.py's `LayerState` rules), `name` validates a path segment."""
+    router = APIRouter(prefix="/api/v1")
+    guards: dict[tuple[str, str], asyncio.Lock] = {}
+    Caller = Annotated[Principal, Depends(caller)]
+
+    def store(who: Principal, action: Action, ns: str, layer: str) -> StateStore:
+        prefix = f"states/{name('namespace', ns)}/{name('layer', layer)}"
+        allow(who, action, LayerState(ns, layer))
+        return StateStore(storage, prefix)
+
+    def guard(ns: str, layer: str) -> asyncio.Lock:
+        return guards.setdefault((ns, layer), asyncio.Lock())
+
+    async def body_of(request: Request, limit: int, what: str, setting: str) -> bytes | JSONResponse:
+        declared = request.headers.get("content-length", "")
+        refusal = _error(413, f"{what} refused: it may hold at most {limit} bytes ({setting})", limit=limit)
+        if declared.isdigit() and int(declared) > limit:
+            return refusal  # before a byte is read
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                return refusal
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    responses: dict[int | str, dict[str, Any]] = {
+        400: {"description": "A path segment, the state or the lock info is invalid (the reason is named)."},
+        401: {"description": "No token, or one the Kubernetes API rejects."},
+        403: {"description": "The caller is not the layer's current runner pod (nor an admin)."},
+        503: {"description": "The token cannot be checked now."},
+    }
+
+    @router.get("/layers/{ns}/{layer}/state", responses={**responses, 404: {"description": "No state yet."}})
+    async def get_state(who: Caller, ns: Segment, layer: Segment) -> Response:
+        state = store(who, "state-read", ns, layer)
+        latest = await state.latest()
+        opened = await storage.read(version_key(state.prefix, latest)) if latest is not None else None
+        if opened is None:
+            return _error(404, f"layer {ns}/{layer} has no state yet")
+        headers = {"Content-Length": str(opened.info.size), "X-Burrito-State-Serial": str(latest)}
+        return StreamingResponse(opened.stream, media_type="application/json", headers=headers)
+
+    @router.post("/layers/{ns}/{layer}/state", responses={
+        **responses, 409: {"description": "Locked by another holder, another lineage, or a lower serial."},
+        413: {"description": "Above BURRITO_PY_DATASTORE_MAX_STATE_BYTES."}})
+    async def post_state(
+        who: Caller, ns: Segment, layer: Segment, request: Request,
+        lock_id: Annotated[str | None, Query(alias="ID", max_length=256)] = None,
+        rollback_of: Annotated[int | None, Query(alias="rollbackOf", ge=0, le=10**20 - 1, description=(
+            "An admin's rollback (the server's, §11.2): the version this state restores."))] = None,
+        requested_by: Annotated[str | None, Query(alias="requestedBy", max_length=256, description=(
+            "An admin's rollback: who asked for it (recorded in the version)."))] = None,
+    ) -> Response:
+        state = store(who, "state-write", ns, layer)
+        if (rollback_of is not None or requested_by is not None) and not who.admin:
+            return _error(403, f"{who.describe()} may not record a rollback: only the server's audited rollback does")
+        audit = {"rollbackOf": rollback_of, "requestedBy": requested_by} if rollback_of is not None else {}
+        body = await body_of(request, max_state_bytes, "the state", "BURRITO_PY_DATASTORE_MAX_STATE_BYTES")
+        if isinstance(body, JSONResponse):
+            return body
+        try:
+            check_md5(body, request.headers.get("content-md5"))
+            incoming = parse_state(body)
+        except BadState as exc:
+            return _error(400, f"the state of layer {ns}/{layer} refused: {exc}")
+        pod_uid = who.runner.pod_uid if who.runner else ""
+        async with guard(ns, layer):
+            latest = await state.latest()
+            current = await state.facts(latest) if latest is not None else None
+            verdict = decide_write(current, incoming, await state.lock(), lock_id, pod_uid)
+            if not verdict.allow:
+                log.info("state of %s/%s: %s refused: %s", ns, layer, who.username, verdict.message)
+                extra = {"lock": verdict.lock.answer()} if verdict.lock is not None else {}
+                return _error(verdict.status, verdict.message, **extra)
+            try:
+                await storage.put(version_key(state.prefix, incoming.serial), _once(body), max_state_bytes, once=True)
+            except Exists:  # another replica wrote this serial meanwhile with other content
+                return _error(409, f"serial: {incoming.serial} was just stored with other content")
+            if verdict.created or await state.facts(incoming.serial) is None:
+                await state.write_meta(incoming, who, clock(), audit)
+            if verdict.created:
+                log.info("state of %s/%s: serial %d (%d resources, %d bytes) written by %s", ns, layer,
+                         incoming.serial, incoming.resources, incoming.size, who.describe())
+                try:
+                    dropped = await state.drop_old(versions_kept)
+                except DeleteFailed as exc:  # the next write tries again; the new version is stored
+                    log.warning("state of %s/%s: old versions not deleted: %s", ns, layer, exc)
+                else:
+                    if dropped:
+                        log.info("state of %s/%s: versions %s dropped (BURRITO_PY_DATASTORE_STATE_VERSIONS_KEPT=%d)",
+                                 ns, layer, ", ".join(map(str, dropped)), versions_kept)
+        return JSONResponse({"serial": incoming.serial, "lineage": incoming.lineage, "sha256": incoming.sha256},
+                            status_code=200)
+
+    @router.api_route("/layers/{ns}/{layer}/state/lock", methods=["LOCK"], responses={
+        **responses, 423: {"description": "Locked by another holder: the body is its lock info."}})
+    async def lock_state(who: Caller, ns: Segment, layer: Segment, request: Request) -> Response:
+        state = store(who, "state-lock", ns, layer)
+        body = await body_of(request, LOCK_LIMIT, "the lock info", "fixed")
+        if isinstance(body, JSONResponse):
+            return body
+        try:
+            lock_id, info = parse_lock_request(body)
+        except BadState as exc:
+            return _error(400, f"the lock of layer {ns}/{layer} refused: {exc}")
+        scope = who.runner
+        pod_uid = scope.pod_uid if scope else ""
+        async with guard(ns, layer):
+            for _ in range(2):  # a second look when another replica created the lock meanwhile
+                held = await state.lock()
+                verdict = decide_lock(held, lock_id, pod_uid)
+                if verdict.action != "acquire":
+                    break
+                assert lock_id is not None
+                record = LockRecord(lock_id, info, who.username, scope.run if scope else "",
+                                    scope.attempt if scope else 0, scope.pod if scope else "", pod_uid,
+                                    clock().isoformat())
+                try:
+                    await storage.put(f"{state.prefix}/{LOCK_FILE}", _once(json.dumps(record.to_json()).encode()),
+                                      LOCK_LIMIT, once=True)
+                except Exists:
+                    continue
+                log.info("state of %s/%s locked by %s (lock ID %s)", ns, layer, who.describe(), lock_id)
+                return Response(status_code=200)
+        if verdict.action == "keep":
+            return Response(status_code=200)
+        if verdict.status == 423 and verdict.lock is not None:
+            # Terraform reads the holder's lock info from the body of a 423 and prints it.
+            return JSONResponse(verdict.lock.answer(), status_code=423)
+        return _error(verdict.status, f"the lock of layer {ns}/{layer} refused: {verdict.message}")
+
+    @router.api_route("/layers/{ns}/{layer}/state/lock", methods=["UNLOCK"], responses={
+        **responses, 409: {"description": "Another lock ID (or pod) holds the lock: the holder is named."}})
+    async def unlock_state(who: Caller, ns: Segment, layer: Segment, request: Request) -> Response:
+        state = store(who, "state-lock", ns, layer)
+        body = await body_of(request, LOCK_LIMIT, "the lock info", "fixed")
+        if isinstance(body, JSONResponse):
+            return body
+        try:
+            lock_id, _info = parse_lock_request(body)
+        except BadState as exc:
+            return _error(400, f"the unlock of layer {ns}/{layer} refused: {exc}")
+        async with guard(ns, layer):
+            held = await state.lock()
+            verdict = decide_unlock(held, lock_id, who.admin, who.runner.pod_uid if who.runner else "")
+            if verdict.action == "release":
+                await storage.delete(f"{state.prefix}/{LOCK_FILE}")
+                assert held is not None
+                log.info("state of %s/%s unlocked by %s (lock ID %s%s)", ns, layer, who.describe(), held.id,
+                         ", forced" if held.id != lock_id else "")
+        if verdict.action == "refuse":
+            extra = {"lock": verdict.lock.answer()} if verdict.lock is not None else {}
+            return _error(verdict.status, f"the unlock of layer {ns}/{layer} refused: {verdict.message}", **extra)
+        return Response(status_code=200)
+
+    @router.get("/layers/{ns}/{layer}/state/lock", responses={**responses, 404: {"description": "Not locked."}})
+    async def get_lock(who: Caller, ns: Segment, layer: Segment) -> Response:
+        state = store(who, "state-read", ns, layer)
+        held = await state.lock()
+        if held is None:
+            return _error(404, f"the state of layer {ns}/{layer} is not locked")
+        return JSONResponse(held.to_json())
+
+    @router.get("/layers/{ns}/{layer}/state/versions", responses=responses)
+    async def list_versions(who: Caller, ns: Segment, layer: Segment) -> Response:
+        return JSONResponse(await store(who, "state-read", ns, layer).records())
+
+    @router.get("/layers/{ns}/{layer}/state/versions/{serial}",
+                responses={**responses, 404: {"description": "No such version (never written, or dropped)."}})
+    async def get_version(who: Caller, ns: Segment, layer: Segment,
+                          serial: Annotated[int, PathParam(ge=0, le=10**20 - 1)]) -> Response:
+        state = store(who, "state-read", ns, layer)
+        opened = await storage.read(version_key(state.prefix, serial))
+        if opened is None:
+            return _error(404, f"layer {ns}/{layer} has no state version {serial}")
+        headers = {"Content-Length": str(opened.info.size), "X-Burrito-State-Serial": str(serial)}
+        return StreamingResponse(opened.stream, media_type="application/json", headers=headers)
+
+    return router

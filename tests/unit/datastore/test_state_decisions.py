@@ -1,0 +1,241 @@
+"""The state backend's pure decisions (docs/architecture.md §10.6): what a posted state is, whether it may be
+the layer's next version, and who holds the lock."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from burrito_py.datastore.auth import Action, LayerArtifacts, LayerState, Principal, RunnerScope, authorize
+from burrito_py.datastore.state import (
+    BadState,
+    LockRecord,
+    StateFacts,
+    check_md5,
+    decide_lock,
+    decide_unlock,
+    decide_write,
+    parse_lock_request,
+    parse_state,
+    rollback_body,
+    version_key,
+    version_serial,
+    versions_to_drop,
+)
+from burrito_py.datastore.state_diff import state_diff
+
+
+def state(serial: int = 1, lineage: str = "abc", resources: int = 0) -> bytes:
+    return json.dumps({"version": 4, "terraform_version": "1.11.4", "serial": serial, "lineage": lineage,
+                       "outputs": {}, "resources": [{"mode": "managed", "type": "terraform_data", "name": f"r{i}",
+                                                     "instances": [{"attributes": {}}]} for i in range(resources)]
+                       }).encode()
+
+
+def facts(serial: int, lineage: str = "abc", sha: str = "s") -> StateFacts:
+    return StateFacts(serial, lineage, 0, 10, sha)
+
+
+LOCK = LockRecord("lock-1", {"ID": "lock-1", "Operation": "OperationTypeApply", "Who": "runner@pod"},
+                  "system:serviceaccount:team:burrito-py-runner", "app-apply-1", 1, "app-apply-1-1", "uid-1")
+
+
+def test_a_state_gives_its_serial_lineage_and_resource_instances() -> None:
+    body = state(7, "lineage-x", resources=3)
+    parsed = parse_state(body)
+    assert (parsed.serial, parsed.lineage, parsed.resources, parsed.size) == (7, "lineage-x", 3, len(body))
+    assert parsed.sha256 == hashlib.sha256(body).hexdigest()
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    (b"", "the state is empty"),
+    (b'{"serial": 1, "lineage": "a"', "not valid JSON at line 1 column 29 (corrupt or truncated)"),
+    (b"\xff\xfe", "not UTF-8"),
+    (b"[1, 2]", "not a JSON object"),
+    (b'{"lineage": "a"}', "serial: missing or not an integer"),
+    (b'{"serial": "1", "lineage": "a"}', "serial: missing or not an integer"),
+    (b'{"serial": true, "lineage": "a"}', "serial: missing or not an integer"),
+    (b'{"serial": -1, "lineage": "a"}', "serial: -1 is out of range"),
+    (b'{"serial": 1}', "lineage: missing"),
+    (b'{"serial": 1, "lineage": "  "}', "lineage: missing"),
+    (b'{"serial": 1, "lineage": "a", "resources": {}}', "resources: not a list"),
+])
+def test_a_body_that_is_no_state_is_refused_naming_why(body: bytes, reason: str) -> None:
+    with pytest.raises(BadState, match=reason.replace("(", r"\(").replace(")", r"\)")):
+        parse_state(body)
+
+
+def test_a_refusal_never_quotes_the_state() -> None:
+    with pytest.raises(BadState) as caught:
+        parse_state(b'{"serial": 1, "lineage": "a", "password": "hunter2-secret"')
+    assert "hunter2" not in str(caught.value)
+
+
+def test_content_md5_catches_a_body_cut_short() -> None:
+    body = state(3)
+    check_md5(body, base64.b64encode(hashlib.md5(body, usedforsecurity=False).digest()).decode())
+    check_md5(body, None)
+    with pytest.raises(BadState, match="Content-MD5: does not match"):
+        check_md5(body[:-5], base64.b64encode(hashlib.md5(body, usedforsecurity=False).digest()).decode())
+    with pytest.raises(BadState, match="Content-MD5: not base64"):
+        check_md5(body, "%%%")
+
+
+def test_writes_follow_lineage_and_serial() -> None:
+    assert decide_write(None, facts(0), None, None).created
+    assert decide_write(facts(3), facts(4), None, None).created
+    same = decide_write(facts(3, sha="x"), facts(3, sha="x"), None, None)
+    assert same.allow and not same.created  # a retried POST
+    other = decide_write(facts(3, sha="x"), facts(3, sha="y"), None, None)
+    assert (other.allow, other.status) == (False, 409) and "already stored with other content" in other.message
+    lower = decide_write(facts(3), facts(2), None, None)
+    assert (lower.allow, lower.status) == (False, 409) and "serial: 2 is lower than" in lower.message
+    lineage = decide_write(facts(3), facts(9, lineage="zzz"), None, None)
+    assert (lineage.allow, lineage.status) == (False, 409) and "lineage: 'zzz'" in lineage.message
+
+
+def test_while_locked_only_the_holder_writes() -> None:
+    assert decide_write(facts(1), facts(2), LOCK, "lock-1", "uid-1").allow
+    for lock_id, uid in ((None, "uid-1"), ("lock-2", "uid-1"), ("lock-1", "uid-2"), ("lock-1", "")):
+        verdict = decide_write(facts(1), facts(2), LOCK, lock_id, uid)
+        assert (verdict.allow, verdict.status, verdict.lock) == (False, 409, LOCK)
+        assert "run app-apply-1 attempt 1 (pod app-apply-1-1)" in verdict.message
+
+
+@given(stored=st.none() | st.tuples(st.integers(0, 10**6), st.sampled_from(["a", "b"]), st.sampled_from(["x", "y"])),
+       posted=st.tuples(st.integers(0, 10**6), st.sampled_from(["a", "b"]), st.sampled_from(["x", "y"])),
+       locked=st.booleans(), lock_id=st.sampled_from([None, "lock-1", "lock-2"]),
+       uid=st.sampled_from(["", "uid-1", "uid-2"]))
+def test_a_write_never_moves_a_state_back_nor_across_lineages(
+    stored: tuple[int, str, str] | None, posted: tuple[int, str, str], locked: bool, lock_id: str | None, uid: str,
+) -> None:
+    current = facts(stored[0], stored[1], stored[2]) if stored else None
+    incoming = facts(*posted)
+    verdict = decide_write(current, incoming, LOCK if locked else None, lock_id, uid)
+    if verdict.allow:
+        assert not locked or (lock_id, uid) == ("lock-1", "uid-1")
+        if current is not None:
+            assert incoming.lineage == current.lineage and incoming.serial >= current.serial
+            assert verdict.created == (incoming.serial > current.serial)
+            assert incoming.serial > current.serial or incoming.sha256 == current.sha256
+    else:
+        assert verdict.status == 409 and verdict.message
+
+
+def test_lock_acquire_keep_refuse() -> None:
+    assert decide_lock(None, "lock-1").action == "acquire"
+    assert decide_lock(LOCK, "lock-1", "uid-1").action == "keep"  # a retried LOCK
+    taken = decide_lock(LOCK, "lock-2", "uid-2")
+    assert (taken.action, taken.status, taken.lock) == ("refuse", 423, LOCK)
+    # The same lock ID from another pod (a 423 showed it) is not the holder.
+    assert decide_lock(LOCK, "lock-1", "uid-2").status == 423
+    missing = decide_lock(None, None)
+    assert (missing.action, missing.status) == ("refuse", 400) and "ID:" in missing.message
+
+
+def test_unlock_only_by_the_holder_or_an_admin() -> None:
+    assert decide_unlock(LOCK, "lock-1", False, "uid-1").action == "release"
+    assert decide_unlock(None, "lock-1", False).action == "none"  # a retried UNLOCK
+    wrong = decide_unlock(LOCK, "lock-2", False, "uid-1")
+    assert (wrong.action, wrong.status, wrong.lock) == ("refuse", 409, LOCK)
+    assert "locked by run app-apply-1 attempt 1 (pod app-apply-1-1)" in wrong.message
+    assert decide_unlock(LOCK, "lock-1", False, "uid-2").status == 409
+    assert decide_unlock(LOCK, None, False, "uid-1").status == 400
+    assert decide_unlock(LOCK, None, True).action == "release"  # an admin's force-unlock (no body)
+    assert decide_unlock(LOCK, "lock-1", True).action == "release"
+    assert decide_unlock(LOCK, "lock-2", True).status == 409  # an admin naming another lock is mistaken
+
+
+@given(held=st.booleans(), first=st.sampled_from(["lock-1", "lock-2"]), second=st.sampled_from(["lock-1", "lock-2"]),
+       uid=st.sampled_from(["uid-1", "uid-2"]))
+def test_at_most_one_holder(held: bool, first: str, second: str, uid: str) -> None:
+    """Whatever is asked, a lock is only ever acquired when none is held, and a held lock is never released by a
+    caller that is not its holder (unless forced)."""
+    current = LOCK if held else None
+    lock = decide_lock(current, first, uid)
+    assert (lock.action == "acquire") == (current is None)
+    unlock = decide_unlock(current, second, False, uid)
+    if unlock.action == "release":
+        assert current is not None and (second, uid) == (current.id, current.pod_uid)
+
+
+def test_lock_requests() -> None:
+    assert parse_lock_request(b"") == (None, {})
+    assert parse_lock_request(b'{"ID": "x", "Who": "me"}') == ("x", {"ID": "x", "Who": "me"})
+    assert parse_lock_request(b'{"Who": "me"}')[0] is None
+    for body, reason in ((b"{", "not valid JSON"), (b"[]", "not a JSON object"), (b'{"ID": 3}', "ID: not a string")):
+        with pytest.raises(BadState, match=reason):
+            parse_lock_request(body)
+
+
+def test_version_keys_sort_as_serials() -> None:
+    keys = [version_key("states/ns/app", s) for s in (10, 9, 100, 0)]
+    assert [version_serial(k) for k in sorted(keys)] == [0, 9, 10, 100]
+    assert version_serial("states/ns/app/versions/00000000000000000009.json") is None
+    assert version_serial("states/ns/app/lock.json") is None
+
+
+SCOPE = RunnerScope("team", "app", "app-apply-1", "team", "repo", attempt=1, pod="app-apply-1-1", pod_uid="uid-1")
+RUNNER = Principal("system:serviceaccount:team:burrito-py-runner", runner=SCOPE)
+
+
+@pytest.mark.parametrize("action", ["state-read", "state-write", "state-lock"])
+def test_only_the_layers_own_runner_and_admins_use_its_state(action: Action) -> None:
+    assert authorize(RUNNER, action, LayerState("team", "app")) is None
+    other = authorize(RUNNER, action, LayerState("team", "other"))
+    assert other is not None and "only use its own layer's state, not the state of layer team/other" in other
+    assert authorize(RUNNER, action, LayerState("elsewhere", "app")) is not None
+    pull = Principal(RUNNER.username, runner=RunnerScope("team", "app", "pr-1", "team", "repo", 1, pull_request="7"))
+    refused = authorize(pull, action, LayerState("team", "app"))
+    assert refused is not None and "pull request 7" in refused
+    assert authorize(Principal("admin", admin=True), action, LayerState("team", "app")) is None
+    assert authorize(Principal("someone"), action, LayerState("team", "app")) is not None
+
+
+def test_state_actions_never_reach_artifacts() -> None:
+    assert authorize(RUNNER, "state-read", LayerArtifacts("team", "app", "app-apply-1")) is not None
+    assert authorize(RUNNER, "read", LayerState("team", "app")) is not None
+
+
+@given(serials=st.lists(st.integers(0, 1000), max_size=40), keep=st.integers(-2, 50))
+def test_retention_never_drops_the_newest_versions(serials: list[int], keep: int) -> None:
+    dropped = versions_to_drop(serials, keep)
+    kept = sorted(set(serials) - set(dropped))
+    newest = sorted(set(serials))[-max(1, keep):] if serials else []
+    assert kept == newest  # exactly the newest max(1, keep): the current version is always kept
+    assert set(dropped) <= set(serials)
+
+
+def test_the_diff_names_resources_and_attributes_never_values() -> None:
+    def doc(serial: int, resources: list[dict[str, object]], outputs: dict[str, object]) -> dict[str, object]:
+        return {"serial": serial, "lineage": "l", "resources": resources, "outputs": outputs}
+
+    db = {"mode": "managed", "type": "db", "name": "main", "instances": [
+        {"attributes": {"password": "old-secret", "size": 1}, "sensitive_attributes": [[{"value": "password"}]]}]}
+    db_new = {**db, "instances": [{"attributes": {"password": "new-secret", "size": 1}}]}
+    keyed = {"mode": "managed", "type": "t", "name": "each", "module": "module.m",
+             "instances": [{"index_key": "a", "attributes": {}}, {"index_key": 0, "attributes": {}}]}
+    data = {"mode": "data", "type": "d", "name": "x", "instances": [{"attributes": {"v": 1}}]}
+    old = doc(1, [db, data], {"url": {"value": "x"}, "gone": {"value": 1}})
+    new = doc(2, [db_new, keyed], {"url": {"value": "y"}, "new": {"value": 2}})
+    diff = state_diff(old, new)
+    assert diff == {
+        "from": 1, "to": 2,
+        "added": ['module.m.t.each["a"]', "module.m.t.each[0]"], "removed": ["data.d.x"],
+        "changed": [{"address": "db.main", "attributes": ["password"]}],
+        "outputs": {"added": ["new"], "removed": ["gone"], "changed": ["url"]},
+    }
+    assert "secret" not in json.dumps(diff)
+
+
+def test_a_rollback_restores_the_content_under_the_next_serial() -> None:
+    old = state(2, "abc", resources=1)
+    restored = json.loads(rollback_body(old, facts(7, "abc")))
+    assert restored == {**json.loads(old), "serial": 8}
+    with pytest.raises(BadState, match="lineage: the version is not of the current lineage 'zzz'"):
+        rollback_body(old, facts(7, "zzz"))
