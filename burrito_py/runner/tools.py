@@ -22,8 +22,9 @@ Installation:
   against the `X-Burrito-Sha256` header, unpacked into tenv's layout under TENV_ROOT (a staging directory
   renamed into place, so no partial install is ever found). Never tenv, hence never GitHub.
 
-Terragrunt (`spec.terragrunt.enabled`): resolved the same way (`tenv tg install`, else `terragrunt` on PATH,
-whose `--version` prints `terragrunt version v0.67.0`); its version comes from the spec only. The steps then
+Terragrunt (`spec.terragrunt.enabled`): resolved the same way (`tenv tg install`; without tenv, a version in
+tenv's layout under a baked root or TENV_ROOT, else `terragrunt` on PATH, whose `--version` prints `terragrunt
+version v0.67.0`); its version comes from the spec only. The steps then
 run `terragrunt <command>` with `TG_TF_PATH`/`TERRAGRUNT_TFPATH` pointing at the resolved terraform/tofu.
 """
 
@@ -504,6 +505,10 @@ def _resolve_one(kind: ToolKind, text: str | None, where: str, mirror: ToolMirro
     if mirror is not None and kind != "terragrunt":  # the mirror serves terraform and tofu only
         return _mirrored(kind, text, constraint, mirror, path_too=tenv is None)
     if tenv is None:
+        if kind == "terragrunt":  # no tenv to install it: one already in tenv's layout (baked, TENV_ROOT), else PATH
+            installed = _tenv_installed(kind, constraint)
+            if installed is not None:
+                return str(installed), installed.parent.name
         return _on_path(kind, text, constraint)
     binary = _tenv(tenv, kind, text, constraint)
     return str(binary), binary.parent.name
