@@ -15,6 +15,7 @@ import asyncio
 import logging
 import tempfile
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.validation import cross_namespace_problem
+from burrito_py.controllers.repository.terragrunt import decide_terragrunt, terragrunt_enabled
 from burrito_py.controllers.repository.webhook_keys import CONDITION as WEBHOOKS
 from burrito_py.controllers.repository.webhook_keys import webhook_entry
 from burrito_py.git.allowed_hosts import HostNotAllowed
@@ -29,6 +31,7 @@ from burrito_py.git.credentials import CredentialsError, GitCredentials, credent
 from burrito_py.git.mirror import GitError, GitMirror
 from burrito_py.git.paths import Change
 from burrito_py.git.relevance import decide_layer_commits, diff_base
+from burrito_py.git.terragrunt import TerragruntTree
 from burrito_py.git.urls import is_file_url, url_policy_problem
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.conditions import Cond, merge_conditions
@@ -123,7 +126,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             continue
         head_date = await asyncio.to_thread(mirror.commit_date, head)
         await ensure_source(ctx, mirror, namespace, name, head)
-        patches = await asyncio.to_thread(_branch_patches, mirror, branch_layers, head, head_date)
+        patches = await asyncio.to_thread(_branch_patches, mirror, branch_layers, head, head_date, repository)
         for layer, patch in patches:
             await _annotate_layer(ctx, layer, patch)
         entries.append(_branch_entry(branch, head, now, "Synced"))
@@ -183,38 +186,60 @@ async def ensure_source(ctx: Context, mirror: GitMirror, namespace: str, name: s
         await asyncio.to_thread(store.put_source, namespace, name, revision, tree, archive)
 
 
+_TREES: dict[tuple[str, str], TerragruntTree] = {}  # (mirror, head) → its Terragrunt tree: read once per head
+_TREES_KEPT = 32
+
+
+def terragrunt_tree(mirror: GitMirror, head: str) -> TerragruntTree:
+    key = (str(mirror.path), head)
+    tree = _TREES.get(key)
+    if tree is None:
+        tree = mirror.terragrunt_tree(head)
+        if len(_TREES) >= _TREES_KEPT:
+            _TREES.pop(next(iter(_TREES)))
+        _TREES[key] = tree
+    return tree
+
+
 def _branch_patches(
-    mirror: GitMirror, layers: list[Body], head: str, head_date: datetime
-) -> list[tuple[Body, dict[str, str]]]:
+    mirror: GitMirror, layers: list[Body], head: str, head_date: datetime, repository: Body | None = None
+) -> list[tuple[Body, dict[str, str | None]]]:
     """Each layer's annotation patch for a new head, layers with a relevant change first (they are the ones
-    waiting to plan). Layers usually share their diff base, so each diff runs once, not once per layer."""
+    waiting to plan). Layers usually share their diff base, so each diff runs once, not once per layer.
+    Terragrunt layers get their unit's analysis too (terragrunt.py), and what it reads as trigger paths."""
     diffs: dict[str, list[Change]] = {}
+    wants_tree = any(terragrunt_enabled(layer, repository) for layer in layers)
+    terragrunt = decide_terragrunt(terragrunt_tree(mirror, head) if wants_tree else None, layers, repository)
 
     def changes(base: str) -> list[Change]:
         if base not in diffs:
             diffs[base] = mirror.changes(base, head)
         return diffs[base]
 
-    patches = []
+    patches: list[tuple[Body, dict[str, str | None]]] = []
     for layer in layers:
         annotations = layer["metadata"].get("annotations") or {}
         spec = layer.get("spec") or {}
         base = diff_base(annotations)
         found = changes(base) if base and base != head else ([] if base else None)
+        unit = terragrunt[key_of(layer)]
         try:
-            patch = decide_layer_commits(
-                annotations, head, head_date, found, spec.get("path", ""), spec.get("additionalTriggerPaths") or ()
-            )
+            patch: dict[str, str | None] = dict(decide_layer_commits(
+                annotations, head, head_date, found, spec.get("path", ""),
+                [*(spec.get("additionalTriggerPaths") or ()), *unit.reads],
+            ))
         except ValueError as exc:  # an invalid path; the CRD schema normally refuses it first
             log.warning("layer %s/%s: %s", layer["metadata"]["namespace"], layer["metadata"]["name"], exc)
             continue
+        if annotations.get(ann.TERRAGRUNT) != unit.annotation:
+            patch[ann.TERRAGRUNT] = unit.annotation  # None removes it (Terragrunt turned off)
         if patch:
             patches.append((layer, patch))
     patches.sort(key=lambda item: ann.RELEVANT_COMMIT not in item[1])
     return patches
 
 
-async def _annotate_layer(ctx: Context, layer: Body, patch: dict[str, str]) -> None:
+async def _annotate_layer(ctx: Context, layer: Body, patch: Mapping[str, str | None]) -> None:
     meta = layer["metadata"]
     updated = await ctx.kube.merge_patch(
         crd_path("terraformlayers", meta["namespace"], meta["name"]), {"metadata": {"annotations": patch}}
