@@ -67,7 +67,20 @@ def prepare_example(name: str, data_dir: Path) -> list[dict[str, Any]]:
         subprocess.run([*git, "-C", str(repo), "commit", "-q", "-m", f"{name} example"], check=True)
     (data_dir / "state").mkdir(parents=True, exist_ok=True)
     text = (source / "manifests.yaml").read_text().replace("${DATA_DIR}", str(data_dir.resolve()))
+    if "${ENGINES_DIR}" in text:
+        text = text.replace("${ENGINES_DIR}", str(engines_dir()))
     return load_documents(text)
+
+
+def engines_dir() -> Path:
+    """The tenv-layout root of the engines built here (docs/architecture.md §23.4), for examples that run
+    Terragrunt or OpenTofu; a clear error naming the build when they are not built."""
+    script = EXAMPLES_DIR.parent / "scripts" / "build-engines.sh"
+    done = subprocess.run(["bash", str(script), "--cached"], capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not done.stdout.strip():
+        raise FileNotFoundError(f"this example needs the engines built here: run {script} first "
+                                f"({done.stderr.strip() or 'not built'})")
+    return Path(done.stdout.strip()) / "tenv"
 
 
 class LayerProgress(threading.Thread):

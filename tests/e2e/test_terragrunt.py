@@ -244,3 +244,44 @@ def test_an_escaping_unit_and_a_cycle_never_run(world: tuple[Platform, TestRepo,
     time.sleep(3)
     assert {name: len(platform.runs(name)) for name in ("c1", "c2")} == seen
     assert all(r["spec"]["action"] == "plan" for name in ("evil", "c1", "c2") for r in platform.runs(name))
+
+
+def test_a_repository_generates_a_layer_per_unit(tmp_path: Path, engines: Path) -> None:
+    """spec.layersFromUnits: one layer per unit under live/, applied in the units' order, a new unit's layer
+    created, a removed unit's layer deleted."""
+    state = tmp_path / "state"
+    repo = make_repo(tmp_path / "upstream")
+    repo.commit({"root.hcl": ROOT_HCL.replace("@STATE@", str(state)), "modules/vpc/main.tf": vpc(),
+                 "modules/app/main.tf": APP_TF, "live/vpc/terragrunt.hcl": VPC_UNIT,
+                 "live/app/terragrunt.hcl": APP_UNIT, "other/terragrunt.hcl": VPC_UNIT}, "units")
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig") as platform:
+        platform.create_repository(
+            "infra", repo.url, terragrunt={"enabled": True},
+            overrideRunnerSpec={"env": [{"name": "BURRITO_RUNNER_TOOLS_PATH", "value": str(engines)}]},
+            layersFromUnits={"branch": "main", "path": "live", "autoApply": True})
+
+        def names() -> set[str]:
+            items = platform.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, "default",
+                                                                  "terraformlayers")["items"]
+            return {i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp")}
+
+        wait_for(lambda: names() == {"infra-live-vpc", "infra-live-app"} or None, 30, 0.2, "the generated layers")
+        app = platform.layer("infra-live-app")
+        assert app["metadata"]["labels"]["burrito-py.io/generated-by"] == "infra"
+        assert app["metadata"]["ownerReferences"][0]["kind"] == "TerraformRepository"
+        platform.wait_state("infra-live-vpc", "Idle", timeout=180)
+        platform.wait_state("infra-live-app", "Idle", timeout=180)
+        assert app_input(state) == "app in vpc-1"
+        vpc_applied = applies(platform, "infra-live-vpc")[0]["status"]["attempts"][-1]["finishedAt"]
+        assert applies(platform, "infra-live-app")[0]["metadata"]["annotations"][ann.RUN_CREATED_AT] >= \
+            vpc_applied[:19]
+        repository = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, "default",
+                                                                  "terraformrepositories", "infra")
+        generated = next(c for c in repository["status"]["conditions"] if c["type"] == "LayersGenerated")
+        assert (generated["status"], generated["message"]) == ("True", "2 unit(s) under live")
+
+        repo.commit({"live/extra/terragrunt.hcl": VPC_UNIT}, "a new unit")
+        wait_for(lambda: "infra-live-extra" in names() or None, 30, 0.2, "the new unit's layer")
+        repo.commit({"live/extra/terragrunt.hcl": None}, "the unit removed")
+        wait_for(lambda: "infra-live-extra" not in names() or None, 120, 0.2, "the removed unit's layer deleted")
+        assert names() == {"infra-live-vpc", "infra-live-app"}

@@ -23,15 +23,16 @@ from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.validation import cross_namespace_problem
+from burrito_py.controllers.repository.generated import UNIT_ANNOTATION, decide_generated_layers
 from burrito_py.controllers.repository.terragrunt import decide_terragrunt, terragrunt_enabled
 from burrito_py.controllers.repository.webhook_keys import CONDITION as WEBHOOKS
 from burrito_py.controllers.repository.webhook_keys import webhook_entry
 from burrito_py.git.allowed_hosts import HostNotAllowed
 from burrito_py.git.credentials import CredentialsError, GitCredentials, credentials_from_secret
 from burrito_py.git.mirror import GitError, GitMirror
-from burrito_py.git.paths import Change
+from burrito_py.git.paths import Change, normalize_repo_path
 from burrito_py.git.relevance import decide_layer_commits, diff_base
-from burrito_py.git.terragrunt import TerragruntTree
+from burrito_py.git.terragrunt import TerragruntTree, units_of
 from burrito_py.git.urls import is_file_url, url_policy_problem
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.conditions import Cond, merge_conditions
@@ -88,7 +89,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         for layer in ctx.inventory.layers_of_repository(namespace, name)
         if cross_namespace_problem(layer, ctx.settings) is None
     ]
-    branches = sorted({(layer.get("spec") or {}).get("branch", "") for layer in layers} - {""})
+    generation = ((repository.get("spec") or {}).get("layersFromUnits") or {})
+    branches = sorted({(layer.get("spec") or {}).get("branch", "") for layer in layers} - {""}
+                      | ({str(generation["branch"])} if generation.get("branch") else set()))
     now = utcnow()
     refused = url_policy_problem(url, ctx.settings.allow_file_repositories)
     if refused:
@@ -116,6 +119,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         return
 
     entries = []
+    units: tuple[str, ...] | None = None
     for branch in branches:
         head = await asyncio.to_thread(mirror.resolve, branch)
         branch_layers = [layer for layer in layers if (layer.get("spec") or {}).get("branch") == branch]
@@ -126,12 +130,42 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             continue
         head_date = await asyncio.to_thread(mirror.commit_date, head)
         await ensure_source(ctx, mirror, namespace, name, head)
+        if branch == generation.get("branch"):
+            units = await asyncio.to_thread(_units, mirror, head, str(generation.get("path") or ""))
         patches = await asyncio.to_thread(_branch_patches, mirror, branch_layers, head, head_date, repository)
         for layer, patch in patches:
             await _annotate_layer(ctx, layer, patch)
         entries.append(_branch_entry(branch, head, now, "Synced"))
+    generated = await _generate_layers(ctx, repository, units)
     await _write_status(ctx, repository, "Synced", entries, Cond("Synced", True, "FetchSucceeded", ""), now,
-                        webhooks)
+                        webhooks, generated)
+
+
+def _units(mirror: GitMirror, head: str, under: str) -> tuple[str, ...]:
+    return units_of(terragrunt_tree(mirror, head), normalize_repo_path(under))
+
+
+async def _generate_layers(ctx: Context, repository: Body, units: tuple[str, ...] | None) -> Cond | None:
+    """Create, bring back in step and delete the layers of `spec.layersFromUnits` (generated.py); its condition."""
+    namespace, name = key_of(repository)
+    names = frozenset(b["metadata"]["name"] for b in ctx.inventory.layers if b["metadata"]["namespace"] == namespace)
+    decision = decide_generated_layers(repository, units, ctx.inventory.layers_of_repository(namespace, name), names)
+    for body in decision.create:
+        try:
+            created = await ctx.kube.create(crd_path("terraformlayers", namespace), body)
+        except KubeError as exc:
+            if exc.status != 409:  # 409: created meanwhile (this decision's last round); the next one sees it
+                raise
+            continue
+        ctx.inventory.layers.observe(created)
+        log.info("repository %s/%s: created layer %s for unit %s", namespace, name, body["metadata"]["name"],
+                 body["metadata"]["annotations"][UNIT_ANNOTATION] or ".")
+    for layer, patch in decision.patch:
+        ctx.inventory.layers.observe(await ctx.kube.merge_patch(crd_path("terraformlayers", namespace, layer), patch))
+    for layer in decision.delete:
+        log.info("repository %s/%s: deleting layer %s, its unit is gone", namespace, name, layer)
+        await ctx.kube.delete(crd_path("terraformlayers", namespace, layer))
+    return decision.condition
 
 
 async def publish_webhook_key(ctx: Context, repository: Body) -> Cond:
@@ -249,13 +283,15 @@ async def _annotate_layer(ctx: Context, layer: Body, patch: Mapping[str, str | N
 
 
 async def _write_status(
-    ctx: Context, repository: Body, state: str, branches: list[Body], synced: Cond, now: datetime, webhooks: Cond
+    ctx: Context, repository: Body, state: str, branches: list[Body], synced: Cond, now: datetime, webhooks: Cond,
+    generated: Cond | None = None,
 ) -> None:
     old = repository.get("status") or {}
     status = {
         "state": state,
         "branches": branches,
-        "conditions": merge_conditions(old.get("conditions"), (synced, webhooks), now),
+        "conditions": merge_conditions(old.get("conditions"), (synced, webhooks, *([generated] if generated else ())),
+                                       now),
     }
     if all(status[k] == old.get(k) for k in status):
         return
