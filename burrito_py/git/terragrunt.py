@@ -27,6 +27,7 @@ read so written is listed in `unresolved` (the unit still runs, only its trigger
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -57,7 +58,9 @@ _IDENT = r"[A-Za-z_][A-Za-z0-9_-]*"
 # `dependency.vpc.outputs.id`, `dependency.vpc.outputs["id"]`, or the whole `dependency.vpc.outputs`.
 _OUTPUT_REF = re.compile(rf"\bdependency\.({_IDENT})\.outputs(?:\.({_IDENT})|\[\s*\"([^\"]+)\"\s*\])?")
 _READ_CALL = re.compile(r"\bread_terragrunt_config\(")
-_FIND = re.compile(r"^find_in_parent_folders\(\s*(?:\"([^\"$]*)\")?\s*\)$")
+# find_in_parent_folders(), ("name"), ("name", fallback): with a fallback, a file not found is no error.
+_FIND = re.compile(r"^find_in_parent_folders\(\s*(?:\"([^\"$]*)\")?\s*(,.*)?\)$", re.DOTALL)
+NOTHING = "\0\0"  # find_in_parent_folders found nothing and had a fallback: there is no file to read
 _INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
 ROOTED = "\0"  # an evaluated path that starts at the repository root (get_terragrunt_dir() and the like)
 _DIR_FUNCTIONS = ("get_terragrunt_dir()", "get_parent_terragrunt_dir()", "get_original_terragrunt_dir()")
@@ -170,8 +173,8 @@ def _evaluate(tree: TerragruntTree, unit: str, raw: Any) -> str | None:
     for match in _INTERPOLATION.finditer(body):
         out.append(body[position:match.start()])
         value = _function(tree, unit, match.group(1).strip())
-        if value is None:
-            return None
+        if value is None or value == NOTHING:
+            return value
         out.append(value)
         position = match.end()
     out.append(body[position:])
@@ -185,13 +188,14 @@ def _function(tree: TerragruntTree, unit: str, call: str) -> str | None:
         return ROOTED
     found = _FIND.match(call)
     if found:
-        return _find_in_parent_folders(tree, unit, found.group(1) or CONFIG)
+        return _find_in_parent_folders(tree, unit, found.group(1) or CONFIG, fallback=bool(found.group(2)))
     return None
 
 
-def _find_in_parent_folders(tree: TerragruntTree, unit: str, name: str) -> str:
+def _find_in_parent_folders(tree: TerragruntTree, unit: str, name: str, fallback: bool = False) -> str:
     """Terragrunt's search: from the unit's parent directory up to the repository root. Not found inside the
-    repository is outside it (terragrunt would go on searching the pod's own directories)."""
+    repository is outside it (terragrunt would go on searching the pod's own directories), unless the call has a
+    fallback value (`NOTHING`: no file is read)."""
     directory = unit
     while directory:
         directory = posixpath.dirname(directory)
@@ -201,6 +205,8 @@ def _find_in_parent_folders(tree: TerragruntTree, unit: str, name: str) -> str:
             break
         if candidate in tree.paths:
             return ROOTED + candidate
+    if fallback:
+        return NOTHING
     raise _Outside(f"find_in_parent_folders({name!r}) from {unit or '.'} finds no {name} inside the repository")
 
 
@@ -214,7 +220,10 @@ def _locate(tree: TerragruntTree, unit: str, path: str) -> str:
 
 
 # -- files ------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4096)
 def _parse(text: str) -> dict[str, Any]:
+    """Parsed once per content (python-hcl2 takes ~20 ms a unit file): a new head re-parses only what changed,
+    and `root.hcl` is parsed once for all the units including it. The result is only read."""
     import hcl2  # ~0.1 s to import; only repositories with Terragrunt layers pay it
 
     parsed = hcl2.loads(text)
@@ -237,10 +246,11 @@ def _labelled(blocks: Any) -> Iterable[tuple[str | None, Mapping[str, Any]]]:
 
 
 def _read_arguments(text: str) -> list[str]:
-    """The argument of every `read_terragrunt_config(…)` call (balanced parentheses, strings respected)."""
+    """The first argument of every `read_terragrunt_config(…)` call (balanced parentheses, strings respected; a
+    second argument, the default, is not a file)."""
     found = []
     for match in _READ_CALL.finditer(text):
-        depth, index, quoted = 1, match.end(), False
+        depth, index, quoted, comma = 1, match.end(), False, -1
         while index < len(text) and depth:
             char = text[index]
             if quoted:
@@ -254,8 +264,10 @@ def _read_arguments(text: str) -> list[str]:
                 depth += 1
             elif char == ")":
                 depth -= 1
+            elif char == "," and depth == 1 and comma < 0:
+                comma = index
             index += 1
-        argument = text[match.end():index - 1].split(",")[0].strip() if not depth else ""
+        argument = text[match.end():(comma if comma >= 0 else index - 1)].strip() if not depth else ""
         if argument:
             found.append(argument if argument.startswith('"') else "${" + argument + "}")
     return found
@@ -299,6 +311,8 @@ class _Walk:
     def _follow(self, raw: Any, where: str, what: str, depth: int, included: bool) -> None:
         try:
             evaluated = _evaluate(self.tree, self.unit, raw)
+            if evaluated == NOTHING:
+                return
             if evaluated is None:
                 self.unresolved.add(f"{where}: {what} {_unquote(str(raw))}")
                 return
@@ -315,6 +329,8 @@ class _Walk:
             evaluated = _evaluate(self.tree, self.unit, raw)
         except _Outside as exc:
             self.problems.add(Problem(OUTSIDE, f"{where}: terraform source {text}: {exc}"))
+            return
+        if evaluated == NOTHING:
             return
         if evaluated is None:
             if raw is not None and "${" in str(raw):
@@ -363,7 +379,7 @@ def analyze_unit(tree: TerragruntTree, unit: str) -> UnitAnalysis:
         shown = _unquote(str(raw)) if raw is not None else "(none)"
         try:
             evaluated = _evaluate(tree, unit, raw)
-            if evaluated is None:
+            if evaluated is None or evaluated == NOTHING:
                 walk.problems.add(Problem(INVALID, f"{where}: {label}: config_path {shown} cannot be evaluated "
                                           "here (use a relative path or get_terragrunt_dir())"))
                 continue

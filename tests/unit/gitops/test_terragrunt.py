@@ -279,3 +279,12 @@ def test_a_resolved_config_path_is_always_inside_the_repository(parts: list[str]
         if depth < 0 and not links:
             assert analysis.dependencies == () and [p.reason for p in analysis.problems] == [OUTSIDE]
             break
+
+
+def test_read_with_a_default_and_find_with_a_fallback() -> None:
+    """`read_terragrunt_config(path, default)`: only the path is a file; `find_in_parent_folders(name, fallback)`
+    finding nothing is no error and reads nothing (terragrunt returns the fallback)."""
+    unit = ('locals {\n  env = read_terragrunt_config(find_in_parent_folders("env.hcl", "none"), {})\n'
+            '  x = read_terragrunt_config(find_in_parent_folders("nowhere.hcl", "none"), { a = "b" })\n}\n')
+    analysis = analyze_unit(stack(**{"live/app/terragrunt.hcl": unit}), "live/app")
+    assert (analysis.reads, analysis.unresolved, analysis.problems) == (("live/env.hcl",), (), ())
