@@ -6,9 +6,9 @@ to create, change and delete out.
   becomes `-`; a name longer than 63 characters, or already taken by another unit's, ends with `-` and 8 hex of
   the path's sha256), labelled `burrito-py.io/generated-by: <repository>`, annotated with its unit, owned by the
   repository (an owner reference, `controller: true`).
-- Its spec: the repository, the branch, the unit's path, Terragrunt enabled, `autoApply`,
-  `destroyResourcesOnDeletion`. A generated layer whose spec differs from that is patched back to it (the
-  settings changed); other fields a person added are left alone.
+- Its spec: the repository, the branch, the unit's path, Terragrunt enabled, and `autoApply`,
+  `destroyResourcesOnDeletion` when set (else the repository's defaults apply). A generated layer whose spec
+  differs from that is patched back to it (the settings changed); other fields a person added are left alone.
 - A layer the repository owns whose unit is gone (or, with `layersFromUnits` removed, every one) is deleted:
   its own `destroyResourcesOnDeletion` decides whether its resources are destroyed first (§5.7).
 - A name held by a layer the repository does not own is not taken over: the unit is reported
@@ -63,14 +63,19 @@ def _prefix(repository: Body, settings: Mapping[str, Any]) -> str:
 
 
 def desired_spec(repository: Body, settings: Mapping[str, Any], unit: str) -> dict[str, Any]:
-    return {
+    """What a generated layer's spec holds. `autoApply` and `destroyResourcesOnDeletion` only when set, so the
+    repository's own defaults (its remediationStrategy) apply otherwise."""
+    spec: dict[str, Any] = {
         "repository": {"name": repository["metadata"]["name"]},
         "branch": settings["branch"],
         "path": unit or ".",
         "terragrunt": {"enabled": True},
-        "remediationStrategy": {"autoApply": bool(settings.get("autoApply"))},
-        "destroyResourcesOnDeletion": bool(settings.get("destroyResourcesOnDeletion")),
     }
+    if settings.get("autoApply") is not None:
+        spec["remediationStrategy"] = {"autoApply": bool(settings["autoApply"])}
+    if settings.get("destroyResourcesOnDeletion") is not None:
+        spec["destroyResourcesOnDeletion"] = bool(settings["destroyResourcesOnDeletion"])
+    return spec
 
 
 def _differs(wanted: Mapping[str, Any], actual: Mapping[str, Any]) -> bool:

@@ -23,6 +23,7 @@ from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.validation import cross_namespace_problem
+from burrito_py.controllers.repository.generated import CONDITION as GENERATED
 from burrito_py.controllers.repository.generated import UNIT_ANNOTATION, decide_generated_layers
 from burrito_py.controllers.repository.terragrunt import decide_terragrunt, terragrunt_enabled
 from burrito_py.controllers.repository.webhook_keys import CONDITION as WEBHOOKS
@@ -150,12 +151,16 @@ async def _generate_layers(ctx: Context, repository: Body, units: tuple[str, ...
     namespace, name = key_of(repository)
     names = frozenset(b["metadata"]["name"] for b in ctx.inventory.layers if b["metadata"]["namespace"] == namespace)
     decision = decide_generated_layers(repository, units, ctx.inventory.layers_of_repository(namespace, name), names)
+    refused: list[str] = []
     for body in decision.create:
         try:
             created = await ctx.kube.create(crd_path("terraformlayers", namespace), body)
         except KubeError as exc:
-            if exc.status != 409:  # 409: created meanwhile (this decision's last round); the next one sees it
+            if exc.status >= 500:
                 raise
+            if exc.status != 409:  # 409: created meanwhile; the next round sees it. Else: the API says why not.
+                unit = body["metadata"]["annotations"][UNIT_ANNOTATION] or "."
+                refused.append(f"{unit} ({body['metadata']['name']}): {exc.status} {exc.reason}: {exc.message[:300]}")
             continue
         ctx.inventory.layers.observe(created)
         log.info("repository %s/%s: created layer %s for unit %s", namespace, name, body["metadata"]["name"],
@@ -165,6 +170,10 @@ async def _generate_layers(ctx: Context, repository: Body, units: tuple[str, ...
     for layer in decision.delete:
         log.info("repository %s/%s: deleting layer %s, its unit is gone", namespace, name, layer)
         await ctx.kube.delete(crd_path("terraformlayers", namespace, layer))
+    if refused:
+        # A condition, not an Event per reconcile: it stays until the unit or the settings change.
+        return Cond(GENERATED, False, "LayerCreateRefused",
+                    "the API refused the layer(s) of unit(s) " + "; ".join(refused))
     return decision.condition
 
 

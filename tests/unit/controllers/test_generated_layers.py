@@ -42,10 +42,12 @@ def test_one_layer_per_unit_owned_and_labelled() -> None:
     assert app["metadata"]["annotations"] == {UNIT_ANNOTATION: "live/app"}
     assert owns(repo, app)
     assert app["spec"] == {"repository": {"name": "infra"}, "branch": "main", "path": "live/app",
-                           "terragrunt": {"enabled": True}, "remediationStrategy": {"autoApply": True},
-                           "destroyResourcesOnDeletion": False}
+                           "terragrunt": {"enabled": True}, "remediationStrategy": {"autoApply": True}}
     assert decision.condition is not None and decision.condition.status
     assert decision.delete == () and decision.patch == ()
+    # Unset settings leave the repository's defaults in charge.
+    [plain] = decide_generated_layers(repository(branch="main"), ("app",), []).create
+    assert "remediationStrategy" not in plain["spec"] and "destroyResourcesOnDeletion" not in plain["spec"]
 
 
 def test_kept_in_step_with_the_tree_and_the_settings() -> None:
