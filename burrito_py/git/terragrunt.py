@@ -6,8 +6,9 @@ A **unit** is a directory holding a `terragrunt.hcl`. For one unit, `analyze_uni
 - its **dependencies**: each `dependency "<name>" { config_path = … }` block and each `dependencies { paths = […] }`
   entry, of the unit and of the files it `include`s (terragrunt merges them into the unit and evaluates them in
   its directory), resolved to the repository path of another unit, with the outputs the unit reads of it
-  (`dependency.<name>.outputs.<output>` anywhere in those files; a reference to the whole `outputs` object reads
-  them all);
+  (`dependency.<name>.outputs.<output>` anywhere in those files; a reference to the whole `outputs` object, or
+  none at all, reads them all: terragrunt fetches them anyway; `skip_outputs = true` and `dependencies` entries
+  read none);
 - what it **reads**: the files it includes (`include { path = … }`) and reads (`read_terragrunt_config(…)`), and
   theirs in turn, and the local module of `terraform { source = "../modules//vpc" }`: a change to any of them
   is a change to the unit (its trigger paths, §8);
@@ -282,6 +283,7 @@ class _Walk:
     problems: set[Problem] = field(default_factory=set)
     dependency_blocks: list[tuple[str, Any, str]] = field(default_factory=list)  # (name, raw config_path, file)
     references: dict[str, set[str] | None] = field(default_factory=dict)
+    skip_outputs: set[str] = field(default_factory=set)
     visited: set[str] = field(default_factory=set)
 
     def file(self, path: str, depth: int, included: bool) -> None:
@@ -353,6 +355,8 @@ class _Walk:
         for name, block in _labelled(parsed.get("dependency")):
             if name is not None:
                 self.dependency_blocks.append((name, block.get("config_path"), path))
+                if str(block.get("skip_outputs", "")).strip().lower() == "true":
+                    self.skip_outputs.add(name)
         for _, block in _labelled(parsed.get("dependencies")):
             paths = block.get("paths")
             for index, raw in enumerate(paths if isinstance(paths, list) else ()):
@@ -393,8 +397,10 @@ def analyze_unit(tree: TerragruntTree, unit: str) -> UnitAnalysis:
                                       f"which holds no {CONFIG}"))
             continue
         outputs: tuple[str, ...] | None = ()
-        if not name.startswith("paths["):
-            read = walk.references.get(name, set())
+        if not name.startswith("paths[") and name not in walk.skip_outputs:
+            # A block whose outputs are never named still has them fetched by terragrunt (it fails on an upstream
+            # with none): it waits for them all. `skip_outputs = true` makes it order only.
+            read = walk.references.get(name)
             outputs = None if read is None else tuple(sorted(read))
         held = dependencies.get(target)
         if held is not None:  # two blocks naming one unit: it reads what both read

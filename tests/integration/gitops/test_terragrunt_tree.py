@@ -36,6 +36,6 @@ def test_the_tree_of_a_commit_with_symlinks(tmp_path: Path) -> None:
     assert tree.texts["root.hcl"] == "locals {}\n"
     assert units_of(tree) == ("live/app", "live/vpc")
     analysis = analyze_unit(tree, "live/app")
-    assert analysis.dependencies == (UnitDependency("vpc", "live/vpc", ()),)
+    assert analysis.dependencies == (UnitDependency("vpc", "live/vpc", None),)
     [problem] = analysis.problems
     assert problem.reason == OUTSIDE and 'dependency "out"' in problem.message

@@ -114,7 +114,7 @@ def test_an_escape_through_a_symlink_is_refused() -> None:
     # A symlink that stays inside resolves to the unit it names.
     unit = 'dependency "x" {\n  config_path = "../ok"\n}\n'
     inside = TerragruntTree(stack().paths | set(links), {**stack().texts, "live/app/terragrunt.hcl": unit}, links)
-    assert analyze_unit(inside, "live/app").dependencies == (UnitDependency("x", "live/vpc", ()),)
+    assert analyze_unit(inside, "live/app").dependencies == (UnitDependency("x", "live/vpc", None),)
 
 
 def test_a_symlink_loop_is_refused_not_followed_forever() -> None:
@@ -288,3 +288,10 @@ def test_read_with_a_default_and_find_with_a_fallback() -> None:
             '  x = read_terragrunt_config(find_in_parent_folders("nowhere.hcl", "none"), { a = "b" })\n}\n')
     analysis = analyze_unit(stack(**{"live/app/terragrunt.hcl": unit}), "live/app")
     assert (analysis.reads, analysis.unresolved, analysis.problems) == (("live/env.hcl",), (), ())
+
+
+def test_a_block_naming_no_output_waits_for_them_all_unless_it_skips_them() -> None:
+    unit = ('dependency "vpc" {\n  config_path = "../vpc"\n}\n'
+            'dependency "db" {\n  config_path = "../db"\n  skip_outputs = true\n}\n')
+    analysis = analyze_unit(stack(**{"live/app/terragrunt.hcl": unit}), "live/app")
+    assert analysis.dependencies == (UnitDependency("db", "live/db", ()), UnitDependency("vpc", "live/vpc", None))
