@@ -295,3 +295,22 @@ def test_a_block_naming_no_output_waits_for_them_all_unless_it_skips_them() -> N
             'dependency "db" {\n  config_path = "../db"\n  skip_outputs = true\n}\n')
     analysis = analyze_unit(stack(**{"live/app/terragrunt.hcl": unit}), "live/app")
     assert analysis.dependencies == (UnitDependency("db", "live/db", ()), UnitDependency("vpc", "live/vpc", None))
+
+
+def test_a_pull_request_touching_root_hcl_affects_the_units_including_it() -> None:
+    """Pull requests read the same annotation: a change to root.hcl plans the units that include it, and the
+    layers depending on a touched unit through a dependency block are shown downstream."""
+    from burrito_py.git.paths import Change
+    from burrito_py.pullrequests.affected import affected_layers
+
+    layers = [layer("app", "live/app"), layer("vpc", "live/vpc"), layer("db", "live/db")]
+    decided = decide_terragrunt(stack(), layers, None)
+    for body in layers:
+        body["metadata"]["annotations"] = {  # type: ignore[index]
+            "webhook.burrito-py.io/terragrunt": decided[("ns", body["metadata"]["name"])].annotation}  # type: ignore[index]
+    root = affected_layers([Change("M", "root.hcl")], layers, ("ns", "infra"), "main")
+    assert (root.layers, root.downstream) == ((("ns", "app"), ("ns", "vpc")), ())
+    env = affected_layers([Change("M", "live/env.hcl")], layers, ("ns", "infra"), "main")
+    assert (env.layers, env.downstream) == ((("ns", "app"),), ())
+    vpc = affected_layers([Change("M", "modules/vpc/main.tf")], layers, ("ns", "infra"), "main")
+    assert (vpc.layers, vpc.downstream) == ((("ns", "vpc"),), (("ns", "app"),))
