@@ -134,8 +134,11 @@ def dev(
     server_port: Annotated[int, typer.Option(help="Port of the server in in-process mode (0 picks one).")] = 0,
     mode: Annotated[str, typer.Option(help="chart: install charts/burrito-py into the emulator, components as pods "
                                       "under RBAC; in-process: components as threads (faster start).")] = "chart",
+    cluster: Annotated[str, typer.Option(help="real: a Kubernetes control plane built from the official modules "
+                                         "(the first run builds it: about 15 CPU-minutes), this machine its node; "
+                                         "emulator: the API emulator (starts in a second).")] = "real",
 ) -> None:
-    """Run everything on this machine: API emulator, kubelet, datastore, controllers, real terraform."""
+    """Run everything on this machine: Kubernetes, kubelet, datastore, controllers, real terraform."""
     from datetime import timedelta
 
     _require_local()
@@ -152,6 +155,7 @@ def dev(
             api_port=api_port,
             server_port=server_port,
             mode=mode,
+            cluster=cluster,
         )
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)

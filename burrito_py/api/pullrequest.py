@@ -16,7 +16,9 @@ from burrito_py.api.common import AGE_COLUMN, ApiModel, Condition, PrinterColumn
 
 __all__ = [
     "PULL_REQUEST_LAYER_STATES",
+    "HandledCommand",
     "PullRequestApproval",
+    "PullRequestCommand",
     "PullRequestComment",
     "PullRequestLayer",
     "PullRequestLayerState",
@@ -44,8 +46,36 @@ class PullRequestApproval(ApiModel):
 
     by: str = Field(min_length=1, description="The login that added the label (the delivery's sender).")
     head_sha: str = Field(pattern=SHA_PATTERN, description="The head it approves: a later push needs a new approval.")
-    label: str = Field(min_length=1, description="The label added.")
+    label: str = Field(min_length=1, description="The label added, or `comment` for `/burrito-py approve`.")
+    comment: str | None = Field(
+        default=None, description="The provider's id of the approving `/burrito-py approve` comment (unset: a label)."
+    )
     at: str | None = Field(default=None, description="When (the event's updated_at, RFC 3339).")
+
+
+class PullRequestCommand(ApiModel):
+    """A `/burrito-py …` comment, as the server read it from the signed delivery (one entry per comment id: a
+    redelivered comment finds its entry and adds nothing)."""
+
+    id: str = Field(min_length=1, max_length=64, description="The provider's id of the comment.")
+    by: str = Field(description="The commenter's login.")
+    by_id: int | None = Field(default=None, description="The commenter's numeric id (GitLab asks members by it).")
+    text: str = Field(max_length=1000, description="The command line as written (`/burrito-py plan app`).")
+    at: str | None = Field(default=None, description="When it was written (RFC 3339).")
+    head_sha: str | None = Field(
+        default=None, description="spec.headSha when the server recorded it (the head an approve approves)."
+    )
+    note: str = Field(default="", max_length=500, description="What the server made of it (an approve: approved, "
+                      "or why not).")
+
+
+class HandledCommand(ApiModel):
+    """A command the controller answered: never answered or acted on again."""
+
+    id: str = Field(description="The comment's id.")
+    outcome: Literal["done", "refused"] = Field(description="done or refused.")
+    reply: str | None = Field(default=None, description="The provider's id of the reply.")
+    message: str = Field(default="", max_length=1000, description="What the reply said, first line.")
 
 
 class TerraformPullRequestSpec(ApiModel):
@@ -78,6 +108,11 @@ class TerraformPullRequestSpec(ApiModel):
         default=None, description="The approval of a fork's head: the repository's approvalLabel, added by one of "
         "its approvers, at headSha (written by the server from the signed label event)."
     )
+    commands: list[PullRequestCommand] = Field(
+        default_factory=list, max_length=50,
+        description="The latest comment commands (`/burrito-py …`), by comment id, written by the server from "
+        "signed comment events; the controller answers each once (status.commands).",
+    )
 
 
 class PullRequestLayer(ApiModel):
@@ -90,6 +125,9 @@ class PullRequestLayer(ApiModel):
         default=False, description="Not changed itself: it depends on a changed layer (shown, not planned)."
     )
     run: str | None = Field(default=None, description="The plan-only TerraformRun at the head.")
+    replan: str | None = Field(
+        default=None, description="The `/burrito-py plan` comment that asked for this layer's current plan."
+    )
     state: PullRequestLayerState = Field(default="pending", description="pending, planning, planned or failed.")
     summary: str = Field(default="", description="The plan's summary, or why it failed.")
 
@@ -125,6 +163,9 @@ class TerraformPullRequestStatus(ApiModel):
     layers: list[PullRequestLayer] = Field(default_factory=list, description="The affected layers, then downstream.")
     comment: PullRequestComment | None = Field(default=None, description="The sticky comment.")
     statuses: list[SentStatus] = Field(default_factory=list, description="Commit statuses sent for headSha.")
+    commands: list[HandledCommand] = Field(
+        default_factory=list, description="The comment commands answered (the latest 100), by comment id."
+    )
     conditions: list[Condition] = Field(
         default_factory=list, description="Planned (False: AwaitingApproval or ForkNotPlanned; True: NotAFork or "
         "Approved), Ready (the head is fetched and its layers found) and Published."

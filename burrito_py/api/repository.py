@@ -24,7 +24,10 @@ from burrito_py.api.layer import RelativePath
 
 __all__ = [
     "REPOSITORY_URL_PATTERN",
+    "ApplyRequirement",
     "BranchStatus",
+    "CommandIdentity",
+    "CommandSettings",
     "ForkSettings",
     "PullRequestSettings",
     "RepositorySource",
@@ -89,6 +92,46 @@ class ForkSettings(ApiModel):
         return self
 
 
+ApplyRequirement = Literal["approved", "mergeable", "undiverged"]
+
+
+class CommandIdentity(ApiModel):
+    """A provider login and the Kubernetes identity it stands for (comment commands)."""
+
+    login: str = Field(min_length=1, max_length=255, description="The provider login (GitLab username).")
+    user: str = Field(min_length=1, max_length=255, description="The Kubernetes user name it acts as.")
+    groups: list[Annotated[str, StringConstraints(min_length=1, max_length=255)]] = Field(
+        default_factory=list, max_length=32, description="The Kubernetes groups it acts with."
+    )
+
+
+class CommandSettings(ApiModel):
+    """Comment commands on pull requests (`/burrito-py plan|apply|unlock|approve|help`; docs/architecture.md §11.3,
+    "Comment commands"): who may give them, and what an apply must meet."""
+
+    allowed: list[Annotated[str, StringConstraints(min_length=1, max_length=255)]] = Field(
+        default_factory=list, max_length=256,
+        description="Provider logins (GitHub/Gitea login, GitLab username) who may give commands; `*` allows any "
+        "commenter (then requireWritePermission should be true). Empty: only with requireWritePermission.",
+    )
+    kubernetes: list[CommandIdentity] = Field(
+        default_factory=list, max_length=256,
+        description="Logins mapped to Kubernetes identities: such a login may give commands when a "
+        "SubjectAccessReview says its identity may update terraformlayers in the pull request's namespace (as "
+        "`kubectl annotate` of a layer would need); a login listed here needs that even when also in `allowed`.",
+    )
+    require_write_permission: bool | None = Field(
+        default=None, description="The commenter must also have write access to the repository on the provider "
+        "(asked through its API: GitHub/Gitea write, maintain or admin; GitLab Developer or above). Unset: true."
+    )
+    apply_requirements: list[ApplyRequirement] = Field(
+        default_factory=list, max_length=3,
+        description="What an `apply` command needs, as Atlantis' apply_requirements: approved (by a reviewer "
+        "other than the author), mergeable, undiverged (the head contains the base). A failing one refuses the "
+        "apply, naming it.",
+    )
+
+
 class PullRequestSettings(ApiModel):
     """Plans of pull/merge requests (docs/architecture.md §11.3): off unless enabled."""
 
@@ -112,6 +155,9 @@ class PullRequestSettings(ApiModel):
     )
     forks: ForkSettings | None = Field(
         default=None, description="Pull requests from forks (unset: never planned)."
+    )
+    commands: CommandSettings | None = Field(
+        default=None, description="Comment commands (unset: every command is answered that commands are off)."
     )
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "BLOCK",
     "Action",
     "BadPullRequest",
+    "CommentEvent",
     "Detected",
     "GitProvider",
     "PullRequestEvent",
@@ -61,6 +62,23 @@ class PullRequestEvent:
     labels_complete: bool = False  # `added` is every label it has now (Gitea): any other is removed
 
 
+@dataclass(frozen=True, slots=True)
+class CommentEvent:
+    """A new comment on a pull request (GitHub/Gitea `issue_comment` on a pull request, GitLab `Note Hook` on a
+    merge request): where comment commands come from (§11.3, "Comment commands")."""
+
+    provider: str
+    number: int
+    comment_id: str
+    body: str
+    sender: str  # the commenter's login
+    project: str
+    created_at: str = ""  # RFC 3339 UTC
+    sender_id: int | None = None  # the commenter's numeric id (GitLab's member API takes it)
+    state: str = ""  # open, closed or merged when the payload says ("" unknown)
+    head_sha: str = ""  # the head when commented, when the payload says (GitLab); GitHub and Gitea do not
+
+
 @runtime_checkable
 class GitProvider(Protocol):
     """One git provider: how its webhooks look, how its pull requests are named and reached."""
@@ -96,6 +114,11 @@ class GitProvider(Protocol):
     def pull_request_event(self, event: str, payload: Mapping[str, Any]) -> PullRequestEvent | None:
         """What a delivery of `event` means for a pull request; None when nothing. BadPullRequest names a field
         the payload lacks."""
+        ...
+
+    def comment_event(self, event: str, payload: Mapping[str, Any]) -> CommentEvent | None:
+        """A new comment on a pull request, from a delivery of `event`; None for anything else (edits, deletions,
+        comments on issues). BadPullRequest names a field the payload lacks."""
         ...
 
     def head_ref(self, number: int) -> str:

@@ -24,6 +24,7 @@ __all__ = [
     "CommitStatus",
     "ProviderClient",
     "ProviderError",
+    "ReviewFacts",
     "StatusState",
     "connection_failure",
 ]
@@ -43,6 +44,17 @@ class CommitStatus:
     description: str
 
 
+@dataclass(frozen=True, slots=True)
+class ReviewFacts:
+    """What a pull request's apply requirements are checked against (§11.3, "Apply requirements"), as the
+    provider says now."""
+
+    author: str  # who opened it
+    approved_by: tuple[str, ...]  # reviewers whose latest review approves (GitLab: the approvals)
+    mergeable: bool | None  # None: the provider has not computed it yet
+    behind: int | None  # commits of the base the head lacks (0: undiverged); None: the provider did not say
+
+
 class ProviderClient(Protocol):
     @property
     def calls(self) -> int: ...  # API calls made so far (rate-limit retries included)
@@ -52,6 +64,14 @@ class ProviderClient(Protocol):
     def create_comment(self, body: str) -> str: ...
     def edit_comment(self, comment_id: str, body: str) -> None: ...
     def set_status(self, sha: str, status: CommitStatus, target_url: str | None) -> None: ...
+
+    def write_permission(self, login: str, user_id: int | None) -> bool:
+        """Whether `login` (GitLab: user `user_id`) may write to the repository (push, merge)."""
+        ...
+
+    def review_facts(self, base: str, head: str) -> ReviewFacts:
+        """The pull request's author, approvals, mergeability and how far `head` is behind `base`."""
+        ...
 
 
 def connection_failure(exc: httpx.HTTPError) -> str:

@@ -9,9 +9,9 @@ from typing import Any
 
 from burrito_py.git.urls import repository_identity
 from burrito_py.gitproviders import registry
-from burrito_py.gitproviders.base import PullRequestEvent
+from burrito_py.gitproviders.base import CommentEvent, PullRequestEvent
 
-__all__ = ["BRANCH_REF_PREFIX", "Delivery", "pull_request_event"]
+__all__ = ["BRANCH_REF_PREFIX", "Delivery", "comment_event", "pull_request_event"]
 
 BRANCH_REF_PREFIX = "refs/heads/"
 
@@ -49,3 +49,10 @@ def pull_request_event(delivery: Delivery) -> PullRequestEvent | None:
     BadPullRequest names a field the payload lacks."""
     provider = registry.find(delivery.provider)
     return provider.pull_request_event(delivery.event, delivery.payload) if provider is not None else None
+
+
+def comment_event(delivery: Delivery) -> CommentEvent | None:
+    """A new comment on a pull request in a (verified) delivery, by its provider's reading; None when it is not
+    one. BadPullRequest names a field the payload lacks."""
+    provider = registry.find(delivery.provider)
+    return provider.comment_event(delivery.event, delivery.payload) if provider is not None else None

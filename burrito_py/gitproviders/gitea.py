@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from burrito_py.gitproviders import github
-from burrito_py.gitproviders.base import Detected, GitProvider, PullRequestEvent, repository_urls
+from burrito_py.gitproviders.base import CommentEvent, Detected, GitProvider, PullRequestEvent, repository_urls
 from burrito_py.gitproviders.client import ApiHttp, ProviderClient
 from burrito_py.outbound import OutboundPolicy
 
@@ -45,6 +45,27 @@ class Gitea(github.GitHub):
                 return found
             page += 1
 
+    def _reviews(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        page = 1
+        while True:
+            response = self.http.request("GET", f"{self._repo()}/pulls/{self.number}/reviews",
+                                         "listing the pull request's reviews", params={"page": page, "limit": 50})
+            items = [r for r in response.json() if isinstance(r, dict)]
+            found.extend(r for r in items if not r.get("dismissed"))
+            if len(items) < 50:
+                return found
+            page += 1
+
+    def _behind(self, base: str, head: str, pull: Mapping[str, Any]) -> int | None:
+        """Gitea's pull request names its merge base and the base's tip: the head contains the base when they are
+        the same commit (it says no count: 1 stands for "behind")."""
+        merge_base = pull.get("merge_base")
+        tip = (pull.get("base") or {}).get("sha") if isinstance(pull.get("base"), Mapping) else None
+        if not isinstance(merge_base, str) or not isinstance(tip, str) or not merge_base or not tip:
+            return None
+        return 0 if merge_base == tip else 1
+
 
 class GiteaProvider:
     name = "gitea"
@@ -66,6 +87,9 @@ class GiteaProvider:
 
     def pull_request_event(self, event: str, payload: Mapping[str, Any]) -> PullRequestEvent | None:
         return github.pull_request_event(self.name, event, payload)
+
+    def comment_event(self, event: str, payload: Mapping[str, Any]) -> CommentEvent | None:
+        return github.comment_event(self.name, event, payload)
 
     def head_ref(self, number: int) -> str:
         return f"refs/pull/{int(number)}/head"

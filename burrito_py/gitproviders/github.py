@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 from burrito_py.gitproviders.base import (
     Action,
+    CommentEvent,
     Detected,
     GitProvider,
     PullRequestEvent,
@@ -35,11 +36,11 @@ from burrito_py.gitproviders.base import (
     repository_urls,
     time_of,
 )
-from burrito_py.gitproviders.client import ApiHttp, CommitStatus, ProviderClient
+from burrito_py.gitproviders.client import ApiHttp, CommitStatus, ProviderClient, ProviderError, ReviewFacts
 from burrito_py.outbound import OutboundPolicy
 
-__all__ = ["COMMENT_LIMIT", "PROVIDER", "GitHub", "GitHubProvider", "from_fork", "owner_repo", "pull_request_event",
-           "sha256_valid"]
+__all__ = ["COMMENT_LIMIT", "PROVIDER", "GitHub", "GitHubProvider", "comment_event", "from_fork", "owner_repo",
+           "pull_request_event", "sha256_valid"]
 
 COMMENT_LIMIT = 65_536
 _ACTIONS: dict[str, Action] = {"opened": "opened", "reopened": "opened", "synchronize": "updated",
@@ -108,6 +109,37 @@ def pull_request_event(provider: str, event: str, payload: Mapping[str, Any]) ->
                             removed=removed, labels_complete=complete)
 
 
+COMMENT_EVENTS = frozenset({"issue_comment", "pull_request_comment"})  # Gitea may name a pull request's the latter
+WRITE_ROLES = frozenset({"admin", "maintain", "write", "owner"})
+_REVIEW_STATES = ("APPROVED", "CHANGES_REQUESTED", "REQUEST_CHANGES", "DISMISSED")  # comments change nothing
+
+
+def comment_event(provider: str, event: str, payload: Mapping[str, Any]) -> CommentEvent | None:
+    """An `issue_comment` delivery of GitHub or Gitea: a comment `created` on an issue that is a pull request
+    (`issue.pull_request` present; Gitea also `is_pull`). Edits and deletions are None: a command is given once,
+    by writing it."""
+    if event not in COMMENT_EVENTS or payload.get("action") != "created":
+        return None
+    issue = payload.get("issue")
+    if not isinstance(issue, Mapping) or not (issue.get("pull_request") or payload.get("is_pull") is True):
+        return None
+    comment = payload.get("comment")
+    user = comment.get("user") if isinstance(comment, Mapping) else None
+    sender_id = user.get("id") if isinstance(user, Mapping) else None
+    state = str(issue.get("state") or "")
+    merged = isinstance(issue.get("pull_request"), Mapping) and bool(issue["pull_request"].get("merged_at")
+                                                                      or issue["pull_request"].get("merged"))
+    comment_id = field_of(payload, "comment.id", int)
+    return CommentEvent(provider, field_of(payload, "issue.number", int), str(comment_id),
+                        field_of(payload, "comment.body", str),
+                        login_of(user, "login", "username") or login_of(payload.get("sender"), "login", "username"),
+                        field_of(payload, "repository.full_name", str),
+                        time_of(payload, "comment.created_at") if isinstance(comment, Mapping)
+                        and comment.get("created_at") else "",
+                        sender_id if isinstance(sender_id, int) and not isinstance(sender_id, bool) else None,
+                        "merged" if merged else state if state in ("open", "closed") else "")
+
+
 def owner_repo(provider: str, project: str) -> tuple[str, str]:
     """`owner/repo` split; ValueError naming the provider when it is not that."""
     owner, _, repo = project.strip("/").rpartition("/")
@@ -170,6 +202,48 @@ class GitHub:
         self.http.request("POST", f"{self._repo()}/statuses/{quote(sha, safe='')}", f"status {status.context}",
                           json=payload)
 
+    def write_permission(self, login: str, user_id: int | None) -> bool:
+        """`GET /repos/{o}/{r}/collaborators/{login}/permission`: admin, maintain or write (a 404: no access)."""
+        try:
+            response = self.http.request("GET", f"{self._repo()}/collaborators/{quote(login, safe='')}/permission",
+                                         f"asking {login}'s permission")
+        except ProviderError as exc:
+            if "HTTP 404" in str(exc):
+                return False
+            raise
+        data = response.json()
+        return bool({str(data.get("permission") or ""), str(data.get("role_name") or "")} & WRITE_ROLES)
+
+    def _reviews(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        url: str | None = f"{self._repo()}/pulls/{self.number}/reviews?per_page=100"
+        while url is not None:
+            response = self.http.request("GET", url, "listing the pull request's reviews")
+            found.extend(r for r in response.json() if isinstance(r, dict))
+            url = response.links.get("next", {}).get("url")
+        return found
+
+    def _behind(self, base: str, head: str, pull: Mapping[str, Any]) -> int | None:
+        response = self.http.request("GET", f"{self._repo()}/compare/{quote(base, safe='')}...{quote(head, safe='')}",
+                                     "comparing the head with the base")
+        behind = response.json().get("behind_by")
+        return behind if isinstance(behind, int) else None
+
+    def review_facts(self, base: str, head: str) -> ReviewFacts:
+        """`GET pulls/{n}` (author, mergeable), its reviews (each reviewer's latest one counts; dismissed or
+        commented ones do not approve), and how far the head is behind the base."""
+        pull = self.http.request("GET", f"{self._repo()}/pulls/{self.number}", "reading the pull request").json()
+        latest: dict[str, str] = {}
+        for review in self._reviews():
+            login = login_of(review.get("user"), "login", "username")
+            state = str(review.get("state") or "").upper()
+            if login and state in _REVIEW_STATES and not review.get("stale"):
+                latest[login] = state
+        mergeable = pull.get("mergeable")
+        return ReviewFacts(login_of(pull.get("user"), "login", "username"),
+                           tuple(sorted(u for u, s in latest.items() if s == "APPROVED")),
+                           mergeable if isinstance(mergeable, bool) else None, self._behind(base, head, pull))
+
 
 class GitHubProvider:
     name = "github"
@@ -191,6 +265,9 @@ class GitHubProvider:
 
     def pull_request_event(self, event: str, payload: Mapping[str, Any]) -> PullRequestEvent | None:
         return pull_request_event(self.name, event, payload)
+
+    def comment_event(self, event: str, payload: Mapping[str, Any]) -> CommentEvent | None:
+        return comment_event(self.name, event, payload)
 
     def head_ref(self, number: int) -> str:
         return f"refs/pull/{int(number)}/head"

@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 from burrito_py.gitproviders.base import (
     Action,
+    CommentEvent,
     Detected,
     GitProvider,
     PullRequestEvent,
@@ -31,13 +32,15 @@ from burrito_py.gitproviders.base import (
     repository_urls,
     time_of,
 )
-from burrito_py.gitproviders.client import ApiHttp, CommitStatus, ProviderClient
+from burrito_py.gitproviders.client import ApiHttp, CommitStatus, ProviderClient, ProviderError, ReviewFacts
 from burrito_py.outbound import OutboundPolicy
 
 __all__ = ["COMMENT_LIMIT", "PROVIDER", "GitLab", "GitLabProvider", "from_fork"]
 
 COMMENT_LIMIT = 1_000_000
 _ACTIONS: dict[str, Action] = {"open": "opened", "reopen": "opened", "close": "closed", "merge": "merged"}
+_STATES = {"opened": "open", "closed": "closed", "locked": "closed", "merged": "merged"}
+DEVELOPER = 30  # the access level that may push and merge
 
 
 def from_fork(attributes: Mapping[str, Any]) -> bool:
@@ -112,6 +115,34 @@ class GitLab:
         self.http.request("POST", f"/projects/{quote(self.project, safe='')}/statuses/{quote(sha, safe='')}",
                           f"status {status.context}", json=payload)
 
+    def write_permission(self, login: str, user_id: int | None) -> bool:
+        """`GET /projects/{id}/members/all/{user_id}` (inherited memberships too): Developer or above."""
+        if user_id is None:
+            return False
+        try:
+            response = self.http.request("GET", f"/projects/{quote(self.project, safe='')}/members/all/{int(user_id)}",
+                                         f"asking {login}'s membership")
+        except ProviderError as exc:
+            if "HTTP 404" in str(exc):
+                return False
+            raise
+        level = response.json().get("access_level")
+        return isinstance(level, int) and level >= DEVELOPER
+
+    def review_facts(self, base: str, head: str) -> ReviewFacts:
+        """The merge request (author, `detailed_merge_status`, `diverged_commits_count`) and its approvals."""
+        mr = self.http.request("GET", self._mr(), "reading the merge request",
+                               params={"include_diverged_commits_count": "true"}).json()
+        approvals = self.http.request("GET", f"{self._mr()}/approvals", "reading the approvals").json()
+        approved = tuple(sorted(login_of(a.get("user"), "username") for a in approvals.get("approved_by") or ()
+                                if isinstance(a, Mapping) and login_of(a.get("user"), "username")))
+        status = mr.get("detailed_merge_status") or mr.get("merge_status")
+        mergeable = (None if status in (None, "checking", "unchecked", "preparing", "approvals_syncing")
+                     else status in ("mergeable", "can_be_merged"))
+        diverged = mr.get("diverged_commits_count")
+        return ReviewFacts(login_of(mr.get("author"), "username"), approved, mergeable,
+                           diverged if isinstance(diverged, int) and not isinstance(diverged, bool) else None)
+
 
 class GitLabProvider:
     name = "gitlab"
@@ -157,6 +188,28 @@ class GitLabProvider:
                                 time_of(payload, "object_attributes.updated_at"),
                                 from_fork=from_fork(attributes),
                                 author=actor if kind == "opened" else "", sender=actor, added=added, removed=removed)
+
+    def comment_event(self, event: str, payload: Mapping[str, Any]) -> CommentEvent | None:
+        """A `Note Hook` on a merge request: a note created (GitLab sends `action: create`, older versions none)."""
+        if event != "Note Hook":
+            return None
+        attributes = payload.get("object_attributes")
+        if not isinstance(attributes, Mapping) or attributes.get("noteable_type") != "MergeRequest":
+            return None
+        if attributes.get("action") not in (None, "create") or attributes.get("system"):
+            return None
+        mr = payload.get("merge_request") if isinstance(payload.get("merge_request"), Mapping) else {}
+        assert isinstance(mr, Mapping)
+        user = payload.get("user")
+        user_id = user.get("id") if isinstance(user, Mapping) else None
+        head = (mr.get("last_commit") or {}).get("id") if isinstance(mr.get("last_commit"), Mapping) else None
+        return CommentEvent(self.name, field_of(payload, "merge_request.iid", int),
+                            str(field_of(payload, "object_attributes.id", int)),
+                            field_of(payload, "object_attributes.note", str), login_of(user, "username"),
+                            field_of(payload, "project.path_with_namespace", str),
+                            time_of(payload, "object_attributes.created_at") if attributes.get("created_at") else "",
+                            user_id if isinstance(user_id, int) and not isinstance(user_id, bool) else None,
+                            _STATES.get(str(mr.get("state") or ""), ""), head if isinstance(head, str) else "")
 
     def head_ref(self, number: int) -> str:
         return f"refs/merge-requests/{int(number)}/head"

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from burrito_py.plans.attributes import AttributeChange
 from burrito_py.plans.model import MASK, PlanModel, parse_plan
 
 MIN_SUBSTRING = 4
@@ -152,6 +153,9 @@ def scrub(value: Any, hide: SecretValues) -> Any:
 
 
 def _scrub_field(value: Any, hide: SecretValues) -> Any:
+    if isinstance(value, AttributeChange):  # its path (a map key can be a value) and both values
+        return replace(value, steps=tuple(scrub(step, hide) if isinstance(step, str) else step for step in value.steps),
+                       before=scrub(value.before, hide), after=scrub(value.after, hide))
     if isinstance(value, tuple):
         return tuple(_scrub_field(item, hide) for item in value)
     return scrub(value, hide)
@@ -159,7 +163,8 @@ def _scrub_field(value: Any, hide: SecretValues) -> Any:
 
 def masked_model(model: PlanModel, hide: SecretValues) -> PlanModel:
     """The model (already masked where Terraform marks values sensitive) with the hidden values replaced in every
-    resource change's text: addresses (a for_each key can be a value), attributes, reasons."""
+    resource change's text: addresses (a for_each key can be a value), attributes (the values and the attribute
+    diff's paths and values), reasons."""
     if hide.empty:
         return model
 

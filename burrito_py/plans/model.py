@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+from burrito_py.plans.attributes import AttributeChange, Budget, attribute_changes
+
 __all__ = [
     "MASK",
     "NO_CHANGES",
@@ -68,6 +70,10 @@ class ResourceChange:
     before: Any
     after: Any
     after_unknown: Any
+    # The attributes that change (plans/attributes.py), read only when asked (`parse_plan(..., attributes=True)`):
+    # sensitive values already `Marker.SENSITIVE`. `attributes_cut`: how many more were found and not kept.
+    attributes: tuple[AttributeChange, ...] = ()
+    attributes_cut: int = 0
 
     @property
     def moved(self) -> bool:
@@ -172,7 +178,9 @@ def _actions_of(action: Action) -> list[str]:
     return ["delete", "create"] if action == "replace" else [action]
 
 
-def parse_plan(data: bytes | str | Mapping[str, Any]) -> PlanModel:
+def parse_plan(data: bytes | str | Mapping[str, Any], *, attributes: bool = False) -> PlanModel:
+    """The plan model. `attributes`: also each resource change's attribute diff (what the pull request comment and
+    the UI show; the controllers' reviews do without it and its memory)."""
     if isinstance(data, bytes | str):
         try:
             data = json.loads(data)
@@ -180,7 +188,8 @@ def parse_plan(data: bytes | str | Mapping[str, Any]) -> PlanModel:
             raise PlanFormatError(f"(document): not JSON: {exc}") from None
     if not isinstance(data, Mapping):
         raise PlanFormatError("(document): expected a JSON object")
-    changes = tuple(_resource(item, f"resource_changes[{i}]")
+    budget = Budget() if attributes else None
+    changes = tuple(_resource(item, f"resource_changes[{i}]", budget)
                     for i, item in enumerate(_list(data, "resource_changes", "")))
     drift = tuple(_resource(item, f"resource_drift[{i}]") for i, item in enumerate(_list(data, "resource_drift", "")))
     outputs_raw = data.get("output_changes")
@@ -223,7 +232,7 @@ def _count(changes: Sequence[ResourceChange]) -> Counts:
     return Counts(**tally)
 
 
-def _resource(item: Any, where: str) -> ResourceChange:
+def _resource(item: Any, where: str, budget: Budget | None = None) -> ResourceChange:
     if not isinstance(item, Mapping):
         raise PlanFormatError(f"{where}: expected an object")
     change = item.get("change") or {}
@@ -233,6 +242,9 @@ def _resource(item: Any, where: str) -> ResourceChange:
     replace_paths = change.get("replace_paths") or []
     if not isinstance(replace_paths, list) or not all(isinstance(p, list) for p in replace_paths):
         raise PlanFormatError(f"{where}.change.replace_paths: expected a list of paths (lists)")
+    # From the raw values (a sensitive value that changed is told from one that did not), never keeping them.
+    attributes, cut = attribute_changes(change, budget) if budget is not None and action in (
+        "create", "update", "replace") else ((), 0)
     return ResourceChange(
         address=_str(item, "address", where, "") or "",
         previous_address=_str(item, "previous_address", where, None),
@@ -249,6 +261,8 @@ def _resource(item: Any, where: str) -> ResourceChange:
         before=mask(change.get("before"), change.get("before_sensitive")),
         after=mask(change.get("after"), change.get("after_sensitive")),
         after_unknown=change.get("after_unknown"),
+        attributes=attributes,
+        attributes_cut=cut,
     )
 
 

@@ -9,6 +9,7 @@ characters, GitLab 1,000,000, Gitea configurable) and fills it in a fixed priori
    `replace_paths`);
 3. the summary table: layer, path, `+add ~change -destroy ±replace`, policy verdict;
 4. failed layers, each with the last 40 lines of its log;
+   then each changed layer's attribute diffs (`comment_attributes.py`), collapsed, the largest resources cut first;
 5. each changed layer's plan in a collapsed `<details>` (a ```diff fence), the largest cut first, each cut
    saying how to get the whole plan;
 6. the unchanged layers, in one line.
@@ -33,6 +34,7 @@ from typing import Literal
 from burrito_py.gitproviders import github
 from burrito_py.plans.masking import SecretValues, masked_model, scrub_text
 from burrito_py.plans.model import PlanModel, ResourceChange
+from burrito_py.pullrequests.comment_attributes import attribute_sections
 
 __all__ = [
     "LOG_LINES",
@@ -255,6 +257,8 @@ def render(results: PullRequestResults, limit: int = github.COMMENT_LIMIT) -> st
         if layer.state == "failed" and not add(_failure(layer, LOG_LINES)) and not add(_failure(layer, 5)):
             add(_failure(layer, 0))
     changed = [layer for layer in results.layers if layer.changed]
+    for section in _attribute_sections(changed, room):
+        add(section)
     # Smallest first, each given an equal share of what is left: the largest plans are the ones cut.
     for index, layer in enumerate(sorted(changed, key=lambda r: len(r.plan_text))):
         share = (room - 2) // (len(changed) - index) if room > 2 else 0
@@ -263,6 +267,14 @@ def render(results: PullRequestResults, limit: int = github.COMMENT_LIMIT) -> st
     if unchanged:
         add("No changes in " + ", ".join(_code(layer.key) for layer in unchanged) + ".")
     return "\n\n".join([body, *sections])
+
+
+def _attribute_sections(changed: Sequence[LayerResult], room: int) -> list[str]:
+    """The attribute diffs (comment_attributes.py), before the plans: the room the plans do not need whole, and at
+    least half of what is left, so a big diff never leaves the plans nothing."""
+    plans_whole = sum(len(layer.plan_text) + len(layer.key) + 120 for layer in changed)
+    return attribute_sections([(layer.key, layer.plan) for layer in changed if layer.plan is not None],
+                              max(room // 2, room - plans_whole))
 
 
 def _shrink_table(essential: Sequence[str], limit: int) -> str:

@@ -67,13 +67,16 @@ def fork_gate(spec: Mapping[str, Any], pull_requests: Mapping[str, Any] | None) 
     approvers = sorted(str(a) for a in forks.get("approvers") or ())
     head = str(spec.get("headSha") or "")
     approval = spec.get("approval") or {}
-    if (approval.get("headSha") == head and approval.get("label") == label and approval.get("by") in approvers):
+    by_comment = approval.get("label") == "comment" and bool(approval.get("comment"))  # `/burrito-py approve`
+    if (approval.get("headSha") == head and (approval.get("label") == label or by_comment)
+            and approval.get("by") in approvers):
         return None
     before = (f" (the approval by {approval.get('by')} was for {str(approval.get('headSha'))[:12]}: a new push "
               "needs a new approval)" if approval.get("headSha") and approval.get("headSha") != head else "")
     return Gate("AwaitingApproval", "AwaitingApproval",
-                f"this pull request comes from a fork: it is planned once a maintainer ({', '.join(approvers)}) adds "
-                f"the label {label!r} at head {head[:12]}{before}",
+                f"this pull request comes from a fork: waiting for approval to plan: it is planned once a maintainer "
+                f"({', '.join(approvers)}) adds the label {label!r} or comments `/burrito-py approve` at head "
+                f"{head[:12]}{before}",
                 f"a fork's pull request: awaiting approval (a maintainer adds the label {label[:60]!r})")
 
 

@@ -23,9 +23,10 @@ from burrito_py.api import annotations as ann
 from burrito_py.api.pullrequest import pull_request_name
 from burrito_py.datastore.auth import Authenticator
 from burrito_py.datastore.client import DatastoreClient
-from burrito_py.gitproviders.base import BadPullRequest, PullRequestEvent
-from burrito_py.gitproviders.delivery import Delivery, pull_request_event
+from burrito_py.gitproviders.base import BadPullRequest, CommentEvent, PullRequestEvent
+from burrito_py.gitproviders.delivery import Delivery, comment_event, pull_request_event
 from burrito_py.kube.client import Kube, KubeError, crd_path
+from burrito_py.pullrequests.commands import command_line, comment_approval, is_command, parse
 from burrito_py.pullrequests.forks import approval_change
 from burrito_py.server.ratelimit import SourceLimiter, source_of
 from burrito_py.server.settings import ServerSettings
@@ -86,6 +87,7 @@ def _acted(status: int, **body: Any) -> Outcome:
 UNVERIFIED = ("no TerraformRepository accepts this delivery: its repository is not configured here, or its "
               "signature is missing or wrong")
 READY_SECONDS = 10.0
+COMMANDS_KEPT = 50  # spec.commands: the latest comment commands (the CRD's maxItems)
 
 
 class Webhooks:
@@ -146,13 +148,16 @@ class Webhooks:
         if not delivery.is_push:
             try:
                 event = pull_request_event(delivery)
+                comment = comment_event(delivery) if event is None else None
             except BadPullRequest as exc:
                 return _refused(400, error=f"a {delivery.provider} pull request event without what it needs: {exc}")
-            if event is None:
+            if event is None and (comment is None or not is_command(comment.body)):
                 return _acted(202, ignored=f"{delivery.provider} event {delivery.event!r} changes no plan")
             if not fresh:
                 return _refused(200, duplicate=True, delivery=delivery.delivery_id)
-            answer = await self._pull_request(event, fresh)
+            answer = (await self._pull_request(event, fresh) if event is not None
+                      else await self._comment(comment, fresh) if comment is not None else None)
+            assert answer is not None
             self.recent.remember(delivery_key, *(_body_key(digest, r) for r in fresh))
             return answer, True
         branch = delivery.branch
@@ -198,11 +203,15 @@ class Webhooks:
                 spec["approval"] = dict(change.approval or {})
             elif change.action == "clear":
                 spec["approval"] = None
+            # Gitea's label events list every label: one without the label withdraws a label's approval, not an
+            # approval given by a `/burrito-py approve` comment (only an explicit removal of the label does).
+            spare = change.action == "clear" and not event.removed
             if change.why:
                 log.info("webhook: %s pull request #%d label event for %s/%s: %s", event.provider, event.number,
                          meta["namespace"], meta["name"], change.why)
             outcome = await self._write_pull_request(meta["namespace"], name, spec,
-                                                     create=event.action not in ("closed", "merged"))
+                                                     create=event.action not in ("closed", "merged"),
+                                                     spare_comment_approval=spare)
             if outcome == "written":
                 written.append(f"{meta['namespace']}/{name}")
             elif outcome == "stale":
@@ -218,7 +227,74 @@ class Webhooks:
                            repositories=skipped)
         return _answer(202, pullRequest=event.number, action=event.action, pullRequests=written)
 
-    async def _write_pull_request(self, namespace: str, name: str, spec: dict[str, Any], create: bool) -> str:
+    async def _comment(self, event: CommentEvent, repositories: list[dict[str, Any]]) -> JSONResponse:
+        """Record a `/burrito-py …` comment on the TerraformPullRequest of each repository that plans pull requests
+        (`spec.commands`, one entry per comment id); the pull request controller answers it. A comment whose id is
+        recorded already (a redelivery, at any replica) adds nothing. `/burrito-py approve` also writes a fork's
+        approval when `comment_approval` allows it (§11.3)."""
+        recorded: list[str] = []
+        duplicate: list[str] = []
+        missing: list[str] = []
+        for repository in repositories:
+            meta = repository["metadata"]
+            settings = (repository.get("spec") or {}).get("pullRequests") or {}
+            if not settings.get("enabled"):
+                continue
+            name = pull_request_name(meta["name"], event.number)
+            outcome = await self._record_command(meta["namespace"], name, event, settings)
+            {"recorded": recorded, "duplicate": duplicate}.get(outcome, missing).append(f"{meta['namespace']}/{name}")
+        log.info("webhook: %s pull request #%d comment %s by %s: %s", event.provider, event.number, event.comment_id,
+                 event.sender, f"recorded on {', '.join(recorded)}" if recorded else
+                 f"already recorded on {', '.join(duplicate)}" if duplicate else "no pull request to record it on")
+        if recorded:
+            return _answer(202, command=command_line(event.body)[:100], comment=event.comment_id,
+                           pullRequests=recorded)
+        if duplicate:
+            return _answer(200, duplicate=True, comment=event.comment_id, pullRequests=duplicate)
+        return _answer(202, ignored="no TerraformPullRequest of a repository planning pull requests has this number",
+                       pullRequests=missing)
+
+    async def _record_command(self, namespace: str, name: str, event: CommentEvent, settings: Mapping[str, Any]
+                              ) -> str:
+        """"recorded", "duplicate" (its id is there), "old" (older than every command kept) or "absent"."""
+        resource = crd_path("terraformpullrequests", namespace, name)
+        for attempt in range(5):
+            held = await self.kube.get(resource)
+            if held is None:
+                return "absent"
+            spec = held.get("spec") or {}
+            commands = list(spec.get("commands") or ())
+            if any(str(c.get("id")) == event.comment_id for c in commands):
+                return "duplicate"
+            if len(commands) >= COMMANDS_KEPT and _older(event.created_at or None, commands[0].get("at")):
+                return "old"  # dropped from the list long ago: answered then
+            entry: dict[str, Any] = {"id": event.comment_id[:64], "by": event.sender[:255],
+                                     "text": command_line(event.body), "headSha": spec.get("headSha")}
+            if event.sender_id is not None:
+                entry["byId"] = event.sender_id
+            if event.created_at:
+                entry["at"] = event.created_at
+            patch: dict[str, Any] = {"metadata": {"resourceVersion": held["metadata"]["resourceVersion"]}}
+            parsed = parse(event.body)
+            if parsed.command is not None and parsed.command.verb == "approve":
+                verdict = comment_approval(spec, settings, event.sender, event.comment_id, event.created_at,
+                                           event.head_sha, _older(event.created_at or None, spec.get("updatedAt")))
+                entry["note"] = verdict.why[:500]
+                if verdict.approval is not None:
+                    patch.setdefault("spec", {})["approval"] = dict(verdict.approval)
+            patch.setdefault("spec", {})["commands"] = [*commands, entry][-COMMANDS_KEPT:]
+            try:
+                await self.kube.merge_patch(resource, patch)
+                return "recorded"
+            except KubeError as exc:
+                if exc.status == 404:
+                    return "absent"
+                if exc.status != 409 or attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _write_pull_request(self, namespace: str, name: str, spec: dict[str, Any], create: bool,
+                                  spare_comment_approval: bool = False) -> str:
         """"written", "stale" (it records a newer event) or "absent" (a close of one never seen). The spec is
         replaced under the resourceVersion it was compared at, so two replicas never interleave."""
         resource = crd_path("terraformpullrequests", namespace, name)
@@ -238,7 +314,10 @@ class Webhooks:
                 return "absent"
             if _older(spec.get("updatedAt"), (held.get("spec") or {}).get("updatedAt")):
                 return "stale"
-            patch = {"metadata": {"resourceVersion": held["metadata"]["resourceVersion"]}, "spec": spec}
+            held_approval = (held.get("spec") or {}).get("approval") or {}
+            written = ({k: v for k, v in spec.items() if k != "approval"}
+                       if spare_comment_approval and held_approval.get("comment") else spec)
+            patch = {"metadata": {"resourceVersion": held["metadata"]["resourceVersion"]}, "spec": written}
             try:
                 await self.kube.merge_patch(resource, patch)
                 return "written"

@@ -26,6 +26,7 @@ from aiohttp import web
 from burrito_local import kube_service_proxy as service_proxy
 from burrito_local.kube_authn import ADMIN_TOKEN, Authenticator, Unauthorized, UserInfo
 from burrito_local.kube_errors import ApiError, bad_request, invalid, not_found, reason_for, unknown_resource
+from burrito_local.kube_impersonation import impersonate
 from burrito_local.kube_openapi import group_version_document
 from burrito_local.kube_patch import PatchError, json_patch, merge_patch
 from burrito_local.kube_protobuf import ProtobufError
@@ -277,6 +278,9 @@ class ApiServer:
             user = self.authenticator.authenticate(request.headers.get("Authorization"))
         except Unauthorized:
             raise ApiError(401, "Unauthorized", "Unauthorized") from None
+        # As kube-apiserver's filter chain: authentication, then impersonation, then authorization of the
+        # acting identity (`kubectl --as`).
+        user = impersonate(self.rbac_index(), user, list(request.headers.items()))
         attrs = request_attributes(request.method, request.path, request.query)
         decision = authorize(self.rbac_index(), user, attrs)
         if not decision.allowed:

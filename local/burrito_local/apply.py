@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -38,9 +39,11 @@ class Applier:
     ApplicationDefinition applied just before serves once the AGL controller has created its CRD."""
 
     def __init__(self, base_url: str, field_manager: str = "burrito-py-dev", served_timeout: float = 0.0,
-                 token: str = ADMIN_TOKEN) -> None:
+                 token: str = ADMIN_TOKEN, verify: ssl.SSLContext | bool = True) -> None:
         # The emulator's bootstrap admin by default: applying manifests is what a cluster admin does.
-        self._http = httpx.Client(base_url=base_url, timeout=30.0, headers={"Authorization": f"Bearer {token}"})
+        # `verify`: the real control plane's CA (its API is HTTPS only).
+        self._http = httpx.Client(base_url=base_url, timeout=30.0, headers={"Authorization": f"Bearer {token}"},
+                                  verify=verify)
         self._field_manager = field_manager
         self._served_timeout = served_timeout
         self._resources: dict[tuple[str, str], tuple[str, bool]] = {}

@@ -287,19 +287,7 @@ class ControlPlane:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def _refuse_if_in_use(self) -> None:
-        """The binary locks `<data_dir>/lock` while it runs; check it before rewriting any file of a running
-        control plane (its kubeconfigs, certificates and flags)."""
-        path = self.data_dir / "lock"
-        if not path.exists():
-            return
-        with path.open("a+") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                lock.seek(0)
-                raise ControlPlaneError(f"data directory {self.data_dir} is in use by another control plane "
-                                        f"(pid {lock.read().strip()})") from None
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        refuse_if_in_use(self.data_dir)
 
     def start(self) -> Self:
         c = self.config
@@ -439,6 +427,22 @@ class ControlPlane:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+def refuse_if_in_use(data_dir: Path) -> None:
+    """The binary locks `<data_dir>/lock` while it runs; check it before rewriting or removing any file of a
+    running control plane (its kubeconfigs, certificates and flags). ControlPlaneError when it is held."""
+    path = data_dir / "lock"
+    if not path.exists():
+        return
+    with path.open("a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            raise ControlPlaneError(f"data directory {data_dir} is in use by another control plane "
+                                    f"(pid {lock.read().strip()})") from None
+        fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def scratch_data_dir(prefix: str = "burrito-py-controlplane-") -> Path:

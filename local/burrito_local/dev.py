@@ -9,10 +9,11 @@ import json
 import logging
 import shutil
 import signal
+import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -29,6 +30,7 @@ EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 
 
 MODES = ("chart", "in-process")
+CLUSTERS = ("real", "emulator")
 
 
 @dataclass
@@ -47,10 +49,18 @@ class DevOptions:
     # in-process: the components as threads of this process (faster to start).
     mode: str = "chart"
     values: dict[str, Any] = field(default_factory=dict)  # chart values merged over dev_values (top level)
+    # real: the control plane built from the Kubernetes modules (docs §22), the kubelet as its Node, in a
+    # network namespace; emulator: the API emulator (starts in about a second).
+    cluster: str = "real"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        if self.cluster not in CLUSTERS:
+            raise ValueError(f"--cluster must be one of {', '.join(CLUSTERS)}, not {self.cluster!r}")
+        if self.cluster == "real" and self.mode != "chart":
+            raise ValueError("--mode in-process needs --cluster emulator: on the real control plane the "
+                             "components run as the chart's pods")
 
 
 def prepare_example(name: str, data_dir: Path) -> list[dict[str, Any]]:
@@ -89,9 +99,9 @@ class LayerProgress(threading.Thread):
 
     PATH = "/apis/terraform.burrito-py.io/v1alpha1/terraformlayers"
 
-    def __init__(self, api_url: str) -> None:
+    def __init__(self, api_url: str, token: str = ADMIN_TOKEN, verify: ssl.SSLContext | bool = True) -> None:
         super().__init__(name="burrito-py-dev-progress", daemon=True)
-        self._url = api_url
+        self._url, self._token, self._verify = api_url, token, verify
         self._stop_event = threading.Event()
         self._seen: dict[str, tuple[str, str]] = {}
 
@@ -108,8 +118,8 @@ class LayerProgress(threading.Thread):
 
     def run(self) -> None:
         version = ""
-        with httpx.Client(base_url=self._url, timeout=httpx.Timeout(10.0, read=None),
-                          headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as http:
+        with httpx.Client(base_url=self._url, timeout=httpx.Timeout(10.0, read=None), verify=self._verify,
+                          headers={"Authorization": f"Bearer {self._token}"}) as http:
             while not self._stop_event.is_set():
                 try:
                     if not version:
@@ -288,18 +298,78 @@ def _start_in_process(stack: contextlib.ExitStack, options: DevOptions, api_url:
     return datastore_url, stack.enter_context(running_server(server_settings))
 
 
+@dataclass
+class Cluster:
+    """Where `dev` applies and watches: the API's URL, the local admin's token and how to verify the server."""
+
+    api_url: str
+    token: str
+    verify: ssl.SSLContext | bool = True
+    connect: Callable[[], httpx.Client] | None = None  # a cluster admin's client (the real control plane)
+
+
+def _start_real(stack: contextlib.ExitStack, options: DevOptions, data_dir: Path,
+                docs: list[dict[str, Any]]) -> tuple[Cluster, str, str]:
+    """The control plane built from the Kubernetes modules and the local kubelet as its Node, in a network
+    namespace (§22.3), with the chart installed as `helm install` would; the datastore's and server's Services
+    forwarded to ports of this host. (cluster, datastore URL, server URL)."""
+    from burrito_local.controlplane import binary_path, refuse_if_in_use
+    from burrito_local.identity import ensure_namespace, local_admin_token, write_token_kubeconfig
+    from burrito_local.install import install, wait_available
+    from burrito_local.netns import NodeNamespace
+    from burrito_py.chart.chart import render_chart
+
+    binary = binary_path(build=True)  # the first run builds it (minutes, with progress); later runs reuse it
+    began = time.monotonic()
+    # A fresh cluster each start, as the emulator's: a restarted kubelet would give the old pods new
+    # addresses, which kube-apiserver refuses (pod IPs are immutable). Never under a running one.
+    refuse_if_in_use(data_dir / "cluster" / "inside" / "cp")
+    shutil.rmtree(data_dir / "cluster", ignore_errors=True)
+    node = stack.enter_context(NodeNamespace(data_dir / "cluster", binary))
+    log.info("Kubernetes v1.37 control plane and node %s ready in %.1fs (API at %s)", "burrito-py-node",
+             time.monotonic() - began, node.api_url)
+    with node.http_client() as http:
+        token = local_admin_token(http)
+    write_token_kubeconfig(options.kubeconfig, node.api_url, node.ca_file.read_bytes(), token)
+    log.info("kubeconfig %s (the local admin: a cluster-admin service account)", options.kubeconfig)
+    cluster = Cluster(node.api_url, token, ssl.create_default_context(cafile=str(node.ca_file)), node.http_client)
+    objects = render_chart(dev_values(options, agl_kinds_of(docs), tenant_namespaces(docs)), RELEASE,
+                           RELEASE_NAMESPACE)
+    applier = Applier(cluster.api_url, token=token, verify=cluster.verify)
+    stack.callback(applier.close)
+    with node.http_client() as http:
+        ensure_namespace(http, RELEASE_NAMESPACE)  # `helm install --create-namespace`
+        install(applier, objects, RELEASE_NAMESPACE)
+        log.info("installed charts/burrito-py (%d objects) as release %s in %s", len(objects), RELEASE,
+                 RELEASE_NAMESPACE)
+        wait_available(http, [(RELEASE_NAMESPACE, f"{RELEASE}-datastore")], timeout=180.0)
+        urls = []
+        for component in ("datastore", "server"):
+            spec = http.get(f"/api/v1/namespaces/{RELEASE_NAMESPACE}/services/{RELEASE}-{component}"
+                            ).raise_for_status().json()["spec"]
+            urls.append(f"http://127.0.0.1:{node.forward(spec['clusterIP'], int(spec['ports'][0]['port']))}")
+    return cluster, urls[0], urls[1]
+
+
 @contextlib.contextmanager
 def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
     """Start everything; yield the endpoints; stop everything in reverse order."""
     from burrito_local.apiserver import ApiServer
     from burrito_local.identity import admin_client, login_as_local_admin
-    from burrito_local.install import wait_available
 
     data_dir = options.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     if options.mode == "chart":  # loading the Helm engine takes ~2 s: overlap it with the emulator's start
         helm = threading.Thread(target=importlib.import_module, args=("burrito_py.chart.chart",), daemon=True)
         helm.start()
+    if options.cluster == "real":
+        with contextlib.ExitStack() as stack:
+            docs = load_files(options.manifests)
+            for example in options.examples:
+                docs.extend(prepare_example(example, data_dir))
+            cluster, datastore_url, server_url = _start_real(stack, options, data_dir, docs)
+            yield _finish(stack, options, cluster, docs, datastore_url, server_url)
+        return
     with contextlib.ExitStack() as stack:
         api = ApiServer(port=options.api_port, pod_log_dir=data_dir / "pod-logs")
         api.start()
@@ -317,24 +387,35 @@ def running_dev(options: DevOptions) -> Iterator[dict[str, str]]:
             datastore_url, server_url = _install_chart(stack, options, api.url, data_dir, docs)
         else:
             datastore_url, server_url = _start_in_process(stack, options, api.url, data_dir, admin, docs)
-        log.info("datastore at %s", datastore_url)
-        log.info("server at %s (webhooks: POST %s/api/webhook; REST: %s/docs)", server_url, server_url, server_url)
-        log.info("web UI at %s/ui/ (log in with the token of %s)", server_url, options.kubeconfig)
+        cluster = Cluster(api.url, ADMIN_TOKEN, connect=lambda: admin_client(api.url))
+        yield _finish(stack, options, cluster, docs, datastore_url, server_url)
 
-        progress = LayerProgress(api.url)
-        progress.start()
-        stack.callback(progress.stop)
 
-        applier = Applier(api.url, served_timeout=30.0)  # kinds served by ApplicationDefinitions come later
-        stack.callback(applier.close)
-        for doc in docs:
-            applied = applier.apply(doc)
-            log.info("applied %s %s", applied.get("kind"), applied["metadata"]["name"])
-        if options.mode == "chart":
-            with admin_client(api.url) as http:
-                wait_available(http, [(RELEASE_NAMESPACE, f"{RELEASE}-{c}") for c in COMPONENTS], timeout=120.0)
-            log.info("controllers, datastore and server running as pods of the chart's Deployments")
-        yield {"api": api.url, "datastore": datastore_url, "server": server_url, "kubeconfig": str(options.kubeconfig)}
+def _finish(stack: contextlib.ExitStack, options: DevOptions, cluster: Cluster, docs: list[dict[str, Any]],
+            datastore_url: str, server_url: str) -> dict[str, str]:
+    """Apply the manifests, follow the layers, and wait for the chart's components; the endpoints."""
+    from burrito_local.install import wait_available
+
+    log.info("datastore at %s", datastore_url)
+    log.info("server at %s (webhooks: POST %s/api/webhook; REST: %s/docs)", server_url, server_url, server_url)
+    log.info("web UI at %s/ui/ (log in with the token of %s)", server_url, options.kubeconfig)
+
+    progress = LayerProgress(cluster.api_url, cluster.token, cluster.verify)
+    progress.start()
+    stack.callback(progress.stop)
+
+    # kinds served by ApplicationDefinitions come later
+    applier = Applier(cluster.api_url, served_timeout=30.0, token=cluster.token, verify=cluster.verify)
+    stack.callback(applier.close)
+    for doc in docs:
+        applied = applier.apply(doc)
+        log.info("applied %s %s", applied.get("kind"), applied["metadata"]["name"])
+    if options.mode == "chart" and cluster.connect is not None:
+        with cluster.connect() as http:
+            wait_available(http, [(RELEASE_NAMESPACE, f"{RELEASE}-{c}") for c in COMPONENTS], timeout=180.0)
+        log.info("controllers, datastore and server running as pods of the chart's Deployments")
+    return {"api": cluster.api_url, "datastore": datastore_url, "server": server_url,
+            "kubeconfig": str(options.kubeconfig)}
 
 
 def _interrupt(*_: object) -> None:
@@ -347,16 +428,27 @@ def run_dev(options: DevOptions) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("kopf", "aiohttp", "httpx", "uvicorn", "uvicorn.access", "burrito_local.kubelet"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    with running_dev(options) as endpoints:
-        log.info(
-            "ready. In another terminal:\n  export KUBECONFIG=%s\n  kubectl get tfr,tfl,tfrun\n"
-            "  burrito-py plan download default/greetings --format short\n"
-            "  curl -H \"Authorization: Bearer $(kubectl config view --raw -o jsonpath='{.users[0].user.token}')\" "
-            "%s/api/layers\nCtrl-C stops everything.",
-            endpoints["kubeconfig"],
-            endpoints["server"],
-        )
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(3600)
+    from burrito_local.controlplane import ControlPlaneError
+    from burrito_local.netns import NamespaceError
+
+    try:
+        with running_dev(options) as endpoints:
+            _serve(endpoints)
+    except (ControlPlaneError, NamespaceError) as exc:  # one line naming the cause, no traceback
+        log.error("error: %s", exc)
+        raise SystemExit(1) from None
     log.info("stopped")
+
+
+def _serve(endpoints: dict[str, str]) -> None:
+    log.info(
+        "ready. In another terminal:\n  export KUBECONFIG=%s\n  kubectl get tfr,tfl,tfrun\n"
+        "  burrito-py plan download default/greetings --format short\n"
+        "  curl -H \"Authorization: Bearer $(kubectl config view --raw -o jsonpath='{.users[0].user.token}')\" "
+        "%s/api/layers\nCtrl-C stops everything.",
+        endpoints["kubeconfig"],
+        endpoints["server"],
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(3600)

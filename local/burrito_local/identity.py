@@ -15,6 +15,8 @@ runner program uses.
 
 from __future__ import annotations
 
+import base64
+import os
 from pathlib import Path
 from typing import Any
 
@@ -128,21 +130,44 @@ def grant_runner_access(http: httpx.Client, namespace: str) -> str:
     return service_account_username(namespace, RUNNER_ACCOUNT)
 
 
+def local_admin_token(http: httpx.Client, seconds: int = 7 * 24 * 3600) -> str:
+    """The local admin service account, bound to `cluster-admin`, and a token of it for the API's and the
+    datastore's audiences (`http`: a cluster admin's client, of the emulator or of a real API server)."""
+    ensure_service_account(http, LOCAL_ADMIN_NAMESPACE, LOCAL_ADMIN_ACCOUNT)
+    _apply(http, f"/apis/{RBAC}/v1/clusterrolebindings", {
+        "apiVersion": f"{RBAC}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": LOCAL_ADMIN_ACCOUNT},
+        "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": LOCAL_ADMIN_ACCOUNT, "namespace": LOCAL_ADMIN_NAMESPACE}]})
+    return request_token(http, LOCAL_ADMIN_NAMESPACE, LOCAL_ADMIN_ACCOUNT, [*API_AUDIENCES, DATASTORE_AUDIENCE],
+                         seconds)
+
+
 def login_as_local_admin(api_url: str, kubeconfig: Path, seconds: int = 7 * 24 * 3600) -> str:
     """Make the kubeconfig user the local admin service account, bound to `cluster-admin`; return its
     username."""
     with admin_client(api_url) as http:
-        ensure_service_account(http, LOCAL_ADMIN_NAMESPACE, LOCAL_ADMIN_ACCOUNT)
-        _apply(http, f"/apis/{RBAC}/v1/clusterrolebindings", {
-            "apiVersion": f"{RBAC}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": LOCAL_ADMIN_ACCOUNT},
-            "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": [{"kind": "ServiceAccount", "name": LOCAL_ADMIN_ACCOUNT,
-                          "namespace": LOCAL_ADMIN_NAMESPACE}]})
-        token = request_token(
-            http, LOCAL_ADMIN_NAMESPACE, LOCAL_ADMIN_ACCOUNT, [*API_AUDIENCES, DATASTORE_AUDIENCE], seconds
-        )
+        token = local_admin_token(http, seconds)
     set_kubeconfig_token(kubeconfig, token)
     return LOCAL_ADMIN_USERNAME
+
+
+def write_token_kubeconfig(path: Path, server: str, ca_pem: bytes, token: str, namespace: str = "default") -> Path:
+    """A kubeconfig for `server` as the bearer of `token` (mode 0600, written atomically)."""
+    name = "burrito-py-local"
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": name, "cluster": {"server": server,
+                                                "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(yaml.safe_dump(config))
+    tmp.replace(path)
+    return path
 
 
 def publish_local_service(http: httpx.Client, namespace: str, name: str, url: str, labels: dict[str, str]) -> None:

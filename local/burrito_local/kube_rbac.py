@@ -12,7 +12,8 @@
 - `bootstrap_policy`: the default ClusterRoles and ClusterRoleBindings every cluster starts with.
 
 Not modelled: ClusterRole `aggregationRule` (its rules are whatever the object lists, no aggregation
-controller fills them), escalation checks on writing Roles/bindings, the Node authorizer, impersonation.
+controller fills them), escalation checks on writing Roles/bindings, the Node authorizer.
+Impersonation is `kube_impersonation`'s.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -33,6 +34,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
+    import httpx
+
     from burrito_local.controlplane import AdminClient
 
 NODE_ADDRESS = "10.244.0.1"
@@ -42,6 +45,7 @@ SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_ADDRESS = "10.96.0.1/16"  # on lo: the kubelet's Service proxy listens on each cluster IP
 API_PORT = 6443
 NODE_NAME = "burrito-py-node"
+SETPRIV = ["setpriv", "--pdeathsig", "SIGKILL"]
 UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
 
@@ -72,34 +76,54 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 async def _splice(client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
                   upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
-    await asyncio.gather(_pipe(client[0], upstream[1]), _pipe(upstream[0], client[1]))
+    pipes = [asyncio.ensure_future(_pipe(client[0], upstream[1])), asyncio.ensure_future(_pipe(upstream[0], client[1]))]
+    try:
+        await asyncio.wait(pipes)
+    finally:
+        for pipe in pipes:
+            pipe.cancel()
+        await asyncio.wait(pipes)
 
 
 class Relay:
     """Bytes both ways between a listener and a target (TCP ↔ Unix socket), in a thread of its own: TLS
     goes through untouched, end to end between kubectl and kube-apiserver."""
 
-    def __init__(self, listen: str | tuple[str, int], target: str | tuple[str, int]) -> None:
-        self._listen, self._target = listen, target
+    def __init__(self, listen: str | tuple[str, int], target: str | tuple[str, int] | None,
+                 preface: bytes = b"") -> None:
+        """`target` None: each connection names its own in a first line `host:port` (the namespace's side of
+        `NodeNamespace.forward`, which cannot know the Services' addresses in advance); `preface`: bytes sent
+        upstream first (that line, from the host's side)."""
+        self._listen, self._target, self._preface = listen, target, preface
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            if isinstance(self._target, str):
-                upstream = await asyncio.open_unix_connection(self._target)
+            target = self._target
+            if target is None:
+                host, _, port = (await asyncio.wait_for(reader.readline(), 10)).decode().strip().rpartition(":")
+                target = (host, int(port))
+            if isinstance(target, str):
+                upstream = await asyncio.open_unix_connection(target)
             else:
-                upstream = await asyncio.open_connection(*self._target)
-        except OSError:
+                upstream = await asyncio.open_connection(*target)
+            if self._preface:
+                upstream[1].write(self._preface)
+        except (OSError, ValueError, TimeoutError):
             writer.close()
             return
-        with contextlib.suppress(asyncio.CancelledError):  # stop() cancels open connections: not an error
+        try:
             await _splice((reader, writer), upstream)
+        except asyncio.CancelledError:  # stop() cancels open connections: not an error
+            for end in (writer, upstream[1]):
+                end.close()
 
     async def _start(self) -> None:
         if isinstance(self._listen, str):
             self._server = await asyncio.start_unix_server(self._handle, self._listen)
+            os.chmod(self._listen, 0o600)  # the owner's only: the socket reaches inside the namespace
         else:
             self._server = await asyncio.start_server(self._handle, *self._listen)
             self.port = int(self._server.sockets[0].getsockname()[1])
@@ -114,9 +138,11 @@ class Relay:
             if self._server is not None:
                 self._server.close()
             current = asyncio.current_task()
-            for task in asyncio.all_tasks():  # the connections still open
-                if task is not current:
-                    task.cancel()
+            open_connections = [task for task in asyncio.all_tasks() if task is not current]
+            for task in open_connections:
+                task.cancel()
+            # Let each one see its cancellation before the loop stops (else asyncio logs them as destroyed).
+            await asyncio.gather(*open_connections, return_exceptions=True)
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
@@ -136,6 +162,7 @@ class NodeNamespace:
         self.process: subprocess.Popen[bytes] | None = None
         self.timings: dict[str, float] = {}
         self._relay: Relay | None = None
+        self._forwards: list[Relay] = []
         self._log: IO[bytes] | None = None
 
     def start(self) -> Self:
@@ -145,8 +172,10 @@ class NodeNamespace:
         self.workdir.mkdir(parents=True, exist_ok=True)
         began = time.monotonic()
         self._log = self.log_path.open("ab")
+        # setpriv --pdeathsig: if this process dies without stopping us (SIGKILL), unshare dies, its --kill-child
+        # kills the namespace's init, and with it every process of the PID namespace: nothing is left running.
         self.process = subprocess.Popen(
-            [*UNSHARE, sys.executable, "-m", "burrito_local.netns", str(self.workdir), str(self.binary)],
+            [*SETPRIV, *UNSHARE, sys.executable, "-m", "burrito_local.netns", str(self.workdir), str(self.binary)],
             stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             report = self._wait_ready(began)
@@ -162,6 +191,32 @@ class NodeNamespace:
             self.stop()
             raise
         return self
+
+    def forward(self, host: str, port: int) -> int:
+        """A port on this host's 127.0.0.1 whose connections reach `host:port` inside the namespace (a pod or a
+        Service's cluster IP), through `<workdir>/connect.sock`: what `kubectl port-forward` gives on a cluster."""
+        relay = Relay(("127.0.0.1", 0), str(self.workdir / "connect.sock"), f"{host}:{port}\n".encode()).start()
+        self._forwards.append(relay)
+        return relay.port
+
+    def http_client(self) -> httpx.Client:
+        """An httpx client to the API server as the cluster admin (its client certificate), from this host."""
+        import httpx
+
+        assert self._relay is not None, "the namespace is not started"
+        pki = self.workdir / "inside" / "cp" / "pki"
+        context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        context.load_cert_chain(pki / "admin.crt", pki / "admin.key")
+        return httpx.Client(base_url=self.api_url, verify=context, timeout=30.0)
+
+    @property
+    def api_url(self) -> str:
+        assert self._relay is not None, "the namespace is not started"
+        return f"https://127.0.0.1:{self._relay.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.workdir / "inside" / "cp" / "pki" / "ca.crt"
 
     def admin_client(self) -> AdminClient:
         """The cluster admin's client from this host (through the relay; the serving certificate names
@@ -210,6 +265,9 @@ class NodeNamespace:
         return int(children[0]) if children else None
 
     def stop(self, timeout: float = 90.0) -> None:
+        for forward in self._forwards:
+            forward.stop()
+        self._forwards.clear()
         if self._relay is not None:
             self._relay.stop()
             self._relay = None
@@ -257,6 +315,7 @@ def _inside(workdir: Path, binary: Path) -> int:
                                                     service_cidr=SERVICE_CIDR, unsafe_no_fsync=True))
     kubelet: LocalKubelet | None = None
     relay: Relay | None = None
+    connect: Relay | None = None
     try:
         plane.start()
         control_plane_ready = time.monotonic() - began
@@ -280,6 +339,7 @@ def _inside(workdir: Path, binary: Path) -> int:
                 raise ControlPlaneError(f"node {NODE_NAME} not Ready after 60s (HTTP {status})")
             time.sleep(0.1)
         relay = Relay(str(workdir / "api.sock"), (NODE_ADDRESS, API_PORT)).start()
+        connect = Relay(str(workdir / "connect.sock"), None).start()  # NodeNamespace.forward's inside end
         timings = {"control_plane_ready": control_plane_ready, "node_ready": time.monotonic() - began,
                    "control_plane_rss_mb": plane.rss_bytes() / 2**20}
         print("ready " + json.dumps({"timings": timings}), flush=True)
@@ -290,6 +350,8 @@ def _inside(workdir: Path, binary: Path) -> int:
         say(str(exc))
         return 1
     finally:
+        if connect is not None:
+            connect.stop()
         if relay is not None:
             relay.stop()
         if kubelet is not None:

@@ -1,6 +1,7 @@
 """Figures for the real control plane (docs/architecture.md §22): the cached binary's look-up, start → ready,
-resident memory at rest, clean stop, and the one-node cluster in its network namespace (start → node Ready,
-a pod scheduled onto the local kubelet → its log through `kubectl logs`).
+resident memory at rest and with 1,000 TerraformLayers (and their repository) stored, clean stop, and the
+one-node cluster in its network namespace (start → node Ready, a pod scheduled onto the local kubelet → its log
+through `kubectl logs`).
 
 Run: python3 tests/bench/bench_controlplane.py [--rounds N]. Builds the binary first if needed; prints
 medians; asserts nothing.
@@ -37,6 +38,41 @@ def plain(binary: Path, rounds: int) -> dict[str, list[float]]:
     return figures
 
 
+def with_layers(binary: Path, count: int = 1000) -> dict[str, float]:
+    """RSS at rest, then with `count` TerraformLayers created (the CRDs applied; no controllers: the objects,
+    kube-apiserver's watch cache and etcd alone)."""
+    from burrito_py.api import annotations as ann
+    from burrito_py.api.crdgen import generate_crds
+
+    with tempfile.TemporaryDirectory(prefix="bench-cp-layers-") as tmp:
+        plane = ControlPlane(binary, ControlPlaneConfig(Path(tmp), unsafe_no_fsync=True)).start()
+        try:
+            api = plane.admin_client()
+            for crd in generate_crds().values():
+                api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            time.sleep(15)
+            figures = {"rss_before_layers_mb": plane.rss_bytes() / 2**20}
+            base = f"/apis/{ann.API_VERSION}/namespaces/default"
+            while api.call("GET", f"{base}/terraformlayers")[0] != 200:
+                time.sleep(0.2)
+            api.call("POST", f"{base}/terraformrepositories", {
+                "apiVersion": ann.API_VERSION, "kind": "TerraformRepository", "metadata": {"name": "repo"},
+                "spec": {"repository": {"url": "https://git.example.com/infra.git"}}})
+            began = time.monotonic()
+            for i in range(count):
+                status, body = api.call("POST", f"{base}/terraformlayers", {
+                    "apiVersion": ann.API_VERSION, "kind": "TerraformLayer", "metadata": {"name": f"layer-{i:04d}"},
+                    "spec": {"repository": {"name": "repo"}, "branch": "main", "path": f"layers/{i}"}})
+                if status != 201:
+                    raise RuntimeError(f"layer {i}: {status} {body}")
+            figures["create_layers_s"] = time.monotonic() - began
+            time.sleep(15)
+            figures[f"rss_with_{count}_layers_mb"] = plane.rss_bytes() / 2**20
+            return figures
+        finally:
+            plane.stop()
+
+
 def node(binary: Path) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-netns-") as tmp, NodeNamespace(Path(tmp), binary) as cluster:
         figures = dict(cluster.timings)
@@ -63,6 +99,8 @@ def main() -> None:
     for name, values in plain(binary, args.rounds).items():
         each = ", ".join(f"{v:.2f}" for v in values)
         print(f"control plane {name}: median {statistics.median(values):.2f} (of {each})")
+    for name, value in with_layers(binary).items():
+        print(f"control plane {name}: {value:.2f}")
     for name, value in node(binary).items():
         print(f"node namespace {name}: {value:.2f}")
 

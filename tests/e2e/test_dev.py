@@ -51,17 +51,38 @@ def layer_states(kubeconfig: Path) -> dict[str, str | None]:
     return {i["metadata"]["name"]: (i.get("status") or {}).get("state") for i in items}
 
 
-@pytest.mark.parametrize("mode", ["chart", "in-process"])
-def test_dev_runs_the_quickstart_until_ctrl_c(tmp_path: Path, mode: str) -> None:
-    data_dir, kubeconfig = tmp_path / "data", tmp_path / "data" / "kubeconfig"
-    process = subprocess.Popen(
+def start_dev(data_dir: Path, kubeconfig: Path, cluster: str, mode: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
         [sys.executable, "-m", "burrito_py.cli", "dev", "--example", "quickstart", "--data-dir", str(data_dir),
-         "--kubeconfig", str(kubeconfig), "--mode", mode],
+         "--kubeconfig", str(kubeconfig), "--mode", mode, "--cluster", cluster],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
+
+
+def processes_under(data_dir: Path) -> list[str]:
+    """Command lines of the live processes that name `data_dir` (the namespace, the control plane, pods)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+            except OSError:
+                continue
+            if str(data_dir) in args and state != "Z":
+                found.append(args)
+    return found
+
+
+# real: the control plane built from the Kubernetes modules, the default (docs §22.7); emulator: both modes.
+@pytest.mark.parametrize(("cluster", "mode"), [("real", "chart"), ("emulator", "chart"), ("emulator", "in-process")])
+def test_dev_runs_the_quickstart_until_ctrl_c(tmp_path: Path, cluster: str, mode: str) -> None:
+    data_dir, kubeconfig = tmp_path / "data", tmp_path / "data" / "kubeconfig"
+    process = start_dev(data_dir, kubeconfig, cluster, mode)
     output = Output(process)
     try:
-        wait_for(lambda: "ready." in output.text, 60, interval=0.2, what=f"dev to be ready:\n{output.text}")
+        wait_for(lambda: "ready." in output.text, 180 if cluster == "real" else 60, interval=0.2,
+                 what=f"dev to be ready:\n{output.text}")
         states = wait_for(lambda: (s := layer_states(kubeconfig)) == {"hello": "Idle", "greetings": "ApplyNeeded"}
                           and s, 120, interval=0.5, what="hello Idle and greetings ApplyNeeded")
         assert states
@@ -109,3 +130,21 @@ def test_dev_runs_the_quickstart_until_ctrl_c(tmp_path: Path, mode: str) -> None
                 process.kill()
     assert code == 0, output.text
     assert output.text.rstrip().endswith("stopped"), output.text[-2000:]
+    assert processes_under(data_dir.resolve()) == []
+
+
+def test_a_killed_dev_leaves_no_cluster_running(tmp_path: Path) -> None:
+    """SIGKILL gives dev no chance to stop anything: the namespace dies with it (setpriv --pdeathsig, unshare
+    --kill-child, the PID namespace), so no control plane, kubelet or pod outlives it; a new start then
+    makes a fresh cluster in the same data directory."""
+    data_dir, kubeconfig = tmp_path / "data", tmp_path / "data" / "kubeconfig"
+    process = start_dev(data_dir, kubeconfig, "real", "chart")
+    output = Output(process)
+    try:
+        wait_for(lambda: "ready." in output.text, 180, interval=0.2, what=f"dev to be ready:\n{output.text}")
+        assert processes_under(data_dir.resolve())
+    finally:
+        process.kill()
+        process.wait(30)
+    wait_for(lambda: not processes_under(data_dir.resolve()), 30, interval=0.2,
+             what=f"the cluster's processes to end: {processes_under(data_dir.resolve())}")

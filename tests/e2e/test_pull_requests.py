@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import re
 import statistics
 import subprocess
 import threading
@@ -232,6 +233,9 @@ def test_a_pull_request_is_planned_commented_once_and_left_without_a_trace(world
     wait_for(lambda: world.statuses(head).get("burrito-py", {}).get("state") == "success", 30,
              what="the aggregate status")
     assert len(world.ours()) == 1 and "1 to add" in world.ours()[0] and "layers/app" in world.ours()[0]
+    # The attribute diff of the plan the controller read (issue 30 item 7).
+    assert "Attribute changes of <code>default/app</code>" in world.ours()[0]
+    assert re.search(r'^[+!] input: (?:"[^"]*" → )?"v2"$', world.ours()[0], re.M), world.ours()[0]
     app_status = world.statuses(head)["burrito-py/default/app"]
     assert app_status["state"] == "success" and "1 to add" in app_status["description"]
 

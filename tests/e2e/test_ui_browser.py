@@ -184,6 +184,10 @@ def test_log_in_filter_read_the_plan_approve_and_watch_the_row_go_idle(world: Wo
         expect(detail).to_have_url(re.compile(r"/ui/runs/default/[a-z0-9-]+/plan"))
         expect(detail.locator("#plan-summary")).to_have_text("Plan: 1 to add, 0 to change, 0 to destroy")
         expect(detail.locator("section.group-create")).to_contain_text("terraform_data.this")
+        # Its attribute diff (issue 30 item 7): what the create sets, and what only the apply will know.
+        attributes = detail.locator("section.group-create table.attributes")
+        expect(attributes.locator("tr.attr-add", has_text="input")).to_contain_text('"v1"')
+        expect(attributes.locator("tr.attr-add", has_text="output")).to_contain_text("(known after apply)")
         visits.page(detail, "plan")
         detail.goto(f"{world.url}/ui/approvals")
         expect(detail.locator("#approval-default-app")).to_contain_text("Plan: 1 to add")

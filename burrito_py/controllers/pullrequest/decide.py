@@ -90,6 +90,8 @@ class PullRequestSnapshot:
     outcomes: Mapping[str, PlanOutcome] = field(default_factory=dict)  # run name → outcome, for finished runs
     affected: Affected | None = None  # found at spec.headSha, when status.headSha is another head
     gate: Gate | None = None  # why the head may not be planned (a fork's), else None
+    # Layers a `/burrito-py plan` comment asks to plan again now → the comment's id (part of the new run's name).
+    replan: Mapping[Key, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +113,11 @@ def pull_request_record(upstream: Upstream | None) -> dict[str, Any]:
     return build_record(Sources(), kept)
 
 
-def run_name(pull_request: str, layer: Key, head: str, number: int) -> str:
-    """`pr<n>-<layer>-<hash>`: the same pull request, layer and head always name the same run."""
-    digest = hashlib.sha256("\x00".join((pull_request, *layer, head)).encode()).hexdigest()[:10]
+def run_name(pull_request: str, layer: Key, head: str, number: int, replan: str | None = None) -> str:
+    """`pr<n>-<layer>-<hash>`: the same pull request, layer and head (and `/burrito-py plan` comment, when one asked
+    for it) always name the same run."""
+    digest = hashlib.sha256("\x00".join((pull_request, *layer, head, *([replan] if replan else []))).encode()
+                            ).hexdigest()[:10]
     return f"pr{number}-{layer[1][:30].rstrip('-.')}-{digest}"
 
 
@@ -169,7 +173,10 @@ def decide_pull_request(snap: PullRequestSnapshot) -> PullRequestDecision:
             rows.append({**row, "state": "pending", "summary": ""})
             results.append(_result(rows[-1], None))
             continue
-        name = run_name(snap.name, key, head, number)
+        replan = snap.replan.get(key) or row.get("replan")
+        name = run_name(snap.name, key, head, number, replan)
+        if replan:
+            row["replan"] = replan
         wanted.add(name)
         run = runs.get(name)
         outcome = snap.outcomes.get(name)

@@ -13,6 +13,7 @@ runs go on.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -37,7 +38,7 @@ from burrito_py.controllers.repository.reconcile import credentials_of, ensure_s
 from burrito_py.git.allowed_hosts import HostNotAllowed
 from burrito_py.git.credentials import CredentialsError as GitCredentialsError
 from burrito_py.git.mirror import GitError
-from burrito_py.gitproviders.client import CommitStatus, ProviderError
+from burrito_py.gitproviders.client import CommitStatus, ProviderClient, ProviderError
 from burrito_py.gitproviders.registry import provider_named
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.conditions import Cond, merge_conditions
@@ -48,6 +49,16 @@ from burrito_py.outbound import OutboundRefused
 from burrito_py.plans.masking import load_json, values_to_hide
 from burrito_py.plans.model import PlanFormatError, parse_plan
 from burrito_py.pullrequests.affected import Affected, affected_layers
+from burrito_py.pullrequests.commands import (
+    CommandFacts,
+    Pending,
+    command_settings,
+    decide_command,
+    identity_of,
+    parse,
+    pending_commands,
+    reply_body,
+)
 from burrito_py.pullrequests.comment import LOG_LINES, marker, render
 from burrito_py.pullrequests.credentials import (
     CredentialsError,
@@ -63,6 +74,7 @@ from burrito_py.timeutil import format_time_precise, utcnow
 
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 15.0
+COMMANDS_KEPT = 100  # status.commands: the latest answered comment commands
 
 
 async def reconcile_pull_request(ctx: Context, key: Key) -> None:
@@ -122,6 +134,15 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             return
         snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, snap.outcomes, affected, gate)
         decision = decide_pull_request(snap)
+    handled: list[Body] = []
+    pending = pending_commands(spec, status)
+    if pending and repository is not None:
+        handled, replan, failed = await _answer_commands(ctx, pull_request, repository, pending, decision)
+        if failed:
+            ctx.wake_pull_request(key, RETRY_SECONDS)
+        if replan:
+            snap = dataclasses.replace(snap, replan=replan)
+            decision = decide_pull_request(snap)
     planned: Cond | None = None
     if open_ and decision.gate is not None:
         planned = Cond("Planned", False, decision.gate.reason, decision.gate.message)
@@ -140,6 +161,8 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         if not await _create_run(ctx, pull_request, layer_key, run):
             ctx.wake_pull_request(key, RETRY_SECONDS)
     new_status: Body = {**status, **decision.status}
+    if handled:
+        new_status["commands"] = [*(status.get("commands") or ()), *handled][-COMMANDS_KEPT:]
     if ((decision.status.get("headSha"), decision.status.get("gatedSha"))
             != (status.get("headSha"), status.get("gatedSha"))):
         new_status["statuses"] = []  # a new head carries none of the statuses sent for the last one
@@ -227,7 +250,7 @@ async def _read_outcome(ctx: Context, run: RunFacts) -> PlanOutcome | None:
         async with ctx.parse_budget.hold(run.json_size):
             raw_json = await asyncio.to_thread(store.get_plan_verified, namespace, layer, run.name, run.attempt,
                                                "json", limit, run.json_sum)
-            model = await asyncio.to_thread(parse_plan, raw_json)
+            model = await asyncio.to_thread(parse_plan, raw_json, attributes=True)  # the comment shows them
             # What the comment masks (comment.py): the values of Secret-fed and sensitive variables.
             hide = values_to_hide(record, await asyncio.to_thread(load_json, raw_json))
         pretty = await asyncio.to_thread(store.get_plan, namespace, layer, run.name, run.attempt, "pretty")
@@ -350,22 +373,9 @@ async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Ma
     if comment.get("digest") == body_digest(body) and all(sent.get(s.context) == s for s in statuses):
         metrics.PULL_REQUEST_PROVIDER_CALLS.observe(0)  # nothing changed: not a call
         return Cond("Published", True, "Published", "the comment and statuses are up to date")
-    outbound = ctx.settings.outbound_policy()
-    try:
-        api_url = str(settings.get("apiUrl") or default_api_url(
-            provider, str(((repository.get("spec") or {}).get("repository") or {}).get("url") or "")))
-        tokens = await _tokens(ctx, repository, provider, api_url)
-        # An App's token exchange is the first call: in the thread, as every call to the provider.
-        client = await asyncio.to_thread(client_for, provider, api_url, str(spec["project"]), int(spec["number"]),
-                                         tokens, outbound=outbound)
-    except HostNotAllowed as exc:  # before any call: the credentials never left
-        return Cond("Published", False, "HostNotAllowed", str(exc))
-    except OutboundRefused as exc:
-        return Cond("Published", False, "AddressNotAllowed", f"{_api_field(settings)}: {exc}")
-    except ProviderError as exc:
-        return Cond("Published", False, "ProviderError", str(exc))
-    except (CredentialsError, GitCredentialsError, ValueError) as exc:
-        return Cond("Published", False, "CredentialsInvalid", str(exc))
+    client = await _client(ctx, repository, spec)
+    if isinstance(client, Cond):
+        return client
     try:
         done = await asyncio.to_thread(
             publish, client, marker(decision.results.repository, decision.results.number), body,
@@ -383,6 +393,91 @@ async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Ma
     if any(done.sent.get(s.context) != s for s in statuses):
         ctx.wake_pull_request(key_of(pull_request), 1.0)  # statuses beyond this update's call budget: next
     return Cond("Published", True, "Published", "the comment and statuses are up to date")
+
+
+async def _client(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str, Any]) -> ProviderClient | Cond:
+    """The provider's API client for the pull request, or the `Published=False` condition saying why none."""
+    provider = str(spec["provider"])
+    settings = _settings(repository)
+    try:
+        api_url = str(settings.get("apiUrl") or default_api_url(
+            provider, str(((repository.get("spec") or {}).get("repository") or {}).get("url") or "")))
+        tokens = await _tokens(ctx, repository, provider, api_url)
+        # An App's token exchange is the first call: in the thread, as every call to the provider.
+        return await asyncio.to_thread(client_for, provider, api_url, str(spec["project"]), int(spec["number"]),
+                                       tokens, outbound=ctx.settings.outbound_policy())
+    except HostNotAllowed as exc:  # before any call: the credentials never left
+        return Cond("Published", False, "HostNotAllowed", str(exc))
+    except OutboundRefused as exc:
+        return Cond("Published", False, "AddressNotAllowed", f"{_api_field(settings)}: {exc}")
+    except ProviderError as exc:
+        return Cond("Published", False, "ProviderError", str(exc))
+    except (CredentialsError, GitCredentialsError, ValueError) as exc:
+        return Cond("Published", False, "CredentialsInvalid", str(exc))
+
+
+async def _answer_commands(ctx: Context, pull_request: Mapping[str, Any], repository: Mapping[str, Any],
+                           pending: Sequence[Pending], decision: PullRequestDecision
+                           ) -> tuple[list[Body], dict[Key, str], bool]:
+    """Answer each new comment command once (`pullrequests.commands.decide_command`), asking the provider only
+    what a decision needs (the commenter's write permission, the review facts of an apply): a reply on the pull
+    request, then its record (`status.commands`). Returns the records, the layers to plan again (→ the comment's
+    id) and whether something failed (the rest wait for a retry). A reply is posted before its record is
+    written: a crash between them may answer twice, never act twice (a re-plan's run is named by the comment)."""
+    meta, spec = pull_request["metadata"], pull_request.get("spec") or {}
+    client = await _client(ctx, repository, spec)
+    if isinstance(client, Cond):
+        log.warning("pull request %s/%s: cannot answer its comment commands: %s", meta["namespace"], meta["name"],
+                    client.message)
+        return [], {}, True
+    handled: list[Body] = []
+    replan: dict[Key, str] = {}
+    settings = _settings(repository)
+    try:
+        for command in pending:
+            parsed = parse(command.text)
+            facts = CommandFacts()
+            answer = decide_command(parsed, command.id, command.by, spec, decision.status, settings, facts,
+                                    command.note, command.head_sha)
+            while answer.outcome == "ask":
+                if answer.ask == "permission":
+                    may = await asyncio.to_thread(client.write_permission, command.by, command.by_id)
+                    facts = dataclasses.replace(facts, may_write=may)
+                elif answer.ask == "access":
+                    identity = identity_of(command.by, command_settings(settings))
+                    assert identity is not None
+                    facts = dataclasses.replace(facts, may_update=await _may_update(ctx, identity, meta["namespace"]))
+                else:
+                    review = await asyncio.to_thread(client.review_facts, str(spec.get("base") or ""),
+                                                     str(spec.get("headSha") or ""))
+                    facts = dataclasses.replace(facts, review=review)
+                answer = decide_command(parsed, command.id, command.by, spec, decision.status, settings, facts,
+                                        command.note, command.head_sha)
+            body = reply_body(command.text, command.by, answer)
+            reply = await asyncio.to_thread(client.create_comment, body)
+            handled.append({"id": command.id, "outcome": answer.outcome, "reply": reply,
+                            "message": answer.reply.splitlines()[0][:1000] if answer.reply else ""})
+            for layer in answer.replan:
+                replan[layer] = command.id
+            log.info("pull request %s/%s: command %r by %s (comment %s): %s: %s", meta["namespace"], meta["name"],
+                     command.text[:100], command.by, command.id, answer.outcome, handled[-1]["message"][:200])
+    except (ProviderError, OutboundRefused, KubeError) as exc:
+        log.warning("pull request %s/%s: answering its comment commands: %s", meta["namespace"], meta["name"], exc)
+        return handled, replan, True
+    finally:
+        client.close()
+    return handled, replan, False
+
+
+async def _may_update(ctx: Context, identity: tuple[str, tuple[str, ...]], namespace: str) -> bool:
+    """A SubjectAccessReview: may this Kubernetes identity update the TerraformLayers of `namespace` (what
+    annotating a layer to plan or approve it needs)? KubeError when the API cannot say (the command waits)."""
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+              "spec": {"user": identity[0], "groups": list(identity[1]),
+                       "resourceAttributes": {"verb": "update", "group": ann.GROUP, "resource": "terraformlayers",
+                                              "namespace": namespace}}}
+    answer = await ctx.kube.create(path("authorization.k8s.io/v1", "subjectaccessreviews"), review)
+    return bool((answer.get("status") or {}).get("allowed"))
 
 
 def _api_field(settings: Mapping[str, Any]) -> str:

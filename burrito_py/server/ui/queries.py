@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.layer import LAYER_STATES
+from burrito_py.plans.attributes import AttributeChange, Leaf, Marker, display, one_line
 from burrito_py.plans.model import PlanModel, ResourceChange
 from burrito_py.server.views import repository_key
 
@@ -165,6 +166,37 @@ REASONS = {
 }
 
 
+UI_VALUE_CHARS = 1_000  # a longer value is cut on the page, saying its length (the download has it whole)
+
+
+@dataclass(frozen=True, slots=True)
+class ShownValue:
+    """One side of an attribute change as the page shows it: `text` empty when there is no value."""
+
+    text: str
+    marker: bool  # (sensitive) or (known after apply), not a value
+
+
+@dataclass(frozen=True, slots=True)
+class AttributeRow:
+    path: str
+    kind: str  # add, remove, change
+    before: ShownValue
+    after: ShownValue
+    forces_replace: bool
+
+
+def _shown(value: Leaf) -> ShownValue:
+    if value is None:
+        return ShownValue("", False)
+    return ShownValue(display(value, UI_VALUE_CHARS), isinstance(value, Marker))
+
+
+def attribute_rows(changes: Iterable[AttributeChange]) -> list[AttributeRow]:
+    """A resource's attribute diff (plans/attributes.py) as the plan page's table rows (Jinja escapes them)."""
+    return [AttributeRow(c.path, c.kind, _shown(c.before), _shown(c.after), c.forces_replace) for c in changes]
+
+
 @dataclass(frozen=True, slots=True)
 class PlanItem:
     address: str
@@ -172,6 +204,8 @@ class PlanItem:
     previous_address: str
     replace_paths: list[str]
     destroys: bool
+    attributes: list[AttributeRow] = field(default_factory=list)  # in the resource's first group only
+    attributes_cut: int = 0
 
 
 def _group(rc: ResourceChange) -> list[str]:
@@ -189,14 +223,17 @@ def _group(rc: ResourceChange) -> list[str]:
 def plan_groups(plan: PlanModel) -> dict[str, list[PlanItem]]:
     groups: dict[str, list[PlanItem]] = {name: [] for name in GROUPS}
     for rc in plan.changed():
-        for name in _group(rc):
+        for index, name in enumerate(_group(rc)):
             reason = REASONS.get(rc.action_reason or "", rc.action_reason or "")
             groups[name].append(PlanItem(
-                address=rc.address, reason=reason if name in ("replace", "delete") else "",
-                previous_address=rc.previous_address or "" if name == "moved" else "",
+                # One line, nothing that reorders it (a for_each key is the author's text): plans/attributes.py.
+                address=one_line(rc.address), reason=reason if name in ("replace", "delete") else "",
+                previous_address=one_line(rc.previous_address or "") if name == "moved" else "",
                 replace_paths=[".".join(str(p) for p in path) for path in rc.replace_paths] if name == "replace"
                 else [],
-                destroys=name in ("replace", "delete")))
+                destroys=name in ("replace", "delete"),
+                attributes=attribute_rows(rc.attributes) if index == 0 else [],
+                attributes_cut=rc.attributes_cut if index == 0 else 0))
     return {name: items for name, items in groups.items() if items}
 
 

@@ -524,7 +524,7 @@ def ui_router(settings: ServerSettings, kube: Kube, artifacts: Artifacts,
             if document is None:
                 raise PlanFormatError("(document): not a JSON object")
             hide = await artifacts.hidden_values(body, where, document, plan_attempt=attempt)
-            plan = masked_model(parse_plan(document), hide)
+            plan = masked_model(parse_plan(document, attributes=True), hide)
         except PlanFormatError as exc:
             raise UiProblem(502, f"the stored plan cannot be read: {exc}") from None
         try:

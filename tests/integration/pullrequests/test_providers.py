@@ -137,3 +137,31 @@ def test_by_default_a_client_reaches_nothing_internal() -> None:
             client.list_comments()
         client.close()
     assert "127.0.0.1 is a loopback address" in str(refused.value) and fake.calls == []
+
+
+# -- comment commands (issue 30): the commenter's write permission and the apply requirements' facts ----------------
+def test_write_permission_as_each_provider_says(provider: tuple[Fake, Any, list[float]]) -> None:
+    fake, client, _ = provider
+    fake.permissions.update({"alice": "write", "rita": "read", "ada": "admin"})
+    fake.members.update({5: 30, 6: 20})
+    if fake.kind == "gitlab":  # by user id: Developer (30) and above may write; a non-member is a 404
+        assert [client.write_permission(login, uid) for login, uid in (("alice", 5), ("rita", 6), ("x", 7))] == [
+            True, False, False]
+        assert client.write_permission("alice", None) is False
+        assert fake.calls[-1][1].endswith("/members/all/7")
+    else:
+        assert [client.write_permission(login, None) for login in ("alice", "rita", "ada", "nobody")] == [
+            True, False, True, False]
+        assert fake.calls[-1][1].endswith("/collaborators/nobody/permission")
+    assert TOKEN not in str(fake.calls)
+
+
+def test_review_facts_as_each_provider_says(provider: tuple[Fake, Any, list[float]]) -> None:
+    fake, client, _ = provider
+    fake.approved_by = ["rev"]
+    facts = client.review_facts("main", SHA)
+    assert (facts.author, facts.approved_by, facts.mergeable, facts.behind) == ("author", ("rev",), True, 0)
+    fake.mergeable, fake.behind, fake.approved_by = False, 2, []
+    facts = client.review_facts("main", SHA)
+    assert facts.approved_by == () and facts.mergeable is False
+    assert facts.behind == (1 if fake.kind == "gitea" else 2)  # Gitea says only whether (its merge base)

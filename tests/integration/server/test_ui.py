@@ -19,7 +19,10 @@ from tests.integration.server.rest_platform import NS_A, NS_B, READ_KINDS, REPO_
 from tests.integration.server.ui_platform import (
     BULK,
     BULK_LAYERS,
+    DIFF_RUN,
+    HOSTILE_RUN,
     PENDING_SUM,
+    SECRET_FED,
     csrf_of,
     fixture_run,
     logged_in,
@@ -31,6 +34,9 @@ from tests.unit.plans.test_plan_model import EXPECTED
 
 ROW = re.compile(r'<tr id="layer:[^"]+" data-layer="([a-z0-9.-]+)/([a-z0-9.-]+)">')
 SUMMARY = re.compile(r'<p class="summary" id="plan-summary"><strong>([^<]*)</strong>')
+ATTRIBUTE_ROW = re.compile(r'<tr class="attr-[a-z]+"><td><code>([^<]*)</code>( <span class="badge forces">forces '
+                           r'replacement</span>)?</td>\n<td>(.*?)</td><td>(.*?)</td></tr>')
+FORCES = ' <span class="badge forces">forces replacement</span>'
 GROUP_COUNT = re.compile(r'<section class="group group-([a-z]+)".*?data-count="(\d+)"', re.S)
 
 
@@ -223,6 +229,40 @@ def test_plan_page_names_replace_reasons_and_downloads_masked(alice: tuple[httpx
     assert download.status_code == 200 and "attachment" in download.headers["content-disposition"]
     assert SECRET not in download.text and json.loads(download.text)["resource_changes"]
     assert client.get(f"/ui/runs/{NS_A}/no-such-run/plan").status_code == 404
+
+
+def test_plan_page_shows_the_attribute_diff_of_a_real_plan(alice: tuple[httpx.Client, str]) -> None:
+    """terraform 1.11.4's plan (diff/attributes.json): each changed attribute with before and after, the one
+    forcing the replace marked, the sensitive variable `(sensitive)` on both sides, unknown values named."""
+    client, _ = alice
+    page = client.get(f"/ui/runs/{NS_A}/{DIFF_RUN}/plan")
+    assert page.status_code == 200, page.text
+    rows = set(ATTRIBUTE_ROW.findall(page.text))
+    code, none = "<code>&#34;{}&#34;</code>".format, '<span class="hint">none</span>'
+    sensitive, unknown = '<em class="marker">(sensitive)</em>', '<em class="marker">(known after apply)</em>'
+    for row in (("triggers_replace[0]", FORCES, code("v1"), code("v2")),
+                ("input.tags.Name", "", code("web-1"), code("web-2")),
+                ("input.ingress[0].cidr_blocks[1]", "", code("192.168.0.0/16"), code("172.16.0.0/12")),
+                ("input.tags.Env", "", code("dev"), none),
+                ("input", "", sensitive, sensitive),  # terraform_data.secret
+                ("input", "", none, code("fresh")), ("id", "", none, unknown)):  # terraform_data.new
+        assert row in rows, row
+    assert "new-sensitive-password-2" not in page.text
+    assert page.text.count('<table class="attributes">') == 4
+
+
+def test_attack_hostile_attribute_values_are_escaped_on_the_plan_page(alice: tuple[httpx.Client, str]) -> None:
+    """Attack test: values, map keys and for_each keys an author chose (`</details><img src=x onerror=…>`, a
+    `<script>`, a link) are text on the page, never markup; a Secret-fed value among them is masked."""
+    client, _ = alice
+    page = client.get(f"/ui/runs/{NS_A}/{HOSTILE_RUN}/plan")
+    assert page.status_code == 200, page.text
+    html = page.text
+    assert "<img" not in html and "<script>alert" not in html and "<a href='https://evil" not in html
+    assert "&lt;/details&gt;&lt;img src=x onerror=alert(1)&gt;" in html
+    assert html.count("<details") == html.count("</details>")
+    assert SECRET_FED not in html and "(sensitive value)" in html
+    assert "\u202e" not in html and "\\u202egnp.exe" in html
 
 
 def test_run_page_shows_attempts_and_logs(alice: tuple[httpx.Client, str]) -> None:

@@ -7,6 +7,7 @@ The REST platform's `tenant-a` reads and acts in team-a only."""
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,12 +29,14 @@ from tests.integration.server.rest_platform import (
     run_body,
     running_rest_platform,
 )
-from tests.unit.plans.plan_fixtures import fixture, fixture_names
+from tests.unit.plans.plan_fixtures import diff_fixture, fixture, fixture_names, hostile_plan
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 BULK, BULK_LAYERS = "bulk", 120
 PENDING_SUM = "sha256:" + "ab" * 32
 PENDING_RUN = "zz-app-plan-old"
+DIFF_RUN, HOSTILE_RUN = "diff-attributes", "diff-hostile"
+SECRET_FED = "s3cr3t-fed-from-a-Secret"  # the hostile run's Secret-fed variable, in one of its values and keys
 PATCH_LAYERS = [{"apiGroups": [ann.GROUP], "resources": ["terraformlayers"], "verbs": ["get", "list", "patch"]}]
 
 
@@ -87,6 +90,14 @@ def _ui_objects(platform: RestPlatform) -> None:
             create(kube, "terraformruns", NS_A, run_body(fixture_run(name), "app", "plan", "abc123"))
             store.put_plan(NS_A, "app", fixture_run(name), 1, "json", (Path(__file__).parents[2] / "fixtures" /
                                                                        "plans" / f"{name}.json").read_bytes())
+        # Attribute diffs (issue 30 item 7): terraform's own plan, and one whose values a hostile author chose, with
+        # an inputs record naming a Secret-fed variable whose value is in it.
+        for run, document in ((DIFF_RUN, diff_fixture("attributes")), (HOSTILE_RUN, hostile_plan([SECRET_FED]))):
+            create(kube, "terraformruns", NS_A, run_body(run, "app", "plan", "abc123"))
+            store.put_plan(NS_A, "app", run, 1, "json", json.dumps(document).encode())
+        store.put_inputs(NS_A, "app", HOSTILE_RUN, json.dumps({
+            "digest": "sha256:0", "variables": {"token": SECRET_FED}, "sensitive": [],
+            "secretVariables": ["token"]}).encode())
     assert fixture("create")  # the fixtures exist where plan_fixtures says
     create(kube, "terraformpullrequests", NS_A, {
         "kind": "TerraformPullRequest", "metadata": {"name": "infra-pr-7"},

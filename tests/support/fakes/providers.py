@@ -28,6 +28,14 @@ class Fake:
     limited: int = 0  # answer this many next calls with a rate limit
     next_id: int = 100
     next_page_host: str | None = None  # a hostile provider: GitHub's `Link` to the next page names this host
+    # Comment commands (§11.3): who may write (GitHub/Gitea login → permission; GitLab user id → access level),
+    # the pull request's author, approvals, mergeability and how far its head is behind its base.
+    permissions: dict[str, str] = field(default_factory=dict)
+    members: dict[int, int] = field(default_factory=dict)
+    author: str = "author"
+    approved_by: list[str] = field(default_factory=list)
+    mergeable: bool | None = True
+    behind: int = 0
 
 
 def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
@@ -85,6 +93,32 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
             if found and method in ("PATCH", "PUT"):
                 fake.comments[int(found.group(1))] = body["body"]
                 return self._answer(200, {"id": int(found.group(1)), "body": body["body"]})
+            if method == "GET" and (found := re.fullmatch(r".*/collaborators/([^/]+)/permission", path)):
+                login = found.group(1)
+                if login not in fake.permissions:
+                    return self._answer(404, {"message": "Not Found"})
+                return self._answer(200, {"permission": fake.permissions[login], "user": {"login": login}})
+            if method == "GET" and (found := re.fullmatch(r".*/members/all/(\d+)", path)):
+                level = fake.members.get(int(found.group(1)))
+                if level is None:
+                    return self._answer(404, {"message": "404 Not found"})
+                return self._answer(200, {"id": int(found.group(1)), "access_level": level})
+            if method == "GET" and re.fullmatch(r".*/pulls/\d+/reviews", path):
+                page = int(query.get("page", "1"))
+                reviews = [{"user": {"login": u}, "state": "APPROVED"} for u in fake.approved_by] if page == 1 else []
+                return self._answer(200, reviews)
+            if method == "GET" and re.fullmatch(r".*/pulls/\d+", path):
+                tip = "1" * 40
+                return self._answer(200, {"user": {"login": fake.author}, "mergeable": fake.mergeable,
+                                          "base": {"sha": tip}, "merge_base": tip if not fake.behind else "2" * 40})
+            if method == "GET" and re.fullmatch(r".*/compare/.+", path):
+                return self._answer(200, {"behind_by": fake.behind, "ahead_by": 1})
+            if method == "GET" and re.fullmatch(r".*/merge_requests/\d+/approvals", path):
+                return self._answer(200, {"approved_by": [{"user": {"username": u}} for u in fake.approved_by]})
+            if method == "GET" and re.fullmatch(r".*/merge_requests/\d+", path):
+                status = {True: "mergeable", False: "conflict", None: "checking"}[fake.mergeable]
+                return self._answer(200, {"author": {"username": fake.author}, "detailed_merge_status": status,
+                                          "diverged_commits_count": fake.behind})
             if re.fullmatch(r".*/statuses/[0-9a-f]+", path) and method == "POST":
                 fake.statuses.append({**body, "sha": path.rsplit("/", 1)[1]})
                 return self._answer(201, {"id": len(fake.statuses), **body})

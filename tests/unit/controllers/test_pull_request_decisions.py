@@ -4,6 +4,7 @@ never planned; the state and progress follow the runs."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hypothesis import given
@@ -122,3 +123,23 @@ def test_run_names_are_short_valid_and_distinct() -> None:
     long = run_name("x" * 253, (NS, "l" * 253), HEAD, 123456)
     assert len(long) <= 63 and long[0].isalnum() and long[-1].isalnum()
     assert name("app") != name("app", OLD) != name("db")
+
+
+def test_a_plan_comment_replans_its_layers_once_under_a_name_of_its_own() -> None:
+    """Issue 30: `/burrito-py plan db` (comment 42): db's run is replaced by one named by the comment, kept at the
+    following decisions (the row remembers it); app's is untouched; the same comment decided again names the same
+    run, so a second answer never makes a second one."""
+    runs = (RunFacts(name("app"), (NS, "app"), "Succeeded"), RunFacts(name("db"), (NS, "db"), "Succeeded"))
+    listed = decide_pull_request(snap({"headSha": OLD}, runs=runs, affected=AFFECTED)).status
+    replanned = decide_pull_request(dataclasses.replace(snap(listed, runs=runs), replan={(NS, "db"): "42"}))
+    new = run_name("infra-pr-7", (NS, "db"), HEAD, 7, "42")
+    assert new != name("db") and replanned.create == (((NS, "db"), new),)
+    assert [r.name for r in replanned.discard] == [name("db")]
+    assert [row.get("replan") for row in replanned.status["layers"]] == [None, "42", None]
+    later = decide_pull_request(snap(replanned.status, runs=(runs[0], RunFacts(new, (NS, "db"), "Running"))))
+    assert later.create == () and later.discard == ()
+    again = decide_pull_request(dataclasses.replace(snap(replanned.status, runs=(runs[0],)), replan={(NS, "db"): "42"}))
+    assert again.create == (((NS, "db"), new),)
+    # A new head forgets the re-plan: its runs are the head's own.
+    pushed = decide_pull_request(snap(replanned.status, head="c" * 40, affected=AFFECTED))
+    assert all("replan" not in row for row in pushed.status["layers"])

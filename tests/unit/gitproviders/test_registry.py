@@ -23,9 +23,9 @@ import burrito_py.gitproviders
 from burrito_py.api.crdgen import crd_for
 from burrito_py.api.pullrequest import PullRequestProvider, TerraformPullRequest
 from burrito_py.gitproviders import registry
-from burrito_py.gitproviders.base import Detected, GitProvider, PullRequestEvent, field_of, time_of
-from burrito_py.gitproviders.client import CommitStatus, ProviderClient
-from burrito_py.gitproviders.delivery import pull_request_event
+from burrito_py.gitproviders.base import CommentEvent, Detected, GitProvider, PullRequestEvent, field_of, time_of
+from burrito_py.gitproviders.client import CommitStatus, ProviderClient, ReviewFacts
+from burrito_py.gitproviders.delivery import comment_event, pull_request_event
 from burrito_py.outbound import OutboundPolicy
 from burrito_py.pullrequests.credentials import StaticToken, client_for, default_api_url, provider_token_source
 from burrito_py.server.webhook_keys import hmac_key
@@ -92,6 +92,12 @@ class FakeClient:
     def set_status(self, sha: str, status: CommitStatus, target_url: str | None) -> None:
         pass
 
+    def write_permission(self, login: str, user_id: int | None) -> bool:
+        return login == "maintainer"
+
+    def review_facts(self, base: str, head: str) -> ReviewFacts:
+        return ReviewFacts("author", ("reviewer",), True, 0)
+
 
 class FakeProvider:
     name = "fake"
@@ -117,6 +123,13 @@ class FakeProvider:
                                 field_of(payload, "change.target", str), field_of(payload, "change.source", str),
                                 field_of(payload, "change.sha", str), project=field_of(payload, "repo.path", str),
                                 updated_at=time_of(payload, "change.when"))
+
+    def comment_event(self, event: str, payload: Mapping[str, Any]) -> CommentEvent | None:
+        if event != "remark":
+            return None
+        return CommentEvent(self.name, field_of(payload, "change.id", int), str(field_of(payload, "remark.id", int)),
+                            field_of(payload, "remark.text", str), field_of(payload, "remark.by", str),
+                            field_of(payload, "repo.path", str))
 
     def head_ref(self, number: int) -> str:
         return f"refs/changes/{int(number)}"
@@ -165,6 +178,11 @@ def test_a_registered_provider_is_detected_verified_and_parsed(fake: FakeProvide
     assert pushed.is_push and pushed.branch == "main" and pull_request_event(pushed) is None
     with pytest.raises(BadDelivery, match="no X-GitHub-Event, X-Gitlab-Event, X-Gitea-Event or X-Fake-Event header"):
         read_delivery({}, body)
+    # Its comments are comment commands (§11.3, "Comment commands"): nothing else names it.
+    remark = json.dumps({**CHANGE, "remark": {"id": 9, "text": "/burrito-py plan", "by": "maintainer"}}).encode()
+    said = read_delivery(signed(remark, "remark"), remark)
+    assert comment_event(said) == CommentEvent("fake", 5, "9", "/burrito-py plan", "maintainer", "team/infra")
+    assert pull_request_event(said) is None and comment_event(delivery) is None
 
 
 def test_a_registered_provider_gets_its_api_and_credentials(fake: FakeProvider) -> None:

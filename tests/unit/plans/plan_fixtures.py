@@ -4,6 +4,7 @@ otherwise) and a generated plan of any size."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,12 @@ SECRET = "hunter2-very-secret"  # the sensitive variable's value in sensitive.js
 
 def fixture(name: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return data
+
+
+def diff_fixture(name: str) -> dict[str, Any]:
+    """A plan of tests/fixtures/plans/diff/ (attribute diffs; outside the set every plan test iterates over)."""
+    data: dict[str, Any] = json.loads((FIXTURES / "diff" / f"{name}.json").read_text())
     return data
 
 
@@ -37,3 +44,20 @@ def generated_plan(changes: int, *, types: tuple[str, ...] = ("aws_instance", "a
         })
     return {"format_version": "1.2", "terraform_version": "1.11.4", "resource_changes": resource_changes,
             "applyable": True, "errored": False}
+
+
+HOSTILE = ["</details><img src=x onerror=alert(1)>", "[click here](https://evil.example/steal)",
+           "```\n</details>\n<script>alert(2)</script>", "<a href='https://evil.example'>x</a>",
+           "![img](https://evil.example/p.png)", "\u202egnp.exe", "line\n\n# heading\n- item"]
+
+
+def hostile_plan(extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Updates whose values, map keys and for_each keys an author of the pull request chose (HTML, markdown, a fence
+    breaker, a right-to-left override), one resource per value."""
+    resources = []
+    for i, value in enumerate([*HOSTILE, *extra]):
+        address = f'terraform_data.x["{value}"]' if i % 2 == 0 else f"terraform_data.h{i}"
+        resources.append({"address": address, "mode": "managed", "type": "terraform_data", "name": "x",
+                          "change": {"actions": ["update"], "before": {"input": "old", "m": {value: "1"}},
+                                     "after": {"input": value, "m": {value: "2"}}}})
+    return {"format_version": "1.2", "terraform_version": "1.11.4", "resource_changes": resources}

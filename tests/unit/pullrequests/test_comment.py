@@ -46,7 +46,7 @@ def plan_text(plan: PlanModel) -> str:
 
 
 def planned(name: str, plan: dict[str, Any] | PlanModel, **kw: Any) -> LayerResult:
-    model = plan if isinstance(plan, PlanModel) else parse_plan(plan)
+    model = plan if isinstance(plan, PlanModel) else parse_plan(plan, attributes=True)  # as the controller reads it
     return LayerResult("team-a", name, f"layers/{name}", "planned", model, plan_text(model), **kw)
 
 
