@@ -349,16 +349,20 @@ class GitMirror:
         status, _, _ = self._read(["cat-file", "-e", f"{sha}:{normalized}"])
         return status == 0
 
-    def terragrunt_tree(self, rev: str, max_file_bytes: int = 1 << 20) -> TerragruntTree:
+    def terragrunt_tree(self, rev: str, max_file_bytes: int = 1 << 20, max_total_bytes: int = 16 << 20
+                        ) -> TerragruntTree:
         """What the Terragrunt analysis reads of `rev` (git/terragrunt.py): every blob path, the text of each
-        `*.hcl` file up to `max_file_bytes` (a larger one is left out: it is no unit configuration), and every
-        symlink's target. One `ls-tree` and one `cat-file --batch`, whatever the number of files."""
+        `*.hcl` file up to `max_file_bytes`, `terragrunt.hcl` files first, while they add up to at most
+        `max_total_bytes` (the repository is a tenant's: thousands of large files must not fill the controllers'
+        memory), and every symlink's target. The files left out are named in `unread`. One `ls-tree` and one
+        `cat-file --batch`, whatever the number of files."""
         sha = self._require_commit(rev)
         status, raw, err = self._read_bytes(["ls-tree", "-r", "-z", "-l", "--full-tree", sha])
         if status != 0:
             raise GitError(f"listing files of {rev} in {self.safe_url} failed: {_last_error_line(err)}")
         paths: set[str] = set()
         wanted: list[tuple[str, str, bool]] = []  # (path, blob, is a symlink)
+        configs: list[tuple[bool, str, str, int]] = []  # (not a unit's file, path, blob, size)
         for entry in _split_z(raw):
             meta, _, name = entry.partition("\t")
             fields = meta.split()
@@ -368,15 +372,22 @@ class GitMirror:
             mode, blob, size = fields[0], fields[2], fields[3]
             if mode == "120000":
                 wanted.append((name, blob, True))
-            elif name.endswith(".hcl") and size.isdigit() and int(size) <= max_file_bytes:
+            elif name.endswith(".hcl"):
+                configs.append((not name.endswith("terragrunt.hcl"), name, blob, int(size) if size.isdigit() else -1))
+        budget, unread = max_total_bytes, set()
+        for _, name, blob, length in sorted(configs):
+            if 0 <= length <= min(max_file_bytes, budget):
+                budget -= length
                 wanted.append((name, blob, False))
+            else:
+                unread.add(name)
         texts: dict[str, str] = {}
         symlinks: dict[str, str] = {}
         contents = self._blobs([blob for _, blob, _ in wanted])
         for (name, _, link), content in zip(wanted, contents, strict=True):
             text = content.decode("utf-8", "replace")
             (symlinks if link else texts)[name] = text
-        return TerragruntTree(frozenset(paths), texts, symlinks)
+        return TerragruntTree(frozenset(paths), texts, symlinks, frozenset(unread))
 
     def _blobs(self, blobs: list[str]) -> list[bytes]:
         """The contents of `blobs`, in order, through one `git cat-file --batch`."""

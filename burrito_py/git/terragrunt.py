@@ -75,6 +75,7 @@ class TerragruntTree:
     paths: frozenset[str]
     texts: Mapping[str, str]
     symlinks: Mapping[str, str] = field(default_factory=dict)
+    unread: frozenset[str] = frozenset()  # `*.hcl` files too large, or beyond the bytes read per commit
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -221,10 +222,21 @@ def _locate(tree: TerragruntTree, unit: str, path: str) -> str:
 
 
 # -- files ------------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=4096)
+CACHED_TEXT = 64 << 10  # files up to 64 KiB are parsed once per content (4,096 of them: 256 MiB at most)
+
+
 def _parse(text: str) -> dict[str, Any]:
     """Parsed once per content (python-hcl2 takes ~20 ms a unit file): a new head re-parses only what changed,
     and `root.hcl` is parsed once for all the units including it. The result is only read."""
+    return _parse_cached(text) if len(text) <= CACHED_TEXT else _parse_text(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str) -> dict[str, Any]:
+    return _parse_text(text)
+
+
+def _parse_text(text: str) -> dict[str, Any]:
     import hcl2  # ~0.1 s to import; only repositories with Terragrunt layers pay it
 
     parsed = hcl2.loads(text)
@@ -294,6 +306,9 @@ class _Walk:
         self.visited.add(path)
         text = self.tree.texts.get(path)
         if text is None:
+            if path in self.tree.unread:
+                self.problems.add(Problem(INVALID, f"{path} was not read: larger than 1 MiB, or beyond the 16 MiB "
+                                          "of .hcl files read per commit"))
             return
         try:
             parsed = _parse(text)
@@ -374,7 +389,7 @@ def analyze_unit(tree: TerragruntTree, unit: str) -> UnitAnalysis:
     """The unit at repository path `unit` (its directory): dependencies, reads, problems. See the module."""
     walk = _Walk(tree, unit)
     own = posixpath.join(unit, CONFIG) if unit else CONFIG
-    if own not in tree.texts:
+    if own not in tree.texts and own not in tree.unread:
         return UnitAnalysis(unit, problems=(Problem(NOT_FOUND, f"{unit or '.'} holds no {CONFIG}"),))
     walk.file(own, 0, included=True)
     dependencies: dict[str, UnitDependency] = {}

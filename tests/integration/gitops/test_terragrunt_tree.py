@@ -39,3 +39,24 @@ def test_the_tree_of_a_commit_with_symlinks(tmp_path: Path) -> None:
     assert analysis.dependencies == (UnitDependency("vpc", "live/vpc", None),)
     [problem] = analysis.problems
     assert problem.reason == OUTSIDE and 'dependency "out"' in problem.message
+
+
+def test_hcl_files_are_read_within_a_budget_unit_files_first(tmp_path: Path) -> None:
+    """A tenant's repository cannot make the controllers hold its bulk: past the budget, files are left unread
+    (terragrunt.hcl files first in), and a unit whose file was not read says so."""
+    repo = make_repo(tmp_path / "work")
+    head = repo.commit({
+        "a/terragrunt.hcl": "# " + "x" * 300 + "\n",
+        "b/terragrunt.hcl": 'include "big" {\n  path = "../big.hcl"\n}\n',
+        "big.hcl": "# " + "y" * 600 + "\n",
+        "c/terragrunt.hcl": "# " + "z" * 2000 + "\n",
+    }, "bulk")
+    mirror = GitMirror(tmp_path / "cache", repo.url)
+    mirror.fetch()
+    tree = mirror.terragrunt_tree(head, max_file_bytes=1500, max_total_bytes=800)
+    assert set(tree.texts) == {"a/terragrunt.hcl", "b/terragrunt.hcl"}
+    assert tree.unread == {"big.hcl", "c/terragrunt.hcl"}
+    [problem] = analyze_unit(tree, "b").problems
+    assert problem.reason == "TerragruntConfigInvalid" and "big.hcl was not read" in problem.message
+    [problem] = analyze_unit(tree, "c").problems
+    assert problem.reason == "TerragruntConfigInvalid" and "c/terragrunt.hcl was not read" in problem.message
