@@ -30,6 +30,10 @@ BRANCH_COMMIT = "webhook.burrito-py.io/branch-commit"
 BRANCH_COMMIT_DATE = "webhook.burrito-py.io/branch-commit-date"
 RELEVANT_COMMIT = "webhook.burrito-py.io/relevant-commit"
 RELEVANT_COMMIT_DATE = "webhook.burrito-py.io/relevant-commit-date"
+# On a Terragrunt layer, what its unit's terragrunt.hcl says at the branch head (JSON): the layers its `dependency`
+# blocks name (`dependencies`: name, unit, block, outputs read or null for all), the files it reads (`reads`) and
+# what is wrong with it (`problems`: reason, message). docs/architecture.md §9.1.
+TERRAGRUNT = "webhook.burrito-py.io/terragrunt"
 # Set by a person or the server; removed by the layer controller when it acts on it.
 SYNC_NOW = "api.burrito-py.io/sync-now"
 # Set by a person: apply the pending plan whose sum is exactly this value (manual approval).

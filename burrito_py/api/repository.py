@@ -21,6 +21,7 @@ from burrito_py.api.common import (
     check_single_tool,
 )
 from burrito_py.api.errors import PATTERN_EXPLANATIONS
+from burrito_py.api.layer import RelativePath
 
 __all__ = [
     "REPOSITORY_URL_PATTERN",
@@ -161,6 +162,32 @@ class PullRequestSettings(ApiModel):
     )
 
 
+NAME_PREFIX_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?-?$"
+PATTERN_EXPLANATIONS[NAME_PREFIX_PATTERN] = (
+    "must be lower-case letters, digits and '-', starting with a letter or digit (it begins layer names)"
+)
+
+
+class LayersFromUnits(ApiModel):
+    """One TerraformLayer per Terragrunt unit (a directory with a terragrunt.hcl) found under `path` on `branch`,
+    owned by the repository and kept in step with the tree (docs/architecture.md §9.1)."""
+
+    branch: str = Field(min_length=1, description="The branch whose tree is searched, and the layers follow.")
+    path: RelativePath | None = Field(
+        default=None, description="Units at or below this path (unset or '.': the whole repository)."
+    )
+    name_prefix: Annotated[str, StringConstraints(pattern=NAME_PREFIX_PATTERN, max_length=40)] | None = Field(
+        default=None, description="Prefix of the layers' names, before the unit's path with '/' as '-'. "
+        "Unset: '<repository name>-'."
+    )
+    auto_apply: bool | None = Field(default=None, description="The layers apply their plans without approval "
+                                    "(unset: false).")
+    destroy_resources_on_deletion: bool | None = Field(
+        default=None, description="A layer whose unit is gone destroys its resources before it goes (unset: false: "
+        "they are left as they are)."
+    )
+
+
 class TerraformRepositorySpec(ApiModel):
     """Where the code lives; every other field is a default for the repository's layers."""
 
@@ -184,6 +211,10 @@ class TerraformRepositorySpec(ApiModel):
     )
     sync_windows: list[SyncWindow] = Field(
         default_factory=list, description="Windows in which runs of this repository's layers may (not) start."
+    )
+    layers_from_units: LayersFromUnits | None = Field(
+        default=None, description="Generate one TerraformLayer per Terragrunt unit under a path (unset: none; "
+        "removing it deletes the generated layers)."
     )
 
     @model_validator(mode="after")

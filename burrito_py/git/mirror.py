@@ -26,6 +26,7 @@ import fcntl
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
@@ -37,6 +38,7 @@ import git
 from burrito_py.git.credentials import GitCredentials, git_environment, scrub
 from burrito_py.git.paths import ROOT, Change, normalize_repo_path
 from burrito_py.git.pinning import pin_for
+from burrito_py.git.terragrunt import TerragruntTree
 from burrito_py.git.urls import mirror_dir_name, redact, validate_url
 from burrito_py.outbound import OutboundPolicy, Resolver, Unresolvable, system_resolver
 
@@ -346,6 +348,70 @@ class GitMirror:
             return True
         status, _, _ = self._read(["cat-file", "-e", f"{sha}:{normalized}"])
         return status == 0
+
+    def terragrunt_tree(self, rev: str, max_file_bytes: int = 1 << 20, max_total_bytes: int = 16 << 20
+                        ) -> TerragruntTree:
+        """What the Terragrunt analysis reads of `rev` (git/terragrunt.py): every blob path, the text of each
+        `*.hcl` file up to `max_file_bytes`, `terragrunt.hcl` files first, while they add up to at most
+        `max_total_bytes` (the repository is a tenant's: thousands of large files must not fill the controllers'
+        memory), and every symlink's target. The files left out are named in `unread`. One `ls-tree` and one
+        `cat-file --batch`, whatever the number of files."""
+        sha = self._require_commit(rev)
+        status, raw, err = self._read_bytes(["ls-tree", "-r", "-z", "-l", "--full-tree", sha])
+        if status != 0:
+            raise GitError(f"listing files of {rev} in {self.safe_url} failed: {_last_error_line(err)}")
+        paths: set[str] = set()
+        wanted: list[tuple[str, str, bool]] = []  # (path, blob, is a symlink)
+        configs: list[tuple[bool, str, str, int]] = []  # (not a unit's file, path, blob, size)
+        for entry in _split_z(raw):
+            meta, _, name = entry.partition("\t")
+            fields = meta.split()
+            if len(fields) != 4 or fields[1] != "blob":
+                continue
+            paths.add(name)
+            mode, blob, size = fields[0], fields[2], fields[3]
+            if mode == "120000":
+                wanted.append((name, blob, True))
+            elif name.endswith(".hcl"):
+                configs.append((not name.endswith("terragrunt.hcl"), name, blob, int(size) if size.isdigit() else -1))
+        budget, unread = max_total_bytes, set()
+        for _, name, blob, length in sorted(configs):
+            if 0 <= length <= min(max_file_bytes, budget):
+                budget -= length
+                wanted.append((name, blob, False))
+            else:
+                unread.add(name)
+        texts: dict[str, str] = {}
+        symlinks: dict[str, str] = {}
+        contents = self._blobs([blob for _, blob, _ in wanted])
+        for (name, _, link), content in zip(wanted, contents, strict=True):
+            text = content.decode("utf-8", "replace")
+            (symlinks if link else texts)[name] = text
+        return TerragruntTree(frozenset(paths), texts, symlinks, frozenset(unread))
+
+    def _blobs(self, blobs: list[str]) -> list[bytes]:
+        """The contents of `blobs`, in order, through one `git cat-file --batch`."""
+        if not blobs:
+            return []
+        command = [git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git", f"--git-dir={self.path}", "cat-file", "--batch"]
+        try:
+            done = subprocess.run(command, input="".join(f"{b}\n" for b in blobs).encode(), capture_output=True,
+                                  env={**os.environ, **_NON_INTERACTIVE}, check=False, timeout=300)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise GitError(f"reading files of {self.safe_url} failed: {type(exc).__name__}") from None
+        if done.returncode != 0:
+            raise GitError(f"reading files of {self.safe_url} failed: "
+                           f"{_last_error_line(redact(done.stderr.decode('utf-8', 'replace')))}")
+        out, position, found = done.stdout, 0, []
+        for _ in blobs:
+            header_end = out.index(b"\n", position)
+            header = out[position:header_end].split()
+            if len(header) != 3:  # "<sha> missing"
+                raise GitError(f"reading files of {self.safe_url} failed: {header[-1:]!r}")
+            size = int(header[2])
+            found.append(out[header_end + 1:header_end + 1 + size])
+            position = header_end + 1 + size + 1
+        return found
 
     # -- plumbing ---------------------------------------------------------------------------------------
 

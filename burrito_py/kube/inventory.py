@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from burrito_py.api import annotations as ann
-from burrito_py.api.dependencies import dependencies_of, find_cycle
+from burrito_py.api.dependencies import find_cycle, layer_dependencies
 
 Key = tuple[str, str]  # (namespace, name)
 Body = dict[str, Any]
@@ -107,7 +107,7 @@ class LayerStore(Store):
         kept = super().observe(body)
         if kept:
             upstreams = self.upstreams_of(key)
-            self._index(key, tuple(d.upstream for d in dependencies_of(body.get("spec") or {}, key[0])))
+            self._index(key, tuple(d.upstream for d in layer_dependencies(body, key[0])))
             if self.on_change is not None:
                 self.on_change(key, before, self.get(key), upstreams)
         return kept

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from burrito_py.api.dependencies import dependencies_of
+from burrito_py.api.dependencies import layer_dependencies, terragrunt_reads
 from burrito_py.git.paths import Change, is_relevant
 
 Key = tuple[str, str]
@@ -45,12 +45,13 @@ def affected_layers(changes: Sequence[Change], layers: Iterable[Mapping[str, Any
         _key(layer) for layer in held
         if _follows(layer, repository, base) and not layer["metadata"].get("deletionTimestamp")
         and is_relevant(changes, (layer.get("spec") or {}).get("path", ""),
-                        (layer.get("spec") or {}).get("additionalTriggerPaths") or ())
+                        [*((layer.get("spec") or {}).get("additionalTriggerPaths") or ()),
+                         *terragrunt_reads(layer["metadata"].get("annotations"))])
     }
     dependents: dict[Key, set[Key]] = {}
     for layer in held:
         key = _key(layer)
-        for dependency in dependencies_of(layer.get("spec") or {}, key[0]):
+        for dependency in layer_dependencies(layer, key[0]):
             dependents.setdefault(dependency.upstream, set()).add(key)
     downstream: set[Key] = set()
     frontier = list(touched)

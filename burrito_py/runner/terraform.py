@@ -21,7 +21,7 @@ too), without another process that reads and renders the whole plan (~0.4 s of C
 
 OpenTofu takes the same arguments (the binary is `tofu`); with terragrunt the command is
 `terragrunt <the same arguments>` with `TG_TF_PATH` (and the pre-0.73 `TERRAGRUNT_TFPATH`) set to the
-resolved terraform/tofu binary and non-interactive mode on.
+resolved terraform/tofu binary, non-interactive mode on, and `TG_TF_FORWARD_STDOUT` (terraform's output as is).
 
 Extra arguments may hold secrets (`-backend-config=password=…`), so the echoed command lines show only what
 precedes the first `=` of each extra argument.
@@ -144,6 +144,11 @@ def step_env(tool: Tool, base: Mapping[str, str]) -> dict[str, str]:
             TERRAGRUNT_TFPATH=tool.binary,
             TG_NON_INTERACTIVE="true",
             TERRAGRUNT_NON_INTERACTIVE="true",
+            # Terraform's own output as it prints it (the human-readable plan, `show -json`, `output -json`),
+            # not folded into Terragrunt's log lines with a timestamp and a `STDOUT terraform:` prefix each;
+            # Terragrunt's own log goes to stderr, without colours.
+            TG_TF_FORWARD_STDOUT="true",
+            TG_NO_COLOR="true",
         )
     return env
 

@@ -81,14 +81,14 @@ def prepare_example(name: str, data_dir: Path) -> list[dict[str, Any]]:
         subprocess.run([*git, "-C", str(repo), "commit", "-q", "-m", f"{name} example"], check=True)
     (data_dir / "state").mkdir(parents=True, exist_ok=True)
     text = (source / "manifests.yaml").read_text().replace("${DATA_DIR}", str(data_dir.resolve()))
-    if "${ENGINES_ROOT}" in text:  # the opentofu example runs the engines built from their Go modules
+    if "${ENGINES_ROOT}" in text:  # the opentofu and terragrunt examples run the engines built from Go modules
         text = text.replace("${ENGINES_ROOT}", str(engines_root()))
     return load_documents(text)
 
 
 def engines_root() -> Path:
-    """The root `scripts/build-engines.sh` assembled (docs/architecture.md §23): its `tenv/` holds OpenTofu
-    and Terraform in tenv's layout. Not built: a clear error naming the script."""
+    """The root `scripts/build-engines.sh` assembled (docs/architecture.md §23): its `tenv/` holds OpenTofu,
+    Terraform and Terragrunt in tenv's layout. Not built: a clear error naming the script."""
     script = EXAMPLES_DIR.parent / "scripts" / "build-engines.sh"
     result = subprocess.run(["bash", str(script), "--cached"], capture_output=True, text=True, check=False)
     if result.returncode != 0 or not result.stdout.strip():

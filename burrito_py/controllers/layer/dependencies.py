@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from burrito_py.api import annotations as ann
-from burrito_py.api.dependencies import dependencies_of
+from burrito_py.api.dependencies import layer_dependencies, terragrunt_problems
 from burrito_py.controllers.layer.dependency_decisions import (
     CONDITION,
     FAILED,
@@ -119,8 +119,9 @@ async def dependency_snapshot(ctx: Context, layer: Mapping[str, Any]) -> Depende
     """What the decision needs of the layer's upstreams (None: it has none). Reads outputs only for the
     upstreams whose outputs it consumes, and only once per upstream apply."""
     key = key_of(layer)
-    deps = dependencies_of(layer.get("spec") or {}, key[0])
-    if not deps:
+    deps = layer_dependencies(layer, key[0])
+    problems = terragrunt_problems(layer["metadata"].get("annotations"))
+    if not deps and not problems:
         return None
     upstreams: dict[Key, UpstreamView] = {}
     missing_outputs = False
@@ -129,8 +130,8 @@ async def dependency_snapshot(ctx: Context, layer: Mapping[str, Any]) -> Depende
         body = ctx.inventory.layers.get(dep.upstream)
         if body is None or (dep.upstream[0] != key[0] and not allowed):
             continue  # a refused namespace's outputs are not even read
-        outputs = await held_outputs(ctx, body) if dep.inputs else None
-        missing_outputs = missing_outputs or (bool(dep.inputs) and outputs is None and _applied(body))
+        outputs = await held_outputs(ctx, body) if dep.reads_outputs else None
+        missing_outputs = missing_outputs or (dep.reads_outputs and outputs is None and _applied(body))
         upstreams[dep.upstream] = upstream_view(body, layer, outputs)
     if missing_outputs:
         ctx.wake_layer(key, RETRY_SECONDS)
@@ -143,6 +144,7 @@ async def dependency_snapshot(ctx: Context, layer: Mapping[str, Any]) -> Depende
         cycle=ctx.inventory.layers.cycle_through(key),
         cross_namespace_allowed=allowed,
         salt=str(layer["metadata"].get("uid") or ""),
+        problems=problems,
     )
 
 
@@ -167,7 +169,9 @@ async def upstream_inputs(ctx: Context, verdict: DependencyVerdict) -> Upstream 
     """The upstream outputs a run being created consumes, for its inputs record (run_inputs.py): None when it
     consumes none; `MOVED_ON` when an upstream applied again meanwhile (decide again at once)."""
     if not verdict.inputs:
-        return None
+        # Nothing to hand over (Terragrunt reads its dependencies' outputs itself, triggerAlways reads none): the
+        # record still carries the digest the run is stamped with, which the runner checks.
+        return Upstream(verdict.inputs_digest) if verdict.inputs_digest else None
     outputs: dict[Key, HeldOutputs] = {}
     for upstream, apply_run in verdict.consumed:
         body = ctx.inventory.layers.get(upstream)

@@ -42,11 +42,15 @@ NOT_FOUND = "DependencyNotFound"
 CYCLE = "DependencyCycle"
 DENIED = "CrossNamespaceDenied"
 OUTPUT_MISSING = "OutputMissing"
+# A Terragrunt unit's own problems (git/terragrunt.py): a path leading out of the repository, a file that does
+# not parse or a config_path not evaluated; a config_path to no unit is NOT_FOUND.
+OUTSIDE = "PathOutsideRepository"
+INVALID = "TerragruntConfigInvalid"
 CONDITION = "DependenciesSatisfied"
 # Reasons that stop every run of the dependent, plans included.
-BLOCKING = (CYCLE, NOT_FOUND, DENIED)
+BLOCKING = (CYCLE, NOT_FOUND, DENIED, OUTSIDE, INVALID)
 # In the order a layer's condition reports them: the first reason found among its upstreams wins.
-PRECEDENCE = (CYCLE, DENIED, NOT_FOUND, FAILED, OUTPUT_MISSING, DELETING, PENDING)
+PRECEDENCE = (OUTSIDE, CYCLE, INVALID, DENIED, NOT_FOUND, FAILED, OUTPUT_MISSING, DELETING, PENDING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,8 @@ class DependencySnapshot:
     cycle: tuple[Key, ...] | None = None  # a cycle through the dependent (dependency_graph.find_cycle)
     cross_namespace_allowed: bool = False
     salt: str = ""  # the dependent's uid
+    # (reason, message) of the layer's Terragrunt unit (its repository controller annotation): they block it.
+    problems: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +149,7 @@ def _standing(snap: DependencySnapshot, dep: Dependency) -> UpstreamStanding:
     if up.same_source and up.applied_revision != snap.branch_commit:
         return UpstreamStanding(*facts, False, PENDING, f"{_fmt(key)} has applied {up.applied_revision}, and this "
                                 f"layer follows {snap.branch_commit}: waiting for it to apply that commit")
-    if dep.inputs and up.outputs is None:
+    if dep.reads_outputs and up.outputs is None:
         return UpstreamStanding(*facts, False, PENDING, f"the outputs of {_fmt(key)} are not read yet")
     return UpstreamStanding(*facts, True, SATISFIED)
 
@@ -151,7 +157,7 @@ def _standing(snap: DependencySnapshot, dep: Dependency) -> UpstreamStanding:
 def _missing_outputs(dep: Dependency, up: UpstreamView) -> list[str]:
     if up.outputs is None:
         return []
-    return sorted({output for _, output in dep.inputs if output not in up.outputs})
+    return sorted({output for output in (*(o for _, o in dep.inputs), *dep.watched) if output not in up.outputs})
 
 
 def _digest(snap: DependencySnapshot) -> tuple[str | None, bool]:
@@ -166,6 +172,14 @@ def _digest(snap: DependencySnapshot) -> tuple[str | None, bool]:
             value = (up.outputs or {}).get(output) if up is not None else None
             known = known and value is not None
             parts.append(["input", variable, _fmt(dep.upstream), output, value])
+        for output in dep.watched:  # read by Terragrunt itself: they key the plan, no variable is set
+            value = (up.outputs or {}).get(output) if up is not None else None
+            known = known and value is not None
+            parts.append(["watch", _fmt(dep.upstream), output, value])
+        if dep.watch_all:
+            outputs = up.outputs if up is not None else None
+            known = known and outputs is not None
+            parts.append(["watch-all", _fmt(dep.upstream), sorted((outputs or {}).items())])
     if not parts:
         return None, True
     blob = json.dumps([snap.salt, parts], separators=(",", ":"), sort_keys=True)
@@ -174,18 +188,21 @@ def _digest(snap: DependencySnapshot) -> tuple[str | None, bool]:
 
 def judge_dependencies(snap: DependencySnapshot) -> DependencyVerdict | None:
     """None for a layer without dependencies (nothing changes for it)."""
-    if not snap.dependencies:
+    if not snap.dependencies and not snap.problems:
         return None
     standings = tuple(_standing(snap, dep) for dep in snap.dependencies)
     digest, known = _digest(snap)
-    reasons = {s.reason for s in standings}
+    reasons = {s.reason for s in standings} | {reason for reason, _ in snap.problems}
     blocked = bool(reasons & set(BLOCKING))
     worst = next((r for r in PRECEDENCE if r in reasons), SATISFIED)
     if worst == SATISFIED:
         condition = Cond(CONDITION, True, SATISFIED, f"{len(standings)} upstream(s) applied")
     else:
-        first = next(s for s in standings if s.reason == worst)
-        condition = Cond(CONDITION, False, worst, first.message)
+        # The unit's own problem first (it names the file and the block): an upstream's standing otherwise.
+        message = next((m for r, m in snap.problems if r == worst), None)
+        if message is None:
+            message = next(s for s in standings if s.reason == worst).message
+        condition = Cond(CONDITION, False, worst, message)
     inputs = tuple((variable, dep.upstream, output) for dep in snap.dependencies for variable, output in dep.inputs)
     consumed = tuple((dep.upstream, up.apply_run if (up := snap.upstreams.get(dep.upstream)) else None)
                      for dep in snap.dependencies if dep.inputs)

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import tempfile
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -22,13 +23,17 @@ from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.validation import cross_namespace_problem
+from burrito_py.controllers.repository.generated import CONDITION as GENERATED
+from burrito_py.controllers.repository.generated import UNIT_ANNOTATION, decide_generated_layers
+from burrito_py.controllers.repository.terragrunt import decide_terragrunt, terragrunt_enabled
 from burrito_py.controllers.repository.webhook_keys import CONDITION as WEBHOOKS
 from burrito_py.controllers.repository.webhook_keys import webhook_entry
 from burrito_py.git.allowed_hosts import HostNotAllowed
 from burrito_py.git.credentials import CredentialsError, GitCredentials, credentials_from_secret
 from burrito_py.git.mirror import GitError, GitMirror
-from burrito_py.git.paths import Change
+from burrito_py.git.paths import Change, normalize_repo_path
 from burrito_py.git.relevance import decide_layer_commits, diff_base
+from burrito_py.git.terragrunt import TerragruntTree, units_of
 from burrito_py.git.urls import is_file_url, url_policy_problem
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.conditions import Cond, merge_conditions
@@ -85,7 +90,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         for layer in ctx.inventory.layers_of_repository(namespace, name)
         if cross_namespace_problem(layer, ctx.settings) is None
     ]
-    branches = sorted({(layer.get("spec") or {}).get("branch", "") for layer in layers} - {""})
+    generation = ((repository.get("spec") or {}).get("layersFromUnits") or {})
+    branches = sorted({(layer.get("spec") or {}).get("branch", "") for layer in layers} - {""}
+                      | ({str(generation["branch"])} if generation.get("branch") else set()))
     now = utcnow()
     refused = url_policy_problem(url, ctx.settings.allow_file_repositories)
     if refused:
@@ -113,6 +120,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         return
 
     entries = []
+    units: tuple[str, ...] | None = None
     for branch in branches:
         head = await asyncio.to_thread(mirror.resolve, branch)
         branch_layers = [layer for layer in layers if (layer.get("spec") or {}).get("branch") == branch]
@@ -123,12 +131,50 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             continue
         head_date = await asyncio.to_thread(mirror.commit_date, head)
         await ensure_source(ctx, mirror, namespace, name, head)
-        patches = await asyncio.to_thread(_branch_patches, mirror, branch_layers, head, head_date)
+        if branch == generation.get("branch"):
+            units = await asyncio.to_thread(_units, mirror, head, str(generation.get("path") or ""))
+        patches = await asyncio.to_thread(_branch_patches, mirror, branch_layers, head, head_date, repository)
         for layer, patch in patches:
             await _annotate_layer(ctx, layer, patch)
         entries.append(_branch_entry(branch, head, now, "Synced"))
+    generated = await _generate_layers(ctx, repository, units)
     await _write_status(ctx, repository, "Synced", entries, Cond("Synced", True, "FetchSucceeded", ""), now,
-                        webhooks)
+                        webhooks, generated)
+
+
+def _units(mirror: GitMirror, head: str, under: str) -> tuple[str, ...]:
+    return units_of(terragrunt_tree(mirror, head), normalize_repo_path(under))
+
+
+async def _generate_layers(ctx: Context, repository: Body, units: tuple[str, ...] | None) -> Cond | None:
+    """Create, bring back in step and delete the layers of `spec.layersFromUnits` (generated.py); its condition."""
+    namespace, name = key_of(repository)
+    names = frozenset(b["metadata"]["name"] for b in ctx.inventory.layers if b["metadata"]["namespace"] == namespace)
+    decision = decide_generated_layers(repository, units, ctx.inventory.layers_of_repository(namespace, name), names)
+    refused: list[str] = []
+    for body in decision.create:
+        try:
+            created = await ctx.kube.create(crd_path("terraformlayers", namespace), body)
+        except KubeError as exc:
+            if exc.status >= 500:
+                raise
+            if exc.status != 409:  # 409: created meanwhile; the next round sees it. Else: the API says why not.
+                unit = body["metadata"]["annotations"][UNIT_ANNOTATION] or "."
+                refused.append(f"{unit} ({body['metadata']['name']}): {exc.status} {exc.reason}: {exc.message[:300]}")
+            continue
+        ctx.inventory.layers.observe(created)
+        log.info("repository %s/%s: created layer %s for unit %s", namespace, name, body["metadata"]["name"],
+                 body["metadata"]["annotations"][UNIT_ANNOTATION] or ".")
+    for layer, patch in decision.patch:
+        ctx.inventory.layers.observe(await ctx.kube.merge_patch(crd_path("terraformlayers", namespace, layer), patch))
+    for layer in decision.delete:
+        log.info("repository %s/%s: deleting layer %s, its unit is gone", namespace, name, layer)
+        await ctx.kube.delete(crd_path("terraformlayers", namespace, layer))
+    if refused:
+        # A condition, not an Event per reconcile: it stays until the unit or the settings change.
+        return Cond(GENERATED, False, "LayerCreateRefused",
+                    "the API refused the layer(s) of unit(s) " + "; ".join(refused))
+    return decision.condition
 
 
 async def publish_webhook_key(ctx: Context, repository: Body) -> Cond:
@@ -183,38 +229,60 @@ async def ensure_source(ctx: Context, mirror: GitMirror, namespace: str, name: s
         await asyncio.to_thread(store.put_source, namespace, name, revision, tree, archive)
 
 
+_TREES: dict[tuple[str, str], TerragruntTree] = {}  # (mirror, head) → its Terragrunt tree: read once per head
+_TREES_KEPT = 8  # at most 16 MiB of .hcl text each (GitMirror.terragrunt_tree)
+
+
+def terragrunt_tree(mirror: GitMirror, head: str) -> TerragruntTree:
+    key = (str(mirror.path), head)
+    tree = _TREES.get(key)
+    if tree is None:
+        tree = mirror.terragrunt_tree(head)
+        if len(_TREES) >= _TREES_KEPT:
+            _TREES.pop(next(iter(_TREES)))
+        _TREES[key] = tree
+    return tree
+
+
 def _branch_patches(
-    mirror: GitMirror, layers: list[Body], head: str, head_date: datetime
-) -> list[tuple[Body, dict[str, str]]]:
+    mirror: GitMirror, layers: list[Body], head: str, head_date: datetime, repository: Body | None = None
+) -> list[tuple[Body, dict[str, str | None]]]:
     """Each layer's annotation patch for a new head, layers with a relevant change first (they are the ones
-    waiting to plan). Layers usually share their diff base, so each diff runs once, not once per layer."""
+    waiting to plan). Layers usually share their diff base, so each diff runs once, not once per layer.
+    Terragrunt layers get their unit's analysis too (terragrunt.py), and what it reads as trigger paths."""
     diffs: dict[str, list[Change]] = {}
+    wants_tree = any(terragrunt_enabled(layer, repository) for layer in layers)
+    terragrunt = decide_terragrunt(terragrunt_tree(mirror, head) if wants_tree else None, layers, repository)
 
     def changes(base: str) -> list[Change]:
         if base not in diffs:
             diffs[base] = mirror.changes(base, head)
         return diffs[base]
 
-    patches = []
+    patches: list[tuple[Body, dict[str, str | None]]] = []
     for layer in layers:
         annotations = layer["metadata"].get("annotations") or {}
         spec = layer.get("spec") or {}
         base = diff_base(annotations)
         found = changes(base) if base and base != head else ([] if base else None)
+        unit = terragrunt[key_of(layer)]
         try:
-            patch = decide_layer_commits(
-                annotations, head, head_date, found, spec.get("path", ""), spec.get("additionalTriggerPaths") or ()
-            )
+            patch: dict[str, str | None] = dict(decide_layer_commits(
+                annotations, head, head_date, found, spec.get("path", ""),
+                [*(spec.get("additionalTriggerPaths") or ()), *unit.reads],
+            ))
         except ValueError as exc:  # an invalid path; the CRD schema normally refuses it first
             log.warning("layer %s/%s: %s", layer["metadata"]["namespace"], layer["metadata"]["name"], exc)
             continue
+        if annotations.get(ann.TERRAGRUNT) != unit.annotation:
+            patch[ann.TERRAGRUNT] = unit.annotation  # None removes it (Terragrunt turned off)
         if patch:
             patches.append((layer, patch))
     patches.sort(key=lambda item: ann.RELEVANT_COMMIT not in item[1])
     return patches
 
 
-async def _annotate_layer(ctx: Context, layer: Body, patch: dict[str, str]) -> None:
+async def _annotate_layer(ctx: Context, layer: Body, patch: Mapping[str, str | None]) -> None:
     meta = layer["metadata"]
     updated = await ctx.kube.merge_patch(
         crd_path("terraformlayers", meta["namespace"], meta["name"]), {"metadata": {"annotations": patch}}
@@ -224,13 +292,15 @@ async def _annotate_layer(ctx: Context, layer: Body, patch: dict[str, str]) -> N
 
 
 async def _write_status(
-    ctx: Context, repository: Body, state: str, branches: list[Body], synced: Cond, now: datetime, webhooks: Cond
+    ctx: Context, repository: Body, state: str, branches: list[Body], synced: Cond, now: datetime, webhooks: Cond,
+    generated: Cond | None = None,
 ) -> None:
     old = repository.get("status") or {}
     status = {
         "state": state,
         "branches": branches,
-        "conditions": merge_conditions(old.get("conditions"), (synced, webhooks), now),
+        "conditions": merge_conditions(old.get("conditions"), (synced, webhooks, *([generated] if generated else ())),
+                                       now),
     }
     if all(status[k] == old.get(k) for k in status):
         return

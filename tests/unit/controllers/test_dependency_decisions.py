@@ -300,3 +300,38 @@ def test_outputs_are_read_with_their_sensitivity_and_fingerprinted() -> None:
     assert held.values == {"vpc_id": "vpc-1", "password": "hunter2-long"} and held.sensitive == {"password"}
     assert held.fingerprints["vpc_id"] == fingerprint("vpc-1") and "hunter2" not in repr(held.fingerprints)
     assert read_outputs(b"not json", "x/1") is None and read_outputs(b'{"a": 1}', "x/1") is None
+
+
+# -- Terragrunt units (§9.1): outputs terragrunt reads itself, and the unit's own problems ------------------------
+def test_watched_outputs_key_the_plan_without_becoming_variables() -> None:
+    watched = (Dependency(A, watched=("vpc_id",)),)
+    base = judge_dependencies(deps_snapshot(up(), dependencies=watched))
+    assert base is not None and base.inputs_digest is not None and base.inputs == () and base.apply_allowed
+    unwatched = judge_dependencies(deps_snapshot(up(outputs={"vpc_id": "f-vpc-1", "cidr": "f-cidr-2"},
+                                                    apply_run="a-apply-2/1"), dependencies=watched))
+    changed = judge_dependencies(deps_snapshot(up(outputs={"vpc_id": "f-vpc-2", "cidr": "f-cidr-1"}),
+                                               dependencies=watched))
+    assert unwatched is not None and changed is not None
+    assert unwatched.inputs_digest == base.inputs_digest and changed.inputs_digest != base.inputs_digest
+    # The whole outputs object: any output's change plans again.
+    every = (Dependency(A, watch_all=True),)
+    first = judge_dependencies(deps_snapshot(up(), dependencies=every))
+    second = judge_dependencies(deps_snapshot(up(outputs={"vpc_id": "f-vpc-1", "cidr": "f-cidr-2"}),
+                                              dependencies=every))
+    assert first is not None and second is not None and first.inputs_digest != second.inputs_digest
+    # Never without the outputs: no plan before they are read, and a watched output the apply lacks is missing.
+    unread = judge_dependencies(deps_snapshot(up(outputs=None), dependencies=every))
+    assert unread is not None and not unread.plan_allowed and unread.condition.reason == "UpstreamPending"
+    gone = judge_dependencies(deps_snapshot(up(outputs={"cidr": "f"}), dependencies=watched))
+    assert gone is not None and gone.condition.reason == "OutputMissing" and not gone.apply_allowed
+
+
+@pytest.mark.parametrize("reason", ["PathOutsideRepository", "TerragruntConfigInvalid", "DependencyNotFound"])
+def test_a_unit_problem_stops_every_run_and_names_its_cause(reason: str) -> None:
+    message = 'live/app/terragrunt.hcl: dependency "evil": config_path ../../../etc: leads above the repository root'
+    for dependencies in ((), (Dependency(A, watched=("vpc_id",)),)):
+        verdict = judge_dependencies(deps_snapshot(up(), dependencies=dependencies, problems=((reason, message),)))
+        assert verdict is not None
+        assert (verdict.plan_allowed, verdict.apply_allowed) == (False, False)
+        assert (verdict.condition.status, verdict.condition.reason, verdict.condition.message) == (False, reason,
+                                                                                                   message)

@@ -270,6 +270,30 @@ def test_terragrunt_on_path(bin_dir: Path, layer: Path) -> None:
                      layer)
 
 
+def test_terragrunt_from_tenv_layout_without_tenv(bin_dir: Path, layer: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """No tenv to install it: a Terragrunt already in tenv's layout (a baked root, then TENV_ROOT) is used before
+    PATH's, the latest satisfying the spec's constraint (the engines' root, docs/architecture.md §23.4)."""
+    fake_terraform(bin_dir, "1.11.4")
+    executable(bin_dir / "terragrunt", '#!/bin/sh\necho "terragrunt version v0.50.0"\n')
+    baked, root = tmp_path / "baked", tmp_path / "tenv-root"
+    for base, version in ((baked, "1.1.3"), (root, "1.2.0"), (root, "0.99.1")):
+        executable(base / "Terragrunt" / version / "terragrunt", f'#!/bin/sh\necho "terragrunt version v{version}"\n')
+    monkeypatch.setenv("BURRITO_RUNNER_TOOLS_PATH", str(baked))
+    monkeypatch.setenv("TENV_ROOT", str(root))
+
+    def terragrunt(constraint: str | None) -> tuple[str | None, str | None]:
+        tool = resolve_tool(EffectiveTool(kind="terraform", version=None,
+                                          terragrunt=ToolSpec(enabled=True, version=constraint)), layer)
+        assert tool.binary == str(bin_dir / "terraform")  # terraform itself: PATH, as before
+        return tool.terragrunt, tool.terragrunt_version
+
+    assert terragrunt(None) == (str(root / "Terragrunt" / "1.2.0" / "terragrunt"), "1.2.0")
+    assert terragrunt("~> 1.1.0") == (str(baked / "Terragrunt" / "1.1.3" / "terragrunt"), "1.1.3")
+    # Nothing in the layout satisfies it: PATH's, checked as before.
+    assert terragrunt("< 0.60") == (str(bin_dir / "terragrunt"), "0.50.0")
+
+
 def test_prefetched_version_is_used_once(bin_dir: Path, layer: Path, tmp_path: Path) -> None:
     from burrito_py.runner.tools import prefetch_version
 
