@@ -504,6 +504,11 @@ def _resolve_one(kind: ToolKind, text: str | None, where: str, mirror: ToolMirro
     if mirror is not None and kind != "terragrunt":  # the mirror serves terraform and tofu only
         return _mirrored(kind, text, constraint, mirror, path_too=tenv is None)
     if tenv is None:
+        # The baked versions first, as with tenv: an image without tenv (scripts/build-images.sh --local) has its
+        # tools under BURRITO_RUNNER_TOOLS_PATH and none on PATH.
+        installed = _tenv_installed(kind, constraint)
+        if installed is not None:
+            return str(installed), installed.parent.name
         return _on_path(kind, text, constraint)
     binary = _tenv(tenv, kind, text, constraint)
     return str(binary), binary.parent.name
