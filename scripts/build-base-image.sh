@@ -4,17 +4,23 @@
 # Dockerfiles (python3 3.11 with venv and pip, apt to install their own packages, ca-certificates), imported into
 # podman's storage as localhost/burrito-py-base:bookworm-<hash>. Prints that reference on stdout.
 #
-#   scripts/build-base-image.sh           build it unless an image with the same inputs is in podman's storage
-#   scripts/build-base-image.sh --cached  print the reference only if it is built, else exit 3
+#   scripts/build-base-image.sh [SUITE]           build it unless an image with the same inputs is in podman's storage
+#   scripts/build-base-image.sh --cached [SUITE]  print the reference only if it is built, else exit 3
 #
-# The tag's hash covers this script (the suite, the variant, the package list, the image's settings): the same
+# SUITE: bookworm (default: Python 3.11.2, the python image's Debian) or trixie (Python 3.13). The runner needs
+# Python >= 3.11.4 (tarfile's extraction filters, PEP 706: burrito_py/runner/sources.py), which bookworm's
+# 3.11.2 lacks (§18).
+# The tag's hash covers this script and the suite (the variant, the package list, the image's settings): the same
 # script finds its image again and costs a `podman image exists`. Debian packages it needs (mmdebstrap, podman,
 # buildah, runc, uidmap) are installed with apt-get when missing. Progress goes to stderr; a failed step is one
 # line naming the command and why.
 set -euo pipefail
 main() {
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-suite=bookworm
+cached=0
+[ "${1:-}" = "--cached" ] && { cached=1; shift; }
+suite=${1:-bookworm}
+case "$suite" in bookworm | trixie) ;; *) echo "build-base-image: unknown suite $suite (bookworm, trixie)" >&2; exit 1 ;; esac
 variant=apt  # Essential: yes packages and apt: the Dockerfiles install their own packages (git, gpgv) with apt-get
 packages=(python3 python3-venv ca-certificates)
 name=localhost/burrito-py-base
@@ -22,7 +28,7 @@ name=localhost/burrito-py-base
 say() { echo "build-base-image: $*" >&2; }
 fail() { say "$*"; exit 1; }
 
-hash=$(sha256sum "$root/scripts/build-base-image.sh" | cut -c1-16)
+hash=$( (cat "$root/scripts/build-base-image.sh"; echo "$suite") | sha256sum | cut -c1-16)
 image="$name:$suite-$hash"
 
 tools_missing() {
@@ -33,7 +39,7 @@ tools_missing() {
   echo "${missing[@]}"
 }
 
-if [ "${1:-}" = "--cached" ]; then
+if [ "$cached" = 1 ]; then
   [ -z "$(tools_missing)" ] && podman image exists "$image" && { echo "$image"; exit 0; }
   exit 3
 fi

@@ -6,7 +6,8 @@
 #   PUSH=1 REGISTRY=ghcr.io/acme scripts/build-images.sh   # build for PLATFORMS and push
 #   scripts/build-images.sh --local [IMAGE ...]  # buildah, as root: localhost/<image>:<version> in podman's storage
 #
-# --local builds FROM scripts/build-base-image.sh's base (--build-arg PYTHON_IMAGE=...), runs every step with runc,
+# --local builds FROM scripts/build-base-image.sh's bookworm base (--build-arg PYTHON_IMAGE=...; the runner's on
+# RUNNER_BASE_SUITE=trixie if asked: see §18 on Python 3.11.2), runs every step with runc,
 # cgroupfs and nofile/nproc limits of 1024 (crun and podman's default ulimits fail on the development machines,
 # §18), the host's network (pip reaches PyPI, apt Debian's mirror), and layer caching: nothing changed costs a few
 # seconds an image. The runner image gets its tools from build/image-tools/ (TOOLS_FROM=local) instead of GitHub:
@@ -28,7 +29,6 @@ if [ "${1:-}" = "--local" ]; then
   shift
   say() { echo "build-images: $*" >&2; }
   fail() { say "$*"; exit 1; }
-  base=$(bash scripts/build-base-image.sh) || exit 1
   # The runner's tools in tenv's layout: build/image-tools/tools/<Folder>/<version>/<binary>, bin/ empty (no tenv).
   staged=build/image-tools
   rm -rf "$staged"
@@ -54,11 +54,12 @@ if [ "${1:-}" = "--local" ]; then
   [ "${#wanted[@]}" -gt 0 ] || wanted=(burrito-py burrito-py-runner burrito-py-datastore)
   for image in "${wanted[@]}"; do
     case "$image" in
-      burrito-py) file=images/burrito-py/Dockerfile ;;
-      burrito-py-runner) file=runner/Dockerfile ;;
-      burrito-py-datastore) file=datastore/Dockerfile ;;
+      burrito-py) file=images/burrito-py/Dockerfile; suite=bookworm ;;
+      burrito-py-runner) file=runner/Dockerfile; suite=${RUNNER_BASE_SUITE:-bookworm} ;;
+      burrito-py-datastore) file=datastore/Dockerfile; suite=bookworm ;;
       *) fail "unknown image $image (burrito-py, burrito-py-runner, burrito-py-datastore)" ;;
     esac
+    base=$(bash scripts/build-base-image.sh "$suite") || exit 1
     tag="localhost/$image:$VERSION"
     say "building $tag from $file on $base"
     started=$(date +%s)
