@@ -12,6 +12,12 @@ command -v git >/dev/null || { echo "git is required on PATH" >&2; exit 1; }
 missing=()
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+# The runner image's tests (tests/e2e/test_runner_image.py) build it with buildah from a base made by mmdebstrap and
+# run its pods with podman and runc (docs/architecture.md §18, §20).
+for tool in podman buildah runc mmdebstrap; do
+  command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] || missing+=("$tool")
+done
+command -v newuidmap >/dev/null || missing+=(uidmap)
 if [ "${#missing[@]}" -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
@@ -34,5 +40,10 @@ if command -v go >/dev/null; then
 else
   echo "test.sh: no Go toolchain on PATH: the real control plane's and the engines' tests will fail" >&2
 fi
+# The runner image, once before the suite (its test would build it too, but a cold build, about 10 minutes with the
+# base, is better not counted against one test): the base is cached by its inputs, the image's steps by buildah's
+# layer cache. A failure here is reported, and the image's tests then fail naming it.
+bash scripts/build-images.sh --local burrito-py-runner >/dev/null \
+  || echo "test.sh: the runner image could not be built: tests/e2e/test_runner_image.py will fail" >&2
 # Two workers (the machines have 2 cores); each test file stays on one worker.
 python -m pytest -n 2 --dist loadfile "$@"

@@ -41,6 +41,10 @@ PATH stands in for the image's entrypoint). Emulation rules:
   precondition: never its successor), which removes it. A pod deleted with a grace period of 0 (forced) is gone
   at once; the kubelet stops its processes all the same.
 
+With `runtime="podman"` the pods' containers run from their images instead (`container_runtime.py`,
+docs/architecture.md §20): the securityContext applied for real, the volumes above bind-mounted, the host's
+network; the status, log, restart and deletion machinery stays the same.
+
 With `node=NodeMode(...)` the kubelet is a Node of a real control plane instead (`kubelet_node.py`,
 docs/architecture.md §22.3): it registers its Node and renews its Lease, watches only the pods bound to it
 (`spec.nodeName`), addresses pods from the node's pod range and reports the node's address as their hostIP,
@@ -69,6 +73,15 @@ from urllib.parse import urlsplit
 import aiohttp
 import yaml
 
+from burrito_local.container_runtime import (
+    ContainerConfigError,
+    Mount,
+    Podman,
+    check_non_root,
+    container_name,
+    podman_env,
+    run_argv,
+)
 from burrito_local.kube_client import ApiFailure, Informer, KubeHttp, client_session, cluster_ca, read_kubeconfig
 from burrito_local.kubelet_node import NodeAgent, NodeMode
 from burrito_local.loop_thread import LoopThread
@@ -94,6 +107,10 @@ HOST_IP = "127.0.0.1"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 KUBECONFIG_TOKEN_SECONDS = 365 * 24 * 3600
 SA_TOKEN_SECONDS = 3607  # what the ServiceAccount admission plugin asks for
+RUNTIMES = ("process", "podman")
+# Where a container (runtime "podman") finds what the kubelet gives it besides its volumes.
+CONTAINER_KUBE_DIR = "/var/run/burrito-local/kube"
+CONTAINER_DNS_DIR = "/var/run/burrito-local/dns"
 
 
 class ConfigError(Exception):
@@ -231,6 +248,7 @@ class Life:
     last_state: Obj = field(default_factory=dict)
     transitions: dict[str, tuple[str, str]] = field(default_factory=dict)
     process: asyncio.subprocess.Process | None = None
+    runtime_name: str | None = None  # the podman container's name (runtime "podman")
 
 
 class LocalKubelet(LoopThread):
@@ -247,8 +265,14 @@ class LocalKubelet(LoopThread):
         backoff_cap: float = 300.0,
         refresh_delay: Callable[[float], float] = token_refresh_delay,
         node: NodeMode | None = None,
+        runtime: str = "process",
     ) -> None:
         super().__init__()
+        if runtime not in RUNTIMES:
+            raise ValueError(f"runtime: {runtime!r} is not one of {', '.join(RUNTIMES)}")
+        # "podman": containers run from their images (container_runtime.py); podman and runc must be there.
+        self._podman = Podman() if runtime == "podman" else None
+        self._containers: dict[int, str] = {}  # pid of a `podman run` → its container's name
         self._node_mode = node
         self._kubeconfig = kubeconfig
         self._server = read_kubeconfig(kubeconfig)[0]
@@ -773,19 +797,22 @@ class LocalKubelet(LoopThread):
                 await self._patch_status(pod, pending)
             while True:
                 try:
+                    if self._podman is not None:
+                        check_non_root(pod, container, await self._podman.image_user(str(container.get("image"))))
                     env = await self._environment(pod, container, root, ip)
                     tokens = await self._volumes(pod, container, root, pod_dir)
                     break
-                except ConfigError as exc:
+                except (ConfigError, ContainerConfigError) as exc:
+                    reason = exc.reason if isinstance(exc, ContainerConfigError) else "CreateContainerConfigError"
                     await self._patch_status(pod, {"containerStatuses": [{
                         **_identity(container), "ready": False, "restartCount": 0,
-                        "state": {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}}]})
+                        "state": {"waiting": {"reason": reason, "message": str(exc)}}}]})
                     if (life is not None and life.stop.is_set()) or meta["uid"] in self._ending:
                         return
                     await asyncio.sleep(1.0)
                     if self._stopping is not None and self._stopping.is_set():
                         return
-            kubeconfig = pod_dir / "kubeconfig"
+            kubeconfig = pod_dir / "kube" / "kubeconfig" if self._podman is not None else pod_dir / "kubeconfig"
             tokens.append(TokenFile(None, KUBECONFIG_TOKEN_SECONDS,
                                     lambda token: self._write_pod_kubeconfig(kubeconfig, token, meta["namespace"])))
             try:
@@ -804,13 +831,19 @@ class LocalKubelet(LoopThread):
             log_path = self._log_dir / meta["namespace"] / meta["name"] / f"{container.get('name', 'main')}.log"
             log_path.parent.mkdir(parents=True, exist_ok=True)
             cwd = remap(root, container["workingDir"]) if container.get("workingDir") else pod_dir
+            runtime_name = None
+            if self._podman is not None:
+                runtime_name = container_name(pod)
+                argv, process_env = self._container_command(pod, container, root, pod_dir, env, runtime_name)
+                cwd = pod_dir
             cwd.mkdir(parents=True, exist_ok=True)
             if meta["uid"] in self._ending:
                 return  # deleted while it was being set up: never started
             if life is not None:
+                life.runtime_name = runtime_name
                 await self._run_long(life, argv, process_env, cwd, log_path)
             else:
-                await self._run_once(pod, container, argv, process_env, cwd, log_path, root)
+                await self._run_once(pod, container, argv, process_env, cwd, log_path, root, runtime_name)
         finally:
             if refresher is not None:
                 refresher.cancel()
@@ -844,6 +877,52 @@ class LocalKubelet(LoopThread):
             Path(process_env[name]).mkdir(parents=True, exist_ok=True)
         return process_env
 
+    def _container_command(self, pod: Obj, container: Obj, root: Path, pod_dir: Path, env: dict[str, str],
+                           name: str) -> tuple[list[str], dict[str, str]]:
+        """`podman run` for the pod's container and podman's environment (runtime "podman"): the volumes the
+        kubelet materialized under the pod's root, bind-mounted at their mount paths; no path is remapped (the
+        container has its own filesystem, so BURRITO_LOCAL_ROOT is not set)."""
+        assert self._podman is not None
+        meta = pod["metadata"]
+        container_env = {
+            "KUBECONFIG": f"{CONTAINER_KUBE_DIR}/kubeconfig",
+            "BURRITO_LOCAL_HOSTS": f"{CONTAINER_DNS_DIR}/{meta['namespace']}.hosts",
+            "HOSTNAME": meta["name"],
+            **env,
+        }
+        args = [expand(a, container_env) for a in container.get("args") or ()]
+        command = [expand(a, container_env) for a in container.get("command") or ()]
+        spec_container = {**container, "command": command} if command else container
+        argv = run_argv(self._podman.binary, name, pod, spec_container, sorted(container_env),
+                        self._container_mounts(pod, container, root, pod_dir), args)
+        return argv, podman_env(os.environ, container_env)
+
+    def _container_mounts(self, pod: Obj, container: Obj, root: Path, pod_dir: Path) -> list[Mount]:
+        spec = pod.get("spec") or {}
+        volumes = {v["name"]: v for v in spec.get("volumes") or ()}
+        mounts = [Mount(str(pod_dir / "kube"), CONTAINER_KUBE_DIR, True),
+                  Mount(str(self.dns_dir), CONTAINER_DNS_DIR, True)]
+        for mount in container.get("volumeMounts") or ():
+            volume = volumes[mount["name"]]
+            if "emptyDir" in volume or "persistentVolumeClaim" in volume:
+                # The symlink _volumes made points at the volume's directory (its subPath resolved); emptyDirs are
+                # 0777 on a node.
+                source = remap(root, mount["mountPath"]).resolve()
+                source.chmod(0o777)
+            else:
+                source = remap(root, mount["mountPath"])
+            mounts.append(Mount(str(source), mount["mountPath"], bool(mount.get("readOnly"))))
+        sa_dir = remap(root, SA_DIR)
+        if sa_dir.is_dir() and not any(m.target.rstrip("/") == SA_DIR for m in mounts):
+            mounts.append(Mount(str(sa_dir), SA_DIR, True))
+        message_path = container.get("terminationMessagePath") or "/dev/termination-log"
+        message_file = remap(root, message_path)
+        message_file.parent.mkdir(parents=True, exist_ok=True)
+        message_file.touch()
+        message_file.chmod(0o666)  # the container's user writes it, whoever that is
+        mounts.append(Mount(str(message_file), message_path))
+        return mounts
+
     def _write_pod_kubeconfig(self, path: Path, token: str, namespace: str) -> None:
         config = {
             "apiVersion": "v1",
@@ -858,7 +937,7 @@ class LocalKubelet(LoopThread):
         _write_atomically(path, yaml.safe_dump(config).encode())
 
     async def _run_once(self, pod: Obj, container: Obj, argv: list[str], process_env: dict[str, str], cwd: Path,
-                        log_path: Path, root: Path) -> None:
+                        log_path: Path, root: Path, runtime_name: str | None = None) -> None:
         """A `restartPolicy: Never` pod (a runner): one process, then Succeeded or Failed."""
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
@@ -877,6 +956,8 @@ class LocalKubelet(LoopThread):
                 await self._finish(pod, container, 128, "StartError", str(exc), started)
                 return
             self._processes[key] = (meta["uid"], process)
+            if runtime_name is not None:
+                self._containers[process.pid] = runtime_name
             if meta["uid"] in self._ending:  # deleted while its process was being started
                 self._spawn(self._terminate(key, meta["uid"]))
             await self._patch_status(
@@ -896,6 +977,7 @@ class LocalKubelet(LoopThread):
             )
             code = exit_code(await process.wait())
             await end_group(process.pid)
+            await self._container_gone(process)
         if (self._processes.get(key) or ("",))[0] == meta["uid"]:
             self._processes.pop(key, None)
         message_file = remap(root, container.get("terminationMessagePath") or "/dev/termination-log")
@@ -965,6 +1047,8 @@ class LocalKubelet(LoopThread):
                         life.process = await asyncio.create_subprocess_exec(
                             *argv, env=env, cwd=cwd, stdout=output, stderr=asyncio.subprocess.STDOUT,
                             start_new_session=True)
+                        if life.runtime_name is not None:
+                            self._containers[life.process.pid] = life.runtime_name
                         code, reason, message = None, "", ""
                     except (OSError, ValueError) as exc:
                         life.process = None
@@ -989,6 +1073,7 @@ class LocalKubelet(LoopThread):
                 await asyncio.gather(*probes, return_exceptions=True)
             if life.process is not None:
                 await end_group(life.process.pid)
+                await self._container_gone(life.process)
             if life.stop.is_set():
                 return
             finished = {"exitCode": code, "reason": reason, "startedAt": started,
@@ -1075,7 +1160,13 @@ class LocalKubelet(LoopThread):
     # -- termination -----------------------------------------------------------------------------
     async def _kill(self, process: asyncio.subprocess.Process, grace: float) -> None:
         """SIGTERM to the container's process group, SIGKILL to whatever of it is left after the grace
-        period (or as soon as the main process is gone), and wait until the whole group is gone."""
+        period (or as soon as the main process is gone), and wait until the whole group is gone. A container
+        (runtime "podman") is stopped by podman: the stop signal to its PID 1, SIGKILL after the grace period."""
+        name = self._containers.get(process.pid)
+        if name is not None and self._podman is not None:
+            if process.returncode is None:
+                await self._podman.stop(name, grace)
+            await process.wait()
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
@@ -1083,6 +1174,12 @@ class LocalKubelet(LoopThread):
                 await asyncio.wait_for(process.wait(), grace)
         await end_group(process.pid)
         await process.wait()
+
+    async def _container_gone(self, process: asyncio.subprocess.Process) -> None:
+        """After a `podman run` ended: remove its container if anything of it is left (--rm normally did)."""
+        name = self._containers.pop(process.pid, None)
+        if name is not None and self._podman is not None:
+            await self._podman.remove(name)
 
     async def _terminate(self, key: tuple[str, str], uid: str | None = None, forget: bool = False,
                          grace: float | None = None) -> None:

@@ -149,10 +149,12 @@ class Platform:
 
 @contextlib.contextmanager
 def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = True, start_controllers: bool = True,
-                     datastore: dict[str, Any] | None = None, **overrides: Any) -> Iterator[Platform]:
+                     datastore: dict[str, Any] | None = None, kubelet_runtime: str = "process",
+                     **overrides: Any) -> Iterator[Platform]:
     """The harness: emulator, CRDs, the chart's run-namespace admission policy (unless `admission_policy` is
     False, as on a cluster older than 1.30), datastore (`datastore`: further DatastoreSettings), kubelet and
-    controllers (unless `start_controllers` is False: `settings` then says how to run them)."""
+    controllers (unless `start_controllers` is False: `settings` then says how to run them). `kubelet_runtime`
+    "podman" runs the pods from their images (docs/architecture.md §20)."""
     with contextlib.ExitStack() as stack:
         api = ApiServer(pod_log_dir=workdir / "pod-logs")
         api.start()
@@ -173,7 +175,8 @@ def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = T
         datastore_url = stack.enter_context(running_datastore(workdir / "datastore", auth_enabled=True,
                                                               kubeconfig=kubeconfig, admin_users=[admin],
                                                               **(datastore or {})))
-        kubelet = LocalKubelet(kubeconfig, pod_log_dir=workdir / "pod-logs", work_dir=workdir / "pods")
+        kubelet = LocalKubelet(kubeconfig, pod_log_dir=workdir / "pod-logs", work_dir=workdir / "pods",
+                               runtime=kubelet_runtime)
         kubelet.start()
         stack.callback(kubelet.stop)
         settings = ControllerSettings(**{

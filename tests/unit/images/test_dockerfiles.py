@@ -131,8 +131,34 @@ def test_the_runner_image_has_no_git_nor_ssh_but_tenv_and_a_baked_opentofu() -> 
     assert not re.search(r"apt-get install", text)  # nothing from apt: no git, no ssh
     source = (REPO_ROOT / "burrito_py/runner/sources.py").read_text()
     assert "tarfile" in source and "git" not in source.replace("`git archive`", "")  # archives, not clones
-    assert "COPY --from=tools /out/bin/tenv /usr/local/bin/tenv" in text
+    assert "/out/bin/tenv" in text and "COPY --from=tools /out/bin/ /usr/local/bin/" in text
     assert "COPY --from=tools /out/tools /opt/burrito-py/tools" in text  # OpenTofu/<version>/tofu, tenv layout
+
+
+def test_the_runner_tools_come_from_the_checked_downloads_unless_the_local_build_stages_them() -> None:
+    """TOOLS_FROM picks the stage the image copies its tools from: the downloads by default (the published build),
+    build/image-tools (scripts/build-images.sh --local: no GitHub there) when asked."""
+    assert arg_defaults(RUNNER)["TOOLS_FROM"] == "download"
+    froms = [item["value"] for item in instructions(RUNNER, "FROM")]
+    assert "tools-${TOOLS_FROM} AS tools" in froms
+    assert "${PYTHON_IMAGE} AS tools-download" in froms and "${PYTHON_IMAGE} AS tools-local" in froms
+    local_stage = RUNNER.read_text().split("AS tools-local", 1)[1].split("FROM", 1)[0]
+    assert "COPY build/image-tools /out" in local_stage
+    script = (REPO_ROOT / "scripts/build-images.sh").read_text()
+    assert "--build-arg TOOLS_FROM=local" in script and 'staged=build/image-tools' in script
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)
+def test_the_base_is_an_argument_the_local_build_replaces(path: Path) -> None:
+    """Every stage is FROM ${PYTHON_IMAGE} (or another stage), so --build-arg PYTHON_IMAGE=<the Debian-built base>
+    swaps the base of all of them; the commands work on both bases (python3, not python: Debian has no `python`)."""
+    assert arg_defaults(path)["PYTHON_IMAGE"].startswith("python:3.11-slim-bookworm@sha256:")
+    for item in instructions(path, "FROM"):
+        assert item["value"].startswith(("${PYTHON_IMAGE}", "tools-${TOOLS_FROM}")), item["value"]
+    code = [line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")]
+    assert not [line for line in code if re.search(r"\bpython -", line)]
+    script = (REPO_ROOT / "scripts/build-images.sh").read_text()
+    assert '--build-arg "PYTHON_IMAGE=$base"' in script and "scripts/build-base-image.sh" in script
 
 
 def test_the_controller_image_has_git_ssh_and_gpgv() -> None:
@@ -174,6 +200,6 @@ def test_the_runner_environment_and_its_writable_directories() -> None:
 def test_the_wheel_is_built_from_this_checkout_into_a_venv(path: Path) -> None:
     runs = " ".join(item["value"] for item in instructions(path, "RUN"))
     assert "pip wheel --no-deps --wheel-dir /dist ." in runs
-    assert "python -m venv /opt/burrito-py" in runs and "/opt/burrito-py/bin/pip install --no-cache-dir /dist/" in runs
+    assert "python3 -m venv /opt/burrito-py" in runs and "/opt/burrito-py/bin/pip install --no-cache-dir /dist/" in runs
     copies = [item["value"] for item in final_stage(path) if item["instruction"] == "COPY"]
     assert "--from=build /opt/burrito-py /opt/burrito-py" in copies

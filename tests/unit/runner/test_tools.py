@@ -237,6 +237,22 @@ def test_tools_baked_into_the_image_are_found_before_installing(
     assert tenv.calls() == [["tofu", "install", "1.9.0"]]
 
 
+def test_without_tenv_the_baked_tools_come_before_path(
+    bin_dir: Path, layer: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An image without tenv (the local build, docs §18) has its tools baked and none on PATH: they are found."""
+    baked = tmp_path / "baked"
+    fake_terraform(baked / "Terraform" / "1.11.4", "1.11.4")
+    monkeypatch.setenv("BURRITO_RUNNER_TOOLS_PATH", str(baked))
+    monkeypatch.setenv("TENV_ROOT", str(tmp_path / "tenv-root"))
+    tool = tool_for("terraform", None, layer)
+    assert (tool.binary, tool.version) == (str(baked / "Terraform" / "1.11.4" / "terraform"), "1.11.4")
+    fake_terraform(bin_dir, "1.5.7")
+    assert tool_for("terraform", "1.5.7", layer).binary == str(bin_dir / "terraform")  # then PATH
+    with pytest.raises(ToolError, match="does not satisfy"):
+        tool_for("terraform", "1.9.0", layer)
+
+
 def test_tenv_failure_is_reported(tenv: Tenv, layer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_TENV_FAIL", "no compatible version found")
     with pytest.raises(ToolError, match=r"tenv could not install terraform >= 9\.0: no compatible version found"):
