@@ -1,6 +1,6 @@
-"""A fake GitHub, GitLab or Gitea API on loopback: comments (GitHub issue comments, GitLab notes) listed with each
-provider's paging, created and edited; commit statuses; rate limits when asked; every call recorded with its time.
-Answers follow the providers' documented shapes as far as the clients read them."""
+"""A fake GitHub, GitLab, Gitea or Bitbucket Cloud API on loopback: comments (GitHub issue comments, GitLab notes)
+listed with each provider's paging, created and edited; commit statuses; rate limits when asked; every call
+recorded with its time. Answers follow the providers' documented shapes as far as the clients read them."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 
 @dataclass
@@ -67,6 +68,8 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
                 return self._answer(429, {"message": "429 Too Many Requests"}, {"Retry-After": "2"})
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else {}
+            if fake.kind == "bitbucket":
+                return self._bitbucket(method, path, query, body)
             if re.fullmatch(r".*/(comments|notes)", path) and method == "GET":
                 items = sorted(fake.comments.items())
                 if fake.kind == "github":
@@ -123,6 +126,45 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
                 fake.statuses.append({**body, "sha": path.rsplit("/", 1)[1]})
                 return self._answer(201, {"id": len(fake.statuses), **body})
             return self._answer(404, {"message": "Not Found"})
+
+        def _bitbucket(self, method: str, path: str, query: dict[str, str], body: Any) -> None:
+            """Bitbucket Cloud's API 2.0: paged `values` with a `next` URL, comments' `content.raw`, build
+            statuses, the workspace's repository permissions by account id, the pull request's participants."""
+            if re.fullmatch(r".*/pullrequests/\d+/comments", path) and method == "GET":
+                items = sorted(fake.comments.items())
+                page = int(query.get("page", "1"))
+                chunk = items[(page - 1) * 2:page * 2]
+                answer: dict[str, Any] = {"values": [{"id": i, "content": {"raw": b}, "deleted": False}
+                                                     for i, b in chunk], "pagelen": 2, "page": page}
+                if page * 2 < len(items):
+                    host = fake.next_page_host or self.headers["Host"]
+                    answer["next"] = f"http://{host}{path}?page={page + 1}"
+                return self._answer(200, answer)
+            if re.fullmatch(r".*/pullrequests/\d+/comments", path) and method == "POST":
+                fake.next_id += 1
+                fake.comments[fake.next_id] = body["content"]["raw"]
+                return self._answer(201, {"id": fake.next_id, "content": body["content"]})
+            found = re.fullmatch(r".*/pullrequests/\d+/comments/(\d+)", path)
+            if found and method == "PUT":
+                fake.comments[int(found.group(1))] = body["content"]["raw"]
+                return self._answer(200, {"id": int(found.group(1)), "content": body["content"]})
+            found = re.fullmatch(r".*/commit/([0-9a-f]+)/statuses/build", path)
+            if found and method == "POST":
+                if not body.get("url") or len(body.get("key", "")) > 40:
+                    return self._answer(400, {"error": {"message": "url required; key at most 40 characters"}})
+                fake.statuses.append({**body, "context": body["name"], "sha": found.group(1)})
+                return self._answer(201, body)
+            if method == "GET" and re.fullmatch(r".*/workspaces/[^/]+/permissions/repositories/[^/]+", path):
+                wanted = re.fullmatch(r'user\.account_id="(.*)"', unquote(query.get("q", "")))
+                who = [u for u in fake.permissions if wanted is None or u == wanted.group(1)]
+                return self._answer(200, {"values": [{"permission": fake.permissions[u], "user": {"account_id": u}}
+                                                     for u in who]})
+            if method == "GET" and re.fullmatch(r".*/pullrequests/\d+", path):
+                participants = [{"user": {"account_id": u}, "approved": True, "state": "approved"}
+                                for u in fake.approved_by]
+                participants.append({"user": {"account_id": "557058:commenter"}, "approved": False})
+                return self._answer(200, {"author": {"account_id": fake.author}, "participants": participants})
+            return self._answer(404, {"type": "error", "error": {"message": "Not Found"}})
 
         def do_GET(self) -> None:
             self._handle("GET")
