@@ -122,3 +122,20 @@ def test_a_bitbucket_cloud_head_is_its_source_branch_and_a_forks_is_never_found(
     assert [c.path for c in mirror.pull_request_changes("main", head)] == ["layers/a/main.tf"]
     with pytest.raises(GitError, match="pull request #4"):  # the fork's commit, under a branch name the base has
         mirror.fetch_pull_request(bitbucket.head_ref(4, "feature/x"), 4, "abcdef012345")
+
+
+def test_a_bitbucket_datacenter_head_is_its_pull_request_ref_even_from_a_fork(tmp_path: Path) -> None:
+    """Data Center publishes `refs/pull-requests/<id>/from` in the target repository, a fork's head included."""
+    repo = make_repo(tmp_path / "work")
+    repo.commit({"layers/a/main.tf": "# a\n"}, "main")
+    repo.branch("fork-work")
+    repo.checkout("fork-work")
+    repo.commit({"layers/a/main.tf": "# a, from a fork\n"}, "fork")
+    fork_head = repo.head
+    repo.checkout("main")
+    run_git(repo.path, "update-ref", "refs/pull-requests/5/from", fork_head)
+    run_git(repo.path, "branch", "-D", "fork-work")
+    mirror = GitMirror(tmp_path / "cache", repo.url)
+    ref = provider_named("bitbucket-datacenter").head_ref(5, "fork-work")
+    assert mirror.fetch_pull_request(ref, 5, fork_head) == fork_head
+    assert [c.path for c in mirror.pull_request_changes("main", fork_head)] == ["layers/a/main.tf"]

@@ -355,6 +355,8 @@ def test_an_invalid_private_key_names_the_key(pem: str) -> None:
     ("gitea", "https://user:secret@gitea.example.com/o/r.git", "https://gitea.example.com/api/v1"),
     ("bitbucket", "https://bitbucket.org/team/r.git", "https://api.bitbucket.org/2.0"),
     ("bitbucket", "git@bitbucket.org:team/r.git", "https://api.bitbucket.org/2.0"),
+    ("bitbucket-datacenter", "ssh://git@bitbucket.example:7999/team/r.git", "https://bitbucket.example/rest"),
+    ("bitbucket-datacenter", "https://bitbucket.example:8443/scm/team/r.git", "https://bitbucket.example:8443/rest"),
 ])
 def test_default_api_url(provider: str, url: str, api: str) -> None:
     assert default_api_url(provider, url) == api

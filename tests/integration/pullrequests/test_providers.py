@@ -1,6 +1,6 @@
-"""The GitHub, GitLab, Gitea and Bitbucket Cloud clients against a fake provider on loopback that answers with each
-provider's documented shapes and records every call: one comment per pull request, edited in place, no call when nothing
-changed, at most 3 calls per update, paging, rate limits waited out, tokens never in errors."""
+"""The GitHub, GitLab, Gitea and Bitbucket (Cloud, Data Center) clients against a fake provider on loopback that
+answers with each provider's documented shapes and records every call: one comment per pull request, edited in place,
+no call when nothing changed, at most 3 calls per update, paging, rate limits waited out, tokens never in errors."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from burrito_py.gitproviders.bitbucket import BitbucketCloud
+from burrito_py.gitproviders.bitbucket_datacenter import BitbucketDataCenter
 from burrito_py.gitproviders.client import ProviderError
 from burrito_py.gitproviders.gitea import Gitea
 from burrito_py.gitproviders.github import GitHub
@@ -28,7 +29,7 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 LOOPBACK = OutboundPolicy.of(LOOPBACK_NETWORKS)  # the fakes listen on loopback: allowed explicitly
 
 
-@pytest.fixture(params=["github", "gitlab", "gitea", "bitbucket"])
+@pytest.fixture(params=["github", "gitlab", "gitea", "bitbucket", "bitbucket-datacenter"])
 def provider(request: pytest.FixtureRequest) -> Iterator[tuple[Fake, Any, list[float]]]:
     with running_fake_provider(request.param) as (fake, url):
         slept: list[float] = []
@@ -39,6 +40,9 @@ def provider(request: pytest.FixtureRequest) -> Iterator[tuple[Fake, Any, list[f
             client = GitLab(url + "/api/v4", "team/infra", 7, TOKEN, sleep=slept.append, outbound=LOOPBACK)
         elif fake.kind == "bitbucket":
             client = BitbucketCloud(url + "/2.0", "team", "infra", 7, TOKEN, sleep=slept.append, outbound=LOOPBACK)
+        elif fake.kind == "bitbucket-datacenter":
+            client = BitbucketDataCenter(url + "/rest", "TEAM", "infra", 7, TOKEN, sleep=slept.append,
+                                         outbound=LOOPBACK)
         else:
             client = Gitea(url + "/api/v1", "team", "infra", 7, TOKEN, sleep=slept.append, outbound=LOOPBACK)
         yield fake, client, slept
@@ -157,6 +161,11 @@ def test_write_permission_as_each_provider_says(provider: tuple[Fake, Any, list[
         assert [client.write_permission(f"557058:{u}", None) for u in ("alice", "rita", "ada", "nobody")] == [
             True, False, True, False]
         assert fake.calls[-1][1].endswith("/workspaces/team/permissions/repositories/infra")
+    elif fake.kind == "bitbucket-datacenter":  # an explicit grant on the repository, else on its project
+        fake.permissions = {"alice": "REPO_WRITE", "rita": "REPO_READ", "ada": "PROJECT_ADMIN", "pat": "PROJECT_READ"}
+        assert [client.write_permission(u, None) for u in ("alice", "rita", "ada", "pat", "nobody")] == [
+            True, False, True, False, False]
+        assert fake.calls[-1][1].endswith("/rest/api/1.0/projects/TEAM/permissions/users")
     else:
         assert [client.write_permission(login, None) for login in ("alice", "rita", "ada", "nobody")] == [
             True, False, True, False]
@@ -208,3 +217,21 @@ def test_bitbucket_next_page_on_another_host_is_not_followed() -> None:
             client.list_comments()
         client.close()
     assert attacker.calls == [] and len(fake.calls) == 1
+
+
+def test_bitbucket_datacenter_edits_name_the_comments_version() -> None:
+    """Data Center refuses an edit that does not name the comment's current version (the fake does as it does):
+    each edit reads it first, so edits after edits (by anyone) go through."""
+    with running_fake_provider("bitbucket-datacenter") as (fake, url):
+        client = BitbucketDataCenter(url + "/rest", "TEAM", "infra", 7, TOKEN, outbound=LOOPBACK)
+        comment = client.create_comment("one")
+        fake.versions[int(comment)] = 5  # someone edited it in between
+        client.edit_comment(comment, "two")
+        client.edit_comment(comment, "three")
+        status = commit_statuses(results("create"))[0]
+        client.set_status(SHA, status, None)
+        client.close()
+    assert fake.comments == {int(comment): "three"} and fake.versions[int(comment)] == 7
+    assert fake.statuses[0]["state"] == "SUCCESSFUL" and fake.statuses[0]["key"] == status.context
+    assert fake.statuses[0]["url"].endswith("/projects/TEAM/repos/infra/pull-requests/7")
+    assert fake.calls[-1] == ("POST", f"/rest/build-status/1.0/commits/{SHA}")

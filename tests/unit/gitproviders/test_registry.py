@@ -47,12 +47,13 @@ def test_the_crd_enum_is_the_registrys_names() -> None:
     schema = crd_for(TerraformPullRequest)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     provider = schema["properties"]["spec"]["properties"]["provider"]
     assert tuple(provider["enum"]) == registry.names() == get_args(PullRequestProvider)
-    assert provider["description"] == "github, gitlab, gitea or bitbucket."  # written from the list, as it was by hand
+    # written from the list, as it was by hand
+    assert provider["description"] == "github, gitlab, gitea, bitbucket or bitbucket-datacenter."
 
 
 def test_an_unknown_name_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown pull request provider 'sourcehut' \(expected one of github, "
-                                         r"gitlab, gitea, bitbucket\)"):
+                                         r"gitlab, gitea, bitbucket, bitbucket-datacenter\)"):
         registry.provider_named("sourcehut")
     assert registry.find("sourcehut") is None
 
