@@ -33,7 +33,7 @@ __all__ = [
 
 # The git providers, the one list: each name is a module of burrito_py/gitproviders/ (its registry loads them by
 # these names; docs/CONTRIBUTING.md "A git provider"). Its order is the order webhook detection reverses.
-PullRequestProvider = Literal["github", "gitlab", "gitea"]
+PullRequestProvider = Literal["github", "gitlab", "gitea", "bitbucket", "bitbucket-datacenter"]
 _PROVIDERS: tuple[str, ...] = get_args(PullRequestProvider)
 PullRequestState = Literal["open", "closed", "merged"]
 PullRequestLayerState = Literal["pending", "planning", "planned", "failed"]
@@ -84,8 +84,9 @@ class TerraformPullRequestSpec(ApiModel):
     provider: PullRequestProvider = Field(description=f"{', '.join(_PROVIDERS[:-1])} or {_PROVIDERS[-1]}.")
     repository: str = Field(min_length=1, description="The TerraformRepository (in this namespace).")
     project: str = Field(
-        min_length=1, description="How the provider's API names the repository: owner/repo (GitHub, Gitea) or "
-        "group/project (GitLab)."
+        min_length=1, description="How the provider's API names the repository: owner/repo (GitHub, Gitea), "
+        "group/project (GitLab), workspace/repository (Bitbucket Cloud) or PROJECT/repository (Bitbucket Data "
+        "Center)."
     )
     number: int = Field(ge=1, description="The pull request's number (GitLab: the merge request's iid).")
     base: str = Field(min_length=1, description="The branch it would merge into: the layers following it are planned.")

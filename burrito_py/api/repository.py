@@ -148,7 +148,7 @@ class PullRequestSettings(ApiModel):
     comment_limit: int | None = Field(
         default=None, ge=4096,
         description="Largest comment the provider accepts, in characters; unset: GitHub 65536, GitLab 1000000, "
-        "Gitea 65536.",
+        "Gitea 65536, Bitbucket Cloud and Data Center 32768.",
     )
     inherit_secrets: bool | None = Field(
         default=None, description="Give pull requests' plans (not a fork's: see forks) the layer's varsFrom values "

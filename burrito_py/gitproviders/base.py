@@ -121,8 +121,9 @@ class GitProvider(Protocol):
         comments on issues). BadPullRequest names a field the payload lacks."""
         ...
 
-    def head_ref(self, number: int) -> str:
-        """The git ref where the provider publishes pull request `number`'s head (forks included)."""
+    def head_ref(self, number: int, head_branch: str) -> str:
+        """The git ref of the base repository to fetch pull request `number`'s head from (forks included where
+        the provider publishes one; Bitbucket Cloud publishes none: its source branch `head_branch`)."""
         ...
 
     def default_api_url(self, base: str, host: str) -> str:

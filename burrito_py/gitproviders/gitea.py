@@ -91,7 +91,7 @@ class GiteaProvider:
     def comment_event(self, event: str, payload: Mapping[str, Any]) -> CommentEvent | None:
         return github.comment_event(self.name, event, payload)
 
-    def head_ref(self, number: int) -> str:
+    def head_ref(self, number: int, head_branch: str) -> str:
         return f"refs/pull/{int(number)}/head"
 
     def default_api_url(self, base: str, host: str) -> str:

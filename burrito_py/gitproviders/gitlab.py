@@ -211,7 +211,7 @@ class GitLabProvider:
                             user_id if isinstance(user_id, int) and not isinstance(user_id, bool) else None,
                             _STATES.get(str(mr.get("state") or ""), ""), head if isinstance(head, str) else "")
 
-    def head_ref(self, number: int) -> str:
+    def head_ref(self, number: int, head_branch: str) -> str:
         return f"refs/merge-requests/{int(number)}/head"
 
     def default_api_url(self, base: str, host: str) -> str:

@@ -2,7 +2,8 @@
 
 The one list of names is `PullRequestProvider` in `burrito_py/api/pullrequest.py`: the TerraformPullRequest
 CRD's enum is generated from it, and each name is the module of this package that implements that provider
-(`PROVIDER: GitProvider`). So a new provider is its module here plus its name there (then `burrito-py crds
+(`PROVIDER: GitProvider`; a `-` in a name is a `_` in its module's: `bitbucket-datacenter` is
+`bitbucket_datacenter.py`). So a new provider is its module here plus its name there (then `burrito-py crds
 generate` and `burrito-py chart generate`); nothing else names a provider. The models live a floor below this
 package (they import nothing of ours but each other), so the names are read from there, never the other way.
 
@@ -20,11 +21,16 @@ from typing import get_args
 from burrito_py.api.pullrequest import PullRequestProvider
 from burrito_py.gitproviders.base import GitProvider
 
-__all__ = ["PROVIDERS", "detect", "event_headers", "find", "names", "provider_named", "push_events"]
+__all__ = ["PROVIDERS", "detect", "event_headers", "find", "module_name", "names", "provider_named", "push_events"]
+
+
+def module_name(name: str) -> str:
+    """The module of this package implementing provider `name` (a module name has no `-`)."""
+    return name.replace("-", "_")
 
 
 def _load(name: str) -> GitProvider:
-    module = import_module(f"burrito_py.gitproviders.{name}")
+    module = import_module(f"burrito_py.gitproviders.{module_name(name)}")
     provider = getattr(module, "PROVIDER", None)
     if not isinstance(provider, GitProvider) or provider.name != name:
         raise ImportError(f"{module.__name__}.PROVIDER is not a GitProvider named {name!r}")
@@ -61,8 +67,8 @@ def detect(headers: Mapping[str, str]) -> tuple[GitProvider, str, str | None] | 
 
 
 def event_headers() -> str:
-    """The providers' event headers, for a message: `X-GitHub-Event, X-Gitlab-Event or X-Gitea-Event`."""
-    headers = [provider.event_header for provider in PROVIDERS.values()]
+    """The providers' event headers, each once, for a message: `X-GitHub-Event, …, X-Gitea-Event or X-Event-Key`."""
+    headers = list(dict.fromkeys(provider.event_header for provider in PROVIDERS.values()))  # Bitbucket's twice
     return " or ".join([", ".join(headers[:-1]), headers[-1]] if len(headers) > 1 else headers)
 
 

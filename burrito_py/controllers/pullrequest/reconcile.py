@@ -198,8 +198,8 @@ async def _affected(ctx: Context, repository: Mapping[str, Any], spec: Mapping[s
     mirror = mirror_for(ctx.settings.git_cache_dir, meta["namespace"], meta["name"], source.get("url", ""),
                         ctx.settings.outbound_policy())
     number = int(spec["number"])
-    head = await asyncio.to_thread(mirror.fetch_pull_request, provider_named(str(spec["provider"])).head_ref(number),
-                                   number, str(spec["headSha"]), credentials)
+    head_ref = provider_named(str(spec["provider"])).head_ref(number, str(spec.get("headBranch") or ""))
+    head = await asyncio.to_thread(mirror.fetch_pull_request, head_ref, number, str(spec["headSha"]), credentials)
     if await asyncio.to_thread(mirror.resolve, str(spec["base"])) is None:  # a branch no layer follows yet
         await asyncio.to_thread(mirror.fetch, credentials)
     changes = await asyncio.to_thread(mirror.pull_request_changes, str(spec["base"]), head)

@@ -88,17 +88,54 @@ def test_a_pull_request_head_is_fetched_from_the_providers_ref_even_from_a_fork(
 
     mirror = GitMirror(tmp_path / "cache", repo.url)
     github, gitlab_, gitea = (provider_named(name) for name in ("github", "gitlab", "gitea"))
-    assert mirror.fetch_pull_request(github.head_ref(7), 7, fork_head) == fork_head  # creates the mirror first
+    assert mirror.fetch_pull_request(github.head_ref(7, "topic"), 7, fork_head) == fork_head  # creates the mirror first
     mirror.fetch()  # the branch fetch prunes branches, never the pull ref
     assert mirror.has_commit(fork_head)
     assert [c.path for c in mirror.pull_request_changes("main", fork_head)] == ["layers/a/main.tf"]
     gitlab = GitMirror(tmp_path / "cache-gitlab", repo.url)
-    assert gitlab.fetch_pull_request(gitlab_.head_ref(8), 8, fork_head[:12]) == fork_head
+    assert gitlab.fetch_pull_request(gitlab_.head_ref(8, "topic"), 8, fork_head[:12]) == fork_head
 
     repo.branch("same-repo")
     repo.checkout("same-repo")
     repo.commit({"layers/a/main.tf": "# a, from a branch\n"}, "branch")
-    assert mirror.fetch_pull_request(gitea.head_ref(9), 9, repo.head) == repo.head  # no refs/pull/9/head: branches
+    # No refs/pull/9/head: the branches are fetched.
+    assert mirror.fetch_pull_request(gitea.head_ref(9, "topic"), 9, repo.head) == repo.head
     assert base != repo.head
     with pytest.raises(GitError, match="pull request #10"):
-        mirror.fetch_pull_request(github.head_ref(10), 10, "0" * 40)
+        mirror.fetch_pull_request(github.head_ref(10, "topic"), 10, "0" * 40)
+
+
+def test_a_bitbucket_cloud_head_is_its_source_branch_and_a_forks_is_never_found(tmp_path: Path) -> None:
+    """Bitbucket Cloud publishes no pull request ref: the head is fetched as the source branch of the base
+    repository, by its short hash as the webhook gives it. A fork's head lives in the fork, never fetched: a branch
+    of the same name in the base repository does not stand in for it."""
+    repo = make_repo(tmp_path / "work")
+    repo.commit({"layers/a/main.tf": "# a\n"}, "main")
+    repo.branch("feature/x")
+    repo.checkout("feature/x")
+    repo.commit({"layers/a/main.tf": "# a, from a branch\n"}, "branch")
+    head = repo.head
+    repo.checkout("main")
+    bitbucket = provider_named("bitbucket")
+    mirror = GitMirror(tmp_path / "cache", repo.url)
+    assert mirror.fetch_pull_request(bitbucket.head_ref(3, "feature/x"), 3, head[:12]) == head
+    assert [c.path for c in mirror.pull_request_changes("main", head)] == ["layers/a/main.tf"]
+    with pytest.raises(GitError, match="pull request #4"):  # the fork's commit, under a branch name the base has
+        mirror.fetch_pull_request(bitbucket.head_ref(4, "feature/x"), 4, "abcdef012345")
+
+
+def test_a_bitbucket_datacenter_head_is_its_pull_request_ref_even_from_a_fork(tmp_path: Path) -> None:
+    """Data Center publishes `refs/pull-requests/<id>/from` in the target repository, a fork's head included."""
+    repo = make_repo(tmp_path / "work")
+    repo.commit({"layers/a/main.tf": "# a\n"}, "main")
+    repo.branch("fork-work")
+    repo.checkout("fork-work")
+    repo.commit({"layers/a/main.tf": "# a, from a fork\n"}, "fork")
+    fork_head = repo.head
+    repo.checkout("main")
+    run_git(repo.path, "update-ref", "refs/pull-requests/5/from", fork_head)
+    run_git(repo.path, "branch", "-D", "fork-work")
+    mirror = GitMirror(tmp_path / "cache", repo.url)
+    ref = provider_named("bitbucket-datacenter").head_ref(5, "fork-work")
+    assert mirror.fetch_pull_request(ref, 5, fork_head) == fork_head
+    assert [c.path for c in mirror.pull_request_changes("main", fork_head)] == ["layers/a/main.tf"]

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from burrito_py.git.allowed_hosts import HostNotAllowed
+from burrito_py.gitproviders.bitbucket import BitbucketCloud
 from burrito_py.gitproviders.client import CommitStatus, ProviderError
 from burrito_py.gitproviders.gitea import Gitea
 from burrito_py.gitproviders.github import GitHub
@@ -283,8 +284,13 @@ def test_client_for_builds_each_providers_client() -> None:
     assert isinstance(gitea, Gitea) and gitea.http._client.headers["Authorization"] == "token tok"
     gitlab = client_for("gitlab", "https://gitlab.com/api/v4", "group/sub/infra", 5, tokens)
     assert isinstance(gitlab, GitLab) and gitlab.project == "group/sub/infra"
-    with pytest.raises(ValueError, match="'bitbucket'"):
-        client_for("bitbucket", "https://api.bitbucket.org", "o/r", 1, tokens)
+    bitbucket = client_for("bitbucket", "https://api.bitbucket.org/2.0", "team/infra", 6, tokens)
+    assert isinstance(bitbucket, BitbucketCloud) and (bitbucket.workspace, bitbucket.repo) == ("team", "infra")
+    assert bitbucket.http._client.headers["Authorization"] == "Bearer tok"
+    with pytest.raises(ValueError, match="bitbucket project 'team/sub/infra' is not workspace/repository"):
+        client_for("bitbucket", "https://api.bitbucket.org/2.0", "team/sub/infra", 1, tokens)
+    with pytest.raises(ValueError, match="'sourcehut'"):
+        client_for("sourcehut", "https://git.sr.ht", "o/r", 1, tokens)
     with pytest.raises(ValueError, match="owner/repo"):
         client_for("github", "https://api.github.com", "repo", 1, tokens)
 
@@ -347,6 +353,10 @@ def test_an_invalid_private_key_names_the_key(pem: str) -> None:
     ("gitea", "http://localhost:3000/o/r.git", "http://localhost:3000/api/v1"),
     ("gitea", "git@gitea.example.com:o/r.git", "https://gitea.example.com/api/v1"),
     ("gitea", "https://user:secret@gitea.example.com/o/r.git", "https://gitea.example.com/api/v1"),
+    ("bitbucket", "https://bitbucket.org/team/r.git", "https://api.bitbucket.org/2.0"),
+    ("bitbucket", "git@bitbucket.org:team/r.git", "https://api.bitbucket.org/2.0"),
+    ("bitbucket-datacenter", "ssh://git@bitbucket.example:7999/team/r.git", "https://bitbucket.example/rest"),
+    ("bitbucket-datacenter", "https://bitbucket.example:8443/scm/team/r.git", "https://bitbucket.example:8443/rest"),
 ])
 def test_default_api_url(provider: str, url: str, api: str) -> None:
     assert default_api_url(provider, url) == api
@@ -373,8 +383,8 @@ def test_urls_without_a_project_are_refused(url: str) -> None:
 
 @pytest.mark.parametrize(("provider", "url"), [
     ("github", "file:///srv/repo.git"), ("gitlab", "not a url"), ("gitea", "-oProxy=x:y"),
-    ("bitbucket", "https://bitbucket.org/o/r.git"),
+    ("sourcehut", "https://git.sr.ht/~o/r"),
 ])
 def test_urls_or_providers_without_an_api_are_refused(provider: str, url: str) -> None:
-    with pytest.raises(ValueError, match=r"file://|bitbucket|repository URL"):
+    with pytest.raises(ValueError, match=r"file://|sourcehut|repository URL"):
         default_api_url(provider, url)

@@ -1,6 +1,6 @@
-"""The GitHub, GitLab and Gitea clients against a fake provider on loopback that answers with each provider's
-documented shapes and records every call: one comment per pull request, edited in place, no call when nothing
-changed, at most 3 calls per update, paging, rate limits waited out, tokens never in errors."""
+"""The GitHub, GitLab, Gitea and Bitbucket (Cloud, Data Center) clients against a fake provider on loopback that
+answers with each provider's documented shapes and records every call: one comment per pull request, edited in place,
+no call when nothing changed, at most 3 calls per update, paging, rate limits waited out, tokens never in errors."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from burrito_py.gitproviders.bitbucket import BitbucketCloud
+from burrito_py.gitproviders.bitbucket_datacenter import BitbucketDataCenter
 from burrito_py.gitproviders.client import ProviderError
 from burrito_py.gitproviders.gitea import Gitea
 from burrito_py.gitproviders.github import GitHub
@@ -27,7 +29,7 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 LOOPBACK = OutboundPolicy.of(LOOPBACK_NETWORKS)  # the fakes listen on loopback: allowed explicitly
 
 
-@pytest.fixture(params=["github", "gitlab", "gitea"])
+@pytest.fixture(params=["github", "gitlab", "gitea", "bitbucket", "bitbucket-datacenter"])
 def provider(request: pytest.FixtureRequest) -> Iterator[tuple[Fake, Any, list[float]]]:
     with running_fake_provider(request.param) as (fake, url):
         slept: list[float] = []
@@ -36,6 +38,11 @@ def provider(request: pytest.FixtureRequest) -> Iterator[tuple[Fake, Any, list[f
             client = GitHub(url, "team", "infra", 7, TOKEN, sleep=slept.append, outbound=LOOPBACK)
         elif fake.kind == "gitlab":
             client = GitLab(url + "/api/v4", "team/infra", 7, TOKEN, sleep=slept.append, outbound=LOOPBACK)
+        elif fake.kind == "bitbucket":
+            client = BitbucketCloud(url + "/2.0", "team", "infra", 7, TOKEN, sleep=slept.append, outbound=LOOPBACK)
+        elif fake.kind == "bitbucket-datacenter":
+            client = BitbucketDataCenter(url + "/rest", "TEAM", "infra", 7, TOKEN, sleep=slept.append,
+                                         outbound=LOOPBACK)
         else:
             client = Gitea(url + "/api/v1", "team", "infra", 7, TOKEN, sleep=slept.append, outbound=LOOPBACK)
         yield fake, client, slept
@@ -149,6 +156,16 @@ def test_write_permission_as_each_provider_says(provider: tuple[Fake, Any, list[
             True, False, False]
         assert client.write_permission("alice", None) is False
         assert fake.calls[-1][1].endswith("/members/all/7")
+    elif fake.kind == "bitbucket":  # by account id, the workspace's effective permission (read, write, admin)
+        fake.permissions = {"557058:alice": "write", "557058:rita": "read", "557058:ada": "admin"}
+        assert [client.write_permission(f"557058:{u}", None) for u in ("alice", "rita", "ada", "nobody")] == [
+            True, False, True, False]
+        assert fake.calls[-1][1].endswith("/workspaces/team/permissions/repositories/infra")
+    elif fake.kind == "bitbucket-datacenter":  # an explicit grant on the repository, else on its project
+        fake.permissions = {"alice": "REPO_WRITE", "rita": "REPO_READ", "ada": "PROJECT_ADMIN", "pat": "PROJECT_READ"}
+        assert [client.write_permission(u, None) for u in ("alice", "rita", "ada", "pat", "nobody")] == [
+            True, False, True, False, False]
+        assert fake.calls[-1][1].endswith("/rest/api/1.0/projects/TEAM/permissions/users")
     else:
         assert [client.write_permission(login, None) for login in ("alice", "rita", "ada", "nobody")] == [
             True, False, True, False]
@@ -160,8 +177,61 @@ def test_review_facts_as_each_provider_says(provider: tuple[Fake, Any, list[floa
     fake, client, _ = provider
     fake.approved_by = ["rev"]
     facts = client.review_facts("main", SHA)
+    if fake.kind == "bitbucket":  # its API says who approves, never whether it merges or how far behind it is
+        assert (facts.author, facts.approved_by, facts.mergeable, facts.behind) == ("author", ("rev",), None, None)
+        return
     assert (facts.author, facts.approved_by, facts.mergeable, facts.behind) == ("author", ("rev",), True, 0)
     fake.mergeable, fake.behind, fake.approved_by = False, 2, []
     facts = client.review_facts("main", SHA)
     assert facts.approved_by == () and facts.mergeable is False
     assert facts.behind == (1 if fake.kind == "gitea" else 2)  # Gitea says only whether (its merge base)
+
+
+# -- Bitbucket Cloud (issue 30 item 6) -------------------------------------------------------------------------
+def test_bitbucket_build_statuses_fit_its_key_and_always_link() -> None:
+    """Bitbucket refuses a build status without a URL or with a key over 40 characters (the fake does as it does):
+    a long context is keyed by its digest and named in full, and a status given no URL links the pull request."""
+    with running_fake_provider("bitbucket") as (fake, url):
+        client = BitbucketCloud(url + "/2.0", "team", "infra", 7, TOKEN, outbound=LOOPBACK)
+        layers = tuple(LayerResult("team-a", f"a-rather-long-layer-name-{i}", f"layers/l{i}", "planned",
+                                   parse_plan(fixture("update"))) for i in range(2))
+        statuses = commit_statuses(PullRequestResults("team-a/infra", 7, SHA, layers))
+        for status in statuses:
+            client.set_status(SHA, status, None)
+        client.close()
+    assert [s["name"] for s in fake.statuses] == [s.context for s in statuses]
+    assert any(len(s.context) > 40 for s in statuses) and all(len(s["key"]) <= 40 for s in fake.statuses)
+    assert len({s["key"] for s in fake.statuses}) == len(statuses)
+    assert {s["state"] for s in fake.statuses} == {"SUCCESSFUL"}
+    assert fake.statuses[0]["url"] == "https://bitbucket.org/team/infra/pull-requests/7"
+    assert fake.calls[0] == ("POST", f"/2.0/repositories/team/infra/commit/{SHA}/statuses/build")
+
+
+def test_bitbucket_next_page_on_another_host_is_not_followed() -> None:
+    with running_fake_provider("bitbucket") as (fake, url), running_fake_provider("bitbucket", "127.0.0.2") as (
+            attacker, attacker_url):
+        fake.comments.update({11: "one", 12: "two", 13: "three"})
+        fake.next_page_host = attacker_url.removeprefix("http://")  # its `next` names another host
+        client = BitbucketCloud(url + "/2.0", "team", "infra", 7, TOKEN, outbound=LOOPBACK)
+        with pytest.raises(ProviderError, match=r"the provider pointed to another host \(127\.0\.0\.2\)"):
+            client.list_comments()
+        client.close()
+    assert attacker.calls == [] and len(fake.calls) == 1
+
+
+def test_bitbucket_datacenter_edits_name_the_comments_version() -> None:
+    """Data Center refuses an edit that does not name the comment's current version (the fake does as it does):
+    each edit reads it first, so edits after edits (by anyone) go through."""
+    with running_fake_provider("bitbucket-datacenter") as (fake, url):
+        client = BitbucketDataCenter(url + "/rest", "TEAM", "infra", 7, TOKEN, outbound=LOOPBACK)
+        comment = client.create_comment("one")
+        fake.versions[int(comment)] = 5  # someone edited it in between
+        client.edit_comment(comment, "two")
+        client.edit_comment(comment, "three")
+        status = commit_statuses(results("create"))[0]
+        client.set_status(SHA, status, None)
+        client.close()
+    assert fake.comments == {int(comment): "three"} and fake.versions[int(comment)] == 7
+    assert fake.statuses[0]["state"] == "SUCCESSFUL" and fake.statuses[0]["key"] == status.context
+    assert fake.statuses[0]["url"].endswith("/projects/TEAM/repos/infra/pull-requests/7")
+    assert fake.calls[-1] == ("POST", f"/rest/build-status/1.0/commits/{SHA}")

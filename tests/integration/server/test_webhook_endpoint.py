@@ -63,6 +63,8 @@ def world(apiserver: ApiServer, tmp_path: Path) -> Iterator[tuple[ApiServer, htt
         ("default", "infra", "https://github.com/Org/Infra.git", "right"),
         ("team-b", "infra", "git@github.com:org/infra.git", "other"),
         ("default", "unsigned", "https://github.com/org/unsigned", None),
+        ("default", "bb", "https://bitbucket.org/team/infra.git", "bb-secret"),
+        ("default", "bbdc", "ssh://git@bitbucket.example:7999/team/infra.git", "bbdc-secret"),
     ):
         applier.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         source: dict[str, Any] = {"url": url}
@@ -224,6 +226,87 @@ def test_pull_request_deliveries_write_the_pull_request_of_repositories_that_pla
     raw = json.dumps(broken).encode()
     answer = http.post("/api/webhook", content=raw, headers=github(raw, "right", "pr-6", event="pull_request"))
     assert answer.status_code == 400 and "pull_request.head.sha" in answer.json()["error"]
+
+
+def bitbucket_pull_request(source_uuid: str, head: str = "0123456789ab") -> bytes:
+    repository = {"full_name": "team/infra", "uuid": "{r}", "links": {"html": {"href": "https://bitbucket.org/team/infra"}}}
+    source_repository = {**repository, "uuid": source_uuid}
+    return json.dumps({"actor": {"account_id": "557058:a"}, "repository": repository, "pullrequest": {
+        "id": 9, "title": "t", "state": "OPEN", "author": {"account_id": "557058:a"},
+        "source": {"branch": {"name": "topic"}, "commit": {"hash": head}, "repository": source_repository},
+        "destination": {"branch": {"name": "main"}, "repository": repository},
+        "updated_on": "2026-03-01T10:00:00.000000+00:00"}}).encode()
+
+
+def bitbucket(body: bytes, secret: str | None, delivery: str, event: str = "pullrequest:created") -> dict[str, str]:
+    headers = {"X-Event-Key": event, "X-Hook-UUID": "h", "X-Request-UUID": delivery,
+               "Content-Type": "application/json"}
+    if secret is not None:
+        headers["X-Hub-Signature"] = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return headers
+
+
+def test_bitbucket_cloud_pull_requests_are_verified_and_forks_told(world: tuple[ApiServer, httpx.Client]) -> None:
+    """Issue 30 item 6, over HTTP: an unsigned or wrongly signed Bitbucket Cloud delivery is the one 401 and writes
+    nothing; a signed one writes the pull request, and a fork is recorded as one."""
+    api, http = world
+
+    def prs() -> dict[str, dict[str, Any]]:
+        return {o["metadata"]["name"]: o["spec"] for o in api.list_objects(ann.API_VERSION, "terraformpullrequests")}
+
+    body = bitbucket_pull_request("{r}")
+    for secret in (None, "right", "bb-secret-"):
+        api.clear_requests()
+        answer = http.post("/api/webhook", content=body, headers=bitbucket(body, secret, f"bb-{secret}"))
+        assert answer.status_code == 401, answer.text
+        assert not [r for r in api.requests if r.method in ("POST", "PATCH")] and prs() == {}
+    answer = http.post("/api/webhook", content=body, headers=bitbucket(body, "bb-secret", "bb-1"))
+    assert answer.status_code == 202, answer.text
+    spec = prs()["bb-pr-9"]
+    assert (spec["provider"], spec["project"], spec["headSha"], spec["fromFork"]) == (
+        "bitbucket", "team/infra", "0123456789ab", False)
+    fork = bitbucket_pull_request("{outsider}", "abcdef012345")
+    fork = fork.replace(b'"id": 9', b'"id": 10')
+    assert http.post("/api/webhook", content=fork, headers=bitbucket(fork, "bb-secret", "bb-2")).status_code == 202
+    assert prs()["bb-pr-10"]["fromFork"] is True
+
+
+def test_bitbucket_datacenter_pull_requests_are_verified_and_forks_told(world: tuple[ApiServer, httpx.Client]) -> None:
+    """The same over HTTP for Data Center: its clone URL names the repository; unsigned or wrongly signed is the
+    one 401; a signed fork is recorded as one."""
+    api, http = world
+
+    def prs() -> dict[str, dict[str, Any]]:
+        return {o["metadata"]["name"]: o["spec"] for o in api.list_objects(ann.API_VERSION, "terraformpullrequests")}
+
+    target = {"slug": "infra", "id": 84, "project": {"key": "TEAM"},
+              "links": {"clone": [{"href": "https://bitbucket.example/scm/team/infra.git"},
+                                  {"href": "ssh://git@bitbucket.example:7999/team/infra.git"}]}}
+
+    def opened(number: int, source_id: int) -> bytes:
+        return json.dumps({"eventKey": "pr:opened", "actor": {"name": "bob"}, "pullRequest": {
+            "id": number, "title": "t", "state": "OPEN", "updatedDate": 1772360430000,
+            "fromRef": {"displayId": "topic", "latestCommit": "e" * 40, "repository": {**target, "id": source_id}},
+            "toRef": {"displayId": "main", "repository": target}}}).encode()
+
+    def signed(body: bytes, secret: str | None) -> dict[str, str]:
+        headers = {"X-Event-Key": "pr:opened", "X-Request-Id": f"dc-{secret}-{hashlib.sha256(body).hexdigest()}"}
+        if secret is not None:
+            headers["X-Hub-Signature"] = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        return headers
+
+    body = opened(11, 84)
+    for secret in (None, "bb-secret", "right"):
+        api.clear_requests()
+        assert http.post("/api/webhook", content=body, headers=signed(body, secret)).status_code == 401
+        assert not [r for r in api.requests if r.method in ("POST", "PATCH")] and prs() == {}
+    answer = http.post("/api/webhook", content=body, headers=signed(body, "bbdc-secret"))
+    assert answer.status_code == 202, answer.text
+    spec = prs()["bbdc-pr-11"]
+    assert (spec["provider"], spec["project"], spec["fromFork"]) == ("bitbucket-datacenter", "TEAM/infra", False)
+    fork = opened(12, 99)
+    assert http.post("/api/webhook", content=fork, headers=signed(fork, "bbdc-secret")).status_code == 202
+    assert prs()["bbdc-pr-12"]["fromFork"] is True
 
 
 # -- issue 24 finding 11: attacks from outside -------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""A fake GitHub, GitLab or Gitea API on loopback: comments (GitHub issue comments, GitLab notes) listed with each
-provider's paging, created and edited; commit statuses; rate limits when asked; every call recorded with its time.
-Answers follow the providers' documented shapes as far as the clients read them."""
+"""A fake GitHub, GitLab, Gitea or Bitbucket (Cloud, Data Center) API on loopback: comments (GitHub issue comments,
+GitLab notes) listed with each provider's paging, created and edited; commit statuses; rate limits when asked; every
+call recorded with its time. Answers follow the providers' documented shapes as far as the clients read them."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Fake:
     approved_by: list[str] = field(default_factory=list)
     mergeable: bool | None = True
     behind: int = 0
+    versions: dict[int, int] = field(default_factory=dict)  # Bitbucket Data Center: each comment's version
 
 
 def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
@@ -67,6 +69,10 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
                 return self._answer(429, {"message": "429 Too Many Requests"}, {"Retry-After": "2"})
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else {}
+            if fake.kind == "bitbucket":
+                return self._bitbucket(method, path, query, body)
+            if fake.kind == "bitbucket-datacenter":
+                return self._bitbucket_datacenter(method, path, query, body)
             if re.fullmatch(r".*/(comments|notes)", path) and method == "GET":
                 items = sorted(fake.comments.items())
                 if fake.kind == "github":
@@ -123,6 +129,101 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
                 fake.statuses.append({**body, "sha": path.rsplit("/", 1)[1]})
                 return self._answer(201, {"id": len(fake.statuses), **body})
             return self._answer(404, {"message": "Not Found"})
+
+        def _bitbucket(self, method: str, path: str, query: dict[str, str], body: Any) -> None:
+            """Bitbucket Cloud's API 2.0: paged `values` with a `next` URL, comments' `content.raw`, build
+            statuses, the workspace's repository permissions by account id, the pull request's participants."""
+            if re.fullmatch(r".*/pullrequests/\d+/comments", path) and method == "GET":
+                items = sorted(fake.comments.items())
+                page = int(query.get("page", "1"))
+                chunk = items[(page - 1) * 2:page * 2]
+                answer: dict[str, Any] = {"values": [{"id": i, "content": {"raw": b}, "deleted": False}
+                                                     for i, b in chunk], "pagelen": 2, "page": page}
+                if page * 2 < len(items):
+                    host = fake.next_page_host or self.headers["Host"]
+                    answer["next"] = f"http://{host}{path}?page={page + 1}"
+                return self._answer(200, answer)
+            if re.fullmatch(r".*/pullrequests/\d+/comments", path) and method == "POST":
+                fake.next_id += 1
+                fake.comments[fake.next_id] = body["content"]["raw"]
+                return self._answer(201, {"id": fake.next_id, "content": body["content"]})
+            found = re.fullmatch(r".*/pullrequests/\d+/comments/(\d+)", path)
+            if found and method == "PUT":
+                fake.comments[int(found.group(1))] = body["content"]["raw"]
+                return self._answer(200, {"id": int(found.group(1)), "content": body["content"]})
+            found = re.fullmatch(r".*/commit/([0-9a-f]+)/statuses/build", path)
+            if found and method == "POST":
+                if not body.get("url") or len(body.get("key", "")) > 40:
+                    return self._answer(400, {"error": {"message": "url required; key at most 40 characters"}})
+                fake.statuses.append({**body, "context": body["name"], "sha": found.group(1)})
+                return self._answer(201, body)
+            if method == "GET" and re.fullmatch(r".*/workspaces/[^/]+/permissions/repositories/[^/]+", path):
+                wanted = re.fullmatch(r'user\.account_id="(.*)"', unquote(query.get("q", "")))
+                who = [u for u in fake.permissions if wanted is None or u == wanted.group(1)]
+                return self._answer(200, {"values": [{"permission": fake.permissions[u], "user": {"account_id": u}}
+                                                     for u in who]})
+            if method == "GET" and re.fullmatch(r".*/pullrequests/\d+", path):
+                participants = [{"user": {"account_id": u}, "approved": True, "state": "approved"}
+                                for u in fake.approved_by]
+                participants.append({"user": {"account_id": "557058:commenter"}, "approved": False})
+                return self._answer(200, {"author": {"account_id": fake.author}, "participants": participants})
+            return self._answer(404, {"type": "error", "error": {"message": "Not Found"}})
+
+        def _bitbucket_datacenter(self, method: str, path: str, query: dict[str, str], body: Any) -> None:
+            """Bitbucket Data Center's REST 1.0: `start`/`limit` pages with `isLastPage`/`nextPageStart`, comments in
+            the activities, edits that must name the comment's current version, build statuses, explicit user
+            grants filtered by name, reviewers, `merge` and the commits of the base the head lacks."""
+            def paged(values: list[dict[str, Any]]) -> None:
+                start, limit = int(query.get("start", "0")), min(int(query.get("limit", "25")), 2)  # small pages
+                chunk = values[start:start + limit]
+                last = start + limit >= len(values)
+                return self._answer(200, {"values": chunk, "isLastPage": last, "start": start, "size": len(chunk),
+                                          **({} if last else {"nextPageStart": start + limit})})
+
+            if re.fullmatch(r".*/pull-requests/\d+/activities", path) and method == "GET":
+                return paged([{"action": "COMMENTED", "commentAction": "ADDED",
+                               "comment": {"id": i, "text": b, "version": fake.versions.get(i, 0)}}
+                              for i, b in sorted(fake.comments.items())] + [{"action": "APPROVED"}])
+            if re.fullmatch(r".*/pull-requests/\d+/comments", path) and method == "POST":
+                fake.next_id += 1
+                fake.comments[fake.next_id] = body["text"]
+                return self._answer(201, {"id": fake.next_id, "text": body["text"], "version": 0})
+            found = re.fullmatch(r".*/pull-requests/\d+/comments/(\d+)", path)
+            if found and int(found.group(1)) in fake.comments:
+                number = int(found.group(1))
+                version = fake.versions.get(number, 0)
+                if method == "GET":
+                    return self._answer(200, {"id": number, "text": fake.comments[number], "version": version})
+                if method == "PUT":
+                    if body.get("version") != version:
+                        return self._answer(409, {"errors": [{"message": "the comment has been updated"}]})
+                    fake.comments[number] = body["text"]
+                    fake.versions[number] = version + 1
+                    return self._answer(200, {"id": number, "text": body["text"], "version": version + 1})
+            found = re.fullmatch(r".*/build-status/1\.0/commits/([0-9a-f]+)", path)
+            if found and method == "POST":
+                if not body.get("url") or body.get("state") not in ("INPROGRESS", "SUCCESSFUL", "FAILED"):
+                    return self._answer(400, {"errors": [{"message": "url and state required"}]})
+                fake.statuses.append({**body, "context": body["key"], "sha": found.group(1)})
+                self.send_response(204)  # No Content, as Bitbucket answers
+                self.end_headers()
+                return None
+            scope = re.fullmatch(r".*/projects/[^/]+(/repos/[^/]+)?/permissions/users", path)
+            if scope and method == "GET":
+                level = "repo" if scope.group(1) else "project"
+                wanted = unquote(query.get("filter", ""))
+                return paged([{"user": {"name": u}, "permission": p} for u, p in sorted(fake.permissions.items())
+                              if wanted in u and p.lower().startswith(level)])
+            if method == "GET" and re.fullmatch(r".*/pull-requests/\d+/merge", path):
+                return self._answer(200, {"canMerge": fake.mergeable, "conflicted": fake.mergeable is False,
+                                          "vetoes": []})
+            if method == "GET" and re.fullmatch(r".*/pull-requests/\d+", path):
+                reviewers = [{"user": {"name": u}, "approved": True, "status": "APPROVED"} for u in fake.approved_by]
+                reviewers.append({"user": {"name": "someone"}, "approved": False, "status": "UNAPPROVED"})
+                return self._answer(200, {"author": {"user": {"name": fake.author}}, "reviewers": reviewers})
+            if method == "GET" and re.fullmatch(r".*/repos/[^/]+/commits", path):
+                return paged([{"id": f"{i:040x}"} for i in range(fake.behind)])
+            return self._answer(404, {"errors": [{"message": "Not Found"}]})
 
         def do_GET(self) -> None:
             self._handle("GET")
