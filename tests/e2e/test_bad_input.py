@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.support.git_repos import TestRepo
 
 from .conftest import Platform, wait_for
+
+
+@pytest.fixture
+def platform(emulator_platform: Platform) -> Platform:
+    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
+    return emulator_platform
 
 
 def ready(platform: Platform, layer: str) -> dict[str, str] | None:

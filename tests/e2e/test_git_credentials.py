@@ -27,6 +27,13 @@ from tests.support.git_servers import (
 
 from .conftest import Platform, wait_for
 
+
+@pytest.fixture
+def platform(emulator_platform: Platform) -> Platform:
+    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
+    return emulator_platform
+
+
 TOKEN = "glpat-e2e-Token-0123456789"
 PASSWORD = "e2e-Pa55word-$(whoami)"
 WRONG_PASSWORD = "e2e-Wr0ng-password-77"

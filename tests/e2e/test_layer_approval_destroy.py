@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes.client.exceptions import ApiException
 
 from burrito_py.api import annotations as ann
@@ -14,6 +15,13 @@ from burrito_py.controllers.layer.destroy import DESTROY_FINALIZER
 from tests.support.git_repos import TestRepo
 
 from .conftest import Platform, layer_code, running_platform, wait_for
+
+
+@pytest.fixture
+def platform(emulator_platform: Platform) -> Platform:
+    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
+    return emulator_platform
+
 
 QUIET = 3.0  # seconds in which a wrong controller would have created a run
 

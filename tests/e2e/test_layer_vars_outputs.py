@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from burrito_py.api import annotations as ann
@@ -18,6 +19,13 @@ from tests.support.git_repos import TestRepo
 
 from .conftest import Platform
 from .test_core_loop import terraform_state_inputs
+
+
+@pytest.fixture
+def platform(emulator_platform: Platform) -> Platform:
+    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
+    return emulator_platform
+
 
 PASSWORD = "e2e-s3cr3t-Value-41d9"
 CODE = """

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import pytest
+
 from burrito_py.api import annotations as ann
 from tests.support.git_repos import TestRepo
 
 from .conftest import Platform
+
+
+@pytest.fixture
+def platform(emulator_platform: Platform) -> Platform:
+    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
+    return emulator_platform
+
 
 NAME = "app-" + "x" * 150 + "-" + "y" * 45  # 200 characters
 

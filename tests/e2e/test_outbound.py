@@ -36,6 +36,13 @@ from ..support.fakes.providers import Fake, running_fake_provider
 from .conftest import Platform, running_platform, wait_for
 from .test_git_credentials import everything_people_can_read, put_secret
 
+
+@pytest.fixture
+def platform(emulator_platform: Platform) -> Platform:
+    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
+    return emulator_platform
+
+
 TOKEN = "glpat-outbound-Token-0123456789"
 API_TOKEN = "provider-api-token-outbound"
 BASE = f"/apis/{ann.API_VERSION}/namespaces/default"
