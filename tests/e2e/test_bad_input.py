@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from tests.support.git_repos import TestRepo
 
 from .conftest import Platform, wait_for
-
-
-@pytest.fixture
-def platform(emulator_platform: Platform) -> Platform:
-    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
-    return emulator_platform
 
 
 def ready(platform: Platform, layer: str) -> dict[str, str] | None:
@@ -25,7 +17,7 @@ def ready(platform: Platform, layer: str) -> dict[str, str] | None:
 
 
 def warnings(platform: Platform, name: str) -> list[str]:
-    events = platform.core.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
+    events = platform.core.list_namespaced_event(platform.namespace, field_selector=f"involvedObject.name={name}").items
     return [f"{e.reason}: {e.message}" for e in events if e.type == "Warning"]
 
 

@@ -5,18 +5,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from burrito_py.controllers.run.leases import layer_lease_name
 from tests.support.git_repos import TestRepo
 
 from .conftest import Platform, layer_code
-
-
-@pytest.fixture
-def platform(emulator_platform: Platform) -> Platform:
-    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
-    return emulator_platform
 
 
 def test_two_branches_of_one_path_never_run_at_once(platform: Platform, repo: TestRepo):
