@@ -233,7 +233,10 @@ def _real_platform(cluster: RealCluster, workdir: Path, kubeconfig: Path, start_
         datastore_url = stack.enter_context(running_datastore(workdir / "datastore", auth_enabled=True,
                                                               kubeconfig=kubeconfig, admin_users=[admin],
                                                               **(datastore or {})))
-        settings = controller_settings(datastore_url, workdir, **{"namespaces": [namespace], **overrides})
+        # The test's namespace is also where the controllers keep what a pod would keep in its own namespace
+        # (in this process, own_namespace() is `default`, which every test of the session shares).
+        own = {"namespaces": [namespace], "webhook_keys_namespace": namespace, "leader_election_namespace": namespace}
+        settings = controller_settings(datastore_url, workdir, **{**own, **overrides})
         controllers = ControllerThread(settings, kubeconfig) if start_controllers else None
         if controllers is not None:
             controllers.start()
