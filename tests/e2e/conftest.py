@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from burrito_local.apiserver import ApiServer
 from burrito_local.apply import Applier
@@ -27,6 +29,7 @@ from burrito_py.chart.admission_policy import policy_objects
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.datastore.in_process import running_datastore
 from burrito_py.kube.inventory import creation_order
+from burrito_py.kube.kubeconfig import read_kubeconfig
 from burrito_py.operator.main import ControllerThread
 from burrito_py.outbound import LOOPBACK_NETWORKS
 from tests.support.controlplane import controlplane  # noqa: F401  (the session's control plane)
@@ -78,6 +81,14 @@ class Platform:
         """The emulator's internals, for the tests that need them (the emulator world only)."""
         assert self.api is not None, "this test needs the emulator world (running_platform(..., cluster=None))"
         return self.api
+
+    def api_http(self) -> httpx.Client:
+        """The API over HTTP as the kubeconfig's user (the cluster admin's ServiceAccount, in both worlds)."""
+        user = read_kubeconfig(self.kubeconfig)
+        context = ssl.create_default_context(cadata=user.ca_data.decode() if user.ca_data else None,
+                                             cafile=user.ca_path)
+        return httpx.Client(base_url=user.server, timeout=30, verify=context,
+                            headers={"Authorization": f"Bearer {user.token}"})
 
     # -- objects -------------------------------------------------------------------------------
     def create_repository(self, name: str, url: str, **spec: Any) -> dict[str, Any]:
