@@ -82,13 +82,14 @@ class Platform:
         assert self.api is not None, "this test needs the emulator world (running_platform(..., cluster=None))"
         return self.api
 
-    def api_http(self) -> httpx.Client:
-        """The API over HTTP as the kubeconfig's user (the cluster admin's ServiceAccount, in both worlds)."""
+    def api_http(self, token: str | None = None) -> httpx.Client:
+        """The API over HTTP as the kubeconfig's user (the cluster admin's ServiceAccount, in both worlds), or as
+        the bearer of `token`."""
         user = read_kubeconfig(self.kubeconfig)
         context = ssl.create_default_context(cadata=user.ca_data.decode() if user.ca_data else None,
                                              cafile=user.ca_path)
         return httpx.Client(base_url=user.server, timeout=30, verify=context,
-                            headers={"Authorization": f"Bearer {user.token}"})
+                            headers={"Authorization": f"Bearer {token or user.token}"})
 
     # -- objects -------------------------------------------------------------------------------
     def create_repository(self, name: str, url: str, **spec: Any) -> dict[str, Any]:

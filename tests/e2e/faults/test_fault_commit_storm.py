@@ -17,12 +17,6 @@ from tests.support.git_repos import TestRepo
 from ..conftest import Platform, layer_code, wait_for
 
 
-@pytest.fixture
-def platform(emulator_platform: Platform) -> Platform:
-    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
-    return emulator_platform
-
-
 def applied_inputs(platform: Platform) -> list[str]:
     state = json.loads(platform.state_file("app").read_text())
     return [i["attributes"]["input"]["value"] for r in state.get("resources", []) for i in r.get("instances", [])]
