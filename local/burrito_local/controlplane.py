@@ -142,11 +142,12 @@ class AdminClient:
         self._context = ssl.create_default_context(cadata=ca_pem.decode())
         self._context.load_cert_chain(cert, key)
 
-    def call(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
+    def call(self, method: str, path: str, body: Any = None, timeout: float = 10.0,
+             content_type: str = "application/json") -> tuple[int, Any]:
         conn = http.client.HTTPSConnection(self._host, self._port, context=self._context, timeout=timeout)
         try:
             conn.request(method, path, body=None if body is None else json.dumps(body),
-                         headers={"Content-Type": "application/json", "Accept": "application/json"})
+                         headers={"Content-Type": content_type, "Accept": "application/json"})
             response = conn.getresponse()
             raw = response.read()
         finally:

@@ -89,6 +89,7 @@ from burrito_local.service_proxy import ServiceProxy
 from burrito_local.workloads import (
     RESET_BACKOFF_AFTER,
     IpPool,
+    NodeAddress,
     hosts_file,
     restart_delay,
     service_link_env,
@@ -292,7 +293,8 @@ class LocalKubelet(LoopThread):
         self._pod_tasks: dict[str, asyncio.Task[None]] = {}  # uid → the task running the pod
         self._tasks: set[asyncio.Task[None]] = set()
         pod_cidr = node.pod_cidr if node is not None else POD_CIDR
-        self._ips = IpPool(pod_cidr, start=IpPool.random_start(pod_cidr))
+        self._ips: IpPool | NodeAddress = (NodeAddress(node.address) if node is not None and node.host_network
+                                           else IpPool(pod_cidr, start=IpPool.random_start(pod_cidr)))
         self._host_ip = node.address if node is not None else HOST_IP
         self._agent: NodeAgent | None = None
         self._confirmed: set[str] = set()

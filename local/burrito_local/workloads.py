@@ -21,6 +21,20 @@ CLUSTER_DOMAIN = "cluster.local"
 
 
 # -- addresses ---------------------------------------------------------------------------------------
+class NodeAddress:
+    """The pod addresses of a node whose pods share its network (`NodeMode.host_network`): every pod gets the
+    node's own address, as `hostNetwork: true` pods do."""
+
+    def __init__(self, address: str) -> None:
+        self._address = address
+
+    def allocate(self) -> str:
+        return self._address
+
+    def release(self, address: str) -> None:
+        """Nothing to give back: the address is the node's."""
+
+
 class IpPool:
     """Addresses of a loopback network handed out one by one (x.y.z.0 and x.y.z.255 skipped, so no
     address looks like a network or broadcast address); `release` returns one."""

@@ -1,20 +1,24 @@
-"""End-to-end harness: the real product on one machine — API emulator, local kubelet running real
-`burrito-py runner start` processes with real terraform, the datastore over HTTP, the kopf
-controllers, and real git repositories made by the tests."""
+"""End-to-end harness: the real product on one machine — the real control plane (or, where a test needs
+its internals, the API emulator), the local kubelet running real `burrito-py runner start` processes with
+real terraform, the datastore over HTTP, the kopf controllers, and real git repositories made by the tests
+(docs/architecture.md §15, §22.6)."""
 
 from __future__ import annotations
 
 import contextlib
 import shutil
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from burrito_local.apiserver import ApiServer
 from burrito_local.apply import Applier
+from burrito_local.controlplane import ControlPlane
 from burrito_local.identity import admin_client, grant_runner_access, login_as_local_admin
 from burrito_local.kubelet import LocalKubelet
 from kubernetes import client, config
@@ -25,11 +29,14 @@ from burrito_py.chart.admission_policy import policy_objects
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.datastore.in_process import running_datastore
 from burrito_py.kube.inventory import creation_order
+from burrito_py.kube.kubeconfig import read_kubeconfig
 from burrito_py.operator.main import ControllerThread
 from burrito_py.outbound import LOOPBACK_NETWORKS
+from tests.support.controlplane import controlplane  # noqa: F401  (the session's control plane)
 from tests.support.emulator import wait_for
 from tests.support.engines import ENGINES, Engine, engines_root
 from tests.support.git_repos import TestRepo, make_repo
+from tests.support.real_cluster import RealCluster
 
 pytestmark = pytest.mark.e2e
 # On a cluster the Helm chart creates the runner's service account in each namespace with layers.
@@ -60,7 +67,7 @@ def layer_code(message: str = "hello") -> str:
 
 @dataclass
 class Platform:
-    api: ApiServer
+    api: ApiServer | None  # the emulator, in the emulator world; None on the real control plane
     datastore_url: str
     kubeconfig: Path
     workdir: Path
@@ -68,15 +75,31 @@ class Platform:
     core: client.CoreV1Api
     controllers: ControllerThread | None  # None: the test runs its own (e.g. `controllers start` processes)
     settings: ControllerSettings
+    namespace: str = "default"  # the test's namespace: its own on the real control plane
+
+    @property
+    def emulator(self) -> ApiServer:
+        """The emulator's internals, for the tests that need them (the emulator world only)."""
+        assert self.api is not None, "this test needs the emulator world (running_platform(..., cluster=None))"
+        return self.api
+
+    def api_http(self, token: str | None = None) -> httpx.Client:
+        """The API over HTTP as the kubeconfig's user (the cluster admin's ServiceAccount, in both worlds), or as
+        the bearer of `token`."""
+        user = read_kubeconfig(self.kubeconfig)
+        context = ssl.create_default_context(cadata=user.ca_data.decode() if user.ca_data else None,
+                                             cafile=user.ca_path)
+        return httpx.Client(base_url=user.server, timeout=30, verify=context,
+                            headers={"Authorization": f"Bearer {token or user.token}"})
 
     # -- objects -------------------------------------------------------------------------------
     def create_repository(self, name: str, url: str, **spec: Any) -> dict[str, Any]:
         body = {
             "apiVersion": ann.API_VERSION, "kind": "TerraformRepository",
-            "metadata": {"name": name, "namespace": "default"},
+            "metadata": {"name": name, "namespace": self.namespace},
             "spec": {"repository": {"url": url}, **spec},
         }
-        return self.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, "default",
+        return self.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, self.namespace,
                                                             "terraformrepositories", body)
 
     def create_layer(self, name: str, repository: str, path: str, *, auto_apply: bool = False,
@@ -91,7 +114,7 @@ class Platform:
             spec = {**engine.spec(), **spec}
         body = {
             "apiVersion": ann.API_VERSION, "kind": "TerraformLayer",
-            "metadata": {"name": name, "namespace": "default"},
+            "metadata": {"name": name, "namespace": self.namespace},
             "spec": {
                 "repository": {"name": repository}, "branch": branch, "path": path,
                 "remediationStrategy": {"autoApply": auto_apply, **spec.pop("remediation", {})},
@@ -99,26 +122,26 @@ class Platform:
                 **spec,
             },
         }
-        return self.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformlayers",
+        return self.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, self.namespace, "terraformlayers",
                                                             body)
 
     def state_file(self, layer: str) -> Path:
         return self.workdir / "state" / f"{layer}.tfstate"
 
     def layer(self, name: str) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformlayers", name)
+        return self.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, self.namespace, "terraformlayers", name)
 
     def annotations(self, name: str) -> dict[str, str]:
         return self.layer(name)["metadata"].get("annotations") or {}
 
     def runs(self, layer: str | None = None) -> list[dict[str, Any]]:
         selector = f"{ann.LABEL_LAYER}={layer}" if layer else None
-        items = self.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformruns",
+        items = self.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, self.namespace, "terraformruns",
                                                           label_selector=selector)["items"]
         return sorted(items, key=creation_order)  # runs created in one second: by the controller's stamp
 
     def pods(self, layer: str) -> list[Any]:
-        return self.core.list_namespaced_pod("default", label_selector=f"{ann.LABEL_LAYER}={layer}").items
+        return self.core.list_namespaced_pod(self.namespace, label_selector=f"{ann.LABEL_LAYER}={layer}").items
 
     def wait_state(self, layer: str, state: str, timeout: float = 60.0) -> dict[str, Any]:
         def reached() -> dict[str, Any] | None:
@@ -142,19 +165,47 @@ class Platform:
 
     def sync_now(self, layer: str) -> None:
         self.custom.patch_namespaced_custom_object(
-            ann.GROUP, ann.VERSION, "default", "terraformlayers", layer,
+            ann.GROUP, ann.VERSION, self.namespace, "terraformlayers", layer,
             {"metadata": {"annotations": {ann.SYNC_NOW: "now"}}},
         )
+
+
+def controller_settings(datastore_url: str, workdir: Path, **overrides: Any) -> ControllerSettings:
+    return ControllerSettings(**{
+        "datastore_url": datastore_url,
+        "git_cache_dir": workdir / "git-cache",
+        "drift_detection_period": timedelta(hours=1),
+        "repository_poll_interval": timedelta(seconds=1),
+        "failure_grace_period": timedelta(seconds=1),
+        "failure_grace_period_cap": timedelta(seconds=4),
+        "metrics_port": 0,
+        "runner_image": "local",
+        "allow_file_repositories": True,  # TestRepo serves its repositories as file:// URLs
+        # Git servers, fake providers and webhook receivers of the tests listen on loopback: allowed explicitly.
+        "outbound_allowed_networks": list(LOOPBACK_NETWORKS),
+        **overrides,
+    })
 
 
 @contextlib.contextmanager
 def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = True, start_controllers: bool = True,
                      datastore: dict[str, Any] | None = None, kubelet_runtime: str = "process",
-                     **overrides: Any) -> Iterator[Platform]:
-    """The harness: emulator, CRDs, the chart's run-namespace admission policy (unless `admission_policy` is
-    False, as on a cluster older than 1.30), datastore (`datastore`: further DatastoreSettings), kubelet and
-    controllers (unless `start_controllers` is False: `settings` then says how to run them). `kubelet_runtime`
-    "podman" runs the pods from their images (docs/architecture.md §20)."""
+                     cluster: RealCluster | None = None, **overrides: Any) -> Iterator[Platform]:
+    """The harness: on `cluster` (the session's real control plane, §22.8) a fresh namespace of its own, else
+    the emulator; the CRDs, the chart's admission policies (unless `admission_policy` is False, as on a
+    cluster older than 1.30: the emulator world only, the real cluster has them once for the session), the
+    datastore (`datastore`: further DatastoreSettings), the kubelet and the controllers (unless
+    `start_controllers` is False: `settings` then says how to run them; on the real cluster they watch the
+    test's namespace only). `kubelet_runtime` "podman" runs the emulator world's pods from their images
+    (docs/architecture.md §20)."""
+    if cluster is not None:
+        if not admission_policy:
+            raise ValueError("the real cluster has the admission policies for the whole session: use the emulator")
+        if kubelet_runtime != "process":
+            raise ValueError("the real cluster's kubelet runs processes: use the emulator for kubelet_runtime")
+        with _real_platform(cluster, workdir, kubeconfig, start_controllers, datastore, overrides) as platform:
+            yield platform
+        return
     with contextlib.ExitStack() as stack:
         api = ApiServer(pod_log_dir=workdir / "pod-logs")
         api.start()
@@ -179,20 +230,7 @@ def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = T
                                runtime=kubelet_runtime)
         kubelet.start()
         stack.callback(kubelet.stop)
-        settings = ControllerSettings(**{
-            "datastore_url": datastore_url,
-            "git_cache_dir": workdir / "git-cache",
-            "drift_detection_period": timedelta(hours=1),
-            "repository_poll_interval": timedelta(seconds=1),
-            "failure_grace_period": timedelta(seconds=1),
-            "failure_grace_period_cap": timedelta(seconds=4),
-            "metrics_port": 0,
-            "runner_image": "local",
-            "allow_file_repositories": True,  # TestRepo serves its repositories as file:// URLs
-            # Git servers, fake providers and webhook receivers of the tests listen on loopback: allowed explicitly.
-            "outbound_allowed_networks": list(LOOPBACK_NETWORKS),
-            **overrides,
-        })
+        settings = controller_settings(datastore_url, workdir, **overrides)
         controllers = ControllerThread(settings, kubeconfig) if start_controllers else None
         if controllers is not None:
             controllers.start()
@@ -203,13 +241,62 @@ def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = T
                        client.CoreV1Api(api_client), controllers, settings)
 
 
+@contextlib.contextmanager
+def _real_platform(cluster: RealCluster, workdir: Path, kubeconfig: Path, start_controllers: bool,
+                   datastore: dict[str, Any] | None, overrides: dict[str, Any]) -> Iterator[Platform]:
+    """On the session's control plane: the test's namespace (the chart's runner accounts and Roles in it),
+    the datastore reviewing tokens with kube-apiserver, the controllers watching that namespace only (the
+    objects earlier tests left in theirs are not reconciled). Leaving: the controllers stop, then the
+    namespace goes (its finalizers stripped: nobody is left to remove them)."""
+    with contextlib.ExitStack() as stack:
+        namespace = cluster.new_namespace()
+        stack.callback(cluster.remove_namespace, namespace)
+        cluster.write_kubeconfig(kubeconfig, namespace)
+        admin = cluster.admin_username
+        datastore_url = stack.enter_context(running_datastore(workdir / "datastore", auth_enabled=True,
+                                                              kubeconfig=kubeconfig, admin_users=[admin],
+                                                              **(datastore or {})))
+        # The test's namespace is also where the controllers keep what a pod would keep in its own namespace
+        # (in this process, own_namespace() is `default`, which every test of the session shares).
+        own = {"namespaces": [namespace], "webhook_keys_namespace": namespace, "leader_election_namespace": namespace}
+        settings = controller_settings(datastore_url, workdir, **{**own, **overrides})
+        controllers = ControllerThread(settings, kubeconfig) if start_controllers else None
+        if controllers is not None:
+            controllers.start()
+            stack.callback(controllers.stop)
+        api_client = config.new_client_from_config(config_file=str(kubeconfig))
+        stack.callback(api_client.close)
+        yield Platform(None, datastore_url, kubeconfig, workdir, client.CustomObjectsApi(api_client),
+                       client.CoreV1Api(api_client), controllers, settings, namespace)
+
+
+@pytest.fixture(scope="session")
+def real_cluster(controlplane: ControlPlane, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
+                 ) -> Iterator[RealCluster]:
+    """The session's control plane (one per xdist worker) with the kubelet as its Node, the CRDs and the
+    admission policies: every test on it gets a namespace of its own (`running_platform(..., cluster=...)`)."""
+    cluster = RealCluster(controlplane, tmp_path_factory.mktemp("real-cluster")).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
 def kubeconfig_path(tmp_path: Path) -> Path:
     return tmp_path / "kubeconfig"
 
 
 @pytest.fixture
-def platform(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
+def platform(tmp_path: Path, kubeconfig_path: Path, real_cluster: RealCluster) -> Iterator[Platform]:
+    """The product on the session's real control plane, in a namespace of the test's own."""
+    with running_platform(tmp_path, kubeconfig_path, cluster=real_cluster) as p:
+        yield p
+
+
+@pytest.fixture
+def emulator_platform(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
+    """The product on the API emulator, for the tests that need its internals (its store, fault injection)."""
     with running_platform(tmp_path, kubeconfig_path) as p:
         yield p
 

@@ -18,6 +18,13 @@ from tests.support.git_repos import TestRepo, make_repo
 
 from .conftest import Platform, wait_for
 
+
+@pytest.fixture
+def platform(emulator_platform: Platform) -> Platform:
+    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
+    return emulator_platform
+
+
 GROUP, VERSION, PLURAL = "apps.burrito-py.io", "v1alpha1", "buckets"
 
 BUCKET_TF = """

@@ -24,6 +24,7 @@ from typing import Any
 from burrito_py.api import annotations as ann
 from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo, run_git
+from tests.support.real_cluster import RealCluster
 
 from .test_pull_requests import pr_runs, pull_request_world
 
@@ -163,15 +164,16 @@ def condition(layer: dict[str, Any], type_: str) -> dict[str, Any]:
     return next((c for c in (layer.get("status") or {}).get("conditions") or () if c["type"] == type_), {})
 
 
-def test_a_pull_requests_plan_run_cannot_make_its_plan_the_base_layers_artifact(tmp_path: Path,
-                                                                               repo: TestRepo) -> None:
+def test_a_pull_requests_plan_run_cannot_make_its_plan_the_base_layers_artifact(tmp_path: Path, repo: TestRepo,
+                                                                               real_cluster: RealCluster) -> None:
     report = tmp_path / "attack.jsonl"
-    with pull_request_world(tmp_path, repo, "github") as world:
+    with pull_request_world(tmp_path, repo, "github", real_cluster) as world:
         platform = world.platform
         base = platform.annotations("app")
         base_run = base[ann.PLAN_RUN].split("/")[0]
         platform.custom.patch_namespaced_custom_object(  # tells the tenant code which run to aim at
-            ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra", {"spec": {"overrideRunnerSpec": {
+            ann.GROUP, ann.VERSION, platform.namespace,
+                "terraformrepositories", "infra", {"spec": {"overrideRunnerSpec": {
                 "env": [{"name": "ATTACK_BASE_RUN", "value": base_run}]}}})
         provider = f"{PROVIDER_DIR}/terraform-provider-evil_v1.0.0"
         world.repo.commit({"layers/app/main.tf": HOSTILE_CODE, provider: hostile_provider(report)},
@@ -221,12 +223,12 @@ def test_a_pull_requests_plan_run_cannot_make_its_plan_the_base_layers_artifact(
         ]
         for plan_run, plan_sum, why in forgeries:
             platform.custom.patch_namespaced_custom_object(
-                ann.GROUP, ann.VERSION, "default", "terraformlayers", "app", {"metadata": {"annotations": {
+                ann.GROUP, ann.VERSION, platform.namespace, "terraformlayers", "app", {"metadata": {"annotations": {
                     ann.PLAN_RUN: plan_run, ann.PLAN_SUM: plan_sum, ann.PLAN_SUMMARY: "Plan: 1 to add",
                     ann.APPROVE_PLAN: plan_sum}}})
 
             def refused(plan_run: str = plan_run, why: str = why) -> str | None:
-                events = platform.core.list_namespaced_event("default").items
+                events = platform.core.list_namespaced_event(platform.namespace).items
                 found = [e.message for e in events
                          if e.involved_object.name == "app" and e.reason == "ArtifactRefused" and plan_run in e.message]
                 return found[0] if found and why in found[0] else None

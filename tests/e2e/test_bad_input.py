@@ -17,7 +17,7 @@ def ready(platform: Platform, layer: str) -> dict[str, str] | None:
 
 
 def warnings(platform: Platform, name: str) -> list[str]:
-    events = platform.core.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
+    events = platform.core.list_namespaced_event(platform.namespace, field_selector=f"involvedObject.name={name}").items
     return [f"{e.reason}: {e.message}" for e in events if e.type == "Warning"]
 
 

@@ -13,11 +13,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import httpx
+import pytest
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
 
 from burrito_py.api import annotations as ann
 from burrito_py.timeutil import parse_time
 from tests.support.engines import Engine, engines_root
 from tests.support.git_repos import TestRepo
+from tests.support.real_cluster import RealCluster
 
 from .conftest import Platform, layer_code, running_platform, wait_for
 
@@ -89,8 +93,9 @@ def test_c_relevant_commits_plan_and_unrelated_commits_do_not(platform: Platform
     platform.wait_state("app", "ApplyNeeded")
 
 
-def test_d_broken_terraform_retries_then_max_retries_then_a_fix_plans(tmp_path: Path, repo: TestRepo):
-    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", max_retries=2) as platform:
+def test_d_broken_terraform_retries_then_max_retries_then_a_fix_plans(tmp_path: Path, repo: TestRepo,
+                                                                      real_cluster: RealCluster):
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", max_retries=2, cluster=real_cluster) as platform:
         broken = repo.commit({"layers/app/main.tf": "resource \"terraform_data\" \"x\" {\n"}, "break it")
         platform.create_repository("repo", repo.url)
         platform.create_layer("app", "repo", "layers/app")
@@ -114,8 +119,10 @@ def test_d_broken_terraform_retries_then_max_retries_then_a_fix_plans(tmp_path: 
         platform.wait_state("app", "ApplyNeeded")
 
 
-def test_e_drift_period_elapsed_plans_again(tmp_path: Path, repo: TestRepo, engine: Engine):
-    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", drift_detection_period=timedelta(seconds=6)) as p:
+def test_e_drift_period_elapsed_plans_again(tmp_path: Path, repo: TestRepo, engine: Engine,
+                                            real_cluster: RealCluster):
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", drift_detection_period=timedelta(seconds=6),
+                          cluster=real_cluster) as p:
         p.create_repository("repo", repo.url)
         p.create_layer("app", "repo", "layers/app", auto_apply=True, engine=engine)
         p.wait_state("app", "Idle", timeout=60)
@@ -144,11 +151,13 @@ def test_g_never_two_runner_pods_of_a_layer_and_orphan_leases_are_taken_over(pla
     layer = platform.layer("app")
     manual = {
         "apiVersion": ann.API_VERSION, "kind": "TerraformRun",
-        "metadata": {"generateName": "app-plan-", "namespace": "default", "labels": {ann.LABEL_LAYER: "app"}},
-        "spec": {"action": "plan", "layer": {"name": "app", "namespace": "default",
+        "metadata": {"generateName": "app-plan-", "namespace": platform.namespace,
+                     "labels": {ann.LABEL_LAYER: "app"}},
+        "spec": {"action": "plan", "layer": {"name": "app", "namespace": platform.namespace,
                                              "revision": layer["metadata"]["annotations"][ann.BRANCH_COMMIT]}},
     }
-    platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformruns", manual)
+    platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace, "terraformruns",
+                                                    manual)
     max_active = 0
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -171,27 +180,30 @@ def test_g_never_two_runner_pods_of_a_layer_and_orphan_leases_are_taken_over(pla
     lease_name = layer_lease_name(platform.layer("app"))
     body = {
         "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": lease_name, "namespace": "default"},
+        "metadata": {"name": lease_name, "namespace": platform.namespace},
         "spec": {"holderIdentity": "a-run-that-was-deleted"},
     }
     from kubernetes import client
 
     leases = client.CoordinationV1Api(platform.core.api_client)
-    existing = leases.list_namespaced_lease("default").items
+    existing = leases.list_namespaced_lease(platform.namespace).items
     for item in existing:
-        leases.delete_namespaced_lease(item.metadata.name, "default")
-    leases.create_namespaced_lease("default", body)
+        leases.delete_namespaced_lease(item.metadata.name, platform.namespace)
+    leases.create_namespaced_lease(platform.namespace, body)
     before = len(platform.runs("app"))
     platform.sync_now("app")
     wait_for(lambda: len(platform.runs("app")) > before, 30, what="a new run")
     wait_for(lambda: platform.runs("app")[-1].get("status", {}).get("state") == "Succeeded", 60,
              what="the new run to take the orphan lease over and succeed")
-    assert platform.api.get_object("coordination.k8s.io/v1", "leases", "default", lease_name) is None
+    with pytest.raises(ApiException) as gone:
+        leases.read_namespaced_lease(lease_name, platform.namespace)
+    assert gone.value.status == 404
 
 
-def test_h_restarted_controllers_create_no_run_for_idle_layers(tmp_path: Path, repo: TestRepo):
+def test_h_restarted_controllers_create_no_run_for_idle_layers(tmp_path: Path, repo: TestRepo,
+                                                               real_cluster: RealCluster):
     kubeconfig = tmp_path / "kubeconfig"
-    with running_platform(tmp_path / "p", kubeconfig) as p:
+    with running_platform(tmp_path / "p", kubeconfig, cluster=real_cluster) as p:
         p.create_repository("repo", repo.url)
         p.create_layer("app", "repo", "layers/app", auto_apply=True)
         p.create_layer("other", "repo", "layers/other", auto_apply=True)
@@ -205,12 +217,16 @@ def test_h_restarted_controllers_create_no_run_for_idle_layers(tmp_path: Path, r
         restarted = ControllerThread(p.settings, kubeconfig)
         restarted.start()
         try:
-            p.api.clear_requests()
-            time.sleep(4)  # several poll intervals: enough for a wrong controller to act
+            # A watch of the namespace's runs from now on: several poll intervals, enough for a wrong controller
+            # to act, and no run may be added (a real API server has no request log to read instead).
+            listing = p.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, p.namespace, "terraformruns")
+            added = [event["object"]["metadata"]["name"] for event in watch.Watch().stream(
+                p.custom.list_namespaced_custom_object, ann.GROUP, ann.VERSION, p.namespace, "terraformruns",
+                resource_version=listing["metadata"]["resourceVersion"], timeout_seconds=4,
+                _request_timeout=10) if event["type"] == "ADDED"]
+            assert added == []
             assert len(p.runs()) == runs_before
             assert p.layer("app")["status"]["state"] == "Idle"
-            run_creates = [r for r in p.api.requests if r.method == "POST" and r.path.endswith("/terraformruns")]
-            assert run_creates == []
         finally:
             restarted.stop()
 
@@ -224,23 +240,23 @@ def test_i_kubectl_shows_states_and_plan_download_returns_the_plan_json(platform
                          capture_output=True, text=True, check=True).stdout
     assert "STATE" in out and "ApplyNeeded" in out and "Succeeded" in out and "LAST RESULT" in out
     target = tmp_path / "plan.json"
-    subprocess.run(["burrito-py", "plan", "download", "default/app", "--format", "json", "-o", str(target),
-                    "--datastore-url", platform.datastore_url, "--kubeconfig", str(platform.kubeconfig)],
+    subprocess.run(["burrito-py", "plan", "download", f"{platform.namespace}/app", "--format", "json", "-o",
+                    str(target), "--datastore-url", platform.datastore_url, "--kubeconfig", str(platform.kubeconfig)],
                    check=True)
     plan = json.loads(target.read_text())
     assert plan["resource_changes"][0]["change"]["actions"] == ["create"]
-    short = subprocess.run(["burrito-py", "plan", "download", "default/app", "--format", "short",
+    short = subprocess.run(["burrito-py", "plan", "download", f"{platform.namespace}/app", "--format", "short",
                             "--datastore-url", platform.datastore_url, "--kubeconfig", str(platform.kubeconfig)],
                            capture_output=True, text=True, check=True).stdout
     assert short.strip() == "Plan: 1 to add, 0 to change, 0 to destroy"
 
 
-def test_events_in_kubectl_describe_and_metrics_by_state(tmp_path: Path, repo: TestRepo):
+def test_events_in_kubectl_describe_and_metrics_by_state(tmp_path: Path, repo: TestRepo, real_cluster: RealCluster):
     from burrito_py.datastore.in_process import free_port
     from burrito_py.kube.kubeconfig import kubeconfig_login
 
     port = free_port()
-    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", metrics_port=port) as p:
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", metrics_port=port, cluster=real_cluster) as p:
         p.create_repository("repo", repo.url)
         p.create_layer("app", "repo", "layers/app")
         p.wait_state("app", "ApplyNeeded")

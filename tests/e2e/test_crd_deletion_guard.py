@@ -20,6 +20,13 @@ from .conftest import Platform, wait_for
 from .test_agl import BUCKET_TF, GROUP, PLURAL, _condition, create_bucket, define, wait_bucket
 from .test_layer_approval_destroy import QUIET, state_inputs
 
+
+@pytest.fixture
+def platform(emulator_platform: Platform) -> Platform:
+    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
+    return emulator_platform
+
+
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 RUNS = f"/apis/{ann.API_VERSION}/namespaces/default/terraformruns"
 DEFINITIONS = "/apis/agl.burrito-py.io/v1alpha1/applicationdefinitions"

@@ -21,6 +21,7 @@ from burrito_py.api import annotations as ann
 from burrito_py.kube.inventory import creation_order
 from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo, make_repo
+from tests.support.real_cluster import RealCluster
 
 from .conftest import Platform, running_platform
 
@@ -74,11 +75,11 @@ def cluster(extra: str = "") -> str:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[Platform, TestRepo]]:
+def world(tmp_path: Path, real_cluster: RealCluster) -> Iterator[tuple[Platform, TestRepo]]:
     repo = make_repo(tmp_path / "upstream")
     repo.commit({"layers/a/main.tf": network(), "layers/b/main.tf": cluster(), "layers/c/main.tf": APP_TF},
                 "a network, a cluster on it, an app on that")
-    with running_platform(tmp_path / "p", tmp_path / "kubeconfig") as platform:
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", cluster=real_cluster) as platform:
         platform.create_repository("infra", repo.url)
         yield platform, repo
 
@@ -158,8 +159,9 @@ def test_a_stack_applies_in_order_and_passes_outputs(world: tuple[Platform, Test
     assert resource_input(platform, "c", "app") == "app in vpc-1/subnet"
 
     b = platform.layer("b")["status"]
-    assert b["dependencies"] == [{"name": "default/a", "state": "Idle", "satisfied": True, "reason": "Satisfied",
-                                  "message": "", "appliedRevision": platform.layer("a")["status"]["appliedRevision"]}]
+    assert b["dependencies"] == [{"name": f"{platform.namespace}/a", "state": "Idle", "satisfied": True,
+                                  "reason": "Satisfied", "message": "",
+                                  "appliedRevision": platform.layer("a")["status"]["appliedRevision"]}]
     assert b["inputsDigest"].startswith("sha256:")
     assert next(c for c in b["conditions"] if c["type"] == "DependenciesSatisfied")["status"] == "True"
     # No value in any status: the digest only.
@@ -186,12 +188,13 @@ def test_a_stack_applies_in_order_and_passes_outputs(world: tuple[Platform, Test
 
     # Deleting the three together: destroyed leaves first, and nothing is left behind.
     for layer in ("a", "b", "c"):
-        platform.custom.delete_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformlayers", layer)
+        platform.custom.delete_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace, "terraformlayers",
+                                                        layer)
     destroyed: dict[str, str] = {}
 
     def gone() -> bool:
         names = {item["metadata"]["name"] for item in platform.custom.list_namespaced_custom_object(
-            ann.GROUP, ann.VERSION, "default", "terraformlayers")["items"]}
+            ann.GROUP, ann.VERSION, platform.namespace, "terraformlayers")["items"]}
         for run in platform.runs():
             if run["spec"].get("destroy") and run["spec"]["action"] == "apply":
                 destroyed.setdefault(run["spec"]["layer"]["name"], created(run))
@@ -214,7 +217,7 @@ def test_an_upstream_waiting_for_approval_holds_its_dependent(world: tuple[Platf
     assert runs_of(platform, "b", "plan") == [] and runs_of(platform, "c", "plan") == []
     b = platform.layer("b")["status"]
     assert next(c for c in b["conditions"] if c["type"] == "DependenciesSatisfied")["reason"] == "UpstreamPending"
-    platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformlayers", "a",
+    platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace, "terraformlayers", "a",
                                                    {"metadata": {"annotations": {ann.APPROVE_PLAN: plan_sum}}})
     settle(platform, "a", "b", "c")
 
@@ -232,7 +235,7 @@ def test_an_upstream_waiting_for_approval_holds_its_dependent(world: tuple[Platf
     b = platform.layer("b")["status"]
     assert next(c for c in b["conditions"] if c["type"] == "DependenciesSatisfied")["reason"] == "UpstreamPending"
     assert b["dependencies"][0]["satisfied"] is False
-    platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformlayers", "a",
+    platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace, "terraformlayers", "a",
                                                    {"metadata": {"annotations": {ann.APPROVE_PLAN: plan_sum}}})
     settle(platform, "a", "b", "c")
     assert_applied_in_order(platform, ["a", "b"], 1)
@@ -255,11 +258,12 @@ def test_a_cycle_runs_nothing_and_says_so(world: tuple[Platform, TestRepo]) -> N
 
     wait_for(cycle_reported, 60, what="every layer of the cycle to report it")
     message = next(c for c in platform.layer("x")["status"]["conditions"] if c["type"] == "DependenciesSatisfied")
-    assert message["message"] == "cycle: default/x -> default/y -> default/z -> default/x"
+    ns = platform.namespace
+    assert message["message"] == f"cycle: {ns}/x -> {ns}/y -> {ns}/z -> {ns}/x"
     time.sleep(2)
     assert platform.runs() == []
     # Breaking the cycle lets them run, in order.
-    platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformlayers", "z",
+    platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace, "terraformlayers", "z",
                                                    {"spec": {"dependsOn": None}})
     settle(platform, "z", "y", "x")
     applies = sorted((r for r in platform.runs() if r["spec"]["action"] == "apply"), key=creation_order)

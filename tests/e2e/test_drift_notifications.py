@@ -26,6 +26,7 @@ from burrito_py.api import annotations as ann
 from burrito_py.notify.sign import EVENT_HEADER, SIGNATURE_HEADER, verify
 from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo, make_repo
+from tests.support.real_cluster import RealCluster
 
 from .conftest import Platform, running_platform
 
@@ -78,17 +79,18 @@ class Receiver:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[Platform, TestRepo, Receiver]]:
+def world(tmp_path: Path, real_cluster: RealCluster) -> Iterator[tuple[Platform, TestRepo, Receiver]]:
     repo = make_repo(tmp_path / "upstream")
     repo.commit({"layers/app/main.tf": DRIFT_TF}, "an app")
     receiver = Receiver()
     try:
         with running_platform(tmp_path / "p", tmp_path / "kubeconfig", drift_detection_period=timedelta(seconds=10),
-                              repository_poll_interval=timedelta(seconds=1)) as platform:
+                              repository_poll_interval=timedelta(seconds=1), cluster=real_cluster) as platform:
             platform.create_repository("infra", repo.url)
-            platform.core.create_namespaced_secret("default", {
+            platform.core.create_namespaced_secret(platform.namespace, {
                 "metadata": {"name": "hook"}, "stringData": {"url": receiver.url, "key": HMAC_KEY.decode()}})
-            platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformnotifiers", {
+            platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
+                                                            "terraformnotifiers", {
                 "apiVersion": ann.API_VERSION, "kind": "TerraformNotifier", "metadata": {"name": "drift"},
                 "spec": {"events": ["DriftDetected", "DriftResolved"],
                          "webhook": {"urlSecretRef": {"name": "hook", "key": "url"},
@@ -111,9 +113,9 @@ def edit_state_behind_terraforms_back(state_file: Path) -> None:
     tmp.replace(state_file)
 
 
-def drifted_metric(layer: str) -> float | None:
+def drifted_metric(namespace: str, layer: str) -> float | None:
     return REGISTRY.get_sample_value("burrito_py_layer_drifted",
-                                     {"namespace": "default", "layer": layer, "repository": "infra"})
+                                     {"namespace": namespace, "layer": layer, "repository": "infra"})
 
 
 def plan_runs(platform: Platform, layer: str) -> set[str]:
@@ -143,7 +145,7 @@ def test_drift_is_detected_notified_once_and_resolved(world: tuple[Platform, Tes
     table = subprocess.run(["kubectl", "get", "tfl", "app"], env={**os.environ, "KUBECONFIG": str(platform.kubeconfig)},
                            capture_output=True, text=True, check=True, timeout=60).stdout
     assert table.splitlines()[0].split()[-2] == "DRIFT" and table.splitlines()[1].split()[-2] == "Drifted", table
-    wait_for(lambda: drifted_metric("app") == 1.0, 10, interval=0.2, what="the drifted metric")
+    wait_for(lambda: drifted_metric(platform.namespace, "app") == 1.0, 10, interval=0.2, what="the drifted metric")
     wait_for(lambda: receiver.events() == ["DriftDetected"], 30, interval=0.2, what="one DriftDetected delivery")
 
     # Five more identical checks: each a new plan (a new sum), the same drift: no more notifications, no apply.
@@ -158,14 +160,16 @@ def test_drift_is_detected_notified_once_and_resolved(world: tuple[Platform, Tes
         state = (layer.get("status") or {}).get("state")
         pending = ((layer.get("status") or {}).get("pendingPlan") or {}).get("sum")
         if pending and (layer["metadata"].get("annotations") or {}).get(ann.APPROVE_PLAN) != pending:
-            platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformlayers", "app",
+            platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
+                                                           "terraformlayers", "app",
                                                            {"metadata": {"annotations": {ann.APPROVE_PLAN: pending}}})
         return state == "Idle" and ((layer.get("status") or {}).get("drift") or {}).get("state") == "InSync"
 
     wait_for(approve_current, 120, interval=0.5, what="the correction applied and the layer in sync")
     wait_for(lambda: receiver.events() == ["DriftDetected", "DriftResolved"], 30, interval=0.2,
              what="one DriftResolved delivery")
-    wait_for(lambda: drifted_metric("app") == 0.0, 10, interval=0.2, what="the drifted metric back to 0")
+    wait_for(lambda: drifted_metric(platform.namespace, "app") == 0.0, 10, interval=0.2,
+             what="the drifted metric back to 0")
     state = json.loads(platform.state_file("app").read_text())
     app = next(r for r in state["resources"] if r["name"] == "app")
     assert app["instances"][0]["attributes"]["input"]["value"] == "v1"
@@ -174,13 +178,15 @@ def test_drift_is_detected_notified_once_and_resolved(world: tuple[Platform, Tes
         assert verify(body, headers.get(SIGNATURE_HEADER), HMAC_KEY)
         assert len(body) <= 1024 and SECRET_VALUE.encode() not in body and b"tampered" not in body
         assert json.loads(body)["layer"] == "app"
-    events = [e for e in platform.core.list_namespaced_event("default").items if e.involved_object.name == "app"]
+    events = [e for e in platform.core.list_namespaced_event(platform.namespace).items
+              if e.involved_object.name == "app"]
     assert {"DriftDetected", "DriftResolved"} <= {e.reason for e in events}
     for event in events:
         assert len(event.message.encode()) <= 1024 and SECRET_VALUE not in event.message
     raw = json.dumps(platform.layer("app"))
     assert SECRET_VALUE not in raw and "tampered" not in raw
-    notifier = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformnotifiers",
+    notifier = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
+                                                            "terraformnotifiers",
                                                             "drift")
     assert notifier["status"]["lastDelivery"]["result"] == "Delivered"
     assert receiver.url not in json.dumps(notifier) and base64.b64encode(HMAC_KEY).decode() not in json.dumps(notifier)
@@ -207,6 +213,6 @@ def test_a_commit_that_ends_a_drift_resolves_it(world: tuple[Platform, TestRepo,
     wait_for(applied_in_sync, 120, interval=0.3, what="the commit applied and the layer in sync")
     wait_for(lambda: receiver.events() == ["DriftDetected", "DriftResolved"], 30, interval=0.2,
              what="one DriftResolved delivery")
-    reasons = [e.reason for e in platform.core.list_namespaced_event("default").items
+    reasons = [e.reason for e in platform.core.list_namespaced_event(platform.namespace).items
                if e.involved_object.name == "app"]
     assert reasons.count("DriftDetected") == 1 and reasons.count("DriftResolved") == 1, reasons

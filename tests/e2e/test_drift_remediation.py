@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo, make_repo
+from tests.support.real_cluster import RealCluster
 
 from .conftest import Platform, running_platform
 
@@ -33,11 +34,11 @@ resource "terraform_data" "pinned" {
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[Platform, TestRepo]]:
+def world(tmp_path: Path, real_cluster: RealCluster) -> Iterator[tuple[Platform, TestRepo]]:
     repo = make_repo(tmp_path / "upstream")
     repo.commit({"layers/app/main.tf": CODE}, "an app")
     with running_platform(tmp_path / "p", tmp_path / "kubeconfig", drift_detection_period=timedelta(seconds=10),
-                          repository_poll_interval=timedelta(seconds=1)) as platform:
+                          repository_poll_interval=timedelta(seconds=1), cluster=real_cluster) as platform:
         platform.create_repository("infra", repo.url)
         yield platform, repo
 

@@ -24,6 +24,7 @@ from burrito_py.api import annotations as ann
 from burrito_py.datastore.client import DatastoreClient
 from burrito_py.pullrequests.comment import marker
 from tests.support.git_repos import TestRepo
+from tests.support.real_cluster import RealCluster
 
 from .conftest import layer_code, wait_for
 from .test_git_credentials import put_secret
@@ -36,7 +37,8 @@ SHORT_SECRET = "k9Z"
 
 def ours(world: World, number: int) -> list[str]:
     """Our comment on pull request `number` (World.ours is #1's)."""
-    return [body for body in world.fake.comments.values() if body.startswith(marker("default/infra", number))]
+    return [body for body in world.fake.comments.values()
+            if body.startswith(marker(f"{world.platform.namespace}/infra", number))]
 
 
 def condition(body: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -61,15 +63,15 @@ def no_run_for(world: World, seconds: float = 4.0) -> None:
 
 def allow_forks(world: World) -> None:
     world.platform.custom.patch_namespaced_custom_object(
-        ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra",
+        ann.GROUP, ann.VERSION, world.platform.namespace, "terraformrepositories", "infra",
         {"spec": {"pullRequests": {"forks": {"policy": "RequireApproval", "approvers": ["maintainer"],
                                              "approvalLabel": LABEL}}}})
 
 
 def test_a_forks_pull_request_is_not_planned_by_default_nor_before_an_approvers_label_of_its_head(
-    tmp_path: Path, repo: TestRepo
+    tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
 ) -> None:
-    with pull_request_world(tmp_path, repo, "github") as world:
+    with pull_request_world(tmp_path, repo, "github", real_cluster) as world:
         # The outsider's code: any change would do (a provider shipped in the pull request, an external data source).
         head = world.push(5, {"layers/app/main.tf": layer_code("from a fork")}, "a fork's change")
         world.hook("opened", 5, head, fork=True, sender="outsider")
@@ -119,15 +121,17 @@ def test_a_forks_pull_request_is_not_planned_by_default_nor_before_an_approvers_
 
 
 def test_a_pull_requests_plan_gets_no_secret_of_the_layer_runs_as_its_own_account_and_its_comment_masks(
-    tmp_path: Path, repo: TestRepo
+    tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
 ) -> None:
-    with pull_request_world(tmp_path, repo, "github") as world:
+    with pull_request_world(tmp_path, repo, "github", real_cluster) as world:
         platform = world.platform
         put_secret(platform, "app-vars", {"message": SECRET_VALUE})
-        platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformlayers", "app",
+        platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
+                                                       "terraformlayers", "app",
                                                        {"spec": {"varsFrom": [{"kind": "Secret", "name": "app-vars"}]}})
         platform.custom.patch_namespaced_custom_object(
-            ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra", {"spec": {"overrideRunnerSpec": {
+            ann.GROUP, ann.VERSION, platform.namespace,
+                "terraformrepositories", "infra", {"spec": {"overrideRunnerSpec": {
                 "env": [{"name": "CLOUD_TOKEN", "valueFrom": {"secretKeyRef": {"name": "app-vars", "key": "message"}}},
                         {"name": "PLAIN", "value": "kept"}]}}})
 
@@ -136,7 +140,7 @@ def test_a_pull_requests_plan_gets_no_secret_of_the_layer_runs_as_its_own_accoun
         world.hook("opened", 6, head)
         done = world.wait_pr(6, head, "Planned", timeout=150)
         run = done["status"]["layers"][0]["run"]
-        pods = platform.core.list_namespaced_pod("default", label_selector=f"{ann.LABEL_RUN}={run}").items
+        pods = platform.core.list_namespaced_pod(platform.namespace, label_selector=f"{ann.LABEL_RUN}={run}").items
         assert pods, "the pull request run's pod"
         pod = platform.core.api_client.sanitize_for_serialization(pods[0])
         assert pod["spec"]["serviceAccountName"] == "burrito-py-runner-pr"
@@ -144,8 +148,8 @@ def test_a_pull_requests_plan_gets_no_secret_of_the_layer_runs_as_its_own_accoun
         assert "CLOUD_TOKEN" not in env and env["PLAIN"]["value"] == "kept"
         token = (platform.kubeconfig.read_text().split("token: ", 1)[1].split()[0]).strip("'\"")
         with DatastoreClient(platform.datastore_url, token=token) as store:
-            record = json.loads(store.get_inputs("default", "app", run))
-            plan = store.get_plan("default", "app", run, 1, "pretty").decode()
+            record = json.loads(store.get_inputs(platform.namespace, "app", run))
+            plan = store.get_plan(platform.namespace, "app", run, 1, "pretty").decode()
         assert SECRET_VALUE not in json.dumps(record) and record["variables"] == {}
         assert SECRET_VALUE not in plan and "the default" in plan
         assert SECRET_VALUE not in ours(world, 6)[0]
@@ -154,15 +158,16 @@ def test_a_pull_requests_plan_gets_no_secret_of_the_layer_runs_as_its_own_accoun
         # ordinary variable: Terraform does not mark it sensitive). One too short for the runner to mask in its
         # text (< 4 characters) shows in the stored plan; the comment still masks it (the inputs record names it).
         put_secret(platform, "app-vars", {"message": SHORT_SECRET})
-        platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformrepositories",
+        platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
+                                                       "terraformrepositories",
                                                        "infra", {"spec": {"pullRequests": {"inheritSecrets": True}}})
         head = world.push(6, {"layers/app/main.tf": layer_code("the default, again")}, "push")
         world.hook("synchronize", 6, head)
         done = world.wait_pr(6, head, "Planned", timeout=150)
         run = done["status"]["layers"][0]["run"]
         with DatastoreClient(platform.datastore_url, token=token) as store:
-            record = json.loads(store.get_inputs("default", "app", run))
-            plan = store.get_plan("default", "app", run, 1, "pretty").decode()
+            record = json.loads(store.get_inputs(platform.namespace, "app", run))
+            plan = store.get_plan(platform.namespace, "app", run, 1, "pretty").decode()
         assert record["variables"] == {"message": SHORT_SECRET} and record["secretVariables"] == ["message"]
         assert f'"{SHORT_SECRET}"' in plan  # the inherited value reached the plan…
         body = ours(world, 6)[0]
@@ -171,13 +176,13 @@ def test_a_pull_requests_plan_gets_no_secret_of_the_layer_runs_as_its_own_accoun
 
 
 def test_an_apply_run_a_tenant_user_makes_of_a_pull_requests_plan_cannot_read_it(
-    tmp_path: Path, repo: TestRepo
+    tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
 ) -> None:
     """A tenant user who may create TerraformRuns writes an apply naming a pull request's plan run as its artifact,
     with the sum the controllers recorded for it (the layer controller would never choose it, §5.2; this goes
     around it). The apply's runner may not read a pull request's plan (RunnerScope.reads): the run fails, and
     nothing reaches the layer's state."""
-    with pull_request_world(tmp_path, repo, "github") as world:
+    with pull_request_world(tmp_path, repo, "github", real_cluster) as world:
         platform = world.platform
         head = world.push(7, {"layers/app/main.tf": layer_code("the pull request's")}, "change app")
         world.hook("opened", 7, head)
@@ -186,17 +191,18 @@ def test_an_apply_run_a_tenant_user_makes_of_a_pull_requests_plan_cannot_read_it
         attempt = next(r for r in pr_runs(platform) if r["metadata"]["name"] == pr_run)["status"]["attempts"][-1]
         assert attempt["planSum"].startswith("sha256:")
         layer = platform.layer("app")
-        platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformruns", {
+        platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace, "terraformruns", {
             "apiVersion": ann.API_VERSION, "kind": "TerraformRun",
-            "metadata": {"name": "app-apply-forged", "namespace": "default",
+            "metadata": {"name": "app-apply-forged", "namespace": platform.namespace,
                          "labels": {ann.LABEL_LAYER: ann.layer_label("app")},
                          "ownerReferences": [{"apiVersion": ann.API_VERSION, "kind": "TerraformLayer", "name": "app",
                                               "uid": layer["metadata"]["uid"]}]},
-            "spec": {"action": "apply", "layer": {"name": "app", "namespace": "default", "revision": head},
+            "spec": {"action": "apply", "layer": {"name": "app", "namespace": platform.namespace, "revision": head},
                      "artifact": {"run": pr_run, "attempt": attempt["number"], "sum": attempt["planSum"]}}})
 
         def ended() -> dict[str, Any] | None:
-            run = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformruns",
+            run = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
+                                                               "terraformruns",
                                                                "app-apply-forged")
             return run if (run.get("status") or {}).get("state") in ("Succeeded", "Failed") else None
 
@@ -204,6 +210,6 @@ def test_an_apply_run_a_tenant_user_makes_of_a_pull_requests_plan_cannot_read_it
         assert run["status"]["state"] == "Failed", run["status"]
         token = (platform.kubeconfig.read_text().split("token: ", 1)[1].split()[0]).strip("'\"")
         with DatastoreClient(platform.datastore_url, token=token) as store:
-            log = store.get_logs("default", "app", "app-apply-forged", 1).decode()
+            log = store.get_logs(platform.namespace, "app", "app-apply-forged", 1).decode()
         assert "may only read its own run's artifacts" in log, log[-2000:]
         assert not platform.state_file("app").exists()  # the pull request's plan was never applied

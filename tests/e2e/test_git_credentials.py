@@ -68,7 +68,8 @@ def ssh_upstream(tmp_path: Path, repo: TestRepo, sshd: SshGitServer) -> str:
 LOOPBACK_HOSTS = {"allowedHosts": "127.0.0.1 http://127.0.0.1"}
 
 
-def put_secret(platform: Platform, name: str, data: dict[str, str], namespace: str = "default") -> None:
+def put_secret(platform: Platform, name: str, data: dict[str, str], namespace: str | None = None) -> None:
+    namespace = namespace or platform.namespace
     body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
             "type": "Opaque", "stringData": data}
     try:
@@ -84,8 +85,8 @@ def create_private_repository(platform: Platform, name: str, url: str, secret: s
 
 
 def repository(platform: Platform, name: str) -> dict[str, Any]:
-    return platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformrepositories",
-                                                        name)
+    return platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
+                                                        "terraformrepositories", name)
 
 
 def synced(platform: Platform, name: str) -> dict[str, Any] | None:
@@ -111,11 +112,11 @@ def wait_failed_sync(platform: Platform, name: str, reason: str, fragment: str) 
 
 def everything_people_can_read(platform: Platform, caplog: pytest.LogCaptureFixture) -> str:
     """Status of every repository and layer, every event, and every log record of this test."""
-    repositories = platform.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, "default",
+    repositories = platform.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
                                                                  "terraformrepositories")["items"]
-    layers = platform.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, "default",
+    layers = platform.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
                                                            "terraformlayers")["items"]
-    events = platform.core.list_namespaced_event("default").items
+    events = platform.core.list_namespaced_event(platform.namespace).items
     return "\n".join([
         json.dumps([{"status": o.get("status"), "annotations": o["metadata"].get("annotations")}
                     for o in repositories + layers]),
@@ -173,10 +174,10 @@ def test_wrong_password_or_key_fails_the_sync_naming_the_cause_and_a_fixed_secre
     https = wait_failed_sync(platform, "over-https", "FetchFailed", "authentication")
     assert https["message"] == (
         f"authentication to {https_url} failed: the server refused the username/password from Secret "
-        "default/https-creds"
+        f"{platform.namespace}/https-creds"
     )
     ssh = wait_failed_sync(platform, "over-ssh", "FetchFailed", "authentication")
-    assert ssh["message"].endswith("failed: the server refused the ssh key from Secret default/ssh-creds")
+    assert ssh["message"].endswith(f"failed: the server refused the ssh key from Secret {platform.namespace}/ssh-creds")
     assert repository(platform, "over-https")["status"]["state"] == "SyncNeeded"
     wait_for(lambda: "refused the username/password" in everything_people_can_read(platform, caplog), 10,
              what="a Warning event about the refused password")
@@ -210,10 +211,11 @@ def test_missing_secret_missing_key_and_unknown_host_are_named(
     for name in ("absent-secret", "half-secret", "unknown-host"):
         platform.create_layer(f"{name}-layer", name, "layers/app")
 
-    condition = wait_failed_sync(platform, "absent-secret", "CredentialsInvalid", "Secret default/absent")
-    assert condition["message"] == "Secret default/absent (spec.repository.secretName) does not exist"
-    condition = wait_failed_sync(platform, "half-secret", "CredentialsInvalid", "Secret default/half")
-    assert condition["message"] == 'Secret default/half has "username" but no "password" for an HTTPS repository'
+    ns = platform.namespace
+    condition = wait_failed_sync(platform, "absent-secret", "CredentialsInvalid", f"Secret {ns}/absent")
+    assert condition["message"] == f"Secret {ns}/absent (spec.repository.secretName) does not exist"
+    condition = wait_failed_sync(platform, "half-secret", "CredentialsInvalid", f"Secret {ns}/half")
+    assert condition["message"] == f'Secret {ns}/half has "username" but no "password" for an HTTPS repository'
     condition = wait_failed_sync(platform, "unknown-host", "FetchFailed", "host key")
     assert condition["message"].startswith(f"host key for 127.0.0.1:{sshd.port} is not in knownHosts")
     assert platform.runs() == []

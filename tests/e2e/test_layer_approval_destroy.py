@@ -12,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.layer.destroy import DESTROY_FINALIZER
 from tests.support.git_repos import TestRepo
+from tests.support.real_cluster import RealCluster
 
 from .conftest import Platform, layer_code, running_platform, wait_for
 
@@ -31,7 +32,7 @@ def state_inputs(platform: Platform, layer: str) -> list[str]:
 
 def approve(platform: Platform, layer: str, value: str) -> None:
     platform.custom.patch_namespaced_custom_object(
-        ann.GROUP, ann.VERSION, "default", "terraformlayers", layer,
+        ann.GROUP, ann.VERSION, platform.namespace, "terraformlayers", layer,
         {"metadata": {"annotations": {ann.APPROVE_PLAN: value}}},
     )
 
@@ -41,7 +42,7 @@ def condition(body: dict[str, Any], type_: str) -> dict[str, Any]:
 
 
 def events_of(platform: Platform, name: str, reason: str, type_: str = "Warning") -> list[str]:
-    events = platform.core.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
+    events = platform.core.list_namespaced_event(platform.namespace, field_selector=f"involvedObject.name={name}").items
     return [e.message for e in events if e.type == type_ and e.reason == reason]
 
 
@@ -65,7 +66,7 @@ def destroy_actions(platform: Platform, layer: str) -> list[str]:
 
 
 def delete_layer(platform: Platform, name: str) -> None:
-    platform.custom.delete_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformlayers", name)
+    platform.custom.delete_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace, "terraformlayers", name)
 
 
 def test_manual_approval_applies_only_the_plan_whose_sum_is_approved(platform: Platform, repo: TestRepo):
@@ -191,8 +192,9 @@ resource "terraform_data" "this" {
 """
 
 
-def test_a_failed_destroy_keeps_the_layer_until_a_retry_succeeds(tmp_path: Path, repo: TestRepo):
-    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", max_retries=1) as platform:
+def test_a_failed_destroy_keeps_the_layer_until_a_retry_succeeds(tmp_path: Path, repo: TestRepo,
+                                                                 real_cluster: RealCluster):
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", max_retries=1, cluster=real_cluster) as platform:
         repo.commit({"layers/app/main.tf": BREAKING_DESTROY % "exit 1"}, "a destroy that fails")
         platform.create_repository("repo", repo.url)
         platform.create_layer("app", "repo", "layers/app", auto_apply=True, destroyResourcesOnDeletion=True)

@@ -62,12 +62,12 @@ output "sizes" {
 
 
 def put(platform: Platform, kind: str, name: str, data: dict[str, str]) -> None:
-    body = {"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": "default"},
+    body = {"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": platform.namespace},
             "stringData" if kind == "Secret" else "data": data}
     if kind == "Secret":
-        platform.core.create_namespaced_secret("default", body)
+        platform.core.create_namespaced_secret(platform.namespace, body)
     else:
-        platform.core.create_namespaced_config_map("default", body)
+        platform.core.create_namespaced_config_map(platform.namespace, body)
 
 
 def admin_headers(platform: Platform) -> dict[str, str]:
@@ -88,7 +88,7 @@ def run_logs(platform: Platform, layer: str) -> str:
     attempts = wait_for(uploaded, 30, 0.2, "every attempt's log uploaded")
     texts = []
     for run, number in attempts:
-        url = f"{platform.datastore_url}/api/v1/layers/default/{layer}/runs/{run}/attempts/{number}/logs"
+        url = f"{platform.datastore_url}/api/v1/layers/{platform.namespace}/{layer}/runs/{run}/attempts/{number}/logs"
         response = httpx.get(url, headers=admin_headers(platform), timeout=10)
         assert response.status_code == 200, response.text
         texts.append(response.text)
@@ -97,10 +97,10 @@ def run_logs(platform: Platform, layer: str) -> str:
 
 def readable_by_people(platform: Platform) -> str:
     """Layer statuses and annotations, events, runs and pods (termination messages included), pod logs."""
-    layers = platform.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, "default",
+    layers = platform.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
                                                            "terraformlayers")["items"]
-    events = platform.core.list_namespaced_event("default").items
-    pods = platform.core.list_namespaced_pod("default").items
+    events = platform.core.list_namespaced_event(platform.namespace).items
+    pods = platform.core.list_namespaced_pod(platform.namespace).items
     pod_logs = [p.read_text(errors="replace") for p in (platform.workdir / "pod-logs").rglob("*") if p.is_file()]
     return "\n".join([
         json.dumps([{"status": o.get("status"), "annotations": o["metadata"].get("annotations")} for o in layers]),
@@ -144,7 +144,7 @@ def test_variables_reach_terraform_and_outputs_reach_the_secret_and_status(platf
     assert layer["status"]["outputsSync"] == {"run": apply_run, "secret": {
         "name": "app-outputs", "outputs": ["summary", "password:db-password", "sizes"]}}
 
-    secret = platform.core.read_namespaced_secret("app-outputs", "default")
+    secret = platform.core.read_namespaced_secret("app-outputs", platform.namespace)
     values = {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
     assert values == {"summary": "hello in eu-west-3", "db-password": PASSWORD, "sizes": "[1, 2]"}
     assert secret.metadata.labels[ann.LABEL_LAYER] == "app"
@@ -161,7 +161,7 @@ def test_variables_reach_terraform_and_outputs_reach_the_secret_and_status(platf
     # would find nothing, say so in a Warning and empty status.outputs. A sync-now plan (no changes) makes the
     # layer reconcile and rewrite its status several times; status.outputs survives those status patches.
     run, attempt = apply_run.split("/")
-    stored = platform.workdir / "datastore" / "layers" / "default" / "app" / run / attempt / "outputs.json"
+    stored = platform.workdir / "datastore" / "layers" / platform.namespace / "app" / run / attempt / "outputs.json"
     stored.unlink()
     runs_before = len(platform.runs("app"))
     platform.sync_now("app")
@@ -188,7 +188,7 @@ def test_a_missing_secret_fails_the_plan_naming_it(platform: Platform, repo: Tes
 
     layer = wait_for(failed, 60, 0.2, "the plan to fail naming the Secret")
     assert layer["status"]["lastResult"] == (
-        "Plan failed: Secret default/db-creds (spec.varsFrom[1]) does not exist")
+        f"Plan failed: Secret {platform.namespace}/db-creds (spec.varsFrom[1]) does not exist")
     assert ann.PLAN_SUM not in layer["metadata"]["annotations"]
     assert platform.runs("app")[0]["spec"]["action"] == "plan"
     assert_never_shown(readable_by_people(platform) + run_logs(platform, "app"))

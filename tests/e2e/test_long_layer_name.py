@@ -20,5 +20,6 @@ def test_a_200_character_layer_name_plans(platform: Platform, repo: TestRepo):
     runs = platform.runs(None)
     assert len(runs) == 1 and runs[0]["spec"]["layer"]["name"] == NAME
     assert runs[0]["metadata"]["labels"][ann.LABEL_LAYER] == ann.layer_label(NAME)
-    pods = platform.core.list_namespaced_pod("default", label_selector=f"{ann.LABEL_LAYER}={ann.layer_label(NAME)}")
+    pods = platform.core.list_namespaced_pod(platform.namespace,
+                                             label_selector=f"{ann.LABEL_LAYER}={ann.layer_label(NAME)}")
     assert len(pods.items) == 1 and pods.items[0].status.phase == "Succeeded"

@@ -14,13 +14,14 @@ from burrito_py.api import annotations as ann
 from tests.e2e.conftest import Platform, running_platform
 from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo
+from tests.support.real_cluster import RealCluster
 
 POLL = timedelta(minutes=5)
 
 
 @pytest.fixture
-def slow_poll(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
-    with running_platform(tmp_path, kubeconfig_path, repository_poll_interval=POLL) as p:
+def slow_poll(tmp_path: Path, kubeconfig_path: Path, real_cluster: RealCluster) -> Iterator[Platform]:
+    with running_platform(tmp_path, kubeconfig_path, repository_poll_interval=POLL, cluster=real_cluster) as p:
         yield p
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from burrito_local.identity import admin_client, ensure_service_account, request_token
+from burrito_local.identity import ensure_service_account, request_token
 from burrito_local.kube_tokens import API_AUDIENCES
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -31,6 +31,7 @@ from burrito_py.git.credentials import TOKEN_USERNAME
 from burrito_py.kube import pod_dns as dns
 from tests.support.git_repos import TestRepo, make_bare
 from tests.support.git_servers import HttpGitServer, SshGitServer, running_http_git_server, running_ssh_git_server
+from tests.support.real_cluster import RealCluster
 
 from ..support.fakes.providers import Fake, running_fake_provider
 from .conftest import Platform, running_platform, wait_for
@@ -38,7 +39,6 @@ from .test_git_credentials import everything_people_can_read, put_secret
 
 TOKEN = "glpat-outbound-Token-0123456789"
 API_TOKEN = "provider-api-token-outbound"
-BASE = f"/apis/{ann.API_VERSION}/namespaces/default"
 
 
 # -- what the attacker runs ---------------------------------------------------------------------------------------
@@ -106,38 +106,41 @@ def assert_nothing_arrived(*listeners: Listener | Fake) -> None:
 
 def tenant_client(platform: Platform) -> httpx.Client:
     """`mallory`: may read, create and patch TerraformRepositories, TerraformPullRequests and TerraformNotifiers of
-    `default`; may not read its Secrets."""
-    with admin_client(platform.api.url) as admin:
-        ensure_service_account(admin, "default", "mallory")
-        admin.post("/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", json={
+    the test's namespace (the client's base URL); may not read its Secrets."""
+    ns = platform.namespace
+    with platform.api_http() as admin:
+        ensure_service_account(admin, ns, "mallory")
+        admin.post(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles", json={
             "metadata": {"name": "repository-editor"}, "rules": [{"apiGroups": [ann.GROUP], "resources": [
                 "terraformrepositories", "terraformnotifiers"], "verbs": ["get", "list", "create", "patch"]}],
         }).raise_for_status()
-        admin.post("/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", json={
+        admin.post(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", json={
             "metadata": {"name": "mallory-edits-repositories"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "repository-editor"},
-            "subjects": [{"kind": "ServiceAccount", "name": "mallory", "namespace": "default"}]}).raise_for_status()
-        token = request_token(admin, "default", "mallory", list(API_AUDIENCES))
-    client = httpx.Client(base_url=platform.api.url, timeout=30, headers={"Authorization": f"Bearer {token}"})
-    assert client.get("/api/v1/namespaces/default/secrets/token-creds").status_code == 403  # never reads them
+            "subjects": [{"kind": "ServiceAccount", "name": "mallory", "namespace": ns}]}).raise_for_status()
+        token = request_token(admin, ns, "mallory", list(API_AUDIENCES))
+    client = platform.api_http(token)
+    assert client.get(f"/api/v1/namespaces/{ns}/secrets/token-creds").status_code == 403  # never reads them
+    client.base_url = client.base_url.join(f"/apis/{ann.API_VERSION}/namespaces/{ns}/")  # patch, create: relative
     return client
 
 
 def patch(client: httpx.Client, plural: str, name: str, body: dict[str, Any]) -> None:
-    client.patch(f"{BASE}/{plural}/{name}", json=body,
+    client.patch(f"{plural}/{name}", json=body,
                  headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
 
 
 def create(client: httpx.Client, plural: str, kind: str, name: str, spec: dict[str, Any]) -> None:
-    client.post(f"{BASE}/{plural}", json={"apiVersion": ann.API_VERSION, "kind": kind, "metadata": {"name": name},
-                                          "spec": spec}).raise_for_status()
+    client.post(plural, json={"apiVersion": ann.API_VERSION, "kind": kind, "metadata": {"name": name},
+                              "spec": spec}).raise_for_status()
 
 
 # -- reading what the controllers say ------------------------------------------------------------------------------
 
 
 def get(platform: Platform, plural: str, name: str) -> dict[str, Any]:
-    body: dict[str, Any] = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", plural,
+    body: dict[str, Any] = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
+                                                                        plural,
                                                                        name)
     return body
 
@@ -182,7 +185,7 @@ def refused_or_robbed(platform: Platform, plural: str, name: str, kind: str, rea
 
 
 def warnings(platform: Platform, name: str) -> list[str]:
-    items = platform.core.list_namespaced_event("default").items
+    items = platform.core.list_namespaced_event(platform.namespace).items
     return [f"{e.reason}: {e.message}" for e in items if e.involved_object.name == name and e.type == "Warning"]
 
 
@@ -230,14 +233,16 @@ def test_a_changed_url_does_not_carry_the_credentials_to_the_tenants_host(
         ssh = refused_or_robbed(platform, "terraformrepositories", "over-ssh", "Synced", "HostNotAllowed", http_trap,
                                 ssh_trap)
         assert https["message"] == (
-            f"Secret default/token-creds does not allow its credentials to go to http://127.0.0.2:{http_trap.port} "
+            f"Secret {platform.namespace}/token-creds does not allow its credentials to go to "
+            f"http://127.0.0.2:{http_trap.port} "
             '(spec.repository.url): its "allowedHosts" key has no entry for it (add "http://127.0.0.2" if they '
             'should)')
         assert ssh["message"] == (
-            f"Secret default/ssh-creds does not allow its credentials to go to 127.0.0.2:{ssh_trap.port} "
+            f"Secret {platform.namespace}/ssh-creds does not allow its credentials to go to 127.0.0.2:{ssh_trap.port} "
             '(spec.repository.url): its "allowedHosts" key has no entry for it (add "127.0.0.2" if they should)')
         for name in ("over-https", "over-ssh"):
-            wait_for(lambda n=name: any(w.startswith("HostNotAllowed: Secret default/") for w in warnings(platform, n)),
+            refusal = f"HostNotAllowed: Secret {platform.namespace}/"
+            wait_for(lambda n=name, r=refusal: any(w.startswith(r) for w in warnings(platform, n)),
                      30, what=f"a Warning event on {name}")
         time.sleep(3)  # three more polls of both repositories (every second here): still nothing sent
     assert_nothing_arrived(http_trap, ssh_trap)
@@ -268,10 +273,11 @@ def test_a_changed_api_url_gets_neither_the_token_nor_a_github_app_jwt(platform:
         for name, secret in ((pull_request_name("infra", 2), "api-creds"), (pull_request_name("app", 1), "app-creds")):
             refused = refused_or_robbed(platform, "terraformpullrequests", name, "Published", "HostNotAllowed", trap)
             assert refused["message"] == (
-                f"Secret default/{secret} does not allow its credentials to go to {trap_url} "
+                f"Secret {platform.namespace}/{secret} does not allow its credentials to go to {trap_url} "
                 '(spec.pullRequests.apiUrl): its "allowedHosts" key has no entry for it (add "http://127.0.0.2" if '
                 'they should)')
-            wait_for(lambda n=name: any(w.startswith("PublishFailed: Secret default/") for w in warnings(platform, n)),
+            refusal = f"PublishFailed: Secret {platform.namespace}/"
+            wait_for(lambda n=name, r=refusal: any(w.startswith(r) for w in warnings(platform, n)),
                      30, what=f"a Warning event on {name}")
         time.sleep(2)
     assert_nothing_arrived(trap)  # no token, no JWT, no exchange, no call at all
@@ -286,7 +292,8 @@ def test_a_new_repository_naming_another_teams_secret_cannot_send_it_anywhere_el
             "repository": {"url": f"http://127.0.0.2:{trap.port}/loot.git", "secretName": "token-creds"}})
         refused = refused_or_robbed(platform, "terraformrepositories", "borrowed", "Synced", "HostNotAllowed", trap,
                                     api_trap)
-        assert refused["message"].startswith("Secret default/token-creds does not allow its credentials to go to "
+        assert refused["message"].startswith(f"Secret {platform.namespace}/token-creds does not allow its credentials "
+                                             "to go to "
                                              f"http://127.0.0.2:{trap.port} (spec.repository.url)")
         # The same Secret through a pull request API the tenant points at themselves.
         create(mallory, "terraformrepositories", "TerraformRepository", "borrowed-api", {
@@ -310,8 +317,8 @@ def test_a_secret_that_names_no_hosts_sends_nothing_until_it_does(platform: Plat
     assert not any(authorized for _, _, authorized in token_server.requests)  # the token was not sent
     refused = wait_condition(platform, "terraformrepositories", "infra", "Synced", "False", "HostNotAllowed")
     assert refused["message"] == (
-        'Secret default/token-creds has no "allowedHosts" key, so its credentials go nowhere: add the hosts they '
-        f'may be sent to (spec.repository.url sends them to http://127.0.0.1:{token_server.port}: '
+        f'Secret {platform.namespace}/token-creds has no "allowedHosts" key, so its credentials go nowhere: add the '
+        f'hosts they may be sent to (spec.repository.url sends them to http://127.0.0.1:{token_server.port}: '
         '"http://127.0.0.1")')
     assert not any(authorized for _, _, authorized in token_server.requests)
     put_secret(platform, "token-creds", {"token": TOKEN, "allowedHosts": "http://127.0.0.1"})
@@ -323,8 +330,8 @@ def open_pull_request(platform: Platform, repo: TestRepo, repository: str, numbe
     """What the server makes of a pull request webhook: a TerraformPullRequest whose head the mirror can fetch (it
     changes no layer, so it is published at once, with nothing to plan)."""
     repo.git("update-ref", f"refs/pull/{number}/head", repo.head)
-    with admin_client(platform.api.url) as admin:
-        admin.post(f"{BASE}/terraformpullrequests", json={
+    with platform.api_http() as admin:
+        admin.post(f"/apis/{ann.API_VERSION}/namespaces/{platform.namespace}/terraformpullrequests", json={
             "apiVersion": ann.API_VERSION, "kind": "TerraformPullRequest",
             "metadata": {"name": pull_request_name(repository, number)},
             "spec": {"provider": "github", "repository": repository, "project": "team/infra", "number": number,
@@ -336,10 +343,10 @@ def open_pull_request(platform: Platform, repo: TestRepo, repository: str, numbe
 
 
 @pytest.fixture
-def strict(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
+def strict(tmp_path: Path, kubeconfig_path: Path, real_cluster: RealCluster) -> Iterator[Platform]:
     """The controllers as the chart installs them: the outbound address guard allows nothing internal (file://
     repositories stay on: they do not leave the machine, and the layers need one)."""
-    with running_platform(tmp_path, kubeconfig_path, outbound_allowed_networks=[]) as p:
+    with running_platform(tmp_path, kubeconfig_path, outbound_allowed_networks=[], cluster=real_cluster) as p:
         yield p
 
 

@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 from burrito_py.datastore.in_process import free_port
 from tests.support.engines import OPENTOFU
 from tests.support.git_repos import TestRepo
+from tests.support.real_cluster import RealCluster
 
 from ..support.fakes.registry import python_provider, running_upstream
 from ..support.fakes.tls import make_tls
@@ -23,16 +24,16 @@ REGISTRY_NAME = "registry.example.test"
 
 
 def pod_logs(platform: Platform, layer: str) -> str:
-    return "\n".join(platform.core.read_namespaced_pod_log(pod.metadata.name, "default")
+    return "\n".join(platform.core.read_namespaced_pod_log(pod.metadata.name, platform.namespace)
                      for pod in platform.pods(layer))
 
 
-def fallbacks() -> float:
-    return REGISTRY.get_sample_value("burrito_py_provider_mirror_fallbacks_total", {"namespace": "default"}) or 0.0
+def fallbacks(namespace: str) -> float:
+    return REGISTRY.get_sample_value("burrito_py_provider_mirror_fallbacks_total", {"namespace": namespace}) or 0.0
 
 
 @pytest.fixture
-def mirrored(tmp_path: Path, repo: TestRepo) -> Iterator[tuple[Platform, Any]]:
+def mirrored(tmp_path: Path, repo: TestRepo, real_cluster: RealCluster) -> Iterator[tuple[Platform, Any]]:
     tls = make_tls(tmp_path / "tls")
     with running_upstream(tls) as (upstream, served_at):
         port = free_port()
@@ -42,7 +43,8 @@ def mirrored(tmp_path: Path, repo: TestRepo) -> Iterator[tuple[Platform, Any]]:
                      "upstream_ca_file": tls.ca}
         with running_platform(tmp_path / "p", tmp_path / "kubeconfig", datastore=datastore,
                               provider_mirror_url=f"https://127.0.0.1:{port}/providers/v1/",
-                              provider_mirror_registries=[REGISTRY_NAME], mirror_ca_file=tls.ca) as platform:
+                              provider_mirror_registries=[REGISTRY_NAME], mirror_ca_file=tls.ca,
+                              cluster=real_cluster) as platform:
             platform.create_repository("infra", repo.url)
             yield platform, upstream
 
@@ -58,7 +60,7 @@ def test_runs_install_providers_through_the_mirror_over_https(mirrored: tuple[Pl
             '  }\n}\nprovider "tiny" {}\nresource "terraform_data" "this" {\n  input = "%s"\n}\n')
     repo.commit({"layers/tiny/main.tf": code % (REGISTRY_NAME, "one"),
                  "layers/tiny2/main.tf": code % (REGISTRY_NAME, "two")}, "layers with a provider")
-    before = fallbacks()
+    before = fallbacks(platform.namespace)
     platform.create_layer("tiny", "infra", "layers/tiny", remediation={"onError": {"maxRetries": 0}})
     try:
         platform.wait_state("tiny", "ApplyNeeded", timeout=120)
@@ -67,7 +69,7 @@ def test_runs_install_providers_through_the_mirror_over_https(mirrored: tuple[Pl
     logs = pod_logs(platform, "tiny")
     assert "burrito-py: providers from the mirror https://127.0.0.1:" in logs
     assert "Installed registry.example.test/test/tiny v1.0.0" in logs
-    assert "Plan: 1 to add" in logs and fallbacks() == before
+    assert "Plan: 1 to add" in logs and fallbacks(platform.namespace) == before
     archive = "/files/test/terraform-provider-tiny_1.0.0_linux_amd64.zip"
     assert upstream.requests.count(archive) == 1
     platform.create_layer("tiny2", "infra", "layers/tiny2")
@@ -76,31 +78,33 @@ def test_runs_install_providers_through_the_mirror_over_https(mirrored: tuple[Pl
 
 
 def test_a_mirror_that_is_down_lets_runs_install_directly_and_is_counted(
-    tmp_path: Path, repo: TestRepo
+    tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
 ) -> None:
     tls = make_tls(tmp_path / "tls")
     closed = free_port()  # nothing listens there
     with running_platform(tmp_path / "p", tmp_path / "kubeconfig",
                           provider_mirror_url=f"https://127.0.0.1:{closed}/providers/v1/",
-                          mirror_ca_file=tls.ca) as platform:
-        before = fallbacks()
+                          mirror_ca_file=tls.ca, cluster=real_cluster) as platform:
+        before = fallbacks(platform.namespace)
         platform.create_repository("infra", repo.url)
         platform.create_layer("app", "infra", "layers/app")
         platform.wait_state("app", "ApplyNeeded", timeout=120)
         assert f"burrito-py: provider mirror unavailable: https://127.0.0.1:{closed}/providers/v1/" in pod_logs(
             platform, "app")
-        wait_for(lambda: fallbacks() >= before + 1, 30, what="the fallback counted")
-        events = [e for e in platform.core.list_namespaced_event("default").items
+        wait_for(lambda: fallbacks(platform.namespace) >= before + 1, 30, what="the fallback counted")
+        events = [e for e in platform.core.list_namespaced_event(platform.namespace).items
                   if e.reason == "ProviderMirrorUnavailable"]
         assert events and f"127.0.0.1:{closed}" in events[0].message
 
 
-def test_fail_closed_fails_the_run_naming_the_mirror(tmp_path: Path, repo: TestRepo) -> None:
+def test_fail_closed_fails_the_run_naming_the_mirror(tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
+                                                     ) -> None:
     tls = make_tls(tmp_path / "tls")
     closed = free_port()
     url = f"https://127.0.0.1:{closed}/providers/v1/"
     with running_platform(tmp_path / "p", tmp_path / "kubeconfig", provider_mirror_url=url,
-                          provider_mirror_fail_closed=True, mirror_ca_file=tls.ca, max_retries=0) as platform:
+                          provider_mirror_fail_closed=True, mirror_ca_file=tls.ca, max_retries=0,
+                          cluster=real_cluster) as platform:
         platform.create_repository("infra", repo.url)
         platform.create_layer("app", "infra", "layers/app", remediation={"onError": {"maxRetries": 0}})
 

@@ -35,6 +35,7 @@ from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
 from burrito_py.timeutil import format_time, utcnow
 from tests.support.git_repos import TestRepo, make_bare, run_git
+from tests.support.real_cluster import RealCluster
 
 from ..support.fakes.providers import Fake, running_fake_provider
 from .conftest import Platform, layer_code, running_platform, wait_for
@@ -113,7 +114,8 @@ class World:
 
     def pull_request(self, number: int) -> dict[str, Any]:
         return self.platform.custom.get_namespaced_custom_object(
-            ann.GROUP, ann.VERSION, "default", "terraformpullrequests", pull_request_name("infra", number))
+            ann.GROUP, ann.VERSION, self.platform.namespace, "terraformpullrequests",
+            pull_request_name("infra", number))
 
     def wait_pr(self, number: int, head: str, state: str, timeout: float = 120) -> dict[str, Any]:
         def reached() -> dict[str, Any] | None:
@@ -129,7 +131,8 @@ class World:
             raise AssertionError(f"pull request: {self.pull_request(number).get('status')}; runs: {runs}") from None
 
     def ours(self) -> list[str]:
-        return [body for body in self.fake.comments.values() if body.startswith(marker("default/infra", 1))]
+        ours = marker(f"{self.platform.namespace}/infra", 1)
+        return [body for body in self.fake.comments.values() if body.startswith(ours)]
 
     def statuses(self, head: str) -> dict[str, dict[str, Any]]:
         """The last status sent per context for `head`."""
@@ -138,21 +141,24 @@ class World:
 
 def pr_runs(platform: Platform) -> list[dict[str, Any]]:
     return [r for r in platform.custom.list_namespaced_custom_object(
-        ann.GROUP, ann.VERSION, "default", "terraformruns")["items"] if (r.get("spec") or {}).get("pullRequest")]
+        ann.GROUP, ann.VERSION, platform.namespace, "terraformruns")["items"]
+        if (r.get("spec") or {}).get("pullRequest")]
 
 
 @contextlib.contextmanager
-def pull_request_world(tmp_path: Path, repo: TestRepo, provider: str) -> Iterator[World]:
+def pull_request_world(tmp_path: Path, repo: TestRepo, provider: str, cluster: RealCluster | None
+                       ) -> Iterator[World]:
     """A repository planning pull requests with two layers (app, other) waiting for approval on main, the server,
-    and a fake `provider` API; `repo` is left on its `feature` branch."""
+    and a fake `provider` API, on `cluster` (else the emulator); `repo` is left on its `feature` branch."""
     bare = tmp_path / "remote" / "infra.git"
     url = make_bare(bare)
     repo.push(url)
     with (running_fake_provider(provider) as (fake, api),
-          running_platform(tmp_path / "p", tmp_path / "kubeconfig", repository_poll_interval=timedelta(hours=1))
-          as platform):
+          running_platform(tmp_path / "p", tmp_path / "kubeconfig", repository_poll_interval=timedelta(hours=1),
+                           cluster=cluster) as platform):
         settings = ServerSettings(host="127.0.0.1", port=free_port(), kubeconfig=platform.kubeconfig,
-                                  auth_enabled=False, datastore_url=platform.datastore_url)
+                                  auth_enabled=False, datastore_url=platform.datastore_url,
+                                  webhook_keys_namespace=platform.namespace)
         with running_server(settings) as server_url, httpx.Client(base_url=server_url, timeout=30) as http:
             put_secret(platform, "infra-git", {**LOOPBACK_HOSTS, "token": API_TOKEN, "webhookSecret": HOOK_SECRET})
             api_url = api if provider == "github" else f"{api}/api/v4"
@@ -168,8 +174,9 @@ def pull_request_world(tmp_path: Path, repo: TestRepo, provider: str) -> Iterato
 
 
 @pytest.fixture(params=["github", "gitlab"])
-def world(request: pytest.FixtureRequest, tmp_path: Path, repo: TestRepo) -> Iterator[World]:
-    with pull_request_world(tmp_path, repo, request.param) as built:
+def world(request: pytest.FixtureRequest, tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
+          ) -> Iterator[World]:
+    with pull_request_world(tmp_path, repo, request.param, real_cluster) as built:
         yield built
 
 
@@ -188,7 +195,7 @@ class LeaseWatch:
         leases = client.CoordinationV1Api(self.platform.core.api_client)
         while not self._stop.wait(0.1):
             try:
-                lease = leases.read_namespaced_lease(self.name, "default")
+                lease = leases.read_namespaced_lease(self.name, self.platform.namespace)
             except client.ApiException:
                 continue
             if lease.spec and lease.spec.holder_identity:
@@ -234,9 +241,9 @@ def test_a_pull_request_is_planned_commented_once_and_left_without_a_trace(world
              what="the aggregate status")
     assert len(world.ours()) == 1 and "1 to add" in world.ours()[0] and "layers/app" in world.ours()[0]
     # The attribute diff of the plan the controller read (issue 30 item 7).
-    assert "Attribute changes of <code>default/app</code>" in world.ours()[0]
+    assert f"Attribute changes of <code>{world.platform.namespace}/app</code>" in world.ours()[0]
     assert re.search(r'^[+!] input: (?:"[^"]*" → )?"v2"$', world.ours()[0], re.M), world.ours()[0]
-    app_status = world.statuses(head)["burrito-py/default/app"]
+    app_status = world.statuses(head)[f"burrito-py/{world.platform.namespace}/app"]
     assert app_status["state"] == "success" and "1 to add" in app_status["description"]
 
     # Three more pushes: still one comment, edited in place; the old head's run is gone with its artifacts.
@@ -253,11 +260,12 @@ def test_a_pull_request_is_planned_commented_once_and_left_without_a_trace(world
     assert sum(1 for method, _ in fake.calls if method == "POST" and _.endswith(("/comments", "/notes"))) == 1
 
     # Nothing changed (a title edit reaches the controllers as a spec change): not a single call.
-    wait_for(lambda: world.statuses(head).get("burrito-py/default/app", {}).get("state") == "success", 30,
+    app = f"burrito-py/{world.platform.namespace}/app"
+    wait_for(lambda: world.statuses(head).get(app, {}).get("state") == "success", 30,
              what="every status sent")
     time.sleep(1)  # let the updates already woken finish
     calls, silent = len(fake.calls), calls_per_update()[2]
-    platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformpullrequests",
+    platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace, "terraformpullrequests",
                                                    pull_request_name("infra", 1), {"spec": {"title": "Renamed"}})
     wait_for(lambda: calls_per_update()[2] > silent, 30, interval=0.05, what="the update the title edit woke")
     assert len(fake.calls) == calls
@@ -271,7 +279,7 @@ def test_a_pull_request_is_planned_commented_once_and_left_without_a_trace(world
              what="the failing aggregate status")
     body = world.ours()[0]
     assert "**1 failed**" in body and "var.nope" in body and len(world.ours()) == 1
-    assert world.statuses(head)["burrito-py/default/app"]["state"] in ("failure", "failed")
+    assert world.statuses(head)[f"burrito-py/{world.platform.namespace}/app"]["state"] in ("failure", "failed")
 
     # Closed: its runs and their artifacts are gone; the branch's layers never saw any of it.
     runs = pr_runs(platform)
@@ -283,7 +291,7 @@ def test_a_pull_request_is_planned_commented_once_and_left_without_a_trace(world
     with DatastoreClient(platform.datastore_url, token=token) as store:
         for run in runs:
             with pytest.raises(DatastoreError):
-                store.get_logs("default", "app", run["metadata"]["name"], 1)
+                store.get_logs(platform.namespace, "app", run["metadata"]["name"], 1)
     holders = lease.stop()
     assert not holders & {r["metadata"]["name"] for r in runs}  # never the branch layer's Lease
     assert {name: platform.annotations(name) for name in ("app", "other")} == real  # never its annotations
@@ -303,11 +311,11 @@ def test_a_pull_request_is_planned_commented_once_and_left_without_a_trace(world
 
 
 def test_without_api_credentials_the_plans_still_run_and_the_pull_request_says_why(
-    tmp_path: Path, repo: TestRepo
+    tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
 ) -> None:
     """A Secret without a token: `Published=False` naming the Secret and the keys (one Warning event, not one per
     retry), the plan still runs; a token put in the Secret publishes at the next try."""
-    with pull_request_world(tmp_path, repo, "github") as world:
+    with pull_request_world(tmp_path, repo, "github", real_cluster) as world:
         platform = world.platform
         put_secret(platform, "infra-git", {**LOOPBACK_HOSTS, "webhookSecret": HOOK_SECRET})
         head = world.push(2, {"layers/app/main.tf": layer_code("v2")}, "change app")
@@ -321,13 +329,14 @@ def test_without_api_credentials_the_plans_still_run_and_the_pull_request_says_w
 
         condition = wait_for(refused, 120, interval=0.2, what="planned but not published")
         assert condition["reason"] == "CredentialsInvalid"
-        assert "default/infra-git" in condition["message"] and "apiToken" in condition["message"]
+        assert f"{platform.namespace}/infra-git" in condition["message"] and "apiToken" in condition["message"]
         assert HOOK_SECRET not in condition["message"] and not world.fake.calls
         time.sleep(RETRY_WAIT)
-        events = [e for e in platform.core.list_namespaced_event("default").items
+        events = [e for e in platform.core.list_namespaced_event(platform.namespace).items
                   if e.involved_object.kind == "TerraformPullRequest" and e.reason == "PublishFailed"]
         assert len(events) == 1 and (events[0].count or 1) == 1
 
         put_secret(platform, "infra-git", {**LOOPBACK_HOSTS, "token": API_TOKEN, "webhookSecret": HOOK_SECRET})
         world.wait_pr(2, head, "Planned", timeout=60)
-        assert len([b for b in world.fake.comments.values() if b.startswith(marker("default/infra", 2))]) == 1
+        second = marker(f"{platform.namespace}/infra", 2)
+        assert len([b for b in world.fake.comments.values() if b.startswith(second)]) == 1

@@ -21,6 +21,7 @@ from burrito_py.chart.admission_policy import MESSAGE
 from tests.e2e.conftest import Platform, running_platform
 from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo
+from tests.support.real_cluster import RealCluster
 
 TENANT = "tenant"
 
@@ -29,7 +30,8 @@ TENANT = "tenant"
 def strict(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
     """The controllers as installed by the chart: file:// and cross-namespace repositories off; without the
     admission policy (a cluster older than 1.30, or `admissionPolicy.enabled: false`), so the controllers'
-    own checks are what refuses a forged run."""
+    own checks are what refuses a forged run. On the emulator: the session's real control plane has the
+    admission policies for every test (docs/architecture.md §22.6)."""
     with running_platform(tmp_path, kubeconfig_path, admission_policy=False, allow_file_repositories=False) as p:
         with admin_client(p.api.url) as http:
             ensure_namespace(http, TENANT)
@@ -114,28 +116,33 @@ def test_file_urls_and_cross_namespace_references_are_refused(strict: Platform, 
 
 
 @pytest.fixture
-def guarded(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
-    """The harness with the chart's run-namespace ValidatingAdmissionPolicy (its default)."""
-    with running_platform(tmp_path, kubeconfig_path) as p:
-        with admin_client(p.api.url) as http:
-            ensure_namespace(http, TENANT)
-        yield p
+def guarded(tmp_path: Path, kubeconfig_path: Path, real_cluster: RealCluster) -> Iterator[tuple[Platform, str]]:
+    """The harness with the chart's run-namespace ValidatingAdmissionPolicy (its default), on the real control
+    plane: kube-apiserver enforces it. A second namespace of the test's own is the tenant's."""
+    with running_platform(tmp_path, kubeconfig_path, cluster=real_cluster) as p:
+        tenant = real_cluster.new_namespace("tenant")
+        try:
+            yield p, tenant
+        finally:
+            real_cluster.remove_namespace(tenant)
 
 
-def test_the_api_refuses_a_cross_namespace_run_when_the_admission_policy_is_installed(guarded: Platform):
-    spec = {"action": "apply", "layer": {"name": "victim", "namespace": "default", "revision": "0" * 40}}
+def test_the_api_refuses_a_cross_namespace_run_when_the_admission_policy_is_installed(
+        guarded: tuple[Platform, str]) -> None:
+    platform, tenant = guarded
+    spec = {"action": "apply", "layer": {"name": "victim", "namespace": platform.namespace, "revision": "0" * 40}}
     with pytest.raises(ApiException) as refused:
-        create(guarded, "terraformruns", TENANT, "forged", spec)
+        create(platform, "terraformruns", tenant, "forged", spec)
     assert refused.value.status == 422
     assert json.loads(refused.value.body)["message"] == (
         'terraformruns.terraform.burrito-py.io "forged" is forbidden: ValidatingAdmissionPolicy '
         f"'burrito-py-run-namespace' with binding 'burrito-py-run-namespace' denied request: {MESSAGE}")
-    with admin_client(guarded.api.url) as http:
-        assert http.get(f"/apis/{ann.API_VERSION}/namespaces/{TENANT}/terraformruns").json()["items"] == []
+    with platform.api_http() as http:
+        assert http.get(f"/apis/{ann.API_VERSION}/namespaces/{tenant}/terraformruns").json()["items"] == []
         # A run for its own namespace's layer is admitted; moving it to another namespace's layer is not.
-        create(guarded, "terraformruns", TENANT, "own", {**spec, "layer": {**spec["layer"], "namespace": TENANT}})
-        moved = http.patch(f"/apis/{ann.API_VERSION}/namespaces/{TENANT}/terraformruns/own",
-                           json={"spec": {"layer": {"namespace": "default"}}},
+        create(platform, "terraformruns", tenant, "own", {**spec, "layer": {**spec["layer"], "namespace": tenant}})
+        moved = http.patch(f"/apis/{ann.API_VERSION}/namespaces/{tenant}/terraformruns/own",
+                           json={"spec": {"layer": {"namespace": platform.namespace}}},
                            headers={"Content-Type": "application/merge-patch+json"})
         assert moved.status_code == 422 and moved.json()["message"].endswith(MESSAGE)
-        assert get(guarded, "terraformruns", TENANT, "own")["spec"]["layer"]["namespace"] == TENANT
+        assert get(platform, "terraformruns", tenant, "own")["spec"]["layer"]["namespace"] == tenant

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 from burrito_local.identity import ensure_service_account, request_token
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
@@ -24,6 +23,7 @@ from burrito_py.kube.kubeconfig import kubeconfig_login
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
 from tests.support.git_repos import make_repo
+from tests.support.real_cluster import RealCluster
 
 from .conftest import Platform, layer_code, running_platform
 
@@ -46,26 +46,27 @@ class World:
 
 
 def _viewer_token(platform: Platform) -> str:
-    """A service account that may read TerraformLayers in `default` but not patch them."""
-    with httpx.Client(base_url=platform.api.url, headers=platform.api.admin_headers, timeout=30) as kube:
-        ensure_service_account(kube, "default", "viewer")
-        kube.post(f"{RBAC}/namespaces/default/roles", json={
+    """A service account that may read TerraformLayers in the test's namespace but not patch them."""
+    ns = platform.namespace
+    with platform.api_http() as kube:
+        ensure_service_account(kube, ns, "viewer")
+        kube.post(f"{RBAC}/namespaces/{ns}/roles", json={
             "metadata": {"name": "layer-viewer"}, "rules": READ_LAYERS}).raise_for_status()
-        kube.post(f"{RBAC}/namespaces/default/rolebindings", json={
+        kube.post(f"{RBAC}/namespaces/{ns}/rolebindings", json={
             "metadata": {"name": "layer-viewer"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "layer-viewer"},
-            "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": "default"}]}).raise_for_status()
-        return request_token(kube, "default", "viewer", ["burrito-py"])
+            "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": ns}]}).raise_for_status()
+        return request_token(kube, ns, "viewer", ["burrito-py"])
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(tmp_path_factory: pytest.TempPathFactory, real_cluster: RealCluster) -> Iterator[World]:
     """Two layers waiting for a manual approval: `app` (approved by the first test) and `other` (left pending
     for the second)."""
     tmp = tmp_path_factory.mktemp("ui-browser")
     repo = make_repo(tmp / "upstream")
     repo.commit({"layers/app/main.tf": layer_code("v1"), "layers/other/main.tf": layer_code("other")}, "layers")
-    with running_platform(tmp / "p", tmp / "kubeconfig") as platform:
+    with running_platform(tmp / "p", tmp / "kubeconfig", cluster=real_cluster) as platform:
         platform.create_repository("repo", repo.url)
         for name in ("app", "other"):
             platform.create_layer(name, "repo", f"layers/{name}", approvePlan="manual")
@@ -164,7 +165,7 @@ def test_log_in_filter_read_the_plan_approve_and_watch_the_row_go_idle(world: Wo
         layers.locator("#filter-q").press_sequentially("app", delay=50)
         expect(layers).to_have_url(re.compile(r"[?&]q=app(&|$)"))
         expect(layers.locator("tr[data-layer]")).to_have_count(1)
-        app_row = layers.locator('tr[data-layer="default/app"]')
+        app_row = layers.locator(f'tr[data-layer="{world.platform.namespace}/app"]')
         expect(app_row.locator("span.badge[class*=state-]")).to_have_text("ApplyNeeded")
         visits.page(layers, "layers")
         # Set before anything changes: a reload or navigation of this page would lose it.
@@ -176,12 +177,12 @@ def test_log_in_filter_read_the_plan_approve_and_watch_the_row_go_idle(world: Wo
 
         # The layer's page, its pending plan, the approvals page.
         detail = context.new_page()
-        detail.goto(f"{world.url}/ui/layers/default/app")
-        expect(detail.get_by_role("heading", level=1)).to_have_text("Layer default/app")
+        detail.goto(f"{world.url}/ui/layers/{platform.namespace}/app")
+        expect(detail.get_by_role("heading", level=1)).to_have_text(f"Layer {world.platform.namespace}/app")
         expect(detail.locator("main")).to_contain_text(pending["sum"])
         visits.page(detail, "layer")
         detail.get_by_role("link", name="Read the plan").click()
-        expect(detail).to_have_url(re.compile(r"/ui/runs/default/[a-z0-9-]+/plan"))
+        expect(detail).to_have_url(re.compile(rf"/ui/runs/{world.platform.namespace}/[a-z0-9-]+/plan"))
         expect(detail.locator("#plan-summary")).to_have_text("Plan: 1 to add, 0 to change, 0 to destroy")
         expect(detail.locator("section.group-create")).to_contain_text("terraform_data.this")
         # Its attribute diff (issue 30 item 7): what the create sets, and what only the apply will know.
@@ -190,14 +191,15 @@ def test_log_in_filter_read_the_plan_approve_and_watch_the_row_go_idle(world: Wo
         expect(attributes.locator("tr.attr-add", has_text="output")).to_contain_text("(known after apply)")
         visits.page(detail, "plan")
         detail.goto(f"{world.url}/ui/approvals")
-        expect(detail.locator("#approval-default-app")).to_contain_text("Plan: 1 to add")
-        expect(detail.locator("#approval-default-other")).to_be_visible()
+        expect(detail.locator(f"#approval-{world.platform.namespace}-app")).to_contain_text("Plan: 1 to add")
+        expect(detail.locator(f"#approval-{world.platform.namespace}-other")).to_be_visible()
         visits.page(detail, "approvals")
 
         # Approve on the layer's page: htmx posts it and shows the notice in place.
-        detail.goto(f"{world.url}/ui/layers/default/app")
+        detail.goto(f"{world.url}/ui/layers/{platform.namespace}/app")
         detail.get_by_role("button", name=re.compile(r"^Approve sha256:")).click()
-        expect(detail.locator("#notice")).to_have_text(f"approved plan {pending['sum']} of default/app")
+        expect(detail.locator("#notice")).to_have_text(
+            f"approved plan {pending['sum']} of {world.platform.namespace}/app")
 
         # The layers page, never reloaded, follows the apply to Idle through its server-sent events.
         expect(app_row.locator("span.badge[class*=state-]")).to_have_text("Idle", timeout=120_000)
@@ -212,7 +214,7 @@ def test_log_in_filter_read_the_plan_approve_and_watch_the_row_go_idle(world: Wo
         expect(apply_run).to_have_count(1)
         expect(apply_run).to_contain_text("Succeeded")
         apply_run.get_by_role("link").first.click()
-        expect(detail).to_have_url(re.compile(r"/ui/runs/default/[a-z0-9-]+$"))
+        expect(detail).to_have_url(re.compile(rf"/ui/runs/{world.platform.namespace}/[a-z0-9-]+$"))
         expect(detail.locator("dl.facts")).to_contain_text("apply")
         visits.page(detail, "run")
     assert platform.layer("app")["status"]["state"] == "Idle"
@@ -231,28 +233,29 @@ def test_a_user_who_may_not_patch_layers_gets_disabled_buttons_and_a_403(world: 
                 and not str(m.location.get("url", "")).endswith("/favicon.ico") else None)
         page.on("pageerror", lambda e: problems.append(str(e)))
         log_in(page, world.url, world.tokens["viewer"], visits)
-        expect(page.locator("header")).to_contain_text("system:serviceaccount:default:viewer")
-        expect(page.locator('tr[data-layer="default/other"]')).to_be_visible()
+        expect(page.locator("header")).to_contain_text(f"system:serviceaccount:{world.platform.namespace}:viewer")
+        expect(page.locator(f'tr[data-layer="{world.platform.namespace}/other"]')).to_be_visible()
         visits.page(page, "layers")
 
-        page.goto(f"{world.url}/ui/layers/default/other")
+        page.goto(f"{world.url}/ui/layers/{world.platform.namespace}/other")
         actions = page.locator(".actions")
         plan_now = actions.get_by_role("button", name="Plan now")
         approve = actions.get_by_role("button", name=re.compile(r"^Approve sha256:"))
         for button in (plan_now, approve):
             expect(button).to_be_disabled()
-            expect(button).to_have_accessible_description("You may not patch TerraformLayers in default.")
+            expect(button).to_have_accessible_description(
+                f"You may not patch TerraformLayers in {world.platform.namespace}.")
         visits.page(page, "layer")
 
         page.goto(f"{world.url}/ui/approvals")
-        expect(page.locator("#approval-default-other").get_by_role("button", name=re.compile("^Approve"))
-               ).to_be_disabled()
+        other = page.locator(f"#approval-{world.platform.namespace}-other")
+        expect(other.get_by_role("button", name=re.compile("^Approve"))).to_be_disabled()
         visits.page(page, "approvals")
 
         # The endpoint refuses what the button would have sent, with this page's valid CSRF token.
         csrf = page.locator('meta[name="csrf-token"]').get_attribute("content")
         assert csrf
-        base = f"{world.url}/ui/layers/default/other"
+        base = f"{world.url}/ui/layers/{world.platform.namespace}/other"
         for action, form in (("approve", {"csrf": csrf, "sum": pending["sum"]}), ("sync", {"csrf": csrf})):
             answer = page.request.post(f"{base}/{action}", form=form, max_redirects=0)
             assert answer.status == 403, (action, answer.status, answer.text())

@@ -26,6 +26,7 @@ from burrito_py.server.webhook_keys import decode_entries, hmac_key
 from burrito_py.timeutil import format_time_precise, utcnow
 from tests.support.git_repos import TestRepo, make_bare
 from tests.support.git_servers import running_http_git_server
+from tests.support.real_cluster import RealCluster
 
 from .conftest import Platform, layer_code, running_platform, wait_for
 from .test_git_credentials import LOOPBACK_HOSTS, put_secret
@@ -35,14 +36,16 @@ HOOK_SECRET = "hook-secret-e2e"
 
 
 @pytest.fixture
-def world(tmp_path: Path, repo: TestRepo) -> Iterator[tuple[Platform, httpx.Client, str, Path]]:
+def world(tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
+          ) -> Iterator[tuple[Platform, httpx.Client, str, Path]]:
     bare = tmp_path / "http" / "infra.git"
     repo.push(make_bare(bare))
     with (running_http_git_server(tmp_path / "http", "alice", PASSWORD) as git_server,
-          running_platform(tmp_path / "p", tmp_path / "kubeconfig", repository_poll_interval=timedelta(hours=1))
-          as platform):
+          running_platform(tmp_path / "p", tmp_path / "kubeconfig", repository_poll_interval=timedelta(hours=1),
+                           cluster=real_cluster) as platform):
         settings = ServerSettings(host="127.0.0.1", port=free_port(), kubeconfig=platform.kubeconfig,
-                                  auth_enabled=False, datastore_url=platform.datastore_url)
+                                  auth_enabled=False, datastore_url=platform.datastore_url,
+                                  webhook_keys_namespace=platform.namespace)
         with running_server(settings) as server_url, httpx.Client(base_url=server_url, timeout=30) as http:
             url = git_server.url_for("infra.git")
             put_secret(platform, "infra-git", {**LOOPBACK_HOSTS, "username": "alice", "password": PASSWORD,
@@ -79,7 +82,7 @@ def test_signed_pushes_plan_the_touched_layer_and_a_bad_signature_does_nothing(
     refused = http.post("/api/webhook", content=body, headers=headers)
     assert refused.status_code == 401, refused.text
     time.sleep(3)
-    repository = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, "default",
+    repository = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
                                                               "terraformrepositories", "infra")
     assert ann.repository_sync_annotation("main") not in (repository["metadata"].get("annotations") or {})
     assert {layer: plans(platform, layer) for layer in ("app", "other")} == before
@@ -114,7 +117,8 @@ def test_a_redelivery_to_another_server_replica_plans_once(
     repository controller fetches the same head, and the layer, decided on revisions, plans that commit once."""
     platform, first_replica, url, bare = world
     settings = ServerSettings(host="127.0.0.1", port=free_port(), kubeconfig=platform.kubeconfig,
-                              auth_enabled=False, datastore_url=platform.datastore_url)
+                              auth_enabled=False, datastore_url=platform.datastore_url,
+                              webhook_keys_namespace=platform.namespace)
     with running_server(settings) as second_url, httpx.Client(base_url=second_url, timeout=30) as second_replica:
         before = plans(platform, "app")
         commit = repo.commit({"layers/app/main.tf": layer_code("v3")}, "change app again")
@@ -126,7 +130,8 @@ def test_a_redelivery_to_another_server_replica_plans_once(
         wait_for(lambda: platform.annotations("app").get(ann.PLAN_COMMIT) == commit, 60, what="app planned")
         # Both replicas' marks are handled before we count: the branch was synced after the last of them.
         wait_for(lambda: not sync_requested(platform.custom.get_namespaced_custom_object(
-            ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra")), 60, what="the sync requests handled")
+            ann.GROUP, ann.VERSION, platform.namespace, "terraformrepositories", "infra")), 60,
+                     what="the sync requests handled")
         time.sleep(3)
         assert plans(platform, "app") == before + 1
         at_commit = [r for r in platform.runs("app")
@@ -143,25 +148,26 @@ def test_the_controllers_publish_each_repositorys_key_follow_its_secret_and_with
     platform, http, url, _ = world
 
     def webhooks(name: str) -> dict[str, Any] | None:
-        repository = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, "default",
+        repository = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
                                                                   "terraformrepositories", name)
         return next((c for c in (repository.get("status") or {}).get("conditions") or ()
                      if c["type"] == "Webhooks"), None)
 
     def published() -> dict[tuple[str, str], Any]:
-        secret = platform.core.read_namespaced_secret("burrito-py-webhook-keys", "default")
+        secret = platform.core.read_namespaced_secret("burrito-py-webhook-keys", platform.namespace)
         return decode_entries({"data": secret.data})
 
     assert (webhooks("infra") or {}).get("status") == "True"
-    assert published()[("default", "infra")].key == hmac_key(HOOK_SECRET.encode())
+    assert published()[(platform.namespace, "infra")].key == hmac_key(HOOK_SECRET.encode())
 
     # Rotation: the new secret verifies once the repository is reconciled again, the old one no more.
     put_secret(platform, "infra-git", {"username": "alice", "password": PASSWORD, "webhookSecret": "rotated"})
-    platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra",
+    platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
+                                                   "terraformrepositories", "infra",
                                                    {"metadata": {"annotations": {
                                                        ann.repository_sync_annotation("main"): format_time_precise(
                                                            utcnow())}}})
-    wait_for(lambda: published()[("default", "infra")].key == b"rotated", 30, what="the rotated key published")
+    wait_for(lambda: published()[(platform.namespace, "infra")].key == b"rotated", 30, what="the rotated key published")
 
     def answer(secret: str, delivery: str) -> int:
         body, headers = github_push(url, secret, delivery)
@@ -176,9 +182,11 @@ def test_the_controllers_publish_each_repositorys_key_follow_its_secret_and_with
     condition = wait_for(lambda: webhooks("plain"), 30, what="the plain repository's Webhooks condition")
     assert (condition["status"], condition["reason"]) == ("False", "NoWebhookSecret")
     assert "webhookSecret" in condition["message"] and "plain-git" in condition["message"]
-    assert ("default", "plain") not in published()
+    assert (platform.namespace, "plain") not in published()
 
     # Deleted: its key goes.
-    platform.custom.delete_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra")
-    wait_for(lambda: ("default", "infra") not in published(), 30, what="the deleted repository's key withdrawn")
+    platform.custom.delete_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
+                                                    "terraformrepositories", "infra")
+    wait_for(lambda: (platform.namespace, "infra") not in published(), 30,
+             what="the deleted repository's key withdrawn")
     wait_for(lambda: answer("rotated", f"deleted-{time.monotonic()}") == 401, 10, what="no key, no delivery")

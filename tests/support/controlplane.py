@@ -18,15 +18,25 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from burrito_local.controlplane import ControlPlane, ControlPlaneConfig, binary_path
+from burrito_local.controlplane import ControlPlane, ControlPlaneConfig, ControlPlaneError, binary_path
 from burrito_local.netns import NodeNamespace
 
 T = TypeVar("T")
 
 
+def built_binary() -> Path:
+    """The control plane's binary, built when missing; a failure (no Go, a build error) is an error of the
+    tests that need it, naming the script, never a skip."""
+    try:
+        return binary_path(build=True)
+    except ControlPlaneError as exc:
+        raise ControlPlaneError(f"the real control plane is needed and scripts/build-controlplane.sh could not build "
+                                f"it: {exc}") from None
+
+
 @pytest.fixture(scope="session")
 def controlplane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    binary = binary_path(build=True)
+    binary = built_binary()
     config = ControlPlaneConfig(tmp_path_factory.mktemp("controlplane"), unsafe_no_fsync=True)
     with ControlPlane(binary, config) as plane:
         yield plane
@@ -36,7 +46,7 @@ def controlplane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPl
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeNamespace]:
     """The control plane with the local kubelet as its Node, in a private network namespace (§22.3): one
     per session and xdist worker that needs it, tests apart by namespace."""
-    with NodeNamespace(tmp_path_factory.mktemp("netns"), binary_path(build=True)) as cluster:
+    with NodeNamespace(tmp_path_factory.mktemp("netns"), built_binary()) as cluster:
         yield cluster
 
 

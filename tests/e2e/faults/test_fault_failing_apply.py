@@ -18,6 +18,7 @@ import pytest
 from burrito_py.api import annotations as ann
 from burrito_py.timeutil import parse_time
 from tests.support.git_repos import TestRepo, make_repo
+from tests.support.real_cluster import RealCluster
 
 from ..conftest import Platform, running_platform
 
@@ -75,9 +76,9 @@ def failing_repo(tmp_path: Path) -> TestRepo:
 
 
 @pytest.fixture
-def drifting(tmp_path: Path) -> Iterator[Platform]:
+def drifting(tmp_path: Path, real_cluster: RealCluster) -> Iterator[Platform]:
     with running_platform(tmp_path / "p", tmp_path / "kubeconfig", drift_detection_period=timedelta(seconds=20),
-                          max_retries=1) as platform:
+                          max_retries=1, cluster=real_cluster) as platform:
         yield platform
 
 
@@ -126,7 +127,7 @@ def test_an_always_failing_apply_is_bounded_and_visible(drifting: Platform, tmp_
     assert exhausted["key"] in set(sums) and exhausted.get("changesDigest", "").startswith("sha256:"), exhausted
     retry = next(c for c in layer["status"]["conditions"] if c["type"] == "HasLastRunReachedRetryLimit")
     assert retry["status"] == "True" and "would make the same changes" in retry["message"], retry
-    events = platform.core.list_namespaced_event("default").items
+    events = platform.core.list_namespaced_event(platform.namespace).items
     reasons = [(e.involved_object.name, e.reason) for e in events]
     assert reasons.count(("app", "MaxRetriesReached")) == 1, reasons
     assert any(reason == "RunFailed" and name.startswith("app-apply-") for name, reason in reasons)

@@ -18,6 +18,7 @@ from typing import Any
 
 from burrito_py.api import annotations as ann
 from tests.support.git_repos import TestRepo, make_repo
+from tests.support.real_cluster import RealCluster
 
 from ..conftest import Platform, running_platform, wait_for
 
@@ -85,10 +86,10 @@ def _watch_live_runs(platform: Platform, layer: str, stop: threading.Event, most
         stop.wait(0.2)
 
 
-def test_a_runner_killed_mid_replace_ends_with_the_last_commit_applied(tmp_path: Path):
+def test_a_runner_killed_mid_replace_ends_with_the_last_commit_applied(tmp_path: Path, real_cluster: RealCluster):
     repo: TestRepo = make_repo(tmp_path / "upstream")
     repo.commit({"layers/app/main.tf": replacing_code("g1", 0)}, "first generation")
-    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", runs_to_keep=10) as platform:
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", runs_to_keep=10, cluster=real_cluster) as platform:
         platform.create_repository("repo", repo.url)
         platform.create_layer("app", "repo", "layers/app", auto_apply=True)
         platform.wait_state("app", "Idle", timeout=120)

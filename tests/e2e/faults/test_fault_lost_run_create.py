@@ -6,9 +6,17 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.support.git_repos import TestRepo
 
 from ..conftest import Platform
+
+
+@pytest.fixture
+def platform(emulator_platform: Platform) -> Platform:
+    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
+    return emulator_platform
 
 
 def test_a_lost_create_response_makes_exactly_one_run(platform: Platform, repo: TestRepo):

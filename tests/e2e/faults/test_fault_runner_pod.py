@@ -6,11 +6,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from burrito_local.identity import RUNNER_ACCOUNT, admin_client, grant_runner_access
 
 from burrito_py.api import annotations as ann
 from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo
+
+from ..conftest import Platform
+
+
+@pytest.fixture
+def platform(emulator_platform: Platform) -> Platform:
+    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
+    return emulator_platform
+
 
 # `platform` and `repo` are the fixtures of tests/e2e/conftest.py (a Platform: emulator, kubelet, datastore,
 # controllers; a git repository with layers/app).

@@ -25,6 +25,13 @@ from tests.support.git_repos import TestRepo
 
 from ..conftest import Platform, wait_for
 
+
+@pytest.fixture
+def platform(emulator_platform: Platform) -> Platform:
+    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
+    return emulator_platform
+
+
 LAYER_PATH = "/terraformlayers/app$"
 
 

@@ -111,3 +111,30 @@ async def test_the_kubelet_api_admits_only_the_api_servers_kubelet_client(
         assert status == 0  # the TLS handshake fails
     else:
         assert status == 403 and f"user={user}" in body
+
+
+def test_a_host_network_node_gives_every_pod_its_own_address():
+    from burrito_local.workloads import NodeAddress
+
+    addresses = NodeAddress("192.0.2.2")
+    assert [addresses.allocate() for _ in range(3)] == ["192.0.2.2"] * 3
+    addresses.release("192.0.2.2")
+    assert addresses.allocate() == "192.0.2.2"
+
+
+@pytest.mark.parametrize("address,usable", [
+    ("192.0.2.2", True), ("10.1.2.3", True), ("127.0.0.1", False), ("127.10.0.5", False),
+    ("169.254.1.1", False), ("224.0.0.1", False), ("0.0.0.0", False),  # noqa: S104  (refused, never bound)
+    ("::1", False), ("2001:db8::1", False),
+])
+def test_a_node_address_is_one_kube_apiserver_accepts_and_proxies_to(address: str, usable: bool):
+    from burrito_local.host_node import usable_node_address
+
+    assert usable_node_address(address) is usable
+
+
+def test_the_node_address_found_on_this_machine_is_usable():
+    from burrito_local.host_node import node_address, usable_node_address
+
+    found = node_address()
+    assert found is None or usable_node_address(found)
