@@ -1,5 +1,5 @@
 """The local kubelet on this host as a Node of a control plane running on this host, its pods sharing the
-node's network (`hostNetwork` semantics; docs/architecture.md §22.6).
+node's network (`hostNetwork` semantics; docs/architecture.md §22.8).
 
 The e2e world: the controllers, the datastore, the git servers and the fake providers run in the test
 process on the host and listen on loopback; only runner pods run under the kubelet, and they only connect
@@ -8,7 +8,7 @@ node's, as a `hostNetwork: true` pod does, and reaches the host's loopback liste
 the host.
 
 The node's address: the first IPv4 address of this machine's interfaces that is not loopback, link-local,
-multicast or unspecified (`node_address()`), else 127.0.0.1. Measured on v1.37.2 (§22.6): kube-apiserver
+multicast or unspecified (`node_address()`), else 127.0.0.1. Measured on v1.37.2 (§22.8): kube-apiserver
 takes a loopback InternalIP in the Node and a loopback podIP in pod status, and dials the kubelet API on it
 (`kubectl logs` works); what a loopback address cannot have is an EndpointSlice or the API server's proxy
 (§22.3), which runner pods never need. Pods that serve a Service run in the network namespace of §22.3

@@ -55,7 +55,7 @@ class NodeMode:
     # the kubelet proxies. A node may not list Endpoints; without it, no Service is proxied.
     proxy_kubeconfig: Path | None = None
     # Every pod shares the node's network, as a `hostNetwork: true` pod does: its address is the node's (the
-    # e2e world, where pods only connect out; docs/architecture.md §22.6). `pod_cidr` is then unused.
+    # e2e world, where pods only connect out; docs/architecture.md §22.8). `pod_cidr` is then unused.
     host_network: bool = False
 
 

@@ -1,7 +1,7 @@
 """End-to-end harness: the real product on one machine — the real control plane (or, where a test needs
 its internals, the API emulator), the local kubelet running real `burrito-py runner start` processes with
 real terraform, the datastore over HTTP, the kopf controllers, and real git repositories made by the tests
-(docs/architecture.md §15, §22.6)."""
+(docs/architecture.md §15, §22.8)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import json
 from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 import yaml
 
 from burrito_py.api import annotations as ann
@@ -16,6 +17,13 @@ from burrito_py.datastore.storage import FilesystemStorage
 from tests.support.git_repos import TestRepo
 
 from .conftest import Platform, wait_for
+
+
+@pytest.fixture
+def platform(emulator_platform: Platform) -> Platform:
+    """On the API emulator: written in the same stop as the e2e port to the real control plane, not ported
+    yet (docs/architecture.md §22.8)."""
+    return emulator_platform
 
 CODE = """
 variable "message" {

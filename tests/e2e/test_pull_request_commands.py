@@ -29,7 +29,8 @@ from .test_pull_requests import HOOK_SECRET, PROJECT, World, pr_runs, pull_reque
 
 @pytest.fixture(params=["github", "gitlab"])
 def world(request: pytest.FixtureRequest, tmp_path: Path, repo: TestRepo) -> Iterator[World]:
-    with pull_request_world(tmp_path, repo, request.param) as built:
+    # On the emulator (cluster None): written in the same stop as the port to the real control plane (§22.8).
+    with pull_request_world(tmp_path, repo, request.param, None) as built:
         built.platform.custom.patch_namespaced_custom_object(
             ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra",
             {"spec": {"pullRequests": {"commands": {"allowed": ["alice", "rita"]}}}})

@@ -31,7 +31,7 @@ def strict(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
     """The controllers as installed by the chart: file:// and cross-namespace repositories off; without the
     admission policy (a cluster older than 1.30, or `admissionPolicy.enabled: false`), so the controllers'
     own checks are what refuses a forged run. On the emulator: the session's real control plane has the
-    admission policies for every test (docs/architecture.md §22.6)."""
+    admission policies for every test (docs/architecture.md §22.8)."""
     with running_platform(tmp_path, kubeconfig_path, admission_policy=False, allow_file_repositories=False) as p:
         with admin_client(p.api.url) as http:
             ensure_namespace(http, TENANT)

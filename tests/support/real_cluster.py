@@ -1,4 +1,4 @@
-"""The e2e tests' real cluster (docs/architecture.md §22.6): the real control plane of the session
+"""The e2e tests' real cluster (docs/architecture.md §22.8): the real control plane of the session
 (tests/support/controlplane.py), the local kubelet on this host as its Node (`burrito_local.host_node`), the
 CRDs and the chart's admission policies applied once, and an admin identity with a token the datastore
 reviews through kube-apiserver. Tests stay apart by namespace: `new_namespace` makes one with the chart's

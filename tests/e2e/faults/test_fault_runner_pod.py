@@ -18,7 +18,7 @@ from ..conftest import Platform
 
 @pytest.fixture
 def platform(emulator_platform: Platform) -> Platform:
-    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.6)."""
+    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.8)."""
     return emulator_platform
 
 
