@@ -39,7 +39,7 @@ def test_a_auto_apply_plans_then_applies_then_idles(platform: Platform, repo: Te
     platform.create_repository("repo", repo.url)
     platform.create_layer("app", "repo", "layers/app", auto_apply=True, engine=engine)
     layer = platform.wait_state("app", "Idle", timeout=90)
-    logs = "\n".join(platform.core.read_namespaced_pod_log(pod.metadata.name, "default")
+    logs = "\n".join(platform.core.read_namespaced_pod_log(pod.metadata.name, platform.namespace)
                      for pod in platform.pods("app"))
     assert f"with {engine.kind} {engine.version} ({engines_root()}/tenv/" in logs  # the engine asked for, baked
     state = json.loads(platform.state_file("app").read_text())
@@ -65,7 +65,7 @@ def test_b_without_auto_apply_the_layer_waits_in_apply_needed(platform: Platform
     assert not platform.state_file("app").exists() or terraform_state_inputs(platform.state_file("app")) == []
     # Approving applies exactly that plan, with the same engine.
     platform.custom.patch_namespaced_custom_object(
-        ann.GROUP, ann.VERSION, "default", "terraformlayers", "app",
+        ann.GROUP, ann.VERSION, platform.namespace, "terraformlayers", "app",
         {"metadata": {"annotations": {ann.APPROVE_PLAN: layer["status"]["pendingPlan"]["sum"]}}})
     platform.wait_state("app", "Idle", timeout=90)
     assert terraform_state_inputs(platform.state_file("app")) == ["v1"]
