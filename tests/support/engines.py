@@ -7,16 +7,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import ssl
 import subprocess
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal
 
-from tests.support.fakes.tls import TlsFiles
+from tests.support.fakes.tls import TlsFiles, serving_https
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "build-engines.sh"
@@ -113,14 +111,5 @@ def running_release_site(mirror: Path, tls: TlsFiles) -> Iterator[tuple[ReleaseS
                 body = body[:-1] + bytes([body[-1] ^ 0xFF])
             return self._send(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(str(tls.cert), str(tls.key))
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield site, f"https://localhost:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_https(Handler, tls) as port:
+        yield site, f"https://localhost:{port}"

@@ -288,5 +288,6 @@ def namespace(api: Api) -> Iterator[str]:
                                                          "metadata": {"name": name}})
     if code != 201:
         raise AssertionError(f"namespace {name}: {code} {body}")
-    # The impersonation check's service account must exist on neither server: kube-apiserver impersonates names.
+    # Left in place: the session's server goes with the session (the emulator per module, the control plane per
+    # worker), and the impersonation check's service account need exist on neither (impersonation is by name).
     yield name

@@ -15,18 +15,17 @@ import contextlib
 import hashlib
 import io
 import json
-import ssl
 import subprocess
 import tempfile
 import threading
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from .tls import TlsFiles
+from .tls import TlsFiles, serving_https
 
 PLATFORMS = ("linux_amd64", "linux_arm64", "darwin_arm64")
 
@@ -184,17 +183,10 @@ def running_upstream(tls: TlsFiles, signed: bool = True) -> Iterator[tuple[FakeU
     """(the fake, its `localhost:<port>` host). Signing needs `gpg` (Debian's gnupg)."""
     with tempfile.TemporaryDirectory(prefix="fake-registry-gpg-") as home:
         fake = FakeUpstream(key=GpgKey(Path(home) / "gnupg") if signed else None)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(str(tls.cert), str(tls.key))
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
         try:
-            yield fake, f"localhost:{server.server_address[1]}"
+            with serving_https(_handler(fake), tls) as port:
+                yield fake, f"localhost:{port}"
         finally:
-            server.shutdown()
-            server.server_close()
             if fake.key is not None:
                 fake.key.close()
 

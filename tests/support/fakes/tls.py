@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
+import ssl
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from cryptography import x509
@@ -49,3 +54,18 @@ def make_tls(directory: Path, names: tuple[str, ...] = ("localhost",)) -> TlsFil
     paths.key.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                             serialization.NoEncryption()))
     return paths
+
+
+@contextlib.contextmanager
+def serving_https(handler: type[BaseHTTPRequestHandler], tls: TlsFiles) -> Iterator[int]:
+    """`handler` served over HTTPS with `tls`'s certificate on a free port of 127.0.0.1 (yielded), in a thread."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(tls.cert), str(tls.key))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
