@@ -101,15 +101,20 @@ class World:
             "ownerReferences": [{"apiVersion": ann.API_VERSION, "kind": "TerraformLayer", "name": name,
                                  "uid": layer["metadata"]["uid"], "controller": True}]},
             "spec": {"action": "plan", "layer": {"name": name, "namespace": namespace, "revision": "c1"}}})
-        attempt = {"number": 1, "podName": f"{run}-1", "exitCode": 0, "logsUploaded": True, "planSum": plan_sum,
-                   "planJsonSum": stored.sha256, "planJsonSize": stored.size}
+        result = {"exitCode": 0, "logsUploaded": True, "planSum": plan_sum, "planJsonSum": stored.sha256,
+                  "planJsonSize": stored.size}
         merge = {"Content-Type": "application/merge-patch+json"}
 
         def recorded() -> bool:
-            # The run controller may be writing its own view of the new run (no pod can start here): record the
-            # result until it is what the run says.
+            # The run controller starts the run's attempt (its pod never runs here) and writes the whole status
+            # from what it read: a result written before that write would be overwritten. So the result is
+            # recorded on the controller's own attempt, once it is there, until the run says it.
             status = self.get("terraformruns", namespace, run).get("status") or {}
-            if status.get("state") == "Succeeded" and status.get("attempts") == [attempt]:
+            started = status.get("attempts") or []
+            if len(started) != 1:
+                return False
+            attempt = {**started[0], **result}
+            if status.get("state") == "Succeeded" and started == [attempt]:
                 return True
             self.http.patch(f"{TF}/namespaces/{namespace}/terraformruns/{run}/status",
                             json={"status": {"state": "Succeeded", "attempts": [attempt]}},

@@ -7,6 +7,7 @@ import tempfile
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,18 +47,28 @@ def key_lines(key: str) -> list[str]:
     return [line for line in key.splitlines() if line and not line.startswith("-----")]
 
 
-def private_ssh_dirs() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("burrito-py-ssh-*")}
+def test_the_authorized_key_fetches(tmp_path: Path, url: str, sshd: SshGitServer, work: TestRepo,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # The key's directory goes under this test's own temporary root, so that a test of another worker writing its
+    # key at the same moment is not counted; every directory made there is recorded to know the key was written.
+    private_root = tmp_path / "tmp"
+    private_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private_root))
+    made: list[str] = []
+    mkdtemp = tempfile.mkdtemp
 
+    def recording_mkdtemp(*args: Any, **kwargs: Any) -> str:
+        made.append(mkdtemp(*args, **kwargs))
+        return made[-1]
 
-def test_the_authorized_key_fetches(tmp_path: Path, url: str, sshd: SshGitServer, work: TestRepo) -> None:
-    before = private_ssh_dirs()
+    monkeypatch.setattr(tempfile, "mkdtemp", recording_mkdtemp)
     mirror = GitMirror(tmp_path / "cache", url, outbound=LOOPBACK)
     creds = credentials_from_data({"sshPrivateKey": sshd.client_key, "knownHosts": sshd.known_hosts, **ALLOWED}, url,
                                   SOURCE)
     mirror.fetch(creds)
     assert mirror.branches() == {"main": work.head}
-    assert private_ssh_dirs() <= before, "the key's temporary directory is removed after the fetch"
+    assert [d for d in made if Path(d).parent == private_root and Path(d).name.startswith("burrito-py-ssh-")], made
+    assert list(private_root.iterdir()) == [], "the key's temporary directory is removed after the fetch"
     stored = run_git(mirror.path, "config", "--list")
     assert all(line not in stored for line in key_lines(sshd.client_key))
     assert f"Accepted publickey for {sshd.user}" in sshd.log()
