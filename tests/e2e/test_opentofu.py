@@ -21,6 +21,7 @@ from tests.support.git_repos import TestRepo
 from tests.support.real_cluster import RealCluster
 
 from .conftest import Platform, layer_code, running_platform, wait_for
+from .test_pull_requests import pull_request_world
 
 PASSPHRASE = "correct-horse-battery-staple-0123"
 
@@ -167,3 +168,19 @@ def test_a_tampered_release_archive_fails_the_run_saying_its_checksum_did_not_ma
     assert "checksum did not match" in result and ARCHIVE in result, result
     assert "checksum did not match" in pod_logs(platform, "app")
     assert not any((platform.workdir / "datastore").rglob(ARCHIVE))
+
+
+def test_a_pull_request_is_planned_on_opentofu(tmp_path: Path, repo: TestRepo, real_cluster: RealCluster) -> None:
+    """Issue 27 item 3: a pull request's plan of a layer on OpenTofu runs tofu, and its comment and statuses are
+    what they are on Terraform."""
+    with pull_request_world(tmp_path, repo, "github", real_cluster, engine=OPENTOFU) as world:
+        head = world.push(1, {"layers/app/main.tf": layer_code("on tofu")}, "change app")
+        world.hook("opened", 1, head)
+        done = world.wait_pr(1, head, "Planned")
+        assert [(row["name"], row["state"]) for row in done["status"]["layers"]] == [("app", "planned")]
+        assert len(world.ours()) == 1 and "1 to add" in world.ours()[0], world.ours()
+        assert world.statuses(head)[f"burrito-py/{world.platform.namespace}/app"]["state"] == "success"
+        run = done["status"]["layers"][0]["run"]
+        pod = next(p for p in world.platform.pods("app") if p.metadata.name.startswith(f"{run}-"))
+        logs = world.platform.core.read_namespaced_pod_log(pod.metadata.name, world.platform.namespace)
+        assert f"with opentofu {OPENTOFU.version} ({engines_root()}/tenv/" in logs, logs

@@ -34,6 +34,7 @@ from burrito_py.pullrequests.comment import marker
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
 from burrito_py.timeutil import format_time, utcnow
+from tests.support.engines import Engine
 from tests.support.git_repos import TestRepo, make_bare, run_git
 from tests.support.real_cluster import RealCluster
 
@@ -146,10 +147,11 @@ def pr_runs(platform: Platform) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def pull_request_world(tmp_path: Path, repo: TestRepo, provider: str, cluster: RealCluster | None
-                       ) -> Iterator[World]:
+def pull_request_world(tmp_path: Path, repo: TestRepo, provider: str, cluster: RealCluster | None,
+                       engine: Engine | None = None) -> Iterator[World]:
     """A repository planning pull requests with two layers (app, other) waiting for approval on main, the server,
-    and a fake `provider` API, on `cluster` (else the emulator); `repo` is left on its `feature` branch."""
+    and a fake `provider` API, on `cluster` (else the emulator); `repo` is left on its `feature` branch. The
+    layers run on `engine` (else the machine's terraform)."""
     bare = tmp_path / "remote" / "infra.git"
     url = make_bare(bare)
     repo.push(url)
@@ -164,8 +166,8 @@ def pull_request_world(tmp_path: Path, repo: TestRepo, provider: str, cluster: R
             api_url = api if provider == "github" else f"{api}/api/v4"
             platform.create_repository("infra", url, repository={"url": url, "secretName": "infra-git"},
                                        pullRequests={"enabled": True, "apiUrl": api_url})
-            platform.create_layer("app", "infra", "layers/app")
-            platform.create_layer("other", "infra", "layers/other")
+            platform.create_layer("app", "infra", "layers/app", engine=engine)
+            platform.create_layer("other", "infra", "layers/other", engine=engine)
             platform.wait_state("app", "ApplyNeeded", timeout=90)
             platform.wait_state("other", "ApplyNeeded", timeout=90)
             repo.branch("feature")

@@ -25,6 +25,7 @@ import pytest
 
 from burrito_py.api import annotations as ann
 from tests.support.emulator import wait_for
+from tests.support.engines import OPENTOFU
 from tests.support.git_repos import TestRepo, make_repo
 from tests.support.real_cluster import RealCluster
 
@@ -285,3 +286,17 @@ def test_a_repository_generates_a_layer_per_unit(tmp_path: Path, engines: Path, 
         repo.commit({"live/extra/terragrunt.hcl": None}, "the unit removed")
         wait_for(lambda: "infra-live-extra" not in names() or None, 120, 0.2, "the removed unit's layer deleted")
         assert names() == {"infra-live-vpc", "infra-live-app"}
+
+
+def test_a_unit_runs_terragrunt_over_opentofu(world: tuple[Platform, TestRepo, Path], engines: Path) -> None:
+    """Issue 27 item 4 on the other engine: with OpenTofu switched on, terragrunt drives tofu (TG_TF_PATH), which
+    writes the state."""
+    platform, _, state = world
+    create_layer(platform, "vpc", "live/vpc", engines, opentofu={"enabled": True, "version": OPENTOFU.version},
+                 terraform={"enabled": False})
+    platform.wait_state("vpc", "Idle", timeout=180)
+    written = json.loads((state / "live" / "vpc" / "terraform.tfstate").read_text())
+    assert written["terraform_version"] == OPENTOFU.version, written["terraform_version"]
+    logs = "\n".join(platform.core.read_namespaced_pod_log(pod.metadata.name, platform.namespace)
+                     for pod in platform.pods("vpc"))
+    assert f"with opentofu {OPENTOFU.version}" in logs and "terragrunt 1.1.3" in logs, logs
