@@ -519,7 +519,8 @@ class ProviderCache(Values):
 
 
 class ToolCache(Values):
-    """A mirror of terraform/tofu binaries served by the datastore (HTTPS, port 8443), which runner pods use."""
+    """A mirror of terraform/tofu/terragrunt binaries served by the datastore (HTTPS, port 8443), which runner pods
+    use."""
 
     enabled: bool = Field(
         False,
@@ -532,6 +533,10 @@ class ToolCache(Values):
                                                                             "tool_cache_opentofu_url")
     opentofu_index_url: Annotated[str, Field(pattern=r"^https://\S+$")] = setting(DatastoreSettings,
                                                                                   "tool_cache_opentofu_index_url")
+    terragrunt_url: Annotated[str, Field(pattern=r"^https://\S+$")] = setting(DatastoreSettings,
+                                                                              "tool_cache_terragrunt_url")
+    terragrunt_index_url: Annotated[str, Field(pattern=r"^https://\S+$")] = setting(
+        DatastoreSettings, "tool_cache_terragrunt_index_url")
 
 
 PEM_CERTIFICATE = r"^\s*(-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----\s*)+$"

@@ -180,6 +180,16 @@ class DatastoreSettings(BaseSettings):
         "https://get.opentofu.org/tofu/api.json",
         description="OpenTofu's version list (get.opentofu.org's api.json: {versions: [{id}]}).",
     )
+    tool_cache_terragrunt_url: str = Field(
+        "https://github.com/gruntwork-io/terragrunt/releases/download",
+        description="Where Terragrunt release files are read: v<v>/terragrunt_<os>_<arch> (the bare binary) and "
+        "v<v>/SHA256SUMS under it (GitHub's release downloads).",
+    )
+    tool_cache_terragrunt_index_url: str = Field(
+        "https://api.github.com/repos/gruntwork-io/terragrunt/releases?per_page=100",
+        description="Terragrunt's version list, in GitHub's releases API shape ([{tag_name: v<v>}]); read by the "
+        "datastore once per index TTL, never by a runner.",
+    )
     # Extra CAs trusted for upstream registries and release sites (a private registry's; the tests').
     upstream_ca_file: Path | None = None
 
@@ -663,18 +673,18 @@ def create_app(
     _mount_caches(app, storage, settings)
 
     # /metrics: for who may `get` the non-resource URL /metrics (kube/metrics_auth.py), not for every runner pod.
+    # Imported here, never in the handler: the Kubernetes client's import takes seconds on a loaded machine, and
+    # in the handler it would hold the event loop, and every request with it, for that long.
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
     gate = None
     if settings.auth_enabled:
-        from burrito_py.kube.metrics_auth import MetricsGate
+        from burrito_py.kube.metrics_auth import MetricsGate, MetricsRefused
 
         gate = metrics_gate or MetricsGate.for_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics(request: Request) -> Response:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        from burrito_py.kube.metrics_auth import MetricsRefused
-
         if gate is not None:
             try:
                 await gate.check(request.headers.get("authorization"))
@@ -705,7 +715,9 @@ def _mount_caches(app: FastAPI, storage: Storage, settings: DatastoreSettings) -
                               settings.provider_cache_max_bytes, LockPins(storage)) \
         if settings.provider_cache_enabled else None
     tools = ToolCache(storage, upstream, settings.tool_cache_terraform_url, settings.tool_cache_opentofu_url,
-                      settings.tool_cache_opentofu_index_url, ttl) if settings.tool_cache_enabled else None
+                      settings.tool_cache_opentofu_index_url, ttl, terragrunt_url=settings.tool_cache_terragrunt_url,
+                      terragrunt_index_url=settings.tool_cache_terragrunt_index_url) \
+        if settings.tool_cache_enabled else None
     from burrito_py.datastore.providercache.signing import ArchiveSigner, UrlKeys
 
     key = settings.provider_cache_url_key.get_secret_value().encode() if settings.provider_cache_url_key else None

@@ -22,8 +22,8 @@ against `required_version` at `init`.
 **Where the binary comes from**, first that satisfies the request: the versions baked into the image
 (`BURRITO_RUNNER_TOOLS_PATH`) and installed under `TENV_ROOT`, newest satisfying first; the binary on PATH
 (not with tenv: its `terraform` on PATH is its proxy, which would download); then an install, from the
-datastore's tool mirror when one is configured (terraform, OpenTofu), else with tenv. When nothing can
-provide it the run fails naming the version, where the request came from and every place looked at.
+datastore's tool mirror when one is configured (terraform, OpenTofu, Terragrunt), else with tenv. When nothing
+can provide it the run fails naming the version, where the request came from and every place looked at.
 """
 
 from __future__ import annotations
@@ -170,16 +170,14 @@ def choose_binary(
         return BinaryChoice(use=by_version[best])
     if on_path is not None and _satisfies(constraint, on_path.version):
         return BinaryChoice(use=on_path)
-    if mirror_url and engine != "terragrunt":  # the mirror serves terraform and tofu only
+    if mirror_url:
         return BinaryChoice(installer="mirror")
     if tenv:
         return BinaryChoice(installer="tenv")
     places = list(looked_at)
     if on_path is not None:
         places = [p if p != "PATH" else f"PATH ({on_path.binary} is {on_path.version})" for p in places]
-    places.append(f"the tool mirror {mirror_url}" if mirror_url and engine != "terragrunt" else
-                  "no tool mirror" + (" (it serves terraform and tofu only)" if engine == "terragrunt" else
-                                      " configured"))
+    places.append(f"the tool mirror {mirror_url}" if mirror_url else "no tool mirror configured")
     have = sorted({c.version for c in installed})
     found = f"; versions found: {', '.join(have)}" if have else ""
     return BinaryChoice(error=f"no {engine} version satisfying {request.describe()}: looked in "

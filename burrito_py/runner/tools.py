@@ -10,10 +10,11 @@ The binary: a version baked into the image (`BURRITO_RUNNER_TOOLS_PATH`) or inst
 tenv's layout `<root>/{Terraform,OpenTofu,Terragrunt}/<version>/{terraform,tofu,terragrunt}` (TENV_ROOT
 defaulting to `~/.tenv`; tenv also honours `TOFUENV_ROOT`, `TFENV_ROOT`), run directly; else the binary on PATH
 (not with tenv: its `terraform` is a downloading proxy) when its `version -json` satisfies; else an install:
-from the datastore's tool mirror (`BURRITO_TOOL_MIRROR_URL`, a `ToolMirror`; terraform and OpenTofu) —
+from the datastore's tool mirror (`BURRITO_TOOL_MIRROR_URL`, a `ToolMirror`; terraform, OpenTofu, Terragrunt) —
 `GET <mirror><tool>/versions`, the newest satisfying, `GET <mirror><tool>/<version>/linux/<arch>` (bearer token,
-the mirror's CA) checked against `X-Burrito-Sha256`, unpacked into tenv's layout under TENV_ROOT through a
-staging directory renamed into place — or with `tenv tf|tofu|tg install`. Never GitHub from the mirror path.
+the mirror's CA) checked against `X-Burrito-Sha256`, unpacked (Terragrunt's bare binary: as it is) into tenv's
+layout under TENV_ROOT through a staging directory renamed into place — or with `tenv tf|tofu|tg install`. Never
+GitHub from the mirror path.
 
 Terragrunt (`spec.terragrunt.enabled`): the same, from `spec.terragrunt.version` or `.terragrunt-version`
 (`terragrunt --version` prints `terragrunt version v0.67.0`). The steps then run `terragrunt <command>` with
@@ -439,7 +440,7 @@ def _unzip_binary(archive: Path, name: str, dest: Path, what: str) -> None:
     dest.chmod(0o755)
 
 
-def install_from_mirror(mirror: ToolMirror, kind: Literal["terraform", "opentofu"], text: str | None,
+def install_from_mirror(mirror: ToolMirror, kind: ToolKind, text: str | None,
                         constraint: Constraint) -> tuple[Path, str]:
     """Install the newest version the mirror has that satisfies `constraint` into tenv's layout under
     TENV_ROOT; (binary, version). Raises ToolError; leaves nothing behind on failure."""
@@ -466,7 +467,7 @@ def install_from_mirror(mirror: ToolMirror, kind: Literal["terraform", "opentofu
         except OSError as exc:
             raise ToolError(f"{what}: cannot write under TENV_ROOT {root}: {exc}") from None
         try:
-            archive = staging / "release.zip"
+            archive = staging / ("release" if kind == "terragrunt" else "release.zip")
             got, expected = _download(client, url, archive)
             if not expected:
                 raise ToolError(f"{what}: the mirror sent no {SHA256_HEADER} header; not installed")
@@ -475,7 +476,11 @@ def install_from_mirror(mirror: ToolMirror, kind: Literal["terraform", "opentofu
                                 f"{SHA256_HEADER} {expected}; not installed")
             unpacked = staging / version
             unpacked.mkdir(mode=0o755)
-            _unzip_binary(archive, BINARY[kind], unpacked / BINARY[kind], what)
+            if kind == "terragrunt":  # released as the bare binary
+                archive.rename(unpacked / BINARY[kind])
+                (unpacked / BINARY[kind]).chmod(0o755)
+            else:
+                _unzip_binary(archive, BINARY[kind], unpacked / BINARY[kind], what)
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 unpacked.rename(target)
@@ -517,7 +522,7 @@ def _resolve_one(kind: ToolKind, request: VersionRequest, mirror: ToolMirror | N
         raise ToolError(choice.error)
     if choice.use is not None:
         return str(_checked(choice.use)) if choice.use.source != "PATH" else choice.use.binary, choice.use.version
-    if choice.installer == "mirror" and mirror is not None and kind != "terragrunt":
+    if choice.installer == "mirror" and mirror is not None:
         try:
             binary, version = install_from_mirror(mirror, kind, request.text, constraint)
         except NotOnMirror as exc:
@@ -578,7 +583,7 @@ def resolve_tool(effective: EffectiveTool, layer_dir: Path, mirror: ToolMirror |
                                          layer_files, None, parents)
         except VersionChoiceError as exc:
             raise ToolError(str(exc)) from None
-        terragrunt, terragrunt_version = _resolve_one("terragrunt", tg_request)
+        terragrunt, terragrunt_version = _resolve_one("terragrunt", tg_request, mirror)
     return Tool(kind, binary, version, terragrunt, terragrunt_version)
 
 

@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 
 from burrito_py.datastore.in_process import free_port
-from tests.support.engines import OPENTOFU, engines_root, running_release_site
+from tests.support.engines import OPENTOFU, TERRAGRUNT_RELEASES, engines_root, running_release_site
 from tests.support.fakes.tls import make_tls
 from tests.support.git_repos import TestRepo
 from tests.support.real_cluster import RealCluster
 
 from .conftest import Platform, layer_code, running_platform, wait_for
 from .test_pull_requests import pull_request_world
+from .test_terragrunt import ROOT_HCL, VPC_UNIT, vpc
 
 PASSPHRASE = "correct-horse-battery-staple-0123"
 
@@ -124,7 +125,9 @@ def tool_mirrored(tmp_path: Path, repo: TestRepo, real_cluster: RealCluster) -> 
         datastore = {"tls_port": port, "tls_cert_file": tls.cert, "tls_key_file": tls.key,
                      "tool_cache_enabled": True, "tool_cache_terraform_url": base,
                      "tool_cache_opentofu_url": f"{base}/opentofu/opentofu/releases/download",
-                     "tool_cache_opentofu_index_url": f"{base}/tofu/api.json", "upstream_ca_file": tls.ca}
+                     "tool_cache_opentofu_index_url": f"{base}/tofu/api.json",
+                     "tool_cache_terragrunt_url": f"{base}/{TERRAGRUNT_RELEASES}",
+                     "tool_cache_terragrunt_index_url": f"{base}/terragrunt/releases", "upstream_ca_file": tls.ca}
         with running_platform(tmp_path / "p", tmp_path / "kubeconfig", datastore=datastore,
                               tool_mirror_url=f"https://127.0.0.1:{port}/tools/v1/", mirror_ca_file=tls.ca,
                               max_retries=0, cluster=real_cluster) as platform:
@@ -135,14 +138,29 @@ def tool_mirrored(tmp_path: Path, repo: TestRepo, real_cluster: RealCluster) -> 
 ARCHIVE = "tofu_1.12.6_linux_amd64.zip"
 
 
-def test_the_runner_installs_tofu_through_the_datastores_tool_mirror(tool_mirrored: tuple[Platform, Any]) -> None:
+def test_the_runner_installs_tofu_and_terragrunt_through_the_datastores_tool_mirror(
+    tool_mirrored: tuple[Platform, Any], repo: TestRepo, tmp_path: Path
+) -> None:
+    """Two layers at once with nothing baked: one on tofu, one a Terragrunt unit over tofu; every binary from the
+    datastore's tool mirror, each read once from the release site."""
     platform, site = tool_mirrored
+    units = tmp_path / "units-state"
+    repo.commit({"root.hcl": ROOT_HCL.replace("@STATE@", str(units)), "modules/vpc/main.tf": vpc(),
+                 "live/vpc/terragrunt.hcl": VPC_UNIT}, "a Terragrunt unit")
     platform.create_layer("app", "infra", "layers/app", auto_apply=True, remediation={"onError": {"maxRetries": 0}},
                           **OPENTOFU.spec())
-    try:
-        platform.wait_state("app", "Idle", timeout=180)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\nrunner logs:\n{pod_logs(platform, 'app')[-3000:]}") from None
+    platform.create_layer("unit", "infra", "live/vpc", auto_apply=True, remediation={"onError": {"maxRetries": 0}},
+                          terragrunt={"enabled": True, "version": "1.1.3"}, overrideRunnerSpec={},
+                          **OPENTOFU.spec())
+    for layer in ("app", "unit"):
+        try:
+            platform.wait_state(layer, "Idle", timeout=180)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nrunner logs:\n{pod_logs(platform, layer)[-3000:]}") from None
+    unit_logs = pod_logs(platform, "unit")
+    assert "burrito-py: installing terragrunt 1.1.3 from the tool mirror (https://127.0.0.1:" in unit_logs
+    assert json.loads((units / "live" / "vpc" / "terraform.tfstate").read_text())["terraform_version"] == "1.12.6"
+    assert sum(1 for r in site.requests if r.endswith("/v1.1.3/terragrunt_linux_amd64")) == 1
     logs = pod_logs(platform, "app")
     assert "burrito-py: installing opentofu 1.12.6 from the tool mirror (https://127.0.0.1:" in logs
     assert "with opentofu 1.12.6" in logs

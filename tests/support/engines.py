@@ -70,20 +70,24 @@ class ReleaseSite:
     tampered: set[str] = field(default_factory=set)
 
 
-def _versions(mirror: Path) -> tuple[list[str], list[str]]:
+TERRAGRUNT_RELEASES = "gruntwork-io/terragrunt/releases/download"
+
+
+def _versions(mirror: Path) -> tuple[list[str], list[str], list[str]]:
     terraform = sorted(p.name for p in (mirror / "terraform").iterdir() if p.is_dir())
-    releases = mirror / "opentofu" / "opentofu" / "releases" / "download"
-    opentofu = sorted(p.name.removeprefix("v") for p in releases.iterdir() if p.is_dir())
-    return terraform, opentofu
+    tags: dict[str, list[str]] = {}
+    for tool, releases in (("opentofu", "opentofu/opentofu/releases/download"), ("terragrunt", TERRAGRUNT_RELEASES)):
+        tags[tool] = sorted(p.name for p in (mirror / releases).iterdir() if p.is_dir())
+    return terraform, [t.removeprefix("v") for t in tags["opentofu"]], tags["terragrunt"]
 
 
 @contextlib.contextmanager
 def running_release_site(mirror: Path, tls: TlsFiles) -> Iterator[tuple[ReleaseSite, str]]:
-    """HTTPS over `mirror` (the engines root's `mirror/`) plus the two version lists the tool cache reads:
-    `/terraform/index.json` (releases.hashicorp.com's) and `/tofu/api.json` (get.opentofu.org's). Yields the
-    site and its base URL."""
+    """HTTPS over `mirror` (the engines root's `mirror/`) plus the three version lists the tool cache reads:
+    `/terraform/index.json` (releases.hashicorp.com's), `/tofu/api.json` (get.opentofu.org's) and
+    `/terragrunt/releases` (GitHub's releases API's). Yields the site and its base URL."""
     site = ReleaseSite()
-    terraform, opentofu = _versions(mirror)
+    terraform, opentofu, terragrunt = _versions(mirror)
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *_: Any) -> None:
@@ -103,6 +107,8 @@ def running_release_site(mirror: Path, tls: TlsFiles) -> Iterator[tuple[ReleaseS
                 return self._send(json.dumps({"versions": {v: {"version": v} for v in terraform}}).encode())
             if path == "/tofu/api.json":
                 return self._send(json.dumps({"versions": [{"id": v} for v in opentofu]}).encode())
+            if path == "/terragrunt/releases":
+                return self._send(json.dumps([{"tag_name": tag} for tag in terragrunt]).encode())
             target = (mirror / path.lstrip("/")).resolve()
             if mirror.resolve() not in target.parents or not target.is_file():
                 return self._send(b"not found", "text/plain", 404)

@@ -7,8 +7,8 @@ sends no credentials for archive downloads: they need the expiring signature the
 URL (`signing.py`), checked before anything is read, and anything unsigned, forged or expired is the same 404 as
 an archive never listed. `healthz` needs none: runners probe it before `init`.
 
-Tools under `/tools/v1/`: `<tool>/versions` and `<tool>/<version>/<os>/<arch>` (the zip, its SHA-256 in
-`X-Burrito-Sha256`), with a token.
+Tools under `/tools/v1/`: `<tool>/versions` and `<tool>/<version>/<os>/<arch>` (the zip, or Terragrunt's bare
+binary; its SHA-256 in `X-Burrito-Sha256`), with a token.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from burrito_py.datastore.auth import AuthError, Principal
 from burrito_py.datastore.providercache.cache import NotFound, ProviderAddress, ProviderCache, Refused
 from burrito_py.datastore.providercache.signing import ArchiveSigner, UrlKeys
-from burrito_py.datastore.providercache.tools import ToolCache
+from burrito_py.datastore.providercache.tools import ToolCache, media_type
 
 __all__ = ["mirror_router"]
 
@@ -111,7 +111,7 @@ def mirror_router(providers: ProviderCache | None, tools: ToolCache | None,
 
             async def call() -> Response:
                 sha, stream = await binaries.archive(tool, version, f"{os}_{arch}")
-                return StreamingResponse(stream, media_type="application/zip", headers={SHA_HEADER: sha})
+                return StreamingResponse(stream, media_type=media_type(tool), headers={SHA_HEADER: sha})
             return await answer(call)
 
     return router

@@ -5,6 +5,9 @@ a runner start makes no request to GitHub's API (tenv lists OpenTofu versions th
   `terraform_<v>_SHA256SUMS` under `<terraform_url>/terraform/<v>/` (releases.hashicorp.com).
 - OpenTofu: versions from `get.opentofu.org/tofu/api.json`; `tofu_<v>_<os>_<arch>.zip` and
   `tofu_<v>_SHA256SUMS` under `<opentofu_url>/v<v>/` (GitHub release downloads, not its API).
+- Terragrunt: versions from its releases list (GitHub's releases API shape, `[{tag_name: "v<v>"}]`, read by the
+  datastore once per TTL, never by a runner); the bare binary `terragrunt_<os>_<arch>` and `SHA256SUMS` under
+  `<terragrunt_url>/v<v>/` (GitHub release downloads).
 
 Stored as `tools/<tool>/<version>/<file>` with `<file>.sha256`; an archive whose SHA-256 is not the one in
 `SHA256SUMS` is never stored nor served.
@@ -35,19 +38,26 @@ from burrito_py.datastore.providercache.upstream import MAX_DOCUMENT, Upstream, 
 from burrito_py.datastore.storage import Storage
 from burrito_py.plans.versions import InvalidVersionConstraint, Version
 
-__all__ = ["TOOLS", "ToolCache"]
+__all__ = ["TOOLS", "ToolCache", "media_type"]
 
-TOOLS = ("terraform", "opentofu")
+TOOLS = ("terraform", "opentofu", "terragrunt")
 PLATFORM = re.compile(r"^(linux|darwin|windows|freebsd|openbsd|solaris)_(amd64|arm64|arm|386)$")
 STRICT_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$")
 
 
+def media_type(tool: str) -> str:
+    """What `archive` streams: a zip, but Terragrunt's bare binary."""
+    return "application/octet-stream" if tool == "terragrunt" else "application/zip"
+
+
 class ToolCache:
     def __init__(self, storage: Storage, upstream: Upstream, terraform_url: str, opentofu_url: str,
-                 opentofu_index_url: str, index_ttl: float, now: Callable[[], float] = time.time) -> None:
+                 opentofu_index_url: str, index_ttl: float, *, terragrunt_url: str, terragrunt_index_url: str,
+                 now: Callable[[], float] = time.time) -> None:
         self.storage, self.upstream, self.index_ttl, self.now = storage, upstream, index_ttl, now
         self.terraform_url, self.opentofu_url = terraform_url.rstrip("/"), opentofu_url.rstrip("/")
         self.opentofu_index_url = opentofu_index_url
+        self.terragrunt_url, self.terragrunt_index_url = terragrunt_url.rstrip("/"), terragrunt_index_url
         self.flight = SingleFlight()
 
     def _tool(self, tool: str) -> str:
@@ -82,6 +92,10 @@ class ToolCache:
         if tool == "terraform":
             document = await self.upstream.document(f"{self.terraform_url}/terraform/index.json")
             names = list((document.get("versions") or {}) if isinstance(document, dict) else {})
+        elif tool == "terragrunt":
+            releases = await self.upstream.document(self.terragrunt_index_url)
+            tags = [r.get("tag_name") for r in releases if isinstance(r, dict)] if isinstance(releases, list) else []
+            names = [t.removeprefix("v") for t in tags if isinstance(t, str)]
         else:
             document = await self.upstream.document(self.opentofu_index_url)
             entries = document.get("versions") if isinstance(document, dict) else None
@@ -97,6 +111,9 @@ class ToolCache:
 
     def _urls(self, tool: str, version: str, platform: str) -> tuple[str, str, str]:
         """(archive file name, its URL, the SHA256SUMS URL)."""
+        if tool == "terragrunt":  # released as a bare binary, one SHA256SUMS for the release
+            base, name = f"{self.terragrunt_url}/v{version}", f"terragrunt_{platform}"
+            return name, f"{base}/{name}", f"{base}/SHA256SUMS"
         if tool == "terraform":
             base, stem = f"{self.terraform_url}/terraform/{version}", f"terraform_{version}"
         else:

@@ -323,6 +323,33 @@ def test_tool_archives_are_read_through_once_and_verified(tmp_path: Path) -> Non
             assert "burrito_py_provider_cache_upstream_bytes_total" in metrics
 
 
+def test_terragrunt_binaries_are_read_through_once_and_verified(tmp_path: Path) -> None:
+    """Terragrunt's releases: versions from its releases list (GitHub's API shape, read by the datastore, never a
+    runner), the bare binary with its SHA-256 from the release's SHA256SUMS, upstream once; a tampered one refused
+    and never stored."""
+    tls = make_tls(tmp_path / "tls")
+    with running_upstream(tls, signed=False) as (upstream, served_at):
+        upstream.tools["terragrunt"] = {v: {"linux_amd64": f"terragrunt {v} binary".encode() * 100}
+                                        for v in ("0.99.1", "1.1.3", "1.0.0")}
+        base = f"https://{served_at}"
+        with running_datastore(tmp_path / "datastore", tool_cache_enabled=True,
+                               tool_cache_terragrunt_url=f"{base}/terragrunt",
+                               tool_cache_terragrunt_index_url=f"{base}/terragrunt/releases",
+                               upstream_ca_file=tls.ca) as url:
+            assert httpx.get(f"{url}/tools/v1/terragrunt/versions").json()["versions"] == ["1.1.3", "1.0.0",
+                                                                                           "0.99.1"]
+            for _ in range(2):
+                answer = httpx.get(f"{url}/tools/v1/terragrunt/1.1.3/linux/amd64")
+                assert answer.status_code == 200 and answer.content.startswith(b"terragrunt 1.1.3 binary")
+                assert answer.headers["content-type"] == "application/octet-stream"
+                assert answer.headers["X-Burrito-Sha256"] == hashlib.sha256(answer.content).hexdigest()
+            assert upstream.requests.count("/terragrunt/v1.1.3/terragrunt_linux_amd64") == 1
+            upstream.tampered.add("terragrunt_linux_amd64")
+            refused = httpx.get(f"{url}/tools/v1/terragrunt/1.0.0/linux/amd64")
+            assert refused.status_code == 502 and "checksum did not match" in refused.json()["error"]
+            assert not (tmp_path / "datastore" / "tools" / "terragrunt" / "1.0.0").exists()
+
+
 def test_only_runners_and_admins_read_through_the_mirror(tmp_path: Path) -> None:
     """Another authenticated caller gets a 403 from the JSON routes; archives and healthz need no token (Terraform
     sends none for archive downloads)."""

@@ -3,7 +3,8 @@
 Registry (the Provider Registry Protocol): `/.well-known/terraform.json`, `/v1/providers/<ns>/<type>/versions`,
 `/v1/providers/<ns>/<type>/<v>/download/<os>/<arch>`; files under `/files/` (archives, `SHA256SUMS`, and its
 signature when a GnuPG key signs). Release site: `/terraform/index.json`, `/terraform/<v>/terraform_<v>_<p>.zip`
-and `…_SHA256SUMS`; `/tofu/api.json`, `/opentofu/v<v>/tofu_<v>_<p>.zip`.
+and `…_SHA256SUMS`; `/tofu/api.json`, `/opentofu/v<v>/tofu_<v>_<p>.zip`; `/terragrunt/releases` (GitHub's releases
+API shape), `/terragrunt/v<v>/terragrunt_<p>` (the bare binary) and `/terragrunt/v<v>/SHA256SUMS`.
 
 Provider archives are synthetic (a zip holding `terraform-provider-<type>_v<version>`): `terraform init` verifies
 and unpacks a provider, it never runs it. Every request is recorded with the bytes sent.
@@ -161,6 +162,17 @@ def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
                                                                       for v in fake.tools.get("terraform", {})}})
             if path == "/tofu/api.json":
                 return self._json({"versions": [{"id": v} for v in fake.tools.get("opentofu", {})]})
+            if path == "/terragrunt/releases":
+                return self._json([{"tag_name": f"v{v}"} for v in fake.tools.get("terragrunt", {})])
+            if parts[0] == "terragrunt" and len(parts) == 3:
+                platforms = fake.tools.get("terragrunt", {}).get(parts[1].removeprefix("v"), {})
+                if parts[2] == "SHA256SUMS":
+                    return self._send(200, "".join(f"{hashlib.sha256(d).hexdigest()}  terragrunt_{p}\n"
+                                                   for p, d in sorted(platforms.items())).encode(), "text/plain")
+                for platform, data in platforms.items():
+                    if parts[2] == f"terragrunt_{platform}":
+                        tampered = parts[2] in fake.tampered
+                        return self._send(200, b"X" + data[1:] if tampered else data, "application/octet-stream")
             tool, stem = ("terraform", "terraform") if parts[0] == "terraform" else ("opentofu", "tofu")
             if parts[0] in ("terraform", "opentofu") and len(parts) == 3:
                 version = parts[1].removeprefix("v")

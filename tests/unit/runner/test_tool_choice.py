@@ -125,10 +125,10 @@ def test_installed_versions_come_before_path_and_path_before_installing() -> Non
     assert _choose(VersionRequest("1.9.0", "x"), [], None, mirror="https://m/", tenv=True)[1] == "mirror"
 
 
-def test_terragrunt_never_comes_from_the_mirror() -> None:
+def test_terragrunt_comes_from_the_mirror_as_the_engines_do() -> None:
     choice = choose_binary("terragrunt", VersionRequest("1.1.3", "x"), [], None, looked_at=LOOKED,
                            mirror_url="https://m/", tenv=False)
-    assert choice.error is not None and "no tool mirror (it serves terraform and tofu only)" in choice.error
+    assert choice.installer == "mirror" and choice.error is None
 
 
 def test_a_version_nobody_has_is_one_error_naming_the_version_and_every_place() -> None:

@@ -491,3 +491,24 @@ def test_a_bad_version_file_names_it(bin_dir: Path, layer: Path) -> None:
     with pytest.raises(ToolError,
                        match=r"\.terraform-version in the layer directory: invalid version constraint 'one\.two'"):
         tool_for("terraform", None, layer)
+
+
+def test_mirror_installs_terragrunt_as_its_bare_binary(bin_dir: Path, layer: Path, tool_mirror: FakeMirror,
+                                                       tmp_path: Path) -> None:
+    """Terragrunt is released as the binary itself (no zip): installed as it came, checked against the mirror's
+    sum, into tenv's layout beside the engine it drives."""
+    for version in ("0.99.1", "1.1.3"):
+        tool_mirror.tools.setdefault("terragrunt", {})[version] = executable(
+            tmp_path / "releases" / f"terragrunt_{version}", f'#!/bin/sh\necho "terragrunt version v{version}"\n')
+    effective = EffectiveTool(kind="terraform", version="1.11.4", terragrunt=ToolSpec(enabled=True, version="~> 1.1"))
+    tool = resolve_tool(effective, layer, _mirror(tool_mirror))
+    installed = tmp_path / "tenv-root" / "Terragrunt" / "1.1.3" / "terragrunt"
+    assert (tool.terragrunt, tool.terragrunt_version) == (str(installed), "1.1.3")
+    assert stat.S_IMODE(installed.stat().st_mode) == 0o755
+    assert installed.read_bytes() == (tmp_path / "releases" / "terragrunt_1.1.3").read_bytes()
+    assert f"/tools/v1/terragrunt/1.1.3/linux/{mirror_arch()}" in [seen.path for seen in tool_mirror.requests]
+    tool_mirror.tool_sums[("terragrunt", "0.99.1")] = "0" * 64
+    with pytest.raises(ToolError, match=r"^terragrunt 0\.99\.1 from the tool mirror: checksum did not match"):
+        resolve_tool(EffectiveTool(kind="terraform", version="1.11.4",
+                                   terragrunt=ToolSpec(enabled=True, version="0.99.1")), layer, _mirror(tool_mirror))
+    assert not (tmp_path / "tenv-root" / "Terragrunt" / "0.99.1").exists()
