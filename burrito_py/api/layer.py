@@ -45,6 +45,7 @@ __all__ = [
     "PolicyFinding",
     "PolicyOverride",
     "RelativePath",
+    "ReviewedPlan",
     "RunCreationStatus",
     "RunReference",
     "TerraformLayer",
@@ -359,6 +360,20 @@ class RunCreationStatus(ApiModel):
     message: str = Field(default="", description="Failed to create TerraformRun for <Action> action: <API error>.")
 
 
+class ReviewedPlan(ApiModel):
+    """What a merged pull request meant for the layer's plan (issue 30 item 4: what was reviewed is what applies)."""
+
+    pull_request: str = Field(description="The TerraformPullRequest (this namespace).")
+    number: int = Field(default=0, ge=0, description="Its number at the provider.")
+    head_sha: str = Field(description="The merged head whose plan was reviewed.")
+    plan_sum: str = Field(description="The layer's plan judged.")
+    result: Literal["Approved", "Differs"] = Field(
+        description="Approved: the plan is the reviewed one and applies without a manual approval; Differs: it "
+        "waits for approval as usual (message says why)."
+    )
+    message: str = Field(default="", max_length=1000, description="Why, in words.")
+
+
 class TerraformLayerStatus(ApiModel):
     """Observed state of a TerraformLayer."""
 
@@ -403,6 +418,10 @@ class TerraformLayerStatus(ApiModel):
     )
     run_creation: RunCreationStatus | None = Field(
         default=None, description="The run the API refuses to create, while it does (asked again with a backoff)."
+    )
+    reviewed_plan: ReviewedPlan | None = Field(
+        default=None, description="The last verdict of a merged pull request on the layer's plan: applied as "
+        "reviewed, or waiting for approval because the merged result differs."
     )
 
 

@@ -17,6 +17,8 @@ from burrito_py.api.common import AGE_COLUMN, ApiModel, Condition, PrinterColumn
 __all__ = [
     "PULL_REQUEST_LAYER_STATES",
     "HandledCommand",
+    "MergedLayer",
+    "MergedReview",
     "PullRequestApproval",
     "PullRequestCommand",
     "PullRequestComment",
@@ -131,6 +133,36 @@ class PullRequestLayer(ApiModel):
     )
     state: PullRequestLayerState = Field(default="pending", description="pending, planning, planned or failed.")
     summary: str = Field(default="", description="The plan's summary, or why it failed.")
+    changes_digest: str | None = Field(
+        default=None, description="What its plan at the head would change, as the controllers' digest of the plan "
+        "JSON the run controller recorded (plans/changes.py): what a merge compares with the branch's plan."
+    )
+
+
+class MergedLayer(ApiModel):
+    """One layer the merged head changed, and the changes of its plan there (what was reviewed)."""
+
+    namespace: str = Field(description="The layer's namespace.")
+    name: str = Field(description="The layer.")
+    changes_digest: str | None = Field(
+        default=None, description="The digest of its reviewed plan's changes (unset: no successful plan at the merged "
+        "head)."
+    )
+    told: str | None = Field(
+        default=None, description="The layer's verdict last said on the pull request (<result>:<plan sum>)."
+    )
+
+
+class MergedReview(ApiModel):
+    """What the merge reviewed (issue 30 item 4): written once, when the controllers first see the merge."""
+
+    head_sha: str | None = Field(default=None, description="The merged head.")
+    at: str = Field(description="When the controllers saw the merge (RFC 3339): a layer applied after it is past it.")
+    reason: str = Field(
+        default="", max_length=1000, description="Why the merge approves no plan (empty: it was reviewed): a fork, a "
+        "head not planned (a push after the plan), an apply requirement not met."
+    )
+    layers: list[MergedLayer] = Field(default_factory=list, description="The layers the merged head changed.")
 
 
 class PullRequestComment(ApiModel):
@@ -166,6 +198,10 @@ class TerraformPullRequestStatus(ApiModel):
     statuses: list[SentStatus] = Field(default_factory=list, description="Commit statuses sent for headSha.")
     commands: list[HandledCommand] = Field(
         default_factory=list, description="The comment commands answered (the latest 100), by comment id."
+    )
+    merged: MergedReview | None = Field(
+        default=None, description="Once merged: what was reviewed, which the layers' plans on the branch are compared "
+        "with (a plan that is the reviewed one applies without a manual approval)."
     )
     conditions: list[Condition] = Field(
         default_factory=list, description="Planned (False: AwaitingApproval or ForkNotPlanned; True: NotAFork or "

@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -336,6 +336,35 @@ class GitMirror:
             os.replace(tmp, dest)
         finally:
             tmp.unlink(missing_ok=True)
+
+    def is_ancestor(self, ancestor: str, rev: str) -> bool:
+        """Whether `ancestor` is in the history of `rev` (itself included)."""
+        a, b = self._require_commit(ancestor), self._require_commit(rev)
+        status, _, err = self._read(["merge-base", "--is-ancestor", a, b])
+        if status not in (0, 1):
+            raise GitError(f"merge-base --is-ancestor {ancestor} {rev} in {self.safe_url} failed: "
+                           f"{_last_error_line(err)}")
+        return status == 0
+
+    def same_paths(self, a: str, b: str, paths: Sequence[str]) -> bool:
+        """Whether every one of `paths` (files or directories, repository-relative) has the same content in `a` and
+        in `b` (absent in both counts as the same): the object ids git gives them, one `ls-tree` per revision.
+        Raises GitError for a revision not in the mirror and ValueError for an invalid path."""
+        wanted = sorted({normalize_repo_path(p) for p in paths})
+        if ROOT in wanted:
+            return self.tree_id(a) == self.tree_id(b)
+        return self._entries(a, wanted) == self._entries(b, wanted)
+
+    def _entries(self, rev: str, paths: list[str]) -> dict[str, str]:
+        sha = self._require_commit(rev)
+        status, raw, err = self._read_bytes(["ls-tree", "-z", "--full-tree", sha, "--", *paths])
+        if status != 0:
+            raise GitError(f"listing {len(paths)} path(s) of {rev} in {self.safe_url} failed: {_last_error_line(err)}")
+        found: dict[str, str] = {}
+        for entry in _split_z(raw):
+            meta, _, name = entry.partition("\t")
+            found[name] = meta.split()[-1] if meta.split() else ""
+        return found
 
     def has_path(self, rev: str, path: str) -> bool:
         """Whether the file or directory `path` (repository-relative) exists in `rev`.

@@ -37,6 +37,15 @@ def _follows(layer: Mapping[str, Any], repository: Key, base: str) -> bool:
     return (namespace, ref.get("name")) == repository and spec.get("branch") == base
 
 
+def layer_inputs(layer: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every path the layer reads, as relevance knows them: its path, its `additionalTriggerPaths` and what its
+    Terragrunt unit reads (its includes and local module). A change to one of them concerns the layer; after a merge
+    they are what is compared with the reviewed head (controllers/layer/reviewed.py)."""
+    spec = layer.get("spec") or {}
+    return (str(spec.get("path", "")), *(str(p) for p in spec.get("additionalTriggerPaths") or ()),
+            *terragrunt_reads(layer["metadata"].get("annotations")))
+
+
 def affected_layers(changes: Sequence[Change], layers: Iterable[Mapping[str, Any]], repository: Key,
                     base: str) -> Affected:
     """The layers of `repository` following `base` that `changes` touch, and the layers downstream of them."""
@@ -44,9 +53,7 @@ def affected_layers(changes: Sequence[Change], layers: Iterable[Mapping[str, Any
     touched = {
         _key(layer) for layer in held
         if _follows(layer, repository, base) and not layer["metadata"].get("deletionTimestamp")
-        and is_relevant(changes, (layer.get("spec") or {}).get("path", ""),
-                        [*((layer.get("spec") or {}).get("additionalTriggerPaths") or ()),
-                         *terragrunt_reads(layer["metadata"].get("annotations"))])
+        and is_relevant(changes, layer_inputs(layer)[0], layer_inputs(layer)[1:])
     }
     dependents: dict[Key, set[Key]] = {}
     for layer in held:

@@ -37,6 +37,7 @@ from burrito_py.controllers.layer.drift import drift_due
 from burrito_py.controllers.layer.notifications import layer_link, notifications_due
 from burrito_py.controllers.layer.outputs import OutputsReading, OutputsSync, outputs_sync
 from burrito_py.controllers.layer.plan_review import Review, gate_of
+from burrito_py.controllers.layer.reviewed import MergedReview
 from burrito_py.controllers.layer.run_creation import RunCreation, api_message_of, next_try, wait_before_creating
 from burrito_py.controllers.layer.run_creation import condition as run_creation_condition
 from burrito_py.controllers.layer.run_creation import last_result as run_creation_result
@@ -75,6 +76,8 @@ class LayerFacts:
     # The layer was just read fresh because the decision on the inventory's copy asked for a run that its backoff
     # allowed: the run this snapshot asks for is created without checking the backoff again (as it always was).
     backoff_checked: bool = False
+    # Merged pull requests that changed the layer since its last apply (reviewed.py), with their tree comparison.
+    merged: tuple[MergedReview, ...] = ()
 
     @property
     def key(self) -> Key:
@@ -127,6 +130,7 @@ def snapshot(
     drift_remediation: str = "detect",
     dependencies: DependencyVerdict | None = None,
     named_plan_run: Mapping[str, Any] | None = None,
+    merged: tuple[MergedReview, ...] = (),
 ) -> LayerSnapshot:
     """`review`: this reconcile's review of the plan; without one, the status's (what the last reconcile wrote).
     `named_plan_run`: the run of the layer's namespace that `plan-run` names, whichever layer (or pull request) it
@@ -157,6 +161,7 @@ def snapshot(
         plan_inputs_digest=plan_run.inputs_digest if plan_run is not None else status.get("inputsDigest"),
         identity=identity(layer),
         named_plan_run=named,
+        merged=merged,
     )
 
 
@@ -174,7 +179,7 @@ def decide(
     layer: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], validation: LayerValidation, drift: timedelta,
     now: datetime, withdrawn: str | None = None, windows: tuple[Window, ...] = (), review: Review | None = None,
     dependencies: DependencyVerdict | None = None, dependents: tuple[str, ...] = (),
-    plan_run: Mapping[str, Any] | None = None,
+    plan_run: Mapping[str, Any] | None = None, merged: tuple[MergedReview, ...] = (),
 ) -> LayerDecision:
     """The destroy sequence once the layer is being deleted (it holds our finalizer), else the normal loop.
 
@@ -197,7 +202,7 @@ def decide(
                                                             inputs_digest=dependencies.inputs_digest))
         return decision
     return decide_layer(snapshot(layer, runs, validation.auto_apply, drift, windows, review,
-                                 validation.drift_remediation, dependencies, plan_run), now)
+                                 validation.drift_remediation, dependencies, plan_run, merged), now)
 
 
 def decide_reconcile(facts: LayerFacts) -> LayerActions:
@@ -208,7 +213,7 @@ def decide_reconcile(facts: LayerFacts) -> LayerActions:
                                  bool(meta.get("deletionTimestamp")))
     deps = judge_dependencies(facts.dependencies) if facts.dependencies is not None else None
     decision = decide(layer, facts.runs, validation, facts.drift_period, facts.now, facts.withdrawn, facts.windows,
-                      facts.review, deps, facts.dependents, facts.named_plan_run)
+                      facts.review, deps, facts.dependents, facts.named_plan_run, facts.merged)
     create, hold_for = None, None
     if validation.ready.status and decision.create_run is not None:
         # A run the API refused to create is asked for again only after its backoff (run_creation.py).

@@ -26,6 +26,7 @@ from burrito_py.controllers.layer.artifact_check import LayerIdentity, artifact_
 from burrito_py.controllers.layer.dependency_decisions import DependencyVerdict
 from burrito_py.controllers.layer.drift import drift_due
 from burrito_py.controllers.layer.plan_gate import PlanGate, drift_condition, gate_plan
+from burrito_py.controllers.layer.reviewed import MergedReview, ReviewedVerdict, judge_merged
 from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.controllers.layer.sync_windows import Window, sync_windows_allow
 from burrito_py.controllers.run.decide import STALE_PLAN
@@ -86,6 +87,8 @@ class LayerSnapshot:
     # The layer itself and the run of the layer's namespace that `plan-run` names, whatever it is (artifact check).
     identity: LayerIdentity | None = None
     named_plan_run: RunView | None = None
+    # Merged pull requests that changed the layer, with what their review says (reviewed.py; issue 30 item 4).
+    merged: tuple[MergedReview, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +144,8 @@ class LayerDecision:
     # `status.dependencies` and `status.inputsDigest` (None without dependencies).
     dependencies: DependencyVerdict | None = None
     inputs_digest: str | None = None
+    # What a merged pull request means for the current plan (`status.reviewedPlan`), None: nothing.
+    reviewed: ReviewedVerdict | None = None
 
 
 def plan_exhaustion(snap: LayerSnapshot) -> Exhaustion | None:
@@ -349,7 +354,12 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     # The controllers' review of the plan: an `auto` layer may be held back for a person (policy gate, drift
     # correction), and a mandatory denial holds back even an approval (plan_gate.py).
     gate = gate_plan(snap.gate, plan_sum, snap.drift_remediation)
-    auto = snap.auto_apply and gate.auto_allowed
+    # A merged pull request whose reviewed plan this is stands for the approval (reviewed.py): it lifts the wait for
+    # a person, never a policy's gate.
+    merged = (judge_merged(snap.merged, plan_sum, plan_commit, snap.gate, parse_time(a.get(ann.APPLY_DATE)),
+                           plan_date) if snap.merged and planned and not sync_now else None)
+    by_review = merged is not None and merged.approved and not snap.auto_apply
+    auto = (snap.auto_apply or by_review) and gate.auto_allowed
     reviewed = snap.gate if snap.gate is not None and snap.gate.plan_sum == plan_sum else None
     drifted = drift_condition(reviewed.drift_state if reviewed else None, reviewed.resources if reviewed else 0)
 
@@ -363,11 +373,15 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         and not (apply_done or plan_failed or apply_exhausted or stale_replan or applying or refusal is not None
                  or recording)
     ):
-        reason = gate.waiting_reason if snap.auto_apply or not gate.approval_allowed else ""
+        reason = gate.waiting_reason if snap.auto_apply or by_review or not gate.approval_allowed else ""
+        if not reason and merged is not None and not merged.approved:
+            reason = merged.message
         pending = PendingPlanView(plan_sum, a.get(ann.PLAN_RUN), plan_commit, reason)
     approval = a.get(ann.APPROVE_PLAN)
     approved = pending is not None and approval == pending.sum
     approval_cond = _approval_condition(auto, pending, approval, applying)
+    if auto and by_review and merged is not None:
+        approval_cond = Cond("IsPlanApproved", True, "ReviewedInPullRequest", merged.message)
 
     create: CreateRun | None = None
     if state == "PlanNeeded" and (deps is None or deps.plan_allowed):
@@ -423,6 +437,7 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         applied_revision=branch_commit if state == "Idle" and apply_done else None,
         dependencies=deps,
         inputs_digest=snap.plan_inputs_digest if deps is not None else None,
+        reviewed=merged,
     )
 
 

@@ -38,6 +38,7 @@ from burrito_py.controllers.layer.dependencies import MOVED_ON, RETRY_SECONDS, d
 from burrito_py.controllers.layer.dependency_decisions import DependencyVerdict
 from burrito_py.controllers.layer.destroy import DESTROY_SKIPPED
 from burrito_py.controllers.layer.finalizers import set_destroy_finalizer
+from burrito_py.controllers.layer.merged_reviews import merged_reviews
 from burrito_py.controllers.layer.outputs import read_outputs_sync, sync_outputs
 from burrito_py.controllers.layer.plan_review import read_plan, record_review, review_plan
 from burrito_py.controllers.layer.run_creation import EVENT_REASON as RUN_CREATION_EVENT
@@ -109,6 +110,7 @@ async def _gather(ctx: Context, key: Key, now: datetime) -> LayerFacts | None:
         policies = await ctx.policies.for_layer(ctx.kube, layer)
         review = review_plan(layer, views, policies, await read_plan(ctx, layer, views, policies), now)
     dependencies = await dependency_snapshot(ctx, layer)
+    merged = await merged_reviews(ctx, layer)
     return LayerFacts(
         layer=layer,
         repository=repository,
@@ -130,6 +132,7 @@ async def _gather(ctx: Context, key: Key, now: datetime) -> LayerFacts | None:
         named_plan_run=_named_plan_run(ctx, layer),
         creation=RunCreation.of(layer.get("status") or {}),
         outputs=await read_outputs_sync(ctx, layer),
+        merged=merged,
     )
 
 
@@ -328,4 +331,8 @@ async def _write_status(ctx: Context, layer: Body, status: Body, ready: Cond) ->
     ctx.inventory.layers.observe(updated)
     for type_, reason, message in announcements(old_status, status, ready):
         await post_event(ctx.kube, layer, type_, reason, message)
+    reviewed = status.get("reviewedPlan") or {}
+    if reviewed and reviewed != old_status.get("reviewedPlan") and reviewed.get("pullRequest"):
+        # The pull request tells what its merge meant for this layer (pullrequest/reconcile.py).
+        ctx.wake_pull_request((meta["namespace"], str(reviewed["pullRequest"])))
     return updated

@@ -38,6 +38,7 @@ STATUS_KEYS = (
     "dependencies",
     "inputsDigest",
     "runCreation",
+    "reviewedPlan",
 )
 
 
@@ -120,6 +121,9 @@ def compute_status(
                          if decision.dependencies is not None else None),
         "inputsDigest": decision.inputs_digest,
         "runCreation": old.get("runCreation"),  # the reconcile sets it (run_creation.py); kept otherwise
+        # What the last merged pull request meant for the plan (reviewed.py), kept once the plan is gone: the pull
+        # request controller tells it on the pull request.
+        "reviewedPlan": reviewed_status(decision) or old.get("reviewedPlan"),
     }
     if a.get(ann.PLAN_SUM):
         plan_run = parse_plan_run(a.get(ann.PLAN_RUN))
@@ -136,6 +140,14 @@ def compute_status(
     return {k: v for k, v in status.items() if v is not None}
 
 
+def reviewed_status(decision: LayerDecision) -> Body | None:
+    verdict = decision.reviewed
+    if verdict is None:
+        return None
+    return {"pullRequest": verdict.pull_request, "number": verdict.number, "headSha": verdict.head_sha,
+            "planSum": verdict.plan_sum, "result": verdict.result, "message": verdict.message[:1000]}
+
+
 def announcements(old: Mapping[str, Any], new: Mapping[str, Any], ready: Cond) -> list[Event]:
     """Events on state changes and on newly found problems (not on every reconcile), posted with the status write."""
     events: list[Event] = []
@@ -148,6 +160,10 @@ def announcements(old: Mapping[str, Any], new: Mapping[str, Any], ready: Cond) -
         # every drift check (issue 25), and the failure was already told.
         if new.get("state") == "MaxRetriesReached" and _exhausted_runs(new) != _exhausted_runs(old):
             events.append(("Warning", "MaxRetriesReached", str(new.get("lastResult") or "")))
+    reviewed = new.get("reviewedPlan") or {}
+    if reviewed and reviewed != (old.get("reviewedPlan") or {}):
+        # Once per verdict: the plan applies as reviewed on the pull request, or waits and says why.
+        events.append(("Normal", f"ReviewedPlan{reviewed.get('result')}", str(reviewed.get("message") or "")))
     for type_, problem in (("IsPlanApproved", "ApprovalMismatch"), ("HasDestroyFailed", "DestroyFailed"),
                            (ARTIFACT_CONDITION, ARTIFACT_REFUSED), ("HasDestroyFailed", DESTROY_PLAN_REFUSED)):
         now_cond = condition_of(new, type_)

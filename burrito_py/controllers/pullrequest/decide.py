@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from burrito_py.controllers.layer.inputs_record import Sources, Upstream, build_record
+from burrito_py.gitproviders.client import ReviewFacts
 from burrito_py.plans.masking import SecretValues
 from burrito_py.plans.model import PlanModel
 from burrito_py.pullrequests.affected import Affected
@@ -32,6 +33,7 @@ __all__ = [
     "PullRequestSnapshot",
     "RunFacts",
     "decide_pull_request",
+    "merged_review",
     "pull_request_record",
     "run_name",
 ]
@@ -68,6 +70,8 @@ class PlanOutcome:
     log_tail: tuple[str, ...] = ()
     verdict: str | None = None  # the plan policies' verdict, when policies select the layer
     hide: SecretValues = field(default_factory=SecretValues)  # what the comment masks (Secret-fed values)
+    # What the plan would change (plans/changes.py), computed by the controllers from the verified plan JSON.
+    changes_digest: str | None = None
 
 
 @dataclass
@@ -77,6 +81,8 @@ class PullRequestMemory:
 
     outcomes: dict[str, PlanOutcome] = field(default_factory=dict)
     tokens: dict[tuple[str, ...], TokenSource] = field(default_factory=dict)
+    # The layer controller's comparisons of a layer's inputs between a commit and a merged head (merged_reviews.py).
+    trees: dict[tuple[str, ...], tuple[bool, bool]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,11 @@ class PullRequestSnapshot:
     gate: Gate | None = None  # why the head may not be planned (a fork's), else None
     # Layers a `/burrito-py plan` comment asks to plan again now → the comment's id (part of the new run's name).
     replan: Mapping[Key, str] = field(default_factory=dict)
+    # Once merged: when the controllers saw it, the provider's review facts (asked only when an apply requirement
+    # needs them) and each layer's verdict on its branch plan (its status.reviewedPlan naming this pull request).
+    now: str = ""
+    review: ReviewFacts | None = None
+    verdicts: Mapping[Key, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +113,9 @@ class PullRequestDecision:
     results: PullRequestResults | None = None  # what the comment and statuses say; None once closed
     needs_affected: bool = False  # the head moved: find its affected layers, then decide again
     gate: Gate | None = None  # the head is not planned: why (the Planned condition says it)
+    needs_review: bool = False  # merged, and an apply requirement needs the provider's review facts: ask, decide again
+    tell: tuple[tuple[Key, str], ...] = ()  # merged: a layer's verdict to say on the pull request (layer, text)
+    wake_layers: tuple[Key, ...] = ()  # the merge was just recorded: the layers it changed decide again
 
 
 def pull_request_record(upstream: Upstream | None) -> dict[str, Any]:
@@ -143,12 +157,82 @@ def _result(row: Mapping[str, Any], outcome: PlanOutcome | None) -> LayerResult:
     )
 
 
-def decide_pull_request(snap: PullRequestSnapshot) -> PullRequestDecision:
+def _required(settings: Mapping[str, Any] | None) -> list[str]:
+    wanted = ((settings or {}).get("commands") or {}).get("applyRequirements") or ()
+    return [r for r in ("approved", "mergeable", "undiverged") if r in wanted]
+
+
+def merged_review(spec: Mapping[str, Any], status: Mapping[str, Any], settings: Mapping[str, Any] | None,
+                  review: ReviewFacts | None, now: str) -> Body | None:
+    """What a merge reviewed (§11.3, "After merge"), recorded once; None: the provider's review facts are needed
+    first (an `approved` apply requirement). Reviewed means: the pull request is not a fork's, the merged head is
+    the head its layers were planned at (a push after the plan is not reviewed), and the apply requirements held:
+    `approved` as the provider says now (reviews outlive the merge), `mergeable` by the merge itself (the host
+    merged it), `undiverged` per layer, by the layer controller's tree comparison (the merged files the layer
+    reads are the head's: the base did not move under it). Each layer planned successfully at that head keeps the
+    changes digest of its plan; the others are listed without one (their branch plan waits, and says so)."""
+    head = str(spec.get("headSha") or "")
+    rows = [r for r in status.get("layers") or () if not r.get("downstream")]
+    planned_at = status.get("headSha")
+    reason = ""
+    if spec.get("fromFork"):
+        reason = "a fork's pull request: its plans never approve an apply of the branch"
+    elif not planned_at:
+        reason = f"the merged head {head[:12]} was never planned"
+    elif planned_at != head:
+        reason = (f"the merged head {head[:12]} is not the head planned and shown ({str(planned_at)[:12]}): "
+                  "a push after the plan")
+    else:
+        required = _required(settings)
+        if "approved" in required:
+            if review is None:
+                return None
+            if not [u for u in review.approved_by if u and u != review.author]:
+                reason = "apply requirement approved: no reviewer other than the author approved it"
+    layers: list[Body] = []
+    for row in rows:
+        entry: Body = {"namespace": row["namespace"], "name": row["name"]}
+        if not reason and row.get("state") == "planned" and row.get("changesDigest"):
+            entry["changesDigest"] = row["changesDigest"]
+        layers.append(entry)
+    return {"headSha": head or None, "at": now, "reason": reason, "layers": layers}
+
+
+def _merged(snap: PullRequestSnapshot, settings: Mapping[str, Any] | None) -> PullRequestDecision:
     spec, status = snap.spec, snap.status
-    if spec.get("state") in ("closed", "merged"):
-        # headSha unset: a reopen finds the head's layers again.
-        closed: Body = {"state": "Closed" if spec["state"] == "closed" else "Merged", "headSha": None,
-                        "gatedSha": None, "progress": None, "layers": []}
+    held = status.get("merged")
+    record = dict(held) if held else merged_review(spec, status, settings, snap.review, snap.now)
+    if record is None:
+        return PullRequestDecision(dict(status), needs_review=True)
+    tell: list[tuple[Key, str]] = []
+    layers: list[Body] = []
+    for entry in record.get("layers") or ():
+        entry = dict(entry)
+        key = (str(entry["namespace"]), str(entry["name"]))
+        verdict = snap.verdicts.get(key) or {}
+        told = f"{verdict.get('result')}:{verdict.get('planSum')}"
+        if verdict and verdict.get("headSha") == record.get("headSha") and entry.get("told") != told:
+            tell.append((key, f"burrito-py: after the merge, layer `{key[0]}/{key[1]}`: {verdict.get('message')}"))
+            entry["told"] = told
+        layers.append(entry)
+    record["layers"] = layers
+    # headSha unset: a reopen finds the head's layers again.
+    merged: Body = {"state": "Merged", "headSha": None, "gatedSha": None, "progress": None, "layers": [],
+                    "merged": record}
+    return PullRequestDecision(merged, discard=tuple(snap.runs), tell=tuple(tell),
+                               wake_layers=() if held else tuple((str(e["namespace"]), str(e["name"]))
+                                                                  for e in layers))
+
+
+def decide_pull_request(snap: PullRequestSnapshot, settings: Mapping[str, Any] | None = None) -> PullRequestDecision:
+    """`settings`: the repository's spec.pullRequests (its apply requirements count once merged)."""
+    spec, status = snap.spec, snap.status
+    if spec.get("state") == "merged":
+        return _merged(snap, settings)
+    if spec.get("state") == "closed":
+        # headSha unset: a reopen finds the head's layers again. Closed without a merge: nothing was reviewed.
+        closed: Body = {"state": "Closed", "headSha": None, "gatedSha": None, "progress": None, "layers": [],
+                        "merged": None}
         return PullRequestDecision(closed, discard=tuple(snap.runs))
     head = str(spec["headSha"])
     number = int(spec["number"])
@@ -189,7 +273,10 @@ def decide_pull_request(snap: PullRequestSnapshot) -> PullRequestDecision:
             state, summary = "failed", run.message
         else:
             state, summary = "planning", ""
-        rows.append({**row, "run": name, "state": state, "summary": summary})
+        rows.append({**{k: v for k, v in row.items() if k != "changesDigest"}, "run": name, "state": state,
+                     "summary": summary,
+                     **({"changesDigest": outcome.changes_digest}
+                        if state == "planned" and outcome is not None and outcome.changes_digest else {})})
         results.append(_result(rows[-1], outcome if state in ("planned", "failed") else None))
     own = [row for row in rows if not row.get("downstream")]
     done = sum(1 for row in own if row["state"] in ("planned", "failed"))

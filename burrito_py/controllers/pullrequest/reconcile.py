@@ -38,7 +38,7 @@ from burrito_py.controllers.repository.reconcile import credentials_of, ensure_s
 from burrito_py.git.allowed_hosts import HostNotAllowed
 from burrito_py.git.credentials import CredentialsError as GitCredentialsError
 from burrito_py.git.mirror import GitError
-from burrito_py.gitproviders.client import CommitStatus, ProviderClient, ProviderError
+from burrito_py.gitproviders.client import CommitStatus, ProviderClient, ProviderError, ReviewFacts
 from burrito_py.gitproviders.registry import provider_named
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.conditions import Cond, merge_conditions
@@ -46,6 +46,7 @@ from burrito_py.kube.events import post_event
 from burrito_py.kube.inventory import Body, Key, key_of
 from burrito_py.kube.scheduler import slot_released
 from burrito_py.outbound import OutboundRefused
+from burrito_py.plans.changes import changes_digest
 from burrito_py.plans.masking import load_json, values_to_hide
 from burrito_py.plans.model import PlanFormatError, parse_plan
 from burrito_py.pullrequests.affected import Affected, affected_layers
@@ -116,8 +117,22 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if any(run.state in ("Succeeded", "Failed") and run.attempt and run.name not in outcomes for run in runs):
         ctx.wake_pull_request(key, RETRY_SECONDS)  # artifacts not readable yet (a log still being uploaded)
     gate = fork_gate(spec, _settings(repository)) if open_ else None
-    snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, outcomes, gate=gate)
-    decision = decide_pull_request(snap)
+    settings = _settings(repository)
+    # Once merged, what each layer's branch plan made of the merge (its status.reviewedPlan; §11.3 "After merge").
+    verdicts = {key_of(layer): (layer.get("status") or {}).get("reviewedPlan") or {} for layer in ctx.inventory.layers
+                if layer["metadata"]["namespace"] == namespace
+                and ((layer.get("status") or {}).get("reviewedPlan") or {}).get("pullRequest") == name}
+    snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, outcomes, gate=gate,
+                               now=format_time_precise(utcnow()), verdicts=verdicts)
+    decision = decide_pull_request(snap, settings)
+    if decision.needs_review:
+        assert repository is not None  # an apply requirement is a repository's setting
+        review = await _review_facts(ctx, repository, spec)
+        if review is None:
+            ctx.wake_pull_request(key, RETRY_SECONDS)
+            return
+        snap = dataclasses.replace(snap, review=review)
+        decision = decide_pull_request(snap, settings)
     if decision.needs_affected:
         assert repository is not None
         try:
@@ -132,8 +147,8 @@ async def _reconcile(ctx: Context, key: Key) -> None:
                 await post_event(ctx.kube, pull_request, "Warning", reason, message)
             ctx.wake_pull_request(key, RETRY_SECONDS)
             return
-        snap = PullRequestSnapshot(name, namespace, spec, status, layers, runs, snap.outcomes, affected, gate)
-        decision = decide_pull_request(snap)
+        snap = dataclasses.replace(snap, affected=affected)
+        decision = decide_pull_request(snap, settings)
     handled: list[Body] = []
     pending = pending_commands(spec, status)
     if pending and repository is not None:
@@ -142,7 +157,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             ctx.wake_pull_request(key, RETRY_SECONDS)
         if replan:
             snap = dataclasses.replace(snap, replan=replan)
-            decision = decide_pull_request(snap)
+            decision = decide_pull_request(snap, settings)
     planned: Cond | None = None
     if open_ and decision.gate is not None:
         planned = Cond("Planned", False, decision.gate.reason, decision.gate.message)
@@ -161,6 +176,11 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         if not await _create_run(ctx, pull_request, layer_key, run):
             ctx.wake_pull_request(key, RETRY_SECONDS)
     new_status: Body = {**status, **decision.status}
+    if decision.tell and repository is not None and not await _tell(ctx, pull_request, repository, decision):
+        new_status["merged"] = status.get("merged")  # nothing marked told: said at the retry
+        ctx.wake_pull_request(key, RETRY_SECONDS)
+    for layer_key in decision.wake_layers:
+        ctx.wake_layer(layer_key)  # the merge is recorded: a plan waiting at the merge commit is judged now
     if handled:
         new_status["commands"] = [*(status.get("commands") or ()), *handled][-COMMANDS_KEPT:]
     if ((decision.status.get("headSha"), decision.status.get("gatedSha"))
@@ -188,6 +208,42 @@ def _facts(run: Mapping[str, Any]) -> RunFacts:
                     uid=str(run["metadata"].get("uid") or ""),
                     attempt=len(status.get("attempts") or ()),
                     json_sum=last.get("planJsonSum"), json_size=last.get("planJsonSize"))
+
+
+async def _review_facts(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str, Any]) -> ReviewFacts | None:
+    """The provider's review facts of the pull request (apply requirements), None when they cannot be had now."""
+    client = await _client(ctx, repository, spec)
+    if isinstance(client, Cond):
+        log.warning("pull request %s: cannot read its reviews: %s", spec.get("number"), client.message)
+        return None
+    try:
+        return await asyncio.to_thread(client.review_facts, str(spec.get("base") or ""), str(spec.get("headSha") or ""))
+    except (ProviderError, OutboundRefused) as exc:
+        log.warning("pull request %s: cannot read its reviews: %s", spec.get("number"), exc)
+        return None
+    finally:
+        client.close()
+
+
+async def _tell(ctx: Context, pull_request: Mapping[str, Any], repository: Mapping[str, Any],
+                decision: PullRequestDecision) -> bool:
+    """Say on the pull request what its merge meant for each layer (one comment per verdict); False when the
+    provider could not be reached (the verdicts are said at the retry; a crash between a comment and the status
+    write says one twice, as a command's reply)."""
+    client = await _client(ctx, repository, pull_request.get("spec") or {})
+    if isinstance(client, Cond):
+        log.warning("pull request %s: cannot tell what its merge meant: %s", pull_request["metadata"]["name"],
+                    client.message)
+        return False
+    try:
+        for _layer, text in decision.tell:
+            await asyncio.to_thread(client.create_comment, text)
+    except (ProviderError, OutboundRefused) as exc:
+        log.warning("pull request %s: cannot tell what its merge meant: %s", pull_request["metadata"]["name"], exc)
+        return False
+    finally:
+        client.close()
+    return True
 
 
 async def _affected(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str, Any]) -> Affected:
@@ -268,8 +324,10 @@ async def _read_outcome(ctx: Context, run: RunFacts) -> PlanOutcome | None:
         async with slot_released():  # as a layer's review (plan_review.py): bounded, holding no queue slot
             verdict = (await ctx.sandbox.evaluate(policies, model, namespace=namespace,
                                                   plan_sum=f"pull-request:{run.name}", drift_correction=False)).result
+    # The digest a merge compares with the branch's plan (§11.3 "After merge"): the controllers' own, from the JSON
+    # whose sum the run controller recorded, as the layer's review computes it (never anything a runner claims).
     return PlanOutcome("planned", model.summary(), model, pretty.decode(errors="replace"), verdict=verdict,
-                       hide=hide)
+                       hide=hide, changes_digest=changes_digest(model))
 
 
 async def _inputs_record(ctx: Context, run: RunFacts) -> dict[str, Any] | None:

@@ -139,3 +139,36 @@ def test_a_bitbucket_datacenter_head_is_its_pull_request_ref_even_from_a_fork(tm
     ref = provider_named("bitbucket-datacenter").head_ref(5, "fork-work")
     assert mirror.fetch_pull_request(ref, 5, fork_head) == fork_head
     assert [c.path for c in mirror.pull_request_changes("main", fork_head)] == ["layers/a/main.tf"]
+
+
+def test_a_layers_inputs_compared_between_a_merge_and_the_reviewed_head(tmp_path: Path) -> None:
+    """Issue 30 item 4: after a merge, the layer's path, trigger paths and Terragrunt reads
+    (`layer_inputs`) are compared by object id between the commit the layer planned and the merged head."""
+    from burrito_py.pullrequests.affected import layer_inputs
+
+    repo = make_repo(tmp_path / "work")
+    repo.commit({"layers/app/main.tf": "# v1\n", "modules/vpc/main.tf": "# vpc\n", "layers/db/main.tf": "# db\n"},
+                "the layers")
+    repo.branch("feature")
+    repo.checkout("feature")
+    head = repo.commit({"layers/app/main.tf": "# v2\n"}, "change app")
+    repo.checkout("main")
+    unrelated = repo.commit({"layers/db/main.tf": "# db v2\n"}, "unrelated, on main")
+    run_git(repo.path, "merge", "-q", "--no-ff", "-m", "merge", "feature")
+    merge = repo.head
+    moved = repo.commit({"modules/vpc/main.tf": "# vpc v2\n"}, "the module moves")
+    run_git(repo.path, "update-ref", "refs/pull/1/head", head)
+
+    mirror = GitMirror(tmp_path / "cache", repo.url)
+    mirror.fetch()
+    mirror.fetch_pull_request("refs/pull/1/head", 1, head, None)
+    app = layer("app", "layers/app", triggers=("modules/vpc",))
+    assert layer_inputs(app) == ("layers/app", "modules/vpc")
+    assert mirror.same_paths(merge, head, layer_inputs(app))  # the unrelated commit does not count
+    assert not mirror.same_paths(moved, head, layer_inputs(app))  # a trigger path moved under it
+    assert not mirror.same_paths(unrelated, head, layer_inputs(app))  # the base before the merge
+    assert mirror.same_paths(merge, head, ["layers/app", "nowhere"])  # absent on both sides: the same
+    assert not mirror.same_paths(merge, head, ["."])  # the whole tree: the unrelated commit counts
+    assert mirror.is_ancestor(head, merge) and not mirror.is_ancestor(head, unrelated)
+    with pytest.raises(GitError):
+        mirror.same_paths("f" * 40, head, ["layers/app"])

@@ -1,0 +1,168 @@
+"""Issue 30 item 4: after a merge, what was reviewed is what applies.
+
+Real git (a bare repository with GitHub's pull refs; real merge commits), real terraform, the real server receiving
+signed webhooks, a fake GitHub API recording the comments, on the real control plane. The layers wait for manual
+approval (the harness's default):
+
+1. a pull request is planned, merged with nothing else on the base: the layer plans again on the merge commit, its
+   plan makes the reviewed changes, and it is applied with no approval annotation;
+2. a second pull request is planned, then the base moves under it (another change to the layer lands first) and it
+   is merged: the branch's plan differs from the reviewed one, the layer waits for approval, and the pull request
+   is told so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from burrito_py.api import annotations as ann
+from burrito_py.timeutil import format_time_precise, utcnow
+from tests.support.git_repos import TestRepo
+from tests.support.real_cluster import RealCluster
+
+from .conftest import layer_code, wait_for
+from .test_pull_requests import World, pull_request_world
+
+EXTRA = 'resource "terraform_data" "extra" {\n  input = "landed first"\n}\n'
+
+
+def _merge(world: World, number: int, head: str, fork: bool = False) -> str:
+    """Merge `feature` into main with a merge commit, push main, send the merged event, and let the repository
+    fetch main (the push webhook's effect, without its delivery); returns the merge commit."""
+    repo = world.repo
+    repo.checkout("main")
+    repo.git("merge", "-q", "--no-ff", "-m", f"Merge pull request #{number}", "feature")
+    merge = repo.head
+    repo.push(world.bare.as_uri())
+    world.hook("merged", number, head, fork=fork)
+    _sync_main(world)
+    return merge
+
+
+def _sync_main(world: World) -> None:
+    platform = world.platform
+    platform.custom.patch_namespaced_custom_object(
+        ann.GROUP, ann.VERSION, platform.namespace, "terraformrepositories", "infra",
+        {"metadata": {"annotations": {ann.repository_sync_annotation("main"): format_time_precise(utcnow())}}})
+
+
+def _told(world: World, text: str) -> list[str]:
+    return [body for body in world.fake.comments.values() if body.startswith("burrito-py: after the merge") and
+            text in body]
+
+
+def _apply_runs(world: World, layer: str) -> list[dict[str, Any]]:
+    return [r for r in world.platform.runs(layer) if r["spec"]["action"] == "apply"]
+
+
+def test_a_merged_pull_request_applies_what_was_reviewed_and_waits_when_the_base_moved(
+    tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
+) -> None:
+    with pull_request_world(tmp_path, repo, "github", real_cluster) as world:
+        platform = world.platform
+
+        # 1. Reviewed, then merged with nothing else on the base: applied without an approval.
+        head = world.push(1, {"layers/app/main.tf": layer_code("v2")}, "change app")
+        world.hook("opened", 1, head)
+        planned = world.wait_pr(1, head, "Planned", timeout=180)
+        digest = planned["status"]["layers"][0].get("changesDigest")
+        assert digest and digest.startswith("sha256:"), planned["status"]
+        merge = _merge(world, 1, head)
+
+        def applied() -> dict[str, Any] | None:
+            body = platform.layer("app")
+            a = body["metadata"].get("annotations") or {}
+            done = a.get(ann.APPLY_COMMIT) == merge and a.get(ann.APPLY_SUM) == a.get(ann.PLAN_SUM)
+            return body if done and (body.get("status") or {}).get("state") == "Idle" else None
+
+        try:
+            layer = wait_for(applied, 240, interval=0.5, what="app applied at the merge commit")
+        except AssertionError:
+            raise AssertionError(f"app: {platform.layer('app').get('status')}; pull request: "
+                                 f"{world.pull_request(1).get('status')}") from None
+        reviewed = layer["status"]["reviewedPlan"]
+        assert reviewed["result"] == "Approved" and reviewed["headSha"] == head, reviewed
+        assert ann.APPROVE_PLAN not in layer["metadata"].get("annotations", {})  # nobody approved it
+        assert "v2" in platform.state_file("app").read_text()
+        merged = world.pull_request(1)["status"]
+        assert merged["state"] == "Merged" and merged["merged"]["reason"] == "", merged
+        assert merged["merged"]["layers"] == [{"namespace": platform.namespace, "name": "app",
+                                               "changesDigest": digest, "told": f"Approved:{reviewed['planSum']}"}]
+        wait_for(lambda: _told(world, "applies without a manual approval"), 60, what="the pull request told")
+        assert not _apply_runs(world, "other")  # a layer the pull request did not change is untouched
+
+        # 2. Reviewed, then the base moves under it before the merge: the layer waits, and the pull request says so.
+        world.repo.checkout("feature")
+        head = world.push(2, {"layers/app/main.tf": layer_code("v3")}, "change app again")
+        world.hook("opened", 2, head)
+        world.wait_pr(2, head, "Planned", timeout=180)
+        world.repo.checkout("main")
+        world.repo.commit({"layers/app/extra.tf": EXTRA}, "another change to app lands first")
+        world.repo.push(world.bare.as_uri())
+        applies = len(_apply_runs(world, "app"))
+        merge = _merge(world, 2, head)
+
+        def waiting() -> dict[str, Any] | None:
+            body = platform.layer("app")
+            status = body.get("status") or {}
+            pending = status.get("pendingPlan") or {}
+            verdict = status.get("reviewedPlan") or {}
+            return body if (status.get("state") == "ApplyNeeded" and pending.get("revision") == merge
+                            and verdict.get("pullRequest", "").endswith("-pr-2")) else None
+
+        try:
+            layer = wait_for(waiting, 240, interval=0.5, what="app waiting for approval at the second merge")
+        except AssertionError:
+            raise AssertionError(f"app: {platform.layer('app').get('status')}; pull request: "
+                                 f"{world.pull_request(2).get('status')}") from None
+        verdict = layer["status"]["reviewedPlan"]
+        assert verdict["result"] == "Differs", verdict
+        assert "the merged result differs from what was reviewed: waiting for approval" in verdict["message"]
+        approval = next(c for c in layer["status"]["conditions"] if c["type"] == "IsPlanApproved")
+        assert approval["reason"] == "WaitingForApproval", approval
+        assert "differs from what was reviewed" in layer["status"]["pendingPlan"]["reason"]
+        told = wait_for(lambda: _told(world, "the merged result differs from what was reviewed: waiting for "
+                                             "approval"), 60, what="the pull request told why it waits")
+        assert "#2" in told[0] and "app" in told[0]
+        assert len(_apply_runs(world, "app")) == applies  # nothing applied
+
+
+def test_attack_a_forks_merged_plan_never_applies_without_an_approval(
+    tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
+) -> None:
+    """An outsider's fork, approved for planning by a maintainer's label and merged: the merged files are the
+    head's and the branch's plan makes exactly the changes of the fork's plan (the same digest), yet its plan ran the
+    outsider's code, so it approves nothing: the layer waits, and the pull request says why."""
+    with pull_request_world(tmp_path, repo, "github", real_cluster) as world:
+        platform = world.platform
+        platform.custom.patch_namespaced_custom_object(
+            ann.GROUP, ann.VERSION, platform.namespace, "terraformrepositories", "infra",
+            {"spec": {"pullRequests": {"forks": {"policy": "RequireApproval", "approvers": ["maintainer"],
+                                                 "approvalLabel": "burrito-py/plan"}}}})
+        head = world.push(5, {"layers/app/main.tf": layer_code("from a fork")}, "a fork's change")
+        world.hook("opened", 5, head, fork=True, sender="outsider")
+        world.hook("labeled", 5, head, fork=True, sender="maintainer", label="burrito-py/plan")
+        planned = world.wait_pr(5, head, "Planned", timeout=180)
+        reviewed_digest = planned["status"]["layers"][0]["changesDigest"]
+        merge = _merge(world, 5, head, fork=True)
+
+        def judged() -> dict[str, Any] | None:
+            body = platform.layer("app")
+            status = body.get("status") or {}
+            verdict = status.get("reviewedPlan") or {}
+            return body if (status.get("state") == "ApplyNeeded" and verdict.get("pullRequest", "").endswith("-pr-5")
+                            and (status.get("pendingPlan") or {}).get("revision") == merge) else None
+
+        try:
+            layer = wait_for(judged, 240, interval=0.5, what="app judged at the fork's merge")
+        except AssertionError:
+            raise AssertionError(f"app: {platform.layer('app').get('status')}; pull request: "
+                                 f"{world.pull_request(5).get('status')}") from None
+        # Everything else matches: the branch's plan makes the fork's reviewed changes.
+        assert layer["status"]["policy"]["plan"]["changesDigest"] == reviewed_digest
+        verdict = layer["status"]["reviewedPlan"]
+        assert verdict["result"] == "Differs" and "fork" in verdict["message"], verdict
+        assert world.pull_request(5)["status"]["merged"]["reason"].startswith("a fork's pull request")
+        wait_for(lambda: _told(world, "fork"), 60, what="the pull request told why it waits")
+        assert not _apply_runs(world, "app")
