@@ -19,9 +19,10 @@ from importlib import import_module
 from typing import get_args
 
 from burrito_py.api.pullrequest import PullRequestProvider
-from burrito_py.gitproviders.base import GitProvider
+from burrito_py.gitproviders.base import GitProvider, ListsPullRequests
 
-__all__ = ["PROVIDERS", "detect", "event_headers", "find", "module_name", "names", "provider_named", "push_events"]
+__all__ = ["PROVIDERS", "detect", "event_headers", "find", "lister_of", "module_name", "names", "provider_named",
+           "push_events"]
 
 
 def module_name(name: str) -> str:
@@ -55,6 +56,12 @@ def provider_named(name: str) -> GitProvider:
     if provider is None:
         raise ValueError(f"unknown pull request provider {name!r} (expected one of {', '.join(PROVIDERS)})")
     return provider
+
+
+def lister_of(name: str) -> ListsPullRequests | None:
+    """Provider `name` when its open pull requests can be listed (a repository may poll it), else None."""
+    provider = PROVIDERS.get(name)
+    return provider if isinstance(provider, ListsPullRequests) else None
 
 
 def detect(headers: Mapping[str, str]) -> tuple[GitProvider, str, str | None] | None:
