@@ -141,8 +141,8 @@ class PullRequestPolling(ApiModel):
     "Pull requests without webhooks"): the same TerraformPullRequests as its webhooks would make."""
 
     provider: PullRequestProvider = Field(
-        description="The git host's API: github, gitlab or gitea (bitbucket and bitbucket-datacenter cannot be "
-        "polled: the repository says so in its PullRequestsPolled condition)."
+        description="The git host's API: github, gitlab or gitea (bitbucket, bitbucket-datacenter and azure-devops "
+        "cannot be polled: the repository says so in its PullRequestsPolled condition)."
     )
     interval: GoDuration | None = Field(
         default=None, description="How often the host is asked, e.g. 1m (unset: 1m; at least 10s; a rate limit "
@@ -165,7 +165,7 @@ class PullRequestSettings(ApiModel):
     comment_limit: int | None = Field(
         default=None, ge=4096,
         description="Largest comment the provider accepts, in characters; unset: GitHub 65536, GitLab 1000000, "
-        "Gitea 65536, Bitbucket Cloud and Data Center 32768.",
+        "Gitea 65536, Bitbucket Cloud and Data Center 32768, Azure DevOps 150000.",
     )
     inherit_secrets: bool | None = Field(
         default=None, description="Give pull requests' plans (not a fork's: see forks) the layer's varsFrom values "

@@ -18,6 +18,7 @@ __all__ = [
     "BLOCK",
     "Action",
     "BadPullRequest",
+    "BodyDetecting",
     "CommentEvent",
     "Detected",
     "GitProvider",
@@ -138,6 +139,17 @@ class GitProvider(Protocol):
                sleep: Callable[[float], None], outbound: OutboundPolicy) -> ProviderClient:
         """The API client for pull request `number` of `project`; ValueError when `project` is not a name the
         provider's API takes. `token` is asked only once `project` is known good (an App's token costs a call)."""
+        ...
+
+
+@runtime_checkable
+class BodyDetecting(Protocol):
+    """A provider whose webhooks carry no header of their own (Azure DevOps' service hooks): it claims a delivery
+    from its body, and is asked only after every provider told by its headers declined it (`registry.detect_body`).
+    Its `detect` answers None; its `event_header` is empty."""
+
+    def detect_body(self, headers: Mapping[str, str], payload: Mapping[str, Any]) -> Detected | None:
+        """The event type and delivery id when the JSON object `payload` is this provider's delivery, else None."""
         ...
 
 

@@ -1,8 +1,8 @@
-"""A fake GitHub, GitLab, Gitea or Bitbucket (Cloud, Data Center) API on loopback: comments (GitHub issue comments,
-GitLab notes) listed with each provider's paging, created and edited; commit statuses; rate limits when asked; every
-call recorded with its time; pull requests (GitHub, Gitea, GitLab) opened, pushed to, closed and merged by the test
-(`open_pull`, `push`, `close`) and listed as the poll reads them (docs/architecture.md §11.3). Answers follow the
-providers' documented shapes as far as the clients read them."""
+"""A fake GitHub, GitLab, Gitea, Bitbucket (Cloud, Data Center) or Azure DevOps API on loopback: comments (GitHub
+issue comments, GitLab notes, Azure DevOps threads) listed with each provider's paging, created and edited; commit
+statuses; rate limits when asked; every call recorded with its time; pull requests (GitHub, Gitea, GitLab) opened,
+pushed to, closed and merged by the test (`open_pull`, `push`, `close`) and listed as the poll reads them
+(docs/architecture.md §11.3). Answers follow the providers' documented shapes as far as the clients read them."""
 
 from __future__ import annotations
 
@@ -129,6 +129,8 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
                 return self._bitbucket(method, path, query, body)
             if fake.kind == "bitbucket-datacenter":
                 return self._bitbucket_datacenter(method, path, query, body)
+            if fake.kind == "azure-devops":
+                return self._azure_devops(method, path, query, body)
             if method == "GET" and (listing := self._pulls(path, query)):
                 return listing
             if re.fullmatch(r".*/(comments|notes)", path) and method == "GET":
@@ -324,6 +326,40 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
             if method == "GET" and re.fullmatch(r".*/repos/[^/]+/commits", path):
                 return paged([{"id": f"{i:040x}"} for i in range(fake.behind)])
             return self._answer(404, {"errors": [{"message": "Not Found"}]})
+
+        def _azure_devops(self, method: str, path: str, query: dict[str, str], body: Any) -> None:
+            """Azure DevOps' REST API 7.1 under `/<org>/<project>/_apis/git/repositories/<repo>/pullRequests/<id>`:
+            threads (each comment here one thread, its first comment id 1), comment edits, pull request statuses
+            (`context.name`), the pull request (creator, reviewers' votes, mergeStatus). Every call names
+            `api-version`."""
+            if query.get("api-version") != "7.1":
+                return self._answer(400, {"message": "api-version is required"})
+            base = r".*/_apis/git/repositories/[^/]+/pullRequests/\d+"
+            if re.fullmatch(base + "/threads", path) and method == "GET":
+                threads = [{"id": t, "comments": [{"id": 1, "content": b, "commentType": "text"}]}
+                           for t, b in sorted(fake.comments.items())]
+                threads.append({"id": 1, "comments": [{"id": 1, "content": "voted", "commentType": "system"}]})
+                return self._answer(200, {"value": threads, "count": len(threads)})
+            if re.fullmatch(base + "/threads", path) and method == "POST":
+                fake.next_id += 1
+                fake.comments[fake.next_id] = body["comments"][0]["content"]
+                return self._answer(200, {"id": fake.next_id, "comments": [{"id": 1, **body["comments"][0]}]})
+            found = re.fullmatch(base + r"/threads/(\d+)/comments/1", path)
+            if found and method == "PATCH" and int(found.group(1)) in fake.comments:
+                fake.comments[int(found.group(1))] = body["content"]
+                return self._answer(200, {"id": 1, "content": body["content"]})
+            if re.fullmatch(base + "/statuses", path) and method == "POST":
+                if body.get("state") not in ("pending", "succeeded", "failed"):
+                    return self._answer(400, {"message": "state"})
+                fake.statuses.append({**body, "context": body["context"]["name"], "sha": ""})
+                return self._answer(200, {"id": len(fake.statuses), **body})
+            if re.fullmatch(base, path) and method == "GET":
+                status = {True: "succeeded", False: "conflicts", None: "queued"}[fake.mergeable]
+                reviewers = [{"uniqueName": u, "vote": 10} for u in fake.approved_by]
+                reviewers.append({"uniqueName": "someone@example.com", "vote": -5})
+                return self._answer(200, {"createdBy": {"uniqueName": fake.author}, "reviewers": reviewers,
+                                          "mergeStatus": status})
+            return self._answer(404, {"message": "Not Found"})
 
         def do_GET(self) -> None:
             self._handle("GET")
