@@ -35,7 +35,7 @@ __all__ = [
 
 # The git providers, the one list: each name is a module of burrito_py/gitproviders/ (its registry loads them by
 # these names; docs/CONTRIBUTING.md "A git provider"). Its order is the order webhook detection reverses.
-PullRequestProvider = Literal["github", "gitlab", "gitea", "bitbucket", "bitbucket-datacenter"]
+PullRequestProvider = Literal["github", "gitlab", "gitea", "bitbucket", "bitbucket-datacenter", "azure-devops"]
 _PROVIDERS: tuple[str, ...] = get_args(PullRequestProvider)
 PullRequestState = Literal["open", "closed", "merged"]
 PullRequestLayerState = Literal["pending", "planning", "planned", "failed"]

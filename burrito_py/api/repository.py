@@ -10,6 +10,7 @@ from burrito_py.api.common import (
     AGE_COLUMN,
     ApiModel,
     Condition,
+    GoDuration,
     OverrideRunnerSpec,
     PrinterColumn,
     RemediationStrategy,
@@ -22,6 +23,7 @@ from burrito_py.api.common import (
 )
 from burrito_py.api.errors import PATTERN_EXPLANATIONS
 from burrito_py.api.layer import RelativePath
+from burrito_py.api.pullrequest import PullRequestProvider
 
 __all__ = [
     "REPOSITORY_URL_PATTERN",
@@ -30,6 +32,7 @@ __all__ = [
     "CommandIdentity",
     "CommandSettings",
     "ForkSettings",
+    "PullRequestPolling",
     "PullRequestSettings",
     "RepositorySource",
     "RepositoryState",
@@ -133,6 +136,20 @@ class CommandSettings(ApiModel):
     )
 
 
+class PullRequestPolling(ApiModel):
+    """Find the open pull/merge requests by asking the git host, without webhooks (docs/architecture.md §11.3,
+    "Pull requests without webhooks"): the same TerraformPullRequests as its webhooks would make."""
+
+    provider: PullRequestProvider = Field(
+        description="The git host's API: github, gitlab or gitea (bitbucket, bitbucket-datacenter and azure-devops "
+        "cannot be polled: the repository says so in its PullRequestsPolled condition)."
+    )
+    interval: GoDuration | None = Field(
+        default=None, description="How often the host is asked, e.g. 1m (unset: 1m; at least 10s; a rate limit "
+        "the host answers with waits longer)."
+    )
+
+
 class PullRequestSettings(ApiModel):
     """Plans of pull/merge requests (docs/architecture.md §11.3): off unless enabled."""
 
@@ -148,7 +165,7 @@ class PullRequestSettings(ApiModel):
     comment_limit: int | None = Field(
         default=None, ge=4096,
         description="Largest comment the provider accepts, in characters; unset: GitHub 65536, GitLab 1000000, "
-        "Gitea 65536, Bitbucket Cloud and Data Center 32768.",
+        "Gitea 65536, Bitbucket Cloud and Data Center 32768, Azure DevOps 150000.",
     )
     inherit_secrets: bool | None = Field(
         default=None, description="Give pull requests' plans (not a fork's: see forks) the layer's varsFrom values "
@@ -159,6 +176,10 @@ class PullRequestSettings(ApiModel):
     )
     commands: CommandSettings | None = Field(
         default=None, description="Comment commands (unset: every command is answered that commands are off)."
+    )
+    poll: PullRequestPolling | None = Field(
+        default=None, description="Ask the git host for its open pull requests (with the token of "
+        "spec.repository.secretName) instead of waiting for its webhooks (unset: webhooks only)."
     )
 
 

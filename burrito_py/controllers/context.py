@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -19,6 +20,7 @@ from burrito_py.kube.client import Kube
 from burrito_py.kube.inventory import Inventory, Key
 from burrito_py.kube.scheduler import Scheduler
 from burrito_py.policy.sandbox import PolicySandbox
+from burrito_py.pullrequests.poll import PollMemory
 
 if TYPE_CHECKING:
     from burrito_py.datastore.client import DatastoreClient
@@ -41,6 +43,11 @@ class Context:
     runs: Scheduler[Key] | None = None
     repositories: Scheduler[Key] | None = None
     pull_requests: Scheduler[Key] | None = None
+    pull_request_polls: Scheduler[Key] | None = None  # by repository: its host asked for open pull requests
+    poll_memory: PollMemory = field(default_factory=PollMemory)
+    # A repository's status is written by its reconcile and by its pull request poll: one at a time, each from
+    # the latest copy, so neither drops the other's condition.
+    repository_status_locks: dict[Key, asyncio.Lock] = field(default_factory=dict)
     plan_policies: Scheduler[Key] | None = None  # their status (policies.py); key: ("", name) for a cluster policy
     datastore: DatastoreClient | None = None
     webhook_keys: WebhookKeyPublisher | None = None  # set from the settings when not given
@@ -70,6 +77,13 @@ class Context:
     def wake_pull_request(self, key: Key, after: timedelta | float = 0.0) -> None:
         if self.pull_requests is not None and self.primed:
             self.pull_requests.schedule(key, _seconds(after))
+
+    def wake_pull_request_poll(self, key: Key, after: timedelta | float = 0.0) -> None:
+        if self.pull_request_polls is not None and self.primed:
+            self.pull_request_polls.schedule(key, _seconds(after))
+
+    def repository_status_lock(self, key: Key) -> asyncio.Lock:
+        return self.repository_status_locks.setdefault(key, asyncio.Lock())
 
     def wake_plan_policy(self, key: Key, after: timedelta | float = 0.0) -> None:
         if self.plan_policies is not None and self.primed:

@@ -18,10 +18,15 @@ __all__ = [
     "BLOCK",
     "Action",
     "BadPullRequest",
+    "BodyDetecting",
     "CommentEvent",
     "Detected",
     "GitProvider",
+    "ListsPullRequests",
+    "OpenPullRequests",
+    "PollLimits",
     "PullRequestEvent",
+    "PullRequestLister",
     "field_of",
     "hmac_key",
     "login_of",
@@ -134,6 +139,64 @@ class GitProvider(Protocol):
                sleep: Callable[[float], None], outbound: OutboundPolicy) -> ProviderClient:
         """The API client for pull request `number` of `project`; ValueError when `project` is not a name the
         provider's API takes. `token` is asked only once `project` is known good (an App's token costs a call)."""
+        ...
+
+
+@runtime_checkable
+class BodyDetecting(Protocol):
+    """A provider whose webhooks carry no header of their own (Azure DevOps' service hooks): it claims a delivery
+    from its body, and is asked only after every provider told by its headers declined it (`registry.detect_body`).
+    Its `detect` answers None; its `event_header` is empty."""
+
+    def detect_body(self, headers: Mapping[str, str], payload: Mapping[str, Any]) -> Detected | None:
+        """The event type and delivery id when the JSON object `payload` is this provider's delivery, else None."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PollLimits:
+    """How far one poll of a provider may go (§11.3, "Pull requests without webhooks")."""
+
+    max_pages: int = 10  # of `per_page` pull requests each: beyond them the listing is incomplete
+    per_page: int = 100
+    timeout: float = 60.0  # seconds for the whole poll; each call also at most 30
+    rate_limit_wait: float = 5.0  # a rate limit asking for longer ends the poll (RateLimited) until then
+
+
+@dataclass(frozen=True, slots=True)
+class OpenPullRequests:
+    """A provider's open pull requests, each read into the event its webhook would have sent for it (opened)."""
+
+    events: tuple[PullRequestEvent, ...]
+    complete: bool  # False when there were more than `PollLimits.max_pages` pages: some are not listed
+
+
+class PullRequestLister(Protocol):
+    """One poll's client of a provider's pull requests (one project); every call through `ApiHttp`."""
+
+    @property
+    def calls(self) -> int: ...
+
+    def open_pull_requests(self) -> OpenPullRequests:
+        """The open pull requests, within the poll's limits. BadPullRequest names a field an answer lacks."""
+        ...
+
+    def pull_request(self, number: int) -> PullRequestEvent | None:
+        """Pull request `number` now, read as its webhook's event would be (opened while open, closed or merged
+        after); None when the provider has no such pull request (404)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class ListsPullRequests(Protocol):
+    """A provider whose open pull requests can be listed: a repository may poll it instead of receiving its
+    webhooks (§11.3). Optional: a provider without it is refused a poll (`registry.lister_of`)."""
+
+    def lister(self, api_url: str, project: str, token: Callable[[], str], *, outbound: OutboundPolicy,
+               limits: PollLimits, sleep: Callable[[float], None]) -> PullRequestLister:
+        """ValueError when `project` is not a name the provider's API takes (as `GitProvider.client`)."""
         ...
 
 

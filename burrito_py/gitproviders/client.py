@@ -3,8 +3,10 @@ they send, their errors, and one provider's HTTP.
 
 Rate limits: a 429, or a 403 with `X-RateLimit-Remaining: 0` (GitHub's secondary limits), waits `Retry-After`
 or until `X-RateLimit-Reset` (GitHub, Gitea: epoch seconds; GitLab `RateLimit-Reset` too), at most
-`MAX_WAIT` seconds, then tries once more. Tokens never appear in errors or logs, and never go to another origin
-than the API URL's (a `Link` to another host is not followed). Connections go through the outbound address guard.
+`MAX_WAIT` seconds, then tries once more; a poll's HTTP (`give_up_after`) waits only that long and otherwise raises
+`RateLimited` with the wait asked, and stops at its `deadline`. Tokens never appear in errors or logs, and never
+go to another origin than the API URL's (a `Link` to another host is not followed). Connections go through the
+outbound address guard.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "CommitStatus",
     "ProviderClient",
     "ProviderError",
+    "RateLimited",
     "ReviewFacts",
     "StatusState",
     "connection_failure",
@@ -35,6 +38,14 @@ StatusState = Literal["pending", "success", "failure"]
 
 class ProviderError(Exception):
     """A provider refused or failed a call; the message names the call, never the token."""
+
+
+class RateLimited(ProviderError):
+    """The provider asked to wait longer than the caller may (`ApiHttp(give_up_after=…)`): `retry_after` seconds."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +96,16 @@ class ApiHttp:
     guard (burrito_py/outbound.py), and never a request carrying the token to another origin than the API's."""
 
     def __init__(self, base_url: str, headers: Mapping[str, str], *, sleep: Callable[[float], None],
-                 outbound: OutboundPolicy) -> None:
-        self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=dict(headers), timeout=30.0,
+                 outbound: OutboundPolicy, timeout: float = 30.0, give_up_after: float | None = None,
+                 deadline: float | None = None) -> None:
+        self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=dict(headers), timeout=timeout,
                                     transport=GuardedTransport(outbound))
         self._origin = _origin(httpx.URL(base_url))
         self._sleep = sleep
+        # A poll (§11.3, "Polling") waits for a rate limit only this long; a longer wait is RateLimited, and
+        # it gives up at `deadline` (time.monotonic()), so one slow host never holds a poll past its bound.
+        self._give_up_after = give_up_after
+        self._deadline = deadline
         self.calls = 0
 
     def close(self) -> None:
@@ -102,12 +118,17 @@ class ApiHttp:
         if _origin(target) != self._origin:
             raise ProviderError(f"{what}: the provider pointed to another host ({target.host}); not followed")
         for attempt in (1, 2):
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                raise ProviderError(f"{what}: not started, the poll's time is up")
             self.calls += 1
             try:
                 response = self._client.request(method, path, **kw)
             except httpx.HTTPError as exc:
                 raise ProviderError(f"{what}: {connection_failure(exc)}") from None
             wait = _rate_limited(response)
+            if wait is not None and self._give_up_after is not None and (
+                    wait > self._give_up_after or attempt == 2):
+                raise RateLimited(f"{what}: rate limited by the provider for {wait:.0f} s", wait)
             if wait is not None and attempt == 1:
                 self._sleep(min(wait, MAX_WAIT))
                 continue

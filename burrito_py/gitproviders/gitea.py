@@ -6,7 +6,8 @@
   `label_updated`/`label_cleared` → labeled with every label it has now.
 - Heads at `refs/pull/<n>/head`; comments assumed up to 65,536 characters (an instance setting: the repository's
   `spec.pullRequests.commentLimit` says otherwise).
-- API `/api/v1`: GitHub's routes, `token` authorization and `page`/`limit` paging.
+- API `/api/v1`: GitHub's routes, `token` authorization and `page`/`limit` paging; polling (§11.3) lists
+  `GET /repos/{o}/{r}/pulls?state=open` a page of 50 at a time.
 """
 
 from __future__ import annotations
@@ -16,11 +17,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from burrito_py.gitproviders import github
-from burrito_py.gitproviders.base import CommentEvent, Detected, GitProvider, PullRequestEvent, repository_urls
+from burrito_py.gitproviders.base import (
+    CommentEvent,
+    Detected,
+    GitProvider,
+    OpenPullRequests,
+    PollLimits,
+    PullRequestEvent,
+    PullRequestLister,
+    repository_urls,
+)
 from burrito_py.gitproviders.client import ApiHttp, ProviderClient
 from burrito_py.outbound import OutboundPolicy
 
-__all__ = ["COMMENT_LIMIT", "PROVIDER", "Gitea", "GiteaProvider"]
+__all__ = ["COMMENT_LIMIT", "PROVIDER", "Gitea", "GiteaProvider", "GiteaPulls"]
 
 COMMENT_LIMIT = 65_536  # Gitea's is a setting of the instance; this is the default we assume
 
@@ -30,8 +40,7 @@ class Gitea(github.GitHub):
     """Gitea's REST API (`api_url` https://gitea.example/api/v1): GitHub's routes, `token` authorization."""
 
     def __post_init__(self) -> None:
-        self.http = ApiHttp(self.api_url, {"Authorization": f"token {self.token}", "Accept": "application/json"},
-                            sleep=self.sleep, outbound=self.outbound)
+        self.http = ApiHttp(self.api_url, _headers(self.token), sleep=self.sleep, outbound=self.outbound)
 
     def list_comments(self) -> dict[str, str]:
         found: dict[str, str] = {}
@@ -65,6 +74,28 @@ class Gitea(github.GitHub):
         if not isinstance(merge_base, str) or not isinstance(tip, str) or not merge_base or not tip:
             return None
         return 0 if merge_base == tip else 1
+
+
+PAGE = 50  # Gitea's default largest page (`MAX_RESPONSE_ITEMS`)
+
+
+class GiteaPulls(github.GitHubPulls):
+    """GitHub's reading of each pull request; Gitea's `page`/`limit` paging."""
+
+    def open_pull_requests(self) -> OpenPullRequests:
+        events: list[PullRequestEvent] = []
+        for page in range(1, self.limits.max_pages + 1):
+            response = self.http.request("GET", f"{self._repo()}/pulls", "listing the open pull requests",
+                                         params={"state": "open", "page": page, "limit": PAGE})
+            items = github.as_list(response.json())
+            events.extend(self._event(pull, "opened") for pull in items)
+            if len(items) < PAGE:
+                return OpenPullRequests(tuple(events), True)
+        return OpenPullRequests(tuple(events), False)
+
+
+def _headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"token {token}", "Accept": "application/json"}
 
 
 class GiteaProvider:
@@ -101,6 +132,12 @@ class GiteaProvider:
                sleep: Callable[[float], None], outbound: OutboundPolicy) -> ProviderClient:
         owner, repo = github.owner_repo(self.name, project)
         return Gitea(api_url, owner, repo, number, token(), sleep=sleep, outbound=outbound)
+
+    def lister(self, api_url: str, project: str, token: Callable[[], str], *, outbound: OutboundPolicy,
+               limits: PollLimits, sleep: Callable[[float], None]) -> PullRequestLister:
+        owner, repo = github.owner_repo(self.name, project)
+        return GiteaPulls(self.name, github.poll_http(api_url, _headers(token()), limits, sleep, outbound), owner,
+                          repo, project, limits)
 
 
 PROVIDER: GitProvider = GiteaProvider()

@@ -11,6 +11,8 @@
 - API: https://api.github.com for github.com, `/api/v3` on an Enterprise host:
   `GET/POST /repos/{o}/{r}/issues/{n}/comments`, `PATCH /repos/{o}/{r}/issues/comments/{id}`,
   `POST /repos/{o}/{r}/statuses/{sha}`.
+- Polling (§11.3): `GET /repos/{o}/{r}/pulls?state=open` (`Link` paging), `GET /repos/{o}/{r}/pulls/{n}`; each
+  pull request is read by `pull_request_event` as the `pull_request` webhook carrying it.
 
 Gitea (`gitea.py`) reuses the signature scheme, the event parsing and the client's routes.
 """
@@ -27,10 +29,14 @@ from urllib.parse import quote
 
 from burrito_py.gitproviders.base import (
     Action,
+    BadPullRequest,
     CommentEvent,
     Detected,
     GitProvider,
+    OpenPullRequests,
+    PollLimits,
     PullRequestEvent,
+    PullRequestLister,
     field_of,
     login_of,
     repository_urls,
@@ -39,8 +45,8 @@ from burrito_py.gitproviders.base import (
 from burrito_py.gitproviders.client import ApiHttp, CommitStatus, ProviderClient, ProviderError, ReviewFacts
 from burrito_py.outbound import OutboundPolicy
 
-__all__ = ["COMMENT_LIMIT", "PROVIDER", "GitHub", "GitHubProvider", "comment_event", "from_fork", "owner_repo",
-           "pull_request_event", "sha256_valid"]
+__all__ = ["COMMENT_LIMIT", "PROVIDER", "GitHub", "GitHubProvider", "GitHubPulls", "as_list", "comment_event",
+           "from_fork", "owner_repo", "poll_http", "pull_request_event", "sha256_valid"]
 
 COMMENT_LIMIT = 65_536
 _ACTIONS: dict[str, Action] = {"opened": "opened", "reopened": "opened", "synchronize": "updated",
@@ -163,10 +169,7 @@ class GitHub:
     http: ApiHttp = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.http = ApiHttp(self.api_url, {"Authorization": f"Bearer {self.token}",
-                                           "Accept": "application/vnd.github+json",
-                                           "X-GitHub-Api-Version": "2022-11-28"}, sleep=self.sleep,
-                            outbound=self.outbound)
+        self.http = ApiHttp(self.api_url, _headers(self.token), sleep=self.sleep, outbound=self.outbound)
 
     @property
     def calls(self) -> int:
@@ -245,6 +248,82 @@ class GitHub:
                            mergeable if isinstance(mergeable, bool) else None, self._behind(base, head, pull))
 
 
+def _headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": "2022-11-28"}
+
+
+def poll_http(api_url: str, headers: Mapping[str, str], limits: PollLimits, sleep: Callable[[float], None],
+              outbound: OutboundPolicy) -> ApiHttp:
+    """A poll's HTTP: calls end at the poll's deadline, and a rate limit longer than it may wait ends the poll."""
+    return ApiHttp(api_url, headers, sleep=sleep, outbound=outbound, timeout=min(30.0, limits.timeout),
+                   give_up_after=limits.rate_limit_wait, deadline=time.monotonic() + limits.timeout)
+
+
+@dataclass
+class GitHubPulls:
+    """One repository's pull requests for a poll (§11.3), each read as its `pull_request` webhook would be."""
+
+    provider: str
+    http: ApiHttp
+    owner: str
+    repo: str
+    project: str
+    limits: PollLimits
+
+    @property
+    def calls(self) -> int:
+        return self.http.calls
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _repo(self) -> str:
+        return f"/repos/{quote(self.owner, safe='')}/{quote(self.repo, safe='')}"
+
+    def _event(self, pull: Any, action: str) -> PullRequestEvent:
+        if not isinstance(pull, Mapping):
+            raise BadPullRequest("pull_request: not an object")
+        base = pull.get("base")
+        repository = base.get("repo") if isinstance(base, Mapping) else None
+        full_name = repository.get("full_name") if isinstance(repository, Mapping) else None
+        # The webhook's `repository` is the base repository; the listing names it in `base.repo`.
+        payload = {"action": action, "pull_request": pull, "sender": pull.get("user"),
+                   "repository": {"full_name": full_name if isinstance(full_name, str) else self.project}}
+        event = pull_request_event(self.provider, "pull_request", payload)
+        if event is None:  # `opened` and `closed` are always events
+            raise BadPullRequest(f"pull request action {action!r} is not an event")
+        return event
+
+    def open_pull_requests(self) -> OpenPullRequests:
+        events: list[PullRequestEvent] = []
+        url: str | None = f"{self._repo()}/pulls?state=open&per_page={self.limits.per_page}"
+        for _ in range(self.limits.max_pages):
+            if url is None:
+                return OpenPullRequests(tuple(events), True)
+            response = self.http.request("GET", url, "listing the open pull requests")
+            events.extend(self._event(pull, "opened") for pull in as_list(response.json()))
+            url = response.links.get("next", {}).get("url")
+        return OpenPullRequests(tuple(events), url is None)
+
+    def pull_request(self, number: int) -> PullRequestEvent | None:
+        try:
+            pull = self.http.request("GET", f"{self._repo()}/pulls/{int(number)}",
+                                     f"reading pull request #{number}").json()
+        except ProviderError as exc:
+            if "HTTP 404" in str(exc):
+                return None
+            raise
+        state = pull.get("state") if isinstance(pull, Mapping) else None
+        return self._event(pull, "closed" if state == "closed" else "opened")
+
+
+def as_list(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        raise BadPullRequest("the listing is not a list")
+    return data
+
+
 class GitHubProvider:
     name = "github"
     event_header = "X-GitHub-Event"
@@ -279,6 +358,12 @@ class GitHubProvider:
                sleep: Callable[[float], None], outbound: OutboundPolicy) -> ProviderClient:
         owner, repo = owner_repo(self.name, project)
         return GitHub(api_url, owner, repo, number, token(), sleep=sleep, outbound=outbound)
+
+    def lister(self, api_url: str, project: str, token: Callable[[], str], *, outbound: OutboundPolicy,
+               limits: PollLimits, sleep: Callable[[float], None]) -> PullRequestLister:
+        owner, repo = owner_repo(self.name, project)
+        return GitHubPulls(self.name, poll_http(api_url, _headers(token()), limits, sleep, outbound), owner, repo,
+                           project, limits)
 
 
 PROVIDER: GitProvider = GitHubProvider()

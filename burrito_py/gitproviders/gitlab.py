@@ -9,6 +9,9 @@
 - Heads at `refs/merge-requests/<iid>/head`; notes up to 1,000,000 characters.
 - API v4 (`/api/v4`): `GET/POST /projects/{id}/merge_requests/{iid}/notes`, `PUT …/notes/{id}`,
   `POST /projects/{id}/statuses/{sha}`; `project` is the id or `group/subgroup/name`.
+- Polling (§11.3): `GET /projects/{id}/merge_requests?state=opened` (`X-Next-Page` paging), `GET
+  /projects/{id}/merge_requests/{iid}`; each merge request is put in the shape of a `Merge Request Hook`
+  (`object_attributes`: `open`, `close` or `merge`) and read by `pull_request_event`, as its webhook would be.
 """
 
 from __future__ import annotations
@@ -22,10 +25,14 @@ from urllib.parse import quote
 
 from burrito_py.gitproviders.base import (
     Action,
+    BadPullRequest,
     CommentEvent,
     Detected,
     GitProvider,
+    OpenPullRequests,
+    PollLimits,
     PullRequestEvent,
+    PullRequestLister,
     field_of,
     hmac_key,
     login_of,
@@ -33,9 +40,10 @@ from burrito_py.gitproviders.base import (
     time_of,
 )
 from burrito_py.gitproviders.client import ApiHttp, CommitStatus, ProviderClient, ProviderError, ReviewFacts
+from burrito_py.gitproviders.github import as_list, poll_http
 from burrito_py.outbound import OutboundPolicy
 
-__all__ = ["COMMENT_LIMIT", "PROVIDER", "GitLab", "GitLabProvider", "from_fork"]
+__all__ = ["COMMENT_LIMIT", "PROVIDER", "GitLab", "GitLabMergeRequests", "GitLabProvider", "from_fork"]
 
 COMMENT_LIMIT = 1_000_000
 _ACTIONS: dict[str, Action] = {"open": "opened", "reopen": "opened", "close": "closed", "merge": "merged"}
@@ -144,6 +152,70 @@ class GitLab:
                            diverged if isinstance(diverged, int) and not isinstance(diverged, bool) else None)
 
 
+_HOOK_ACTIONS = {"opened": "open", "closed": "close", "locked": "close", "merged": "merge"}
+
+
+@dataclass
+class GitLabMergeRequests:
+    """One project's merge requests for a poll (§11.3), each read as its `Merge Request Hook` would be."""
+
+    provider: GitLabProvider
+    http: ApiHttp
+    project: str
+    limits: PollLimits
+
+    @property
+    def calls(self) -> int:
+        return self.http.calls
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _mrs(self) -> str:
+        return f"/projects/{quote(self.project, safe='')}/merge_requests"
+
+    def _event(self, mr: Any) -> PullRequestEvent:
+        """The hook's payload for merge request `mr` as the API gives it (the hook's `last_commit.id` is the API's
+        `sha`, its `url` the `web_url`, its actor the author), read by the hook's own reading."""
+        if not isinstance(mr, Mapping):
+            raise BadPullRequest("merge request: not an object")
+        action = _HOOK_ACTIONS.get(str(mr.get("state") or ""))
+        if action is None:
+            raise BadPullRequest(f"state: {str(mr.get('state'))[:40]!r} is not a merge request state")
+        attributes = {"action": action, "iid": mr.get("iid"), "target_branch": mr.get("target_branch"),
+                      "source_branch": mr.get("source_branch"), "last_commit": {"id": mr.get("sha")},
+                      "title": mr.get("title"), "url": mr.get("web_url"), "updated_at": mr.get("updated_at"),
+                      "source_project_id": mr.get("source_project_id"),
+                      "target_project_id": mr.get("target_project_id")}
+        payload = {"object_attributes": attributes, "project": {"path_with_namespace": self.project},
+                   "user": mr.get("author")}
+        event = self.provider.pull_request_event("Merge Request Hook", payload)
+        if event is None:  # open, close and merge are always events
+            raise BadPullRequest(f"merge request action {action!r} is not an event")
+        return event
+
+    def open_pull_requests(self) -> OpenPullRequests:
+        events: list[PullRequestEvent] = []
+        page: str | None = "1"
+        for _ in range(self.limits.max_pages):
+            if not page:
+                return OpenPullRequests(tuple(events), True)
+            response = self.http.request("GET", self._mrs(), "listing the open merge requests",
+                                         params={"state": "opened", "per_page": self.limits.per_page, "page": page})
+            events.extend(self._event(mr) for mr in as_list(response.json()))
+            page = response.headers.get("X-Next-Page") or None
+        return OpenPullRequests(tuple(events), not page)
+
+    def pull_request(self, number: int) -> PullRequestEvent | None:
+        try:
+            mr = self.http.request("GET", f"{self._mrs()}/{int(number)}", f"reading merge request !{number}").json()
+        except ProviderError as exc:
+            if "HTTP 404" in str(exc):
+                return None
+            raise
+        return self._event(mr)
+
+
 class GitLabProvider:
     name = "gitlab"
     event_header = "X-Gitlab-Event"
@@ -220,6 +292,11 @@ class GitLabProvider:
     def client(self, api_url: str, project: str, number: int, token: Callable[[], str], *,
                sleep: Callable[[float], None], outbound: OutboundPolicy) -> ProviderClient:
         return GitLab(api_url, project.strip("/"), number, token(), sleep=sleep, outbound=outbound)
+
+    def lister(self, api_url: str, project: str, token: Callable[[], str], *, outbound: OutboundPolicy,
+               limits: PollLimits, sleep: Callable[[float], None]) -> PullRequestLister:
+        return GitLabMergeRequests(self, poll_http(api_url, {"PRIVATE-TOKEN": token()}, limits, sleep, outbound),
+                                   project.strip("/"), limits)
 
 
 PROVIDER: GitProvider = GitLabProvider()

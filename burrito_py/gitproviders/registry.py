@@ -9,19 +9,22 @@ package (they import nothing of ours but each other), so the names are read from
 
 Webhook detection asks the providers in the reverse of that list's order: a provider whose deliveries also carry
 another's headers comes after it (Gitea and Forgejo send `X-GitHub-Event` besides `X-Gitea-Event`), so it is
-asked first.
+asked first. A provider whose deliveries have no header of their own (Azure DevOps) claims them from their body
+(`BodyDetecting`), asked only once every header-based one declined: a delivery with a provider's header is that
+provider's whatever its body says.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from importlib import import_module
-from typing import get_args
+from typing import Any, get_args
 
 from burrito_py.api.pullrequest import PullRequestProvider
-from burrito_py.gitproviders.base import GitProvider
+from burrito_py.gitproviders.base import BodyDetecting, GitProvider, ListsPullRequests
 
-__all__ = ["PROVIDERS", "detect", "event_headers", "find", "module_name", "names", "provider_named", "push_events"]
+__all__ = ["PROVIDERS", "detect", "detect_body", "event_headers", "find", "lister_of", "module_name", "names",
+           "provider_named", "push_events"]
 
 
 def module_name(name: str) -> str:
@@ -57,6 +60,12 @@ def provider_named(name: str) -> GitProvider:
     return provider
 
 
+def lister_of(name: str) -> ListsPullRequests | None:
+    """Provider `name` when its open pull requests can be listed (a repository may poll it), else None."""
+    provider = PROVIDERS.get(name)
+    return provider if isinstance(provider, ListsPullRequests) else None
+
+
 def detect(headers: Mapping[str, str]) -> tuple[GitProvider, str, str | None] | None:
     """The provider whose webhook `headers` (lower-case names) are, with the event type and delivery id."""
     for provider in reversed(PROVIDERS.values()):
@@ -66,9 +75,21 @@ def detect(headers: Mapping[str, str]) -> tuple[GitProvider, str, str | None] | 
     return None
 
 
+def detect_body(headers: Mapping[str, str], payload: Mapping[str, Any]) -> tuple[GitProvider, str, str | None] | None:
+    """The provider that claims a delivery no provider's headers named, from its JSON object `payload`; asked
+    only after `detect` found none."""
+    for provider in reversed(PROVIDERS.values()):
+        if isinstance(provider, BodyDetecting):
+            found = provider.detect_body(headers, payload)
+            if found is not None:
+                return provider, found[0], found[1]
+    return None
+
+
 def event_headers() -> str:
-    """The providers' event headers, each once, for a message: `X-GitHub-Event, …, X-Gitea-Event or X-Event-Key`."""
-    headers = list(dict.fromkeys(provider.event_header for provider in PROVIDERS.values()))  # Bitbucket's twice
+    """The providers' event headers, each once, for a message: `X-GitHub-Event, …, X-Gitea-Event or X-Event-Key`
+    (a provider told by its body has none)."""
+    headers = list(dict.fromkeys(p.event_header for p in PROVIDERS.values() if p.event_header))  # Bitbucket's twice
     return " or ".join([", ".join(headers[:-1]), headers[-1]] if len(headers) > 1 else headers)
 
 

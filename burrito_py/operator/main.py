@@ -28,6 +28,7 @@ from burrito_py.controllers.layer.dependencies import wake_related
 from burrito_py.controllers.layer.destroy import DESTROY_FINALIZER
 from burrito_py.controllers.layer.reconcile import reconcile_layer
 from burrito_py.controllers.planpolicy.reconcile import reconcile_plan_policy
+from burrito_py.controllers.pullrequest.poll import poll_pull_requests
 from burrito_py.controllers.pullrequest.reconcile import reconcile_pull_request
 from burrito_py.controllers.repository.decide import sync_requested
 from burrito_py.controllers.repository.reconcile import reconcile_repository
@@ -99,6 +100,9 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
             "repository", lambda key: reconcile_repository(context, key), inventory.repositories.get))
         context.pull_requests = Scheduler("pull_requests", forbidden.wrap(
             "pull request", lambda key: reconcile_pull_request(context, key), inventory.pull_requests.get))
+        context.pull_request_polls = Scheduler("pull_request_polls", forbidden.wrap(
+            "pull request poll", lambda key: poll_pull_requests(context, key), inventory.repositories.get),
+            concurrency=4)
         context.plan_policies = Scheduler("plan_policies", forbidden.wrap(
             "plan policy", lambda key: reconcile_plan_policy(context, key), context.policies.get), concurrency=2)
         started = time.monotonic()
@@ -108,6 +112,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
             asyncio.create_task(context.runs.run()),
             asyncio.create_task(context.repositories.run()),
             asyncio.create_task(context.pull_requests.run()),
+            asyncio.create_task(context.pull_request_polls.run()),
             asyncio.create_task(context.plan_policies.run()),
             asyncio.create_task(_resync_forever(context)),
             asyncio.create_task(_report_startup(context, started)),
@@ -156,6 +161,8 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         # changed, and wake the layers only when what they read (branches, conditions) changed.
         if previous is None or _generation(previous) != _generation(body) or sync_requested(body):
             c.wake_repository(key_of(body))
+        if previous is None or _generation(previous) != _generation(body):
+            c.wake_pull_request_poll(key_of(body))  # it keeps to its interval (poll.py)
         if previous is None or _branch_outcomes(previous) != _branch_outcomes(body):
             meta = body["metadata"]
             for layer in c.inventory.layers_of_repository(meta["namespace"], meta["name"]):
@@ -340,6 +347,7 @@ async def _list_served(ctx: Context, resource_path: str, selector: str | None = 
 def _wake_everything(ctx: Context) -> None:
     for repository in ctx.inventory.repositories:
         ctx.wake_repository(key_of(repository))
+        ctx.wake_pull_request_poll(key_of(repository))
     for layer in ctx.inventory.layers:
         ctx.wake_layer(key_of(layer))
     for run in ctx.inventory.runs:

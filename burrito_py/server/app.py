@@ -27,7 +27,8 @@ from burrito_py.gitproviders.base import BadPullRequest, CommentEvent, PullReque
 from burrito_py.gitproviders.delivery import Delivery, comment_event, pull_request_event
 from burrito_py.kube.client import Kube, KubeError, crd_path
 from burrito_py.pullrequests.commands import command_line, comment_approval, is_command, parse
-from burrito_py.pullrequests.forks import approval_change
+from burrito_py.pullrequests.events import older, pull_request_write
+from burrito_py.pullrequests.writes import write_pull_request
 from burrito_py.server.ratelimit import SourceLimiter, source_of
 from burrito_py.server.settings import ServerSettings
 from burrito_py.server.webhook_index import WebhookIndex
@@ -38,7 +39,7 @@ from burrito_py.server.webhooks import (
     read_delivery,
     verified_by,
 )
-from burrito_py.timeutil import format_time_precise, parse_time, utcnow
+from burrito_py.timeutil import format_time_precise, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -187,31 +188,12 @@ class Webhooks:
             if not (((repository.get("spec") or {}).get("pullRequests") or {}).get("enabled")):
                 skipped.append(_name(repository))
                 continue
-            name = pull_request_name(meta["name"], event.number)
-            spec: dict[str, Any] = {
-                "provider": event.provider, "repository": meta["name"], "project": event.project,
-                "number": event.number, "base": event.base, "headBranch": event.head_branch,
-                "headSha": event.head_sha, "state": {"closed": "closed", "merged": "merged"}.get(event.action, "open"),
-                "title": event.title[:1024], "url": event.url, "fromFork": event.from_fork}
-            if event.author:
-                spec["author"] = event.author[:255]
-            if event.updated_at:
-                spec["updatedAt"] = event.updated_at
-            # A label event may approve (or withdraw the approval of) a fork's head (pullrequests/forks.py).
-            change = approval_change(event, (repository.get("spec") or {}).get("pullRequests"))
-            if change.action == "set":
-                spec["approval"] = dict(change.approval or {})
-            elif change.action == "clear":
-                spec["approval"] = None
-            # Gitea's label events list every label: one without the label withdraws a label's approval, not an
-            # approval given by a `/burrito-py approve` comment (only an explicit removal of the label does).
-            spare = change.action == "clear" and not event.removed
-            if change.why:
+            write = pull_request_write(event, meta["name"], (repository.get("spec") or {}).get("pullRequests"))
+            if write.approval_note:
                 log.info("webhook: %s pull request #%d label event for %s/%s: %s", event.provider, event.number,
-                         meta["namespace"], meta["name"], change.why)
-            outcome = await self._write_pull_request(meta["namespace"], name, spec,
-                                                     create=event.action not in ("closed", "merged"),
-                                                     spare_comment_approval=spare)
+                         meta["namespace"], meta["name"], write.approval_note)
+            outcome = await write_pull_request(self.kube, meta["namespace"], write)
+            name = write.name
             if outcome == "written":
                 written.append(f"{meta['namespace']}/{name}")
             elif outcome == "stale":
@@ -266,7 +248,7 @@ class Webhooks:
             commands = list(spec.get("commands") or ())
             if any(str(c.get("id")) == event.comment_id for c in commands):
                 return "duplicate"
-            if len(commands) >= COMMANDS_KEPT and _older(event.created_at or None, commands[0].get("at")):
+            if len(commands) >= COMMANDS_KEPT and older(event.created_at or None, commands[0].get("at")):
                 return "old"  # dropped from the list long ago: answered then
             entry: dict[str, Any] = {"id": event.comment_id[:64], "by": event.sender[:255],
                                      "text": command_line(event.body), "headSha": spec.get("headSha")}
@@ -278,7 +260,7 @@ class Webhooks:
             parsed = parse(event.body)
             if parsed.command is not None and parsed.command.verb == "approve":
                 verdict = comment_approval(spec, settings, event.sender, event.comment_id, event.created_at,
-                                           event.head_sha, _older(event.created_at or None, spec.get("updatedAt")))
+                                           event.head_sha, older(event.created_at or None, spec.get("updatedAt")))
                 entry["note"] = verdict.why[:500]
                 if verdict.approval is not None:
                     patch.setdefault("spec", {})["approval"] = dict(verdict.approval)
@@ -292,48 +274,6 @@ class Webhooks:
                 if exc.status != 409 or attempt == 4:
                     raise
         raise AssertionError("unreachable")
-
-    async def _write_pull_request(self, namespace: str, name: str, spec: dict[str, Any], create: bool,
-                                  spare_comment_approval: bool = False) -> str:
-        """"written", "stale" (it records a newer event) or "absent" (a close of one never seen). The spec is
-        replaced under the resourceVersion it was compared at, so two replicas never interleave."""
-        resource = crd_path("terraformpullrequests", namespace, name)
-        if create:
-            body = {"apiVersion": f"{ann.GROUP}/{ann.VERSION}", "kind": "TerraformPullRequest",
-                    "metadata": {"name": name, "namespace": namespace},
-                    "spec": {k: v for k, v in spec.items() if v is not None}}
-            try:
-                await self.kube.create(crd_path("terraformpullrequests", namespace), body)
-                return "written"
-            except KubeError as exc:
-                if exc.status != 409:
-                    raise
-        for attempt in range(5):
-            held = await self.kube.get(resource)
-            if held is None:
-                return "absent"
-            if _older(spec.get("updatedAt"), (held.get("spec") or {}).get("updatedAt")):
-                return "stale"
-            held_approval = (held.get("spec") or {}).get("approval") or {}
-            written = ({k: v for k, v in spec.items() if k != "approval"}
-                       if spare_comment_approval and held_approval.get("comment") else spec)
-            patch = {"metadata": {"resourceVersion": held["metadata"]["resourceVersion"]}, "spec": written}
-            try:
-                await self.kube.merge_patch(resource, patch)
-                return "written"
-            except KubeError as exc:
-                if exc.status == 404:
-                    return "absent"
-                if exc.status != 409 or attempt == 4:
-                    raise
-        raise AssertionError("unreachable")
-
-
-def _older(event: str | None, recorded: str | None) -> bool:
-    """Whether an event's time is before the recorded one (either unknown: not older, as before times were kept).
-    Equal times are accepted: providers write whole seconds, and two events in one second must both count."""
-    when, then = parse_time(event), parse_time(recorded)
-    return when is not None and then is not None and when < then
 
 
 def create_app(

@@ -30,16 +30,27 @@ class BadDelivery(Exception):
 def read_delivery(headers: Mapping[str, str], body: bytes) -> Delivery:
     """`headers` with lower-case names. Raises BadDelivery naming what is wrong."""
     detected = registry.detect(headers)
-    if detected is None:
-        raise BadDelivery(f"not a webhook delivery: no {registry.event_headers()} header")
-    provider, event, delivery_id = detected
     try:
         payload = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
+        if detected is None:
+            raise BadDelivery(_not_a_delivery()) from None
         raise BadDelivery(f"the body is not valid JSON: {exc}") from None
     if not isinstance(payload, dict):
-        raise BadDelivery("the body is not a JSON object")
+        raise BadDelivery(_not_a_delivery() if detected is None else "the body is not a JSON object")
+    if detected is None:
+        # No provider's header: a provider told by its body (Azure DevOps' service hooks) may claim it.
+        detected = registry.detect_body(headers, payload)
+        if detected is None:
+            raise BadDelivery(_not_a_delivery())
+    provider, event, delivery_id = detected
     return Delivery(provider.name, event, delivery_id, payload)
+
+
+def _not_a_delivery() -> str:
+    # Asked each time: the registry's providers are read when the message is written.
+    return (f"not a webhook delivery: no {registry.event_headers()} header, and no provider's service hook body "
+            "(publisherId, eventType)")
 
 
 def signature_valid(delivery: Delivery, headers: Mapping[str, str], body: bytes, key: bytes) -> bool:

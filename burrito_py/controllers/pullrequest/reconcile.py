@@ -439,7 +439,7 @@ async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Ma
             publish, client, marker(decision.results.repository, decision.results.number), body,
             comment.get("id"), comment.get("digest"), head, statuses, sent)
     except OutboundRefused as exc:
-        return Cond("Published", False, "AddressNotAllowed", f"{_api_field(settings)}: {exc}")
+        return Cond("Published", False, "AddressNotAllowed", f"{api_field(settings)}: {exc}")
     except ProviderError as exc:
         return Cond("Published", False, "ProviderError", str(exc))
     finally:
@@ -460,14 +460,14 @@ async def _client(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str
     try:
         api_url = str(settings.get("apiUrl") or default_api_url(
             provider, str(((repository.get("spec") or {}).get("repository") or {}).get("url") or "")))
-        tokens = await _tokens(ctx, repository, provider, api_url)
+        tokens = await provider_tokens(ctx, repository, provider, api_url)
         # An App's token exchange is the first call: in the thread, as every call to the provider.
         return await asyncio.to_thread(client_for, provider, api_url, str(spec["project"]), int(spec["number"]),
                                        tokens, outbound=ctx.settings.outbound_policy())
     except HostNotAllowed as exc:  # before any call: the credentials never left
         return Cond("Published", False, "HostNotAllowed", str(exc))
     except OutboundRefused as exc:
-        return Cond("Published", False, "AddressNotAllowed", f"{_api_field(settings)}: {exc}")
+        return Cond("Published", False, "AddressNotAllowed", f"{api_field(settings)}: {exc}")
     except ProviderError as exc:
         return Cond("Published", False, "ProviderError", str(exc))
     except (CredentialsError, GitCredentialsError, ValueError) as exc:
@@ -538,12 +538,12 @@ async def _may_update(ctx: Context, identity: tuple[str, tuple[str, ...]], names
     return bool((answer.get("status") or {}).get("allowed"))
 
 
-def _api_field(settings: Mapping[str, Any]) -> str:
+def api_field(settings: Mapping[str, Any]) -> str:
     """Which field a refusal of the API's destination is about."""
     return "spec.pullRequests.apiUrl" if settings.get("apiUrl") else "spec.repository.url (the default apiUrl)"
 
 
-async def _tokens(ctx: Context, repository: Mapping[str, Any], provider: str, api_url: str) -> TokenSource:
+async def provider_tokens(ctx: Context, repository: Mapping[str, Any], provider: str, api_url: str) -> TokenSource:
     """The token source for `api_url`; HostNotAllowed when the Secret's `allowedHosts` does not name its host."""
     meta = repository["metadata"]
     source = (repository.get("spec") or {}).get("repository") or {}
@@ -561,7 +561,7 @@ async def _tokens(ctx: Context, repository: Mapping[str, Any], provider: str, ap
     held = ctx.pull_request_memory.tokens.get(cache_key)
     if held is None:
         held = provider_token_source(secret, provider, api_url, str(secret_name or ""),
-                                     field=_api_field(_settings(repository)), outbound=ctx.settings.outbound_policy())
+                                     field=api_field(_settings(repository)), outbound=ctx.settings.outbound_policy())
         ctx.pull_request_memory.tokens[cache_key] = held
     return held
 

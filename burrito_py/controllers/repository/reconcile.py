@@ -40,6 +40,8 @@ from burrito_py.kube.conditions import Cond, merge_conditions
 from burrito_py.kube.events import post_event
 from burrito_py.kube.inventory import Body, Key, key_of
 from burrito_py.outbound import OutboundPolicy, OutboundRefused
+from burrito_py.pullrequests.poll import CONDITION as POLLED
+from burrito_py.pullrequests.poll import polling
 from burrito_py.timeutil import format_time_precise, utcnow
 
 log = logging.getLogger(__name__)
@@ -295,20 +297,28 @@ async def _write_status(
     ctx: Context, repository: Body, state: str, branches: list[Body], synced: Cond, now: datetime, webhooks: Cond,
     generated: Cond | None = None,
 ) -> None:
-    old = repository.get("status") or {}
-    status = {
-        "state": state,
-        "branches": branches,
-        "conditions": merge_conditions(old.get("conditions"), (synced, webhooks, *([generated] if generated else ())),
-                                       now),
-    }
-    if all(status[k] == old.get(k) for k in status):
-        return
-    meta = repository["metadata"]
-    updated = await ctx.kube.merge_patch(
-        crd_path("terraformrepositories", meta["namespace"], meta["name"], "status"), {"status": status}
-    )
-    ctx.inventory.repositories.observe(updated)
+    key = key_of(repository)
+    async with ctx.repository_status_lock(key):
+        # The latest copy: the pull request poll (controllers/pullrequest/poll.py) may have written its condition
+        # since this reconcile began, and keeps it while the repository polls.
+        current = ctx.inventory.repositories.get(key) or repository
+        old = current.get("status") or {}
+        polled = [Cond(str(c.get("type")), c.get("status") == "True", str(c.get("reason") or ""),
+                       str(c.get("message") or "")) for c in old.get("conditions") or ()
+                  if c.get("type") == POLLED and polling(current)]
+        status = {
+            "state": state,
+            "branches": branches,
+            "conditions": merge_conditions(old.get("conditions"),
+                                           (synced, webhooks, *([generated] if generated else ()), *polled), now),
+        }
+        if all(status[k] == old.get(k) for k in status):
+            return
+        meta = repository["metadata"]
+        updated = await ctx.kube.merge_patch(
+            crd_path("terraformrepositories", meta["namespace"], meta["name"], "status"), {"status": status}
+        )
+        ctx.inventory.repositories.observe(updated)
     old_synced = next((c for c in old.get("conditions") or () if c.get("type") == "Synced"), None)
     if not synced.status and (old_synced is None or old_synced.get("message") != synced.message):
         await post_event(ctx.kube, repository, "Warning", synced.reason, synced.message)

@@ -65,6 +65,7 @@ def world(apiserver: ApiServer, tmp_path: Path) -> Iterator[tuple[ApiServer, htt
         ("default", "unsigned", "https://github.com/org/unsigned", None),
         ("default", "bb", "https://bitbucket.org/team/infra.git", "bb-secret"),
         ("default", "bbdc", "ssh://git@bitbucket.example:7999/team/infra.git", "bbdc-secret"),
+        ("default", "ado", "https://dev.azure.com/contoso/Platform/_git/infra", "ado-secret"),
     ):
         applier.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         source: dict[str, Any] = {"url": url}
@@ -422,3 +423,56 @@ def test_a_burst_of_unsigned_deliveries_reads_nothing_from_the_api_and_is_thrott
         signed = http.post("/api/webhook", content=body, headers={**github(body, "right", "from-the-provider"),
                                                                   "X-Forwarded-For": "140.82.115.1"})
         assert signed.status_code == 202, signed.text
+
+
+def azure_pull_request(fork: bool = False, number: int = 21) -> bytes:
+    repository = {"id": "r-1", "name": "infra", "remoteUrl": "https://contoso@dev.azure.com/contoso/Platform/_git/infra",
+                  "webUrl": "https://dev.azure.com/contoso/Platform/_git/infra"}
+    resource: dict[str, Any] = {
+        "pullRequestId": number, "status": "active", "title": "t", "repository": repository,
+        "sourceRefName": "refs/heads/topic", "targetRefName": "refs/heads/main",
+        "lastMergeSourceCommit": {"commitId": "0123456789abcdef"}, "createdBy": {"uniqueName": "ann@contoso.com"}}
+    if fork:
+        resource["forkSource"] = {"name": "refs/heads/topic", "repository": {**repository, "id": "r-2"}}
+    return json.dumps({"id": f"evt-{number}", "eventType": "git.pullrequest.created", "publisherId": "tfs",
+                       "resource": resource, "createdDate": "2026-03-01T10:00:00.123Z"}).encode()
+
+
+def azure(password: str | None, user: str = "burrito") -> dict[str, str]:
+    """A service hook's headers: no header of its own, only its basic authentication (when set)."""
+    headers = {"Content-Type": "application/json; charset=utf-8"}
+    if password is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    return headers
+
+
+def test_azure_devops_service_hooks_are_told_by_their_body_and_verified_by_basic_auth(
+        world: tuple[ApiServer, httpx.Client]) -> None:
+    """Issue 30 item 6, the attack: a forged Azure DevOps service hook (no authentication, a wrong password, the
+    right password in a Bearer header, a malformed one) is the one 401 and writes nothing; the hook's own basic
+    authentication writes the pull request, whatever its user name, and a fork is recorded as one."""
+    api, http = world
+
+    def prs() -> dict[str, dict[str, Any]]:
+        return {o["metadata"]["name"]: o["spec"] for o in api.list_objects(ann.API_VERSION, "terraformpullrequests")}
+
+    body = azure_pull_request()
+    forged = [azure(None), azure("wrong"), azure("ado-secret-"), azure(""),
+              {"Authorization": "Bearer ado-secret"}, {"Authorization": "Basic !!!"},
+              {"Authorization": "Basic " + base64.b64encode(b"ado-secret").decode()}]  # no user:password form
+    for headers in forged:
+        api.clear_requests()
+        answer = http.post("/api/webhook", content=body, headers=headers)
+        assert answer.status_code == 401, (headers, answer.text)
+        assert not [r for r in api.requests if r.method in ("POST", "PATCH")] and prs() == {}
+    answer = http.post("/api/webhook", content=body, headers=azure("ado-secret", user="anyone"))
+    assert answer.status_code == 202, answer.text
+    spec = prs()["ado-pr-21"]
+    assert (spec["provider"], spec["project"], spec["headSha"], spec["base"], spec["fromFork"]) == (
+        "azure-devops", "contoso/Platform/infra", "0123456789abcdef", "main", False)
+    fork = azure_pull_request(fork=True, number=22)
+    assert http.post("/api/webhook", content=fork, headers=azure("ado-secret")).status_code == 202
+    assert prs()["ado-pr-22"]["fromFork"] is True
+    # A body no provider claims, with no provider's header, is still a 400 naming what is missing.
+    answer = http.post("/api/webhook", content=b'{"eventType": "git.push"}', headers=azure("ado-secret"))
+    assert answer.status_code == 400 and "publisherId" in answer.json()["error"]

@@ -1,6 +1,8 @@
-"""A fake GitHub, GitLab, Gitea or Bitbucket (Cloud, Data Center) API on loopback: comments (GitHub issue comments,
-GitLab notes) listed with each provider's paging, created and edited; commit statuses; rate limits when asked; every
-call recorded with its time. Answers follow the providers' documented shapes as far as the clients read them."""
+"""A fake GitHub, GitLab, Gitea, Bitbucket (Cloud, Data Center) or Azure DevOps API on loopback: comments (GitHub
+issue comments, GitLab notes, Azure DevOps threads) listed with each provider's paging, created and edited; commit
+statuses; rate limits when asked; every call recorded with its time; pull requests (GitHub, Gitea, GitLab) opened,
+pushed to, closed and merged by the test (`open_pull`, `push`, `close`) and listed as the poll reads them
+(docs/architecture.md §11.3). Answers follow the providers' documented shapes as far as the clients read them."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
@@ -38,6 +41,59 @@ class Fake:
     mergeable: bool | None = True
     behind: int = 0
     versions: dict[int, int] = field(default_factory=dict)  # Bitbucket Data Center: each comment's version
+    # Pull requests (GitHub, Gitea, GitLab), by number: what `open_pull`, `push` and `close` made of them.
+    pulls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    project: str = "team/infra"
+    retry_after: str = ""  # answer a rate limit with this Retry-After (default: GitHub 1, the others 2)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    clock: datetime = field(default_factory=lambda: datetime(2030, 1, 1, tzinfo=UTC))
+
+    def _tick(self) -> str:
+        # Each change one second later than the last: the providers write whole seconds.
+        self.clock += timedelta(seconds=1)
+        return self.clock.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def open_pull(self, number: int, head_sha: str, *, base: str = "main", head_branch: str = "feature",
+                  title: str = "A change", fork: bool = False, author: str = "author") -> None:
+        with self.lock:
+            self.pulls[number] = {"number": number, "base": base, "head_branch": head_branch, "head_sha": head_sha,
+                                  "title": title, "state": "open", "fork": fork, "author": author,
+                                  "updated_at": self._tick()}
+
+    def push(self, number: int, head_sha: str) -> None:
+        with self.lock:
+            self.pulls[number].update(head_sha=head_sha, updated_at=self._tick())
+
+    def close(self, number: int, *, merged: bool = False) -> None:
+        with self.lock:
+            self.pulls[number].update(state="merged" if merged else "closed", updated_at=self._tick())
+
+    def retitle(self, number: int, title: str) -> None:
+        with self.lock:
+            self.pulls[number].update(title=title, updated_at=self._tick())
+
+    def github_pull(self, number: int, host: str) -> dict[str, Any]:
+        pull = self.pulls[number]
+        tip = "1" * 40
+        base_repo = {"id": 1, "full_name": self.project}
+        head_repo = {"id": 2, "full_name": "someone/infra", "fork": True} if pull["fork"] else base_repo
+        return {"number": number, "state": "open" if pull["state"] == "open" else "closed",
+                "merged": pull["state"] == "merged", "title": pull["title"],
+                "html_url": f"http://{host}/{self.project}/pull/{number}", "updated_at": pull["updated_at"],
+                "user": {"login": pull["author"]},
+                "head": {"ref": pull["head_branch"], "sha": pull["head_sha"], "repo": head_repo},
+                "base": {"ref": pull["base"], "sha": tip, "repo": base_repo},
+                "mergeable": self.mergeable, "merge_base": tip if not self.behind else "2" * 40}
+
+    def gitlab_mr(self, number: int, host: str) -> dict[str, Any]:
+        pull = self.pulls[number]
+        status = {True: "mergeable", False: "conflict", None: "checking"}[self.mergeable]
+        return {"iid": number, "state": {"open": "opened"}.get(pull["state"], pull["state"]),
+                "target_branch": pull["base"], "source_branch": pull["head_branch"], "sha": pull["head_sha"],
+                "title": pull["title"], "web_url": f"http://{host}/{self.project}/-/merge_requests/{number}",
+                "updated_at": pull["updated_at"], "target_project_id": 1, "source_project_id": 2 if pull["fork"] else 1,
+                "author": {"username": pull["author"]}, "detailed_merge_status": status,
+                "diverged_commits_count": self.behind}
 
 
 def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
@@ -65,14 +121,18 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
                 fake.limited -= 1
                 if fake.kind == "github":  # GitHub's secondary limit: 403 with Remaining 0 and Retry-After
                     return self._answer(403, {"message": "You have exceeded a secondary rate limit"},
-                                        {"X-RateLimit-Remaining": "0", "Retry-After": "1"})
-                return self._answer(429, {"message": "429 Too Many Requests"}, {"Retry-After": "2"})
+                                        {"X-RateLimit-Remaining": "0", "Retry-After": fake.retry_after or "1"})
+                return self._answer(429, {"message": "429 Too Many Requests"}, {"Retry-After": fake.retry_after or "2"})
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else {}
             if fake.kind == "bitbucket":
                 return self._bitbucket(method, path, query, body)
             if fake.kind == "bitbucket-datacenter":
                 return self._bitbucket_datacenter(method, path, query, body)
+            if fake.kind == "azure-devops":
+                return self._azure_devops(method, path, query, body)
+            if method == "GET" and (listing := self._pulls(path, query)):
+                return listing
             if re.fullmatch(r".*/(comments|notes)", path) and method == "GET":
                 items = sorted(fake.comments.items())
                 if fake.kind == "github":
@@ -129,6 +189,48 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
                 fake.statuses.append({**body, "sha": path.rsplit("/", 1)[1]})
                 return self._answer(201, {"id": len(fake.statuses), **body})
             return self._answer(404, {"message": "Not Found"})
+
+        def _pulls(self, path: str, query: dict[str, str]) -> bool:
+            """GitHub's and Gitea's `pulls` and GitLab's `merge_requests`: a listing of the open ones (GitHub
+            `per_page` with `Link`, Gitea `page`/`limit`, GitLab `per_page`/`page` with `X-Next-Page`) and one by
+            number (404 for one it does not have). False when `path` is none of them, or the fake has no pull
+            requests (then `pulls/{n}` and `merge_requests/{iid}` answer the review facts' shape below)."""
+            host = self.headers["Host"]
+            with fake.lock:
+                if fake.kind in ("github", "gitea") and re.fullmatch(r".*/repos/[^/]+/[^/]+/pulls", path):
+                    assert query.get("state") == "open"
+                    numbers = sorted(n for n, p in fake.pulls.items() if p["state"] == "open")
+                    page = int(query.get("page", "1"))
+                    size = int(query.get("per_page" if fake.kind == "github" else "limit", "30"))
+                    chunk = [fake.github_pull(n, host) for n in numbers[(page - 1) * size:page * size]]
+                    more = page * size < len(numbers)
+                    link = {"Link": f'<http://{host}{path}?state=open&per_page={size}&page={page + 1}>; rel="next"'}
+                    self._answer(200, chunk, link if more and fake.kind == "github" else {})
+                    return True
+                found = re.fullmatch(r".*/repos/[^/]+/[^/]+/pulls/(\d+)", path)
+                if fake.kind in ("github", "gitea") and found and fake.pulls:  # else: the review facts' shape
+                    number = int(found.group(1))
+                    if number not in fake.pulls:
+                        self._answer(404, {"message": "Not Found"})
+                    else:
+                        self._answer(200, fake.github_pull(number, host))
+                    return True
+                if fake.kind == "gitlab" and re.fullmatch(r".*/projects/[^/]+/merge_requests", path):
+                    assert query.get("state") == "opened"
+                    numbers = sorted(n for n, p in fake.pulls.items() if p["state"] == "open")
+                    page, size = int(query.get("page", "1")), int(query.get("per_page", "20"))
+                    chunk = [fake.gitlab_mr(n, host) for n in numbers[(page - 1) * size:page * size]]
+                    self._answer(200, chunk, {"X-Next-Page": str(page + 1) if page * size < len(numbers) else ""})
+                    return True
+                found = re.fullmatch(r".*/projects/[^/]+/merge_requests/(\d+)", path)
+                if fake.kind == "gitlab" and found and fake.pulls:
+                    number = int(found.group(1))
+                    if number not in fake.pulls:
+                        self._answer(404, {"message": "404 Not found"})
+                    else:
+                        self._answer(200, fake.gitlab_mr(number, host))
+                    return True
+            return False
 
         def _bitbucket(self, method: str, path: str, query: dict[str, str], body: Any) -> None:
             """Bitbucket Cloud's API 2.0: paged `values` with a `next` URL, comments' `content.raw`, build
@@ -224,6 +326,40 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
             if method == "GET" and re.fullmatch(r".*/repos/[^/]+/commits", path):
                 return paged([{"id": f"{i:040x}"} for i in range(fake.behind)])
             return self._answer(404, {"errors": [{"message": "Not Found"}]})
+
+        def _azure_devops(self, method: str, path: str, query: dict[str, str], body: Any) -> None:
+            """Azure DevOps' REST API 7.1 under `/<org>/<project>/_apis/git/repositories/<repo>/pullRequests/<id>`:
+            threads (each comment here one thread, its first comment id 1), comment edits, pull request statuses
+            (`context.name`), the pull request (creator, reviewers' votes, mergeStatus). Every call names
+            `api-version`."""
+            if query.get("api-version") != "7.1":
+                return self._answer(400, {"message": "api-version is required"})
+            base = r".*/_apis/git/repositories/[^/]+/pullRequests/\d+"
+            if re.fullmatch(base + "/threads", path) and method == "GET":
+                threads = [{"id": t, "comments": [{"id": 1, "content": b, "commentType": "text"}]}
+                           for t, b in sorted(fake.comments.items())]
+                threads.append({"id": 1, "comments": [{"id": 1, "content": "voted", "commentType": "system"}]})
+                return self._answer(200, {"value": threads, "count": len(threads)})
+            if re.fullmatch(base + "/threads", path) and method == "POST":
+                fake.next_id += 1
+                fake.comments[fake.next_id] = body["comments"][0]["content"]
+                return self._answer(200, {"id": fake.next_id, "comments": [{"id": 1, **body["comments"][0]}]})
+            found = re.fullmatch(base + r"/threads/(\d+)/comments/1", path)
+            if found and method == "PATCH" and int(found.group(1)) in fake.comments:
+                fake.comments[int(found.group(1))] = body["content"]
+                return self._answer(200, {"id": 1, "content": body["content"]})
+            if re.fullmatch(base + "/statuses", path) and method == "POST":
+                if body.get("state") not in ("pending", "succeeded", "failed"):
+                    return self._answer(400, {"message": "state"})
+                fake.statuses.append({**body, "context": body["context"]["name"], "sha": ""})
+                return self._answer(200, {"id": len(fake.statuses), **body})
+            if re.fullmatch(base, path) and method == "GET":
+                status = {True: "succeeded", False: "conflicts", None: "queued"}[fake.mergeable]
+                reviewers = [{"uniqueName": u, "vote": 10} for u in fake.approved_by]
+                reviewers.append({"uniqueName": "someone@example.com", "vote": -5})
+                return self._answer(200, {"createdBy": {"uniqueName": fake.author}, "reviewers": reviewers,
+                                          "mergeStatus": status})
+            return self._answer(404, {"message": "Not Found"})
 
         def do_GET(self) -> None:
             self._handle("GET")

@@ -24,7 +24,7 @@ CONTROLLERS: list[Rule] = [
     (TF, "terraformlayers/status", "patch", ()),
     (TF, "terraformruns/status", "patch", ()),
     (TF, "terraformnotifiers/status", "patch", ()),  # a notifier's lastDelivery (controllers/layer/notifications.py)
-    (TF, "terraformpullrequests", "list watch", ()),
+    (TF, "terraformpullrequests", "get list watch create patch", ()),  # create, patch: pull request polls
     (TF, "terraformpullrequests/status", "patch", ()),
     (TF, "terraformplanpolicies", "list watch", ()),
     (TF, "terraformplanpolicies/status", "patch", ()),  # Ready: the policy compiles (planpolicy)
@@ -251,7 +251,7 @@ def test_runner_rules_match_the_runner_api_calls() -> None:
 def test_rule_counts_per_component() -> None:
     """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
     counts = grants_per_component(rendered("default"), RELEASE)
-    assert counts == {"controllers": 64, "server": 24, "datastore": 5, "runner": 3, "runner-pr": 3}
+    assert counts == {"controllers": 67, "server": 24, "datastore": 5, "runner": 3, "runner-pr": 3}
 
 
 def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:

@@ -48,12 +48,12 @@ def test_the_crd_enum_is_the_registrys_names() -> None:
     provider = schema["properties"]["spec"]["properties"]["provider"]
     assert tuple(provider["enum"]) == registry.names() == get_args(PullRequestProvider)
     # written from the list, as it was by hand
-    assert provider["description"] == "github, gitlab, gitea, bitbucket or bitbucket-datacenter."
+    assert provider["description"] == "github, gitlab, gitea, bitbucket, bitbucket-datacenter or azure-devops."
 
 
 def test_an_unknown_name_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown pull request provider 'sourcehut' \(expected one of github, "
-                                         r"gitlab, gitea, bitbucket, bitbucket-datacenter\)"):
+                                         r"gitlab, gitea, bitbucket, bitbucket-datacenter, azure-devops\)"):
         registry.provider_named("sourcehut")
     assert registry.find("sourcehut") is None
 
