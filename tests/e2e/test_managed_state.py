@@ -9,7 +9,6 @@ import json
 from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 import yaml
 
 from burrito_py.api import annotations as ann
@@ -17,13 +16,6 @@ from burrito_py.datastore.storage import FilesystemStorage
 from tests.support.git_repos import TestRepo
 
 from .conftest import Platform, wait_for
-
-
-@pytest.fixture
-def platform(emulator_platform: Platform) -> Platform:
-    """On the API emulator: written in the same stop as the e2e port to the real control plane, not ported
-    yet (docs/architecture.md §22.8)."""
-    return emulator_platform
 
 CODE = """
 variable "message" {
@@ -48,7 +40,7 @@ def admin(platform: Platform) -> dict[str, str]:
 
 def stored_versions(platform: Platform, layer: str) -> list[dict[str, object]]:
     """The version records the datastore keeps beside each state (after the filesystem's 45-byte object header)."""
-    versions = platform.workdir / "datastore" / "states" / "default" / layer / "versions"
+    versions = platform.workdir / "datastore" / "states" / platform.namespace / layer / "versions"
     return [json.loads(path.read_bytes()[45:]) for path in sorted(versions.glob("*.json"))]
 
 
@@ -59,7 +51,7 @@ def test_a_managed_layer_applies_twice_with_its_state_in_the_datastore(platform:
     platform.create_layer("managed", "repo", "layers/managed", auto_apply=True, state={"managed": True},
                           overrideRunnerSpec={})
     platform.wait_state("managed", "Idle", timeout=120)
-    url = f"{platform.datastore_url}/api/v1/layers/default/managed/state"
+    url = f"{platform.datastore_url}/api/v1/layers/{platform.namespace}/managed/state"
     first = httpx.get(url, headers=admin(platform))
     assert first.status_code == 200, first.text
     state = first.json()
@@ -111,21 +103,22 @@ def test_a_lock_left_by_a_pod_that_is_gone_is_released_and_the_layer_proceeds(
     layer; the retry plans and applies."""
     repo.commit({"layers/orphan/main.tf": CODE % "v1"}, "a managed layer")
     ghost = {"id": "ghost-lock", "info": {"ID": "ghost-lock", "Operation": "OperationTypeApply", "Who": "killed"},
-             "holder": "system:serviceaccount:default:burrito-py-runner", "run": "orphan-apply-old", "attempt": 1,
+             "holder": f"system:serviceaccount:{platform.namespace}:burrito-py-runner", "run": "orphan-apply-old",
+             "attempt": 1,
              "pod": "orphan-apply-old-1", "podUid": "0d7e2a52-0000-4000-8000-000000000000",
              "created": "2026-11-26T22:00:00Z"}
     storage = FilesystemStorage(platform.workdir / "datastore")
-    asyncio.run(storage.put("states/default/orphan/lock.json", _once(json.dumps(ghost).encode()), 65536))
+    asyncio.run(storage.put(f"states/{platform.namespace}/orphan/lock.json", _once(json.dumps(ghost).encode()), 65536))
     platform.create_repository("repo", repo.url)
     platform.create_layer("orphan", "repo", "layers/orphan", auto_apply=True, state={"managed": True},
                           overrideRunnerSpec={})
     platform.wait_state("orphan", "Idle", timeout=150)
-    events = platform.core.list_namespaced_event("default", field_selector="involvedObject.name=orphan").items
+    events = platform.core.list_namespaced_event(platform.namespace, field_selector="involvedObject.name=orphan").items
     released = [e.message for e in events if e.reason == "StateLockReleased"]
     assert released == ["state lock ghost-lock of run orphan-apply-old attempt 1 released: its runner pod "
                         "orphan-apply-old-1 is gone"], [(e.reason, e.message) for e in events]
     first_plan = platform.runs("orphan")[0]
     assert first_plan["status"]["attempts"][0]["exitCode"] == 1  # the attempt that met the lock
-    url = f"{platform.datastore_url}/api/v1/layers/default/orphan/state"
+    url = f"{platform.datastore_url}/api/v1/layers/{platform.namespace}/orphan/state"
     assert httpx.get(f"{url}/lock", headers=admin(platform)).status_code == 404
     assert httpx.get(url, headers=admin(platform)).json()["serial"] >= 1

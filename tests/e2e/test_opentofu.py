@@ -18,15 +18,9 @@ from burrito_py.datastore.in_process import free_port
 from tests.support.engines import OPENTOFU, engines_root, running_release_site
 from tests.support.fakes.tls import make_tls
 from tests.support.git_repos import TestRepo
+from tests.support.real_cluster import RealCluster
 
 from .conftest import Platform, layer_code, running_platform, wait_for
-
-
-@pytest.fixture
-def platform(emulator_platform: Platform) -> Platform:
-    """On the API emulator: written in the same stop as the e2e port to the real control plane, not ported
-    yet (docs/architecture.md §22.8)."""
-    return emulator_platform
 
 PASSPHRASE = "correct-horse-battery-staple-0123"
 
@@ -60,7 +54,7 @@ output "message" {
 
 
 def pod_logs(platform: Platform, layer: str) -> str:
-    return "\n".join(platform.core.read_namespaced_pod_log(pod.metadata.name, "default")
+    return "\n".join(platform.core.read_namespaced_pod_log(pod.metadata.name, platform.namespace)
                      for pod in platform.pods(layer))
 
 
@@ -120,7 +114,7 @@ def test_version_files_choose_the_version_and_a_missing_one_fails_naming_every_p
 
 
 @pytest.fixture
-def tool_mirrored(tmp_path: Path, repo: TestRepo) -> Iterator[tuple[Platform, Any]]:
+def tool_mirrored(tmp_path: Path, repo: TestRepo, real_cluster: RealCluster) -> Iterator[tuple[Platform, Any]]:
     """The datastore's tool cache over HTTPS, its upstream a release site serving the engines root's mirror/;
     runners told to install from it; nothing baked into them."""
     tls = make_tls(tmp_path / "tls")
@@ -132,7 +126,7 @@ def tool_mirrored(tmp_path: Path, repo: TestRepo) -> Iterator[tuple[Platform, An
                      "tool_cache_opentofu_index_url": f"{base}/tofu/api.json", "upstream_ca_file": tls.ca}
         with running_platform(tmp_path / "p", tmp_path / "kubeconfig", datastore=datastore,
                               tool_mirror_url=f"https://127.0.0.1:{port}/tools/v1/", mirror_ca_file=tls.ca,
-                              max_retries=0) as platform:
+                              max_retries=0, cluster=real_cluster) as platform:
             platform.create_repository("infra", repo.url)
             yield platform, site
 

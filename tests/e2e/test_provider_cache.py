@@ -143,7 +143,8 @@ def test_a_tampered_provider_archive_fails_the_run_saying_its_checksum_did_not_m
     assert not any((platform.workdir / "datastore" / "providers" / "archives").glob("*.zip"))
 
 
-def test_tofu_installs_registry_opentofu_org_providers_through_the_mirror(tmp_path: Path, repo: TestRepo) -> None:
+def test_tofu_installs_registry_opentofu_org_providers_through_the_mirror(tmp_path: Path, repo: TestRepo,
+                                                                          real_cluster: RealCluster) -> None:
     """OpenTofu 1.12.6 (from the engines root) installs a `registry.opentofu.org/…` provider through the datastore's
     network mirror, which reads it through from where the operator says that registry is served
     (`provider_cache_registry_urls`, the chart's providerCache.registryUrls) with the upstream's CA (issue 27)."""
@@ -156,7 +157,8 @@ def test_tofu_installs_registry_opentofu_org_providers_through_the_mirror(tmp_pa
                      "provider_cache_registry_urls": {registry: f"https://{served_at}"}, "upstream_ca_file": tls.ca}
         with running_platform(tmp_path / "p", tmp_path / "kubeconfig", datastore=datastore,
                               provider_mirror_url=f"https://127.0.0.1:{port}/providers/v1/",
-                              provider_mirror_registries=[registry], mirror_ca_file=tls.ca) as platform:
+                              provider_mirror_registries=[registry], mirror_ca_file=tls.ca,
+                              cluster=real_cluster) as platform:
             platform.create_repository("infra", repo.url)
             upstream.publish("test", "tiny", "1.0.0", content=python_provider(f"{registry}/test/tiny"))
             code = ('terraform {\n  required_providers {\n    tiny = { source = "test/tiny", version = "1.0.0" }\n'

@@ -21,6 +21,7 @@ import pytest
 from burrito_py.api import annotations as ann
 from burrito_py.timeutil import format_time, utcnow
 from tests.support.git_repos import TestRepo
+from tests.support.real_cluster import RealCluster
 
 from .conftest import layer_code, wait_for
 from .test_fork_pull_requests import no_run_for, ours, wait_state
@@ -28,11 +29,11 @@ from .test_pull_requests import HOOK_SECRET, PROJECT, World, pr_runs, pull_reque
 
 
 @pytest.fixture(params=["github", "gitlab"])
-def world(request: pytest.FixtureRequest, tmp_path: Path, repo: TestRepo) -> Iterator[World]:
-    # On the emulator (cluster None): written in the same stop as the port to the real control plane (§22.8).
-    with pull_request_world(tmp_path, repo, request.param, None) as built:
+def world(request: pytest.FixtureRequest, tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
+          ) -> Iterator[World]:
+    with pull_request_world(tmp_path, repo, request.param, real_cluster) as built:
         built.platform.custom.patch_namespaced_custom_object(
-            ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra",
+            ann.GROUP, ann.VERSION, built.platform.namespace, "terraformrepositories", "infra",
             {"spec": {"pullRequests": {"commands": {"allowed": ["alice", "rita"]}}}})
         built.fake.permissions.update({"alice": "write", "rita": "read", "mallory": "write"})
         built.fake.members.update({1: 30, 2: 20, 3: 30})  # GitLab: alice Developer, rita Reporter, mallory
@@ -127,14 +128,14 @@ def test_a_plan_comment_plans_again_and_an_unauthorized_one_is_refused(world: Wo
     from kubernetes import client
 
     rbac = client.RbacAuthorizationV1Api(platform.core.api_client)
-    rbac.create_namespaced_role("default", {"metadata": {"name": "layer-editor"}, "rules": [
+    rbac.create_namespaced_role(platform.namespace, {"metadata": {"name": "layer-editor"}, "rules": [
         {"apiGroups": [ann.GROUP], "resources": ["terraformlayers"], "verbs": ["get", "update", "patch"]}]})
-    rbac.create_namespaced_role_binding("default", {
+    rbac.create_namespaced_role_binding(platform.namespace, {
         "metadata": {"name": "kate-edits-layers"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
                                                                "kind": "Role", "name": "layer-editor"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kate@example"}]})
     platform.custom.patch_namespaced_custom_object(
-        ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra",
+        ann.GROUP, ann.VERSION, platform.namespace, "terraformrepositories", "infra",
         {"spec": {"pullRequests": {"commands": {"kubernetes": [{"login": "kate", "user": "kate@example"},
                                                                {"login": "kurt", "user": "kurt@example"}]}}}})
     fake.permissions.update({"kate": "write", "kurt": "write"})
@@ -164,7 +165,7 @@ def test_a_forks_head_is_approved_for_planning_by_an_approvers_comment_and_only_
     """Issue 30 item 8: `/burrito-py approve` from one of the approvers plans the fork's head it saw; the author's
     own approve, or a plan command before the approval, plans nothing; a push waits for a new approval."""
     world.platform.custom.patch_namespaced_custom_object(
-        ann.GROUP, ann.VERSION, "default", "terraformrepositories", "infra",
+        ann.GROUP, ann.VERSION, world.platform.namespace, "terraformrepositories", "infra",
         {"spec": {"pullRequests": {"forks": {"policy": "RequireApproval", "approvers": ["maint"]}}}})
     head = world.push(5, {"layers/app/main.tf": layer_code("from a fork")}, "a fork's change")
     world.hook("opened", 5, head, fork=True, sender="mallory")

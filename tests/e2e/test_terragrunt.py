@@ -26,6 +26,7 @@ import pytest
 from burrito_py.api import annotations as ann
 from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo, make_repo
+from tests.support.real_cluster import RealCluster
 
 from .conftest import Platform, running_platform
 
@@ -104,13 +105,13 @@ def engines() -> Path:
 
 
 @pytest.fixture
-def world(tmp_path: Path, engines: Path) -> Iterator[tuple[Platform, TestRepo, Path]]:
+def world(tmp_path: Path, engines: Path, real_cluster: RealCluster) -> Iterator[tuple[Platform, TestRepo, Path]]:
     state = tmp_path / "state"
     repo = make_repo(tmp_path / "upstream")
     repo.commit({"root.hcl": ROOT_HCL.replace("@STATE@", str(state)), "modules/vpc/main.tf": vpc(),
                  "modules/app/main.tf": APP_TF, "live/vpc/terragrunt.hcl": VPC_UNIT,
                  "live/app/terragrunt.hcl": APP_UNIT}, "two units, app reads vpc's output")
-    with running_platform(tmp_path / "p", tmp_path / "kubeconfig") as platform:
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", cluster=real_cluster) as platform:
         platform.create_repository("infra", repo.url, terragrunt={"enabled": True, "version": "~> 1.1"})
         yield platform, repo, state
 
@@ -118,13 +119,13 @@ def world(tmp_path: Path, engines: Path) -> Iterator[tuple[Platform, TestRepo, P
 def create_layer(platform: Platform, name: str, path: str, engines: Path, **spec: Any) -> None:
     body = {
         "apiVersion": ann.API_VERSION, "kind": "TerraformLayer",
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": {"name": name, "namespace": platform.namespace},
         "spec": {"repository": {"name": "infra"}, "branch": "main", "path": path,
                  "remediationStrategy": {"autoApply": True},
                  "overrideRunnerSpec": {"env": [{"name": "BURRITO_RUNNER_TOOLS_PATH", "value": str(engines)}]},
                  **spec},
     }
-    platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformlayers", body)
+    platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace, "terraformlayers", body)
 
 
 def app_input(state: Path) -> str:
@@ -174,7 +175,8 @@ def test_units_apply_in_dependency_order_and_replan_on_what_they_read(
     record = json.loads(app["metadata"]["annotations"][ann.TERRAGRUNT])
     assert record["dependencies"] == [{"name": "vpc", "unit": "live/vpc", "block": "vpc", "outputs": ["vpc_id"]}]
     assert record["reads"] == ["modules/app", "root.hcl"] and record["problems"] == []
-    assert [(d["name"], d["reason"]) for d in app["status"]["dependencies"]] == [("default/vpc", "Satisfied")]
+    assert [(d["name"], d["reason"]) for d in app["status"]["dependencies"]] == [(f"{platform.namespace}/vpc",
+                                                                                  "Satisfied")]
     # Outputs recorded.
     secret = wait_for(lambda: _secret(platform, "app-outputs"), 30, 0.2, "the outputs Secret")
     assert base64.b64decode(secret["where"]).decode() == "app in vpc-1"
@@ -210,7 +212,7 @@ def _secret(platform: Platform, name: str) -> dict[str, str] | None:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        return dict(platform.core.read_namespaced_secret(name, "default").data or {})
+        return dict(platform.core.read_namespaced_secret(name, platform.namespace).data or {})
     except ApiException:
         return None
 
@@ -235,7 +237,8 @@ def test_an_escaping_unit_and_a_cycle_never_run(world: tuple[Platform, TestRepo,
                                "'../../../etc' leads above the repository root")
     for name in ("c1", "c2"):
         cycle = wait_for(lambda n=name: judged(n, "DependencyCycle"), 30, 0.2, f"{name}'s cycle")  # type: ignore[misc]
-        assert "default/c1 -> default/c2" in cycle["message"] or "default/c2 -> default/c1" in cycle["message"]
+        ns = platform.namespace
+        assert f"{ns}/c1 -> {ns}/c2" in cycle["message"] or f"{ns}/c2 -> {ns}/c1" in cycle["message"]
     # evil's problem came with its first branch-commit; c1 and c2 name no output of each other, so they wait for all
     # of them (terragrunt fetches them anyway), which never exist: not even a plan, before or after the cycle is seen.
     time.sleep(2)
@@ -243,7 +246,7 @@ def test_an_escaping_unit_and_a_cycle_never_run(world: tuple[Platform, TestRepo,
         assert platform.runs(name) == [], name
 
 
-def test_a_repository_generates_a_layer_per_unit(tmp_path: Path, engines: Path) -> None:
+def test_a_repository_generates_a_layer_per_unit(tmp_path: Path, engines: Path, real_cluster: RealCluster) -> None:
     """spec.layersFromUnits: one layer per unit under live/, applied in the units' order, a new unit's layer
     created, a removed unit's layer deleted."""
     state = tmp_path / "state"
@@ -251,14 +254,14 @@ def test_a_repository_generates_a_layer_per_unit(tmp_path: Path, engines: Path) 
     repo.commit({"root.hcl": ROOT_HCL.replace("@STATE@", str(state)), "modules/vpc/main.tf": vpc(),
                  "modules/app/main.tf": APP_TF, "live/vpc/terragrunt.hcl": VPC_UNIT,
                  "live/app/terragrunt.hcl": APP_UNIT, "other/terragrunt.hcl": VPC_UNIT}, "units")
-    with running_platform(tmp_path / "p", tmp_path / "kubeconfig") as platform:
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", cluster=real_cluster) as platform:
         platform.create_repository(
             "infra", repo.url, terragrunt={"enabled": True},
             overrideRunnerSpec={"env": [{"name": "BURRITO_RUNNER_TOOLS_PATH", "value": str(engines)}]},
             layersFromUnits={"branch": "main", "path": "live", "autoApply": True})
 
         def names() -> set[str]:
-            items = platform.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, "default",
+            items = platform.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
                                                                   "terraformlayers")["items"]
             return {i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp")}
 
@@ -272,7 +275,7 @@ def test_a_repository_generates_a_layer_per_unit(tmp_path: Path, engines: Path) 
         vpc_applied = applies(platform, "infra-live-vpc")[0]["status"]["attempts"][-1]["finishedAt"]
         assert applies(platform, "infra-live-app")[0]["metadata"]["annotations"][ann.RUN_CREATED_AT] >= \
             vpc_applied[:19]
-        repository = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, "default",
+        repository = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
                                                                   "terraformrepositories", "infra")
         generated = next(c for c in repository["status"]["conditions"] if c["type"] == "LayersGenerated")
         assert (generated["status"], generated["message"]) == ("True", "2 unit(s) under live")
