@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from croniter import croniter
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic.alias_generators import to_camel
 
@@ -51,6 +50,8 @@ PATTERN_EXPLANATIONS[DURATION_PATTERN] = "must be a Go-style duration in h, m an
 
 
 def _valid_cron(expression: str) -> str:
+    from croniter import croniter  # here, not at import: a runner start reads no cron expression
+
     if not croniter.is_valid(expression):
         raise ValueError(f"{expression!r} is not a valid cron expression")
     return expression

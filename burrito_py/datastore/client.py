@@ -16,7 +16,6 @@ from urllib.parse import quote
 
 import httpx
 
-from burrito_py.kube.kubeconfig import read_kubeconfig
 from burrito_py.kube.pod_paths import pod_path
 
 PlanFormat = Literal["bin", "json", "pretty", "short"]
@@ -515,5 +514,7 @@ def datastore_client(url: str, token_path: Path | None, kubeconfig: Path | None)
     token_file = token_path or (mounted if mounted.exists() else None)
     if token_file is not None:
         return DatastoreClient(url, token_file=token_file)
+    from burrito_py.kube.kubeconfig import read_kubeconfig  # here: it imports PyYAML, which runners do without
+
     token = read_kubeconfig(kubeconfig).token if kubeconfig is not None else None
     return DatastoreClient(url, token=token)

@@ -22,4 +22,4 @@ __all__ = ["NO_CHANGES", "plan_summary"]
 
 def plan_summary(plan: Mapping[str, Any]) -> str:
     """The plan model's summary (burrito_py/plans/model.py): one implementation for the runner and the rest."""
-    return parse_plan(plan).summary()
+    return parse_plan(plan, values=False).summary()  # the counts only: no value is read or masked

@@ -282,6 +282,10 @@ def prefetch_version(kind: ToolKind = "terraform") -> None:
     binary = shutil.which(BINARY[kind])
     if binary is None or binary in _prefetched or shutil.which("tenv") is not None:
         return
+    if _installed_candidates(kind):
+        # PATH is asked only when no installed version satisfies: with some at hand (a runner image's baked
+        # tools) the answer is seldom needed, and a Go process started for nothing costs a busy node's CPU.
+        return
     try:
         _prefetched[binary] = subprocess.Popen(
             _version_args(binary, kind), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

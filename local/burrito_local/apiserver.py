@@ -251,7 +251,7 @@ class ApiServer:
         }
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(yaml.safe_dump(config))
+        tmp.write_text(json.dumps(config, indent=2))  # JSON, which is YAML: runners read it without PyYAML
         tmp.replace(path)
         return path
 

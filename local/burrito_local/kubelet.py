@@ -58,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import os
 import re
@@ -71,7 +72,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-import yaml
 
 from burrito_local.container_runtime import (
     ContainerConfigError,
@@ -936,7 +936,8 @@ class LocalKubelet(LoopThread):
             "users": [{"name": "pod", "user": {"token": token}}],
             "contexts": [{"name": "pod", "context": {"cluster": "local", "user": "pod", "namespace": namespace}}],
         }
-        _write_atomically(path, yaml.safe_dump(config).encode())
+        # JSON, which is YAML: the runner reads it without PyYAML's parser (docs/architecture.md §9).
+        _write_atomically(path, json.dumps(config, indent=2).encode())
 
     async def _run_once(self, pod: Obj, container: Obj, argv: list[str], process_env: dict[str, str], cwd: Path,
                         log_path: Path, root: Path, runtime_name: str | None = None) -> None:

@@ -121,7 +121,7 @@ class ToolCache:
         name = f"{stem}_{platform}.zip"
         return name, f"{base}/{name}", f"{base}/{stem}_SHA256SUMS"
 
-    async def archive(self, tool: str, version: str, platform: str) -> tuple[str, AsyncIterator[bytes]]:
+    async def archive(self, tool: str, version: str, platform: str) -> tuple[str, AsyncIterator[bytes | memoryview]]:
         """(SHA-256, bytes) of the release archive, read through on first request."""
         self._tool(tool)
         if not STRICT_VERSION.fullmatch(version) or not PLATFORM.fullmatch(platform):

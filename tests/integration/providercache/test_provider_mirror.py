@@ -428,3 +428,62 @@ def test_the_mirror_keeps_its_archives_in_s3_like_every_datastore_object(tmp_pat
     stored = s3_bucket.keys()
     assert f"burrito/providers/archives/{sha}.zip" in stored
     assert sum(1 for r in upstream.requests if r.endswith(".zip")) == 1
+
+
+class _CountingStorage(FilesystemStorage):
+    """Counts the objects read, to see which requests the mirror answers from memory."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.reads: list[str] = []
+
+    async def read(self, key: str):  # type: ignore[no-untyped-def]
+        self.reads.append(key)
+        return await super().read(key)
+
+
+def test_warm_documents_come_from_memory_and_an_index_another_replica_refreshed_is_read_from_storage(
+        tmp_path: Path) -> None:
+    """A warm init's documents (the index within its TTL, the version document, the archive's pointer and h1) are
+    answered without a storage read; an index past its TTL is read from storage again, where another replica may
+    have refreshed it, before anyone asks upstream."""
+    tls = make_tls(tmp_path / "tls")
+    with running_upstream(tls, signed=False) as (upstream, served_at):
+        host = REGISTRY
+        upstream.publish("test", "alpha", "1.0.0", size=100_000)
+        clock = [1000.0]
+
+        async def scenario() -> None:
+            storage = _CountingStorage(tmp_path / "data")
+            registry = Upstream(ssl_context(tls.ca), registry_urls={host: f"https://{served_at}"})
+            ours = ProviderCache(storage, registry, [host], 600, now=lambda: clock[0])
+            theirs = ProviderCache(FilesystemStorage(tmp_path / "data"), registry, [host], 600, now=lambda: clock[0])
+            address = ProviderAddress.parse(host, "test", "alpha")
+            document = await ours.version(address, "1.0.0")  # a first init: the route lists the known h1 too
+            await ours.known_h1(document)
+            entry = document["platforms"]["linux_amd64"]
+            async for _ in await ours.archive(entry["sha256"], entry["filename"]):
+                pass
+            storage.reads.clear()
+            assert "1.0.0" in (await ours.index(address))["versions"]
+            assert await ours.version(address, "1.0.0") == document
+            assert entry["sha256"] in await ours.known_h1(document)
+            assert storage.reads == []  # all from memory
+            served = b"".join([bytes(chunk) async for chunk in await ours.archive(entry["sha256"], entry["filename"])])
+            assert hashlib.sha256(served).hexdigest() == entry["sha256"]
+            assert storage.reads == [f"providers/archives/{entry['sha256']}.zip"]  # the bytes only
+
+            clock[0] += 61  # the platforms nobody fetched: their pointers are looked at again, for an h1
+            storage.reads.clear()
+            await ours.known_h1(document)
+            assert len(storage.reads) == len(document["platforms"]) - 1
+
+            clock[0] += 601  # past the TTL: the other replica reads the index again first
+            await theirs.index(address)
+            upstream_reads = len(upstream.requests)
+            storage.reads.clear()
+            await ours.index(address)
+            assert storage.reads == [f"providers/meta/{address}/index.json"]
+            assert len(upstream.requests) == upstream_reads  # its fresh copy, not another upstream read
+
+        asyncio.run(scenario())

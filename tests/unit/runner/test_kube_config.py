@@ -92,3 +92,39 @@ def test_no_configuration_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(KubeError, match="no Kubernetes API configuration"):
         load_api_config()
+
+
+def test_json_kubeconfig_is_read_without_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local kubelet writes a pod's kubeconfig as JSON (which is YAML); the runner reads it with the json module
+    and never imports PyYAML for it. A flow-style YAML document that only looks like JSON still reads as YAML."""
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "kc.json"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "http://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "abc"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+    }))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    assert (load_api_config().server, load_api_config().token) == ("http://127.0.0.1:1", "abc")
+    script = ("import sys; from burrito_py.runner.kube import load_api_config; load_api_config(); "
+              "print('yaml' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+    flow = tmp_path / "kc.flow"
+    flow.write_text("{current-context: c, clusters: [{name: k, cluster: {server: 'http://127.0.0.1:2'}}], "
+                    "users: [{name: u, user: {token: t}}], contexts: [{name: c, context: {cluster: k, user: u}}]}\n")
+    monkeypatch.setenv("KUBECONFIG", str(flow))
+    assert load_api_config().server == "http://127.0.0.1:2"
+
+
+def test_kubeconfig_that_is_no_mapping_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "kc"
+    path.write_text("- just\n- a list\n")
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    with pytest.raises(KubeError, match="not a mapping"):
+        load_api_config()

@@ -100,3 +100,19 @@ def test_agrees_with_terraform_on_real_plans(tmp_path: Path) -> None:
     (tmp_path / "main.tf").write_text(V1)  # the state still holds V1: the V2 plan was not applied
     third, human = plan(tmp_path)
     assert plan_summary(third) == terraform_line(human) == NO_CHANGES
+
+
+def test_summary_reads_no_value() -> None:
+    """The runner counts: values (and their masking) are not read, and the counts are those of the full model."""
+    from burrito_py.plans.model import parse_plan
+
+    plan = {"resource_changes": [
+        {"address": "a.x", "change": {"actions": ["create"], "after": {"secret": "s3cr3t"},
+                                      "after_sensitive": {"secret": True}}},
+        {"address": "a.y", "change": {"actions": ["delete", "create"], "before": {"v": 1}, "after": {"v": 2}}},
+    ]}
+    light, full = parse_plan(plan, values=False), parse_plan(plan)
+    assert all(rc.before is None and rc.after is None and rc.after_unknown is None for rc in light.resource_changes)
+    assert full.resource_changes[0].after == {"secret": "(sensitive value)"}
+    assert light.counts == full.counts
+    assert plan_summary(plan) == full.summary() == "Plan: 2 to add, 0 to change, 1 to destroy"

@@ -332,6 +332,24 @@ def test_no_prefetch_with_tenv(tenv: Tenv, layer: Path, tmp_path: Path) -> None:
     assert not log.exists()
 
 
+def test_no_prefetch_when_versions_are_installed(bin_dir: Path, layer: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """With baked versions at hand PATH's terraform is asked only when none satisfies: no process is started for
+    nothing, and one that is needed still runs."""
+    from burrito_py.runner.tools import prefetch_version
+
+    log = tmp_path / "calls"
+    executable(bin_dir / "terraform", f'#!/bin/sh\necho "$*" >> {log}\necho \'{{"terraform_version": "1.5.7"}}\'\n')
+    baked = tmp_path / "baked"
+    executable(baked / "Terraform" / "1.11.4" / "terraform", "#!/bin/sh\n")
+    monkeypatch.setenv("BURRITO_RUNNER_TOOLS_PATH", str(baked))
+    prefetch_version("terraform")
+    assert tool_for("terraform", "1.11.4", layer).binary == str(baked / "Terraform" / "1.11.4" / "terraform")
+    assert not log.exists()
+    assert tool_for("terraform", "1.5.7", layer).binary == str(bin_dir / "terraform")
+    assert log.read_text() == "version -json\n"
+
+
 # -- the datastore's tool mirror --------------------------------------------------------------------
 MIRROR_TOKEN = "mirror-token-123"
 
