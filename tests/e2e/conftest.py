@@ -35,6 +35,7 @@ from burrito_py.outbound import LOOPBACK_NETWORKS
 from tests.support.controlplane import controlplane  # noqa: F401  (the session's control plane)
 from tests.support.emulator import wait_for
 from tests.support.engines import ENGINES, Engine, engines_root
+from tests.support.fault_proxy import FaultProxy
 from tests.support.git_repos import TestRepo, make_repo
 from tests.support.real_cluster import RealCluster
 
@@ -76,12 +77,22 @@ class Platform:
     controllers: ControllerThread | None  # None: the test runs its own (e.g. `controllers start` processes)
     settings: ControllerSettings
     namespace: str = "default"  # the test's namespace: its own on the real control plane
+    # The fault proxy the controllers talk to (`running_platform(..., fault_proxy=True)`, the real world only).
+    proxy: FaultProxy | None = None
+    controllers_kubeconfig: Path | None = None  # the controllers' (the proxy's address when there is one)
+    pod_logs: Path | None = None  # the kubelet's log files of this test's pods
 
     @property
     def emulator(self) -> ApiServer:
         """The emulator's internals, for the tests that need them (the emulator world only)."""
         assert self.api is not None, "this test needs the emulator world (running_platform(..., cluster=None))"
         return self.api
+
+    @property
+    def faults(self) -> FaultProxy:
+        """The fault proxy in front of kube-apiserver: its `inject_fault` and `requests` (the controllers' calls)."""
+        assert self.proxy is not None, "this test needs running_platform(..., cluster=..., fault_proxy=True)"
+        return self.proxy
 
     def api_http(self, token: str | None = None) -> httpx.Client:
         """The API over HTTP as the kubeconfig's user (the cluster admin's ServiceAccount, in both worlds), or as
@@ -190,20 +201,25 @@ def controller_settings(datastore_url: str, workdir: Path, **overrides: Any) -> 
 @contextlib.contextmanager
 def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = True, start_controllers: bool = True,
                      datastore: dict[str, Any] | None = None, kubelet_runtime: str = "process",
-                     cluster: RealCluster | None = None, **overrides: Any) -> Iterator[Platform]:
+                     cluster: RealCluster | None = None, fault_proxy: bool = False,
+                     **overrides: Any) -> Iterator[Platform]:
     """The harness: on `cluster` (the session's real control plane, §22.8) a fresh namespace of its own, else
     the emulator; the CRDs, the chart's admission policies (unless `admission_policy` is False, as on a
     cluster older than 1.30: the emulator world only, the real cluster has them once for the session), the
     datastore (`datastore`: further DatastoreSettings), the kubelet and the controllers (unless
     `start_controllers` is False: `settings` then says how to run them; on the real cluster they watch the
     test's namespace only). `kubelet_runtime` "podman" runs the emulator world's pods from their images
-    (docs/architecture.md §20)."""
+    (docs/architecture.md §20). `fault_proxy` (the real cluster only): the controllers talk to kube-apiserver
+    through a fault-injecting proxy (`Platform.faults`, tests/support/fault_proxy.py), everything else directly."""
+    if fault_proxy and cluster is None:
+        raise ValueError("the fault proxy stands in front of the real control plane: pass cluster=real_cluster")
     if cluster is not None:
         if not admission_policy:
             raise ValueError("the real cluster has the admission policies for the whole session: use the emulator")
         if kubelet_runtime != "process":
             raise ValueError("the real cluster's kubelet runs processes: use the emulator for kubelet_runtime")
-        with _real_platform(cluster, workdir, kubeconfig, start_controllers, datastore, overrides) as platform:
+        with _real_platform(cluster, workdir, kubeconfig, start_controllers, datastore, fault_proxy,
+                            overrides) as platform:
             yield platform
         return
     with contextlib.ExitStack() as stack:
@@ -238,12 +254,14 @@ def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = T
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
         stack.callback(api_client.close)
         yield Platform(api, datastore_url, kubeconfig, workdir, client.CustomObjectsApi(api_client),
-                       client.CoreV1Api(api_client), controllers, settings)
+                       client.CoreV1Api(api_client), controllers, settings, controllers_kubeconfig=kubeconfig,
+                       pod_logs=workdir / "pod-logs")
 
 
 @contextlib.contextmanager
 def _real_platform(cluster: RealCluster, workdir: Path, kubeconfig: Path, start_controllers: bool,
-                   datastore: dict[str, Any] | None, overrides: dict[str, Any]) -> Iterator[Platform]:
+                   datastore: dict[str, Any] | None, fault_proxy: bool, overrides: dict[str, Any],
+                   ) -> Iterator[Platform]:
     """On the session's control plane: the test's namespace (the chart's runner accounts and Roles in it),
     the datastore reviewing tokens with kube-apiserver, the controllers watching that namespace only (the
     objects earlier tests left in theirs are not reconciled). Leaving: the controllers stop, then the
@@ -260,14 +278,23 @@ def _real_platform(cluster: RealCluster, workdir: Path, kubeconfig: Path, start_
         # (in this process, own_namespace() is `default`, which every test of the session shares).
         own = {"namespaces": [namespace], "webhook_keys_namespace": namespace, "leader_election_namespace": namespace}
         settings = controller_settings(datastore_url, workdir, **{**own, **overrides})
-        controllers = ControllerThread(settings, kubeconfig) if start_controllers else None
+        proxy: FaultProxy | None = None
+        controllers_kubeconfig = kubeconfig
+        if fault_proxy:
+            pki = cluster.plane.pki
+            proxy = FaultProxy(cluster.plane.server, pki.ca_crt.read_bytes(), pki.ca_key.read_bytes(),
+                               workdir / "fault-proxy").start()
+            stack.callback(proxy.stop)
+            controllers_kubeconfig = proxy.write_kubeconfig(kubeconfig, workdir / "controllers.kubeconfig")
+        controllers = ControllerThread(settings, controllers_kubeconfig) if start_controllers else None
         if controllers is not None:
             controllers.start()
             stack.callback(controllers.stop)
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
         stack.callback(api_client.close)
         yield Platform(None, datastore_url, kubeconfig, workdir, client.CustomObjectsApi(api_client),
-                       client.CoreV1Api(api_client), controllers, settings, namespace)
+                       client.CoreV1Api(api_client), controllers, settings, namespace, proxy, controllers_kubeconfig,
+                       cluster.node.workdir / "pod-logs" / namespace)
 
 
 @pytest.fixture(scope="session")
@@ -291,6 +318,14 @@ def kubeconfig_path(tmp_path: Path) -> Path:
 def platform(tmp_path: Path, kubeconfig_path: Path, real_cluster: RealCluster) -> Iterator[Platform]:
     """The product on the session's real control plane, in a namespace of the test's own."""
     with running_platform(tmp_path, kubeconfig_path, cluster=real_cluster) as p:
+        yield p
+
+
+@pytest.fixture
+def fault_platform(tmp_path: Path, kubeconfig_path: Path, real_cluster: RealCluster) -> Iterator[Platform]:
+    """The product on the session's real control plane, its controllers behind the fault proxy
+    (`Platform.faults`: inject_fault, requests)."""
+    with running_platform(tmp_path, kubeconfig_path, cluster=real_cluster, fault_proxy=True) as p:
         yield p
 
 

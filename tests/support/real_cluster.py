@@ -179,6 +179,14 @@ class RealCluster:
                    self.admin.call("POST", _collection(obj, name), obj))
         return name
 
+    def restore_tenant_objects(self, namespace: str) -> None:
+        """Create again whichever of the chart's tenant objects a test deleted from `namespace` (409: still
+        there)."""
+        for template in self._tenant:
+            obj = _in_namespace(copy.deepcopy(template), namespace)
+            _check(f"create {obj['kind']} {namespace}/{obj['metadata']['name']}",
+                   self.admin.call("POST", _collection(obj, namespace), obj), ok=(200, 201, 409))
+
     def remove_namespace(self, namespace: str) -> None:
         """Delete `namespace` once its controllers are gone: their finalizers are stripped first (nobody is
         left to remove them), so the namespace controller can empty it; its pods end on the kubelet."""

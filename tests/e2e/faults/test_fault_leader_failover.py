@@ -5,6 +5,11 @@ reaches the datastore; a graceful stop hands over within 5 s; a fresh leader cre
 
 Short durations (lease 4 s, renew deadline 3 s, retry 0.5 s) keep this under ~2.5 minutes; the chart's
 defaults (15/10/2) are measured by tests/bench/bench_failover.py.
+
+The first two tests run on the real control plane (docs/architecture.md §22.8): the `controllers start` processes
+are the test's own children, as a pod's container is the kubelet's, so SIGKILL and SIGTERM go to them by pid; they
+watch the test's namespace and hold their Lease there; the second counts their requests through the fault proxy.
+The third runs `burrito-py dev --mode chart` on the emulator: its real-server twin is §22.4's integration test.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from kubernetes import client, config
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.client import datastore_client
 from tests.support.git_repos import TestRepo, make_repo
+from tests.support.real_cluster import RealCluster
 
 from ..conftest import Platform, running_platform, wait_for
 
@@ -73,15 +79,18 @@ class Controllers:
         settings = self.platform.settings
         self.starts += 1
         log = (self.workdir / f"{self.identity}-{self.starts}.log").open("wb")
+        namespace = self.platform.namespace
+        kubeconfig = self.platform.controllers_kubeconfig or self.platform.kubeconfig  # the proxy's, if any
         env = {
             **os.environ,
+            "BURRITO_PY_WEBHOOK_KEYS_NAMESPACE": namespace,  # this process's own namespace is the test's
             "BURRITO_PY_FAILURE_GRACE_PERIOD_CAP": "4s",
             "BURRITO_PY_RUNS_TO_KEEP": "1000",  # keep every run: each attempt's log is checked at the end
         }
         self.process = subprocess.Popen(
-            ["burrito-py", "controllers", "start", "--kubeconfig", str(self.platform.kubeconfig),
+            ["burrito-py", "controllers", "start", "--kubeconfig", str(kubeconfig), "--namespace", namespace,
              "--leader-election", "--leader-election-identity", self.identity,
-             "--leader-election-namespace", "default", "--leader-election-name", LEASE_NAME,
+             "--leader-election-namespace", namespace, "--leader-election-name", LEASE_NAME,
              "--lease-duration", str(self.timing[0]), "--renew-deadline", str(self.timing[1]),
              "--retry-period", str(self.timing[2]),
              "--datastore-url", settings.datastore_url, "--git-cache-dir", str(self.workdir / f"git-{self.identity}"),
@@ -140,13 +149,14 @@ def free_port() -> int:
 
 
 class Leases:
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path, namespace: str) -> None:
         self._client = config.new_client_from_config(config_file=str(kubeconfig))
         self._api = client.CoordinationV1Api(self._client)
+        self.namespace = namespace
 
     def holder(self) -> str:
         try:
-            lease = self._api.read_namespaced_lease(LEASE_NAME, "default")
+            lease = self._api.read_namespaced_lease(LEASE_NAME, self.namespace)
         except client.ApiException as exc:
             if exc.status == 404:
                 return ""
@@ -170,7 +180,7 @@ def live_runs_and_pods(platform: Platform) -> tuple[dict[str, int], dict[str, in
             layer = run["spec"]["layer"]["name"]
             runs[layer] = runs.get(layer, 0) + 1
     pods: dict[str, int] = {}
-    for pod in platform.core.list_namespaced_pod("default", label_selector=ann.LABEL_LAYER).items:
+    for pod in platform.core.list_namespaced_pod(platform.namespace, label_selector=ann.LABEL_LAYER).items:
         if pod.status.phase in ("Pending", "Running") and pod.metadata.deletion_timestamp is None:
             layer = pod.metadata.labels[ann.LABEL_LAYER]
             pods[layer] = pods.get(layer, 0) + 1
@@ -220,13 +230,16 @@ def _live_pod_exists(platform: Platform) -> bool:
     return any(live_runs_and_pods(platform)[1].values())
 
 
-def test_leader_failover_loses_and_repeats_nothing(tmp_path: Path) -> None:
+# Ten kill rounds, each waiting for a restarted standby and a live runner pod (on the real control plane a pod
+# goes through kube-scheduler and the node's kubelet): 4-5 minutes on 2 shared cores, over the suite's 300 s.
+@pytest.mark.timeout(600)
+def test_leader_failover_loses_and_repeats_nothing(tmp_path: Path, real_cluster: RealCluster) -> None:
     repo = make_repo(tmp_path / "upstream")
     committer = Committer(repo)
     committer.commit()
-    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", start_controllers=False) as platform, \
-            two_controllers(platform, tmp_path) as (a, b):
-        leases = Leases(platform.kubeconfig)
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", start_controllers=False,
+                          cluster=real_cluster) as platform, two_controllers(platform, tmp_path) as (a, b):
+        leases = Leases(platform.kubeconfig, platform.namespace)
         by_identity = {a.identity: a, b.identity: b}
         leader, _ = leases.wait_holder(set(by_identity), timeout=30)
         platform.create_repository("repo", repo.url)
@@ -293,7 +306,7 @@ def _every_attempt_logged(platform: Platform) -> None:
             assert status.get("state") in ("Succeeded", "Failed"), (run["metadata"]["name"], status)
             for attempt in status.get("attempts") or ():
                 assert attempt.get("logsUploaded"), (run["metadata"]["name"], attempt)
-                log = datastore.get_logs("default", run["spec"]["layer"]["name"], run["metadata"]["name"],
+                log = datastore.get_logs(platform.namespace, run["spec"]["layer"]["name"], run["metadata"]["name"],
                                          attempt["number"])
                 assert log, (run["metadata"]["name"], attempt)
                 attempts += 1
@@ -305,12 +318,14 @@ def _every_attempt_logged(platform: Platform) -> None:
 IDLE_LAYERS = 200
 
 
-def test_a_fresh_leader_creates_no_run_for_idle_layers(tmp_path: Path) -> None:
+def test_a_fresh_leader_creates_no_run_for_idle_layers(tmp_path: Path, real_cluster: RealCluster) -> None:
     repo = make_repo(tmp_path / "upstream")
     repo.commit({"layers/app/main.tf": SLOW_TF % "g1"}, "first")
-    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", start_controllers=False) as platform, \
-            two_controllers(platform, tmp_path) as (a, b):
-        leases = Leases(platform.kubeconfig)
+    # The controllers talk through the fault proxy: its log is the new leader's requests (and only theirs).
+    with running_platform(tmp_path / "p", tmp_path / "kubeconfig", start_controllers=False, cluster=real_cluster,
+                          fault_proxy=True) as platform, two_controllers(platform, tmp_path) as (a, b):
+        leases = Leases(platform.kubeconfig, platform.namespace)
+        namespace = platform.namespace
         by_identity = {a.identity: a, b.identity: b}
         platform.create_repository("repo", repo.url)
         platform.create_layer("seed", "repo", "layers/app", auto_apply=True)
@@ -320,9 +335,9 @@ def test_a_fresh_leader_creates_no_run_for_idle_layers(tmp_path: Path) -> None:
         seed = platform.layer("seed")
         annotations = {k: v for k, v in seed["metadata"]["annotations"].items() if k != ann.SYNC_NOW}
         for i in range(IDLE_LAYERS):
-            platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformlayers", {
+            platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, namespace, "terraformlayers", {
                 "apiVersion": ann.API_VERSION, "kind": "TerraformLayer",
-                "metadata": {"name": f"idle-{i:03d}", "namespace": "default", "annotations": annotations},
+                "metadata": {"name": f"idle-{i:03d}", "namespace": namespace, "annotations": annotations},
                 "spec": seed["spec"],
             })
         wait_for(lambda: _idle_count(platform) == IDLE_LAYERS + 1, 60, interval=0.5, what="every layer Idle")
@@ -332,14 +347,14 @@ def test_a_fresh_leader_creates_no_run_for_idle_layers(tmp_path: Path) -> None:
             leader = leases.holder()
             standby = next(i for i in by_identity if i != leader)
             by_identity[standby].wait_campaigning()
-            platform.api.clear_requests()
+            platform.faults.clear_requests()
             by_identity[leader].signal(signum)
             leases.wait_holder({standby}, timeout=LEASE + RENEW + 5)
             by_identity[leader].start()
             wait_for(lambda: any(r.method == "GET" and r.path.endswith("/terraformlayers")
-                                 for r in platform.api.requests), 10, interval=0.1, what="the new leader's listing")
+                                 for r in platform.faults.requests), 10, interval=0.1, what="the new leader's listing")
             time.sleep(3)  # it has decided every layer by now: a wrong decision would have created a run
-            creates = [r for r in platform.api.requests
+            creates = [r for r in platform.faults.requests
                        if r.method == "POST" and r.path.endswith("/terraformruns")]
             assert creates == [], (signum, creates)
             assert len(platform.runs()) == runs_before
@@ -349,7 +364,7 @@ def test_a_fresh_leader_creates_no_run_for_idle_layers(tmp_path: Path) -> None:
 
 def _idle_count(platform: Platform) -> int:
     items: list[dict[str, Any]] = platform.custom.list_namespaced_custom_object(
-        ann.GROUP, ann.VERSION, "default", "terraformlayers")["items"]
+        ann.GROUP, ann.VERSION, platform.namespace, "terraformlayers")["items"]
     return sum(1 for layer in items if (layer.get("status") or {}).get("state") == "Idle")
 
 

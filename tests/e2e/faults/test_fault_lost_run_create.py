@@ -14,25 +14,25 @@ from ..conftest import Platform
 
 
 @pytest.fixture
-def platform(emulator_platform: Platform) -> Platform:
-    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.8)."""
-    return emulator_platform
+def platform(fault_platform: Platform) -> Platform:
+    """On the real control plane, the controllers behind the fault proxy (docs/architecture.md §22.8)."""
+    return fault_platform
 
 
 def test_a_lost_create_response_makes_exactly_one_run(platform: Platform, repo: TestRepo):
-    platform.api.inject_fault("POST", r"/terraformruns$", status=500, after=True)
+    platform.faults.inject_fault("POST", r"/terraformruns$", status=500, after=True)
     platform.create_repository("repo", repo.url)
     platform.create_layer("app", "repo", "layers/app")  # manual approval: one plan run, then it waits
     platform.wait_state("app", "ApplyNeeded", timeout=90)
     time.sleep(2)  # room for a wrong controller to create a second run
     runs = platform.runs("app")
     assert [r["spec"]["action"] for r in runs] == ["plan"], [r["metadata"]["name"] for r in runs]
-    creates = [r for r in platform.api.requests if r.method == "POST" and r.path.endswith("/terraformruns")]
+    creates = [r for r in platform.faults.requests if r.method == "POST" and r.path.endswith("/terraformruns")]
     assert creates, "the run was asked for"
     assert runs[0]["status"]["state"] == "Succeeded"
     # The 500 was told on the layer (issue 25: a refused create is never silent); the run the API did create is the
     # layer's run, found by the watch (or, had the watch been later than the backoff, by the retry's 409).
-    reasons = [e.reason for e in platform.core.list_namespaced_event("default").items
+    reasons = [e.reason for e in platform.core.list_namespaced_event(platform.namespace).items
                if e.involved_object.name == "app"]
     assert reasons.count("RunCreationFailed") == 1, reasons
     status = platform.layer("app")["status"]

@@ -1,5 +1,6 @@
-"""Runner pods that disappear or cannot be created (issue 11, items 9 and 10), with real terraform, the
-emulator and the local kubelet. Each test asserts the outcome, not just the absence of an exception."""
+"""Runner pods that disappear or cannot be created (issue 11, items 9 and 10), with real terraform, the real
+control plane (the controllers behind the fault proxy, which counts their requests) and the local kubelet as
+its Node. Each test asserts the outcome, not just the absence of an exception."""
 
 from __future__ import annotations
 
@@ -7,23 +8,24 @@ import time
 from typing import Any
 
 import pytest
-from burrito_local.identity import RUNNER_ACCOUNT, admin_client, grant_runner_access
+from kubernetes import client
 
 from burrito_py.api import annotations as ann
+from burrito_py.controllers.run.runner_pod import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT
 from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo
+from tests.support.real_cluster import RUNNER_ACCOUNT, RealCluster
 
 from ..conftest import Platform
 
 
 @pytest.fixture
-def platform(emulator_platform: Platform) -> Platform:
-    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.8)."""
-    return emulator_platform
+def platform(fault_platform: Platform) -> Platform:
+    """On the real control plane, the controllers behind the fault proxy (docs/architecture.md §22.8)."""
+    return fault_platform
 
 
-# `platform` and `repo` are the fixtures of tests/e2e/conftest.py (a Platform: emulator, kubelet, datastore,
-# controllers; a git repository with layers/app).
+# `repo` is the fixture of tests/e2e/conftest.py (a git repository with layers/app).
 
 
 def live_runs(platform: Any, layer: str) -> list[dict[str, Any]]:
@@ -31,7 +33,7 @@ def live_runs(platform: Any, layer: str) -> list[dict[str, Any]]:
 
 
 def events(platform: Any, name: str) -> list[Any]:
-    return [e for e in platform.core.list_namespaced_event("default").items if e.involved_object.name == name]
+    return [e for e in platform.core.list_namespaced_event(platform.namespace).items if e.involved_object.name == name]
 
 
 def test_a_deleted_runner_pod_is_retried_at_once_on_a_new_attempt(platform: Any, repo: TestRepo) -> None:
@@ -42,7 +44,7 @@ def test_a_deleted_runner_pod_is_retried_at_once_on_a_new_attempt(platform: Any,
                                   None), 60, interval=0.05, what="the first runner pod running")
     run_name = first.metadata.labels[ann.LABEL_RUN]
     deleted_at = time.monotonic()
-    platform.core.delete_namespaced_pod(first.metadata.name, "default", grace_period_seconds=0)
+    platform.core.delete_namespaced_pod(first.metadata.name, platform.namespace, grace_period_seconds=0)
 
     def second_attempt() -> dict[str, Any] | None:
         run = next(r for r in platform.runs("app") if r["metadata"]["name"] == run_name)
@@ -68,13 +70,14 @@ def test_a_deleted_runner_pod_is_retried_at_once_on_a_new_attempt(platform: Any,
     assert max_live <= 1
 
 
-def test_a_missing_runner_service_account_is_visible_and_backed_off(platform: Any, repo: TestRepo) -> None:
-    platform.core.delete_namespaced_service_account(RUNNER_ACCOUNT, "default")
+def test_a_missing_runner_service_account_is_visible_and_backed_off(platform: Any, repo: TestRepo,
+                                                                    real_cluster: RealCluster) -> None:
+    platform.core.delete_namespaced_service_account(RUNNER_ACCOUNT, platform.namespace)
     platform.create_repository("repo", repo.url)
     platform.create_layer("app", "repo", "layers/app")
     run = wait_for(lambda: next(iter(platform.runs("app")), None), 60, what="a plan run")
     name = run["metadata"]["name"]
-    platform.api.clear_requests()
+    platform.faults.clear_requests()
     started = time.monotonic()
 
     def refused_condition() -> dict[str, Any] | None:
@@ -92,17 +95,16 @@ def test_a_missing_runner_service_account_is_visible_and_backed_off(platform: An
     assert "serviceaccount" in platform.layer("app")["status"]["lastResult"]
 
     time.sleep(max(0.0, 60 - (time.monotonic() - started)))
-    creates = [r for r in platform.api.requests if r.method == "POST" and r.path.endswith("/pods")]
+    creates = [r for r in platform.faults.requests if r.method == "POST" and r.path.endswith("/pods")]
     # Backoff 1, 2, 4, 4, … s (failure grace 1 s, cap 4 s in the harness): about 16 in 60 s, not one per 5 s
     # forever with no backoff at all, and never a burst.
     assert 3 <= len(creates) <= 20, len(creates)
     body = next(r for r in platform.runs("app") if r["metadata"]["name"] == name)
     assert not (body.get("status") or {}).get("attempts"), "a refused pod is not an attempt: retries are kept"
-    leases = platform.api.list_objects("coordination.k8s.io/v1", "leases", "default")
-    assert all((lease.get("spec") or {}).get("holderIdentity") != name for lease in leases)
+    leases = client.CoordinationV1Api(platform.core.api_client).list_namespaced_lease(platform.namespace).items
+    assert all(lease.spec.holder_identity != name for lease in leases)
 
-    with admin_client(platform.api.url) as http:
-        grant_runner_access(http, "default")
+    real_cluster.restore_tenant_objects(platform.namespace)  # the chart's runner account is back
     platform.wait_state("app", "ApplyNeeded", timeout=60)
     body = next(r for r in platform.runs("app") if r["metadata"]["name"] == name)
     assert body["status"]["state"] == "Succeeded" and not body["status"].get("podCreation")
@@ -116,15 +118,19 @@ def test_a_409_on_a_strangers_pod_is_never_adopted(platform: Any, repo: TestRepo
     platform.create_layer("app", "repo", "layers/app")
     platform.wait_state("app", "ApplyNeeded", timeout=60)
     revision = platform.annotations("app")[ann.BRANCH_COMMIT]
+    namespace = platform.namespace
+    # Pod Security `restricted` holds in the test's namespace: the stranger is dressed as the runners are.
     stranger = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "taken-plan-1", "namespace": "default", "labels": {ann.LABEL_RUN: "taken-plan"}},
+                "metadata": {"name": "taken-plan-1", "namespace": namespace, "labels": {ann.LABEL_RUN: "taken-plan"}},
                 "spec": {"serviceAccountName": RUNNER_ACCOUNT, "restartPolicy": "Never",
-                         "containers": [{"name": "c", "image": "local", "command": ["sleep", "60"]}]}}
-    platform.core.create_namespaced_pod("default", stranger)
+                         "securityContext": POD_SECURITY_CONTEXT,
+                         "containers": [{"name": "c", "image": "local", "command": ["sleep", "60"],
+                                         "securityContext": CONTAINER_SECURITY_CONTEXT}]}}
+    platform.core.create_namespaced_pod(namespace, stranger)
     run = {"apiVersion": ann.API_VERSION, "kind": "TerraformRun",
-           "metadata": {"name": "taken-plan", "namespace": "default", "labels": {ann.LABEL_LAYER: "app"}},
-           "spec": {"action": "plan", "layer": {"name": "app", "namespace": "default", "revision": revision}}}
-    platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, "default", "terraformruns", run)
+           "metadata": {"name": "taken-plan", "namespace": namespace, "labels": {ann.LABEL_LAYER: "app"}},
+           "spec": {"action": "plan", "layer": {"name": "app", "namespace": namespace, "revision": revision}}}
+    platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, namespace, "terraformruns", run)
 
     def refused() -> dict[str, Any] | None:
         body = next(r for r in platform.runs("app") if r["metadata"]["name"] == "taken-plan")

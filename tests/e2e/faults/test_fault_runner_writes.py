@@ -1,5 +1,6 @@
-"""Faults on the runner's writes (issue 11, items 2 and 4), end to end: the emulator, the local kubelet running
-real `burrito-py runner start` processes with real terraform, the datastore and the controllers.
+"""Faults on the runner's writes (issue 11, items 2 and 4), end to end: the real control plane (the controllers
+behind the fault proxy, tests/support/fault_proxy.py), the local kubelet as its Node running real
+`burrito-py runner start` processes with real terraform, the datastore and the controllers.
 
 - One injected 500 on the layer PATCH that records a plan's or an apply's result (the run controller's since
   issue 24: the runner writes nothing to the API), before the write or after it (a lost response): the layer
@@ -27,17 +28,18 @@ from ..conftest import Platform, wait_for
 
 
 @pytest.fixture
-def platform(emulator_platform: Platform) -> Platform:
-    """On the API emulator: this file is not ported to the real control plane yet (docs/architecture.md §22.8)."""
-    return emulator_platform
+def platform(fault_platform: Platform) -> Platform:
+    """On the real control plane, the controllers behind the fault proxy (docs/architecture.md §22.8)."""
+    return fault_platform
 
 
 LAYER_PATH = "/terraformlayers/app$"
 
 
 def _apply_completions(platform: Platform) -> int:
-    """"Apply complete!" lines over every pod log (each apply terraform really ran prints one)."""
-    logs = platform.workdir / "pod-logs"
+    """"Apply complete!" lines over every pod log of the test (each apply terraform really ran prints one)."""
+    logs = platform.pod_logs
+    assert logs is not None
     return sum(path.read_text(errors="replace").count("Apply complete!") for path in logs.rglob("*") if path.is_file())
 
 
@@ -54,13 +56,13 @@ def test_one_500_on_the_runner_layer_patch(platform: Platform, repo: TestRepo, a
     platform.create_repository("repo", repo.url)
     platform.create_layer("app", "repo", "layers/app", auto_apply=True)
     wait_for(lambda: _live_run(platform, action), 60, interval=0.05, what=f"a {action} run")
-    seen = len(platform.api.requests)
-    platform.api.inject_fault("PATCH", LAYER_PATH, status=500, after=after)
+    seen = len(platform.faults.requests)
+    platform.faults.inject_fault("PATCH", LAYER_PATH, status=500, after=after)
 
     layer = platform.wait_state("app", "Idle", timeout=120)
     a = layer["metadata"]["annotations"]
     assert a[ann.APPLY_SUM] == a[ann.PLAN_SUM] and a[ann.APPLY_COMMIT] == repo.head
-    patches = [r for r in platform.api.requests[seen:]
+    patches = [r for r in platform.faults.requests[seen:]
                if r.method == "PATCH" and r.path.endswith("/terraformlayers/app")]
     assert len(patches) >= 2, "the injected fault was never hit"  # the refused call and its retry
     assert _apply_completions(platform) == 1
@@ -92,9 +94,9 @@ resource "terraform_data" "this" {
 
 
 def _runner_processes(platform: Platform, run: str) -> list[int]:
-    """Pids of the runner of `run` and everything it started (they share its environment)."""
-    marker = f"BURRITO_RUNNER_RUN={run}".encode()
-    root = str(platform.workdir).encode()
+    """Pids of the runner of `run` in the test's namespace and everything it started (they share its
+    environment; the session's kubelet runs every test's pods)."""
+    wanted = {f"BURRITO_RUNNER_RUN={run}".encode(), f"BURRITO_RUNNER_LAYER_NAMESPACE={platform.namespace}".encode()}
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -103,7 +105,7 @@ def _runner_processes(platform: Platform, run: str) -> list[int]:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if marker in environ and any(root in item for item in environ if item.startswith(b"BURRITO_LOCAL_ROOT=")):
+        if wanted <= set(environ):
             pids.append(int(entry.name))
     return pids
 
