@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from burrito_py.api import annotations as ann
+from burrito_py.controllers.layer.decide import MAX_STALE_REPLANS
+from burrito_py.controllers.run.decide import STALE_PLAN_EXIT_CODE
 from burrito_py.timeutil import parse_time
 from tests.support.git_repos import TestRepo, make_repo
 from tests.support.real_cluster import RealCluster
@@ -106,8 +108,13 @@ def test_an_always_failing_apply_is_bounded_and_visible(drifting: Platform, tmp_
     assert len(at_once) <= 1, gaps
     assert 4 <= len(plans) - len(at_once) <= elapsed / 20 + 1, gaps  # drift checks went on all along
     sums = [r["metadata"]["annotations"][ann.RUN_PLAN_SUM] for r in applies]
-    # The first apply, and the apply of the re-plan its stale retry asked for: never one per drift check.
-    assert 1 <= len(applies) <= 1 + len(at_once) and len(sums) == len(set(sums)), sums
+    # The first apply, and the apply of the re-plan its stale retry asked for: never one per drift check. Which
+    # applies ended stale is read from their attempts (exit code 5), not from the plans' gaps: on a loaded machine
+    # the re-plan "at once" can come more than a few seconds after the plan before it.
+    stale = [r for r in applies if any(a.get("exitCode") == STALE_PLAN_EXIT_CODE
+                                       for a in (r.get("status") or {}).get("attempts") or ())]
+    assert 1 <= len(applies) <= 1 + min(len(stale), MAX_STALE_REPLANS) and len(sums) == len(set(sums)), \
+        (sums, [(r["metadata"]["name"], (r.get("status") or {}).get("attempts")) for r in applies])
     last_apply = max(parse_time(r["metadata"]["annotations"][ann.RUN_CREATED_AT]) for r in applies)
     later_plans = [t for t in created if t > last_apply]
     assert len(later_plans) >= 3, (created, last_apply)  # three drift plans and more after it, none applied
