@@ -214,3 +214,13 @@ def test_describe_says_what_runs() -> None:
         "state mv a.b -> a.c"
     assert describe("plan", RunOperation(requested_by="u", replace=["a.b"], target=["c.d"])) == \
         "plan -replace=a.b -target=c.d"
+
+
+def test_the_runner_knows_every_run_action() -> None:
+    from typing import get_args
+
+    from burrito_py.api.common import RunKind
+    from burrito_py.api.operations import OPERATION_ACTIONS
+    from burrito_py.runner.main import ACTIONS
+
+    assert set(ACTIONS) == set(get_args(RunKind)) == {"plan", "apply", *OPERATION_ACTIONS}
