@@ -41,6 +41,11 @@ APPROVE_PLAN = "api.burrito-py.io/approve-plan"
 # {"sum", "user", "groups"}: an override of a mandatory policy's denial of that plan, written by the server for
 # the principal it authenticated (POST /api/layers/{ns}/{name}/override); an admission policy lets nobody else.
 OVERRIDE_POLICY = "api.burrito-py.io/override-policy"
+# A day-2 operation asked of the layer (JSON, api/operations.py) and who asked (a username): set by a person (the
+# admission policy lets a user name only themselves) or by the server for the caller it authenticated; removed by
+# the layer controller when it creates the operation's run (docs/architecture.md §5.12).
+OPERATION = "api.burrito-py.io/operation"
+OPERATION_BY = "api.burrito-py.io/operation-by"
 # On AGL layers: the ClusterTerraformPlanPolicies their ApplicationDefinition names (comma-separated), which judge
 # the layer's plans whatever their selectors say.
 LAYER_PLAN_POLICIES = "agl.burrito-py.io/plan-policies"
@@ -102,6 +107,9 @@ RUN_INPUTS_DIGEST = "burrito-py.io/inputs-digest"
 # again after that apply failed for good; on a plan, that `sync-now` asked for it (an explicit request lifts that).
 RUN_CHANGES_DIGEST = "burrito-py.io/changes-digest"
 RUN_SYNC_NOW = "burrito-py.io/sync-now"
+# On a TerraformRun made for an operation request: the request's digest (api/operations.py `operation_digest`), so
+# a request is run once however often the layer is reconciled before the annotation is removed.
+RUN_OPERATION = "burrito-py.io/operation"
 
 
 def parse_plan_run(value: str | None) -> tuple[str, int] | None:

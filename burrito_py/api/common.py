@@ -30,6 +30,7 @@ __all__ = [
     "Resource",
     "RunAction",
     "RunHistoryPolicy",
+    "RunKind",
     "RunnerMetadata",
     "SyncWindow",
     "ToolSpec",
@@ -39,6 +40,8 @@ __all__ = [
 CATEGORY = "burrito-py"
 
 RunAction = Literal["plan", "apply"]
+# What a run does: a plan or an apply, or a day-2 operation (api/operations.py, docs/architecture.md §5.12).
+RunKind = Literal["plan", "apply", "import", "state-rm", "state-mv", "force-unlock"]
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 # Patterns are kept to the subset that Go's RE2 (the API server), Rust's regex (pydantic) and Python's re

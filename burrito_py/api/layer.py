@@ -17,8 +17,8 @@ from burrito_py.api.common import (
     PrinterColumn,
     RemediationStrategy,
     Resource,
-    RunAction,
     RunHistoryPolicy,
+    RunKind,
     StateSettings,
     ToolSpec,
     check_single_tool,
@@ -224,7 +224,8 @@ class RunReference(ApiModel):
     """A TerraformRun of this layer."""
 
     name: str = Field(description="Name of the TerraformRun.")
-    action: RunAction = Field(description="plan or apply.")
+    action: RunKind = Field(description="plan or apply, or a day-2 operation (import, state-rm, state-mv, "
+                            "force-unlock).")
     date: str | None = Field(default=None, description="When the run was created (RFC 3339 UTC).")
     revision: str | None = Field(default=None, description="Commit the run works on.")
 

@@ -6,7 +6,8 @@ from typing import ClassVar, Literal, Self
 
 from pydantic import Field, model_validator
 
-from burrito_py.api.common import AGE_COLUMN, ApiModel, Condition, PrinterColumn, Resource, RunAction
+from burrito_py.api.common import AGE_COLUMN, ApiModel, Condition, PrinterColumn, Resource, RunAction, RunKind
+from burrito_py.api.operations import OPERATION_ACTIONS, RunOperation
 
 __all__ = [
     "RUN_STATES",
@@ -15,6 +16,7 @@ __all__ = [
     "LayerReference",
     "PodCreation",
     "RunAction",
+    "RunKind",
     "RunState",
     "TerraformRun",
     "TerraformRunSpec",
@@ -48,7 +50,8 @@ class ArtifactReference(ApiModel):
 class TerraformRunSpec(ApiModel):
     """What to run."""
 
-    action: RunAction = Field(description="plan or apply.")
+    action: RunKind = Field(description="plan or apply; or a day-2 operation: import, state-rm, state-mv, "
+                            "force-unlock (spec.operation says what).")
     layer: LayerReference = Field(description="The layer and revision.")
     artifact: ArtifactReference | None = Field(
         default=None, description="For apply: the plan to apply (unset with applyWithoutPlanArtifact)."
@@ -65,10 +68,32 @@ class TerraformRunSpec(ApiModel):
         "never applied.",
     )
 
+    operation: RunOperation | None = Field(
+        default=None,
+        description="A day-2 operation (docs/architecture.md §5.12): what an import, state-rm, state-mv or "
+        "force-unlock run does, or the -replace/-target addresses of a plan, and who asked. Set by the layer "
+        "controller from the layer's api.burrito-py.io/operation request.",
+    )
+
     @model_validator(mode="after")
     def _pull_request_plans_only(self) -> Self:
-        if self.pull_request is not None and (self.action != "plan" or self.destroy):
-            raise ValueError("a pull request's run (spec.pullRequest) may only be a plan, never an apply or a destroy")
+        if self.pull_request is not None and (self.action != "plan" or self.destroy or self.operation is not None):
+            raise ValueError("a pull request's run (spec.pullRequest) may only be a plan, never an apply, a destroy "
+                             "or an operation")
+        return self
+
+    @model_validator(mode="after")
+    def _operation_fits_action(self) -> Self:
+        if self.action in OPERATION_ACTIONS or (self.action == "plan" and self.operation is not None):
+            if self.operation is None:
+                raise ValueError(f"spec.operation: required by action {self.action}")
+            if self.destroy:
+                raise ValueError("spec.destroy: an operation is never a destroy")
+            problem = self.operation.missing_for(self.action)
+            if problem is not None:
+                raise ValueError(f"spec.operation.{problem}")
+        elif self.operation is not None:
+            raise ValueError(f"spec.operation: not allowed on an {self.action} run")
         return self
 
 
@@ -136,6 +161,7 @@ class TerraformRun(Resource):
         PrinterColumn("Layer", "string", ".spec.layer.name"),
         PrinterColumn("Retries", "integer", ".status.retries"),
         PrinterColumn("Runner Pod", "string", ".status.runnerPod"),
+        PrinterColumn("Requested By", "string", ".spec.operation.requestedBy"),
         AGE_COLUMN,
     )
 

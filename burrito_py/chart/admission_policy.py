@@ -11,7 +11,12 @@ template is generated from `policy_objects` (`burrito-py chart generate`), and t
   annotations (a plan's run, sum and summary, an apply's: they record them from the datastore, §6.4), so neither
   tenant code nor a tenant user with `patch` on layers can point a layer at a plan of their choosing (removing
   one only makes the layer plan again); and a runner's ServiceAccount, which executes tenant code, may not change
-  a TerraformLayer at all (issue 24, findings 1 and 4).
+  a TerraformLayer at all (issue 24, findings 1 and 4). A day-2 operation's request (`api.burrito-py.io/operation`,
+  docs/architecture.md §5.12) names who asks in `api.burrito-py.io/operation-by`: a user may name only themselves,
+  and only the server names another (the caller it authenticated and authorized), so the audit is not the
+  requester's word.
+- `<fullname>-run-namespace` also lets only the controllers create or change a TerraformRun carrying
+  `spec.operation`: such a run is made from an authorized request (and its runner may force-unlock the state).
 
 Who the controllers and the server are depends on the installer: the chart names its release's ServiceAccounts
 (`chartgen.admission_policy_template`), while the e2e harness and `burrito-py dev --mode in-process`, which run
@@ -24,7 +29,8 @@ from typing import Any
 
 from burrito_py.api import annotations as ann
 
-__all__ = ["ANNOTATION_MESSAGE", "MESSAGE", "OVERRIDE_MESSAGE", "RULE", "RUNNER_MESSAGE", "policy_objects"]
+__all__ = ["ANNOTATION_MESSAGE", "MESSAGE", "OPERATION_BY_MESSAGE", "OPERATION_RUN_MESSAGE", "OVERRIDE_MESSAGE", "RULE",
+           "RUNNER_MESSAGE", "policy_objects"]
 
 RULE = "!has(object.spec.layer.namespace) || object.spec.layer.namespace == object.metadata.namespace"
 MESSAGE = ("spec.layer.namespace must be the TerraformRun's own namespace: a TerraformRun may only work for a "
@@ -35,6 +41,11 @@ OVERRIDE_MESSAGE = (f"only the burrito-py server sets {ann.OVERRIDE_POLICY} (POS
                     "overrideBy)")
 RUNNER_MESSAGE = ("a runner's ServiceAccount may not change a TerraformLayer: the controllers record a run's "
                   "result on its layer")
+OPERATION_BY_MESSAGE = (f"{ann.OPERATION_BY} must name the user who sets {ann.OPERATION} (request.userInfo.username); "
+                        "only the burrito-py server names another (the caller of POST "
+                        "/api/layers/<namespace>/<name>/operations)")
+OPERATION_RUN_MESSAGE = ("only the burrito-py controllers create or change a TerraformRun with spec.operation (ask for "
+                         f"a day-2 operation with the layer's {ann.OPERATION} annotation or the REST API)")
 ANNOTATION_MESSAGE = (f"only the burrito-py controllers set or change the {ann.RUNNER_PREFIX} annotations of a "
                       "layer (they record them from the datastore when a run's attempt ends)")
 
@@ -44,7 +55,7 @@ def policy_objects(fullname: str, override_writers: list[str], runner_service_ac
     """The policies `<fullname>-run-namespace` and `<fullname>-layer-annotations`, each with its binding (Deny) of
     the same name. `override_writers`: the usernames that may set the override (the server's);
     `annotation_writers`: those that may set the `runner.burrito-py.io/` annotations (the controllers')."""
-    return [*_with_binding(_run_namespace(f"{fullname}-run-namespace")),
+    return [*_with_binding(_run_namespace(f"{fullname}-run-namespace", annotation_writers)),
             *_with_binding(_layer_annotations(f"{fullname}-layer-annotations", override_writers,
                                               runner_service_account, annotation_writers))]
 
@@ -77,6 +88,14 @@ def _layer_annotations(name: str, override_writers: list[str], runner_service_ac
         f"variables.new.all(k, !k.startsWith('{ann.RUNNER_PREFIX}') || "
         f"(k in variables.old && variables.old[k] == variables.new[k]))"
     )
+    # Setting or changing an operation request (or who asks) names the author, unless the server writes it.
+    op, by = ann.OPERATION, ann.OPERATION_BY
+    operation_rule = (
+        f"!(('{op}' in variables.new && !('{op}' in variables.old && variables.old['{op}'] == variables.new['{op}'])) "
+        f"|| ('{by}' in variables.new && !('{by}' in variables.old && variables.old['{by}'] == variables.new['{by}']))"
+        f") || request.userInfo.username in [{writers}] || "
+        f"('{by}' in variables.new && variables.new['{by}'] == request.userInfo.username)"
+    )
     return {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
@@ -95,12 +114,18 @@ def _layer_annotations(name: str, override_writers: list[str], runner_service_ac
                 {"expression": override_rule, "message": OVERRIDE_MESSAGE, "reason": "Forbidden"},
                 {"expression": runner_rule, "message": RUNNER_MESSAGE, "reason": "Forbidden"},
                 {"expression": annotation_rule, "message": ANNOTATION_MESSAGE, "reason": "Forbidden"},
+                {"expression": operation_rule, "message": OPERATION_BY_MESSAGE, "reason": "Forbidden"},
             ],
         },
     }
 
 
-def _run_namespace(name: str) -> dict[str, Any]:
+def _run_namespace(name: str, controllers: list[str]) -> dict[str, Any]:
+    recorders = ", ".join(f"'{w}'" for w in controllers)
+    # A run's spec.operation is the controllers' to write (from an authorized request), on create and update.
+    operation_rule = (f"!has(object.spec.operation) || request.userInfo.username in [{recorders}] || "
+                      "(oldObject != null && has(oldObject.spec.operation) && oldObject.spec.operation == "
+                      "object.spec.operation)")
     policy = {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
@@ -110,7 +135,8 @@ def _run_namespace(name: str) -> dict[str, Any]:
             "matchConstraints": {"resourceRules": [{
                 "apiGroups": [ann.GROUP], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
                 "resources": ["terraformruns"]}]},
-            "validations": [{"expression": RULE, "message": MESSAGE, "reason": "Invalid"}],
+            "validations": [{"expression": RULE, "message": MESSAGE, "reason": "Invalid"},
+                            {"expression": operation_rule, "message": OPERATION_RUN_MESSAGE, "reason": "Forbidden"}],
         },
     }
     return policy

@@ -64,6 +64,9 @@ class RunnerScope:
     # records as its holder, never what the runner says.
     pod: str = ""
     pod_uid: str = ""
+    # A force-unlock run's lock ID (its `spec.operation.lockId`, docs/architecture.md §5.12): the one lock its
+    # runner may release without holding it, as Terraform's `force-unlock` asks (an UNLOCK without a body).
+    force_unlock: str = ""
 
 
 @dataclass(frozen=True, slots=True)

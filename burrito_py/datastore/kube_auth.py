@@ -200,6 +200,8 @@ async def _runner_scope(
         pull_request=str(run_spec["pullRequest"]) if run_spec.get("pullRequest") else None,
         pod=pod_name,
         pod_uid=str(meta.get("uid") or ""),
+        force_unlock=str((run_spec.get("operation") or {}).get("lockId") or "")
+        if run_spec.get("action") == "force-unlock" and not run_spec.get("pullRequest") else "",
     )
 
 

@@ -239,14 +239,19 @@ def decide_lock(held: LockRecord | None, requested_id: str | None, pod_uid: str 
     return LockVerdict("refuse", 423, f"the state is locked by {held.describe()} (lock ID {held.id})", held)
 
 
-def decide_unlock(held: LockRecord | None, requested_id: str | None, admin: bool, pod_uid: str = "") -> LockVerdict:
+def decide_unlock(held: LockRecord | None, requested_id: str | None, admin: bool, pod_uid: str = "",
+                  force_unlock: str = "") -> LockVerdict:
     """Unlocking what is not locked is a 200, so a retried UNLOCK succeeds. A lock is released by its ID, from the
-    pod that took it; an admin's UNLOCK without an ID (Terraform's force-unlock sends no body) releases any."""
+    pod that took it; an admin's UNLOCK without an ID (Terraform's force-unlock sends no body) releases any, and so
+    does the runner of a force-unlock run (`force_unlock`, its `spec.operation.lockId`, §5.12) for that lock only."""
     if held is None:
         return LockVerdict("none")
     if not requested_id:
-        if admin:
+        if admin or (force_unlock and held.id == force_unlock):
             return LockVerdict("release")
+        if force_unlock:
+            return LockVerdict("refuse", 409, f"the force-unlock of lock ID {force_unlock} refused: the state is "
+                               f"locked by {held.describe()} (lock ID {held.id})", held)
         return LockVerdict("refuse", 400, "ID: the unlock request names no lock ID")
     if held.id != requested_id or (held_by_other_pod(held, pod_uid) and not admin):
         return LockVerdict("refuse", 409, f"lock ID {requested_id} does not hold the state: it is locked by "

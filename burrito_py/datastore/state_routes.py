@@ -296,7 +296,8 @@ def state_router(
             return _error(400, f"the unlock of layer {ns}/{layer} refused: {exc}")
         async with guard(ns, layer):
             held = await state.lock()
-            verdict = decide_unlock(held, lock_id, who.admin, who.runner.pod_uid if who.runner else "")
+            verdict = decide_unlock(held, lock_id, who.admin, who.runner.pod_uid if who.runner else "",
+                                    who.runner.force_unlock if who.runner else "")
             if verdict.action == "release":
                 await storage.delete(f"{state.prefix}/{LOCK_FILE}")
                 assert held is not None

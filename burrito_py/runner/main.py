@@ -1,7 +1,7 @@
 """`burrito-py runner start`: one attempt of a TerraformRun, inside its runner pod (docs/architecture.md §9).
 
 Environment (set by the run controller, docs/architecture.md §6.3): `BURRITO_RUNNER_RUN`, `BURRITO_RUNNER_LAYER_NAME`,
-`BURRITO_RUNNER_LAYER_NAMESPACE` (also the run's namespace), `BURRITO_RUNNER_ACTION` (plan | apply),
+`BURRITO_RUNNER_LAYER_NAMESPACE` (also the run's namespace), `BURRITO_RUNNER_ACTION` (plan | apply | a day-2 operation),
 `BURRITO_RUNNER_ATTEMPT` (the attempt number, from 1), `BURRITO_DATASTORE_URL`. The datastore token is read
 from `/var/run/secrets/burrito-py/token` when that file exists (`pod_path`, for the local kubelet).
 
@@ -103,6 +103,7 @@ from burrito_py.runner.transcript import Transcript
 if TYPE_CHECKING:
     from burrito_py.api.common import OverrideRunnerSpec, Resource
     from burrito_py.api.layer import TerraformLayer
+    from burrito_py.api.operations import RunOperation
     from burrito_py.api.repository import TerraformRepository
     from burrito_py.api.run import TerraformRun
     from burrito_py.datastore.client import DatastoreClient
@@ -131,7 +132,8 @@ EXIT_STALE_PLAN = 5
 R = TypeVar("R", bound="Resource")
 TOKEN_PATH = "/var/run/secrets/burrito-py/token"  # noqa: S105 - a path
 TERMINATION_LOG = "/dev/termination-log"
-ACTIONS = ("plan", "apply")
+# plan and apply, and the day-2 operations (api/operations.py OPERATION_ACTIONS, kept in step by a test).
+ACTIONS = ("plan", "apply", "import", "state-rm", "state-mv", "force-unlock")
 WORK_DIR_ENV = "BURRITO_RUNNER_WORK_DIR"
 
 
@@ -179,7 +181,7 @@ class RunnerEnv:
             raise RunnerError(f"missing environment variable(s): {', '.join(missing)}")
         action = environ["BURRITO_RUNNER_ACTION"].strip()
         if action not in ACTIONS:
-            raise RunnerError(f"BURRITO_RUNNER_ACTION: {action!r} is not one of plan, apply")
+            raise RunnerError(f"BURRITO_RUNNER_ACTION: {action!r} is not one of {', '.join(ACTIONS)}")
         attempt_text = environ["BURRITO_RUNNER_ATTEMPT"].strip()
         if not attempt_text.isdigit() or int(attempt_text) < 1:
             raise RunnerError(f"BURRITO_RUNNER_ATTEMPT: {attempt_text!r} is not an attempt number (1, 2, …)")
@@ -271,6 +273,7 @@ class Runner:
     def run(self) -> None:
         from burrito_py.api.effective import effective_override_runner_spec, effective_remediation, effective_tool
         from burrito_py.api.layer import TerraformLayer
+        from burrito_py.api.operations import OPERATION_ACTIONS, BadOperation, describe
         from burrito_py.api.repository import TerraformRepository
         from burrito_py.api.run import TerraformRun
 
@@ -330,8 +333,20 @@ class Runner:
         except StepFailed as exc:
             raise self.explained(exc, mirrors) from None
 
+        operation = run.spec.operation
+        if env.action in OPERATION_ACTIONS:
+            # A day-2 operation (§5.12): its one command, under the layer's Lease, the state lock its own.
+            assert operation is not None  # the model refuses such a run without one
+            _say(f"burrito-py: {describe(env.action, operation)}, asked by {operation.requested_by}")
+            try:
+                steps.operation(env.action, operation)
+            except BadOperation as exc:
+                raise RunnerError(f"spec.operation.{exc}") from None
+            _say(f"burrito-py: {env.action} of layer {env.namespace}/{env.layer} succeeded")
+            return
         if env.action == "plan" or without_artifact:
-            applied_sum = self.plan(steps, override, destroy=run.spec.destroy, lock=pull_request is None)
+            applied_sum = self.plan(steps, override, destroy=run.spec.destroy, lock=pull_request is None,
+                                    operation=operation)
         if env.action == "apply":
             assert applied_sum is not None
             already = None if without_artifact else self.already_applied(layer, applied_sum)
@@ -529,11 +544,19 @@ class Runner:
         _say(f"burrito-py: applying the plan of run {artifact.run} attempt {artifact.attempt} ({digest})")
         return digest
 
-    def plan(self, steps: Steps, override: OverrideRunnerSpec, destroy: bool = False, lock: bool = True) -> str:
-        """Plan and upload the four formats of this attempt; the plan binary's sum."""
+    def plan(self, steps: Steps, override: OverrideRunnerSpec, destroy: bool = False, lock: bool = True,
+             operation: RunOperation | None = None) -> str:
+        """Plan and upload the four formats of this attempt; the plan binary's sum. `operation`: a day-2
+        operation's `-replace`/`-target` addresses (§5.12)."""
         env = self.env
         plan_json, pretty = self.workdir / "plan.json", self.workdir / "plan.txt"
-        steps.plan(self.plan_file, override.extra_plan_args, copy_to=pretty, destroy=destroy, lock=lock)
+        if operation is not None:
+            from burrito_py.api.operations import describe
+
+            _say(f"burrito-py: {describe('plan', operation)}, asked by {operation.requested_by}")
+        steps.plan(self.plan_file, override.extra_plan_args, copy_to=pretty, destroy=destroy, lock=lock,
+                   replace=operation.replace if operation is not None else (),
+                   target=operation.target if operation is not None else ())
 
         def put(fmt: str, data: Path | bytes) -> None:
             self._datastore(self.store.put_plan, env.namespace, env.layer, env.run, env.attempt, fmt, data)

@@ -14,6 +14,14 @@ terraform from its cache directory, finds it too):
     apply -input=false -no-color [extraApplyArgs] <plan>
     output -json -no-color                              (stdout to a file, not echoed: it holds sensitive values)
 
+Day-2 operations (docs/architecture.md §5.12), their addresses and IDs checked by api/operations.py and passed as
+argv (never through a shell), after every option, so none can be read as one:
+    plan  … -replace=ADDR… -target=ADDR… [extraPlanArgs]
+    import -input=false -no-color ADDR ID
+    state rm -no-color ADDR
+    state mv -no-color SRC DST
+    force-unlock -no-color -force LOCK_ID
+
 The human-readable plan is what `plan` printed, kept as it streams by (`Steps.plan(..., copy_to=…)`), not a
 second `terraform show <plan>`: the same rendering (plus refresh lines and warnings, which reviewers want
 too), without another process that reads and renders the whole plan (~0.4 s of CPU on 1,000 resources).
@@ -36,11 +44,14 @@ import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, TYPE_CHECKING, Literal
 
 from burrito_py.runner.masking import masker
 from burrito_py.runner.signals import stopping
 from burrito_py.runner.tools import Tool
+
+if TYPE_CHECKING:  # the models (pydantic) are imported when a run needs them: the runner starts without them
+    from burrito_py.api.operations import RunOperation
 
 __all__ = [
     "CHANGING_STEPS",
@@ -52,6 +63,7 @@ __all__ = [
     "init_args",
     "is_stale_plan",
     "mask",
+    "operation_args",
     "output_json_args",
     "plan_args",
     "show_args",
@@ -59,10 +71,11 @@ __all__ = [
     "step_env",
 ]
 
-Step = Literal["init", "plan", "show -json", "show", "apply", "output -json"]
+Step = Literal["init", "plan", "show -json", "show", "apply", "output -json", "import", "state rm", "state mv",
+               "force-unlock"]
 # Steps that change something (state, lock, .terraform): none starts once the runner was told to stop. The
 # read-only ones still run, to record what a step that did finish did (see `signals`).
-CHANGING_STEPS = ("init", "plan", "apply")
+CHANGING_STEPS = ("init", "plan", "apply", "import", "state rm", "state mv", "force-unlock")
 TAIL_LINES = 40
 
 
@@ -105,11 +118,33 @@ def init_args(extra: Sequence[str] = ()) -> list[str]:
     return ["init", "-input=false", "-no-color", *extra]
 
 
-def plan_args(plan_file: Path | str, extra: Sequence[str] = (), destroy: bool = False, lock: bool = True) -> list[str]:
+def plan_args(plan_file: Path | str, extra: Sequence[str] = (), destroy: bool = False, lock: bool = True,
+              replace: Sequence[str] = (), target: Sequence[str] = ()) -> list[str]:
     """`lock=False` for a pull request's plan: a preview that never writes state must not hold the state lock
-    an apply of the branch waits for (nor fail because that apply holds it)."""
+    an apply of the branch waits for (nor fail because that apply holds it). `replace`, `target`: a day-2
+    operation's addresses (checked, api/operations.py), each one argument `-replace=ADDR`."""
     return ["plan", "-input=false", "-no-color", *(["-destroy"] if destroy else []), *([] if lock else ["-lock=false"]),
-            f"-out={plan_file}", *extra]
+            f"-out={plan_file}", *(f"-replace={a}" for a in replace), *(f"-target={a}" for a in target), *extra]
+
+
+def operation_args(action: str, operation: RunOperation) -> tuple[Step, list[str]]:
+    """The step and argv of a day-2 operation run (§5.12). The values were checked when the run was made
+    (api/operations.py: addresses, an ID that is one printable line, nothing starting with `-`); they are checked
+    again here, as the run is read from the API, and always come after the options."""
+    from burrito_py.api.operations import check_address, check_import_id, check_lock_id
+
+    if action == "import":
+        address, id_ = check_address(operation.address or "", "address"), check_import_id(operation.id or "")
+        return "import", ["import", "-input=false", "-no-color", address, id_]
+    if action == "state-rm":
+        return "state rm", ["state", "rm", "-no-color", check_address(operation.address or "", "address")]
+    if action == "state-mv":
+        source = check_address(operation.source or "", "source")
+        return "state mv", ["state", "mv", "-no-color", source,
+                            check_address(operation.destination or "", "destination")]
+    if action == "force-unlock":
+        return "force-unlock", ["force-unlock", "-no-color", "-force", check_lock_id(operation.lock_id or "")]
+    raise ValueError(f"{action!r} is not a day-2 operation")
 
 
 def show_json_args(plan_file: Path | str) -> list[str]:
@@ -176,11 +211,17 @@ class Steps:
 
     def plan(
         self, plan_file: Path, extra: Sequence[str] = (), copy_to: Path | None = None, destroy: bool = False,
-        lock: bool = True,
+        lock: bool = True, replace: Sequence[str] = (), target: Sequence[str] = (),
     ) -> None:
         """`copy_to` receives the plan's output as well (the human-readable plan)."""
-        args, shown = plan_args(plan_file, extra, destroy, lock), plan_args(plan_file, mask(extra), destroy, lock)
+        args = plan_args(plan_file, extra, destroy, lock, replace, target)
+        shown = plan_args(plan_file, mask(extra), destroy, lock, replace, target)
         self._run("plan", args, shown, copy_to=copy_to)
+
+    def operation(self, action: str, operation: RunOperation) -> None:
+        """A day-2 operation (import, state rm, state mv, force-unlock), its output streamed as any step's."""
+        step, args = operation_args(action, operation)
+        self._run(step, args, args)
 
     def show_json(self, plan_file: Path, dest: Path) -> None:
         args = show_json_args(plan_file)

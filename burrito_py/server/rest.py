@@ -29,6 +29,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.operations import BadOperation, describe, parse_request
 from burrito_py.datastore.auth import AUTH_DISABLED, MISSING_CREDENTIALS, AuthUnavailable, Principal, Unauthenticated
 from burrito_py.datastore.state import BadState, StateFacts, rollback_body
 from burrito_py.datastore.state_diff import state_diff
@@ -64,6 +65,8 @@ from burrito_py.server.views import (
     ErrorView,
     LayerDetailView,
     LayerView,
+    OperationRequest,
+    OperationView,
     OverrideRequest,
     OverrideView,
     RollbackRequest,
@@ -75,6 +78,7 @@ from burrito_py.server.views import (
     run_summary,
     run_view,
 )
+from burrito_py.timeutil import format_time_precise, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -362,6 +366,41 @@ def rest_router(
         log.info("REST: %s overrode the mandatory denial of plan %s of layer %s/%s", who.username, body.plan_sum,
                  ns, name)
         return OverrideView(namespace=ns, name=name, plan_sum=body.plan_sum, by=who.username)
+
+    # A day-2 operation (docs/architecture.md §5.12): asked afresh as `patch terraformlayers` (what the annotation
+    # needs), checked here (400 naming the field), written as the layer's request with the caller as its requester;
+    # the controllers run it. A runner identity was refused before (Caller). One request at a time: a waiting one is
+    # someone's, never overwritten.
+    @router.post(
+        "/layers/{ns}/{name}/operations",
+        status_code=202,
+        response_model=OperationView,
+        responses={400: {"model": ErrorView, "description": "The request is invalid: the field and the reason."},
+                   403: {"model": ErrorView, "description": "The caller may not patch terraformlayers there."},
+                   409: {"model": ErrorView, "description": "Another operation request waits on the layer."}},
+        summary="Ask for a day-2 operation: import, state rm, state mv, a -replace/-target plan, force-unlock.",
+    )
+    async def request_operation(who: Caller, ns: Namespace, name: LayerName, body: OperationRequest) -> OperationView:
+        await access.require(who, PATCH_LAYERS, ns, fresh=True)
+        requested_at = format_time_precise(utcnow())
+        value = json.dumps({"operation": body.operation, **body.model_dump(by_alias=True, exclude_none=True,
+                                                                            exclude={"operation", "replace", "target"}),
+                            **({"replace": body.replace} if body.replace else {}),
+                            **({"target": body.target} if body.target else {}), "requestedAt": requested_at})
+        try:
+            kind, operation = parse_request(value, who.username)
+        except BadOperation as exc:
+            raise Problem(400, str(exc).removeprefix(f"{ann.OPERATION}: ")) from None
+        layer = await layer_or_404(ns, name)
+        waiting = (layer["metadata"].get("annotations") or {})
+        if ann.OPERATION in waiting:
+            raise Problem(409, f"layer {ns}/{name} already has an operation request waiting (asked by "
+                               f"{waiting.get(ann.OPERATION_BY) or 'nobody named'}); it runs once no run is live")
+        await kube.merge_patch(crd_path("terraformlayers", ns, name),
+                               {"metadata": {"annotations": {ann.OPERATION: value, ann.OPERATION_BY: who.username}}})
+        what = describe(kind, operation)
+        log.info("REST: %s asked for %s on layer %s/%s", who.username, what, ns, name)
+        return OperationView(namespace=ns, name=name, operation=what, by=who.username, requested_at=requested_at)
 
     # A managed-state layer's state (docs/architecture.md §10.6, §11.2): its versions and the difference between two
     # are what plans are to readers (get terraformruns: names, serials, counts, never a value); a version's state

@@ -8,7 +8,7 @@ models: the API has already applied the schema, and one odd object must not turn
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -120,6 +120,29 @@ class OverrideRequest(View):
 
 class RollbackRequest(View):
     serial: int = Field(ge=0, le=10**20 - 1, description="The kept state version to restore (as a new version).")
+
+
+class OperationRequest(View):
+    """A day-2 operation (docs/architecture.md §5.12); checked by api/operations.py, each refusal naming the field."""
+
+    operation: Literal["import", "state-rm", "state-mv", "plan", "force-unlock"] = Field(
+        description="What to run: import ADDR ID, state rm ADDR, state mv SRC DST, a plan with -replace/-target, or "
+        "force-unlock LOCK_ID.")
+    address: str | None = Field(default=None, max_length=1024, description="import, state-rm: a resource address.")
+    id: str | None = Field(default=None, max_length=1024, description="import: the provider's ID of the object.")
+    source: str | None = Field(default=None, max_length=1024, description="state-mv: the address to move.")
+    destination: str | None = Field(default=None, max_length=1024, description="state-mv: where to move it.")
+    replace: list[str] = Field(default_factory=list, max_length=20, description="plan: -replace=ADDR each.")
+    target: list[str] = Field(default_factory=list, max_length=20, description="plan: -target=ADDR each.")
+    lock_id: str | None = Field(default=None, max_length=256, description="force-unlock: the lock ID to release.")
+
+
+class OperationView(View):
+    namespace: str
+    name: str
+    operation: str = Field(description="What will run, e.g. `state rm aws_s3_bucket.old`.")
+    by: str = Field(description="Who asked, as recorded on the layer, its run and the Event.")
+    requested_at: str = Field(description="When (RFC 3339 UTC, microseconds): tells two equal requests apart.")
 
 
 class OverrideView(View):

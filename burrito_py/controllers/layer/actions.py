@@ -22,8 +22,9 @@ from typing import Any
 from burrito_py.api import annotations as ann
 from burrito_py.api.annotations import parse_plan_run
 from burrito_py.api.common import SyncWindow
+from burrito_py.api.operations import BadOperation, operation_digest, parse_request
 from burrito_py.controllers.layer.artifact_check import LayerIdentity
-from burrito_py.controllers.layer.decide import CreateRun, LayerDecision, LayerSnapshot, decide_layer
+from burrito_py.controllers.layer.decide import CreateRun, LayerDecision, LayerSnapshot, OperationAsk, decide_layer
 from burrito_py.controllers.layer.dependency_decisions import DependencySnapshot, DependencyVerdict, judge_dependencies
 from burrito_py.controllers.layer.destroy import (
     DESTROY_FINALIZER,
@@ -41,7 +42,7 @@ from burrito_py.controllers.layer.reviewed import MergedReview
 from burrito_py.controllers.layer.run_creation import RunCreation, api_message_of, next_try, wait_before_creating
 from burrito_py.controllers.layer.run_creation import condition as run_creation_condition
 from burrito_py.controllers.layer.run_creation import last_result as run_creation_result
-from burrito_py.controllers.layer.run_view import run_view
+from burrito_py.controllers.layer.run_view import RunView, run_view
 from burrito_py.controllers.layer.runs import runs_to_delete
 from burrito_py.controllers.layer.status import Event, compute_status, exhaustion_record
 from burrito_py.controllers.layer.sync_windows import Window
@@ -100,6 +101,8 @@ class Settlement:
     outputs: OutputsSync | None  # bring status.outputs and the outputs Secret up to the last apply (outputs.py)
     drift_check_in: float | None  # seconds until the current plan is stale (drift.py)
     wake_in: float | None  # a sync window holds back the run: decide again then
+    # An operation request whose run exists already (its removal after the create was lost): removed now.
+    remove_annotations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +165,22 @@ def snapshot(
         identity=identity(layer),
         named_plan_run=named,
         merged=merged,
+        operation=operation_ask(annotations, views),
     )
+
+
+def operation_ask(annotations: Mapping[str, str], views: Sequence[RunView]) -> OperationAsk | None:
+    """The day-2 operation the layer's annotations ask for (§5.12), checked; None without one."""
+    if ann.OPERATION not in annotations:
+        return None
+    value, by = annotations.get(ann.OPERATION), annotations.get(ann.OPERATION_BY)
+    digest = operation_digest(value, by)
+    try:
+        kind, operation = parse_request(value, by)
+    except BadOperation as exc:
+        return OperationAsk("", None, digest, refusal=str(exc))
+    done = next((v.name for v in views if v.operation_digest == digest), None)
+    return OperationAsk(kind, operation, digest, done_by=done)
 
 
 def identity(layer: Mapping[str, Any]) -> LayerIdentity:
@@ -282,6 +300,8 @@ def settle(facts: LayerFacts, decision: LayerDecision) -> Settlement:
         drift_check_in=drift_check_in(layer, facts.drift_period, now),
         # Held back by a sync window: decide again when it may have changed.
         wake_in=max((decision.wake_at - now).total_seconds(), 0.0) + 1.0 if decision.wake_at is not None else None,
+        remove_annotations=tuple(k for k in (ann.OPERATION, ann.OPERATION_BY) if k in annotations)
+        if decision.remove_operation and decision.create_run is None else (),
     )
 
 

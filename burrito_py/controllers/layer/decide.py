@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import get_args
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.annotations import parse_plan_run
+from burrito_py.api.common import RunKind
 from burrito_py.api.layer import LayerState
+from burrito_py.api.operations import STATE_ACTIONS, RunOperation, describe
 from burrito_py.controllers.layer.artifact_check import CONDITION as ARTIFACT_CONDITION
 from burrito_py.controllers.layer.artifact_check import REFUSED as ARTIFACT_REFUSED
 from burrito_py.controllers.layer.artifact_check import LayerIdentity, artifact_refusal
@@ -57,6 +59,18 @@ class Exhaustion:
 
 
 @dataclass(frozen=True, slots=True)
+class OperationAsk:
+    """A day-2 operation asked of the layer (`api.burrito-py.io/operation`, api/operations.py), as read."""
+
+    kind: str  # import | state-rm | state-mv | plan | force-unlock; "" when refused
+    operation: RunOperation | None
+    digest: str  # operation_digest of the annotations: the stamp of the run made for it
+    refusal: str | None = None  # why it is not run (the field and the reason)
+    # A run of the layer already made for this very request (the annotation's removal after its create was lost).
+    done_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LayerSnapshot:
     annotations: dict[str, str]
     last_run: RunView | None
@@ -89,11 +103,13 @@ class LayerSnapshot:
     named_plan_run: RunView | None = None
     # Merged pull requests that changed the layer, with what their review says (reviewed.py; issue 30 item 4).
     merged: tuple[MergedReview, ...] = ()
+    # A day-2 operation asked of the layer (§5.12), None without the annotation.
+    operation: OperationAsk | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class CreateRun:
-    action: Literal["plan", "apply"]
+    action: RunKind
     revision: str
     artifact_run: str | None = None
     artifact_attempt: int | None = None
@@ -106,6 +122,9 @@ class CreateRun:
     # Stamped on an apply: the digest of its plan's changes (the review's); on a plan: asked by `sync-now`.
     changes_digest: str | None = None
     sync_requested: bool = False
+    # A day-2 operation's run (§5.12): what it does and who asked, and the request's digest it is stamped with.
+    operation: RunOperation | None = None
+    operation_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +165,8 @@ class LayerDecision:
     inputs_digest: str | None = None
     # What a merged pull request means for the current plan (`status.reviewedPlan`), None: nothing.
     reviewed: ReviewedVerdict | None = None
+    # The operation request was acted on (its run is created, or exists already): remove its annotations.
+    remove_operation: bool = False
 
 
 def plan_exhaustion(snap: LayerSnapshot) -> Exhaustion | None:
@@ -246,11 +267,6 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     plan_fresh = (
         plan_sum is not None and plan_date is not None and now < drift_due(plan_date, snap.drift_period, snap.drift_key)
     )
-    plan_up_to_date = Cond(
-        "IsPlanArtifactUpToDate",
-        plan_fresh,
-        "PlanIsRecent" if plan_fresh else ("NoPlanYet" if plan_sum is None else "DriftDetectionDue"),
-    )
 
     # Decided on revisions, never on dates: the plan is of the relevant commit when it planned that commit or
     # the branch head, or was made at a commit whose relevant commit (stamped on its run) is the current one.
@@ -285,6 +301,22 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
 
     no_changes = a.get(ann.PLAN_SUMMARY) == NO_CHANGES
     apply_done = plan_sum is None or a.get(ann.APPLY_SUM) == plan_sum or no_changes
+    # A day-2 operation outdates the plan (§5.12): an import, state rm or state mv changed the state it was made
+    # against, and a `-target` plan covers part of the code only, so once applied (or found to change nothing) the
+    # layer plans whole again.
+    outdated_by = ""
+    if last is not None and last.action in STATE_ACTIONS and last.state == "Succeeded":
+        outdated_by = f"run {last.name} changed the state ({last.operation or last.action})"
+    elif snap.plan_run is not None and snap.plan_run.targeted and apply_done and not running:
+        outdated_by = f"the plan of run {snap.plan_run.name} was a -target plan"
+    plan_up_to_date = Cond(
+        "IsPlanArtifactUpToDate",
+        plan_fresh and not outdated_by,
+        "PlanIsRecent" if plan_fresh and not outdated_by else (
+            "NoPlanYet" if plan_sum is None else ("OperationChangedState" if outdated_by else "DriftDetectionDue")),
+        outdated_by,
+    )
+    plan_fresh = plan_fresh and not outdated_by
     apply_up_to_date = Cond(
         "IsApplyUpToDate",
         apply_done,
@@ -339,10 +371,38 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
                   and not running else "NothingToVerify")
     )
 
+    # A day-2 operation (§5.12): run once no run is live, before anything else the layer would do.
+    ask = snap.operation
+    operation_run: CreateRun | None = None
+    operation_cond: Cond | None = None
+    if ask is not None:
+        if ask.refusal is not None or ask.operation is None:
+            operation_cond = Cond("OperationAccepted", False, "InvalidOperation",
+                                  f"{ask.refusal}; nothing is run: fix or remove {ann.OPERATION}")
+        elif ask.done_by is not None:
+            operation_cond = Cond("OperationAccepted", True, "OperationStarted",
+                                  f"{describe(ask.kind, ask.operation)} runs as {ask.done_by}")
+        elif live is not None:
+            operation_cond = Cond("OperationAccepted", True, "WaitingForRun",
+                                  f"{describe(ask.kind, ask.operation)} waits for run {live.name}")
+        else:
+            operation_cond = Cond("OperationAccepted", True, "OperationStarting",
+                                  f"{describe(ask.kind, ask.operation)}, asked by {ask.operation.requested_by}")
+            operation_run = CreateRun(
+                _run_kind(ask.kind), branch_commit,
+                relevant_commit=relevant_commit,
+                inputs_digest=wanted_inputs if deps is None or deps.plan_allowed else None,
+                operation=ask.operation, operation_digest=ask.digest,
+            )
+
     state: LayerState
     if running:
         state = "Running"
-    elif sync_now or ((not plan_fresh or not planned or stale_replan or refusal is not None) and not plan_exhausted):
+    elif (
+        (operation_run is not None and operation_run.action == "plan")  # a -replace/-target plan (§5.12)
+        or sync_now
+        or ((not plan_fresh or not planned or stale_replan or refusal is not None) and not plan_exhausted)
+    ):
         state = "PlanNeeded"
     elif not apply_done and not plan_failed and not apply_exhausted:
         state = "ApplyNeeded"
@@ -384,7 +444,9 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         approval_cond = Cond("IsPlanApproved", True, "ReviewedInPullRequest", merged.message)
 
     create: CreateRun | None = None
-    if state == "PlanNeeded" and (deps is None or deps.plan_allowed):
+    if operation_run is not None:
+        create = operation_run
+    elif state == "PlanNeeded" and (deps is None or deps.plan_allowed):
         create = CreateRun("plan", branch_commit, relevant_commit=relevant_commit, inputs_digest=wanted_inputs,
                            sync_requested=sync_now)
     elif state == "ApplyNeeded" and (auto or (approved and gate.approval_allowed)) and (
@@ -402,7 +464,9 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     # aged past the drift period meanwhile is planned again, never applied.
     window_cond, wake_at = Cond("IsInSyncWindow", True, "NoRunWaiting"), None
     if create is not None:
-        verdict = sync_windows_allow(snap.windows, create.action, snap.layer_name, now)
+        # A day-2 operation that changes state is held back as an apply is (it changes what is deployed).
+        verdict = sync_windows_allow(snap.windows, "plan" if create.action == "plan" else "apply", snap.layer_name,
+                                     now)
         window_cond = Cond("IsInSyncWindow", verdict.allowed, verdict.reason, verdict.message)
         if not verdict.allowed:
             create, wake_at = None, verdict.wake_at
@@ -421,12 +485,14 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         artifact_cond,
         window_cond,
         *((deps.condition,) if deps is not None else ()),
+        *((operation_cond,) if operation_cond is not None else ()),
     )
     return LayerDecision(
         state,
         conditions,
         create,
-        remove_sync_now=sync_now and create is not None,
+        # An operation's plan does not answer a sync-now: that plans the whole layer next.
+        remove_sync_now=sync_now and create is not None and create.operation is None,
         pending_plan=pending,
         # Under `auto` an approval of the plan only lifts a repeated failure (above): consumed by the apply too.
         remove_approval=(approved or (approval is not None and approval == plan_sum)) and create is not None
@@ -438,7 +504,17 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         dependencies=deps,
         inputs_digest=snap.plan_inputs_digest if deps is not None else None,
         reviewed=merged,
+        remove_operation=(create is not None and create.operation is not None)
+        or (ask is not None and ask.done_by is not None),
     )
+
+
+def _run_kind(kind: str) -> RunKind:
+    """The run action of an operation kind (a `-replace`/`-target` plan is a plan run)."""
+    for action in get_args(RunKind):
+        if action == kind:
+            return action  # type: ignore[no-any-return]
+    raise ValueError(f"{kind!r} is not a run action")
 
 
 def _approval_condition(auto: bool, pending: PendingPlanView | None, approval: str | None, applying: bool) -> Cond:

@@ -21,6 +21,7 @@ from datetime import datetime
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.annotations import parse_plan_run
+from burrito_py.api.operations import describe
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.actions import (
@@ -197,6 +198,8 @@ async def _settle(ctx: Context, key: Key, layer: Body, settlement: Settlement) -
             ctx.inventory.runs.forget(forgotten)
     if settlement.skip_destroy is not None:
         layer = await _mark_skip_destroy(ctx, layer, settlement.skip_destroy)
+    if settlement.remove_annotations:
+        layer = await _remove_annotations(ctx, layer, settlement.remove_annotations)
     layer = await _write_status(ctx, layer, settlement.status, settlement.ready)
     ctx.notifications.send(ctx.kube, layer, list(settlement.notifications))
     for type_, reason, message in settlement.events:
@@ -236,11 +239,20 @@ async def _execute_create(ctx: Context, facts: LayerFacts, actions: LayerActions
              create.revision)
     await post_event(ctx.kube, layer, "Normal", "RunCreated",
                      f"created {create.action} run {created['metadata']['name']} for revision {create.revision}")
+    if create.operation is not None:
+        # The audit of a day-2 operation (§5.12): what, who asked, and the run that does it.
+        what = describe(create.action, create.operation)
+        await post_event(ctx.kube, layer, "Normal", "OperationRequested",
+                         f"{what} requested by {create.operation.requested_by}: run {created['metadata']['name']}")
+        log.info("layer %s/%s: %s requested by %s: run %s", namespace, name, what, create.operation.requested_by,
+                 created["metadata"]["name"])
     # Both are consumed by the run just created: another immediate plan needs a new sync-now, and another
-    # apply a new approval, even of a plan with the same sum.
+    # apply a new approval, even of a plan with the same sum; an operation request is run once.
+    present = layer["metadata"].get("annotations") or {}
     consumed = {ann.SYNC_NOW: decision.remove_sync_now, ann.APPROVE_PLAN: decision.remove_approval,
-                ann.OVERRIDE_POLICY: decision.remove_approval and ann.OVERRIDE_POLICY in (
-                    layer["metadata"].get("annotations") or {})}
+                ann.OVERRIDE_POLICY: decision.remove_approval and ann.OVERRIDE_POLICY in present,
+                ann.OPERATION: decision.remove_operation and ann.OPERATION in present,
+                ann.OPERATION_BY: decision.remove_operation and ann.OPERATION_BY in present}
     if any(consumed.values()):
         patched = await ctx.kube.merge_patch(
             crd_path("terraformlayers", namespace, name),
@@ -306,6 +318,15 @@ async def _run_refused(ctx: Context, key: Key, layer: Body, record: RunCreation,
                 wait.total_seconds())
     ctx.wake_layer(key, wait)
     return after
+
+
+async def _remove_annotations(ctx: Context, layer: Body, keys: tuple[str, ...]) -> Body:
+    """An operation request already run (its removal after the run's create was lost): remove it now."""
+    meta = layer["metadata"]
+    updated = await ctx.kube.merge_patch(crd_path("terraformlayers", meta["namespace"], meta["name"]),
+                                         {"metadata": {"annotations": dict.fromkeys(keys)}})
+    ctx.inventory.layers.observe(updated)
+    return updated
 
 
 async def _mark_skip_destroy(ctx: Context, layer: Body, reason: str) -> Body:

@@ -6,7 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from burrito_py.api import annotations as ann
+from burrito_py.api.operations import RunOperation, describe
 
 TERMINAL_RUN_STATES = frozenset({"Succeeded", "Failed"})
 
@@ -52,6 +55,11 @@ class RunView:
     # The sum and size of that attempt's plan JSON, recorded with it (the review reads only that JSON).
     result_json_sum: str | None = None
     result_json_size: int | None = None
+    # A day-2 operation's run (§5.12): one line saying what it does and who asked, the request's digest, and
+    # whether it is a `-target` plan (the layer plans whole again after it).
+    operation: str = ""
+    operation_digest: str | None = None
+    targeted: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -61,6 +69,18 @@ class RunView:
     def failed(self) -> bool:
         # A run reaches `Failed` only once its retries are exhausted (docs/architecture.md §6).
         return self.state == "Failed"
+
+
+def operation_line(spec: Mapping[str, Any]) -> str:
+    """`state rm aws_instance.a (asked by alice)`, or "" for a run that is no operation."""
+    raw = spec.get("operation")
+    if not isinstance(raw, Mapping):
+        return ""
+    try:
+        operation = RunOperation.model_validate(raw)
+    except ValidationError:
+        return f"{spec.get('action')} (an invalid spec.operation)"
+    return f"{describe(str(spec.get('action')), operation)} (asked by {operation.requested_by})"
 
 
 def run_view(run: Mapping[str, Any]) -> RunView:
@@ -99,4 +119,8 @@ def run_view(run: Mapping[str, Any]) -> RunView:
         result_sum=result.get("planSum"),
         result_json_sum=result.get("planJsonSum"),
         result_json_size=result.get("planJsonSize"),
+        operation=operation_line(spec),
+        operation_digest=annotations.get(ann.RUN_OPERATION) or None,
+        targeted=bool((spec.get("operation") or {}).get("target")) if isinstance(spec.get("operation"), Mapping)
+        else False,
     )

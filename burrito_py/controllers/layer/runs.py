@@ -16,6 +16,8 @@ from burrito_py.kube.inventory import Body
 from burrito_py.timeutil import format_time_precise, utcnow
 
 MAX_RUN_PREFIX = 40
+# An action as it appears in a run's name: at most 7 characters, so `<layer[:40]>-<tag>-<10 hex>` stays ≤ 63.
+NAME_TAGS = {"state-rm": "staterm", "state-mv": "statemv", "force-unlock": "unlock"}
 
 
 def run_name(layer: Mapping[str, Any], create: CreateRun, newest_run: str | None, sync_now: str | None) -> str:
@@ -28,10 +30,11 @@ def run_name(layer: Mapping[str, Any], create: CreateRun, newest_run: str | None
     value (≤ 63) for `<run>` and its pods `<run>-<attempt>`."""
     meta = layer["metadata"]
     parts = (meta.get("uid", ""), meta["namespace"], meta["name"], create.action, create.revision,
-             create.plan_sum or "", "destroy" if create.destroy else "", newest_run or "", sync_now or "")
+             create.plan_sum or "", "destroy" if create.destroy else "", newest_run or "", sync_now or "",
+             create.operation_digest or "")
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
     prefix = meta["name"][:MAX_RUN_PREFIX].rstrip("-.")
-    return f"{prefix}-{create.action}-{digest}"
+    return f"{prefix}-{NAME_TAGS.get(create.action, create.action)}-{digest}"
 
 
 def run_body(layer: Mapping[str, Any], create: CreateRun, name: str | None = None) -> Body:
@@ -46,6 +49,8 @@ def run_body(layer: Mapping[str, Any], create: CreateRun, name: str | None = Non
                             **({"sum": create.plan_sum} if create.plan_sum else {})}
     if create.destroy:
         spec["destroy"] = True
+    if create.operation is not None:
+        spec["operation"] = create.operation.to_dict()
     annotations = {
         ann.RUN_CREATED_AT: format_time_precise(utcnow()),
         ann.RUN_LAYER_GENERATION: str(meta.get("generation") or 0),
@@ -58,6 +63,8 @@ def run_body(layer: Mapping[str, Any], create: CreateRun, name: str | None = Non
         annotations[ann.RUN_INPUTS_DIGEST] = create.inputs_digest
     if create.changes_digest:
         annotations[ann.RUN_CHANGES_DIGEST] = create.changes_digest
+    if create.operation_digest:
+        annotations[ann.RUN_OPERATION] = create.operation_digest
     if create.sync_requested:
         annotations[ann.RUN_SYNC_NOW] = (meta.get("annotations") or {}).get(ann.SYNC_NOW) or "true"
     metadata: Body = {
@@ -77,7 +84,7 @@ def run_body(layer: Mapping[str, Any], create: CreateRun, name: str | None = Non
     if name is not None:
         metadata["name"] = name
     else:
-        metadata["generateName"] = f"{meta['name'][:MAX_RUN_PREFIX]}-{create.action}-"
+        metadata["generateName"] = f"{meta['name'][:MAX_RUN_PREFIX]}-{NAME_TAGS.get(create.action, create.action)}-"
     return {"apiVersion": ann.API_VERSION, "kind": "TerraformRun", "metadata": metadata, "spec": spec}
 
 

@@ -84,6 +84,12 @@ def last_result(previous: str | None, annotations: Mapping[str, str], last: RunV
     the runner's annotation for the plan it is about."""
     if last is None:
         return previous
+    if last.operation and last.action != "plan":  # a day-2 operation (§5.12) says what it did
+        if last.state == "Failed":
+            return f"Operation failed: {last.operation}: {last.message}"[:300].rstrip(": ")
+        if last.state == "Succeeded":
+            return f"Operation succeeded: {last.operation}"[:300]
+        return previous
     if last.state == "Failed":
         return f"{last.action.capitalize()} failed: {last.message}"[:300].rstrip(": ")
     if last.state == "Succeeded":
@@ -165,7 +171,8 @@ def announcements(old: Mapping[str, Any], new: Mapping[str, Any], ready: Cond) -
         # Once per verdict: the plan applies as reviewed on the pull request, or waits and says why.
         events.append(("Normal", f"ReviewedPlan{reviewed.get('result')}", str(reviewed.get("message") or "")))
     for type_, problem in (("IsPlanApproved", "ApprovalMismatch"), ("HasDestroyFailed", "DestroyFailed"),
-                           (ARTIFACT_CONDITION, ARTIFACT_REFUSED), ("HasDestroyFailed", DESTROY_PLAN_REFUSED)):
+                           (ARTIFACT_CONDITION, ARTIFACT_REFUSED), ("HasDestroyFailed", DESTROY_PLAN_REFUSED),
+                           ("OperationAccepted", "InvalidOperation")):
         now_cond = condition_of(new, type_)
         if now_cond.get("reason") == problem and condition_of(old, type_).get("message") != now_cond.get("message"):
             events.append(("Warning", problem, str(now_cond.get("message") or "")))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.operations import OPERATION_ACTIONS
 
 if TYPE_CHECKING:
     from burrito_py.datastore.client import DatastoreClient, StoredObject
@@ -96,6 +97,10 @@ def record_result(run: Mapping[str, Any], number: int, succeeded: bool, finished
     spec = run.get("spec") or {}
     action, revision = spec.get("action"), str((spec.get("layer") or {}).get("revision") or "")
     pull_request = bool(spec.get("pullRequest"))
+    if action in OPERATION_ACTIONS:
+        # A day-2 operation (§5.12) leaves its log only: the state it changed is the backend's, and the layer plans
+        # again after it (controllers/layer/decide.py).
+        return Recorded()
     if action == "plan":
         if not succeeded:
             return Recorded()
@@ -132,6 +137,8 @@ def record_result(run: Mapping[str, Any], number: int, succeeded: bool, finished
 
 def facts_needed(action: str, succeeded: bool) -> tuple[str, ...]:
     """Which facts `record_result` reads for such an attempt."""
+    if action in OPERATION_ACTIONS:
+        return ()
     if action == "plan":
         return ("plan", "plan_json", "summary") if succeeded else ()
     # An apply that may have planned itself: its own plan first (absent when it applied its artifact).

@@ -14,7 +14,12 @@ import yaml
 from burrito_local.controlplane import ControlPlane, ControlPlaneConfig, ControlPlaneError
 
 from burrito_py.api import annotations as ann
-from burrito_py.chart.admission_policy import MESSAGE, policy_objects
+from burrito_py.chart.admission_policy import (
+    MESSAGE,
+    OPERATION_BY_MESSAGE,
+    OPERATION_RUN_MESSAGE,
+    policy_objects,
+)
 from tests.support.controlplane import (
     apply,
     eventually,
@@ -83,6 +88,22 @@ def test_the_charts_admission_policy_is_enforced(controlplane: ControlPlane) -> 
     own = {**forged, "metadata": {"name": "own", "namespace": namespace},
            "spec": {**forged["spec"], "layer": {**forged["spec"]["layer"], "namespace": namespace}}}
     kubectl(controlplane, "create", "-f", "-", stdin=json.dumps(own))
+    # A day-2 operation's run (§5.12) is the controllers' to write: kube-apiserver compiles and enforces the rule.
+    operation = {**own, "metadata": {"name": "op", "namespace": namespace},
+                 "spec": {"action": "state-rm", "layer": own["spec"]["layer"],
+                          "operation": {"requestedBy": "someone-else", "address": "aws_s3_bucket.logs"}}}
+    result = kubectl(controlplane, "create", "-f", "-", stdin=json.dumps(operation), check=False)
+    assert result.returncode != 0 and OPERATION_RUN_MESSAGE in result.stderr, result.stderr
+    # The layer policy compiles too: an annotation naming another user is refused, one's own name is not.
+    layer = {"apiVersion": ann.API_VERSION, "kind": "TerraformLayer", "metadata": {
+        "name": "app", "namespace": namespace, "annotations": {
+            ann.OPERATION: '{"operation": "state-rm", "address": "a.b"}', ann.OPERATION_BY: "someone-else"}},
+        "spec": {"repository": {"name": "r"}, "branch": "main", "path": "."}}
+    result = kubectl(controlplane, "create", "-f", "-", stdin=json.dumps(layer), check=False)
+    assert result.returncode != 0 and OPERATION_BY_MESSAGE in result.stderr, result.stderr
+    whoami = kubectl_json(controlplane, "auth", "whoami", "-o", "json")["status"]["userInfo"]["username"]
+    layer["metadata"]["annotations"][ann.OPERATION_BY] = whoami
+    kubectl(controlplane, "create", "-f", "-", stdin=json.dumps(layer))
 
 
 def test_rbac_with_real_impersonation(controlplane: ControlPlane) -> None:

@@ -81,7 +81,8 @@ def test_rendering_is_deterministic() -> None:
         (TerraformRepository, "terraformrepositories", ["tfr", "tfrs"], ["State", "URL", "Age"]),
         (TerraformLayer, "terraformlayers", ["tfl", "layer"],
          ["State", "Repository", "Branch", "Path", "Last Result", "Drift", "Age"]),
-        (TerraformRun, "terraformruns", ["tfrun", "run"], ["State", "Action", "Layer", "Retries", "Runner Pod", "Age"]),
+        (TerraformRun, "terraformruns", ["tfrun", "run"],
+         ["State", "Action", "Layer", "Retries", "Runner Pod", "Requested By", "Age"]),
     ],
 )
 def test_crd_names_scope_subresources_and_columns(

@@ -14,6 +14,8 @@ from burrito_py.api import annotations as ann
 from burrito_py.chart.admission_policy import (
     ANNOTATION_MESSAGE,
     MESSAGE,
+    OPERATION_BY_MESSAGE,
+    OPERATION_RUN_MESSAGE,
     OVERRIDE_MESSAGE,
     RUNNER_MESSAGE,
     policy_objects,
@@ -110,3 +112,54 @@ def test_layer_annotations(user: str, old: dict[str, str] | None, new: dict[str,
         assert message is None
     else:
         assert message is not None and message.endswith(denied), message
+
+
+STATE_RM = {ann.OPERATION: '{"operation": "state-rm", "address": "aws_s3_bucket.logs"}'}
+
+
+@pytest.mark.parametrize(("user", "old", "new", "denied"), [
+    # A day-2 operation's request (§5.12) names its author: a user names only themselves...
+    ("alice", {}, {**STATE_RM, ann.OPERATION_BY: "alice"}, None),
+    ("alice", {}, {**STATE_RM, ann.OPERATION_BY: "bob"}, OPERATION_BY_MESSAGE),   # not someone else
+    ("alice", {}, STATE_RM, OPERATION_BY_MESSAGE),                               # nor nobody
+    ("alice", None, {**STATE_RM, ann.OPERATION_BY: "bob"}, OPERATION_BY_MESSAGE),
+    # ...nor changes the request under another's name (or their name under another request)
+    ("alice", {**STATE_RM, ann.OPERATION_BY: "bob"}, {ann.OPERATION: "{}", ann.OPERATION_BY: "bob"},
+     OPERATION_BY_MESSAGE),
+    ("alice", {**STATE_RM, ann.OPERATION_BY: "bob"}, {**STATE_RM, ann.OPERATION_BY: "carol"}, OPERATION_BY_MESSAGE),
+    ("alice", {**STATE_RM, ann.OPERATION_BY: "bob"}, {**STATE_RM, ann.OPERATION_BY: "bob", "x": "y"}, None),
+    (CONTROLLERS, {**STATE_RM, ann.OPERATION_BY: "bob"}, {}, None),             # the controllers consume it
+    (SERVER, {}, {**STATE_RM, ann.OPERATION_BY: "bob"}, None),                  # the server names its caller
+    (RUNNER_SA, {}, {**STATE_RM, ann.OPERATION_BY: RUNNER_SA}, RUNNER_MESSAGE),  # a runner asks for nothing
+])
+def test_operation_requests_name_their_author(user: str, old: dict[str, str] | None, new: dict[str, str],
+                                              denied: str | None) -> None:
+    message = layer_update(user, old, new)
+    if denied is None:
+        assert message is None
+    else:
+        assert message is not None and message.endswith(denied), message
+
+
+def test_only_the_controllers_write_a_run_with_an_operation() -> None:
+    policy, binding = policy_objects("burrito-py", [SERVER], RUNNER, [CONTROLLERS])[:2]
+    operation = {"requestedBy": "alice", "address": "a.b"}
+
+    def outcome(user: str, spec: dict[str, Any], old: dict[str, Any] | None = None) -> str | None:
+        def run(s: dict[str, Any]) -> dict[str, Any]:
+            return {"metadata": {"name": "r", "namespace": "tenant"}, "spec": s}
+
+        request = AdmissionRequest("UPDATE" if old else "CREATE", "terraform.burrito-py.io", "v1alpha1",
+                                   "terraformruns", "TerraformRun", "r", "tenant", run(spec),
+                                   run(old) if old else None, user={"username": user})
+        denial = admit([policy], [binding], request).denial
+        return None if denial is None else denial.message
+
+    rm = {"action": "state-rm", "layer": {"name": "l"}, "operation": operation}
+    assert outcome(CONTROLLERS, rm) is None
+    assert (outcome("alice", rm) or "").endswith(OPERATION_RUN_MESSAGE)     # a forged requester, say
+    assert (outcome(SERVER, rm) or "").endswith(OPERATION_RUN_MESSAGE)
+    assert outcome("alice", {"action": "plan", "layer": {"name": "l"}}) is None  # other runs as before
+    changed = {**rm, "operation": {**operation, "requestedBy": "bob"}}
+    assert (outcome("alice", changed, rm) or "").endswith(OPERATION_RUN_MESSAGE)
+    assert outcome("alice", {**rm, "destroy": False}, rm) is None          # left as it is

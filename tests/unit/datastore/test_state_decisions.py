@@ -239,3 +239,14 @@ def test_a_rollback_restores_the_content_under_the_next_serial() -> None:
     assert restored == {**json.loads(old), "serial": 8}
     with pytest.raises(BadState, match="lineage: the version is not of the current lineage 'zzz'"):
         rollback_body(old, facts(7, "zzz"))
+
+
+def test_a_force_unlock_run_releases_only_the_lock_it_names() -> None:
+    """The runner of a force-unlock run (its `spec.operation.lockId`, §5.12) releases that lock without holding it, as
+    Terraform's force-unlock asks (an UNLOCK without a body); any other runner, or another lock, is refused."""
+    assert decide_unlock(LOCK, None, False, "uid-9", force_unlock="lock-1").action == "release"
+    other = decide_unlock(LOCK, None, False, "uid-9", force_unlock="lock-2")
+    assert (other.action, other.status) == ("refuse", 409)
+    assert "lock ID lock-2" in other.message and "lock-1" in other.message
+    assert decide_unlock(LOCK, None, False, "uid-9").status == 400  # no force-unlock run: no ID, no unlock
+    assert decide_unlock(None, None, False, "uid-9", force_unlock="lock-1").action == "none"

@@ -10,6 +10,8 @@ from burrito_py.kube.pod_paths import pod_path
 from burrito_py.runner import main as runner_main
 from burrito_py.runner.main import EXIT_BAD_INPUT, EXIT_INTERNAL, RunnerEnv, RunnerError, file_sum, main, read_token
 
+ACTIONS_TEXT = "plan, apply, import, state-rm, state-mv, force-unlock"
+
 ENV = {
     "BURRITO_RUNNER_RUN": "app-plan-x7k2q",
     "BURRITO_RUNNER_LAYER_NAME": "app",
@@ -35,7 +37,7 @@ def test_names_every_missing_variable() -> None:
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
-        ("BURRITO_RUNNER_ACTION", "destroy", "BURRITO_RUNNER_ACTION: 'destroy' is not one of plan, apply"),
+        ("BURRITO_RUNNER_ACTION", "destroy", f"BURRITO_RUNNER_ACTION: 'destroy' is not one of {ACTIONS_TEXT}"),
         ("BURRITO_RUNNER_ATTEMPT", "0", "BURRITO_RUNNER_ATTEMPT: '0' is not an attempt number"),
         ("BURRITO_RUNNER_ATTEMPT", "two", "BURRITO_RUNNER_ATTEMPT: 'two' is not an attempt number"),
         ("BURRITO_DATASTORE_URL", "datastore:8080", "BURRITO_DATASTORE_URL: 'datastore:8080' is not an http://"),
@@ -75,9 +77,9 @@ def test_bad_environment_exits_2_with_one_line_and_a_termination_message(
     (tmp_path / "dev").mkdir()
     assert main({**ENV, "BURRITO_RUNNER_ACTION": "destroy"}) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
-    assert err == "error: BURRITO_RUNNER_ACTION: 'destroy' is not one of plan, apply\n"
+    assert err == f"error: BURRITO_RUNNER_ACTION: 'destroy' is not one of {ACTIONS_TEXT}\n"
     message = (tmp_path / "dev/termination-log").read_text()
-    assert message == "BURRITO_RUNNER_ACTION: 'destroy' is not one of plan, apply"
+    assert message == f"BURRITO_RUNNER_ACTION: 'destroy' is not one of {ACTIONS_TEXT}"
 
 
 def test_an_unexpected_error_keeps_its_traceback_and_exits_4(

@@ -1,0 +1,254 @@
+"""Day-2 operations on a layer's state, run as TerraformRuns (docs/architecture.md §5.12): `import ADDR ID`,
+`state rm ADDR`, `state mv SRC DST`, a plan with `-replace=ADDR`/`-target=ADDR`, and `force-unlock LOCK_ID`.
+
+A request reaches the controllers as the layer annotation `api.burrito-py.io/operation` (JSON, below) with
+`api.burrito-py.io/operation-by` (who asked: the chart's admission policy lets only that very user, or the server
+recording its authenticated caller, set it). The values become command-line arguments of terraform, so they are
+checked here, strictly, before any run exists: an address must be a resource or module address as Terraform writes
+it, an import ID or lock ID one line of printable characters; nothing may start with `-` (it would be read as an
+option). The runner passes them as argv (never through a shell).
+
+The annotation's value:
+
+    {"operation": "import", "address": "aws_s3_bucket.logs", "id": "my-logs-bucket"}
+    {"operation": "state-rm", "address": "module.old.aws_instance.web[0]"}
+    {"operation": "state-mv", "source": "aws_instance.a", "destination": "aws_instance.b"}
+    {"operation": "plan", "replace": ["aws_instance.web"], "target": []}
+    {"operation": "force-unlock", "lockId": "3f0c…"}
+
+plus an optional `"requestedAt"` (any string: two requests of the same operation differ by it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Literal, get_args
+
+from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from burrito_py.api.common import ApiModel
+
+__all__ = [
+    "MAX_ADDRESSES",
+    "MAX_VALUE_LENGTH",
+    "OPERATION_ACTIONS",
+    "STATE_ACTIONS",
+    "BadOperation",
+    "OperationKind",
+    "RunOperation",
+    "check_address",
+    "check_import_id",
+    "check_lock_id",
+    "describe",
+    "operation_digest",
+    "parse_request",
+]
+
+OperationKind = Literal["import", "state-rm", "state-mv", "plan", "force-unlock"]
+# The run actions that are day-2 operations of their own (a `-replace`/`-target` plan is a `plan` run).
+OPERATION_ACTIONS: tuple[str, ...] = ("import", "state-rm", "state-mv", "force-unlock")
+# Those that change the state: the layer plans again after one succeeds.
+STATE_ACTIONS: tuple[str, ...] = ("import", "state-rm", "state-mv")
+MAX_VALUE_LENGTH = 1024
+MAX_ADDRESSES = 20
+
+# A Terraform address: `module.NAME[KEY].` any number of times, then optionally `data.`, `TYPE.NAME[KEY]`; or module
+# instances alone (`state rm`/`-target` accept a whole module). A KEY is a number or a double-quoted string without
+# quotes, backslashes or control characters (Terraform's own keys may hold more; such resources are named by hand).
+_IDENT = r"[A-Za-z_][A-Za-z0-9_-]*"
+_KEY = r'(\[([0-9]+|"[^"\\\x00-\x1f\x7f]*")\])?'
+_MODULE = rf"module\.{_IDENT}{_KEY}"
+_RESOURCE = rf"(data\.)?{_IDENT}\.{_IDENT}{_KEY}"
+ADDRESS_PATTERN = re.compile(rf"({_MODULE}\.)*{_RESOURCE}|{_MODULE}(\.{_MODULE})*")
+# Printable, one line, not an option: what an import ID or a lock ID may be (ARNs, paths, UUIDs, JSON-ish IDs).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\u0085]")
+LOCK_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+=@-]{0,255}")
+
+
+class BadOperation(ValueError):
+    """An operation request that is refused, naming the field and the reason."""
+
+
+def check_address(value: str, field: str) -> str:
+    """`value` when it is a Terraform resource or module address, else BadOperation naming `field`."""
+    if not isinstance(value, str) or not value:
+        raise BadOperation(f"{field}: a resource address is required")
+    if len(value) > MAX_VALUE_LENGTH:
+        raise BadOperation(f"{field}: longer than {MAX_VALUE_LENGTH} characters")
+    if value.startswith("-"):
+        raise BadOperation(f"{field}: {value[:60]!r} starts with '-': an address is never an option")
+    if _CONTROL.search(value):
+        raise BadOperation(f"{field}: holds a newline or another control character")
+    if ADDRESS_PATTERN.fullmatch(value) is None:
+        raise BadOperation(f"{field}: {value[:200]!r} is not a Terraform resource address (TYPE.NAME, "
+                           "data.TYPE.NAME, module.NAME..., with [index] or [\"key\"])")
+    return value
+
+
+def check_import_id(value: str, field: str = "id") -> str:
+    """An import ID: the provider's own, so any printable text on one line, but never an option."""
+    if not isinstance(value, str) or not value:
+        raise BadOperation(f"{field}: the ID of the object to import is required")
+    if len(value) > MAX_VALUE_LENGTH:
+        raise BadOperation(f"{field}: longer than {MAX_VALUE_LENGTH} characters")
+    if value.startswith("-"):
+        raise BadOperation(f"{field}: {value[:60]!r} starts with '-': it would be read as an option")
+    if _CONTROL.search(value):
+        raise BadOperation(f"{field}: holds a newline or another control character")
+    if value != value.strip():
+        raise BadOperation(f"{field}: starts or ends with white space")
+    return value
+
+
+def check_lock_id(value: str, field: str = "lockId") -> str:
+    if not isinstance(value, str) or not value:
+        raise BadOperation(f"{field}: the ID of the lock to release is required (terraform prints it)")
+    if LOCK_ID_PATTERN.fullmatch(value) is None:
+        raise BadOperation(f"{field}: {value[:60]!r} is not a lock ID (letters, digits and ._:/+=@-, at most 256, "
+                           "not starting with '-')")
+    return value
+
+
+class RunOperation(ApiModel):
+    """What a day-2 operation run does, and who asked (the layer controller copies it from the request)."""
+
+    requested_by: str = Field(min_length=1, max_length=512,
+                              description="Who asked: the user the server authenticated (REST), or the author of the "
+                              "layer annotation (the admission policy checks it is them).")
+    requested_at: str | None = Field(default=None, max_length=64, description="When it was asked, as the request "
+                                     "says (informational).")
+    address: str | None = Field(default=None, description="import, state-rm: the resource address.")
+    id: str | None = Field(default=None, description="import: the provider's ID of the object to import.")
+    source: str | None = Field(default=None, description="state-mv: the address to move.")
+    destination: str | None = Field(default=None, description="state-mv: the address to move it to.")
+    replace: list[str] = Field(default_factory=list, max_length=MAX_ADDRESSES,
+                               description="plan: addresses planned with -replace=ADDR.")
+    target: list[str] = Field(default_factory=list, max_length=MAX_ADDRESSES,
+                              description="plan: addresses planned with -target=ADDR (the layer plans whole again "
+                              "once this plan is applied).")
+    lock_id: str | None = Field(default=None, description="force-unlock: the ID of the state lock to release.")
+
+    @field_validator("address", "source", "destination")
+    @classmethod
+    def _address(cls, value: str | None, info: Any) -> str | None:
+        return None if value is None else check_address(value, info.field_name)
+
+    @field_validator("replace", "target")
+    @classmethod
+    def _addresses(cls, value: list[str], info: Any) -> list[str]:
+        return [check_address(v, f"{info.field_name}[{i}]") for i, v in enumerate(value)]
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str | None) -> str | None:
+        return None if value is None else check_import_id(value)
+
+    @field_validator("lock_id")
+    @classmethod
+    def _lock_id(cls, value: str | None) -> str | None:
+        return None if value is None else check_lock_id(value)
+
+    def missing_for(self, kind: str) -> str | None:
+        """The field `kind` needs and lacks (or has and must not), else None."""
+        need: dict[str, tuple[str, ...]] = {
+            "import": ("address", "id"), "state-rm": ("address",), "state-mv": ("source", "destination"),
+            "force-unlock": ("lock_id",), "plan": (),
+        }
+        wanted = need.get(kind)
+        if wanted is None:
+            return f"operation: {kind!r} is not an operation ({', '.join(get_args(OperationKind))})"
+        for name in wanted:
+            if getattr(self, name) is None:
+                return f"{_camel(name)}: required by {kind}"
+        extra = [name for name in ("address", "id", "source", "destination", "lock_id")
+                 if name not in wanted and getattr(self, name) is not None]
+        if kind != "plan" and (self.replace or self.target):
+            extra.append("replace" if self.replace else "target")
+        if extra:
+            return f"{_camel(extra[0])}: not a field of {kind}"
+        if kind == "plan" and not (self.replace or self.target):
+            return "replace: a plan operation names at least one address in replace or target"
+        return None
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+class _Request(ApiModel):
+    # A misspelt field is named, not dropped.
+    model_config = ConfigDict(populate_by_name=True, alias_generator=to_camel, extra="forbid")
+
+    operation: OperationKind
+    address: str | None = None
+    id: str | None = None
+    source: str | None = None
+    destination: str | None = None
+    replace: list[str] = Field(default_factory=list)
+    target: list[str] = Field(default_factory=list)
+    lock_id: str | None = None
+    requested_at: str | None = None
+
+
+def parse_request(value: str | None, requested_by: str | None) -> tuple[str, RunOperation]:
+    """The operation an annotation asks for: (its kind, the run's `spec.operation`). BadOperation names the field,
+    prefixed `api.burrito-py.io/operation`."""
+    where = "api.burrito-py.io/operation"
+    if not requested_by:
+        raise BadOperation("api.burrito-py.io/operation-by: missing: who asks must be named (the admission policy "
+                           "checks it is the author of the request; the REST API fills it in)")
+    try:
+        raw = json.loads(value or "")
+    except ValueError:
+        raise BadOperation(f"{where}: not JSON (e.g. {{\"operation\": \"state-rm\", \"address\": \"TYPE.NAME\"}})") \
+            from None
+    if not isinstance(raw, dict):
+        raise BadOperation(f"{where}: must be a JSON object")
+    try:
+        request = _Request.model_validate(raw)
+    except ValidationError as exc:
+        raise BadOperation(f"{where}: {_first_error(exc)}") from None
+    try:
+        operation = RunOperation(
+            requested_by=requested_by, requested_at=request.requested_at, address=request.address, id=request.id,
+            source=request.source, destination=request.destination, replace=request.replace, target=request.target,
+            lock_id=request.lock_id,
+        )
+    except ValidationError as exc:
+        raise BadOperation(f"{where}: {_first_error(exc)}") from None
+    problem = operation.missing_for(request.operation)
+    if problem is not None:
+        raise BadOperation(f"{where}: {problem}")
+    return request.operation, operation
+
+
+def _first_error(exc: ValidationError) -> str:
+    """`field: reason` of the first error; the checks above already name their field."""
+    first = exc.errors()[0]
+    message = str(first.get("msg", "invalid"))
+    if first.get("type") == "value_error":
+        return message.removeprefix("Value error, ")
+    return f"{'.'.join(str(p) for p in first.get('loc', ())) or 'value'}: {message}"
+
+
+def operation_digest(value: str | None, requested_by: str | None) -> str:
+    """Stamped on the run an annotation made (`burrito-py.io/operation`): the same request never makes two runs."""
+    return hashlib.sha256(f"{value or ''}\0{requested_by or ''}".encode()).hexdigest()[:16]
+
+
+def describe(kind: str, operation: RunOperation) -> str:
+    """One line for events and logs: `state-mv aws_instance.a -> aws_instance.b`."""
+    if kind == "import":
+        return f"import {operation.address} (ID {operation.id})"
+    if kind == "state-rm":
+        return f"state rm {operation.address}"
+    if kind == "state-mv":
+        return f"state mv {operation.source} -> {operation.destination}"
+    if kind == "force-unlock":
+        return f"force-unlock {operation.lock_id}"
+    parts = [*(f"-replace={a}" for a in operation.replace), *(f"-target={a}" for a in operation.target)]
+    return "plan " + " ".join(parts)
