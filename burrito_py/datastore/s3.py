@@ -56,6 +56,7 @@ DELETE_BATCH = 1000  # the most keys one DeleteObjects call takes
 SHA_META, SIZE_META = "burrito-sha256", "burrito-size"  # S3 lowercases user metadata keys
 STAGING = "staging"  # multipart bodies, before their copy under the real key (with their sum)
 MAX_COPY_PART = 5 * 1024**3  # the largest part UploadPartCopy takes
+_FIRST = "BurritoFirstChunk"  # where `_get` puts the body's first chunk in GetObject's answer
 
 
 def make_client(
@@ -205,7 +206,7 @@ class S3Storage:
         return None
 
     async def read(self, key: str) -> Opened | None:
-        response = await self._get(key)
+        response = await self._get(key, first=True)
         if response is None:
             return None
         info = self._info(response)
@@ -215,7 +216,7 @@ class S3Storage:
             if info is None:
                 return None
             return await self._reopen(key, info)
-        return Opened(info, _stream(response["Body"]))
+        return Opened(info, _stream(response["Body"], response[_FIRST], response.get("ContentLength")))
 
     async def _reopen(self, key: str, info: ObjectInfo) -> Opened | None:
         stream = await self.open(key)
@@ -235,16 +236,28 @@ class S3Storage:
         response = await self._get(key)
         return _stream(response["Body"]) if response is not None else None
 
-    async def _get(self, key: str) -> dict[str, Any] | None:
-        """The object's GetObject answer (its body not read yet); None when there is none."""
+    async def _get(self, key: str, first: bool = False) -> dict[str, Any] | None:
+        """The object's GetObject answer (its body not read yet); None when there is none. `first`: the body's
+        first chunk is read in the same worker-thread trip (under `_FIRST`), so an object of up to a chunk costs
+        one thread hop, not three."""
+        target = self._key(key)
+
+        def get() -> dict[str, Any]:
+            response: dict[str, Any] = self.client.get_object(Bucket=self.bucket, Key=target)
+            if first:
+                try:
+                    response[_FIRST] = response["Body"].read(CHUNK)
+                except BaseException:
+                    response["Body"].close()
+                    raise
+            return response
+
         try:
-            response: dict[str, Any] = await _in_thread(self.client.get_object, Bucket=self.bucket,
-                                                         Key=self._key(key))
+            return await _in_thread(get)
         except ClientError as exc:
             if _code(exc) in _MISSING:
                 return None
             raise
-        return response
 
     async def stat(self, key: str) -> ObjectInfo | None:
         try:
@@ -420,9 +433,14 @@ class _Multipart:
             log.warning("could not abort the multipart upload of %s: %s", self.key, _code(exc))
 
 
-async def _stream(body: Any) -> AsyncIterator[bytes]:
-    """An S3 body, read in chunks off the event loop, closed when done or abandoned."""
+async def _stream(body: Any, first: bytes = b"", size: int | None = None) -> AsyncIterator[bytes]:
+    """An S3 body, read in chunks off the event loop, closed when done or abandoned. `first`: its first chunk,
+    already read; when that is all of its `size`, no more reads (no more thread hops)."""
     try:
+        if first:
+            yield first
+        if size is not None and len(first) >= size:
+            return
         while chunk := await _in_thread(body.read, CHUNK):
             yield chunk
     finally:
