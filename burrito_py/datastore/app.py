@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from burrito_py.datastore.auth import (
@@ -117,6 +118,23 @@ class DatastoreSettings(BaseSettings):
         "quota. Counted per datastore replica and listed again every quotaRecountSeconds, so approximate.")
     quota_recount_seconds: float = Field(
         300.0, ge=0, description="How long a namespace's stored-bytes count is used before it is listed again.")
+    # Overload and slow clients (docs/architecture.md §10.7).
+    max_active_requests: int = Field(
+        64, ge=1, description="Requests served at once; more wait in a queue (first come, first served).")
+    max_queued_requests: int = Field(
+        512, ge=0, description="Requests waiting for their turn at most; more are answered 503 with Retry-After at "
+        "once.")
+    queue_timeout_seconds: float = Field(
+        10.0, gt=0, description="Longest wait in the queue; then 503 with Retry-After.")
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="Time a client has to send complete request headers, from connecting (or from its "
+        "next request's first byte); then the connection is closed.")
+    read_timeout_seconds: float = Field(
+        60.0, gt=0, description="Longest pause in a request body the datastore waits for; then the connection is "
+        "closed and the upload leaves nothing.")
+    write_timeout_seconds: float = Field(
+        60.0, gt=0, description="Longest time a client may leave the response unread while the datastore has more "
+        "to send; then the connection is closed.")
     # Bearer tokens checked by a Kubernetes TokenReview (docs/architecture.md §10.2); off only for tests that do not
     # test auth.
     auth_enabled: bool = True
@@ -243,6 +261,14 @@ Attempt = Annotated[int, PathParam(ge=0, le=1_000_000)]
 Format = Annotated[PlanFormat, Query(description="Which rendering of the plan.")]
 
 
+def server_options(settings: DatastoreSettings) -> dict[str, Any]:
+    """uvicorn.Config options every datastore listener (HTTP and HTTPS) is started with: the slow-client timers."""
+    from burrito_py.datastore.admission import guarded_protocol  # uvicorn's protocol: only where a server runs
+
+    return {"http": guarded_protocol(settings.header_timeout_seconds, settings.read_timeout_seconds,
+                                     settings.write_timeout_seconds)}
+
+
 def default_authenticator(settings: DatastoreSettings) -> Authenticator:
     """TokenReviews through the Kubernetes API named by the settings, behind a short cache."""
     from burrito_py.datastore.kube_auth import KubeAuthenticator
@@ -316,6 +342,11 @@ def create_app(
     app = FastAPI(title="burrito-py datastore", version="v1")
     app.state.authenticator = authenticator
     app.add_middleware(_RawPathGuard)
+    # Outermost (after FastAPI's own error handling): a shed request costs no routing and no token review.
+    from burrito_py.datastore.admission import Admission
+
+    app.add_middleware(Admission, max_active=settings.max_active_requests, max_queued=settings.max_queued_requests,
+                       queue_seconds=settings.queue_timeout_seconds)
     api = APIRouter(prefix="/api/v1")
 
     @app.exception_handler(BadSegment)
@@ -328,6 +359,14 @@ def create_app(
         # (the message names the object and key id, never key material).
         log.error("cannot serve %s: %s", request.url.path, exc)
         return _error(500, str(exc))
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_went_away(request: Request, _: ClientDisconnect) -> Response:
+        # An upload cut off (by its client, or by the read timeout, §10.7): storage already dropped what it got. One
+        # line, no traceback; the answer reaches nobody.
+        log.info("%s %s: the client went away before its body was complete; nothing stored", request.method,
+                 request.url.path)
+        return Response(status_code=400)
 
     @app.exception_handler(AuthError)
     async def auth_error(_: Request, exc: AuthError) -> JSONResponse:

@@ -25,6 +25,7 @@ T = TypeVar("T")
 TREE_HEADER = "X-Burrito-Tree-Id"
 SHA_HEADER = "X-Burrito-Sha256"
 RETRIES = 3
+MAX_RETRY_AFTER = 5.0
 
 
 class DatastoreError(Exception):
@@ -130,16 +131,18 @@ class DatastoreClient:
         for attempt in range(RETRIES):
             try:
                 return call()
-            except (httpx.TransportError, _ServerError):
+            except (httpx.TransportError, _ServerError) as exc:
                 if attempt == RETRIES - 1:
                     raise
-                time.sleep(0.2 * 2**attempt)
+                # An overloaded datastore says when to come back (503 + Retry-After, docs/architecture.md §10.7).
+                wait = exc.retry_after if isinstance(exc, _ServerError) else 0.0
+                time.sleep(max(0.2 * 2**attempt, wait))
         raise AssertionError("unreachable")
 
     @staticmethod
     def _check(response: httpx.Response, what: str) -> None:
         if response.status_code >= 500:
-            raise _ServerError(response.status_code)
+            raise _ServerError(response.status_code, response.headers.get("retry-after"))
         if response.status_code >= 400:
             limit = None
             try:
@@ -182,7 +185,7 @@ class DatastoreClient:
         def call() -> StoredObject | None:
             response = self._http.head(url, params=params)
             if response.status_code >= 500:
-                raise _ServerError(response.status_code)
+                raise _ServerError(response.status_code, response.headers.get("retry-after"))
             if response.status_code == 404:
                 return None
             self._check(response, what)
@@ -450,7 +453,7 @@ class DatastoreClient:
         def call() -> bool:
             response = self._http.head(url)
             if response.status_code >= 500:
-                raise _ServerError(response.status_code)
+                raise _ServerError(response.status_code, response.headers.get("retry-after"))
             if response.status_code not in (200, 404):
                 self._check(response, what)
             return response.status_code == 200
@@ -495,8 +498,10 @@ def applied_sum(record: bytes) -> str | None:
 
 
 class _ServerError(Exception):
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, retry_after: str | None = None) -> None:
         super().__init__(f"HTTP {status}")
+        # Seconds (the datastore's form), capped: a retry is never put off for long.
+        self.retry_after = min(float(retry_after), MAX_RETRY_AFTER) if retry_after and retry_after.isdigit() else 0.0
 
 
 def _chunks(handle: IO[bytes], size: int = 1024 * 1024) -> Iterator[bytes]:

@@ -85,7 +85,7 @@ async def _serve(settings: DatastoreSettings, storage_settings: StorageSettings)
     import anyio.to_thread
     import uvicorn
 
-    from burrito_py.datastore.app import create_app
+    from burrito_py.datastore.app import create_app, server_options
     from burrito_py.datastore.backends import build_storage, load_keyring
     from burrito_py.datastore.encryption import EncryptionError
     from burrito_py.datastore.kubeapi import KubeApiError, connect
@@ -106,13 +106,14 @@ async def _serve(settings: DatastoreSettings, storage_settings: StorageSettings)
     # request holding a pooled connection never waits for a thread (anyio's default is 40).
     anyio.to_thread.current_default_thread_limiter().total_tokens = max(40, storage_settings.s3_max_connections)
     app = create_app(storage, settings)
-    servers = [uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port))]
+    options = server_options(settings)
+    servers = [uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, **options))]
     if settings.tls_port:
         if settings.tls_cert_file is None or settings.tls_key_file is None:
             typer.echo("datastore: tls_port needs tls_cert_file and tls_key_file", err=True)
             raise typer.Exit(2)
         servers.append(uvicorn.Server(https_config(app, settings.host, settings.tls_port, settings.tls_cert_file,
-                                                   settings.tls_key_file)))
+                                                   settings.tls_key_file, **options)))
     from datetime import timedelta
 
     from burrito_py.datastore.backends import sweep_abandoned_uploads
