@@ -38,7 +38,7 @@ from burrito_py.datastore.auth import (
 )
 from burrito_py.datastore.encryption import EncryptionError
 from burrito_py.datastore.quota import NamespaceUsage, allowance, describe_bytes, run_used
-from burrito_py.datastore.storage import DeleteFailed, Exists, ObjectInfo, Storage, Stored, TooLarge
+from burrito_py.datastore.storage import DeleteFailed, Exists, Mismatch, ObjectInfo, Storage, Stored, TooLarge
 from burrito_py.kube.pod_paths import pod_path_setting
 from burrito_py.kube.service_proxy import PROXIED_AUTHORIZATION
 from burrito_py.plans.limits import PLAN_JSON_LIMIT
@@ -74,6 +74,7 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # No leading "-": an id that reads as a command-line option is never a commit or tree id.
 _REVISION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 _CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class DatastoreSettings(BaseSettings):
@@ -397,10 +398,21 @@ def create_app(
         if limit <= 0 or (declared.isdigit() and int(declared) > limit):
             # Refused before a byte is read: the body never reaches storage.
             return _error(413, f"{name} refused: {reason}", limit=max(limit, 0))
+        claimed = request.headers.get(SHA_HEADER)
+        expected = None
+        if claimed is not None:
+            # The client's sum of the body it sends (DatastoreClient sends it with Content-Length): checked, and on
+            # S3 recorded before the body is in, so a large body is uploaded once instead of staged and copied.
+            if not _SHA256.fullmatch(claimed) or not declared.isdigit():
+                return _error(400, f"header {SHA_HEADER} is invalid: expected 64 lowercase hex digits (the body's "
+                                   "SHA-256), sent with Content-Length")
+            expected = ObjectInfo(claimed, int(declared))
         try:
-            stored = await storage.put(key, request.stream(), limit, once=once)
+            stored = await storage.put(key, request.stream(), limit, once=once, expected=expected)
         except TooLarge:
             return _error(413, f"{name} refused: {reason}", limit=limit)
+        except Mismatch as exc:
+            return _error(400, f"{name} refused: {exc}; nothing was stored")
         except Exists as exc:
             return _error(409, f"{name} of this attempt is already stored with other content (sha256 "
                                f"{exc.sha256}): an attempt's objects are written once")

@@ -164,9 +164,11 @@ class DatastoreClient:
                 response = self._http.put(url, content=b"", headers=headers)
             elif isinstance(data, Path):
                 with data.open("rb") as handle:
-                    response = self._http.put(url, content=_chunks(handle), headers=headers)
+                    response = self._http.put(url, content=_chunks(handle),
+                                              headers={**(headers or {}), **_declared(handle)})
             elif isinstance(data, bytes):
-                response = self._http.put(url, content=data, headers=headers)
+                declared = {SHA_HEADER: hashlib.sha256(data).hexdigest()}
+                response = self._http.put(url, content=data, headers={**(headers or {}), **declared})
             else:
                 data.seek(0)
                 response = self._http.put(url, content=_chunks(data), headers=headers)
@@ -502,6 +504,18 @@ class _ServerError(Exception):
         super().__init__(f"HTTP {status}")
         # Seconds (the datastore's form), capped: a retry is never put off for long.
         self.retry_after = min(float(retry_after), MAX_RETRY_AFTER) if retry_after and retry_after.isdigit() else 0.0
+
+
+def _declared(handle: IO[bytes]) -> dict[str, str]:
+    """The sum and length of a file about to be sent (read once here, then again as it is sent; the handle is left
+    at its start): the datastore checks the body against them and, on S3, uploads a large one straight to its key
+    rather than staging and copying it (docs/architecture.md §10)."""
+    digest, size = hashlib.sha256(), 0
+    while chunk := handle.read(1024 * 1024):
+        digest.update(chunk)
+        size += len(chunk)
+    handle.seek(0)
+    return {SHA_HEADER: digest.hexdigest(), "Content-Length": str(size)}
 
 
 def _chunks(handle: IO[bytes], size: int = 1024 * 1024) -> Iterator[bytes]:

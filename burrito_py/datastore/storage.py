@@ -68,6 +68,14 @@ class Opened:
     stream: AsyncIterator[bytes]
 
 
+class Mismatch(Exception):
+    """The body is not what its client declared (X-Burrito-Sha256 and Content-Length); nothing was stored."""
+
+    def __init__(self, expected: ObjectInfo, got: ObjectInfo) -> None:
+        super().__init__(f"the body's sha256 {got.sha256} ({got.size} bytes) is not the declared {expected.sha256} "
+                         f"({expected.size} bytes)")
+
+
 class Exists(Exception):
     """A `once` write to a key that holds other bytes; nothing was changed."""
 
@@ -86,13 +94,20 @@ def check_key(key: str) -> str:
 Describe = Callable[[], ObjectInfo]
 
 
+def check_expected(expected: ObjectInfo | None, got: ObjectInfo) -> None:
+    if expected is not None and (expected.sha256, expected.size) != (got.sha256, got.size):
+        raise Mismatch(expected, got)
+
+
 class Storage(Protocol):
     async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int, *, once: bool = False,
-                  describe: Describe | None = None) -> Stored:
+                  describe: Describe | None = None, expected: ObjectInfo | None = None) -> Stored:
         """Store atomically, with the object's sum: on any error (or over `max_size`) nothing is left behind.
         `once`: never replace an object (identical bytes: `created=False`; other bytes: `Exists`).
         `describe`: what to record instead of the sum and size of `chunks`, called once they are exhausted
-        (the encryption wrapper records the plaintext's)."""
+        (the encryption wrapper records the plaintext's). `expected`: what the client declared the object to be
+        (sum and size); anything else is `Mismatch` and stores nothing. A backend may record it before the body
+        is in (S3: a multipart upload straight to the key, no staging copy)."""
         ...
 
     async def open(self, key: str) -> AsyncIterator[bytes] | None: ...
@@ -169,7 +184,7 @@ class FilesystemStorage:
         return self.root / check_key(key)
 
     async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int, *, once: bool = False,
-                  describe: Describe | None = None) -> Stored:
+                  describe: Describe | None = None, expected: ObjectInfo | None = None) -> Stored:
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=f".{uuid.uuid4().hex}.tmp", dir=target.parent)
@@ -181,6 +196,7 @@ class FilesystemStorage:
                 async for chunk in chunks:
                     await anyio.to_thread.run_sync(handle.write, hashing.add(chunk))
                 info = describe() if describe is not None else hashing.info()
+                check_expected(expected, info)
                 handle.seek(0)
                 handle.write(_fs_header(info))
                 handle.flush()
