@@ -193,8 +193,16 @@ class FilesystemStorage:
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(bytes(FS_HEADER.size))  # the header is written once the body's sum is known
+                # Written a chunk (1 MiB) at a time: a body arrives in pieces of tens of KiB, and a worker-thread
+                # trip per piece cost more than the writes.
+                pending = bytearray()
                 async for chunk in chunks:
-                    await anyio.to_thread.run_sync(handle.write, hashing.add(chunk))
+                    pending += hashing.add(chunk)
+                    if len(pending) >= CHUNK:
+                        await anyio.to_thread.run_sync(handle.write, bytes(pending))
+                        pending.clear()
+                if pending:
+                    await anyio.to_thread.run_sync(handle.write, bytes(pending))
                 info = describe() if describe is not None else hashing.info()
                 check_expected(expected, info)
                 handle.seek(0)
