@@ -224,7 +224,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--mib", type=int, default=50)
     parser.add_argument("--clients", default="1,10,50,200", help="levels of concurrent clients, comma-separated")
-    parser.add_argument("--skip", default="", help="parts to leave out, comma-separated: throughput,latency,rss")
+    parser.add_argument("--skip", default="", help="parts to leave out, comma-separated: throughput,latency,rss,"
+                        "s3,filesystem")
     args = parser.parse_args()
     levels = [int(level) for level in args.clients.split(",") if level]
     skip = set(args.skip.split(","))
@@ -240,19 +241,21 @@ def main() -> None:
         env = {**CREDENTIALS, **auth, "BURRITO_PY_DATASTORE_BACKEND": "s3", "BURRITO_PY_DATASTORE_S3_BUCKET": bucket,
                "BURRITO_PY_DATASTORE_S3_ENDPOINT_URL": endpoint, "BURRITO_PY_DATASTORE_S3_PATH_STYLE": "true"}
         print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
-        with datastore_process(work / "s3-data", env) as ds:
-            if "throughput" not in skip:
-                throughput(args.rounds, args.mib, s3, bucket, ds.url, token, work)
-            if "latency" not in skip:
-                latency(ds.url, token, "S3 backend", 200, levels)
-                direct_latency(s3, bucket, levels)
-            if "rss" not in skip:
-                peak_rss(ds.url, token, ds.pid, "S3 backend", work)
-        with datastore_process(work / "fs-data", auth) as ds:
-            if "latency" not in skip:
-                latency(ds.url, token, "filesystem backend", 100, levels)
-            if "rss" not in skip:
-                peak_rss(ds.url, token, ds.pid, "filesystem backend", work)
+        if "s3" not in skip:
+            with datastore_process(work / "s3-data", env) as ds:
+                if "throughput" not in skip:
+                    throughput(args.rounds, args.mib, s3, bucket, ds.url, token, work)
+                if "latency" not in skip:
+                    latency(ds.url, token, "S3 backend", 200, levels)
+                    direct_latency(s3, bucket, levels)
+                if "rss" not in skip:
+                    peak_rss(ds.url, token, ds.pid, "S3 backend", work)
+        if "filesystem" not in skip:
+            with datastore_process(work / "fs-data", auth) as ds:
+                if "latency" not in skip:
+                    latency(ds.url, token, "filesystem backend", 100, levels)
+                if "rss" not in skip:
+                    peak_rss(ds.url, token, ds.pid, "filesystem backend", work)
         print(f"load average after: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
 
 
