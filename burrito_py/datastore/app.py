@@ -724,9 +724,11 @@ def create_app(
     async def metrics(request: Request) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-        from burrito_py.kube.metrics_auth import MetricsRefused
-
         if gate is not None:
+            # Imported only here: without a gate (auth off) the first scrape need not load the Kubernetes modules
+            # (seconds on a loaded machine).
+            from burrito_py.kube.metrics_auth import MetricsRefused
+
             try:
                 await gate.check(request.headers.get("authorization"))
             except MetricsRefused as exc:
