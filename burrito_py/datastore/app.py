@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from burrito_py.datastore.auth import (
@@ -37,7 +38,7 @@ from burrito_py.datastore.auth import (
 )
 from burrito_py.datastore.encryption import EncryptionError
 from burrito_py.datastore.quota import NamespaceUsage, allowance, describe_bytes, run_used
-from burrito_py.datastore.storage import DeleteFailed, Exists, ObjectInfo, Storage, Stored, TooLarge
+from burrito_py.datastore.storage import DeleteFailed, Exists, Mismatch, ObjectInfo, Storage, Stored, TooLarge
 from burrito_py.kube.pod_paths import pod_path_setting
 from burrito_py.kube.service_proxy import PROXIED_AUTHORIZATION
 from burrito_py.plans.limits import PLAN_JSON_LIMIT
@@ -73,6 +74,7 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # No leading "-": an id that reads as a command-line option is never a commit or tree id.
 _REVISION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 _CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class DatastoreSettings(BaseSettings):
@@ -117,6 +119,23 @@ class DatastoreSettings(BaseSettings):
         "quota. Counted per datastore replica and listed again every quotaRecountSeconds, so approximate.")
     quota_recount_seconds: float = Field(
         300.0, ge=0, description="How long a namespace's stored-bytes count is used before it is listed again.")
+    # Overload and slow clients (docs/architecture.md §10.7).
+    max_active_requests: int = Field(
+        64, ge=1, description="Requests served at once; more wait in a queue (first come, first served).")
+    max_queued_requests: int = Field(
+        512, ge=0, description="Requests waiting for their turn at most; more are answered 503 with Retry-After at "
+        "once.")
+    queue_timeout_seconds: float = Field(
+        10.0, gt=0, description="Longest wait in the queue; then 503 with Retry-After.")
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="Time a client has to send complete request headers, from connecting (or from its "
+        "next request's first byte); then the connection is closed.")
+    read_timeout_seconds: float = Field(
+        60.0, gt=0, description="Longest pause in a request body the datastore waits for; then the connection is "
+        "closed and the upload leaves nothing.")
+    write_timeout_seconds: float = Field(
+        60.0, gt=0, description="Longest time a client may leave the response unread while the datastore has more "
+        "to send; then the connection is closed.")
     # Bearer tokens checked by a Kubernetes TokenReview (docs/architecture.md §10.2); off only for tests that do not
     # test auth.
     auth_enabled: bool = True
@@ -253,6 +272,14 @@ Attempt = Annotated[int, PathParam(ge=0, le=1_000_000)]
 Format = Annotated[PlanFormat, Query(description="Which rendering of the plan.")]
 
 
+def server_options(settings: DatastoreSettings) -> dict[str, Any]:
+    """uvicorn.Config options every datastore listener (HTTP and HTTPS) is started with: the slow-client timers."""
+    from burrito_py.datastore.admission import guarded_protocol  # uvicorn's protocol: only where a server runs
+
+    return {"http": guarded_protocol(settings.header_timeout_seconds, settings.read_timeout_seconds,
+                                     settings.write_timeout_seconds)}
+
+
 def default_authenticator(settings: DatastoreSettings) -> Authenticator:
     """TokenReviews through the Kubernetes API named by the settings, behind a short cache."""
     from burrito_py.datastore.kube_auth import KubeAuthenticator
@@ -326,6 +353,11 @@ def create_app(
     app = FastAPI(title="burrito-py datastore", version="v1")
     app.state.authenticator = authenticator
     app.add_middleware(_RawPathGuard)
+    # Outermost (after FastAPI's own error handling): a shed request costs no routing and no token review.
+    from burrito_py.datastore.admission import Admission
+
+    app.add_middleware(Admission, max_active=settings.max_active_requests, max_queued=settings.max_queued_requests,
+                       queue_seconds=settings.queue_timeout_seconds)
     api = APIRouter(prefix="/api/v1")
 
     @app.exception_handler(BadSegment)
@@ -338,6 +370,14 @@ def create_app(
         # (the message names the object and key id, never key material).
         log.error("cannot serve %s: %s", request.url.path, exc)
         return _error(500, str(exc))
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_went_away(request: Request, _: ClientDisconnect) -> Response:
+        # An upload cut off (by its client, or by the read timeout, §10.7): storage already dropped what it got. One
+        # line, no traceback; the answer reaches nobody.
+        log.info("%s %s: the client went away before its body was complete; nothing stored", request.method,
+                 request.url.path)
+        return Response(status_code=400)
 
     @app.exception_handler(AuthError)
     async def auth_error(_: Request, exc: AuthError) -> JSONResponse:
@@ -368,10 +408,21 @@ def create_app(
         if limit <= 0 or (declared.isdigit() and int(declared) > limit):
             # Refused before a byte is read: the body never reaches storage.
             return _error(413, f"{name} refused: {reason}", limit=max(limit, 0))
+        claimed = request.headers.get(SHA_HEADER)
+        expected = None
+        if claimed is not None:
+            # The client's sum of the body it sends (DatastoreClient sends it with Content-Length): checked, and on
+            # S3 recorded before the body is in, so a large body is uploaded once instead of staged and copied.
+            if not _SHA256.fullmatch(claimed) or not declared.isdigit():
+                return _error(400, f"header {SHA_HEADER} is invalid: expected 64 lowercase hex digits (the body's "
+                                   "SHA-256), sent with Content-Length")
+            expected = ObjectInfo(claimed, int(declared))
         try:
-            stored = await storage.put(key, request.stream(), limit, once=once)
+            stored = await storage.put(key, request.stream(), limit, once=once, expected=expected)
         except TooLarge:
             return _error(413, f"{name} refused: {reason}", limit=limit)
+        except Mismatch as exc:
+            return _error(400, f"{name} refused: {exc}; nothing was stored")
         except Exists as exc:
             return _error(409, f"{name} of this attempt is already stored with other content (sha256 "
                                f"{exc.sha256}): an attempt's objects are written once")

@@ -24,6 +24,7 @@ T = TypeVar("T")
 TREE_HEADER = "X-Burrito-Tree-Id"
 SHA_HEADER = "X-Burrito-Sha256"
 RETRIES = 3
+MAX_RETRY_AFTER = 5.0
 
 
 class DatastoreError(Exception):
@@ -129,16 +130,18 @@ class DatastoreClient:
         for attempt in range(RETRIES):
             try:
                 return call()
-            except (httpx.TransportError, _ServerError):
+            except (httpx.TransportError, _ServerError) as exc:
                 if attempt == RETRIES - 1:
                     raise
-                time.sleep(0.2 * 2**attempt)
+                # An overloaded datastore says when to come back (503 + Retry-After, docs/architecture.md §10.7).
+                wait = exc.retry_after if isinstance(exc, _ServerError) else 0.0
+                time.sleep(max(0.2 * 2**attempt, wait))
         raise AssertionError("unreachable")
 
     @staticmethod
     def _check(response: httpx.Response, what: str) -> None:
         if response.status_code >= 500:
-            raise _ServerError(response.status_code)
+            raise _ServerError(response.status_code, response.headers.get("retry-after"))
         if response.status_code >= 400:
             limit = None
             try:
@@ -160,9 +163,11 @@ class DatastoreClient:
                 response = self._http.put(url, content=b"", headers=headers)
             elif isinstance(data, Path):
                 with data.open("rb") as handle:
-                    response = self._http.put(url, content=_chunks(handle), headers=headers)
+                    response = self._http.put(url, content=_chunks(handle),
+                                              headers={**(headers or {}), **_declared(handle)})
             elif isinstance(data, bytes):
-                response = self._http.put(url, content=data, headers=headers)
+                declared = {SHA_HEADER: hashlib.sha256(data).hexdigest()}
+                response = self._http.put(url, content=data, headers={**(headers or {}), **declared})
             else:
                 data.seek(0)
                 response = self._http.put(url, content=_chunks(data), headers=headers)
@@ -181,7 +186,7 @@ class DatastoreClient:
         def call() -> StoredObject | None:
             response = self._http.head(url, params=params)
             if response.status_code >= 500:
-                raise _ServerError(response.status_code)
+                raise _ServerError(response.status_code, response.headers.get("retry-after"))
             if response.status_code == 404:
                 return None
             self._check(response, what)
@@ -449,7 +454,7 @@ class DatastoreClient:
         def call() -> bool:
             response = self._http.head(url)
             if response.status_code >= 500:
-                raise _ServerError(response.status_code)
+                raise _ServerError(response.status_code, response.headers.get("retry-after"))
             if response.status_code not in (200, 404):
                 self._check(response, what)
             return response.status_code == 200
@@ -494,8 +499,22 @@ def applied_sum(record: bytes) -> str | None:
 
 
 class _ServerError(Exception):
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, retry_after: str | None = None) -> None:
         super().__init__(f"HTTP {status}")
+        # Seconds (the datastore's form), capped: a retry is never put off for long.
+        self.retry_after = min(float(retry_after), MAX_RETRY_AFTER) if retry_after and retry_after.isdigit() else 0.0
+
+
+def _declared(handle: IO[bytes]) -> dict[str, str]:
+    """The sum and length of a file about to be sent (read once here, then again as it is sent; the handle is left
+    at its start): the datastore checks the body against them and, on S3, uploads a large one straight to its key
+    rather than staging and copying it (docs/architecture.md §10)."""
+    digest, size = hashlib.sha256(), 0
+    while chunk := handle.read(1024 * 1024):
+        digest.update(chunk)
+        size += len(chunk)
+    handle.seek(0)
+    return {SHA_HEADER: digest.hexdigest(), "Content-Length": str(size)}
 
 
 def _chunks(handle: IO[bytes], size: int = 1024 * 1024) -> Iterator[bytes]:

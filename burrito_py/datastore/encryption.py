@@ -98,7 +98,7 @@ class EncryptedStorage:
         return len(_header(self.keyring.active, bytes(PREFIX_BYTES), 0)) + TAG_BYTES * (size // self.chunk_size + 1)
 
     async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int, *, once: bool = False,
-                  describe: Describe | None = None) -> Stored:
+                  describe: Describe | None = None, expected: ObjectInfo | None = None) -> Stored:
         """The plaintext's sum and size are what the inner storage records (and what `once` compares): the
         ciphertext of the same bytes differs on every write (a fresh nonce)."""
         key_id = self.keyring.active
@@ -121,8 +121,9 @@ class EncryptedStorage:
             yield aead.encrypt(_nonce(prefix, index, True), bytes(pending), aad)
 
         try:
+            # `expected` is the plaintext's, as what the inner storage records (`describe`) is.
             return await self.inner.put(key, sealed(), max_size + self.overhead(max_size), once=once,
-                                        describe=describe or plain.info)
+                                        describe=describe or plain.info, expected=expected)
         except TooLarge:
             raise TooLarge(max_size) from None
 

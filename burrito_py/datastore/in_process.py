@@ -11,7 +11,7 @@ from typing import Any
 
 import uvicorn
 
-from burrito_py.datastore.app import DatastoreSettings, create_app
+from burrito_py.datastore.app import DatastoreSettings, create_app, server_options
 from burrito_py.datastore.auth import Authenticator
 from burrito_py.datastore.storage import FilesystemStorage, Storage
 from burrito_py.datastore.tls import https_config
@@ -51,14 +51,15 @@ def running_datastore(
         **overrides,
     )
     app = create_app(storage if storage is not None else FilesystemStorage(data_dir), settings, authenticator)
+    options = server_options(settings)
     servers = [uvicorn.Server(
-        uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="off")
+        uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="off", **options)
     )]
     if settings.tls_port:
         assert settings.tls_cert_file is not None and settings.tls_key_file is not None
         servers.append(uvicorn.Server(https_config(app, settings.host, settings.tls_port, settings.tls_cert_file,
                                                    settings.tls_key_file, tls_check_every, log_level="warning",
-                                                   lifespan="off")))
+                                                   lifespan="off", **options)))
     threads = [threading.Thread(target=server.run, name="burrito-py-datastore", daemon=True) for server in servers]
     for thread in threads:
         thread.start()

@@ -40,6 +40,7 @@ from burrito_py.datastore.storage import (
     ObjectInfo,
     Opened,
     Stored,
+    check_expected,
     check_key,
 )
 
@@ -56,6 +57,7 @@ DELETE_BATCH = 1000  # the most keys one DeleteObjects call takes
 SHA_META, SIZE_META = "burrito-sha256", "burrito-size"  # S3 lowercases user metadata keys
 STAGING = "staging"  # multipart bodies, before their copy under the real key (with their sum)
 MAX_COPY_PART = 5 * 1024**3  # the largest part UploadPartCopy takes
+_FIRST = "BurritoFirstChunk"  # where `_get` puts the body's first chunk in GetObject's answer
 
 
 def make_client(
@@ -121,13 +123,18 @@ class S3Storage:
         return self.prefix + check_key(key)
 
     async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int, *, once: bool = False,
-                  describe: Describe | None = None) -> Stored:
+                  describe: Describe | None = None, expected: ObjectInfo | None = None) -> Stored:
         target = self._key(key)
         pending: deque[bytes] = deque()
         buffered = 0
         hashing = Hashing(max_size)
-        staging = f"{self.prefix}{STAGING}/{uuid.uuid4().hex}"
-        upload = _Multipart(self.client, self.bucket, staging, self.concurrency)
+        condition = {"IfNoneMatch": "*"} if once else {}
+        # A body whose sum the client declared goes straight to its key, the sum in the upload's metadata from the
+        # start (checked before the upload is completed): half the work of staging it and copying it (issue 31).
+        direct = expected is not None
+        staging = target if direct else f"{self.prefix}{STAGING}/{uuid.uuid4().hex}"
+        upload = _Multipart(self.client, self.bucket, staging, self.concurrency,
+                            _metadata(expected) if expected is not None else None)
         try:
             async for chunk in chunks:
                 pending.append(hashing.add(chunk))
@@ -138,12 +145,15 @@ class S3Storage:
                     buffered -= self.part_size
             body = b"".join(pending)
             info = describe() if describe is not None else hashing.info()
-            metadata = {SHA_META: info.sha256, SIZE_META: str(info.size)}
-            condition = {"IfNoneMatch": "*"} if once else {}
+            check_expected(expected, info)
+            metadata = _metadata(info)
             try:
-                if upload.started:
+                if upload.started and direct:
                     await upload.send(body)
-                    await upload.complete()
+                    await upload.complete(condition)
+                elif upload.started:
+                    await upload.send(body)
+                    await upload.complete({})
                     await self._copy_into(staging, target, hashing.size, metadata, condition)
                 else:
                     await _in_thread(self.client.put_object, Bucket=self.bucket, Key=target, Body=body,
@@ -151,6 +161,8 @@ class S3Storage:
             except ClientError as exc:
                 if _code(exc) not in _PRECONDITION:
                     raise
+                with anyio.CancelScope(shield=True):
+                    await upload.abort()  # a direct upload refused by its condition is still open
                 existing = await self.stat(key)
                 if existing is not None and existing.sha256 == info.sha256:
                     return Stored(info.size, info.sha256, created=False)
@@ -162,7 +174,7 @@ class S3Storage:
                 await upload.abort()
             raise
         finally:
-            if upload.completed:
+            if upload.completed and not direct:
                 with anyio.CancelScope(shield=True):
                     try:
                         await _in_thread(self.client.delete_object, Bucket=self.bucket, Key=staging)
@@ -205,7 +217,7 @@ class S3Storage:
         return None
 
     async def read(self, key: str) -> Opened | None:
-        response = await self._get(key)
+        response = await self._get(key, first=True)
         if response is None:
             return None
         info = self._info(response)
@@ -215,7 +227,7 @@ class S3Storage:
             if info is None:
                 return None
             return await self._reopen(key, info)
-        return Opened(info, _stream(response["Body"]))
+        return Opened(info, _stream(response["Body"], response[_FIRST], response.get("ContentLength")))
 
     async def _reopen(self, key: str, info: ObjectInfo) -> Opened | None:
         stream = await self.open(key)
@@ -235,16 +247,28 @@ class S3Storage:
         response = await self._get(key)
         return _stream(response["Body"]) if response is not None else None
 
-    async def _get(self, key: str) -> dict[str, Any] | None:
-        """The object's GetObject answer (its body not read yet); None when there is none."""
+    async def _get(self, key: str, first: bool = False) -> dict[str, Any] | None:
+        """The object's GetObject answer (its body not read yet); None when there is none. `first`: the body's
+        first chunk is read in the same worker-thread trip (under `_FIRST`), so an object of up to a chunk costs
+        one thread hop, not three."""
+        target = self._key(key)
+
+        def get() -> dict[str, Any]:
+            response: dict[str, Any] = self.client.get_object(Bucket=self.bucket, Key=target)
+            if first:
+                try:
+                    response[_FIRST] = response["Body"].read(CHUNK)
+                except BaseException:
+                    response["Body"].close()
+                    raise
+            return response
+
         try:
-            response: dict[str, Any] = await _in_thread(self.client.get_object, Bucket=self.bucket,
-                                                         Key=self._key(key))
+            return await _in_thread(get)
         except ClientError as exc:
             if _code(exc) in _MISSING:
                 return None
             raise
-        return response
 
     async def stat(self, key: str) -> ObjectInfo | None:
         try:
@@ -353,14 +377,17 @@ class S3Storage:
 
 
 class _Multipart:
-    """One multipart upload, started lazily by the first full part; at most `concurrency` parts in flight."""
+    """One multipart upload, started lazily by the first full part (with `metadata`); at most `concurrency` parts
+    in flight."""
 
-    def __init__(self, client: Any, bucket: str, key: str, concurrency: int) -> None:
+    def __init__(self, client: Any, bucket: str, key: str, concurrency: int,
+                 metadata: dict[str, str] | None = None) -> None:
         self.client, self.bucket, self.key, self.concurrency = client, bucket, key, concurrency
+        self.metadata = metadata
         self.upload_id: str | None = None
         self.parts: list[dict[str, Any]] = []
         self.in_flight: list[asyncio.Task[None]] = []
-        self._completed = False
+        self._completed = self._aborted = False
 
     @property
     def started(self) -> bool:
@@ -372,7 +399,9 @@ class _Multipart:
 
     async def send(self, data: bytes) -> None:
         if self.upload_id is None:
-            created = await _in_thread(self.client.create_multipart_upload, Bucket=self.bucket, Key=self.key)
+            extra = {"Metadata": self.metadata} if self.metadata is not None else {}
+            created = await _in_thread(self.client.create_multipart_upload, Bucket=self.bucket, Key=self.key,
+                                       **extra)
             self.upload_id = created["UploadId"]
         while len(self.in_flight) >= self.concurrency:
             await self._drain_one()
@@ -395,16 +424,17 @@ class _Multipart:
         while self.in_flight:
             await self._drain_one()
 
-    async def complete(self) -> None:
+    async def complete(self, condition: dict[str, str]) -> None:
         await self._drain()
         await _in_thread(
             self.client.complete_multipart_upload,
             Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, MultipartUpload={"Parts": self.parts},
+            **condition,
         )
         self._completed = True
 
     async def abort(self) -> None:
-        if self._completed:
+        if self._completed or self._aborted:
             return  # a completed staging upload is an object: `put` deletes it
         if self.in_flight:
             # Let the parts in flight finish (or fail) first, so the abort is the last word on this upload.
@@ -412,6 +442,7 @@ class _Multipart:
             self.in_flight = []
         if self.upload_id is None:
             return
+        self._aborted = True
         try:
             await _in_thread(
                 self.client.abort_multipart_upload, Bucket=self.bucket, Key=self.key, UploadId=self.upload_id
@@ -420,9 +451,18 @@ class _Multipart:
             log.warning("could not abort the multipart upload of %s: %s", self.key, _code(exc))
 
 
-async def _stream(body: Any) -> AsyncIterator[bytes]:
-    """An S3 body, read in chunks off the event loop, closed when done or abandoned."""
+def _metadata(info: ObjectInfo) -> dict[str, str]:
+    return {SHA_META: info.sha256, SIZE_META: str(info.size)}
+
+
+async def _stream(body: Any, first: bytes = b"", size: int | None = None) -> AsyncIterator[bytes]:
+    """An S3 body, read in chunks off the event loop, closed when done or abandoned. `first`: its first chunk,
+    already read; when that is all of its `size`, no more reads (no more thread hops)."""
     try:
+        if first:
+            yield first
+        if size is not None and len(first) >= size:
+            return
         while chunk := await _in_thread(body.read, CHUNK):
             yield chunk
     finally:

@@ -218,3 +218,23 @@ def test_a_control_character_in_a_segment_is_400_not_an_alias(datastore: tuple[s
     assert "control character" in refused.json()["error"]
     put = httpx.put(f"{url}/api/v1/layers/default/app{suffix}/runs/r/attempts/1/logs", content=b"x")
     assert put.status_code == 400
+
+
+def test_a_declared_sum_must_match_the_body_and_be_well_formed(datastore: tuple[str, Path], tmp_path: Path):
+    """X-Burrito-Sha256 on a PUT (DatastoreClient sends it): a body that does not hash to it stores nothing."""
+    import hashlib
+
+    url, _ = datastore
+    plan = f"{url}/api/v1/layers/default/app/runs/sums/attempts/1/plan?format=bin"
+    wrong = httpx.put(plan, content=b"tampered", headers={"X-Burrito-Sha256": hashlib.sha256(b"plan").hexdigest()})
+    assert wrong.status_code == 400 and "is not the declared" in wrong.json()["error"], wrong.text
+    bad = httpx.put(plan, content=b"plan", headers={"X-Burrito-Sha256": "not-a-sum"})
+    assert bad.status_code == 400 and "X-Burrito-Sha256" in bad.json()["error"]
+    assert httpx.get(plan).status_code == 404
+    # The client declares its file's sum and length, and the datastore takes it.
+    body = tmp_path / "plan.bin"
+    body.write_bytes(b"p" * 3_000_000)
+    with DatastoreClient(url) as client:
+        assert client.put_plan("default", "app", "sums", 1, "bin", body) == \
+            "sha256:" + hashlib.sha256(body.read_bytes()).hexdigest()
+        assert client.get_plan("default", "app", "sums", 1, "bin") == body.read_bytes()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from burrito_py.datastore.encryption import EncryptedStorage, Keyring
-from burrito_py.datastore.s3 import MIN_PART_SIZE
-from burrito_py.datastore.storage import Exists, FilesystemStorage, Storage, TooLarge
+from burrito_py.datastore.s3 import MIN_PART_SIZE, S3Storage
+from burrito_py.datastore.storage import Exists, FilesystemStorage, Mismatch, ObjectInfo, Storage, TooLarge
 from tests.integration.datastore.conftest import S3Bucket
 
 KEY = "layers/default/app/app-plan-1/1/plan.bin"
@@ -78,6 +78,33 @@ def test_a_once_object_takes_the_same_bytes_again_and_refuses_others(storage: St
     # Without `once` (the controllers), the object is replaced, its sum with it.
     replaced = asyncio.run(storage.put(KEY, _chunks(other), BIG + 1))
     assert replaced.created and _read(storage, KEY) == (other, _sha(other), size)
+
+
+@pytest.mark.parametrize("size", [5, BIG])
+def test_a_declared_sum_is_checked_and_a_wrong_one_stores_nothing(storage: Storage, size: int) -> None:
+    """X-Burrito-Sha256 with Content-Length (issue 31): on S3 a large body goes straight to its key with the
+    declared sum in the upload's metadata; the body must still hash to it, or nothing becomes visible."""
+    data, other = os.urandom(size), os.urandom(size)
+    declared = ObjectInfo(_sha(data), size)
+    with pytest.raises(Mismatch):
+        asyncio.run(storage.put(KEY, _chunks(other), BIG + 1, once=True, expected=declared))
+    with pytest.raises(Mismatch):  # the right bytes, one short
+        asyncio.run(storage.put(KEY, _chunks(data[:-1]), BIG + 1, once=True, expected=declared))
+    assert _read(storage, KEY) is None
+    stored = asyncio.run(storage.put(KEY, _chunks(data), BIG + 1, once=True, expected=declared))
+    assert (stored.size, stored.sha256, stored.created) == (size, _sha(data), True)
+    assert _read(storage, KEY) == (data, _sha(data), size)
+    # A retried upload with its sum is fine; other bytes with their own true sum are still refused (written once).
+    again = asyncio.run(storage.put(KEY, _chunks(data), BIG + 1, once=True, expected=declared))
+    assert again.created is False
+    with pytest.raises(Exists):
+        asyncio.run(storage.put(KEY, _chunks(other), BIG + 1, once=True, expected=ObjectInfo(_sha(other), size)))
+    assert _read(storage, KEY) == (data, _sha(data), size)
+    inner = getattr(storage, "inner", storage)
+    if isinstance(inner, S3Storage):  # no staging copy was made, and no upload is left open
+        listed = inner.client.list_objects_v2(Bucket=inner.bucket).get("Contents", [])
+        assert [item["Key"] for item in listed] == [inner.prefix + KEY]
+        assert inner.client.list_multipart_uploads(Bucket=inner.bucket).get("Uploads", []) == []
 
 
 def test_racing_once_writes_leave_exactly_one_object_with_its_own_sum(storage: Storage) -> None:
