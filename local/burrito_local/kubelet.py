@@ -815,8 +815,13 @@ class LocalKubelet(LoopThread):
                     if self._stopping is not None and self._stopping.is_set():
                         return
             kubeconfig = pod_dir / "kube" / "kubeconfig" if self._podman is not None else pod_dir / "kubeconfig"
-            tokens.append(TokenFile(None, KUBECONFIG_TOKEN_SECONDS,
-                                    lambda token: self._write_pod_kubeconfig(kubeconfig, token, meta["namespace"])))
+            kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+            # On a real control plane a pod that does not automount its ServiceAccount's token gets no API
+            # credentials, and the Node authorizer refuses a node a token for an audience none of the pod's
+            # volumes names (ServiceAccountNodeAudienceRestriction): such a pod gets no kubeconfig token there.
+            if self._node_mode is None or await self._automount(pod, container):
+                tokens.append(TokenFile(None, KUBECONFIG_TOKEN_SECONDS, lambda token: self._write_pod_kubeconfig(
+                    kubeconfig, token, meta["namespace"])))
             try:
                 fresh = await asyncio.gather(*(self._token(pod, t.audience, t.seconds) for t in tokens))
             except ConfigError as exc:  # the pod (or its ServiceAccount) went away meanwhile
