@@ -62,9 +62,13 @@ class HostNode:
     API listens on a free port of the node's address (two test workers on one machine each have a node)."""
 
     def __init__(self, plane: ControlPlane, workdir: Path, name: str = NODE_NAME, address: str | None = None,
-                 ready_timeout: float = 60.0) -> None:
+                 ready_timeout: float = 60.0, runtime: str = "process", taints: tuple[dict[str, str], ...] = ()
+                 ) -> None:
+        """`runtime`: the kubelet's ("podman": containers from their images, docs/architecture.md §20);
+        `taints`: the Node's from registration on."""
         self.plane, self.workdir, self.name = plane, workdir, name
         self.address = address
+        self.runtime, self.taints = runtime, taints
         self.ready_timeout = ready_timeout
         self.kubelet: LocalKubelet | None = None
         self.ready_seconds = 0.0
@@ -80,9 +84,9 @@ class HostNode:
                                             ("system:nodes",))
         mode = NodeMode(address=address, pod_cidr=f"{address}/32", serving_cert_pem=serving_cert,
                         serving_key_pem=serving_key, client_ca_pem=plane.ca_pem, api_port=free_port(address),
-                        host_network=True)
+                        host_network=True, taints=self.taints)
         self.kubelet = LocalKubelet(node_config, self.workdir / "pod-logs", self.workdir / "pods",
-                                    node_name=self.name, node=mode)
+                                    node_name=self.name, node=mode, runtime=self.runtime)
         self.kubelet.start()
         try:
             self._wait_ready()

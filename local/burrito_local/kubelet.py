@@ -208,6 +208,16 @@ def remap(root: Path, path: str) -> Path:
     return root / path.lstrip("/")
 
 
+def _projects_api_token(pod: Obj) -> bool:
+    """Whether a volume of the pod projects a ServiceAccount token for the API's own audience (no audience)."""
+    for volume in (pod.get("spec") or {}).get("volumes") or ():
+        for source in (volume.get("projected") or {}).get("sources") or ():
+            token = source.get("serviceAccountToken")
+            if token is not None and not token.get("audience"):
+                return True
+    return False
+
+
 def _write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -815,8 +825,13 @@ class LocalKubelet(LoopThread):
                     if self._stopping is not None and self._stopping.is_set():
                         return
             kubeconfig = pod_dir / "kube" / "kubeconfig" if self._podman is not None else pod_dir / "kubeconfig"
-            tokens.append(TokenFile(None, KUBECONFIG_TOKEN_SECONDS,
-                                    lambda token: self._write_pod_kubeconfig(kubeconfig, token, meta["namespace"])))
+            kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+            # On a real control plane the Node authorizer refuses a node a token for an audience none of the pod's
+            # volumes names (ServiceAccountNodeAudienceRestriction): a pod without the API's projected token
+            # (kube-apiserver injects it unless automountServiceAccountToken is false) gets no kubeconfig token.
+            if self._node_mode is None or _projects_api_token(pod):
+                tokens.append(TokenFile(None, KUBECONFIG_TOKEN_SECONDS, lambda token: self._write_pod_kubeconfig(
+                    kubeconfig, token, meta["namespace"])))
             try:
                 fresh = await asyncio.gather(*(self._token(pod, t.audience, t.seconds) for t in tokens))
             except ConfigError as exc:  # the pod (or its ServiceAccount) went away meanwhile

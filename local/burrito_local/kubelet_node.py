@@ -57,14 +57,21 @@ class NodeMode:
     # Every pod shares the node's network, as a `hostNetwork: true` pod does: its address is the node's (the
     # e2e world, where pods only connect out; docs/architecture.md §22.8). `pod_cidr` is then unused.
     host_network: bool = False
+    # Taints the Node registers with (the kubelet's --register-with-taints): a node only the pods tolerating
+    # them are scheduled to, e.g. a second node of a shared control plane kept for one test's pods.
+    taints: tuple[Obj, ...] = ()
 
 
-def node_object(name: str) -> Obj:
+def node_object(name: str, taints: tuple[Obj, ...] = ()) -> Obj:
     """The Node a kubelet registers (NodeRestriction: it may create only its own, and no
-    `node-restriction.kubernetes.io/` labels)."""
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+    `node-restriction.kubernetes.io/` labels), with `taints` from its first moment, so the scheduler never
+    places an intolerant pod on it."""
+    node: Obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
         "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": _arch(),
         "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": _arch()}}}
+    if taints:
+        node["spec"] = {"taints": [dict(taint) for taint in taints]}
+    return node
 
 
 def _arch() -> str:
@@ -153,7 +160,7 @@ class NodeAgent:
     async def register(self) -> None:
         """Create the Node (or find it, after a restart), then post its status: Ready from now on."""
         try:
-            node = await self._http.call("POST", "/api/v1/nodes", node_object(self._name))
+            node = await self._http.call("POST", "/api/v1/nodes", node_object(self._name, self._mode.taints))
         except ApiFailure as exc:
             if exc.status != 409:
                 raise

@@ -66,6 +66,15 @@ def layer_code(message: str = "hello") -> str:
     return LAYER_TF % message
 
 
+def api_http(kubeconfig: Path, token: str | None = None) -> httpx.Client:
+    """The API over HTTP as `kubeconfig`'s user, or as the bearer of `token`."""
+    user = read_kubeconfig(kubeconfig)
+    context = ssl.create_default_context(cadata=user.ca_data.decode() if user.ca_data else None,
+                                         cafile=user.ca_path)
+    return httpx.Client(base_url=user.server, timeout=30, verify=context,
+                        headers={"Authorization": f"Bearer {token or user.token}"})
+
+
 @dataclass
 class Platform:
     api: ApiServer | None  # the emulator, in the emulator world; None on the real control plane
@@ -97,11 +106,7 @@ class Platform:
     def api_http(self, token: str | None = None) -> httpx.Client:
         """The API over HTTP as the kubeconfig's user (the cluster admin's ServiceAccount, in both worlds), or as
         the bearer of `token`."""
-        user = read_kubeconfig(self.kubeconfig)
-        context = ssl.create_default_context(cadata=user.ca_data.decode() if user.ca_data else None,
-                                             cafile=user.ca_path)
-        return httpx.Client(base_url=user.server, timeout=30, verify=context,
-                            headers={"Authorization": f"Bearer {token or user.token}"})
+        return api_http(self.kubeconfig, token)
 
     # -- objects -------------------------------------------------------------------------------
     def create_repository(self, name: str, url: str, **spec: Any) -> dict[str, Any]:

@@ -1,7 +1,11 @@
-"""The runner image under a real container runtime (docs/architecture.md §18, §20): the local kubelet runs pods
-from `localhost/burrito-py-runner` with podman (runc), the chart's restricted securityContext for runner pods
-applied for real. (A runner pod's plan does not get through yet: Debian bookworm's Python 3.11.2 has no tarfile
-extraction filters, which burrito_py/runner/sources.py needs; §18.)
+"""The runner image under a real container runtime (docs/architecture.md §18, §20, §22.8): a second node of the
+session's real control plane, the local kubelet with its podman runtime (runc), runs pods from
+`localhost/burrito-py-runner`, the chart's restricted securityContext for runner pods applied for real. (A runner
+pod's plan does not get through yet: Debian bookworm's Python 3.11.2 has no tarfile extraction filters, which
+burrito_py/runner/sources.py needs; §18.)
+
+The node is tainted from its registration (`burrito-py.io/runtime=podman:NoSchedule`): the scheduler places only
+this file's pods on it (they tolerate the taint and select it by hostname), never another test's runner pods.
 
 Needs podman, runc and buildah (scripts/test.sh installs them) and root; the image is built from this checkout by
 `scripts/build-images.sh --local burrito-py-runner` (layer-cached: seconds when nothing changed). Missing tools
@@ -17,12 +21,19 @@ from typing import Any
 
 import pytest
 from burrito_local.container_runtime import Podman
+from burrito_local.host_node import HostNode
 
 from burrito_py.controllers.run.runner_pod import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT
+from tests.support.real_cluster import RealCluster
 
 from .conftest import Platform, running_platform, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+PODMAN_NODE = "burrito-py-podman-node"
+TAINT = {"key": "burrito-py.io/runtime", "value": "podman", "effect": "NoSchedule"}
+ON_PODMAN_NODE: dict[str, Any] = {"nodeSelector": {"kubernetes.io/hostname": PODMAN_NODE},
+                                  "tolerations": [{**TAINT, "operator": "Equal"}]}
+
 
 @pytest.fixture(scope="module")
 def runner_image() -> str:
@@ -34,42 +45,49 @@ def runner_image() -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@pytest.fixture(scope="module")
+def podman_node(real_cluster: RealCluster, runner_image: str,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostNode]:
+    """The kubelet with the podman runtime as a second, tainted Node of the session's control plane; its Node is
+    deleted after the module."""
+    began = time.monotonic()
+    node = HostNode(real_cluster.plane, tmp_path_factory.mktemp("podman-node"), name=PODMAN_NODE, runtime="podman",
+                    taints=(TAINT,)).start()
+    print(f"podman node Ready in {time.monotonic() - began:.1f}s")
+    try:
+        yield node
+    finally:
+        node.stop()
+        real_cluster.admin.call("DELETE", f"/api/v1/nodes/{PODMAN_NODE}")
+
+
 @pytest.fixture
-def world(tmp_path: Path, runner_image: str) -> Iterator[Platform]:
-    with running_platform(tmp_path, tmp_path / "kubeconfig", kubelet_runtime="podman",
-                          runner_image=runner_image) as platform:
-        yield platform
+def world(tmp_path: Path, real_cluster: RealCluster, podman_node: HostNode) -> Iterator[Platform]:
+    """The test's namespace (Pod Security `restricted`); no controllers: the tests make their pods themselves."""
+    with running_platform(tmp_path, tmp_path / "kubeconfig", cluster=real_cluster, start_controllers=False) as p:
+        yield p
 
 
-def pod_log(platform: Platform, name: str) -> str:
-    return str(platform.core.read_namespaced_pod_log(name, "default"))
-
-
-def pods_report(platform: Platform) -> str:
-    """Each pod's container state and its log's end, for a failure message."""
-    lines = []
-    for found in platform.core.list_namespaced_pod("default").items:
-        statuses = found.status.container_statuses or []
-        lines.append(f"{found.metadata.name} {found.status.phase} {statuses[0].state if statuses else None}\n"
-                     f"{pod_log(platform, found.metadata.name)[-1500:]}")
-    return "\n".join(lines)
+def pod_log(platform: Platform, name: str, namespace: str | None = None) -> str:
+    """Through kube-apiserver and the podman node's kubelet API (`kubectl logs`)."""
+    return str(platform.core.read_namespaced_pod_log(name, namespace or platform.namespace))
 
 
 def test_a_pod_that_writes_to_its_read_only_root_fails_as_on_a_cluster(world: Platform, runner_image: str) -> None:
     def pod(name: str, read_only: bool) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
-            "restartPolicy": "Never", "automountServiceAccountToken": False,
+            "restartPolicy": "Never", "automountServiceAccountToken": False, **ON_PODMAN_NODE,
             "securityContext": POD_SECURITY_CONTEXT,
             "containers": [{"name": "main", "image": runner_image, "command": ["sh", "-c"],
                             "args": ["echo probe-uid=$(id -u) probe-gid=$(id -g); grep CapEff /proc/self/status; "
                                      "echo written > /home/burrito/written && echo wrote-home"],
                             "securityContext": {**CONTAINER_SECURITY_CONTEXT, "readOnlyRootFilesystem": read_only}}]}}
 
-    world.core.create_namespaced_pod("default", pod("read-only", True))
-    world.core.create_namespaced_pod("default", pod("writable", False))
+    world.core.create_namespaced_pod(world.namespace, pod("read-only", True))
+    world.core.create_namespaced_pod(world.namespace, pod("writable", False))
 
     def ended(name: str) -> Any:
-        found = world.core.read_namespaced_pod(name, "default")
+        found = world.core.read_namespaced_pod(name, world.namespace)
         return found if found.status.phase in ("Succeeded", "Failed") else None
 
     started = time.monotonic()
@@ -88,17 +106,25 @@ def test_a_pod_that_writes_to_its_read_only_root_fails_as_on_a_cluster(world: Pl
     print(f"two pods under podman: {time.monotonic() - started:.1f}s")
 
 
-def test_a_non_root_policy_the_image_user_breaks_keeps_the_pod_waiting(world: Platform, runner_image: str) -> None:
-    world.core.create_namespaced_pod("default", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "as-root"}, "spec": {
-            "restartPolicy": "Never", "automountServiceAccountToken": False,
-            "containers": [{"name": "main", "image": runner_image, "command": ["true"],
-                            "securityContext": {"runAsNonRoot": True, "runAsUser": 0}}]}})
+def test_a_non_root_policy_the_image_user_breaks_keeps_the_pod_waiting(
+    world: Platform, real_cluster: RealCluster, runner_image: str
+) -> None:
+    # Pod Security `restricted` would refuse this pod at the API (runAsUser 0) before any kubelet sees it: the
+    # kubelet's own check is exercised in a namespace at `privileged`, as one without the labels is.
+    namespace = real_cluster.new_namespace(pod_security="privileged")
+    try:
+        world.core.create_namespaced_pod(namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "as-root"}, "spec": {
+                "restartPolicy": "Never", "automountServiceAccountToken": False, **ON_PODMAN_NODE,
+                "containers": [{"name": "main", "image": runner_image, "command": ["true"],
+                                "securityContext": {"runAsNonRoot": True, "runAsUser": 0}}]}})
 
-    def waiting() -> Any:
-        statuses = world.core.read_namespaced_pod("as-root", "default").status.container_statuses or []
-        return statuses[0].state.waiting if statuses and statuses[0].state.waiting else None
+        def waiting() -> Any:
+            statuses = world.core.read_namespaced_pod("as-root", namespace).status.container_statuses or []
+            return statuses[0].state.waiting if statuses and statuses[0].state.waiting else None
 
-    state = wait_for(waiting, 30, what="the pod to wait")
-    assert state.reason == "CreateContainerConfigError"
-    assert "container's runAsUser breaks non-root policy" in state.message
+        state = wait_for(waiting, 30, what="the pod to wait")
+        assert state.reason == "CreateContainerConfigError"
+        assert "container's runAsUser breaks non-root policy" in state.message
+    finally:
+        real_cluster.remove_namespace(namespace)

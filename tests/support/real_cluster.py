@@ -9,15 +9,17 @@ them in a tenant namespace), `remove_namespace` deletes it once the test's contr
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
-from burrito_local.controlplane import ISSUER, ControlPlane
+from burrito_local.controlplane import ISSUER, ControlPlane, ControlPlaneConfig
 from burrito_local.host_node import HostNode
 from burrito_local.identity import DATASTORE_AUDIENCE, service_account_username
 
@@ -33,6 +35,7 @@ RUNNER_ACCOUNT = "burrito-py-runner"
 TENANT_PLACEHOLDER = "burrito-py-e2e-tenant"  # the namespace the chart is rendered for, replaced per test
 TOKEN_SECONDS = 48 * 3600  # a session's length, with room
 RBAC = "rbac.authorization.k8s.io"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 # The namespaced kinds a test's controllers put finalizers on (the layer's destroy finalizer; kopf's own on
 # anything it handles deletions of): stripped when the controllers are gone, so the namespace can go.
 FINALIZED = ("terraformlayers", "terraformruns", "terraformrepositories", "terraformpullrequests")
@@ -102,8 +105,7 @@ class RealCluster:
         self.node.start()
         self.timings["node_ready"] = time.monotonic() - began
         for crd in generate_crds().values():
-            _check(f"create CRD {crd['metadata']['name']}",
-                   self.admin.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd))
+            _check(f"create CRD {crd['metadata']['name']}", self.admin.call("POST", CRDS, crd))
         self._admin_identity()
         for obj in policy_objects(RELEASE, [self.admin_username], RUNNER_ACCOUNT, [self.admin_username]):
             kind = "validatingadmissionpolicies" if obj["kind"] == "ValidatingAdmissionPolicy" else \
@@ -133,6 +135,24 @@ class RealCluster:
         body = _check("request the e2e admin's token", self.admin.call(
             "POST", f"/api/v1/namespaces/{ADMIN_NAMESPACE}/serviceaccounts/{ADMIN_ACCOUNT}/token", request))
         self._token = str(body["status"]["token"])
+
+    def ensure_crds(self, timeout: float = 60.0) -> None:
+        """Make again the CRDs a test deleted (on a cluster of a test's own: §21's tests delete them), once any
+        deletion in progress has ended, and wait until each is served."""
+        deadline = time.monotonic() + timeout
+        for crd in generate_crds().values():
+            name = crd["metadata"]["name"]
+            while True:
+                status, found = self.admin.call("GET", f"{CRDS}/{name}")
+                if status == 404:
+                    _check(f"create CRD {name}", self.admin.call("POST", CRDS, crd))
+                    break
+                if status == 200 and not found["metadata"].get("deletionTimestamp"):
+                    break
+                if time.monotonic() > deadline:
+                    raise ApiError(f"CRD {name} still terminating after {timeout:g}s (HTTP {status})")
+                time.sleep(0.1)
+        self._wait_served(timeout)
 
     def _wait_served(self, timeout: float = 60.0) -> None:
         """Until every CRD is Established and its storage answers a LIST (a new CRD's storage answers 429 for
@@ -166,11 +186,13 @@ class RealCluster:
             out.write(yaml.safe_dump(config))
         return path
 
-    def new_namespace(self, prefix: str = "e2e") -> str:
+    def new_namespace(self, prefix: str = "e2e", name: str | None = None, pod_security: str = "restricted") -> str:
         """A fresh namespace under Pod Security `restricted` (as the chart labels the tenant namespaces it
-        creates), with the chart's runner accounts and their Roles."""
-        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-        labels = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
+        creates; `pod_security` another level), with the chart's runner accounts and their Roles:
+        `<prefix>-<8 hex>`, or `name` (a test whose namespace names matter, e.g. to shard patterns, makes them
+        unique itself)."""
+        name = name or f"{prefix}-{uuid.uuid4().hex[:8]}"
+        labels = {f"pod-security.kubernetes.io/{mode}": pod_security for mode in ("enforce", "warn", "audit")}
         _check(f"create namespace {name}", self.admin.call("POST", "/api/v1/namespaces", {
             "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}))
         for template in self._tenant:
@@ -203,3 +225,22 @@ class RealCluster:
 
     def stop(self) -> None:
         self.node.stop()
+
+
+@contextlib.contextmanager
+def own_cluster(workdir: Path) -> Iterator[RealCluster]:
+    """A control plane of the caller's own (its own data directory, ports and node), for tests that change what
+    every test of the session's control plane shares (deleting the CRDs: §21). `timings` adds the control
+    plane's own start (`controlplane_ready`) to the node's and the set-up's."""
+    from tests.support.controlplane import built_binary
+
+    began = time.monotonic()
+    with ControlPlane(built_binary(), ControlPlaneConfig(workdir / "controlplane", unsafe_no_fsync=True)) as plane:
+        ready = time.monotonic() - began
+        cluster = RealCluster(plane, workdir / "cluster").start()
+        cluster.timings["controlplane_ready"] = ready
+        cluster.timings["total"] = time.monotonic() - began
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
