@@ -100,7 +100,10 @@ def runs_of(platform: Platform, layer: str, action: str) -> list[dict[str, Any]]
 
 
 def resource_input(platform: Platform, layer: str, name: str) -> str:
-    state = json.loads(platform.state_file(layer).read_text())
+    try:
+        state = json.loads(platform.state_file(layer).read_text())
+    except json.JSONDecodeError:  # terraform's local backend is writing it (not atomically): not there yet
+        return ""
     resource = next(r for r in state["resources"] if r["name"] == name)
     return str(resource["instances"][0]["attributes"]["input"]["value"])
 

@@ -394,9 +394,15 @@ def test_a_login_flood_is_throttled(platform: RestPlatform) -> None:
             throttled = [a for a in answers[20:] if a.status_code == 429]
             assert throttled, codes
             assert int(throttled[-1].headers["retry-after"]) >= 1 and "Too many attempts" in throttled[-1].text
-            # Bearer tokens on the REST API share the address's budget.
-            flood = httpx.get(f"{url}/api/layers", headers={"Authorization": "Bearer another-made-up-token"})
-            assert flood.status_code == 429 and flood.headers["retry-after"]
+            # Bearer tokens on the REST API share the address's budget: throttled as the logins, but for the tokens
+            # the bucket refilled since the flood began (a loaded machine may take seconds to get here).
+            floods = [httpx.get(f"{url}/api/layers", headers={"Authorization": f"Bearer another-made-up-token-{i}"})
+                      for i in range(3)]
+            since = time.monotonic() - began
+            bearer_codes = [f.status_code for f in floods]
+            assert 429 in bearer_codes and set(bearer_codes) <= {401, 429}, bearer_codes
+            assert refilled + bearer_codes.count(401) <= int(since * 20 / 60) + 1, (codes, bearer_codes, since)
+            assert all(f.headers["retry-after"] for f in floods if f.status_code == 429)
             # A user whose token the server already knows is not locked out by the flood from their address.
             assert known.get("/ui/layers").status_code == 200
 
