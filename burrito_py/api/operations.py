@@ -72,16 +72,23 @@ class BadOperation(ValueError):
     """An operation request that is refused, naming the field and the reason."""
 
 
-def check_address(value: str, field: str) -> str:
-    """`value` when it is a Terraform resource or module address, else BadOperation naming `field`."""
+def _one_argument(value: str, field: str, required: str, option: str) -> str:
+    """The checks every value bound for terraform's command line passes: present, bounded, never an option, one
+    line. `required` and `option` say why for this kind of value."""
     if not isinstance(value, str) or not value:
-        raise BadOperation(f"{field}: a resource address is required")
+        raise BadOperation(f"{field}: {required}")
     if len(value) > MAX_VALUE_LENGTH:
         raise BadOperation(f"{field}: longer than {MAX_VALUE_LENGTH} characters")
     if value.startswith("-"):
-        raise BadOperation(f"{field}: {value[:60]!r} starts with '-': an address is never an option")
+        raise BadOperation(f"{field}: {value[:60]!r} starts with '-': {option}")
     if _CONTROL.search(value):
         raise BadOperation(f"{field}: holds a newline or another control character")
+    return value
+
+
+def check_address(value: str, field: str) -> str:
+    """`value` when it is a Terraform resource or module address, else BadOperation naming `field`."""
+    _one_argument(value, field, "a resource address is required", "an address is never an option")
     if ADDRESS_PATTERN.fullmatch(value) is None:
         raise BadOperation(f"{field}: {value[:200]!r} is not a Terraform resource address (TYPE.NAME, "
                            "data.TYPE.NAME, module.NAME..., with [index] or [\"key\"])")
@@ -90,14 +97,7 @@ def check_address(value: str, field: str) -> str:
 
 def check_import_id(value: str, field: str = "id") -> str:
     """An import ID: the provider's own, so any printable text on one line, but never an option."""
-    if not isinstance(value, str) or not value:
-        raise BadOperation(f"{field}: the ID of the object to import is required")
-    if len(value) > MAX_VALUE_LENGTH:
-        raise BadOperation(f"{field}: longer than {MAX_VALUE_LENGTH} characters")
-    if value.startswith("-"):
-        raise BadOperation(f"{field}: {value[:60]!r} starts with '-': it would be read as an option")
-    if _CONTROL.search(value):
-        raise BadOperation(f"{field}: holds a newline or another control character")
+    _one_argument(value, field, "the ID of the object to import is required", "it would be read as an option")
     if value != value.strip():
         raise BadOperation(f"{field}: starts or ends with white space")
     return value

@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-from burrito_local.apiserver import ApiServer
 from burrito_local.apply import Applier
 from burrito_local.identity import admin_client
 
@@ -27,7 +26,7 @@ from burrito_py.gitproviders.delivery import Delivery, pull_request_event
 from burrito_py.gitproviders.registry import provider_named
 from burrito_py.operator.main import ControllerThread
 from burrito_py.pullrequests.events import pull_request_write
-from tests.support.emulator import wait_for
+from tests.support.emulator import running_apiserver, wait_for
 from tests.support.fakes.providers import Fake, running_fake_provider
 from tests.support.git_repos import make_bare, make_repo
 from tests.support.git_servers import running_http_git_server
@@ -64,10 +63,7 @@ class World:
 def running_world(tmp_path: Path, provider: str) -> Iterator[World]:
     kubeconfig = tmp_path / "kubeconfig"
     with contextlib.ExitStack() as stack:
-        api = ApiServer(pod_log_dir=tmp_path / "pod-logs")
-        api.start()
-        stack.callback(api.stop)
-        api.write_kubeconfig(kubeconfig)
+        api = stack.enter_context(running_apiserver(tmp_path, kubeconfig=kubeconfig))
         applier = Applier(api.url)
         stack.callback(applier.close)
         for crd in generate_crds().values():
