@@ -35,8 +35,10 @@ from burrito_py.datastore.auth import (
     AuthUnavailable,
     Principal,
     Unauthenticated,
+    proxied_token,
 )
 from burrito_py.kube.client import Body, Kube, KubeError, crd_path
+from burrito_py.kube.service_proxy import PROXIED_AUTHORIZATION
 from burrito_py.policy.override import override_refusal
 from burrito_py.server.access import (
     GET_LAYERS,
@@ -211,11 +213,13 @@ def rest_router(
     ) -> Principal:
         if authenticator is None:
             return AUTH_DISABLED
-        if credentials is None or not credentials.credentials:
+        # Through the Kubernetes API's service proxy (the CLI with only a kubeconfig: kube/service_proxy.py) the
+        # API server drops `Authorization`; the same token comes in X-Burrito-Py-Authorization, as to the datastore.
+        token = credentials.credentials if credentials else proxied_token(request.headers.get(PROXIED_AUTHORIZATION))
+        if not token:
             raise Problem(401, MISSING_CREDENTIALS)
         try:
-            who = await authenticator.authenticate(credentials.credentials, request.client.host if request.client
-                                                   else "")
+            who = await authenticator.authenticate(token, request.client.host if request.client else "")
         except Unauthenticated as exc:
             raise Problem(401, str(exc)) from None
         except AuthUnavailable as exc:
