@@ -333,13 +333,6 @@ def fault_platform(tmp_path: Path, kubeconfig_path: Path, real_cluster: RealClus
 
 
 @pytest.fixture
-def emulator_platform(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
-    """The product on the API emulator, for the tests that need its internals (its store, fault injection)."""
-    with running_platform(tmp_path, kubeconfig_path) as p:
-        yield p
-
-
-@pytest.fixture
 def repo(tmp_path: Path) -> TestRepo:
     r = make_repo(tmp_path / "upstream")
     r.commit({"layers/app/main.tf": layer_code("v1"), "layers/other/main.tf": layer_code("other"),
