@@ -6,8 +6,10 @@
 #   PUSH=1 REGISTRY=ghcr.io/acme scripts/build-images.sh   # build for PLATFORMS and push
 #   scripts/build-images.sh --local [IMAGE ...]  # buildah, as root: localhost/<image>:<version> in podman's storage
 #
-# --local builds FROM scripts/build-base-image.sh's bookworm base (--build-arg PYTHON_IMAGE=...; the runner's on
-# RUNNER_BASE_SUITE=trixie if asked: see §18 on Python 3.11.2), runs every step with runc,
+# --local builds FROM scripts/build-base-image.sh's bases (--build-arg PYTHON_IMAGE=...): the runner's on trixie
+# (Python 3.13; RUNNER_BASE_SUITE=bookworm to override), as bookworm's Python 3.11.2 is older than burrito-py's
+# requires-python (3.11.4: tarfile's extraction filters), the two others on bookworm, whose package versions their
+# Dockerfiles pin (so their local builds stop at pip's requires-python check: §18). It runs every step with runc,
 # cgroupfs and nofile/nproc limits of 1024 (crun and podman's default ulimits fail on the development machines,
 # §18), the host's network (pip reaches PyPI, apt Debian's mirror), and layer caching: nothing changed costs a few
 # seconds an image. The runner image gets its tools from build/image-tools/ (TOOLS_FROM=local) instead of GitHub:
@@ -55,7 +57,7 @@ if [ "${1:-}" = "--local" ]; then
   for image in "${wanted[@]}"; do
     case "$image" in
       burrito-py) file=images/burrito-py/Dockerfile; suite=bookworm ;;
-      burrito-py-runner) file=runner/Dockerfile; suite=${RUNNER_BASE_SUITE:-bookworm} ;;
+      burrito-py-runner) file=runner/Dockerfile; suite=${RUNNER_BASE_SUITE:-trixie} ;;
       burrito-py-datastore) file=datastore/Dockerfile; suite=bookworm ;;
       *) fail "unknown image $image (burrito-py, burrito-py-runner, burrito-py-datastore)" ;;
     esac

@@ -1,8 +1,7 @@
 """The runner image under a real container runtime (docs/architecture.md §18, §20, §22.8): a second node of the
 session's real control plane, the local kubelet with its podman runtime (runc), runs pods from
-`localhost/burrito-py-runner`, the chart's restricted securityContext for runner pods applied for real. (A runner
-pod's plan does not get through yet: Debian bookworm's Python 3.11.2 has no tarfile extraction filters, which
-burrito_py/runner/sources.py needs; §18.)
+`localhost/burrito-py-runner`, the chart's restricted securityContext for runner pods applied for real, and a
+layer's plan and apply run in it end to end (the controllers, the datastore, a git repository).
 
 The node is tainted from its registration (`burrito-py.io/runtime=podman:NoSchedule`): the scheduler places only
 this file's pods on it (they tolerate the taint and select it by hostname), never another test's runner pods.
@@ -19,11 +18,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import yaml
 from burrito_local.container_runtime import Podman
 from burrito_local.host_node import HostNode
 
+from burrito_py.api import annotations as ann
 from burrito_py.controllers.run.runner_pod import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT
+from tests.support.git_repos import TestRepo
 from tests.support.real_cluster import RealCluster
 
 from .conftest import Platform, running_platform, wait_for
@@ -65,6 +68,13 @@ def podman_node(real_cluster: RealCluster, runner_image: str,
 def world(tmp_path: Path, real_cluster: RealCluster, podman_node: HostNode) -> Iterator[Platform]:
     """The test's namespace (Pod Security `restricted`); no controllers: the tests make their pods themselves."""
     with running_platform(tmp_path, tmp_path / "kubeconfig", cluster=real_cluster, start_controllers=False) as p:
+        yield p
+
+
+@pytest.fixture
+def product(tmp_path: Path, real_cluster: RealCluster, podman_node: HostNode) -> Iterator[Platform]:
+    """The test's namespace with the controllers and the datastore: the layers' runner pods go to the podman node."""
+    with running_platform(tmp_path, tmp_path / "kubeconfig", cluster=real_cluster) as p:
         yield p
 
 
@@ -128,3 +138,60 @@ def test_a_non_root_policy_the_image_user_breaks_keeps_the_pod_waiting(
         assert "container's runAsUser breaks non-root policy" in state.message
     finally:
         real_cluster.remove_namespace(namespace)
+
+
+MANAGED_CODE = """
+variable "message" {
+  type    = string
+  default = "%s"
+}
+
+resource "terraform_data" "this" {
+  input = var.message
+}
+
+output "message" {
+  value = terraform_data.this.output
+}
+"""
+
+
+def test_a_layer_plans_and_applies_inside_the_runner_image(product: Platform, repo: TestRepo,
+                                                            runner_image: str) -> None:
+    # Managed state (§10.6): the state goes to the datastore over HTTP, since no host path is mounted in the
+    # container. The runner's pods take the image and the podman node; their security context is runner_pod's own.
+    repo.commit({"layers/boxed/main.tf": MANAGED_CODE % "from-the-image"}, "a layer for the runner image")
+    product.create_repository("repo", repo.url)
+    started = time.monotonic()
+    product.create_layer("boxed", "repo", "layers/boxed", auto_apply=True, state={"managed": True},
+                         overrideRunnerSpec={"image": runner_image, "imagePullPolicy": "Never", **ON_PODMAN_NODE})
+    # Ended either way: a runner that cannot run in the image (bookworm's Python 3.11.2: §18) ends MaxRetriesReached.
+    ended = wait_for(lambda: (product.layer("boxed").get("status") or {}).get("state") in ("Idle", "MaxRetriesReached"),
+                     240, interval=0.2, what="the layer to end its runs")
+    assert ended and product.layer("boxed")["status"]["state"] == "Idle", product.layer("boxed")["status"]
+    elapsed = time.monotonic() - started
+
+    runs = product.runs("boxed")
+    assert [(r["spec"]["action"], r["status"]["state"]) for r in runs] == [("plan", "Succeeded"),
+                                                                          ("apply", "Succeeded")], runs
+    assert all(not (r["status"].get("retries") or 0) for r in runs), runs  # each in one attempt
+    pods = product.pods("boxed")
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod.spec.node_name == PODMAN_NODE and pod.spec.containers[0].image == runner_image
+        context = pod.spec.containers[0].security_context
+        assert (context.read_only_root_filesystem, context.run_as_non_root, context.capabilities.drop) == (
+            True, True, ["ALL"])
+        assert pod.spec.security_context.run_as_user == 65532
+        assert pod.status.phase == "Succeeded", pod_log(product, pod.metadata.name)
+    plan_pod = next(p for p in pods if p.metadata.labels[ann.LABEL_RUN] == runs[0]["metadata"]["name"])
+    assert "1 to add" in pod_log(product, plan_pod.metadata.name)
+
+    # The apply's result, recorded where the platform keeps it: the state in the datastore.
+    token = yaml.safe_load(product.kubeconfig.read_text())["users"][0]["user"]["token"]
+    state = httpx.get(f"{product.datastore_url}/api/v1/layers/{product.namespace}/boxed/state",
+                      headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert state.status_code == 200, state.text
+    values = [i["attributes"]["input"]["value"] for r in state.json()["resources"] for i in r["instances"]]
+    assert values == ["from-the-image"]
+    print(f"plan and apply in the runner image: {elapsed:.1f}s")
