@@ -63,19 +63,21 @@ __all__ = [
     "init_args",
     "is_stale_plan",
     "mask",
+    "migrate_init_args",
     "operation_args",
     "output_json_args",
     "plan_args",
     "show_args",
     "show_json_args",
+    "state_pull_args",
     "step_env",
 ]
 
 Step = Literal["init", "plan", "show -json", "show", "apply", "output -json", "import", "state rm", "state mv",
-               "force-unlock"]
+               "force-unlock", "init -migrate-state", "state pull"]
 # Steps that change something (state, lock, .terraform): none starts once the runner was told to stop. The
 # read-only ones still run, to record what a step that did finish did (see `signals`).
-CHANGING_STEPS = ("init", "plan", "apply", "import", "state rm", "state mv", "force-unlock")
+CHANGING_STEPS = ("init", "plan", "apply", "import", "state rm", "state mv", "force-unlock", "init -migrate-state")
 TAIL_LINES = 40
 
 
@@ -116,6 +118,16 @@ def is_stale_plan(output: Sequence[str]) -> bool:
 # -- arguments (pure) ---------------------------------------------------------------------------
 def init_args(extra: Sequence[str] = ()) -> list[str]:
     return ["init", "-input=false", "-no-color", *extra]
+
+
+def migrate_init_args(extra: Sequence[str] = ()) -> list[str]:
+    """`init` that copies the state of the backend `.terraform/` was last initialised with into the one the
+    configuration now declares, without asking (`-force-copy`: the copy overwrites what the destination held)."""
+    return ["init", "-input=false", "-no-color", "-migrate-state", "-force-copy", *extra]
+
+
+def state_pull_args() -> list[str]:
+    return ["state", "pull"]
 
 
 def plan_args(plan_file: Path | str, extra: Sequence[str] = (), destroy: bool = False, lock: bool = True,
@@ -208,6 +220,14 @@ class Steps:
 
     def init(self, extra: Sequence[str] = ()) -> None:
         self._run("init", init_args(extra), init_args(mask(extra)))
+
+    def init_migrate(self, extra: Sequence[str] = ()) -> None:
+        self._run("init -migrate-state", migrate_init_args(extra), migrate_init_args(mask(extra)))
+
+    def state_pull(self, dest: Path) -> None:
+        """The current state as JSON into `dest`, never to the log: it holds the resources' secrets."""
+        args = state_pull_args()
+        self._run("state pull", args, args, stdout_to=dest)
 
     def plan(
         self, plan_file: Path, extra: Sequence[str] = (), copy_to: Path | None = None, destroy: bool = False,
