@@ -338,7 +338,8 @@ class Runner:
         backend = self.managed_backend(layer, repository, layer_dir, tool.kind, pull_request)
         steps = Steps(tool, layer_dir, env={**os.environ, **mirrors.env, **(backend.env if backend else {})})
         try:
-            steps.init([*(backend.init_args if backend else ()), *override.extra_init_args])
+            steps.init([*(backend.init_args if backend else ()),
+                        *(backend.extra_init_args(override.extra_init_args) if backend else override.extra_init_args)])
         except Interrupted:
             raise
         except StepFailed as exc:
@@ -405,10 +406,18 @@ class Runner:
 
     def migrate(self, operation: RunOperation, layer: TerraformLayer, repository: TerraformRepository,
                 layer_dir: Path, tool: Tool, mirrors: MirrorSetup, extra_init_args: Sequence[str]) -> None:
-        """A migrate-state run (docs/architecture.md §5.12): `init` with the backend the state is in, `state pull`,
-        `init -migrate-state -force-copy` with the other one, `state pull` again, and every resource instance
-        compared. Terraform copies: the source is only read, so a failure at any step leaves it the layer's state
-        (the run controller records the new place only when this returns)."""
+        """A migrate-state run (docs/architecture.md §5.12). Into the datastore: `init` with the code's backend,
+        `state pull`, the pulled state stored as it is (its lineage and serial) under the datastore's state lock, then
+        `init -reconfigure` with the http backend and `state pull` through it. Out: `init` with the http backend,
+        `state pull`, `init -reconfigure` with the code's backend, `state push` (without `-force`), `state pull`.
+        Every resource instance is compared. The source is only read, so a failure at any step leaves it the layer's
+        state (the run controller records the new place only when this returns).
+
+        Not `init -migrate-state -force-copy`: terraform 1.11.4 writes into an empty http backend with a new lineage
+        and serial 1 (its remote state resets the lineage when the remote holds none; seen end to end), so the
+        datastore would not hold the source's lineage and a layer migrated out and in again would meet its
+        one-lineage rule; and `-force-copy` overwrites whatever the destination holds, where `state push` refuses a
+        destination holding another lineage or a newer serial."""
         from burrito_py.api.effective import effective_state_location
         from burrito_py.runner.state import (
             OVERRIDE,
@@ -447,48 +456,68 @@ class Runner:
              f" to {names[to]}, asked by {operation.requested_by}")
         # The http backend's addresses and credentials (the runner's own token, masked) for the datastore side; the
         # code's -backend-config arguments for its side only (the http backend knows none of them). Options that
-        # would fight the migration are dropped.
+        # would fight the switch are dropped.
         extras = [a for a in extra_init_args if a not in ("-reconfigure", "-migrate-state", "-force-copy")]
         http_init = [*backend_config_args(env.datastore_url, env.namespace, env.layer),
                      *(a for a in extras if not a.startswith("-backend-config"))]
         creds = {"TF_HTTP_USERNAME": USERNAME, "TF_HTTP_PASSWORD": self.token} if self.token else {}
         steps = Steps(tool, layer_dir, env={**os.environ, **mirrors.env, **creds})
         override = layer_dir / OVERRIDE_FILE
-        pulled = self.workdir / "migrate-state.tfstate"  # outside the source tree; it holds secrets
-
-        def pull() -> bytes:
-            steps.state_pull(pulled)
-            try:
-                return pulled.read_bytes()
-            finally:
-                pulled.unlink(missing_ok=True)
-
+        # Outside the source tree; they hold the state's secrets and are removed when the attempt ends.
+        pulled, after_file = self.workdir / "migrate-source.tfstate", self.workdir / "migrate-destination.tfstate"
         try:
             if to == "managed":
                 override.unlink(missing_ok=True)
                 steps.init(extras)
-                before = state_summary(pull())
+                steps.state_pull(pulled)
+                before = state_summary(pulled.read_bytes())
+                if before.lineage:  # no state yet: nothing to copy, only the place changes
+                    self.copy_state_in(pulled.read_bytes(), operation.requested_by)
                 override.write_text(OVERRIDE, encoding="utf-8")
-                steps.init_migrate(http_init)
+                steps.init(["-reconfigure", *http_init])
             else:
                 override.write_text(OVERRIDE, encoding="utf-8")
                 steps.init(http_init)
-                before = state_summary(pull())
+                steps.state_pull(pulled)
+                before = state_summary(pulled.read_bytes())
                 override.unlink()
-                steps.init_migrate(extras)
-            after = state_summary(pull())
+                steps.init(["-reconfigure", *extras])
+                if before.lineage:
+                    steps.state_push(pulled)
+            steps.state_pull(after_file)
+            after = state_summary(after_file.read_bytes())
         except Interrupted:
             raise
         except StepFailed as exc:
             raise MigrationFailed(f"migrate-state to {to}: {self.explained(exc, mirrors)}; {untouched}") from None
-        except ValueError as exc:
+        except (OSError, ValueError) as exc:  # a state that is not one; the datastore's refusal (copy_state_in)
             raise MigrationFailed(f"migrate-state to {to}: {exc}; {untouched}") from None
-        problem = migration_problem(before, after)
+        finally:
+            for leftover in (pulled, after_file):
+                leftover.unlink(missing_ok=True)
+        # The datastore holds the very bytes pulled: the same lineage. Terraform's own remote backends (s3, gcs, …)
+        # give a state pushed into an empty one a new lineage, so out of the datastore the lineage is not compared.
+        problem = migration_problem(before, after, same_lineage=to == "managed")
         if problem is not None:
             raise MigrationFailed(f"migrate-state to {to}: {problem}; {untouched}")
         _say(f"burrito-py: migrate-state to {to} succeeded: {len(after.instances)} resource instance(s) kept, lineage "
              f"{after.lineage or '(no state yet)'}, serial {before.serial} -> {after.serial}; the controllers now "
              f"record that the state lives in {names[to]}")
+
+    def copy_state_in(self, body: bytes, requested_by: str) -> None:
+        """The pulled state, stored in the datastore as it is (§5.12); a refusal (another lineage there, a newer
+        serial, the state locked) fails the migration naming the datastore's reason."""
+        import uuid
+
+        from burrito_py.datastore.client import DatastoreError
+
+        env = self.env
+        lock = {"ID": str(uuid.uuid4()), "Operation": "migrate-state", "Who": f"burrito-py runner {env.run}",
+                "Info": f"migrate-state asked by {requested_by}"}
+        try:
+            self.store.copy_state_in(env.namespace, env.layer, body, lock)
+        except DatastoreError as exc:
+            raise ValueError(str(exc)) from None
 
     def prepare_mirrors(self) -> MirrorSetup:
         """The CA bundle and CLI configuration the mirrors need, in HOME (writable in a runner pod, §18)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,14 @@ class ManagedStateError(Exception):
 class ManagedBackend:
     init_args: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    # The override replaces a backend the code declares (its state was migrated here): the layer's own
+    # `-backend-config` arguments are that backend's, which the http backend would refuse, so they are left out.
+    replaces_code_backend: bool = False
+
+    def extra_init_args(self, extra: Sequence[str]) -> list[str]:
+        if not self.replaces_code_backend:
+            return list(extra)
+        return [a for a in extra if not a.startswith("-backend-config")]
 
 
 def _unquote(value: object) -> str:
@@ -131,7 +140,7 @@ def managed_backend(layer_dir: Path, kind: str, datastore_url: str, namespace: s
             f"or unset {STATE_FIELD}")
     (layer_dir / OVERRIDE_FILE).write_text(OVERRIDE, encoding="utf-8")
     env = {"TF_HTTP_USERNAME": USERNAME, "TF_HTTP_PASSWORD": token} if token else {}
-    return ManagedBackend(backend_config_args(datastore_url, namespace, layer), env)
+    return ManagedBackend(backend_config_args(datastore_url, namespace, layer), env, replaces_code_backend=migrated)
 
 
 @dataclass(frozen=True)
@@ -172,9 +181,9 @@ def state_summary(text: bytes) -> StateSummary:
                         frozenset(instances))
 
 
-def migration_problem(before: StateSummary, after: StateSummary) -> str | None:
+def migration_problem(before: StateSummary, after: StateSummary, same_lineage: bool = True) -> str | None:
     """Why the state read from the destination after a migration is not the source's, else None: every resource
-    instance kept, none added, the same lineage, a serial not lower."""
+    instance kept, none added, a serial not lower and (`same_lineage`) the same lineage."""
     lost, added = sorted(before.instances - after.instances), sorted(after.instances - before.instances)
     if lost:
         return (f"{len(lost)} resource instance(s) of the source are missing from the destination "
@@ -182,8 +191,8 @@ def migration_problem(before: StateSummary, after: StateSummary) -> str | None:
     if added:
         return (f"the destination holds {len(added)} resource instance(s) the source does not "
                 f"({', '.join(added[:5])}{', …' if len(added) > 5 else ''})")
-    if before.instances and before.lineage != after.lineage:
+    if same_lineage and before.lineage and before.lineage != after.lineage:
         return f"the destination's lineage {after.lineage!r} is not the source's {before.lineage!r}"
-    if after.serial < before.serial:
+    if same_lineage and after.serial < before.serial:
         return f"the destination's serial {after.serial} is lower than the source's {before.serial}"
     return None

@@ -63,21 +63,21 @@ __all__ = [
     "init_args",
     "is_stale_plan",
     "mask",
-    "migrate_init_args",
     "operation_args",
     "output_json_args",
     "plan_args",
     "show_args",
     "show_json_args",
     "state_pull_args",
+    "state_push_args",
     "step_env",
 ]
 
 Step = Literal["init", "plan", "show -json", "show", "apply", "output -json", "import", "state rm", "state mv",
-               "force-unlock", "init -migrate-state", "state pull"]
+               "force-unlock", "state pull", "state push"]
 # Steps that change something (state, lock, .terraform): none starts once the runner was told to stop. The
 # read-only ones still run, to record what a step that did finish did (see `signals`).
-CHANGING_STEPS = ("init", "plan", "apply", "import", "state rm", "state mv", "force-unlock", "init -migrate-state")
+CHANGING_STEPS = ("init", "plan", "apply", "import", "state rm", "state mv", "force-unlock", "state push")
 TAIL_LINES = 40
 
 
@@ -120,14 +120,14 @@ def init_args(extra: Sequence[str] = ()) -> list[str]:
     return ["init", "-input=false", "-no-color", *extra]
 
 
-def migrate_init_args(extra: Sequence[str] = ()) -> list[str]:
-    """`init` that copies the state of the backend `.terraform/` was last initialised with into the one the
-    configuration now declares, without asking (`-force-copy`: the copy overwrites what the destination held)."""
-    return ["init", "-input=false", "-no-color", "-migrate-state", "-force-copy", *extra]
-
-
 def state_pull_args() -> list[str]:
     return ["state", "pull"]
+
+
+def state_push_args(state_file: Path | str) -> list[str]:
+    """`state push` without `-force`: terraform refuses a state of another lineage, or a lower serial, than the
+    destination's (an unrelated state there is never overwritten), and keeps the pushed lineage and serial."""
+    return ["state", "push", "-no-color", str(state_file)]
 
 
 def plan_args(plan_file: Path | str, extra: Sequence[str] = (), destroy: bool = False, lock: bool = True,
@@ -221,13 +221,14 @@ class Steps:
     def init(self, extra: Sequence[str] = ()) -> None:
         self._run("init", init_args(extra), init_args(mask(extra)))
 
-    def init_migrate(self, extra: Sequence[str] = ()) -> None:
-        self._run("init -migrate-state", migrate_init_args(extra), migrate_init_args(mask(extra)))
-
     def state_pull(self, dest: Path) -> None:
         """The current state as JSON into `dest`, never to the log: it holds the resources' secrets."""
         args = state_pull_args()
         self._run("state pull", args, args, stdout_to=dest)
+
+    def state_push(self, state_file: Path) -> None:
+        args = state_push_args(state_file)
+        self._run("state push", args, args)
 
     def plan(
         self, plan_file: Path, extra: Sequence[str] = (), copy_to: Path | None = None, destroy: bool = False,
