@@ -18,11 +18,13 @@ A migration (docs/architecture.md §5.12) reads the state on both sides (`state 
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
     "OVERRIDE",
@@ -114,9 +116,26 @@ def declared_backends(layer_dir: Path, kind: str = "terraform") -> list[str]:
     return found
 
 
+def terraform_reachable(url: str, environ: Mapping[str, str] | None = None) -> str:
+    """`url` as terraform can reach it. Under the local kubelet only (`BURRITO_LOCAL_HOSTS`, docs/architecture.md
+    §13), Service names are answered for Python processes by `burrito_py.kube.pod_dns`, which terraform (Go, its own
+    resolver) never asks: an http URL's host is replaced by its address from the kubelet's hosts file (not https,
+    whose certificate names the host). On a real cluster (no such variable) the URL is unchanged."""
+    path = (os.environ if environ is None else environ).get("BURRITO_LOCAL_HOSTS")
+    parts = urlsplit(url)
+    if not path or parts.scheme != "http" or not parts.hostname:
+        return url
+    from burrito_py.kube.pod_dns import HostsTable
+
+    addresses = HostsTable(path).lookup(parts.hostname)
+    if not addresses:
+        return url
+    return urlunsplit(parts._replace(netloc=addresses[0] + (f":{parts.port}" if parts.port else "")))
+
+
 def backend_config_args(datastore_url: str, namespace: str, layer: str) -> list[str]:
     """`init`'s `-backend-config` arguments: where the layer's state and its lock are (no secret)."""
-    address = f"{datastore_url.rstrip('/')}/api/v1/layers/{namespace}/{layer}/state"
+    address = f"{terraform_reachable(datastore_url).rstrip('/')}/api/v1/layers/{namespace}/{layer}/state"
     return [
         f"-backend-config=address={address}",
         f"-backend-config=lock_address={address}/lock",

@@ -227,3 +227,17 @@ def test_a_migrated_layer_keeps_its_backend_block_and_the_override_replaces_it(t
     assert (tmp_path / OVERRIDE_FILE).exists()
     # The code's own -backend-config arguments belong to its s3 backend: left out of the http backend's init.
     assert backend.extra_init_args(["-backend-config=bucket=b", "-upgrade"]) == ["-upgrade"]
+
+
+def test_terraform_reaches_the_datastore_by_address_only_under_the_local_kubelet(tmp_path: Any) -> None:
+    from burrito_py.runner.state import terraform_reachable
+
+    hosts = tmp_path / "ns.hosts"
+    hosts.write_text("127.20.0.7 burrito-py-datastore.system.svc.cluster.local burrito-py-datastore.system\n")
+    url = "http://burrito-py-datastore.system.svc.cluster.local:8080/"
+    assert terraform_reachable(url, {}) == url  # a real cluster: cluster DNS answers terraform too
+    local = {"BURRITO_LOCAL_HOSTS": str(hosts)}
+    assert terraform_reachable(url, local) == "http://127.20.0.7:8080/"
+    https = "https://burrito-py-datastore.system.svc.cluster.local:8443/"
+    assert terraform_reachable(https, local) == https  # the certificate names the host
+    assert terraform_reachable("http://elsewhere:1/", local) == "http://elsewhere:1/"
