@@ -25,6 +25,11 @@ APPLY_SUM = "runner.burrito-py.io/apply-sum"
 APPLY_COMMIT = "runner.burrito-py.io/apply-commit"
 # `<run>/<attempt>` of that apply; written only once its outputs are in the datastore, under that attempt.
 APPLY_RUN = "runner.burrito-py.io/apply-run"
+# Where the layer's state lives after its last migrate-state run (docs/architecture.md §5.12, §10.6): `managed` (the
+# datastore) or `code` (the backend its code declares). Written by the run controller when such a run succeeds,
+# before it marks the run Succeeded; once present it wins over `spec.state.managed`, so no run ever uses the backend
+# a migration left behind.
+STATE_LOCATION = "runner.burrito-py.io/state-location"
 # Written by the repository controller.
 BRANCH_COMMIT = "webhook.burrito-py.io/branch-commit"
 BRANCH_COMMIT_DATE = "webhook.burrito-py.io/branch-commit-date"

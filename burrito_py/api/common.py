@@ -41,7 +41,7 @@ CATEGORY = "burrito-py"
 
 RunAction = Literal["plan", "apply"]
 # What a run does: a plan or an apply, or a day-2 operation (api/operations.py, docs/architecture.md §5.12).
-RunKind = Literal["plan", "apply", "import", "state-rm", "state-mv", "force-unlock"]
+RunKind = Literal["plan", "apply", "import", "state-rm", "state-mv", "force-unlock", "migrate-state"]
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 # Patterns are kept to the subset that Go's RE2 (the API server), Rust's regex (pydantic) and Python's re
@@ -262,7 +262,9 @@ class StateSettings(ApiModel):
         default=None,
         description="true: the layer's state lives in the burrito-py datastore (Terraform's http backend, set up by "
         "the runner: the code declares no backend and holds no credential for it; a code that declares a backend "
-        "or cloud block fails its runs). Unset: inherited from the repository, else false.",
+        "or cloud block fails its runs until its state is migrated with the migrate-state operation). Unset: "
+        "inherited from the repository, else false. Once a migrate-state run moved the state, where it put it wins "
+        "over this field (docs/architecture.md §10.6).",
     )
 
 

@@ -28,7 +28,9 @@ __all__ = [
     "effective_override_runner_spec",
     "effective_remediation",
     "effective_runs_to_keep",
+    "effective_state_location",
     "effective_tool",
+    "state_location",
 ]
 
 DEFAULT_MAX_RETRIES = 3
@@ -94,6 +96,30 @@ def effective_managed_state(layer: TerraformLayer, repository: TerraformReposito
     """`state.managed` of the layer, else of the repository, else false (docs/architecture.md §10.6)."""
     levels = [layer.spec.state, repository.spec.state if repository is not None else None]
     return bool(_first(*(level.managed for level in levels if level is not None)))
+
+
+StateLocation = Literal["managed", "code"]
+
+
+def state_location(recorded: str | None, spec_managed: bool) -> StateLocation:
+    """Where a layer's state lives (docs/architecture.md §10.6): where its last migrate-state run put it (the run
+    controller's `runner.burrito-py.io/state-location`), else where the spec says (`state.managed`, inherited).
+
+    The record wins over the spec: after a migration the other backend still holds the copy the migration left
+    behind, and a run that followed a spec edit there would plan against a stale state (a split state). Only a
+    migrate-state run moves a layer's state, and only its success changes the record."""
+    if recorded == "managed":
+        return "managed"
+    if recorded == "code":
+        return "code"
+    return "managed" if spec_managed else "code"
+
+
+def effective_state_location(layer: TerraformLayer, repository: TerraformRepository | None) -> StateLocation:
+    from burrito_py.api.annotations import STATE_LOCATION
+
+    recorded = (layer.metadata.get("annotations") or {}).get(STATE_LOCATION)
+    return state_location(recorded, effective_managed_state(layer, repository))
 
 
 def _enabled(spec: ToolSpec | None) -> bool | None:

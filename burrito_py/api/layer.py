@@ -225,7 +225,7 @@ class RunReference(ApiModel):
 
     name: str = Field(description="Name of the TerraformRun.")
     action: RunKind = Field(description="plan or apply, or a day-2 operation (import, state-rm, state-mv, "
-                            "force-unlock).")
+                            "force-unlock, migrate-state).")
     date: str | None = Field(default=None, description="When the run was created (RFC 3339 UTC).")
     revision: str | None = Field(default=None, description="Commit the run works on.")
 

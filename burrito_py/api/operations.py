@@ -15,6 +15,12 @@ The annotation's value:
     {"operation": "state-mv", "source": "aws_instance.a", "destination": "aws_instance.b"}
     {"operation": "plan", "replace": ["aws_instance.web"], "target": []}
     {"operation": "force-unlock", "lockId": "3f0c…"}
+    {"operation": "migrate-state", "to": "managed"}    (or "to": "code")
+
+`migrate-state` moves the layer's state between the datastore (`managed`, §10.6) and the backend the layer's own
+code declares (`code`): the only two places it may go. No backend configuration, address or path is ever part of a
+request (an unknown field is refused), so a requester cannot send a layer's state, which holds its secrets, to a
+backend of their own.
 
 plus an optional `"requestedAt"` (any string: two requests of the same operation differ by it).
 """
@@ -34,9 +40,11 @@ from burrito_py.api.common import ApiModel
 __all__ = [
     "MAX_ADDRESSES",
     "MAX_VALUE_LENGTH",
+    "MIGRATION_TARGETS",
     "OPERATION_ACTIONS",
     "STATE_ACTIONS",
     "BadOperation",
+    "MigrationTarget",
     "OperationKind",
     "RunOperation",
     "check_address",
@@ -47,11 +55,16 @@ __all__ = [
     "parse_request",
 ]
 
-OperationKind = Literal["import", "state-rm", "state-mv", "plan", "force-unlock"]
+OperationKind = Literal["import", "state-rm", "state-mv", "plan", "force-unlock", "migrate-state"]
 # The run actions that are day-2 operations of their own (a `-replace`/`-target` plan is a `plan` run).
-OPERATION_ACTIONS: tuple[str, ...] = ("import", "state-rm", "state-mv", "force-unlock")
-# Those that change the state: the layer plans again after one succeeds.
-STATE_ACTIONS: tuple[str, ...] = ("import", "state-rm", "state-mv")
+OPERATION_ACTIONS: tuple[str, ...] = ("import", "state-rm", "state-mv", "force-unlock", "migrate-state")
+# Those after which the layer plans again at once: they changed the state, or (a migration) where it lives, and the
+# next plan shows that nothing was lost (docs/architecture.md §5.12).
+STATE_ACTIONS: tuple[str, ...] = ("import", "state-rm", "state-mv", "migrate-state")
+# Where `migrate-state` may move a layer's state: the datastore, or the backend the layer's code declares. Never a
+# backend the request names (that would let a requester copy the state, and its secrets, to their own bucket).
+MigrationTarget = Literal["managed", "code"]
+MIGRATION_TARGETS: tuple[str, ...] = get_args(MigrationTarget)
 MAX_VALUE_LENGTH = 1024
 MAX_ADDRESSES = 20
 
@@ -130,6 +143,8 @@ class RunOperation(ApiModel):
                               description="plan: addresses planned with -target=ADDR (the layer plans whole again "
                               "once this plan is applied).")
     lock_id: str | None = Field(default=None, description="force-unlock: the ID of the state lock to release.")
+    to: MigrationTarget | None = Field(default=None, description="migrate-state: where the state goes: managed (the "
+                                       "burrito-py datastore) or code (the backend the layer's code declares).")
 
     @field_validator("address", "source", "destination")
     @classmethod
@@ -155,7 +170,7 @@ class RunOperation(ApiModel):
         """The field `kind` needs and lacks (or has and must not), else None."""
         need: dict[str, tuple[str, ...]] = {
             "import": ("address", "id"), "state-rm": ("address",), "state-mv": ("source", "destination"),
-            "force-unlock": ("lock_id",), "plan": (),
+            "force-unlock": ("lock_id",), "plan": (), "migrate-state": ("to",),
         }
         wanted = need.get(kind)
         if wanted is None:
@@ -163,7 +178,7 @@ class RunOperation(ApiModel):
         for name in wanted:
             if getattr(self, name) is None:
                 return f"{_camel(name)}: required by {kind}"
-        extra = [name for name in ("address", "id", "source", "destination", "lock_id")
+        extra = [name for name in ("address", "id", "source", "destination", "lock_id", "to")
                  if name not in wanted and getattr(self, name) is not None]
         if kind != "plan" and (self.replace or self.target):
             extra.append("replace" if self.replace else "target")
@@ -191,6 +206,7 @@ class _Request(ApiModel):
     replace: list[str] = Field(default_factory=list)
     target: list[str] = Field(default_factory=list)
     lock_id: str | None = None
+    to: MigrationTarget | None = None
     requested_at: str | None = None
 
 
@@ -216,7 +232,7 @@ def parse_request(value: str | None, requested_by: str | None) -> tuple[str, Run
         operation = RunOperation(
             requested_by=requested_by, requested_at=request.requested_at, address=request.address, id=request.id,
             source=request.source, destination=request.destination, replace=request.replace, target=request.target,
-            lock_id=request.lock_id,
+            lock_id=request.lock_id, to=request.to,
         )
     except ValidationError as exc:
         raise BadOperation(f"{where}: {_first_error(exc)}") from None
@@ -250,5 +266,7 @@ def describe(kind: str, operation: RunOperation) -> str:
         return f"state mv {operation.source} -> {operation.destination}"
     if kind == "force-unlock":
         return f"force-unlock {operation.lock_id}"
+    if kind == "migrate-state":
+        return f"migrate-state to {operation.to}"
     parts = [*(f"-replace={a}" for a in operation.replace), *(f"-target={a}" for a in operation.target)]
     return "plan " + " ".join(parts)

@@ -51,7 +51,7 @@ class TerraformRunSpec(ApiModel):
     """What to run."""
 
     action: RunKind = Field(description="plan or apply; or a day-2 operation: import, state-rm, state-mv, "
-                            "force-unlock (spec.operation says what).")
+                            "force-unlock, migrate-state (spec.operation says what).")
     layer: LayerReference = Field(description="The layer and revision.")
     artifact: ArtifactReference | None = Field(
         default=None, description="For apply: the plan to apply (unset with applyWithoutPlanArtifact)."
@@ -70,9 +70,9 @@ class TerraformRunSpec(ApiModel):
 
     operation: RunOperation | None = Field(
         default=None,
-        description="A day-2 operation (docs/architecture.md §5.12): what an import, state-rm, state-mv or "
-        "force-unlock run does, or the -replace/-target addresses of a plan, and who asked. Set by the layer "
-        "controller from the layer's api.burrito-py.io/operation request.",
+        description="A day-2 operation (docs/architecture.md §5.12): what an import, state-rm, state-mv, "
+        "force-unlock or migrate-state run does, or the -replace/-target addresses of a plan, and who asked. Set "
+        "by the layer controller from the layer's api.burrito-py.io/operation request.",
     )
 
     @model_validator(mode="after")

@@ -47,7 +47,8 @@ OPERATION_BY_MESSAGE = (f"{ann.OPERATION_BY} must name the user who sets {ann.OP
 OPERATION_RUN_MESSAGE = ("only the burrito-py controllers create or change a TerraformRun with spec.operation (ask for "
                          f"a day-2 operation with the layer's {ann.OPERATION} annotation or the REST API)")
 ANNOTATION_MESSAGE = (f"only the burrito-py controllers set or change the {ann.RUNNER_PREFIX} annotations of a "
-                      "layer (they record them from the datastore when a run's attempt ends)")
+                      "layer (they record them from the datastore when a run's attempt ends), or remove "
+                      f"{ann.STATE_LOCATION} (only a migrate-state run moves a layer's state)")
 
 
 def policy_objects(fullname: str, override_writers: list[str], runner_service_account: str,
@@ -82,11 +83,15 @@ def _layer_annotations(name: str, override_writers: list[str], runner_service_ac
         f"!(request.userInfo.username.startsWith('system:serviceaccount:') && "
         f"request.userInfo.username.endsWith(':{runner_service_account}'))"
     )
-    # Setting or changing a key is the controllers' alone; removing one is anyone's (the layer then plans again).
+    # Setting or changing a key is the controllers' alone; removing one is anyone's (the layer then plans again),
+    # except where a migration put the state (§5.12): without it runs would follow the spec to the copy the
+    # migration left behind.
+    location = ann.STATE_LOCATION
     annotation_rule = (
         f"request.userInfo.username in [{recorders}] || "
-        f"variables.new.all(k, !k.startsWith('{ann.RUNNER_PREFIX}') || "
-        f"(k in variables.old && variables.old[k] == variables.new[k]))"
+        f"(variables.new.all(k, !k.startsWith('{ann.RUNNER_PREFIX}') || "
+        f"(k in variables.old && variables.old[k] == variables.new[k])) && "
+        f"(!('{location}' in variables.old) || '{location}' in variables.new))"
     )
     # Setting or changing an operation request (or who asks) names the author, unless the server writes it.
     op, by = ann.OPERATION, ann.OPERATION_BY

@@ -417,6 +417,33 @@ class DatastoreClient:
         answer = response.json()
         return answer if isinstance(answer, dict) else {}
 
+    def copy_state_in(self, ns: str, layer: str, body: bytes, lock_info: dict[str, str]) -> dict[str, Any]:
+        """Store `body` as the layer's state exactly as given (its lineage and serial), under the state lock as
+        Terraform's http backend writes: LOCK, POST `?ID=`, UNLOCK (a migration into the datastore, docs/architecture.md
+        §5.12). The datastore's checks apply: another lineage or a lower serial than it holds is a 409 and nothing is
+        stored. The lock is released whatever happens. Not retried: a lost answer is seen in the state read after."""
+        what = f"copy of the state into the datastore for {ns}/{layer}"
+        lock_url, lock = _path("layers", ns, layer, "state", "lock"), json.dumps(lock_info).encode()
+        try:
+            taken = self._http.request("LOCK", lock_url, content=lock)
+            if taken.status_code >= 500:
+                raise DatastoreError(f"{what}: datastore error (HTTP {taken.status_code})", taken.status_code)
+            self._check(taken, f"{what}: the state lock")
+            try:
+                response = self._http.post(_path("layers", ns, layer, "state"), content=body,
+                                           params={"ID": lock_info["ID"]},
+                                           headers={"Content-Type": "application/json"})
+                if response.status_code >= 500:
+                    raise DatastoreError(f"{what}: datastore error (HTTP {response.status_code})",
+                                         response.status_code)
+                self._check(response, what)
+            finally:
+                self._http.request("UNLOCK", lock_url, content=lock)
+        except httpx.TransportError as exc:
+            raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
+        answer = response.json()
+        return answer if isinstance(answer, dict) else {}
+
     def get_state_lock(self, ns: str, layer: str) -> dict[str, Any] | None:
         """The lock record of a managed-state layer's state (docs/architecture.md §10.6), None when not locked."""
         try:

@@ -82,7 +82,7 @@ import os
 import sys
 import tempfile
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +108,7 @@ if TYPE_CHECKING:
     from burrito_py.api.run import TerraformRun
     from burrito_py.datastore.client import DatastoreClient
     from burrito_py.runner.state import ManagedBackend
+    from burrito_py.runner.tools import Tool
     from burrito_py.runner.variables import Inputs
 
 __all__ = [
@@ -133,7 +134,7 @@ R = TypeVar("R", bound="Resource")
 TOKEN_PATH = "/var/run/secrets/burrito-py/token"  # noqa: S105 - a path
 TERMINATION_LOG = "/dev/termination-log"
 # plan and apply, and the day-2 operations (api/operations.py OPERATION_ACTIONS, kept in step by a test).
-ACTIONS = ("plan", "apply", "import", "state-rm", "state-mv", "force-unlock")
+ACTIONS = ("plan", "apply", "import", "state-rm", "state-mv", "force-unlock", "migrate-state")
 WORK_DIR_ENV = "BURRITO_RUNNER_WORK_DIR"
 
 
@@ -141,6 +142,12 @@ class RunnerError(Exception):
     """An expected failure; `exit_code` says which kind."""
 
     exit_code = EXIT_BAD_INPUT
+
+
+class MigrationFailed(RunnerError):
+    """A migrate-state step failed, or the destination did not hold every resource of the source (§5.12)."""
+
+    exit_code = EXIT_STEP_FAILED
 
 
 class Unavailable(RunnerError):
@@ -324,10 +331,15 @@ class Runner:
         except ToolError as exc:
             raise RunnerError(str(exc)) from None
         _say(f"burrito-py: {env.action} of layer {env.namespace}/{env.layer} at {revision} with {tool.describe()}")
+        if env.action == "migrate-state":
+            assert run.spec.operation is not None  # the model refuses such a run without one
+            self.migrate(run.spec.operation, layer, repository, layer_dir, tool, mirrors, override.extra_init_args)
+            return
         backend = self.managed_backend(layer, repository, layer_dir, tool.kind, pull_request)
         steps = Steps(tool, layer_dir, env={**os.environ, **mirrors.env, **(backend.env if backend else {})})
         try:
-            steps.init([*(backend.init_args if backend else ()), *override.extra_init_args])
+            steps.init([*(backend.init_args if backend else ()),
+                        *(backend.extra_init_args(override.extra_init_args) if backend else override.extra_init_args)])
         except Interrupted:
             raise
         except StepFailed as exc:
@@ -368,11 +380,14 @@ class Runner:
     def managed_backend(self, layer: TerraformLayer, repository: TerraformRepository, layer_dir: Path, kind: str,
                         pull_request: str | None) -> ManagedBackend | None:
         """The datastore as the layer's backend when its state is managed (docs/architecture.md §10.6), else None."""
-        from burrito_py.api.effective import effective_managed_state
+        from burrito_py.api.effective import effective_state_location
         from burrito_py.runner.state import STATE_FIELD, ManagedStateError, managed_backend
 
-        if not effective_managed_state(layer, repository):
+        # Where the last migration put the state wins over the spec (§10.6): a run never uses the copy a migration
+        # left behind.
+        if effective_state_location(layer, repository) != "managed":
             return None
+        migrated = (layer.metadata.get("annotations") or {}).get(ann.STATE_LOCATION) == "managed"
         if pull_request is not None:
             # The state holds the layer's secrets and a pull request's code is not the branch's: the datastore
             # gives its runner no access (§10.2), so say why here rather than fail in init with a 403.
@@ -380,13 +395,129 @@ class Runner:
                               "is readable by the layer's own runs only")
         env = self.env
         try:
-            backend = managed_backend(layer_dir, kind, env.datastore_url, env.namespace, env.layer, self.token)
+            backend = managed_backend(layer_dir, kind, env.datastore_url, env.namespace, env.layer, self.token,
+                                      migrated=migrated)
         except ManagedStateError as exc:
             raise RunnerError(str(exc)) from None
         except OSError as exc:
             raise RunnerError(f"{STATE_FIELD}: cannot write the backend override in {layer_dir}: {exc}") from None
         _say(f"burrito-py: state managed by the datastore ({STATE_FIELD})")
         return backend
+
+    def migrate(self, operation: RunOperation, layer: TerraformLayer, repository: TerraformRepository,
+                layer_dir: Path, tool: Tool, mirrors: MirrorSetup, extra_init_args: Sequence[str]) -> None:
+        """A migrate-state run (docs/architecture.md §5.12). Into the datastore: `init` with the code's backend,
+        `state pull`, the pulled state stored as it is (its lineage and serial) under the datastore's state lock, then
+        `init -reconfigure` with the http backend and `state pull` through it. Out: `init` with the http backend,
+        `state pull`, `init -reconfigure` with the code's backend, `state push` (without `-force`), `state pull`.
+        Every resource instance is compared. The source is only read, so a failure at any step leaves it the layer's
+        state (the run controller records the new place only when this returns).
+
+        Not `init -migrate-state -force-copy`: terraform 1.11.4 writes into an empty http backend with a new lineage
+        and serial 1 (its remote state resets the lineage when the remote holds none; seen end to end), so the
+        datastore would not hold the source's lineage and a layer migrated out and in again would meet its
+        one-lineage rule; and `-force-copy` overwrites whatever the destination holds, where `state push` refuses a
+        destination holding another lineage or a newer serial."""
+        from burrito_py.api.effective import effective_state_location
+        from burrito_py.runner.state import (
+            OVERRIDE,
+            OVERRIDE_FILE,
+            USERNAME,
+            ManagedStateError,
+            backend_config_args,
+            declared_backends,
+            migration_problem,
+            state_summary,
+        )
+
+        env, to = self.env, operation.to
+        source = effective_state_location(layer, repository)
+        names = {"managed": "the burrito-py datastore", "code": "the backend the layer's code declares"}
+        if to is None or to == source:
+            raise RunnerError(f"spec.operation.to: the layer's state is in {names[source]} already: nothing to "
+                              "migrate")
+        untouched = f"the source state in {names[source]} is untouched and stays the layer's state"
+        try:
+            declared = declared_backends(layer_dir, tool.kind)
+        except ManagedStateError as exc:
+            raise RunnerError(f"migrate-state: {exc}") from None
+        if any(d.endswith(": cloud") for d in declared):
+            raise RunnerError(f"migrate-state: the layer's code declares a cloud block ({'; '.join(declared)}): "
+                              f"HCP Terraform's state is not migrated by burrito-py; {untouched}")
+        if not declared:
+            if to == "managed":
+                raise RunnerError("migrate-state to managed: the layer's code declares no backend, so its state was "
+                                  "a file in the runner's work directory, gone after each run: there is nothing to "
+                                  "migrate; set spec.state.managed: true instead")
+            raise RunnerError("migrate-state to code: the layer's code declares no backend to move the state to "
+                              "(without one it would be a file in the runner's work directory, lost after the "
+                              f"run): declare one (e.g. backend \"s3\" {{...}}) and ask again; {untouched}")
+        _say(f"burrito-py: migrate-state from {names[source]} ({'; '.join(declared) if source == 'code' else 'http'})"
+             f" to {names[to]}, asked by {operation.requested_by}")
+        # The http backend's addresses and credentials (the runner's own token, masked) for the datastore side; the
+        # code's -backend-config arguments for its side only (the http backend knows none of them). Options that
+        # would fight the switch are dropped.
+        extras = [a for a in extra_init_args if a not in ("-reconfigure", "-migrate-state", "-force-copy")]
+        http_init = [*backend_config_args(env.datastore_url, env.namespace, env.layer),
+                     *(a for a in extras if not a.startswith("-backend-config"))]
+        creds = {"TF_HTTP_USERNAME": USERNAME, "TF_HTTP_PASSWORD": self.token} if self.token else {}
+        steps = Steps(tool, layer_dir, env={**os.environ, **mirrors.env, **creds})
+        override = layer_dir / OVERRIDE_FILE
+        # Outside the source tree; they hold the state's secrets and are removed when the attempt ends.
+        pulled, after_file = self.workdir / "migrate-source.tfstate", self.workdir / "migrate-destination.tfstate"
+        try:
+            if to == "managed":
+                override.unlink(missing_ok=True)
+                steps.init(extras)
+                steps.state_pull(pulled)
+                before = state_summary(pulled.read_bytes())
+                if before.lineage:  # no state yet: nothing to copy, only the place changes
+                    self.copy_state_in(pulled.read_bytes(), operation.requested_by)
+                override.write_text(OVERRIDE, encoding="utf-8")
+                steps.init(["-reconfigure", *http_init])
+            else:
+                override.write_text(OVERRIDE, encoding="utf-8")
+                steps.init(http_init)
+                steps.state_pull(pulled)
+                before = state_summary(pulled.read_bytes())
+                override.unlink()
+                steps.init(["-reconfigure", *extras])
+                if before.lineage:
+                    steps.state_push(pulled)
+            steps.state_pull(after_file)
+            after = state_summary(after_file.read_bytes())
+        except Interrupted:
+            raise
+        except StepFailed as exc:
+            raise MigrationFailed(f"migrate-state to {to}: {self.explained(exc, mirrors)}; {untouched}") from None
+        except (OSError, ValueError) as exc:  # a state that is not one; the datastore's refusal (copy_state_in)
+            raise MigrationFailed(f"migrate-state to {to}: {exc}; {untouched}") from None
+        finally:
+            for leftover in (pulled, after_file):
+                leftover.unlink(missing_ok=True)
+        # The datastore holds the very bytes pulled: the same lineage. Terraform's own remote backends (s3, gcs, …)
+        # give a state pushed into an empty one a new lineage, so out of the datastore the lineage is not compared.
+        problem = migration_problem(before, after, same_lineage=to == "managed")
+        if problem is not None:
+            raise MigrationFailed(f"migrate-state to {to}: {problem}; {untouched}")
+        _say(f"burrito-py: migrate-state to {to} succeeded: {len(after.instances)} resource instance(s) kept, lineage "
+             f"{after.lineage or '(no state yet)'}, serial {before.serial} -> {after.serial}; the controllers now "
+             f"record that the state lives in {names[to]}")
+
+    def copy_state_in(self, body: bytes, requested_by: str) -> None:
+        """The pulled state, stored in the datastore as it is (§5.12); a refusal (another lineage there, a newer
+        serial, the state locked) fails the migration naming the datastore's reason."""
+        import uuid
+
+        from burrito_py.datastore.client import DatastoreError
+
+        env = self.env
+        lock = {"ID": str(uuid.uuid4()), "Operation": "migrate-state", "Who": f"burrito-py runner {env.run}",
+                "Info": f"migrate-state asked by {requested_by}"}
+        try:
+            self.store.copy_state_in(env.namespace, env.layer, body, lock)
+        except DatastoreError as exc:
+            raise ValueError(str(exc)) from None
 
     def prepare_mirrors(self) -> MirrorSetup:
         """The CA bundle and CLI configuration the mirrors need, in HOME (writable in a runner pod, §18)."""

@@ -7,25 +7,37 @@ credentials go in the environment only (`TF_HTTP_USERNAME`, `TF_HTTP_PASSWORD`: 
 which Terraform neither prints nor stores in `.terraform/`: the layer's code holds no secret and no address.
 
 A layer whose code declares a backend (or a `cloud` block) while managed state is asked for is refused before
-`init`: which state would be meant is ambiguous, and an override would silently move it.
+`init`: which state would be meant is ambiguous, and an override would silently move it. Once a migrate-state run
+moved the layer's state into the datastore (`runner.burrito-py.io/state-location: managed`), the code keeps its
+backend block (the way back out), and the override replaces it: an override file's backend always wins.
+
+A migration (docs/architecture.md §5.12) reads the state on both sides (`state pull`); `state_summary` and
+`migration_problem` (pure) say whether every resource instance was kept.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
+    "OVERRIDE",
     "OVERRIDE_FILE",
     "STATE_FIELD",
     "ManagedBackend",
     "ManagedStateError",
+    "StateSummary",
     "backend_config_args",
     "declared_backends",
     "managed_backend",
+    "migration_problem",
+    "state_summary",
 ]
 
 OVERRIDE_FILE = "burrito_py_backend_override.tf"
@@ -45,6 +57,14 @@ class ManagedStateError(Exception):
 class ManagedBackend:
     init_args: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    # The override replaces a backend the code declares (its state was migrated here): the layer's own
+    # `-backend-config` arguments are that backend's, which the http backend would refuse, so they are left out.
+    replaces_code_backend: bool = False
+
+    def extra_init_args(self, extra: Sequence[str]) -> list[str]:
+        if not self.replaces_code_backend:
+            return list(extra)
+        return [a for a in extra if not a.startswith("-backend-config")]
 
 
 def _unquote(value: object) -> str:
@@ -96,9 +116,26 @@ def declared_backends(layer_dir: Path, kind: str = "terraform") -> list[str]:
     return found
 
 
+def terraform_reachable(url: str, environ: Mapping[str, str] | None = None) -> str:
+    """`url` as terraform can reach it. Under the local kubelet only (`BURRITO_LOCAL_HOSTS`, docs/architecture.md
+    §13), Service names are answered for Python processes by `burrito_py.kube.pod_dns`, which terraform (Go, its own
+    resolver) never asks: an http URL's host is replaced by its address from the kubelet's hosts file (not https,
+    whose certificate names the host). On a real cluster (no such variable) the URL is unchanged."""
+    path = (os.environ if environ is None else environ).get("BURRITO_LOCAL_HOSTS")
+    parts = urlsplit(url)
+    if not path or parts.scheme != "http" or not parts.hostname:
+        return url
+    from burrito_py.kube.pod_dns import HostsTable
+
+    addresses = HostsTable(path).lookup(parts.hostname)
+    if not addresses:
+        return url
+    return urlunsplit(parts._replace(netloc=addresses[0] + (f":{parts.port}" if parts.port else "")))
+
+
 def backend_config_args(datastore_url: str, namespace: str, layer: str) -> list[str]:
     """`init`'s `-backend-config` arguments: where the layer's state and its lock are (no secret)."""
-    address = f"{datastore_url.rstrip('/')}/api/v1/layers/{namespace}/{layer}/state"
+    address = f"{terraform_reachable(datastore_url).rstrip('/')}/api/v1/layers/{namespace}/{layer}/state"
     return [
         f"-backend-config=address={address}",
         f"-backend-config=lock_address={address}/lock",
@@ -110,13 +147,71 @@ def backend_config_args(datastore_url: str, namespace: str, layer: str) -> list[
 
 
 def managed_backend(layer_dir: Path, kind: str, datastore_url: str, namespace: str, layer: str,
-                    token: str | None) -> ManagedBackend:
-    """Check the code declares no backend, write the override file, and say how `init` and every step run."""
-    declared = declared_backends(layer_dir, kind)
+                    token: str | None, migrated: bool = False) -> ManagedBackend:
+    """Check the code declares no backend (unless a migration moved its state here: `migrated`), write the override
+    file, and say how `init` and every step run."""
+    declared = [] if migrated else declared_backends(layer_dir, kind)
     if declared:
         raise ManagedStateError(
-            f"{STATE_FIELD} is true, but the layer's code declares its own backend ({'; '.join(declared)}): remove "
-            f"it (burrito-py then configures the datastore's http backend), or unset {STATE_FIELD}")
+            f"{STATE_FIELD} is true, but the layer's code declares its own backend ({'; '.join(declared)}): to move "
+            f"the state it holds into the datastore, ask the migrate-state operation "
+            f"({{\"operation\": \"migrate-state\", \"to\": \"managed\"}}); to start afresh, remove the backend; "
+            f"or unset {STATE_FIELD}")
     (layer_dir / OVERRIDE_FILE).write_text(OVERRIDE, encoding="utf-8")
     env = {"TF_HTTP_USERNAME": USERNAME, "TF_HTTP_PASSWORD": token} if token else {}
-    return ManagedBackend(backend_config_args(datastore_url, namespace, layer), env)
+    return ManagedBackend(backend_config_args(datastore_url, namespace, layer), env, replaces_code_backend=migrated)
+
+
+@dataclass(frozen=True)
+class StateSummary:
+    """What a migration compares of a state: its lineage, serial and resource instances (by address)."""
+
+    lineage: str
+    serial: int
+    instances: frozenset[str]
+
+
+def _instance_address(resource: dict[str, Any], instance: dict[str, Any]) -> str:
+    module = str(resource.get("module") or "")
+    mode = "data." if resource.get("mode") == "data" else ""
+    key = instance.get("index_key")
+    index = "" if key is None else f"[{json.dumps(key)}]"
+    return f"{module + '.' if module else ''}{mode}{resource.get('type')}.{resource.get('name')}{index}"
+
+
+def state_summary(text: bytes) -> StateSummary:
+    """The summary of `terraform state pull`'s output; an empty output is the empty state (no state yet). A state
+    that is not one raises ValueError (never quoting it: it holds secrets)."""
+    if not text.strip():
+        return StateSummary("", 0, frozenset())
+    try:
+        state = json.loads(text)
+    except ValueError:
+        raise ValueError("the state read is not JSON") from None
+    if not isinstance(state, dict) or not isinstance(state.get("resources", []), list):
+        raise ValueError("the state read is not a Terraform state (no resources list)")
+    instances = {
+        _instance_address(resource, instance)
+        for resource in state.get("resources") or () if isinstance(resource, dict)
+        for instance in resource.get("instances") or () if isinstance(instance, dict)
+    }
+    serial = state.get("serial")
+    return StateSummary(str(state.get("lineage") or ""), serial if isinstance(serial, int) else 0,
+                        frozenset(instances))
+
+
+def migration_problem(before: StateSummary, after: StateSummary, same_lineage: bool = True) -> str | None:
+    """Why the state read from the destination after a migration is not the source's, else None: every resource
+    instance kept, none added, a serial not lower and (`same_lineage`) the same lineage."""
+    lost, added = sorted(before.instances - after.instances), sorted(after.instances - before.instances)
+    if lost:
+        return (f"{len(lost)} resource instance(s) of the source are missing from the destination "
+                f"({', '.join(lost[:5])}{', …' if len(lost) > 5 else ''})")
+    if added:
+        return (f"the destination holds {len(added)} resource instance(s) the source does not "
+                f"({', '.join(added[:5])}{', …' if len(added) > 5 else ''})")
+    if same_lineage and before.lineage and before.lineage != after.lineage:
+        return f"the destination's lineage {after.lineage!r} is not the source's {before.lineage!r}"
+    if same_lineage and after.serial < before.serial:
+        return f"the destination's serial {after.serial} is lower than the source's {before.serial}"
+    return None

@@ -68,14 +68,16 @@ __all__ = [
     "plan_args",
     "show_args",
     "show_json_args",
+    "state_pull_args",
+    "state_push_args",
     "step_env",
 ]
 
 Step = Literal["init", "plan", "show -json", "show", "apply", "output -json", "import", "state rm", "state mv",
-               "force-unlock"]
+               "force-unlock", "state pull", "state push"]
 # Steps that change something (state, lock, .terraform): none starts once the runner was told to stop. The
 # read-only ones still run, to record what a step that did finish did (see `signals`).
-CHANGING_STEPS = ("init", "plan", "apply", "import", "state rm", "state mv", "force-unlock")
+CHANGING_STEPS = ("init", "plan", "apply", "import", "state rm", "state mv", "force-unlock", "state push")
 TAIL_LINES = 40
 
 
@@ -116,6 +118,16 @@ def is_stale_plan(output: Sequence[str]) -> bool:
 # -- arguments (pure) ---------------------------------------------------------------------------
 def init_args(extra: Sequence[str] = ()) -> list[str]:
     return ["init", "-input=false", "-no-color", *extra]
+
+
+def state_pull_args() -> list[str]:
+    return ["state", "pull"]
+
+
+def state_push_args(state_file: Path | str) -> list[str]:
+    """`state push` without `-force`: terraform refuses a state of another lineage, or a lower serial, than the
+    destination's (an unrelated state there is never overwritten), and keeps the pushed lineage and serial."""
+    return ["state", "push", "-no-color", str(state_file)]
 
 
 def plan_args(plan_file: Path | str, extra: Sequence[str] = (), destroy: bool = False, lock: bool = True,
@@ -208,6 +220,15 @@ class Steps:
 
     def init(self, extra: Sequence[str] = ()) -> None:
         self._run("init", init_args(extra), init_args(mask(extra)))
+
+    def state_pull(self, dest: Path) -> None:
+        """The current state as JSON into `dest`, never to the log: it holds the resources' secrets."""
+        args = state_pull_args()
+        self._run("state pull", args, args, stdout_to=dest)
+
+    def state_push(self, state_file: Path) -> None:
+        args = state_push_args(state_file)
+        self._run("state push", args, args)
 
     def plan(
         self, plan_file: Path, extra: Sequence[str] = (), copy_to: Path | None = None, destroy: bool = False,

@@ -383,7 +383,8 @@ def rest_router(
         responses={400: {"model": ErrorView, "description": "The request is invalid: the field and the reason."},
                    403: {"model": ErrorView, "description": "The caller may not patch terraformlayers there."},
                    409: {"model": ErrorView, "description": "Another operation request waits on the layer."}},
-        summary="Ask for a day-2 operation: import, state rm, state mv, a -replace/-target plan, force-unlock.",
+        summary="Ask for a day-2 operation: import, state rm, state mv, a -replace/-target plan, force-unlock, "
+                "migrate-state.",
     )
     async def request_operation(who: Caller, ns: Namespace, name: LayerName, body: OperationRequest) -> OperationView:
         return await states.request_operation(who, ns, name, body)

@@ -125,9 +125,13 @@ class RollbackRequest(View):
 class OperationRequest(View):
     """A day-2 operation (docs/architecture.md §5.12); checked by api/operations.py, each refusal naming the field."""
 
-    operation: Literal["import", "state-rm", "state-mv", "plan", "force-unlock"] = Field(
-        description="What to run: import ADDR ID, state rm ADDR, state mv SRC DST, a plan with -replace/-target, or "
-        "force-unlock LOCK_ID.")
+    # A field that is not one is refused (422 naming it), never dropped: a request carries nothing it does not mean.
+    model_config = ConfigDict(populate_by_name=True, alias_generator=to_camel, serialize_by_alias=True,
+                              extra="forbid")
+
+    operation: Literal["import", "state-rm", "state-mv", "plan", "force-unlock", "migrate-state"] = Field(
+        description="What to run: import ADDR ID, state rm ADDR, state mv SRC DST, a plan with -replace/-target, "
+        "force-unlock LOCK_ID, or migrate-state to managed|code.")
     address: str | None = Field(default=None, max_length=1024, description="import, state-rm: a resource address.")
     id: str | None = Field(default=None, max_length=1024, description="import: the provider's ID of the object.")
     source: str | None = Field(default=None, max_length=1024, description="state-mv: the address to move.")
@@ -135,6 +139,9 @@ class OperationRequest(View):
     replace: list[str] = Field(default_factory=list, max_length=20, description="plan: -replace=ADDR each.")
     target: list[str] = Field(default_factory=list, max_length=20, description="plan: -target=ADDR each.")
     lock_id: str | None = Field(default=None, max_length=256, description="force-unlock: the lock ID to release.")
+    to: Literal["managed", "code"] | None = Field(
+        default=None, description="migrate-state: managed (the burrito-py datastore) or code (the backend the layer's "
+        "code declares); never a backend of the caller's choosing.")
 
 
 class OperationView(View):

@@ -140,9 +140,8 @@ def test_c_outputs_reach_the_layers_secret_and_a_notifier_records_its_delivery(d
         "metadata": {"name": "hello-outputs", "namespace": "default"},
         "spec": {"repository": {"name": "quickstart"}, "branch": "main", "path": "layers/hello",
                  "remediationStrategy": {"autoApply": True},
-                 "writeOutputsToSecret": {"name": "hello-outputs"},
-                 "overrideRunnerSpec": {"extraInitArgs": [
-                     f"-backend-config=path={dev.data_dir}/state/hello-outputs.tfstate"]}},
+                 # Its state in the datastore, as the quickstart repository's layers (spec.state.managed).
+                 "writeOutputsToSecret": {"name": "hello-outputs"}},
     })
     dev.wait_state("hello-outputs", "Idle")
     secret = wait_for(lambda: (r := dev.api.get("/api/v1/namespaces/default/secrets/hello-outputs")).status_code

@@ -22,6 +22,7 @@ from typing import Any
 from burrito_py.api import annotations as ann
 from burrito_py.api.annotations import parse_plan_run
 from burrito_py.api.common import SyncWindow
+from burrito_py.api.effective import state_location
 from burrito_py.api.operations import BadOperation, operation_digest, parse_request
 from burrito_py.controllers.layer.artifact_check import LayerIdentity
 from burrito_py.controllers.layer.decide import CreateRun, LayerDecision, LayerSnapshot, OperationAsk, decide_layer
@@ -134,6 +135,7 @@ def snapshot(
     dependencies: DependencyVerdict | None = None,
     named_plan_run: Mapping[str, Any] | None = None,
     merged: tuple[MergedReview, ...] = (),
+    state_managed: bool = False,
 ) -> LayerSnapshot:
     """`review`: this reconcile's review of the plan; without one, the status's (what the last reconcile wrote).
     `named_plan_run`: the run of the layer's namespace that `plan-run` names, whichever layer (or pull request) it
@@ -166,6 +168,9 @@ def snapshot(
         named_plan_run=named,
         merged=merged,
         operation=operation_ask(annotations, views),
+        state_location=state_location(annotations.get(ann.STATE_LOCATION), state_managed),
+        state_migrated=annotations.get(ann.STATE_LOCATION) in ("managed", "code"),
+        spec_managed=state_managed,
     )
 
 
@@ -220,7 +225,8 @@ def decide(
                                                             inputs_digest=dependencies.inputs_digest))
         return decision
     return decide_layer(snapshot(layer, runs, validation.auto_apply, drift, windows, review,
-                                 validation.drift_remediation, dependencies, plan_run, merged), now)
+                                 validation.drift_remediation, dependencies, plan_run, merged,
+                                 validation.state_managed), now)
 
 
 def decide_reconcile(facts: LayerFacts) -> LayerActions:

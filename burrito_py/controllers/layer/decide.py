@@ -105,6 +105,11 @@ class LayerSnapshot:
     merged: tuple[MergedReview, ...] = ()
     # A day-2 operation asked of the layer (§5.12), None without the annotation.
     operation: OperationAsk | None = None
+    # Where the layer's state lives (api/effective.py `state_location`): `managed` or `code`, and whether a
+    # migrate-state run put it there (`runner.burrito-py.io/state-location`) rather than the spec alone.
+    state_location: str = "code"
+    state_migrated: bool = False
+    spec_managed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +384,10 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         if ask.refusal is not None or ask.operation is None:
             operation_cond = Cond("OperationAccepted", False, "InvalidOperation",
                                   f"{ask.refusal}; nothing is run: fix or remove {ann.OPERATION}")
+        elif ask.kind == "migrate-state" and ask.done_by is None and ask.operation.to == snap.state_location:
+            operation_cond = Cond("OperationAccepted", False, "NothingToMigrate",
+                                  f"{describe(ask.kind, ask.operation)}: {_lives_in(snap)} already, nothing to "
+                                  f"migrate; nothing is run: remove {ann.OPERATION}")
         elif ask.done_by is not None:
             operation_cond = Cond("OperationAccepted", True, "OperationStarted",
                                   f"{describe(ask.kind, ask.operation)} runs as {ask.done_by}")
@@ -486,6 +495,7 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         window_cond,
         *((deps.condition,) if deps is not None else ()),
         *((operation_cond,) if operation_cond is not None else ()),
+        *((_location_condition(snap),) if snap.state_migrated else ()),
     )
     return LayerDecision(
         state,
@@ -507,6 +517,26 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
         remove_operation=(create is not None and create.operation is not None)
         or (ask is not None and ask.done_by is not None),
     )
+
+
+def _lives_in(snap: LayerSnapshot) -> str:
+    where = ("the layer's state is in the burrito-py datastore" if snap.state_location == "managed"
+             else "the layer's state is in the backend its code declares")
+    return where + (f" ({ann.STATE_LOCATION})" if snap.state_migrated
+                    else f" (spec.state.managed is {'true' if snap.spec_managed else 'false or unset'})")
+
+
+def _location_condition(snap: LayerSnapshot) -> Cond:
+    """`StateLocation`, on a layer whose state a migrate-state run moved: where it is, and whether the spec agrees
+    (the record wins: §10.6; a spec that disagrees is reported, never followed)."""
+    managed = snap.state_location == "managed"
+    message = _lives_in(snap)
+    if managed != snap.spec_managed:
+        message += (f"; spec.state.managed is {'true' if snap.spec_managed else 'false or unset'}, which is not "
+                    f"followed: runs keep using where the migration put the state; set spec.state.managed to "
+                    f"{'true' if managed else 'false'} to match, or ask migrate-state to "
+                    f"{'code' if managed else 'managed'} to move it")
+    return Cond("StateLocation", managed == snap.spec_managed, "Managed" if managed else "CodeBackend", message)
 
 
 def _run_kind(kind: str) -> RunKind:

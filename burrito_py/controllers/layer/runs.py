@@ -17,7 +17,7 @@ from burrito_py.timeutil import format_time_precise, utcnow
 
 MAX_RUN_PREFIX = 40
 # An action as it appears in a run's name: at most 7 characters, so `<layer[:40]>-<tag>-<10 hex>` stays ≤ 63.
-NAME_TAGS = {"state-rm": "staterm", "state-mv": "statemv", "force-unlock": "unlock"}
+NAME_TAGS = {"state-rm": "staterm", "state-mv": "statemv", "force-unlock": "unlock", "migrate-state": "migrate"}
 
 
 def run_name(layer: Mapping[str, Any], create: CreateRun, newest_run: str | None, sync_now: str | None) -> str:

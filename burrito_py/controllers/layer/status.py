@@ -172,10 +172,15 @@ def announcements(old: Mapping[str, Any], new: Mapping[str, Any], ready: Cond) -
         events.append(("Normal", f"ReviewedPlan{reviewed.get('result')}", str(reviewed.get("message") or "")))
     for type_, problem in (("IsPlanApproved", "ApprovalMismatch"), ("HasDestroyFailed", "DestroyFailed"),
                            (ARTIFACT_CONDITION, ARTIFACT_REFUSED), ("HasDestroyFailed", DESTROY_PLAN_REFUSED),
-                           ("OperationAccepted", "InvalidOperation")):
+                           ("OperationAccepted", "InvalidOperation"), ("OperationAccepted", "NothingToMigrate")):
         now_cond = condition_of(new, type_)
         if now_cond.get("reason") == problem and condition_of(old, type_).get("message") != now_cond.get("message"):
             events.append(("Warning", problem, str(now_cond.get("message") or "")))
+    # A spec that disagrees with where a migration put the state (§10.6): said once, as it is not followed.
+    location = condition_of(new, "StateLocation")
+    if location.get("status") == "False" and condition_of(old, "StateLocation").get("message") != location.get(
+            "message"):
+        events.append(("Warning", "StateLocationDiffersFromSpec", str(location.get("message") or "")))
     return events
 
 

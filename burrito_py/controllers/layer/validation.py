@@ -23,6 +23,8 @@ class LayerValidation:
     destroy_on_deletion: bool = False
     # Effective remediationStrategy.drift (inherited): detect | auto | autoIfPolicyPasses.
     drift_remediation: str = "detect"
+    # Effective state.managed (inherited): what the spec says of where the state lives (§10.6).
+    state_managed: bool = False
 
 
 def inherited(layer: Mapping[str, Any], repository: Mapping[str, Any] | None, *path: str) -> Any:
@@ -147,4 +149,5 @@ def validate_layer(
         runs_to_keep=int(runs) if runs is not None else settings.runs_to_keep,
         max_retries=int(max_retries) if max_retries is not None else settings.max_retries,
         destroy_on_deletion=bool(spec.get("destroyResourcesOnDeletion")),
+        state_managed=bool(inherited(layer, repository, "state", "managed")),
     )

@@ -43,7 +43,15 @@ from burrito_py.controllers.run.pod_creation import (
     wait_before_creating,
 )
 from burrito_py.controllers.run.pod_creation import condition as pod_creation_condition
-from burrito_py.controllers.run.results import FactsUnavailable, Recorded, facts_needed, gather_facts, record_result
+from burrito_py.controllers.run.results import (
+    AttemptFacts,
+    FactsUnavailable,
+    Recorded,
+    facts_needed,
+    gather_facts,
+    migration_event,
+    record_result,
+)
 from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod, without_secret_sources
 from burrito_py.controllers.run.state_lock import release_orphaned_lock
 from burrito_py.kube.client import KubeError, crd_path, path
@@ -237,9 +245,13 @@ async def _reconcile(ctx: Context, key: Key) -> None:
                 "AttemptFailed",
                 f"attempt {f.number} failed (exit code {f.exit_code}): {f.message}".rstrip(": "),
             )
+        migrated = migration_event(run, f.number, f.succeeded, f.message)
+        if migrated is not None:  # the audit of a migration, on the layer whose state moved (or did not)
+            await post_event(ctx.kube, layer, *migrated)
         # A managed-state layer's lock left by a pod that is gone or ended (killed under terraform) would hold every
         # next attempt: released before one starts (state_lock.py).
-        await release_orphaned_lock(ctx, layer, repository)
+        await release_orphaned_lock(ctx, layer, repository,
+                                    migration=(run.get("spec") or {}).get("action") == "migrate-state")
     for number in decision.upload_logs:
         if await _upload_logs(ctx, run, layer, number):
             for a in raw_attempts:
@@ -460,11 +472,12 @@ async def _record_attempt(ctx: Context, run: Body, layer: Body, finish: FinishAt
     return what to record in its status entry. Raises FactsUnavailable while the datastore cannot answer."""
     spec = run.get("spec") or {}
     needed = facts_needed(str(spec.get("action")), finish.succeeded)
-    if not needed or ctx.datastore is None:
-        return Recorded()
     meta = layer["metadata"]
+    if needed and ctx.datastore is None:
+        return Recorded()
+    # A migration needs no fact of the datastore: its runner compared the resources on both sides (§5.12).
     facts = await gather_facts(ctx.datastore, meta["namespace"], meta["name"], run["metadata"]["name"], finish.number,
-                               needed)
+                               needed) if needed and ctx.datastore is not None else AttemptFacts()
     finished_at = format_time(parse_time(finish.finished_at) or now)
     recorded = record_result(run, finish.number, finish.succeeded, finished_at, facts)
     if recorded.annotations and not spec.get("pullRequest"):

@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from burrito_py.api import annotations as ann
-from burrito_py.api.operations import OPERATION_ACTIONS
+from burrito_py.api.operations import MIGRATION_TARGETS, OPERATION_ACTIONS
 
 if TYPE_CHECKING:
     from burrito_py.datastore.client import DatastoreClient, StoredObject
@@ -97,6 +97,14 @@ def record_result(run: Mapping[str, Any], number: int, succeeded: bool, finished
     spec = run.get("spec") or {}
     action, revision = spec.get("action"), str((spec.get("layer") or {}).get("revision") or "")
     pull_request = bool(spec.get("pullRequest"))
+    if action == "migrate-state":
+        # A migration (§5.12, §10.6) leaves where the state now lives, written before the run says Succeeded: the
+        # next run (created only once this one is terminal) uses that backend and no other. A failed one records
+        # nothing: its source state was only read, and stays the layer's.
+        to = (spec.get("operation") or {}).get("to")
+        if not succeeded or pull_request or to not in MIGRATION_TARGETS:
+            return Recorded()
+        return Recorded({ann.STATE_LOCATION: str(to)})
     if action in OPERATION_ACTIONS:
         # A day-2 operation (§5.12) leaves its log only: the state it changed is the backend's, and the layer plans
         # again after it (controllers/layer/decide.py).
@@ -133,6 +141,28 @@ def record_result(run: Mapping[str, Any], number: int, succeeded: bool, finished
                         problem=f"attempt {number} applied but stored no outputs in the datastore")
     return Recorded({**planned, **applied, ann.APPLY_RUN: f"{run['metadata']['name']}/{number}"},
                     {**fields, "appliedSum": expected})
+
+
+def migration_event(run: Mapping[str, Any], number: int, succeeded: bool, message: str
+                    ) -> tuple[Literal["Normal", "Warning"], str, str] | None:
+    """(type, reason, message) of the layer Event an ended attempt of a migrate-state run posts, else None."""
+    spec = run.get("spec") or {}
+    operation = spec.get("operation") or {}
+    if spec.get("action") != "migrate-state" or operation.get("to") not in MIGRATION_TARGETS:
+        return None
+    to = operation["to"]
+    target = "the burrito-py datastore" if to == "managed" else "the backend the layer's code declares"
+    source = "the backend the layer's code declares" if to == "managed" else "the burrito-py datastore"
+    who, name = operation.get("requestedBy") or "?", run["metadata"]["name"]
+    if succeeded:
+        return ("Normal", "StateMigrated", f"state migrated to {target} by run {name} (asked by {who}); every "
+                f"resource instance kept; the copy left in {source} is no longer used")
+    # The runner's own message already says the source is untouched; said here too for a pod that died silently.
+    text = (f"migrate-state to {to}: attempt {number} of run {name} (asked by {who}) failed: "
+            f"{message or 'see its log'}")
+    if "untouched" not in text:
+        text += f"; the source state in {source} is untouched and still the layer's state"
+    return ("Warning", "StateMigrationFailed", text[:1000])
 
 
 def facts_needed(action: str, succeeded: bool) -> tuple[str, ...]:

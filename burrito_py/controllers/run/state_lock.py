@@ -17,6 +17,8 @@ from typing import Any
 
 import anyio
 
+from burrito_py.api.annotations import STATE_LOCATION
+from burrito_py.api.effective import state_location
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.validation import inherited
 from burrito_py.datastore.client import DatastoreError
@@ -47,14 +49,18 @@ def orphaned(lock: Mapping[str, Any] | None, pod: Mapping[str, Any] | None) -> s
 
 
 def managed(layer: Mapping[str, Any], repository: Mapping[str, Any] | None) -> bool:
-    return bool(inherited(layer, repository, "state", "managed"))
+    """Whether the layer's state lives in the datastore: where its last migration put it, else its spec."""
+    recorded = ((layer.get("metadata") or {}).get("annotations") or {}).get(STATE_LOCATION)
+    return state_location(recorded, bool(inherited(layer, repository, "state", "managed"))) == "managed"
 
 
-async def release_orphaned_lock(ctx: Context, layer: Mapping[str, Any], repository: Mapping[str, Any] | None) -> None:
+async def release_orphaned_lock(ctx: Context, layer: Mapping[str, Any], repository: Mapping[str, Any] | None,
+                                migration: bool = False) -> None:
     """Best effort (a failure is logged; the next ended attempt looks again): release the layer's state lock when
-    its pod is gone or ended."""
+    its pod is gone or ended. `migration`: the attempt was a migrate-state run's, which locks the datastore's state
+    whichever way it moves it."""
     store = ctx.datastore
-    if store is None or not managed(layer, repository):
+    if store is None or not (migration or managed(layer, repository)):
         return
     meta = layer["metadata"]
     namespace, name = str(meta["namespace"]), str(meta["name"])

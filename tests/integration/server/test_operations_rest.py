@@ -88,3 +88,22 @@ def test_bad_input_is_a_400_naming_the_field_and_writes_nothing(platform: RestPl
     assert answer.status_code == 400, answer.text
     assert message in answer.json()["error"]
     assert request_of(platform, NS_A, "app") == (None, None)
+
+
+def test_a_migration_is_asked_for_managed_or_code_only(platform: RestPlatform) -> None:
+    """migrate-state (issue 29 item 6): the destination is `managed` or `code`; a backend, bucket or path of the
+    caller's choosing is refused naming the field (a field the request does not have is never silently dropped)."""
+    with platform.client("tenant-a") as client:
+        for body, field in (({"operation": "migrate-state", "to": "s3://attacker/stolen"}, "to"),
+                            ({"operation": "migrate-state", "to": "code", "backendConfig": {"bucket": "attacker"}},
+                             "backendConfig")):
+            refused = client.post(f"/api/layers/{NS_A}/app/operations", json=body)
+            assert refused.status_code == 400, refused.text
+            assert field in refused.json()["error"]
+            assert request_of(platform, NS_A, "app") == (None, None)
+        answer = client.post(f"/api/layers/{NS_A}/app/operations", json={"operation": "migrate-state", "to": "managed"})
+        assert answer.status_code == 202, answer.text
+        assert answer.json()["operation"] == "migrate-state to managed"
+        value, _ = request_of(platform, NS_A, "app")
+        assert value is not None and json.loads(value)["to"] == "managed"
+    clear(platform, NS_A, "app")

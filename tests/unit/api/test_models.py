@@ -250,7 +250,8 @@ def test_python_names_are_accepted_too() -> None:
          "spec.syncWindows[0].duration",
          "must be a Go-style duration in h, m and s, e.g. 1h30m, 45m or 90s (got '1d')"),
         (TerraformRun, {"spec": {"action": "destroy", "layer": {"name": "l"}}},
-         "spec.action", "Input should be 'plan', 'apply', 'import', 'state-rm', 'state-mv' or 'force-unlock'"),
+         "spec.action", "Input should be 'plan', 'apply', 'import', 'state-rm', 'state-mv', 'force-unlock' or "
+         "'migrate-state'"),
         (TerraformRun, {"spec": {"action": "plan", "layer": {"name": "l"}}, "status": {"retries": -1}},
          "status.retries", "Input should be greater than or equal to 0"),
         (TerraformRun, {"spec": {"action": "plan", "layer": {"name": "l"}},

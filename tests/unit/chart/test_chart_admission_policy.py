@@ -105,6 +105,14 @@ PLAN = {ann.PLAN_RUN: "app-plan-1/1", ann.PLAN_SUM: "sha256:aa"}
     ("alice", PLAN, {**PLAN, ann.APPROVE_PLAN: "sha256:aa"}, None),      # approving leaves them as they are
     ("alice", PLAN, {}, None),                                           # removing them plans again: allowed
     ("alice", {}, {ann.APPROVE_PLAN: "sha256:aa"}, None),
+    # Where a migration put the state (§5.12): only the controllers write it, and nobody else removes it (runs would
+    # follow the spec to the copy the migration left behind: a split state).
+    (CONTROLLERS, {}, {ann.STATE_LOCATION: "managed"}, None),
+    (CONTROLLERS, {ann.STATE_LOCATION: "managed"}, {ann.STATE_LOCATION: "code"}, None),
+    ("alice", {}, {ann.STATE_LOCATION: "managed"}, ANNOTATION_MESSAGE),
+    ("alice", {ann.STATE_LOCATION: "managed"}, {ann.STATE_LOCATION: "code"}, ANNOTATION_MESSAGE),
+    ("alice", {**PLAN, ann.STATE_LOCATION: "managed"}, {ann.STATE_LOCATION: "managed"}, None),
+    ("alice", {**PLAN, ann.STATE_LOCATION: "managed"}, PLAN, ANNOTATION_MESSAGE),
 ])
 def test_layer_annotations(user: str, old: dict[str, str] | None, new: dict[str, str], denied: str | None) -> None:
     message = layer_update(user, old, new)

@@ -10,7 +10,7 @@ from burrito_py.kube.pod_paths import pod_path
 from burrito_py.runner import main as runner_main
 from burrito_py.runner.main import EXIT_BAD_INPUT, EXIT_INTERNAL, RunnerEnv, RunnerError, file_sum, main, read_token
 
-ACTIONS_TEXT = "plan, apply, import, state-rm, state-mv, force-unlock"
+ACTIONS_TEXT = "plan, apply, import, state-rm, state-mv, force-unlock, migrate-state"
 
 ENV = {
     "BURRITO_RUNNER_RUN": "app-plan-x7k2q",

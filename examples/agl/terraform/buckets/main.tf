@@ -5,9 +5,8 @@
 terraform {
   required_version = ">= 1.5.0"
 
-  # The state path is given at init time (the definition's overrideRunnerSpec.extraInitArgs, filled in
-  # per instance), so every instance has its own state and its plan and apply pods share it.
-  backend "local" {}
+  # No backend: each instance's layer keeps its own state in the burrito-py datastore (the repository's
+  # spec.state.managed), shared by its plan and apply pods.
 }
 
 variable "size" {

@@ -1,6 +1,6 @@
 terraform {
   required_version = ">= 1.5.0"
-  backend "local" {}
+  # No backend: the state lives in the burrito-py datastore (spec.state.managed).
 }
 
 variable "names" {

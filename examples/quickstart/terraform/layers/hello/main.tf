@@ -1,9 +1,8 @@
 terraform {
   required_version = ">= 1.5.0"
 
-  # The state path is given at init time (overrideRunnerSpec.extraInitArgs), so the plan pod and the
-  # apply pod share one state file.
-  backend "local" {}
+  # No backend: the state lives in the burrito-py datastore (the repository's spec.state.managed), which
+  # the plan pod and the apply pod share; the runner configures it, with no address or secret here.
 }
 
 module "hello" {

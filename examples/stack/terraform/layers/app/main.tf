@@ -1,8 +1,4 @@
 # On the cluster: deployed to the endpoint the cluster layer outputs.
-terraform {
-  backend "local" {}
-}
-
 variable "cluster_endpoint" {
   type = string
 }

@@ -1,8 +1,4 @@
 # On the network: its vpc_id arrives as a variable (spec.dependsOn[].inputs), never copied by hand.
-terraform {
-  backend "local" {}
-}
-
 variable "vpc_id" {
   type = string
 }

@@ -1,8 +1,4 @@
 # The bottom of the stack: a "network" whose id the cluster layer reads (terraform_data: runs offline).
-terraform {
-  backend "local" {}
-}
-
 resource "terraform_data" "vpc" {
   input = "vpc-main"
 }
