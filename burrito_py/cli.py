@@ -34,7 +34,8 @@ app.add_typer(plan_app, name="plan")
 state_app = typer.Typer(no_args_is_help=True, help="A managed-state layer's state versions, through the server.")
 app.add_typer(state_app, name="state")
 operation_app = typer.Typer(no_args_is_help=True, help="Ask for a day-2 operation on a layer, through the server: "
-                            "burrito-py operation NAMESPACE/LAYER import|state-rm|state-mv|plan|force-unlock …")
+                            "burrito-py operation NAMESPACE/LAYER "
+                            "import|state-rm|state-mv|plan|force-unlock|migrate-state …")
 app.add_typer(operation_app, name="operation")
 
 
@@ -308,6 +309,20 @@ def operation_force_unlock(ctx: typer.Context,
                                                                   "printed.")]) -> None:
     """terraform force-unlock LOCK_ID."""
     _ask(ctx, {"operation": "force-unlock", "lockId": lock_id})
+
+
+class MigrationTarget(StrEnum):
+    managed = "managed"
+    code = "code"
+
+
+@operation_app.command("migrate-state")
+def operation_migrate_state(ctx: typer.Context,
+                            to: Annotated[MigrationTarget, typer.Argument(
+                                help="managed: into the datastore; code: into the backend the layer's code "
+                                "declares.")]) -> None:
+    """Move the layer's state, keeping every resource (docs/architecture.md §5.12)."""
+    _ask(ctx, {"operation": "migrate-state", "to": to.value})
 
 
 @app.command()

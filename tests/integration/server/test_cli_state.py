@@ -162,6 +162,12 @@ def test_operations_are_asked_as_the_kubeconfig_user(cli: Cli) -> None:
     waiting = cli.run("cli-restorer", "operation", f"{NS_A}/app", "force-unlock", "6f1c")
     assert waiting.returncode == 1 and "HTTP 409" in waiting.stderr and "already has an operation request" in \
         waiting.stderr
+    # migrate-state names only where the state goes: managed or code, never a backend of the asker's choosing.
+    foreign = cli.run("cli-restorer", "operation", f"{NS_A}/app", "migrate-state", "s3://attacker/bucket")
+    assert foreign.returncode == 2 and "'managed', 'code'" in foreign.stderr, foreign.stderr
+    # A well-formed migration reaches the server's checks: it waits behind the request already there.
+    migrating = cli.run("cli-restorer", "operation", f"{NS_A}/app", "migrate-state", "managed")
+    assert migrating.returncode == 1 and "HTTP 409" in migrating.stderr, migrating.stderr
 
 
 def test_bad_input_is_refused_before_asking(cli: Cli) -> None:
