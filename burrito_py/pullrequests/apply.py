@@ -55,14 +55,12 @@ def apply_run_name(pull_request: str, number: int, layer: Key, plan_sum: str) ->
 
 
 def lock_holder(layer: Mapping[str, Any], pull_requests: Mapping[str, Mapping[str, Any]]) -> str | None:
-    """The pull request holding `layer` (its `PULL_REQUEST_LOCK`), when that names an open TerraformPullRequest of
-    the layer's namespace (`pull_requests`: name → object); a lock whose pull request is gone, merged or closed
-    holds nothing (its release is the pull request controller's, and may lag)."""
+    """The pull request holding `layer` (its `PULL_REQUEST_LOCK`), when that names a TerraformPullRequest of the
+    layer's namespace (`pull_requests`: name → object). A merged or closed one holds it until the pull request
+    controller releases it (`release_due`: a merged one once the branch has the merge, so no plan of the branch
+    from before it is applied meanwhile); one that is gone holds nothing."""
     holder = ((layer.get("metadata") or {}).get("annotations") or {}).get(ann.PULL_REQUEST_LOCK)
-    if not holder:
-        return None
-    held = pull_requests.get(str(holder))
-    if held is None or (held.get("spec") or {}).get("state", "open") != "open":
+    if not holder or str(holder) not in pull_requests:
         return None
     return str(holder)
 

@@ -218,7 +218,7 @@ class LayerApply:
     opted_in: bool = False  # spec.pullRequests.applyBeforeMerge
     requirements: tuple[str, ...] = ()  # its own apply requirements (added to the repository's)
     holder: str | None = None  # the open pull request holding it (`PULL_REQUEST_LOCK`), None: free
-    applies: Mapping[str, bool] = field(default_factory=dict)  # this pull request's apply runs of it → live?
+    applies: Mapping[str, str] = field(default_factory=dict)  # this pull request's apply runs of it → state
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +375,11 @@ def decide_command(parsed: Parsed, comment_id: str, login: str, spec: Mapping[st
                          apply_run_name(name, number, k, str(by_key[k]["planSum"]))) for k in keys]
     again = [o for o in orders if o.run in layers[o.layer].applies]
     if again:
+        failed = [o for o in again if layers[o.layer].applies[o.run] == "Failed"]
+        if failed:
+            return _refused("; ".join(f"the apply of {o.layer[1]}'s plan {o.sum} (run {o.run}) failed" for o in failed)
+                            + f": a plan is applied once; `{PREFIX} plan` plans again, then apply the new plan. "
+                            "Nothing applied")
         return _refused("already applied: " + "; ".join(
             f"{o.layer[1]}'s plan {o.sum} is applied by run {o.run}" for o in again) + ". Nothing applied again")
     return CommandDecision("done", "applying the plans shown, exactly, with the layers' runner identity and under "
@@ -390,7 +395,7 @@ def _unlock(name: str, layers: Mapping[Key, LayerApply]) -> CommandDecision:
     if not held:
         return CommandDecision("done", "this pull request holds no lock (its plans take none: they run with "
                                "-lock=false under their own Lease; only an apply before merge locks a layer)")
-    live = [run for k in held for run, alive in layers[k].applies.items() if alive]
+    live = [run for k in held for run, state in layers[k].applies.items() if state not in ("Succeeded", "Failed")]
     if live:
         return _refused(f"run {', '.join(live)} is still applying: unlock once it has finished. Nothing released")
     return CommandDecision("done", f"released {', '.join(f'{k[0]}/{k[1]}' for k in held)}: the changes this pull "

@@ -545,11 +545,11 @@ def _layer_apply_facts(ctx: Context, pull_request: Mapping[str, Any]) -> dict[Ke
     holds each, and this pull request's apply runs of each (→ live?)."""
     namespace, name = pull_request["metadata"]["namespace"], pull_request["metadata"]["name"]
     held = _pull_requests_of(ctx, namespace)
-    applies: dict[Key, dict[str, bool]] = {}
+    applies: dict[Key, dict[str, str]] = {}
     for run in ctx.inventory.runs_of_pull_request(namespace, name):
         facts = _facts(run)
         if facts.action == "apply":
-            applies.setdefault(facts.layer, {})[facts.name] = facts.state not in ("Succeeded", "Failed")
+            applies.setdefault(facts.layer, {})[facts.name] = facts.state or "Initial"
     found: dict[Key, LayerApply] = {}
     for layer in ctx.inventory.layers:
         if layer["metadata"]["namespace"] != namespace:

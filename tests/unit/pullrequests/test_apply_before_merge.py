@@ -100,8 +100,11 @@ def test_attack_an_apply_by_a_commenter_without_write_permission_is_refused() ->
 
 def test_attack_a_repeated_apply_of_the_same_plan_applies_nothing_again() -> None:
     run = apply_run_name(PR, 7, APP, SUM)
-    answer = decide(layers={APP: LayerApply(True, holder=PR, applies={run: False})})
+    answer = decide(layers={APP: LayerApply(True, holder=PR, applies={run: "Succeeded"})})
     assert answer.outcome == "refused" and not answer.apply and f"applied by run {run}" in answer.reply
+    failed = decide(layers={APP: LayerApply(True, holder=PR, applies={run: "Failed"})})
+    assert failed.outcome == "refused" and not failed.apply and "failed" in failed.reply and "plan again" in (
+        failed.reply.replace("plans again", "plan again"))
 
 
 def test_a_layer_held_by_another_pull_request_is_refused_naming_it() -> None:
@@ -137,7 +140,7 @@ def test_unlock_releases_this_pull_requests_layers_and_warns_they_stay_applied()
     held = decide("/burrito-py unlock", layers={APP: LayerApply(True, holder=PR), (NS, "db"): LayerApply(
         True, holder="infra-pr-3")})
     assert held.outcome == "done" and held.unlock == (APP,) and "still live" in held.reply
-    running = decide("/burrito-py unlock", layers={APP: LayerApply(True, holder=PR, applies={"r1": True})})
+    running = decide("/burrito-py unlock", layers={APP: LayerApply(True, holder=PR, applies={"r1": "Running"})})
     assert running.outcome == "refused" and not running.unlock and "still applying" in running.reply
     assert decide("/burrito-py unlock", login="mallory", layers={APP: LayerApply(True, holder=PR)}).unlock == ()
 
@@ -149,7 +152,7 @@ def test_unlock_releases_this_pull_requests_layers_and_warns_they_stay_applied()
 def test_an_apply_is_ordered_only_when_every_check_passes(fork: bool, opted: bool, holder: str | None,
                                                           may_write: bool | None, seen: str, state: str, login: str,
                                                           applied: bool) -> None:
-    applies = {apply_run_name(PR, 7, APP, SUM): False} if applied else {}
+    applies = {apply_run_name(PR, 7, APP, SUM): "Succeeded"} if applied else {}
     answer = decide(login=login, spec={**SPEC, "fromFork": fork, "state": state},
                     facts=CommandFacts(may_write=may_write), seen=seen,
                     layers={APP: LayerApply(opted, holder=holder, applies=applies)})
@@ -182,10 +185,10 @@ def _layer(holder: str | None, branch: str = "c1", locked_at: str = "c1") -> dic
             "spec": {"pullRequests": {"applyBeforeMerge": True}}}
 
 
-def test_a_lock_holds_only_while_its_pull_request_is_open() -> None:
+def test_a_lock_holds_until_released_or_its_pull_request_is_gone() -> None:
     prs = {PR: {"spec": {"state": "open"}}, "infra-pr-3": {"spec": {"state": "merged"}}}
     assert lock_holder(_layer(PR), prs) == PR
-    assert lock_holder(_layer("infra-pr-3"), prs) is None
+    assert lock_holder(_layer("infra-pr-3"), prs) == "infra-pr-3"  # merged, not yet released
     assert lock_holder(_layer("infra-pr-gone"), prs) is None
     assert lock_holder(_layer(None), prs) is None
 
