@@ -67,6 +67,9 @@ def test_apply_before_merge_applies_the_reviewed_plan_locks_the_layer_and_merge_
         row = world.wait_pr(1, head, "Planned", timeout=180)["status"]["layers"][0]
         plan_sum, plan_run = row["planSum"], row["run"]
         assert plan_sum.startswith("sha256:") and row["planAttempt"] >= 1
+        # The sticky comment shows the sum an apply applies.
+        wait_for(lambda: [b for b in fake.comments.values() if b.startswith("<!-- burrito-py:pull-request")
+                          and f"plan `{plan_sum}`" in b] or None, 30, what="the sticky comment showing the plan's sum")
 
         # Attack: a commenter allowed by the list but without write permission on the repository.
         comment(world, 1, "/burrito-py apply app", "rita", 9001)

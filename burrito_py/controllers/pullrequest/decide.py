@@ -173,6 +173,7 @@ def _result(row: Mapping[str, Any], outcome: PlanOutcome | None) -> LayerResult:
         plan=outcome.plan if outcome else None, plan_text=outcome.plan_text if outcome else "",
         log_tail=outcome.log_tail if outcome else (), verdict=outcome.verdict if outcome else None,
         downstream=bool(row.get("downstream")), hide=outcome.hide if outcome else SecretValues(),
+        plan_sum=str(row.get("planSum") or ""),
     )
 
 
