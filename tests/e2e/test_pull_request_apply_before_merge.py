@@ -71,6 +71,33 @@ def test_apply_before_merge_applies_the_reviewed_plan_locks_the_layer_and_merge_
         wait_for(lambda: [b for b in fake.comments.values() if b.startswith("<!-- burrito-py:pull-request")
                           and f"plan `{plan_sum}`" in b] or None, 30, what="the sticky comment showing the plan's sum")
 
+        # Attack: a run written by hand (anyone who may create runs) as this pull request's apply of its plan, on a
+        # layer no command locked: the run controller gives it no pod (the pod would get the layer's identity).
+        name = pr1(1)["metadata"]["name"]
+        platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace, "terraformruns", {
+            "apiVersion": ann.API_VERSION, "kind": "TerraformRun", "metadata": {"name": "forged-apply"},
+            "spec": {"action": "apply", "pullRequest": name, "layer": {"name": "app", "revision": head},
+                     "artifact": {"run": plan_run, "attempt": row["planAttempt"], "sum": plan_sum}}})
+
+        def refused() -> dict[str, Any] | None:
+            forged = platform.custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
+                                                                  "terraformruns", "forged-apply")
+            conditions = (forged.get("status") or {}).get("conditions") or ()
+            found = next((c for c in conditions if c["type"] == "Admitted" and c["reason"] == "ApplyNotAllowed"), None)
+            return {**found, "attempts": (forged.get("status") or {}).get("attempts") or []} if found else None
+
+        admitted = wait_for(refused, 60, interval=0.2, what="the forged apply refused")
+        assert "is not locked to pull request" in admitted["message"], admitted
+        time.sleep(2)
+        assert not refused() or not refused()["attempts"]  # type: ignore[index]
+        assert all("forged-apply" not in p.metadata.name for p in platform.core.list_namespaced_pod(
+            platform.namespace).items)
+        assert not platform.state_file("app").exists() or "v2" not in platform.state_file("app").read_text()
+        platform.custom.delete_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace, "terraformruns",
+                                                        "forged-apply")
+        wait_for(lambda: all(r["metadata"]["name"] != "forged-apply" for r in pr_runs(world.platform)), 30,
+                 interval=0.2, what="the forged run gone")
+
         # Attack: a commenter allowed by the list but without write permission on the repository.
         comment(world, 1, "/burrito-py apply app", "rita", 9001)
         assert answered(world, 1, 9001)["outcome"] == "refused"
@@ -81,7 +108,6 @@ def test_apply_before_merge_applies_the_reviewed_plan_locks_the_layer_and_merge_
         record = answered(world, 1, 9002)
         assert record["outcome"] == "done", replies(world)[-1]
         assert plan_sum in replies(world)[-1]
-        name = pr1(1)["metadata"]["name"]
         (run,) = wait_for(lambda: _applies(world) or None, 30, interval=0.2, what="the apply run")
         assert run["metadata"]["name"] == apply_run_name(name, 1, (platform.namespace, "app"), plan_sum)
         assert run["spec"]["pullRequest"] == name and run["spec"]["layer"]["revision"] == head
@@ -149,8 +175,7 @@ def test_apply_before_merge_applies_the_reviewed_plan_locks_the_layer_and_merge_
                                             r["metadata"].get("annotations"), merge) for r in _layer_applies(world)]
         assert "v2" in platform.state_file("app").read_text()
 
-        # Another pull request applied, then closed without merging: released, and the pull request is told the
-        # change is still live.
+        # Another pull request applied, then unlocked by comment: released, saying the change is still live.
         head4 = world.push(4, {"layers/app/main.tf": layer_code("v3")}, "change app again")
         world.hook("opened", 4, head4)
         world.wait_pr(4, head4, "Planned", timeout=180)
@@ -161,10 +186,30 @@ def test_apply_before_merge_applies_the_reviewed_plan_locks_the_layer_and_merge_
         _finished(world, second[0]["metadata"]["name"])
         assert "v3" in platform.state_file("app").read_text()
         assert platform.annotations("app")[ann.PULL_REQUEST_LOCK] == pr1(4)["metadata"]["name"]
+        comment(world, 4, "/burrito-py unlock", "rita", 9006)
+        assert answered(world, 4, 9006)["outcome"] == "refused"
+        assert platform.annotations("app")[ann.PULL_REQUEST_LOCK] == pr1(4)["metadata"]["name"]
+        comment(world, 4, "/burrito-py unlock", "alice", 9007)
+        assert answered(world, 4, 9007)["outcome"] == "done" and "still live" in replies(world)[-1]
+        assert ann.PULL_REQUEST_LOCK not in platform.annotations("app")
         world.hook("closed", 4, head4)
+
+        # Another one applied, then closed without merging: released, and the pull request is told the change is
+        # still live.
+        head5 = world.push(5, {"layers/app/main.tf": layer_code("v4")}, "change app once more")
+        world.hook("opened", 5, head5)
+        world.wait_pr(5, head5, "Planned", timeout=180)
+        comment(world, 5, "/burrito-py apply app", "alice", 9008)
+        assert answered(world, 5, 9008)["outcome"] == "done", replies(world)[-1]
+        third = wait_for(lambda: [r for r in _applies(world) if r["spec"]["pullRequest"].endswith("-pr-5")] or None,
+                         30, interval=0.2, what="the third apply run")
+        _finished(world, third[0]["metadata"]["name"])
+        assert "v4" in platform.state_file("app").read_text()
+        assert platform.annotations("app")[ann.PULL_REQUEST_LOCK] == pr1(5)["metadata"]["name"]
+        world.hook("closed", 5, head5)
         wait_for(lambda: ann.PULL_REQUEST_LOCK not in platform.annotations("app"), 60, interval=0.5,
                  what="the lock released on close")
         told = wait_for(lambda: [b for b in fake.comments.values() if "closed without merging" in b] or None, 60,
                         what="the pull request told its change is still live")
-        assert "still live" in told[0] and "app" in told[0]
+        assert "still live" in told[0] and "app" in told[0] and "v4" in platform.state_file("app").read_text()
         assert not _layer_applies(world)
