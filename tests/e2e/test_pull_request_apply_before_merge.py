@@ -104,16 +104,18 @@ def test_apply_before_merge_applies_the_reviewed_plan_locks_the_layer_and_merge_
         assert "rita has no write permission" in replies(world)[-1] and not _applies(world)
 
         # Alice applies: exactly the plan shown, as a run of the pull request, requested by her.
-        comment(world, 1, "/burrito-py apply app", "alice", 9002)
+        sent = comment(world, 1, "/burrito-py apply app", "alice", 9002)
         record = answered(world, 1, 9002)
         assert record["outcome"] == "done", replies(world)[-1]
         assert plan_sum in replies(world)[-1]
-        (run,) = wait_for(lambda: _applies(world) or None, 30, interval=0.2, what="the apply run")
+        (run,) = wait_for(lambda: _applies(world) or None, 30, interval=0.05, what="the apply run")
+        created = time.monotonic()
         assert run["metadata"]["name"] == apply_run_name(name, 1, (platform.namespace, "app"), plan_sum)
         assert run["spec"]["pullRequest"] == name and run["spec"]["layer"]["revision"] == head
         assert run["spec"]["artifact"] == {"run": plan_run, "attempt": row["planAttempt"], "sum": plan_sum}
         assert run["metadata"]["annotations"][ann.RUN_REQUESTED_BY] == "alice (comment 9002)"
         applied = _finished(world, run["metadata"]["name"])
+        print(f"\napply command → apply run seen {created - sent:.2f} s, → applied {time.monotonic() - sent:.2f} s")
         assert applied["status"]["attempts"][-1]["appliedSum"] == plan_sum
         assert "v2" in platform.state_file("app").read_text()
         assert platform.annotations("app")[ann.PULL_REQUEST_LOCK] == name

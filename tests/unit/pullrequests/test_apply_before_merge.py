@@ -313,3 +313,19 @@ def test_apply_runs_are_never_discarded_nor_the_plan_a_live_one_applies() -> Non
     stale = RunFacts("apply-2", APP, None, action="apply", artifact_run=plan.name, revision=OLD)
     moved = decide_pull_request(_snap((plan, stale), head=HEAD))
     assert stale in moved.discard
+
+
+@given(action=st.sampled_from([None, "plan", "apply", "import", "state-rm", "state-mv", "force-unlock"]),
+       holder=st.sampled_from([None, PR]), approval=st.booleans(), operation=st.booleans())
+def test_a_held_layer_never_creates_a_run_that_writes_its_state(action: str | None, holder: str | None,
+                                                                approval: bool, operation: bool) -> None:
+    create = CreateRun(action, "c1") if action else None  # type: ignore[arg-type]
+    decision = LayerDecision("ApplyNeeded", (), create, False, remove_approval=approval, remove_operation=operation)
+    held = hold_for_pull_request(decision, holder)
+    if holder is None:
+        assert held == decision
+        return
+    assert held.create_run is None or held.create_run.action == "plan"
+    assert [c.type for c in held.conditions] == [CONDITION]
+    if held.create_run is None and action is not None:
+        assert not held.remove_approval and not held.remove_operation
