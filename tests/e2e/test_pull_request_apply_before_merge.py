@@ -1,5 +1,5 @@
 """Issue 30 item 3: apply before merge, end to end on the real control plane (docs §22.8): real git, real terraform,
-the real server receiving signed webhooks, the controllers answering on a fake GitHub API.
+the real server receiving signed webhooks, the controllers answering on a fake GitHub or GitLab API.
 
 A layer opted in (`spec.pullRequests.applyBeforeMerge`): a pull request is planned; a read-only commenter's apply
 is refused; an allowed one's applies exactly the plan the pull request shows (its run and sum) as a TerraformRun of
@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from burrito_py.api import annotations as ann
 from burrito_py.pullrequests.apply import apply_run_name
@@ -48,11 +50,13 @@ def _lock_condition(world: World) -> dict[str, Any] | None:
     return next((c for c in conditions if c["type"] == "PullRequestLock"), None)
 
 
+@pytest.mark.parametrize("provider", ["github", "gitlab"])
 def test_apply_before_merge_applies_the_reviewed_plan_locks_the_layer_and_merge_or_close_releases_it(
-    tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
+    tmp_path: Path, repo: TestRepo, real_cluster: RealCluster, provider: str
 ) -> None:
-    with pull_request_world(tmp_path, repo, "github", real_cluster) as world:
+    with pull_request_world(tmp_path, repo, provider, real_cluster) as world:
         platform, fake = world.platform, world.fake
+        fake.members.update({1: 30, 2: 20})  # GitLab: alice Developer, rita Reporter
         platform.custom.patch_namespaced_custom_object(
             ann.GROUP, ann.VERSION, platform.namespace, "terraformrepositories", "infra",
             {"spec": {"pullRequests": {"commands": {"allowed": ["alice", "rita"]}}}})
@@ -136,7 +140,8 @@ def test_apply_before_merge_applies_the_reviewed_plan_locks_the_layer_and_merge_
         repo.branch("other")
         other = repo.commit({"layers/app/main.tf": layer_code("v-other")}, "another change to app")
         repo.push(world.bare.as_uri())
-        run_git(world.bare, "update-ref", "refs/pull/3/head", other)
+        pull_ref = "refs/pull/3/head" if provider == "github" else "refs/merge-requests/3/head"
+        run_git(world.bare, "update-ref", pull_ref, other)
         world.hook("opened", 3, other, branch="other")
         world.wait_pr(3, other, "Planned", timeout=180)
         comment(world, 3, "/burrito-py apply app", "alice", 9004)
