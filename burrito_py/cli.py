@@ -6,9 +6,10 @@ Imports of heavy libraries (kopf, kubernetes, fastapi) stay inside the commands 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -30,6 +31,11 @@ app.add_typer(runner_app, name="runner")
 app.add_typer(server_app, name="server")
 plan_app = typer.Typer(no_args_is_help=True, help="Plans kept in the datastore.")
 app.add_typer(plan_app, name="plan")
+state_app = typer.Typer(no_args_is_help=True, help="A managed-state layer's state versions, through the server.")
+app.add_typer(state_app, name="state")
+operation_app = typer.Typer(no_args_is_help=True, help="Ask for a day-2 operation on a layer, through the server: "
+                            "burrito-py operation NAMESPACE/LAYER import|state-rm|state-mv|plan|force-unlock …")
+app.add_typer(operation_app, name="operation")
 
 
 class PlanFormat(StrEnum):
@@ -119,6 +125,189 @@ def plan_download(
     except (PlanNotFound, DatastoreError, ServiceNotFound, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+# -- the server's REST API: state versions and day-2 operations (server_api.py) ------------------------------
+LayerRef = Annotated[str, typer.Argument(help="NAMESPACE/LAYER", metavar="NAMESPACE/LAYER")]
+ServerUrl = Annotated[str | None, typer.Option(
+    envvar="BURRITO_SERVER_URL", help="The server's base URL (default: through the Kubernetes API's service proxy).")]
+ReleaseNamespace = Annotated[str, typer.Option(envvar="BURRITO_PY_NAMESPACE",
+                                               help="Namespace burrito-py is installed in.")]
+Kubeconfig = Annotated[Path | None, typer.Option(help="Kubeconfig (default: $KUBECONFIG or ~/.kube/config); its "
+                                                 "user's token is what the server authorizes.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the server's JSON answer.")]
+
+
+def _with_server(server_url: str | None, kubeconfig: Path | None, release_namespace: str,
+                 work: Callable[[Any], str | None]) -> None:
+    """Run `work` with a client of the server; print what it returns; a refusal or failure is `error: …`, exit 1
+    (2 for input the CLI refuses before asking)."""
+    from burrito_py.kube.service_proxy import ServiceNotFound
+    from burrito_py.server_api import ServerError, server_client
+
+    try:
+        with server_client(server_url, kubeconfig, release_namespace) as client:
+            out = work(client)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except (ServerError, ServiceNotFound) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if out:
+        typer.echo(out, nl=False)
+
+
+@state_app.command("versions")
+def state_versions(layer: LayerRef, json_out: AsJson = False, server_url: ServerUrl = None,
+                   release_namespace: ReleaseNamespace = "burrito-py-system", kubeconfig: Kubeconfig = None) -> None:
+    """List the kept versions of a layer's state, newest first (needs get terraformruns in its namespace)."""
+    from burrito_py.server_api import as_json, layer_ref, versions_table
+    from burrito_py.server_api import state_versions as read
+
+    _check_ref(layer, layer_ref)
+    _with_server(server_url, kubeconfig, release_namespace,
+                 lambda c: as_json(read(c, layer)) if json_out else versions_table(read(c, layer)))
+
+
+@state_app.command("diff")
+def state_diff(layer: LayerRef,
+               from_serial: Annotated[int | None, typer.Option("--from", min=0, help="Older serial (default: the "
+                                                               "version before --to).")] = None,
+               to_serial: Annotated[int | None, typer.Option("--to", min=0, help="Newer serial (default: the "
+                                                             "current version).")] = None,
+               json_out: AsJson = False, server_url: ServerUrl = None,
+               release_namespace: ReleaseNamespace = "burrito-py-system", kubeconfig: Kubeconfig = None) -> None:
+    """What changed between two versions: resources added, removed, changed (attribute names), outputs; never a
+    value."""
+    from burrito_py.server_api import as_json, diff_text, layer_ref
+    from burrito_py.server_api import state_diff as read
+
+    _check_ref(layer, layer_ref)
+
+    def work(client: Any) -> str:
+        diff = read(client, layer, from_serial, to_serial)
+        return as_json(diff) if json_out else diff_text(diff)
+
+    _with_server(server_url, kubeconfig, release_namespace, work)
+
+
+@state_app.command("rollback")
+def state_rollback(layer: LayerRef,
+                   serial: Annotated[int, typer.Argument(min=0, help="The kept version to restore (as a new one).")],
+                   server_url: ServerUrl = None, release_namespace: ReleaseNamespace = "burrito-py-system",
+                   kubeconfig: Kubeconfig = None) -> None:
+    """Restore a kept version as the next one, recorded with your name (needs patch terraformlayers and get
+    secrets; refused while a run holds the state's lock)."""
+    from burrito_py.server_api import layer_ref
+    from burrito_py.server_api import state_rollback as roll_back
+
+    _check_ref(layer, layer_ref)
+
+    def work(client: Any) -> str:
+        answer = roll_back(client, layer, serial)
+        return f"state of {layer} rolled back to version {serial} by {answer.get('by')}: new version " \
+               f"{answer.get('serial')}\n"
+
+    _with_server(server_url, kubeconfig, release_namespace, work)
+
+
+@state_app.command("download")
+def state_download(layer: LayerRef, serial: Annotated[int, typer.Argument(min=0, help="The version's serial.")],
+                   output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of "
+                                                               "stdout.")] = None,
+                   server_url: ServerUrl = None, release_namespace: ReleaseNamespace = "burrito-py-system",
+                   kubeconfig: Kubeconfig = None) -> None:
+    """Download one version's state as stored: it holds every secret of the layer (needs get secrets)."""
+    import sys
+
+    from burrito_py.server_api import layer_ref
+    from burrito_py.server_api import state_download as read
+
+    _check_ref(layer, layer_ref)
+
+    def work(client: Any) -> str:
+        data = read(client, layer, serial)
+        if output is None:
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+            return ""
+        # Only readable by its owner: a state holds secrets.
+        output.touch(mode=0o600, exist_ok=True)
+        output.chmod(0o600)
+        output.write_bytes(data)
+        return f"wrote version {serial} of {layer} to {output} ({len(data)} bytes)\n"
+
+    _with_server(server_url, kubeconfig, release_namespace, work)
+
+
+def _check_ref(layer: str, parse: Callable[[str], Any]) -> None:
+    try:
+        parse(layer)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@operation_app.callback()
+def operation_layer(ctx: typer.Context, layer: LayerRef, server_url: ServerUrl = None,
+                    release_namespace: ReleaseNamespace = "burrito-py-system", kubeconfig: Kubeconfig = None) -> None:
+    """The layer and the server for the operation that follows (checked by the server, which records you as the
+    requester; the controllers run it as a TerraformRun). Needs patch terraformlayers in the layer's namespace."""
+    from burrito_py.server_api import layer_ref
+
+    _check_ref(layer, layer_ref)
+    ctx.obj = (layer, server_url, kubeconfig, release_namespace)
+
+
+def _ask(ctx: typer.Context, body: dict[str, Any]) -> None:
+    from burrito_py.server_api import operation
+
+    layer, server_url, kubeconfig, release_namespace = ctx.obj
+
+    def work(client: Any) -> str:
+        answer = operation(client, layer, body)
+        return f"asked for {answer.get('operation')} on {layer} (as {answer.get('by')}, at " \
+               f"{answer.get('requestedAt')}): the controllers run it as a TerraformRun\n"
+
+    _with_server(server_url, kubeconfig, release_namespace, work)
+
+
+@operation_app.command("import")
+def operation_import(ctx: typer.Context, address: Annotated[str, typer.Argument(help="Resource address.")],
+                     object_id: Annotated[str, typer.Argument(metavar="ID", help="The provider's ID.")]) -> None:
+    """terraform import ADDRESS ID."""
+    _ask(ctx, {"operation": "import", "address": address, "id": object_id})
+
+
+@operation_app.command("state-rm")
+def operation_state_rm(ctx: typer.Context, address: Annotated[str, typer.Argument(help="Resource address.")]) -> None:
+    """terraform state rm ADDRESS."""
+    _ask(ctx, {"operation": "state-rm", "address": address})
+
+
+@operation_app.command("state-mv")
+def operation_state_mv(ctx: typer.Context, source: Annotated[str, typer.Argument(help="Address to move.")],
+                       destination: Annotated[str, typer.Argument(help="Where to move it.")]) -> None:
+    """terraform state mv SOURCE DESTINATION."""
+    _ask(ctx, {"operation": "state-mv", "source": source, "destination": destination})
+
+
+@operation_app.command("plan")
+def operation_plan(ctx: typer.Context,
+                   replace: Annotated[list[str] | None, typer.Option(help="-replace=ADDRESS (repeatable).")] = None,
+                   target: Annotated[list[str] | None, typer.Option(help="-target=ADDRESS (repeatable).")] = None
+                   ) -> None:
+    """A plan with -replace and/or -target, approved like any plan."""
+    _ask(ctx, {"operation": "plan", "replace": list(replace or ()), "target": list(target or ())})
+
+
+@operation_app.command("force-unlock")
+def operation_force_unlock(ctx: typer.Context,
+                           lock_id: Annotated[str, typer.Argument(metavar="LOCK_ID", help="The lock ID terraform "
+                                                                  "printed.")]) -> None:
+    """terraform force-unlock LOCK_ID."""
+    _ask(ctx, {"operation": "force-unlock", "lockId": lock_id})
 
 
 @app.command()

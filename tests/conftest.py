@@ -7,8 +7,16 @@ before anything imports it; fixtures rewrite that file for each emulator they st
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from pathlib import Path
+
+# A suite started in the background of a non-interactive shell (`pytest … &`, `nohup`) inherits SIGINT ignored, and
+# an ignored signal stays ignored across exec: every process a test starts (`burrito-py dev`, the runner's
+# terraform, the emulator) would then ignore the SIGINT the test sends to stop it, and the test would time out.
+# Python's own handler here means the children start with the default disposition, as from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _KUBECONFIG_DIR = Path(tempfile.mkdtemp(prefix="burrito-py-tests-"))
 KUBECONFIG_PATH = _KUBECONFIG_DIR / "kubeconfig"

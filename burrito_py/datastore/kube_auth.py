@@ -21,6 +21,12 @@ from typing import Any
 
 import aiohttp
 
+# At import, not at the first review: importing the client takes most of a second, which would block the
+# datastore's event loop (every request in flight) the first time a token is reviewed. This module is imported
+# only when auth is on (`default_authenticator`).
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.auth import (
     AuthUnavailable,
@@ -62,8 +68,6 @@ class KubeAuthenticator:
         self._lock = asyncio.Lock()
 
     async def _client_configuration(self) -> Any:
-        from kubernetes_asyncio import client, config
-
         async with self._lock:
             if self._configuration is None:
                 configuration = client.Configuration()
@@ -78,9 +82,6 @@ class KubeAuthenticator:
             return self._configuration
 
     async def authenticate(self, token: str) -> Principal:
-        from kubernetes_asyncio import client
-        from kubernetes_asyncio.client.exceptions import ApiException
-
         try:
             configuration = await self._client_configuration()
         except Exception as exc:  # a broken kubeconfig or missing in-cluster files: say which, not a 500
@@ -135,8 +136,6 @@ async def _runner_scope(
 ) -> RunnerScope | str:
     """The scope of the runner pod the token is bound to, else why that pod has no runner rights.
     Raises AuthUnavailable while the run controller has created the pod but not yet recorded it."""
-    from kubernetes_asyncio import client
-
     where = f"pod {namespace}/{pod_name}"
     if account not in (runner_account, pull_request_account):  # before any read: most such tokens are no runners
         return (f"the token's service account {account!r} is not a runner service account ({runner_account!r}, "
@@ -209,8 +208,6 @@ async def _runner_scope(
 
 async def _get(call: Any) -> Any:
     """The object, or None when it does not exist (other API errors propagate)."""
-    from kubernetes_asyncio.client.exceptions import ApiException
-
     try:
         return await call
     except ApiException as exc:

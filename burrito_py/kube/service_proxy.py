@@ -13,6 +13,8 @@ from typing import Any
 RELEASE_NAMESPACE = "burrito-py-system"
 DATASTORE_SELECTOR = "app.kubernetes.io/name=burrito-py,app.kubernetes.io/component=datastore"
 DATASTORE_SERVICE = ("burrito-py-datastore", "8080")
+SERVER_SELECTOR = "app.kubernetes.io/name=burrito-py,app.kubernetes.io/component=server"
+SERVER_SERVICE = ("burrito-py-server", "8081")
 
 
 class ServiceNotFound(Exception):
@@ -22,26 +24,36 @@ class ServiceNotFound(Exception):
 def find_datastore(configuration: Any, namespace: str) -> tuple[str, str]:
     """(Service name, port) of the datastore in the release namespace `namespace`: found by the chart's labels,
     else the conventional `burrito-py-datastore:8080` when the caller may not list Services."""
+    return find_service(configuration, namespace, DATASTORE_SELECTOR, DATASTORE_SERVICE, "datastore",
+                        "--datastore-url")
+
+
+def find_server(configuration: Any, namespace: str) -> tuple[str, str]:
+    """(Service name, port) of the server (REST API) in the release namespace: as `find_datastore`."""
+    return find_service(configuration, namespace, SERVER_SELECTOR, SERVER_SERVICE, "server", "--server-url")
+
+
+def find_service(configuration: Any, namespace: str, selector: str, conventional: tuple[str, str], what: str,
+                 option: str) -> tuple[str, str]:
     from kubernetes import client
 
     with client.ApiClient(configuration) as api_client:
         try:
-            found = client.CoreV1Api(api_client).list_namespaced_service(namespace, label_selector=DATASTORE_SELECTOR)
+            found = client.CoreV1Api(api_client).list_namespaced_service(namespace, label_selector=selector)
         except client.ApiException as exc:
             if exc.status == 403:
-                return DATASTORE_SERVICE
+                return conventional
             raise
         services: list[dict[str, Any]] = api_client.sanitize_for_serialization(found).get("items") or []
     if not services:
         raise ServiceNotFound(
-            f"no burrito-py datastore Service in namespace {namespace!r} (labels {DATASTORE_SELECTOR}); pass "
-            "--release-namespace (BURRITO_PY_NAMESPACE) for the namespace burrito-py is installed in, or "
-            "--datastore-url"
+            f"no burrito-py {what} Service in namespace {namespace!r} (labels {selector}); pass "
+            f"--release-namespace (BURRITO_PY_NAMESPACE) for the namespace burrito-py is installed in, or {option}"
         )
     names = sorted(str(s["metadata"]["name"]) for s in services)
     if len(names) > 1:
-        raise ServiceNotFound(f"several burrito-py datastore Services in namespace {namespace!r} "
-                              f"({', '.join(names)}); pass --datastore-url")
+        raise ServiceNotFound(f"several burrito-py {what} Services in namespace {namespace!r} "
+                              f"({', '.join(names)}); pass {option}")
     ports = (services[0].get("spec") or {}).get("ports") or []
     port = next((p for p in ports if p.get("name") == "http"), ports[0] if ports else None)
     if port is None:

@@ -29,12 +29,16 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from burrito_py.api import annotations as ann
-from burrito_py.api.operations import BadOperation, describe, parse_request
-from burrito_py.datastore.auth import AUTH_DISABLED, MISSING_CREDENTIALS, AuthUnavailable, Principal, Unauthenticated
-from burrito_py.datastore.state import BadState, StateFacts, rollback_body
-from burrito_py.datastore.state_diff import state_diff
+from burrito_py.datastore.auth import (
+    AUTH_DISABLED,
+    MISSING_CREDENTIALS,
+    AuthUnavailable,
+    Principal,
+    Unauthenticated,
+    proxied_token,
+)
 from burrito_py.kube.client import Body, Kube, KubeError, crd_path
-from burrito_py.kube.events import post_event
+from burrito_py.kube.service_proxy import PROXIED_AUTHORIZATION
 from burrito_py.policy.override import override_refusal
 from burrito_py.server.access import (
     GET_LAYERS,
@@ -60,6 +64,7 @@ from burrito_py.server.reads import (
     layer_runs,
 )
 from burrito_py.server.reads import artifacts_of as shared_artifacts_of
+from burrito_py.server.state_actions import LayerState, Refused
 from burrito_py.server.throttle import Throttled, ThrottledAuthenticator
 from burrito_py.server.views import (
     ErrorView,
@@ -78,7 +83,6 @@ from burrito_py.server.views import (
     run_summary,
     run_view,
 )
-from burrito_py.timeutil import format_time_precise, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +145,7 @@ class RestRoute(APIRoute):
                 return await handler(request)
             except RequestValidationError as exc:
                 return _error(400, validation_message(exc))
-            except Problem as exc:
+            except (Problem, Refused) as exc:
                 return _error(exc.status, str(exc))
             except Forbidden as exc:
                 return _error(403, str(exc))
@@ -201,6 +205,7 @@ def rest_router(
     def visible(namespace: str) -> bool:
         return not managed or namespace in managed
 
+    states = LayerState(kube, artifacts, access, visible)
     router = APIRouter(prefix="/api", route_class=RestRoute, responses=_ERRORS, tags=["layers and runs"])
 
     async def caller(
@@ -208,11 +213,13 @@ def rest_router(
     ) -> Principal:
         if authenticator is None:
             return AUTH_DISABLED
-        if credentials is None or not credentials.credentials:
+        # Through the Kubernetes API's service proxy (the CLI with only a kubeconfig: kube/service_proxy.py) the
+        # API server drops `Authorization`; the same token comes in X-Burrito-Py-Authorization, as to the datastore.
+        token = credentials.credentials if credentials else proxied_token(request.headers.get(PROXIED_AUTHORIZATION))
+        if not token:
             raise Problem(401, MISSING_CREDENTIALS)
         try:
-            who = await authenticator.authenticate(credentials.credentials, request.client.host if request.client
-                                                   else "")
+            who = await authenticator.authenticate(token, request.client.host if request.client else "")
         except Unauthenticated as exc:
             raise Problem(401, str(exc)) from None
         except AuthUnavailable as exc:
@@ -367,10 +374,8 @@ def rest_router(
                  ns, name)
         return OverrideView(namespace=ns, name=name, plan_sum=body.plan_sum, by=who.username)
 
-    # A day-2 operation (docs/architecture.md §5.12): asked afresh as `patch terraformlayers` (what the annotation
-    # needs), checked here (400 naming the field), written as the layer's request with the caller as its requester;
-    # the controllers run it. A runner identity was refused before (Caller). One request at a time: a waiting one is
-    # someone's, never overwritten.
+    # A day-2 operation (docs/architecture.md §5.12) and a managed-state layer's versions, diff, download and rollback
+    # (§10.6): every check is in `state_actions.LayerState`, shared with the UI; these routes only answer.
     @router.post(
         "/layers/{ns}/{name}/operations",
         status_code=202,
@@ -381,38 +386,11 @@ def rest_router(
         summary="Ask for a day-2 operation: import, state rm, state mv, a -replace/-target plan, force-unlock.",
     )
     async def request_operation(who: Caller, ns: Namespace, name: LayerName, body: OperationRequest) -> OperationView:
-        await access.require(who, PATCH_LAYERS, ns, fresh=True)
-        requested_at = format_time_precise(utcnow())
-        value = json.dumps({"operation": body.operation, **body.model_dump(by_alias=True, exclude_none=True,
-                                                                            exclude={"operation", "replace", "target"}),
-                            **({"replace": body.replace} if body.replace else {}),
-                            **({"target": body.target} if body.target else {}), "requestedAt": requested_at})
-        try:
-            kind, operation = parse_request(value, who.username)
-        except BadOperation as exc:
-            raise Problem(400, str(exc).removeprefix(f"{ann.OPERATION}: ")) from None
-        layer = await layer_or_404(ns, name)
-        waiting = (layer["metadata"].get("annotations") or {})
-        if ann.OPERATION in waiting:
-            raise Problem(409, f"layer {ns}/{name} already has an operation request waiting (asked by "
-                               f"{waiting.get(ann.OPERATION_BY) or 'nobody named'}); it runs once no run is live")
-        await kube.merge_patch(crd_path("terraformlayers", ns, name),
-                               {"metadata": {"annotations": {ann.OPERATION: value, ann.OPERATION_BY: who.username}}})
-        what = describe(kind, operation)
-        log.info("REST: %s asked for %s on layer %s/%s", who.username, what, ns, name)
-        return OperationView(namespace=ns, name=name, operation=what, by=who.username, requested_at=requested_at)
-
-    # A managed-state layer's state (docs/architecture.md §10.6, §11.2): its versions and the difference between two
-    # are what plans are to readers (get terraformruns: names, serials, counts, never a value); a version's state
-    # itself holds every secret of the layer, as a plan's JSON does: get secrets too.
-    async def state_versions(who: Principal, ns: str, name: str) -> list[dict[str, Any]]:
-        await access.require(who, GET_RUNS, ns)
-        await layer_or_404(ns, name)
-        return await artifacts.state_versions(ns, name)
+        return await states.request_operation(who, ns, name, body)
 
     @router.get("/layers/{ns}/{name}/state/versions", summary="The kept versions of a managed-state layer's state.")
     async def list_state_versions(who: Caller, ns: Namespace, name: LayerName) -> list[dict[str, Any]]:
-        return await state_versions(who, ns, name)
+        return await states.versions(who, ns, name)
 
     @router.get("/layers/{ns}/{name}/state/diff",
                 summary="What changed between two versions of a layer's state: resources and attribute names.")
@@ -423,58 +401,21 @@ def rest_router(
         to_serial: Annotated[int | None, Query(alias="to", ge=0, description="Newer serial; unset: the current "
                                                "version.")] = None,
     ) -> dict[str, Any]:
-        serials = [int(v["serial"]) for v in await state_versions(who, ns, name) if isinstance(v.get("serial"), int)]
-        to = to_serial if to_serial is not None else (serials[-1] if serials else None)
-        older = [s for s in serials if to is not None and s < to]
-        before = from_serial if from_serial is not None else (older[-1] if older else None)
-        if to is None or before is None:
-            raise Problem(404, f"layer {ns}/{name} has no two state versions to compare")
-        old = json.loads(await artifacts.state_version(ns, name, before))
-        new = json.loads(await artifacts.state_version(ns, name, to))
-        return state_diff(old, new)
+        return await states.diff(who, ns, name, from_serial, to_serial)
 
     @router.get("/layers/{ns}/{name}/state/versions/{serial}", response_class=JSONResponse,
                 summary="One version of a layer's state as stored (needs get secrets: it holds every secret).")
     async def download_state_version(
         who: Caller, ns: Namespace, name: LayerName, serial: Annotated[int, PathParam(ge=0, le=10**20 - 1)],
     ) -> Response:
-        await state_versions(who, ns, name)
-        try:
-            await access.require(who, GET_SECRETS, ns)
-        except Forbidden as exc:
-            raise Forbidden(f"{exc}: a state holds every secret of the layer; /state/diff shows what changed") \
-                from None
-        data = await artifacts.state_version(ns, name, serial)
+        data = await states.download(who, ns, name, serial)
         return Response(content=data, media_type="application/json",
                         headers={"Content-Disposition": f'attachment; filename="{name}-{serial}.tfstate"'})
 
-    # A rollback (docs/architecture.md §10.6, §11.2): an earlier version becomes the next one, audited. Asked afresh:
-    # patch on the layer (what a sync needs: the next plan acts on it) and get secrets (who may see the state may
-    # restore it). Refused while a run holds the state's lock.
     @router.post("/layers/{ns}/{name}/state/rollback", status_code=201,
                  summary="Restore an earlier version of a managed-state layer's state, as a new version.")
     async def rollback_state(who: Caller, ns: Namespace, name: LayerName, body: RollbackRequest) -> dict[str, Any]:
-        await access.require(who, PATCH_LAYERS, ns, fresh=True)
-        await access.require(who, GET_SECRETS, ns, fresh=True)
-        layer = await layer_or_404(ns, name)
-        versions = await artifacts.state_versions(ns, name)
-        if not versions:
-            raise Problem(404, f"layer {ns}/{name} has no state versions")
-        current = versions[-1]
-        if current.get("serial") == body.serial:
-            raise Problem(409, f"version {body.serial} is already the current state of layer {ns}/{name}")
-        old = await artifacts.state_version(ns, name, body.serial)
-        try:
-            restored = rollback_body(old, StateFacts(int(current["serial"]), str(current["lineage"]), 0, 0, ""))
-        except BadState as exc:
-            raise Problem(409, f"version {body.serial} cannot be restored: {exc}") from None
-        answer = await artifacts.store_rollback(ns, name, restored, body.serial, who.username)
-        message = (f"state rolled back to version {body.serial} by {who.username}: new version "
-                   f"{answer.get('serial')}")
-        log.info("REST: layer %s/%s: %s", ns, name, message)
-        await post_event(kube, layer, "Warning", "StateRolledBack", message)
-        return {"namespace": ns, "name": name, "rollbackOf": body.serial, "serial": answer.get("serial"),
-                "by": who.username}
+        return await states.roll_back(who, ns, name, body.serial)
 
     @router.get("/runs/{ns}/{run}", response_model=RunDetailView, summary="A run with its attempts.")
     async def get_run(who: Caller, ns: Namespace, run: RunName) -> RunDetailView:

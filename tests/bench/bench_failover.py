@@ -19,17 +19,104 @@ Run: python3 -m tests.bench.bench_failover [ROUNDS] [--chart | --real]
 
 from __future__ import annotations
 
+import os
 import signal
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from tests.e2e.conftest import running_platform
-from tests.e2e.faults.test_fault_leader_failover import Leases, chart_handovers, two_controllers
+import httpx
+
+from tests.e2e.conftest import running_platform, wait_for
+from tests.e2e.faults.test_fault_leader_failover import Leases, two_controllers
 
 DEFAULT_TIMING = (15.0, 10.0, 2.0)
+
+
+class ChartLeaders:
+    """The chart's two controllers replicas as pods of `burrito-py dev --mode chart` (their kubelet, their
+    Deployment, their Lease `<release>-controllers` in the release namespace)."""
+
+    def __init__(self, api: httpx.Client, namespace: str, release: str) -> None:
+        self.api, self.namespace, self.release = api, namespace, release
+        self.lease = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{release}-controllers"
+        self.pods = f"/api/v1/namespaces/{namespace}/pods"
+
+    def holder(self) -> str:
+        response = self.api.get(self.lease)
+        return str(response.json()["spec"].get("holderIdentity") or "") if response.status_code == 200 else ""
+
+    def replicas(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.api.get(self.pods, params={
+            "labelSelector": "app.kubernetes.io/component=controllers"}).json()["items"]
+        return items
+
+    def ready_pair(self) -> tuple[str, str] | None:
+        """(leader, standby) when the Lease is held and both replicas are Ready and not being deleted."""
+        def ready(pod: dict[str, Any]) -> bool:
+            return not pod["metadata"].get("deletionTimestamp") and any(
+                c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions")
+                or ())
+
+        names = [p["metadata"]["name"] for p in self.replicas() if ready(p)]
+        leader = self.holder()
+        if len(names) != 2 or leader not in names:
+            return None
+        return leader, next(n for n in names if n != leader)
+
+    def wait_ready_pair(self, timeout: float = 120) -> tuple[str, str]:
+        """A leader and a standby, both Ready for 3 s (the standby has looked at the Lease at least once, retry
+        period 2 s; and a container just stopped by the last round shows as not Ready by then)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pair = wait_for(self.ready_pair, max(deadline - time.monotonic(), 1), interval=0.2,
+                            what="a leader and a Ready standby")
+            time.sleep(3)
+            if self.ready_pair() == pair:
+                return pair
+
+    def handover(self, leader: str, act: Any) -> float:
+        """Seconds from `act()` to another replica holding the Lease (the standby, or the Deployment's new pod
+        when it campaigns first)."""
+        started = time.monotonic()
+        act()
+        wait_for(lambda: self.holder() not in ("", leader), 30, interval=0.05, what=f"a new holder after {leader}")
+        return time.monotonic() - started
+
+    def delete(self, pod: str) -> None:
+        self.api.delete(f"{self.pods}/{pod}").raise_for_status()
+
+    def sigterm(self, pod: str) -> None:
+        """SIGTERM to the pod's container, as `kubectl exec … kill 1` or a node's runtime would send it."""
+        body = self.api.get(f"{self.pods}/{pod}").json()
+        container_id = body["status"]["containerStatuses"][0]["containerID"]  # local://<pid>
+        os.kill(int(container_id.removeprefix("local://")), signal.SIGTERM)
+
+
+def chart_handovers(rounds: int, tmp_path: Path) -> dict[str, list[float]]:
+    """Leader pod deletions and SIGTERMs, alternately, in `burrito-py dev --mode chart` (chart timing 15/10/2)."""
+    from burrito_local.dev import RELEASE, RELEASE_NAMESPACE, DevOptions, running_dev
+    from burrito_local.identity import admin_client
+
+    # The emulator's chart mode (SIGTERM by the pod's host pid); the real control plane's hand-over is
+    # tests/integration/controlplane/test_leader_failover.py.
+    options = DevOptions(data_dir=tmp_path / "dev", kubeconfig=tmp_path / "dev-kubeconfig", mode="chart",
+                         cluster="emulator")
+    times: dict[str, list[float]] = {"pod deletion": [], "SIGTERM": []}
+    with running_dev(options) as endpoints, admin_client(endpoints["api"]) as api:
+        leaders = ChartLeaders(api, RELEASE_NAMESPACE, RELEASE)
+        for _ in range(rounds):
+            for how, act in (("pod deletion", leaders.delete), ("SIGTERM", leaders.sigterm)):
+                leader, _ = leaders.wait_ready_pair()
+                times[how].append(leaders.handover(leader, lambda a=act, pod=leader: a(pod)))
+                if how == "SIGTERM":
+                    # Its container restarts with the kubelet's back-off, which grows with each restart
+                    # (CrashLoopBackOff): a fresh pod for the next rounds (it is not the leader any more).
+                    leaders.delete(leader)
+    return times
 
 
 def main(rounds: int = 10) -> None:

@@ -210,7 +210,7 @@ def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = T
                      **overrides: Any) -> Iterator[Platform]:
     """The harness: on `cluster` (the session's real control plane, §22.8) a fresh namespace of its own, else
     the emulator; the CRDs, the chart's admission policies (unless `admission_policy` is False, as on a
-    cluster older than 1.30: the emulator world only, the real cluster has them once for the session), the
+    cluster older than 1.30: the real cluster has them once for the session, and skips a namespace so made), the
     datastore (`datastore`: further DatastoreSettings), the kubelet and the controllers (unless
     `start_controllers` is False: `settings` then says how to run them; on the real cluster they watch the
     test's namespace only). `kubelet_runtime` "podman" runs the emulator world's pods from their images
@@ -219,12 +219,10 @@ def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = T
     if fault_proxy and cluster is None:
         raise ValueError("the fault proxy stands in front of the real control plane: pass cluster=real_cluster")
     if cluster is not None:
-        if not admission_policy:
-            raise ValueError("the real cluster has the admission policies for the whole session: use the emulator")
         if kubelet_runtime != "process":
             raise ValueError("the real cluster's kubelet runs processes: use the emulator for kubelet_runtime")
         with _real_platform(cluster, workdir, kubeconfig, start_controllers, datastore, fault_proxy,
-                            overrides) as platform:
+                            overrides, admission_policy) as platform:
             yield platform
         return
     with contextlib.ExitStack() as stack:
@@ -266,13 +264,13 @@ def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = T
 @contextlib.contextmanager
 def _real_platform(cluster: RealCluster, workdir: Path, kubeconfig: Path, start_controllers: bool,
                    datastore: dict[str, Any] | None, fault_proxy: bool, overrides: dict[str, Any],
-                   ) -> Iterator[Platform]:
+                   admission_policy: bool = True) -> Iterator[Platform]:
     """On the session's control plane: the test's namespace (the chart's runner accounts and Roles in it),
     the datastore reviewing tokens with kube-apiserver, the controllers watching that namespace only (the
     objects earlier tests left in theirs are not reconciled). Leaving: the controllers stop, then the
     namespace goes (its finalizers stripped: nobody is left to remove them)."""
     with contextlib.ExitStack() as stack:
-        namespace = cluster.new_namespace()
+        namespace = cluster.new_namespace(admission_policy=admission_policy)
         stack.callback(cluster.remove_namespace, namespace)
         cluster.write_kubeconfig(kubeconfig, namespace)
         admin = cluster.admin_username
@@ -331,13 +329,6 @@ def fault_platform(tmp_path: Path, kubeconfig_path: Path, real_cluster: RealClus
     """The product on the session's real control plane, its controllers behind the fault proxy
     (`Platform.faults`: inject_fault, requests)."""
     with running_platform(tmp_path, kubeconfig_path, cluster=real_cluster, fault_proxy=True) as p:
-        yield p
-
-
-@pytest.fixture
-def emulator_platform(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
-    """The product on the API emulator, for the tests that need its internals (its store, fault injection)."""
-    with running_platform(tmp_path, kubeconfig_path) as p:
         yield p
 
 

@@ -36,6 +36,7 @@ from burrito_py.server.settings import ServerSettings
 from burrito_py.timeutil import format_time, utcnow
 from tests.support.engines import Engine
 from tests.support.git_repos import TestRepo, make_bare, run_git
+from tests.support.git_servers import running_http_git_server
 from tests.support.real_cluster import RealCluster
 
 from ..support.fakes.providers import Fake, running_fake_provider
@@ -131,8 +132,8 @@ class World:
             runs = [(r["metadata"]["name"], (r.get("status") or {}).get("state")) for r in pr_runs(self.platform)]
             raise AssertionError(f"pull request: {self.pull_request(number).get('status')}; runs: {runs}") from None
 
-    def ours(self) -> list[str]:
-        ours = marker(f"{self.platform.namespace}/infra", 1)
+    def ours(self, number: int = 1) -> list[str]:
+        ours = marker(f"{self.platform.namespace}/infra", number)
         return [body for body in self.fake.comments.values() if body.startswith(ours)]
 
     def statuses(self, head: str) -> dict[str, dict[str, Any]]:
@@ -148,13 +149,24 @@ def pr_runs(platform: Platform) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def pull_request_world(tmp_path: Path, repo: TestRepo, provider: str, cluster: RealCluster | None,
-                       engine: Engine | None = None) -> Iterator[World]:
+                       engine: Engine | None = None, poll: bool = False) -> Iterator[World]:
     """A repository planning pull requests with two layers (app, other) waiting for approval on main, the server,
     and a fake `provider` API, on `cluster` (else the emulator); `repo` is left on its `feature` branch. The
-    layers run on `engine` (else the machine's terraform)."""
-    bare = tmp_path / "remote" / "infra.git"
+    layers run on `engine` (else the machine's terraform). `poll`: the repository asks the host for its open pull
+    requests every 10 s (the shortest interval), besides taking webhooks."""
+    bare = tmp_path / "remote" / f"{PROJECT}.git"
     url = make_bare(bare)
     repo.push(url)
+    with contextlib.ExitStack() as stack:
+        if poll:  # the poll names the project by the repository URL's path: served over HTTP, as a host does
+            served = stack.enter_context(running_http_git_server(tmp_path / "remote", "x-access-token", API_TOKEN))
+            url = served.url_for(f"{PROJECT}.git")
+        yield stack.enter_context(_world(tmp_path, repo, provider, cluster, engine, poll, bare, url))
+
+
+@contextlib.contextmanager
+def _world(tmp_path: Path, repo: TestRepo, provider: str, cluster: RealCluster | None, engine: Engine | None,
+           poll: bool, bare: Path, url: str) -> Iterator[World]:
     with (running_fake_provider(provider) as (fake, api),
           running_platform(tmp_path / "p", tmp_path / "kubeconfig", repository_poll_interval=timedelta(hours=1),
                            cluster=cluster) as platform):
@@ -164,8 +176,9 @@ def pull_request_world(tmp_path: Path, repo: TestRepo, provider: str, cluster: R
         with running_server(settings) as server_url, httpx.Client(base_url=server_url, timeout=30) as http:
             put_secret(platform, "infra-git", {**LOOPBACK_HOSTS, "token": API_TOKEN, "webhookSecret": HOOK_SECRET})
             api_url = api if provider == "github" else f"{api}/api/v4"
+            polling = {"poll": {"provider": provider, "interval": "10s"}} if poll else {}
             platform.create_repository("infra", url, repository={"url": url, "secretName": "infra-git"},
-                                       pullRequests={"enabled": True, "apiUrl": api_url})
+                                       pullRequests={"enabled": True, "apiUrl": api_url, **polling})
             platform.create_layer("app", "infra", "layers/app", engine=engine)
             platform.create_layer("other", "infra", "layers/other", engine=engine)
             platform.wait_state("app", "ApplyNeeded", timeout=90)
@@ -342,3 +355,50 @@ def test_without_api_credentials_the_plans_still_run_and_the_pull_request_says_w
         world.wait_pr(2, head, "Planned", timeout=60)
         second = marker(f"{platform.namespace}/infra", 2)
         assert len([b for b in world.fake.comments.values() if b.startswith(second)]) == 1
+
+
+def test_without_webhooks_a_polled_pull_request_is_planned_commented_and_closed(
+    tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
+) -> None:
+    """Issue 30 item 5 with real terraform: no webhook is ever sent; the host's listing of open pull requests (asked
+    every 10 s with the Secret's token) opens, moves and closes the pull request, and its plans, comment and
+    statuses are the webhooks' (the test above)."""
+    with pull_request_world(tmp_path, repo, "github", real_cluster, poll=True) as world:
+        platform, fake = world.platform, world.fake
+        head = world.push(3, {"layers/app/main.tf": layer_code("v2")}, "change app")
+        fake.open_pull(3, head, title="More app")
+
+        def made() -> bool:
+            listed = platform.custom.list_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
+                                                                   "terraformpullrequests")["items"]
+            return any(p["metadata"]["name"] == pull_request_name("infra", 3) for p in listed)
+
+        try:
+            wait_for(made, 60, interval=0.2, what="the pull request found by a poll")
+        except AssertionError:
+            repository = platform.custom.get_namespaced_custom_object(
+                ann.GROUP, ann.VERSION, platform.namespace, "terraformrepositories", "infra")
+            raise AssertionError(f"no poll found #3: {repository.get('status')}; the host saw {fake.calls}") from None
+        done = world.wait_pr(3, head, "Planned", timeout=150)
+        assert [(row["name"], row["state"]) for row in done["status"]["layers"]] == [("app", "planned")]
+        assert len(world.ours(3)) == 1 and "1 to add" in world.ours(3)[0] and "layers/app" in world.ours(3)[0]
+        wait_for(lambda: world.statuses(head).get("burrito-py", {}).get("state") == "success", 30,
+                 what="the aggregate status")
+
+        # A push the host shows: planned again at the new head, the same comment edited.
+        head = world.push(3, {"layers/app/main.tf": layer_code("v3")}, "push")
+        fake.push(3, head)
+        world.wait_pr(3, head, "Planned", timeout=150)
+        assert len(world.ours(3)) == 1 and '"v3"' in world.ours(3)[0]
+
+        # Closed on the host: closed here, its runs gone; the branch's layers never planned or applied by it.
+        fake.close(3)
+        wait_for(lambda: (world.pull_request(3).get("status") or {}).get("state") == "Closed"
+                 and not pr_runs(platform), 90, what="the pull request closed and its runs gone")
+        assert world.answers == []  # not one webhook
+        assert all(r["spec"]["action"] == "plan" for r in platform.runs())
+        polled = next(c for c in platform.custom.get_namespaced_custom_object(
+            ann.GROUP, ann.VERSION, platform.namespace, "terraformrepositories", "infra")["status"]["conditions"]
+            if c["type"] == "PullRequestsPolled")
+        assert polled["status"] == "True", polled
+        assert all(header.endswith(API_TOKEN) for header in fake.auth)

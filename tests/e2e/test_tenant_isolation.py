@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from burrito_local.identity import admin_client, ensure_namespace
 from kubernetes.client.exceptions import ApiException
 
 from burrito_py.api import annotations as ann
@@ -23,19 +22,20 @@ from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo
 from tests.support.real_cluster import RealCluster
 
-TENANT = "tenant"
-
 
 @pytest.fixture
-def strict(tmp_path: Path, kubeconfig_path: Path) -> Iterator[Platform]:
+def strict(tmp_path: Path, kubeconfig_path: Path, real_cluster: RealCluster) -> Iterator[tuple[Platform, str]]:
     """The controllers as installed by the chart: file:// and cross-namespace repositories off; without the
-    admission policy (a cluster older than 1.30, or `admissionPolicy.enabled: false`), so the controllers'
-    own checks are what refuses a forged run. On the emulator: the session's real control plane has the
-    admission policies for every test (docs/architecture.md §22.8)."""
-    with running_platform(tmp_path, kubeconfig_path, admission_policy=False, allow_file_repositories=False) as p:
-        with admin_client(p.api.url) as http:
-            ensure_namespace(http, TENANT)
-        yield p
+    admission policy (a cluster older than 1.30, or `admissionPolicy.enabled: false`: the session's bindings skip
+    both namespaces), so the controllers' own checks are what refuses a forged run. The platform's namespace is the
+    tenant's (the controllers watch it); a second one holds the other team's repository and layer."""
+    with running_platform(tmp_path, kubeconfig_path, admission_policy=False, allow_file_repositories=False,
+                          cluster=real_cluster) as p:
+        other = real_cluster.new_namespace("other", admission_policy=False)
+        try:
+            yield p, other
+        finally:
+            real_cluster.remove_namespace(other)
 
 
 def create(platform: Platform, plural: str, namespace: str, name: str, spec: dict[str, Any]) -> None:
@@ -67,52 +67,57 @@ def wait_condition(platform: Platform, plural: str, namespace: str, name: str, k
 
 
 def events(platform: Platform, namespace: str, name: str) -> list[str]:
-    with admin_client(platform.api.url) as http:
-        items = http.get(f"/api/v1/namespaces/{namespace}/events").json()["items"]
-    return [f"{e['reason']}: {e['message']}" for e in items if e["involvedObject"]["name"] == name]
+    items = platform.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+    return [f"{e.reason}: {e.message}" for e in items]
 
 
-def test_file_urls_and_cross_namespace_references_are_refused(strict: Platform, repo: TestRepo):
+def test_file_urls_and_cross_namespace_references_are_refused(strict: tuple[Platform, str], repo: TestRepo):
+    platform, other = strict
+    tenant = platform.namespace
     # A tenant's file:// repository (here: a real local repository the controllers could read).
-    create(strict, "terraformrepositories", TENANT, "local", {"repository": {"url": repo.url}})
-    create(strict, "terraformlayers", TENANT, "app", {
+    create(platform, "terraformrepositories", tenant, "local", {"repository": {"url": repo.url}})
+    create(platform, "terraformlayers", tenant, "app", {
         "repository": {"name": "local"}, "branch": "main", "path": "layers/app", "terraform": {"version": "1.11.4"}})
-    synced = wait_condition(strict, "terraformrepositories", TENANT, "local", "Synced", "FileURLNotAllowed")
+    synced = wait_condition(platform, "terraformrepositories", tenant, "local", "Synced", "FileURLNotAllowed")
     assert synced["status"] == "False"
     assert "spec.repository.url" in synced["message"] and "file:// repository URLs are disabled" in (
         synced["message"])
-    ready = wait_condition(strict, "terraformlayers", TENANT, "app", "Ready", "RepositoryNotAllowed")
-    assert ready["message"].startswith(f"spec.repository: TerraformRepository {TENANT}/local: spec.repository.url")
-    assert any(e.startswith("FileURLNotAllowed: spec.repository.url") for e in events(strict, TENANT, "local"))
+    ready = wait_condition(platform, "terraformlayers", tenant, "app", "Ready", "RepositoryNotAllowed")
+    assert ready["message"].startswith(f"spec.repository: TerraformRepository {tenant}/local: spec.repository.url")
+    assert any(e.startswith("FileURLNotAllowed: spec.repository.url") for e in events(platform, tenant, "local"))
 
-    # A tenant's layer using the default namespace's repository.
-    create(strict, "terraformrepositories", "default", "private", {"repository": {"url": repo.url}})
-    create(strict, "terraformlayers", TENANT, "thief", {
-        "repository": {"name": "private", "namespace": "default"}, "branch": "main", "path": "layers/app"})
-    ready = wait_condition(strict, "terraformlayers", TENANT, "thief", "Ready", "CrossNamespaceRepository")
-    assert ready["message"].startswith("spec.repository.namespace: 'default' is not the layer's namespace 'tenant'")
-    assert ann.BRANCH_COMMIT not in (get(strict, "terraformlayers", TENANT, "thief")["metadata"].get("annotations")
+    # A tenant's layer using another namespace's repository.
+    create(platform, "terraformrepositories", other, "private", {"repository": {"url": repo.url}})
+    create(platform, "terraformlayers", tenant, "thief", {
+        "repository": {"name": "private", "namespace": other}, "branch": "main", "path": "layers/app"})
+    ready = wait_condition(platform, "terraformlayers", tenant, "thief", "Ready", "CrossNamespaceRepository")
+    assert ready["message"].startswith(f"spec.repository.namespace: '{other}' is not the layer's namespace "
+                                       f"'{tenant}'")
+    assert ann.BRANCH_COMMIT not in (get(platform, "terraformlayers", tenant, "thief")["metadata"].get("annotations")
                                      or {})
 
-    # A run in the tenant namespace for the default namespace's layer.
-    strict.create_layer("victim", "private", "layers/app")
-    create(strict, "terraformruns", TENANT, "forged", {
-        "action": "apply", "layer": {"name": "victim", "namespace": "default", "revision": "0" * 40}})
-    refused = wait_condition(strict, "terraformruns", TENANT, "forged", "HasSucceeded", "CrossNamespaceLayer")
-    assert refused["message"] == ("spec.layer.namespace: 'default' is not the run's namespace 'tenant': a "
+    # A run in the tenant namespace for the other namespace's layer.
+    create(platform, "terraformlayers", other, "victim", {
+        "repository": {"name": "private"}, "branch": "main", "path": "layers/app"})
+    create(platform, "terraformruns", tenant, "forged", {
+        "action": "apply", "layer": {"name": "victim", "namespace": other, "revision": "0" * 40}})
+    refused = wait_condition(platform, "terraformruns", tenant, "forged", "HasSucceeded", "CrossNamespaceLayer")
+    assert refused["message"] == (f"spec.layer.namespace: '{other}' is not the run's namespace '{tenant}': a "
                                   "TerraformRun may only work for a layer of its own namespace")
-    assert get(strict, "terraformruns", TENANT, "forged")["status"]["state"] == "Failed"
-    assert any(e.startswith("RunRefused: spec.layer.namespace") for e in events(strict, TENANT, "forged"))
+    assert get(platform, "terraformruns", tenant, "forged")["status"]["state"] == "Failed"
+    assert any(e.startswith("RunRefused: spec.layer.namespace") for e in events(platform, tenant, "forged"))
 
     # Nothing ran: no runner pod in either namespace, no Lease taken, and the runs are left alone.
-    with admin_client(strict.api.url) as http:
-        for namespace in (TENANT, "default"):
+    with platform.api_http() as http:
+        for namespace in (tenant, other):
             assert http.get(f"/api/v1/namespaces/{namespace}/pods").json()["items"] == []
-            assert http.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases").json()["items"] == []
-    # The refusal is written once: later reconciles (the victim layer's own, every run's) change nothing.
-    before = get(strict, "terraformruns", TENANT, "forged")["metadata"]["resourceVersion"]
+            leases = http.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases").json()["items"]
+            # The controllers' own leader Lease lives in the test's namespace (§22.8); no layer's Lease anywhere.
+            assert [lease["metadata"]["name"] for lease in leases if "victim" in lease["metadata"]["name"]] == []
+    # The refusal is written once: later reconciles (every run's) change nothing.
+    before = get(platform, "terraformruns", tenant, "forged")["metadata"]["resourceVersion"]
     time.sleep(2)
-    assert get(strict, "terraformruns", TENANT, "forged")["metadata"]["resourceVersion"] == before
+    assert get(platform, "terraformruns", tenant, "forged")["metadata"]["resourceVersion"] == before
 
 
 @pytest.fixture

@@ -32,6 +32,8 @@ ADMIN_NAMESPACE = "kube-system"
 ADMIN_ACCOUNT = "burrito-py-e2e-admin"
 RELEASE = "burrito-py"
 RUNNER_ACCOUNT = "burrito-py-runner"
+# The label of a namespace where the session's admission policy bindings do not apply (new_namespace).
+WITHOUT_ADMISSION_POLICY = "e2e.burrito-py.io/without-admission-policy"
 TENANT_PLACEHOLDER = "burrito-py-e2e-tenant"  # the namespace the chart is rendered for, replaced per test
 TOKEN_SECONDS = 48 * 3600  # a session's length, with room
 RBAC = "rbac.authorization.k8s.io"
@@ -110,6 +112,10 @@ class RealCluster:
         for obj in policy_objects(RELEASE, [self.admin_username], RUNNER_ACCOUNT, [self.admin_username]):
             kind = "validatingadmissionpolicies" if obj["kind"] == "ValidatingAdmissionPolicy" else \
                 "validatingadmissionpolicybindings"
+            if kind == "validatingadmissionpolicybindings":
+                # Every namespace but those a test makes as on a cluster without the policies (new_namespace).
+                obj["spec"]["matchResources"] = {"namespaceSelector": {"matchExpressions": [
+                    {"key": WITHOUT_ADMISSION_POLICY, "operator": "DoesNotExist"}]}}
             _check(f"create {obj['kind']} {obj['metadata']['name']}",
                    self.admin.call("POST", f"/apis/admissionregistration.k8s.io/v1/{kind}", obj))
         self._tenant = tenant_objects()
@@ -186,13 +192,17 @@ class RealCluster:
             out.write(yaml.safe_dump(config))
         return path
 
-    def new_namespace(self, prefix: str = "e2e", name: str | None = None, pod_security: str = "restricted") -> str:
+    def new_namespace(self, prefix: str = "e2e", name: str | None = None, pod_security: str = "restricted",
+                      admission_policy: bool = True) -> str:
         """A fresh namespace under Pod Security `restricted` (as the chart labels the tenant namespaces it
         creates; `pod_security` another level), with the chart's runner accounts and their Roles:
         `<prefix>-<8 hex>`, or `name` (a test whose namespace names matter, e.g. to shard patterns, makes them
-        unique itself)."""
+        unique itself). `admission_policy=False`: the chart's admission policies do not apply in it, as on a
+        cluster older than 1.30 or with `admissionPolicy.enabled: false` (the session's bindings skip it)."""
         name = name or f"{prefix}-{uuid.uuid4().hex[:8]}"
         labels = {f"pod-security.kubernetes.io/{mode}": pod_security for mode in ("enforce", "warn", "audit")}
+        if not admission_policy:
+            labels[WITHOUT_ADMISSION_POLICY] = "true"
         _check(f"create namespace {name}", self.admin.call("POST", "/api/v1/namespaces", {
             "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}))
         for template in self._tenant:

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote
 
 import jinja2
+import pydantic
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
@@ -42,6 +43,7 @@ from burrito_py.server.access import (
 from burrito_py.server.layer_actions import LayerNotFound, NotPendingPlan, approve_pending_plan, request_sync
 from burrito_py.server.reads import NAME, NAMESPACE, Artifacts, NoArtifacts, ReadFailure, artifacts_of, layer_runs
 from burrito_py.server.settings import ServerSettings
+from burrito_py.server.state_actions import LayerState, Refused
 from burrito_py.server.throttle import Throttled, ThrottledAuthenticator
 from burrito_py.server.ui.index import LayerIndex
 from burrito_py.server.ui.queries import (
@@ -58,7 +60,7 @@ from burrito_py.server.ui.queries import (
 )
 from burrito_py.server.ui.session import CSRF_FIELD, CSRF_HEADER, Sessions, forwarded_identity
 from burrito_py.server.ui.streams import BoundedStream, StreamLimits, TooManyStreams, bounded
-from burrito_py.server.views import layer_view, run_view
+from burrito_py.server.views import OperationRequest, layer_view, run_view
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
@@ -81,6 +83,33 @@ class UiProblem(Exception):
 
 class LoginRequired(Exception):
     pass
+
+
+# The day-2 operations form (docs/architecture.md §5.12): its choices, and the fields each one uses.
+OPERATIONS = (("import", "import ADDRESS ID"), ("state-rm", "state rm ADDRESS"), ("state-mv", "state mv SOURCE "
+              "DESTINATION"), ("plan", "plan -replace/-target"), ("force-unlock", "force-unlock LOCK_ID"))
+OPERATION_FIELDS = {"import": ("address", "id"), "state-rm": ("address",), "state-mv": ("source", "destination"),
+                    "plan": ("replace", "target"), "force-unlock": ("lock_id",)}
+
+
+def operation_request(form: dict[str, str]) -> OperationRequest:
+    """The REST body the form stands for: only the chosen operation's fields (the form shows them all), a list one
+    address a line; then the same model and checks as `POST /api/layers/{ns}/{name}/operations`."""
+    kind = form.get("operation", "")
+    if kind not in OPERATION_FIELDS:
+        raise Refused(400, f"operation: {kind[:40]!r} is not one of {', '.join(OPERATION_FIELDS)}")
+    body: dict[str, Any] = {"operation": kind}
+    for field in OPERATION_FIELDS[kind]:
+        value = form.get(field, "")
+        if field in ("replace", "target"):
+            body[field] = [line.strip() for line in value.splitlines() if line.strip()]
+        elif value != "":
+            body[field] = value
+    try:
+        return OperationRequest.model_validate(body)
+    except pydantic.ValidationError as exc:
+        reasons = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise Refused(400, reasons) from None
 
 
 def _environment() -> jinja2.Environment:
@@ -131,6 +160,7 @@ def ui_router(settings: ServerSettings, kube: Kube, artifacts: Artifacts,
     managed = frozenset(settings.namespaces)
     index = LayerIndex(kube, settings.namespaces)
     limits = StreamLimits(settings.ui_max_streams, settings.ui_max_streams_per_user)
+    states = LayerState(kube, artifacts, access, lambda namespace: not managed or namespace in managed)
 
     def visible(namespace: str) -> bool:
         return not managed or namespace in managed
@@ -380,7 +410,104 @@ def ui_router(settings: ServerSettings, kube: Kube, artifacts: Artifacts,
                       pending=status.get("pendingPlan") or {}, policy=status.get("policy") or {},
                       drift=status.get("drift") or {}, outputs=[o for o in status.get("outputs") or ()
                                                                if isinstance(o, str)],
-                      runs=runs, may_list_runs=may_list_runs, may_act=await may_act(who, ns))
+                      runs=runs, may_list_runs=may_list_runs, may_act=await may_act(who, ns),
+                      state=await state_section(who, body), operations=OPERATIONS)
+
+    # -- managed state and day-2 operations (docs/architecture.md §5.12, §10.6, §11.4) --------------------------
+    # Every check is `state_actions.LayerState`'s, the same the REST routes call; here only pages and forms.
+    async def state_section(who: Principal, layer: Body) -> dict[str, Any]:
+        """What the layer page shows of its state: the kept versions when the user may read them (none drawn
+        otherwise, with why), and which buttons and links the user's (cached) permissions allow."""
+        ns, name = layer["metadata"]["namespace"], layer["metadata"]["name"]
+        section: dict[str, Any] = {"managed": await managed_state(layer), "versions": [], "error": ""}
+        try:
+            section["versions"] = list(reversed(await states.versions(who, ns, name)))  # newest first
+        except Forbidden as exc:
+            section["error"] = str(exc)
+        except ReadFailure as exc:
+            section["error"] = f"the state versions cannot be read now: {exc}"
+        section["shown"] = section["managed"] or bool(section["versions"])
+        if section["versions"]:
+            section["may_download"] = await states.may_download(who, ns)
+            section["may_roll_back"] = await states.may_roll_back(who, ns)
+        return section
+
+    async def managed_state(layer: Body) -> bool:
+        """`state.managed` of the layer, else of its repository (docs/architecture.md §10.6)."""
+        own = ((layer.get("spec") or {}).get("state") or {}).get("managed")
+        if own is not None:
+            return bool(own)
+        reference = (layer.get("spec") or {}).get("repository") or {}
+        repo_ns = str(reference.get("namespace") or layer["metadata"]["namespace"])
+        repo_name = str(reference.get("name") or "")
+        if not repo_name or not NAMESPACE.fullmatch(repo_ns) or not NAME.fullmatch(repo_name) or not visible(repo_ns):
+            return False
+        repository = await kube.get(crd_path("terraformrepositories", repo_ns, repo_name))
+        return bool((((repository or {}).get("spec") or {}).get("state") or {}).get("managed"))
+
+    def serial_of(value: str | None, field: str) -> int | None:
+        if value is None or value == "":
+            return None
+        if not value.isdigit() or len(value) > 20:
+            raise UiProblem(400, f"{field}: {value[:40]!r} is not a state serial (a whole number from 0)")
+        return int(value)
+
+    @router.get("/layers/{ns}/{name}/state/diff")
+    async def state_diff_page(request: Request, ns: str, name: str) -> Response:
+        who = await principal(request)
+        check_names((ns, name))
+        before = serial_of(request.query_params.get("from"), "from")
+        after = serial_of(request.query_params.get("to"), "to")
+        try:
+            diff = await states.diff(who, ns, name, before, after)
+        except Refused as exc:
+            raise UiProblem(exc.status, str(exc)) from None
+        return render(request, "state_diff.html", who=who, nav="layers", ns=ns, name=name, diff=diff)
+
+    @router.get("/layers/{ns}/{name}/state/versions/{serial}")
+    async def state_download(request: Request, ns: str, name: str, serial: str) -> Response:
+        who = await principal(request)
+        check_names((ns, name))
+        number = serial_of(serial, "serial")
+        assert number is not None
+        try:
+            data = await states.download(who, ns, name, number)
+        except Refused as exc:
+            raise UiProblem(exc.status, str(exc)) from None
+        return Response(data, media_type="application/json", headers={
+            "Content-Disposition": f'attachment; filename="{name}-{number}.tfstate"'})
+
+    def done(request: Request, who: Principal, ns: str, name: str, message: str) -> Response:
+        log.info("UI: %s: %s", who.username, message)
+        if request.headers.get("HX-Request"):
+            return HTMLResponse(env.get_template("notice.html").render(message=message))
+        return render(request, "state_done.html", who=who, nav="layers", ns=ns, name=name, message=message)
+
+    @router.post("/layers/{ns}/{name}/state/rollback")
+    async def state_rollback(request: Request, ns: str, name: str) -> Response:
+        who, form = await check_post(request)
+        check_names((ns, name))
+        serial = serial_of(form.get("serial"), "serial")
+        if serial is None:
+            raise UiProblem(400, "serial: which version to restore is missing")
+        try:
+            answer = await states.roll_back(who, ns, name, serial)
+        except Refused as exc:
+            raise UiProblem(exc.status, str(exc)) from None
+        return done(request, who, ns, name, f"state of {ns}/{name} rolled back to version {serial}: new version "
+                                            f"{answer.get('serial')}")
+
+    @router.post("/layers/{ns}/{name}/operations")
+    async def operation(request: Request, ns: str, name: str) -> Response:
+        who, form = await check_post(request)
+        check_names((ns, name))
+        try:
+            body = operation_request(form)
+            answer = await states.request_operation(who, ns, name, body)
+        except Refused as exc:
+            raise UiProblem(exc.status, str(exc)) from None
+        return done(request, who, ns, name, f"asked for {answer.operation} on {ns}/{name} (as {answer.by}); the "
+                                            "controllers run it as a TerraformRun")
 
     async def act(request: Request, ns: str, name: str, action: Callable[[dict[str, str]], Coroutine[Any, Any, str]]
                   ) -> Response:

@@ -220,10 +220,13 @@ def test_a_deleted_leader_pod_hands_over_within_a_retry_period(node: NodeNamespa
         assert "failed with an exception" not in first, first
         [graceful] = handovers(leaders, ["deletion"])
         leaders.wait_acting(graceful.new)  # a new leader acts too
+        [stopped] = handovers(leaders, ["SIGTERM"])
         [forced] = handovers(leaders, ["forced"])
-    print(f"\nreal control plane, chart timing 15/10/2 s: {graceful}\n{forced}")
-    # The pod, and the token its process releases the Lease with, stay while the kubelet stops it.
+    print(f"\nreal control plane, chart timing 15/10/2 s: {graceful}\n{stopped}\n{forced}")
+    # The pod, and the token its process releases the Lease with, stay while the kubelet stops it: as fast as a
+    # SIGTERM to the leader's container (`kill 1` in it), which releases the Lease on its way out.
     assert graceful.released and graceful.polled < 5.0, graceful
+    assert stopped.released and stopped.polled < 5.0, stopped
     # Forced: the pod is gone at once, but kube-apiserver caches a token's successful authentication for 10 s
     # (not configurable), so the release usually still goes through. When the cache entry expired first, the
     # release is refused (401) and the standby waits for the Lease to expire: a lease after the last renewal it
