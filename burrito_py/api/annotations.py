@@ -30,6 +30,14 @@ APPLY_RUN = "runner.burrito-py.io/apply-run"
 # before it marks the run Succeeded; once present it wins over `spec.state.managed`, so no run ever uses the backend
 # a migration left behind.
 STATE_LOCATION = "runner.burrito-py.io/state-location"
+# On a TerraformLayer, written by the pull request controller only (the `runner.burrito-py.io/` prefix: the admission
+# policy lets no one else set it): the TerraformPullRequest that applied its plan before merge and holds the layer
+# until it merges or closes (docs/architecture.md §11.3, "Apply before merge"). Taken and released under the
+# layer's resourceVersion, so two pull requests never both take it.
+PULL_REQUEST_LOCK = "runner.burrito-py.io/pull-request-lock"
+# Beside it: the layer's branch commit when the lock was taken. A merged pull request releases the layer once the
+# branch has moved past it (the merge is fetched), so no plan of the branch from before the merge is applied.
+PULL_REQUEST_LOCK_BRANCH = "runner.burrito-py.io/pull-request-lock-branch"
 # Written by the repository controller.
 BRANCH_COMMIT = "webhook.burrito-py.io/branch-commit"
 BRANCH_COMMIT_DATE = "webhook.burrito-py.io/branch-commit-date"
@@ -72,6 +80,8 @@ RUN_LAYER_GENERATION = "burrito-py.io/layer-generation"
 # applies (the key of its exhaustion).
 RUN_RELEVANT_COMMIT = "burrito-py.io/relevant-commit"
 RUN_PLAN_SUM = "burrito-py.io/plan-sum"
+# On a pull request's apply run: who asked (`<login> (comment <id>)`), shown by `kubectl describe`.
+RUN_REQUESTED_BY = "burrito-py.io/requested-by"
 
 # Labels.
 LABEL_LAYER = "burrito-py.io/layer"

@@ -36,6 +36,7 @@ __all__ = [
     "DriftStatus",
     "ExhaustedRun",
     "LayerDependency",
+    "LayerPullRequests",
     "LayerState",
     "OutputsSecret",
     "OutputsSync",
@@ -138,6 +139,23 @@ class LayerDependency(ApiModel):
         return value
 
 
+class LayerPullRequests(ApiModel):
+    """What pull requests may do to this layer (docs/architecture.md §11.3, "Apply before merge")."""
+
+    apply_before_merge: bool | None = Field(
+        default=None,
+        description="Let `/burrito-py apply` on a pull request apply that pull request's reviewed plan of this layer "
+        "before it merges (Atlantis' workflow), with the layer's runner identity and under its Lease; the layer is "
+        "then locked to that pull request until it merges or closes (or `/burrito-py unlock`). Never for a fork's "
+        "pull request. Unset: false (apply is refused; the layer applies after the merge).",
+    )
+    apply_requirements: list[Literal["approved", "mergeable", "undiverged"]] = Field(
+        default_factory=list, max_length=3,
+        description="Apply requirements of this layer, added to the repository's "
+        "spec.pullRequests.commands.applyRequirements (a layer may only require more, never less).",
+    )
+
+
 class TerraformLayerSpec(ApiModel):
     """Which root module to manage and how. Unset tool, remediation, runner and history settings are
     inherited from the repository."""
@@ -202,6 +220,10 @@ class TerraformLayerSpec(ApiModel):
 
     state: StateSettings | None = Field(
         default=None, description="Where the layer's state lives. Unset fields: inherited from the repository."
+    )
+
+    pull_requests: LayerPullRequests | None = Field(
+        default=None, description="What comment commands on pull requests may do to this layer (apply before merge)."
     )
 
     lock_key: str | None = Field(

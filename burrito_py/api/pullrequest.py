@@ -137,6 +137,14 @@ class PullRequestLayer(ApiModel):
         default=None, description="What its plan at the head would change, as the controllers' digest of the plan "
         "JSON the run controller recorded (plans/changes.py): what a merge compares with the branch's plan."
     )
+    plan_sum: str | None = Field(
+        default=None, description="sha256:<hex> of its plan at the head (the binary plan, as the run controller "
+        "recorded it from the datastore): what `/burrito-py apply` applies, exactly."
+    )
+    plan_attempt: int | None = Field(default=None, ge=1, description="The attempt of the run that holds that plan.")
+    apply_run: str | None = Field(
+        default=None, description="The TerraformRun that applies that plan before merge (`/burrito-py apply`)."
+    )
 
 
 class MergedLayer(ApiModel):

@@ -63,9 +63,11 @@ class TerraformRunSpec(ApiModel):
     )
     pull_request: str | None = Field(
         default=None, min_length=1,
-        description="Set on the plan-only runs of a TerraformPullRequest (its name): a plan at the pull request's "
-        "head, under its own Lease, that never takes the state lock, never writes the layer's annotations and is "
-        "never applied.",
+        description="Set on the runs of a TerraformPullRequest (its name). A plan: at the pull request's head, under "
+        "its own Lease, that never takes the state lock, never writes the layer's annotations and is never the "
+        "artifact of a layer's apply. An apply (`/burrito-py apply`, a layer with spec.pullRequests.applyBeforeMerge): "
+        "exactly that pull request's plan (spec.artifact with its sum), under the layer's Lease, as the layer's "
+        "runner.",
     )
 
     operation: RunOperation | None = Field(
@@ -77,9 +79,14 @@ class TerraformRunSpec(ApiModel):
 
     @model_validator(mode="after")
     def _pull_request_plans_only(self) -> Self:
-        if self.pull_request is not None and (self.action != "plan" or self.destroy or self.operation is not None):
-            raise ValueError("a pull request's run (spec.pullRequest) may only be a plan, never an apply, a destroy "
-                             "or an operation")
+        if self.pull_request is None:
+            return self
+        if self.destroy or self.operation is not None or self.action not in ("plan", "apply"):
+            raise ValueError("a pull request's run (spec.pullRequest) may only be a plan, or the apply of its "
+                             "reviewed plan, never a destroy or an operation")
+        if self.action == "apply" and (self.artifact is None or self.artifact.sum is None):
+            raise ValueError("a pull request's apply (spec.pullRequest) applies exactly its reviewed plan: "
+                             "spec.artifact with its sum is required")
         return self
 
     @model_validator(mode="after")

@@ -251,7 +251,10 @@ def runner_pod_binding(
     runs as `pull_request_service_account`, any other as `runner_service_account` (issue 24, P2)."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     where = f"pod {meta.get('namespace')}/{meta.get('name')}"
-    pull_request = bool((run.get("spec") or {}).get("pullRequest"))
+    run_spec = run.get("spec") or {}
+    # A pull request's plan runs as the pull requests' account; its apply before merge as the layer's runner
+    # (the run controller admitted it: pullrequests/apply.py).
+    pull_request = bool(run_spec.get("pullRequest")) and run_spec.get("action") != "apply"
     expected = pull_request_service_account if pull_request else runner_service_account
     if token_account != expected:
         what = "a pull request's run, whose runner account is" if pull_request else "the runner service account"
@@ -277,11 +280,13 @@ def runner_pod_binding(
     return Binding(False, f"{where} is not the current runner pod of run {run_name} ({current})")
 
 
-def plan_readable(plan_run: Mapping[str, Any] | None, layer: str) -> bool:
+def plan_readable(plan_run: Mapping[str, Any] | None, layer: str, pull_request: str | None = None) -> bool:
     """Whether an apply run's runner may read the plan run its `spec.artifact` names: a plan run of its own layer
-    that is not a pull request's (a pull request's plan is never any apply's artifact, §11.3)."""
+    that is not a pull request's (a pull request's plan is never a layer apply's artifact, §11.3); for a pull
+    request's apply before merge (`pull_request`: its spec.pullRequest), that same pull request's plan only."""
     spec = (plan_run or {}).get("spec") or {}
-    return (plan_run is not None and spec.get("action") == "plan" and not spec.get("pullRequest")
+    return (plan_run is not None and spec.get("action") == "plan"
+            and (spec.get("pullRequest") or None) == (pull_request or None)
             and (spec.get("layer") or {}).get("name") == layer)
 
 

@@ -183,7 +183,7 @@ async def _runner_scope(
         planned = await _get(
             custom.get_namespaced_custom_object(ann.GROUP, ann.VERSION, namespace, "terraformruns", str(plan_run))
         )
-        if plan_readable(planned, str(layer_ref["name"])):
+        if plan_readable(planned, str(layer_ref["name"]), run_spec.get("pullRequest")):
             reads = (str(plan_run),)
         else:
             log.warning("run %s/%s names plan run %s, which is not a plan of its layer (or is a pull request's): its "
@@ -196,7 +196,9 @@ async def _runner_scope(
         repository=str(repository.get("name") or ""),
         attempt=binding.attempt,
         reads=reads,
-        pull_request=str(run_spec["pullRequest"]) if run_spec.get("pullRequest") else None,
+        # A pull request's apply before merge is the layer's runner (its state included); its plans are not.
+        pull_request=str(run_spec["pullRequest"]) if run_spec.get("pullRequest") and run_spec.get("action") != "apply"
+        else None,
         pod=pod_name,
         pod_uid=str(meta.get("uid") or ""),
         force_unlock=str((run_spec.get("operation") or {}).get("lockId") or "")

@@ -10,30 +10,36 @@ does to a fork's approval (`comment_approval`), and what each command does (`dec
 a reply naming the reason, and only `plan` acts (it re-plans layers, under a run name that includes the
 comment's id, so a second answer to one comment never makes a second run).
 
-Apply: burrito-py applies a pull request's changes after it is merged (the layers follow their branch); applying
-before merge (Atlantis' workflow) needs a layer to opt in, which is not built. So `apply` checks what it can
-(who, the pull request, the layers, the plan is current, the repository's apply requirements) and then answers
-that apply-before-merge is not enabled for the layer: nothing is ever applied from a comment.
+Apply: burrito-py applies a pull request's changes after it is merged (the layers follow their branch). A layer
+may opt in to apply before merge (Atlantis' workflow, `spec.pullRequests.applyBeforeMerge`, `pullrequests/apply.py`):
+then `apply`, after every check (who, the pull request is open and not a fork's, the layers, the plan is current,
+the apply requirements of the repository and of each layer, no other pull request holds the layer, this plan was
+not applied already), orders the apply of exactly the plan the comment shows (its run, attempt and sum) and the
+layer's lock; without the opt-in it answers that apply-before-merge is not enabled for the layer. `unlock`
+releases the locks the pull request holds.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from burrito_py.gitproviders.client import ReviewFacts
+from burrito_py.pullrequests.apply import APPLY_REQUIREMENTS, apply_run_name, requirements_for
 from burrito_py.pullrequests.forks import fork_settings
 
 __all__ = [
     "APPLY_REQUIREMENTS",
     "PREFIX",
     "VERBS",
+    "ApplyOrder",
     "ApprovalVerdict",
     "Command",
     "CommandDecision",
     "CommandFacts",
+    "LayerApply",
     "Parsed",
     "authorization",
     "command_settings",
@@ -50,7 +56,6 @@ __all__ = [
 
 PREFIX = "/burrito-py"
 VERBS = ("plan", "apply", "unlock", "approve", "help")
-APPLY_REQUIREMENTS = ("approved", "mergeable", "undiverged")
 MAX_LAYERS = 50
 _LAYER = re.compile(r"^[A-Za-z0-9._/-]{1,253}$")
 Key = tuple[str, str]
@@ -207,12 +212,36 @@ class CommandFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class LayerApply:
+    """What an apply or unlock command reads of one layer (gathered from the controllers' inventory)."""
+
+    opted_in: bool = False  # spec.pullRequests.applyBeforeMerge
+    requirements: tuple[str, ...] = ()  # its own apply requirements (added to the repository's)
+    holder: str | None = None  # the open pull request holding it (`PULL_REQUEST_LOCK`), None: free
+    applies: Mapping[str, str] = field(default_factory=dict)  # this pull request's apply runs of it → state
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyOrder:
+    """Apply exactly this plan of the pull request (its plan run's attempt and recorded sum) as run `run`, after
+    taking the layer's lock for the pull request."""
+
+    layer: Key
+    plan_run: str
+    attempt: int
+    sum: str
+    run: str
+
+
+@dataclass(frozen=True, slots=True)
 class CommandDecision:
     outcome: Literal["done", "refused", "ask"]
     reply: str  # the reply's text (its first line is recorded in status.commands)
     replan: tuple[Key, ...] = ()  # layers to plan again, under the comment's id
     # "ask": the provider's (permission, review) or the API's (access) answer is needed first, then decide again
     ask: Literal["", "permission", "review", "access"] = ""
+    apply: tuple[ApplyOrder, ...] = ()  # plans to apply before merge (each after taking its layer's lock)
+    unlock: tuple[Key, ...] = ()  # layers whose lock by this pull request to release
 
 
 def _refused(text: str) -> CommandDecision:
@@ -254,10 +283,14 @@ def _requirements(required: Sequence[str], facts: ReviewFacts | None) -> list[st
 
 def decide_command(parsed: Parsed, comment_id: str, login: str, spec: Mapping[str, Any], status: Mapping[str, Any],
                    pull_requests: Mapping[str, Any] | None, facts: CommandFacts, note: str = "",
-                   seen_head: str | None = None) -> CommandDecision:
+                   seen_head: str | None = None, name: str = "",
+                   layers: Mapping[Key, LayerApply] | None = None) -> CommandDecision:
     """The answer to one command. `status`: the pull request's status as decided now (its layers at the head).
     `note`: what the server said of an approve comment (it writes the approval from the signed delivery).
-    `seen_head`: the head when the comment was recorded: an apply of a plan shown for another head is stale."""
+    `seen_head`: the head when the comment was recorded: an apply of a plan shown for another head is stale.
+    `name`: the TerraformPullRequest; `layers`: what apply and unlock read of the namespace's layers (a layer not
+    in it has not opted in and is not held)."""
+    layers = layers or {}
     if parsed.command is None:
         return _refused(parsed.error)
     verb = parsed.command.verb
@@ -284,8 +317,10 @@ def decide_command(parsed: Parsed, comment_id: str, login: str, spec: Mapping[st
     if state != "open":
         return _refused(f"the pull request is {state}: commands act on open pull requests only")
     if verb == "unlock":
-        return CommandDecision("done", "this pull request holds no lock: apply-before-merge is not enabled, so its "
-                               "plans take no layer lock (they run with -lock=false under their own Lease)")
+        return _unlock(name, layers)
+    if verb == "apply" and spec.get("fromFork", True):
+        return _refused("a fork's pull request is never applied before merge: its code would run with the layers' "
+                        "credentials. It applies, if at all, after it is merged. Nothing applied")
     head = str(spec.get("headSha") or "")
     if status.get("gatedSha") == head and status.get("headSha") != head:
         return _refused(f"the head {head[:12]} is not planned: {status.get('state')} (a fork's pull request: "
@@ -310,19 +345,62 @@ def decide_command(parsed: Parsed, comment_id: str, login: str, spec: Mapping[st
         return _refused(f"the plan you saw is stale: the head moved from {seen_head[:12]} to {head[:12]} since "
                         "your comment: look at the new plan and comment again. Nothing applied")
     by_key = {(str(r["namespace"]), str(r["name"])): r for r in rows}
-    stale = [k[1] for k in keys if by_key[k].get("state") != "planned" or not by_key[k].get("run")]
+    stale = [k[1] for k in keys if by_key[k].get("state") != "planned" or not by_key[k].get("run")
+             or not by_key[k].get("planSum") or not by_key[k].get("planAttempt")]
     if stale:
         return _refused(f"no current plan to apply for {', '.join(stale)}: its plan at {head[:12]} is not done "
                         "or failed (the plan shown is stale): nothing applied")
-    required = [r for r in APPLY_REQUIREMENTS if r in ((settings or {}).get("applyRequirements") or ())]
+    required = requirements_for([r for r in APPLY_REQUIREMENTS if r in ((settings or {}).get("applyRequirements")
+                                                                        or ())],
+                                [layers.get(k, LayerApply()).requirements for k in keys])
     if required and facts.review is None:
         return CommandDecision("ask", "", ask="review")
     failing = _requirements(required, facts.review) if required else []
     if failing:
         return _refused("apply refused, requirement not met: " + "; ".join(failing) + ". Nothing applied")
-    return _refused(f"apply-before-merge is not enabled for {', '.join(k[1] for k in keys)}: burrito-py applies "
-                    "a layer's changes after the pull request is merged into the branch it follows (the plan shown "
-                    f"is {', '.join(str(by_key[k]['run']) for k in keys)}). Nothing applied")
+    closed = [k for k in keys if not layers.get(k, LayerApply()).opted_in]
+    if closed:
+        return _refused(f"apply-before-merge is not enabled for {', '.join(k[1] for k in closed)} "
+                        "(spec.pullRequests.applyBeforeMerge): burrito-py applies a layer's changes after the pull "
+                        "request is merged into the branch it follows (the plan shown is "
+                        f"{', '.join(str(by_key[k]['run']) for k in closed)}). Nothing applied")
+    held = [(k, layers[k].holder) for k in keys if layers[k].holder not in (None, name)]
+    if held:
+        return _refused("; ".join(f"layer {k[0]}/{k[1]} is locked to pull request {h} (it applied its plan before "
+                                  "merge)" for k, h in held)
+                        + ": it is released when that pull request merges or closes, or by `/burrito-py unlock` "
+                        "there. Nothing applied")
+    number = int(spec.get("number") or 0)
+    orders = [ApplyOrder(k, str(by_key[k]["run"]), int(by_key[k]["planAttempt"]), str(by_key[k]["planSum"]),
+                         apply_run_name(name, number, k, str(by_key[k]["planSum"]))) for k in keys]
+    again = [o for o in orders if o.run in layers[o.layer].applies]
+    if again:
+        failed = [o for o in again if layers[o.layer].applies[o.run] == "Failed"]
+        if failed:
+            return _refused("; ".join(f"the apply of {o.layer[1]}'s plan {o.sum} (run {o.run}) failed" for o in failed)
+                            + f": a plan is applied once; `{PREFIX} plan` plans again, then apply the new plan. "
+                            "Nothing applied")
+        return _refused("already applied: " + "; ".join(
+            f"{o.layer[1]}'s plan {o.sum} is applied by run {o.run}" for o in again) + ". Nothing applied again")
+    return CommandDecision("done", "applying the plans shown, exactly, with the layers' runner identity and under "
+                           "their Lease: " + "; ".join(f"{o.layer[0]}/{o.layer[1]}: plan {o.sum} (run {o.plan_run} "
+                                                       f"attempt {o.attempt}) as run {o.run}" for o in orders)
+                           + ". The layers are locked to this pull request until it merges or closes "
+                           "(`/burrito-py unlock` releases them)", apply=tuple(orders))
+
+
+def _unlock(name: str, layers: Mapping[Key, LayerApply]) -> CommandDecision:
+    """Release the layers this pull request holds; never while one of its applies still runs."""
+    held = sorted(k for k, f in layers.items() if name and f.holder == name)
+    if not held:
+        return CommandDecision("done", "this pull request holds no lock (its plans take none: they run with "
+                               "-lock=false under their own Lease; only an apply before merge locks a layer)")
+    live = [run for k in held for run, state in layers[k].applies.items() if state not in ("Succeeded", "Failed")]
+    if live:
+        return _refused(f"run {', '.join(live)} is still applying: unlock once it has finished. Nothing released")
+    return CommandDecision("done", f"released {', '.join(f'{k[0]}/{k[1]}' for k in held)}: the changes this pull "
+                           "request applied are still live; the layers' own runs may now apply the branch's code "
+                           "over them", unlock=tuple(held))
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,8 @@ class LayerResult:
     downstream: bool = False  # not changed itself: an upstream it depends on is (informational)
     # The values of its run's Secret-fed and sensitive variables (plans/masking.py): masked wherever they appear.
     hide: SecretValues = field(default_factory=SecretValues)
+    # The binary plan's recorded sum: what `/burrito-py apply` applies, exactly (apply before merge, §11.3).
+    plan_sum: str = ""
 
     def masked(self) -> LayerResult:
         """This result with every hidden value replaced: in the plan model, the plan text and the log."""
@@ -216,6 +218,8 @@ def _plan(layer: LayerResult, budget: int | None) -> str:
     """The collapsed plan of a changed layer; cut to `budget` characters when given (None: whole)."""
     assert layer.plan is not None
     head = f"<details><summary>{_html_code(layer.key)}: {html.escape(layer.plan.summary())}</summary>\n\n"
+    if re.fullmatch(r"sha256:[0-9a-f]{64}", layer.plan_sum):
+        head += f"plan `{layer.plan_sum}` (what `/burrito-py apply` applies, exactly)\n\n"
     tail = "\n\n</details>"
     text = _diff(layer.plan_text) if layer.plan_text else layer.plan.summary()
     whole = head + _fence(text, "diff") + tail

@@ -292,8 +292,15 @@ class Runner:
         if run.spec.action != env.action:
             raise RunnerError(f"run {env.run} is a {run.spec.action} run, but BURRITO_RUNNER_ACTION is {env.action}")
         pull_request = run.spec.pull_request
-        if pull_request is not None and env.action != "plan":
-            raise RunnerError(f"run {env.run} belongs to pull request {pull_request}: it may only plan")
+        if pull_request is not None and env.action not in ("plan", "apply"):
+            raise RunnerError(f"run {env.run} belongs to pull request {pull_request}: it may only plan, or apply "
+                              "its reviewed plan")
+        # Apply before merge (§11.3): exactly the pull request's reviewed plan (spec.artifact and its sum, checked
+        # in fetch_plan), never a new plan; as the layer's runner, so from here on it is the layer's apply.
+        pr_apply = pull_request is not None and env.action == "apply"
+        if pr_apply:
+            _say(f"burrito-py: applying pull request {pull_request}'s reviewed plan before merge")
+            pull_request = None
         revision = run.spec.layer.revision
         if not revision:
             raise RunnerError(f"run {env.run} has no spec.layer.revision")
@@ -305,7 +312,8 @@ class Runner:
         # manually approved apply applies exactly the approved plan: planning again could apply something else.
         remediation = effective_remediation(layer, repository)
         manual = layer.spec.approve_plan == "manual" or (layer.spec.approve_plan is None and not remediation.auto_apply)
-        without_artifact = remediation.apply_without_plan_artifact and not run.spec.destroy and not manual
+        without_artifact = (remediation.apply_without_plan_artifact and not run.spec.destroy and not manual
+                            and not pr_apply)
 
         layer_dir = self.fetch_source(layer.repository_namespace, layer.spec.repository.name, revision,
                                       layer.spec.path)

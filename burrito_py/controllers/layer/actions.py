@@ -39,6 +39,7 @@ from burrito_py.controllers.layer.drift import drift_due
 from burrito_py.controllers.layer.notifications import layer_link, notifications_due
 from burrito_py.controllers.layer.outputs import OutputsReading, OutputsSync, outputs_sync
 from burrito_py.controllers.layer.plan_review import Review, gate_of
+from burrito_py.controllers.layer.pull_request_lock import hold_for_pull_request
 from burrito_py.controllers.layer.reviewed import MergedReview
 from burrito_py.controllers.layer.run_creation import RunCreation, api_message_of, next_try, wait_before_creating
 from burrito_py.controllers.layer.run_creation import condition as run_creation_condition
@@ -80,6 +81,8 @@ class LayerFacts:
     backoff_checked: bool = False
     # Merged pull requests that changed the layer since its last apply (reviewed.py), with their tree comparison.
     merged: tuple[MergedReview, ...] = ()
+    # The open pull request that applied its plan before merge and holds the layer (pull_request_lock.py).
+    locked_by: str | None = None
 
     @property
     def key(self) -> Key:
@@ -238,6 +241,8 @@ def decide_reconcile(facts: LayerFacts) -> LayerActions:
     deps = judge_dependencies(facts.dependencies) if facts.dependencies is not None else None
     decision = decide(layer, facts.runs, validation, facts.drift_period, facts.now, facts.withdrawn, facts.windows,
                       facts.review, deps, facts.dependents, facts.named_plan_run, facts.merged)
+    if not meta.get("deletionTimestamp"):
+        decision = hold_for_pull_request(decision, facts.locked_by)
     create, hold_for = None, None
     if validation.ready.status and decision.create_run is not None:
         # A run the API refused to create is asked for again only after its backoff (run_creation.py).

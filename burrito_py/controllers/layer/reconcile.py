@@ -54,6 +54,7 @@ from burrito_py.kube.client import KubeError, crd_path
 from burrito_py.kube.conditions import Cond
 from burrito_py.kube.events import post_event
 from burrito_py.kube.inventory import Body, Key
+from burrito_py.pullrequests.apply import lock_holder
 from burrito_py.timeutil import utcnow
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,8 @@ async def _gather(ctx: Context, key: Key, now: datetime) -> LayerFacts | None:
         creation=RunCreation.of(layer.get("status") or {}),
         outputs=await read_outputs_sync(ctx, layer),
         merged=merged,
+        locked_by=lock_holder(layer, {pr["metadata"]["name"]: pr for pr in ctx.inventory.pull_requests
+                                      if pr["metadata"]["namespace"] == key[0]}),
     )
 
 

@@ -57,6 +57,25 @@ class RunFacts:
     # controllers' limit, and only with that sum).
     json_sum: str | None = None
     json_size: int | None = None
+    plan_sum: str | None = None  # its latest attempt's binary plan sum, as the run controller recorded it
+    action: str = "plan"  # an apply: `/burrito-py apply` (apply before merge)
+    artifact_run: str | None = None  # an apply's plan run
+    revision: str | None = None  # spec.layer.revision
+
+
+def _kept(runs: Sequence[RunFacts], head: str | None) -> set[str]:
+    """The runs never discarded: each apply before merge (the record of what was applied; one that never started
+    and names another head than the current one is dropped), and the plan a live one is applying."""
+    kept: set[str] = set()
+    for run in runs:
+        if run.action != "apply":
+            continue
+        if run.attempt == 0 and run.state not in _TERMINAL and head is not None and run.revision != head:
+            continue
+        kept.add(run.name)
+        if run.state not in _TERMINAL and run.artifact_run:
+            kept.add(run.artifact_run)
+    return kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +173,7 @@ def _result(row: Mapping[str, Any], outcome: PlanOutcome | None) -> LayerResult:
         plan=outcome.plan if outcome else None, plan_text=outcome.plan_text if outcome else "",
         log_tail=outcome.log_tail if outcome else (), verdict=outcome.verdict if outcome else None,
         downstream=bool(row.get("downstream")), hide=outcome.hide if outcome else SecretValues(),
+        plan_sum=str(row.get("planSum") or ""),
     )
 
 
@@ -219,7 +239,8 @@ def _merged(snap: PullRequestSnapshot, settings: Mapping[str, Any] | None) -> Pu
     # headSha unset: a reopen finds the head's layers again.
     merged: Body = {"state": "Merged", "headSha": None, "gatedSha": None, "progress": None, "layers": [],
                     "merged": record}
-    return PullRequestDecision(merged, discard=tuple(snap.runs), tell=tuple(tell),
+    kept = _kept(snap.runs, None)
+    return PullRequestDecision(merged, discard=tuple(r for r in snap.runs if r.name not in kept), tell=tuple(tell),
                                wake_layers=() if held else tuple((str(e["namespace"]), str(e["name"]))
                                                                   for e in layers))
 
@@ -233,7 +254,8 @@ def decide_pull_request(snap: PullRequestSnapshot, settings: Mapping[str, Any] |
         # headSha unset: a reopen finds the head's layers again. Closed without a merge: nothing was reviewed.
         closed: Body = {"state": "Closed", "headSha": None, "gatedSha": None, "progress": None, "layers": [],
                         "merged": None}
-        return PullRequestDecision(closed, discard=tuple(snap.runs))
+        kept = _kept(snap.runs, None)
+        return PullRequestDecision(closed, discard=tuple(r for r in snap.runs if r.name not in kept))
     head = str(spec["headSha"])
     number = int(spec["number"])
     repository = f"{snap.namespace}/{spec['repository']}"
@@ -245,7 +267,8 @@ def decide_pull_request(snap: PullRequestSnapshot, settings: Mapping[str, Any] |
     if status.get("headSha") != head and snap.affected is None:
         return PullRequestDecision(dict(status), needs_affected=True)
     runs = {run.name: run for run in snap.runs}
-    wanted: set[str] = set()
+    wanted: set[str] = _kept(snap.runs, head)
+    applies = {run.layer: run.name for run in snap.runs if run.name in wanted and run.action == "apply"}
     create: list[tuple[Key, str]] = []
     rows: list[Body] = []
     results: list[LayerResult] = []
@@ -273,10 +296,14 @@ def decide_pull_request(snap: PullRequestSnapshot, settings: Mapping[str, Any] |
             state, summary = "failed", run.message
         else:
             state, summary = "planning", ""
-        rows.append({**{k: v for k, v in row.items() if k != "changesDigest"}, "run": name, "state": state,
-                     "summary": summary,
+        shown = state == "planned" and run is not None and run.plan_sum is not None and run.attempt > 0
+        rows.append({**{k: v for k, v in row.items() if k not in ("changesDigest", "planSum", "planAttempt",
+                                                                  "applyRun")},
+                     "run": name, "state": state, "summary": summary,
                      **({"changesDigest": outcome.changes_digest}
-                        if state == "planned" and outcome is not None and outcome.changes_digest else {})})
+                        if state == "planned" and outcome is not None and outcome.changes_digest else {}),
+                     **({"planSum": run.plan_sum, "planAttempt": run.attempt} if shown and run is not None else {}),
+                     **({"applyRun": applies[key]} if key in applies else {})})
         results.append(_result(rows[-1], outcome if state in ("planned", "failed") else None))
     own = [row for row in rows if not row.get("downstream")]
     done = sum(1 for row in own if row["state"] in ("planned", "failed"))

@@ -50,8 +50,12 @@ from burrito_py.plans.changes import changes_digest
 from burrito_py.plans.masking import load_json, values_to_hide
 from burrito_py.plans.model import PlanFormatError, parse_plan
 from burrito_py.pullrequests.affected import Affected, affected_layers
+from burrito_py.pullrequests.apply import layer_apply_settings, lock_holder, release_due
 from burrito_py.pullrequests.commands import (
+    ApplyOrder,
+    CommandDecision,
     CommandFacts,
+    LayerApply,
     Pending,
     command_settings,
     decide_command,
@@ -71,7 +75,7 @@ from burrito_py.pullrequests.credentials import (
 from burrito_py.pullrequests.forks import fork_gate, inherits_secrets
 from burrito_py.pullrequests.providers import body_digest, publish
 from burrito_py.pullrequests.statuses import commit_statuses
-from burrito_py.timeutil import format_time_precise, utcnow
+from burrito_py.timeutil import format_time_precise, parse_time, utcnow
 
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 15.0
@@ -149,6 +153,8 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             return
         snap = dataclasses.replace(snap, affected=affected)
         decision = decide_pull_request(snap, settings)
+    if not open_ and not await _release_all(ctx, pull_request, repository):
+        ctx.wake_pull_request(key, RETRY_SECONDS)
     handled: list[Body] = []
     pending = pending_commands(spec, status)
     if pending and repository is not None:
@@ -207,7 +213,9 @@ def _facts(run: Mapping[str, Any]) -> RunFacts:
                                               str(layer.get("name") or "")), status.get("state"), message,
                     uid=str(run["metadata"].get("uid") or ""),
                     attempt=len(status.get("attempts") or ()),
-                    json_sum=last.get("planJsonSum"), json_size=last.get("planJsonSize"))
+                    json_sum=last.get("planJsonSum"), json_size=last.get("planJsonSize"),
+                    plan_sum=last.get("planSum"), action=str(spec.get("action") or "plan"),
+                    artifact_run=(spec.get("artifact") or {}).get("run"), revision=layer.get("revision"))
 
 
 async def _review_facts(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str, Any]) -> ReviewFacts | None:
@@ -495,8 +503,9 @@ async def _answer_commands(ctx: Context, pull_request: Mapping[str, Any], reposi
         for command in pending:
             parsed = parse(command.text)
             facts = CommandFacts()
+            layers = _layer_apply_facts(ctx, pull_request)
             answer = decide_command(parsed, command.id, command.by, spec, decision.status, settings, facts,
-                                    command.note, command.head_sha)
+                                    command.note, command.head_sha, meta["name"], layers)
             while answer.outcome == "ask":
                 if answer.ask == "permission":
                     may = await asyncio.to_thread(client.write_permission, command.by, command.by_id)
@@ -510,7 +519,11 @@ async def _answer_commands(ctx: Context, pull_request: Mapping[str, Any], reposi
                                                      str(spec.get("headSha") or ""))
                     facts = dataclasses.replace(facts, review=review)
                 answer = decide_command(parsed, command.id, command.by, spec, decision.status, settings, facts,
-                                        command.note, command.head_sha)
+                                        command.note, command.head_sha, meta["name"], layers)
+            if answer.apply:
+                answer = await _apply(ctx, pull_request, answer, command)
+            for layer_key in answer.unlock:
+                await _release(ctx, layer_key, meta["name"])
             body = reply_body(command.text, command.by, answer)
             reply = await asyncio.to_thread(client.create_comment, body)
             handled.append({"id": command.id, "outcome": answer.outcome, "reply": reply,
@@ -525,6 +538,166 @@ async def _answer_commands(ctx: Context, pull_request: Mapping[str, Any], reposi
     finally:
         client.close()
     return handled, replan, False
+
+
+def _layer_apply_facts(ctx: Context, pull_request: Mapping[str, Any]) -> dict[Key, LayerApply]:
+    """What apply and unlock commands read of the pull request's namespace's layers: opt-in, requirements, who
+    holds each, and this pull request's apply runs of each (→ live?)."""
+    namespace, name = pull_request["metadata"]["namespace"], pull_request["metadata"]["name"]
+    held = _pull_requests_of(ctx, namespace)
+    applies: dict[Key, dict[str, str]] = {}
+    for run in ctx.inventory.runs_of_pull_request(namespace, name):
+        facts = _facts(run)
+        if facts.action == "apply":
+            applies.setdefault(facts.layer, {})[facts.name] = facts.state or "Initial"
+    found: dict[Key, LayerApply] = {}
+    for layer in ctx.inventory.layers:
+        if layer["metadata"]["namespace"] != namespace:
+            continue
+        opted, required = layer_apply_settings(layer)
+        found[key_of(layer)] = LayerApply(opted, required, lock_holder(layer, held), applies.get(key_of(layer), {}))
+    return found
+
+
+async def _apply(ctx: Context, pull_request: Mapping[str, Any], answer: CommandDecision, command: Pending
+                 ) -> CommandDecision:
+    """Carry out an apply command's orders: take each layer's lock for the pull request (under the layer's
+    resourceVersion: of two pull requests racing, one wins), then create the apply run of exactly the plan shown
+    (named by the plan's sum: a second create meets it). A lock another pull request won meanwhile refuses."""
+    name = pull_request["metadata"]["name"]
+    for order in answer.apply:
+        holder = await _take(ctx, order.layer, name)
+        if holder != name:
+            return CommandDecision("refused", f"layer {order.layer[0]}/{order.layer[1]} is locked to pull request "
+                                   f"{holder} (it applied its plan before merge): it is released when that pull "
+                                   "request merges or closes, or by `/burrito-py unlock` there. Nothing applied"
+                                   if holder else f"layer {order.layer[0]}/{order.layer[1]} is gone. Nothing applied")
+    for order in answer.apply:
+        await _create_apply_run(ctx, pull_request, order, f"{command.by} (comment {command.id})")
+    return answer
+
+
+def _pull_requests_of(ctx: Context, namespace: str) -> dict[str, Body]:
+    return {pr["metadata"]["name"]: pr for pr in ctx.inventory.pull_requests
+            if pr["metadata"]["namespace"] == namespace}
+
+
+async def _take(ctx: Context, layer_key: Key, name: str) -> str | None:
+    """Lock the layer to pull request `name` unless an open one holds it; returns the holder now (None: the layer
+    is gone). Guarded by the layer's resourceVersion and retried on a conflict."""
+    for _ in range(5):
+        layer = await ctx.kube.get(crd_path("terraformlayers", layer_key[0], layer_key[1]))
+        if layer is None:
+            return None
+        holder = lock_holder(layer, _pull_requests_of(ctx, layer_key[0]))
+        if holder is not None:
+            return holder
+        try:
+            updated = await ctx.kube.merge_patch(
+                crd_path("terraformlayers", layer_key[0], layer_key[1]),
+                {"metadata": {"resourceVersion": layer["metadata"]["resourceVersion"],
+                              "annotations": {ann.PULL_REQUEST_LOCK: name, ann.PULL_REQUEST_LOCK_BRANCH: (
+                                  (layer["metadata"].get("annotations") or {}).get(ann.BRANCH_COMMIT) or "")}}})
+        except KubeError as exc:
+            if exc.status == 409:
+                continue  # the layer changed under us: look again
+            raise
+        ctx.inventory.layers.observe(updated)
+        ctx.wake_layer(layer_key)
+        return name
+    raise KubeError(409, "Conflict", f"layer {layer_key[0]}/{layer_key[1]} kept changing while being locked")
+
+
+async def _release(ctx: Context, layer_key: Key, name: str) -> bool:
+    """Remove the layer's lock if pull request `name` holds it (under its resourceVersion); True when released.
+    The same write asks the layer to plan again (`sync-now`): a plan it made while locked, against the state as it
+    was before the pull request's apply or not, is never what it applies next."""
+    for _ in range(5):
+        layer = await ctx.kube.get(crd_path("terraformlayers", layer_key[0], layer_key[1]))
+        annotations = ((layer or {}).get("metadata") or {}).get("annotations") or {}
+        if layer is None or annotations.get(ann.PULL_REQUEST_LOCK) != name:
+            return False
+        try:
+            updated = await ctx.kube.merge_patch(
+                crd_path("terraformlayers", layer_key[0], layer_key[1]),
+                {"metadata": {"resourceVersion": layer["metadata"]["resourceVersion"],
+                              "annotations": {ann.PULL_REQUEST_LOCK: None, ann.PULL_REQUEST_LOCK_BRANCH: None,
+                                              ann.SYNC_NOW: format_time_precise(utcnow())}}})
+        except KubeError as exc:
+            if exc.status == 409:
+                continue
+            if exc.status == 404:
+                return False
+            raise
+        ctx.inventory.layers.observe(updated)
+        ctx.wake_layer(layer_key)
+        return True
+    raise KubeError(409, "Conflict", f"layer {layer_key[0]}/{layer_key[1]} kept changing while being released")
+
+
+async def _release_all(ctx: Context, pull_request: Mapping[str, Any], repository: Mapping[str, Any] | None) -> bool:
+    """A merged or closed pull request releases every layer it holds; closed without a merge, it says on the pull
+    request that what it applied is still live. False when something is left for a retry."""
+    meta, spec = pull_request["metadata"], pull_request.get("spec") or {}
+    held = [layer for layer in ctx.inventory.layers if layer["metadata"]["namespace"] == meta["namespace"]
+            and ((layer["metadata"].get("annotations") or {}).get(ann.PULL_REQUEST_LOCK) == meta["name"])]
+    merged_at = parse_time(((pull_request.get("status") or {}).get("merged") or {}).get("at"))
+    due = [key_of(layer) for layer in held
+           if release_due(str(spec.get("state")), layer, merged_at, utcnow())]
+    released = [key for key in due if await _release(ctx, key, meta["name"])]
+    if len(due) < len(held):
+        ctx.wake_pull_request(key_of(pull_request), RETRY_SECONDS)  # merged: until the branch has the merge
+    if not released or spec.get("state") != "closed" or repository is None:
+        return True
+    client = await _client(ctx, repository, spec)
+    if isinstance(client, Cond):
+        log.warning("pull request %s: cannot say its locks are released: %s", meta["name"], client.message)
+        return True  # released all the same: the lock matters more than the comment
+    try:
+        await asyncio.to_thread(client.create_comment, (
+            "burrito-py: this pull request was closed without merging: released "
+            + ", ".join(f"`{k[0]}/{k[1]}`" for k in released)
+            + ". The changes it applied before merge are still live: the layers' own runs now plan and apply "
+            "their branch's code over them."))
+    except (ProviderError, OutboundRefused) as exc:
+        log.warning("pull request %s: cannot say its locks are released: %s", meta["name"], exc)
+    finally:
+        client.close()
+    return True
+
+
+async def _create_apply_run(ctx: Context, pull_request: Mapping[str, Any], order: ApplyOrder, by: str) -> None:
+    """The apply run of exactly the plan shown: the pull request's, at its head, with the plan's run, attempt and
+    sum as artifact (the runner applies nothing else); the run controller gives it the layer's runner identity and
+    the layer's Lease, after its own checks (`pullrequests.apply.apply_admission`)."""
+    meta, spec = pull_request["metadata"], pull_request.get("spec") or {}
+    body = {
+        "apiVersion": ann.API_VERSION, "kind": "TerraformRun",
+        "metadata": {
+            "name": order.run, "namespace": meta["namespace"],
+            "labels": {ann.LABEL_PULL_REQUEST: ann.layer_label(meta["name"])},
+            "annotations": {ann.RUN_CREATED_AT: format_time_precise(utcnow()), ann.RUN_PLAN_SUM: order.sum,
+                            ann.RUN_REQUESTED_BY: by[:250]},
+            "ownerReferences": [{"apiVersion": pull_request.get("apiVersion", ann.API_VERSION),
+                                 "kind": "TerraformPullRequest", "name": meta["name"], "uid": meta["uid"],
+                                 "blockOwnerDeletion": True}],
+        },
+        "spec": {"action": "apply",
+                 "layer": {"name": order.layer[1], "namespace": order.layer[0], "revision": spec["headSha"]},
+                 "artifact": {"run": order.plan_run, "attempt": order.attempt, "sum": order.sum},
+                 "pullRequest": meta["name"]},
+    }
+    try:
+        created = await ctx.kube.create(crd_path("terraformruns", meta["namespace"]), body)
+    except KubeError as exc:
+        if exc.status == 409:
+            return  # a second answer to the command: the run of this plan exists
+        raise
+    ctx.inventory.runs.observe(created)
+    ctx.wake_run(key_of(created))
+    await post_event(ctx.kube, pull_request, "Normal", "ApplyBeforeMerge",
+                     f"run {order.run} applies plan {order.sum} of layer {order.layer[0]}/{order.layer[1]}, "
+                     f"asked by {by}")
 
 
 async def _may_update(ctx: Context, identity: tuple[str, tuple[str, ...]], namespace: str) -> bool:

@@ -23,13 +23,16 @@ def _micro_now() -> str:
 
 def layer_lease_name(layer: Mapping[str, Any], run: Mapping[str, Any] | None = None) -> str:
     """The Lease guarding the layer's state; a pull request's plan-only run takes one of its own (per pull request
-    and layer): it never takes the state lock (§11.3), so it never blocks, nor waits for, the branch's runs."""
+    and layer): it never takes the state lock (§11.3), so it never blocks, nor waits for, the branch's runs. A pull
+    request's apply (apply before merge) takes the layer's."""
     spec = layer.get("spec") or {}
     repo = spec.get("repository") or {}
     namespace = layer["metadata"]["namespace"]
     key = lock_key(repo.get("namespace") or namespace, repo.get("name", ""), spec.get("path", ""), spec.get("lockKey"))
-    pull_request = ((run or {}).get("spec") or {}).get("pullRequest")
-    if pull_request:
+    run_spec = (run or {}).get("spec") or {}
+    pull_request = run_spec.get("pullRequest")
+    # A pull request's apply before merge writes the layer's state: it takes the layer's own Lease.
+    if pull_request and run_spec.get("action") != "apply":
         key = "\x00".join((key, "pull-request", pull_request))
     return lease_name(key)
 

@@ -58,6 +58,7 @@ from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.conditions import Cond, merge_conditions
 from burrito_py.kube.events import post_event
 from burrito_py.kube.inventory import Body, Key
+from burrito_py.pullrequests.apply import apply_admission
 from burrito_py.pullrequests.forks import inherits_secrets
 from burrito_py.runner.mirror import fallback_lines
 from burrito_py.timeutil import format_time, parse_time, utcnow
@@ -125,6 +126,16 @@ def admission(
 ) -> Admission:
     # Sync windows are decided by the layer controller before it creates a run (docs/architecture.md §5.8):
     # an attempt of a run already created is never held back by a window.
+    run_spec = run.get("spec") or {}
+    if run_spec.get("pullRequest") and run_spec.get("action") == "apply":
+        # Apply before merge: the runner pod gets the layer's identity, so check it all again here, whatever made
+        # the run (pullrequests/apply.py).
+        namespace = run["metadata"]["namespace"]
+        plan_run = ctx.inventory.runs.get((namespace, str((run_spec.get("artifact") or {}).get("run") or "")))
+        refusal = apply_admission(run, layer, ctx.inventory.pull_requests.get((namespace, run_spec["pullRequest"])),
+                                  plan_run)
+        if refusal is not None:
+            return Admission(False, "ApplyNotAllowed", f"{refusal}: nothing is applied")
     spec = (repository or {}).get("spec") or {}
     return pod_budget_allows(
         active_runner_pods(ctx, repository),
@@ -350,7 +361,12 @@ async def _start_attempt(
         return Cond("Admitted", False, "LayerLocked", f"waiting for run {holder} to release the layer's lease")
 
     pull_request = (run.get("spec") or {}).get("pullRequest")
-    if decision.start_attempt > 1 and not pull_request:
+    # A pull request's apply before merge runs as the layer's runner (admission checked it may): only its plans are
+    # the pull requests' own, less trusted runs.
+    pr_apply = bool(pull_request) and (run.get("spec") or {}).get("action") == "apply"
+    if pr_apply:
+        pull_request = None
+    if decision.start_attempt > 1 and not pull_request and not pr_apply:
         # A retry of a run whose varsFrom could not be satisfied sees a Secret created since (run_inputs.py); a
         # pull request's record is the pull request controller's (what it may inherit), never refreshed here.
         await refresh_failed_inputs(ctx, layer, run["metadata"]["name"])

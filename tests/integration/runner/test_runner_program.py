@@ -416,3 +416,38 @@ def test_a_secret_printed_by_terraform_is_masked_in_every_log(world: World) -> N
     for form in (LEAKY, json.dumps(LEAKY)[1:-1], base64.b64encode(LEAKY.encode()).decode()):
         assert form not in printed
         assert form not in world.termination_message("app-plan-1")
+
+
+def _pull_request_run(world: World, name: str, action: str, revision: str,
+                      artifact: dict[str, Any] | None = None) -> None:
+    spec: dict[str, Any] = {"action": action, "layer": {"name": "app", "revision": revision},
+                            "pullRequest": "infra-pr-7", **({"artifact": artifact} if artifact else {})}
+    world.create("terraformruns", {"kind": "TerraformRun", "metadata": {"name": name}, "spec": spec})
+
+
+def test_attack_a_pull_requests_apply_whose_stored_plan_was_replaced_applies_nothing(world: World) -> None:
+    """Apply before merge (§11.3): the pull request's reviewed plan is stored, then replaced in the datastore's
+    storage by another plan (one that would apply something else). The apply run carries the sum recorded for the
+    reviewed plan: the runner finds the stored bytes' sum differs and applies nothing."""
+    reviewed_at = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer()
+    _pull_request_run(world, "pr7-app-1", "plan", reviewed_at)
+    assert world.runner("pr7-app-1", "plan").code == 0
+    reviewed = world.stored_sum("pr7-app-1", 1)
+    assert reviewed is not None
+    evil_at = world.commit({"layers/app/main.tf": CODE % "evil"})
+    _pull_request_run(world, "pr7-app-2", "plan", evil_at)
+    assert world.runner("pr7-app-2", "plan").code == 0
+    original, evil = world.plan("pr7-app-1", 1, "bin"), world.plan("pr7-app-2", 1, "bin")
+    files = [p for p in (world.tmp / "datastore").rglob("*") if p.is_file()]
+    # Each stored file is a header (the body's sum and size) and the body: the whole file, header and all, is
+    # replaced by the other plan's, behind the datastore's back (storage write access, a restored backup).
+    (stored,) = [p for p in files if p.read_bytes().endswith(original)]
+    (other,) = [p for p in files if p.read_bytes().endswith(evil)]
+    stored.write_bytes(other.read_bytes())
+
+    _pull_request_run(world, "pr7-apply-1", "apply", reviewed_at, {"run": "pr7-app-1", "attempt": 1, "sum": reviewed})
+    result = world.runner("pr7-apply-1", "apply")
+    assert result.code == 2, result.stdout + result.stderr
+    assert f"but the controllers recorded {reviewed}" in result.stderr and "refusing to apply" in result.stderr
+    assert world.state_inputs() == [] and world.applied("pr7-apply-1", 1) is None

@@ -158,8 +158,9 @@ def test_no_one_outside_the_rule_is_authorized(login: str, allowed: list[str], r
 
 SETTINGS: dict[str, Any] = {"enabled": True, "commands": {"allowed": ["alice"]}}
 SPEC: dict[str, Any] = {"provider": "github", "number": 7, "headSha": HEAD, "state": "open", "base": "main",
-                        "repository": "infra"}
-ROWS = [{"namespace": "team", "name": "app", "path": "stacks/app", "run": "pr7-app-1", "state": "planned"},
+                        "repository": "infra", "fromFork": False}
+ROWS = [{"namespace": "team", "name": "app", "path": "stacks/app", "run": "pr7-app-1", "state": "planned",
+         "planSum": "sha256:" + "1" * 64, "planAttempt": 1},
         {"namespace": "team", "name": "db", "path": "stacks/db", "run": "pr7-db-1", "state": "planning"},
         {"namespace": "team", "name": "web", "path": "stacks/web", "downstream": True, "state": "pending"}]
 STATUS: dict[str, Any] = {"state": "Planning", "headSha": HEAD, "layers": ROWS}
