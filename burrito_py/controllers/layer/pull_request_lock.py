@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from burrito_py.api.operations import OPERATION_ACTIONS
 from burrito_py.controllers.layer.decide import LayerDecision
 from burrito_py.kube.conditions import Cond
 
 __all__ = ["CONDITION", "hold_for_pull_request"]
 
 CONDITION = "PullRequestLock"
-_WRITES_STATE = ("apply", "import", "state-rm", "state-mv", "force-unlock")
+# An apply and every day-2 operation run (a migration moves the state: it waits too).
+_WRITES_STATE = ("apply", *OPERATION_ACTIONS)
 
 
 def hold_for_pull_request(decision: LayerDecision, holder: str | None) -> LayerDecision:

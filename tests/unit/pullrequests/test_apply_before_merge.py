@@ -210,6 +210,7 @@ def _decision(action: str | None) -> LayerDecision:
 
 
 @pytest.mark.parametrize(("action", "held"), [("apply", True), ("import", True), ("state-rm", True),
+                                              ("state-mv", True), ("force-unlock", True), ("migrate-state", True),
                                               ("plan", False), (None, False)])
 def test_the_layers_own_applies_wait_visibly_while_a_pull_request_holds_it(action: str | None, held: bool) -> None:
     free = hold_for_pull_request(_decision(action), None)
