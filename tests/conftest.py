@@ -25,6 +25,13 @@ os.environ["KUBECONFIG"] = str(KUBECONFIG_PATH)
 
 # -- the Kubernetes API emulator (local/burrito_local/apiserver.py) ------------------------------------
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# Hypothesis fails an example that takes over 200 ms by default. The properties here are about decisions, not their
+# speed, and on two cores shared with control planes and runner pods one example in thousands is slow for reasons of
+# the machine: that deadline only made flakes (a 308 ms example of a pure decision). The benches measure speed.
+settings.register_profile("burrito-py", deadline=None)
+settings.load_profile("burrito-py")
 
 
 @pytest.fixture

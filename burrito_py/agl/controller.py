@@ -267,6 +267,7 @@ class AglController:
                 return
             layers = self._layers_of_kind(body)
             if layers:
+                await self._delete_orphans(body)
                 # Deleted instances' layers may still be destroying: withdrawing the kind now would make the
                 # destroy guard (controllers/layer/crd_guard.py) take their deletion for a CRD's, and skip it.
                 shown = ", ".join(layers[:5]) + (", …" if len(layers) > 5 else "")
@@ -293,6 +294,28 @@ class AglController:
             elif error.status != 404:
                 raise
         log.info("ApplicationDefinition %s released (no instance left)", name)
+
+    async def _delete_orphans(self, body: Mapping[str, Any]) -> None:
+        """No instance of the kind is left: delete its layers that are not being deleted yet and whose every owner
+        is an instance of the kind, as Kubernetes' garbage collector would. The collector may never get to them: it
+        learns a new kind by discovery every 30 s, and the instances of a kind defined and deleted (its CRD with
+        it) within that time leave their layers with owners it cannot resolve, so the definition would wait for
+        them forever. Each layer's own deletion then decides on its destroy (§21), as after the collector's."""
+        parsed = self.parsed(body)
+        if not isinstance(parsed, ApplicationDefinition):
+            return
+        group, kind = parsed.spec.application.group, parsed.spec.application.kind
+        for layer in list(self.layers):
+            meta = layer["metadata"]
+            owners = meta.get("ownerReferences") or ()
+            if meta.get("deletionTimestamp") or (instance_of_layer(layer) or ("", ""))[:2] != (group, kind) \
+                    or not owners or any(str(o.get("apiVersion", "")).partition("/")[0] != group
+                                         or o.get("kind") != kind for o in owners):
+                continue
+            with contextlib.suppress(KubeError):  # gone meanwhile, or refused: looked at again at the next wake
+                if await self.kube.delete(crd_path("terraformlayers", meta.get("namespace"), meta["name"])):
+                    log.info("layer %s/%s deleted: its %s instance is gone", meta.get("namespace"), meta["name"],
+                             kind)
 
     def _layers_of_kind(self, body: Mapping[str, Any]) -> list[str]:
         parsed = self.parsed(body)

@@ -71,6 +71,21 @@ def watch(platform: Platform, layer: str, seconds: float, interval: float = 0.3)
     return tally
 
 
+def history(tally: Tally) -> list[str]:
+    """Every run seen, in creation order, one line each: what a failure needs to be read (pytest cuts long reprs)."""
+    def created(run: dict[str, Any]) -> str:
+        return str(run["metadata"].get("annotations", {}).get(ann.RUN_CREATED_AT, ""))
+
+    lines = []
+    for run in sorted(tally.runs.values(), key=created):
+        annotations = run["metadata"].get("annotations") or {}
+        status = run.get("status") or {}
+        exits = [a.get("exitCode") for a in status.get("attempts") or ()]
+        lines.append(f"{created(run)} {run['metadata']['name']} {run['spec']['action']} "
+                     f"sum={annotations.get(ann.RUN_PLAN_SUM, '-')[:19]} state={status.get('state')} exits={exits}")
+    return lines
+
+
 def failing_repo(tmp_path: Path) -> TestRepo:
     repo = make_repo(tmp_path / "upstream")
     repo.commit({"layers/app/main.tf": FAILING_APPLY_TF}, "an apply that always fails")
@@ -114,7 +129,7 @@ def test_an_always_failing_apply_is_bounded_and_visible(drifting: Platform, tmp_
     stale = [r for r in applies if any(a.get("exitCode") == STALE_PLAN_EXIT_CODE
                                        for a in (r.get("status") or {}).get("attempts") or ())]
     assert 1 <= len(applies) <= 1 + min(len(stale), MAX_STALE_REPLANS) and len(sums) == len(set(sums)), \
-        (sums, [(r["metadata"]["name"], (r.get("status") or {}).get("attempts")) for r in applies])
+        "\n".join(history(tally))
     last_apply = max(parse_time(r["metadata"]["annotations"][ann.RUN_CREATED_AT]) for r in applies)
     later_plans = [t for t in created if t > last_apply]
     assert len(later_plans) >= 3, (created, last_apply)  # three drift plans and more after it, none applied
