@@ -6,10 +6,11 @@
 #   PUSH=1 REGISTRY=ghcr.io/acme scripts/build-images.sh   # build for PLATFORMS and push
 #   scripts/build-images.sh --local [IMAGE ...]  # buildah, as root: localhost/<image>:<version> in podman's storage
 #
-# --local builds FROM scripts/build-base-image.sh's bases (--build-arg PYTHON_IMAGE=...): the runner's on trixie
-# (Python 3.13; RUNNER_BASE_SUITE=bookworm to override), as bookworm's Python 3.11.2 is older than burrito-py's
-# requires-python (3.11.4: tarfile's extraction filters), the two others on bookworm, whose package versions their
-# Dockerfiles pin (so their local builds stop at pip's requires-python check: §18). It runs every step with runc,
+# --local builds all three FROM scripts/build-base-image.sh's trixie base (--build-arg PYTHON_IMAGE=...; Python 3.13;
+# LOCAL_BASE_SUITE=bookworm to override, where pip refuses the wheel), as bookworm's Python 3.11.2 is older than
+# burrito-py's requires-python (3.11.4: tarfile's extraction filters). The apt packages the Dockerfiles pin with
+# bookworm's versions (ARG <PACKAGE>_VERSION defaults) get the base suite's current versions instead, read from its
+# archive with apt-cache policy in a container from the base, once a run (§18). It runs every step with runc,
 # cgroupfs and nofile/nproc limits of 1024 (crun and podman's default ulimits fail on the development machines,
 # §18), the host's network (pip reaches PyPI, apt Debian's mirror), and layer caching: nothing changed costs a few
 # seconds an image. The runner image gets its tools from build/image-tools/ (TOOLS_FROM=local) instead of GitHub:
@@ -52,25 +53,72 @@ if [ "${1:-}" = "--local" ]; then
   ca=()
   [ -f /etc/ssl/certs/ca-certificates.crt ] \
     && ca=(--volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro)
+  buildah_opts=(--cgroup-manager=cgroupfs)
+  run_opts=(--runtime runc --network host)
+  # The apt packages a Dockerfile pins, one `<package>="${<ARG>}"` a line: "<package> <ARG>" lines.
+  apt_pins() { sed -n 's/^ *\([a-z0-9][a-z0-9.+-]*\)="\${\([A-Z0-9_]*_VERSION\)}".*/\1 \2/p' "$1"; }
+  # versions[<package>]: its candidate version in the base's suite (its archive today, after apt-get update),
+  # read in a throwaway container of the base, never a layer of an image.
+  declare -A versions=()
+  read_versions() {  # <base> <package> ...
+    local base=$1 container out log; shift
+    log="build/build-images-apt-versions.log"
+    container=$(buildah "${buildah_opts[@]}" from --pull=never "$base") || fail "buildah from $base failed"
+    if ! out=$(nice -n 19 buildah "${buildah_opts[@]}" run "${run_opts[@]}" "${ca[@]}" "$container" -- sh -c \
+        'apt-get update -qq >/dev/null && for p in "$@"; do
+           printf "%s %s\n" "$p" "$(apt-cache policy "$p" | sed -n "s/^ *Candidate: //p")"; done' \
+        sh "$@" 2>"$log"); then
+      buildah rm "$container" >/dev/null 2>&1 || true
+      fail "apt-cache policy in $base failed (log: $log): $(tail -n 2 "$log" | tr '\n' ' ')"
+    fi
+    buildah rm "$container" >/dev/null 2>&1 || true
+    local package version
+    while read -r package version; do
+      case "$version" in ''|'(none)') fail "$package: no candidate version in $base's archive" ;; esac
+      versions[$package]=$version
+    done <<<"$out"
+  }
+  suite=${LOCAL_BASE_SUITE:-trixie}
+  base=$(bash scripts/build-base-image.sh "$suite") || exit 1
+  dockerfile_of() {  # <image>
+    case "$1" in
+      burrito-py) echo images/burrito-py/Dockerfile ;;
+      burrito-py-runner) echo runner/Dockerfile ;;
+      burrito-py-datastore) echo datastore/Dockerfile ;;
+      *) return 1 ;;
+    esac
+  }
   wanted=("$@")
   [ "${#wanted[@]}" -gt 0 ] || wanted=(burrito-py burrito-py-runner burrito-py-datastore)
   for image in "${wanted[@]}"; do
-    case "$image" in
-      burrito-py) file=images/burrito-py/Dockerfile; suite=bookworm ;;
-      burrito-py-runner) file=runner/Dockerfile; suite=${RUNNER_BASE_SUITE:-trixie} ;;
-      burrito-py-datastore) file=datastore/Dockerfile; suite=bookworm ;;
-      *) fail "unknown image $image (burrito-py, burrito-py-runner, burrito-py-datastore)" ;;
-    esac
-    base=$(bash scripts/build-base-image.sh "$suite") || exit 1
+    dockerfile_of "$image" >/dev/null \
+      || fail "unknown image $image (burrito-py, burrito-py-runner, burrito-py-datastore)"
+  done
+  # Every package the wanted images pin, looked up in one container (none for the runner alone).
+  packages=$(for image in "${wanted[@]}"; do apt_pins "$(dockerfile_of "$image")"; done \
+    | cut -d' ' -f1 | sort -u | tr '\n' ' ')
+  if [ -n "$packages" ]; then
+    started=$(date +%s)
+    # shellcheck disable=SC2086 # one word per package
+    read_versions "$base" $packages
+    found=$(for p in "${!versions[@]}"; do printf ' %s=%s' "$p" "${versions[$p]}"; done)
+    say "$suite's versions ($(($(date +%s) - started)) s):$found"
+  fi
+  for image in "${wanted[@]}"; do
+    file=$(dockerfile_of "$image")
+    pins=()
+    while read -r package arg; do
+      pins+=(--build-arg "$arg=${versions[$package]}")
+    done < <(apt_pins "$file")
     tag="localhost/$image:$VERSION"
     say "building $tag from $file on $base"
     started=$(date +%s)
     # No revision label here: buildah 1.28 puts command-line labels in every step's cache key, so a new commit
     # rebuilt every step (3 minutes) even with nothing changed under burrito_py/.
     log="build/build-images-$image.log"
-    if ! nice -n 19 buildah --cgroup-manager=cgroupfs bud --runtime runc \
-        --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 --network host --layers --force-rm \
-        --build-arg "PYTHON_IMAGE=$base" --build-arg TOOLS_FROM=local "${ca[@]}" \
+    if ! nice -n 19 buildah "${buildah_opts[@]}" bud "${run_opts[@]}" \
+        --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 --layers --force-rm \
+        --build-arg "PYTHON_IMAGE=$base" --build-arg TOOLS_FROM=local "${pins[@]}" "${ca[@]}" \
         --label "org.opencontainers.image.version=$VERSION" \
         --file "$file" --tag "$tag" . >"$log" 2>&1; then
       fail "buildah bud $file failed (log: $log): $(grep -E 'error|Error|E:' "$log" | tail -n 2 | tr '\n' ' ')"

@@ -1,6 +1,7 @@
 """Write runner/requirements.lock: the exact version of every package burrito-py's wheel needs at run time, read
-from what this checkout's .venv resolved (docs/architecture.md §18). The runner image installs exactly these with
-`pip install --no-deps` and checks them with `pip check`: no resolver runs in the build. (Resolving the wheel's
+from what this checkout's .venv resolved (docs/architecture.md §18). All three images (runner/Dockerfile,
+datastore/Dockerfile, images/burrito-py/Dockerfile: the same wheel) install exactly these with
+`pip install --no-deps` and check them with `pip check`: no resolver runs in the build. (Resolving the wheel's
 open ranges on the trixie base's Python 3.13 backtracked for over 15 minutes.)
 
     .venv/bin/python scripts/lock-image-deps.py           # rewrite the file

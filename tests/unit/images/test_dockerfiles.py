@@ -202,22 +202,69 @@ def test_the_wheel_is_built_from_this_checkout_into_a_venv(path: Path) -> None:
     runs = " ".join(item["value"] for item in instructions(path, "RUN"))
     assert "pip wheel --no-deps --wheel-dir /dist ." in runs
     assert "python3 -m venv /opt/burrito-py" in runs
-    assert re.search(r"/opt/burrito-py/bin/pip install --no-cache-dir (--no-deps )?/dist/", runs)
+    assert "/opt/burrito-py/bin/pip install --no-cache-dir --no-deps /dist/" in runs
     copies = [item["value"] for item in final_stage(path) if item["instruction"] == "COPY"]
     assert "--from=build /opt/burrito-py /opt/burrito-py" in copies
 
 
-def test_the_runner_installs_its_locked_dependencies_without_resolving() -> None:
-    # Resolving the wheel's ranges on Python 3.13 backtracked for over 15 minutes (§18): the lock is installed as
-    # it is, wheels only, in a step before the sources are copied (a code change reuses it), then checked.
-    runs = [item["value"] for item in instructions(RUNNER, "RUN")]
+@pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)
+def test_every_image_installs_the_locked_dependencies_without_resolving(path: Path) -> None:
+    # Resolving the wheel's ranges on Python 3.13 backtracked for over 15 minutes (§18): the one lock of the three
+    # images (the same wheel) is installed as it is, wheels only, in a step before the sources are copied (a code
+    # change reuses it, and the three builds share it), then checked.
+    runs = [item["value"] for item in instructions(path, "RUN")]
     locked = next(run for run in runs if "requirements.lock" in run)
     assert "pip install --no-cache-dir --no-deps --only-binary=:all: -r requirements.lock" in locked
     wheel = next(run for run in runs if "/dist/burrito_py-" in run)
     assert "--no-deps /dist/burrito_py-" in wheel and wheel.rstrip().endswith("/opt/burrito-py/bin/pip check")
-    build = [item for item in parsed(RUNNER).structure if item["instruction"] in ("COPY", "RUN")]
+    build = [item for item in parsed(path).structure if item["instruction"] in ("COPY", "RUN")]
     order = [item["value"] for item in build]
     assert order.index("runner/requirements.lock ./") < order.index(locked) < order.index("burrito_py ./burrito_py")
+    assert order.index("burrito_py ./burrito_py") < order.index(wheel)
+    assert not [run for run in runs if re.search(r"pip install(?![^&]*--no-deps)", run)]  # no resolver anywhere
+
+
+def apt_install(path: Path) -> str:
+    return next(item["value"] for item in instructions(path, "RUN") if "apt-get install" in item["value"])
+
+
+def apt_pins_of_the_local_build(path: Path) -> dict[str, str]:
+    """What scripts/build-images.sh --local reads from a Dockerfile (its own apt_pins function): package -> ARG."""
+    script = (REPO_ROOT / "scripts/build-images.sh").read_text()
+    function = next(line.strip() for line in script.splitlines() if line.strip().startswith("apt_pins()"))
+    done = subprocess.run(["bash", "-c", f'{function}\napt_pins "$1"', "bash", str(path)],
+                          capture_output=True, text=True, timeout=30, check=True)
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines())
+
+
+@pytest.mark.parametrize("path", [CONTROLLER, DATASTORE], ids=["burrito-py", "datastore"])
+def test_apt_packages_are_pinned_by_args_with_bookworm_defaults_the_local_build_replaces(path: Path) -> None:
+    """The published images install bookworm's versions (their base is python:3.11-slim-bookworm): the ARGs'
+    defaults. The local build's base is trixie, so scripts/build-images.sh --local reads each `<package>="${ARG}"`
+    line, asks the base's archive for the package's version and passes it as --build-arg ARG=<version>."""
+    words = apt_install(path).split("--no-install-recommends", 1)[1].split("&&", 1)[0].split()
+    pins: dict[str, str] = {}
+    for word in words:
+        pin = re.fullmatch(r'([a-z0-9][a-z0-9.+-]*)="\$\{([A-Z0-9_]+_VERSION)\}"', word)
+        assert pin, f'{word}: not <package>="${{<PACKAGE>_VERSION}}"'
+        pins[pin.group(1)] = pin.group(2)
+    assert pins == apt_pins_of_the_local_build(path)
+    assert "ca-certificates" in pins and "gpgv" in pins
+    final_args = {item["value"].partition("=")[0]: item["value"].partition("=")[2]
+                  for item in final_stage(path) if item["instruction"] == "ARG"}
+    for package, arg in pins.items():
+        assert arg == package.upper().replace("-", "_").replace(".", "_") + "_VERSION"
+        assert "deb12" in final_args[arg], f"{arg}={final_args.get(arg)}: not a bookworm version"
+    script = (REPO_ROOT / "scripts/build-images.sh").read_text()
+    assert 'pins+=(--build-arg "$arg=${versions[$package]}")' in script and '"${pins[@]}"' in script
+    assert "apt-cache policy" in script
+
+
+def test_the_local_build_puts_all_three_images_on_one_base_suite_trixie_by_default() -> None:
+    # bookworm's Python 3.11.2 is older than requires-python (3.11.4: tarfile's extraction filters).
+    script = (REPO_ROOT / "scripts/build-images.sh").read_text()
+    assert "suite=${LOCAL_BASE_SUITE:-trixie}" in script
+    assert not re.search(r"suite=bookworm|RUNNER_BASE_SUITE", script)
 
 
 def test_the_runner_lock_pins_every_dependency_of_the_wheel_within_its_range() -> None:
