@@ -1,13 +1,15 @@
 """Managed state (docs/architecture.md §10.6): what the datastore's state backend costs over S3.
 
-    python3 -m tests.bench.bench_state [--rounds N] [--large-mib M]
+    python3 -m tests.bench.bench_state [--rounds N] [--large-mib M] [--versions V]
 
 Three processes: moto's standalone S3 server, `burrito-py datastore start` with the S3 backend on it, and this
 client. Figures (medians over the rounds), each as Terraform's http backend does it:
 - write (POST of a new serial, with Content-MD5) and read (GET of the current state) of a 100 KiB state through
   the datastore, against put_object/get_object of the same bytes straight to the same moto server with boto3;
 - the same for a large state (`--large-mib`, default 50; the datastore's limit is raised to fit; 0 skips it);
-- a LOCK/UNLOCK round trip.
+- a LOCK/UNLOCK round trip;
+- the versions listing (GET …/state/versions) of a layer with `--versions` kept versions (default 1,000; the
+  datastore keeps that many for the bench: its default is 100).
 Prints figures; asserts nothing.
 """
 
@@ -93,10 +95,27 @@ def lock_round_trip(rounds: int, url: str) -> None:
     print(f"LOCK + UNLOCK round trip, median of {rounds}: {median(samples)}")
 
 
+def versions_listing(count: int, rounds: int, url: str) -> None:
+    """`count` versions of a small state, then the listing's time (what the REST API, the UI and the CLI read)."""
+    layer = "/api/v1/layers/bench/many/state"
+    samples: list[float] = []
+    with httpx.Client(base_url=url, timeout=120) as http:
+        started = time.perf_counter()
+        for serial in range(1, count + 1):
+            http.post(layer, content=make_state(serial, 1 * KiB)).raise_for_status()
+        writing = time.perf_counter() - started
+        for _ in range(rounds):
+            timed(samples, lambda: http.get(f"{layer}/versions").raise_for_status())
+        listed = len(http.get(f"{layer}/versions").json())
+    print(f"versions listing of {listed} kept versions, median of {rounds}: {median(samples)} "
+          f"(writing them: {writing:.1f} s, {writing / count * 1000:.0f} ms each)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--large-mib", type=int, default=50)
+    parser.add_argument("--versions", type=int, default=1000)
     args = parser.parse_args()
     os.environ.update(CREDENTIALS)
     with tempfile.TemporaryDirectory(prefix="bench-state-") as tmp, moto_server() as endpoint:
@@ -105,12 +124,15 @@ def main() -> None:
         s3.create_bucket(Bucket=bucket)
         env = {**CREDENTIALS, "BURRITO_PY_DATASTORE_BACKEND": "s3", "BURRITO_PY_DATASTORE_S3_BUCKET": bucket,
                "BURRITO_PY_DATASTORE_S3_ENDPOINT_URL": endpoint, "BURRITO_PY_DATASTORE_S3_PATH_STYLE": "true",
-               "BURRITO_PY_DATASTORE_MAX_STATE_BYTES": str(max(64, 2 * args.large_mib) * MiB)}
+               "BURRITO_PY_DATASTORE_MAX_STATE_BYTES": str(max(64, 2 * args.large_mib) * MiB),
+               "BURRITO_PY_DATASTORE_STATE_VERSIONS_KEPT": str(max(100, args.versions))}
         with datastore_process(Path(tmp) / "data", env) as ds:
             compare("100 KiB", 100 * KiB, args.rounds, ds.url, s3, bucket)
             if args.large_mib:
                 compare(f"{args.large_mib} MiB", args.large_mib * MiB, max(3, args.rounds // 5), ds.url, s3, bucket)
             lock_round_trip(args.rounds, ds.url)
+            if args.versions:
+                versions_listing(args.versions, args.rounds, ds.url)
 
 
 if __name__ == "__main__":

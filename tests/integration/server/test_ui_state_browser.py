@@ -27,11 +27,10 @@ from tests.integration.server.rest_platform import (
     grant,
     running_rest_platform,
 )
+from tests.support.browser import Visits, browser, log_in, new_context
 
-from .test_ui_browser import Visits, browser, log_in, new_context
-
-pytestmark = [pytest.mark.e2e]
-__all__ = ["browser"]  # the Chromium fixture, shared with test_ui_browser.py
+pytestmark = [pytest.mark.slow]
+__all__ = ["browser"]  # the Chromium fixture (tests/support/browser.py)
 SECRET = "pg-password-in-the-state"
 
 
