@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ CONTROLLERS = (SYSTEM, "burrito-py-controllers")
 SERVER = (SYSTEM, "burrito-py-server")
 RUNNER_SA = "burrito-py-runner"
 NS_A, NS_B = "team-a", "team-b"
+STATE_SECRET = "pg-password-in-the-state"  # in every version of team-a/app's state: never in an answer but a download
 REPO_URL = "https://deploy:hunter2@github.com/org/infra.git"  # the password must never be echoed
 REPO_URL_REDACTED_HOST = "github.com/org/infra.git"
 
@@ -253,3 +255,23 @@ def running_rest_platform(workdir: Path) -> Iterator[RestPlatform]:
         platform.settings = settings
         platform.server_url = stack.enter_context(running_server(settings))
         yield platform
+
+
+def tfstate(serial: int, inputs: list[str]) -> bytes:
+    """A state of team-a/app's lineage holding a `terraform_data` per input, a password and a sensitive output."""
+    return json.dumps({
+        "version": 4, "terraform_version": "1.11.4", "serial": serial, "lineage": "lineage-a",
+        "outputs": {"dsn": {"value": f"postgres://app:{STATE_SECRET}@db", "type": "string", "sensitive": True}},
+        "resources": [{"mode": "managed", "type": "terraform_data", "name": name, "provider": "x",
+                       "instances": [{"attributes": {"input": f"{name}-{serial}", "password": STATE_SECRET}}]}
+                      for name in inputs],
+    }).encode()
+
+
+def post_state_versions(platform: RestPlatform) -> None:
+    """Three versions of team-a/app's state (a; a, b; b, c), posted to the datastore's state backend as the
+    controllers' admin identity."""
+    admin = {"Authorization": f"Bearer {platform.tokens['controller']}"}
+    url = f"{platform.datastore_url}/api/v1/layers/{NS_A}/app/state"
+    for serial, inputs in ((1, ["a"]), (2, ["a", "b"]), (3, ["b", "c"])):
+        assert httpx.post(url, content=tfstate(serial, inputs), headers=admin).status_code == 200

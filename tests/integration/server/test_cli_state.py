@@ -27,27 +27,21 @@ from tests.integration.server.rest_platform import (
     PATCH_LAYERS,
     READ_KINDS,
     READ_SECRETS,
+    STATE_SECRET,
     SYSTEM,
     RestPlatform,
     account,
     grant,
+    post_state_versions,
     running_rest_platform,
+    tfstate,
 )
 
-SECRET = "pg-password-in-the-state"
+SECRET = STATE_SECRET
 PROXY_RULES = [{"apiGroups": [""], "resources": ["services"], "verbs": ["list"]},
                {"apiGroups": [""], "resources": ["services/proxy"], "verbs": ["get", "create"],
                 "resourceNames": ["burrito-py-server:8081", "burrito-py-server:http"]}]
 
-
-def tfstate(serial: int, inputs: list[str]) -> bytes:
-    return json.dumps({
-        "version": 4, "terraform_version": "1.11.4", "serial": serial, "lineage": "lineage-a",
-        "outputs": {"dsn": {"value": f"postgres://app:{SECRET}@db", "type": "string", "sensitive": True}},
-        "resources": [{"mode": "managed", "type": "terraform_data", "name": name, "provider": "x",
-                       "instances": [{"attributes": {"input": f"{name}-{serial}", "password": SECRET}}]}
-                      for name in inputs],
-    }).encode()
 
 
 @dataclass
@@ -68,10 +62,7 @@ class Cli:
 def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     workdir = tmp_path_factory.mktemp("cli-state")
     with running_rest_platform(workdir) as p:
-        admin = {"Authorization": f"Bearer {p.tokens['controller']}"}
-        url = f"{p.datastore_url}/api/v1/layers/{NS_A}/app/state"
-        for serial, inputs in ((1, ["a"]), (2, ["a", "b"]), (3, ["b", "c"])):
-            assert httpx.post(url, content=tfstate(serial, inputs), headers=admin).status_code == 200
+        post_state_versions(p)
         # The server published as the chart does (Service burrito-py-server:8081 "http" with its labels), its
         # Endpoints the server this test started.
         ensure_namespace(p.kube, SYSTEM)
