@@ -178,6 +178,12 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         body = observe(c.inventory.layers, event)  # dependents and upstreams are woken by the store's on_change
         if body is not None:
             c.wake_layer(key_of(body))
+            if previous is None:
+                # Each kind has its own watch: a run's event can come before its layer's, and the run's reconcile
+                # then found no layer and returned. Nothing else would wake it.
+                for run in c.inventory.runs_of_layer(*key_of(body)):
+                    if _needs_attention(run):
+                        c.wake_run(key_of(run))
             # A new or re-specified layer without a commit learns it from its repository's next sync: ask for
             # that sync now rather than at the next poll, minutes away (once per spec change, not per event).
             changed = previous is None or _generation(previous) != _generation(body)
