@@ -42,11 +42,9 @@ from tests.support.real_cluster import RealCluster
 pytestmark = pytest.mark.e2e
 # On a cluster the Helm chart creates the runner's service account in each namespace with layers.
 
-LAYER_TF = """
-terraform {
-  backend "local" {}
-}
-
+# A layer with no backend of its own: on managed state (docs/architecture.md §10.6) the runner gives it the
+# datastore's.
+MANAGED_LAYER_TF = """
 variable "message" {
   type    = string
   default = "%s"
@@ -60,10 +58,19 @@ output "message" {
   value = terraform_data.this.output
 }
 """
+LAYER_TF = """
+terraform {
+  backend "local" {}
+}
+""" + MANAGED_LAYER_TF
 
 
 def layer_code(message: str = "hello") -> str:
     return LAYER_TF % message
+
+
+def managed_layer_code(message: str = "hello") -> str:
+    return MANAGED_LAYER_TF % message
 
 
 def api_http(kubeconfig: Path, token: str | None = None) -> httpx.Client:
@@ -107,6 +114,10 @@ class Platform:
         """The API over HTTP as the kubeconfig's user (the cluster admin's ServiceAccount, in both worlds), or as
         the bearer of `token`."""
         return api_http(self.kubeconfig, token)
+
+    def admin_headers(self) -> dict[str, str]:
+        """The kubeconfig user's bearer token (the cluster admin's, which the datastore takes as an admin)."""
+        return {"Authorization": f"Bearer {read_kubeconfig(self.kubeconfig).token}"}
 
     # -- objects -------------------------------------------------------------------------------
     def create_repository(self, name: str, url: str, **spec: Any) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.storage import FilesystemStorage
@@ -71,15 +70,10 @@ def ask(platform: Platform, api: httpx.Client, layer: str, request: dict[str, An
                      headers={"Content-Type": "application/merge-patch+json"})
 
 
-def admin(platform: Platform) -> dict[str, str]:
-    token = yaml.safe_load(platform.kubeconfig.read_text())["users"][0]["user"]["token"]
-    return {"Authorization": f"Bearer {token}"}
-
-
 def state_of(platform: Platform, layer: str) -> dict[str, str]:
     """Resource address → id in the layer's current state (the datastore's)."""
     url = f"{platform.datastore_url}/api/v1/layers/{platform.namespace}/{layer}/state"
-    state = httpx.get(url, headers=admin(platform)).json()
+    state = httpx.get(url, headers=platform.admin_headers()).json()
     return {f"{r['type']}.{r['name']}": i["attributes"]["id"] for r in state["resources"] for i in r["instances"]}
 
 
@@ -173,7 +167,7 @@ def test_state_rm_import_and_force_unlock_on_a_managed_layer(platform: Platform,
     assert unlocked["status"]["state"] == "Succeeded", unlocked["status"]
     assert unlocked["status"]["attempts"][0]["exitCode"] == 0
     lock = httpx.get(f"{platform.datastore_url}/api/v1/layers/{platform.namespace}/ops/state/lock",
-                     headers=admin(platform))
+                     headers=platform.admin_headers())
     assert lock.status_code == 404
     assert events(platform, "ops", "StateLockReleased") == []
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 from burrito_py.api import annotations as ann
 from burrito_py.controllers.layer.outputs import OUTPUTS_RUN
@@ -70,11 +69,6 @@ def put(platform: Platform, kind: str, name: str, data: dict[str, str]) -> None:
         platform.core.create_namespaced_config_map(platform.namespace, body)
 
 
-def admin_headers(platform: Platform) -> dict[str, str]:
-    token = yaml.safe_load(platform.kubeconfig.read_text())["users"][0]["user"]["token"]
-    return {"Authorization": f"Bearer {token}"}
-
-
 def run_logs(platform: Platform, layer: str) -> str:
     """Every attempt's log as the datastore serves it, once the run controller has uploaded them all."""
     def uploaded() -> list[tuple[str, int]] | None:
@@ -89,7 +83,7 @@ def run_logs(platform: Platform, layer: str) -> str:
     texts = []
     for run, number in attempts:
         url = f"{platform.datastore_url}/api/v1/layers/{platform.namespace}/{layer}/runs/{run}/attempts/{number}/logs"
-        response = httpx.get(url, headers=admin_headers(platform), timeout=10)
+        response = httpx.get(url, headers=platform.admin_headers(), timeout=10)
         assert response.status_code == 200, response.text
         texts.append(response.text)
     return "\n".join(texts)

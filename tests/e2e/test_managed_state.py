@@ -9,33 +9,12 @@ import json
 from collections.abc import AsyncIterator
 
 import httpx
-import yaml
 
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.storage import FilesystemStorage
 from tests.support.git_repos import TestRepo
 
-from .conftest import Platform, wait_for
-
-CODE = """
-variable "message" {
-  type    = string
-  default = "%s"
-}
-
-resource "terraform_data" "this" {
-  input = var.message
-}
-
-output "message" {
-  value = terraform_data.this.output
-}
-"""
-
-
-def admin(platform: Platform) -> dict[str, str]:
-    token = yaml.safe_load(platform.kubeconfig.read_text())["users"][0]["user"]["token"]
-    return {"Authorization": f"Bearer {token}"}
+from .conftest import Platform, managed_layer_code, wait_for
 
 
 def stored_versions(platform: Platform, layer: str) -> list[dict[str, object]]:
@@ -45,14 +24,14 @@ def stored_versions(platform: Platform, layer: str) -> list[dict[str, object]]:
 
 
 def test_a_managed_layer_applies_twice_with_its_state_in_the_datastore(platform: Platform, repo: TestRepo) -> None:
-    repo.commit({"layers/managed/main.tf": CODE % "v1"}, "a layer with no backend")
+    repo.commit({"layers/managed/main.tf": managed_layer_code("v1")}, "a layer with no backend")
     platform.create_repository("repo", repo.url)
     # No extraInitArgs: the harness's default points a local backend at a file, which a managed layer has no use for.
     platform.create_layer("managed", "repo", "layers/managed", auto_apply=True, state={"managed": True},
                           overrideRunnerSpec={})
     platform.wait_state("managed", "Idle", timeout=120)
     url = f"{platform.datastore_url}/api/v1/layers/{platform.namespace}/managed/state"
-    first = httpx.get(url, headers=admin(platform))
+    first = httpx.get(url, headers=platform.admin_headers())
     assert first.status_code == 200, first.text
     state = first.json()
     assert [i["attributes"]["input"]["value"] for r in state["resources"] for i in r["instances"]] == ["v1"]
@@ -60,12 +39,12 @@ def test_a_managed_layer_applies_twice_with_its_state_in_the_datastore(platform:
     applies = [r["metadata"]["name"] for r in platform.runs("managed") if r["spec"]["action"] == "apply"]
     versions = stored_versions(platform, "managed")
     assert versions and versions[-1]["run"] == applies[-1] and versions[-1]["resources"] == 1
-    assert httpx.get(f"{url}/lock", headers=admin(platform)).status_code == 404  # released after the apply
+    assert httpx.get(f"{url}/lock", headers=platform.admin_headers()).status_code == 404  # released after the apply
 
-    second = repo.commit({"layers/managed/main.tf": CODE % "v2"}, "change the layer")
+    second = repo.commit({"layers/managed/main.tf": managed_layer_code("v2")}, "change the layer")
     wait_for(lambda: platform.annotations("managed").get(ann.APPLY_COMMIT) == second, 120, what="second apply")
     platform.wait_state("managed", "Idle", timeout=60)
-    state = httpx.get(url, headers=admin(platform)).json()
+    state = httpx.get(url, headers=platform.admin_headers()).json()
     assert [i["attributes"]["input"]["value"] for r in state["resources"] for i in r["instances"]] == ["v2"]
     versions = stored_versions(platform, "managed")
     serials = [int(str(v["serial"])) for v in versions]
@@ -101,7 +80,7 @@ def test_a_lock_left_by_a_pod_that_is_gone_is_released_and_the_layer_proceeds(
     """A runner pod killed under terraform (SIGKILL, a lost node) leaves its lock: the next attempt's terraform gets
     a 423. When that attempt ends, the run controller sees the lock's pod is gone, releases it and says so on the
     layer; the retry plans and applies."""
-    repo.commit({"layers/orphan/main.tf": CODE % "v1"}, "a managed layer")
+    repo.commit({"layers/orphan/main.tf": managed_layer_code("v1")}, "a managed layer")
     ghost = {"id": "ghost-lock", "info": {"ID": "ghost-lock", "Operation": "OperationTypeApply", "Who": "killed"},
              "holder": f"system:serviceaccount:{platform.namespace}:burrito-py-runner", "run": "orphan-apply-old",
              "attempt": 1,
@@ -120,5 +99,5 @@ def test_a_lock_left_by_a_pod_that_is_gone_is_released_and_the_layer_proceeds(
     first_plan = platform.runs("orphan")[0]
     assert first_plan["status"]["attempts"][0]["exitCode"] == 1  # the attempt that met the lock
     url = f"{platform.datastore_url}/api/v1/layers/{platform.namespace}/orphan/state"
-    assert httpx.get(f"{url}/lock", headers=admin(platform)).status_code == 404
-    assert httpx.get(url, headers=admin(platform)).json()["serial"] >= 1
+    assert httpx.get(f"{url}/lock", headers=platform.admin_headers()).status_code == 404
+    assert httpx.get(url, headers=platform.admin_headers()).json()["serial"] >= 1

@@ -45,6 +45,20 @@ def _finished(world: World, name: str, timeout: float = 240) -> dict[str, Any]:
     return run
 
 
+def _opened_and_applied(world: World, number: int, message: str, comment_id: int) -> str:
+    """Pull request `number` changing app's message, planned, then applied by alice's comment: its head."""
+    head = world.push(number, {"layers/app/main.tf": layer_code(message)}, f"app says {message}")
+    world.hook("opened", number, head)
+    world.wait_pr(number, head, "Planned", timeout=180)
+    comment(world, number, "/burrito-py apply app", "alice", comment_id)
+    assert answered(world, number, comment_id)["outcome"] == "done", replies(world)[-1]
+    run = wait_for(lambda: [r for r in _applies(world) if r["spec"]["pullRequest"].endswith(f"-pr-{number}")]
+                   or None, 30, interval=0.2, what=f"the apply run of pull request {number}")
+    _finished(world, run[0]["metadata"]["name"])
+    assert message in world.platform.state_file("app").read_text()
+    return head
+
+
 def _lock_condition(world: World) -> dict[str, Any] | None:
     conditions = (world.platform.layer("app").get("status") or {}).get("conditions") or ()
     return next((c for c in conditions if c["type"] == "PullRequestLock"), None)
@@ -183,15 +197,7 @@ def test_apply_before_merge_applies_the_reviewed_plan_locks_the_layer_and_merge_
         assert "v2" in platform.state_file("app").read_text()
 
         # Another pull request applied, then unlocked by comment: released, saying the change is still live.
-        head4 = world.push(4, {"layers/app/main.tf": layer_code("v3")}, "change app again")
-        world.hook("opened", 4, head4)
-        world.wait_pr(4, head4, "Planned", timeout=180)
-        comment(world, 4, "/burrito-py apply app", "alice", 9005)
-        assert answered(world, 4, 9005)["outcome"] == "done", replies(world)[-1]
-        second = wait_for(lambda: [r for r in _applies(world) if r["spec"]["pullRequest"].endswith("-pr-4")] or None,
-                          30, interval=0.2, what="the second apply run")
-        _finished(world, second[0]["metadata"]["name"])
-        assert "v3" in platform.state_file("app").read_text()
+        head4 = _opened_and_applied(world, 4, "v3", 9005)
         assert platform.annotations("app")[ann.PULL_REQUEST_LOCK] == pr1(4)["metadata"]["name"]
         comment(world, 4, "/burrito-py unlock", "rita", 9006)
         assert answered(world, 4, 9006)["outcome"] == "refused"
@@ -203,15 +209,7 @@ def test_apply_before_merge_applies_the_reviewed_plan_locks_the_layer_and_merge_
 
         # Another one applied, then closed without merging: released, and the pull request is told the change is
         # still live.
-        head5 = world.push(5, {"layers/app/main.tf": layer_code("v4")}, "change app once more")
-        world.hook("opened", 5, head5)
-        world.wait_pr(5, head5, "Planned", timeout=180)
-        comment(world, 5, "/burrito-py apply app", "alice", 9008)
-        assert answered(world, 5, 9008)["outcome"] == "done", replies(world)[-1]
-        third = wait_for(lambda: [r for r in _applies(world) if r["spec"]["pullRequest"].endswith("-pr-5")] or None,
-                         30, interval=0.2, what="the third apply run")
-        _finished(world, third[0]["metadata"]["name"])
-        assert "v4" in platform.state_file("app").read_text()
+        head5 = _opened_and_applied(world, 5, "v4", 9008)
         assert platform.annotations("app")[ann.PULL_REQUEST_LOCK] == pr1(5)["metadata"]["name"]
         world.hook("closed", 5, head5)
         wait_for(lambda: ann.PULL_REQUEST_LOCK not in platform.annotations("app"), 60, interval=0.5,

@@ -20,7 +20,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from burrito_local.container_runtime import Podman
 from burrito_local.host_node import HostNode
 
@@ -29,7 +28,7 @@ from burrito_py.controllers.run.runner_pod import CONTAINER_SECURITY_CONTEXT, PO
 from tests.support.git_repos import TestRepo
 from tests.support.real_cluster import RealCluster
 
-from .conftest import Platform, running_platform, wait_for
+from .conftest import Platform, managed_layer_code, running_platform, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PODMAN_NODE = "burrito-py-podman-node"
@@ -140,27 +139,13 @@ def test_a_non_root_policy_the_image_user_breaks_keeps_the_pod_waiting(
         real_cluster.remove_namespace(namespace)
 
 
-MANAGED_CODE = """
-variable "message" {
-  type    = string
-  default = "%s"
-}
-
-resource "terraform_data" "this" {
-  input = var.message
-}
-
-output "message" {
-  value = terraform_data.this.output
-}
-"""
 
 
 def test_a_layer_plans_and_applies_inside_the_runner_image(product: Platform, repo: TestRepo,
                                                             runner_image: str) -> None:
     # Managed state (§10.6): the state goes to the datastore over HTTP, since no host path is mounted in the
     # container. The runner's pods take the image and the podman node; their security context is runner_pod's own.
-    repo.commit({"layers/boxed/main.tf": MANAGED_CODE % "from-the-image"}, "a layer for the runner image")
+    repo.commit({"layers/boxed/main.tf": managed_layer_code("from-the-image")}, "a layer for the runner image")
     product.create_repository("repo", repo.url)
     started = time.monotonic()
     product.create_layer("boxed", "repo", "layers/boxed", auto_apply=True, state={"managed": True},
@@ -188,9 +173,8 @@ def test_a_layer_plans_and_applies_inside_the_runner_image(product: Platform, re
     assert "1 to add" in pod_log(product, plan_pod.metadata.name)
 
     # The apply's result, recorded where the platform keeps it: the state in the datastore.
-    token = yaml.safe_load(product.kubeconfig.read_text())["users"][0]["user"]["token"]
     state = httpx.get(f"{product.datastore_url}/api/v1/layers/{product.namespace}/boxed/state",
-                      headers={"Authorization": f"Bearer {token}"}, timeout=30)
+                      headers=product.admin_headers(), timeout=30)
     assert state.status_code == 200, state.text
     values = [i["attributes"]["input"]["value"] for r in state.json()["resources"] for i in r["instances"]]
     assert values == ["from-the-image"]

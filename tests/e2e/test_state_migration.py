@@ -19,7 +19,7 @@ from burrito_py.api import annotations as ann
 from tests.support.git_repos import TestRepo
 
 from .conftest import Platform, wait_for
-from .test_day2_operations import RBAC, admin, ask, events, finished, operator_api, token_of, who
+from .test_day2_operations import RBAC, ask, events, finished, operator_api, token_of, who
 
 CODE = """
 terraform {
@@ -50,7 +50,7 @@ def instances(state: dict[str, Any]) -> set[str]:
 
 def datastore_state(platform: Platform, layer: str) -> httpx.Response:
     return httpx.get(f"{platform.datastore_url}/api/v1/layers/{platform.namespace}/{layer}/state",
-                     headers=admin(platform))
+                     headers=platform.admin_headers())
 
 
 def condition(platform: Platform, layer: str, type_: str) -> dict[str, Any] | None:
