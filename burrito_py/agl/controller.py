@@ -24,7 +24,7 @@ from burrito_py.agl.definition import (
     parse_definition,
 )
 from burrito_py.agl.errors import Invalid
-from burrito_py.agl.instance_decisions import layer_write, project_status, status_patch
+from burrito_py.agl.instance_decisions import layer_write, orphaned_layers, project_status, status_patch
 from burrito_py.agl.watch import KindWatches
 from burrito_py.api.application import AGL_API_VERSION, APPS_VERSION, ApplicationDefinition
 from burrito_py.kube.client import Kube, KubeError, crd_path, path
@@ -267,7 +267,9 @@ class AglController:
                 return
             layers = self._layers_of_kind(body)
             if layers:
-                await self._delete_orphans(body)
+                if not await self._delete_orphans(body):
+                    self.wake_definition(name, 10.0)  # Ready=False Forbidden says what the controllers lack
+                    return
                 # Deleted instances' layers may still be destroying: withdrawing the kind now would make the
                 # destroy guard (controllers/layer/crd_guard.py) take their deletion for a CRD's, and skip it.
                 shown = ", ".join(layers[:5]) + (", …" if len(layers) > 5 else "")
@@ -295,27 +297,31 @@ class AglController:
                 raise
         log.info("ApplicationDefinition %s released (no instance left)", name)
 
-    async def _delete_orphans(self, body: Mapping[str, Any]) -> None:
+    async def _delete_orphans(self, body: Mapping[str, Any]) -> bool:
         """No instance of the kind is left: delete its layers that are not being deleted yet and whose every owner
         is an instance of the kind, as Kubernetes' garbage collector would. The collector may never get to them: it
         learns a new kind by discovery every 30 s, and the instances of a kind defined and deleted (its CRD with
         it) within that time leave their layers with owners it cannot resolve, so the definition would wait for
-        them forever. Each layer's own deletion then decides on its destroy (§21), as after the collector's."""
+        them forever. Each layer's own deletion then decides on its destroy (§21), as after the collector's.
+        False when the API refused a deletion (then the definition's Ready condition says so)."""
         parsed = self.parsed(body)
         if not isinstance(parsed, ApplicationDefinition):
-            return
-        group, kind = parsed.spec.application.group, parsed.spec.application.kind
-        for layer in list(self.layers):
+            return True
+        application = parsed.spec.application
+        for layer in orphaned_layers(list(self.layers), application.group, application.kind):
             meta = layer["metadata"]
-            owners = meta.get("ownerReferences") or ()
-            if meta.get("deletionTimestamp") or (instance_of_layer(layer) or ("", ""))[:2] != (group, kind) \
-                    or not owners or any(str(o.get("apiVersion", "")).partition("/")[0] != group
-                                         or o.get("kind") != kind for o in owners):
-                continue
-            with contextlib.suppress(KubeError):  # gone meanwhile, or refused: looked at again at the next wake
+            where = f"{meta.get('namespace')}/{meta['name']}"
+            try:
                 if await self.kube.delete(crd_path("terraformlayers", meta.get("namespace"), meta["name"])):
-                    log.info("layer %s/%s deleted: its %s instance is gone", meta.get("namespace"), meta["name"],
-                             kind)
+                    log.info("layer %s deleted: its %s instance is gone", where, application.kind)
+            except KubeError as error:  # looked at again at the definition's next wake (10 s)
+                if error.status == 403:
+                    await self._forbidden(body, f"deleting: cannot delete the layer {where} of a deleted instance",
+                                          error)
+                    return False
+                if error.status != 404:
+                    raise
+        return True
 
     def _layers_of_kind(self, body: Mapping[str, Any]) -> list[str]:
         parsed = self.parsed(body)

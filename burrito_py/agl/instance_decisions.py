@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from burrito_py.agl.compile import CompiledInstance
+from burrito_py.agl.compile import CompiledInstance, instance_of_layer
 from burrito_py.agl.errors import Invalid
 from burrito_py.api import annotations as ann
 from burrito_py.api.layer import LAYER_STATES, LayerState
@@ -20,7 +20,7 @@ from burrito_py.controllers.run.pod_creation import is_blocked_result
 from burrito_py.kube.conditions import Cond, merge_conditions
 from burrito_py.timeutil import format_time
 
-__all__ = ["LayerWrite", "layer_write", "project_status", "status_patch"]
+__all__ = ["LayerWrite", "layer_write", "orphaned_layers", "project_status", "status_patch"]
 
 NO_CHANGES = "No changes."
 
@@ -179,3 +179,17 @@ def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) 
     """A merge patch (RFC 7386) turning `current` into `desired`, null for what goes away; None when equal."""
     patch = _merge_diff(current or {}, desired)
     return patch or None
+
+
+def orphaned_layers(layers: list[Mapping[str, Any]], group: str, kind: str) -> list[Mapping[str, Any]]:
+    """Once no instance of `group`/`kind` is left: its layers that Kubernetes' garbage collector would delete, i.e.
+    not being deleted yet, labelled as the kind's, and every owner reference an instance of the kind (a layer with
+    another owner, or none, is someone else's to delete, whatever its labels say)."""
+    def orphaned(layer: Mapping[str, Any]) -> bool:
+        meta = layer.get("metadata") or {}
+        owners = meta.get("ownerReferences") or ()
+        return (not meta.get("deletionTimestamp") and (instance_of_layer(layer) or ("", ""))[:2] == (group, kind)
+                and bool(owners) and all(str(o.get("apiVersion", "")).partition("/")[0] == group
+                                         and o.get("kind") == kind for o in owners))
+
+    return [layer for layer in layers if orphaned(layer)]
