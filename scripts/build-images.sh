@@ -116,6 +116,7 @@ if [ "${1:-}" = "--local" ]; then
     # No revision label here: buildah 1.28 puts command-line labels in every step's cache key, so a new commit
     # rebuilt every step (3 minutes) even with nothing changed under burrito_py/.
     log="build/build-images-$image.log"
+    previous=$(podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
     if ! nice -n 19 buildah "${buildah_opts[@]}" bud "${run_opts[@]}" \
         --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 --layers --force-rm \
         --build-arg "PYTHON_IMAGE=$base" --build-arg TOOLS_FROM=local "${pins[@]}" "${ca[@]}" \
@@ -124,6 +125,13 @@ if [ "${1:-}" = "--local" ]; then
       fail "buildah bud $file failed (log: $log): $(grep -E 'error|Error|E:' "$log" | tail -n 2 | tr '\n' ' ')"
     fi
     say "built $tag in $(($(date +%s) - started)) s, $(podman image inspect --format '{{.Size}}' "$tag") bytes"
+    # The image the tag named before is nobody's now: removing it removes the steps only it used (the final stage's
+    # copy of the venv, about 700 MB a build). Left alone, each commit's build stayed, and the disk filled after
+    # about 50 (CI failed installing the venv: no space left). The new build's cache stays: it is the new image's.
+    current=$(podman image inspect --format '{{.Id}}' "$tag")
+    if [ -n "$previous" ] && [ "$previous" != "$current" ]; then
+      podman rmi "$previous" >/dev/null 2>&1 || say "kept the previous $tag ($previous): still in use"
+    fi
     echo "$tag"
   done
   exit 0
