@@ -237,7 +237,9 @@ def main() -> None:
         bucket = f"bench-{uuid.uuid4().hex[:12]}"
         s3.create_bucket(Bucket=bucket)
         auth = {"BURRITO_PY_DATASTORE_AUTH_ENABLED": "true", "BURRITO_PY_DATASTORE_KUBECONFIG": str(kubeconfig),
-                "BURRITO_PY_DATASTORE_MAX_BODY_BYTES": str(256 * MiB)}
+                "BURRITO_PY_DATASTORE_MAX_BODY_BYTES": str(256 * MiB),
+                # The RSS part sends a 200 MiB plan: over the 64 MiB plan.bin default (§10.1).
+                "BURRITO_PY_DATASTORE_MAX_PLAN_BYTES": str(256 * MiB)}
         env = {**CREDENTIALS, **auth, "BURRITO_PY_DATASTORE_BACKEND": "s3", "BURRITO_PY_DATASTORE_S3_BUCKET": bucket,
                "BURRITO_PY_DATASTORE_S3_ENDPOINT_URL": endpoint, "BURRITO_PY_DATASTORE_S3_PATH_STYLE": "true"}
         print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
