@@ -6,7 +6,12 @@ datastore's mirror:
 2. warm-mirror `init` time vs an `init` from a pre-filled local filesystem mirror (the packed layout),
    alternating, medians (target <= 1.3x, issue 31);
 3. where a warm init's extra time goes: one archive (SIZE) fetched with curl over the datastore's HTTPS listener
-   and over its plain HTTP one (the same app), alternating, medians: what Python's TLS costs per archive.
+   and over its plain HTTP one (the same app), alternating, medians: what Python's TLS costs per archive;
+4. the floor of any network mirror: the same packages as static files (index.json, <version>.json with their zh:
+   hashes, the archives) served over HTTPS by Go's net/http (`static_mirror/main.go`, standard library only, built
+   with the `go` on PATH and cached; left out without Go), alternating with the two above. Terraform downloads a
+   network mirror's archive to a temporary file, checks it and unpacks it; from a filesystem mirror it unpacks in
+   place, so no network mirror reaches the local one's time.
 
     python3 -m tests.bench.bench_provider_cache [SIZE_MIB] [ROUNDS]
 """
@@ -21,6 +26,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from hashlib import sha256
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
@@ -96,10 +104,27 @@ def main() -> None:
                 fs_config.write_text(f'provider_installation {{\n  filesystem_mirror {{\n    path = "{filesystem}"\n'
                                      "  }\n}\n")
                 fs_layer = layer(root / "fs-layer", REGISTRY)
-                warm, local = [], []
-                for _ in range(ROUNDS):
-                    warm.append(init(cached[0], mirror_config, tls.ca))
-                    local.append(init(fs_layer, fs_config, tls.ca))
+                static = root / "static-mirror"
+                for type_ in TYPES:
+                    target = static / REGISTRY / "test" / type_
+                    target.mkdir(parents=True)
+                    name = upstream.archive_name(type_, "1.0.0", "linux_amd64")
+                    data = upstream.providers[("test", type_)]["1.0.0"]["linux_amd64"]
+                    (target / name).write_bytes(data)
+                    (target / "index.json").write_text(json.dumps({"versions": {"1.0.0": {}}}))
+                    (target / "1.0.0.json").write_text(json.dumps({"archives": {"linux_amd64": {
+                        "url": name, "hashes": [f"zh:{sha256(data).hexdigest()}"]}}}))
+                static_layer = layer(root / "static-layer", REGISTRY)
+                warm, local, floor = [], [], []
+                with static_mirror(static, tls.cert, tls.key) as static_url:
+                    static_config = root / "static.tfrc"
+                    static_config.write_text('provider_installation {\n  network_mirror {\n'
+                                             f'    url = "{static_url}"\n  }}\n}}\n')
+                    for _ in range(ROUNDS):
+                        warm.append(init(cached[0], mirror_config, tls.ca))
+                        local.append(init(fs_layer, fs_config, tls.ca))
+                        if static_url:
+                            floor.append(init(static_layer, static_config, tls.ca))
                 https, http = archive_times(f"https://127.0.0.1:{port}/providers/v1/", plain_url, tls.ca)
     runs = 10 * ROUNDS
     print(f"{runs} inits of 3 providers ({SIZE / 1024 / 1024:.1f} MiB each): upstream {direct_bytes / 1e6:.1f} MB "
@@ -108,10 +133,46 @@ def main() -> None:
     print(f"init, warm mirror: median {statistics.median(warm):.3f} s; from a local filesystem mirror: median "
           f"{statistics.median(local):.3f} s; ratio {statistics.median(warm) / statistics.median(local):.2f} "
           f"(target <= 1.3)")
+    if floor:
+        bottom = statistics.median(floor)
+        print(f"init, static files over HTTPS from Go's net/http (any network mirror's floor): median {bottom:.3f} s; "
+              f"ratio to the local mirror {bottom / statistics.median(local):.2f}, the warm mirror to it "
+              f"{statistics.median(warm) / bottom:.2f}")
+    else:
+        print("no `go` on PATH: the static mirror floor was not measured")
     if https:
         print(f"one {SIZE / 1024 / 1024:.1f} MiB archive with curl: HTTPS listener median "
               f"{statistics.median(https):.3f} s, plain HTTP (same app) median {statistics.median(http):.3f} s")
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+
+
+@contextmanager
+def static_mirror(directory: Path, cert: Path, key: str | Path) -> Iterator[str]:
+    """`static_mirror/main.go` serving `directory` over HTTPS; "" without Go (the floor is then left out)."""
+    go = shutil.which("go")
+    if go is None:
+        yield ""
+        return
+    source = Path(__file__).parent / "static_mirror"
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "burrito-py" / "bench"
+    binary = cache / "static_mirror"
+    if not binary.exists() or binary.stat().st_mtime < (source / "main.go").stat().st_mtime:
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([go, "build", "-o", str(binary), "."], cwd=source, check=True)
+    port = free_port()
+    server = subprocess.Popen([str(binary), str(directory), str(cert), str(key), f"127.0.0.1:{port}"])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            probe = subprocess.run(["curl", "-sf", "-k", "-o", "/dev/null", f"https://127.0.0.1:{port}/"],
+                                   check=False)
+            if probe.returncode == 0:
+                break
+            time.sleep(0.1)
+        yield f"https://127.0.0.1:{port}/"
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def archive_times(mirror: str, plain: str, ca: Path) -> tuple[list[float], list[float]]:
