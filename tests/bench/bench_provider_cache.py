@@ -8,8 +8,8 @@ datastore's mirror:
 3. where a warm init's extra time goes: one archive (SIZE) fetched with curl over the datastore's HTTPS listener
    and over its plain HTTP one (the same app), alternating, medians: what Python's TLS costs per archive;
 4. the floor of any network mirror: the same packages as static files (index.json, <version>.json with their zh:
-   hashes, the archives) served over HTTPS by Go's net/http (`static_mirror/main.go`, standard library only, built
-   with the `go` on PATH and cached; left out without Go), alternating with the two above. Terraform downloads a
+   hashes, the archives) served over HTTPS by Go's net/http (`static_server/`, standard library only, built with
+   the `go` on PATH and cached; left out without Go), alternating with the two above. Terraform downloads a
    network mirror's archive to a temporary file, checks it and unpacks it; from a filesystem mirror it unpacks in
    place, so no network mirror reaches the local one's time.
 
@@ -26,13 +26,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from hashlib import sha256
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 from burrito_py.datastore.in_process import free_port, running_datastore
+from tests.bench.static_server import running_static_server
 from tests.support.fakes.registry import running_upstream
 from tests.support.fakes.tls import make_tls
 
@@ -116,7 +115,7 @@ def main() -> None:
                         "url": name, "hashes": [f"zh:{sha256(data).hexdigest()}"]}}}))
                 static_layer = layer(root / "static-layer", REGISTRY)
                 warm, local, floor = [], [], []
-                with static_mirror(static, tls.cert, tls.key) as static_url:
+                with running_static_server(static, (tls.cert, tls.key)) as static_url:
                     static_config = root / "static.tfrc"
                     static_config.write_text('provider_installation {\n  network_mirror {\n'
                                              f'    url = "{static_url}"\n  }}\n}}\n')
@@ -144,35 +143,6 @@ def main() -> None:
         print(f"one {SIZE / 1024 / 1024:.1f} MiB archive with curl: HTTPS listener median "
               f"{statistics.median(https):.3f} s, plain HTTP (same app) median {statistics.median(http):.3f} s")
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-
-
-@contextmanager
-def static_mirror(directory: Path, cert: Path, key: str | Path) -> Iterator[str]:
-    """`static_mirror/main.go` serving `directory` over HTTPS; "" without Go (the floor is then left out)."""
-    go = shutil.which("go")
-    if go is None:
-        yield ""
-        return
-    source = Path(__file__).parent / "static_mirror"
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "burrito-py" / "bench"
-    binary = cache / "static_mirror"
-    if not binary.exists() or binary.stat().st_mtime < (source / "main.go").stat().st_mtime:
-        cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run([go, "build", "-o", str(binary), "."], cwd=source, check=True)
-    port = free_port()
-    server = subprocess.Popen([str(binary), str(directory), str(cert), str(key), f"127.0.0.1:{port}"])
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            probe = subprocess.run(["curl", "-sf", "-k", "-o", "/dev/null", f"https://127.0.0.1:{port}/"],
-                                   check=False)
-            if probe.returncode == 0:
-                break
-            time.sleep(0.1)
-        yield f"https://127.0.0.1:{port}/"
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def archive_times(mirror: str, plain: str, ca: Path) -> tuple[list[float], list[float]]:

@@ -1,3 +1,0 @@
-module burrito-py/bench/static_mirror
-
-go 1.22

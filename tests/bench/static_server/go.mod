@@ -1,0 +1,3 @@
+module burrito-py/bench/static_server
+
+go 1.22
