@@ -15,6 +15,8 @@ by side in one run:
   <= 100 ms on the filesystem); any answer other than 200 (e.g. a 503 shed under overload) is counted; with
   the same load generator, two floors: boto3 straight to moto (what S3 on this machine does) and the same body as
   a static file from Go's net/http (tests/bench/static_server; what this machine and client do at all);
+- the same put_object/get_object through a streaming reverse proxy in Go (tests/bench/static_server): what one
+  more hop costs on this machine when the hop is native;
 - the datastore's peak RSS over a 200 MiB upload + download, both backends.
 Prints figures; asserts nothing.
 """
@@ -44,7 +46,7 @@ from burrito_local.identity import ensure_service_account, request_token
 from burrito_py.datastore.client import DatastoreClient
 from burrito_py.datastore.in_process import free_port
 from burrito_py.datastore.s3 import make_client
-from tests.bench.static_server import running_static_server
+from tests.bench.static_server import running_reverse_proxy, running_static_server
 from tests.support.datastore_process import RssSampler, datastore_process, rss_bytes
 from tests.support.emulator import running_apiserver
 
@@ -86,24 +88,29 @@ def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str
     plan, out = work / "plan.bin", work / "out.bin"
     write_plan(plan, mib)
     figures: dict[str, list[float]] = {k: [] for k in
-                                       ("ds_up", "ds_down", "tx_up", "tx_down", "obj_up", "obj_down")}
+                                       ("ds_up", "ds_down", "tx_up", "tx_down", "obj_up", "obj_down",
+                                        "px_up", "px_down")}
 
     def timed(key: str, call: Any) -> None:
         started = time.perf_counter()
         call()
         figures[key].append(mib / (time.perf_counter() - started))
 
-    def get_object() -> None:
-        body = s3.get_object(Bucket=bucket, Key="direct/obj.bin")["Body"]
+    def get_object(client: Any = s3) -> None:
+        body = client.get_object(Bucket=bucket, Key="direct/obj.bin")["Body"]
         with out.open("wb") as handle:
             for chunk in body.iter_chunks(MiB):
                 handle.write(chunk)
 
-    def put_object() -> None:
+    def put_object(client: Any = s3) -> None:
         with plan.open("rb") as handle:
-            s3.put_object(Bucket=bucket, Key="direct/obj.bin", Body=handle)
+            client.put_object(Bucket=bucket, Key="direct/obj.bin", Body=handle)
 
-    with DatastoreClient(url, token=token, timeout=300) as client:
+    # The floor of any service between the client and S3: the same put_object/get_object through a streaming
+    # reverse proxy in Go (one more hop and nothing else).
+    with DatastoreClient(url, token=token, timeout=300) as client, \
+            running_reverse_proxy(s3.meta.endpoint_url) as proxy_url:
+        proxied = make_client(endpoint_url=proxy_url, path_style=True) if proxy_url else None
         for i in range(rounds):  # interleaved, so a busy moment of the machine hits every variant alike
             timed("ds_up", lambda i=i: client.put_plan("default", "bench", f"bench-plan-{i}", 1, "bin", plan))
             timed("ds_down", lambda i=i: client.download_plan("default", "bench", f"bench-plan-{i}", 1, "bin", out))
@@ -111,7 +118,10 @@ def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str
             timed("tx_down", lambda: s3.download_file(bucket, "direct/plan.bin", str(out)))
             timed("obj_up", put_object)
             timed("obj_down", get_object)
-    med = {k: statistics.median(v) for k, v in figures.items()}
+            if proxied is not None:
+                timed("px_up", lambda: put_object(proxied))
+                timed("px_down", lambda: get_object(proxied))
+    med = {k: statistics.median(v) for k, v in figures.items() if v}
     print(f"{mib} MiB plan, median of {rounds} rounds (MiB/s; ratio target >= 0.9):")
     print(f"  upload:   datastore {med['ds_up']:7.1f}   boto3 upload_file {med['tx_up']:7.1f}   "
           f"boto3 put_object {med['obj_up']:7.1f}   ratio {med['ds_up'] / med['tx_up']:.2f} / "
@@ -119,6 +129,12 @@ def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str
     print(f"  download: datastore {med['ds_down']:7.1f}   boto3 download_file {med['tx_down']:7.1f}   "
           f"boto3 get_object {med['obj_down']:7.1f}   ratio {med['ds_down'] / med['tx_down']:.2f} / "
           f"{med['ds_down'] / med['obj_down']:.2f}")
+    if "px_up" in med:
+        print(f"  the floor, put_object/get_object through a Go reverse proxy: up {med['px_up']:7.1f}   down "
+              f"{med['px_down']:7.1f}   ratio to straight {med['px_up'] / med['obj_up']:.2f} / "
+              f"{med['px_down'] / med['obj_down']:.2f}")
+    else:
+        print("  no `go` on PATH: the reverse proxy floor was not measured")
 
 
 def latency(url: str, token: str, label: str, target_p99_ms: float, levels: list[int]) -> None:
