@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from burrito_py.api.annotations import API_VERSION, GROUP, VERSION
 from burrito_py.api.errors import PATTERN_EXPLANATIONS, InvalidSpec
+from burrito_py.api.runner_contract import (
+    cel_env_rule,
+    cel_mount_rules,
+    cel_volume_rules,
+    env_problem,
+    mount_problem,
+    volume_problem,
+)
 
 __all__ = [
     "API_VERSION",
@@ -226,22 +234,68 @@ class RunnerMetadata(ApiModel):
     annotations: dict[str, str] = Field(default_factory=dict, description="Annotations added to runner pods.")
 
 
+def _not_reserved(problem: Callable[[Mapping[str, Any]], str | None]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def check(item: dict[str, Any]) -> dict[str, Any]:
+        why = problem(item)
+        if why is not None:
+            raise ValueError(why)
+        return item
+
+    return check
+
+
+def _k8s_item(properties: dict[str, Any], rules: list[dict[str, str]]) -> WithJsonSchema:
+    """A Kubernetes object passed on as given, but with the fields the CEL `rules` read declared (CEL sees no
+    field that is not in the schema) and the rules themselves on the item, so a 422 names `env[2]`."""
+    return WithJsonSchema({"type": "object", "properties": properties, "additionalProperties": True,
+                           "x-kubernetes-validations": rules})
+
+
+# The API server estimates a CEL rule's cost from the largest list and string it may meet: bounded here.
+_NAME = {"type": "string", "maxLength": 256}
+_SOURCE = {"type": "object", "additionalProperties": True}
+EnvVar = Annotated[dict[str, Any], AfterValidator(_not_reserved(env_problem)),
+                   _k8s_item({"name": _NAME}, [cel_env_rule()])]
+Volume = Annotated[dict[str, Any], AfterValidator(_not_reserved(volume_problem)),
+                   _k8s_item({"name": _NAME, "emptyDir": _SOURCE, "persistentVolumeClaim": _SOURCE,
+                              "ephemeral": _SOURCE}, cel_volume_rules())]
+VolumeMount = Annotated[dict[str, Any], AfterValidator(_not_reserved(mount_problem)),
+                        _k8s_item({"name": _NAME, "mountPath": {"type": "string", "maxLength": 4096}},
+                                  cel_mount_rules())]
+
+
 class OverrideRunnerSpec(ApiModel):
     """Overrides for the runner pods of a layer (or of all layers of a repository).
 
     Kubernetes-typed fields (env, volumes, resources, tolerations, affinity, ...) are passed to the pod spec
-    as given."""
+    as given, except what burrito-py gives every runner (api/runner_contract.py, docs/architecture.md §6.3):
+    such an entry is refused, naming it."""
 
     image: str | None = Field(default=None, description="Runner image.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None, description="Image pull policy of the runner container."
     )
     service_account_name: str | None = Field(default=None, description="Service account of runner pods.")
-    env: list[dict[str, Any]] = Field(default_factory=list, description="Extra environment variables (EnvVar).")
-    env_from: list[dict[str, Any]] = Field(default_factory=list, description="Extra EnvFromSource entries.")
-    volumes: list[dict[str, Any]] = Field(default_factory=list, description="Extra pod volumes (Volume).")
-    volume_mounts: list[dict[str, Any]] = Field(
-        default_factory=list, description="Extra volume mounts of the runner container (VolumeMount)."
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=256,
+        description="Extra environment variables (EnvVar); one of the same name replaces ours, except the "
+        "runner's own: BURRITO_RUNNER_* identity, BURRITO_DATASTORE_URL and the mirrors' BURRITO_PROVIDER_MIRROR_*, "
+        "BURRITO_TOOL_MIRROR_URL and BURRITO_MIRROR_CA_PEM are refused (TENV_ROOT, BURRITO_RUNNER_TOOLS_PATH, "
+        "HOME, TMPDIR may be set).",
+    )
+    env_from: list[dict[str, Any]] = Field(
+        default_factory=list, description="Extra EnvFromSource entries (the runner's own env always wins over them)."
+    )
+    volumes: list[Volume] = Field(
+        default_factory=list, max_length=128,
+        description="Extra pod volumes (Volume); one of the same name replaces ours, except burrito-py-token "
+        "(refused) and the scratch volumes tmp, home, work (an emptyDir only) and tools (an emptyDir, "
+        "persistentVolumeClaim or ephemeral volume).",
+    )
+    volume_mounts: list[VolumeMount] = Field(
+        default_factory=list, max_length=128,
+        description="Extra volume mounts of the runner container (VolumeMount). Ours (burrito-py-token, tmp, home, "
+        "work, tools) may not be replaced, nor anything mounted at or under /var/run/secrets/burrito-py.",
     )
     resources: dict[str, Any] | None = Field(
         default=None, description="Resource requests and limits of the runner container (ResourceRequirements)."

@@ -3,7 +3,8 @@
 The API server only accepts *structural* schemas: every node typed, no `$ref`, no `anyOf`/`oneOf`/`allOf`
 outside of value validations. pydantic's JSON schema is turned into one here: references are inlined,
 `X | None` collapses to `X` (unset optional fields are left out of objects, never written as null), titles
-go, free-form objects get `x-kubernetes-preserve-unknown-fields`.
+go, free-form objects get `x-kubernetes-preserve-unknown-fields`. Other keys pass through as the model's schema
+says, e.g. the CEL rules (`x-kubernetes-validations`) of api/common.py's runner override items.
 """
 
 from __future__ import annotations

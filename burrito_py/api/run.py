@@ -129,6 +129,11 @@ class Attempt(ApiModel):
     applied_sum: str | None = Field(
         default=None, description="sha256:<hex> of the plan this apply attempt applied (its run's artifact)."
     )
+    ignored_overrides: list[str] = Field(
+        default_factory=list,
+        description="overrideRunnerSpec entries of the layer or repository that set what burrito-py reserves for "
+        "every runner (stored before the API refused them): the pod got burrito-py's own values instead.",
+    )
 
 
 class PodCreation(ApiModel):

@@ -261,6 +261,10 @@ class Runner:
             if exc.status == 404:
                 raise RunnerError(f"{kind} {namespace}/{name} not found") from None
             raise Unavailable(str(exc)) from None
+        if kind in ("TerraformLayer", "TerraformRepository"):
+            from burrito_py.api.runner_contract import stored_without_reserved
+
+            body = stored_without_reserved(body)  # as its pod was made (docs/architecture.md §6.3)
         try:
             return model.from_object(body)
         except InvalidSpec as exc:

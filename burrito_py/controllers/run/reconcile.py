@@ -52,7 +52,14 @@ from burrito_py.controllers.run.results import (
     migration_event,
     record_result,
 )
-from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod, without_secret_sources
+from burrito_py.controllers.run.runner_pod import (
+    IGNORED_EVENT,
+    RunnerDefaults,
+    build_runner_pod,
+    ignored_condition,
+    ignored_overrides,
+    without_secret_sources,
+)
 from burrito_py.controllers.run.state_lock import release_orphaned_lock
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.conditions import Cond, merge_conditions
@@ -305,6 +312,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     refused = pod_creation_condition(creation, next_try)
     if refused is not None:
         extra.append(refused)
+    ignored = ignored_condition(raw_attempts)
+    if ignored is not None:
+        extra.append(ignored)
     if decision.release_lease and status.get("state") not in TERMINAL:
         await leases.release(ctx.kube, layer, run)
     if decision.requeue_after is not None:
@@ -388,6 +398,9 @@ async def _start_attempt(
         override = without_secret_sources(override)  # issue 24, P2: a pull request's plan gets no Secret
     elif pull_request:
         override.pop("serviceAccountName", None)  # always the pull requests' own account
+    # An object stored before the API refused reserved overrides (api/runner_contract.py) still asks for them:
+    # the pod gets the platform's values, and the run says which were ignored (an Event, its attempt, a condition).
+    ignored = ignored_overrides(override, layer, repository)
     body = build_runner_pod(run, layer, decision.start_attempt, defaults, override)
     namespace = run["metadata"]["namespace"]
     name = pod_name(run["metadata"]["name"], decision.start_attempt)
@@ -407,7 +420,13 @@ async def _start_attempt(
         adopted = ctx.inventory.pods.get((namespace, name)) or {}
         uid = (adopted.get("metadata") or {}).get("uid")  # this run's own pod (belongs_to): bind to it too
     await post_event(ctx.kube, run, "Normal", "RunnerPodCreated", f"attempt {decision.start_attempt}: pod {name}")
-    attempt = {"podName": name, "number": decision.start_attempt, "startedAt": format_time(now), "logsUploaded": False}
+    attempt: Body = {"podName": name, "number": decision.start_attempt, "startedAt": format_time(now),
+                     "logsUploaded": False}
+    if ignored:
+        await post_event(ctx.kube, run, "Warning", IGNORED_EVENT,
+                         f"attempt {decision.start_attempt}: pod {name} got burrito-py's own values instead of: "
+                         + "; ".join(ignored))
+        attempt["ignoredOverrides"] = ignored
     # The datastore grants runner rights only to this pod (name and uid): docs/architecture.md §10.2.
     return {**attempt, "podUid": uid} if uid else attempt
 

@@ -4,7 +4,9 @@ Every runner pod meets the Kubernetes "restricted" Pod Security profile and has 
 filesystem: UID/GID 65532, seccomp RuntimeDefault, no capabilities, no privilege escalation, and emptyDirs
 only where the runner writes (TMPDIR, HOME, the work dir, the tool dir). overrideRunnerSpec has no
 security-context field, so no layer or repository can loosen it; its env, volumes and volumeMounts merge over
-ours by name (a layer may, say, put the tool dir on a persistent volume, or point TENV_ROOT elsewhere).
+ours by name (a layer may, say, put the tool dir on a persistent volume, or point TENV_ROOT elsewhere), except
+what api/runner_contract.py reserves (the runner's identity, datastore and mirrors, its token, its scratch
+volumes): the API refuses such an entry, and an object stored before that rule has it left out here.
 """
 
 from __future__ import annotations
@@ -16,16 +18,21 @@ from typing import Any
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.run import pod_name
+from burrito_py.api.runner_contract import (
+    SCRATCH_VOLUMES,
+    TOKEN_DIR,
+    TOKEN_VOLUME,
+    reserved_overrides,
+    without_reserved,
+)
+from burrito_py.kube.conditions import Cond
 
-TOKEN_DIR = "/var/run/secrets/burrito-py"  # noqa: S105 - a path, not a secret
 TOKEN_AUDIENCE = "burrito-py"  # noqa: S105
-TOKEN_VOLUME = "burrito-py-token"  # noqa: S105
 # The runner writes why it failed here; the kubelet reports it as the container's termination message.
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 RUNNER_UID = 65532
 # Writable directories (volume name → mount path); everything else is the image's read-only filesystem.
-TMP_DIR, HOME_DIR, WORK_DIR, TOOLS_DIR = "/tmp", "/home/burrito", "/runner/work", "/runner/tools"
-SCRATCH_VOLUMES: dict[str, str] = {"tmp": TMP_DIR, "home": HOME_DIR, "work": WORK_DIR, "tools": TOOLS_DIR}
+TMP_DIR, HOME_DIR, WORK_DIR, TOOLS_DIR = (SCRATCH_VOLUMES[n] for n in ("tmp", "home", "work", "tools"))
 # The runner works in BURRITO_RUNNER_WORK_DIR, other temporary files follow TMPDIR; tenv installs under TENV_ROOT.
 SCRATCH_ENV: tuple[tuple[str, str], ...] = (
     ("HOME", HOME_DIR),
@@ -122,6 +129,35 @@ def without_secret_sources(override: Mapping[str, Any]) -> dict[str, Any]:
     return kept
 
 
+IGNORED_CONDITION = "RunnerOverridesIgnored"
+IGNORED_EVENT = "RunnerOverrideIgnored"
+
+
+def ignored_overrides(
+    override: Mapping[str, Any], layer: Mapping[str, Any], repository: Mapping[str, Any] | None
+) -> list[str]:
+    """What `build_runner_pod` leaves out of `override` (the effective one, as the run controller passes it), each
+    named with the object it came from: a list is the layer's when the layer sets it, else the repository's."""
+    mine = (layer.get("spec") or {}).get("overrideRunnerSpec") or {}
+    found: list[str] = []
+    for entry in reserved_overrides(override):
+        key = entry.field.split("[", 1)[0]
+        owner, kind = (layer, "TerraformLayer") if mine.get(key) else (repository or {}, "TerraformRepository")
+        meta = owner.get("metadata") or {}
+        found.append(f"{kind} {meta.get('namespace')}/{meta.get('name')} spec.overrideRunnerSpec.{key}: {entry.reason}")
+    return found
+
+
+def ignored_condition(attempts: Sequence[Mapping[str, Any]]) -> Cond | None:
+    """`RunnerOverridesIgnored=True` while the latest attempt's pod left out reserved overrides (its status entry's
+    `ignoredOverrides`, recorded when the pod was made); nothing otherwise."""
+    ignored = list((attempts[-1] if attempts else {}).get("ignoredOverrides") or ())
+    if not ignored:
+        return None
+    return Cond(IGNORED_CONDITION, True, "ReservedByBurritoPy",
+                "the runner pod got burrito-py's own values instead of: " + "; ".join(ignored))
+
+
 def build_runner_pod(
     run: Mapping[str, Any],
     layer: Mapping[str, Any],
@@ -129,8 +165,9 @@ def build_runner_pod(
     defaults: RunnerDefaults,
     override: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`override` is the effective overrideRunnerSpec (camelCase, as in the CRD)."""
-    override = override or {}
+    """`override` is the effective overrideRunnerSpec (camelCase, as in the CRD). What it may not set
+    (`runner_contract.reserved_overrides`: the caller reports it) is left out, so the platform's values win."""
+    override = without_reserved(override or {})
     run_meta, layer_meta = run["metadata"], layer["metadata"]
     run_name, namespace = run_meta["name"], run_meta["namespace"]
     layer_name = layer_meta["name"]

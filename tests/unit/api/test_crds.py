@@ -178,7 +178,8 @@ def test_schema_is_structural(resource: type[Resource]) -> None:
         if "properties" in node or "additionalProperties" in node:
             assert node["type"] == "object", where
         if node.get("x-kubernetes-preserve-unknown-fields"):
-            assert node["type"] == "object" and "properties" not in node, where
+            # Properties beside it only for the fields a CEL rule of the node reads (CEL sees no undeclared field).
+            assert node["type"] == "object" and ("properties" not in node or "x-kubernetes-validations" in node), where
         assert node.get("default", 0) is not None, f"{where}: null default"
         for name in node.get("required", ()):
             assert name in node["properties"], f"{where}: required {name} is not a property"
@@ -199,7 +200,15 @@ def test_free_form_kubernetes_fields_preserve_unknown_fields() -> None:
     override = schema_of(TerraformLayer)["properties"]["spec"]["properties"]["overrideRunnerSpec"]["properties"]
     for name in ("env", "envFrom", "volumes", "volumeMounts", "tolerations"):
         assert override[name]["type"] == "array"
+        assert override[name]["items"]["type"] == "object"
+        assert override[name]["items"]["x-kubernetes-preserve-unknown-fields"] is True
+    for name in ("envFrom", "tolerations"):
         assert override[name]["items"] == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    # What the platform reserves is refused on each item (api/runner_contract.py, test_runner_contract.py).
+    for name, read in (("env", {"name"}), ("volumes", {"name", "emptyDir", "persistentVolumeClaim", "ephemeral"}),
+                       ("volumeMounts", {"name", "mountPath"})):
+        items = override[name]["items"]
+        assert set(items["properties"]) == read and items["x-kubernetes-validations"]
     for name in ("resources", "affinity"):
         assert override[name]["type"] == "object"
         assert override[name]["x-kubernetes-preserve-unknown-fields"] is True

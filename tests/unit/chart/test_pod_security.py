@@ -141,6 +141,9 @@ def test_an_override_replaces_a_scratch_volume_by_name_but_not_the_security_cont
     assert volumes["tools"] == {"name": "tools", "persistentVolumeClaim": {"claimName": "tool-cache"}}
     assert volumes["tmp"] == {"name": "tmp", "emptyDir": {}}
     assert pod["spec"]["securityContext"] == _runner_pod(None)["spec"]["securityContext"]
-    # A host path swapped in by name is still caught (the namespace's restricted admission would refuse it).
-    unsafe = _runner_pod({"volumes": [{"name": "tmp", "hostPath": {"path": "/tmp"}}]})
+    # A scratch volume swapped for a host path is left out (only an emptyDir may replace it: api/runner_contract.py);
+    # a host path of its own is still caught (the namespace's restricted admission would refuse it).
+    swapped = _runner_pod({"volumes": [{"name": "tmp", "hostPath": {"path": "/tmp"}}]})
+    assert {v["name"]: v for v in swapped["spec"]["volumes"]}["tmp"] == {"name": "tmp", "emptyDir": {}}
+    unsafe = _runner_pod({"volumes": [{"name": "host", "hostPath": {"path": "/tmp"}}]})
     assert any("hostPath" in p for p in restricted_violations(unsafe["spec"]))

@@ -1,0 +1,88 @@
+"""Attack: a tenant who may edit layers and repositories replaces what the platform gives every runner pod
+(docs/architecture.md §6.3, §24) through `overrideRunnerSpec`: the fail-closed provider mirror turned off and pointed
+at their host, the datastore URL (where the runner sends its pod-bound token), the token's volume, a scratch mount.
+
+The objects are written raw through the API, as one stored before the CRD's CEL rules would be (the emulator
+does not evaluate x-kubernetes-validations; kube-apiserver's 422 is tests/integration/controlplane/
+test_runner_overrides_real.py). The run controller's own reconcile builds and creates the pod: it must carry the
+platform's values, and the run must say which overrides were ignored (its attempt, a condition, a Warning).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from burrito_local.apiserver import ApiServer
+from burrito_local.apply import Applier
+from burrito_local.identity import admin_client
+
+from burrito_py.api import annotations as ann
+from burrito_py.api.crdgen import generate_crds
+from burrito_py.api.run import pod_name
+from tests.support.runner_overrides import (
+    RUN,
+    assert_platform_values_won,
+    assert_the_run_says_so,
+    objects,
+    reconcile_once,
+    runner_account,
+)
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[tuple[ApiServer, Path]]:
+    server = ApiServer(pod_log_dir=tmp_path / "logs").start()
+    applier = Applier(server.url)
+    try:
+        for crd in generate_crds().values():
+            applier.apply(crd)
+        yield server, server.write_kubeconfig(tmp_path / "kubeconfig")
+    finally:
+        applier.close()
+        server.stop()
+
+
+def test_attack_reserved_overrides_of_a_layer_and_its_repository_do_not_reach_the_runner_pod(
+    api: tuple[ApiServer, Path],
+) -> None:
+    server, kubeconfig = api
+    stored = []
+    with admin_client(server.url) as admin:
+        base = f"/apis/{ann.API_VERSION}/namespaces/default"
+        admin.post("/api/v1/namespaces/default/serviceaccounts", json=runner_account("default")).raise_for_status()
+        for body, plural in zip(objects("default"), ("terraformrepositories", "terraformlayers", "terraformruns"),
+                                strict=True):
+            stored.append(admin.post(f"{base}/{plural}", json=body).raise_for_status().json())
+        asyncio.run(reconcile_once(str(kubeconfig), *stored))
+
+        pod = admin.get(f"/api/v1/namespaces/default/pods/{pod_name(RUN, 1)}").raise_for_status().json()
+        assert_platform_values_won(pod)
+        status = admin.get(f"{base}/terraformruns/{RUN}").json()["status"]
+        assert status["state"] == "Running", status
+        events = admin.get("/api/v1/namespaces/default/events").json()["items"]
+        assert_the_run_says_so(status, events, "default")
+
+
+def test_the_repositorys_reserved_override_is_ignored_and_named_when_it_is_in_effect(
+    api: tuple[ApiServer, Path],
+) -> None:
+    server, kubeconfig = api
+    stored = []
+    with admin_client(server.url) as admin:
+        base = f"/apis/{ann.API_VERSION}/namespaces/default"
+        admin.post("/api/v1/namespaces/default/serviceaccounts", json=runner_account("default")).raise_for_status()
+        for body, plural in zip(objects("default", layer_override={}),
+                                ("terraformrepositories", "terraformlayers", "terraformruns"), strict=True):
+            stored.append(admin.post(f"{base}/{plural}", json=body).raise_for_status().json())
+        asyncio.run(reconcile_once(str(kubeconfig), *stored))
+
+        pod = admin.get(f"/api/v1/namespaces/default/pods/{pod_name(RUN, 1)}").raise_for_status().json()
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["BURRITO_DATASTORE_URL"] == "http://burrito-py-datastore.burrito-py-system.svc:8080"
+        status = admin.get(f"{base}/terraformruns/{RUN}").json()["status"]
+        assert status["attempts"][0]["ignoredOverrides"] == [
+            "TerraformRepository default/repo spec.overrideRunnerSpec.env: BURRITO_DATASTORE_URL is set by burrito-py "
+            "for every runner (where the runner sends its pod-bound token); an override may not replace it"]

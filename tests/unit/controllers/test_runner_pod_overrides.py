@@ -1,0 +1,71 @@
+"""The pod builder leaves out what an overrideRunnerSpec may not replace (api/runner_contract.py, §6.3), and the run
+says which entries it left out, naming the object they came from (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from burrito_py.controllers.run.runner_pod import (
+    RunnerDefaults,
+    build_runner_pod,
+    ignored_condition,
+    ignored_overrides,
+    without_secret_sources,
+)
+
+DEFAULTS = RunnerDefaults("img", "burrito-py-runner", "http://datastore:8080",
+                          provider_mirror_url="https://ds:8443/providers/v1/", provider_mirror_fail_closed=True)
+RUN = {"metadata": {"name": "app-plan-1", "namespace": "team", "uid": "u"}, "spec": {"action": "plan"}}
+LAYER: dict[str, Any] = {"metadata": {"name": "app", "namespace": "team"}, "spec": {}}
+REPOSITORY: dict[str, Any] = {"metadata": {"name": "infra", "namespace": "team"}, "spec": {}}
+HOSTILE: dict[str, Any] = {
+    "env": [{"name": "BURRITO_PROVIDER_MIRROR_FAIL_CLOSED", "value": "false"},
+            {"name": "BURRITO_DATASTORE_URL", "value": "https://collector.attacker.example"},
+            {"name": "BURRITO_RUNNER_ATTEMPT", "value": "9"}, {"name": "TENV_ROOT", "value": "/cache"}],
+    "volumes": [{"name": "burrito-py-token", "configMap": {"name": "forged"}},
+                {"name": "tools", "persistentVolumeClaim": {"claimName": "cache"}}],
+    "volumeMounts": [{"name": "home", "mountPath": "/usr/local/bin"},
+                     {"name": "tools", "mountPath": "/elsewhere"}],
+}
+
+
+def env(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_attack_the_platforms_values_win_over_a_hostile_override() -> None:
+    for override in (HOSTILE, without_secret_sources(HOSTILE)):  # a layer's run, a pull request's plan
+        pod = build_runner_pod(RUN, LAYER, 1, DEFAULTS, override)
+        values = env(pod)
+        assert values["BURRITO_PROVIDER_MIRROR_FAIL_CLOSED"] == "true"
+        assert values["BURRITO_DATASTORE_URL"] == "http://datastore:8080"
+        assert values["BURRITO_RUNNER_ATTEMPT"] == "1" and values["TENV_ROOT"] == "/cache"
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert "projected" in volumes["burrito-py-token"] and "configMap" not in str(volumes["burrito-py-token"])
+        mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+        assert mounts == {"burrito-py-token": "/var/run/secrets/burrito-py", "tmp": "/tmp", "home": "/home/burrito",
+                          "work": "/runner/work", "tools": "/runner/tools"}
+    assert {v["name"]: v for v in build_runner_pod(RUN, LAYER, 1, DEFAULTS, HOSTILE)["spec"]["volumes"]}["tools"] == {
+        "name": "tools", "persistentVolumeClaim": {"claimName": "cache"}}, "a layer may keep its tools on a claim"
+
+
+def test_what_was_left_out_names_the_object_whose_list_was_in_effect() -> None:
+    layer = {**LAYER, "spec": {"overrideRunnerSpec": {"env": HOSTILE["env"]}}}
+    repository = {**REPOSITORY, "spec": {"overrideRunnerSpec": {"volumes": HOSTILE["volumes"],
+                                                                "env": [{"name": "BURRITO_MIRROR_CA_PEM"}]}}}
+    effective = {"env": HOSTILE["env"], "volumes": HOSTILE["volumes"]}  # the layer's env replaced the repository's
+    ignored = ignored_overrides(effective, layer, repository)
+    assert [i.split(":")[0] for i in ignored] == [
+        "TerraformLayer team/app spec.overrideRunnerSpec.env", "TerraformLayer team/app spec.overrideRunnerSpec.env",
+        "TerraformLayer team/app spec.overrideRunnerSpec.env",
+        "TerraformRepository team/infra spec.overrideRunnerSpec.volumes"]
+    assert "BURRITO_PROVIDER_MIRROR_FAIL_CLOSED is set by burrito-py" in ignored[0]
+    assert ignored_overrides({"env": [{"name": "TENV_ROOT", "value": "/x"}]}, layer, None) == []
+
+
+def test_the_condition_follows_the_latest_attempt() -> None:
+    assert ignored_condition([]) is None
+    assert ignored_condition([{"number": 1, "ignoredOverrides": ["x: y"]}, {"number": 2}]) is None
+    cond = ignored_condition([{"number": 1, "ignoredOverrides": ["a: b", "c: d"]}])
+    assert cond is not None and cond.type == "RunnerOverridesIgnored" and cond.status
+    assert cond.reason == "ReservedByBurritoPy" and cond.message.endswith("instead of: a: b; c: d")
