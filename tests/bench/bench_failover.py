@@ -104,7 +104,7 @@ def chart_handovers(rounds: int, tmp_path: Path) -> dict[str, list[float]]:
     # The emulator's chart mode (SIGTERM by the pod's host pid); the real control plane's hand-over is
     # tests/integration/controlplane/test_leader_failover.py.
     options = DevOptions(data_dir=tmp_path / "dev", kubeconfig=tmp_path / "dev-kubeconfig", mode="chart",
-                         cluster="emulator")
+                         cluster="emulator", controllers_replicas=2)  # the chart's leader and standby
     times: dict[str, list[float]] = {"pod deletion": [], "SIGTERM": []}
     with running_dev(options) as endpoints, admin_client(endpoints["api"]) as api:
         leaders = ChartLeaders(api, RELEASE_NAMESPACE, RELEASE)

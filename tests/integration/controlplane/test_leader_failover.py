@@ -46,7 +46,8 @@ TOKEN_CACHE_SECONDS = 10.0  # kube-apiserver caches a successful token authentic
 def install_chart(cluster: NodeNamespace, workdir: Path) -> list[dict[str, Any]]:
     """charts/burrito-py with `burrito-py dev`'s values (the local kubelet runs the installed `burrito-py` for the
     image), applied as `helm install --create-namespace` would: Helm's install order, the release namespace first."""
-    options = DevOptions(data_dir=workdir, kubeconfig=workdir / "kubeconfig", mode="chart")
+    options = DevOptions(data_dir=workdir, kubeconfig=workdir / "kubeconfig", mode="chart",
+                         controllers_replicas=2)  # the chart's default; `dev` itself runs one
     objects = install_order(render_chart(dev_values(options), RELEASE, RELEASE_NAMESPACE))
     for obj in objects:
         if obj["kind"] != "Namespace" and obj["kind"] not in CLUSTER_SCOPED:

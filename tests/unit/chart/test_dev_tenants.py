@@ -47,3 +47,22 @@ def test_dev_caches_turns_on_both_caches_in_chart_mode_only(tmp_path: Path) -> N
     assert not any("MIRROR_URL" in json.dumps(o) for o in plain if o["kind"] != "CustomResourceDefinition")
     with pytest.raises(ValueError, match="--caches needs --mode chart"):
         DevOptions(tmp_path, tmp_path / "kubeconfig", caches=True, mode="in-process", cluster="emulator")
+
+
+def test_dev_runs_one_controllers_replica_unless_asked_for_the_charts_two(tmp_path: Path) -> None:
+    """One node runs every pod of `dev`: a standby guards against nothing there and its start-up competed with
+    the leader's for the CPU (issue 31 item 4). The failover test and bench ask for the chart's 2."""
+    import pytest
+
+    def controllers(options: DevOptions) -> tuple[int, int]:
+        objects = render_chart(dev_values(options), RELEASE, RELEASE_NAMESPACE)
+        [deployment] = [o for o in objects if o["kind"] == "Deployment"
+                        and o["metadata"]["name"] == f"{RELEASE}-controllers"]
+        budgets = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+        return deployment["spec"]["replicas"], len(budgets)
+
+    assert controllers(DevOptions(tmp_path, tmp_path / "kubeconfig")) == (1, 0)
+    assert controllers(DevOptions(tmp_path, tmp_path / "kubeconfig", controllers_replicas=2)) == (2, 1)
+    # The chart's own default stays 2: test_chart_render.test_two_controllers_replicas_with_leader_election_…
+    with pytest.raises(ValueError, match="controllers_replicas must be at least 1"):
+        DevOptions(tmp_path, tmp_path / "kubeconfig", controllers_replicas=0)
