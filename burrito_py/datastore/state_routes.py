@@ -155,9 +155,11 @@ class StateStore:
         of the version keys and one read of the index. The records the index lacks (or holds from the state alone)
         are read RECORD_READS at a time and the index rewritten, under `guard` (the layer's, so no write of this
         replica comes in between); versions it names that are no longer stored are left out."""
-        plan = plan_listing(await self.serials(), await self.index())
-        if not plan.stale:
-            return [dict(plan.known[s]) for s in plan.serials]
+        index = await self.index()
+        if index is not None:  # else (a store from before the index) straight to the guarded rebuild: one listing
+            plan = plan_listing(await self.serials(), index)
+            if not plan.stale:
+                return [dict(plan.known[s]) for s in plan.serials]
         async with guard if guard is not None else contextlib.nullcontext():
             plan = plan_listing(await self.serials(), await self.index())  # again: a write may have repaired it
             gate = asyncio.Semaphore(RECORD_READS)
@@ -167,13 +169,13 @@ class StateStore:
                     return serial, await self.record(serial)
 
             found = dict(await asyncio.gather(*(read(serial) for serial in plan.to_read)))
-            index = index_after_listing(plan, found)
+            repaired = index_after_listing(plan, found)
             if plan.stale:
                 if plan.to_read:
                     log.info("state versions index %s: %d records read to complete it", self.index_key,
                              len(plan.to_read))
-                await self.write_index(index)
-        return [dict(r) for r in listing_of(plan, index)]
+                await self.write_index(repaired)
+        return [dict(r) for r in listing_of(plan, repaired)]
 
     async def drop_old(self, keep: int, serials: list[int]) -> list[int]:
         """Retention: delete all but the `keep` newest of `serials` (their state and record). `serials` may miss a
