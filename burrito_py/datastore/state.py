@@ -6,7 +6,9 @@ true. What a request may do is decided here, from what is stored and what was se
 - `parse_state`: what a posted body claims (serial, lineage, resources), or why it is not a state (400);
 - `decide_write`: whether a posted state may become the layer's next version (lock, lineage, serial);
 - `decide_lock`, `decide_unlock`: the state lock, one holder at a time, released only by its holder (or an
-  admin's force-unlock).
+  admin's force-unlock);
+- `plan_listing`, `index_after_listing`, `index_after_write`: the versions index, a cache of the version records
+  in one object that a listing checks against the listed version keys (never trusted beyond them).
 
 A refused request never changes what is stored: `state_routes.py` executes a verdict only when it allows.
 """
@@ -23,17 +25,24 @@ from typing import Any, Literal
 
 __all__ = [
     "BadState",
+    "ListingPlan",
     "LockRecord",
     "LockVerdict",
     "StateFacts",
+    "VersionIndex",
     "WriteVerdict",
     "check_md5",
     "decide_lock",
     "decide_unlock",
     "decide_write",
+    "facts_record",
     "held_by_other_pod",
+    "index_after_listing",
+    "index_after_write",
+    "listing_of",
     "parse_lock_request",
     "parse_state",
+    "plan_listing",
     "rollback_body",
     "version_key",
     "version_serial",
@@ -286,3 +295,107 @@ def rollback_body(old: bytes, current: StateFacts) -> bytes:
         raise BadState(f"lineage: the version is not of the current lineage {current.lineage!r}")
     parsed["serial"] = current.serial + 1
     return json.dumps(parsed, indent=2).encode() + b"\n"
+
+
+def facts_record(facts: StateFacts) -> dict[str, Any]:
+    """What a listing shows of a version whose record is missing (a write that died between its state and its
+    record): what the state itself says."""
+    return {"serial": facts.serial, "lineage": facts.lineage, "resources": facts.resources, "size": facts.size,
+            "sha256": facts.sha256}
+
+
+# The versions index (`states/<ns>/<layer>/versions/index.json`): every kept version's record in one object, so a
+# listing reads one object rather than one per version. It is a cache of the records, never the truth: the version
+# keys are. A listing lists the version keys (as every state request does) and answers from the index only for the
+# serials it finds there; a serial the index lacks is read from its record (and the index rewritten), a serial it
+# names that is no longer stored is left out. So an index that fell behind (a crash between a version and the
+# index's update, two replicas' updates of which the later overwrote the other's, a failed write of it, a store
+# from before the index) costs reads until it is repaired, and never loses nor invents a version.
+INDEX_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class VersionIndex:
+    """serial → the record a listing shows; `partial`: serials indexed from their state alone (their record was
+    missing then), read again by the next listing in case the record was completed since."""
+
+    records: Mapping[int, Mapping[str, Any]]
+    partial: frozenset[int] = frozenset()
+
+    def to_json(self) -> bytes:
+        return json.dumps({"format": INDEX_FORMAT, "versions": [dict(self.records[s]) for s in sorted(self.records)],
+                           "partial": sorted(self.partial & set(self.records))}).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> VersionIndex | None:
+        """The index, or None when it is not one this code wrote (then the listing reads every record and writes a
+        new one)."""
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT:
+                return None
+            records: dict[int, Mapping[str, Any]] = {}
+            for record in data["versions"]:
+                serial = record["serial"] if isinstance(record, dict) else None
+                if isinstance(serial, bool) or not isinstance(serial, int):
+                    return None
+                records[serial] = record
+            partial = frozenset(int(s) for s in data.get("partial", []))
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+            return None
+        return cls(records, partial)
+
+
+@dataclass(frozen=True, slots=True)
+class ListingPlan:
+    """How to answer a listing of the stored `serials`: `known` from the index, `to_read` from each version's record
+    (the index lacks them or holds them only partially); `stale`: the index must be rewritten (it lacks a stored
+    version, holds one partially, or names one no longer stored)."""
+
+    serials: tuple[int, ...]
+    known: Mapping[int, Mapping[str, Any]]
+    to_read: tuple[int, ...]
+    stale: bool
+
+
+def plan_listing(serials: list[int] | tuple[int, ...], index: VersionIndex | None) -> ListingPlan:
+    stored = tuple(sorted(set(serials)))
+    records = index.records if index is not None else {}
+    partial = index.partial if index is not None else frozenset()
+    known = {s: records[s] for s in stored if s in records and s not in partial}
+    to_read = tuple(s for s in stored if s not in known)
+    stale = index is None or bool(to_read) or len(records) != len(known)
+    return ListingPlan(stored, known, to_read, stale)
+
+
+def index_after_listing(plan: ListingPlan, read: Mapping[int, tuple[Mapping[str, Any], bool] | None]) -> VersionIndex:
+    """The index a listing leaves: the records it answered with. `read`: for each serial of `plan.to_read`, its
+    record and whether it is complete (False: from the state alone), or None when the version vanished meanwhile."""
+    records: dict[int, Mapping[str, Any]] = dict(plan.known)
+    partial: set[int] = set()
+    for serial in plan.to_read:
+        found = read.get(serial)
+        if found is None:
+            continue
+        records[serial] = found[0]
+        if not found[1]:
+            partial.add(serial)
+    return VersionIndex(records, frozenset(partial))
+
+
+def index_after_write(index: VersionIndex | None, record: Mapping[str, Any], kept: list[int] | tuple[int, ...]
+                      ) -> VersionIndex:
+    """The index after a write stored `record`'s version (its record complete) and retention kept `kept` (the
+    serials stored now, as the writer knows them): the index's entries of kept versions, and the new record. Kept
+    versions the index lacks stay lacking (the next listing reads them): a write reads no other record."""
+    serial = int(record["serial"])
+    stay = set(kept) | {serial}
+    records = {s: r for s, r in (index.records.items() if index is not None else ()) if s in stay}
+    records[serial] = record
+    partial = (index.partial if index is not None else frozenset()) & (stay - {serial})
+    return VersionIndex(records, frozenset(partial))
+
+
+def listing_of(plan: ListingPlan, index: VersionIndex) -> list[Mapping[str, Any]]:
+    """The answer: the records of the stored serials the index now holds, oldest first."""
+    return [index.records[s] for s in plan.serials if s in index.records]

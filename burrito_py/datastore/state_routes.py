@@ -12,6 +12,8 @@ a layer's state, stored through the datastore's `Storage` (filesystem or S3, enc
 Storage, under `states/<ns>/<layer>/` (retention, §10.4, never lists it):
     versions/<serial, 20 digits>.tfstate    each state as posted, written once (create-if-absent)
     versions/<serial, 20 digits>.json       what the datastore knows of it (run, attempt, time, size, ...)
+    versions/index.json                     every kept version's record in one object: what a listing reads
+                                            (a cache, checked against the version keys: state.py)
     lock.json                               the lock, created once (create-if-absent), deleted to unlock
 
 The current state is the version with the highest serial. Requests on one layer are serialised in a replica
@@ -23,6 +25,7 @@ a refused request changes nothing.
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations, and `Caller` is local to
 # `state_router`.
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -39,12 +42,18 @@ from burrito_py.datastore.state import (
     BadState,
     LockRecord,
     StateFacts,
+    VersionIndex,
     check_md5,
     decide_lock,
     decide_unlock,
     decide_write,
+    facts_record,
+    index_after_listing,
+    index_after_write,
+    listing_of,
     parse_lock_request,
     parse_state,
+    plan_listing,
     version_key,
     version_serial,
     versions_to_drop,
@@ -56,7 +65,9 @@ log = logging.getLogger(__name__)
 LOCK_FILE = "lock.json"
 LOCK_LIMIT = 64 * 1024  # Terraform's lock info is a few hundred bytes
 META_LIMIT = 64 * 1024
-RECORD_READS = 16  # version records read at once for a listing (S3 GETs through the storage's worker threads)
+RECORD_READS = 16  # version records read at once to complete the index (S3 GETs through the storage's worker threads)
+INDEX_FILE = "index.json"  # states/<ns>/<layer>/versions/index.json: never a version key (those are 20 digits)
+INDEX_LIMIT = 64 * 1024 * 1024  # a record is a few hundred bytes: room for far more versions than anyone keeps
 Segment = Annotated[str, PathParam(min_length=1, max_length=253)]
 
 
@@ -109,36 +120,74 @@ class StateStore:
         raw = await self._read(f"{self.prefix}/{LOCK_FILE}", LOCK_LIMIT)
         return LockRecord.from_json(json.loads(raw)) if raw is not None else None
 
-    async def records(self) -> list[dict[str, Any]]:
-        """Every kept version's record, oldest first (a version whose record is missing: its facts only). The
-        records are read RECORD_READS at a time (a listing of 200 versions on moto's S3: 2.6 s one after the
-        other, 2.0 s so; moto serves little at once, S3 more)."""
-        gate = asyncio.Semaphore(RECORD_READS)
+    async def record(self, serial: int) -> tuple[dict[str, Any], bool] | None:
+        """A version's record and True; (a write that died between the state and its record) what its state says and
+        False; None when the version is gone."""
+        meta = await self._read(version_key(self.prefix, serial, META_SUFFIX), META_LIMIT)
+        if meta is not None:
+            return dict(json.loads(meta)), True
+        body = await self._read(version_key(self.prefix, serial))
+        return (facts_record(parse_state(body)), False) if body is not None else None
 
-        async def record(serial: int) -> dict[str, Any] | None:
-            async with gate:
-                meta = await self._read(version_key(self.prefix, serial, META_SUFFIX), META_LIMIT)
-                if meta is not None:
-                    return dict(json.loads(meta))
-                facts = await self.facts(serial)
-            if facts is None:
-                return None
-            return {"serial": facts.serial, "lineage": facts.lineage, "resources": facts.resources,
-                    "size": facts.size, "sha256": facts.sha256}
+    @property
+    def index_key(self) -> str:
+        return f"{self.prefix}/versions/{INDEX_FILE}"
 
-        found = await asyncio.gather(*(record(serial) for serial in await self.serials()))
-        return [r for r in found if r is not None]
+    async def index(self) -> VersionIndex | None:
+        """The versions index; None when there is none (a store from before it) or it is not readable as one."""
+        try:
+            raw = await self._read(self.index_key, INDEX_LIMIT)
+        except TooLarge:
+            log.warning("state versions index %s is over %d bytes: ignored", self.index_key, INDEX_LIMIT)
+            return None
+        return VersionIndex.from_json(raw) if raw is not None else None
 
-    async def drop_old(self, keep: int) -> list[int]:
-        """Retention: delete all but the `keep` newest versions (their state and record)."""
-        dropped = versions_to_drop(await self.serials(), keep)
+    async def write_index(self, index: VersionIndex) -> None:
+        """Store the index. It is a cache of the records (the version keys are the truth): a failure is logged and
+        the next listing repairs it, so it never fails the request that stored a version."""
+        try:
+            await self.storage.put(self.index_key, _once(index.to_json()), INDEX_LIMIT)
+        except Exception as exc:  # whatever the backend raised, the version itself is stored
+            log.warning("state versions index %s not written (the next listing repairs it): %s", self.index_key, exc)
+
+    async def records(self, guard: asyncio.Lock | None = None) -> list[dict[str, Any]]:
+        """Every kept version's record, oldest first (a version whose record is missing: its facts only): one listing
+        of the version keys and one read of the index. The records the index lacks (or holds from the state alone)
+        are read RECORD_READS at a time and the index rewritten, under `guard` (the layer's, so no write of this
+        replica comes in between); versions it names that are no longer stored are left out."""
+        index = await self.index()
+        if index is not None:  # else (a store from before the index) straight to the guarded rebuild: one listing
+            plan = plan_listing(await self.serials(), index)
+            if not plan.stale:
+                return [dict(plan.known[s]) for s in plan.serials]
+        async with guard if guard is not None else contextlib.nullcontext():
+            plan = plan_listing(await self.serials(), await self.index())  # again: a write may have repaired it
+            gate = asyncio.Semaphore(RECORD_READS)
+
+            async def read(serial: int) -> tuple[int, tuple[dict[str, Any], bool] | None]:
+                async with gate:
+                    return serial, await self.record(serial)
+
+            found = dict(await asyncio.gather(*(read(serial) for serial in plan.to_read)))
+            repaired = index_after_listing(plan, found)
+            if plan.stale:
+                if plan.to_read:
+                    log.info("state versions index %s: %d records read to complete it", self.index_key,
+                             len(plan.to_read))
+                await self.write_index(repaired)
+        return [dict(r) for r in listing_of(plan, repaired)]
+
+    async def drop_old(self, keep: int, serials: list[int]) -> list[int]:
+        """Retention: delete all but the `keep` newest of `serials` (their state and record). `serials` may miss a
+        version another replica just wrote: dropping the oldest of fewer versions drops none of the newest."""
+        dropped = versions_to_drop(serials, keep)
         if dropped:
             await self.storage.delete_many([version_key(self.prefix, serial, suffix) for serial in dropped
                                             for suffix in (META_SUFFIX, ".tfstate")])
         return dropped
 
     async def write_meta(self, facts: StateFacts, who: Principal, now: datetime,
-                         audit: dict[str, Any] | None = None) -> None:
+                         audit: dict[str, Any] | None = None) -> dict[str, Any]:
         scope = who.runner
         record = {**(audit or {}), "serial": facts.serial, "lineage": facts.lineage, "resources": facts.resources,
                   "size": facts.size,
@@ -146,6 +195,7 @@ class StateStore:
                   "attempt": scope.attempt if scope else 0, "created": now.isoformat()}
         await self.storage.put(version_key(self.prefix, facts.serial, META_SUFFIX),
                                _once(json.dumps(record).encode()), META_LIMIT)
+        return record
 
 
 def state_router(
@@ -226,8 +276,8 @@ def state_router(
             return _error(400, f"the state of layer {ns}/{layer} refused: {exc}")
         pod_uid = who.runner.pod_uid if who.runner else ""
         async with guard(ns, layer):
-            latest = await state.latest()
-            current = await state.facts(latest) if latest is not None else None
+            serials = await state.serials()
+            current = await state.facts(serials[-1]) if serials else None
             verdict = decide_write(current, incoming, await state.lock(), lock_id, pod_uid)
             if not verdict.allow:
                 log.info("state of %s/%s: %s refused: %s", ns, layer, who.username, verdict.message)
@@ -237,19 +287,27 @@ def state_router(
                 await storage.put(version_key(state.prefix, incoming.serial), _once(body), max_state_bytes, once=True)
             except Exists:  # another replica wrote this serial meanwhile with other content
                 return _error(409, f"serial: {incoming.serial} was just stored with other content")
-            if verdict.created or await state.facts(incoming.serial) is None:
-                await state.write_meta(incoming, who, clock(), audit)
+            record = None
+            if verdict.created or not await storage.exists(version_key(state.prefix, incoming.serial, META_SUFFIX)):
+                # A retry completes the record of a write that died between its state and its record.
+                record = await state.write_meta(incoming, who, clock(), audit)
+            dropped: list[int] = []
             if verdict.created:
                 log.info("state of %s/%s: serial %d (%d resources, %d bytes) written by %s", ns, layer,
                          incoming.serial, incoming.resources, incoming.size, who.describe())
                 try:
-                    dropped = await state.drop_old(versions_kept)
+                    dropped = await state.drop_old(versions_kept, [*serials, incoming.serial])
                 except DeleteFailed as exc:  # the next write tries again; the new version is stored
                     log.warning("state of %s/%s: old versions not deleted: %s", ns, layer, exc)
                 else:
                     if dropped:
                         log.info("state of %s/%s: versions %s dropped (BURRITO_PY_DATASTORE_STATE_VERSIONS_KEPT=%d)",
                                  ns, layer, ", ".join(map(str, dropped)), versions_kept)
+            if record is not None:
+                # The index after the version, its record and retention: a crash before this line leaves it behind,
+                # which the next listing sees and repairs.
+                kept = sorted({*serials, incoming.serial} - set(dropped))
+                await state.write_index(index_after_write(await state.index(), record, kept))
         return JSONResponse({"serial": incoming.serial, "lineage": incoming.lineage, "sha256": incoming.sha256},
                             status_code=200)
 
@@ -325,7 +383,7 @@ def state_router(
 
     @router.get("/layers/{ns}/{layer}/state/versions", responses=responses)
     async def list_versions(who: Caller, ns: Segment, layer: Segment) -> Response:
-        return JSONResponse(await store(who, "state-read", ns, layer).records())
+        return JSONResponse(await store(who, "state-read", ns, layer).records(guard(ns, layer)))
 
     @router.get("/layers/{ns}/{layer}/state/versions/{serial}",
                 responses={**responses, 404: {"description": "No such version (never written, or dropped)."}})

@@ -1,6 +1,6 @@
 """Managed state (docs/architecture.md §10.6): what the datastore's state backend costs over S3.
 
-    python3 -m tests.bench.bench_state [--rounds N] [--large-mib M] [--versions V]
+    python3 -m tests.bench.bench_state [--rounds N] [--large-mib M] [--versions V] [--versions-only]
 
 Three processes: moto's standalone S3 server, `burrito-py datastore start` with the S3 backend on it, and this
 client. Figures (medians over the rounds), each as Terraform's http backend does it:
@@ -8,14 +8,18 @@ client. Figures (medians over the rounds), each as Terraform's http backend does
   the datastore, against put_object/get_object of the same bytes straight to the same moto server with boto3;
 - the same for a large state (`--large-mib`, default 50; the datastore's limit is raised to fit; 0 skips it);
 - a LOCK/UNLOCK round trip;
-- the versions listing (GET …/state/versions) of a layer with `--versions` kept versions (default 1,000; the
-  datastore keeps that many for the bench: its default is 100).
+- the versions listing (GET …/state/versions, through HTTP) of a layer with `--versions` kept versions (default
+  1,000; the datastore keeps that many for the bench: its default is 100), beside the listing of its version keys
+  straight to moto (the listing's floor: it lists them to check the index); its set-up writes the versions through
+  the datastore's storage layer in this process (`seed_versions`), then the first listing indexes them, then ten
+  POSTs through HTTP (timed) add versions as Terraform does.
 Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import hashlib
 import json
@@ -24,18 +28,27 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from burrito_py.datastore.s3 import make_client
+from burrito_py.datastore.auth import Principal
+from burrito_py.datastore.s3 import S3Storage, make_client
+from burrito_py.datastore.state import parse_state, version_key
+from burrito_py.datastore.state_routes import StateStore
+from burrito_py.datastore.storage import Storage
 from tests.bench.bench_datastore import CREDENTIALS, moto_server
 from tests.support.datastore_process import datastore_process
 
 KiB, MiB = 1024, 1024 * 1024
 LAYER = "/api/v1/layers/bench/app/state"
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 def make_state(serial: int, size: int) -> bytes:
@@ -95,20 +108,61 @@ def lock_round_trip(rounds: int, url: str) -> None:
     print(f"LOCK + UNLOCK round trip, median of {rounds}: {median(samples)}")
 
 
-def versions_listing(count: int, rounds: int, url: str) -> None:
-    """`count` versions of a small state, then the listing's time (what the REST API, the UI and the CLI read)."""
+def seed_versions(storage: Storage, prefix: str, count: int) -> float:
+    """`count` versions of a small state written as the datastore stores them (the state, then its record), through
+    the datastore's own storage layer in this process, 16 at a time: through HTTP, one POST at a time, writing 1,000
+    versions did not finish in 15 minutes on moto. They carry no index: the first listing builds it (a store from
+    before the index)."""
+    async def seed() -> None:
+        gate = asyncio.Semaphore(16)
+        state = StateStore(storage, prefix)
+        who = Principal("system:serviceaccount:burrito-py-system:bench", admin=True)
+
+        async def one(serial: int) -> None:
+            body = make_state(serial, 1 * KiB)
+            async with gate:
+                await storage.put(version_key(prefix, serial), _once(body), 1 * MiB, once=True)
+                await state.write_meta(parse_state(body), who, datetime.now(UTC))
+
+        await asyncio.gather(*(one(serial) for serial in range(1, count + 1)))
+
+    started = time.perf_counter()
+    asyncio.run(seed())
+    return time.perf_counter() - started
+
+
+def storage_keys(storage: Storage, prefix: str) -> list[str]:
+    return asyncio.run(storage.list(prefix))
+
+
+def versions_listing(count: int, rounds: int, url: str, storage: Storage) -> None:
+    """A layer with `count` kept versions, then the listing's time through HTTP (GET …/state/versions: what the REST
+    API, the UI and the CLI read); also the first listing (it builds the index of a store written before it) and the
+    cost of a POST (a new version: the index's update and retention's deletion with it) at that many versions."""
     layer = "/api/v1/layers/bench/many/state"
+    seeding = seed_versions(storage, "states/bench/many", count)
     samples: list[float] = []
-    with httpx.Client(base_url=url, timeout=120) as http:
-        started = time.perf_counter()
-        for serial in range(1, count + 1):
-            http.post(layer, content=make_state(serial, 1 * KiB)).raise_for_status()
-        writing = time.perf_counter() - started
+    with httpx.Client(base_url=url, timeout=300) as http:
+        first: list[float] = []
+        timed(first, lambda: http.get(f"{layer}/versions").raise_for_status())
+        writes: list[float] = []
+        for serial in range(count + 1, count + 11):
+            body = make_state(serial, 1 * KiB)
+            timed(writes, lambda body=body: http.post(layer, content=body).raise_for_status())
         for _ in range(rounds):
             timed(samples, lambda: http.get(f"{layer}/versions").raise_for_status())
         listed = len(http.get(f"{layer}/versions").json())
-    print(f"versions listing of {listed} kept versions, median of {rounds}: {median(samples)} "
-          f"(writing them: {writing:.1f} s, {writing / count * 1000:.0f} ms each)")
+    floor: list[float] = []
+    for _ in range(rounds):  # what any listing of the layer's version keys costs on this moto: the listing's floor
+        timed(floor, lambda: storage_keys(storage, "states/bench/many/versions"))
+    print(f"versions listing of {listed} kept versions (S3, through HTTP), median of {rounds}: {median(samples)}")
+    print(f"  beside it, its floor: the listing of its {2 * listed + 1} version keys alone (ListObjectsV2, boto3 "
+          f"straight to moto): {median(floor)}")
+    print(f"  set-up: {count} versions written through the datastore's storage layer in-process (not HTTP), "
+          f"16 at a time: {seeding:.1f} s")
+    print(f"  the first listing of that store (written without an index): {median(first)}")
+    print(f"  a POST of a new version at {listed} versions (one dropped by retention), median of "
+          f"{len(writes)}: {median(writes)}")
 
 
 def main() -> None:
@@ -116,6 +170,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--large-mib", type=int, default=50)
     parser.add_argument("--versions", type=int, default=1000)
+    parser.add_argument("--versions-only", action="store_true", help="only the versions listing")
     args = parser.parse_args()
     os.environ.update(CREDENTIALS)
     with tempfile.TemporaryDirectory(prefix="bench-state-") as tmp, moto_server() as endpoint:
@@ -127,12 +182,15 @@ def main() -> None:
                "BURRITO_PY_DATASTORE_MAX_STATE_BYTES": str(max(64, 2 * args.large_mib) * MiB),
                "BURRITO_PY_DATASTORE_STATE_VERSIONS_KEPT": str(max(100, args.versions))}
         with datastore_process(Path(tmp) / "data", env) as ds:
-            compare("100 KiB", 100 * KiB, args.rounds, ds.url, s3, bucket)
-            if args.large_mib:
-                compare(f"{args.large_mib} MiB", args.large_mib * MiB, max(3, args.rounds // 5), ds.url, s3, bucket)
-            lock_round_trip(args.rounds, ds.url)
+            if not args.versions_only:
+                compare("100 KiB", 100 * KiB, args.rounds, ds.url, s3, bucket)
+                if args.large_mib:
+                    compare(f"{args.large_mib} MiB", args.large_mib * MiB, max(3, args.rounds // 5), ds.url, s3,
+                            bucket)
+                lock_round_trip(args.rounds, ds.url)
             if args.versions:
-                versions_listing(args.versions, args.rounds, ds.url)
+                # The datastore process's own backend class on the same bucket (no key prefix, no encryption).
+                versions_listing(args.versions, args.rounds, ds.url, S3Storage(s3, bucket))
 
 
 if __name__ == "__main__":

@@ -18,9 +18,10 @@ from .conftest import Platform, managed_layer_code, wait_for
 
 
 def stored_versions(platform: Platform, layer: str) -> list[dict[str, object]]:
-    """The version records the datastore keeps beside each state (after the filesystem's 45-byte object header)."""
+    """The version records the datastore keeps beside each state (after the filesystem's 45-byte object header); not
+    the versions index (`index.json`) beside them."""
     versions = platform.workdir / "datastore" / "states" / platform.namespace / layer / "versions"
-    return [json.loads(path.read_bytes()[45:]) for path in sorted(versions.glob("*.json"))]
+    return [json.loads(path.read_bytes()[45:]) for path in sorted(versions.glob("*.json")) if path.name[0].isdigit()]
 
 
 def test_a_managed_layer_applies_twice_with_its_state_in_the_datastore(platform: Platform, repo: TestRepo) -> None:
@@ -50,6 +51,8 @@ def test_a_managed_layer_applies_twice_with_its_state_in_the_datastore(platform:
     serials = [int(str(v["serial"])) for v in versions]
     assert serials == sorted(serials) and len(serials) >= 2 and state["serial"] == serials[-1]
     assert {v["lineage"] for v in versions} == {state["lineage"]}
+    # The listing (from the versions index) shows exactly the records stored.
+    assert httpx.get(f"{url}/versions", headers=platform.admin_headers()).json() == versions
     applies = [r["metadata"]["name"] for r in platform.runs("managed") if r["spec"]["action"] == "apply"]
     assert len(applies) == 2 and {v["run"] for v in versions} == set(applies)
     # The runner's token reached terraform through the environment only: never in a log.

@@ -74,7 +74,7 @@ def test_a_layers_state_round_trip_as_terraform_does_it(datastore: str, tmp_path
     assert lock(url, LOCK_INFO, "UNLOCK").status_code == 200  # a retried UNLOCK
     assert httpx.get(f"{url}/lock").status_code == 404
     versions = sorted(p.name for p in (tmp_path / "data" / "states" / NS / "app" / "versions").iterdir())
-    assert versions == [f"{s:020d}.{ext}" for s in (1, 2) for ext in ("json", "tfstate")]
+    assert versions == [*(f"{s:020d}.{ext}" for s in (1, 2) for ext in ("json", "tfstate")), "index.json"]
 
 
 def test_refused_writes_leave_the_state_as_it_was(datastore: str) -> None:
