@@ -1,11 +1,14 @@
-"""The error raised when an object does not match its API model, naming the field and the reason."""
+"""The error raised when an object does not match its API model, naming the field and the reason.
+
+Free of pydantic at import: the runner raises it from its own reading of its objects (runner/objects.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 # Regex → what it means, so a pattern mismatch reads as a rule rather than as a regular expression.
 # Filled in by the modules that declare the patterns (common.py, repository.py, layer.py).

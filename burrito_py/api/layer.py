@@ -24,6 +24,7 @@ from burrito_py.api.common import (
     check_single_tool,
 )
 from burrito_py.api.errors import PATTERN_EXPLANATIONS
+from burrito_py.api.patterns import RELATIVE_PATH_PATTERN
 
 __all__ = [
     "LAYER_STATES",
@@ -55,15 +56,6 @@ __all__ = [
     "VarsSource",
 ]
 
-# One path component that is not `..`: `.`, `.x…`, `..x…`, or anything not starting with a dot.
-_COMPONENT = r"(\.|\.[^/.][^/]*|\.\.[^/]+|[^./][^/]*)"
-# A non-empty repository-relative path: no leading `/`, no `..` component, no empty component (`a//b`);
-# `.` (the repository root) and a trailing `/` are allowed.
-RELATIVE_PATH_PATTERN = rf"^{_COMPONENT}(/{_COMPONENT})*/?$"
-PATTERN_EXPLANATIONS[RELATIVE_PATH_PATTERN] = (
-    "must be a non-empty path relative to the repository root, without a leading '/', '..' components or "
-    "empty components ('.' is the root)"
-)
 RelativePath = Annotated[str, StringConstraints(pattern=RELATIVE_PATH_PATTERN)]
 
 # An output to copy into the Secret: `name`, or `old:new` to store output `old` under key `new`.

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from burrito_py.api.common import AGE_COLUMN, ApiModel, Condition, PrinterColumn, Resource, RunAction, RunKind
 from burrito_py.api.operations import OPERATION_ACTIONS, RunOperation
+from burrito_py.api.patterns import PLAN_SUM_PATTERN
 
 __all__ = [
     "RUN_STATES",
@@ -41,7 +42,7 @@ class ArtifactReference(ApiModel):
     run: str = Field(min_length=1, description="Name of the plan run.")
     attempt: int = Field(ge=1, description="Attempt of that run that holds the plan (from 1).")
     sum: str | None = Field(
-        default=None, pattern=r"^sha256:[0-9a-f]{64}$",
+        default=None, pattern=PLAN_SUM_PATTERN,
         description="sha256:<hex> of that attempt's binary plan, as the controllers recorded it from the datastore; "
         "the runner applies only a plan of exactly this sum.",
     )

@@ -101,12 +101,10 @@ from burrito_py.runner.tools import ToolError, ToolMirror, prefetch_version, res
 from burrito_py.runner.transcript import Transcript
 
 if TYPE_CHECKING:
-    from burrito_py.api.common import OverrideRunnerSpec, Resource
-    from burrito_py.api.layer import TerraformLayer
-    from burrito_py.api.operations import RunOperation
-    from burrito_py.api.repository import TerraformRepository
-    from burrito_py.api.run import TerraformRun
+    from collections.abc import Callable
+
     from burrito_py.datastore.client import DatastoreClient
+    from burrito_py.runner.objects import ExtraArgs, Layer, Operation, Repository, Run
     from burrito_py.runner.state import ManagedBackend
     from burrito_py.runner.tools import Tool
     from burrito_py.runner.variables import Inputs
@@ -130,7 +128,7 @@ EXIT_UNAVAILABLE = 3
 EXIT_INTERNAL = 4
 EXIT_STALE_PLAN = 5
 
-R = TypeVar("R", bound="Resource")
+R = TypeVar("R")
 TOKEN_PATH = "/var/run/secrets/burrito-py/token"  # noqa: S105 - a path
 TERMINATION_LOG = "/dev/termination-log"
 # plan and apply, and the day-2 operations (api/operations.py OPERATION_ACTIONS, kept in step by a test).
@@ -251,10 +249,10 @@ class Runner:
         self.plan_file = workdir / "plan.bin"
 
     # -- API ------------------------------------------------------------------------------------
-    def _read(self, model: type[R], plural: str, namespace: str, name: str) -> R:
+    def _read(self, read: Callable[[Mapping[str, Any]], R], kind: str, plural: str, namespace: str, name: str) -> R:
+        """The object, checked field by field as its model checks it (runner/objects.py: no pydantic)."""
         from burrito_py.api.errors import InvalidSpec
 
-        kind = model.KIND
         try:
             body = self.kube.get(plural, namespace, name, kind)
         except KubeError as exc:
@@ -266,7 +264,7 @@ class Runner:
 
             body = stored_without_reserved(body)  # as its pod was made (docs/architecture.md §6.3)
         try:
-            return model.from_object(body)
+            return read(body)
         except InvalidSpec as exc:
             raise RunnerError(f"{kind} {namespace}/{name} is invalid: {exc}") from None
 
@@ -282,15 +280,13 @@ class Runner:
 
     # -- the attempt ----------------------------------------------------------------------------
     def run(self) -> None:
-        from burrito_py.api.effective import effective_override_runner_spec, effective_remediation, effective_tool
-        from burrito_py.api.layer import TerraformLayer
-        from burrito_py.api.operations import OPERATION_ACTIONS, BadOperation, describe
-        from burrito_py.api.repository import TerraformRepository
-        from burrito_py.api.run import TerraformRun
+        from burrito_py.api.effective import effective_extra_args, effective_remediation, effective_tool
+        from burrito_py.api.operation_rules import OPERATION_ACTIONS, BadOperation, describe
+        from burrito_py.runner.objects import ExtraArgs, read_layer, read_repository, read_run
 
         env = self.env
-        run = self._read(TerraformRun, "terraformruns", env.namespace, env.run)
-        layer = self._read(TerraformLayer, "terraformlayers", env.namespace, env.layer)
+        run = self._read(read_run, "TerraformRun", "terraformruns", env.namespace, env.run)
+        layer = self._read(read_layer, "TerraformLayer", "terraformlayers", env.namespace, env.layer)
         if run.spec.layer.name != env.layer:
             raise RunnerError(f"run {env.run} is for layer {run.spec.layer.name}, not {env.layer}")
         if run.spec.action != env.action:
@@ -308,10 +304,9 @@ class Runner:
         revision = run.spec.layer.revision
         if not revision:
             raise RunnerError(f"run {env.run} has no spec.layer.revision")
-        repository = self._read(
-            TerraformRepository, "terraformrepositories", layer.repository_namespace, layer.spec.repository.name
-        )
-        override = effective_override_runner_spec(layer, repository)
+        repository = self._read(read_repository, "TerraformRepository", "terraformrepositories",
+                                layer.repository_namespace, layer.spec.repository.name)
+        override = ExtraArgs(*(tuple(args) for args in effective_extra_args(layer, repository)))
         # A destroy apply applies exactly its destroy plan: planning again here would plan a normal apply. A
         # manually approved apply applies exactly the approved plan: planning again could apply something else.
         remediation = effective_remediation(layer, repository)
@@ -389,7 +384,7 @@ class Runner:
         # what the datastore holds (docs/architecture.md §6.4).
         _say(f"burrito-py: {env.action} of layer {env.namespace}/{env.layer} succeeded")
 
-    def managed_backend(self, layer: TerraformLayer, repository: TerraformRepository, layer_dir: Path, kind: str,
+    def managed_backend(self, layer: Layer, repository: Repository, layer_dir: Path, kind: str,
                         pull_request: str | None) -> ManagedBackend | None:
         """The datastore as the layer's backend when its state is managed (docs/architecture.md §10.6), else None."""
         from burrito_py.api.effective import effective_state_location
@@ -416,7 +411,7 @@ class Runner:
         _say(f"burrito-py: state managed by the datastore ({STATE_FIELD})")
         return backend
 
-    def migrate(self, operation: RunOperation, layer: TerraformLayer, repository: TerraformRepository,
+    def migrate(self, operation: Operation, layer: Layer, repository: Repository,
                 layer_dir: Path, tool: Tool, mirrors: MirrorSetup, extra_init_args: Sequence[str]) -> None:
         """A migrate-state run (docs/architecture.md §5.12). Into the datastore: `init` with the code's backend,
         `state pull`, the pulled state stored as it is (its lineage and serial) under the datastore's state lock, then
@@ -562,7 +557,7 @@ class Runner:
             _say(line)
         return StepFailed(failure.step, failure.exit_code, [*lines, *failure.output]) if lines else failure
 
-    def already_applied(self, layer: TerraformLayer, plan_sum: str) -> str | None:
+    def already_applied(self, layer: Layer, plan_sum: str) -> str | None:
         """How an earlier attempt is known to have applied this plan, else None: the layer's `apply-sum`, or
         the run's applied record in the datastore (written right after the apply, so it survives an attempt that
         died before it ended)."""
@@ -576,7 +571,7 @@ class Runner:
             return "the run's applied record in the datastore"
         return None
 
-    def apply(self, steps: Steps, override: OverrideRunnerSpec, plan_sum: str) -> None:
+    def apply(self, steps: Steps, override: ExtraArgs, plan_sum: str) -> None:
         """Apply the saved plan, then record durably that it is applied (before anything else can fail)."""
         env = self.env
         try:
@@ -595,7 +590,7 @@ class Runner:
         except RunnerError as exc:  # a successful attempt is recorded all the same (its exit code and outputs)
             _say(f"burrito-py: warning: the applied record could not be stored ({exc})")
 
-    def read_inputs(self, run: TerraformRun, layer: TerraformLayer) -> Inputs | None:
+    def read_inputs(self, run: Run, layer: Layer) -> Inputs | None:
         """The run's inputs record the controllers stored (its layer's varsFrom values, the upstream outputs of
         spec.dependsOn): the runner reads no Secret itself. None for a run given none. The values of Secrets and
         the sensitive upstream outputs are masked in the log from now on."""
@@ -615,7 +610,7 @@ class Runner:
             _say(f"burrito-py: inputs {', '.join(sorted(inputs.variables)) or '(none)'} ({digest})")
         return inputs
 
-    def write_variables(self, layer: TerraformLayer, layer_dir: Path, inputs: Inputs | None) -> None:
+    def write_variables(self, layer: Layer, layer_dir: Path, inputs: Inputs | None) -> None:
         """`burrito-py.auto.tfvars.json` from spec.vars and the run's inputs (varsFrom values, then the upstream
         outputs: they win); names are printed, values never."""
         from burrito_py.runner.variables import merge_variables, write_tfvars
@@ -663,7 +658,7 @@ class Runner:
         except SourceError as exc:
             raise RunnerError(f"source of {namespace}/{repository} at {revision}: {exc}") from None
 
-    def fetch_plan(self, run: TerraformRun) -> str:
+    def fetch_plan(self, run: Run) -> str:
         """Download the run's artifact and check it is the plan the controllers recorded: its sha256 must be the
         sum the run carries (`spec.artifact.sum`, set by the controllers from the datastore's own sum)."""
         artifact = run.spec.artifact
@@ -687,14 +682,14 @@ class Runner:
         _say(f"burrito-py: applying the plan of run {artifact.run} attempt {artifact.attempt} ({digest})")
         return digest
 
-    def plan(self, steps: Steps, override: OverrideRunnerSpec, destroy: bool = False, lock: bool = True,
-             operation: RunOperation | None = None) -> str:
+    def plan(self, steps: Steps, override: ExtraArgs, destroy: bool = False, lock: bool = True,
+             operation: Operation | None = None) -> str:
         """Plan and upload the four formats of this attempt; the plan binary's sum. `operation`: a day-2
         operation's `-replace`/`-target` addresses (§5.12)."""
         env = self.env
         plan_json, pretty = self.workdir / "plan.json", self.workdir / "plan.txt"
         if operation is not None:
-            from burrito_py.api.operations import describe
+            from burrito_py.api.operation_rules import describe
 
             _say(f"burrito-py: {describe('plan', operation)}, asked by {operation.requested_by}")
         steps.plan(self.plan_file, override.extra_plan_args, copy_to=pretty, destroy=destroy, lock=lock,

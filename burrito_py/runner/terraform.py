@@ -51,7 +51,7 @@ from burrito_py.runner.signals import stopping
 from burrito_py.runner.tools import Tool
 
 if TYPE_CHECKING:  # the models (pydantic) are imported when a run needs them: the runner starts without them
-    from burrito_py.api.operations import RunOperation
+    from burrito_py.api.operation_rules import OperationFields
 
 __all__ = [
     "CHANGING_STEPS",
@@ -139,11 +139,11 @@ def plan_args(plan_file: Path | str, extra: Sequence[str] = (), destroy: bool = 
             f"-out={plan_file}", *(f"-replace={a}" for a in replace), *(f"-target={a}" for a in target), *extra]
 
 
-def operation_args(action: str, operation: RunOperation) -> tuple[Step, list[str]]:
+def operation_args(action: str, operation: OperationFields) -> tuple[Step, list[str]]:
     """The step and argv of a day-2 operation run (§5.12). The values were checked when the run was made
     (api/operations.py: addresses, an ID that is one printable line, nothing starting with `-`); they are checked
     again here, as the run is read from the API, and always come after the options."""
-    from burrito_py.api.operations import check_address, check_import_id, check_lock_id
+    from burrito_py.api.operation_rules import check_address, check_import_id, check_lock_id
 
     if action == "import":
         address, id_ = check_address(operation.address or "", "address"), check_import_id(operation.id or "")
@@ -239,7 +239,7 @@ class Steps:
         shown = plan_args(plan_file, mask(extra), destroy, lock, replace, target)
         self._run("plan", args, shown, copy_to=copy_to)
 
-    def operation(self, action: str, operation: RunOperation) -> None:
+    def operation(self, action: str, operation: OperationFields) -> None:
         """A day-2 operation (import, state rm, state mv, force-unlock), its output streamed as any step's."""
         step, args = operation_args(action, operation)
         self._run(step, args, args)

@@ -19,9 +19,10 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from burrito_py.api.layer import VarsSource
+if TYPE_CHECKING:  # the runner imports this module: no pydantic at run time
+    from burrito_py.api.layer import VarsSource
 
 __all__ = [
     "TFVARS_FILE",

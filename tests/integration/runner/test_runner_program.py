@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from burrito_py.api import annotations as ann
@@ -168,6 +170,50 @@ def test_missing_objects_exit_2(world: World) -> None:
     result = world.runner("app-plan-1", "plan")
     assert result.code == 2
     assert result.stderr == "error: TerraformRun default/app-plan-1 not found\n"
+
+
+# What a runner's start must not import (issue 31, docs/architecture.md §14 "Runner start-up costs"): pydantic and
+# the API models (~0.2 s CPU; runner/objects.py reads the objects), the kubernetes client, PyYAML (a JSON kubeconfig),
+# tenacity, httpx's command line (click, rich), croniter, and anyio and trio (async only; entry.py blocks them, and
+# `-X importtime` lists a blocked import too, so their submodules tell a real import).
+NOT_ON_THE_RUNNERS_PATH = ("pydantic", "pydantic_core", "kubernetes", "yaml", "tenacity", "click", "rich", "croniter")
+BLOCKED = ("anyio.", "trio.")
+MODELS = ("burrito_py.api.common", "burrito_py.api.layer", "burrito_py.api.run", "burrito_py.api.repository",
+          "burrito_py.api.operations")
+
+
+def test_a_plan_imports_no_pydantic_nor_the_api_models(world: World) -> None:
+    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer(vars={"message": "hello"})
+    world.run("app-plan-1", "plan", revision)
+    argv, env = world.runner_command("app-plan-1", "plan", cli=True)
+    # The kubeconfig as the local kubelet writes a pod's, in JSON (a YAML one is read with PyYAML, §9).
+    kubeconfig = world.tmp / "runner-kubeconfig.json"
+    kubeconfig.write_text(json.dumps(yaml.safe_load(world.runner_kubeconfig.read_text())))
+    env["KUBECONFIG"] = str(kubeconfig)
+    done = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Plan: 1 to add, 0 to change, 0 to destroy." in done.stdout
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert sorted(m for m in imported
+                  if m.split(".")[0] in NOT_ON_THE_RUNNERS_PATH or m in MODELS or m.startswith(BLOCKED)) == []
+    assert {"burrito_py.runner.objects", "burrito_py.api.effective", "httpx"} <= imported  # it did read and run
+
+
+def test_a_run_whose_operation_would_be_an_option_is_refused_before_terraform(world: World) -> None:
+    """A hostile run (the CRD schema types spec.operation.address as any string): the runner checks it as the
+    model does, so `-state-out=…` never reaches terraform's command line."""
+    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer()
+    world.create("terraformruns", {"kind": "TerraformRun", "metadata": {"name": "app-rm-1"}, "spec": {
+        "action": "state-rm", "layer": {"name": "app", "revision": revision},
+        "operation": {"requestedBy": "mallory", "address": "-state-out=/tmp/stolen"}}})
+    result = world.runner("app-rm-1", "state-rm")
+    assert result.code == 2
+    assert result.stderr == ("error: TerraformRun default/app-rm-1 is invalid: spec.operation.address: address: "
+                             "'-state-out=/tmp/stolen' starts with '-': an address is never an option\n")
+    assert "$ terraform" not in result.stdout
 
 
 def test_unreachable_datastore_exits_3(world: World) -> None:

@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.api.common import OverrideRunnerSpec, RunnerMetadata, ToolSpec
+from burrito_py.api.common import OverrideRunnerSpec, RunnerMetadata
 from burrito_py.api.effective import (
     EffectiveRemediation,
     EffectiveTool,
+    ToolVersion,
     effective_override_runner_spec,
     effective_remediation,
     effective_runs_to_keep,
@@ -114,7 +115,7 @@ def test_runs_to_keep(mine: int | None, theirs: int | None, expected: int) -> No
         ({}, {"opentofu": {"version": "1.8.3"}}, EffectiveTool("terraform", None, None)),
         # Terragrunt: merged field by field, reported only when enabled.
         ({"terragrunt": {"enabled": True}}, {"terragrunt": {"version": "0.67.0"}},
-         EffectiveTool("terraform", None, ToolSpec(enabled=True, version="0.67.0"))),
+         EffectiveTool("terraform", None, ToolVersion("0.67.0"))),
         ({"terragrunt": {"enabled": False}}, {"terragrunt": {"enabled": True, "version": "0.67.0"}},
          EffectiveTool("terraform", None, None)),
         ({"terragrunt": {"version": "0.60.0"}}, {}, EffectiveTool("terraform", None, None)),
