@@ -173,8 +173,9 @@ def test_g_never_two_runner_pods_of_a_layer_and_orphan_leases_are_taken_over(pla
 
     # A lease whose holder run was deleted is an orphan: the next run takes it over. First every run ends (a
     # live run holds, and may re-create, the real Lease).
-    wait_for(lambda: all((r.get("status") or {}).get("state") in ("Succeeded", "Failed") for r in platform.runs("app")),
-             90, what="every run of the layer finished")
+    def every_run_finished() -> bool:
+        return all((r.get("status") or {}).get("state") in ("Succeeded", "Failed") for r in platform.runs("app"))
+
     from burrito_py.controllers.run.leases import layer_lease_name
 
     lease_name = layer_lease_name(platform.layer("app"))
@@ -186,10 +187,23 @@ def test_g_never_two_runner_pods_of_a_layer_and_orphan_leases_are_taken_over(pla
     from kubernetes import client
 
     leases = client.CoordinationV1Api(platform.core.api_client)
-    existing = leases.list_namespaced_lease(platform.namespace).items
-    for item in existing:
-        leases.delete_namespaced_lease(item.metadata.name, platform.namespace)
-    leases.create_namespaced_lease(platform.namespace, body)
+
+    def plant_orphan() -> bool:
+        """The orphan in place of the layer's Lease while no run holds it. A run the controllers start between the
+        check and the create takes the Lease first (409): that run is waited for, and the orphan planted again."""
+        if not every_run_finished():
+            return False
+        for item in leases.list_namespaced_lease(platform.namespace).items:
+            leases.delete_namespaced_lease(item.metadata.name, platform.namespace)
+        try:
+            leases.create_namespaced_lease(platform.namespace, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            return False
+        return True
+
+    wait_for(plant_orphan, 120, interval=0.5, what="the orphan lease planted while every run of the layer is finished")
     before = len(platform.runs("app"))
     platform.sync_now("app")
     wait_for(lambda: len(platform.runs("app")) > before, 30, what="a new run")
