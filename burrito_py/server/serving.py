@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -13,8 +14,10 @@ from burrito_py.health import wait_healthy
 from burrito_py.server.settings import ServerSettings
 
 
-async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = None) -> None:
-    """Serve until stopped; `holder` receives the uvicorn server, so another thread can stop it."""
+async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = None,
+                bound: list[int] | None = None) -> None:
+    """Serve until stopped; `holder` receives the uvicorn server, so another thread can stop it, and `bound` the
+    port the listener got (the one asked for, or the system's choice for port 0)."""
     from burrito_py.datastore.client import datastore_client
     from burrito_py.datastore.kube_auth import KubeAuthenticator
     from burrito_py.datastore.token_cache import CachedAuthenticator
@@ -38,6 +41,8 @@ async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = 
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="off",
                             **proxies)
     sockets = [config.bind_socket()]
+    if bound is not None:
+        bound.append(sockets[0].getsockname()[1])
     if settings.ui_trusted_headers:
         # The trusted-header listener: the same app, on a port of its own that only the authenticating proxy
         # reaches; the UI tells it by the port of the socket a request came in on (routes.on_trusted_listener).
@@ -58,20 +63,26 @@ async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = 
 
 @contextmanager
 def running_server(settings: ServerSettings) -> Iterator[str]:
-    """The server in a thread on `settings.host:port` (tests and `burrito-py dev`); yields its URL."""
+    """The server in a thread on `settings.host:port` (tests and `burrito-py dev`); yields its URL. Port 0: a port
+    the system picks when the listener binds, so no other process can take it between a choice and the bind (a
+    port picked beforehand by the caller could be, under a loaded test suite: "Address already in use")."""
     holder: list[uvicorn.Server] = []
+    bound: list[int] = []
     failure: list[BaseException] = []
 
     def run() -> None:
         try:
-            asyncio.run(serve(settings, holder=holder))
+            asyncio.run(serve(settings, holder=holder, bound=bound))
         except BaseException as exc:  # reported by the starting thread below
             failure.append(exc)
 
     thread = threading.Thread(target=run, name="burrito-py-server", daemon=True)
     thread.start()
-    url = f"http://{settings.host}:{settings.port}"
-    if not wait_healthy(url, thread.is_alive, 30):
+    deadline = time.monotonic() + 30
+    while not bound and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    url = f"http://{settings.host}:{bound[0] if bound else settings.port}"
+    if not bound or not wait_healthy(url, thread.is_alive, max(0.1, deadline - time.monotonic())):
         if holder:
             holder[0].should_exit = True
         raise RuntimeError(f"server did not start on {url}: {failure[0] if failure else 'no answer in 30 s'}")

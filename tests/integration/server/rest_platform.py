@@ -31,7 +31,7 @@ from burrito_local.kube_tokens import TokenIssuer
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
 from burrito_py.datastore.client import DatastoreClient
-from burrito_py.datastore.in_process import free_port, running_datastore
+from burrito_py.datastore.in_process import running_datastore
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
 from tests.support.emulator import running_apiserver
@@ -250,7 +250,8 @@ def running_rest_platform(workdir: Path) -> Iterator[RestPlatform]:
         _seed(platform)
         token_file = workdir / "server-token"
         token_file.write_text(platform.tokens["server"])
-        settings = ServerSettings(host="127.0.0.1", port=free_port(), kubeconfig=kubeconfig, auth_enabled=True,
+        # Port 0: the listener's own pick (running_server), never a port another process takes first.
+        settings = ServerSettings(host="127.0.0.1", port=0, kubeconfig=kubeconfig, auth_enabled=True,
                                   datastore_url=datastore, datastore_token_path=token_file)
         platform.settings = settings
         platform.server_url = stack.enter_context(running_server(settings))

@@ -21,7 +21,6 @@ from burrito_local.apply import Applier
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
-from burrito_py.datastore.in_process import free_port
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
 from burrito_py.server.webhook_keys import encode_entry, entry_name
@@ -46,7 +45,7 @@ def server_settings(**overrides: Any) -> ServerSettings:
     from tests.conftest import KUBECONFIG_PATH
 
     values: dict[str, Any] = {
-        "host": "127.0.0.1", "port": free_port(), "kubeconfig": KUBECONFIG_PATH, "auth_enabled": False,
+        "host": "127.0.0.1", "port": 0, "kubeconfig": KUBECONFIG_PATH, "auth_enabled": False,
         "max_webhook_bytes": 4096, "datastore_url": "http://127.0.0.1:9", "webhook_keys_namespace": KEYS_NAMESPACE,
         "webhook_keys_secrets": [KEYS_SECRET], "webhook_failures_per_minute": 0}
     return ServerSettings(**{**values, **overrides})
