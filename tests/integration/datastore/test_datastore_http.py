@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -180,10 +182,16 @@ async def _chunks(data: bytes) -> AsyncIterator[bytes]:
 segments = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)
 
 
+@functools.cache
+def _segment_app() -> FastAPI:
+    """One app for every example: building it (its routes, its OpenAPI models) took most of each example's time."""
+    return create_app(FilesystemStorage(Path("/nonexistent-never-written")), DatastoreSettings(auth_enabled=False))
+
+
 @settings(max_examples=60, deadline=None)
 @given(segments)
 def test_no_segment_ever_causes_a_server_error(segment: str):
-    app = create_app(FilesystemStorage(Path("/nonexistent-never-written")), DatastoreSettings(auth_enabled=False))
+    app = _segment_app()
     quoted = f"/api/v1/layers/default/{quote(segment, safe='')}/runs/r/attempts/1/logs"
 
     async def scenario() -> int:
