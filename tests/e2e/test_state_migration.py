@@ -177,8 +177,9 @@ def test_migrations_that_cannot_be_done_are_refused_and_leave_the_state_where_it
     assert ask(platform, api, "bare", {"operation": "migrate-state", "to": "code"}).status_code == 200
     failed = finished(platform, "bare", "migrate-state", timeout=150)
     assert failed["status"]["state"] == "Failed", failed["status"]
-    layer = platform.layer("bare")
-    assert "declares no backend to move the state to" in layer["status"]["lastResult"], layer["status"]
+    # The layer records the run's end after the run does (its own reconcile): until then it shows the last apply.
+    wait_for(lambda: "declares no backend to move the state to" in (platform.layer("bare").get("status") or {})
+             .get("lastResult", ""), 30, interval=0.2, what="the layer's lastResult naming the missing backend")
     assert ann.STATE_LOCATION not in platform.annotations("bare")
     warned = wait_for(lambda: events(platform, "bare", "StateMigrationFailed"), 30, what="StateMigrationFailed")
     assert "untouched" in warned[0], warned
