@@ -68,6 +68,22 @@ def apply(plane: ControlPlane | NodeNamespace, *objects: dict[str, Any]) -> None
     kubectl(plane, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
 
 
+def wait_established(plane: ControlPlane | NodeNamespace, *names: str, timeout: float = 60) -> None:
+    """Every CRD named (all CRDs without names) is Established. Not `kubectl wait --for=condition=Established`:
+    on a CRD created a moment before, whose status has no conditions yet, it fails at once (".status.conditions
+    accessor error: <nil>")."""
+
+    def established() -> bool:
+        listed = kubectl_json(plane, "get", "crd", *names)
+        items = listed.get("items", [listed]) if listed.get("kind") == "List" else [listed]
+        return bool(items) and all(
+            any(c.get("type") == "Established" and c.get("status") == "True"
+                for c in (item.get("status") or {}).get("conditions") or ())
+            for item in items)
+
+    eventually(established, timeout, what=f"the CRDs {', '.join(names) or '(all)'} to be Established")
+
+
 def unique_namespace(plane: ControlPlane | NodeNamespace, prefix: str = "t") -> str:
     """A fresh namespace: tests share the session's control plane and stay apart by namespace."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"

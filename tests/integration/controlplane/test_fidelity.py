@@ -13,7 +13,7 @@ from burrito_local.apply import Applier
 from burrito_local.controlplane import ControlPlane
 
 from burrito_py.api.crdgen import generate_crds
-from tests.support.controlplane import kubectl, read_crds
+from tests.support.controlplane import kubectl, read_crds, wait_established
 from tests.support.fidelity import CHECKS, Api, Observation, namespace
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -63,7 +63,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observer]:
 @pytest.fixture(scope="module")
 def real(controlplane: ControlPlane) -> Iterator[Observer]:
     kubectl(controlplane, "apply", "--server-side", *[f"--filename={p}" for p in read_crds(ROOT)])
-    kubectl(controlplane, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    wait_established(controlplane)
     api = Api(controlplane.kubeconfig)
     yield Observer(api)
     api.close()

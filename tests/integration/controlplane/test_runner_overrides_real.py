@@ -18,7 +18,15 @@ from burrito_py.api.crdgen import crd_filename, generate_crds
 from burrito_py.api.layer import TerraformLayer
 from burrito_py.api.repository import TerraformRepository
 from burrito_py.api.run import pod_name
-from tests.support.controlplane import apply, eventually, kubectl, kubectl_json, read_crds, unique_namespace
+from tests.support.controlplane import (
+    apply,
+    eventually,
+    kubectl,
+    kubectl_json,
+    read_crds,
+    unique_namespace,
+    wait_established,
+)
 from tests.support.runner_overrides import (
     LAYER_OVERRIDE,
     REPOSITORY_OVERRIDE,
@@ -36,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def _install_crds(controlplane: ControlPlane) -> None:
     kubectl(controlplane, "apply", "--server-side", "--force-conflicts", *[f"--filename={p}" for p in read_crds(ROOT)])
     names = [yaml.safe_load(p.read_text())["metadata"]["name"] for p in read_crds(ROOT)]
-    kubectl(controlplane, "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names])
+    wait_established(controlplane, *names)
 
 
 def _create(controlplane: ControlPlane, body: dict[str, Any]) -> str:
