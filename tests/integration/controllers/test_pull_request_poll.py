@@ -170,8 +170,10 @@ def test_a_host_that_rate_limits_the_poll_is_a_condition_on_the_repository(tmp_p
         limited = wait_for(lambda: (c := world.condition("PullRequestsPolled")) and c["status"] == "False" and c,
                            40, interval=0.2, what="the rate-limited poll's condition")
         assert limited["reason"] == "RateLimited" and "rate limited by the provider for 600 s" in limited["message"]
-        events = world.http.get(f"/api/v1/namespaces/{NS}/events").json()["items"]
-        assert any(e["reason"] == "RateLimited" and e["involvedObject"]["name"] == "infra" for e in events)
+        # The Event is posted beside the condition, not before it: waited for, not read at once.
+        wait_for(lambda: any(e["reason"] == "RateLimited" and e["involvedObject"]["name"] == "infra"
+                             for e in world.http.get(f"/api/v1/namespaces/{NS}/events").json()["items"]),
+                 10, interval=0.2, what="the RateLimited Event")
         calls = len(world.fake.calls)
         # Retry-After is respected: no call while the host asked to wait (two intervals pass meanwhile).
         with contextlib.suppress(AssertionError):
