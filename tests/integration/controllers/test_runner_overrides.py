@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from burrito_local.apiserver import ApiServer
@@ -45,18 +46,24 @@ def api(tmp_path: Path) -> Iterator[tuple[ApiServer, Path]]:
         server.stop()
 
 
+def store_and_reconcile(admin: Any, kubeconfig: Path, bodies: Any) -> str:
+    """The runner account, then the repository, layer and run written raw (as objects stored before the rules),
+    then one reconcile of the run by the real run controller; the namespace's API path."""
+    base = f"/apis/{ann.API_VERSION}/namespaces/default"
+    admin.post("/api/v1/namespaces/default/serviceaccounts", json=runner_account("default")).raise_for_status()
+    stored = [admin.post(f"{base}/{plural}", json=body).raise_for_status().json()
+              for body, plural in zip(bodies, ("terraformrepositories", "terraformlayers", "terraformruns"),
+                                      strict=True)]
+    asyncio.run(reconcile_once(str(kubeconfig), *stored))
+    return base
+
+
 def test_attack_reserved_overrides_of_a_layer_and_its_repository_do_not_reach_the_runner_pod(
     api: tuple[ApiServer, Path],
 ) -> None:
     server, kubeconfig = api
-    stored = []
     with admin_client(server.url) as admin:
-        base = f"/apis/{ann.API_VERSION}/namespaces/default"
-        admin.post("/api/v1/namespaces/default/serviceaccounts", json=runner_account("default")).raise_for_status()
-        for body, plural in zip(objects("default"), ("terraformrepositories", "terraformlayers", "terraformruns"),
-                                strict=True):
-            stored.append(admin.post(f"{base}/{plural}", json=body).raise_for_status().json())
-        asyncio.run(reconcile_once(str(kubeconfig), *stored))
+        base = store_and_reconcile(admin, kubeconfig, objects("default"))
 
         pod = admin.get(f"/api/v1/namespaces/default/pods/{pod_name(RUN, 1)}").raise_for_status().json()
         assert_platform_values_won(pod)
@@ -70,14 +77,8 @@ def test_the_repositorys_reserved_override_is_ignored_and_named_when_it_is_in_ef
     api: tuple[ApiServer, Path],
 ) -> None:
     server, kubeconfig = api
-    stored = []
     with admin_client(server.url) as admin:
-        base = f"/apis/{ann.API_VERSION}/namespaces/default"
-        admin.post("/api/v1/namespaces/default/serviceaccounts", json=runner_account("default")).raise_for_status()
-        for body, plural in zip(objects("default", layer_override={}),
-                                ("terraformrepositories", "terraformlayers", "terraformruns"), strict=True):
-            stored.append(admin.post(f"{base}/{plural}", json=body).raise_for_status().json())
-        asyncio.run(reconcile_once(str(kubeconfig), *stored))
+        base = store_and_reconcile(admin, kubeconfig, objects("default", layer_override={}))
 
         pod = admin.get(f"/api/v1/namespaces/default/pods/{pod_name(RUN, 1)}").raise_for_status().json()
         env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
