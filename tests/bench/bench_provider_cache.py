@@ -11,21 +11,29 @@ datastore's mirror:
    hashes, the archives) served over HTTPS by Go's net/http (`static_server/`, standard library only, built with
    the `go` on PATH and cached; left out without Go), alternating with the two above. Terraform downloads a
    network mirror's archive to a temporary file, checks it and unpacks it; from a filesystem mirror it unpacks in
-   place, so no network mirror reaches the local one's time.
+   place, so no network mirror reaches the local one's time;
+5. the prefetch idea (issue 31 item 3, measured and not built): the locked archives fetched before `init` in parallel
+   by Python's standard library (one keep-alive connection per provider: its version document, then its archive)
+   from the datastore's mirror and, as a floor, from the Go server, written as a packed filesystem mirror, then
+   `init` from it with the lock file; against the local mirror's `init` with the same lock file, alternating.
+   Prefetch and `init` are printed apart.
 
     python3 -m tests.bench.bench_provider_cache [SIZE_MIB] [ROUNDS]
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
+import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from hashlib import sha256
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -48,9 +56,11 @@ def layer(directory: Path, host: str) -> Path:
     return directory
 
 
-def init(directory: Path, config: Path, ca: Path) -> float:
+def init(directory: Path, config: Path, ca: Path, lock: str | None = None) -> float:
     for leftover in (directory / ".terraform", directory / ".terraform.lock.hcl"):
         shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+    if lock is not None:
+        (directory / ".terraform.lock.hcl").write_text(lock)
     env = {**os.environ, "TF_CLI_CONFIG_FILE": str(config), "SSL_CERT_FILE": str(ca), "CHECKPOINT_DISABLE": "1"}
     env.pop("TF_PLUGIN_CACHE_DIR", None)
     started = time.perf_counter()
@@ -115,6 +125,17 @@ def main() -> None:
                         "url": name, "hashes": [f"zh:{sha256(data).hexdigest()}"]}}}))
                 static_layer = layer(root / "static-layer", REGISTRY)
                 warm, local, floor = [], [], []
+                init(cached[1], mirror_config, tls.ca)
+                lock = (cached[1] / ".terraform.lock.hcl").read_text()
+                prefetched = root / "prefetched"
+                prefetch_config = root / "prefetch.tfrc"
+                prefetch_config.write_text(
+                    f'provider_installation {{\n  filesystem_mirror {{\n    path = "{prefetched}"\n'
+                    f'    include = ["{REGISTRY}/test/*"]\n  }}\n  network_mirror {{\n'
+                    f'    url = "https://127.0.0.1:{port}/providers/v1/"\n    exclude = ["{REGISTRY}/test/*"]\n'
+                    "  }\n}\n")
+                context = ssl.create_default_context(cafile=str(tls.ca))
+                local_locked, fetched, fetched_init, fetched_floor = [], [], [], []
                 with running_static_server(static, (tls.cert, tls.key)) as static_url:
                     static_config = root / "static.tfrc"
                     static_config.write_text('provider_installation {\n  network_mirror {\n'
@@ -124,6 +145,10 @@ def main() -> None:
                         local.append(init(fs_layer, fs_config, tls.ca))
                         if static_url:
                             floor.append(init(static_layer, static_config, tls.ca))
+                            fetched_floor.append(prefetch(static_url, context, root / "prefetched-floor"))
+                        local_locked.append(init(fs_layer, fs_config, tls.ca, lock))
+                        fetched.append(prefetch(f"https://127.0.0.1:{port}/providers/v1/", context, prefetched))
+                        fetched_init.append(init(cached[1], prefetch_config, tls.ca, lock))
                 https, http = archive_times(f"https://127.0.0.1:{port}/providers/v1/", plain_url, tls.ca)
     runs = 10 * ROUNDS
     print(f"{runs} inits of 3 providers ({SIZE / 1024 / 1024:.1f} MiB each): upstream {direct_bytes / 1e6:.1f} MB "
@@ -139,10 +164,53 @@ def main() -> None:
               f"{statistics.median(warm) / bottom:.2f}")
     else:
         print("no `go` on PATH: the static mirror floor was not measured")
+    median = statistics.median
+    print(f"prefetch (not built): the 3 locked archives fetched in parallel by Python from the warm mirror: median "
+          f"{median(fetched):.3f} s, then `init` from them as a filesystem mirror {median(fetched_init):.3f} s; "
+          f"together {median(fetched) + median(fetched_init):.3f} s against the local mirror's `init` with the same "
+          f"lock file {median(local_locked):.3f} s: ratio "
+          f"{(median(fetched) + median(fetched_init)) / median(local_locked):.2f} (target <= 1.3)")
+    if fetched_floor:
+        print(f"the same prefetch from Go's net/http (static files over HTTPS): median {median(fetched_floor):.3f} s; "
+              f"with that `init`, ratio {(median(fetched_floor) + median(fetched_init)) / median(local_locked):.2f}")
     if https:
         print(f"one {SIZE / 1024 / 1024:.1f} MiB archive with curl: HTTPS listener median "
               f"{statistics.median(https):.3f} s, plain HTTP (same app) median {statistics.median(http):.3f} s")
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+
+
+def prefetch(mirror: str, context: ssl.SSLContext, directory: Path) -> float:
+    """Seconds to fetch each provider's version document and linux_amd64 archive from `mirror` into `directory` (a
+    packed filesystem mirror), the providers in parallel, one keep-alive connection each."""
+    shutil.rmtree(directory, ignore_errors=True)
+    base = urlsplit(mirror)
+
+    def fetch(type_: str) -> None:
+        connection = http.client.HTTPSConnection(base.hostname or "", base.port, context=context, timeout=30)
+        try:
+            document = f"{base.path}{REGISTRY}/test/{type_}/1.0.0.json"
+            connection.request("GET", document)
+            answer = connection.getresponse()
+            body = answer.read()
+            if answer.status != 200:
+                raise RuntimeError(f"{document}: {answer.status}")
+            archive = urlsplit(urljoin(f"{mirror}{REGISTRY}/test/{type_}/1.0.0.json",
+                                       json.loads(body)["archives"]["linux_amd64"]["url"]))
+            connection.request("GET", archive.path + (f"?{archive.query}" if archive.query else ""))
+            answer = connection.getresponse()
+            if answer.status != 200:
+                raise RuntimeError(f"{archive.path}: {answer.status}")
+            target = directory / REGISTRY / "test" / type_
+            target.mkdir(parents=True, exist_ok=True)
+            with (target / f"terraform-provider-{type_}_1.0.0_linux_amd64.zip").open("wb") as handle:
+                shutil.copyfileobj(answer, handle, 1024 * 1024)
+        finally:
+            connection.close()
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(len(TYPES)) as pool:
+        list(pool.map(fetch, TYPES))
+    return time.perf_counter() - started
 
 
 def archive_times(mirror: str, plain: str, ca: Path) -> tuple[list[float], list[float]]:
