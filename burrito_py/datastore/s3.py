@@ -127,7 +127,7 @@ class S3Storage:
         target = self._key(key)
         pending: deque[bytes] = deque()
         buffered = 0
-        hashing = Hashing(max_size)
+        hashing = Hashing(max_size, hashed=describe is None)
         condition = {"IfNoneMatch": "*"} if once else {}
         # A body whose sum the client declared goes straight to its key, the sum in the upload's metadata from the
         # start (checked before the upload is completed): half the work of staging it and copying it (issue 31).
