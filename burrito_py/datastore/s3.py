@@ -127,7 +127,7 @@ class S3Storage:
         target = self._key(key)
         pending: deque[bytes] = deque()
         buffered = 0
-        hashing = Hashing(max_size)
+        hashing = Hashing(max_size, hashed=describe is None)
         condition = {"IfNoneMatch": "*"} if once else {}
         # A body whose sum the client declared goes straight to its key, the sum in the upload's metadata from the
         # start (checked before the upload is completed): half the work of staging it and copying it (issue 31).
@@ -457,13 +457,38 @@ def _metadata(info: ObjectInfo) -> dict[str, str]:
 
 async def _stream(body: Any, first: bytes = b"", size: int | None = None) -> AsyncIterator[bytes]:
     """An S3 body, read in chunks off the event loop, closed when done or abandoned. `first`: its first chunk,
-    already read; when that is all of its `size`, no more reads (no more thread hops)."""
+    already read; when that is all of its `size`, no more reads (no more thread hops).
+
+    One read ahead: while a chunk goes out to the client, the next one is read from S3 in a worker thread, so the
+    two legs overlap instead of taking turns (issue 31; memory: one more chunk per download)."""
+    ahead: asyncio.Future[bytes] | None = None
     try:
-        if first:
-            yield first
         if size is not None and len(first) >= size:
+            if first:
+                yield first
             return
-        while chunk := await _in_thread(body.read, CHUNK):
+        if first:
+            ahead = asyncio.ensure_future(_in_thread(body.read, CHUNK))
+            yield first
+        while True:
+            chunk = await (ahead if ahead is not None else _in_thread(body.read, CHUNK))
+            ahead = None
+            if not chunk:
+                return
+            ahead = asyncio.ensure_future(_in_thread(body.read, CHUNK))
             yield chunk
     finally:
-        body.close()
+        if ahead is not None and not ahead.done():
+            # Never closed under a reading thread: the read in flight closes it when it ends (a cancelled wait
+            # on a worker thread ends only when the thread does).
+            ahead.add_done_callback(lambda done: _closed_after(done, body))
+        else:
+            if ahead is not None and not ahead.cancelled():
+                ahead.exception()  # retrieved: a failed read-ahead nobody waits for is no error
+            body.close()
+
+
+def _closed_after(done: asyncio.Future[bytes], body: Any) -> None:
+    if not done.cancelled():
+        done.exception()
+    body.close()

@@ -136,19 +136,25 @@ class Storage(Protocol):
 
 
 class Hashing:
-    """Counts and hashes the bytes that stream through it, refusing more than `max_size`."""
+    """Counts and hashes the bytes that stream through it, refusing more than `max_size`. `hashed=False`: counts only,
+    for a storage told what to record (`describe`: encryption records the plaintext's sum, so hashing the
+    ciphertext as well was a second SHA-256 pass over every encrypted upload, issue 31)."""
 
-    def __init__(self, max_size: int) -> None:
-        self.max_size, self.size, self.digest = max_size, 0, hashlib.sha256()
+    def __init__(self, max_size: int, hashed: bool = True) -> None:
+        self.max_size, self.size = max_size, 0
+        self.digest = hashlib.sha256() if hashed else None
 
     def add(self, chunk: bytes) -> bytes:
         self.size += len(chunk)
         if self.size > self.max_size:
             raise TooLarge(self.max_size)
-        self.digest.update(chunk)
+        if self.digest is not None:
+            self.digest.update(chunk)
         return chunk
 
     def info(self) -> ObjectInfo:
+        if self.digest is None:
+            raise RuntimeError("Hashing(hashed=False) counts bytes only: the sum comes from `describe`")
         return ObjectInfo(self.digest.hexdigest(), self.size)
 
 
@@ -189,7 +195,7 @@ class FilesystemStorage:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=f".{uuid.uuid4().hex}.tmp", dir=target.parent)
         tmp = Path(tmp_name)
-        hashing = Hashing(max_size)
+        hashing = Hashing(max_size, hashed=describe is None)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(bytes(FS_HEADER.size))  # the header is written once the body's sum is known

@@ -9,7 +9,8 @@ by side in one run:
 - upload and download throughput of a 50 MiB plan, file to file, through the datastore (DatastoreClient)
   and with boto3 directly against the same moto server (its managed transfer, upload_file/download_file,
   and a single put_object/get_object stream), interleaved, and the ratios (issue 31's target >= 0.9 against
-  upload_file, put_object and the get_object stream);
+  upload_file, put_object and the get_object stream), with the CPU seconds the datastore process and this client
+  spent per transfer (figures a busy machine barely moves, where MiB/s swing with its load);
 - requests per second and p50/p99 latency of GET plan (100 KiB, latest attempt) at 1, 10, 50 and 200
   concurrent clients, S3 and filesystem backends (issue 31's target at 50 clients: p99 <= 200 ms on S3,
   <= 100 ms on the filesystem); any answer other than 200 (e.g. a 503 shed under overload) is counted; with
@@ -84,17 +85,26 @@ def write_plan(path: Path, mib: int) -> None:
             handle.write(hashlib.sha256(str(i).encode()).digest() * (MiB // 32))
 
 
-def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str, work: Path) -> None:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of `pid` so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str, work: Path, pid: int) -> None:
     plan, out = work / "plan.bin", work / "out.bin"
     write_plan(plan, mib)
     figures: dict[str, list[float]] = {k: [] for k in
                                        ("ds_up", "ds_down", "tx_up", "tx_down", "obj_up", "obj_down",
                                         "px_up", "px_down")}
+    cpu: dict[str, list[tuple[float, float]]] = {}  # per transfer: (the datastore's, this client's) CPU seconds
 
     def timed(key: str, call: Any) -> None:
+        server, client = cpu_seconds(pid), time.process_time()
         started = time.perf_counter()
         call()
         figures[key].append(mib / (time.perf_counter() - started))
+        cpu.setdefault(key, []).append((cpu_seconds(pid) - server, time.process_time() - client))
 
     def get_object(client: Any = s3) -> None:
         body = client.get_object(Bucket=bucket, Key="direct/obj.bin")["Body"]
@@ -129,6 +139,13 @@ def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str
     print(f"  download: datastore {med['ds_down']:7.1f}   boto3 download_file {med['tx_down']:7.1f}   "
           f"boto3 get_object {med['obj_down']:7.1f}   ratio {med['ds_down'] / med['tx_down']:.2f} / "
           f"{med['ds_down'] / med['obj_down']:.2f}")
+    def spent(key: str) -> str:
+        return (f"datastore {statistics.median(s for s, _ in cpu[key]):.2f} + client "
+                f"{statistics.median(c for _, c in cpu[key]):.2f}")
+
+    print(f"  CPU seconds per transfer (medians): upload {spent('ds_up')}, put_object client "
+          f"{statistics.median(c for _, c in cpu['obj_up']):.2f}; download {spent('ds_down')}, get_object client "
+          f"{statistics.median(c for _, c in cpu['obj_down']):.2f}")
     if "px_up" in med:
         print(f"  the floor, put_object/get_object through a Go reverse proxy: up {med['px_up']:7.1f}   down "
               f"{med['px_down']:7.1f}   ratio to straight {med['px_up'] / med['obj_up']:.2f} / "
@@ -281,7 +298,7 @@ def main() -> None:
         if "s3" not in skip:
             with datastore_process(work / "s3-data", env) as ds:
                 if "throughput" not in skip:
-                    throughput(args.rounds, args.mib, s3, bucket, ds.url, token, work)
+                    throughput(args.rounds, args.mib, s3, bucket, ds.url, token, work, ds.pid)
                 if "latency" not in skip:
                     latency(ds.url, token, "S3 backend", 200, levels)
                     direct_latency(s3, bucket, levels)
