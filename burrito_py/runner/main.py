@@ -700,7 +700,7 @@ class Runner:
             self._datastore(self.store.put_plan, env.namespace, env.layer, env.run, env.attempt, fmt, data)
 
         # Upload the binary and the human-readable plan while `show -json` renders (a third of a second on
-        # 1,000 resources); the JSON goes up as soon as it is known to be a plan, while the summary is counted.
+        # 1,000 resources); the JSON goes up as soon as it is known to be JSON, while the summary is counted.
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="burrito-py-runner") as pool:
             shown = pool.submit(steps.show_json, self.plan_file, plan_json)
             uploads = [pool.submit(put, "bin", self.plan_file), pool.submit(put, "pretty", pretty)]
@@ -708,10 +708,12 @@ class Runner:
             shown.result()  # a failure here leaves the pool, which waits for the uploads first
             try:
                 with plan_json.open("rb") as handle:
-                    short = plan_summary(json.load(handle))
+                    document = json.load(handle)
+                uploads.append(pool.submit(put, "json", plan_json))
+                short = plan_summary(document)
             except ValueError as exc:
                 raise RunnerError(f"show -json printed no valid JSON: {exc}") from None
-            uploads += [pool.submit(put, "json", plan_json), pool.submit(put, "short", short.encode())]
+            uploads.append(pool.submit(put, "short", short.encode()))
             for future in uploads:
                 future.result()
         _say(f"burrito-py: {short}")
