@@ -248,7 +248,8 @@ def main() -> None:
             def runner(layer: str, run: str, checkout: Path = REPO_ROOT) -> tuple[float, float]:
                 env = new_run(layer, run, checkout)
                 started, cpu = time.perf_counter(), children_cpu()
-                done = subprocess.run(CLI, env=env, capture_output=True, text=True, check=False)
+                # cwd too: `python -c` puts the working directory first on sys.path, before PYTHONPATH
+                done = subprocess.run(CLI, env=env, cwd=checkout, capture_output=True, text=True, check=False)
                 elapsed = time.perf_counter() - started, children_cpu() - cpu
                 if done.returncode != 0:
                     sys.exit(f"runner failed ({done.returncode}): {done.stderr}")
