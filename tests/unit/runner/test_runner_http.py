@@ -11,11 +11,11 @@ import io
 import json
 import ssl
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,6 +45,7 @@ class Script:
     seen: list[Seen] = field(default_factory=list)
     drop_idle: bool = False  # close each connection after its answer without saying so (an idle timeout)
     url: str = ""
+    closed: threading.Event = field(default_factory=threading.Event)  # the server closed a connection
 
 
 def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
@@ -82,9 +83,18 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    script: Script
+
+    def shutdown_request(self, request: Any) -> None:
+        super().shutdown_request(request)
+        self.script.closed.set()
+
+
 @contextlib.contextmanager
 def serving(script: Script, tls: FakeCa | None = None) -> Iterator[Script]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+    server = _Server(("127.0.0.1", 0), _handler(script))
+    server.script = script
     server.daemon_threads = True
     if tls is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -207,7 +217,7 @@ def test_a_connection_the_server_closed_while_idle_is_not_failed_on() -> None:
     with serving(Script(drop_idle=True)) as server:
         http = Http(server.url)
         assert http.request("GET", "/a").status == 200
-        time.sleep(0.2)  # the server's close reaches the client
+        assert server.closed.wait(10)  # the server closed it, idle on the client's side
         assert http.request("GET", "/b").status == 200  # no retry here: a stale connection would raise
         http.close()
     assert [s.path for s in server.seen] == ["/a", "/b"]
