@@ -16,24 +16,30 @@ from urllib.parse import quote
 
 import httpx
 
+# The protocol's pieces the runner's own client (runner/store.py) shares.
+from burrito_py.datastore.wire import (
+    RETRIES,
+    SHA_HEADER,
+    TREE_HEADER,
+    DatastoreError,
+    applied_record,
+    applied_sum,
+    error_detail,
+    retry_after_seconds,
+    retry_wait,
+)
+from burrito_py.datastore.wire import declared as _declared
+from burrito_py.datastore.wire import run_url as _run_url
+from burrito_py.datastore.wire import stored_sum as _sum
+from burrito_py.datastore.wire import url_path as _path
 from burrito_py.kube.pod_paths import pod_path
+
+__all__ = ["RETRIES", "SHA_HEADER", "TREE_HEADER", "DatastoreClient", "DatastoreError", "NotTheRecordedObject",
+           "StoredObject", "applied_sum", "datastore_client"]
 
 PlanFormat = Literal["bin", "json", "pretty", "short"]
 Body = bytes | IO[bytes] | Path
 T = TypeVar("T")
-TREE_HEADER = "X-Burrito-Tree-Id"
-SHA_HEADER = "X-Burrito-Sha256"
-RETRIES = 3
-MAX_RETRY_AFTER = 5.0
-
-
-class DatastoreError(Exception):
-    """`limit`: on a 413, the most bytes the datastore would have taken."""
-
-    def __init__(self, message: str, status_code: int | None = None, limit: int | None = None) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.limit = limit
 
 
 class NotTheRecordedObject(DatastoreError):
@@ -48,21 +54,6 @@ class StoredObject:
 
     sha256: str
     size: int
-
-
-def _sum(hex_digest: str) -> str:
-    return f"sha256:{hex_digest.strip().lower()}"
-
-
-def _path(*segments: str | int) -> str:
-    """A URL path from segments, each percent-encoded whole: a name holding '/', '?', '#' or '%' can never
-    address another object (the datastore validates them too, but the URL must reach it intact)."""
-    parts = []
-    for segment in map(str, segments):
-        if segment in ("", ".", ".."):
-            raise DatastoreError(f"invalid path segment {segment!r}", 400)
-        parts.append(quote(segment, safe=""))
-    return "/" + "/".join(parts)
 
 
 class BearerTokenFile(httpx.Auth):
@@ -134,8 +125,7 @@ class DatastoreClient:
                 if attempt == RETRIES - 1:
                     raise
                 # An overloaded datastore says when to come back (503 + Retry-After, docs/architecture.md §10.7).
-                wait = exc.retry_after if isinstance(exc, _ServerError) else 0.0
-                time.sleep(max(0.2 * 2**attempt, wait))
+                time.sleep(retry_wait(attempt, exc.retry_after if isinstance(exc, _ServerError) else 0.0))
         raise AssertionError("unreachable")
 
     @staticmethod
@@ -143,16 +133,7 @@ class DatastoreClient:
         if response.status_code >= 500:
             raise _ServerError(response.status_code, response.headers.get("retry-after"))
         if response.status_code >= 400:
-            limit = None
-            try:
-                answer = response.json()
-                # The datastore says `error`; the API server's service proxy answers with a Status `message`.
-                detail = (answer.get("error") or answer.get("message")) if isinstance(answer, dict) else None
-                detail = detail or response.text
-                if isinstance(answer, dict) and isinstance(answer.get("limit"), int):
-                    limit = int(answer["limit"])
-            except ValueError:
-                detail = response.text
+            detail, limit = error_detail(response.content)
             raise DatastoreError(f"{what}: {detail or 'not found'}", response.status_code, limit)
 
     def _put(self, url: str, data: Body | None, what: str, headers: dict[str, str] | None = None) -> str | None:
@@ -273,10 +254,7 @@ class DatastoreClient:
             raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
     # -- plans, logs and outputs -----------------------------------------------------------------
-    @staticmethod
-    def _run_url(ns: str, layer: str, run: str, attempt: int | None) -> str:
-        base = _path("layers", ns, layer, "runs", run)
-        return base if attempt is None else f"{base}/attempts/{int(attempt)}"
+    _run_url = staticmethod(_run_url)
 
     def put_plan(self, ns: str, layer: str, run: str, attempt: int, fmt: PlanFormat, data: Body) -> str | None:
         return self._put(
@@ -367,7 +345,7 @@ class DatastoreClient:
 
     def put_applied(self, ns: str, layer: str, run: str, attempt: int, plan_sum: str) -> None:
         """Record that this attempt applied the plan `plan_sum` (before the layer is annotated)."""
-        body = json.dumps({"sum": plan_sum, "attempt": int(attempt)}).encode()
+        body = applied_record(plan_sum, attempt)
         self._put(
             f"{self._run_url(ns, layer, run, attempt)}/applied",
             body,
@@ -516,32 +494,10 @@ class DatastoreClient:
         )
 
 
-def applied_sum(record: bytes) -> str | None:
-    """The `sum` of an applied record (`{"sum", "attempt"}`); None when it holds none."""
-    try:
-        found = json.loads(record).get("sum")
-    except (ValueError, AttributeError):
-        return None
-    return str(found) if found else None
-
-
 class _ServerError(Exception):
     def __init__(self, status: int, retry_after: str | None = None) -> None:
         super().__init__(f"HTTP {status}")
-        # Seconds (the datastore's form), capped: a retry is never put off for long.
-        self.retry_after = min(float(retry_after), MAX_RETRY_AFTER) if retry_after and retry_after.isdigit() else 0.0
-
-
-def _declared(handle: IO[bytes]) -> dict[str, str]:
-    """The sum and length of a file about to be sent (read once here, then again as it is sent; the handle is left
-    at its start): the datastore checks the body against them and, on S3, uploads a large one straight to its key
-    rather than staging and copying it (docs/architecture.md §10)."""
-    digest, size = hashlib.sha256(), 0
-    while chunk := handle.read(1024 * 1024):
-        digest.update(chunk)
-        size += len(chunk)
-    handle.seek(0)
-    return {SHA_HEADER: digest.hexdigest(), "Content-Length": str(size)}
+        self.retry_after = retry_after_seconds(retry_after)
 
 
 def _chunks(handle: IO[bytes], size: int = 1024 * 1024) -> Iterator[bytes]:

@@ -3,9 +3,10 @@ API and reads no Secret or ConfigMap: the controllers record its result and hand
 (docs/architecture.md §9).
 
 Why not the `kubernetes` package: importing it costs ~0.45 s, a third of what the runner added to a small
-plan, for two endpoints. The runner speaks to the API with httpx (which the datastore client loads anyway)
-and reads its configuration in `load_config()`'s order: a kubeconfig from `$KUBECONFIG` (or `~/.kube/config`)
-first — the local kubelet writes one per pod — else the in-cluster service account. Kubeconfig users with a
+plan, for two endpoints. The runner speaks to the API with the standard library's `http.client`
+(`runner/http.py`: importing httpx cost ~0.1 s more, issue 31) and reads its configuration in `load_config()`'s
+order: a kubeconfig from `$KUBECONFIG` (or `~/.kube/config`) first — the local kubelet writes one per pod — else
+the in-cluster service account. Kubeconfig users with a
 token, a token file or a client certificate are supported; `exec` and `auth-provider` plugins are not (a
 runner in a cluster uses its service account), and say so.
 
@@ -29,9 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from burrito_py.api import annotations as ann
+from burrito_py.runner.http import Answer, Http, TransportError
 
 __all__ = ["ApiConfig", "Kube", "KubeError", "backoff", "load_api_config", "retryable"]
 
@@ -176,15 +176,29 @@ def backoff(attempt: int, retry_after: str | None = None, base: float = BASE_DEL
     return float(min(cap, base * 2**attempt))
 
 
+def _tls(verify: ssl.SSLContext | bool) -> ssl.SSLContext | None:
+    """The context an `https://` server is verified with: the one given, None for the default trust (httpx's, see
+    runner/http.py), or, for `False`, one that checks nothing (as httpx's `verify=False`)."""
+    if isinstance(verify, ssl.SSLContext):
+        return verify
+    if verify:
+        return None
+    unchecked = ssl.create_default_context()
+    unchecked.check_hostname, unchecked.verify_mode = False, ssl.CERT_NONE
+    return unchecked
+
+
 class Kube:
     def __init__(self, config: ApiConfig, retries: int = RETRIES, base_delay: float = BASE_DELAY) -> None:
         self.retries, self.base_delay = max(1, retries), base_delay
         self._private_dir = config.private_dir
         headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
-        self._http = httpx.Client(
-            base_url=config.server.rstrip("/"), headers=headers, verify=config.verify,
-            timeout=REQUEST_TIMEOUT,
-        )
+        https = config.server.startswith("https://")
+        try:
+            self._http = Http(config.server.rstrip("/"), headers, _tls(config.verify) if https else None,
+                              REQUEST_TIMEOUT)
+        except ValueError as exc:
+            raise KubeError(f"the Kubernetes API server {exc}") from None
 
     @classmethod
     def from_config(cls) -> Kube:
@@ -195,12 +209,12 @@ class Kube:
         if self._private_dir is not None:
             shutil.rmtree(self._private_dir, ignore_errors=True)
 
-    def _call(self, what: str, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    def _call(self, what: str, method: str, path: str) -> dict[str, Any]:
         error = KubeError(f"{what}: not tried")
         for attempt in range(self.retries):
             retry_after: str | None = None
             try:
-                return self._call_once(what, method, path, **kwargs)
+                return self._call_once(what, method, path)
             except _Retryable as exc:
                 error, retry_after = exc.error, exc.retry_after
             if attempt == self.retries - 1:
@@ -209,21 +223,23 @@ class Kube:
         tries = f" (after {self.retries} tries)" if self.retries > 1 else ""
         raise KubeError(f"{error}{tries}", error.status)
 
-    def _call_once(self, what: str, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    def _call_once(self, what: str, method: str, path: str) -> dict[str, Any]:
         try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            message = f"{what}: the Kubernetes API is unreachable ({type(exc).__name__}: {exc})"
-            raise _Retryable(KubeError(message)) from None
-        if response.status_code >= 400:
-            error = KubeError(f"{what}: HTTP {response.status_code} {_reason(response)}".rstrip(), response.status_code)
-            if retryable(response.status_code):
-                raise _Retryable(error, response.headers.get("Retry-After"))
+            answer = self._http.request(method, path)
+        except TransportError as exc:
+            raise _Retryable(KubeError(f"{what}: the Kubernetes API is unreachable ({exc})")) from None
+        if answer.status >= 400:
+            error = KubeError(f"{what}: HTTP {answer.status} {_reason(answer)}".rstrip(), answer.status)
+            if retryable(answer.status):
+                raise _Retryable(error, answer.headers.get("Retry-After"))
             raise error
         try:
-            return dict(response.json())
+            body = json.loads(answer.body)
         except ValueError:
-            raise KubeError(f"{what}: the Kubernetes API answered with no JSON object") from None
+            body = None
+        if not isinstance(body, dict):
+            raise KubeError(f"{what}: the Kubernetes API answered with no JSON object")
+        return body
 
     @staticmethod
     def _path(namespace: str, plural: str, name: str) -> str:
@@ -239,10 +255,10 @@ class _Retryable(Exception):
         self.error, self.retry_after = error, retry_after
 
 
-def _reason(response: httpx.Response) -> str:
+def _reason(answer: Answer) -> str:
     """The Status message the API server sent, else the HTTP reason."""
     try:
-        message = response.json().get("message")
+        message = json.loads(answer.body).get("message")
     except (ValueError, AttributeError):
         message = None
-    return str(message or response.reason_phrase or "")
+    return str(message or answer.reason or "")

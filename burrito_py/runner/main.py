@@ -38,7 +38,7 @@ attempt): when the outputs cannot be read or uploaded the attempt fails, but the
 controller records it on the layer from that record. A retry of the run that finds its plan's sum as the layer's
 `apply-sum` or in an earlier attempt's applied record does not apply again (Terraform would call the plan
 stale): it only reads the outputs. Every API call is retried with a bounded backoff on 5xx, 429 and connection
-errors (`kube`), datastore calls likewise (`DatastoreClient`), so one lost response does not fail an applied
+errors (`kube`), datastore calls likewise (`runner/store.py`), so one lost response does not fail an applied
 attempt. When terraform refuses the saved plan as stale ("Saved plan is stale") and no earlier attempt applied
 it, the attempt ends with exit code 5 and a termination message starting "stale plan: ": the run controller does
 not retry it, the layer plans again.
@@ -103,9 +103,9 @@ from burrito_py.runner.transcript import Transcript
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from burrito_py.datastore.client import DatastoreClient
     from burrito_py.runner.objects import ExtraArgs, Layer, Operation, Repository, Run
     from burrito_py.runner.state import ManagedBackend
+    from burrito_py.runner.store import RunnerStore
     from burrito_py.runner.tools import Tool
     from burrito_py.runner.variables import Inputs
 
@@ -242,7 +242,7 @@ def _say(text: str) -> None:
 class Runner:
     """One attempt: everything between reading the environment and exiting."""
 
-    def __init__(self, env: RunnerEnv, kube: Kube, store: DatastoreClient, workdir: Path,
+    def __init__(self, env: RunnerEnv, kube: Kube, store: RunnerStore, workdir: Path,
                  token: str | None = None) -> None:
         self.env, self.kube, self.store, self.workdir = env, kube, store, workdir
         self.token = token  # the datastore token: the mirrors take it too
@@ -269,7 +269,7 @@ class Runner:
             raise RunnerError(f"{kind} {namespace}/{name} is invalid: {exc}") from None
 
     def _datastore(self, call: Any, *args: Any) -> Any:
-        from burrito_py.datastore.client import DatastoreError
+        from burrito_py.datastore.wire import DatastoreError
 
         try:
             return call(*args)
@@ -516,7 +516,7 @@ class Runner:
         serial, the state locked) fails the migration naming the datastore's reason."""
         import uuid
 
-        from burrito_py.datastore.client import DatastoreError
+        from burrito_py.datastore.wire import DatastoreError
 
         env = self.env
         lock = {"ID": str(uuid.uuid4()), "Operation": "migrate-state", "Who": f"burrito-py runner {env.run}",
@@ -700,7 +700,7 @@ class Runner:
             self._datastore(self.store.put_plan, env.namespace, env.layer, env.run, env.attempt, fmt, data)
 
         # Upload the binary and the human-readable plan while `show -json` renders (a third of a second on
-        # 1,000 resources); the JSON goes up as soon as it is known to be a plan, while the summary is counted.
+        # 1,000 resources); the JSON goes up as soon as it is known to be JSON, while the summary is counted.
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="burrito-py-runner") as pool:
             shown = pool.submit(steps.show_json, self.plan_file, plan_json)
             uploads = [pool.submit(put, "bin", self.plan_file), pool.submit(put, "pretty", pretty)]
@@ -708,10 +708,12 @@ class Runner:
             shown.result()  # a failure here leaves the pool, which waits for the uploads first
             try:
                 with plan_json.open("rb") as handle:
-                    short = plan_summary(json.load(handle))
+                    document = json.load(handle)
+                uploads.append(pool.submit(put, "json", plan_json))
+                short = plan_summary(document)
             except ValueError as exc:
                 raise RunnerError(f"show -json printed no valid JSON: {exc}") from None
-            uploads += [pool.submit(put, "json", plan_json), pool.submit(put, "short", short.encode())]
+            uploads.append(pool.submit(put, "short", short.encode()))
             for future in uploads:
                 future.result()
         _say(f"burrito-py: {short}")
@@ -742,10 +744,10 @@ def _attempt(env: RunnerEnv, token: str | None) -> None:
         kube = Kube.from_config()
     except KubeError as exc:
         raise Unavailable(str(exc)) from None
-    from burrito_py.datastore.client import DatastoreClient
+    from burrito_py.runner.store import RunnerStore
 
     try:
-        with DatastoreClient(env.datastore_url, token=token) as store, _work_directory(env) as tmp:
+        with RunnerStore(env.datastore_url, token=token) as store, _work_directory(env) as tmp:
             Runner(env, kube, store, Path(tmp), token).run()
     finally:
         kube.close()
@@ -753,10 +755,11 @@ def _attempt(env: RunnerEnv, token: str | None) -> None:
 
 def _upload_log(env: RunnerEnv, token: str | None, text: str, seconds: float) -> None:
     """The log of an interrupted attempt, as far as it goes, within what is left of the grace period."""
-    from burrito_py.datastore.client import DatastoreClient, DatastoreError
+    from burrito_py.datastore.wire import DatastoreError
+    from burrito_py.runner.store import RunnerStore
 
     try:
-        with DatastoreClient(env.datastore_url, token=token, timeout=max(1.0, seconds)) as store:
+        with RunnerStore(env.datastore_url, token=token, timeout=max(1.0, seconds)) as store:
             store.put_logs(env.namespace, env.layer, env.run, env.attempt, text.encode())
     except DatastoreError as exc:
         print(f"burrito-py: the log could not be uploaded: {exc}", file=sys.stderr, flush=True)

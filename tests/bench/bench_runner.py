@@ -1,6 +1,7 @@
 """What the runner adds over the bare engine, for one plan, per engine (terraform 1.11.4 and tofu 1.12.6).
 
     python3 tests/bench/bench_runner.py [--pairs N] [--engines terraform-1.11.4,tofu-1.12.6] [--profile DIR]
+                                        [--baseline CHECKOUT]
 
 Runner: `burrito-py runner start` as a pod runs it (read run, layer and repository from the API emulator,
 download and unpack the source archive from the datastore, resolve the tool, init, plan, show -json, four
@@ -11,7 +12,9 @@ the difference (small layer, target ≤ +0.15 s, issue 31) and of the ratio (1,0
 target ≤ 1.10). Wall time is the target; CPU time (user + system of the process tree) is printed too, as it says
 more than wall time on a busy machine. `--profile DIR` first runs the runner once per layer with each step's
 start stamped, once under `-X importtime` (summed per top-level package) and once under pyinstrument (a report
-per layer in DIR). Prints figures; asserts nothing.
+per layer in DIR). `--baseline CHECKOUT` runs another checkout's runner (say, a `git worktree` of main: its
+`burrito_py` on PYTHONPATH, this interpreter and packages) in the same rounds, the three in alternating order, for a
+before/after measured side by side. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -98,10 +101,11 @@ def bare(code_dir: Path, work: Path, binary: str = "terraform") -> tuple[float, 
     return time.perf_counter() - started, children_cpu() - cpu
 
 
-def runner_env(tmp: Path, root: Path, kubeconfig: Path, datastore_url: str, layer: str, run: str) -> dict[str, str]:
+def runner_env(tmp: Path, root: Path, kubeconfig: Path, datastore_url: str, layer: str, run: str,
+               checkout: Path = REPO_ROOT) -> dict[str, str]:
     return {
         "PATH": os.environ["PATH"],
-        "PYTHONPATH": str(REPO_ROOT),
+        "PYTHONPATH": str(checkout),
         "HOME": str(tmp / "home"),
         "KUBECONFIG": str(kubeconfig),
         "BURRITO_RUNNER_RUN": run,
@@ -181,6 +185,8 @@ def main() -> None:
     parser.add_argument("--profile", metavar="DIR", type=Path,
                         help="before the pairs, profile one run per layer (step times, imports, pyinstrument "
                         "reports written to DIR; pyinstrument must be installed)")
+    parser.add_argument("--baseline", metavar="CHECKOUT", type=Path,
+                        help="also run this checkout's runner in the same rounds (before/after side by side)")
     options = parser.parse_args()
     root = engines_root()
     engines = [("opentofu" if e.split("-")[0] == "tofu" else "terraform", e.split("-", 1)[1])
@@ -230,19 +236,20 @@ def main() -> None:
             with DatastoreClient(datastore_url) as store:
                 store.put_source(NS, "infra", revision, tree, archive)
 
-            def new_run(layer: str, run: str) -> dict[str, str]:
+            def new_run(layer: str, run: str, checkout: Path = REPO_ROOT) -> dict[str, str]:
                 create(
                     "terraformruns",
                     "TerraformRun",
                     run,
                     {"action": "plan", "layer": {"name": layer, "revision": revision}},
                 )
-                return runner_env(tmp, root, kubeconfig, datastore_url, layer, run)
+                return runner_env(tmp, root, kubeconfig, datastore_url, layer, run, checkout)
 
-            def runner(layer: str, run: str) -> tuple[float, float]:
-                env = new_run(layer, run)
+            def runner(layer: str, run: str, checkout: Path = REPO_ROOT) -> tuple[float, float]:
+                env = new_run(layer, run, checkout)
                 started, cpu = time.perf_counter(), children_cpu()
-                done = subprocess.run(CLI, env=env, capture_output=True, text=True, check=False)
+                # cwd too: `python -c` puts the working directory first on sys.path, before PYTHONPATH
+                done = subprocess.run(CLI, env=env, cwd=checkout, capture_output=True, text=True, check=False)
                 elapsed = time.perf_counter() - started, children_cpu() - cpu
                 if done.returncode != 0:
                     sys.exit(f"runner failed ({done.returncode}): {done.stderr}")
@@ -272,6 +279,8 @@ def main() -> None:
                     code_dir.mkdir(parents=True, exist_ok=True)
                     (code_dir / "main.tf").write_text(layers[layer])
                     runner(name, f"{name}-warmup")  # page cache, the engine's plugin discovery
+                    if options.baseline is not None:
+                        runner(name, f"{name}-warmup-base", options.baseline)
                     bare(code_dir, tmp / "bare" / name, binary)
                     if options.profile is not None:
                         options.profile.mkdir(parents=True, exist_ok=True)
@@ -279,23 +288,35 @@ def main() -> None:
                             new_run(name, f"{name}-p{suffix}")
                         profile(name, runner_env(tmp, root, kubeconfig, datastore_url, name, f"{name}-p"),
                                 options.profile)
-                    pairs = []
+                    pairs, based = [], []
                     for i in range(options.pairs):
+                        order = ["runner", "bare"] + (["baseline"] if options.baseline is not None else [])
+                        order = order[i % len(order):] + order[:i % len(order)]  # each goes first in turn
                         if i % 2:
-                            b = bare(code_dir, tmp / "bare" / name, binary)
-                            r = runner(name, f"{name}-plan-{i}")
-                        else:
-                            r = runner(name, f"{name}-plan-{i}")
-                            b = bare(code_dir, tmp / "bare" / name, binary)
-                        pairs.append((r, b))
+                            order.reverse()
+                        took = {}
+                        for key in order:
+                            if key == "bare":
+                                took[key] = bare(code_dir, tmp / "bare" / name, binary)
+                            elif key == "runner":
+                                took[key] = runner(name, f"{name}-plan-{i}")
+                            else:
+                                took[key] = runner(name, f"{name}-base-{i}", options.baseline or REPO_ROOT)
+                        pairs.append((took["runner"], took["bare"]))
+                        if "baseline" in took:
+                            based.append((took["baseline"], took["bare"]))
                     target = "added ≤ +0.15 s" if layer == "small" else "ratio ≤ 1.10"
-                    for what, index in (("wall", 0), ("cpu ", 1)):
-                        runs, bares = [r[index] for r, _ in pairs], [b[index] for _, b in pairs]
-                        added = statistics.median(r[index] - b[index] for r, b in pairs)
-                        ratio = statistics.median(r[index] / b[index] for r, b in pairs)
-                        note = f"  (target: {target})" if index == 0 else ""
-                        print(f"  {layer:5} {what}: runner {statistics.median(runs):.3f} s, "
-                              f"bare {statistics.median(bares):.3f} s, added {added:+.3f} s, ratio {ratio:.2f}{note}")
+                    for label, measured in (("runner", pairs), ("baseline", based)):
+                        for what, index in (("wall", 0), ("cpu ", 1)):
+                            if not measured:
+                                continue
+                            runs, bares = [r[index] for r, _ in measured], [b[index] for _, b in measured]
+                            added = statistics.median(r[index] - b[index] for r, b in measured)
+                            ratio = statistics.median(r[index] / b[index] for r, b in measured)
+                            note = f"  (target: {target})" if index == 0 and label == "runner" else ""
+                            print(f"  {layer:5} {what}: {label} {statistics.median(runs):.3f} s, "
+                                  f"bare {statistics.median(bares):.3f} s, added {added:+.3f} s, "
+                                  f"ratio {ratio:.2f}{note}")
             print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     finally:
         api.stop()
