@@ -41,3 +41,22 @@ def apiserver(tmp_path: Path):  # type: ignore[no-untyped-def]
 
     with running_apiserver(tmp_path, kubeconfig=KUBECONFIG_PATH) as server:
         yield server
+
+
+# -- the order the files reach xdist's workers ------------------------------------------------------------
+# `-n 2 --dist loadfile` hands a worker the next file in the queue whenever it has two tests or fewer left. xdist's
+# default queue (--loadscope-reorder) is by number of tests, most first: that put the end-to-end files (one to ten
+# tests of half a minute to five minutes each) after 3,000 unit tests of milliseconds, so the suite ended on them,
+# one long test on one core while the other, holding nothing, stood idle. pyproject.toml turns that reordering
+# off (--no-loadscope-reorder) and the queue follows this collection order: the slow directories first, so the
+# many short files come last and keep both cores busy to the end. The order of the tests within a file is kept.
+SLOW_FIRST = ("tests/e2e/", "tests/integration/controlplane/", "tests/integration/controllers/", "tests/integration/")
+
+
+def _queue_rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return next((rank for rank, prefix in enumerate(SLOW_FIRST) if path.startswith(prefix)), len(SLOW_FIRST))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_queue_rank)  # stable: collection order within a rank
