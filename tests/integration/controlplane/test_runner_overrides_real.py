@@ -98,16 +98,18 @@ def test_attack_a_layer_stored_before_the_rules_gets_the_platforms_values(contro
     the run's pod."""
     old = [_without_rules(generate_crds()[crd_filename(kind)]) for kind in (TerraformLayer, TerraformRepository)]
     _install_crds(controlplane)
-    apply(controlplane, *old)
     namespace = unique_namespace(controlplane)
     repository, layer, run = objects(namespace)
 
     def stored() -> bool:
         return _create(controlplane, layer) == ""  # until kube-apiserver serves the CRDs without their rules
 
-    eventually(stored, what="the rule-less CRD to be served")
-    assert _create(controlplane, repository) == ""
-    _install_crds(controlplane)
+    try:
+        apply(controlplane, *old)
+        eventually(stored, what="the rule-less CRD to be served")
+        assert _create(controlplane, repository) == ""
+    finally:  # the rule-less CRDs never outlive this test, whatever fails in it
+        _install_crds(controlplane)
     eventually(lambda: "is invalid" in _create(controlplane, {**layer, "metadata": {**layer["metadata"], "name": "x"}}),
                what="the CRDs' rules to be served again")
     apply(controlplane, runner_account(namespace))
