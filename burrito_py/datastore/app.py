@@ -38,6 +38,7 @@ from burrito_py.datastore.auth import (
 )
 from burrito_py.datastore.encryption import EncryptionError
 from burrito_py.datastore.quota import NamespaceUsage, allowance, describe_bytes, run_used
+from burrito_py.datastore.read_cache import CachedStorage, with_read_cache
 from burrito_py.datastore.storage import DeleteFailed, Exists, Mismatch, ObjectInfo, Storage, Stored, TooLarge
 from burrito_py.kube.pod_paths import pod_path_setting
 from burrito_py.kube.service_proxy import PROXIED_AUTHORIZATION
@@ -136,6 +137,16 @@ class DatastoreSettings(BaseSettings):
     write_timeout_seconds: float = Field(
         60.0, gt=0, description="Longest time a client may leave the response unread while the datastore has more "
         "to send; then the connection is closed.")
+    # The read cache (docs/architecture.md §10.8): small attempt objects and run listings, after authorization.
+    read_cache_max_bytes: int = Field(
+        32 * 1024 * 1024, ge=0, description="Memory the read cache of attempt objects and run listings may hold "
+        "(bytes, plaintext); 0: no cache.")
+    read_cache_max_object_bytes: int = Field(
+        1024 * 1024, ge=0, description="Largest object the read cache keeps (bytes); larger ones are always "
+        "streamed from storage.")
+    read_cache_ttl_seconds: float = Field(
+        5.0, ge=0, description="How long a cached object or run listing is served: the longest another replica's "
+        "write or delete can go unseen here (this replica's own are seen at once); 0: no cache.")
     # Bearer tokens checked by a Kubernetes TokenReview (docs/architecture.md §10.2); off only for tests that do not
     # test auth.
     auth_enabled: bool = True
@@ -280,6 +291,12 @@ def server_options(settings: DatastoreSettings) -> dict[str, Any]:
                                      settings.write_timeout_seconds)}
 
 
+def read_cache_for(storage: Storage, settings: DatastoreSettings) -> Storage:
+    """`storage` behind the read cache the settings describe (as it is when they turn it off)."""
+    return with_read_cache(storage, settings.read_cache_max_bytes, settings.read_cache_max_object_bytes,
+                           settings.read_cache_ttl_seconds)
+
+
 def default_authenticator(settings: DatastoreSettings) -> Authenticator:
     """TokenReviews through the Kubernetes API named by the settings, behind a short cache."""
     from burrito_py.datastore.kube_auth import KubeAuthenticator
@@ -346,6 +363,8 @@ def create_app(
     """`authenticator` replaces the TokenReview one built from `settings` (when auth is enabled), `metrics_gate` the
     one guarding /metrics."""
     settings = settings or DatastoreSettings()
+    if not isinstance(storage, CachedStorage):  # `datastore start` wraps it itself, for retention to share
+        storage = read_cache_for(storage, settings)
     if settings.auth_enabled and authenticator is None:
         authenticator = default_authenticator(settings)
     elif not settings.auth_enabled:
