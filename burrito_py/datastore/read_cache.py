@@ -10,6 +10,7 @@ routes). Managed state, its lock, source archives and the quotas' sizes are alwa
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections import OrderedDict
@@ -63,6 +64,7 @@ class ReadCache:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._fills: dict[str, set[object]] = {}
         self.hits = self.misses = 0
+        self.on_invalidate: Callable[[str], None] = lambda name: None
 
     @property
     def enabled(self) -> bool:
@@ -141,6 +143,7 @@ class ReadCache:
         for name in ("o:" + key, *("l:" + prefix for prefix in ancestors(key))):
             self._drop(name)
             self._fills.pop(name, None)
+            self.on_invalidate(name)
 
 
 class CachedStorage:
@@ -148,6 +151,13 @@ class CachedStorage:
 
     def __init__(self, inner: Storage, cache: ReadCache) -> None:
         self.inner, self.cache = inner, cache
+        # Reads of the backend in flight, by entry name: later misses of the same name wait for it. Dropped by an
+        # invalidation, so a request that starts after a write never joins a read that began before it.
+        self._flights: dict[str, asyncio.Future[object]] = {}
+        cache.on_invalidate = self._land_nothing
+
+    def _land_nothing(self, name: str) -> None:
+        self._flights.pop(name, None)
 
     async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int, *, once: bool = False,
                   describe: Describe | None = None, expected: ObjectInfo | None = None) -> Stored:
@@ -163,18 +173,42 @@ class CachedStorage:
         if hit is not None:
             return Opened(hit[0], _once(hit[1]))
         name = "o:" + key
+        shared = await self._joined(name)
+        if isinstance(shared, tuple):
+            return Opened(shared[0], _once(shared[1]))
+        if shared is _MISSING:
+            return None
+        if shared is _OWN:
+            return await self.inner.read(key)  # what the flight read could not be shared (too large, or failed)
+        flight = self._lead(name)
         token = self.cache.begin(name)
         try:
             opened = await self.inner.read(key)
             if opened is None or opened.info.size > self.cache.max_object_bytes:
                 self.cache.abandon(name, token)
+                _land(flight, _MISSING if opened is None else _OWN)
                 return opened
             data = b"".join([chunk async for chunk in opened.stream])
         except BaseException:
             self.cache.abandon(name, token)
+            _land(flight, _OWN)
             raise
+        finally:
+            self._flights.pop(name, None) if self._flights.get(name) is flight else None
         self.cache.fill_object(key, token, opened.info, data)
+        _land(flight, (opened.info, data))
         return Opened(opened.info, _once(data))
+
+    async def _joined(self, name: str) -> object:
+        """What a read of `name` already in flight gets (None when none is: this one leads). Concurrent misses of
+        one object share one backend read, so an entry's expiry under load costs one read, not one per client."""
+        flight = self._flights.get(name)
+        return None if flight is None else await asyncio.shield(flight)
+
+    def _lead(self, name: str) -> asyncio.Future[object]:
+        flight: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._flights[name] = flight
+        return flight
 
     async def open(self, key: str) -> AsyncIterator[bytes] | None:
         opened = await self.read(key)
@@ -209,17 +243,35 @@ class CachedStorage:
         if hit is not None:
             return hit
         name = "l:" + base
+        shared = await self._joined(name)
+        if isinstance(shared, list):
+            return list(shared)
+        if shared is _OWN:
+            return await self.inner.list(prefix)
+        flight = self._lead(name)
         token = self.cache.begin(name)
         try:
             keys = await self.inner.list(prefix)
         except BaseException:
             self.cache.abandon(name, token)
+            _land(flight, _OWN)
             raise
+        finally:
+            self._flights.pop(name, None) if self._flights.get(name) is flight else None
         self.cache.fill_listing(base, token, keys)
+        _land(flight, list(keys))
         return list(keys)
 
     async def sizes(self, prefix: str) -> dict[str, int]:
         return await self.inner.sizes(prefix)  # quotas count what the backend holds, never a cached view
+
+
+_MISSING, _OWN = object(), object()  # a shared read's answers: no such object; read it yourself
+
+
+def _land(flight: asyncio.Future[object], result: object) -> None:
+    if not flight.done():
+        flight.set_result(result)
 
 
 def with_read_cache(storage: Storage, max_bytes: int, max_object_bytes: int, ttl_seconds: float) -> Storage:

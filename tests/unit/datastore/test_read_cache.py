@@ -299,3 +299,65 @@ def test_a_fill_raced_by_an_invalidation_is_dropped() -> None:
     cache.fill_listing(RUN, listing, [PLAN])
     assert cache.get_listing(RUN) is None
     assert cache._fills == {}
+
+
+def test_concurrent_misses_share_one_backend_read() -> None:
+    memory, clock = Memory(), Clock()
+    memory.objects[PLAN] = b"plan"
+    storage = cached(memory, clock)
+
+    async def scenario() -> None:
+        memory.gate = asyncio.Event()
+        readers = [asyncio.create_task(read(storage, PLAN)) for _ in range(20)]
+        listings = [asyncio.create_task(storage.list(RUN)) for _ in range(20)]
+        await asyncio.sleep(0)
+        memory.gate.set()
+        assert await asyncio.gather(*readers) == [b"plan"] * 20
+        assert await asyncio.gather(*listings) == [[PLAN]] * 20
+        assert memory.reads == 1 and memory.listings == 1
+        clock.now += 5  # expired: again one read for all of them
+        memory.gate = asyncio.Event()
+        readers = [asyncio.create_task(read(storage, PLAN)) for _ in range(20)]
+        await asyncio.sleep(0)
+        memory.gate.set()
+        assert await asyncio.gather(*readers) == [b"plan"] * 20
+        assert memory.reads == 2
+
+    asyncio.run(scenario())
+
+
+def test_a_request_after_a_write_never_joins_a_read_that_began_before_it() -> None:
+    memory, clock = Memory(), Clock()
+    memory.objects[PLAN] = b"old"
+    storage = cached(memory, clock)
+
+    async def scenario() -> None:
+        memory.gate = asyncio.Event()
+        early = asyncio.create_task(read(storage, PLAN))
+        joined = asyncio.create_task(read(storage, PLAN))  # overlaps the write: old or new is right
+        await asyncio.sleep(0)
+        gate, memory.gate = memory.gate, None
+        await storage.put(PLAN, _body(b"new"), 100)
+        late = asyncio.create_task(read(storage, PLAN))  # starts after the write: must see it
+        await asyncio.sleep(0)
+        gate.set()
+        assert await early == b"old" and await joined in (b"old", b"new")
+        assert await late == b"new"
+        assert await read(storage, PLAN) == b"new"
+
+    asyncio.run(scenario())
+
+
+def test_a_shared_read_that_fails_or_is_too_large_is_read_by_each() -> None:
+    memory, clock = Memory(), Clock()
+    memory.objects[PLAN] = b"x" * 100
+    storage = cached(memory, clock, max_object=10)
+
+    async def scenario() -> None:
+        memory.gate = asyncio.Event()
+        readers = [asyncio.create_task(read(storage, PLAN)) for _ in range(3)]
+        await asyncio.sleep(0)
+        memory.gate.set()
+        assert await asyncio.gather(*readers) == [b"x" * 100] * 3  # each streamed its own
+
+    asyncio.run(scenario())
