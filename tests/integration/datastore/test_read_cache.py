@@ -81,7 +81,8 @@ def test_off_every_read_goes_to_storage(tmp_path: Path):
 
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthPlatform]:
-    with running_auth_platform(tmp_path_factory.mktemp("auth-cache")) as p:
+    # A TTL of an hour: what is held below stays held however slow the machine (the default 5 s could pass).
+    with running_auth_platform(tmp_path_factory.mktemp("auth-cache"), **FOREVER) as p:
         yield p
 
 
