@@ -42,6 +42,13 @@ def ancestors(key: str) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
+class Held(Opened):
+    """An object read whole into memory (`stream` yields `data`): answered as one body, no streaming."""
+
+    data: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
 class _Entry:
     expires: float
     size: int  # what it counts against the byte bound
@@ -171,11 +178,11 @@ class CachedStorage:
             return await self.inner.read(key)
         hit = self.cache.get_object(key)
         if hit is not None:
-            return Opened(hit[0], _once(hit[1]))
+            return Held(hit[0], _once(hit[1]), hit[1])
         name = "o:" + key
         shared = await self._joined(name)
         if isinstance(shared, tuple):
-            return Opened(shared[0], _once(shared[1]))
+            return Held(shared[0], _once(shared[1]), shared[1])
         if shared is _MISSING:
             return None
         if shared is _OWN:
@@ -197,7 +204,7 @@ class CachedStorage:
             self._flights.pop(name, None) if self._flights.get(name) is flight else None
         self.cache.fill_object(key, token, opened.info, data)
         _land(flight, (opened.info, data))
-        return Opened(opened.info, _once(data))
+        return Held(opened.info, _once(data), data)
 
     async def _joined(self, name: str) -> object:
         """What a read of `name` already in flight gets (None when none is: this one leads). Concurrent misses of
