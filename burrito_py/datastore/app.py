@@ -10,17 +10,19 @@ import base64
 import binascii
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from urllib.parse import unquote_to_bytes
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -38,6 +40,7 @@ from burrito_py.datastore.auth import (
 )
 from burrito_py.datastore.encryption import EncryptionError
 from burrito_py.datastore.quota import NamespaceUsage, allowance, describe_bytes, run_used
+from burrito_py.datastore.read_cache import CachedStorage, Held, with_read_cache
 from burrito_py.datastore.storage import DeleteFailed, Exists, Mismatch, ObjectInfo, Storage, Stored, TooLarge
 from burrito_py.kube.pod_paths import pod_path_setting
 from burrito_py.kube.service_proxy import PROXIED_AUTHORIZATION
@@ -136,6 +139,16 @@ class DatastoreSettings(BaseSettings):
     write_timeout_seconds: float = Field(
         60.0, gt=0, description="Longest time a client may leave the response unread while the datastore has more "
         "to send; then the connection is closed.")
+    # The read cache (docs/architecture.md §10.8): small attempt objects and run listings, after authorization.
+    read_cache_max_bytes: int = Field(
+        32 * 1024 * 1024, ge=0, description="Memory the read cache of attempt objects and run listings may hold "
+        "(bytes, plaintext); 0: no cache.")
+    read_cache_max_object_bytes: int = Field(
+        1024 * 1024, ge=0, description="Largest object the read cache keeps (bytes); larger ones are always "
+        "streamed from storage.")
+    read_cache_ttl_seconds: float = Field(
+        5.0, ge=0, description="How long a cached object or run listing is served: the longest another replica's "
+        "write or delete can go unseen here (this replica's own are seen at once); 0: no cache.")
     # Bearer tokens checked by a Kubernetes TokenReview (docs/architecture.md §10.2); off only for tests that do not
     # test auth.
     auth_enabled: bool = True
@@ -280,6 +293,12 @@ def server_options(settings: DatastoreSettings) -> dict[str, Any]:
                                      settings.write_timeout_seconds)}
 
 
+def read_cache_for(storage: Storage, settings: DatastoreSettings) -> Storage:
+    """`storage` behind the read cache the settings describe (as it is when they turn it off)."""
+    return with_read_cache(storage, settings.read_cache_max_bytes, settings.read_cache_max_object_bytes,
+                           settings.read_cache_ttl_seconds)
+
+
 def default_authenticator(settings: DatastoreSettings) -> Authenticator:
     """TokenReviews through the Kubernetes API named by the settings, behind a short cache."""
     from burrito_py.datastore.kube_auth import KubeAuthenticator
@@ -305,13 +324,86 @@ _bearer = HTTPBearer(
 async def _caller(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Principal:
+    token = credentials.credentials if credentials else proxied_token(request.headers.get(PROXIED_AUTHORIZATION))
+    return await _principal(request.app.state.authenticator, token)
+
+
+async def _principal(authenticator: Authenticator | None, token: str | None) -> Principal:
     try:
-        token = credentials.credentials if credentials else proxied_token(request.headers.get(PROXIED_AUTHORIZATION))
-        return await principal_of(request.app.state.authenticator, token)
+        return await principal_of(authenticator, token)
     except AuthError as exc:
         if exc.status == 503:
             log.warning("cannot check a datastore token: %s", exc)
         raise
+
+
+def _bearer_token(authorization: str | None, proxied: str | None) -> str | None:
+    """The token `_caller` gets from these headers: HTTPBearer's reading of `Authorization` (no error when it is
+    absent or another scheme), else the proxied header's."""
+    scheme, credentials = get_authorization_scheme_param(authorization)
+    if authorization and scheme and credentials and scheme.lower() == "bearer":
+        return credentials
+    return proxied_token(proxied)
+
+
+def _auth_answer(exc: AuthError) -> JSONResponse:
+    response = _error(exc.status, str(exc))
+    if exc.status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="burrito-py-datastore"'
+    return response
+
+
+def _encryption_answer(path: str, exc: EncryptionError) -> JSONResponse:
+    # A key that is not configured or an object that fails authentication: one clear line, no traceback (the
+    # message names the object and key id, never key material).
+    log.error("cannot serve %s: %s", path, exc)
+    return _error(500, str(exc))
+
+
+# The GETs users wait on (the plan review, the approval page, `plan download`, logs): a run's latest plan, one
+# attempt's plan, one attempt's log. Attempt numbers in canonical form only, so FastAPI's reading of any other
+# spelling (and its error) stays FastAPI's.
+_HOT_PATH = re.compile(
+    r"/api/v1/layers/([^/]{1,253})/([^/]{1,253})/runs/([^/]{1,253})/(?:plan|attempts/(0|[1-9][0-9]{0,6})/(plan|logs))"
+)
+_HOT_QUERY: dict[bytes, PlanFormat] = {
+    b"": "json", **{f"format={name}".encode(): name for name in get_args(PlanFormat)}
+}
+HotRead = Callable[[Principal, str, str, str, int | None, str, PlanFormat], Awaitable[Response]]
+
+
+class _HotReads:
+    """The hot GETs answered by the routes' own functions without FastAPI's routing and dependency resolution
+    (issue 31: about a tenth of such a GET's time): the same token reading, authentication, authorization,
+    validation and answers, errors included. A request of any other shape (another query, a non-canonical attempt
+    number, a segment FastAPI would refuse by its length) goes the usual way. Inside the admission and raw-path
+    middleware, like every route."""
+
+    def __init__(self, app: ASGIApp, read: list[HotRead]) -> None:
+        self.app, self.read = app, read  # `read`: filled by create_app once the routes' functions exist
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path") and self.read:
+            match = _HOT_PATH.fullmatch(scope["path"])
+            query = scope.get("query_string", b"")
+            fmt = _HOT_QUERY.get(query) if match is not None and (match[5] != "logs" or not query) else None
+            if match is not None and fmt is not None and int(match[4] or 0) <= 1_000_000:
+                headers = Headers(scope=scope)
+                try:
+                    who = await _principal(scope["app"].state.authenticator,
+                                           _bearer_token(headers.get("authorization"),
+                                                         headers.get(PROXIED_AUTHORIZATION)))
+                    n = int(match[4]) if match[4] is not None else None
+                    response = await self.read[0](who, match[1], match[2], match[3], n, match[5] or "", fmt)
+                except AuthError as exc:
+                    response = _auth_answer(exc)
+                except BadSegment as exc:
+                    response = _error(400, str(exc))
+                except EncryptionError as exc:
+                    response = _encryption_answer(scope["path"], exc)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 Caller = Annotated[Principal, Depends(_caller)]
@@ -346,12 +438,16 @@ def create_app(
     """`authenticator` replaces the TokenReview one built from `settings` (when auth is enabled), `metrics_gate` the
     one guarding /metrics."""
     settings = settings or DatastoreSettings()
+    if not isinstance(storage, CachedStorage):  # `datastore start` wraps it itself, for retention to share
+        storage = read_cache_for(storage, settings)
     if settings.auth_enabled and authenticator is None:
         authenticator = default_authenticator(settings)
     elif not settings.auth_enabled:
         authenticator = None
     app = FastAPI(title="burrito-py datastore", version="v1")
     app.state.authenticator = authenticator
+    hot_read: list[HotRead] = []
+    app.add_middleware(_HotReads, read=hot_read)  # innermost: after admission and the raw path's checks
     app.add_middleware(_RawPathGuard)
     # Outermost (after FastAPI's own error handling): a shed request costs no routing and no token review.
     from burrito_py.datastore.admission import Admission
@@ -366,10 +462,7 @@ def create_app(
 
     @app.exception_handler(EncryptionError)
     async def encryption_error(request: Request, exc: EncryptionError) -> JSONResponse:
-        # A key that is not configured or an object that fails authentication: one clear line, no traceback
-        # (the message names the object and key id, never key material).
-        log.error("cannot serve %s: %s", request.url.path, exc)
-        return _error(500, str(exc))
+        return _encryption_answer(request.url.path, exc)
 
     @app.exception_handler(ClientDisconnect)
     async def client_went_away(request: Request, _: ClientDisconnect) -> Response:
@@ -381,10 +474,7 @@ def create_app(
 
     @app.exception_handler(AuthError)
     async def auth_error(_: Request, exc: AuthError) -> JSONResponse:
-        response = _error(exc.status, str(exc))
-        if exc.status == 401:
-            response.headers["WWW-Authenticate"] = 'Bearer realm="burrito-py-datastore"'
-        return response
+        return _auth_answer(exc)
 
     def allow(who: Principal, action: Action, target: Target) -> None:
         denied = authorize(who, action, target)
@@ -436,6 +526,8 @@ def create_app(
         if opened is None:
             return _error(404, missing)
         headers = {**sha_headers(opened.info), "Content-Length": str(opened.info.size)}
+        if isinstance(opened, Held):  # in memory already: one body, without a streaming response's task group
+            return Response(opened.data, media_type=media_type, headers=headers)
         return StreamingResponse(opened.stream, media_type=media_type, headers=headers)
 
     async def describe_head(key: str, media_type: str) -> Response:
@@ -498,6 +590,9 @@ def create_app(
     async def get_plan(
         who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt, format: Format = "json"
     ) -> Response:
+        return await read_plan(who, ns, layer, run, n, format)
+
+    async def read_plan(who: Principal, ns: str, layer: str, run: str, n: int, format: PlanFormat) -> Response:
         filename, media = PLAN_FILES[format]
         return await serve(
             f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/{filename}",
@@ -525,6 +620,9 @@ def create_app(
     async def get_latest_plan(
         who: Caller, ns: Segment, layer: Segment, run: Segment, format: Format = "json"
     ) -> Response:
+        return await read_latest_plan(who, ns, layer, run, format)
+
+    async def read_latest_plan(who: Principal, ns: str, layer: str, run: str, format: PlanFormat) -> Response:
         prefix = attempt_prefix(who, "read", ns, layer, run)
         filename, media = PLAN_FILES[format]
         latest = await latest_attempt(prefix, filename)
@@ -541,11 +639,25 @@ def create_app(
 
     @api.get("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/logs", responses=found)
     async def get_logs(who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt) -> Response:
+        return await read_logs(who, ns, layer, run, n)
+
+    async def read_logs(who: Principal, ns: str, layer: str, run: str, n: int) -> Response:
         return await serve(
             f"{attempt_prefix(who, 'read', ns, layer, run)}/{n}/{LOG_FILE}",
             TEXT,
             f"no logs for {ns}/{layer} run {run} attempt {n}",
         )
+
+    async def hot(who: Principal, ns: str, layer: str, run: str, n: int | None, kind: str, format: PlanFormat
+                  ) -> Response:
+        """One of the hot GETs (`_HotReads`): kind "" the latest plan, else an attempt's plan or log."""
+        if n is None:
+            return await read_latest_plan(who, ns, layer, run, format)
+        if kind == "plan":
+            return await read_plan(who, ns, layer, run, n, format)
+        return await read_logs(who, ns, layer, run, n)
+
+    hot_read.append(hot)
 
     @api.head("/layers/{ns}/{layer}/runs/{run}/attempts/{n}/logs", responses=found)
     async def head_logs(who: Caller, ns: Segment, layer: Segment, run: Segment, n: Attempt) -> Response:

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from burrito_py.datastore.encryption import EncryptedStorage, Keyring
 from burrito_py.datastore.kubeapi import connect, read_secret_data
+from burrito_py.datastore.read_cache import innermost
 from burrito_py.datastore.s3 import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MIN_PART_SIZE, S3Storage, make_client
 from burrito_py.datastore.storage import FilesystemStorage, Storage
 from burrito_py.kube.pod_paths import own_namespace, pod_path_setting
@@ -131,8 +132,7 @@ def build_storage(settings: StorageSettings, keyring: Keyring | None = None) -> 
 async def sweep_abandoned_uploads(storage: Storage, older_than: timedelta, every: float) -> None:
     """Abort multipart uploads older than `older_than` at once, then every `every` seconds, until cancelled;
     retention or not (issue 11, item 18). Storage without multipart uploads (the filesystem) returns at once."""
-    inner = getattr(storage, "inner", storage)  # through encryption
-    abort = getattr(inner, "abort_stale_uploads", None)
+    abort = getattr(innermost(storage), "abort_stale_uploads", None)  # through the read cache and encryption
     if abort is None:
         return
     while True:

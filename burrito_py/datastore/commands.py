@@ -85,7 +85,7 @@ async def _serve(settings: DatastoreSettings, storage_settings: StorageSettings)
     import anyio.to_thread
     import uvicorn
 
-    from burrito_py.datastore.app import create_app, server_options
+    from burrito_py.datastore.app import create_app, read_cache_for, server_options
     from burrito_py.datastore.backends import build_storage, load_keyring
     from burrito_py.datastore.encryption import EncryptionError
     from burrito_py.datastore.kubeapi import KubeApiError, connect
@@ -101,7 +101,8 @@ async def _serve(settings: DatastoreSettings, storage_settings: StorageSettings)
     except (EncryptionError, KubeApiError) as exc:
         typer.echo(f"datastore: {exc}", err=True)
         raise typer.Exit(2) from None
-    storage = build_storage(storage_settings, keyring)
+    # Behind the read cache here, not only in create_app: retention's deletes must drop what they delete from it.
+    storage = read_cache_for(build_storage(storage_settings, keyring), settings)
     # Every storage call runs in a worker thread (boto3 is synchronous); as many threads as S3 connections, so a
     # request holding a pooled connection never waits for a thread (anyio's default is 40).
     anyio.to_thread.current_default_thread_limiter().total_tokens = max(40, storage_settings.s3_max_connections)

@@ -30,6 +30,7 @@ from croniter import croniter
 
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.kubeapi import KubeApiError, list_custom
+from burrito_py.datastore.read_cache import innermost
 from burrito_py.datastore.s3 import S3Storage
 from burrito_py.datastore.storage import Storage
 
@@ -210,7 +211,7 @@ class Retention:
                 deleted.append(key)
             except Exception as exc:  # the next pass retries
                 log.warning("retention: could not delete %s: %s", key, exc)
-        inner = getattr(self.storage, "inner", self.storage)  # beneath encryption
+        inner = innermost(self.storage)  # beneath the read cache and encryption
         if isinstance(inner, S3Storage):
             await inner.abort_stale_uploads(max(self.grace, timedelta(hours=1)), now)
         log.info("retention: deleted %d objects, %d awaiting their grace period", len(deleted),

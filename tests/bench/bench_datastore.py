@@ -1,6 +1,7 @@
 """The datastore's cost over S3, its latency under concurrency and its memory on a large plan, auth on.
 
     python3 -m tests.bench.bench_datastore [--rounds N] [--mib M] [--clients 1,10,50,200] [--skip PARTS]
+        [--pairs N] [--base CHECKOUT]
 
 Processes: moto's standalone S3 server, the API emulator (in this process) reviewing the datastore's tokens,
 `burrito-py datastore start` with auth on (S3 backend on moto, then the filesystem backend), and this client.
@@ -13,7 +14,10 @@ by side in one run:
   spent per transfer (figures a busy machine barely moves, where MiB/s swing with its load);
 - requests per second and p50/p99 latency of GET plan (100 KiB, latest attempt) at 1, 10, 50 and 200
   concurrent clients, S3 and filesystem backends (issue 31's target at 50 clients: p99 <= 200 ms on S3,
-  <= 100 ms on the filesystem); any answer other than 200 (e.g. a 503 shed under overload) is counted; with
+  <= 100 ms on the filesystem), for this checkout's datastore with its read cache on (docs/architecture.md §10.8:
+  hits, and one miss per TTL) and off (every GET a cold read: the listing and the object from storage), and with
+  --base the datastore of another checkout (e.g. main's, its code first on the path), in turns at each level
+  (--pairs turns each, medians); any answer other than 200 (e.g. a 503 shed under overload) is counted; with
   the same load generator, two floors: boto3 straight to moto (what S3 on this machine does) and the same body as
   a static file from Go's net/http (tests/bench/static_server; what this machine and client do at all);
 - the same put_object/get_object through a streaming reverse proxy in Go (tests/bench/static_server): what one
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import os
 import statistics
@@ -54,7 +59,8 @@ from tests.support.emulator import running_apiserver
 MiB = 1024 * 1024
 PLAN_100K = b"{" + b" " * (100 * 1024 - 2) + b"}"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
-CONTROLLERS = ("burrito-py", "burrito-py-controllers")  # the chart's default admin of the datastore
+CONTROLLERS = ("burrito-py", "burrito-py-controllers")
+CACHED = "read cache on (hits; a miss per 5 s TTL)"  # the chart's default admin of the datastore
 
 
 @contextmanager
@@ -154,14 +160,29 @@ def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str
         print("  no `go` on PATH: the reverse proxy floor was not measured")
 
 
-def latency(url: str, token: str, label: str, target_p99_ms: float, levels: list[int]) -> None:
+def latency(variants: list[tuple[str, str]], token: str, label: str, target_p99_ms: float, levels: list[int],
+            pairs: int) -> None:
     """Requests per second and p50/p99 of GET plan (100 KiB, the run's latest attempt: a listing, then the object)
     at each level of concurrent clients, each client one keep-alive connection, every request with the controllers'
-    token (reviewed once, then answered from the datastore's token cache as in production)."""
-    with DatastoreClient(url, token=token) as client:
-        client.put_plan("default", "bench", "bench-plan-lat", 1, "json", PLAN_100K)
-    path = f"{url}/api/v1/layers/default/bench/runs/bench-plan-lat/plan?format=json"
-    load(path, {"Authorization": f"Bearer {token}"}, f"auth on, {label}", levels, target_p99_ms)
+    token (reviewed once, then answered from the datastore's token cache as in production). `variants` (name,
+    URL): datastores measured side by side, in turns at each level (`pairs` turns each; medians)."""
+    for _, url in variants:
+        with DatastoreClient(url, token=token) as client:
+            client.put_plan("default", "bench", "bench-plan-lat", 1, "json", PLAN_100K)
+    auth = {"Authorization": f"Bearer {token}"}
+    for clients in levels:
+        runs: dict[str, list[tuple[float, float, float, dict[int | str, int]]]] = {name: [] for name, _ in variants}
+        for _ in range(pairs):
+            for name, url in variants:
+                runs[name].append(measure(f"{url}/api/v1/layers/default/bench/runs/bench-plan-lat/plan?format=json",
+                                          auth, clients))
+        for name, _ in variants:
+            rps, p50, p99 = (statistics.median(run[i] for run in runs[name]) for i in range(3))
+            others: dict[int | str, int] = {}
+            for run in runs[name]:
+                for status, count in run[3].items():
+                    others[status] = others.get(status, 0) + count
+            report(f"auth on, {label}, {name}", clients, rps, p50, p99, others, target_p99_ms)
 
 
 def native_floor(work: Path, levels: list[int]) -> None:
@@ -177,6 +198,21 @@ def native_floor(work: Path, levels: list[int]) -> None:
 
 
 def load(path: str, auth: dict[str, str], label: str, levels: list[int], target_p99_ms: float | None) -> None:
+    for clients in levels:
+        report(label, clients, *measure(path, auth, clients), target_p99_ms)
+
+
+def report(label: str, clients: int, rps: float, p50: float, p99: float, others: dict[int | str, int],
+           target_p99_ms: float | None) -> None:
+    target = f"  (target p99 <= {target_p99_ms:.0f} ms)" if clients == 50 and target_p99_ms else ""
+    print(f"GET plan (100 KiB), {label}, {clients:3d} clients x {max(10, 1000 // clients):4d}: "
+          f"{rps:7.0f} req/s, p50 {p50 * 1000:6.1f} ms, p99 {p99 * 1000:6.1f} ms"
+          f"{f', not 200: {others}' if others else ''}{target}", flush=True)
+
+
+def measure(path: str, auth: dict[str, str], clients: int) -> tuple[float, float, float, dict[int | str, int]]:
+    """Requests per second, p50 and p99 (seconds) of GETs of `path` by `clients` concurrent clients, and how many
+    answers were not 200, by status."""
 
     async def run(clients: int, per_client: int) -> tuple[list[float], float, dict[int | str, int]]:
         samples: list[float] = []
@@ -210,16 +246,10 @@ def load(path: str, auth: dict[str, str], label: str, levels: list[int], target_
         wall = max(end for _, end in spans) - min(start for start, _ in spans)
         return samples, wall, statuses
 
-    for clients in levels:
-        per_client = max(10, 1000 // clients)
-        samples, wall, statuses = asyncio.run(run(clients, per_client))
-        samples.sort()
-        p50, p99 = samples[len(samples) // 2], samples[max(0, int(len(samples) * 0.99) - 1)]
-        others = {k: v for k, v in statuses.items() if k != 200}
-        target = f"  (target p99 <= {target_p99_ms:.0f} ms)" if clients == 50 and target_p99_ms else ""
-        print(f"GET plan (100 KiB), {label}, {clients:3d} clients x {per_client:4d}: "
-              f"{len(samples) / wall:7.0f} req/s, p50 {p50 * 1000:6.1f} ms, p99 {p99 * 1000:6.1f} ms"
-              f"{f', not 200: {others}' if others else ''}{target}")
+    samples, wall, statuses = asyncio.run(run(clients, max(10, 1000 // clients)))
+    samples.sort()
+    p50, p99 = samples[len(samples) // 2], samples[max(0, int(len(samples) * 0.99) - 1)]
+    return len(samples) / wall, p50, p99, {k: v for k, v in statuses.items() if k != 200}
 
 
 def peak_rss(url: str, token: str, pid: int, label: str, work: Path, mib: int = 200) -> None:
@@ -261,6 +291,24 @@ def direct_latency(s3: Any, bucket: str, levels: list[int]) -> None:
 
 
 @contextmanager
+def compared(data_dir: Path, env: dict[str, str], base: Path | None, wanted: bool) -> Iterator[list[tuple[str, str]]]:
+    """The datastores measured beside this checkout's (whose read cache is on): the same with the read cache off
+    (every GET a cold read: the listing and the object from storage), and `base`'s datastore when given (its code
+    first on the path; the same interpreter and dependencies)."""
+    if not wanted:
+        yield []
+        return
+    with contextlib.ExitStack() as stack:
+        variants: list[tuple[str, str]] = []
+        if base is not None:
+            old = {**env, "PYTHONPATH": str(base.resolve()), "PYTHONSAFEPATH": "1"}
+            variants.append(("before (base)", stack.enter_context(datastore_process(data_dir, old)).url))
+        cold = {**env, "BURRITO_PY_DATASTORE_READ_CACHE_MAX_BYTES": "0"}
+        variants.append(("read cache off (cold)", stack.enter_context(datastore_process(data_dir, cold)).url))
+        yield variants
+
+
+@contextmanager
 def token_reviewer(work: Path) -> Iterator[tuple[Path, str]]:
     """The API emulator reviewing tokens for the datastore (auth on, as in production): its kubeconfig and a
     token of the controllers' service account (an admin of the datastore)."""
@@ -278,6 +326,9 @@ def main() -> None:
     parser.add_argument("--clients", default="1,10,50,200", help="levels of concurrent clients, comma-separated")
     parser.add_argument("--skip", default="", help="parts to leave out, comma-separated: throughput,latency,rss,"
                         "s3,filesystem")
+    parser.add_argument("--pairs", type=int, default=1, help="turns of each datastore at each level (medians)")
+    parser.add_argument("--base", type=Path, help="a checkout of the code to compare with (e.g. main's): its "
+                        "datastore is measured in turns with this one")
     args = parser.parse_args()
     levels = [int(level) for level in args.clients.split(",") if level]
     skip = set(args.skip.split(","))
@@ -296,18 +347,20 @@ def main() -> None:
                "BURRITO_PY_DATASTORE_S3_ENDPOINT_URL": endpoint, "BURRITO_PY_DATASTORE_S3_PATH_STYLE": "true"}
         print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
         if "s3" not in skip:
-            with datastore_process(work / "s3-data", env) as ds:
+            with datastore_process(work / "s3-data", env) as ds, \
+                    compared(work / "s3-data", env, args.base, "latency" not in skip) as variants:
                 if "throughput" not in skip:
                     throughput(args.rounds, args.mib, s3, bucket, ds.url, token, work, ds.pid)
                 if "latency" not in skip:
-                    latency(ds.url, token, "S3 backend", 200, levels)
+                    latency([*variants, (CACHED, ds.url)], token, "S3 backend", 200, levels, args.pairs)
                     direct_latency(s3, bucket, levels)
                 if "rss" not in skip:
                     peak_rss(ds.url, token, ds.pid, "S3 backend", work)
         if "filesystem" not in skip:
-            with datastore_process(work / "fs-data", auth) as ds:
+            with datastore_process(work / "fs-data", auth) as ds, \
+                    compared(work / "fs-data", auth, args.base, "latency" not in skip) as variants:
                 if "latency" not in skip:
-                    latency(ds.url, token, "filesystem backend", 100, levels)
+                    latency([*variants, (CACHED, ds.url)], token, "filesystem backend", 100, levels, args.pairs)
                     native_floor(work, levels)
                 if "rss" not in skip:
                     peak_rss(ds.url, token, ds.pid, "filesystem backend", work)

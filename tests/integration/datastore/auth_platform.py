@@ -142,7 +142,8 @@ def _seed(platform: AuthPlatform) -> None:
 
 
 @contextlib.contextmanager
-def running_auth_platform(workdir: Path) -> Iterator[AuthPlatform]:
+def running_auth_platform(workdir: Path, **settings: Any) -> Iterator[AuthPlatform]:
+    """`settings`: further DatastoreSettings of its datastore."""
     kubeconfig = workdir / "kubeconfig"
     with contextlib.ExitStack() as stack:
         api = stack.enter_context(running_apiserver(workdir, kubeconfig=kubeconfig))
@@ -152,7 +153,7 @@ def running_auth_platform(workdir: Path) -> Iterator[AuthPlatform]:
         http = stack.enter_context(httpx.Client(base_url=api.url, timeout=30.0, headers=api.admin_headers))
         url = stack.enter_context(running_datastore(
             workdir / "data", auth_enabled=True, kubeconfig=kubeconfig,
-            admin_users=[service_account_username(*CONTROLLERS)],
+            admin_users=[service_account_username(*CONTROLLERS)], **settings,
         ))
         platform = AuthPlatform(api, url, workdir / "data", http, kubeconfig)
         _tokens(platform)

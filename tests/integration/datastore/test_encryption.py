@@ -100,17 +100,27 @@ def test_tampering_truncation_reordering_and_moving_are_detected(tmp_path: Path)
         asyncio.run(storage.open(PLAN_KEY))
 
 
-def test_tampered_object_is_never_served_as_a_complete_response(tmp_path: Path):
+@pytest.mark.parametrize("cached", [True, False], ids=["read-cache", "streamed"])
+def test_tampered_object_is_never_served_as_a_complete_response(tmp_path: Path, cached: bool):
+    """Streamed (above the read cache's object size), the tampering is found after the response started: the
+    connection breaks. Read whole into the read cache (§10.8), it is found first: a 500 naming the object."""
     inner = FilesystemStorage(tmp_path / "data")
     storage = EncryptedStorage(inner, Keyring({"a": KEY_A}, "a"))
-    with running_datastore(tmp_path / "data", storage=storage) as url:
+    limit = {} if cached else {"read_cache_max_object_bytes": len(PLAN) - 1}
+    with running_datastore(tmp_path / "data", storage=storage, **limit) as url:
         with DatastoreClient(url) as client:
             client.put_plan("default", "app", "app-plan-x", 1, "json", PLAN)
         raw = bytearray(_read(inner, PLAN_KEY))
-        raw[-20] ^= 0xFF  # in the last chunk: the response has already started when it is detected
+        raw[-20] ^= 0xFF  # in the last chunk: a streamed response has already started when it is detected
         _put(inner, PLAN_KEY, bytes(raw))
-        with pytest.raises(httpx.HTTPError):
-            httpx.get(f"{url}/api/v1/layers/default/app/runs/app-plan-x/attempts/1/plan?format=json").read()
+        url = f"{url}/api/v1/layers/default/app/runs/app-plan-x/attempts/1/plan?format=json"
+        if cached:
+            response = httpx.get(url)
+            assert response.status_code == 500
+            assert "failed authentication" in response.json()["error"] and b"hunter2" not in response.content
+        else:
+            with pytest.raises(httpx.HTTPError):
+                httpx.get(url).read()
 
 
 def test_rotation_keeps_old_objects_readable(tmp_path: Path):

@@ -7,7 +7,7 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from burrito_local.apply import Applier
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
+from burrito_py.datastore.app import DatastoreSettings, read_cache_for
 from burrito_py.datastore.client import DatastoreClient
 from burrito_py.datastore.in_process import free_port, running_datastore
 from burrito_py.datastore.kubeapi import connect
@@ -183,3 +184,35 @@ def _healthy(url: str) -> bool:
         return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_retention_deletes_are_seen_at_once_through_the_read_cache(cluster: ApiServer, tmp_path: Path):
+    """Retention deletes through the datastore's own storage (as `datastore start` wires it), read cache included:
+    an object it deletes is gone for readers at once, however long the cache's TTL."""
+    data = tmp_path / "data"
+    storage = read_cache_for(FilesystemStorage(data), DatastoreSettings(read_cache_ttl_seconds=3600))
+    plan = "/api/v1/layers/default/app/runs/app-plan-9/plan?format=json"
+    with running_datastore(data, storage=storage) as url, DatastoreClient(url) as client, \
+            httpx.Client(base_url=url, timeout=30) as http:
+        _seed(client)
+        assert http.get(plan).content == b"{}"
+
+        async def changed_behind_its_back() -> None:
+            async def body() -> AsyncIterator[bytes]:
+                yield b'{"held": false}'
+
+            await FilesystemStorage(data).put("layers/default/app/app-plan-9/1/plan.json", body(), 100)
+
+        asyncio.run(changed_behind_its_back())
+        assert http.get(plan).content == b"{}"  # held in the cache
+
+        async def sweep() -> list[str]:
+            api = await connect(str(KUBECONFIG_PATH))
+            try:
+                return await Retention(storage, api, grace=timedelta(0)).sweep(datetime.now(UTC))
+            finally:
+                await api.close()
+
+        assert "layers/default/app/app-plan-9/1/plan.json" in asyncio.run(sweep())
+        assert http.get(plan).status_code == 404
+        assert http.get("/api/v1/layers/default/app/runs/app-plan-9/attempts/1/plan?format=json").status_code == 404
