@@ -486,12 +486,13 @@ def test_attack_a_pull_requests_apply_whose_stored_plan_was_replaced_applies_not
     evil_at = world.commit({"layers/app/main.tf": CODE % "evil"})
     _pull_request_run(world, "pr7-app-2", "plan", evil_at)
     assert world.runner("pr7-app-2", "plan").code == 0
-    original, evil = world.plan("pr7-app-1", 1, "bin"), world.plan("pr7-app-2", 1, "bin")
-    files = [p for p in (world.tmp / "datastore").rglob("*") if p.is_file()]
     # Each stored file is a header (the body's sum and size) and the body: the whole file, header and all, is
-    # replaced by the other plan's, behind the datastore's back (storage write access, a restored backup).
-    (stored,) = [p for p in files if p.read_bytes().endswith(original)]
-    (other,) = [p for p in files if p.read_bytes().endswith(evil)]
+    # replaced by the other plan's, behind the datastore's back (storage write access, a restored backup). Found by
+    # their keys, not read through the datastore first: a read would put the reviewed bytes in its read cache
+    # (§10.8), which would then serve them, not the replaced ones, for its TTL.
+    runs = world.tmp / "datastore" / "layers" / NS / "app"
+    stored, other = runs / "pr7-app-1" / "1" / "plan.bin", runs / "pr7-app-2" / "1" / "plan.bin"
+    assert stored.read_bytes() != other.read_bytes()
     stored.write_bytes(other.read_bytes())
 
     _pull_request_run(world, "pr7-apply-1", "apply", reviewed_at, {"run": "pr7-app-1", "attempt": 1, "sum": reviewed})
