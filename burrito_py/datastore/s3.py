@@ -66,16 +66,33 @@ def make_client(
     region: str | None = None,
     path_style: bool = False,
     max_connections: int = 64,
+    boto3_checksums: bool = False,
 ) -> Any:
-    """A boto3 S3 client; credentials come from boto3's usual chain (environment, profile, IRSA, IMDS)."""
+    """A boto3 S3 client; credentials come from boto3's usual chain (environment, profile, IRSA, IMDS).
+
+    Every request body is checked by S3 with exactly one checksum, never none (`payload_signed`): over plain http
+    botocore always signs the body's SHA-256 into SigV4 (S3 refuses a body that does not match it), so its CRC32 of
+    the same bytes (`request_checksum_calculation="when_supported"`, boto3's default) is a second pass for nothing
+    and is sent only where an operation requires one; over https botocore sends the body unsigned with its CRC32,
+    which then stays. `boto3_checksums`: boto3's defaults whatever the endpoint (the bench's boto3 baseline)."""
     config = Config(
         region_name=region,
         s3={"addressing_style": "path" if path_style else "auto"},
         retries={"mode": "standard", "max_attempts": 5},
         # Many concurrent downloads each hold one pooled connection while they stream.
         max_pool_connections=max_connections,
+        request_checksum_calculation=(
+            "when_supported" if boto3_checksums or not payload_signed(endpoint_url) else "when_required"
+        ),
     )
     return boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
+
+
+def payload_signed(endpoint_url: str | None) -> bool:
+    """Whether botocore signs every request body's SHA-256 into SigV4 for this endpoint: always over plain http
+    (`S3SigV4Auth._should_sha256_sign_payload`: a URL not starting with `https`); over https (AWS's own endpoints
+    when none is given) it leaves streamed bodies unsigned when a checksum header covers them."""
+    return endpoint_url is not None and not endpoint_url.lower().startswith("https")
 
 
 async def _in_thread(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
