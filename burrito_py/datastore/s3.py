@@ -103,8 +103,12 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def _take(pending: deque[bytes], size: int) -> bytes:
-    """The first `size` bytes of `pending`, copied once (only the chunk at the cut is split)."""
+def _take(pending: deque[bytes], size: int) -> bytearray:
+    """The first `size` bytes of `pending`, copied once (only the chunk at the cut is split).
+
+    A bytearray, not bytes: botocore wraps a bytes body in a BytesIO, which urllib3 then sends 16 KiB at a time
+    (a copy per read) after an `Expect: 100-continue` round trip, and which the SigV4 payload hash reads in more
+    copies; a bytearray is hashed in place and handed to one `sendall` (issue 31)."""
     parts, taken = [], 0
     while taken < size:
         chunk = pending.popleft()
@@ -113,7 +117,7 @@ def _take(pending: deque[bytes], size: int) -> bytes:
             chunk = chunk[: size - taken]
         parts.append(chunk)
         taken += len(chunk)
-    return b"".join(parts)
+    return bytearray().join(parts)
 
 
 class S3Storage:
@@ -160,7 +164,7 @@ class S3Storage:
                 while buffered > self.part_size:
                     await upload.send(_take(pending, self.part_size))
                     buffered -= self.part_size
-            body = b"".join(pending)
+            body = bytearray().join(pending)  # a bytearray, as `_take` says why
             info = describe() if describe is not None else hashing.info()
             check_expected(expected, info)
             metadata = _metadata(info)
@@ -414,7 +418,7 @@ class _Multipart:
     def completed(self) -> bool:
         return self._completed
 
-    async def send(self, data: bytes) -> None:
+    async def send(self, data: bytearray) -> None:
         if self.upload_id is None:
             extra = {"Metadata": self.metadata} if self.metadata is not None else {}
             created = await _in_thread(self.client.create_multipart_upload, Bucket=self.bucket, Key=self.key,
@@ -426,7 +430,7 @@ class _Multipart:
         self.parts.append({"PartNumber": number})
         self.in_flight.append(asyncio.ensure_future(self._upload(number, data)))
 
-    async def _upload(self, number: int, data: bytes) -> None:
+    async def _upload(self, number: int, data: bytearray) -> None:
         result = await _in_thread(
             self.client.upload_part,
             Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number, Body=data,
