@@ -120,15 +120,6 @@ def _take(pending: deque[bytes], size: int) -> bytearray:
     return bytearray().join(parts)
 
 
-def _take_hashed(pending: deque[bytes], size: int, digest: Any) -> bytearray:
-    """`_take`, then the part into `digest` (None: not hashed), in one worker-thread trip: the join and the SHA-256
-    of a contiguous part release the GIL and leave the event loop receiving the next part (issue 31)."""
-    part = _take(pending, size)
-    if digest is not None:
-        digest.update(part)
-    return part
-
-
 class S3Storage:
     """Objects under `prefix` in `bucket`; keys are the datastore's keys, checked like the filesystem's."""
 
@@ -157,10 +148,7 @@ class S3Storage:
         target = self._key(key)
         pending: deque[bytes] = deque()
         buffered = 0
-        # Counted as the body streams (the size limit holds before a byte too many is kept); hashed a part at a
-        # time, in order (one part is taken at a time), by the worker thread that joins it.
-        counted = Hashing(max_size, hashed=False)
-        digest = hashlib.sha256() if describe is None else None
+        hashing = Hashing(max_size, hashed=describe is None)
         condition = {"IfNoneMatch": "*"} if once else {}
         # A body whose sum the client declared goes straight to its key, the sum in the upload's metadata from the
         # start (checked before the upload is completed): half the work of staging it and copying it (issue 31).
@@ -170,20 +158,14 @@ class S3Storage:
                             _metadata(expected) if expected is not None else None)
         try:
             async for chunk in chunks:
-                pending.append(counted.add(chunk))
+                pending.append(hashing.add(chunk))
                 buffered += len(chunk)
                 # Strictly more than a part: the last part then always has at least one byte.
                 while buffered > self.part_size:
-                    await upload.send(await _in_thread(_take_hashed, pending, self.part_size, digest))
+                    await upload.send(_take(pending, self.part_size))
                     buffered -= self.part_size
-            # The rest: on the event loop when small (a plan, a log: a thread hop costs more than hashing it).
-            body = (await _in_thread(_take_hashed, pending, buffered, digest) if buffered >= CHUNK
-                    else _take_hashed(pending, buffered, digest))
-            if describe is not None:
-                info = describe()
-            else:
-                assert digest is not None  # hashed exactly when no `describe` tells the sum
-                info = ObjectInfo(digest.hexdigest(), counted.size)
+            body = bytearray().join(pending)  # a bytearray, as `_take` says why
+            info = describe() if describe is not None else hashing.info()
             check_expected(expected, info)
             metadata = _metadata(info)
             try:
@@ -193,7 +175,7 @@ class S3Storage:
                 elif upload.started:
                     await upload.send(body)
                     await upload.complete({})
-                    await self._copy_into(staging, target, counted.size, metadata, condition)
+                    await self._copy_into(staging, target, hashing.size, metadata, condition)
                 else:
                     await _in_thread(self.client.put_object, Bucket=self.bucket, Key=target, Body=body,
                                      Metadata=metadata, **condition)
