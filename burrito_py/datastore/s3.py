@@ -66,16 +66,33 @@ def make_client(
     region: str | None = None,
     path_style: bool = False,
     max_connections: int = 64,
+    boto3_checksums: bool = False,
 ) -> Any:
-    """A boto3 S3 client; credentials come from boto3's usual chain (environment, profile, IRSA, IMDS)."""
+    """A boto3 S3 client; credentials come from boto3's usual chain (environment, profile, IRSA, IMDS).
+
+    Every request body is checked by S3 with exactly one checksum, never none (`payload_signed`): over plain http
+    botocore always signs the body's SHA-256 into SigV4 (S3 refuses a body that does not match it), so its CRC32 of
+    the same bytes (`request_checksum_calculation="when_supported"`, boto3's default) is a second pass for nothing
+    and is sent only where an operation requires one; over https botocore sends the body unsigned with its CRC32,
+    which then stays. `boto3_checksums`: boto3's defaults whatever the endpoint (the bench's boto3 baseline)."""
     config = Config(
         region_name=region,
         s3={"addressing_style": "path" if path_style else "auto"},
         retries={"mode": "standard", "max_attempts": 5},
         # Many concurrent downloads each hold one pooled connection while they stream.
         max_pool_connections=max_connections,
+        request_checksum_calculation=(
+            "when_supported" if boto3_checksums or not payload_signed(endpoint_url) else "when_required"
+        ),
     )
     return boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
+
+
+def payload_signed(endpoint_url: str | None) -> bool:
+    """Whether botocore signs every request body's SHA-256 into SigV4 for this endpoint: always over plain http
+    (`S3SigV4Auth._should_sha256_sign_payload`: a URL not starting with `https`); over https (AWS's own endpoints
+    when none is given) it leaves streamed bodies unsigned when a checksum header covers them."""
+    return endpoint_url is not None and not endpoint_url.lower().startswith("https")
 
 
 async def _in_thread(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -86,8 +103,12 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def _take(pending: deque[bytes], size: int) -> bytes:
-    """The first `size` bytes of `pending`, copied once (only the chunk at the cut is split)."""
+def _take(pending: deque[bytes], size: int) -> bytearray:
+    """The first `size` bytes of `pending`, copied once (only the chunk at the cut is split).
+
+    A bytearray, not bytes: botocore wraps a bytes body in a BytesIO, which urllib3 then sends 16 KiB at a time
+    (a copy per read) after an `Expect: 100-continue` round trip, and which the SigV4 payload hash reads in more
+    copies; a bytearray is hashed in place and handed to one `sendall` (issue 31)."""
     parts, taken = [], 0
     while taken < size:
         chunk = pending.popleft()
@@ -96,7 +117,7 @@ def _take(pending: deque[bytes], size: int) -> bytes:
             chunk = chunk[: size - taken]
         parts.append(chunk)
         taken += len(chunk)
-    return b"".join(parts)
+    return bytearray().join(parts)
 
 
 class S3Storage:
@@ -143,7 +164,7 @@ class S3Storage:
                 while buffered > self.part_size:
                     await upload.send(_take(pending, self.part_size))
                     buffered -= self.part_size
-            body = b"".join(pending)
+            body = bytearray().join(pending)  # a bytearray, as `_take` says why
             info = describe() if describe is not None else hashing.info()
             check_expected(expected, info)
             metadata = _metadata(info)
@@ -397,7 +418,7 @@ class _Multipart:
     def completed(self) -> bool:
         return self._completed
 
-    async def send(self, data: bytes) -> None:
+    async def send(self, data: bytearray) -> None:
         if self.upload_id is None:
             extra = {"Metadata": self.metadata} if self.metadata is not None else {}
             created = await _in_thread(self.client.create_multipart_upload, Bucket=self.bucket, Key=self.key,
@@ -409,7 +430,7 @@ class _Multipart:
         self.parts.append({"PartNumber": number})
         self.in_flight.append(asyncio.ensure_future(self._upload(number, data)))
 
-    async def _upload(self, number: int, data: bytes) -> None:
+    async def _upload(self, number: int, data: bytearray) -> None:
         result = await _in_thread(
             self.client.upload_part,
             Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number, Body=data,

@@ -126,7 +126,7 @@ def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str
     # reverse proxy in Go (one more hop and nothing else).
     with DatastoreClient(url, token=token, timeout=300) as client, \
             running_reverse_proxy(s3.meta.endpoint_url) as proxy_url:
-        proxied = make_client(endpoint_url=proxy_url, path_style=True) if proxy_url else None
+        proxied = make_client(endpoint_url=proxy_url, path_style=True, boto3_checksums=True) if proxy_url else None
         for i in range(rounds):  # interleaved, so a busy moment of the machine hits every variant alike
             timed("ds_up", lambda i=i: client.put_plan("default", "bench", f"bench-plan-{i}", 1, "bin", plan))
             timed("ds_down", lambda i=i: client.download_plan("default", "bench", f"bench-plan-{i}", 1, "bin", out))
@@ -336,7 +336,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-datastore-") as tmp, moto_server() as endpoint, \
             token_reviewer(Path(tmp)) as (kubeconfig, token):
         work = Path(tmp)
-        s3 = make_client(endpoint_url=endpoint, path_style=True)
+        s3 = make_client(endpoint_url=endpoint, path_style=True, boto3_checksums=True)
         bucket = f"bench-{uuid.uuid4().hex[:12]}"
         s3.create_bucket(Bucket=bucket)
         auth = {"BURRITO_PY_DATASTORE_AUTH_ENABLED": "true", "BURRITO_PY_DATASTORE_KUBECONFIG": str(kubeconfig),
