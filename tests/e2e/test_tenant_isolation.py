@@ -71,6 +71,13 @@ def events(platform: Platform, namespace: str, name: str) -> list[str]:
     return [f"{e.reason}: {e.message}" for e in items]
 
 
+def wait_event(platform: Platform, namespace: str, name: str, prefix: str) -> None:
+    """An Event is posted beside the condition it repeats, not before it: a test that has seen the condition waits
+    for the Event (the clean-clone CI once listed the events first)."""
+    wait_for(lambda: any(e.startswith(prefix) for e in events(platform, namespace, name)), 30, 0.1,
+             f"an Event {prefix!r} on {namespace}/{name}")
+
+
 def test_file_urls_and_cross_namespace_references_are_refused(strict: tuple[Platform, str], repo: TestRepo):
     platform, other = strict
     tenant = platform.namespace
@@ -84,7 +91,7 @@ def test_file_urls_and_cross_namespace_references_are_refused(strict: tuple[Plat
         synced["message"])
     ready = wait_condition(platform, "terraformlayers", tenant, "app", "Ready", "RepositoryNotAllowed")
     assert ready["message"].startswith(f"spec.repository: TerraformRepository {tenant}/local: spec.repository.url")
-    assert any(e.startswith("FileURLNotAllowed: spec.repository.url") for e in events(platform, tenant, "local"))
+    wait_event(platform, tenant, "local", "FileURLNotAllowed: spec.repository.url")
 
     # A tenant's layer using another namespace's repository.
     create(platform, "terraformrepositories", other, "private", {"repository": {"url": repo.url}})
@@ -105,7 +112,7 @@ def test_file_urls_and_cross_namespace_references_are_refused(strict: tuple[Plat
     assert refused["message"] == (f"spec.layer.namespace: '{other}' is not the run's namespace '{tenant}': a "
                                   "TerraformRun may only work for a layer of its own namespace")
     assert get(platform, "terraformruns", tenant, "forged")["status"]["state"] == "Failed"
-    assert any(e.startswith("RunRefused: spec.layer.namespace") for e in events(platform, tenant, "forged"))
+    wait_event(platform, tenant, "forged", "RunRefused: spec.layer.namespace")
 
     # Nothing ran: no runner pod in either namespace, no Lease taken, and the runs are left alone.
     with platform.api_http() as http:
