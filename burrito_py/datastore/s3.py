@@ -142,11 +142,15 @@ def _declared_signer(context: dict[str, Any], signing_name: str, **kwargs: Any) 
     return _DECLARED_SIGNER
 
 
-def declare_payloads(client: Any) -> None:
-    """Lets `client`'s PutObject take a `_BodyPipe` (idempotent): its SigV4 payload hash is the declared sum."""
-    events = client.meta.events
+def declare_payloads(client: Any) -> bool:
+    """Lets `client`'s PutObject take a `_BodyPipe` (idempotent): its SigV4 payload hash is the declared sum.
+    False for a client that is not botocore's (a test's stub): its uploads take the buffered way."""
+    events = getattr(getattr(client, "meta", None), "events", None)
+    if events is None:
+        return False
     events.register("before-parameter-build.s3.PutObject", _declared_sum, unique_id="burrito-declared-sum")
     events.register_first("choose-signer.s3.PutObject", _declared_signer, unique_id="burrito-declared-signer")
+    return True
 
 
 class _Withdrawn(Exception):
@@ -271,7 +275,7 @@ class S3Storage:
             raise ValueError(f"s3 upload concurrency: expected at least 1, got {concurrency}")
         self.client, self.bucket, self.part_size, self.concurrency = client, bucket, part_size, concurrency
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
-        declare_payloads(client)
+        self.streams = declare_payloads(client)
         self.streaming = 0  # streamed uploads in progress
         self._stream_threads = anyio.CapacityLimiter(STREAMED_UPLOADS)  # theirs, apart from the reads' threads
 
@@ -281,7 +285,7 @@ class S3Storage:
     async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int, *, once: bool = False,
                   describe: Describe | None = None, expected: ObjectInfo | None = None) -> Stored:
         target = self._key(key)
-        if expected is not None and describe is None and expected.size <= MAX_PUT \
+        if expected is not None and describe is None and expected.size <= MAX_PUT and self.streams \
                 and self.streaming < STREAMED_UPLOADS:
             return await self._put_streamed(key, target, chunks, max_size, once, expected)
         pending: deque[bytes] = deque()
