@@ -15,7 +15,7 @@ import pytest
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
 from burrito_py.datastore.in_process import running_datastore
 from burrito_py.datastore.s3 import MIN_PART_SIZE, STREAMED_UPLOADS, S3Storage
-from burrito_py.datastore.storage import TooLarge
+from burrito_py.datastore.storage import ObjectInfo, TooLarge
 from tests.integration.datastore.conftest import S3Bucket
 
 
@@ -141,6 +141,23 @@ def test_a_failed_rewrite_keeps_the_previous_object(s3_bucket: S3Bucket):
         return b"".join([chunk async for chunk in stream])
 
     assert asyncio.run(read()) == b"first"
+
+
+def test_a_streamed_upload_broken_off_midway_stores_nothing_and_keeps_the_previous_object(s3_bucket: S3Bucket):
+    """A declared body streams to S3 as it arrives: a client gone after some of it (several pieces already sent
+    on) breaks the PUT off, so the key keeps what it held."""
+    storage = s3_bucket.storage()
+    key = "layers/default/app/r/1/plan.bin"
+    asyncio.run(storage.put(key, _chunks(b"first"), 100))
+    whole = b"z" * (3 * MIN_PART_SIZE)
+    declared = ObjectInfo(hashlib.sha256(whole).hexdigest(), len(whole))
+    with pytest.raises(ConnectionResetError):
+        asyncio.run(storage.put(key, _broken(2, b"z" * MIN_PART_SIZE), 10 * MIN_PART_SIZE, expected=declared))
+    assert storage.streaming == 0
+    assert s3_bucket.keys() == ["burrito/" + key]
+    assert s3_bucket.uploads_in_progress() == []
+    opened = asyncio.run(storage.stat(key))
+    assert opened is not None and opened.sha256 == hashlib.sha256(b"first").hexdigest()
 
 
 def test_prefix_delete_list_and_stale_upload_sweep(s3_bucket: S3Bucket):
