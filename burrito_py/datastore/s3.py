@@ -1,11 +1,11 @@
 """S3 (or any S3-compatible endpoint) as the datastore's storage, through boto3.
 
-Uploads stream part by part: a body no larger than one part is a single PutObject, anything larger a
-multipart upload whose parts go out while the next one is read (memory: a part being read plus the
-parts in flight). Both
-PutObject and CompleteMultipartUpload make an object visible atomically, and a failed, interrupted or
-oversized upload is aborted, so no partial object is ever readable. boto3 is synchronous: every call runs
-in a worker thread so the event loop keeps serving other requests.
+A body whose sum the client declared streams to its key as one PutObject as it arrives (`_put_streamed`; memory:
+at most `PIPE_BYTES` of it). Other uploads go part by part: a body no larger than one part is a single PutObject,
+anything larger a multipart upload whose parts go out while the next one is read (memory: a part being read plus
+the parts in flight). Both PutObject and CompleteMultipartUpload make an object visible atomically, and a failed,
+interrupted or oversized upload is aborted, so no partial object is ever readable. boto3 is synchronous: every
+call runs in a worker thread so the event loop keeps serving other requests.
 
 The object's SHA-256 and size travel in its user metadata (`x-amz-meta-burrito-sha256`, `-size`), which S3
 stores atomically with it. A single PutObject knows them when it is sent; a multipart body's sum is known only
