@@ -11,7 +11,8 @@ by side in one run:
   and with boto3 directly against the same moto server (its managed transfer, upload_file/download_file,
   and a single put_object/get_object stream), interleaved, and the ratios (issue 31's target >= 0.9 against
   upload_file, put_object and the get_object stream), with the CPU seconds the datastore process and this client
-  spent per transfer (figures a busy machine barely moves, where MiB/s swing with its load);
+  spent per transfer (figures a busy machine barely moves, where MiB/s swing with its load); with --base, the
+  datastore of another checkout in the same rounds;
 - requests per second and p50/p99 latency of GET plan (100 KiB, latest attempt) at 1, 10, 50 and 200
   concurrent clients, S3 and filesystem backends (issue 31's target at 50 clients: p99 <= 200 ms on S3,
   <= 100 ms on the filesystem), for this checkout's datastore with its read cache on (docs/architecture.md §10.8:
@@ -97,20 +98,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str, work: Path, pid: int) -> None:
+def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str, work: Path, pid: int,
+               base: tuple[str, int] | None = None) -> None:
+    """`base`: (URL, pid) of another checkout's datastore, measured in the same rounds."""
     plan, out = work / "plan.bin", work / "out.bin"
     write_plan(plan, mib)
     figures: dict[str, list[float]] = {k: [] for k in
                                        ("ds_up", "ds_down", "tx_up", "tx_down", "obj_up", "obj_down",
-                                        "px_up", "px_down")}
+                                        "px_up", "px_down", "base_up", "base_down")}
     cpu: dict[str, list[tuple[float, float]]] = {}  # per transfer: (the datastore's, this client's) CPU seconds
 
-    def timed(key: str, call: Any) -> None:
-        server, client = cpu_seconds(pid), time.process_time()
+    def timed(key: str, call: Any, server_pid: int = pid) -> None:
+        server, client = cpu_seconds(server_pid), time.process_time()
         started = time.perf_counter()
         call()
         figures[key].append(mib / (time.perf_counter() - started))
-        cpu.setdefault(key, []).append((cpu_seconds(pid) - server, time.process_time() - client))
+        cpu.setdefault(key, []).append((cpu_seconds(server_pid) - server, time.process_time() - client))
 
     def get_object(client: Any = s3) -> None:
         body = client.get_object(Bucket=bucket, Key="direct/obj.bin")["Body"]
@@ -125,11 +128,17 @@ def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str
     # The floor of any service between the client and S3: the same put_object/get_object through a streaming
     # reverse proxy in Go (one more hop and nothing else).
     with DatastoreClient(url, token=token, timeout=300) as client, \
+            DatastoreClient(base[0] if base else url, token=token, timeout=300) as before, \
             running_reverse_proxy(s3.meta.endpoint_url) as proxy_url:
         proxied = make_client(endpoint_url=proxy_url, path_style=True, boto3_checksums=True) if proxy_url else None
         for i in range(rounds):  # interleaved, so a busy moment of the machine hits every variant alike
             timed("ds_up", lambda i=i: client.put_plan("default", "bench", f"bench-plan-{i}", 1, "bin", plan))
             timed("ds_down", lambda i=i: client.download_plan("default", "bench", f"bench-plan-{i}", 1, "bin", out))
+            if base is not None:
+                timed("base_up", lambda i=i: before.put_plan("default", "bench", f"base-plan-{i}", 1, "bin", plan),
+                      base[1])
+                timed("base_down", lambda i=i: before.download_plan("default", "bench", f"base-plan-{i}", 1, "bin",
+                                                                    out), base[1])
             timed("tx_up", lambda: s3.upload_file(str(plan), bucket, "direct/plan.bin"))
             timed("tx_down", lambda: s3.download_file(bucket, "direct/plan.bin", str(out)))
             timed("obj_up", put_object)
@@ -152,6 +161,12 @@ def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str
     print(f"  CPU seconds per transfer (medians): upload {spent('ds_up')}, put_object client "
           f"{statistics.median(c for _, c in cpu['obj_up']):.2f}; download {spent('ds_down')}, get_object client "
           f"{statistics.median(c for _, c in cpu['obj_down']):.2f}")
+    if "base_up" in med:
+        print(f"  the base checkout's datastore: up {med['base_up']:7.1f}   down {med['base_down']:7.1f}   "
+              f"ratio to boto3 {med['base_up'] / med['tx_up']:.2f} / {med['base_up'] / med['obj_up']:.2f} up, "
+              f"{med['base_down'] / med['obj_down']:.2f} down; this one to it {med['ds_up'] / med['base_up']:.2f} up, "
+              f"{med['ds_down'] / med['base_down']:.2f} down; CPU seconds per transfer upload {spent('base_up')}, "
+              f"download {spent('base_down')}")
     if "px_up" in med:
         print(f"  the floor, put_object/get_object through a Go reverse proxy: up {med['px_up']:7.1f}   down "
               f"{med['px_down']:7.1f}   ratio to straight {med['px_up'] / med['obj_up']:.2f} / "
@@ -348,9 +363,16 @@ def main() -> None:
         print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
         if "s3" not in skip:
             with datastore_process(work / "s3-data", env) as ds, \
-                    compared(work / "s3-data", env, args.base, "latency" not in skip) as variants:
+                    compared(work / "s3-data", env, args.base, "latency" not in skip) as variants, \
+                    contextlib.ExitStack() as stack:
                 if "throughput" not in skip:
-                    throughput(args.rounds, args.mib, s3, bucket, ds.url, token, work, ds.pid)
+                    base = None
+                    if args.base is not None:
+                        old = {**env, "PYTHONPATH": str(args.base.resolve()), "PYTHONSAFEPATH": "1"}
+                        before = stack.enter_context(datastore_process(work / "s3-base", old))
+                        base = (before.url, before.pid)
+                    throughput(args.rounds, args.mib, s3, bucket, ds.url, token, work, ds.pid, base)
+                    stack.close()
                 if "latency" not in skip:
                     latency([*variants, (CACHED, ds.url)], token, "S3 backend", 200, levels, args.pairs)
                     direct_latency(s3, bucket, levels)

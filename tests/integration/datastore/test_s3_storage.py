@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
 from burrito_py.datastore.in_process import running_datastore
-from burrito_py.datastore.s3 import MIN_PART_SIZE, S3Storage
-from burrito_py.datastore.storage import TooLarge
+from burrito_py.datastore.s3 import MIN_PART_SIZE, STREAMED_UPLOADS, S3Storage
+from burrito_py.datastore.storage import ObjectInfo, TooLarge
 from tests.integration.datastore.conftest import S3Bucket
 
 
@@ -49,22 +50,50 @@ def test_plans_logs_and_sources_round_trip_over_http(s3_bucket: S3Bucket, tmp_pa
     ]
 
 
-def test_a_plan_larger_than_a_part_goes_multipart_and_streams_back(s3_bucket: S3Bucket, tmp_path: Path):
+def _etag_after_upload(s3_bucket: S3Bucket, tmp_path: Path, storage: S3Storage) -> str:
     plan = tmp_path / "plan.bin"
     plan.write_bytes(os.urandom(2 * MIN_PART_SIZE + 12345))
-    with running_datastore(tmp_path / "unused", storage=s3_bucket.storage()) as url, DatastoreClient(url) as client:
+    with running_datastore(tmp_path / "unused", storage=storage) as url, DatastoreClient(url) as client:
         client.put_plan("default", "big", "big-plan-a", 1, "bin", plan)
         dest = tmp_path / "out.bin"
         client.download_plan("default", "big", "big-plan-a", 1, "bin", dest)
     assert hashlib.sha256(dest.read_bytes()).digest() == hashlib.sha256(plan.read_bytes()).digest()
     head = s3_bucket.client.head_object(Bucket=s3_bucket.name, Key="burrito/layers/default/big/big-plan-a/1/plan.bin")
-    # The client declares the file's sum (X-Burrito-Sha256), so the body goes straight to its key in 3 parts, the sum in
-    # the upload's metadata from the start (a body without a declared sum is staged and copied: test_object_sums).
-    assert head["ETag"].strip('"').endswith("-3"), head["ETag"]  # S3 marks multipart objects with "-<parts>"
     assert head["Metadata"] == {"burrito-sha256": hashlib.sha256(plan.read_bytes()).hexdigest(),
                                 "burrito-size": str(plan.stat().st_size)}
     assert s3_bucket.uploads_in_progress() == []
     assert s3_bucket.keys() == ["burrito/layers/default/big/big-plan-a/1/plan.bin"]  # no staging object left
+    return str(head["ETag"]).strip('"')
+
+
+def test_a_declared_plan_larger_than_a_part_streams_as_one_put_and_back(s3_bucket: S3Bucket, tmp_path: Path):
+    # The client declares the file's sum (X-Burrito-Sha256): the body streams to its key as one PutObject, the sum
+    # in its metadata (a body without a declared sum is staged and copied: test_object_sums).
+    etag = _etag_after_upload(s3_bucket, tmp_path, s3_bucket.storage())
+    assert "-" not in etag, etag  # S3 marks multipart objects with "-<parts>"
+
+
+def test_a_declared_plan_beyond_the_streamed_uploads_goes_in_parts_straight_to_its_key(s3_bucket: S3Bucket,
+                                                                                       tmp_path: Path):
+    storage = s3_bucket.storage()
+    storage.streaming = STREAMED_UPLOADS  # as many streamed uploads in progress as may be
+    assert _etag_after_upload(s3_bucket, tmp_path, storage).endswith("-3")
+
+
+def test_a_body_other_than_its_declared_sum_is_never_stored(s3_bucket: S3Bucket, tmp_path: Path):
+    """The attack: a client declares the sum (and size) of one plan and streams other bytes. The datastore forwards
+    the body to S3 as it arrives, but holds its last piece until the whole body's sum is checked: the PUT is broken
+    off, and nothing is stored (a body short of its declared size: test_object_sums)."""
+    declared, sent = os.urandom(2 * MIN_PART_SIZE + 12345), bytearray(os.urandom(2 * MIN_PART_SIZE + 12345))
+    path = "/api/v1/layers/default/big/runs/big-plan-a/attempts/1/plan?format=bin"
+    with running_datastore(tmp_path / "unused", storage=s3_bucket.storage()) as url:
+        for body in (sent, declared[:-1] + bytes([declared[-1] ^ 1])):  # other bytes; the last byte changed
+            headers = {"X-Burrito-Sha256": hashlib.sha256(declared).hexdigest()}
+            answer = httpx.put(url + path, content=bytes(body), headers=headers, timeout=60)
+            assert answer.status_code == 400, answer.text
+            assert "nothing was stored" in answer.json()["error"]
+    assert s3_bucket.keys() == []
+    assert s3_bucket.uploads_in_progress() == []
 
 
 def test_a_completed_upload_survives_a_restart(s3_bucket: S3Bucket, tmp_path: Path):
@@ -112,6 +141,23 @@ def test_a_failed_rewrite_keeps_the_previous_object(s3_bucket: S3Bucket):
         return b"".join([chunk async for chunk in stream])
 
     assert asyncio.run(read()) == b"first"
+
+
+def test_a_streamed_upload_broken_off_midway_stores_nothing_and_keeps_the_previous_object(s3_bucket: S3Bucket):
+    """A declared body streams to S3 as it arrives: a client gone after some of it (several pieces already sent
+    on) breaks the PUT off, so the key keeps what it held."""
+    storage = s3_bucket.storage()
+    key = "layers/default/app/r/1/plan.bin"
+    asyncio.run(storage.put(key, _chunks(b"first"), 100))
+    whole = b"z" * (3 * MIN_PART_SIZE)
+    declared = ObjectInfo(hashlib.sha256(whole).hexdigest(), len(whole))
+    with pytest.raises(ConnectionResetError):
+        asyncio.run(storage.put(key, _broken(2, b"z" * MIN_PART_SIZE), 10 * MIN_PART_SIZE, expected=declared))
+    assert storage.streaming == 0
+    assert s3_bucket.keys() == ["burrito/" + key]
+    assert s3_bucket.uploads_in_progress() == []
+    opened = asyncio.run(storage.stat(key))
+    assert opened is not None and opened.sha256 == hashlib.sha256(b"first").hexdigest()
 
 
 def test_prefix_delete_list_and_stale_upload_sweep(s3_bucket: S3Bucket):
