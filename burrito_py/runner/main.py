@@ -93,7 +93,15 @@ from burrito_py.kube.pod_paths import pod_path
 from burrito_py.runner import masking, signals
 from burrito_py.runner.kube import Kube, KubeError
 from burrito_py.runner.masking import MIN_LENGTH, masker
-from burrito_py.runner.mirror import MirrorConfig, MirrorError, MirrorSetup, prepare
+from burrito_py.runner.mirror import (
+    LOCK_FILE,
+    MirrorConfig,
+    MirrorError,
+    MirrorSetup,
+    prefetch_candidates,
+    prefetch_providers,
+    prepare,
+)
 from burrito_py.runner.sources import SourceError, extract_archive, layer_directory
 from burrito_py.runner.summary import plan_summary
 from burrito_py.runner.terraform import Interrupted, StepFailed, Steps, is_stale_plan
@@ -338,6 +346,7 @@ class Runner:
         except ToolError as exc:
             raise RunnerError(str(exc)) from None
         _say(f"burrito-py: {env.action} of layer {env.namespace}/{env.layer} at {revision} with {tool.describe()}")
+        mirrors = self.prefetch_providers(mirrors, layer_dir, tool, override.extra_init_args)
         if env.action == "migrate-state":
             assert run.spec.operation is not None  # the model refuses such a run without one
             self.migrate(run.spec.operation, layer, repository, layer_dir, tool, mirrors, override.extra_init_args)
@@ -534,6 +543,28 @@ class Runner:
             raise RunnerError(str(exc)) from None
         except OSError as exc:
             raise RunnerError(f"cannot write the mirror configuration in HOME {Path.home()}: {exc}") from None
+
+    def prefetch_providers(self, mirrors: MirrorSetup, layer_dir: Path, tool: Tool,
+                           extra_init_args: Sequence[str]) -> MirrorSetup:
+        """The lock file's providers fetched into a filesystem mirror in HOME before `init` (§10.5); `mirrors`
+        unchanged without a provider mirror in use, a lock file, with terragrunt (its units have lock files of
+        their own) or when anything fails."""
+        if not mirrors.provider_mirror or tool.terragrunt:
+            return mirrors
+        from burrito_py.runner.tools import mirror_arch
+
+        try:
+            lock_text = (layer_dir / LOCK_FILE).read_text(encoding="utf-8")
+            platform = f"linux_{mirror_arch()}"  # runner pods are Linux
+        except (OSError, UnicodeDecodeError, ToolError):
+            return mirrors
+        providers = prefetch_candidates(lock_text, extra_init_args, self.env.mirror.registries)
+        try:
+            return prefetch_providers(self.env.mirror, mirrors, self.token, self.env.datastore_url, providers,
+                                      platform, Path.home(), say=_say)
+        except OSError as exc:  # the configuration is written whole or not at all: the mirror's stands
+            _say(f"burrito-py: locked providers not prefetched ({exc}); terraform installs them from the mirror")
+            return mirrors
 
     def explained(self, failure: StepFailed, mirrors: MirrorSetup) -> StepFailed:
         """An init that could not install a provider through the mirror: the mirror's reason, which terraform
