@@ -98,9 +98,11 @@ from burrito_py.runner.mirror import (
     MirrorConfig,
     MirrorError,
     MirrorSetup,
+    PendingPrefetch,
+    finish_prefetch,
     prefetch_candidates,
-    prefetch_providers,
     prepare,
+    start_prefetch,
 )
 from burrito_py.runner.sources import SourceError, extract_archive, layer_directory
 from burrito_py.runner.summary import plan_summary
@@ -340,13 +342,15 @@ class Runner:
                                   "is unknown; enable one of them")
             if any(switch is not None for switch in switches):
                 break  # the nearest level that switches an engine decides
+        effective = effective_tool(layer, repository)
+        # The locked providers are fetched while the tool is resolved (perhaps downloaded), joined before `init`.
+        prefetch = self.start_prefetch(mirrors, layer_dir, effective.terragrunt is not None, override.extra_init_args)
         try:
-            tool = resolve_tool(effective_tool(layer, repository), layer_dir, tool_mirror,
-                                source_root=self.workdir / "source")
+            tool = resolve_tool(effective, layer_dir, tool_mirror, source_root=self.workdir / "source")
         except ToolError as exc:
             raise RunnerError(str(exc)) from None
         _say(f"burrito-py: {env.action} of layer {env.namespace}/{env.layer} at {revision} with {tool.describe()}")
-        mirrors = self.prefetch_providers(mirrors, layer_dir, tool, override.extra_init_args)
+        mirrors = finish_prefetch(prefetch, self.env.mirror, mirrors, self.token, Path.home(), say=_say)
         if env.action == "migrate-state":
             assert run.spec.operation is not None  # the model refuses such a run without one
             self.migrate(run.spec.operation, layer, repository, layer_dir, tool, mirrors, override.extra_init_args)
@@ -544,27 +548,23 @@ class Runner:
         except OSError as exc:
             raise RunnerError(f"cannot write the mirror configuration in HOME {Path.home()}: {exc}") from None
 
-    def prefetch_providers(self, mirrors: MirrorSetup, layer_dir: Path, tool: Tool,
-                           extra_init_args: Sequence[str]) -> MirrorSetup:
-        """The lock file's providers fetched into a filesystem mirror in HOME before `init` (§10.5); `mirrors`
-        unchanged without a provider mirror in use, a lock file, with terragrunt (its units have lock files of
-        their own) or when anything fails."""
-        if not mirrors.provider_mirror or tool.terragrunt:
-            return mirrors
+    def start_prefetch(self, mirrors: MirrorSetup, layer_dir: Path, terragrunt: bool, extra_init_args: Sequence[str]
+                       ) -> PendingPrefetch | None:
+        """The lock file's providers being fetched into a filesystem mirror in HOME (§10.5); None
+        without a provider mirror in use or a lock file, or with terragrunt (its units have lock files of their
+        own)."""
+        if not mirrors.provider_mirror or terragrunt:
+            return None
         from burrito_py.runner.tools import mirror_arch
 
         try:
             lock_text = (layer_dir / LOCK_FILE).read_text(encoding="utf-8")
             platform = f"linux_{mirror_arch()}"  # runner pods are Linux
         except (OSError, UnicodeDecodeError, ToolError):
-            return mirrors
+            return None
         providers = prefetch_candidates(lock_text, extra_init_args, self.env.mirror.registries)
-        try:
-            return prefetch_providers(self.env.mirror, mirrors, self.token, self.env.datastore_url, providers,
-                                      platform, Path.home(), say=_say)
-        except OSError as exc:  # the configuration is written whole or not at all: the mirror's stands
-            _say(f"burrito-py: locked providers not prefetched ({exc}); terraform installs them from the mirror")
-            return mirrors
+        return start_prefetch(self.env.mirror, mirrors, self.token, self.env.datastore_url, providers, platform,
+                              Path.home())
 
     def explained(self, failure: StepFailed, mirrors: MirrorSetup) -> StepFailed:
         """An init that could not install a provider through the mirror: the mirror's reason, which terraform

@@ -36,6 +36,7 @@ import os
 import re
 import shutil
 import ssl
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -52,11 +53,13 @@ __all__ = [
     "MirrorConfig",
     "MirrorError",
     "MirrorSetup",
+    "PendingPrefetch",
     "base_ca_file",
     "cli_config",
     "count_fallbacks",
     "credentials_host",
     "fallback_lines",
+    "finish_prefetch",
     "locked_providers",
     "prefetch",
     "prefetch_candidates",
@@ -64,6 +67,7 @@ __all__ = [
     "prepare",
     "probe",
     "ssl_context",
+    "start_prefetch",
     "write_ca_bundle",
 ]
 
@@ -82,7 +86,8 @@ PROBE_PAUSE = 1.0
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 _PROVIDER_INSTALLATION = re.compile(r"^\s*provider_installation\b", re.MULTILINE)
 PREFETCH_DIR_NAME = "burrito-py-providers"
-PREFETCH_TIMEOUT = 60.0
+PREFETCH_TIMEOUT = 60.0  # each request's
+PREFETCH_DEADLINE = 120.0  # the whole prefetch's, from its start to the join before `init`
 PREFETCH_THREADS = 8
 LOCK_FILE = ".terraform.lock.hcl"
 # What a lock file's provider block may hold to be prefetched: these name a path in the prefetch directory, so
@@ -414,6 +419,82 @@ def prefetch(datastore_url: str, token: str | None, providers: Sequence[LockedPr
     return None
 
 
+class PendingPrefetch:
+    """A prefetch running in a daemon thread while the runner does its other work before `init` (resolving and
+    perhaps downloading its tool): `wait` joins it. A thread still running past the deadline is left behind (it
+    only writes in its own directory, which no configuration names then) rather than delay the run."""
+
+    def __init__(self, fetch: Callable[[], str | None], providers: Sequence[LockedProvider]) -> None:
+        self.started = time.monotonic()
+        self.providers = tuple(providers)
+        self._reason: str | None = "did not finish"
+        self._thread = threading.Thread(target=self._run, args=(fetch,), name="burrito-py-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self, fetch: Callable[[], str | None]) -> None:
+        try:
+            self._reason = fetch()
+        except Exception as exc:  # a bug or an OSError must not take the run down: the network mirror remains
+            self._reason = f"{type(exc).__name__}: {exc}"
+
+    def wait(self, deadline: float) -> str | None:
+        """None when every archive is in place, else why not."""
+        self._thread.join(max(0.0, self.started + deadline - time.monotonic()))
+        if self._thread.is_alive():
+            return f"not done after {deadline:.0f} s"
+        return self._reason
+
+
+def start_prefetch(
+    config: MirrorConfig,
+    setup: MirrorSetup,
+    token: str | None,
+    datastore_url: str,
+    providers: Sequence[LockedProvider],
+    platform: str,
+    home: Path,
+    fetch: Callable[..., str | None] = prefetch,
+) -> PendingPrefetch | None:
+    """With the provider mirror in use and `providers` (`prefetch_candidates`): their archives being fetched into
+    `$HOME`; None when there is nothing to do."""
+    if not setup.provider_mirror or not providers or not config.provider_url:
+        return None
+    dest = home / PREFETCH_DIR_NAME
+    shutil.rmtree(dest, ignore_errors=True)  # an earlier attempt's, in a pod that is reused by hand
+    return PendingPrefetch(lambda: fetch(datastore_url, token, providers, platform, dest), providers)
+
+
+def finish_prefetch(
+    pending: PendingPrefetch | None,
+    config: MirrorConfig,
+    setup: MirrorSetup,
+    token: str | None,
+    home: Path,
+    say: Callable[[str], None] = print,
+    deadline: float = PREFETCH_DEADLINE,
+) -> MirrorSetup:
+    """After `start_prefetch`: the CLI configuration written again to install its providers from the filesystem
+    mirror. Anything short of all of them: one line saying why, and `setup` unchanged (the network mirror)."""
+    if pending is None or not config.provider_url:
+        return setup
+    reason = pending.wait(deadline)
+    addresses = tuple(sorted(p.address for p in pending.providers))
+    if reason is None:
+        url = config.provider_url
+        text = cli_config(url, credentials_host(url), token, setup.existing, config.registries, config.fail_closed,
+                          str(home / PREFETCH_DIR_NAME), addresses)
+        try:
+            _write(home / CLI_CONFIG_NAME, text, 0o600)
+        except OSError as exc:  # written whole or not at all (`_write`): the network mirror's stands
+            reason = f"cannot write {home / CLI_CONFIG_NAME}: {exc}"
+    if reason is not None:
+        say(f"burrito-py: locked providers not prefetched ({reason}); terraform installs them from the mirror")
+        return setup
+    say(f"burrito-py: {len(addresses)} locked provider(s) prefetched from the datastore in "
+        f"{time.monotonic() - pending.started:.2f} s")
+    return MirrorSetup(setup.env, setup.ca_bundle, True, setup.existing, addresses)
+
+
 def prefetch_providers(
     config: MirrorConfig,
     setup: MirrorSetup,
@@ -424,26 +505,11 @@ def prefetch_providers(
     home: Path,
     say: Callable[[str], None] = print,
     fetch: Callable[..., str | None] = prefetch,
+    deadline: float = PREFETCH_DEADLINE,
 ) -> MirrorSetup:
-    """With the provider mirror in use: `providers` (`prefetch_candidates`) fetched into `$HOME` and the CLI
-    configuration written again to install them from there. Anything short of all of them: `setup` unchanged."""
-    if not setup.provider_mirror or not providers or not config.provider_url:
-        return setup
-    dest = home / PREFETCH_DIR_NAME
-    shutil.rmtree(dest, ignore_errors=True)  # an earlier attempt's, in a pod that is reused by hand
-    started = time.monotonic()
-    reason = fetch(datastore_url, token, providers, platform, dest)
-    if reason is not None:
-        say(f"burrito-py: locked providers not prefetched ({reason}); terraform installs them from the mirror")
-        return setup
-    addresses = tuple(sorted(p.address for p in providers))
-    url = config.provider_url
-    text = cli_config(url, credentials_host(url), token, setup.existing, config.registries, config.fail_closed,
-                      str(dest), addresses)
-    _write(home / CLI_CONFIG_NAME, text, 0o600)
-    say(f"burrito-py: {len(addresses)} locked provider(s) prefetched from the datastore in "
-        f"{time.monotonic() - started:.2f} s")
-    return MirrorSetup(setup.env, setup.ca_bundle, True, setup.existing, addresses)
+    """`start_prefetch` then `finish_prefetch`, with nothing in between."""
+    pending = start_prefetch(config, setup, token, datastore_url, providers, platform, home, fetch)
+    return finish_prefetch(pending, config, setup, token, home, say, deadline)
 
 
 # -- why terraform could not install a provider through the mirror -------------------------------------

@@ -19,10 +19,12 @@ from burrito_py.runner.mirror import (
     MirrorConfig,
     MirrorSetup,
     cli_config,
+    finish_prefetch,
     locked_providers,
     prefetch,
     prefetch_candidates,
     prefetch_providers,
+    start_prefetch,
 )
 
 URL = "https://ds:8443/providers/v1/"
@@ -166,6 +168,77 @@ def test_nothing_to_do_fetches_nothing(tmp_path: Path, case: str) -> None:
 
     assert prefetch_providers(config, setup, TOKEN, "http://ds:8080", providers, "linux_amd64", home,
                               fetch=fetch) is setup
+
+
+def test_a_prefetch_past_its_deadline_or_raising_leaves_the_network_mirror(tmp_path: Path) -> None:
+    home, said = tmp_path / "home", []
+    setup = _setup(home)
+    before = (home / CLI_CONFIG_NAME).read_text()
+    release = threading.Event()
+    stuck = prefetch_providers(MirrorConfig(URL), setup, TOKEN, "http://ds:8080", prefetch_candidates(LOCK, ()),
+                               "linux_amd64", home, say=said.append, fetch=lambda *_: release.wait(30) and None,
+                               deadline=0.2)
+    release.set()
+
+    def broken(*_: Any) -> str | None:
+        raise RuntimeError("a bug")
+
+    raised = prefetch_providers(MirrorConfig(URL), setup, TOKEN, "http://ds:8080", prefetch_candidates(LOCK, ()),
+                                "linux_amd64", home, say=said.append, fetch=broken)
+    assert stuck is setup and raised is setup and (home / CLI_CONFIG_NAME).read_text() == before
+    assert said == ["burrito-py: locked providers not prefetched (not done after 0 s); terraform installs them "
+                    "from the mirror",
+                    "burrito-py: locked providers not prefetched (RuntimeError: a bug); terraform installs them from "
+                    "the mirror"]
+
+
+def test_the_prefetch_runs_while_the_runner_does_other_work(tmp_path: Path) -> None:
+    home, said = tmp_path / "home", []
+    setup = _setup(home)
+    running, release = threading.Event(), threading.Event()
+
+    def fetch(*_: Any) -> None:
+        running.set()
+        release.wait(30)
+
+    pending = start_prefetch(MirrorConfig(URL), setup, TOKEN, "http://ds:8080", prefetch_candidates(LOCK, ()),
+                             "linux_amd64", home, fetch=fetch)
+    assert pending is not None and running.wait(10)  # started, and start_prefetch returned meanwhile
+    release.set()
+    after = finish_prefetch(pending, MirrorConfig(URL), setup, TOKEN, home, say=said.append)
+    assert after.prefetched == ("registry.opentofu.org/hashicorp/random", "registry.terraform.io/hashicorp/null")
+    assert finish_prefetch(None, MirrorConfig(URL), setup, TOKEN, home, say=said.append) is setup
+    assert len(said) == 1
+
+
+def test_tofu_layers_registry_opentofu_org_providers_come_from_the_filesystem_mirror(tmp_path: Path) -> None:
+    """A mirror serving only registry.opentofu.org (tofu's default registry): its locked providers are
+    prefetched, the others left as before (installed directly); the configuration is tofu's too (same syntax)."""
+    home = tmp_path / "home"
+    config = MirrorConfig(URL, registries=("registry.opentofu.org",))
+    home.mkdir()
+    (home / CLI_CONFIG_NAME).write_text(cli_config(URL, "ds:8443", TOKEN, registries=config.registries))
+    setup = MirrorSetup({"TF_CLI_CONFIG_FILE": str(home / CLI_CONFIG_NAME)}, None, True)
+    providers = prefetch_candidates(LOCK, (), config.registries)
+    after = prefetch_providers(config, setup, TOKEN, "http://ds:8080", providers, "linux_arm64", home,
+                               say=lambda _: None, fetch=lambda *_: None)
+    assert after.prefetched == ("registry.opentofu.org/hashicorp/random",)
+    assert (home / CLI_CONFIG_NAME).read_text() == (
+        "provider_installation {\n"
+        "  filesystem_mirror {\n"
+        f'    path    = "{home / PREFETCH_DIR_NAME}"\n'
+        '    include = ["registry.opentofu.org/hashicorp/random"]\n'
+        "  }\n"
+        "  network_mirror {\n"
+        f'    url = "{URL}"\n'
+        '    include = ["registry.opentofu.org/*/*"]\n'
+        '    exclude = ["registry.opentofu.org/hashicorp/random"]\n'
+        "  }\n"
+        "  direct {\n"
+        '    exclude = ["registry.opentofu.org/*/*"]\n'
+        "  }\n"
+        "}\n\n"
+        f'credentials "ds:8443" {{\n  token = "{TOKEN}"\n}}\n')
 
 
 # -- prefetch: the requests, and each refusal -----------------------------------------------------------------
