@@ -579,7 +579,14 @@ class Runner:
         except ToolError:
             return failure
         lines = []
+        mismatch = "doesn't match any of the checksums previously recorded in the dependency lock file"
         for address, version in failed_installs(failure.output)[:3]:
+            if address in mirrors.prefetched:  # from the pod's filesystem mirror: the network mirror has no say
+                if mismatch in " ".join(" ".join(failure.output).split()):
+                    lines.append(f"error: {address} v{version} as prefetched from the datastore does not match the "
+                                 "lock file's checksums: not installed (the datastore's copy is not what the lock "
+                                 "file recorded)")
+                continue
             reason = mirror_refusal(self.env.mirror.provider_url, self.token, mirrors.ca_bundle, address, version,
                                     platform)
             if reason:

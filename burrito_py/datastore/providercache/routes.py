@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from burrito_py.datastore.auth import AuthError, Principal
 from burrito_py.datastore.providercache.cache import SERVED_CHUNK, NotFound, ProviderAddress, ProviderCache, Refused
+from burrito_py.datastore.providercache.metrics import ARCHIVE_ROUTES
 from burrito_py.datastore.providercache.signing import ArchiveSigner, UrlKeys
 from burrito_py.datastore.providercache.tools import ToolCache, media_type
 
@@ -72,6 +73,7 @@ def mirror_router(providers: ProviderCache | None, tools: ToolCache | None,
             # Before any read: an unsigned, forged or expired URL learns nothing and reads nothing through.
             if not urls.valid(sha256, filename, exp, sig):
                 return _error(404, NO_ARCHIVE)
+            ARCHIVE_ROUTES.labels("signed").inc()
             try:
                 return StreamingResponse(await cache.archive(sha256, filename), media_type="application/zip")
             except NotFound:
@@ -85,6 +87,7 @@ def mirror_router(providers: ProviderCache | None, tools: ToolCache | None,
             # The runner's prefetch of its locked providers (runner/mirror.py), over the listener it uses for
             # everything else: with its token rather than a signed URL, so no signed URL crosses plain HTTP.
             member(who)
+            ARCHIVE_ROUTES.labels("prefetch").inc()
 
             async def call() -> Response:
                 found = await cache.version(ProviderAddress.parse(hostname, namespace, type_), version)
