@@ -12,14 +12,15 @@ datastore's mirror:
    the `go` on PATH and cached; left out without Go), alternating with the two above. Terraform downloads a
    network mirror's archive to a temporary file, checks it and unpacks it; from a filesystem mirror it unpacks in
    place, so no network mirror reaches the local one's time;
-5. the prefetch idea (issue 31 item 3, measured and not built): the locked archives fetched before `init` in parallel
+5. the prefetch (issue 31 item 3; the runner's is built, §10.5): the locked archives fetched before `init` in parallel
    by Python's standard library (one keep-alive connection per provider: its version document, then its archive)
    from the datastore's mirror and, as a floor, from the Go server, written as a packed filesystem mirror, then
    `init` from it with the lock file; against the local mirror's `init` with the same lock file, alternating.
    Prefetch and `init` are printed apart. Also what the runner does (runner/mirror.py): each archive in one request
    to the datastore's token route (`packages/…`) over its plain HTTP listener, the three in parallel, then `init`
    with the CLI configuration the runner writes (the filesystem mirror `include`s exactly them, the network
-   mirror `exclude`s them).
+   mirror `exclude`s them); and, in the same rounds, today's way for a layer with a lock file (the warm HTTPS
+   network mirror alone) against the same local `init`.
 
     python3 -m tests.bench.bench_provider_cache [SIZE_MIB] [ROUNDS] [--prefetch-only]
 
@@ -153,7 +154,7 @@ def main() -> None:
                 plain_config.write_text(cli_config(f"https://127.0.0.1:{port}/providers/v1/", f"127.0.0.1:{port}",
                                                    None, prefetch_dir=str(plain_dir),
                                                    prefetched=[p.address for p in providers]))
-                plain_fetched, plain_init, plain_local = [], [], []
+                plain_fetched, plain_init, plain_local, today = [], [], [], []
                 # The same requests as over HTTPS (version document, then the signed archive URL) on the plain
                 # listener: the bench has no token, and in a cluster this would put signed URLs in clear.
                 signed_dir = root / "prefetched-signed-plain"
@@ -168,6 +169,7 @@ def main() -> None:
                         plain_local.append(init(fs_layer, fs_config, tls.ca, lock))
                         plain_fetched.append(prefetch_plain(plain_url, providers, plain_dir))
                         plain_init.append(init(cached[2], plain_config, tls.ca, lock))
+                        today.append(init(cached[4], mirror_config, tls.ca, lock))  # without the prefetch
                         local_locked.append(init(fs_layer, fs_config, tls.ca, lock))
                         fetched.append(prefetch(f"https://127.0.0.1:{port}/providers/v1/", context, prefetched))
                         fetched_init.append(init(cached[1], prefetch_config, tls.ca, lock))
@@ -192,6 +194,11 @@ def main() -> None:
           f"ratio of medians {median(together) / median(plain_local):.2f}, median of the pairs' ratios "
           f"{median(pairs):.2f} (quartiles {pairs[len(pairs) // 4]:.2f}-{pairs[(3 * len(pairs)) // 4]:.2f}; "
           "target <= 1.3)")
+    before = sorted(t / loc for t, loc in zip(today, plain_local, strict=True))
+    print(f"without the prefetch (the warm HTTPS network mirror, same lock file, same rounds): `init` median "
+          f"{median(today):.3f} s; ratio of medians {median(today) / median(plain_local):.2f}, median of the pairs' "
+          f"ratios {median(before):.2f} (quartiles {before[len(before) // 4]:.2f}-"
+          f"{before[(3 * len(before)) // 4]:.2f})")
     print(f"prefetch over plain HTTP through the signed archive URLs (version document first): median "
           f"{median(signed_fetched):.3f} s, `init` from it {median(signed_init):.3f} s; ratio to the local `init` with "
           f"the lock file {median(local_locked):.3f} s: "
