@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -50,10 +52,13 @@ class Prefetching:
     upstream: FakeUpstream
     tls: TlsFiles
     mirror_url: str  # the datastore's HTTPS provider mirror
+    registry: str = REGISTRY
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
         return {"BURRITO_PROVIDER_MIRROR_URL": self.mirror_url, "BURRITO_PROVIDER_MIRROR_FAIL_CLOSED": "true",
-                "BURRITO_PROVIDER_MIRROR_REGISTRIES": REGISTRY, "BURRITO_MIRROR_CA_PEM": self.tls.ca.read_text()}
+                "BURRITO_PROVIDER_MIRROR_REGISTRIES": self.registry, "BURRITO_MIRROR_CA_PEM": self.tls.ca.read_text(),
+                **self.extra_env}
 
     def archive_routes(self) -> dict[str, float]:
         """The datastore's count of archives asked for, by route (its /metrics)."""
@@ -78,8 +83,8 @@ class Prefetching:
         installed, nothing else), listing the h1 of `more` archives too."""
         archives = [self.upstream.providers[("test", "tiny")]["1.0.0"]["linux_amd64"], *more]
         hashes = "".join(f'    "{h1_of(archive, self.world.tmp)}",\n' for archive in archives)
-        return (f'provider "{TINY}" {{\n  version     = "1.0.0"\n  constraints = "1.0.0"\n  hashes = [\n{hashes}'
-                "  ]\n}\n")
+        return (f'provider "{self.registry}/test/tiny" {{\n  version     = "1.0.0"\n  constraints = "1.0.0"\n'
+                f"  hashes = [\n{hashes}  ]\n}}\n")
 
 
 def h1_of(archive: bytes, scratch: Path) -> str:
@@ -88,18 +93,24 @@ def h1_of(archive: bytes, scratch: Path) -> str:
     return zip_h1(path)
 
 
-@pytest.fixture
-def prefetching(tmp_path: Path) -> Iterator[Prefetching]:
+@contextmanager
+def prefetching_world(tmp_path: Path, registry: str = REGISTRY, **layer: Any) -> Iterator[Prefetching]:
     tls = make_tls(tmp_path / "tls")
     with running_upstream(tls) as (upstream, served_at):
-        upstream.publish("test", "tiny", "1.0.0", content=python_provider(TINY))
+        upstream.publish("test", "tiny", "1.0.0", content=python_provider(f"{registry}/test/tiny"))
         port = free_port()
         with running_world(tmp_path / "w", tls_port=port, tls_cert_file=tls.cert, tls_key_file=tls.key,
                            provider_cache_enabled=True, provider_cache_registries=[],
-                           provider_cache_registry_urls={REGISTRY: f"https://{served_at}"},
+                           provider_cache_registry_urls={registry: f"https://{served_at}"},
                            upstream_ca_file=tls.ca) as world:
-            world.layer()
-            yield Prefetching(world, upstream, tls, f"https://127.0.0.1:{port}/providers/v1/")
+            world.layer(**layer)
+            yield Prefetching(world, upstream, tls, f"https://127.0.0.1:{port}/providers/v1/", registry)
+
+
+@pytest.fixture
+def prefetching(tmp_path: Path) -> Iterator[Prefetching]:
+    with prefetching_world(tmp_path) as world:
+        yield world
 
 
 def test_a_locked_layer_installs_from_the_prefetched_mirror_and_plans(prefetching: Prefetching) -> None:
@@ -168,3 +179,4 @@ def test_an_archive_tampered_with_in_storage_fails_init_on_the_lock_files_checks
     out, asked = prefetching.plan("app-plan-3", world.commit({"layers/app/main.tf": CODE % "three", LOCK: listed}))
     assert "exit 0" in out and "Plan: 1 to add" in out, out
     assert asked == {"signed": 0, "prefetch": 1}
+
