@@ -61,7 +61,9 @@ is a temporary directory under `BURRITO_RUNNER_WORK_DIR` (`/runner/work` in the 
 Mirrors (issue 16): with `BURRITO_PROVIDER_MIRROR_URL`, terraform installs providers through the datastore's
 network mirror (a CLI configuration and a CA bundle in `HOME`, see `mirror`; a mirror that is down fails the
 attempt under `BURRITO_PROVIDER_MIRROR_FAIL_CLOSED=true`, exit code 2, else terraform installs directly after
-one `burrito-py: provider mirror unavailable:` line); with `BURRITO_TOOL_MIRROR_URL`, a terraform/tofu version
+one `burrito-py: provider mirror unavailable:` line), and a layer's locked providers are prefetched from the
+datastore into a filesystem mirror in `HOME` while the tool is resolved (see `mirror`, docs §10.5); with
+`BURRITO_TOOL_MIRROR_URL`, a terraform/tofu version
 not already at hand is installed from the datastore (see `tools`). The datastore token is masked in the log.
 
 Managed state (docs/architecture.md §10.6): a layer with `spec.state.managed` gets the datastore as its `http`

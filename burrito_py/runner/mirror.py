@@ -20,7 +20,8 @@ one line starting with `FALLBACK_PREFIX` is printed (the run controller counts t
 has no `provider_installation`: terraform installs directly. No `TF_PLUGIN_CACHE_DIR`: pods share no
 writable plugin cache.
 
-Then, with the mirror in use and a lock file (`prefetch_providers`): the locked providers' archives for the pod's
+Then, with the mirror in use and a lock file (`start_prefetch`, in a thread while the runner resolves its tool, then
+`finish_prefetch` before `init`, within `PREFETCH_DEADLINE`): the locked providers' archives for the pod's
 platform are fetched in parallel from the datastore's token route over `BURRITO_DATASTORE_URL` (the listener of
 every other datastore call, with the runner's token; no signed URL) into a packed filesystem mirror in `$HOME`,
 and the configuration lists it first, `include`-ing exactly those providers, which the `network_mirror`
