@@ -23,6 +23,7 @@ from burrito_py.datastore.in_process import free_port
 from burrito_py.datastore.providercache.hashes import zip_h1
 from burrito_py.runner.mirror import CLI_CONFIG_NAME, PREFETCH_DIR_NAME
 from tests.integration.runner.runner_world import NS, World, running_world
+from tests.support.engines import OPENTOFU, engines_root
 from tests.support.fakes.registry import FakeUpstream, provider_zip, python_provider, running_upstream
 from tests.support.fakes.tls import TlsFiles, make_tls
 
@@ -180,3 +181,29 @@ def test_an_archive_tampered_with_in_storage_fails_init_on_the_lock_files_checks
     assert "exit 0" in out and "Plan: 1 to add" in out, out
     assert asked == {"signed": 0, "prefetch": 1}
 
+
+def test_a_locked_tofu_layer_installs_registry_opentofu_org_providers_from_the_prefetch(tmp_path: Path) -> None:
+    """OpenTofu 1.12.6 (the engines root's build) with a provider of its default registry: the same configuration
+    and packed layout serve it, checked against the lock file, and the plan runs the provider."""
+    registry = "registry.opentofu.org"
+    code = CODE.replace(f'source = "{TINY}"', 'source = "test/tiny"')  # tofu's short address: its registry
+    with prefetching_world(tmp_path, registry, **OPENTOFU.spec()) as prefetching:
+        prefetching.extra_env["BURRITO_RUNNER_TOOLS_PATH"] = str(engines_root() / "tenv")
+        world = prefetching.world
+        revision = world.commit({"layers/app/main.tf": code % "tofu", LOCK: prefetching.lock()})
+        out, asked = prefetching.plan("app-plan-1", revision)
+        assert "with opentofu 1.12.6" in out, out
+        assert "exit 0" in out and "Plan: 1 to add" in out, out
+        assert "burrito-py: 1 locked provider(s) prefetched from the datastore in" in out
+        assert asked == {"signed": 0, "prefetch": 1}
+
+        # Tofu refuses a tampered prefetched package on the lock file's checksum as terraform does.
+        [stored] = (world.tmp / "datastore" / "providers" / "archives").glob("*.zip")
+        original = python_provider(f"{registry}/test/tiny")
+        stored.write_bytes(provider_zip("tiny", "1.0.0", "linux_amd64",
+                                        content=original.replace(b"gRPC socket", b"GRPC SOCKET")))
+        out, asked = prefetching.plan("app-plan-2", revision)
+    assert "exit 1" in out and "error: tofu init failed" in out, out
+    assert "doesn't match any of the checksums previously recorded in the dependency lock file" in " ".join(
+        out.split()), out
+    assert asked == {"signed": 0, "prefetch": 1}
