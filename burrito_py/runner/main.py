@@ -61,7 +61,9 @@ is a temporary directory under `BURRITO_RUNNER_WORK_DIR` (`/runner/work` in the 
 Mirrors (issue 16): with `BURRITO_PROVIDER_MIRROR_URL`, terraform installs providers through the datastore's
 network mirror (a CLI configuration and a CA bundle in `HOME`, see `mirror`; a mirror that is down fails the
 attempt under `BURRITO_PROVIDER_MIRROR_FAIL_CLOSED=true`, exit code 2, else terraform installs directly after
-one `burrito-py: provider mirror unavailable:` line); with `BURRITO_TOOL_MIRROR_URL`, a terraform/tofu version
+one `burrito-py: provider mirror unavailable:` line), and a layer's locked providers are prefetched from the
+datastore into a filesystem mirror in `HOME` while the tool is resolved (see `mirror`, docs §10.5); with
+`BURRITO_TOOL_MIRROR_URL`, a terraform/tofu version
 not already at hand is installed from the datastore (see `tools`). The datastore token is masked in the log.
 
 Managed state (docs/architecture.md §10.6): a layer with `spec.state.managed` gets the datastore as its `http`
@@ -93,7 +95,17 @@ from burrito_py.kube.pod_paths import pod_path
 from burrito_py.runner import masking, signals
 from burrito_py.runner.kube import Kube, KubeError
 from burrito_py.runner.masking import MIN_LENGTH, masker
-from burrito_py.runner.mirror import MirrorConfig, MirrorError, MirrorSetup, prepare
+from burrito_py.runner.mirror import (
+    LOCK_FILE,
+    MirrorConfig,
+    MirrorError,
+    MirrorSetup,
+    PendingPrefetch,
+    finish_prefetch,
+    prefetch_candidates,
+    prepare,
+    start_prefetch,
+)
 from burrito_py.runner.sources import SourceError, extract_archive, layer_directory
 from burrito_py.runner.summary import plan_summary
 from burrito_py.runner.terraform import Interrupted, StepFailed, Steps, is_stale_plan
@@ -332,12 +344,15 @@ class Runner:
                                   "is unknown; enable one of them")
             if any(switch is not None for switch in switches):
                 break  # the nearest level that switches an engine decides
+        effective = effective_tool(layer, repository)
+        # The locked providers are fetched while the tool is resolved (perhaps downloaded), joined before `init`.
+        prefetch = self.start_prefetch(mirrors, layer_dir, effective.terragrunt is not None, override.extra_init_args)
         try:
-            tool = resolve_tool(effective_tool(layer, repository), layer_dir, tool_mirror,
-                                source_root=self.workdir / "source")
+            tool = resolve_tool(effective, layer_dir, tool_mirror, source_root=self.workdir / "source")
         except ToolError as exc:
             raise RunnerError(str(exc)) from None
         _say(f"burrito-py: {env.action} of layer {env.namespace}/{env.layer} at {revision} with {tool.describe()}")
+        mirrors = finish_prefetch(prefetch, self.env.mirror, mirrors, self.token, Path.home(), say=_say)
         if env.action == "migrate-state":
             assert run.spec.operation is not None  # the model refuses such a run without one
             self.migrate(run.spec.operation, layer, repository, layer_dir, tool, mirrors, override.extra_init_args)
@@ -535,6 +550,24 @@ class Runner:
         except OSError as exc:
             raise RunnerError(f"cannot write the mirror configuration in HOME {Path.home()}: {exc}") from None
 
+    def start_prefetch(self, mirrors: MirrorSetup, layer_dir: Path, terragrunt: bool, extra_init_args: Sequence[str]
+                       ) -> PendingPrefetch | None:
+        """The lock file's providers being fetched into a filesystem mirror in HOME (§10.5); None
+        without a provider mirror in use or a lock file, or with terragrunt (its units have lock files of their
+        own)."""
+        if not mirrors.provider_mirror or terragrunt:
+            return None
+        from burrito_py.runner.tools import mirror_arch
+
+        try:
+            lock_text = (layer_dir / LOCK_FILE).read_text(encoding="utf-8")
+            platform = f"linux_{mirror_arch()}"  # runner pods are Linux
+        except (OSError, UnicodeDecodeError, ToolError):
+            return None
+        providers = prefetch_candidates(lock_text, extra_init_args, self.env.mirror.registries)
+        return start_prefetch(self.env.mirror, mirrors, self.token, self.env.datastore_url, providers, platform,
+                              Path.home())
+
     def explained(self, failure: StepFailed, mirrors: MirrorSetup) -> StepFailed:
         """An init that could not install a provider through the mirror: the mirror's reason, which terraform
         does not print (`bad response code: 502`), as the failure's first lines (a checksum that did not match)."""
@@ -548,7 +581,14 @@ class Runner:
         except ToolError:
             return failure
         lines = []
+        mismatch = "doesn't match any of the checksums previously recorded in the dependency lock file"
         for address, version in failed_installs(failure.output)[:3]:
+            if address in mirrors.prefetched:  # from the pod's filesystem mirror: the network mirror has no say
+                if mismatch in " ".join(" ".join(failure.output).split()):
+                    lines.append(f"error: {address} v{version} as prefetched from the datastore does not match the "
+                                 "lock file's checksums: not installed (the datastore's copy is not what the lock "
+                                 "file recorded)")
+                continue
             reason = mirror_refusal(self.env.mirror.provider_url, self.token, mirrors.ca_bundle, address, version,
                                     platform)
             if reason:

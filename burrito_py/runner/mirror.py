@@ -19,15 +19,28 @@ credentials host with a port and sends `Authorization: Bearer` to the mirror's J
 one line starting with `FALLBACK_PREFIX` is printed (the run controller counts them) and the configuration
 has no `provider_installation`: terraform installs directly. No `TF_PLUGIN_CACHE_DIR`: pods share no
 writable plugin cache.
+
+Then, with the mirror in use and a lock file (`start_prefetch`, in a thread while the runner resolves its tool, then
+`finish_prefetch` before `init`, within `PREFETCH_DEADLINE`): the locked providers' archives for the pod's
+platform are fetched in parallel from the datastore's token route over `BURRITO_DATASTORE_URL` (the listener of
+every other datastore call, with the runner's token; no signed URL) into a packed filesystem mirror in `$HOME`,
+and the configuration lists it first, `include`-ing exactly those providers, which the `network_mirror`
+`exclude`s. Terraform checks each against the lock file's hashes as it would a downloaded one. No lock file,
+`-upgrade` or `-plugin-dir` in the init arguments, terragrunt, a provider the mirror does not serve, an archive
+none of whose hashes the lock file lists (a platform it lacks) or any failure of the prefetch: the configuration
+stays as above (docs/architecture.md §10.5).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import ssl
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,17 +50,25 @@ __all__ = [
     "CA_BUNDLE_NAME",
     "CLI_CONFIG_NAME",
     "FALLBACK_PREFIX",
+    "LockedProvider",
     "MirrorConfig",
     "MirrorError",
     "MirrorSetup",
+    "PendingPrefetch",
     "base_ca_file",
     "cli_config",
     "count_fallbacks",
     "credentials_host",
     "fallback_lines",
+    "finish_prefetch",
+    "locked_providers",
+    "prefetch",
+    "prefetch_candidates",
+    "prefetch_providers",
     "prepare",
     "probe",
     "ssl_context",
+    "start_prefetch",
     "write_ca_bundle",
 ]
 
@@ -65,6 +86,20 @@ PROBE_TRIES = 2
 PROBE_PAUSE = 1.0
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 _PROVIDER_INSTALLATION = re.compile(r"^\s*provider_installation\b", re.MULTILINE)
+PREFETCH_DIR_NAME = "burrito-py-providers"
+PREFETCH_TIMEOUT = 60.0  # each request's
+PREFETCH_DEADLINE = 120.0  # the whole prefetch's, from its start to the join before `init`
+PREFETCH_THREADS = 8
+LOCK_FILE = ".terraform.lock.hcl"
+# What a lock file's provider block may hold to be prefetched: these name a path in the prefetch directory, so
+# nothing but DNS labels (an optional port), and a version as the registry protocol has them.
+_LABEL = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"
+_ADDRESS = re.compile(rf"(?P<host>{_LABEL}(?:\.{_LABEL})*(?::[0-9]{{1,5}})?)/(?P<ns>{_LABEL})/(?P<type>[a-z0-9_-]+)")
+_VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+(?:-[0-9A-Za-z.-]+)?")
+_LOCK_BLOCK = re.compile(r'^provider\s+"(?P<address>[^"\n]*)"\s*\{(?P<body>.*?)^\}', re.MULTILINE | re.DOTALL)
+_LOCK_VERSION = re.compile(r'^\s*version\s*=\s*"(?P<version>[^"\n]*)"\s*$', re.MULTILINE)
+_LOCK_HASHES = re.compile(r"^\s*hashes\s*=\s*\[(?P<list>[^\]]*)\]", re.MULTILINE)
+_LOCK_HASH = re.compile(r'"((?:h1|zh):[A-Za-z0-9+/=]+)"')
 
 
 class MirrorError(Exception):
@@ -130,17 +165,27 @@ def _hcl_string(text: str) -> str:
 
 
 def cli_config(mirror_url: str | None, host: str, token: str | None, existing: str = "",
-               registries: tuple[str, ...] = (), fail_closed: bool = False) -> str:
+               registries: tuple[str, ...] = (), fail_closed: bool = False, prefetch_dir: str | None = None,
+               prefetched: Sequence[str] = ()) -> str:
     """The CLI configuration: `existing` (the pod's own configuration, kept), a `network_mirror` for
     `mirror_url` (None: the mirror is down, terraform installs directly), the token for `host`. With
     `registries`, the mirror serves only their providers and the others are installed directly, unless
-    `fail_closed` (an air-gapped site installs nothing from elsewhere)."""
+    `fail_closed` (an air-gapped site installs nothing from elsewhere). With `prefetched` (provider addresses)
+    and `prefetch_dir`, those come from that filesystem mirror only and the network mirror is not asked for them
+    (asked, terraform would list its versions too and lose the gain)."""
     parts = [existing.rstrip() + "\n"] if existing.strip() else []
     if mirror_url is not None:
         patterns = ", ".join(_hcl_string(f"{registry}/*/*") for registry in registries)
-        block = ["provider_installation {", "  network_mirror {", f"    url = {_hcl_string(mirror_url)}"]
+        block = ["provider_installation {"]
+        addresses = ", ".join(_hcl_string(address) for address in prefetched)
+        if prefetched and prefetch_dir is not None:
+            block += ["  filesystem_mirror {", f"    path    = {_hcl_string(prefetch_dir)}",
+                      f"    include = [{addresses}]", "  }"]
+        block += ["  network_mirror {", f"    url = {_hcl_string(mirror_url)}"]
         if registries:
             block.append(f"    include = [{patterns}]")
+        if prefetched and prefetch_dir is not None:
+            block.append(f"    exclude = [{addresses}]")
         block.append("  }")
         if registries and not fail_closed:
             block += ["  direct {", f"    exclude = [{patterns}]", "  }"]
@@ -148,6 +193,50 @@ def cli_config(mirror_url: str | None, host: str, token: str | None, existing: s
     if token:
         parts.append(f"credentials {_hcl_string(host)} {{\n  token = {_hcl_string(token)}\n}}\n")
     return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class LockedProvider:
+    address: str  # host/namespace/type, as the lock file names it
+    version: str
+    hashes: frozenset[str]  # h1: and zh: as listed
+
+    @property
+    def type(self) -> str:
+        return self.address.rsplit("/", 1)[1]
+
+
+def locked_providers(lock_text: str) -> tuple[LockedProvider, ...]:
+    """The providers a lock file pins, with their hashes; a block that does not read as terraform writes it (an
+    address or version this cannot name a path with, no hash) is left out, so stays on the network mirror."""
+    found = []
+    for block in _LOCK_BLOCK.finditer(lock_text):
+        address, body = block["address"], block["body"]
+        versions = _LOCK_VERSION.findall(body)
+        hashes = _LOCK_HASHES.search(body)
+        if not _ADDRESS.fullmatch(address) or len(versions) != 1 or not _VERSION.fullmatch(versions[0]):
+            continue
+        listed = frozenset(_LOCK_HASH.findall(hashes["list"])) if hashes else frozenset()
+        if listed:
+            found.append(LockedProvider(address, versions[0], listed))
+    return tuple(found)
+
+
+def _upgrades(extra_init_args: Sequence[str]) -> bool:
+    """`-upgrade` (any spelling or value: erring towards the network mirror) or `-plugin-dir` (terraform then
+    ignores provider_installation) in the init arguments."""
+    return any(arg.lstrip("-").split("=", 1)[0] in ("upgrade", "plugin-dir") for arg in extra_init_args
+               if arg.startswith("-"))
+
+
+def prefetch_candidates(lock_text: str | None, extra_init_args: Sequence[str], registries: tuple[str, ...] = ()
+                        ) -> tuple[LockedProvider, ...]:
+    """The locked providers worth fetching before `init` (pure): none without a lock file or with `-upgrade`
+    (terraform may then choose versions the lock does not pin), only those the mirror serves (`registries`)."""
+    if lock_text is None or _upgrades(extra_init_args):
+        return ()
+    return tuple(p for p in locked_providers(lock_text)
+                 if not registries or p.address.split("/", 1)[0] in registries)
 
 
 def fallback_lines(log_text: str) -> list[str]:
@@ -234,6 +323,8 @@ class MirrorSetup:
     env: dict[str, str] = field(default_factory=dict)  # added to the terraform steps' environment
     ca_bundle: Path | None = None  # trusted CAs for the runner's own calls to the datastore's HTTPS listener
     provider_mirror: bool = False  # whether terraform installs providers through the mirror
+    existing: str = field(default="", repr=False)  # the pod's own CLI configuration, carried into ours
+    prefetched: tuple[str, ...] = ()  # providers terraform installs from the pod's filesystem mirror
 
 
 def _existing_cli_config(environ: Mapping[str, str], home: Path) -> tuple[Path | None, str]:
@@ -286,7 +377,140 @@ def prepare(
     env["TF_CLI_CONFIG_FILE"] = str(target)
     if reason is None:
         say(f"burrito-py: providers from the mirror {url}")
-    return MirrorSetup(env, bundle, provider_mirror=reason is None)
+    return MirrorSetup(env, bundle, provider_mirror=reason is None, existing=existing)
+
+
+def prefetch(datastore_url: str, token: str | None, providers: Sequence[LockedProvider], platform: str,
+             dest: Path, context: ssl.SSLContext | None = None, timeout: float = PREFETCH_TIMEOUT) -> str | None:
+    """Fetch each provider's `platform` archive from the datastore's token route into `dest`, a packed filesystem
+    mirror (`<host>/<ns>/<type>/terraform-provider-<type>_<version>_<platform>.zip`), in parallel. None when all
+    are there, else why not (`dest` is then removed): a refusal, a transport failure, or an archive whose SHA-256
+    (`zh:`) and `h1:` the lock file both lack."""
+    from burrito_py.runner.http import Http, TransportError
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    client = Http(datastore_url.rstrip("/"), headers, context, timeout)
+
+    def fetch(provider: LockedProvider) -> str | None:
+        target = dest / provider.address / f"terraform-provider-{provider.type}_{provider.version}_{platform}.zip"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path = f"/providers/v1/packages/{provider.address}/{provider.version}/{platform}"
+        try:
+            with target.open("wb") as sink:
+                answer = client.request("GET", path, sink=sink)
+        except TransportError as exc:
+            return f"{provider.address} {provider.version}: {exc}"
+        if answer.status != 200:
+            return f"{provider.address} {provider.version}: {answer.status} {answer.reason}"
+        listed = {f"zh:{answer.headers.get('X-Burrito-Sha256', '')}", answer.headers.get("X-Burrito-H1", "")}
+        if not listed & provider.hashes:
+            return f"{provider.address} {provider.version}: the lock file lists no hash of its {platform} archive"
+        return None
+
+    try:
+        with ThreadPoolExecutor(min(len(providers), PREFETCH_THREADS)) as pool:
+            reasons = [reason for reason in pool.map(fetch, providers) if reason]
+    except OSError as exc:
+        reasons = [f"cannot write in {dest}: {exc}"]
+    finally:
+        client.close()
+    if reasons:
+        shutil.rmtree(dest, ignore_errors=True)
+        return reasons[0]
+    return None
+
+
+class PendingPrefetch:
+    """A prefetch running in a daemon thread while the runner does its other work before `init` (resolving and
+    perhaps downloading its tool): `wait` joins it. A thread still running past the deadline is left behind (it
+    only writes in its own directory, which no configuration names then) rather than delay the run."""
+
+    def __init__(self, fetch: Callable[[], str | None], providers: Sequence[LockedProvider]) -> None:
+        self.started = time.monotonic()
+        self.providers = tuple(providers)
+        self._reason: str | None = "did not finish"
+        self._thread = threading.Thread(target=self._run, args=(fetch,), name="burrito-py-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self, fetch: Callable[[], str | None]) -> None:
+        try:
+            self._reason = fetch()
+        except Exception as exc:  # a bug or an OSError must not take the run down: the network mirror remains
+            self._reason = f"{type(exc).__name__}: {exc}"
+
+    def wait(self, deadline: float) -> str | None:
+        """None when every archive is in place, else why not."""
+        self._thread.join(max(0.0, self.started + deadline - time.monotonic()))
+        if self._thread.is_alive():
+            return f"not done after {deadline:.0f} s"
+        return self._reason
+
+
+def start_prefetch(
+    config: MirrorConfig,
+    setup: MirrorSetup,
+    token: str | None,
+    datastore_url: str,
+    providers: Sequence[LockedProvider],
+    platform: str,
+    home: Path,
+    fetch: Callable[..., str | None] = prefetch,
+) -> PendingPrefetch | None:
+    """With the provider mirror in use and `providers` (`prefetch_candidates`): their archives being fetched into
+    `$HOME`; None when there is nothing to do."""
+    if not setup.provider_mirror or not providers or not config.provider_url:
+        return None
+    dest = home / PREFETCH_DIR_NAME
+    shutil.rmtree(dest, ignore_errors=True)  # an earlier attempt's, in a pod that is reused by hand
+    return PendingPrefetch(lambda: fetch(datastore_url, token, providers, platform, dest), providers)
+
+
+def finish_prefetch(
+    pending: PendingPrefetch | None,
+    config: MirrorConfig,
+    setup: MirrorSetup,
+    token: str | None,
+    home: Path,
+    say: Callable[[str], None] = print,
+    deadline: float = PREFETCH_DEADLINE,
+) -> MirrorSetup:
+    """After `start_prefetch`: the CLI configuration written again to install its providers from the filesystem
+    mirror. Anything short of all of them: one line saying why, and `setup` unchanged (the network mirror)."""
+    if pending is None or not config.provider_url:
+        return setup
+    reason = pending.wait(deadline)
+    addresses = tuple(sorted(p.address for p in pending.providers))
+    if reason is None:
+        url = config.provider_url
+        text = cli_config(url, credentials_host(url), token, setup.existing, config.registries, config.fail_closed,
+                          str(home / PREFETCH_DIR_NAME), addresses)
+        try:
+            _write(home / CLI_CONFIG_NAME, text, 0o600)
+        except OSError as exc:  # written whole or not at all (`_write`): the network mirror's stands
+            reason = f"cannot write {home / CLI_CONFIG_NAME}: {exc}"
+    if reason is not None:
+        say(f"burrito-py: locked providers not prefetched ({reason}); terraform installs them from the mirror")
+        return setup
+    say(f"burrito-py: {len(addresses)} locked provider(s) prefetched from the datastore in "
+        f"{time.monotonic() - pending.started:.2f} s")
+    return MirrorSetup(setup.env, setup.ca_bundle, True, setup.existing, addresses)
+
+
+def prefetch_providers(
+    config: MirrorConfig,
+    setup: MirrorSetup,
+    token: str | None,
+    datastore_url: str,
+    providers: Sequence[LockedProvider],
+    platform: str,
+    home: Path,
+    say: Callable[[str], None] = print,
+    fetch: Callable[..., str | None] = prefetch,
+    deadline: float = PREFETCH_DEADLINE,
+) -> MirrorSetup:
+    """`start_prefetch` then `finish_prefetch`, with nothing in between."""
+    pending = start_prefetch(config, setup, token, datastore_url, providers, platform, home, fetch)
+    return finish_prefetch(pending, config, setup, token, home, say, deadline)
 
 
 # -- why terraform could not install a provider through the mirror -------------------------------------

@@ -12,13 +12,19 @@ datastore's mirror:
    the `go` on PATH and cached; left out without Go), alternating with the two above. Terraform downloads a
    network mirror's archive to a temporary file, checks it and unpacks it; from a filesystem mirror it unpacks in
    place, so no network mirror reaches the local one's time;
-5. the prefetch idea (issue 31 item 3, measured and not built): the locked archives fetched before `init` in parallel
+5. the prefetch (issue 31 item 3; the runner's is built, §10.5): the locked archives fetched before `init` in parallel
    by Python's standard library (one keep-alive connection per provider: its version document, then its archive)
    from the datastore's mirror and, as a floor, from the Go server, written as a packed filesystem mirror, then
    `init` from it with the lock file; against the local mirror's `init` with the same lock file, alternating.
-   Prefetch and `init` are printed apart.
+   Prefetch and `init` are printed apart. Also what the runner does (runner/mirror.py): each archive in one request
+   to the datastore's token route (`packages/…`) over its plain HTTP listener, the three in parallel, then `init`
+   with the CLI configuration the runner writes (the filesystem mirror `include`s exactly them, the network
+   mirror `exclude`s them); and, in the same rounds, today's way for a layer with a lock file (the warm HTTPS
+   network mirror alone) against the same local `init`.
 
-    python3 -m tests.bench.bench_provider_cache [SIZE_MIB] [ROUNDS]
+    python3 -m tests.bench.bench_provider_cache [SIZE_MIB] [ROUNDS] [--prefetch-only]
+
+`--prefetch-only` leaves out parts 1-4 (part 1's hundreds of inits) and measures part 5's pairs alone.
 """
 
 from __future__ import annotations
@@ -39,12 +45,16 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 from burrito_py.datastore.in_process import free_port, running_datastore
+from burrito_py.runner.mirror import LockedProvider, cli_config, prefetch_candidates
+from burrito_py.runner.mirror import prefetch as runner_prefetch
 from tests.bench.static_server import running_static_server
 from tests.support.fakes.registry import running_upstream
 from tests.support.fakes.tls import make_tls
 
-SIZE = int(float(sys.argv[1]) * 1024 * 1024) if len(sys.argv) > 1 else 8 * 1024 * 1024
-ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+ONLY_PREFETCH = "--prefetch-only" in sys.argv
+ARGS = [a for a in sys.argv[1:] if a != "--prefetch-only"]
+SIZE = int(float(ARGS[0]) * 1024 * 1024) if ARGS else 8 * 1024 * 1024
+ROUNDS = int(ARGS[1]) if len(ARGS) > 1 else 10
 TYPES = ("alpha", "beta", "gamma")
 REGISTRY = "registry.example.test"
 
@@ -81,7 +91,7 @@ def main() -> None:
             direct_config = root / "direct.tfrc"
             direct_config.write_text("")
             layers = [layer(root / "direct" / f"layer-{i}", served_at) for i in range(10)]
-            for _ in range(ROUNDS):
+            for _ in range(0 if ONLY_PREFETCH else ROUNDS):
                 for directory in layers:
                     init(directory, direct_config, tls.ca)
             direct_bytes = upstream.bytes_sent
@@ -96,7 +106,7 @@ def main() -> None:
                 mirror_config.write_text('provider_installation {\n  network_mirror {\n'
                                          f'    url = "https://127.0.0.1:{port}/providers/v1/"\n  }}\n}}\n')
                 cached = [layer(root / "cached" / f"layer-{i}", REGISTRY) for i in range(10)]
-                for _ in range(ROUNDS):
+                for _ in range(0 if ONLY_PREFETCH else ROUNDS):
                     for directory in cached:
                         init(directory, mirror_config, tls.ca)
                 cached_bytes = upstream.bytes_sent
@@ -136,20 +146,69 @@ def main() -> None:
                     "  }\n}\n")
                 context = ssl.create_default_context(cafile=str(tls.ca))
                 local_locked, fetched, fetched_init, fetched_floor = [], [], [], []
+                # The runner's way: the token route over plain HTTP, its own CLI configuration.
+                plain_dir = root / "prefetched-plain"
+                providers = prefetch_candidates(lock, ())
+                assert len(providers) == len(TYPES), lock
+                plain_config = root / "prefetch-plain.tfrc"
+                plain_config.write_text(cli_config(f"https://127.0.0.1:{port}/providers/v1/", f"127.0.0.1:{port}",
+                                                   None, prefetch_dir=str(plain_dir),
+                                                   prefetched=[p.address for p in providers]))
+                plain_fetched, plain_init, plain_local, today = [], [], [], []
+                # The same requests as over HTTPS (version document, then the signed archive URL) on the plain
+                # listener: the bench has no token, and in a cluster this would put signed URLs in clear.
+                signed_dir = root / "prefetched-signed-plain"
+                signed_config = root / "prefetch-signed-plain.tfrc"
+                signed_config.write_text(prefetch_config.read_text().replace(str(prefetched), str(signed_dir)))
+                signed_fetched, signed_init = [], []
                 with running_static_server(static, (tls.cert, tls.key)) as static_url:
                     static_config = root / "static.tfrc"
                     static_config.write_text('provider_installation {\n  network_mirror {\n'
                                              f'    url = "{static_url}"\n  }}\n}}\n')
                     for _ in range(ROUNDS):
+                        plain_local.append(init(fs_layer, fs_config, tls.ca, lock))
+                        plain_fetched.append(prefetch_plain(plain_url, providers, plain_dir))
+                        plain_init.append(init(cached[2], plain_config, tls.ca, lock))
+                        today.append(init(cached[4], mirror_config, tls.ca, lock))  # without the prefetch
+                        local_locked.append(init(fs_layer, fs_config, tls.ca, lock))
+                        fetched.append(prefetch(f"https://127.0.0.1:{port}/providers/v1/", context, prefetched))
+                        fetched_init.append(init(cached[1], prefetch_config, tls.ca, lock))
+                        signed_fetched.append(prefetch(f"{plain_url}/providers/v1/", context, signed_dir))
+                        signed_init.append(init(cached[3], signed_config, tls.ca, lock))
+                        if ONLY_PREFETCH:
+                            continue
                         warm.append(init(cached[0], mirror_config, tls.ca))
                         local.append(init(fs_layer, fs_config, tls.ca))
                         if static_url:
                             floor.append(init(static_layer, static_config, tls.ca))
                             fetched_floor.append(prefetch(static_url, context, root / "prefetched-floor"))
-                        local_locked.append(init(fs_layer, fs_config, tls.ca, lock))
-                        fetched.append(prefetch(f"https://127.0.0.1:{port}/providers/v1/", context, prefetched))
-                        fetched_init.append(init(cached[1], prefetch_config, tls.ca, lock))
-                https, http = archive_times(f"https://127.0.0.1:{port}/providers/v1/", plain_url, tls.ca)
+                https, http = [], []
+                if not ONLY_PREFETCH:
+                    https, http = archive_times(f"https://127.0.0.1:{port}/providers/v1/", plain_url, tls.ca)
+    median = statistics.median
+    together = [f + i for f, i in zip(plain_fetched, plain_init, strict=True)]
+    pairs = sorted(t / loc for t, loc in zip(together, plain_local, strict=True))
+    print(f"prefetch over plain HTTP with a token (the runner's way), {ROUNDS} pairs: prefetch median "
+          f"{median(plain_fetched):.3f} s, `init` from it {median(plain_init):.3f} s, together median "
+          f"{median(together):.3f} s; local mirror `init` with the same lock file median {median(plain_local):.3f} s; "
+          f"ratio of medians {median(together) / median(plain_local):.2f}, median of the pairs' ratios "
+          f"{median(pairs):.2f} (quartiles {pairs[len(pairs) // 4]:.2f}-{pairs[(3 * len(pairs)) // 4]:.2f}; "
+          "target <= 1.3)")
+    before = sorted(t / loc for t, loc in zip(today, plain_local, strict=True))
+    print(f"without the prefetch (the warm HTTPS network mirror, same lock file, same rounds): `init` median "
+          f"{median(today):.3f} s; ratio of medians {median(today) / median(plain_local):.2f}, median of the pairs' "
+          f"ratios {median(before):.2f} (quartiles {before[len(before) // 4]:.2f}-"
+          f"{before[(3 * len(before)) // 4]:.2f})")
+    print(f"prefetch over plain HTTP through the signed archive URLs (version document first): median "
+          f"{median(signed_fetched):.3f} s, `init` from it {median(signed_init):.3f} s; ratio to the local `init` with "
+          f"the lock file {median(local_locked):.3f} s: "
+          f"{(median(signed_fetched) + median(signed_init)) / median(local_locked):.2f}")
+    if ONLY_PREFETCH:
+        print(f"prefetch over HTTPS (signed URLs, the version document first): median {median(fetched):.3f} s, "
+              f"`init` from it {median(fetched_init):.3f} s; ratio to the local `init` with the lock file "
+              f"{median(local_locked):.3f} s: {(median(fetched) + median(fetched_init)) / median(local_locked):.2f}")
+        print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+        return
     runs = 10 * ROUNDS
     print(f"{runs} inits of 3 providers ({SIZE / 1024 / 1024:.1f} MiB each): upstream {direct_bytes / 1e6:.1f} MB "
           f"straight from the registry, {cached_bytes / 1e6:.2f} MB through the mirror: ratio "
@@ -164,8 +223,8 @@ def main() -> None:
               f"{statistics.median(warm) / bottom:.2f}")
     else:
         print("no `go` on PATH: the static mirror floor was not measured")
-    median = statistics.median
-    print(f"prefetch (not built): the 3 locked archives fetched in parallel by Python from the warm mirror: median "
+    print(f"prefetch over HTTPS (signed URLs): the 3 locked archives fetched in parallel by Python from the warm "
+          f"mirror: median "
           f"{median(fetched):.3f} s, then `init` from them as a filesystem mirror {median(fetched_init):.3f} s; "
           f"together {median(fetched) + median(fetched_init):.3f} s against the local mirror's `init` with the same "
           f"lock file {median(local_locked):.3f} s: ratio "
@@ -186,7 +245,9 @@ def prefetch(mirror: str, context: ssl.SSLContext, directory: Path) -> float:
     base = urlsplit(mirror)
 
     def fetch(type_: str) -> None:
-        connection = http.client.HTTPSConnection(base.hostname or "", base.port, context=context, timeout=30)
+        connection = (http.client.HTTPSConnection(base.hostname or "", base.port, context=context, timeout=30)
+                      if base.scheme == "https" else http.client.HTTPConnection(base.hostname or "", base.port,
+                                                                                timeout=30))
         try:
             document = f"{base.path}{REGISTRY}/test/{type_}/1.0.0.json"
             connection.request("GET", document)
@@ -210,6 +271,16 @@ def prefetch(mirror: str, context: ssl.SSLContext, directory: Path) -> float:
     started = time.perf_counter()
     with ThreadPoolExecutor(len(TYPES)) as pool:
         list(pool.map(fetch, TYPES))
+    return time.perf_counter() - started
+
+
+def prefetch_plain(datastore: str, providers: tuple[LockedProvider, ...], directory: Path) -> float:
+    """Seconds the runner's prefetch (`runner/mirror.py`) takes to fetch the locked providers' linux_amd64 archives
+    from the datastore's token route over plain HTTP into `directory`."""
+    started = time.perf_counter()
+    reason = runner_prefetch(datastore, None, providers, "linux_amd64", directory)
+    if reason is not None:
+        raise RuntimeError(reason)
     return time.perf_counter() - started
 
 

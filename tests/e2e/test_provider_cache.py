@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from burrito_py.datastore.in_process import free_port
+from burrito_py.datastore.providercache.hashes import zip_h1
 from tests.support.engines import OPENTOFU
 from tests.support.git_repos import TestRepo
 from tests.support.real_cluster import RealCluster
@@ -26,6 +27,11 @@ REGISTRY_NAME = "registry.example.test"
 def pod_logs(platform: Platform, layer: str) -> str:
     return "\n".join(platform.core.read_namespaced_pod_log(pod.metadata.name, platform.namespace)
                      for pod in platform.pods(layer))
+
+
+def archive_routes(route: str) -> float:
+    """The datastore's count of provider archives asked for by that route (signed, prefetch): it runs in-process."""
+    return REGISTRY.get_sample_value("burrito_py_provider_cache_archive_routes_total", {"route": route}) or 0.0
 
 
 def fallbacks(namespace: str) -> float:
@@ -49,11 +55,11 @@ def mirrored(tmp_path: Path, repo: TestRepo, real_cluster: RealCluster) -> Itera
             yield platform, upstream
 
 
-def test_runs_install_providers_through_the_mirror_over_https(mirrored: tuple[Platform, Any], repo: TestRepo
-                                                               ) -> None:
+def test_runs_install_providers_through_the_mirror_over_https(mirrored: tuple[Platform, Any], repo: TestRepo,
+                                                               tmp_path: Path) -> None:
     """A layer needing a provider (a real one, written in Python) plans: the runner pod's terraform installed it
     through the datastore's mirror, over HTTPS with the controllers' CA and the runner's own token; a second
-    layer gets it from the cache, not from upstream."""
+    layer gets it from the cache, not from upstream; a third, with a lock file, from the runner's prefetch."""
     platform, upstream = mirrored
     upstream.publish("test", "tiny", "1.0.0", content=python_provider(f"{REGISTRY_NAME}/test/tiny"))
     code = ('terraform {\n  required_providers {\n    tiny = { source = "%s/test/tiny", version = "1.0.0" }\n'
@@ -75,6 +81,26 @@ def test_runs_install_providers_through_the_mirror_over_https(mirrored: tuple[Pl
     platform.create_layer("tiny2", "infra", "layers/tiny2")
     platform.wait_state("tiny2", "ApplyNeeded", timeout=120)
     assert upstream.requests.count(archive) == 1  # the second layer's from the cache
+
+    # With a lock file (the h1 terraform records after a mirror install): the runner fetches the locked provider
+    # from the datastore's packages/ route with its own token (auth on) and terraform installs it from the pod's
+    # filesystem mirror, never asking the network mirror for its archive (§10.5).
+    package = tmp_path / "tiny.zip"
+    package.write_bytes(upstream.providers[("test", "tiny")]["1.0.0"]["linux_amd64"])
+    lock = (f'provider "{REGISTRY_NAME}/test/tiny" {{\n  version     = "1.0.0"\n  constraints = "1.0.0"\n'
+            f'  hashes = [\n    "{zip_h1(package)}",\n  ]\n}}\n')
+    repo.commit({"layers/tiny3/main.tf": code % (REGISTRY_NAME, "three"), "layers/tiny3/.terraform.lock.hcl": lock},
+                "a layer with a lock file")
+    signed, prefetched = archive_routes("signed"), archive_routes("prefetch")
+    platform.create_layer("tiny3", "infra", "layers/tiny3", remediation={"onError": {"maxRetries": 0}})
+    try:
+        platform.wait_state("tiny3", "ApplyNeeded", timeout=120)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nrunner logs:\n{pod_logs(platform, 'tiny3')[-3000:]}") from None
+    logs = pod_logs(platform, "tiny3")
+    assert "burrito-py: 1 locked provider(s) prefetched from the datastore in" in logs, logs[-3000:]
+    assert "Plan: 1 to add" in logs
+    assert archive_routes("signed") == signed and archive_routes("prefetch") >= prefetched + 1
 
 
 def test_a_mirror_that_is_down_lets_runs_install_directly_and_is_counted(

@@ -308,9 +308,21 @@ class ProviderCache:
                 found[entry["sha256"]] = pointer["h1"]
         return found
 
+    async def stored_pointer(self, sha256: str, filename: str) -> dict[str, Any]:
+        """A stored archive's pointer (`h1`, `size`): after `archive`, which leaves this replica's own read through
+        in memory; one this replica holds without `h1` (another stored the archive) is read from storage again."""
+        key = _pointer(sha256, filename)
+        pointer = await self._read_memo(key) or {}
+        if not pointer.get("h1"):
+            pointer = await read_json(self.storage, key) or pointer
+            if pointer.get("h1"):
+                self._remember(key, pointer)
+        return dict(pointer)
+
     # -- archives -----------------------------------------------------------------------------------------------
-    async def archive(self, sha256: str, filename: str) -> AsyncIterator[bytes | memoryview]:
-        """The archive's bytes; read through (and verified) on first request."""
+    async def archive(self, sha256: str, filename: str, piece: int = SERVED_CHUNK
+                      ) -> AsyncIterator[bytes | memoryview]:
+        """The archive's bytes, in `piece`s (`_counted`); read through (and verified) on first request."""
         if not SHA256.fullmatch(sha256) or not FILENAME.fullmatch(filename):
             raise NotFound("not an archive of this mirror")
         pointer = await self._read_memo(_pointer(sha256, filename))  # pointers are never deleted
@@ -334,7 +346,7 @@ class ProviderCache:
             stream = await self.storage.open(key)
             if stream is None:
                 raise Refused(f"archive {sha256} vanished right after it was stored")
-        return _counted(stream)
+        return _counted(stream, piece)
 
     async def _fetch_archive(self, sha256: str, pointer: dict[str, Any], key: str) -> None:
         address = ProviderAddress(pointer["hostname"], pointer["namespace"], pointer["type"])
@@ -401,12 +413,16 @@ def _pointer(sha256: str, filename: str) -> str:
     return f"providers/by-sha/{sha256}/{filename}.json"
 
 
-async def _counted(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes | memoryview]:
-    """The archive's bytes in `SERVED_CHUNK` pieces (views, no copies): the asyncio/uvloop TLS transport encrypts
-    1 MiB writes markedly slower than 64 KiB ones (8 MiB, fastest of 9: 0.09-0.11 s against 0.04-0.07 s), and
-    archives are what a warm mirror spends its time on (docs/architecture.md §10.5)."""
+async def _counted(stream: AsyncIterator[bytes], piece: int = SERVED_CHUNK) -> AsyncIterator[bytes | memoryview]:
+    """The archive's bytes in `piece`s (views, no copies): the asyncio/uvloop TLS transport encrypts 1 MiB writes
+    markedly slower than 64 KiB ones (8 MiB, fastest of 9: 0.09-0.11 s against 0.04-0.07 s), and archives are
+    what a warm mirror spends its time on (docs/architecture.md §10.5). Plain HTTP wants them whole (fewer
+    writes, fewer loop turns): `piece` 0."""
     async for chunk in stream:
         SERVED_BYTES.inc(len(chunk))
+        if not piece:
+            yield chunk
+            continue
         view = memoryview(chunk)
-        for start in range(0, len(view), SERVED_CHUNK):
-            yield view[start:start + SERVED_CHUNK]
+        for start in range(0, len(view), piece):
+            yield view[start:start + piece]

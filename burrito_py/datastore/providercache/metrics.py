@@ -11,5 +11,11 @@ REQUESTS = Counter(
     ["kind", "result"],
 )
 UPSTREAM_BYTES = Counter("burrito_py_provider_cache_upstream_bytes_total", "Bytes read from upstream.")
+ARCHIVE_ROUTES = Counter(
+    "burrito_py_provider_cache_archive_routes_total",
+    "Provider archives asked for, by route: signed (terraform through the network mirror, a signed URL) or "
+    "prefetch (a runner's prefetch of its locked providers, with its token). How many inits the prefetch serves.",
+    ["route"],
+)
 SERVED_BYTES = Counter("burrito_py_provider_cache_served_bytes_total", "Archive bytes served to clients.")
 OBJECTS = Gauge("burrito_py_provider_cache_objects", "Archives stored (providers and tools), as this replica knows.")

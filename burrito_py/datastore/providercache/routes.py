@@ -6,6 +6,9 @@ the mirror host's credentials, or an admin's); archives (`archives/<sha256>/<fil
 sends no credentials for archive downloads: they need the expiring signature the version document put in their
 URL (`signing.py`), checked before anything is read, and anything unsigned, forged or expired is the same 404 as
 an archive never listed. `healthz` needs none: runners probe it before `init`.
+`packages/<hostname>/<namespace>/<type>/<version>/<os>_<arch>` is one platform's archive for a runner's or an
+admin's token (SHA-256 and, once known, `h1` in headers): the runner prefetches its lock file's providers so,
+over the plain listener, with no signed URL.
 
 Tools under `/tools/v1/`: `<tool>/versions` and `<tool>/<version>/<os>/<arch>` (the zip, or Terragrunt's bare
 binary; its SHA-256 in `X-Burrito-Sha256`), with a token.
@@ -16,17 +19,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from burrito_py.datastore.auth import AuthError, Principal
-from burrito_py.datastore.providercache.cache import NotFound, ProviderAddress, ProviderCache, Refused
+from burrito_py.datastore.providercache.cache import SERVED_CHUNK, NotFound, ProviderAddress, ProviderCache, Refused
+from burrito_py.datastore.providercache.metrics import ARCHIVE_ROUTES
 from burrito_py.datastore.providercache.signing import ArchiveSigner, UrlKeys
 from burrito_py.datastore.providercache.tools import ToolCache, media_type
 
 __all__ = ["mirror_router"]
 
 SHA_HEADER = "X-Burrito-Sha256"
+H1_HEADER = "X-Burrito-H1"
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -68,12 +73,40 @@ def mirror_router(providers: ProviderCache | None, tools: ToolCache | None,
             # Before any read: an unsigned, forged or expired URL learns nothing and reads nothing through.
             if not urls.valid(sha256, filename, exp, sig):
                 return _error(404, NO_ARCHIVE)
+            ARCHIVE_ROUTES.labels("signed").inc()
             try:
                 return StreamingResponse(await cache.archive(sha256, filename), media_type="application/zip")
             except NotFound:
                 return _error(404, NO_ARCHIVE)
             except Refused as exc:
                 return _error(502, str(exc))
+
+        @router.get("/providers/v1/packages/{hostname}/{namespace}/{type_}/{version}/{platform}")
+        async def package(request: Request, hostname: str, namespace: str, type_: str, version: str,
+                          platform: str, who: Principal = caller_dependency) -> Response:
+            # The runner's prefetch of its locked providers (runner/mirror.py), over the listener it uses for
+            # everything else: with its token rather than a signed URL, so no signed URL crosses plain HTTP.
+            member(who)
+            ARCHIVE_ROUTES.labels("prefetch").inc()
+
+            async def call() -> Response:
+                found = await cache.version(ProviderAddress.parse(hostname, namespace, type_), version)
+                entry = found["platforms"].get(platform)
+                if entry is None:
+                    raise NotFound(f"{hostname}/{namespace}/{type_} {version} has no {platform} archive")
+                # Storage's 1 MiB chunks as they are over plain HTTP; TLS writes them faster in pieces (cache.py).
+                piece = SERVED_CHUNK if request.url.scheme == "https" else 0
+                stream = await cache.archive(entry["sha256"], entry["filename"], piece)
+                # After the read: a first read computes the h1 (the runner checks one of them against the lock
+                # file). With its size the body goes unchunked, which Python's http.client reads markedly faster.
+                pointer = await cache.stored_pointer(entry["sha256"], entry["filename"])
+                headers = {SHA_HEADER: entry["sha256"]}
+                if isinstance(pointer.get("h1"), str):
+                    headers[H1_HEADER] = pointer["h1"]
+                if isinstance(pointer.get("size"), int):
+                    headers["Content-Length"] = str(pointer["size"])
+                return StreamingResponse(stream, media_type="application/zip", headers=headers)
+            return await answer(call)
 
         @router.get("/providers/v1/{hostname}/{namespace}/{type_}/{document}")
         async def provider_document(hostname: str, namespace: str, type_: str, document: str,

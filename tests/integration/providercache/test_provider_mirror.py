@@ -364,7 +364,8 @@ def test_only_runners_and_admins_read_through_the_mirror(tmp_path: Path) -> None
 
     with running_datastore(tmp_path, auth_enabled=True, authenticator=Tokens(), provider_cache_enabled=True,
                            tool_cache_enabled=True, provider_cache_registries=["registry.example.test"]) as url:
-        for route in ("/providers/v1/registry.example.test/test/alpha/index.json", "/tools/v1/terraform/versions"):
+        for route in ("/providers/v1/registry.example.test/test/alpha/index.json", "/tools/v1/terraform/versions",
+                      "/providers/v1/packages/registry.example.test/test/alpha/1.0.0/linux_amd64"):
             assert httpx.get(url + route).status_code == 401
             denied = httpx.get(url + route, headers={"Authorization": "Bearer alice"})
             assert denied.status_code == 403 and "only runners and the controllers" in denied.json()["error"]

@@ -215,8 +215,9 @@ class World:
 
 
 @contextmanager
-def running_world(base: Path) -> Iterator[World]:
-    """A World whose files all live under `base`."""
+def running_world(base: Path, **datastore: Any) -> Iterator[World]:
+    """A World whose files all live under `base`; `datastore` are further options of its datastore (say, its
+    provider mirror's)."""
     api = ApiServer().start()
     try:
         kubeconfig = api.write_kubeconfig(base / "kubeconfig")
@@ -235,7 +236,7 @@ def running_world(base: Path) -> Iterator[World]:
         repo_dir = base / "repo"
         repo_dir.mkdir()
         git(repo_dir, "init", "-q", "-b", "main")
-        with running_datastore(base / "datastore") as url:
+        with running_datastore(base / "datastore", **datastore) as url:
             w = World(base, api, kubeconfig, runner_kubeconfig, url, client.CustomObjectsApi(api_client), repo_dir)
             w.create("terraformrepositories", {"kind": "TerraformRepository", "metadata": {"name": "infra"},
                                                "spec": {"repository": {"url": "https://example.com/infra.git"}}})
