@@ -34,6 +34,15 @@ settings.register_profile("burrito-py", deadline=None)
 settings.load_profile("burrito-py")
 
 
+# -- the real control plane (tests/support/controlplane.py), registered here once ---------------------------
+# One session fixture for every directory that uses it (tests/e2e/ through its real cluster,
+# tests/integration/controlplane/): registered in each directory's conftest, it was two fixtures, and a worker that
+# ran files of both started two control planes (about 14 s each on a loaded 2-core machine, ~330 MB each while the
+# session lasts). The two directories stay apart by namespace and by what each leaves cluster-wide
+# (docs/architecture.md §15).
+from tests.support.controlplane import controlplane  # noqa: E402,F401
+
+
 @pytest.fixture
 def apiserver(tmp_path: Path):  # type: ignore[no-untyped-def]
     """A fresh emulator per test; the kubeconfig at KUBECONFIG_PATH points at it."""

@@ -32,7 +32,6 @@ from burrito_py.kube.inventory import creation_order
 from burrito_py.kube.kubeconfig import read_kubeconfig
 from burrito_py.operator.main import ControllerThread
 from burrito_py.outbound import LOOPBACK_NETWORKS
-from tests.support.controlplane import controlplane  # noqa: F401  (the session's control plane)
 from tests.support.emulator import wait_for
 from tests.support.engines import ENGINES, Engine, engines_root
 from tests.support.fault_proxy import FaultProxy
@@ -312,8 +311,7 @@ def _real_platform(cluster: RealCluster, workdir: Path, kubeconfig: Path, start_
 
 
 @pytest.fixture(scope="session")
-def real_cluster(controlplane: ControlPlane, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
-                 ) -> Iterator[RealCluster]:
+def real_cluster(controlplane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     """The session's control plane (one per xdist worker) with the kubelet as its Node, the CRDs and the
     admission policies: every test on it gets a namespace of its own (`running_platform(..., cluster=...)`)."""
     cluster = RealCluster(controlplane, tmp_path_factory.mktemp("real-cluster")).start()

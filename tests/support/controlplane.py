@@ -1,8 +1,9 @@
 """The real control plane for tests (local/burrito_local/controlplane.py, docs/architecture.md §22): one per
 test session (per xdist worker that needs it), isolated by namespaces.
 
-Register the fixtures in a conftest with `from tests.support.controlplane import controlplane, node  # noqa: F401`
-(`node`: the control plane with the local kubelet as its Node, in a network namespace).
+`controlplane` is registered once, in tests/conftest.py, so every directory of a session (tests/e2e/,
+tests/integration/controlplane/) shares one per worker; `node` (the control plane with the local kubelet as its
+Node, in a network namespace) in the conftest of the directory that uses it.
 The binary is built first when it is not cached (progress on stderr); without Go that is a failure naming
 the cause, never a skip.
 """

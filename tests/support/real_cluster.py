@@ -32,7 +32,10 @@ ADMIN_NAMESPACE = "kube-system"
 ADMIN_ACCOUNT = "burrito-py-e2e-admin"
 RELEASE = "burrito-py"
 RUNNER_ACCOUNT = "burrito-py-runner"
-# The label of a namespace where the session's admission policy bindings do not apply (new_namespace).
+# Every namespace new_namespace makes carries E2E_NAMESPACE, and the session's admission policy bindings match only
+# those (the control plane is shared with tests/integration/controlplane/, whose namespaces and own policies they must
+# leave alone); WITHOUT_ADMISSION_POLICY marks one made as on a cluster without the policies (new_namespace).
+E2E_NAMESPACE = "e2e.burrito-py.io/namespace"
 WITHOUT_ADMISSION_POLICY = "e2e.burrito-py.io/without-admission-policy"
 TENANT_PLACEHOLDER = "burrito-py-e2e-tenant"  # the namespace the chart is rendered for, replaced per test
 TOKEN_SECONDS = 48 * 3600  # a session's length, with room
@@ -107,14 +110,15 @@ class RealCluster:
         self.node.start()
         self.timings["node_ready"] = time.monotonic() - began
         for crd in generate_crds().values():
-            _check(f"create CRD {crd['metadata']['name']}", self.admin.call("POST", CRDS, crd))
+            self._put_crd(crd)
         self._admin_identity()
         for obj in policy_objects(RELEASE, [self.admin_username], RUNNER_ACCOUNT, [self.admin_username]):
             kind = "validatingadmissionpolicies" if obj["kind"] == "ValidatingAdmissionPolicy" else \
                 "validatingadmissionpolicybindings"
             if kind == "validatingadmissionpolicybindings":
-                # Every namespace but those a test makes as on a cluster without the policies (new_namespace).
+                # The e2e namespaces but those a test makes as on a cluster without the policies (new_namespace).
                 obj["spec"]["matchResources"] = {"namespaceSelector": {"matchExpressions": [
+                    {"key": E2E_NAMESPACE, "operator": "Exists"},
                     {"key": WITHOUT_ADMISSION_POLICY, "operator": "DoesNotExist"}]}}
             _check(f"create {obj['kind']} {obj['metadata']['name']}",
                    self.admin.call("POST", f"/apis/admissionregistration.k8s.io/v1/{kind}", obj))
@@ -122,6 +126,20 @@ class RealCluster:
         self._wait_served()
         self.timings["ready"] = time.monotonic() - began
         return self
+
+    def _put_crd(self, crd: dict[str, Any]) -> None:
+        """Create the CRD, or, when the session's control plane has it already (tests/integration/controlplane/
+        applies the CRDs of crds/ to the control plane it shares with this directory), replace it with this
+        version's."""
+        name = crd["metadata"]["name"]
+        status, body = self.admin.call("POST", CRDS, crd)
+        if status != 409:
+            _check(f"create CRD {name}", (status, body))
+            return
+        current = _check(f"read CRD {name}", self.admin.call("GET", f"{CRDS}/{name}"), ok=(200,))
+        replacement = copy.deepcopy(crd)
+        replacement["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        _check(f"replace CRD {name}", self.admin.call("PUT", f"{CRDS}/{name}", replacement))
 
     def _admin_identity(self) -> None:
         """`kube-system/burrito-py-e2e-admin`, bound to cluster-admin, with a token for the API and the
@@ -201,6 +219,7 @@ class RealCluster:
         cluster older than 1.30 or with `admissionPolicy.enabled: false` (the session's bindings skip it)."""
         name = name or f"{prefix}-{uuid.uuid4().hex[:8]}"
         labels = {f"pod-security.kubernetes.io/{mode}": pod_security for mode in ("enforce", "warn", "audit")}
+        labels[E2E_NAMESPACE] = "true"
         if not admission_policy:
             labels[WITHOUT_ADMISSION_POLICY] = "true"
         _check(f"create namespace {name}", self.admin.call("POST", "/api/v1/namespaces", {

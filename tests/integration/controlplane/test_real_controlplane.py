@@ -67,9 +67,24 @@ def test_the_crds_are_served_and_validated(controlplane: ControlPlane) -> None:
 def test_the_charts_admission_policy_is_enforced(controlplane: ControlPlane) -> None:
     kubectl(controlplane, "apply", "--server-side", *[f"--filename={p}" for p in read_crds(ROOT)])
     wait_established(controlplane, "terraformruns.terraform.burrito-py.io")
-    apply(controlplane, *policy_objects("vap-test", ["system:serviceaccount:x:server"], "runner",
-                                      ["system:serviceaccount:x:controllers"]))
     namespace = unique_namespace(controlplane)
+    # Bound to this test's namespace only and deleted after it: the session's control plane is shared with
+    # tests/e2e/, whose controllers (another identity than this policy's controllers) write runs and layers.
+    policies = policy_objects("vap-test", ["system:serviceaccount:x:server"], "runner",
+                              ["system:serviceaccount:x:controllers"])
+    for obj in policies:
+        if obj["kind"] == "ValidatingAdmissionPolicyBinding":
+            obj["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": namespace}}}
+    try:
+        apply(controlplane, *policies)
+        _the_policies_refuse(controlplane, namespace)
+    finally:
+        for obj in policies:
+            kubectl(controlplane, "delete", obj["kind"].lower(), obj["metadata"]["name"], "--ignore-not-found")
+
+
+def _the_policies_refuse(controlplane: ControlPlane, namespace: str) -> None:
     forged = {"apiVersion": ann.API_VERSION, "kind": "TerraformRun",
               "metadata": {"name": "forged", "namespace": namespace},
               "spec": {"action": "apply", "layer": {"name": "victim", "namespace": "default", "revision": "0" * 40}}}
@@ -163,7 +178,10 @@ def test_a_deployment_makes_a_replicaset_and_a_claim_binds(controlplane: Control
           {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": namespace},
            "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": {
                "metadata": {"labels": labels},
-               "spec": {"containers": [{"name": "web", "image": "example.invalid/web:1"}]}}}},
+               # Scheduled nowhere, as on a control plane without nodes: the session's may have tests/e2e/'s
+               # local kubelet as a Node, which would try to run this image.
+               "spec": {"nodeSelector": {"burrito-py.io/no-such-node": "true"},
+                        "containers": [{"name": "web", "image": "example.invalid/web:1"}]}}}},
           {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": namespace},
            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
     deployment = kubectl_json(controlplane, "get", "deployment", "web", "-n", namespace)
