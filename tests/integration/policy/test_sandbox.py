@@ -124,12 +124,22 @@ async def test_a_plans_rules_share_one_budget() -> None:
 
 async def test_a_worker_that_dies_mid_rule_is_a_denial_never_a_pass(sandbox: PolicySandbox) -> None:
     await judge(sandbox, NORMAL)
+    # The pool warm first (every worker started and idle), then the worker that leaves it is the rule's: a fixed
+    # 0.3 s once found no worker busy yet, or the rule on a worker started after the pids were taken (a loaded CI).
+    deadline = time.monotonic() + 30
+    while len(sandbox._idle) < sandbox.limits.workers:
+        assert time.monotonic() < deadline, "the pool never had every worker idle"
+        await asyncio.sleep(0.05)
     pids = {w.process.pid for w in sandbox._idle}
 
     async def kill_the_busy_worker() -> None:
-        await asyncio.sleep(0.3)
-        (busy,) = pids - {w.process.pid for w in sandbox._idle}
-        os.kill(busy, signal.SIGSEGV)
+        give_up = time.monotonic() + 30
+        while not (busy := pids - {w.process.pid for w in sandbox._idle}):
+            assert time.monotonic() < give_up, "no worker took the rule"
+            await asyncio.sleep(0.01)
+        (pid,) = busy
+        await asyncio.sleep(0.1)  # into the rule (its limit is 1 s)
+        os.kill(pid, signal.SIGSEGV)
 
     killer = asyncio.create_task(kill_the_busy_worker())
     verdict = await judge(sandbox, [{"name": "worst", "cel": {"expression": WORST_CEL, "scope": "plan"}}])
