@@ -94,3 +94,17 @@ def test_an_unexpected_error_keeps_its_traceback_and_exits_4(
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err
     assert err.endswith("error: internal error: RuntimeError: boom\n")
+
+
+def test_the_runner_starts_without_what_it_needs_only_after_init_or_only_on_some_paths() -> None:
+    """Imported later (issue 31): the uploads' thread pool (and `logging` with it) and the summary's plan model
+    while `init` runs, `traceback` on an internal error, `zipfile` and `platform` on the mirror paths."""
+    import subprocess
+    import sys
+
+    later = ("concurrent.futures", "logging", "burrito_py.plans.model", "burrito_py.runner.summary", "traceback",
+             "zipfile", "platform", "burrito_py.runner.variables")
+    script = ("import sys\nimport burrito_py.runner.main\n"
+              f"print(','.join(name for name in {later!r} if name in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
