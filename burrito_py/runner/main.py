@@ -460,12 +460,13 @@ class Runner:
                         pull_request: str | None) -> ManagedBackend | None:
         """The datastore as the layer's backend when its state is managed (docs/architecture.md §10.6), else None."""
         from burrito_py.api.effective import effective_state_location
-        from burrito_py.runner.state import STATE_FIELD, ManagedStateError, managed_backend
 
         # Where the last migration put the state wins over the spec (§10.6): a run never uses the copy a migration
         # left behind.
         if effective_state_location(layer, repository) != "managed":
             return None
+        from burrito_py.runner.state import STATE_FIELD, ManagedStateError, managed_backend  # managed state only
+
         migrated = (layer.metadata.get("annotations") or {}).get(ann.STATE_LOCATION) == "managed"
         if pull_request is not None:
             # The state holds the layer's secrets and a pull request's code is not the branch's: the datastore

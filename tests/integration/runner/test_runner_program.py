@@ -223,7 +223,7 @@ def test_a_plan_imports_no_pydantic_nor_the_api_models(world: World) -> None:
     assert {"burrito_py.runner.objects", "burrito_py.api.effective", "burrito_py.runner.store"} <= imported  # it ran
 
 
-def test_a_plan_without_variables_imports_neither_their_module_nor_the_mirrors_ones(world: World) -> None:
+def test_a_plain_plan_imports_none_of_the_variables_managed_state_or_mirrors_modules(world: World) -> None:
     revision = world.commit({"layers/app/main.tf": CODE % "v1"})
     world.layer()
     world.run("app-plan-1", "plan", revision)
@@ -232,7 +232,7 @@ def test_a_plan_without_variables_imports_neither_their_module_nor_the_mirrors_o
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert imported & {"burrito_py.runner.variables", "zipfile", "platform"} == set()
+    assert imported & {"burrito_py.runner.variables", "burrito_py.runner.state", "zipfile", "platform"} == set()
     assert "burrito_py.plans.model" in imported  # the summary's, imported while init ran
 
 
