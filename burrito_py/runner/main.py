@@ -264,6 +264,17 @@ class _Started:
         return self._value
 
 
+def _once_after(step: str, call: Callable[[], None]) -> Callable[[str], None]:
+    """A `Steps` hook that starts `call` in a thread once `step`'s process runs (at most once)."""
+    pending = [call]
+
+    def started(name: str) -> None:
+        if name == step and pending:
+            threading.Thread(target=pending.pop(), name="burrito-py-runner-imports", daemon=True).start()
+
+    return started
+
+
 def _import_plan_modules() -> None:
     """What a plan needs only after `init` (the uploads' thread pool with `logging`, the summary's plan model:
     ~15 ms CPU), imported while `init` runs and the runner only relays its output, so not in the attempt's
@@ -410,9 +421,11 @@ class Runner:
             self.migrate(run.spec.operation, layer, repository, layer_dir, tool, mirrors, override.extra_init_args)
             return
         backend = self.managed_backend(layer, repository, layer_dir, tool.kind, pull_request)
-        steps = Steps(tool, layer_dir, env={**os.environ, **mirrors.env, **(backend.env if backend else {})})
-        if env.action == "plan" or without_artifact:
-            threading.Thread(target=_import_plan_modules, name="burrito-py-runner-imports", daemon=True).start()
+        # A plan's later modules import once `init` runs, not while its process starts: a thread importing then
+        # would hold the interpreter lock the start of `init` needs.
+        later = _import_plan_modules if env.action == "plan" or without_artifact else None
+        steps = Steps(tool, layer_dir, env={**os.environ, **mirrors.env, **(backend.env if backend else {})},
+                      started=_once_after("init", later) if later is not None else None)
         try:
             steps.init([*(backend.init_args if backend else ()),
                         *(backend.extra_init_args(override.extra_init_args) if backend else override.extra_init_args)])

@@ -127,3 +127,18 @@ def test_runner_start_freezes_its_start_up_objects_and_collects_as_usual_during_
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["True", "True"]
+
+
+def test_the_later_imports_start_once_after_init_starts() -> None:
+    started: list[str] = []
+    hook = runner_main._once_after("init", lambda: started.append("imports"))
+    for step in ("init", "plan", "init"):
+        hook(step)
+    import time
+
+    for _ in range(200):
+        if started:
+            break
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert started == ["imports"]
