@@ -21,11 +21,19 @@ def main() -> None:
 
     dns.install()  # cluster DNS for processes of the local kubelet; a no-op elsewhere (cheap: os and socket)
     if sys.argv[1:] == ["runner", "start"]:
+        import gc
+
         for name in RUNNER_SKIPPED_IMPORTS:
             sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+        # The runner's imports make tens of thousands of objects that live until the process exits: the cycle
+        # collector's passes over them while they are made free nothing (~5-10 ms CPU of every attempt). Frozen
+        # once made, they are not scanned again; collection runs as usual for everything the attempt makes.
+        gc.disable()
         from burrito_py.runner.main import exit_now
         from burrito_py.runner.main import main as run_attempt
 
+        gc.freeze()
+        gc.enable()
         exit_now(run_attempt())
     from burrito_py.cli import app
 

@@ -81,11 +81,11 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
-import traceback
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -107,14 +107,11 @@ from burrito_py.runner.mirror import (
     start_prefetch,
 )
 from burrito_py.runner.sources import SourceError, extract_archive, layer_directory
-from burrito_py.runner.summary import plan_summary
 from burrito_py.runner.terraform import Interrupted, StepFailed, Steps, is_stale_plan
 from burrito_py.runner.tools import ToolError, ToolMirror, prefetch_version, resolve_tool
 from burrito_py.runner.transcript import Transcript
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from burrito_py.runner.objects import ExtraArgs, Layer, Operation, Repository, Run
     from burrito_py.runner.state import ManagedBackend
     from burrito_py.runner.store import RunnerStore
@@ -251,6 +248,57 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+class _Started:
+    """`call` running in a thread of its own from now on (its own connection: `Http` is one connection and not
+    shared), so that its waits overlap the caller's work; `result()` waits for it, then returns what it returned
+    or raises what it raised, in the caller's thread."""
+
+    def __init__(self, call: Callable[[], Any], name: str) -> None:
+        self._call = call
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._target, name=f"burrito-py-runner-{name}", daemon=True)
+        self._thread.start()
+
+    def _target(self) -> None:
+        try:
+            self._value = self._call()
+        except BaseException as exc:  # handed to the caller's thread by result()
+            self._error = exc
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _once_after(step: str, call: Callable[[], None]) -> Callable[[str], None]:
+    """A `Steps` hook that starts `call` in a thread once `step`'s process runs (at most once)."""
+    pending = [call]
+
+    def started(name: str) -> None:
+        if name == step and pending:
+            threading.Thread(target=pending.pop(), name="burrito-py-runner-imports", daemon=True).start()
+
+    return started
+
+
+def _import_plan_modules() -> None:
+    """What a plan needs only after `init` (the uploads' thread pool with `logging`, the summary's plan model:
+    ~15 ms CPU), imported while `init` runs and the runner only relays its output, so not in the attempt's
+    critical path when a core is free. A failure here is the later import's to report."""
+    try:
+        import concurrent.futures  # noqa: F401
+
+        import burrito_py.runner.summary  # noqa: F401
+    except ImportError:
+        pass
+
+
 class Runner:
     """One attempt: everything between reading the environment and exiting."""
 
@@ -263,14 +311,21 @@ class Runner:
     # -- API ------------------------------------------------------------------------------------
     def _read(self, read: Callable[[Mapping[str, Any]], R], kind: str, plural: str, namespace: str, name: str) -> R:
         """The object, checked field by field as its model checks it (runner/objects.py: no pydantic)."""
-        from burrito_py.api.errors import InvalidSpec
+        return self._check(read, kind, namespace, name, self._get(kind, plural, namespace, name))
 
+    def _get(self, kind: str, plural: str, namespace: str, name: str) -> dict[str, Any]:
         try:
-            body = self.kube.get(plural, namespace, name, kind)
+            return self.kube.get(plural, namespace, name, kind)
         except KubeError as exc:
             if exc.status == 404:
                 raise RunnerError(f"{kind} {namespace}/{name} not found") from None
             raise Unavailable(str(exc)) from None
+
+    @staticmethod
+    def _check(read: Callable[[Mapping[str, Any]], R], kind: str, namespace: str, name: str,
+               body: Mapping[str, Any]) -> R:
+        from burrito_py.api.errors import InvalidSpec
+
         if kind in ("TerraformLayer", "TerraformRepository"):
             from burrito_py.api.runner_contract import stored_without_reserved
 
@@ -279,6 +334,16 @@ class Runner:
             return read(body)
         except InvalidSpec as exc:
             raise RunnerError(f"{kind} {namespace}/{name} is invalid: {exc}") from None
+
+    def _run_and_layer(self) -> tuple[dict[str, Any], dict[str, Any] | RunnerError]:
+        """The run's body (its failure raised), then the layer's body or its failure, which the caller raises
+        once the run is checked: the order of the refusals is the order of the reads."""
+        env = self.env
+        run = self._get("TerraformRun", "terraformruns", env.namespace, env.run)
+        try:
+            return run, self._get("TerraformLayer", "terraformlayers", env.namespace, env.layer)
+        except RunnerError as exc:
+            return run, exc
 
     def _datastore(self, call: Any, *args: Any) -> Any:
         from burrito_py.datastore.wire import DatastoreError
@@ -292,13 +357,20 @@ class Runner:
 
     # -- the attempt ----------------------------------------------------------------------------
     def run(self) -> None:
-        from burrito_py.api.effective import effective_extra_args, effective_remediation, effective_tool
-        from burrito_py.api.operation_rules import OPERATION_ACTIONS, BadOperation, describe
-        from burrito_py.runner.objects import ExtraArgs, read_layer, read_repository, read_run
-
         env = self.env
-        run = self._read(read_run, "TerraformRun", "terraformruns", env.namespace, env.run)
-        layer = self._read(read_layer, "TerraformLayer", "terraformlayers", env.namespace, env.layer)
+        # The run and the layer are read while the modules that check them are imported (~7 ms CPU).
+        bodies = _Started(self._run_and_layer, "read")
+        try:
+            from burrito_py.api.effective import effective_extra_args, effective_remediation, effective_tool
+            from burrito_py.api.operation_rules import OPERATION_ACTIONS, BadOperation, describe
+            from burrito_py.runner.objects import ExtraArgs, read_layer, read_repository, read_run
+        finally:
+            bodies.join()  # the connection is this thread's again
+        run_body, layer_body = bodies.result()
+        run = self._check(read_run, "TerraformRun", env.namespace, env.run, run_body)
+        if isinstance(layer_body, RunnerError):
+            raise layer_body
+        layer = self._check(read_layer, "TerraformLayer", env.namespace, env.layer, layer_body)
         if run.spec.layer.name != env.layer:
             raise RunnerError(f"run {env.run} is for layer {run.spec.layer.name}, not {env.layer}")
         if run.spec.action != env.action:
@@ -316,8 +388,15 @@ class Runner:
         revision = run.spec.layer.revision
         if not revision:
             raise RunnerError(f"run {env.run} has no spec.layer.revision")
-        repository = self._read(read_repository, "TerraformRepository", "terraformrepositories",
-                                layer.repository_namespace, layer.spec.repository.name)
+        # The source archive comes down while the repository is read; the repository's refusal comes first, as
+        # when they were one after the other, and the download never outlives this frame (the work directory).
+        source = _Started(lambda: self.fetch_source(layer.repository_namespace, layer.spec.repository.name,
+                                                    revision, layer.spec.path), "source")
+        try:
+            repository = self._read(read_repository, "TerraformRepository", "terraformrepositories",
+                                    layer.repository_namespace, layer.spec.repository.name)
+        finally:
+            source.join()
         override = ExtraArgs(*(tuple(args) for args in effective_extra_args(layer, repository)))
         # A destroy apply applies exactly its destroy plan: planning again here would plan a normal apply. A
         # manually approved apply applies exactly the approved plan: planning again could apply something else.
@@ -326,8 +405,7 @@ class Runner:
         without_artifact = (remediation.apply_without_plan_artifact and not run.spec.destroy and not manual
                             and not pr_apply)
 
-        layer_dir = self.fetch_source(layer.repository_namespace, layer.spec.repository.name, revision,
-                                      layer.spec.path)
+        layer_dir: Path = source.result()
         applied_sum: str | None = None
         if env.action == "apply" and not without_artifact:
             applied_sum = self.fetch_plan(run)  # before init: no point initialising for a missing plan
@@ -358,7 +436,11 @@ class Runner:
             self.migrate(run.spec.operation, layer, repository, layer_dir, tool, mirrors, override.extra_init_args)
             return
         backend = self.managed_backend(layer, repository, layer_dir, tool.kind, pull_request)
-        steps = Steps(tool, layer_dir, env={**os.environ, **mirrors.env, **(backend.env if backend else {})})
+        # A plan's later modules import once `init` runs, not while its process starts: a thread importing then
+        # would hold the interpreter lock the start of `init` needs.
+        later = _import_plan_modules if env.action == "plan" or without_artifact else None
+        steps = Steps(tool, layer_dir, env={**os.environ, **mirrors.env, **(backend.env if backend else {})},
+                      started=_once_after("init", later) if later is not None else None)
         try:
             steps.init([*(backend.init_args if backend else ()),
                         *(backend.extra_init_args(override.extra_init_args) if backend else override.extra_init_args)])
@@ -379,8 +461,11 @@ class Runner:
             _say(f"burrito-py: {env.action} of layer {env.namespace}/{env.layer} succeeded")
             return
         if env.action == "plan" or without_artifact:
+            # A plan run needs its source tree no more once `show -json` has read the plan (the providers' schemas
+            # are in its .terraform): it is removed beside the last uploads rather than after them.
             applied_sum = self.plan(steps, override, destroy=run.spec.destroy, lock=pull_request is None,
-                                    operation=operation)
+                                    operation=operation,
+                                    discard=self.workdir / "source" if env.action == "plan" else None)
         if env.action == "apply":
             assert applied_sum is not None
             already = None if without_artifact else self.already_applied(layer, applied_sum)
@@ -403,12 +488,13 @@ class Runner:
                         pull_request: str | None) -> ManagedBackend | None:
         """The datastore as the layer's backend when its state is managed (docs/architecture.md §10.6), else None."""
         from burrito_py.api.effective import effective_state_location
-        from burrito_py.runner.state import STATE_FIELD, ManagedStateError, managed_backend
 
         # Where the last migration put the state wins over the spec (§10.6): a run never uses the copy a migration
         # left behind.
         if effective_state_location(layer, repository) != "managed":
             return None
+        from burrito_py.runner.state import STATE_FIELD, ManagedStateError, managed_backend  # managed state only
+
         migrated = (layer.metadata.get("annotations") or {}).get(ann.STATE_LOCATION) == "managed"
         if pull_request is not None:
             # The state holds the layer's secrets and a pull request's code is not the branch's: the datastore
@@ -634,11 +720,11 @@ class Runner:
         """The run's inputs record the controllers stored (its layer's varsFrom values, the upstream outputs of
         spec.dependsOn): the runner reads no Secret itself. None for a run given none. The values of Secrets and
         the sensitive upstream outputs are masked in the log from now on."""
-        from burrito_py.runner.variables import VariablesError, parse_inputs
-
         digest = (run.metadata.get("annotations") or {}).get(ann.RUN_INPUTS_DIGEST) or None
         if not layer.spec.vars_from and digest is None:
             return None
+        from burrito_py.runner.variables import VariablesError, parse_inputs  # only for a run given inputs
+
         env = self.env
         raw = self._datastore(self.store.get_inputs, env.namespace, env.layer, env.run)
         try:
@@ -653,13 +739,13 @@ class Runner:
     def write_variables(self, layer: Layer, layer_dir: Path, inputs: Inputs | None) -> None:
         """`burrito-py.auto.tfvars.json` from spec.vars and the run's inputs (varsFrom values, then the upstream
         outputs: they win); names are printed, values never."""
-        from burrito_py.runner.variables import merge_variables, write_tfvars
-
         if inputs is not None and inputs.error is not None:
             raise RunnerError(inputs.error)  # a varsFrom the controllers could not satisfy (names only)
         given = inputs.variables if inputs is not None else {}
         if not layer.spec.vars and not given:
             return
+        from burrito_py.runner.variables import merge_variables, write_tfvars  # only for a layer with variables
+
         variables = merge_variables(layer.spec.vars, [given])
         target = write_tfvars(layer_dir, variables)
         _say(f"burrito-py: variables {', '.join(sorted(variables)) or '(none)'} written to {target.name}")
@@ -723,9 +809,14 @@ class Runner:
         return digest
 
     def plan(self, steps: Steps, override: ExtraArgs, destroy: bool = False, lock: bool = True,
-             operation: Operation | None = None) -> str:
+             operation: Operation | None = None, discard: Path | None = None) -> str:
         """Plan and upload the four formats of this attempt; the plan binary's sum. `operation`: a day-2
-        operation's `-replace`/`-target` addresses (§5.12)."""
+        operation's `-replace`/`-target` addresses (§5.12). `discard`: a directory no longer needed once
+        `show -json` is done, removed while the last formats upload (what is left goes with the work directory)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from burrito_py.runner.summary import plan_summary
+
         env = self.env
         plan_json, pretty = self.workdir / "plan.json", self.workdir / "plan.txt"
         if operation is not None:
@@ -746,6 +837,8 @@ class Runner:
             uploads = [pool.submit(put, "bin", self.plan_file), pool.submit(put, "pretty", pretty)]
             digest = file_sum(self.plan_file)
             shown.result()  # a failure here leaves the pool, which waits for the uploads first
+            if discard is not None:
+                pool.submit(shutil.rmtree, discard, ignore_errors=True)
             try:
                 with plan_json.open("rb") as handle:
                     document = json.load(handle)
@@ -828,6 +921,8 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         except RunnerError as exc:
             message, code = str(exc), exc.exit_code
         except Exception as exc:  # a bug: keep the traceback, and an exit code no expected failure uses
+            import traceback
+
             traceback.print_exc()
             message, code = f"internal error: {type(exc).__name__}: {exc}", EXIT_INTERNAL
         else:

@@ -42,7 +42,7 @@ import os
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
@@ -209,10 +209,13 @@ def mask(extra: Sequence[str]) -> list[str]:
 class Steps:
     """Runs the steps of one layer directory with one tool; output goes to `out` (default: sys.stdout)."""
 
-    def __init__(self, tool: Tool, cwd: Path, env: Mapping[str, str] | None = None, out: IO[str] | None = None):
+    def __init__(self, tool: Tool, cwd: Path, env: Mapping[str, str] | None = None, out: IO[str] | None = None,
+                 started: Callable[[Step], None] | None = None):
+        """`started` is called with each step's name once its process runs (the runner's own idle time begins)."""
         self.tool, self.cwd = tool, cwd
         self.env = step_env(tool, os.environ if env is None else env)
         self._out = out
+        self._started = started
 
     @property
     def out(self) -> IO[str]:
@@ -308,6 +311,8 @@ class Steps:
                 ))
             except OSError as exc:
                 raise StepFailed(f"{name} {step}", 127, [f"error: cannot run {argv[0]}: {exc}"]) from None
+            if self._started is not None:
+                self._started(step)
             stream = process.stderr if sink is not None else process.stdout
             assert stream is not None
             try:

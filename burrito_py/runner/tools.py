@@ -26,13 +26,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -343,6 +341,8 @@ class ToolMirror:
 
 
 def mirror_arch(machine: str | None = None) -> str:
+    import platform  # the mirror paths only, like zipfile: not on a plain attempt's start
+
     text = (machine if machine is not None else platform.machine()).lower()
     try:
         return _ARCH[text]
@@ -432,6 +432,8 @@ def _download(client: httpx.Client, url: str, dest: Path) -> tuple[str, str]:
 
 def _unzip_binary(archive: Path, name: str, dest: Path, what: str) -> None:
     """Only the member `name` at the archive's root, written to `dest`: no other path is ever created."""
+    import zipfile
+
     try:
         with zipfile.ZipFile(archive) as bundle:
             member = next((info for info in bundle.infolist() if info.filename == name), None)

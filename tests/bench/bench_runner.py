@@ -7,7 +7,9 @@ Runner: `burrito-py runner start` as a pod runs it (read run, layer and reposito
 download and unpack the source archive from the datastore, resolve the tool, init, plan, show -json, four
 uploads), the engine taken from the engines root `scripts/build-engines.sh` built (BURRITO_RUNNER_TOOLS_PATH, as
 the runner image's baked tools) and named by the layer's spec. Bare: the same binary's `init && plan -out &&
-show -json` on the same code in a fresh directory. Pairs alternate, and the figures are medians over the pairs of
+show -json` on the same code in a fresh directory, with the runner's steps' own arguments and environment (their
+builders in runner/terraform.py, over the runner's PATH and HOME: nothing of the calling shell's TF_* settings,
+which the runner does not get either). Pairs alternate, and the figures are medians over the pairs of
 the difference (small layer, target ≤ +0.15 s, issue 31) and of the ratio (1,000 terraform_data resources,
 target ≤ 1.10). Wall time is the target; CPU time (user + system of the process tree) is printed too, as it says
 more than wall time on a busy machine. `--profile DIR` first runs the runner once per layer with each step's
@@ -84,19 +86,24 @@ def engine_binary(root: Path, kind: str, version: str) -> str:
     return str(root / "tenv" / folder / version / name)
 
 
-def bare(code_dir: Path, work: Path, binary: str = "terraform") -> tuple[float, float]:
-    """init + plan -out + show -json in a fresh copy of the layer, as a script would do it."""
+def bare(code_dir: Path, work: Path, binary: str, home: Path) -> tuple[float, float]:
+    """init + plan -out + show -json in a fresh copy of the layer: what the runner's steps run, no more, no less —
+    the same arguments (`-no-color`, `-input=false`, the plan file by absolute path), and the environment its
+    steps get (`step_env`: `TF_IN_AUTOMATION`, `TF_INPUT=0`, `CHECKPOINT_DISABLE=1`) over the runner's own (PATH and
+    its HOME only: not this shell's `TF_CLI_CONFIG_FILE`, `TF_PLUGIN_CACHE_DIR` or other settings, which the
+    runner never sees here)."""
+    from burrito_py.runner.terraform import init_args, plan_args, show_json_args, step_env
+    from burrito_py.runner.tools import Tool
+
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(code_dir, work)
-    env = {**os.environ, "TF_IN_AUTOMATION": "1"}
+    plan_file = work / "plan.bin"
+    env = step_env(Tool("terraform", binary, ""), {"PATH": os.environ["PATH"], "HOME": str(home)})
     started, cpu = time.perf_counter(), children_cpu()
-    for args in (
-        ["init", "-input=false", f"-backend-config=path={work}.tfstate"],
-        ["plan", "-input=false", "-out=plan.bin"],
-    ):
+    for args in (init_args([f"-backend-config=path={work}.tfstate"]), plan_args(plan_file)):
         subprocess.run([binary, *args], cwd=work, env=env, check=True, capture_output=True)
     with (work / "plan.json").open("wb") as out:
-        subprocess.run([binary, "show", "-json", "plan.bin"], cwd=work, env=env, check=True, stdout=out,
+        subprocess.run([binary, *show_json_args(plan_file)], cwd=work, env=env, check=True, stdout=out,
                        stderr=subprocess.DEVNULL)
     return time.perf_counter() - started, children_cpu() - cpu
 
@@ -281,7 +288,7 @@ def main() -> None:
                     runner(name, f"{name}-warmup")  # page cache, the engine's plugin discovery
                     if options.baseline is not None:
                         runner(name, f"{name}-warmup-base", options.baseline)
-                    bare(code_dir, tmp / "bare" / name, binary)
+                    bare(code_dir, tmp / "bare" / name, binary, tmp / "home")
                     if options.profile is not None:
                         options.profile.mkdir(parents=True, exist_ok=True)
                         for suffix in ("-steps", "-imports", "-profile"):
@@ -297,7 +304,7 @@ def main() -> None:
                         took = {}
                         for key in order:
                             if key == "bare":
-                                took[key] = bare(code_dir, tmp / "bare" / name, binary)
+                                took[key] = bare(code_dir, tmp / "bare" / name, binary, tmp / "home")
                             elif key == "runner":
                                 took[key] = runner(name, f"{name}-plan-{i}")
                             else:

@@ -172,6 +172,26 @@ def test_missing_objects_exit_2(world: World) -> None:
     assert result.stderr == "error: TerraformRun default/app-plan-1 not found\n"
 
 
+def test_the_reads_made_side_by_side_refuse_in_the_order_they_were_made_in_turn(world: World) -> None:
+    """The run and the layer are read while the runner imports, the repository while the source comes down:
+    the refusal is still the first in the old order (run, layer, repository, source)."""
+    world.create("terraformruns", {"kind": "TerraformRun", "metadata": {"name": "app-plan-1"},
+                                   "spec": {"action": "plan", "layer": {"name": "app", "revision": "0" * 40}}})
+    result = world.runner("app-plan-1", "plan")  # no layer
+    assert (result.code, result.stderr) == (2, "error: TerraformLayer default/app not found\n")
+    # Another repository, which does not exist, and no source archive of it at that revision either.
+    world.layer(repository={"name": "gone"})
+    result = world.runner("app-plan-1", "plan")
+    assert (result.code, result.stderr) == (2, "error: TerraformRepository default/gone not found\n")
+    # The repository now exists: the missing source archive is the refusal.
+    world.create("terraformrepositories", {"kind": "TerraformRepository", "metadata": {"name": "gone"},
+                                           "spec": {"repository": {"url": "https://example.com/gone.git"}}})
+    result = world.runner("app-plan-1", "plan")
+    assert result.code == 2
+    assert "gone" in result.stderr and "0" * 40 in result.stderr
+    assert "TerraformRepository" not in result.stderr
+
+
 # What a runner's start must not import (issue 31, docs/architecture.md §14 "Runner start-up costs"): pydantic and
 # the API models (~0.2 s CPU; runner/objects.py reads the objects), the kubernetes client, PyYAML (a JSON kubeconfig),
 # tenacity, httpx and its transport (httpcore, h11; ~0.12 s CPU with its first client: the runner's calls are
@@ -201,6 +221,19 @@ def test_a_plan_imports_no_pydantic_nor_the_api_models(world: World) -> None:
     assert sorted(m for m in imported
                   if m.split(".")[0] in NOT_ON_THE_RUNNERS_PATH or m in MODELS or m.startswith(BLOCKED)) == []
     assert {"burrito_py.runner.objects", "burrito_py.api.effective", "burrito_py.runner.store"} <= imported  # it ran
+
+
+def test_a_plain_plan_imports_none_of_the_variables_managed_state_or_mirrors_modules(world: World) -> None:
+    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer()
+    world.run("app-plan-1", "plan", revision)
+    argv, env = world.runner_command("app-plan-1", "plan", cli=True)
+    done = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert imported & {"burrito_py.runner.variables", "burrito_py.runner.state", "zipfile", "platform"} == set()
+    assert "burrito_py.plans.model" in imported  # the summary's, imported while init ran
 
 
 def test_a_run_whose_operation_would_be_an_option_is_refused_before_terraform(world: World) -> None:

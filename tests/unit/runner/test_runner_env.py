@@ -94,3 +94,51 @@ def test_an_unexpected_error_keeps_its_traceback_and_exits_4(
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err
     assert err.endswith("error: internal error: RuntimeError: boom\n")
+
+
+def test_the_runner_starts_without_what_it_needs_only_after_init_or_only_on_some_paths() -> None:
+    """Imported later (issue 31): the uploads' thread pool (and `logging` with it) and the summary's plan model
+    while `init` runs, `traceback` on an internal error, `zipfile` and `platform` on the mirror paths, the variables
+    and the managed state's modules for layers that have them."""
+    import subprocess
+    import sys
+
+    later = ("concurrent.futures", "logging", "burrito_py.plans.model", "burrito_py.runner.summary", "traceback",
+             "zipfile", "platform", "burrito_py.runner.variables", "burrito_py.runner.state")
+    script = ("import sys\nimport burrito_py.runner.main\n"
+              f"print(','.join(name for name in {later!r} if name in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
+
+
+def test_runner_start_freezes_its_start_up_objects_and_collects_as_usual_during_the_attempt() -> None:
+    """entry.py: no cycle collection while the runner's modules import (nothing there is garbage), those objects
+    frozen afterwards, and the collector on again for the attempt itself."""
+    import subprocess
+    import sys
+
+    script = (
+        "import gc, sys\n"
+        "import burrito_py.runner.main as runner\n"
+        "runner.main = lambda: print(gc.isenabled(), gc.get_freeze_count() > 1000, flush=True) or 0\n"
+        "sys.argv = ['burrito-py', 'runner', 'start']\n"
+        "from burrito_py.entry import main\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "True"]
+
+
+def test_the_later_imports_start_once_after_init_starts() -> None:
+    started: list[str] = []
+    hook = runner_main._once_after("init", lambda: started.append("imports"))
+    for step in ("init", "plan", "init"):
+        hook(step)
+    import time
+
+    for _ in range(200):
+        if started:
+            break
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert started == ["imports"]

@@ -111,6 +111,29 @@ echo "second line" >&2
     ]
 
 
+def test_the_started_hook_runs_while_the_steps_process_runs(tmp_path: Path) -> None:
+    """`started` (the runner imports a plan's later modules then) is called once the process runs, before it
+    ends: the fake step waits for the file the hook writes."""
+    go = tmp_path / "go"
+    tool = fake_binary(tmp_path / "terraform", f"""
+i=0
+while [ ! -e {go} ]; do i=$((i+1)); if [ $i -gt 2000 ]; then echo timeout; exit 9; fi; sleep 0.01; done
+echo "went on"
+""")
+    called: list[str] = []
+
+    def started(step: str) -> None:
+        called.append(step)
+        go.touch()
+
+    out = io.StringIO()
+    steps = Steps(tool, tmp_path, env={"PATH": "/usr/bin:/bin"}, out=out, started=started)
+    steps.init()
+    steps.show_json(tmp_path / "plan.bin", tmp_path / "plan.json")
+    assert called == ["init", "show -json"]
+    assert "went on" in out.getvalue()
+
+
 def test_show_writes_stdout_to_a_file_and_streams_stderr(tmp_path: Path) -> None:
     tool = fake_binary(tmp_path / "terraform", 'echo \'{"format_version": "1.2"}\'\necho "a warning" >&2\n')
     out = io.StringIO()
