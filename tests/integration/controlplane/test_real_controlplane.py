@@ -250,7 +250,7 @@ def test_sigterm_while_the_controller_manager_starts_its_controllers_is_a_clean_
     data_dir = tmp_path / "cp"
     ControlPlane(controlplane.binary, ControlPlaneConfig(data_dir, unsafe_no_fsync=True)).start().stop()
     outcomes = []
-    for delay in (0.0, 0.1, 0.3, 0.6, 1.0):
+    for delay in (0.0, 0.0, 0.1, 0.2, 0.3, 0.4, 0.6, 1.0):
         plane = ControlPlane(controlplane.binary, ControlPlaneConfig(data_dir, unsafe_no_fsync=True))
         # start() returns once the `default` ServiceAccount answers; the signal goes at the `ready` line itself.
         starting = threading.Thread(target=_start_quietly, args=(plane,))
