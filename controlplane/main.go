@@ -22,8 +22,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,6 +34,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/component-base/version"
+	"k8s.io/klog/v2"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	apiserveroptions "k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
@@ -79,7 +82,11 @@ func main() {
 		fmt.Printf("%s %s\n", version.Get().GitVersion, sourceHash)
 		return
 	}
-	if err := run(s); err != nil {
+	// run has a goroutine of its own: should a component ask to exit from it while stopping, guardExits
+	// ends that goroutine (its deferred stops run) and this one still reports and exits.
+	done := make(chan error, 1)
+	goReport(func() error { return run(s) }, done)
+	if err := <-done; err != nil {
 		// One line, prefixed, on stderr: the launcher shows the last line of stderr as the cause.
 		fmt.Fprintf(os.Stderr, "controlplane: %v\n", err)
 		os.Exit(1)
@@ -102,7 +109,8 @@ func run(s settings) error {
 
 	// The one signal handler of the process (a second SIGTERM/SIGINT exits at once). The components are
 	// built from their options, never from their cobra commands: those install handlers of their own.
-	ctx := genericapiserver.SetupSignalContext()
+	signalled := genericapiserver.SetupSignalContext()
+	stopping := guardExits(signalled)
 
 	apiArgs, err := readArgs(s.apiserverArgs)
 	if err != nil {
@@ -128,11 +136,20 @@ func run(s settings) error {
 		}
 	}
 
-	etcd, err := startEtcd(ctx, s)
+	etcd, err := startEtcd(signalled, s)
 	if err != nil {
-		return err
+		return unlessSignalled(signalled, err)
 	}
 	defer etcd.Close()
+
+	// Stop order: the controller manager and the scheduler, then the API server, then etcd (deferred).
+	// Each has a context of its own: the signal reaches the components at once, the API server only once
+	// they have stopped, since a controller manager still starting its controllers without an API server
+	// to call exits the process (its client builder's klog.Fatal).
+	apiCtx, stopAPI := context.WithCancel(context.Background())
+	defer stopAPI()
+	componentsCtx, stopComponents := context.WithCancel(signalled)
+	defer stopComponents()
 
 	if err := api.GenericServerRunOptions.ComponentGlobalsRegistry.Set(); err != nil {
 		return fmt.Errorf("kube-apiserver: %w", err)
@@ -141,7 +158,7 @@ func run(s settings) error {
 	if err := logsapi.ValidateAndApply(api.Logs, featureGate); err != nil {
 		return fmt.Errorf("kube-apiserver logging: %w", err)
 	}
-	completed, err := api.Complete(ctx)
+	completed, err := api.Complete(apiCtx)
 	if err != nil {
 		return fmt.Errorf("kube-apiserver: %w", err)
 	}
@@ -149,34 +166,46 @@ func run(s settings) error {
 		return fmt.Errorf("kube-apiserver flags: %v", errors.Join(errs...))
 	}
 
-	// Each component reports how it ended; the first to end stops the others.
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	apiDone := make(chan error, 1)
-	go func() { apiDone <- apiserverapp.Run(ctx, completed) }()
-
-	readyURL := "https://" + apiAddr + "/readyz"
-	if err := waitReady(ctx, readyURL, s.readyCA, s.readyTimeout, apiDone, etcd); err != nil {
-		cancel(err)
-		<-apiDone
-		return err
-	}
-
+	goReport(func() error { return apiserverapp.Run(apiCtx, completed) }, apiDone)
 	others := make(chan error, 2)
 	running := 0
+	// stop ends whatever has started, in order, and returns the run's outcome: nil after a signal when
+	// everything stopped (a requested stop is a clean one), else the first failure.
+	stop := func(failure error) error {
+		stopping.Store(true)
+		stopComponents()
+		deadline := time.After(componentStopTimeout)
+		for ; running > 0; running-- {
+			select {
+			case <-others:
+			case <-deadline:
+				fmt.Fprintf(os.Stderr, "controlplane: the controller manager or the scheduler still ran %s after "+
+					"the stop began; stopping the API server anyway\n", componentStopTimeout)
+				running = 0
+			}
+		}
+		stopAPI()
+		// The API server drains its requests and closes its watches before etcd goes.
+		if err := <-apiDone; err != nil && failure == nil {
+			failure = fmt.Errorf("kube-apiserver: %v", err)
+		}
+		return unlessSignalled(signalled, failure)
+	}
+
+	readyURL := "https://" + apiAddr + "/readyz"
+	if err := waitReady(signalled, readyURL, s.readyCA, s.readyTimeout, apiDone, etcd); err != nil {
+		return stop(err)
+	}
 	if s.kcmArgs != "" {
-		if err := startControllerManager(ctx, s.kcmArgs, others); err != nil {
-			cancel(err)
-			<-apiDone
-			return err
+		if err := startControllerManager(componentsCtx, s.kcmArgs, others); err != nil {
+			return stop(err)
 		}
 		running++
 	}
 	if s.schedulerArgs != "" {
-		if err := startScheduler(ctx, s.schedulerArgs, others); err != nil {
-			cancel(err)
-			<-apiDone
-			return err
+		if err := startScheduler(componentsCtx, s.schedulerArgs, others); err != nil {
+			return stop(err)
 		}
 		running++
 	}
@@ -184,7 +213,7 @@ func run(s settings) error {
 
 	var failure error
 	select {
-	case <-ctx.Done(): // SIGTERM/SIGINT
+	case <-signalled.Done(): // SIGTERM/SIGINT
 	case err := <-apiDone:
 		apiDone <- err
 		failure = fmt.Errorf("kube-apiserver stopped: %v", err)
@@ -194,19 +223,61 @@ func run(s settings) error {
 	case err := <-etcd.Err():
 		failure = fmt.Errorf("etcd stopped: %v", err)
 	}
-	cancel(failure)
-	// The API server drains its requests and closes its watches before etcd goes.
-	if err := <-apiDone; err != nil && failure == nil {
-		failure = fmt.Errorf("kube-apiserver: %v", err)
+	return stop(failure)
+}
+
+// componentStopTimeout bounds the wait for the controller manager and the scheduler before the API
+// server stops: the controller manager gives its controllers 10 s (--controller-shutdown-timeout).
+const componentStopTimeout = 10 * time.Second
+
+// unlessSignalled: after SIGTERM/SIGINT, a component that ended on its way down is part of the requested
+// stop, not a failure of the run.
+func unlessSignalled(signalled context.Context, err error) error {
+	if signalled.Err() != nil {
+		return nil
 	}
-	for ; running > 0; running-- {
-		select {
-		case <-others:
-		case <-time.After(10 * time.Second):
-			running = 0
+	return err
+}
+
+// guardExits keeps the components' own exits (klog.Fatal, klog.FlushAndExit: both end in klog.OsExit)
+// from ending the process once its stop has begun: a component that loses its API server on the way
+// down would otherwise exit 255 before etcd closed its files and the lock was released. Such an exit
+// ends only the goroutine that asked for it (its deferred calls run, so locks and wait groups are
+// released); before the stop, exits are the components' own, as upstream. The stop begins with a
+// signal or when run calls stop (the returned flag).
+func guardExits(signalled context.Context) *atomic.Bool {
+	var stopping atomic.Bool
+	go func() {
+		<-signalled.Done()
+		stopping.Store(true)
+	}()
+	exit := klog.OsExit
+	klog.OsExit = func(code int) {
+		if !stopping.Load() {
+			exit(code)
+			return
 		}
+		fmt.Fprintf(os.Stderr, "controlplane: a component asked to exit with code %d while stopping; "+
+			"its goroutine ends instead and the stop goes on\n", code)
+		runtime.Goexit()
 	}
-	return failure
+	return &stopping
+}
+
+// goReport runs fn in a goroutine and sends its result on done, also when that goroutine is ended by
+// guardExits (then with an error saying so), so that nobody waits for a result that never comes.
+func goReport(fn func() error, done chan<- error) {
+	go func() {
+		returned := false
+		defer func() {
+			if !returned {
+				done <- errors.New("ended by an exit while stopping")
+			}
+		}()
+		err := fn()
+		returned = true
+		done <- err
+	}()
 }
 
 // lockDataDir takes an exclusive lock on the data directory, so two control planes never share etcd's
@@ -381,13 +452,17 @@ func startControllerManager(ctx context.Context, argsFile string, done chan<- er
 	if err != nil {
 		return fmt.Errorf("kube-controller-manager: %w", err)
 	}
-	go func() {
-		err := kcmapp.Run(ctx, config.Complete())
+	completed := config.Complete()
+	if completed.ComponentConfig.Generic.LeaderElection.LeaderElect {
+		return errors.New(leaderElectionRefused("kube-controller-manager"))
+	}
+	goReport(func() error {
+		err := kcmapp.Run(ctx, completed)
 		if ctx.Err() == nil {
 			err = fmt.Errorf("kube-controller-manager stopped: %v", err)
 		}
-		done <- err
-	}()
+		return err
+	}, done)
 	return nil
 }
 
@@ -411,12 +486,23 @@ func startScheduler(ctx context.Context, argsFile string, done chan<- error) err
 	if err != nil {
 		return fmt.Errorf("kube-scheduler: %w", err)
 	}
-	go func() {
+	if cc.LeaderElection != nil {
+		return errors.New(leaderElectionRefused("kube-scheduler"))
+	}
+	goReport(func() error {
 		err := schedulerapp.Run(ctx, cc, sched)
 		if ctx.Err() == nil {
 			err = fmt.Errorf("kube-scheduler stopped: %v", err)
 		}
-		done <- err
-	}()
+		return err
+	}, done)
 	return nil
+}
+
+// leaderElectionRefused: one control plane holds a data directory (its lock), so there is no other
+// instance to elect against; and on the way down the scheduler's leader election calls os.Exit itself
+// (OnStoppedLeading), which no guard catches, before the API server has drained and etcd has closed.
+func leaderElectionRefused(component string) string {
+	return component + ": leader election is not supported here (set --leader-elect=false): one control " +
+		"plane runs per data directory, and a component's leader election exits the process when it stops"
 }

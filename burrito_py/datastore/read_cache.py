@@ -14,8 +14,9 @@ import asyncio
 import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from burrito_py.datastore.storage import Describe, ObjectInfo, Opened, Storage, Stored
 
@@ -25,6 +26,8 @@ _RUN_PREFIX = re.compile(r"^layers/[^/]+/[^/]+/[^/]+$")
 # byte bound so that many small listings cannot hold unbounded memory.
 _LISTING_OVERHEAD = 64
 _KEY_OVERHEAD = 56
+R = TypeVar("R")  # what a read through the cache returns to its caller
+S = TypeVar("S")  # what its flight shares with the reads that joined it, and the cache is filled with
 
 
 def cacheable_object(key: str) -> bool:
@@ -187,24 +190,17 @@ class CachedStorage:
             return None
         if shared is _OWN:
             return await self.inner.read(key)  # what the flight read could not be shared (too large, or failed)
-        flight = self._lead(name)
-        token = self.cache.begin(name)
-        try:
+
+        async def read_whole() -> tuple[Opened | None, tuple[ObjectInfo, bytes] | _Unshared]:
             opened = await self.inner.read(key)
-            if opened is None or opened.info.size > self.cache.max_object_bytes:
-                self.cache.abandon(name, token)
-                _land(flight, _MISSING if opened is None else _OWN)
-                return opened
+            if opened is None:
+                return None, _MISSING
+            if opened.info.size > self.cache.max_object_bytes:
+                return opened, _OWN
             data = b"".join([chunk async for chunk in opened.stream])
-        except BaseException:
-            self.cache.abandon(name, token)
-            _land(flight, _OWN)
-            raise
-        finally:
-            self._flights.pop(name, None) if self._flights.get(name) is flight else None
-        self.cache.fill_object(key, token, opened.info, data)
-        _land(flight, (opened.info, data))
-        return Held(opened.info, _once(data), data)
+            return Held(opened.info, _once(data), data), (opened.info, data)
+
+        return await self._lead(name, read_whole, lambda token, held: self.cache.fill_object(key, token, *held))
 
     async def _joined(self, name: str) -> object:
         """What a read of `name` already in flight gets (None when none is: this one leads). Concurrent misses of
@@ -212,10 +208,30 @@ class CachedStorage:
         flight = self._flights.get(name)
         return None if flight is None else await asyncio.shield(flight)
 
-    def _lead(self, name: str) -> asyncio.Future[object]:
+    async def _lead(self, name: str, read: Callable[[], Awaitable[tuple[R, S | _Unshared]]],
+                    fill: Callable[[object, S], None]) -> R:
+        """Lead the backend read of `name` that later misses of it join (`_joined`). `read` returns what this caller
+        gets and what they get: a value, which `fill(token, value)` then caches (unless an invalidation dropped the
+        fill meanwhile), or an `_Unshared` answer, which abandons the fill. A read that fails abandons it too, and
+        sends the joiners to read for themselves."""
         flight: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._flights[name] = flight
-        return flight
+        token = self.cache.begin(name)
+        try:
+            result, shared = await read()
+        except BaseException:
+            self.cache.abandon(name, token)
+            _land(flight, _OWN)
+            raise
+        finally:
+            if self._flights.get(name) is flight:  # else an invalidation dropped it (and a later miss may lead)
+                del self._flights[name]
+        if isinstance(shared, _Unshared):
+            self.cache.abandon(name, token)
+        else:
+            fill(token, shared)
+        _land(flight, shared)
+        return result
 
     async def open(self, key: str) -> AsyncIterator[bytes] | None:
         opened = await self.read(key)
@@ -255,25 +271,22 @@ class CachedStorage:
             return list(shared)
         if shared is _OWN:
             return await self.inner.list(prefix)
-        flight = self._lead(name)
-        token = self.cache.begin(name)
-        try:
+
+        async def list_keys() -> tuple[list[str], list[str]]:
             keys = await self.inner.list(prefix)
-        except BaseException:
-            self.cache.abandon(name, token)
-            _land(flight, _OWN)
-            raise
-        finally:
-            self._flights.pop(name, None) if self._flights.get(name) is flight else None
-        self.cache.fill_listing(base, token, keys)
-        _land(flight, list(keys))
-        return list(keys)
+            return list(keys), keys  # the joiners copy what is shared: nobody holds the caller's list
+
+        return await self._lead(name, list_keys, lambda token, keys: self.cache.fill_listing(base, token, keys))
 
     async def sizes(self, prefix: str) -> dict[str, int]:
         return await self.inner.sizes(prefix)  # quotas count what the backend holds, never a cached view
 
 
-_MISSING, _OWN = object(), object()  # a shared read's answers: no such object; read it yourself
+class _Unshared:
+    """A shared read's answer that is not a value: no such object (`_MISSING`), or read it yourself (`_OWN`)."""
+
+
+_MISSING, _OWN = _Unshared(), _Unshared()
 
 
 def _land(flight: asyncio.Future[object], result: object) -> None:
