@@ -40,7 +40,6 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -406,6 +405,9 @@ def prefetch(datastore_url: str, token: str | None, providers: Sequence[LockedPr
         if not listed & provider.hashes:
             return f"{provider.address} {provider.version}: the lock file lists no hash of its {platform} archive"
         return None
+
+    # Here, not at the top: a runner that prefetches nothing starts without it (and the logging it imports).
+    from concurrent.futures import ThreadPoolExecutor
 
     try:
         with ThreadPoolExecutor(min(len(providers), PREFETCH_THREADS)) as pool:
