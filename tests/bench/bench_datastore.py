@@ -12,7 +12,9 @@ by side in one run:
   and a single put_object/get_object stream), interleaved, and the ratios (issue 31's target >= 0.9 against
   upload_file, put_object and the get_object stream), with the CPU seconds the datastore process and this client
   spent per transfer (figures a busy machine barely moves, where MiB/s swing with its load); with --base, the
-  datastore of another checkout in the same rounds;
+  datastore of another checkout in the same rounds; and the same datastore through the runner's client
+  (RunnerStore: http.client, which reads a response 1 MiB at a time, where httpx's transport reads 64 KiB): the
+  runner uploads every plan and downloads every apply's plan and source, so it is the client of large transfers;
 - requests per second and p50/p99 latency of GET plan (100 KiB, latest attempt) at 1, 10, 50 and 200
   concurrent clients, S3 and filesystem backends (issue 31's target at 50 clients: p99 <= 200 ms on S3,
   <= 100 ms on the filesystem), for this checkout's datastore with its read cache on (docs/architecture.md §10.8:
@@ -53,6 +55,7 @@ from burrito_local.identity import ensure_service_account, request_token
 from burrito_py.datastore.client import DatastoreClient
 from burrito_py.datastore.in_process import free_port
 from burrito_py.datastore.s3 import make_client
+from burrito_py.runner.store import RunnerStore
 from tests.bench.static_server import running_reverse_proxy, running_static_server
 from tests.support.datastore_process import RssSampler, datastore_process, rss_bytes
 from tests.support.emulator import running_apiserver
@@ -104,8 +107,8 @@ def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str
     plan, out = work / "plan.bin", work / "out.bin"
     write_plan(plan, mib)
     figures: dict[str, list[float]] = {k: [] for k in
-                                       ("ds_up", "ds_down", "tx_up", "tx_down", "obj_up", "obj_down",
-                                        "px_up", "px_down", "base_up", "base_down")}
+                                       ("ds_up", "ds_down", "rs_up", "rs_down", "tx_up", "tx_down", "obj_up",
+                                        "obj_down", "px_up", "px_down", "base_up", "base_down")}
     cpu: dict[str, list[tuple[float, float]]] = {}  # per transfer: (the datastore's, this client's) CPU seconds
 
     def timed(key: str, call: Any, server_pid: int = pid) -> None:
@@ -127,13 +130,15 @@ def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str
 
     # The floor of any service between the client and S3: the same put_object/get_object through a streaming
     # reverse proxy in Go (one more hop and nothing else).
-    with DatastoreClient(url, token=token, timeout=300) as client, \
+    with DatastoreClient(url, token=token, timeout=300) as client, RunnerStore(url, token, timeout=300) as runner, \
             DatastoreClient(base[0] if base else url, token=token, timeout=300) as before, \
             running_reverse_proxy(s3.meta.endpoint_url) as proxy_url:
         proxied = make_client(endpoint_url=proxy_url, path_style=True, boto3_checksums=True) if proxy_url else None
         for i in range(rounds):  # interleaved, so a busy moment of the machine hits every variant alike
             timed("ds_up", lambda i=i: client.put_plan("default", "bench", f"bench-plan-{i}", 1, "bin", plan))
             timed("ds_down", lambda i=i: client.download_plan("default", "bench", f"bench-plan-{i}", 1, "bin", out))
+            timed("rs_up", lambda i=i: runner.put_plan("default", "bench", f"runner-plan-{i}", 1, "bin", plan))
+            timed("rs_down", lambda i=i: runner.download_plan("default", "bench", f"runner-plan-{i}", 1, "bin", out))
             if base is not None:
                 timed("base_up", lambda i=i: before.put_plan("default", "bench", f"base-plan-{i}", 1, "bin", plan),
                       base[1])
@@ -154,13 +159,18 @@ def throughput(rounds: int, mib: int, s3: Any, bucket: str, url: str, token: str
     print(f"  download: datastore {med['ds_down']:7.1f}   boto3 download_file {med['tx_down']:7.1f}   "
           f"boto3 get_object {med['obj_down']:7.1f}   ratio {med['ds_down'] / med['tx_down']:.2f} / "
           f"{med['ds_down'] / med['obj_down']:.2f}")
+    print(f"  the runner's client (RunnerStore, http.client): up {med['rs_up']:7.1f}   down {med['rs_down']:7.1f}   "
+          f"ratio {med['rs_up'] / med['tx_up']:.2f} / {med['rs_up'] / med['obj_up']:.2f} up, "
+          f"{med['rs_down'] / med['obj_down']:.2f} down")
+
     def spent(key: str) -> str:
         return (f"datastore {statistics.median(s for s, _ in cpu[key]):.2f} + client "
                 f"{statistics.median(c for _, c in cpu[key]):.2f}")
 
     print(f"  CPU seconds per transfer (medians): upload {spent('ds_up')}, put_object client "
           f"{statistics.median(c for _, c in cpu['obj_up']):.2f}; download {spent('ds_down')}, get_object client "
-          f"{statistics.median(c for _, c in cpu['obj_down']):.2f}")
+          f"{statistics.median(c for _, c in cpu['obj_down']):.2f}; the runner's client: upload {spent('rs_up')}, "
+          f"download {spent('rs_down')}")
     if "base_up" in med:
         print(f"  the base checkout's datastore: up {med['base_up']:7.1f}   down {med['base_down']:7.1f}   "
               f"ratio to boto3 {med['base_up'] / med['tx_up']:.2f} / {med['base_up'] / med['obj_up']:.2f} up, "

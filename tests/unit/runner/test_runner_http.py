@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import io
 import json
+import random
 import ssl
 import threading
 from collections.abc import Iterator
@@ -258,7 +259,8 @@ def test_an_unreachable_datastore_is_unavailable(tmp_path: Path) -> None:
 
 
 def test_downloads_land_whole_and_a_404_says_why(tmp_path: Path) -> None:
-    archive = b"\x1f\x8b" + bytes(3 * BLOCK_SIZE)
+    # Varied bytes over several blocks and a short last one: the download reads into one reused block.
+    archive = b"\x1f\x8b" + random.Random(0).randbytes(3 * BLOCK_SIZE + 7)
     dest = tmp_path / "work" / "plan.bin"
     with serving(Script()) as server:
         server.answers += [(200, {}, archive), _json(404, {"error": "no such plan"})]
