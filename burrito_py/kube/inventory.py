@@ -88,6 +88,33 @@ class Store:
 
 # Told of every change of a held layer: (key, before, after (None: forgotten), its upstreams before).
 LayerChange = Callable[[Key, Body | None, Body | None, tuple[Key, ...]], None]
+# Told of every change of a held object: (key, before, after (None: forgotten)).
+Change = Callable[[Key, Body | None, Body | None], None]
+
+
+class RepositoryStore(Store):
+    """The repositories. `on_change` hears of each change whatever path it reaches the inventory by: a watch
+    event, or our own status write's response, which comes first, so the watch event that follows looks like
+    no change at all. Whoever reads a repository (its layers) must be woken from here, not from the watch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_change: Change | None = None
+
+    def observe(self, body: Mapping[str, Any]) -> bool:
+        key = key_of(body)
+        before = self.get(key)
+        kept = super().observe(body)
+        if kept and self.on_change is not None:
+            self.on_change(key, before, self.get(key))
+        return kept
+
+    def forget(self, body: Mapping[str, Any]) -> None:
+        key = key_of(body)
+        before = self.get(key)
+        super().forget(body)
+        if self.on_change is not None and before is not None:
+            self.on_change(key, before, None)
 
 
 class LayerStore(Store):
@@ -158,7 +185,7 @@ DELETED_PODS_KEPT = 10_000
 
 class Inventory:
     def __init__(self) -> None:
-        self.repositories = Store()
+        self.repositories = RepositoryStore()
         self.layers = LayerStore()
         self.runs = Store(ann.LABEL_LAYER, ann.LABEL_PULL_REQUEST)
         self.pods = Store(index_label=ann.LABEL_RUN)

@@ -31,7 +31,7 @@ from burrito_py.controllers.planpolicy.reconcile import reconcile_plan_policy
 from burrito_py.controllers.pullrequest.poll import poll_pull_requests
 from burrito_py.controllers.pullrequest.reconcile import reconcile_pull_request
 from burrito_py.controllers.repository.decide import sync_requested
-from burrito_py.controllers.repository.reconcile import reconcile_repository
+from burrito_py.controllers.repository.reconcile import reconcile_repository, wake_layers
 from burrito_py.controllers.run.decide import TERMINAL
 from burrito_py.controllers.run.reconcile import reconcile_run
 from burrito_py.controllers.settings import ControllerSettings
@@ -86,8 +86,7 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
         datastore = datastore_client(config.datastore_url, config.datastore_token_path, kubeconfig)
         context = Context(settings=config, kube=kube, datastore=datastore,
                           sandbox=PolicySandbox(config.policy_limits()))
-        # A layer's change wakes the layers that depend on it (and its upstreams when it goes).
-        context.inventory.layers.on_change = functools.partial(wake_related, context)
+        wire_inventory(context)
         holder["ctx"] = context
         metrics.watch_inventory(context.inventory)
         forbidden = ForbiddenReporter(kube)
@@ -157,16 +156,12 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
             if event.get("type") == "DELETED" and raw.get("metadata"):
                 c.wake_repository(key_of(raw))  # its reconcile withdraws its webhook key
             return
-        # Our own status writes come back as events: fetch again only when asked to or when the spec
-        # changed, and wake the layers only when what they read (branches, conditions) changed.
+        # Our own status writes come back as events: fetch again only when asked to or when the spec changed.
+        # Its layers are woken by the store (wire_inventory), which also hears of our own writes.
         if previous is None or _generation(previous) != _generation(body) or sync_requested(body):
             c.wake_repository(key_of(body))
         if previous is None or _generation(previous) != _generation(body):
             c.wake_pull_request_poll(key_of(body))  # it keeps to its interval (poll.py)
-        if previous is None or _branch_outcomes(previous) != _branch_outcomes(body):
-            meta = body["metadata"]
-            for layer in c.inventory.layers_of_repository(meta["namespace"], meta["name"]):
-                c.wake_layer(key_of(layer))
 
     @kopf.on.event(ann.GROUP, ann.VERSION, "terraformlayers", when=owned, registry=registry)
     async def on_layer(event: kopf.RawEvent, **_: Any) -> None:
@@ -299,13 +294,16 @@ def _wake_deleting_layers(ctx: Context) -> None:
             ctx.wake_layer(key_of(layer))
 
 
+def wire_inventory(context: Context) -> None:
+    """Who the inventory's changes wake, whatever path a change reaches it by (a watch event, or our own write's
+    response, after which the watch event looks like no change): a layer's dependents and upstreams
+    (dependencies.py); a repository's layers when what they read of it changed."""
+    context.inventory.layers.on_change = functools.partial(wake_related, context)
+    context.inventory.repositories.on_change = functools.partial(wake_layers, context)
+
+
 def _generation(body: Mapping[str, Any]) -> Any:
     return body["metadata"].get("generation")
-
-
-def _branch_outcomes(body: Mapping[str, Any]) -> list[tuple[Any, Any, Any]]:
-    branches = (body.get("status") or {}).get("branches") or ()
-    return [(b.get("name"), b.get("latestRev"), b.get("lastSyncStatus")) for b in branches]
 
 
 # Where a pod's projected token for the datastore's audience is mounted (runner pods; the chart's too).

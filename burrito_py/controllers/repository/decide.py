@@ -24,3 +24,13 @@ def sync_requested(repository: Mapping[str, Any]) -> bool:
         if asked is not None and (synced is None or asked >= synced):
             return True
     return False
+
+
+def read_by_layers(repository: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
+    """What a layer reads of its repository: its spec (inherited settings, sync windows, URL) and each branch's
+    last sync (head, outcome). A change of these, and only these, wakes the repository's layers."""
+    if repository is None:
+        return None
+    branches = (repository.get("status") or {}).get("branches") or ()
+    return (repository["metadata"].get("generation"),
+            tuple((b.get("name"), b.get("latestRev"), b.get("lastSyncStatus")) for b in branches))

@@ -23,6 +23,7 @@ from burrito_py.api import annotations as ann
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.validation import cross_namespace_problem
+from burrito_py.controllers.repository.decide import read_by_layers
 from burrito_py.controllers.repository.generated import CONDITION as GENERATED
 from burrito_py.controllers.repository.generated import UNIT_ANNOTATION, decide_generated_layers
 from burrito_py.controllers.repository.terragrunt import decide_terragrunt, terragrunt_enabled
@@ -75,6 +76,14 @@ async def reconcile_repository(ctx: Context, key: Key) -> None:
             ctx.wake_repository(key, ctx.settings.repository_poll_interval)
 
 
+def wake_layers(ctx: Context, key: Key, before: Body | None, after: Body | None) -> None:
+    """The repository store's on_change: when what its layers read of it changed (a new sync outcome, a new
+    spec; it came or went), wake them, whether the watch or our own status write told the inventory."""
+    if read_by_layers(before) != read_by_layers(after):
+        for layer in ctx.inventory.layers_of_repository(*key):
+            ctx.wake_layer(key_of(layer))
+
+
 async def _reconcile(ctx: Context, key: Key) -> None:
     repository = ctx.inventory.repositories.get(key)
     if repository is None or repository["metadata"].get("deletionTimestamp"):
@@ -100,8 +109,6 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if refused:
         await _fail(ctx, repository, branches, "FileURLNotAllowed" if is_file_url(url) else "InvalidURL", refused, now,
                     webhooks)
-        for layer in layers:
-            ctx.wake_layer(key_of(layer))
         return
     try:
         credentials = await credentials_of(ctx, namespace, source.get("secretName"), url)
@@ -128,8 +135,6 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         branch_layers = [layer for layer in layers if (layer.get("spec") or {}).get("branch") == branch]
         if head is None:
             entries.append(_branch_entry(branch, None, now, f'branch "{branch}" does not exist in {url}'))
-            for layer in branch_layers:
-                ctx.wake_layer(key_of(layer))
             continue
         head_date = await asyncio.to_thread(mirror.commit_date, head)
         await ensure_source(ctx, mirror, namespace, name, head)
