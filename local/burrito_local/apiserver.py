@@ -75,6 +75,9 @@ class Fault:
     # The request is carried out, then its response is replaced by the error: "the write happened, the
     # client never heard" (a lost response), which is what idempotent retries must survive.
     after: bool = False
+    # The connection is closed with no answer at all (a reset, a server going away): the client sees an error of
+    # its transport, not an API status.
+    drop: bool = False
 
 
 @functools.cache
@@ -301,14 +304,15 @@ class ApiServer:
 
     def inject_fault(
         self, method: str, path_regex: str, status: int | None = None, delay: float = 0.0, times: int = 1,
-        after: bool = False,
+        after: bool = False, drop: bool = False,
     ) -> None:
         """Answer the next `times` requests matching (method or "*", regex searched in the path) with a
         Status of `status`, after `delay` seconds (a delay alone lets the request through, late).
 
-        `after`: carry the request out first and lose its response (the client sees only `status`)."""
+        `after`: carry the request out first and lose its response (the client sees only `status`).
+        `drop`: close the connection without an answer (the request is not carried out)."""
         with self._extras_lock:
-            self._faults.append(Fault(method.upper(), re.compile(path_regex), status, delay, times, after))
+            self._faults.append(Fault(method.upper(), re.compile(path_regex), status, delay, times, after, drop))
 
     # -- HTTP plumbing ---------------------------------------------------------------------------
     @web.middleware
@@ -330,6 +334,9 @@ class ApiServer:
             if fault is not None:
                 if fault.delay:
                     await asyncio.sleep(fault.delay)
+                if fault.drop and request.transport is not None:
+                    request.transport.close()
+                    return web.Response(status=503)  # never reaches the client
                 if fault.status is not None and not fault.after:
                     reason = reason_for(fault.status)
                     raise ApiError(fault.status, reason, f"injected fault: {reason}")

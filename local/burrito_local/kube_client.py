@@ -21,6 +21,14 @@ Obj = dict[str, Any]
 Key = tuple[str, str]
 
 
+# A request that failed on its way (connection reset or closed, no answer in time, a body that is not JSON): worth
+# sending again, unlike an ApiFailure, which is the API's answer.
+TRANSIENT = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
+# No call waits longer than this for its answer (aiohttp's default is 5 minutes): a stalled connection fails, and
+# is retried, rather than holding a pod's start for that long.
+CALL_TIMEOUT = aiohttp.ClientTimeout(total=30.0, sock_connect=10.0)
+
+
 class ApiFailure(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -103,7 +111,7 @@ class KubeHttp:
                    params: dict[str, str] | None = None) -> Any:
         headers = {"Content-Type": content_type, **self._headers()}
         async with self._session.request(method, path, data=None if body is None else json.dumps(body),
-                                         headers=headers, params=params) as response:
+                                         headers=headers, params=params, timeout=CALL_TIMEOUT) as response:
             data = await response.json(content_type=None)
             if response.status >= 400:
                 message = data.get("message", f"HTTP {response.status}") if isinstance(data, dict) else str(data)

@@ -82,7 +82,15 @@ from burrito_local.container_runtime import (
     podman_env,
     run_argv,
 )
-from burrito_local.kube_client import ApiFailure, Informer, KubeHttp, client_session, cluster_ca, read_kubeconfig
+from burrito_local.kube_client import (
+    TRANSIENT,
+    ApiFailure,
+    Informer,
+    KubeHttp,
+    client_session,
+    cluster_ca,
+    read_kubeconfig,
+)
 from burrito_local.kubelet_node import NodeAgent, NodeMode
 from burrito_local.loop_thread import LoopThread
 from burrito_local.service_proxy import ServiceProxy
@@ -191,6 +199,14 @@ async def end_group(pgid: int) -> None:
             log.warning("kubelet: processes of container %d survived SIGKILL for %gs", pgid, GROUP_KILL_WAIT)
             return
         await asyncio.sleep(0.02)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    """A spawned task's unexpected failure is logged when it happens: nobody awaits these tasks, and a pod whose
+    start died silently would stay Pending with nothing said."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("kubelet: %s failed", getattr(task.get_coro(), "__qualname__", task.get_name()),
+                  exc_info=task.exception())
 
 
 def _pod_field(pod: Obj, path: str) -> str:
@@ -447,6 +463,7 @@ class LocalKubelet(LoopThread):
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_failure)
         return task
 
     async def _bind(self, pod: Obj) -> bool:
@@ -466,7 +483,7 @@ class LocalKubelet(LoopThread):
                 if 400 <= exc.status < 500 and exc.status != 429:
                     log.info("kubelet: pod %s/%s not bound: %s", meta["namespace"], meta["name"], exc)
                     return False
-            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            except TRANSIENT as exc:
                 log.warning("kubelet: binding %s/%s failed (%s), retrying", meta["namespace"], meta["name"], exc)
             if self._stopping is not None and self._stopping.is_set():
                 return False
@@ -507,7 +524,7 @@ class LocalKubelet(LoopThread):
             await self._http.call("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", options)
         except ApiFailure as exc:  # gone already (a forced delete), or another pod took the name
             log.info("kubelet: final delete of %s/%s: %s", meta["namespace"], meta["name"], exc)
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+        except TRANSIENT as exc:
             log.warning("kubelet: final delete of %s/%s failed: %s", meta["namespace"], meta["name"], exc)
 
     async def _api(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
@@ -531,7 +548,7 @@ class LocalKubelet(LoopThread):
                 if 400 <= exc.status < 500 and exc.status != 429:  # gone already, or another pod took the name
                     return
                 log.warning("kubelet: deletion of %s/%s not confirmed (%s), retrying", key[0], key[1], exc)
-            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            except TRANSIENT as exc:
                 log.warning("kubelet: deletion of %s/%s not confirmed (%s), retrying", key[0], key[1], exc)
             if self._stopping is not None and self._stopping.is_set():
                 return
@@ -560,7 +577,7 @@ class LocalKubelet(LoopThread):
                     return
                 log.warning("kubelet: status of %s/%s not written (%s), retrying in %.2gs", meta["namespace"],
                             meta["name"], exc, delay)
-            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            except TRANSIENT as exc:
                 log.warning("kubelet: status of %s/%s not written (%s), retrying in %.2gs", meta["namespace"],
                             meta["name"], exc or type(exc).__name__, delay)
             if self._stopping is not None and self._stopping.is_set():
@@ -807,6 +824,7 @@ class LocalKubelet(LoopThread):
                     pending["conditions"] = [{"type": "PodScheduled", "status": "True",
                                               "lastTransitionTime": format_time(utcnow())}]
                 await self._patch_status(pod, pending)
+            delays = status_retry_delays()
             while True:
                 try:
                     if self._podman is not None:
@@ -814,6 +832,13 @@ class LocalKubelet(LoopThread):
                     env = await self._environment(pod, container, root, ip)
                     tokens = await self._volumes(pod, container, root, pod_dir)
                     break
+                except TRANSIENT as exc:  # the API did not answer: ask again (the pod is not at fault)
+                    delay = next(delays)
+                    log.warning("kubelet: pod %s/%s: reading its configuration failed (%s), retrying in %.2gs",
+                                meta["namespace"], meta["name"], exc or type(exc).__name__, delay)
+                    await asyncio.sleep(delay)
+                    if self._stopping is not None and self._stopping.is_set():
+                        return
                 except (ConfigError, ContainerConfigError) as exc:
                     reason = exc.reason if isinstance(exc, ContainerConfigError) else "CreateContainerConfigError"
                     await self._patch_status(pod, {"containerStatuses": [{
@@ -832,11 +857,21 @@ class LocalKubelet(LoopThread):
             if self._node_mode is None or _projects_api_token(pod):
                 tokens.append(TokenFile(None, KUBECONFIG_TOKEN_SECONDS, lambda token: self._write_pod_kubeconfig(
                     kubeconfig, token, meta["namespace"])))
-            try:
-                fresh = await asyncio.gather(*(self._token(pod, t.audience, t.seconds) for t in tokens))
-            except ConfigError as exc:  # the pod (or its ServiceAccount) went away meanwhile
-                log.info("kubelet: pod %s/%s not started: %s", meta["namespace"], meta["name"], exc)
-                return
+            delays = status_retry_delays()
+            while True:
+                try:
+                    fresh = await asyncio.gather(*(self._token(pod, t.audience, t.seconds) for t in tokens))
+                    break
+                except ConfigError as exc:  # the pod (or its ServiceAccount) went away meanwhile
+                    log.info("kubelet: pod %s/%s not started: %s", meta["namespace"], meta["name"], exc)
+                    return
+                except TRANSIENT as exc:
+                    delay = next(delays)
+                    log.warning("kubelet: pod %s/%s: its tokens were not issued (%s), retrying in %.2gs",
+                                meta["namespace"], meta["name"], exc or type(exc).__name__, delay)
+                    await asyncio.sleep(delay)
+                    if self._stopping is not None and self._stopping.is_set():
+                        return
             for token, value in zip(tokens, fresh, strict=True):  # in place before the process starts
                 token.write(value)
                 token.due = time.monotonic() + self._refresh_delay(token.seconds)

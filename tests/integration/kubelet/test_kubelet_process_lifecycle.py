@@ -5,6 +5,7 @@ process, a status write the API lost is retried, a SIGKILLed container reads 137
 from __future__ import annotations
 
 import os
+import re
 import sys
 import textwrap
 import time
@@ -126,6 +127,23 @@ def test_a_failed_status_update_is_retried_not_dropped(node: Node, after: bool) 
     assert writes() == 4
     terminated = node.pod("gated")["status"]["containerStatuses"][0]["state"]["terminated"]
     assert (terminated["exitCode"], terminated["reason"]) == (0, "Completed")
+
+
+@pytest.mark.parametrize("path", [r"/secrets/db$", r"/serviceaccounts/default/token$"], ids=["secret", "token"])
+def test_a_connection_lost_while_a_pod_is_set_up_is_retried_and_the_pod_starts(node: Node, path: str) -> None:
+    """A reset while the kubelet read a pod's Secret (or asked for its token) ended the task starting the pod,
+    with nothing logged: the pod stayed Pending for good (an e2e run's plan hung so). The kubelet asks again."""
+    secret = {"metadata": {"name": "db"}, "stringData": {"password": "s3cret"}}
+    assert node.http.post("/api/v1/namespaces/default/secrets", json=secret).status_code == 201
+    node.server.inject_fault("*", path, drop=True, times=2)
+    pod = {"metadata": {"name": "configured"}, "spec": {"restartPolicy": "Never", "containers": [{
+        "name": "main", "image": "none", "command": [sys.executable, "-c", "import os; print(os.environ['PASSWORD'])"],
+        "env": [{"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}]}]}}
+    assert node.http.post(PODS, json=pod).status_code == 201
+    wait_for(lambda: node.phase("configured") == "Succeeded", 30, 0.05, "the pod to start and succeed")
+    dropped = [r for r in node.server.requests if re.search(path, r.path)]
+    assert len(dropped) >= 3  # two connections lost, then the answer
+    assert (node.tmp / "logs" / "default" / "configured" / "main.log").read_text() == "s3cret\n"
 
 
 def test_a_sigkilled_container_reports_137_and_error(node: Node) -> None:
