@@ -7,12 +7,14 @@ import json
 import os
 import ssl
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode, urlsplit
+from urllib.request import getproxies, proxy_bypass
 
 import httpx
 
@@ -22,16 +24,17 @@ from burrito_py.datastore.wire import (
     SHA_HEADER,
     TREE_HEADER,
     DatastoreError,
+    ServerError,
     applied_record,
     applied_sum,
-    error_detail,
-    retry_after_seconds,
+    check_answer,
     retry_wait,
 )
 from burrito_py.datastore.wire import declared as _declared
 from burrito_py.datastore.wire import run_url as _run_url
 from burrito_py.datastore.wire import stored_sum as _sum
 from burrito_py.datastore.wire import url_path as _path
+from burrito_py.httpclient import Http, TransportError
 from burrito_py.kube.pod_paths import pod_path
 
 __all__ = ["RETRIES", "SHA_HEADER", "TREE_HEADER", "DatastoreClient", "DatastoreError", "NotTheRecordedObject",
@@ -99,15 +102,29 @@ class DatastoreClient:
         (`burrito_py.kube.service_proxy`): the API server's credentials and CA."""
         sent = {"Authorization": f"Bearer {token}"} if token else {}
         sent.update(headers or {})
-        auth = BearerTokenFile(token_file) if token_file is not None else None
+        self._token_file = BearerTokenFile(token_file) if token_file is not None else None
         # Plain http needs no TLS context; building the default one (the CA bundle) costs ~0.2 s per runner.
         tls: ssl.SSLContext | bool = verify if verify is not None else base_url.startswith("https://")
-        self._http = httpx.Client(
-            base_url=base_url.rstrip("/") + "/api/v1", headers=sent, timeout=timeout, verify=tls, auth=auth
-        )
+        api = base_url.rstrip("/") + "/api/v1"
+        self._http = httpx.Client(base_url=api, headers=sent, timeout=timeout, verify=tls, auth=self._token_file)
+        # Downloads to a file go through http.client (httpclient.py), which reads 1 MiB at a time: httpx's
+        # transport reads 64 KiB, which held a 50 MiB download at ~0.65x boto3's get_object (0.93x so, issue 31).
+        # Not through a proxy the environment names for the datastore: httpx honours it, http.client does not.
+        proxied = bool(getproxies().get(urlsplit(api).scheme)) and not proxy_bypass(urlsplit(api).hostname or "")
+        self._bulk_args = None if proxied else (api, sent, verify, timeout)
+        self._bulk: Http | None = None  # made at the first download: an https one loads a CA bundle
+        self._bulk_lock = threading.Lock()  # the controllers download from several threads
 
     def close(self) -> None:
         self._http.close()
+        if self._bulk is not None:
+            self._bulk.close()
+
+    def _bulk_http(self) -> Http | None:
+        with self._bulk_lock:
+            if self._bulk is None and self._bulk_args is not None:
+                self._bulk = Http(*self._bulk_args)
+            return self._bulk
 
     def __enter__(self) -> DatastoreClient:
         return self
@@ -121,20 +138,17 @@ class DatastoreClient:
         for attempt in range(RETRIES):
             try:
                 return call()
-            except (httpx.TransportError, _ServerError) as exc:
+            except (httpx.TransportError, TransportError, ServerError) as exc:
                 if attempt == RETRIES - 1:
                     raise
                 # An overloaded datastore says when to come back (503 + Retry-After, docs/architecture.md §10.7).
-                time.sleep(retry_wait(attempt, exc.retry_after if isinstance(exc, _ServerError) else 0.0))
+                time.sleep(retry_wait(attempt, exc.retry_after if isinstance(exc, ServerError) else 0.0))
         raise AssertionError("unreachable")
 
     @staticmethod
     def _check(response: httpx.Response, what: str) -> None:
-        if response.status_code >= 500:
-            raise _ServerError(response.status_code, response.headers.get("retry-after"))
-        if response.status_code >= 400:
-            detail, limit = error_detail(response.content)
-            raise DatastoreError(f"{what}: {detail or 'not found'}", response.status_code, limit)
+        if response.status_code >= 300:
+            check_answer(response.status_code, response.headers.get("retry-after"), response.content, what)
 
     def _put(self, url: str, data: Body | None, what: str, headers: dict[str, str] | None = None) -> str | None:
         """The sum the datastore computed of what it stored (`sha256:<hex>`; None from an older datastore)."""
@@ -158,7 +172,7 @@ class DatastoreClient:
 
         try:
             return self._retry(call)
-        except (httpx.TransportError, _ServerError) as exc:
+        except (httpx.TransportError, ServerError) as exc:
             raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
     def _head(self, url: str, what: str, params: dict[str, str] | None = None) -> StoredObject | None:
@@ -167,7 +181,7 @@ class DatastoreClient:
         def call() -> StoredObject | None:
             response = self._http.head(url, params=params)
             if response.status_code >= 500:
-                raise _ServerError(response.status_code, response.headers.get("retry-after"))
+                raise ServerError(response.status_code, response.headers.get("retry-after"))
             if response.status_code == 404:
                 return None
             self._check(response, what)
@@ -178,7 +192,7 @@ class DatastoreClient:
 
         try:
             return self._retry(call)
-        except (httpx.TransportError, _ServerError) as exc:
+        except (httpx.TransportError, ServerError) as exc:
             raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
     def _get_verified(self, url: str, what: str, max_bytes: int, expected: str,
@@ -188,7 +202,7 @@ class DatastoreClient:
 
         def call() -> bytes:
             with self._http.stream("GET", url, params=params) as response:
-                if response.status_code >= 400:
+                if response.status_code >= 300:
                     response.read()
                 self._check(response, what)
                 declared = response.headers.get("content-length", "")
@@ -208,7 +222,7 @@ class DatastoreClient:
 
         try:
             return self._retry(call)
-        except (httpx.TransportError, _ServerError) as exc:
+        except (httpx.TransportError, ServerError) as exc:
             raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
     def _get(self, url: str, what: str, params: dict[str, str] | None = None) -> bytes:
@@ -219,7 +233,7 @@ class DatastoreClient:
 
         try:
             return self._retry(call)
-        except (httpx.TransportError, _ServerError) as exc:
+        except (httpx.TransportError, ServerError) as exc:
             raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
     def _delete(self, url: str, what: str) -> None:
@@ -228,21 +242,30 @@ class DatastoreClient:
 
         try:
             self._retry(call)
-        except (httpx.TransportError, _ServerError) as exc:
+        except (httpx.TransportError, ServerError) as exc:
             raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
     def _download(self, url: str, dest: Path, what: str, params: dict[str, str] | None = None) -> None:
+        """To `dest` whole or not at all (a temporary file beside it, renamed)."""
+
         def call() -> None:
             dest.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
             try:
-                with self._http.stream("GET", url, params=params) as response:
-                    if response.status_code >= 400:
-                        response.read()
-                    self._check(response, what)
-                    with os.fdopen(fd, "wb") as handle:
-                        for chunk in response.iter_bytes():
-                            handle.write(chunk)
+                with os.fdopen(fd, "wb") as handle:
+                    if (bulk := self._bulk_http()) is not None:
+                        token = self._token_file.token() if self._token_file is not None else ""
+                        answer = bulk.request("GET", url + (f"?{urlencode(params)}" if params else ""),
+                                                    headers={"Authorization": f"Bearer {token}"} if token else None,
+                                                    sink=handle)
+                        check_answer(answer.status, answer.headers.get("retry-after"), answer.body, what)
+                    else:
+                        with self._http.stream("GET", url, params=params) as response:
+                            if response.status_code >= 300:
+                                response.read()
+                            self._check(response, what)
+                            for chunk in response.iter_bytes():
+                                handle.write(chunk)
                 os.replace(tmp, dest)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
@@ -250,7 +273,7 @@ class DatastoreClient:
 
         try:
             self._retry(call)
-        except (httpx.TransportError, _ServerError) as exc:
+        except (httpx.TransportError, TransportError, ServerError) as exc:
             raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
     # -- plans, logs and outputs -----------------------------------------------------------------
@@ -445,7 +468,7 @@ class DatastoreClient:
 
         try:
             self._retry(call)
-        except (httpx.TransportError, _ServerError) as exc:
+        except (httpx.TransportError, ServerError) as exc:
             raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
     def delete_run(self, namespace: str, layer: str, run: str) -> None:
@@ -459,14 +482,14 @@ class DatastoreClient:
         def call() -> bool:
             response = self._http.head(url)
             if response.status_code >= 500:
-                raise _ServerError(response.status_code, response.headers.get("retry-after"))
+                raise ServerError(response.status_code, response.headers.get("retry-after"))
             if response.status_code not in (200, 404):
                 self._check(response, what)
             return response.status_code == 200
 
         try:
             return self._retry(call)
-        except (httpx.TransportError, _ServerError) as exc:
+        except (httpx.TransportError, ServerError) as exc:
             raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
 
     def has_tree(self, ns: str, repo: str, tree_id: str) -> bool:
@@ -492,12 +515,6 @@ class DatastoreClient:
             dest,
             f"source of {ns}/{repo} at {revision}",
         )
-
-
-class _ServerError(Exception):
-    def __init__(self, status: int, retry_after: str | None = None) -> None:
-        super().__init__(f"HTTP {status}")
-        self.retry_after = retry_after_seconds(retry_after)
 
 
 def _chunks(handle: IO[bytes], size: int = 1024 * 1024) -> Iterator[bytes]:

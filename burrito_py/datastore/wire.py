@@ -95,3 +95,24 @@ def applied_sum(record: bytes) -> str | None:
     except (ValueError, AttributeError):
         return None
     return str(found) if found else None
+
+
+class ServerError(Exception):
+    """A 5xx: the datastore may answer the same request later (retried, after its Retry-After)."""
+
+    def __init__(self, status: int, retry_after: str | None = None) -> None:
+        super().__init__(f"HTTP {status}")
+        self.retry_after = retry_after_seconds(retry_after)
+
+
+def check_answer(status: int, retry_after: str | None, body: bytes, what: str) -> None:
+    """ServerError for a 5xx; DatastoreError naming `what` and the datastore's reason for a 4xx, and for a 3xx: the
+    datastore never redirects, and a redirect's empty body must not be taken for the object (a download would
+    land an empty plan or archive); the redirect is not followed, so no token goes elsewhere."""
+    if status >= 500:
+        raise ServerError(status, retry_after)
+    if status >= 400:
+        detail, limit = error_detail(body)
+        raise DatastoreError(f"{what}: {detail or 'not found'}", status, limit)
+    if status >= 300:
+        raise DatastoreError(f"{what}: the datastore answered with a redirect (HTTP {status}), not followed", status)

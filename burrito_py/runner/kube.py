@@ -4,7 +4,7 @@ API and reads no Secret or ConfigMap: the controllers record its result and hand
 
 Why not the `kubernetes` package: importing it costs ~0.45 s, a third of what the runner added to a small
 plan, for two endpoints. The runner speaks to the API with the standard library's `http.client`
-(`runner/http.py`: importing httpx cost ~0.1 s more, issue 31) and reads its configuration in `load_config()`'s
+(`httpclient.py`: importing httpx cost ~0.1 s more, issue 31) and reads its configuration in `load_config()`'s
 order: a kubeconfig from `$KUBECONFIG` (or `~/.kube/config`) first — the local kubelet writes one per pod — else
 the in-cluster service account. Kubeconfig users with a
 token, a token file or a client certificate are supported; `exec` and `auth-provider` plugins are not (a
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from burrito_py.api import annotations as ann
-from burrito_py.runner.http import Answer, Http, TransportError
+from burrito_py.httpclient import Answer, Http, TransportError
 
 __all__ = ["ApiConfig", "Kube", "KubeError", "backoff", "load_api_config", "retryable"]
 
@@ -178,7 +178,7 @@ def backoff(attempt: int, retry_after: str | None = None, base: float = BASE_DEL
 
 def _tls(verify: ssl.SSLContext | bool) -> ssl.SSLContext | None:
     """The context an `https://` server is verified with: the one given, None for the default trust (httpx's, see
-    runner/http.py), or, for `False`, one that checks nothing (as httpx's `verify=False`)."""
+    httpclient.py), or, for `False`, one that checks nothing (as httpx's `verify=False`)."""
     if isinstance(verify, ssl.SSLContext):
         return verify
     if verify:

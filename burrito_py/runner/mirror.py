@@ -385,7 +385,7 @@ def prefetch(datastore_url: str, token: str | None, providers: Sequence[LockedPr
     mirror (`<host>/<ns>/<type>/terraform-provider-<type>_<version>_<platform>.zip`), in parallel. None when all
     are there, else why not (`dest` is then removed): a refusal, a transport failure, or an archive whose SHA-256
     (`zh:`) and `h1:` the lock file both lack."""
-    from burrito_py.runner.http import Http, TransportError
+    from burrito_py.httpclient import Http, TransportError
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     client = Http(datastore_url.rstrip("/"), headers, context, timeout)

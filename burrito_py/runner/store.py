@@ -1,4 +1,4 @@
-"""The runner's datastore calls, on `runner/http.py` (no httpx): the source archive and an apply's plan down to
+"""The runner's datastore calls, on `httpclient.py` (no httpx): the source archive and an apply's plan down to
 files, its attempt's four plan formats, logs, outputs and applied record up, its run's inputs and applied record
 read, and a migration's state copy. The protocol's pieces (URLs, retry policy, error answers, declared sums) are
 `datastore/wire.py`, shared with `datastore/client.py`; the calls, their retries and their error messages are the
@@ -21,17 +21,17 @@ from burrito_py.datastore.wire import (
     RETRIES,
     SHA_HEADER,
     DatastoreError,
+    ServerError,
     applied_record,
     applied_sum,
+    check_answer,
     declared,
-    error_detail,
-    retry_after_seconds,
     retry_wait,
     run_url,
     stored_sum,
     url_path,
 )
-from burrito_py.runner.http import Answer, Http, TransportError
+from burrito_py.httpclient import Answer, Http, TransportError
 
 __all__ = ["DatastoreError", "RunnerStore"]
 
@@ -39,18 +39,8 @@ T = TypeVar("T")
 Body = bytes | Path
 
 
-class _ServerError(Exception):
-    def __init__(self, status: int, retry_after: str | None) -> None:
-        super().__init__(f"HTTP {status}")
-        self.retry_after = retry_after_seconds(retry_after)
-
-
 def _checked(answer: Answer, what: str) -> Answer:
-    if answer.status >= 500:
-        raise _ServerError(answer.status, answer.headers.get("retry-after"))
-    if answer.status >= 400:
-        detail, limit = error_detail(answer.body)
-        raise DatastoreError(f"{what}: {detail or 'not found'}", answer.status, limit)
+    check_answer(answer.status, answer.headers.get("retry-after"), answer.body, what)
     return answer
 
 
@@ -78,10 +68,10 @@ class RunnerStore:
         for attempt in range(RETRIES):
             try:
                 return call()
-            except (TransportError, _ServerError) as exc:
+            except (TransportError, ServerError) as exc:
                 if attempt == RETRIES - 1:
                     raise DatastoreError(f"{what}: datastore unavailable ({exc})") from None
-                time.sleep(retry_wait(attempt, exc.retry_after if isinstance(exc, _ServerError) else 0.0))
+                time.sleep(retry_wait(attempt, exc.retry_after if isinstance(exc, ServerError) else 0.0))
         raise AssertionError("unreachable")
 
     def _put(self, url: str, data: Body, what: str) -> str | None:

@@ -13,8 +13,9 @@ by side in one run:
   upload_file, put_object and the get_object stream), with the CPU seconds the datastore process and this client
   spent per transfer (figures a busy machine barely moves, where MiB/s swing with its load); with --base, the
   datastore of another checkout in the same rounds; and the same datastore through the runner's client
-  (RunnerStore: http.client, which reads a response 1 MiB at a time, where httpx's transport reads 64 KiB): the
-  runner uploads every plan and downloads every apply's plan and source, so it is the client of large transfers;
+  (RunnerStore): the runner uploads every plan and downloads every apply's plan and source, so it is the client of
+  large transfers. Both download through httpclient.py (http.client, reading a response 1 MiB at a time, where
+  httpx's transport reads 64 KiB); DatastoreClient uploads with httpx;
 - requests per second and p50/p99 latency of GET plan (100 KiB, latest attempt) at 1, 10, 50 and 200
   concurrent clients, S3 and filesystem backends (issue 31's target at 50 clients: p99 <= 200 ms on S3,
   <= 100 ms on the filesystem), for this checkout's datastore with its read cache on (docs/architecture.md §10.8:

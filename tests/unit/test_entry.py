@@ -23,7 +23,7 @@ def test_the_runner_imports_its_http_client_without_httpx() -> None:
     done = subprocess.run([*ENTRY, "runner", "start"], capture_output=True, text=True, env=env, check=False)
     assert "no Kubernetes API configuration" in done.stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
-    assert "burrito_py.runner.http" in imported  # the runner's HTTP client (http.client) is loaded...
+    assert "burrito_py.httpclient" in imported  # the runner's HTTP client (http.client) is loaded...
     assert not imported & {"httpx", "httpcore", "h11", "rich", "click", "trio"}  # ...not httpx (issue 31)
 
 

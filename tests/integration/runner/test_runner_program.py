@@ -195,7 +195,7 @@ def test_the_reads_made_side_by_side_refuse_in_the_order_they_were_made_in_turn(
 # What a runner's start must not import (issue 31, docs/architecture.md §14 "Runner start-up costs"): pydantic and
 # the API models (~0.2 s CPU; runner/objects.py reads the objects), the kubernetes client, PyYAML (a JSON kubeconfig),
 # tenacity, httpx and its transport (httpcore, h11; ~0.12 s CPU with its first client: the runner's calls are
-# http.client's, runner/http.py) and its command line (click, rich), croniter, and anyio and trio (async only;
+# http.client's, httpclient.py) and its command line (click, rich), croniter, and anyio and trio (async only;
 # entry.py blocks them, and `-X importtime` lists a blocked import too, so their submodules tell a real import).
 NOT_ON_THE_RUNNERS_PATH = ("pydantic", "pydantic_core", "kubernetes", "yaml", "tenacity", "httpx", "httpcore", "h11",
                            "click", "rich", "croniter")

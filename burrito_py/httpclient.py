@@ -1,6 +1,7 @@
-"""The runner's HTTP client: the standard library's `http.client`, for its few calls to the Kubernetes API
-(`runner/kube.py`) and the datastore (`runner/store.py`). Importing httpx and building its first client cost a
-small plan ~0.12 s CPU of the runner's ~0.26 s (issue 31, docs/architecture.md §14 "Runner start-up costs").
+"""A small HTTP/1.1 client on the standard library's `http.client`: the runner's few calls to the Kubernetes API
+(`runner/kube.py`) and the datastore (`runner/store.py`), where importing httpx and building its first client cost
+a small plan ~0.12 s CPU of the runner's ~0.26 s (issue 31, docs/architecture.md §14 "Runner start-up costs"); and
+`DatastoreClient`'s downloads to a file, which it reads 1 MiB at a time where httpx reads 64 KiB (§10.7).
 
 One `Http` speaks to one origin, the one it was made for: it follows no redirect, uses no proxy from the
 environment (the runner's calls go to in-cluster services; a proxy meant for terraform's downloads must not see
