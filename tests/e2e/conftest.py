@@ -181,8 +181,28 @@ class Platform:
             raise AssertionError(
                 f"layer {layer} is {body.get('status', {}).get('state')} not {state}; status={body.get('status')}; "
                 f"annotations={body['metadata'].get('annotations')}; "
-                f"runs={[self._run_summary(r) for r in self.runs(layer)]}"
+                f"runs={[self._run_summary(r) for r in self.runs(layer)]}\n{self.runner_pods_report()}"
             ) from None
+
+    def runner_pods_report(self) -> str:
+        """For a failure's message: each runner pod of the test's namespace as the API and the node see it (phase,
+        node, conditions, container state, the tail of its log, or that there is none), so a run stuck Running
+        says where it stopped: never scheduled, never started by the kubelet, or started and hung."""
+        lines = []
+        pods = self.core.list_namespaced_pod(self.namespace,
+                                             label_selector=f"{ann.LABEL_COMPONENT}={ann.COMPONENT_RUNNER}").items
+        for pod in pods:
+            status = pod.status
+            states = [(c.name, c.state.to_dict() if c.state else None) for c in status.container_statuses or ()]
+            conditions = [(c.type, c.status, c.reason) for c in status.conditions or ()]
+            where = [self.pod_logs / pod.metadata.name, self.pod_logs / self.namespace / pod.metadata.name] \
+                if self.pod_logs else []  # the real node's directory is the namespace's, the emulator's holds them
+            logs = sorted(log for directory in where for log in directory.glob("*.log"))
+            tail = " | ".join(logs[0].read_text(errors="replace").splitlines()[-5:]) if logs else "no log file"
+            lines.append(f"pod {pod.metadata.name}: phase={status.phase} node={pod.spec.node_name} "
+                         f"created={pod.metadata.creation_timestamp} deleting={pod.metadata.deletion_timestamp} "
+                         f"conditions={conditions} containers={states} log: {tail}")
+        return "\n".join(lines) or "no runner pod"
 
     @staticmethod
     def _run_summary(run: dict[str, Any]) -> tuple[str, str, Any, Any]:

@@ -130,7 +130,8 @@ class World:
             return wait_for(reached, timeout, interval=0.2, what=f"pull request #{number} {state} at {head[:8]}")
         except AssertionError:
             runs = [(r["metadata"]["name"], (r.get("status") or {}).get("state")) for r in pr_runs(self.platform)]
-            raise AssertionError(f"pull request: {self.pull_request(number).get('status')}; runs: {runs}") from None
+            raise AssertionError(f"pull request: {self.pull_request(number).get('status')}; runs: {runs}\n"
+                                 f"{self.platform.runner_pods_report()}") from None
 
     def ours(self, number: int = 1) -> list[str]:
         ours = marker(f"{self.platform.namespace}/infra", number)

@@ -126,6 +126,7 @@ class RealLeaders:
     def handover(self, how: str, leader: str) -> Handover:
         """Delete the leader's pod (`kubectl delete pod`: the pod's grace; `forced`: `--grace-period=0 --force`)
         or SIGTERM its container; time until another replica holds the Lease."""
+        before_rv = str(self.get(LEASE)["metadata"]["resourceVersion"])
         before = self.lease()
         started_wall, started = time.time(), time.monotonic()
         if how == "SIGTERM":
@@ -145,7 +146,20 @@ class RealLeaders:
         polled = time.monotonic() - started
         lease = self.lease()
         assert int(lease.get("leaseTransitions") or 0) > int(before.get("leaseTransitions") or 0), (before, lease)
+        # Released and taken between two of those reads, the empty holder was not seen: the Lease's every change
+        # since, replayed by a watch from the resourceVersion read before, says whether it was released.
+        released = released or self.released_since(before_rv)
         return Handover(how, leader, holder, released, polled, _micro_time(lease["acquireTime"]) - started_wall)
+
+    def released_since(self, resource_version: str) -> bool:
+        """Whether the Lease was written with no holder after `resource_version` (every write, in order)."""
+        collection, _, name = LEASE.rpartition("/leases/")
+        status, body = self.api.call("GET", f"{collection}/leases?watch=true&fieldSelector=metadata.name%3D{name}"
+                                            f"&resourceVersion={resource_version}&timeoutSeconds=1", timeout=15)
+        assert status == 200, (status, body)
+        events = [body] if isinstance(body, dict) else [json.loads(line) for line in body.splitlines() if line]
+        assert events and all(e["type"] == "MODIFIED" for e in events), events
+        return any(not (e["object"].get("spec") or {}).get("holderIdentity") for e in events)
 
     def log(self, pod: str) -> str:
         """The pod's log, through kube-apiserver and the kubelet API (`kubectl logs`)."""
