@@ -256,8 +256,8 @@ class DatastoreClient:
                     if (bulk := self._bulk_http()) is not None:
                         token = self._token_file.token() if self._token_file is not None else ""
                         answer = bulk.request("GET", url + (f"?{urlencode(params)}" if params else ""),
-                                                    headers={"Authorization": f"Bearer {token}"} if token else None,
-                                                    sink=handle)
+                                              headers={"Authorization": f"Bearer {token}"} if token else None,
+                                              sink=handle)
                         check_answer(answer.status, answer.headers.get("retry-after"), answer.body, what)
                     else:
                         with self._http.stream("GET", url, params=params) as response:

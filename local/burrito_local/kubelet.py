@@ -793,6 +793,11 @@ class LocalKubelet(LoopThread):
                         token.write(await self._token(pod, token.audience, token.seconds))
                     except ConfigError as exc:
                         log.info("kubelet: token for %s not renewed: %s", pod["metadata"]["name"], exc)
+                    except TRANSIENT as exc:  # the API did not answer: ask again soon, the token still holds
+                        log.warning("kubelet: token for %s not renewed (%s), retrying in 5 s", pod["metadata"]["name"],
+                                    exc or type(exc).__name__)
+                        token.due = time.monotonic() + 5.0
+                        continue
                     token.due = time.monotonic() + self._refresh_delay(token.seconds)
             await asyncio.sleep(max(0.0, min(t.due for t in tokens) - time.monotonic()))
 

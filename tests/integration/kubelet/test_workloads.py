@@ -294,3 +294,27 @@ def test_crash_loop_back_off_and_liveness_restarts(cluster: LocalCluster, http: 
 
     restarted = wait_for(killed_by_liveness, 30, 0.05, "the liveness probe to restart the container")
     assert restarted["lastState"]["terminated"]["exitCode"] == 128 + signal.SIGTERM
+
+
+def test_a_token_renewal_whose_connection_is_lost_is_asked_again(cluster: LocalCluster, http: httpx.Client) -> None:
+    """A renewal that failed on its way (a reset) ended the pod's token refresher with nothing logged: the token
+    was never renewed again and expired under the running pod. The kubelet asks again 5 s later."""
+    ns = namespace(http, "renewals")
+    pod = {"metadata": {"name": "holder"}, "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                                                     "automountServiceAccountToken": False, "containers": [{
+        "name": "main", "image": "x", "command": [sys.executable, "-c", "import time; time.sleep(3600)"],
+        "volumeMounts": [{"name": "token", "mountPath": "/var/run/secrets/burrito-py"}]}],
+        "volumes": [{"name": "token", "projected": {"sources": [{"serviceAccountToken": {
+            "audience": "burrito-py", "expirationSeconds": 600, "path": "token"}}]}}]}}
+    assert http.post(f"/api/v1/namespaces/{ns}/pods", json=pod).status_code == 201
+    token_file = cluster.kubelet.pod_root(ns, "holder") / "var" / "run" / "secrets" / "burrito-py" / "token"
+    wait_for(lambda: token_file.exists() and token_file.read_text() != "", 30, 0.05, "the first token")
+    cluster.api.inject_fault("POST", rf"/namespaces/{ns}/serviceaccounts/default/token$", drop=True, times=3)
+    first = token_file.read_text()
+    wait_for(lambda: token_file.read_text() != first, 30, 0.05, "the token renewed after the lost requests")
+    review = http.post("/apis/authentication.k8s.io/v1/tokenreviews", json={
+        "spec": {"token": token_file.read_text(), "audiences": ["burrito-py"]}}).json()["status"]
+    assert review["authenticated"]
+    asked = [r for r in cluster.api.requests
+             if r.method == "POST" and r.path.endswith(f"{ns}/serviceaccounts/default/token")]
+    assert len(asked) >= 5  # the first token, three renewals lost, one heard
