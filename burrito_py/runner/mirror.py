@@ -63,7 +63,6 @@ __all__ = [
     "locked_providers",
     "prefetch",
     "prefetch_candidates",
-    "prefetch_providers",
     "prepare",
     "probe",
     "ssl_context",
@@ -496,23 +495,6 @@ def finish_prefetch(
     say(f"burrito-py: {len(addresses)} locked provider(s) prefetched from the datastore in "
         f"{time.monotonic() - pending.started:.2f} s")
     return MirrorSetup(setup.env, setup.ca_bundle, True, setup.existing, addresses)
-
-
-def prefetch_providers(
-    config: MirrorConfig,
-    setup: MirrorSetup,
-    token: str | None,
-    datastore_url: str,
-    providers: Sequence[LockedProvider],
-    platform: str,
-    home: Path,
-    say: Callable[[str], None] = print,
-    fetch: Callable[..., str | None] = prefetch,
-    deadline: float = PREFETCH_DEADLINE,
-) -> MirrorSetup:
-    """`start_prefetch` then `finish_prefetch`, with nothing in between."""
-    pending = start_prefetch(config, setup, token, datastore_url, providers, platform, home, fetch)
-    return finish_prefetch(pending, config, setup, token, home, say, deadline)
 
 
 # -- why terraform could not install a provider through the mirror -------------------------------------

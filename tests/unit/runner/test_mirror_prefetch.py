@@ -5,7 +5,7 @@ the network mirror as before."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ import pytest
 
 from burrito_py.runner.mirror import (
     CLI_CONFIG_NAME,
+    PREFETCH_DEADLINE,
     PREFETCH_DIR_NAME,
     LockedProvider,
     MirrorConfig,
@@ -23,9 +24,26 @@ from burrito_py.runner.mirror import (
     locked_providers,
     prefetch,
     prefetch_candidates,
-    prefetch_providers,
     start_prefetch,
 )
+
+
+def prefetch_providers(
+    config: MirrorConfig,
+    setup: MirrorSetup,
+    token: str | None,
+    datastore_url: str,
+    providers: Sequence[LockedProvider],
+    platform: str,
+    home: Path,
+    say: Callable[[str], None] = print,
+    fetch: Callable[..., str | None] = prefetch,
+    deadline: float = PREFETCH_DEADLINE,
+) -> MirrorSetup:
+    """`start_prefetch` then `finish_prefetch`, with nothing in between (the runner does its other work there)."""
+    pending = start_prefetch(config, setup, token, datastore_url, providers, platform, home, fetch)
+    return finish_prefetch(pending, config, setup, token, home, say, deadline)
+
 
 URL = "https://ds:8443/providers/v1/"
 TOKEN = "eyJhbGciOi.token.sig"
