@@ -79,7 +79,9 @@ async def reconcile_repository(ctx: Context, key: Key) -> None:
 def wake_layers(ctx: Context, key: Key, before: Body | None, after: Body | None) -> None:
     """The repository store's on_change: when what its layers read of it changed (a new sync outcome, a new
     spec; it came or went), wake them, whether the watch or our own status write told the inventory."""
-    if read_by_layers(before) != read_by_layers(after):
+    # Before the first listing is complete no wake is taken (Context.wake_layer), so no layer is looked for: at
+    # start-up every repository arrives, and each would walk every layer.
+    if ctx.primed and read_by_layers(before) != read_by_layers(after):
         for layer in ctx.inventory.layers_of_repository(*key):
             ctx.wake_layer(key_of(layer))
 
