@@ -127,3 +127,17 @@ def test_layers_are_woken_exactly_when_what_they_read_changed(
     changed = read_by_layers(repository(before, gen_before)) != read_by_layers(repository(after, gen_after))
     assert woken.keys == ([(NS, "app")] if changed else [])
     assert changed == (before != after or gen_before != gen_after)
+
+
+def test_before_the_first_listing_is_complete_no_layer_is_looked_for(monkeypatch: Any) -> None:
+    """At start-up every repository arrives at once: none may walk every layer (nothing is woken then anyway)."""
+    ctx, _, woken = context(repository(SYNCED))
+    ctx.primed = False
+
+    def walked(*_: Any) -> list[Any]:
+        raise AssertionError("the layers were walked before the first listing was complete")
+
+    monkeypatch.setattr(ctx.inventory, "layers_of_repository", walked)
+    ctx.inventory.repositories.observe({**repository(FAILED, rv=2), "metadata": {
+        **repository(FAILED)["metadata"], "name": "another", "resourceVersion": "2"}})
+    assert woken.keys == []
