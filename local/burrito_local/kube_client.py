@@ -9,6 +9,7 @@ import json
 import logging
 import ssl
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,9 @@ class Informer:
         self.params = dict(params or {})
         self.cache: dict[Key, Obj] = {}
         self.synced = asyncio.Event()
+        # For a diagnosis (`describe`): listings and watches begun, events seen, and when the last one came.
+        self.listings = self.watches = self.events = 0
+        self.last_event: float | None = None
 
     async def _emit(self, event_type: str, obj: Obj) -> None:
         if self.handler is not None:
@@ -154,11 +158,16 @@ class Informer:
         if current is None or int(current["metadata"]["resourceVersion"]) < int(obj["metadata"]["resourceVersion"]):
             self.cache[key_of(obj)] = obj
 
+    def describe(self) -> str:
+        ago = f"{time.monotonic() - self.last_event:.1f} s ago" if self.last_event is not None else "never"
+        return f"{self.listings} listing(s), {self.watches} watch(es), {self.events} event(s), the last {ago}"
+
     async def run(self) -> None:
         rv = ""
         while True:
             try:
                 if not rv:
+                    self.listings += 1
                     listing = await self.http.call("GET", self.path, params=self.params or None)
                     rv = listing["metadata"]["resourceVersion"]
                     fresh = {key_of(o): o for o in listing["items"]}
@@ -170,6 +179,7 @@ class Informer:
                     self.synced.set()
                 params = {**self.params, "watch": "true", "resourceVersion": rv, "timeoutSeconds": "300",
                           "allowWatchBookmarks": "true"}
+                self.watches += 1
                 async with self.http.stream(self.path, params) as response:
                     if response.status == 410:
                         rv = ""
@@ -178,6 +188,7 @@ class Informer:
                         if not line.strip():
                             continue
                         event = json.loads(line)
+                        self.events, self.last_event = self.events + 1, time.monotonic()
                         obj = event["object"]
                         if event["type"] == "ERROR":
                             rv = ""  # 410 Expired: list again

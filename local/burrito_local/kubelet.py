@@ -58,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -317,6 +318,8 @@ class LocalKubelet(LoopThread):
         self._started: set[str] = set()
         self._ending: set[str] = set()  # uids of pods being deleted gracefully: never (re)started
         self._pod_tasks: dict[str, asyncio.Task[None]] = {}  # uid → the task running the pod
+        # uid → how far the kubelet got with the pod (`describe_pod`): what a stuck pod's diagnosis reads first.
+        self._stages: dict[str, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         pod_cidr = node.pod_cidr if node is not None else POD_CIDR
         self._ips: IpPool | NodeAddress = (NodeAddress(node.address) if node is not None and node.host_network
@@ -432,6 +435,7 @@ class LocalKubelet(LoopThread):
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
         if event_type == "DELETED":
+            self._stages.pop(meta["uid"], None)
             self._spawn(self._terminate(key, meta["uid"], forget=True))
             return
         if meta.get("deletionTimestamp") and self._node_mode is not None:  # a real control plane's node
@@ -456,8 +460,25 @@ class LocalKubelet(LoopThread):
             return
         self._started.add(meta["uid"])
         uid = meta["uid"]
+        self._stages[uid] = "seen"
         task = self._pod_tasks[uid] = self._spawn(self._run_pod(pod))
         task.add_done_callback(lambda _: self._pod_tasks.pop(uid, None))
+
+    def describe_pod(self, uid: str) -> str:
+        """How far the kubelet got with pod `uid`, for a diagnosis (thread-safe: reads only)."""
+        stage = self._stages.get(uid)
+        if stage is None:
+            pods = self._pods
+            held = pods is not None and any(p["metadata"]["uid"] == uid for p in list(pods.cache.values()))
+            watch = pods.describe() if pods is not None else "no pod watch"
+            return f"never started it ({'in' if held else 'not in'} its pod watch's cache; {watch})"
+        task = self._pod_tasks.get(uid)
+        if task is None:
+            return f"done with it, last at: {stage}"
+        if task.done():
+            failure = None if task.cancelled() else task.exception()
+            return f"its task ended at: {stage}" + (f" ({type(failure).__name__}: {failure})" if failure else "")
+        return f"at: {stage}"
 
     def _spawn(self, work: Any) -> asyncio.Task[None]:
         task = asyncio.create_task(work)
@@ -808,8 +829,11 @@ class LocalKubelet(LoopThread):
         pod_dir = self._work_dir / meta["namespace"] / meta["name"]
         root = pod_dir / "root"
         container = (spec.get("containers") or [{}])[0]
+        stage = functools.partial(self._stages.__setitem__, meta["uid"])
+        stage("binding")
         if not await self._bind(pod):
             return
+        stage("making its directory")
         await self._fresh_pod_dir(key, meta["uid"])
         ip = self._ips.allocate()
         self._pod_grace[key] = float(spec.get("terminationGracePeriodSeconds", 30))
@@ -828,7 +852,9 @@ class LocalKubelet(LoopThread):
                 if self._node_mode is None:  # on a real control plane, PodScheduled is the scheduler's
                     pending["conditions"] = [{"type": "PodScheduled", "status": "True",
                                               "lastTransitionTime": format_time(utcnow())}]
+                stage("writing its Pending status")
                 await self._patch_status(pod, pending)
+            stage("reading its configuration (Secrets, ConfigMaps, ServiceAccount)")
             delays = status_retry_delays()
             while True:
                 try:
@@ -862,6 +888,7 @@ class LocalKubelet(LoopThread):
             if self._node_mode is None or _projects_api_token(pod):
                 tokens.append(TokenFile(None, KUBECONFIG_TOKEN_SECONDS, lambda token: self._write_pod_kubeconfig(
                     kubeconfig, token, meta["namespace"])))
+            stage("asking for its tokens")
             delays = status_retry_delays()
             while True:
                 try:
@@ -896,6 +923,7 @@ class LocalKubelet(LoopThread):
             cwd.mkdir(parents=True, exist_ok=True)
             if meta["uid"] in self._ending:
                 return  # deleted while it was being set up: never started
+            stage("starting its process")
             if life is not None:
                 life.runtime_name = runtime_name
                 await self._run_long(life, argv, process_env, cwd, log_path)

@@ -96,6 +96,7 @@ class Platform:
     proxy: FaultProxy | None = None
     controllers_kubeconfig: Path | None = None  # the controllers' (the proxy's address when there is one)
     pod_logs: Path | None = None  # the kubelet's log files of this test's pods
+    kubelet: LocalKubelet | None = None  # the kubelet running this test's pods (for a stuck pod's diagnosis)
 
     @property
     def emulator(self) -> ApiServer:
@@ -199,9 +200,10 @@ class Platform:
                 if self.pod_logs else []  # the real node's directory is the namespace's, the emulator's holds them
             logs = sorted(log for directory in where for log in directory.glob("*.log"))
             tail = " | ".join(logs[0].read_text(errors="replace").splitlines()[-5:]) if logs else "no log file"
+            kubelet = self.kubelet.describe_pod(pod.metadata.uid) if self.kubelet is not None else "not known"
             lines.append(f"pod {pod.metadata.name}: phase={status.phase} node={pod.spec.node_name} "
                          f"created={pod.metadata.creation_timestamp} deleting={pod.metadata.deletion_timestamp} "
-                         f"conditions={conditions} containers={states} log: {tail}")
+                         f"conditions={conditions} containers={states} the kubelet: {kubelet}; log: {tail}")
         return "\n".join(lines) or "no runner pod"
 
     @staticmethod
@@ -288,7 +290,7 @@ def running_platform(workdir: Path, kubeconfig: Path, admission_policy: bool = T
         stack.callback(api_client.close)
         yield Platform(api, datastore_url, kubeconfig, workdir, client.CustomObjectsApi(api_client),
                        client.CoreV1Api(api_client), controllers, settings, controllers_kubeconfig=kubeconfig,
-                       pod_logs=workdir / "pod-logs")
+                       pod_logs=workdir / "pod-logs", kubelet=kubelet)
 
 
 @contextlib.contextmanager
@@ -327,7 +329,7 @@ def _real_platform(cluster: RealCluster, workdir: Path, kubeconfig: Path, start_
         stack.callback(api_client.close)
         yield Platform(None, datastore_url, kubeconfig, workdir, client.CustomObjectsApi(api_client),
                        client.CoreV1Api(api_client), controllers, settings, namespace, proxy, controllers_kubeconfig,
-                       cluster.node.workdir / "pod-logs" / namespace)
+                       cluster.node.workdir / "pod-logs" / namespace, cluster.node.kubelet)
 
 
 @pytest.fixture(scope="session")

@@ -318,6 +318,11 @@ def test_h_runners_change_no_layer_and_only_the_controllers_record_runner_annota
                                 {"kind": "ServiceAccount", "name": "alice", "namespace": "default"}]}
         dev.api.post(f"{rbac}/rolebindings", json=binding).raise_for_status()
         try:
+            # A new binding reaches kube-apiserver's authorizer through its informers, a moment after it is written:
+            # until then RBAC, not the admission policy, refuses (a forged patch that went through fails below).
+            wait_for(lambda: "cannot patch resource" not in runner.patch(f"{LAYERS}/greetings", json=forged,
+                                                                       headers=merge).text,
+                     10, interval=0.1, what="the RoleBinding to take effect")
             for patch in (forged, {"metadata": {"labels": {"x": "y"}}},
                           {"spec": {"overrideRunnerSpec": {"image": "evil.example/runner"}}}):
                 refused = runner.patch(f"{LAYERS}/greetings", json=patch, headers=merge)
