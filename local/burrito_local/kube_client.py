@@ -119,9 +119,10 @@ class KubeHttp:
                 raise ApiFailure(response.status, message)
             return data
 
-    def stream(self, path: str, params: dict[str, str]) -> Any:
+    def stream(self, path: str, params: dict[str, str], idle: float | None = None) -> Any:
+        """A streamed GET (a watch); `idle`: the longest wait for the next bytes (None: no limit)."""
         return self._session.get(path, params=params, headers=self._headers(),
-                                 timeout=aiohttp.ClientTimeout(total=None, sock_read=None))
+                                 timeout=aiohttp.ClientTimeout(total=None, sock_read=idle))
 
 
 def key_of(obj: Obj) -> Key:
@@ -131,19 +132,27 @@ def key_of(obj: Obj) -> Key:
 Handler = Callable[[str, Obj], Awaitable[None] | None]
 
 
+# A watch that says nothing (no event, no bookmark) for this long is asked again from the last resourceVersion
+# it gave: the server ends a watch after its timeoutSeconds (300 s), and a watch that stopped delivering without
+# ending would otherwise hold back the node's pods that long (a pod then waits, Pending, for no reason). Asking
+# again costs one request per idle half-minute and replays whatever the quiet watch did not say.
+WATCH_IDLE_SECONDS = 30.0
+
+
 class Informer:
     """A cache of one resource kept current by list+watch; `handler(event_type, obj)` sees each change
     (a relist reports vanished objects as DELETED)."""
 
     def __init__(self, http: KubeHttp, path: str, handler: Handler | None = None,
-                 params: dict[str, str] | None = None) -> None:
-        """`params`: query parameters of both the list and the watch (e.g. a node's field selector)."""
-        self.http, self.path, self.handler = http, path, handler
+                 params: dict[str, str] | None = None, idle: float = WATCH_IDLE_SECONDS) -> None:
+        """`params`: query parameters of both the list and the watch (e.g. a node's field selector); `idle`: see
+        WATCH_IDLE_SECONDS."""
+        self.http, self.path, self.handler, self.idle = http, path, handler, idle
         self.params = dict(params or {})
         self.cache: dict[Key, Obj] = {}
         self.synced = asyncio.Event()
         # For a diagnosis (`describe`): listings and watches begun, events seen, and when the last one came.
-        self.listings = self.watches = self.events = 0
+        self.listings = self.watches = self.events = self.quiet = 0
         self.last_event: float | None = None
 
     async def _emit(self, event_type: str, obj: Obj) -> None:
@@ -160,7 +169,8 @@ class Informer:
 
     def describe(self) -> str:
         ago = f"{time.monotonic() - self.last_event:.1f} s ago" if self.last_event is not None else "never"
-        return f"{self.listings} listing(s), {self.watches} watch(es), {self.events} event(s), the last {ago}"
+        return (f"{self.listings} listing(s), {self.watches} watch(es) ({self.quiet} asked again after "
+                f"{self.idle:g} s of silence), {self.events} event(s), the last {ago}")
 
     async def run(self) -> None:
         rv = ""
@@ -180,7 +190,7 @@ class Informer:
                 params = {**self.params, "watch": "true", "resourceVersion": rv, "timeoutSeconds": "300",
                           "allowWatchBookmarks": "true"}
                 self.watches += 1
-                async with self.http.stream(self.path, params) as response:
+                async with self.http.stream(self.path, params, self.idle) as response:
                     if response.status == 410:
                         rv = ""
                         continue
@@ -203,6 +213,8 @@ class Informer:
                         await self._emit(event["type"], obj)
             except asyncio.CancelledError:
                 raise
+            except aiohttp.SocketTimeoutError:  # a silent watch (its sock_read): ask again from the same version
+                self.quiet += 1
             except Exception as exc:  # the API went away for a moment: retry
                 log.warning("watch of %s failed: %s", self.path, exc)
                 rv = ""
