@@ -66,7 +66,7 @@ import re
 import shutil
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -823,6 +823,15 @@ class LocalKubelet(LoopThread):
             await asyncio.sleep(max(0.0, min(t.due for t in tokens) - time.monotonic()))
 
     # -- running a pod ---------------------------------------------------------------------------
+    async def _again(self, pod: Obj, what: str, exc: BaseException, delays: Iterator[float]) -> bool:
+        """After a request lost on its way while setting `pod` up: say so, wait the next delay; False when the
+        kubelet is stopping meanwhile (give up), True to ask again."""
+        delay = next(delays)
+        log.warning("kubelet: pod %s/%s: %s (%s), retrying in %.2gs", pod["metadata"]["namespace"],
+                    pod["metadata"]["name"], what, exc or type(exc).__name__, delay)
+        await asyncio.sleep(delay)
+        return not (self._stopping is not None and self._stopping.is_set())
+
     async def _run_pod(self, pod: Obj) -> None:
         meta, spec = pod["metadata"], pod.get("spec") or {}
         key = (meta["namespace"], meta["name"])
@@ -864,11 +873,7 @@ class LocalKubelet(LoopThread):
                     tokens = await self._volumes(pod, container, root, pod_dir)
                     break
                 except TRANSIENT as exc:  # the API did not answer: ask again (the pod is not at fault)
-                    delay = next(delays)
-                    log.warning("kubelet: pod %s/%s: reading its configuration failed (%s), retrying in %.2gs",
-                                meta["namespace"], meta["name"], exc or type(exc).__name__, delay)
-                    await asyncio.sleep(delay)
-                    if self._stopping is not None and self._stopping.is_set():
+                    if not await self._again(pod, "reading its configuration failed", exc, delays):
                         return
                 except (ConfigError, ContainerConfigError) as exc:
                     reason = exc.reason if isinstance(exc, ContainerConfigError) else "CreateContainerConfigError"
@@ -898,11 +903,7 @@ class LocalKubelet(LoopThread):
                     log.info("kubelet: pod %s/%s not started: %s", meta["namespace"], meta["name"], exc)
                     return
                 except TRANSIENT as exc:
-                    delay = next(delays)
-                    log.warning("kubelet: pod %s/%s: its tokens were not issued (%s), retrying in %.2gs",
-                                meta["namespace"], meta["name"], exc or type(exc).__name__, delay)
-                    await asyncio.sleep(delay)
-                    if self._stopping is not None and self._stopping.is_set():
+                    if not await self._again(pod, "its tokens were not issued", exc, delays):
                         return
             for token, value in zip(tokens, fresh, strict=True):  # in place before the process starts
                 token.write(value)
