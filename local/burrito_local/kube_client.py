@@ -144,10 +144,13 @@ class Informer:
     (a relist reports vanished objects as DELETED)."""
 
     def __init__(self, http: KubeHttp, path: str, handler: Handler | None = None,
-                 params: dict[str, str] | None = None, idle: float = WATCH_IDLE_SECONDS) -> None:
+                 params: dict[str, str] | None = None, idle: float = WATCH_IDLE_SECONDS,
+                 relist: float | None = None) -> None:
         """`params`: query parameters of both the list and the watch (e.g. a node's field selector); `idle`: see
-        WATCH_IDLE_SECONDS."""
-        self.http, self.path, self.handler, self.idle = http, path, handler, idle
+        WATCH_IDLE_SECONDS; `relist`: list again at least this often (seconds), whatever the watch said, so an
+        object a watch never delivered is seen within that time (the kubelet's pods: one listing a minute)."""
+        self.http, self.path, self.handler, self.idle, self.relist = http, path, handler, idle, relist
+        self._listed = 0.0
         self.params = dict(params or {})
         self.cache: dict[Key, Obj] = {}
         self.synced = asyncio.Event()
@@ -176,8 +179,11 @@ class Informer:
         rv = ""
         while True:
             try:
+                if self.relist is not None and time.monotonic() - self._listed >= self.relist:
+                    rv = ""
                 if not rv:
                     self.listings += 1
+                    self._listed = time.monotonic()
                     listing = await self.http.call("GET", self.path, params=self.params or None)
                     rv = listing["metadata"]["resourceVersion"]
                     fresh = {key_of(o): o for o in listing["items"]}
@@ -187,7 +193,9 @@ class Informer:
                         self.cache[key] = obj
                         await self._emit("ADDED", obj)
                     self.synced.set()
-                params = {**self.params, "watch": "true", "resourceVersion": rv, "timeoutSeconds": "300",
+                until = 300 if self.relist is None else max(1, min(300, round(self._listed + self.relist
+                                                                            - time.monotonic())))
+                params = {**self.params, "watch": "true", "resourceVersion": rv, "timeoutSeconds": str(until),
                           "allowWatchBookmarks": "true"}
                 self.watches += 1
                 async with self.http.stream(self.path, params, self.idle) as response:

@@ -202,6 +202,9 @@ async def end_group(pgid: int) -> None:
         await asyncio.sleep(0.02)
 
 
+POD_RELIST_SECONDS = 60.0
+
+
 def _log_failure(task: asyncio.Task[None]) -> None:
     """A spawned task's unexpected failure is logged when it happens: nobody awaits these tasks, and a pod whose
     start died silently would stay Pending with nothing said."""
@@ -368,7 +371,9 @@ class LocalKubelet(LoopThread):
             self._endpoints = (Informer(network_http, "/api/v1/endpoints", self._on_network)
                                if node is None or proxy_config is not None else None)
             own = {"fieldSelector": f"spec.nodeName={self._node}"} if node is not None else None
-            self._pods = Informer(self._http, "/api/v1/pods", self._on_pod, params=own)
+            # Listed again every minute: a pod of this node that a watch never delivered still starts (a pod once
+            # stayed Pending, bound to this node, for minutes, with nothing logged).
+            self._pods = Informer(self._http, "/api/v1/pods", self._on_pod, params=own, relist=POD_RELIST_SECONDS)
             network = [asyncio.create_task(self._services.run()), asyncio.create_task(self._sync_network())]
             if self._endpoints is not None:
                 network.append(asyncio.create_task(self._endpoints.run()))

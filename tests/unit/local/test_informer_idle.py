@@ -6,7 +6,9 @@ had, after its idle time, and sees the pod the second watch carries; no relistin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,29 @@ from aiohttp import web
 from burrito_local.kube_client import Informer, KubeHttp
 
 POD = {"metadata": {"name": "runner-1", "namespace": "team-a", "uid": "u1", "resourceVersion": "12"}}
+
+
+@contextlib.asynccontextmanager
+async def serving(pods: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                  tmp_path: Path) -> AsyncIterator[KubeHttp]:
+    """`pods` as the API's /api/v1/pods on loopback, and a KubeHttp for it."""
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", pods)
+    runner = web.AppRunner(app, shutdown_timeout=0.5)  # its handlers never end on their own
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+        "clusters": [{"name": "k", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as session:
+            yield KubeHttp(kubeconfig, session)
+    finally:
+        await runner.cleanup()
 
 
 async def test_a_silent_watch_is_asked_again_from_its_version(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -34,22 +59,10 @@ async def test_a_silent_watch_is_asked_again_from_its_version(tmp_path: Path, ca
         await asyncio.sleep(3600)
         return response
 
-    app = web.Application()
-    app.router.add_get("/api/v1/pods", pods)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-        "clusters": [{"name": "k", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}]}))
     events: list[tuple[str, Any]] = []
-    async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as session:
-        informer = Informer(KubeHttp(kubeconfig, session), "/api/v1/pods",
-                            lambda kind, obj: events.append((kind, obj["metadata"]["name"])), idle=0.3)
+    async with serving(pods, tmp_path) as http:
+        informer = Informer(http, "/api/v1/pods", lambda kind, obj: events.append((kind, obj["metadata"]["name"])),
+                            idle=0.3)
         task = asyncio.create_task(informer.run())
         try:
             for _ in range(100):
@@ -59,9 +72,43 @@ async def test_a_silent_watch_is_asked_again_from_its_version(tmp_path: Path, ca
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-    await runner.cleanup()
     assert events == [("ADDED", "runner-1")]
     watches = [q for q in seen if q.get("watch") == "true"]
     assert [q["resourceVersion"] for q in watches[:2]] == ["10", "10"]  # asked again from where it was
     assert len([q for q in seen if q.get("watch") != "true"]) == 1  # listed once
     assert informer.quiet >= 1 and "quiet" not in caplog.text and "failed" not in caplog.text
+
+
+async def test_a_pod_no_watch_delivered_is_found_by_the_next_listing(tmp_path: Path) -> None:
+    """A watch that keeps talking (bookmarks) but never delivers the pod: the kubelet's informer lists again after
+    its `relist` time and starts what the listing holds."""
+    listings: list[int] = []
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch") != "true":
+            listings.append(1)
+            items = [POD] if len(listings) > 1 else []  # the second listing holds it
+            return web.json_response({"metadata": {"resourceVersion": "10"}, "items": items})
+        response = web.StreamResponse()
+        await response.prepare(request)
+        bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "11"}}}
+        for _ in range(int(request.query["timeoutSeconds"]) * 10):
+            await response.write(json.dumps(bookmark).encode() + b"\n")
+            await asyncio.sleep(0.1)
+        return response
+
+    events: list[tuple[str, Any]] = []
+    async with serving(pods, tmp_path) as http:
+        informer = Informer(http, "/api/v1/pods", lambda kind, obj: events.append((kind, obj["metadata"]["name"])),
+                            idle=0.5, relist=1.0)
+        task = asyncio.create_task(informer.run())
+        try:
+            for _ in range(100):
+                if events:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    assert events == [("ADDED", "runner-1")]
+    assert len(listings) == 2 and informer.quiet == 0
