@@ -43,6 +43,18 @@ async def serving(pods: Callable[[web.Request], Awaitable[web.StreamResponse]],
         await runner.cleanup()
 
 
+async def run_until(informer: Informer, done: Callable[[], bool]) -> None:
+    """Run the informer until `done()` or 5 seconds, then stop it."""
+    task = asyncio.create_task(informer.run())
+    try:
+        deadline = asyncio.get_running_loop().time() + 5.0
+        while not done() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_a_silent_watch_is_asked_again_from_its_version(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     seen: list[dict[str, str]] = []
 
@@ -63,15 +75,7 @@ async def test_a_silent_watch_is_asked_again_from_its_version(tmp_path: Path, ca
     async with serving(pods, tmp_path) as http:
         informer = Informer(http, "/api/v1/pods", lambda kind, obj: events.append((kind, obj["metadata"]["name"])),
                             idle=0.3)
-        task = asyncio.create_task(informer.run())
-        try:
-            for _ in range(100):
-                if events:
-                    break
-                await asyncio.sleep(0.05)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await run_until(informer, lambda: bool(events))
     assert events == [("ADDED", "runner-1")]
     watches = [q for q in seen if q.get("watch") == "true"]
     assert [q["resourceVersion"] for q in watches[:2]] == ["10", "10"]  # asked again from where it was
@@ -101,14 +105,6 @@ async def test_a_pod_no_watch_delivered_is_found_by_the_next_listing(tmp_path: P
     async with serving(pods, tmp_path) as http:
         informer = Informer(http, "/api/v1/pods", lambda kind, obj: events.append((kind, obj["metadata"]["name"])),
                             idle=0.5, relist=1.0)
-        task = asyncio.create_task(informer.run())
-        try:
-            for _ in range(100):
-                if events:
-                    break
-                await asyncio.sleep(0.05)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await run_until(informer, lambda: bool(events))
     assert events == [("ADDED", "runner-1")]
     assert len(listings) == 2 and informer.quiet == 0
