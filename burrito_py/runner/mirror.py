@@ -23,9 +23,13 @@ writable plugin cache.
 Then, with the mirror in use and a lock file (`start_prefetch`, in a thread while the runner resolves its tool, then
 `finish_prefetch` before `init`, within `PREFETCH_DEADLINE`): the locked providers' archives for the pod's
 platform are fetched in parallel from the datastore's token route over `BURRITO_DATASTORE_URL` (the listener of
-every other datastore call, with the runner's token; no signed URL) into a packed filesystem mirror in `$HOME`,
+every other datastore call, with the runner's token; no signed URL) into a filesystem mirror in `$HOME`,
 and the configuration lists it first, `include`-ing exactly those providers, which the `network_mirror`
-`exclude`s. Terraform checks each against the lock file's hashes as it would a downloaded one. No lock file,
+`exclude`s. Terraform checks each against the lock file's hashes as it would a downloaded one. An archive whose
+`h1:` the lock file lists is unpacked there as it arrives (`unpack`: the unpacked layout, which terraform links
+into `.terraform` after checking the directory's h1, instead of unpacking the archive again in its own single
+thread); one listed by its `zh:` only (a lock file written on another platform) stays packed, as terraform can
+check only the archive against a `zh:`. No lock file,
 `-upgrade` or `-plugin-dir` in the init arguments, terragrunt, a provider the mirror does not serve, an archive
 none of whose hashes the lock file lists (a platform it lacks) or any failure of the prefetch: the configuration
 stays as above (docs/architecture.md §10.5).
@@ -37,13 +41,17 @@ import os
 import re
 import shutil
 import ssl
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    import zipfile
 
 __all__ = [
     "CA_BUNDLE_NAME",
@@ -67,6 +75,7 @@ __all__ = [
     "probe",
     "ssl_context",
     "start_prefetch",
+    "unpack",
     "write_ca_bundle",
 ]
 
@@ -98,6 +107,10 @@ _LOCK_BLOCK = re.compile(r'^provider\s+"(?P<address>[^"\n]*)"\s*\{(?P<body>.*?)^
 _LOCK_VERSION = re.compile(r'^\s*version\s*=\s*"(?P<version>[^"\n]*)"\s*$', re.MULTILINE)
 _LOCK_HASHES = re.compile(r"^\s*hashes\s*=\s*\[(?P<list>[^\]]*)\]", re.MULTILINE)
 _LOCK_HASH = re.compile(r'"((?:h1|zh):[A-Za-z0-9+/=]+)"')
+# A provider archive's member names `unpack` accepts: relative paths of plain names (terraform's own have one, the
+# provider's executable, sometimes a licence or a changelog beside it).
+_MEMBER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*/?")
+_UNPACK_BLOCK = 1024 * 1024
 
 
 class MirrorError(Exception):
@@ -400,9 +413,11 @@ def prefetch(datastore_url: str, token: str | None, providers: Sequence[LockedPr
             return f"{provider.address} {provider.version}: {exc}"
         if answer.status != 200:
             return f"{provider.address} {provider.version}: {answer.status} {answer.reason}"
-        listed = {f"zh:{answer.headers.get('X-Burrito-Sha256', '')}", answer.headers.get("X-Burrito-H1", "")}
-        if not listed & provider.hashes:
+        h1 = answer.headers.get("X-Burrito-H1", "")
+        if not {f"zh:{answer.headers.get('X-Burrito-Sha256', '')}", h1} & provider.hashes:
             return f"{provider.address} {provider.version}: the lock file lists no hash of its {platform} archive"
+        if h1 in provider.hashes:  # terraform can check an unpacked package against the lock file's h1: only
+            unpack(target, dest / provider.address / provider.version / platform)
         return None
 
     # Here, not at the top: a runner that prefetches nothing starts without it (and the logging it imports).
@@ -419,6 +434,46 @@ def prefetch(datastore_url: str, token: str | None, providers: Sequence[LockedPr
         shutil.rmtree(dest, ignore_errors=True)
         return reasons[0]
     return None
+
+
+def _member_name(info: zipfile.ZipInfo) -> bool:
+    """A member `unpack` writes: a regular file or a directory (no link, device or pipe) named by plain relative
+    path segments (no `..`, no absolute path, nothing a shell or another platform reads otherwise)."""
+    kind = stat.S_IFMT(info.external_attr >> 16)
+    return kind in (0, stat.S_IFREG, stat.S_IFDIR) and bool(_MEMBER.fullmatch(info.filename)) and not any(
+        part in (".", "..") for part in info.filename.rstrip("/").split("/"))
+
+
+def unpack(archive: Path, into: Path) -> bool:
+    """The packed archive at `archive` unpacked into `into` (the filesystem mirror's unpacked layout,
+    `<host>/<ns>/<type>/<version>/<platform>/`), then removed; True when done. Terraform then links the provider
+    from there instead of unpacking it again, after checking the directory against the lock file's h1 as it would
+    the archive. Anything unexpected (a member that is not a plain file or directory, a bad archive, a failed
+    write) leaves the packed archive as it was and `into` absent: terraform unpacks it, or refuses it, itself."""
+    import zipfile  # here: a runner that prefetches nothing starts without it (and bz2, lzma)
+
+    try:
+        with zipfile.ZipFile(archive) as zipped:
+            members = zipped.infolist()
+            if not members or not all(_member_name(info) for info in members):
+                return False
+            into.mkdir(parents=True)
+            for info in members:
+                target = into.joinpath(*info.filename.rstrip("/").split("/"))
+                if info.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                # "x": a second member of the same name fails rather than overwrite the first.
+                with zipped.open(info) as source, target.open("xb") as sink:
+                    shutil.copyfileobj(source, sink, _UNPACK_BLOCK)
+                # As terraform's own unpacking keeps it: the provider's executable bit.
+                target.chmod(0o755 if (info.external_attr >> 16) & 0o111 else 0o644)
+    except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError):
+        shutil.rmtree(into, ignore_errors=True)
+        return False
+    archive.unlink()
+    return True
 
 
 class PendingPrefetch:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import multiprocessing
 import os
 import shutil
 import ssl
@@ -39,9 +40,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from hashlib import sha256
 from pathlib import Path
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from burrito_py.datastore.in_process import free_port, running_datastore
@@ -64,6 +68,30 @@ def layer(directory: Path, host: str) -> Path:
     required = "\n".join(f'    {t} = {{ source = "{host}/test/{t}", version = "1.0.0" }}' for t in TYPES)
     (directory / "main.tf").write_text(f"terraform {{\n  required_providers {{\n{required}\n  }}\n}}\n")
     return directory
+
+
+@contextmanager
+def datastore_process(data_dir: Path, **settings: Any) -> Iterator[str]:
+    """The datastore in a process of its own, as in a cluster (its own pod): in this one, its event loop and the
+    prefetch's threads (the runner's, in its own pod too) would take turns on one interpreter lock."""
+    context = multiprocessing.get_context("fork")
+    urls: Any = context.SimpleQueue()
+    stop = context.Event()
+
+    def serve() -> None:
+        with running_datastore(data_dir, **settings) as url:
+            urls.put(url)
+            stop.wait()
+
+    process = context.Process(target=serve, daemon=True)
+    process.start()
+    try:
+        yield urls.get()
+    finally:
+        stop.set()
+        process.join(30)
+        if process.is_alive():
+            process.kill()
 
 
 def init(directory: Path, config: Path, ca: Path, lock: str | None = None) -> float:
@@ -98,7 +126,7 @@ def main() -> None:
 
             port = free_port()
             upstream.bytes_sent = 0
-            with running_datastore(root / "datastore", tls_port=port, tls_cert_file=tls.cert, tls_key_file=tls.key,
+            with datastore_process(root / "datastore", tls_port=port, tls_cert_file=tls.cert, tls_key_file=tls.key,
                                    provider_cache_enabled=True, provider_cache_registries=[],
                                    provider_cache_registry_urls={REGISTRY: f"https://{served_at}"},
                                    upstream_ca_file=tls.ca) as plain_url:

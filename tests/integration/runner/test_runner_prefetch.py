@@ -1,7 +1,7 @@
 """The runner's prefetch of its locked providers (docs/architecture.md §10.5) with the real terraform 1.11.4 and
 the real datastore (its provider mirror over HTTPS with a test CA, reading through a fake registry): a layer with
-a lock file installs its providers from the pod's filesystem mirror, fetched from the datastore's token route,
-and terraform's network mirror never asks for their archive; without a lock file, or with `-upgrade`, the
+a lock file installs its providers from the pod's filesystem mirror, fetched from the datastore's token route
+(unpacked, as the lock file lists their h1), and terraform's network mirror never asks for their archive; without a lock file, or with `-upgrade`, the
 network mirror as before. An archive tampered with in the datastore's storage fails `init` on the lock file's
 checksum: the run fails, nothing installs it."""
 
@@ -134,7 +134,11 @@ def test_a_locked_layer_installs_from_the_prefetched_mirror_and_plans(prefetchin
     assert asked == {"signed": 0, "prefetch": 1}
     config = (world.tmp / "home" / CLI_CONFIG_NAME).read_text()
     assert f'include = ["{TINY}"]' in config and f'exclude = ["{TINY}"]' in config
-    assert (world.tmp / "home" / PREFETCH_DIR_NAME / TINY / "terraform-provider-tiny_1.0.0_linux_amd64.zip").is_file()
+    # The lock file lists the archive's h1: the runner unpacked it (terraform linked it into .terraform from there
+    # after checking the directory's h1), and no packed archive is left beside it.
+    prefetched = world.tmp / "home" / PREFETCH_DIR_NAME / TINY
+    assert (prefetched / "1.0.0" / "linux_amd64" / "terraform-provider-tiny_v1.0.0").is_file()
+    assert not list(prefetched.glob("*.zip"))
     assert prefetching.upstream.requests.count("/files/test/terraform-provider-tiny_1.0.0_linux_amd64.zip") == 1
 
     # `-upgrade` may choose versions the lock file does not pin: the network mirror, as before.
@@ -167,7 +171,8 @@ def test_an_archive_tampered_with_in_storage_fails_init_on_the_lock_files_checks
     out, asked = prefetching.plan("app-plan-2", world.commit({"layers/app/main.tf": CODE % "two", LOCK: lock}))
     assert "burrito-py: 1 locked provider(s) prefetched from the datastore in" in out
     assert "exit 1" in out and "error: terraform init failed" in out, out
-    assert "the current package for registry.example.test/test/tiny 1.0.0 doesn't match any of the checksums " \
+    # "the local package" (terraform checked the unpacked directory; "the current package" for an archive)
+    assert "package for registry.example.test/test/tiny 1.0.0 doesn't match any of the checksums " \
            "previously recorded in the dependency lock file" in " ".join(out.split()), out
     assert "error: registry.example.test/test/tiny v1.0.0 as prefetched from the datastore does not match the lock " \
            "file's checksums: not installed" in out

@@ -4,7 +4,11 @@ the network mirror as before."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import threading
+import warnings
+import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -12,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from burrito_py.datastore.providercache.hashes import zip_h1
 from burrito_py.runner.mirror import (
     CLI_CONFIG_NAME,
     PREFETCH_DEADLINE,
@@ -25,6 +30,7 @@ from burrito_py.runner.mirror import (
     prefetch,
     prefetch_candidates,
     start_prefetch,
+    unpack,
 )
 
 
@@ -337,3 +343,78 @@ def test_an_unreachable_datastore_is_a_failure(tmp_path: Path) -> None:
                     tmp_path / "mirror", timeout=2.0)
     assert said is not None and "ConnectionRefusedError" in said
     assert not (tmp_path / "mirror").exists()
+
+
+# -- the unpacked layout: an archive whose h1 the lock file lists -------------------------------------------------
+def provider_archive(*members: tuple[str, bytes, int]) -> bytes:
+    """A zip of (name, content, unix mode with the file type) members."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), zipfile.ZipFile(buffer, "w") as archive:
+        warnings.simplefilter("ignore")  # a duplicate name, on purpose below
+        for name, content, mode in members:
+            info = zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))
+            info.external_attr = mode << 16
+            archive.writestr(info, content)
+    return buffer.getvalue()
+
+
+def test_an_archive_locked_by_its_h1_is_unpacked_one_locked_by_its_zh_only_stays_packed(
+        tmp_path: Path, datastore: tuple[str, Any]) -> None:
+    url, handler = datastore
+    random = provider_archive(("terraform-provider-random_v3.6.2", b"#!/bin/sh\nexit 0\n", 0o100755),
+                              ("LICENSE", b"MPL-2.0", 0o100644))
+    (tmp_path / "random.zip").write_bytes(random)
+    random_h1 = zip_h1(tmp_path / "random.zip")
+    null = provider_archive(("terraform-provider-null_v3.2.1", b"null", 0o100755))
+    null_zh = hashlib.sha256(null).hexdigest()
+    handler.answers[RANDOM_PATH] = (200, {"X-Burrito-Sha256": hashlib.sha256(random).hexdigest(),
+                                          "X-Burrito-H1": random_h1}, random)
+    handler.answers[NULL_PATH] = (200, {"X-Burrito-Sha256": null_zh, "X-Burrito-H1": "h1:another-platform="}, null)
+    providers = [LockedProvider("registry.opentofu.org/hashicorp/random", "3.6.2", frozenset({random_h1})),
+                 # A lock file written on another platform: this platform's zh: only, which fits the archive alone.
+                 LockedProvider("registry.terraform.io/hashicorp/null", "3.2.1", frozenset({f"zh:{null_zh}"}))]
+    dest = tmp_path / "mirror"
+    assert prefetch(url, TOKEN, providers, "linux_amd64", dest) is None
+    unpacked = dest / "registry.opentofu.org/hashicorp/random/3.6.2/linux_amd64"
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == [
+        "registry.opentofu.org/hashicorp/random/3.6.2/linux_amd64/LICENSE",
+        "registry.opentofu.org/hashicorp/random/3.6.2/linux_amd64/terraform-provider-random_v3.6.2",
+        "registry.terraform.io/hashicorp/null/terraform-provider-null_3.2.1_linux_amd64.zip"]
+    assert (unpacked / "terraform-provider-random_v3.6.2").read_bytes() == b"#!/bin/sh\nexit 0\n"
+    assert (unpacked / "terraform-provider-random_v3.6.2").stat().st_mode & 0o777 == 0o755
+    assert (unpacked / "LICENSE").stat().st_mode & 0o777 == 0o644
+    assert (dest / "registry.terraform.io/hashicorp/null/terraform-provider-null_3.2.1_linux_amd64.zip"
+            ).read_bytes() == null
+
+
+@pytest.mark.parametrize("members", [
+    [("../escaped", b"x", 0o100644)],
+    [("bin/../../escaped", b"x", 0o100644)],
+    [("/tmp/escaped", b"x", 0o100644)],
+    [("terraform-provider-x", b"../../escaped", 0o120777)],  # a symbolic link
+    [("fifo", b"", 0o010644)],
+    [("terraform-provider-x", b"one", 0o100755), ("terraform-provider-x", b"two", 0o100755)],
+    [],
+], ids=["parent", "parent-inside", "absolute", "symlink", "fifo", "duplicate", "empty"])
+def test_a_hostile_or_odd_archive_is_left_packed_and_nothing_is_written_outside(
+        tmp_path: Path, members: list[tuple[str, bytes, int]]) -> None:
+    """Attack: an archive whose members would write outside the provider's directory, through a link, or over one
+    another. Nothing is unpacked from it (terraform's own unpacking refuses such names too), it stays as it came."""
+    provider = tmp_path / "mirror" / "host" / "ns" / "x"
+    provider.mkdir(parents=True)
+    archive = provider / "terraform-provider-x_1.0.0_linux_amd64.zip"
+    data = provider_archive(*members)
+    archive.write_bytes(data)
+    into = provider / "1.0.0" / "linux_amd64"
+    assert unpack(archive, into) is False
+    assert archive.read_bytes() == data
+    assert not into.exists()
+    assert not any(p.name == "escaped" for p in tmp_path.rglob("*"))
+    assert not Path("/tmp/escaped").exists()
+
+
+def test_a_damaged_archive_is_left_to_terraform(tmp_path: Path) -> None:
+    archive = tmp_path / "p.zip"
+    archive.write_bytes(provider_archive(("terraform-provider-x", b"x" * 1000, 0o100755))[:-30])  # truncated
+    assert unpack(archive, tmp_path / "into") is False
+    assert archive.exists() and not (tmp_path / "into").exists()
