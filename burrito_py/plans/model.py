@@ -12,7 +12,7 @@ Missing optional fields take their defaults (old Terraform versions omit some); 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -28,6 +28,7 @@ __all__ = [
     "PlanModel",
     "ResourceChange",
     "parse_plan",
+    "plan_summary",
 ]
 
 MASK = "(sensitive value)"
@@ -81,7 +82,7 @@ class ResourceChange:
 
     @property
     def changes_something(self) -> bool:
-        return self.action not in ("no-op", "read") or self.moved or self.importing
+        return _changes_something(self.action, self.importing, self.moved)
 
     def to_json(self) -> dict[str, Any]:
         """Terraform's own shape, masked (what CEL and Rego policies read)."""
@@ -142,17 +143,7 @@ class PlanModel:
         reads and no-ops count for nothing, imports and forgets are named only when there are some. A plan
         whose only changes are to root outputs or moves is not "No changes." (applying it records them in the
         state)."""
-        c = self.counts
-        outputs = any(o.action != "no-op" for o in self.output_changes)
-        # A move alone is a change too: Terraform says "Plan: 0 to add, 0 to change, 0 to destroy." and its apply
-        # records the new address in the state.
-        if not (c.add or c.change or c.destroy or c.imported or c.forget or c.moved or outputs):
-            return NO_CHANGES
-        parts = [f"{c.imported} to import"] if c.imported else []
-        parts += [f"{c.add} to add", f"{c.change} to change", f"{c.destroy} to destroy"]
-        if c.forget:
-            parts.append(f"{c.forget} to forget")
-        return "Plan: " + ", ".join(parts)
+        return _summary_line(self.counts, any(o.action != "no-op" for o in self.output_changes))
 
     @property
     def has_changes(self) -> bool:
@@ -212,25 +203,70 @@ def parse_plan(data: bytes | str | Mapping[str, Any], *, attributes: bool = Fals
     )
 
 
+def plan_summary(data: Mapping[str, Any]) -> str:
+    """`parse_plan(data).summary()` without building the model: only what the counts read (each resource change's
+    actions, import and move, the outputs' actions), checked as `parse_plan` checks it. The runner's summary of a
+    1,000-resource plan, in the attempt's critical path after `show -json`: ~1 ms instead of ~6."""
+    entries = []
+    for i, item in enumerate(_list(data, "resource_changes", "")):
+        where = f"resource_changes[{i}]"
+        if not isinstance(item, Mapping):
+            raise PlanFormatError(f"{where}: expected an object")
+        change = item.get("change") or {}
+        if not isinstance(change, Mapping):
+            raise PlanFormatError(f"{where}.change: expected an object")
+        _, action = _actions(change, f"{where}.change")
+        address = _str(item, "address", where, "") or ""
+        previous = _str(item, "previous_address", where, None)
+        entries.append((action, bool(change.get("importing")), previous is not None and previous != address))
+    outputs = data.get("output_changes")
+    outputs = {} if outputs is None else outputs
+    if not isinstance(outputs, Mapping):
+        raise PlanFormatError("output_changes: expected an object of output name → change")
+    return _summary_line(_tally(entries), any(_output(name, change).action != "no-op"
+                                              for name, change in outputs.items()))
+
+
+def _summary_line(c: Counts, outputs_change: bool) -> str:
+    # A move alone is a change too: Terraform says "Plan: 0 to add, 0 to change, 0 to destroy." and its apply
+    # records the new address in the state.
+    if not (c.add or c.change or c.destroy or c.imported or c.forget or c.moved or outputs_change):
+        return NO_CHANGES
+    parts = [f"{c.imported} to import"] if c.imported else []
+    parts += [f"{c.add} to add", f"{c.change} to change", f"{c.destroy} to destroy"]
+    if c.forget:
+        parts.append(f"{c.forget} to forget")
+    return "Plan: " + ", ".join(parts)
+
+
+def _changes_something(action: Action, importing: bool, moved: bool) -> bool:
+    return action not in ("no-op", "read") or moved or importing
+
+
 def _count(changes: Sequence[ResourceChange]) -> Counts:
+    return _tally((rc.action, rc.importing, rc.moved) for rc in changes)
+
+
+def _tally(entries: Iterable[tuple[Action, bool, bool]]) -> Counts:
+    """The counts of (action, importing, moved) for each resource change."""
     tally = dict.fromkeys(("add", "change", "destroy", "replace", "imported", "moved", "forget", "read", "changed"), 0)
-    for rc in changes:
-        tally["imported"] += rc.importing
-        tally["moved"] += rc.moved
-        tally["changed"] += rc.changes_something
-        if rc.action == "replace":
+    for action, importing, moved in entries:
+        tally["imported"] += importing
+        tally["moved"] += moved
+        tally["changed"] += _changes_something(action, importing, moved)
+        if action == "replace":
             tally["add"] += 1
             tally["destroy"] += 1
             tally["replace"] += 1
-        elif rc.action == "create":
+        elif action == "create":
             tally["add"] += 1
-        elif rc.action == "update":
+        elif action == "update":
             tally["change"] += 1
-        elif rc.action == "delete":
+        elif action == "delete":
             tally["destroy"] += 1
-        elif rc.action == "forget":
+        elif action == "forget":
             tally["forget"] += 1
-        elif rc.action == "read":
+        elif action == "read":
             tally["read"] += 1
     return Counts(**tally)
 

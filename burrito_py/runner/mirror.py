@@ -92,24 +92,26 @@ PROBE_TIMEOUT = 5.0
 PROBE_TRIES = 2
 PROBE_PAUSE = 1.0
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
-_PROVIDER_INSTALLATION = re.compile(r"^\s*provider_installation\b", re.MULTILINE)
+_PROVIDER_INSTALLATION = r"(?m)^\s*provider_installation\b"
 PREFETCH_DIR_NAME = "burrito-py-providers"
 PREFETCH_TIMEOUT = 60.0  # each request's
 PREFETCH_DEADLINE = 120.0  # the whole prefetch's, from its start to the join before `init`
 PREFETCH_THREADS = 8
 LOCK_FILE = ".terraform.lock.hcl"
+# Patterns as text, compiled by `re` (and cached there) on first use: a runner that reads no lock file never
+# compiles them (~3 ms of every attempt's start-up).
 # What a lock file's provider block may hold to be prefetched: these name a path in the prefetch directory, so
 # nothing but DNS labels (an optional port), and a version as the registry protocol has them.
 _LABEL = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"
-_ADDRESS = re.compile(rf"(?P<host>{_LABEL}(?:\.{_LABEL})*(?::[0-9]{{1,5}})?)/(?P<ns>{_LABEL})/(?P<type>[a-z0-9_-]+)")
-_VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+(?:-[0-9A-Za-z.-]+)?")
-_LOCK_BLOCK = re.compile(r'^provider\s+"(?P<address>[^"\n]*)"\s*\{(?P<body>.*?)^\}', re.MULTILINE | re.DOTALL)
-_LOCK_VERSION = re.compile(r'^\s*version\s*=\s*"(?P<version>[^"\n]*)"\s*$', re.MULTILINE)
-_LOCK_HASHES = re.compile(r"^\s*hashes\s*=\s*\[(?P<list>[^\]]*)\]", re.MULTILINE)
-_LOCK_HASH = re.compile(r'"((?:h1|zh):[A-Za-z0-9+/=]+)"')
+_ADDRESS = rf"(?P<host>{_LABEL}(?:\.{_LABEL})*(?::[0-9]{{1,5}})?)/(?P<ns>{_LABEL})/(?P<type>[a-z0-9_-]+)"
+_VERSION = r"[0-9]+\.[0-9]+\.[0-9]+(?:-[0-9A-Za-z.-]+)?"
+_LOCK_BLOCK = r'(?ms)^provider\s+"(?P<address>[^"\n]*)"\s*\{(?P<body>.*?)^\}'
+_LOCK_VERSION = r'(?m)^\s*version\s*=\s*"(?P<version>[^"\n]*)"\s*$'
+_LOCK_HASHES = r"(?m)^\s*hashes\s*=\s*\[(?P<list>[^\]]*)\]"
+_LOCK_HASH = r'"((?:h1|zh):[A-Za-z0-9+/=]+)"'
 # A provider archive's member names `unpack` accepts: relative paths of plain names (terraform's own have one, the
 # provider's executable, sometimes a licence or a changelog beside it).
-_MEMBER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*/?")
+_MEMBER = r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*/?"
 _UNPACK_BLOCK = 1024 * 1024
 
 
@@ -221,13 +223,13 @@ def locked_providers(lock_text: str) -> tuple[LockedProvider, ...]:
     """The providers a lock file pins, with their hashes; a block that does not read as terraform writes it (an
     address or version this cannot name a path with, no hash) is left out, so stays on the network mirror."""
     found = []
-    for block in _LOCK_BLOCK.finditer(lock_text):
+    for block in re.finditer(_LOCK_BLOCK, lock_text):
         address, body = block["address"], block["body"]
-        versions = _LOCK_VERSION.findall(body)
-        hashes = _LOCK_HASHES.search(body)
-        if not _ADDRESS.fullmatch(address) or len(versions) != 1 or not _VERSION.fullmatch(versions[0]):
+        versions = re.findall(_LOCK_VERSION, body)
+        hashes = re.search(_LOCK_HASHES, body)
+        if not re.fullmatch(_ADDRESS, address) or len(versions) != 1 or not re.fullmatch(_VERSION, versions[0]):
             continue
-        listed = frozenset(_LOCK_HASH.findall(hashes["list"])) if hashes else frozenset()
+        listed = frozenset(re.findall(_LOCK_HASH, hashes["list"])) if hashes else frozenset()
         if listed:
             found.append(LockedProvider(address, versions[0], listed))
     return tuple(found)
@@ -368,7 +370,7 @@ def prepare(
     url = config.provider_url
     env = {"SSL_CERT_FILE": str(bundle)} if bundle is not None else {}
     existing_path, existing = _existing_cli_config(environ, home)
-    if _PROVIDER_INSTALLATION.search(existing):
+    if re.search(_PROVIDER_INSTALLATION, existing):
         # Terraform allows one provider_installation block: the pod's own choice of sources stands.
         if config.fail_closed:
             raise MirrorError(f"provider mirror {url} cannot be used (failClosed): the CLI configuration "
@@ -440,7 +442,7 @@ def _member_name(info: zipfile.ZipInfo) -> bool:
     """A member `unpack` writes: a regular file or a directory (no link, device or pipe) named by plain relative
     path segments (no `..`, no absolute path, nothing a shell or another platform reads otherwise)."""
     kind = stat.S_IFMT(info.external_attr >> 16)
-    return kind in (0, stat.S_IFREG, stat.S_IFDIR) and bool(_MEMBER.fullmatch(info.filename)) and not any(
+    return kind in (0, stat.S_IFREG, stat.S_IFDIR) and bool(re.fullmatch(_MEMBER, info.filename)) and not any(
         part in (".", "..") for part in info.filename.rstrip("/").split("/"))
 
 
@@ -556,8 +558,8 @@ def finish_prefetch(
 # terraform/tofu print `Error while installing <address> v<version>:` then `<host>: bad response code: 502` for an
 # archive the mirror refused: the datastore's reason (say, a checksum that did not match) is in the body it
 # never shows. The runner asks the mirror again and prints that reason.
-_INSTALL_FAILED = re.compile(r"Error while installing (?P<address>[A-Za-z0-9.:-]+/[A-Za-z0-9_-]+/[A-Za-z0-9_-]+) "
-                             r"v(?P<version>[0-9][0-9A-Za-z.+-]*):")
+_INSTALL_FAILED = (r"Error while installing (?P<address>[A-Za-z0-9.:-]+/[A-Za-z0-9_-]+/[A-Za-z0-9_-]+) "
+                   r"v(?P<version>[0-9][0-9A-Za-z.+-]*):")
 EXPLAIN_TIMEOUT = 30.0
 
 
@@ -565,7 +567,7 @@ def failed_installs(lines: Sequence[str]) -> list[tuple[str, str]]:
     """(address, version) of each provider terraform failed to install, in order, once each (pure)."""
     found: list[tuple[str, str]] = []
     for line in lines:
-        match = _INSTALL_FAILED.search(line)
+        match = re.search(_INSTALL_FAILED, line)
         if match is not None and (match["address"], match["version"]) not in found:
             found.append((match["address"], match["version"]))
     return found

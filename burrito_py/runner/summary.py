@@ -12,14 +12,8 @@ controller applies it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from burrito_py.plans.model import NO_CHANGES, plan_summary
 
-from burrito_py.plans.model import NO_CHANGES, parse_plan
-
+# The plan model's summary (burrito_py/plans/model.py), counted without building the model: one implementation for
+# the runner and the rest.
 __all__ = ["NO_CHANGES", "plan_summary"]
-
-
-def plan_summary(plan: Mapping[str, Any]) -> str:
-    """The plan model's summary (burrito_py/plans/model.py): one implementation for the runner and the rest."""
-    return parse_plan(plan, values=False).summary()  # the counts only: no value is read or masked

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from burrito_py.plans.model import MASK, NO_CHANGES, PlanFormatError, parse_plan
+from burrito_py.plans.model import MASK, NO_CHANGES, PlanFormatError, parse_plan, plan_summary
 
 from .plan_fixtures import SECRET, fixture, fixture_names, generated_plan
 
@@ -91,14 +91,17 @@ def test_policy_input_keeps_terraforms_shape() -> None:
     assert change["action_reason"] == "replace_because_cannot_update"
 
 
-@pytest.mark.parametrize(("document", "field"), [
+BAD_DOCUMENTS = [
     ({"resource_changes": {}}, "resource_changes: expected a list"),
     ({"resource_changes": [1]}, "resource_changes[0]: expected an object"),
     ({"resource_changes": [{"change": {"actions": "create"}}]}, "resource_changes[0].change.actions"),
     ({"resource_changes": [{"change": {"actions": ["create", "update"]}}]}, "unknown combination"),
     ({"resource_changes": [{"address": 3, "change": {"actions": []}}]}, "resource_changes[0].address"),
     ({"output_changes": []}, "output_changes: expected an object"),
-])
+]
+
+
+@pytest.mark.parametrize(("document", "field"), BAD_DOCUMENTS)
 def test_bad_input_names_the_field(document: dict[str, Any], field: str) -> None:
     with pytest.raises(PlanFormatError, match=field.replace("[", r"\[").replace("]", r"\]")):
         parse_plan(document)
@@ -149,9 +152,18 @@ RESOURCES = st.builds(
 def test_the_summary_is_the_old_one_plus_moves(resources: list[dict[str, Any]], outputs: dict[str, Any]) -> None:
     plan = {"resource_changes": resources, "output_changes": outputs}
     assert parse_plan(plan).summary() == _old_summary(plan)
+    assert plan_summary(plan) == parse_plan(plan).summary()  # the runner's, counted without the model
+
+
+@pytest.mark.parametrize(("document", "field"), BAD_DOCUMENTS)
+def test_the_runners_summary_refuses_what_the_model_refuses_in_what_it_reads(document: dict[str, Any],
+                                                                            field: str) -> None:
+    with pytest.raises(PlanFormatError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        plan_summary(document)
 
 
 def test_a_thousand_changes() -> None:
     plan = parse_plan(generated_plan(1000))
     assert plan.counts.total == 1000 and len(plan.changed()) == 1000
     assert plan.summary() == "Plan: 500 to add, 250 to change, 500 to destroy"
+    assert plan_summary(generated_plan(1000)) == plan.summary()
