@@ -43,7 +43,11 @@ fi
 # The runner image, once before the suite (its test would build it too, but a cold build, about 8.5 minutes with its
 # Debian trixie base, is better not counted against one test): the base is cached by its inputs, the image's steps
 # (its locked dependencies, runner/requirements.lock, a step of their own) by buildah's layer cache: about 20 s warm. A failure here is reported, and the image's tests then fail naming it.
-bash scripts/build-images.sh --local burrito-py-runner >/dev/null \
-  || echo "test.sh: the runner image could not be built: tests/e2e/test_runner_image.py will fail" >&2
+# Its tag goes to the image's tests, which then build nothing again.
+if image=$(bash scripts/build-images.sh --local burrito-py-runner | tail -n 1); then
+  export BURRITO_PY_TEST_RUNNER_IMAGE="$image"
+else
+  echo "test.sh: the runner image could not be built: tests/e2e/test_runner_image.py will fail" >&2
+fi
 # Two workers (the machines have 2 cores); each test file stays on one worker.
 python -m pytest -n 2 --dist loadfile "$@"

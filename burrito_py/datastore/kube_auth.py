@@ -21,12 +21,6 @@ from typing import Any
 
 import aiohttp
 
-# At import, not at the first review: importing the client takes most of a second, which would block the
-# datastore's event loop (every request in flight) the first time a token is reviewed. This module is imported
-# only when auth is on (`default_authenticator`).
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.auth import (
     AuthUnavailable,
@@ -36,6 +30,7 @@ from burrito_py.datastore.auth import (
     plan_readable,
     runner_pod_binding,
 )
+from burrito_py.datastore.kubeapi import imported, warm_up
 
 log = logging.getLogger(__name__)
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
@@ -66,8 +61,14 @@ class KubeAuthenticator:
         self._kubeconfig = kubeconfig
         self._configuration: Any = None
         self._lock = asyncio.Lock()
+        # Not at the first review (half a second of CPU: the event loop would wait for it with every request in
+        # flight) nor before the datastore listens: in a thread of its own, from now on (kubeapi.warm_up).
+        warm_up()
 
     async def _client_configuration(self) -> Any:
+        await imported()
+        from kubernetes_asyncio import client, config
+
         async with self._lock:
             if self._configuration is None:
                 configuration = client.Configuration()
@@ -86,6 +87,9 @@ class KubeAuthenticator:
             configuration = await self._client_configuration()
         except Exception as exc:  # a broken kubeconfig or missing in-cluster files: say which, not a 500
             raise AuthUnavailable(f"cannot build a Kubernetes client to review tokens: {exc}") from None
+        from kubernetes_asyncio import client
+        from kubernetes_asyncio.client.exceptions import ApiException
+
         try:
             async with client.ApiClient(configuration) as api:
                 review = await client.AuthenticationV1Api(api).create_token_review(
@@ -136,6 +140,8 @@ async def _runner_scope(
 ) -> RunnerScope | str:
     """The scope of the runner pod the token is bound to, else why that pod has no runner rights.
     Raises AuthUnavailable while the run controller has created the pod but not yet recorded it."""
+    from kubernetes_asyncio import client
+
     where = f"pod {namespace}/{pod_name}"
     if account not in (runner_account, pull_request_account):  # before any read: most such tokens are no runners
         return (f"the token's service account {account!r} is not a runner service account ({runner_account!r}, "
@@ -208,6 +214,8 @@ async def _runner_scope(
 
 async def _get(call: Any) -> Any:
     """The object, or None when it does not exist (other API errors propagate)."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
     try:
         return await call
     except ApiException as exc:

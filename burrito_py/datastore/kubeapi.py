@@ -3,12 +3,34 @@ layers, runs and repositories that still reference artifacts. Plain dicts, as th
 
 from __future__ import annotations
 
-from typing import Any
-
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.exceptions import ApiException
+import asyncio
+import importlib
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
 
 from burrito_py.api.annotations import GROUP, VERSION
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio import client
+
+# The Kubernetes client (kubernetes_asyncio) takes half a second of CPU to import: the datastore imports it only
+# when it needs it (auth on, retention or keys from a Secret), and never in its event loop's thread, so that it
+# listens, answers its readiness probe and serves without waiting for it (`dev`'s chart mode waited on it, issue 31).
+CLIENT_MODULE = "kubernetes_asyncio.client"
+
+
+def warm_up() -> None:
+    """Start importing the client in a thread of its own (for the first token review, which comes later)."""
+    if CLIENT_MODULE not in sys.modules:
+        threading.Thread(target=importlib.import_module, args=(CLIENT_MODULE,), name="import-kube-client",
+                         daemon=True).start()
+
+
+async def imported() -> None:
+    """Once the client is imported: in a worker thread when it is not yet, so the event loop goes on serving."""
+    if CLIENT_MODULE not in sys.modules:
+        await asyncio.to_thread(importlib.import_module, CLIENT_MODULE)
 
 
 class KubeApiError(Exception):
@@ -17,6 +39,9 @@ class KubeApiError(Exception):
 
 async def connect(kubeconfig: str | None = None) -> client.ApiClient:
     """Kubeconfig ($KUBECONFIG or the given file) first, the pod's service account otherwise."""
+    await imported()
+    from kubernetes_asyncio import client, config
+
     configuration = client.Configuration()
     try:
         await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
@@ -30,6 +55,9 @@ async def connect(kubeconfig: str | None = None) -> client.ApiClient:
 
 async def read_secret_data(api: client.ApiClient, namespace: str, name: str) -> dict[str, str]:
     """The Secret's `data` (base64 values, never logged); a missing or unreadable Secret is named."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
+
     try:
         secret = await client.CoreV1Api(api).read_namespaced_secret(name, namespace)
     except ApiException as exc:
@@ -39,6 +67,9 @@ async def read_secret_data(api: client.ApiClient, namespace: str, name: str) -> 
 
 async def list_custom(api: client.ApiClient, plural: str) -> list[dict[str, Any]]:
     """Every object of one of our kinds, in all namespaces."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
+
     try:
         result = await client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, plural)
     except ApiException as exc:
