@@ -1,9 +1,9 @@
 """The runner's prefetch of its locked providers (docs/architecture.md §10.5) with the real terraform 1.11.4 and
 the real datastore (its provider mirror over HTTPS with a test CA, reading through a fake registry): a layer with
 a lock file installs its providers from the pod's filesystem mirror, fetched from the datastore's token route
-(unpacked, as the lock file lists their h1), and terraform's network mirror never asks for their archive; without a lock file, or with `-upgrade`, the
-network mirror as before. An archive tampered with in the datastore's storage fails `init` on the lock file's
-checksum: the run fails, nothing installs it."""
+(unpacked, as the lock file lists their h1), and terraform's network mirror never asks for their archive;
+without a lock file, or with `-upgrade`, the network mirror as before. An archive tampered with in the datastore's
+storage fails `init` on the lock file's checksum: the run fails, nothing installs it."""
 
 from __future__ import annotations
 
