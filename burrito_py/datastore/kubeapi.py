@@ -20,17 +20,25 @@ if TYPE_CHECKING:
 CLIENT_MODULE = "kubernetes_asyncio.client"
 
 
+_done = threading.Event()  # the client is imported whole (a module is in sys.modules while it is being imported)
+
+
+def _import() -> None:
+    importlib.import_module(CLIENT_MODULE)  # waits for an import under way in another thread
+    _done.set()
+
+
 def warm_up() -> None:
     """Start importing the client in a thread of its own (for the first token review, which comes later)."""
-    if CLIENT_MODULE not in sys.modules:
-        threading.Thread(target=importlib.import_module, args=(CLIENT_MODULE,), name="import-kube-client",
-                         daemon=True).start()
+    if not _done.is_set() and CLIENT_MODULE not in sys.modules:
+        threading.Thread(target=_import, name="import-kube-client", daemon=True).start()
 
 
 async def imported() -> None:
-    """Once the client is imported: in a worker thread when it is not yet, so the event loop goes on serving."""
-    if CLIENT_MODULE not in sys.modules:
-        await asyncio.to_thread(importlib.import_module, CLIENT_MODULE)
+    """Once the client is imported whole: waited for in a worker thread when it is not yet (or is being imported by
+    `warm_up`'s), so the event loop goes on serving."""
+    if not _done.is_set():
+        await asyncio.to_thread(_import)
 
 
 class KubeApiError(Exception):
