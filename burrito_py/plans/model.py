@@ -186,11 +186,7 @@ def parse_plan(data: bytes | str | Mapping[str, Any], *, attributes: bool = Fals
                     for i, item in enumerate(_list(data, "resource_changes", "")))
     drift = tuple(_resource(item, f"resource_drift[{i}]", None, values)
                   for i, item in enumerate(_list(data, "resource_drift", "")))
-    outputs_raw = data.get("output_changes")
-    outputs_raw = {} if outputs_raw is None else outputs_raw
-    if not isinstance(outputs_raw, Mapping):
-        raise PlanFormatError("output_changes: expected an object of output name → change")
-    outputs = tuple(_output(name, change) for name, change in sorted(outputs_raw.items()))
+    outputs = _outputs(data)
     return PlanModel(
         format_version=_str(data, "format_version", "", "") or "",
         terraform_version=_str(data, "terraform_version", "", "") or "",
@@ -210,21 +206,11 @@ def plan_summary(data: Mapping[str, Any]) -> str:
     entries = []
     for i, item in enumerate(_list(data, "resource_changes", "")):
         where = f"resource_changes[{i}]"
-        if not isinstance(item, Mapping):
-            raise PlanFormatError(f"{where}: expected an object")
-        change = item.get("change") or {}
-        if not isinstance(change, Mapping):
-            raise PlanFormatError(f"{where}.change: expected an object")
-        _, action = _actions(change, f"{where}.change")
+        change, _, action = _change(item, where)
         address = _str(item, "address", where, "") or ""
         previous = _str(item, "previous_address", where, None)
         entries.append((action, bool(change.get("importing")), previous is not None and previous != address))
-    outputs = data.get("output_changes")
-    outputs = {} if outputs is None else outputs
-    if not isinstance(outputs, Mapping):
-        raise PlanFormatError("output_changes: expected an object of output name → change")
-    return _summary_line(_tally(entries), any(_output(name, change).action != "no-op"
-                                              for name, change in outputs.items()))
+    return _summary_line(_tally(entries), any(o.action != "no-op" for o in _outputs(data)))
 
 
 def _summary_line(c: Counts, outputs_change: bool) -> str:
@@ -271,13 +257,26 @@ def _tally(entries: Iterable[tuple[Action, bool, bool]]) -> Counts:
     return Counts(**tally)
 
 
-def _resource(item: Any, where: str, budget: Budget | None = None, values: bool = True) -> ResourceChange:
+def _outputs(data: Mapping[str, Any]) -> tuple[OutputChange, ...]:
+    outputs = data.get("output_changes")
+    outputs = {} if outputs is None else outputs
+    if not isinstance(outputs, Mapping):
+        raise PlanFormatError("output_changes: expected an object of output name → change")
+    return tuple(_output(name, change) for name, change in sorted(outputs.items()))
+
+
+def _change(item: Any, where: str) -> tuple[Mapping[str, Any], tuple[str, ...], Action]:
+    """A resource change's `change` object and its actions, checked."""
     if not isinstance(item, Mapping):
         raise PlanFormatError(f"{where}: expected an object")
     change = item.get("change") or {}
     if not isinstance(change, Mapping):
         raise PlanFormatError(f"{where}.change: expected an object")
-    actions, action = _actions(change, f"{where}.change")
+    return (change, *_actions(change, f"{where}.change"))
+
+
+def _resource(item: Any, where: str, budget: Budget | None = None, values: bool = True) -> ResourceChange:
+    change, actions, action = _change(item, where)
     replace_paths = change.get("replace_paths") or []
     if not isinstance(replace_paths, list) or not all(isinstance(p, list) for p in replace_paths):
         raise PlanFormatError(f"{where}.change.replace_paths: expected a list of paths (lists)")
