@@ -138,16 +138,3 @@ def test_the_cache_is_bounded_and_holds_no_token():
         assert not any(f"good-{i}" in key for key in cache._entries for i in range(10))
 
     asyncio.run(scenario())
-
-
-def test_the_kubernetes_client_is_imported_with_the_authenticator_not_at_the_first_review() -> None:
-    """Importing kubernetes_asyncio takes most of a second; done at the first TokenReview it would stall the
-    datastore's event loop (every request in flight). `default_authenticator` imports kube_auth when the app is
-    built, so the client must come with that import."""
-    import subprocess
-    import sys
-
-    probe = ("import sys; import burrito_py.datastore.kube_auth; "
-             "print('kubernetes_asyncio.client' in sys.modules, 'kubernetes_asyncio.config' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["True", "True"]
