@@ -294,7 +294,7 @@ def _import_plan_modules() -> None:
     try:
         import concurrent.futures  # noqa: F401
 
-        import burrito_py.runner.summary  # noqa: F401
+        import burrito_py.plans.model  # noqa: F401
     except ImportError:
         pass
 
@@ -815,7 +815,7 @@ class Runner:
         `show -json` is done, removed while the last formats upload (what is left goes with the work directory)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        from burrito_py.runner.summary import plan_summary
+        from burrito_py.plans.model import plan_summary
 
         env = self.env
         plan_json, pretty = self.workdir / "plan.json", self.workdir / "plan.txt"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from burrito_py.runner.summary import plan_summary
+from burrito_py.plans.model import plan_summary
 from burrito_py.runner.terraform import StepFailed, Steps
 from burrito_py.runner.tools import tool_for
 

@@ -103,7 +103,7 @@ def test_the_runner_starts_without_what_it_needs_only_after_init_or_only_on_some
     import subprocess
     import sys
 
-    later = ("concurrent.futures", "logging", "burrito_py.plans.model", "burrito_py.runner.summary", "traceback",
+    later = ("concurrent.futures", "logging", "burrito_py.plans.model", "traceback",
              "zipfile", "platform", "burrito_py.runner.variables", "burrito_py.runner.state")
     script = ("import sys\nimport burrito_py.runner.main\n"
               f"print(','.join(name for name in {later!r} if name in sys.modules))")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from burrito_py.runner.summary import NO_CHANGES, plan_summary
+from burrito_py.plans.model import NO_CHANGES, plan_summary
 
 
 def change(*actions: str, importing: bool = False) -> dict[str, Any]:
