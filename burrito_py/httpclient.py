@@ -20,9 +20,8 @@ import select
 import ssl
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from email.message import Message
-from typing import IO
+from typing import IO, NamedTuple
 from urllib.parse import urlsplit
 
 __all__ = ["Answer", "Http", "TransportError", "default_context"]
@@ -39,8 +38,7 @@ class TransportError(Exception):
         self.cause = cause
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(NamedTuple):
     status: int
     reason: str
     headers: Message  # case-insensitive `get`

@@ -7,8 +7,7 @@ The CRDs leave inherited fields unset (no schema default) so that "unset" stays 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:  # the models import pydantic: the runner resolves its own reading of them (runner/objects.py)
     from burrito_py.api.common import DriftRemediation, OverrideRunnerSpec, RunnerMetadata
@@ -105,24 +104,21 @@ class Settings(Protocol):
     def spec(self) -> SettingsSpec: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ToolVersion:
+class ToolVersion(NamedTuple):
     """An enabled tool and the version asked for (None: what the code or a version file says)."""
 
     version: str | None
     enabled: bool | None = True
 
 
-@dataclass(frozen=True, slots=True)
-class EffectiveRemediation:
+class EffectiveRemediation(NamedTuple):
     auto_apply: bool
     apply_without_plan_artifact: bool
     max_retries: int
     drift: DriftRemediation = "detect"
 
 
-@dataclass(frozen=True, slots=True)
-class EffectiveTool:
+class EffectiveTool(NamedTuple):
     """`kind` is the one of terraform/opentofu that runs; `version` None means "what the code declares"
     (`required_version`); `terragrunt` is set only when terragrunt is effectively enabled."""
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "MOUNT_PATH_PATTERN",
@@ -82,8 +81,7 @@ MOUNT_PATH_PATTERN = "^([.]?/)*(var" + _SEP + ")?run" + _SEP + "secrets" + _SEP 
 _BACKSTEP_PATTERN = "(^|/)[.][.](/|$)"
 
 
-@dataclass(frozen=True, slots=True)
-class ReservedOverride:
+class ReservedOverride(NamedTuple):
     """One entry an override may not set: `field` is relative to `overrideRunnerSpec`, e.g. `env[2]`."""
 
     field: str

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
-from functools import total_ordering
-from typing import Literal
+from typing import Literal, NamedTuple
 
 __all__ = ["Constraint", "InvalidVersionConstraint", "Version", "parse_constraint", "pick_latest"]
 
@@ -35,9 +33,10 @@ class InvalidVersionConstraint(ValueError):
     """A version or constraint that cannot be read; the message names the offending text."""
 
 
-@total_ordering
-@dataclass(frozen=True, eq=False)
-class Version:
+class Version(NamedTuple):
+    """Compared by SemVer precedence (`_key`), never as the tuple it is: `1.2` equals `1.2.0`, a release sorts
+    after its prereleases."""
+
     major: int
     minor: int = 0
     patch: int = 0
@@ -66,18 +65,37 @@ class Version:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Version) and self._key() == other._key()
 
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
     def __hash__(self) -> int:
         return hash(self._key())
 
-    def __lt__(self, other: Version) -> bool:
-        return self._key() < other._key()
+    # A tuple's own comparisons would compare the fields (and accept any tuple): each one is SemVer's here.
+    def __lt__(self, other: tuple[object, ...]) -> bool:
+        return self._key() < _version(other)._key()
+
+    def __le__(self, other: tuple[object, ...]) -> bool:
+        return self._key() <= _version(other)._key()
+
+    def __gt__(self, other: tuple[object, ...]) -> bool:
+        return self._key() > _version(other)._key()
+
+    def __ge__(self, other: tuple[object, ...]) -> bool:
+        return self._key() >= _version(other)._key()
 
     def __str__(self) -> str:
         return f"{self.major}.{self.minor}.{self.patch}" + (f"-{self.prerelease}" if self.prerelease else "")
 
 
-@dataclass(frozen=True)
-class Clause:
+def _version(other: object) -> Version:
+    """The other side of an ordering: a Version only (a plain tuple would otherwise be compared field by field)."""
+    if not isinstance(other, Version):
+        raise TypeError(f"a Version is ordered against a Version, not {type(other).__name__}")
+    return other
+
+
+class Clause(NamedTuple):
     op: Operator
     version: Version
 
@@ -108,8 +126,7 @@ class Clause:
         return f"{self.op} {self.version}"
 
 
-@dataclass(frozen=True)
-class Constraint:
+class Constraint(NamedTuple):
     text: str
     clauses: tuple[Clause, ...]
 

@@ -26,9 +26,8 @@ import ssl
 import tempfile
 import time
 from base64 import b64decode
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from burrito_py.api import annotations as ann
 from burrito_py.httpclient import Answer, Http, TransportError
@@ -50,8 +49,7 @@ class KubeError(Exception):
         self.status = status
 
 
-@dataclass(frozen=True)
-class ApiConfig:
+class ApiConfig(NamedTuple):
     server: str
     token: str | None = None
     verify: ssl.SSLContext | bool = True  # a context carries the CA and any client certificate

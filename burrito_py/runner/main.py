@@ -86,9 +86,8 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 from burrito_py.api import annotations as ann
 from burrito_py.kube.pod_paths import pod_path
@@ -168,8 +167,7 @@ class StalePlan(RunnerError):
     exit_code = EXIT_STALE_PLAN
 
 
-@dataclass(frozen=True)
-class RunnerEnv:
+class RunnerEnv(NamedTuple):
     run: str
     layer: str
     namespace: str
@@ -178,7 +176,7 @@ class RunnerEnv:
     datastore_url: str
     grace_seconds: float = signals.DEFAULT_GRACE_SECONDS
     work_dir: Path | None = None  # None: under TMPDIR
-    mirror: MirrorConfig = field(default_factory=MirrorConfig)  # the datastore's mirrors (default: none)
+    mirror: MirrorConfig = MirrorConfig()  # the datastore's mirrors (default: none)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> RunnerEnv:

@@ -45,9 +45,9 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -132,8 +132,7 @@ def _base_url(text: str, name: str, schemes: tuple[str, ...]) -> str:
     return url if url.endswith("/") else url + "/"
 
 
-@dataclass(frozen=True)
-class MirrorConfig:
+class MirrorConfig(NamedTuple):
     provider_url: str = ""
     fail_closed: bool = False
     tool_url: str = ""
@@ -208,8 +207,7 @@ def cli_config(mirror_url: str | None, host: str, token: str | None, existing: s
     return "\n".join(parts)
 
 
-@dataclass(frozen=True)
-class LockedProvider:
+class LockedProvider(NamedTuple):
     address: str  # host/namespace/type, as the lock file names it
     version: str
     hashes: frozenset[str]  # h1: and zh: as listed
@@ -329,15 +327,18 @@ def probe(url: str, context: ssl.SSLContext, timeout: float = PROBE_TIMEOUT, tri
 
 
 # -- the attempt --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MirrorSetup:
+class MirrorSetup(NamedTuple):
     """What the mirrors need from the rest of the attempt."""
 
-    env: dict[str, str] = field(default_factory=dict)  # added to the terraform steps' environment
+    env: Mapping[str, str] = MappingProxyType({})  # added to the terraform steps' environment
     ca_bundle: Path | None = None  # trusted CAs for the runner's own calls to the datastore's HTTPS listener
     provider_mirror: bool = False  # whether terraform installs providers through the mirror
-    existing: str = field(default="", repr=False)  # the pod's own CLI configuration, carried into ours
+    existing: str = ""  # the pod's own CLI configuration, carried into ours: it may hold credentials
     prefetched: tuple[str, ...] = ()  # providers terraform installs from the pod's filesystem mirror
+
+    def __repr__(self) -> str:  # `existing` left out: a credentials block in it must not reach a log
+        return (f"MirrorSetup(env={dict(self.env)!r}, ca_bundle={self.ca_bundle!r}, "
+                f"provider_mirror={self.provider_mirror!r}, prefetched={self.prefetched!r})")
 
 
 def _existing_cli_config(environ: Mapping[str, str], home: Path) -> tuple[Path | None, str]:

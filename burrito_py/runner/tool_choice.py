@@ -29,8 +29,7 @@ can provide it the run fails naming the version, where the request came from and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from burrito_py.plans.versions import ANY, Constraint, InvalidVersionConstraint, parse_constraint, pick_latest
 
@@ -57,8 +56,7 @@ class VersionChoiceError(ValueError):
     """A request that cannot be read: the message names the file or field and why."""
 
 
-@dataclass(frozen=True, slots=True)
-class VersionRequest:
+class VersionRequest(NamedTuple):
     """`text` is what must be satisfied (None: any release); `where` names where it was found."""
 
     text: str | None
@@ -122,8 +120,7 @@ def request_version(
     return VersionRequest(None, "no version in the spec, the version files or the code")
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(NamedTuple):
     """A binary at hand: `source` is where it was found (`BURRITO_RUNNER_TOOLS_PATH /opt/…`, `TENV_ROOT /…`,
     `PATH`)."""
 
@@ -132,8 +129,7 @@ class Candidate:
     source: str
 
 
-@dataclass(frozen=True, slots=True)
-class BinaryChoice:
+class BinaryChoice(NamedTuple):
     """One of: `use` a candidate; `install` with `installer` ("mirror" or "tenv"); or `error`."""
 
     use: Candidate | None = None

@@ -32,9 +32,8 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar
 
 from burrito_py.kube.pod_paths import pod_path_setting
 from burrito_py.plans.versions import Constraint, InvalidVersionConstraint, parse_constraint, pick_latest
@@ -94,8 +93,7 @@ class NotOnMirror(ToolError):
     """The tool mirror lists no version satisfying the request."""
 
 
-@dataclass(frozen=True)
-class Tool:
+class Tool(NamedTuple):
     """What runs the steps: `binary` is terraform or tofu; `terragrunt` wraps it when set."""
 
     kind: Literal["terraform", "opentofu"]
@@ -330,8 +328,7 @@ def binary_version(binary: str, kind: ToolKind) -> str:
 
 
 # -- the datastore's tool mirror ----------------------------------------------------------------
-@dataclass(frozen=True)
-class ToolMirror:
+class ToolMirror(NamedTuple):
     """The datastore's tool binaries: `url` ends with a slash (`https://<datastore>:8443/tools/v1/`); `token`
     is the runner's datastore token, `ca_bundle` the CAs that verify the mirror (None: the system's)."""
 

@@ -143,3 +143,44 @@ def test_parsing_either_succeeds_or_names_the_text(text: str) -> None:
         parse_constraint(text)
     except InvalidVersionConstraint as error:
         assert "empty version constraint" in str(error) or repr(text.strip()) in str(error)
+
+
+prereleases = st.sampled_from(["", "alpha", "alpha.1", "beta.2", "beta.11", "rc.1"])
+
+
+@given(triples, st.integers(min_value=1, max_value=3), prereleases, triples, st.integers(min_value=1, max_value=3),
+       prereleases)
+def test_every_comparison_is_semver_precedence_never_the_fields(
+    a: Triple, a_components: int, a_pre: str, b: Triple, b_components: int, b_pre: str
+) -> None:
+    """A Version is a tuple underneath: each of the six comparisons (and the hash) must be SemVer's, where `1.2`
+    equals `1.2.0` although their fields differ, and a prerelease sorts before its release."""
+    from burrito_py.plans.versions import Version
+
+    def parsed(triple: Triple, components: int, pre: str) -> tuple[Version, tuple[int, ...]]:
+        numbers = (*triple[:components], *(0,) * (3 - components))
+        text = ".".join(map(str, triple[:components])) + (f"-{pre}" if pre else "")
+        # The reference: the numbers, then a release above any of its prereleases (SemVer's order of these
+        # identifiers is the list's, which `prereleases` samples in order).
+        rank = ["alpha", "alpha.1", "beta.2", "beta.11", "rc.1"].index(pre) if pre else 99
+        return Version.parse(text), (*numbers, rank)
+
+    (va, ka), (vb, kb) = parsed(a, a_components, a_pre), parsed(b, b_components, b_pre)
+    assert (va == vb, va != vb) == (ka == kb, ka != kb)
+    assert (va < vb, va <= vb, va > vb, va >= vb) == (ka < kb, ka <= kb, ka > kb, ka >= kb)
+    assert max(va, vb) == max(vb, va) == (va if ka >= kb else vb)
+    if ka == kb:
+        assert hash(va) == hash(vb)
+
+
+def test_a_version_never_equals_or_orders_against_a_plain_tuple() -> None:
+    from burrito_py.plans.versions import Version
+
+    version = Version.parse("1.2")
+    assert version == Version.parse("1.2.0") and tuple(version) != tuple(Version.parse("1.2.0"))
+    assert version != (1, 2, 0, "", 2)
+    for plain in ((1, 3, 0, "", 3), (0, 1)):
+        with pytest.raises(TypeError):
+            _ = version < plain
+        with pytest.raises(TypeError):
+            _ = plain > version  # the reflected side is Version's too
