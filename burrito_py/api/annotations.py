@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-
 GROUP = "terraform.burrito-py.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -102,6 +100,8 @@ def layer_label(name: str) -> str:
     the objects' spec (a run's spec.layer.name) or in env/annotations; readers confirm it there."""
     if len(name) <= LABEL_VALUE_MAX:
         return name
+    import hashlib  # here: a runner imports this module before `init`, and hashlib costs ~2 ms to import
+
     digest = hashlib.sha256(name.encode()).hexdigest()[:_LABEL_HASH_CHARS]
     return f"{name[: LABEL_VALUE_MAX - _LABEL_HASH_CHARS - 1]}-{digest}"
 

@@ -5,7 +5,6 @@ controllers, the server, the CLI) and the runner's own client (`runner/store.py`
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import IO
 from urllib.parse import quote
@@ -75,6 +74,8 @@ def declared(handle: IO[bytes]) -> dict[str, str]:
     """The sum and length of a file about to be sent (read once here, then again as it is sent; the handle is left
     at its start): the datastore checks the body against them and, on S3, uploads a large one straight to its key
     rather than staging and copying it (docs/architecture.md §10)."""
+    import hashlib  # uploads only: a runner imports this module before `init`, hashlib ~2 ms
+
     digest, size = hashlib.sha256(), 0
     while chunk := handle.read(1024 * 1024):
         digest.update(chunk)

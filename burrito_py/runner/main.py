@@ -78,7 +78,6 @@ never overwritten; the runner cleans its work directory and ends without interpr
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -225,6 +224,8 @@ class RunnerEnv(NamedTuple):
 
 
 def file_sum(path: Path) -> str:
+    import hashlib  # after `init` (imported while it runs, `_import_plan_modules`), or an apply's plan check
+
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         while chunk := handle.read(1024 * 1024):
@@ -286,11 +287,12 @@ def _once_after(step: str, call: Callable[[], None]) -> Callable[[str], None]:
 
 
 def _import_plan_modules() -> None:
-    """What a plan needs only after `init` (the uploads' thread pool with `logging`, the summary's plan model:
-    ~15 ms CPU), imported while `init` runs and the runner only relays its output, so not in the attempt's
-    critical path when a core is free. A failure here is the later import's to report."""
+    """What a plan needs only after `init` (the uploads' thread pool with `logging`, the summary's plan model,
+    hashlib for the sums: ~15 ms CPU), imported while `init` runs and the runner only relays its output, so not
+    in the attempt's critical path when a core is free. A failure here is the later import's to report."""
     try:
         import concurrent.futures  # noqa: F401
+        import hashlib  # noqa: F401
 
         import burrito_py.plans.model  # noqa: F401
     except ImportError:

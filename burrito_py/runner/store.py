@@ -6,7 +6,6 @@ same as that client's (docs/architecture.md §9, §10)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import ssl
@@ -82,6 +81,8 @@ class RunnerStore:
                 with data.open("rb") as handle:  # streamed from the file, never read whole
                     answer = self._http.request("PUT", url, body=handle, headers=declared(handle))
             else:
+                import hashlib  # the uploads only: not on the runner's path before `init`
+
                 answer = self._http.request("PUT", url, body=data,
                                             headers={SHA_HEADER: hashlib.sha256(data).hexdigest()})
             sha = _checked(answer, what).headers.get(SHA_HEADER)

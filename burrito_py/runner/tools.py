@@ -23,7 +23,6 @@ Terragrunt (`spec.terragrunt.enabled`): the same, from `spec.terragrunt.version`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -414,6 +413,8 @@ def _download(client: httpx.Client, url: str, dest: Path) -> tuple[str, str]:
     """Stream `url` to `dest`; (sha256 of what came, the X-Burrito-Sha256 header)."""
 
     def get() -> tuple[str, str]:
+        import hashlib  # the tool mirror's downloads only
+
         digest = hashlib.sha256()
         with client.stream("GET", url) as response, dest.open("wb") as handle:
             if response.is_error:

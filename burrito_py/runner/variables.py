@@ -17,9 +17,8 @@ import binascii
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:  # the runner imports this module: no pydantic at run time
     from burrito_py.api.layer import VarsSource
@@ -89,8 +88,7 @@ def merge_variables(vars_: Mapping[str, Any] | None, sources: Iterable[Mapping[s
     return merged
 
 
-@dataclass(frozen=True, slots=True)
-class Inputs:
+class Inputs(NamedTuple):
     """The run's inputs record as the runner uses it: every variable it is given (varsFrom values, then upstream
     outputs), the sensitive ones, the ones whose value came from a Secret, and why the varsFrom could not be
     satisfied (`error`, names only)."""

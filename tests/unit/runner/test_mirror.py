@@ -259,3 +259,14 @@ def test_failed_installs_are_read_from_terraform_and_tofu_output() -> None:
     assert failed_installs(output) == [("registry.example.test/test/tiny", "1.0.0"),
                                        ("registry.opentofu.org/hashicorp/random", "3.6.2")]
     assert failed_installs(["Error: Invalid provider configuration"]) == []
+
+
+def test_the_setup_never_shows_the_pods_own_cli_configuration() -> None:
+    """`existing` is the pod's CLI configuration carried into ours; a credentials block in it must not reach a
+    log through a repr (a traceback's locals, a debug line)."""
+    from burrito_py.runner.mirror import MirrorSetup
+
+    secret = 'credentials "app.terraform.io" { token = "s3cr3t-token-value" }'
+    setup = MirrorSetup({"TF_CLI_CONFIG_FILE": "/home/runner/burrito-py.tfrc"}, None, True, secret)
+    assert "s3cr3t" not in repr(setup) and "TF_CLI_CONFIG_FILE" in repr(setup)
+    assert setup.existing == secret
