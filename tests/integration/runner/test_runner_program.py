@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -145,6 +148,28 @@ def test_a_failing_plan_exits_1_and_annotates_nothing(world: World) -> None:
     assert result.stderr == f"error: {message}\n"
     assert "Error: Reference to undeclared input variable" in result.stdout  # streamed as it came
     assert world.termination_message("app-plan-1") == message
+    assert world.annotations() == {}
+
+
+def test_a_show_json_that_is_no_json_fails_the_plan_and_stores_no_summary(world: World, tmp_path: Path) -> None:
+    """The JSON goes up while it is read: should it not read as JSON, the attempt fails (exit 2, naming why) with
+    no summary, so the controllers never record it (they read a succeeded attempt's plan only)."""
+    real = shutil.which("terraform")
+    assert real is not None
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    (fake / "terraform").write_text(
+        f'#!/bin/sh\nif [ "$1" = show ]; then echo "not json"; exit 0; fi\nexec {real} "$@"\n')
+    (fake / "terraform").chmod(0o755)
+    revision = world.commit({"layers/app/main.tf": CODE % "v1"})
+    world.layer()
+    world.run("app-plan-1", "plan", revision)
+    result = world.runner("app-plan-1", "plan", PATH=f"{fake}:{os.environ['PATH']}")
+    assert result.code == 2, result.stderr
+    assert result.stderr.startswith("error: show -json printed no valid JSON: Expecting value: line 1 column 1")
+    with pytest.raises(DatastoreError) as missing:
+        world.plan("app-plan-1", 1, "short")
+    assert missing.value.status_code == 404
     assert world.annotations() == {}
 
 
