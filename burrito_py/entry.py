@@ -29,12 +29,17 @@ def main() -> None:
         # collector's passes over them while they are made free nothing (~5-10 ms CPU of every attempt). Frozen
         # once made, they are not scanned again; collection runs as usual for everything the attempt makes.
         gc.disable()
+        import os
+
+        from burrito_py.runner.early import EarlyReads
+
+        early = EarlyReads.start(os.environ)  # the run and the layer come while the attempt's modules import
         from burrito_py.runner.main import exit_now
         from burrito_py.runner.main import main as run_attempt
 
         gc.freeze()
         gc.enable()
-        exit_now(run_attempt())
+        exit_now(run_attempt(early=early))
     from burrito_py.cli import app
 
     app()

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from burrito_py.runner.main import exit_now, main
-
 if __name__ == "__main__":
-    exit_now(main())
+    import os
+
+    from burrito_py.runner.early import EarlyReads
+
+    early = EarlyReads.start(os.environ)  # as entry.py: the run and the layer come while the attempt's modules import
+    from burrito_py.runner.main import exit_now, main
+
+    exit_now(main(early=early))

@@ -91,6 +91,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 from burrito_py.api import annotations as ann
 from burrito_py.kube.pod_paths import pod_path
 from burrito_py.runner import masking, signals
+from burrito_py.runner.early import Bodies, EarlyReads, Outcome, read_run_and_layer
 from burrito_py.runner.kube import Kube, KubeError
 from burrito_py.runner.masking import MIN_LENGTH, masker
 from burrito_py.runner.mirror import (
@@ -303,10 +304,12 @@ class Runner:
     """One attempt: everything between reading the environment and exiting."""
 
     def __init__(self, env: RunnerEnv, kube: Kube, store: RunnerStore, workdir: Path,
-                 token: str | None = None) -> None:
+                 token: str | None = None, bodies: Bodies | None = None) -> None:
+        """`bodies`: the run and the layer as read while the runner imported (`early`); None: read them here."""
         self.env, self.kube, self.store, self.workdir = env, kube, store, workdir
         self.token = token  # the datastore token: the mirrors take it too
         self.plan_file = workdir / "plan.bin"
+        self._bodies = bodies
 
     # -- API ------------------------------------------------------------------------------------
     def _read(self, read: Callable[[Mapping[str, Any]], R], kind: str, plural: str, namespace: str, name: str) -> R:
@@ -317,9 +320,16 @@ class Runner:
         try:
             return self.kube.get(plural, namespace, name, kind)
         except KubeError as exc:
-            if exc.status == 404:
-                raise RunnerError(f"{kind} {namespace}/{name} not found") from None
-            raise Unavailable(str(exc)) from None
+            return self._body(kind, namespace, name, exc)
+
+    @staticmethod
+    def _body(kind: str, namespace: str, name: str, outcome: Outcome) -> dict[str, Any]:
+        """The body read, or the refusal raised: a missing object is bad input, anything else the API's."""
+        if not isinstance(outcome, KubeError):
+            return outcome
+        if outcome.status == 404:
+            raise RunnerError(f"{kind} {namespace}/{name} not found") from None
+        raise Unavailable(str(outcome)) from None
 
     @staticmethod
     def _check(read: Callable[[Mapping[str, Any]], R], kind: str, namespace: str, name: str,
@@ -335,16 +345,6 @@ class Runner:
         except InvalidSpec as exc:
             raise RunnerError(f"{kind} {namespace}/{name} is invalid: {exc}") from None
 
-    def _run_and_layer(self) -> tuple[dict[str, Any], dict[str, Any] | RunnerError]:
-        """The run's body (its failure raised), then the layer's body or its failure, which the caller raises
-        once the run is checked: the order of the refusals is the order of the reads."""
-        env = self.env
-        run = self._get("TerraformRun", "terraformruns", env.namespace, env.run)
-        try:
-            return run, self._get("TerraformLayer", "terraformlayers", env.namespace, env.layer)
-        except RunnerError as exc:
-            return run, exc
-
     def _datastore(self, call: Any, *args: Any) -> Any:
         from burrito_py.datastore.wire import DatastoreError
 
@@ -358,19 +358,27 @@ class Runner:
     # -- the attempt ----------------------------------------------------------------------------
     def run(self) -> None:
         env = self.env
-        # The run and the layer are read while the modules that check them are imported (~7 ms CPU).
-        bodies = _Started(self._run_and_layer, "read")
+        # The run and the layer are read while the modules that check them are imported (~7 ms CPU), unless
+        # they were while the runner itself imported (`early`). The run's refusal comes first, then the layer's
+        # once the run is checked: the order of the reads.
+        bodies = self._bodies
+        reading = _Started(lambda: read_run_and_layer(self.kube, env.namespace, env.run, env.layer), "read") \
+            if bodies is None else None
         try:
             from burrito_py.api.effective import effective_extra_args, effective_remediation, effective_tool
             from burrito_py.api.operation_rules import OPERATION_ACTIONS, BadOperation, describe
             from burrito_py.runner.objects import ExtraArgs, read_layer, read_repository, read_run
         finally:
-            bodies.join()  # the connection is this thread's again
-        run_body, layer_body = bodies.result()
-        run = self._check(read_run, "TerraformRun", env.namespace, env.run, run_body)
-        if isinstance(layer_body, RunnerError):
-            raise layer_body
-        layer = self._check(read_layer, "TerraformLayer", env.namespace, env.layer, layer_body)
+            if reading is not None:
+                reading.join()  # the connection is this thread's again
+        if reading is not None:
+            bodies = reading.result()
+        assert bodies is not None
+        run = self._check(read_run, "TerraformRun", env.namespace, env.run,
+                          self._body("TerraformRun", env.namespace, env.run, bodies.run))
+        assert bodies.layer is not None  # read whenever the run was
+        layer = self._check(read_layer, "TerraformLayer", env.namespace, env.layer,
+                            self._body("TerraformLayer", env.namespace, env.layer, bodies.layer))
         if run.spec.layer.name != env.layer:
             raise RunnerError(f"run {env.run} is for layer {run.spec.layer.name}, not {env.layer}")
         if run.spec.action != env.action:
@@ -874,16 +882,20 @@ def _work_directory(env: RunnerEnv) -> tempfile.TemporaryDirectory[str]:
         raise RunnerError(f"cannot create the work directory under {where}: {exc.strerror or exc}") from None
 
 
-def _attempt(env: RunnerEnv, token: str | None) -> None:
+def _attempt(env: RunnerEnv, token: str | None, early: EarlyReads | None = None) -> None:
+    taken = early.take(env.namespace, env.run, env.layer) if early is not None else None
+    client, bodies = taken if taken is not None else (None, None)
     try:
-        kube = Kube.from_config()
+        kube = Kube.from_config() if client is None else client
     except KubeError as exc:
         raise Unavailable(str(exc)) from None
+    if isinstance(kube, KubeError):
+        raise Unavailable(str(kube))
     from burrito_py.runner.store import RunnerStore
 
     try:
         with RunnerStore(env.datastore_url, token=token) as store, _work_directory(env) as tmp:
-            Runner(env, kube, store, Path(tmp), token).run()
+            Runner(env, kube, store, Path(tmp), token, bodies).run()
     finally:
         kube.close()
 
@@ -900,8 +912,17 @@ def _upload_log(env: RunnerEnv, token: str | None, text: str, seconds: float) ->
         print(f"burrito-py: the log could not be uploaded: {exc}", file=sys.stderr, flush=True)
 
 
-def main(environ: Mapping[str, str] | None = None) -> int:
-    """Run one attempt; returns the exit code (see the module docstring)."""
+def main(environ: Mapping[str, str] | None = None, early: EarlyReads | None = None) -> int:
+    """Run one attempt; returns the exit code (see the module docstring). `early`: the reads `runner start`
+    began while this module imported (`early`), taken when they are for this environment's run."""
+    try:
+        return _main(os.environ if environ is None else environ, early)
+    finally:
+        if early is not None:
+            early.discard()
+
+
+def _main(environ: Mapping[str, str], early: EarlyReads | None) -> int:
     stop = signals.reset(signals.stop_wait(signals.DEFAULT_GRACE_SECONDS))
     masking.reset()
     transcript = Transcript()
@@ -909,13 +930,13 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     token: str | None = None
     with stop.installed(), transcript.capturing():
         try:
-            env = RunnerEnv.from_environ(os.environ if environ is None else environ)
+            env = RunnerEnv.from_environ(environ)
             stop.wait_seconds = signals.stop_wait(env.grace_seconds)
             prefetch_version("terraform")  # the usual tool; its version check then costs nothing
             token = read_token()
             if token:  # it reaches terraform's CLI configuration: never print it
                 masker().add(token)
-            _attempt(env, token)
+            _attempt(env, token, early)
         except Interrupted as exc:
             message, code = str(exc), stop.exit_code()
         except StepFailed as exc:

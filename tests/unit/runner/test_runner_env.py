@@ -120,7 +120,7 @@ def test_runner_start_freezes_its_start_up_objects_and_collects_as_usual_during_
     script = (
         "import gc, sys\n"
         "import burrito_py.runner.main as runner\n"
-        "runner.main = lambda: print(gc.isenabled(), gc.get_freeze_count() > 1000, flush=True) or 0\n"
+        "runner.main = lambda early: print(gc.isenabled(), gc.get_freeze_count() > 1000, flush=True) or 0\n"
         "sys.argv = ['burrito-py', 'runner', 'start']\n"
         "from burrito_py.entry import main\n"
         "main()\n"
