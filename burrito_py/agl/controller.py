@@ -240,10 +240,16 @@ class AglController:
             raise
         return [f"{i['metadata'].get('namespace')}/{i['metadata']['name']}" for i in items]
 
-    async def _delete_crd(self, name: str, definition: str) -> None:
+    async def _delete_crd(self, name: str, definition: str) -> bool:
+        """Withdraw the kind; True once its CRD is gone (or is not this definition's). A real API server keeps a
+        deleted CRD, Terminating, and serves its kind until it has removed the instances: gone only after that."""
         crd = await self.kube.get(f"{CRDS}/{name}")
-        if crd is not None and (crd["metadata"].get("labels") or {}).get(LABEL_DEFINITION) == definition:
+        if crd is None or (crd["metadata"].get("labels") or {}).get(LABEL_DEFINITION) != definition:
+            return True
+        if not crd["metadata"].get("deletionTimestamp"):
             await self.kube.delete(f"{CRDS}/{name}")
+            crd = await self.kube.get(f"{CRDS}/{name}")
+        return crd is None
 
     async def _finish_deletion(self, body: Body, served: str | None) -> None:
         name = body["metadata"]["name"]
@@ -281,11 +287,20 @@ class AglController:
                 return
             await self._unwatch(served)
             try:
-                await self._delete_crd(served, name)
+                gone = await self._delete_crd(served, name)
             except KubeError as error:
                 if error.status == 403:
                     await self._forbidden(body, f"deleting: cannot withdraw the CRD {served}", error)
                 raise
+            if not gone:
+                # Released now, the definition would be gone while its kind is still served (and a definition made
+                # again under its name would meet the Terminating CRD).
+                await self._definition_status(body, Cond(
+                    "Ready", False, "CRDTerminating",
+                    f"deleting: the API server is removing the CRD {served}; released once it is gone",
+                ), instances=0)
+                self.wake_definition(name, 1.0)
+                return
         finalizers.remove(DEFINITION_FINALIZER)
         patch = {"metadata": {"finalizers": finalizers, "resourceVersion": body["metadata"]["resourceVersion"]}}
         try:
