@@ -283,10 +283,12 @@ class _Reader:
 
 
 def _matches(pattern: str, value: str) -> bool:
-    """pydantic's (Rust) regex search: its `$` is the end of the text, where Python's also matches before a final
-    newline (`a\n` is no relative path)."""
-    found = re.search(pattern, value)
-    return found is not None and (not pattern.endswith("$") or found.end() == len(value))
+    """pydantic's (Rust) regex search, as kube-apiserver's (Go): a final `$` is the end of the text only, where
+    Python's also matches before a final newline. Made Python's end-of-text anchor, the search still backtracks to
+    another alternative that reaches the end: a dot then a newline is a path component, as the models read it."""
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.search(pattern, value) is not None
 
 
 def _count(n: int, noun: str) -> str:

@@ -197,6 +197,15 @@ def test_a_layer_and_its_repository_read_as_the_models_read_them(objects: tuple[
             merged.extra_init_args, merged.extra_plan_args, merged.extra_apply_args)
 
 
+@pytest.mark.parametrize("path", [".\n", "a\n", "layers/app\n", ".", "a//b", "../x", "/a", "a/\n/b", ""])
+def test_a_path_ending_in_a_newline_reads_as_the_model_reads_it(path: str) -> None:
+    """Python's `$` also matches before a final newline: a search that stopped there refused `.\n`, which the model
+    (and kube-apiserver's pattern) takes as the component `.` followed by a character (found by the property above)."""
+    layer = {"metadata": {"name": "x", "namespace": "default"},
+             "spec": {"branch": "main", "repository": {"name": "app"}, "path": path}}
+    same_outcome(TerraformLayer, read_layer, layer)
+
+
 @settings(max_examples=600)
 @given(run_obj=st.booleans().flatmap(lambda bad: Fields(bad).run()))
 def test_a_run_reads_as_the_model_reads_it(run_obj: dict[str, Any]) -> None:
