@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 if __name__ == "__main__":
-    import os
+    from burrito_py.runner.start import start
 
-    from burrito_py.runner.early import EarlyReads
-
-    early = EarlyReads.start(os.environ)  # as entry.py: the run and the layer come while the attempt's modules import
-    from burrito_py.runner.main import exit_now, main
-
-    exit_now(main(early=early))
+    start()

@@ -189,7 +189,7 @@ def profile(name: str, env: dict[str, str], out_dir: Path) -> None:
         "from pyinstrument import Profiler\n"
         "profiler = Profiler(interval=0.0005)\n"
         "profiler.start()\n"
-        "from burrito_py.entry import RUNNER_SKIPPED_IMPORTS\n"
+        "from burrito_py.runner.start import RUNNER_SKIPPED_IMPORTS\n"
         "for skipped in RUNNER_SKIPPED_IMPORTS:\n"
         "    sys.modules.setdefault(skipped, None)\n"
         "from burrito_py.runner.main import main\n"

@@ -13,10 +13,10 @@ from pathlib import Path
 # `Runner.run` imports before `init` (the object readers, effective settings, operation rules, the source).
 BEFORE_INIT = """
 import sys
-from burrito_py.entry import RUNNER_SKIPPED_IMPORTS
+from burrito_py.runner.start import RUNNER_SKIPPED_IMPORTS
 for name in RUNNER_SKIPPED_IMPORTS:
     sys.modules.setdefault(name, None)
-import burrito_py.entry, burrito_py.runner.main, burrito_py.runner.store
+import burrito_py.entry, burrito_py.runner.start, burrito_py.runner.main, burrito_py.runner.store
 import burrito_py.api.effective, burrito_py.api.operation_rules, burrito_py.runner.objects
 import burrito_py.runner.sources, burrito_py.runner.variables
 print(" ".join(sorted(name for name, module in sys.modules.items()
