@@ -203,6 +203,8 @@ def plan_summary(data: Mapping[str, Any]) -> str:
     """`parse_plan(data).summary()` without building the model: only what the counts read (each resource change's
     actions, import and move, the outputs' actions), checked as `parse_plan` checks it. The runner's summary of a
     1,000-resource plan, in the attempt's critical path after `show -json`: ~1 ms instead of ~6."""
+    if not isinstance(data, Mapping):
+        raise PlanFormatError("(document): expected a JSON object")
     entries = []
     for i, item in enumerate(_list(data, "resource_changes", "")):
         where = f"resource_changes[{i}]"

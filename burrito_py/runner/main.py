@@ -823,7 +823,7 @@ class Runner:
         `show -json` is done, removed while the last formats upload (what is left goes with the work directory)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        from burrito_py.plans.model import plan_summary
+        from burrito_py.plans.model import PlanFormatError, plan_summary
 
         env = self.env
         plan_json, pretty = self.workdir / "plan.json", self.workdir / "plan.txt"
@@ -835,11 +835,24 @@ class Runner:
                    replace=operation.replace if operation is not None else (),
                    target=operation.target if operation is not None else ())
 
-        def put(fmt: str, data: Path | bytes) -> None:
-            self._datastore(self.store.put_plan, env.namespace, env.layer, env.run, env.attempt, fmt, data)
+        def put(fmt: str, data: Path | bytes, meanwhile: Callable[[], object] | None = None) -> None:
+            self._datastore(self.store.put_plan, env.namespace, env.layer, env.run, env.attempt, fmt, data, meanwhile)
+
+        summary: list[str] = []
+
+        def summarize(document: bytes) -> None:
+            try:
+                data = json.loads(document)
+            except ValueError as exc:
+                raise RunnerError(f"show -json printed no valid JSON: {exc}") from None
+            try:
+                summary.append(plan_summary(data))
+            except PlanFormatError as exc:
+                raise RunnerError(f"show -json printed JSON that is no plan: {exc}") from None
 
         # Upload the binary and the human-readable plan while `show -json` renders (a third of a second on
-        # 1,000 resources), and the JSON while it is read and the summary counted (~10 ms on 1,000 resources).
+        # 1,000 resources), and read the JSON (~10 ms on 1,000 resources) once it is sent, while the datastore
+        # stores it: in this thread, as reading it holds the interpreter lock an upload's thread would need.
         # Should it not read as JSON, the attempt fails: the controllers read the plan of a succeeded attempt
         # only, and of a failed apply nothing but its applied record (controllers/run/results.py `facts_needed`).
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="burrito-py-runner") as pool:
@@ -847,19 +860,14 @@ class Runner:
             uploads = [pool.submit(put, "bin", self.plan_file), pool.submit(put, "pretty", pretty)]
             digest = file_sum(self.plan_file)
             shown.result()  # a failure here leaves the pool, which waits for the uploads first
-            uploads.append(pool.submit(put, "json", plan_json))
             if discard is not None:
                 pool.submit(shutil.rmtree, discard, ignore_errors=True)
-            try:
-                with plan_json.open("rb") as handle:
-                    document = json.load(handle)
-                short = plan_summary(document)
-            except ValueError as exc:
-                raise RunnerError(f"show -json printed no valid JSON: {exc}") from None
-            uploads.append(pool.submit(put, "short", short.encode()))
+            document = plan_json.read_bytes()
+            put("json", document, lambda: summarize(document))
+            put("short", summary[0].encode())
             for future in uploads:
                 future.result()
-        _say(f"burrito-py: {short}")
+        _say(f"burrito-py: {summary[0]}")
         return digest
 
 

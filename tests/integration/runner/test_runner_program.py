@@ -151,22 +151,33 @@ def test_a_failing_plan_exits_1_and_annotates_nothing(world: World) -> None:
     assert world.annotations() == {}
 
 
-def test_a_show_json_that_is_no_json_fails_the_plan_and_stores_no_summary(world: World, tmp_path: Path) -> None:
-    """The JSON goes up while it is read: should it not read as JSON, the attempt fails (exit 2, naming why) with
-    no summary, so the controllers never record it (they read a succeeded attempt's plan only)."""
+@pytest.mark.parametrize(
+    ("printed", "message"),
+    [
+        ("not json", "show -json printed no valid JSON: Expecting value: line 1 column 1"),
+        # Valid JSON, yet no plan: once an internal error with a traceback (exit 4).
+        ("[]", "show -json printed JSON that is no plan: (document): expected a JSON object"),
+        ('{"resource_changes": [{"change": {"actions": ["create", "update"]}}]}',
+         "show -json printed JSON that is no plan: resource_changes[0].change.actions: unknown combination"),
+    ],
+)
+def test_a_show_json_that_is_no_plan_fails_the_plan_and_stores_no_summary(world: World, tmp_path: Path,
+                                                                          printed: str, message: str) -> None:
+    """The JSON goes up while it is read: should it not read as a plan, the attempt fails (exit 2, naming why)
+    with no summary, so the controllers never record it (they read a succeeded attempt's plan only)."""
     real = shutil.which("terraform")
     assert real is not None
     fake = tmp_path / "fake-bin"
     fake.mkdir()
     (fake / "terraform").write_text(
-        f'#!/bin/sh\nif [ "$1" = show ]; then echo "not json"; exit 0; fi\nexec {real} "$@"\n')
+        f'#!/bin/sh\nif [ "$1" = show ]; then echo \'{printed}\'; exit 0; fi\nexec {real} "$@"\n')
     (fake / "terraform").chmod(0o755)
     revision = world.commit({"layers/app/main.tf": CODE % "v1"})
     world.layer()
     world.run("app-plan-1", "plan", revision)
     result = world.runner("app-plan-1", "plan", PATH=f"{fake}:{os.environ['PATH']}")
     assert result.code == 2, result.stderr
-    assert result.stderr.startswith("error: show -json printed no valid JSON: Expecting value: line 1 column 1")
+    assert result.stderr.startswith(f"error: {message}"), result.stderr
     with pytest.raises(DatastoreError) as missing:
         world.plan("app-plan-1", 1, "short")
     assert missing.value.status_code == 404

@@ -155,9 +155,9 @@ def test_the_summary_is_the_old_one_plus_moves(resources: list[dict[str, Any]], 
     assert plan_summary(plan) == parse_plan(plan).summary()  # the runner's, counted without the model
 
 
-@pytest.mark.parametrize(("document", "field"), BAD_DOCUMENTS)
-def test_the_runners_summary_refuses_what_the_model_refuses_in_what_it_reads(document: dict[str, Any],
-                                                                            field: str) -> None:
+@pytest.mark.parametrize(("document", "field"), [*BAD_DOCUMENTS, *[(other, r"\(document\): expected a JSON object")
+                                                                 for other in ([], "plan", 1, None)]])
+def test_the_runners_summary_refuses_what_the_model_refuses_in_what_it_reads(document: Any, field: str) -> None:
     with pytest.raises(PlanFormatError, match=field.replace("[", r"\[").replace("]", r"\]")):
         plan_summary(document)
 
