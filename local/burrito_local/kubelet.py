@@ -485,6 +485,14 @@ class LocalKubelet(LoopThread):
             return f"its task ended at: {stage}" + (f" ({type(failure).__name__}: {failure})" if failure else "")
         return f"at: {stage}"
 
+    def _still_to_start(self, uid: str) -> bool:
+        """Pod `uid` is still in this node's pod watch and not being deleted."""
+        pods = self._pods
+        if pods is None or uid in self._ending or uid in self._confirmed:
+            return False
+        return any(p["metadata"]["uid"] == uid and not p["metadata"].get("deletionTimestamp")
+                   for p in list(pods.cache.values()))
+
     def _spawn(self, work: Any) -> asyncio.Task[None]:
         task = asyncio.create_task(work)
         self._tasks.add(task)
@@ -904,9 +912,17 @@ class LocalKubelet(LoopThread):
                 try:
                     fresh = await asyncio.gather(*(self._token(pod, t.audience, t.seconds) for t in tokens))
                     break
-                except ConfigError as exc:  # the pod (or its ServiceAccount) went away meanwhile
-                    log.info("kubelet: pod %s/%s not started: %s", meta["namespace"], meta["name"], exc)
-                    return
+                except ConfigError as exc:
+                    # Refused rather than lost: right after a binding the node authorizer's graph may not know it
+                    # yet (403), API priority and fairness may shed the call (429), the ServiceAccount may be
+                    # missing for now (404). A node asks again for as long as the pod is its to start; given up
+                    # on, the pod stayed Pending for good (its run, and its layer, Running).
+                    if not self._still_to_start(meta["uid"]):
+                        log.info("kubelet: pod %s/%s not started: %s", meta["namespace"], meta["name"], exc)
+                        return
+                    stage(f"asking for its tokens, refused: {exc}")
+                    if not await self._again(pod, "its tokens were not issued", exc, delays):
+                        return
                 except TRANSIENT as exc:
                     if not await self._again(pod, "its tokens were not issued", exc, delays):
                         return

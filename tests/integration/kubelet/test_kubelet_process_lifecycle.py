@@ -146,6 +146,32 @@ def test_a_connection_lost_while_a_pod_is_set_up_is_retried_and_the_pod_starts(n
     assert (node.tmp / "logs" / "default" / "configured" / "main.log").read_text() == "s3cret\n"
 
 
+@pytest.mark.parametrize("status", [403, 429, 500])
+def test_a_token_request_refused_for_a_while_is_asked_again_and_the_pod_starts(node: Node, status: int) -> None:
+    """Refused, not lost: on a real control plane the node authorizer's graph may not know a pod's binding yet
+    (403), API priority and fairness may shed the call (429). The kubelet gave up on the pod, which stayed Pending
+    for good (a CI run's apply pod, so its layer stayed Running): a node asks again while the pod is its."""
+    node.server.inject_fault("POST", r"/serviceaccounts/default/token$", status=status, times=2)
+    node.run("tokened", "print('started')")
+    wait_for(lambda: node.phase("tokened") == "Succeeded", 30, 0.05, "the pod to start and succeed")
+    asked = [r for r in node.server.requests if r.path.endswith("/serviceaccounts/default/token")]
+    assert len(asked) >= 3  # refused twice, then issued
+    assert (node.tmp / "logs" / "default" / "tokened" / "main.log").read_text() == "started\n"
+
+
+def test_a_pod_deleted_while_its_token_is_refused_is_not_started(node: Node) -> None:
+    node.server.inject_fault("POST", r"/serviceaccounts/default/token$", status=403, times=1000)
+    node.run("refused", "print('started')")
+    wait_for(lambda: any(r.path.endswith("/serviceaccounts/default/token") for r in node.server.requests), 30,
+             0.05, "the kubelet to ask for the pod's token")
+    assert node.http.delete(f"{PODS}/refused").status_code == 200
+    wait_for(lambda: not node.pod("refused"), 30, 0.05, "the pod to be gone")
+    asked = len([r for r in node.server.requests if r.path.endswith("/serviceaccounts/default/token")])
+    time.sleep(6)  # longer than the longest pause between two asks (5 s)
+    assert len([r for r in node.server.requests if r.path.endswith("/serviceaccounts/default/token")]) <= asked + 1
+    assert not (node.tmp / "logs" / "default" / "refused" / "main.log").exists()
+
+
 def test_a_sigkilled_container_reports_137_and_error(node: Node) -> None:
     node.run("killed", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
     wait_for(lambda: node.phase("killed") == "Failed", 30, 0.02, "the pod to fail")
