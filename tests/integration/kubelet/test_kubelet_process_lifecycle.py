@@ -4,6 +4,7 @@ process, a status write the API lost is retried, a SIGKILLed container reads 137
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -159,16 +160,18 @@ def test_a_token_request_refused_for_a_while_is_asked_again_and_the_pod_starts(n
     assert (node.tmp / "logs" / "default" / "tokened" / "main.log").read_text() == "started\n"
 
 
-def test_a_pod_deleted_while_its_token_is_refused_is_not_started(node: Node) -> None:
+def test_a_pod_deleted_while_its_token_is_refused_is_not_started(node: Node,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """The asking again ends with the pod: deleted, it is given up (and never started)."""
+    caplog.set_level(logging.INFO, logger="burrito_local.kubelet")
     node.server.inject_fault("POST", r"/serviceaccounts/default/token$", status=403, times=1000)
     node.run("refused", "print('started')")
     wait_for(lambda: any(r.path.endswith("/serviceaccounts/default/token") for r in node.server.requests), 30,
              0.05, "the kubelet to ask for the pod's token")
     assert node.http.delete(f"{PODS}/refused").status_code == 200
-    wait_for(lambda: not node.pod("refused"), 30, 0.05, "the pod to be gone")
-    asked = len([r for r in node.server.requests if r.path.endswith("/serviceaccounts/default/token")])
-    time.sleep(6)  # longer than the longest pause between two asks (5 s)
-    assert len([r for r in node.server.requests if r.path.endswith("/serviceaccounts/default/token")]) <= asked + 1
+    wait_for(lambda: any("pod default/refused not started" in r.getMessage() for r in caplog.records), 30, 0.05,
+             "the kubelet to give the deleted pod up")
+    assert not node.pod("refused")
     assert not (node.tmp / "logs" / "default" / "refused" / "main.log").exists()
 
 
