@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, TypeAdapter, ValidationError
 
-__all__ = ["Duration", "parse_duration"]
+__all__ = ["Duration", "format_duration", "parse_duration"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _GO = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))")
@@ -56,3 +56,13 @@ def _seconds(text: str) -> float:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def format_duration(value: timedelta) -> str:
+    """`value` in the Go-style units it can be given in (`1h30m`, `10m`, `8s`, `500ms`), for messages."""
+    millis = round(value.total_seconds() * 1000)
+    if millis < 1000:
+        return f"{millis}ms"
+    seconds = millis // 1000
+    parts = [(seconds // 3600, "h"), (seconds % 3600 // 60, "m"), (seconds % 60, "s")]
+    return "".join(f"{n}{unit}" for n, unit in parts if n) or "0s"

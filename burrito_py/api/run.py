@@ -118,6 +118,10 @@ class Attempt(ApiModel):
     finished_at: str | None = Field(default=None, description="When the pod terminated (RFC 3339 UTC).")
     logs_uploaded: bool = Field(default=False, description="Whether the attempt's log is in the datastore.")
     exit_code: int | None = Field(default=None, description="Exit code of the runner container.")
+    not_started: str | None = Field(
+        default=None, description="Why the pod was given up before it started (the start timeout passed): it was "
+        "deleted, and the attempt failed with this message once it was gone."
+    )
     # Recorded by the run controller from the datastore when the attempt ends (never from the runner's word):
     # what a later apply of this plan is checked against (docs/architecture.md §6.4).
     plan_sum: str | None = Field(

@@ -107,6 +107,12 @@ class ControllerSettings(BaseSettings):
         description="terminationGracePeriodSeconds of runner pods: how long a stopped runner has to interrupt "
         "terraform and release its state lock before it is killed.",
     )
+    runner_start_timeout: Duration = Field(
+        timedelta(minutes=10),
+        description="How long a runner pod may stay unstarted (an image it cannot pull, a Secret it needs missing, "
+        "no node for it) before it is deleted and its attempt fails, to be retried as any failed attempt; the "
+        "run's RunnerPodStarted condition says why meanwhile. 0: no limit.",
+    )
     host: str = Field(
         "0.0.0.0",  # noqa: S104 - a pod's endpoints listen on its own address
         description="Address the metrics and health endpoints bind to (the chart passes the pod IP).",

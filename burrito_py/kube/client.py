@@ -154,12 +154,15 @@ class Kube:
         return result
 
     async def delete(
-        self, resource_path: str, *, resource_version: str | None = None, propagation: str = "Background"
+        self, resource_path: str, *, resource_version: str | None = None, uid: str | None = None,
+        propagation: str = "Background",
     ) -> bool:
-        """False when it was already gone; a stale `resource_version` precondition raises 409."""
+        """False when it was already gone; a stale `resource_version` or another `uid` (a same-named object that
+        replaced it) precondition raises 409."""
         options: Body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
-        if resource_version:
-            options["preconditions"] = {"resourceVersion": resource_version}
+        preconditions = {k: v for k, v in (("resourceVersion", resource_version), ("uid", uid)) if v}
+        if preconditions:
+            options["preconditions"] = preconditions
         try:
             await self._call("DELETE", resource_path, body=options)
         except KubeError as exc:

@@ -6,16 +6,22 @@ failure it waits `failureGracePeriod * 2^(n-1)` (capped) before the next one.
 One failure is never retried: an apply the runner refused because Terraform called its saved plan stale (exit
 code 5, termination message `stale plan: …`). The same plan would fail again; the run ends `Failed` with the
 HasSucceeded reason `StalePlan` and the layer plans again (docs/architecture.md §5.2).
+
+A pod that never starts (an image that cannot be pulled, a Secret it needs missing, no node for it) says why in
+the `RunnerPodStarted` condition; past the start timeout it is deleted, and its attempt fails once the pod is gone,
+so neither the next attempt nor the Lease's release overlaps a Terraform that might still start (§6.1).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from burrito_py.durations import format_duration
 from burrito_py.kube.conditions import Cond
-from burrito_py.timeutil import parse_time
+from burrito_py.timeutil import format_time, parse_time
 
 RunStateName = Literal["Initial", "Running", "Retrying", "FailureGracePeriod", "Succeeded", "Failed"]
 RUN_STATES: tuple[RunStateName, ...] = (
@@ -32,6 +38,10 @@ ACTIVE_POD_PHASES = frozenset({"Pending", "Running"})
 STALE_PLAN_EXIT_CODE = 5
 STALE_PLAN_PREFIX = "stale plan: "
 STALE_PLAN = "StalePlan"
+STARTED_CONDITION = "RunnerPodStarted"
+START_TIMEOUT = "StartTimeout"
+# A condition's reason as the API validates it (metav1.Condition); a kubelet's own reasons all match.
+_REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 
 
 def is_stale_plan(exit_code: int | None, message: str) -> bool:
@@ -46,6 +56,8 @@ class AttemptView:
     finished_at: str | None = None
     exit_code: int | None = None
     logs_uploaded: bool = False
+    # Why its pod was given up before it started (its start timeout passed): the attempt's failure message.
+    not_started: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +69,13 @@ class PodView:
     finished_at: str | None = None
     # The watch saw this pod deleted (a DELETE event): it is gone, whatever its last phase was.
     gone: bool = False
+    # Whether its container has run at all; while not, `waiting` is the kubelet's or scheduler's (reason, message).
+    started: bool = True
+    waiting: tuple[str, str] | None = None
+    uid: str | None = None
+    deleting: bool = False  # it has a deletionTimestamp
+    # This run's own pod (its controller owner reference and run label): only such a pod is ever deleted.
+    owned: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +85,8 @@ class RetryPolicy:
     grace_cap: timedelta = timedelta(hours=1)
     # How long a just-created runner pod may be missing from the watch before we call it lost.
     pod_appearance_grace: timedelta = timedelta(seconds=60)
+    # How long an attempt's pod may stay unstarted before it is deleted and the attempt fails; zero: no limit.
+    start_timeout: timedelta = timedelta(minutes=10)
 
     def backoff(self, retries: int) -> timedelta:
         if retries <= 0:
@@ -96,6 +117,18 @@ class FinishAttempt:
 
 
 @dataclass(frozen=True, slots=True)
+class GiveUpPod:
+    """Delete the latest attempt's pod, which did not start in time. `record`: first time, so write `message` on
+    the attempt and say it in an event; later decisions only ask again for a deletion that did not happen."""
+
+    number: int
+    pod_name: str
+    pod_uid: str | None
+    message: str
+    record: bool
+
+
+@dataclass(frozen=True, slots=True)
 class RunDecision:
     state: RunStateName
     retries: int
@@ -106,6 +139,7 @@ class RunDecision:
     release_lease: bool = False
     requeue_after: timedelta | None = None
     message: str = ""
+    give_up: GiveUpPod | None = None
 
 
 def _observe_latest(snap: RunSnapshot, now: datetime) -> FinishAttempt | None:
@@ -114,17 +148,47 @@ def _observe_latest(snap: RunSnapshot, now: datetime) -> FinishAttempt | None:
     if latest.finished_at is not None:
         return None
     pod = snap.pod
+    given_up = latest.not_started
     if pod is not None and pod.name == latest.pod_name and pod.gone:
-        return FinishAttempt(latest.number, False, None, None, f"runner pod {latest.pod_name} disappeared (deleted)")
+        return FinishAttempt(latest.number, False, None, None,
+                             given_up or f"runner pod {latest.pod_name} disappeared (deleted)")
     if pod is not None and pod.name == latest.pod_name:
         if pod.phase in ACTIVE_POD_PHASES or pod.phase is None:
             return None
         succeeded = pod.phase == "Succeeded"
-        return FinishAttempt(latest.number, succeeded, pod.exit_code, pod.finished_at, pod.message)
+        # A pod given up and stopped before its runner said anything failed for the reason it was given up.
+        message = given_up if given_up and pod.exit_code is None and not succeeded else pod.message
+        return FinishAttempt(latest.number, succeeded, pod.exit_code, pod.finished_at, message)
     started = parse_time(latest.started_at)
     if started is not None and now - started < snap.policy.pod_appearance_grace:
         return None  # created moments ago; the watch has not shown it to us yet
-    return FinishAttempt(latest.number, False, None, None, f"runner pod {latest.pod_name} disappeared")
+    return FinishAttempt(latest.number, False, None, None, given_up or f"runner pod {latest.pod_name} disappeared")
+
+
+def _not_started(snap: RunSnapshot, now: datetime) -> tuple[Cond | None, GiveUpPod | None, timedelta | None]:
+    """For the latest attempt's pod while it has not started: the `RunnerPodStarted` condition saying why, the
+    pod to give up once the start timeout has passed, and when to look again for that timeout."""
+    latest, pod, timeout = snap.attempts[-1], snap.pod, snap.policy.start_timeout
+    if pod is None or pod.name != latest.pod_name or pod.gone or pod.started or pod.phase not in (None, "Pending"):
+        return None, None, None
+    reason, detail = pod.waiting or ("", "")
+    why = f"{reason}: {detail}".strip(": ") or "not scheduled or started yet"
+    if latest.not_started is not None:
+        again = pod.owned and not pod.deleting
+        give_up = GiveUpPod(latest.number, pod.name, pod.uid, latest.not_started, False) if again else None
+        return Cond(STARTED_CONDITION, False, START_TIMEOUT, f"{latest.not_started}: deleting it"), give_up, None
+    started = parse_time(latest.started_at)
+    reason = reason if _REASON.fullmatch(reason) else "NotStarted"
+    if not timeout or started is None or not pod.owned:
+        return Cond(STARTED_CONDITION, False, reason, f"pod {pod.name}: {why}"), None, None
+    deadline = started + timeout
+    if now >= deadline:
+        message = f"runner pod {pod.name} did not start within {format_duration(timeout)} ({why})"
+        give_up = GiveUpPod(latest.number, pod.name, pod.uid, message, True)
+        return Cond(STARTED_CONDITION, False, START_TIMEOUT, f"{message}: deleting it"), give_up, None
+    cond = Cond(STARTED_CONDITION, False, reason,
+                f"pod {pod.name}: {why}; the attempt fails if it has not started by {format_time(deadline)}")
+    return cond, None, deadline - now + timedelta(seconds=1)
 
 
 def _appearance_deadline(snap: RunSnapshot, now: datetime) -> timedelta | None:
@@ -169,12 +233,15 @@ def decide_run(snap: RunSnapshot, now: datetime) -> RunDecision:
         succeeded = latest.exit_code == 0
         finished_at = parse_time(latest.finished_at) or now
     else:
+        waiting, give_up, start_deadline = _not_started(snap, now)
+        requeue = [t for t in (_appearance_deadline(snap, now), start_deadline) if t is not None]
         return RunDecision(
             "Running",
             retries,
-            _conditions("Running", retries, policy, None),
+            (*_conditions("Running", retries, policy, None), *((waiting,) if waiting is not None else ())),
             upload_logs=pending_logs,
-            requeue_after=_appearance_deadline(snap, now),
+            requeue_after=min(requeue, default=None),
+            give_up=give_up,
         )
 
     if succeeded:

@@ -86,24 +86,42 @@ def attempt_views(status: Mapping[str, Any]) -> tuple[AttemptView, ...]:
             a.get("finishedAt"),
             a.get("exitCode"),
             bool(a.get("logsUploaded")),
+            a.get("notStarted"),
         )
         for i, a in enumerate(status.get("attempts") or ())
     )
 
 
-def pod_view(pod: Mapping[str, Any] | None) -> PodView | None:
+def pod_view(pod: Mapping[str, Any] | None, run: Mapping[str, Any]) -> PodView | None:
+    """What `run` decides on of its latest attempt's pod, and whether that pod is the run's own."""
     if pod is None:
         return None
     status = pod.get("status") or {}
     terminated: Mapping[str, Any] = {}
+    started = status.get("phase") not in (None, "Pending")
+    waiting: tuple[str, str] | None = None
     for container in status.get("containerStatuses") or ():
-        terminated = (container.get("state") or {}).get("terminated") or {}
+        state = container.get("state") or {}
+        terminated = state.get("terminated") or {}
+        started = started or bool(state.get("running") or terminated or (container.get("lastState") or {}))
+        if (state.get("waiting") or {}).get("reason"):
+            waiting = (str(state["waiting"]["reason"]), str(state["waiting"].get("message") or ""))
+    for condition in status.get("conditions") or ():
+        # Not placed on a node (the scheduler's reason, e.g. Unschedulable, and its "0/3 nodes are available: …").
+        if waiting is None and condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            waiting = (str(condition.get("reason") or "Unschedulable"), str(condition.get("message") or ""))
+    meta = pod["metadata"]
     return PodView(
-        pod["metadata"]["name"],
+        meta["name"],
         status.get("phase"),
         terminated.get("exitCode"),
         str(terminated.get("message") or terminated.get("reason") or "").strip()[-500:],
         terminated.get("finishedAt"),
+        started=started,
+        waiting=None if waiting is None else (waiting[0], waiting[1].strip()[:300]),
+        uid=meta.get("uid"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        owned=belongs_to(pod, run),
     )
 
 
@@ -218,10 +236,11 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         max_retries=validate_layer(layer, repository, settings).max_retries,
         grace_base=settings.failure_grace_period,
         grace_cap=settings.failure_grace_period_cap,
+        start_timeout=settings.runner_start_timeout,
     )
     status: Body = dict(run.get("status") or {})
     attempts = attempt_views(status)
-    latest_pod = pod_view(ctx.inventory.pods.get((namespace, attempts[-1].pod_name))) if attempts else None
+    latest_pod = pod_view(ctx.inventory.pods.get((namespace, attempts[-1].pod_name)), run) if attempts else None
     if attempts and latest_pod is None and ctx.inventory.pod_deleted(namespace, attempts[-1].pod_name, run):
         latest_pod = PodView(attempts[-1].pod_name, None, gone=True)
     now = utcnow()
@@ -270,6 +289,11 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         # next attempt: released before one starts (state_lock.py).
         await release_orphaned_lock(ctx, layer, repository,
                                     migration=(run.get("spec") or {}).get("action") == "migrate-state")
+    give_up = decision.give_up
+    if give_up is not None and give_up.record:
+        raw_attempts[-1]["notStarted"] = give_up.message
+        await post_event(ctx.kube, run, "Warning", "RunnerPodNotStarted",
+                         f"attempt {give_up.number}: {give_up.message}: deleting it")
     for number in decision.upload_logs:
         if await _upload_logs(ctx, run, layer, number):
             for a in raw_attempts:
@@ -349,6 +373,11 @@ async def _reconcile(ctx: Context, key: Key) -> None:
                     "RunFailed",
                     f"{run['spec']['action']} failed after {decision.retries} attempt(s): {decision.message}",
                 )
+    # After the status says why (a later reconcile asks again if this fails). The attempt ends, and the next starts
+    # or the Lease goes, only once the watch sees the pod gone: nothing overlaps a late start.
+    if give_up is not None and not await ctx.kube.delete(path("v1", "pods", namespace, give_up.pod_name),
+                                                         uid=give_up.pod_uid):
+        log.info("run %s/%s: runner pod %s was already gone", namespace, name, give_up.pod_name)
 
 
 async def _start_attempt(

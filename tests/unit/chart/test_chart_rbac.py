@@ -32,7 +32,8 @@ CONTROLLERS: list[Rule] = [
 ]
 # Only in tenant namespaces, whatever the mode: runner pods, their logs, Secrets, per-layer Leases.
 CONTROLLERS_TENANT: list[Rule] = [
-    (CORE, "pods", "get create", ()),  # get: adopting a pod after a 409 (runs.py _adopt_or_refuse)
+    # get: adopting a pod after a 409 (runs.py _adopt_or_refuse); delete: a pod that did not start in time
+    (CORE, "pods", "get create delete", ()),
     (CORE, "pods/log", "get", ()),
     (CORE, "secrets", "get create update", ()),
     (CORE, "configmaps", "get", ()),  # spec.varsFrom, resolved into the run's inputs (controllers/layer/run_inputs.py)
@@ -251,7 +252,7 @@ def test_runner_rules_match_the_runner_api_calls() -> None:
 def test_rule_counts_per_component() -> None:
     """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
     counts = grants_per_component(rendered("default"), RELEASE)
-    assert counts == {"controllers": 67, "server": 24, "datastore": 5, "runner": 3, "runner-pr": 3}
+    assert counts == {"controllers": 68, "server": 24, "datastore": 5, "runner": 3, "runner-pr": 3}
 
 
 def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:
