@@ -42,6 +42,9 @@ STARTED_CONDITION = "RunnerPodStarted"
 START_TIMEOUT = "StartTimeout"
 # A condition's reason as the API validates it (metav1.Condition); a kubelet's own reasons all match.
 _REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+# What every pod passes through on its way to start: not worth a condition (two more status writes per attempt),
+# only worth naming if the start timeout passes on it.
+ON_ITS_WAY = frozenset({"ContainerCreating", "PodInitializing"})
 
 
 def is_stale_plan(exit_code: int | None, message: str) -> bool:
@@ -178,17 +181,17 @@ def _not_started(snap: RunSnapshot, now: datetime) -> tuple[Cond | None, GiveUpP
         give_up = GiveUpPod(latest.number, pod.name, pod.uid, latest.not_started, False) if again else None
         return Cond(STARTED_CONDITION, False, START_TIMEOUT, f"{latest.not_started}: deleting it"), give_up, None
     started = parse_time(latest.started_at)
-    reason = reason if _REASON.fullmatch(reason) else "NotStarted"
-    if not timeout or started is None or not pod.owned:
-        return Cond(STARTED_CONDITION, False, reason, f"pod {pod.name}: {why}"), None, None
-    deadline = started + timeout
-    if now >= deadline:
-        message = f"runner pod {pod.name} did not start within {format_duration(timeout)} ({why})"
-        give_up = GiveUpPod(latest.number, pod.name, pod.uid, message, True)
-        return Cond(STARTED_CONDITION, False, START_TIMEOUT, f"{message}: deleting it"), give_up, None
-    cond = Cond(STARTED_CONDITION, False, reason,
-                f"pod {pod.name}: {why}; the attempt fails if it has not started by {format_time(deadline)}")
-    return cond, None, deadline - now + timedelta(seconds=1)
+    until, look_again = "", None
+    if timeout and started is not None and pod.owned:  # never a deadline for a pod that is not the run's own
+        deadline = started + timeout
+        if now >= deadline:
+            message = f"runner pod {pod.name} did not start within {format_duration(timeout)} ({why})"
+            give_up = GiveUpPod(latest.number, pod.name, pod.uid, message, True)
+            return Cond(STARTED_CONDITION, False, START_TIMEOUT, f"{message}: deleting it"), give_up, None
+        until, look_again = f"; the attempt fails if it has not started by {format_time(deadline)}", deadline - now
+    shown = reason if _REASON.fullmatch(reason) and reason not in ON_ITS_WAY else None
+    cond = Cond(STARTED_CONDITION, False, shown, f"pod {pod.name}: {why}{until}") if shown else None
+    return cond, None, None if look_again is None else look_again + timedelta(seconds=1)
 
 
 def _appearance_deadline(snap: RunSnapshot, now: datetime) -> timedelta | None:
