@@ -656,7 +656,8 @@ class ServiceMonitor(Values):
 
 class PrometheusRule(Values):
     """A prometheus-operator PrometheusRule with the chart's alerts: BurritoPyProviderMirrorFallbacks (runs fell
-    back from the provider mirror to the registries in the last 15 minutes)."""
+    back from the provider mirror to the registries in the last 15 minutes) and BurritoPyRunnerPodsNotStarted (runner
+    pods deleted unstarted after the runner start timeout in the last 30 minutes, by namespace)."""
 
     enabled: bool = Field(False, description="Create the PrometheusRule (needs the monitoring.coreos.com CRDs).")
     labels: dict[str, str] = Field(default_factory=dict, description="Extra labels (your Prometheus' ruleSelector).")

@@ -42,6 +42,12 @@ PROVIDER_MIRROR_FALLBACKS = PromCounter(
     "(lines 'burrito-py: provider mirror unavailable:' in their logs), by namespace.",
     ["namespace"],
 )
+RUNNER_PODS_NOT_STARTED = PromCounter(
+    "burrito_py_runner_pods_not_started_total",
+    "Runner pods deleted because they had not started within runner_start_timeout (an image not pulled, a Secret "
+    "missing, no node), by namespace.",
+    ["namespace"],
+)
 NOTIFICATIONS = PromCounter(
     "burrito_py_notifications_total", "Notifications sent, by target kind, event and result.",
     ["kind", "event", "result"],

@@ -292,6 +292,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     give_up = decision.give_up
     if give_up is not None and give_up.record:
         raw_attempts[-1]["notStarted"] = give_up.message
+        metrics.RUNNER_PODS_NOT_STARTED.labels(namespace).inc()
         await post_event(ctx.kube, run, "Warning", "RunnerPodNotStarted",
                          f"attempt {give_up.number}: {give_up.message}: deleting it")
     for number in decision.upload_logs:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from prometheus_client import REGISTRY
 
 from burrito_py.api import annotations as ann
 from tests.support.emulator import wait_for
@@ -66,6 +67,9 @@ def test_an_unschedulable_runner_pod_says_why_then_is_deleted_and_its_attempt_fa
         assert [m for m in events(platform, name, "RunnerPodNotStarted")] == [
             f"attempt 1: {first['notStarted']}: deleting it"]
         assert any(first["notStarted"] in m for m in events(platform, name, "AttemptFailed"))
+        # The controllers run in this process: their counter, which the chart's alert reads, counted it once.
+        assert REGISTRY.get_sample_value("burrito_py_runner_pods_not_started_total",
+                                         {"namespace": platform.namespace}) == 1.0
         leases = client.CoordinationV1Api(platform.core.api_client).list_namespaced_lease(platform.namespace).items
         assert all(lease.spec.holder_identity != name for lease in leases), "the layer's Lease is released"
         assert "did not start within 8s" in wait_for(

@@ -318,6 +318,9 @@ def test_prometheus_rule() -> None:
         "increase(burrito_py_provider_mirror_fallbacks_total[15m]) > 0")
     # Prometheus' own templating survives Helm's.
     assert "{{ $value | humanize }}" in alerts["BurritoPyProviderMirrorFallbacks"]["annotations"]["description"]
+    assert alerts["BurritoPyRunnerPodsNotStarted"]["expr"] == (
+        "sum by (namespace) (increase(burrito_py_runner_pods_not_started_total[30m])) > 0")
+    assert "{{ $labels.namespace }}" in alerts["BurritoPyRunnerPodsNotStarted"]["annotations"]["description"]
 
 
 def test_the_caches_need_no_new_grants() -> None:
