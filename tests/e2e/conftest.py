@@ -8,11 +8,11 @@ from __future__ import annotations
 import contextlib
 import shutil
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -37,6 +37,8 @@ from tests.support.engines import ENGINES, Engine, engines_root
 from tests.support.fault_proxy import FaultProxy
 from tests.support.git_repos import TestRepo, make_repo
 from tests.support.real_cluster import RealCluster
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.e2e
 # On a cluster the Helm chart creates the runner's service account in each namespace with layers.
@@ -175,15 +177,25 @@ class Platform:
             body = self.layer(layer)
             return body if (body.get("status") or {}).get("state") == state else None
 
+        return self.wait_reporting(reached, timeout, f"layer {layer} to be {state}", layer, interval=0.1)
+
+    def wait_reporting(self, predicate: Callable[[], T], timeout: float, what: str, *layers: str,
+                       interval: float = 0.2) -> T:
+        """`wait_for`, whose failure says where `layers` and every runner pod stood (`layers_report`)."""
         try:
-            return wait_for(reached, timeout, interval=0.1, what=f"layer {layer} to be {state}")
-        except AssertionError:
+            return wait_for(predicate, timeout, interval=interval, what=what)
+        except AssertionError as timed_out:
+            raise AssertionError(f"{timed_out}\n{self.layers_report(*layers)}") from None
+
+    def layers_report(self, *layers: str) -> str:
+        """For a failure's message: each layer's state, status, annotations and runs, then the runner pods."""
+        lines = []
+        for layer in layers:
             body = self.layer(layer)
-            raise AssertionError(
-                f"layer {layer} is {body.get('status', {}).get('state')} not {state}; status={body.get('status')}; "
-                f"annotations={body['metadata'].get('annotations')}; "
-                f"runs={[self._run_summary(r) for r in self.runs(layer)]}\n{self.runner_pods_report()}"
-            ) from None
+            lines.append(f"layer {layer} is {(body.get('status') or {}).get('state')}; status={body.get('status')}; "
+                         f"annotations={body['metadata'].get('annotations')}; "
+                         f"runs={[self._run_summary(r) for r in self.runs(layer)]}")
+        return "\n".join([*lines, self.runner_pods_report()])
 
     def runner_pods_report(self) -> str:
         """For a failure's message: each runner pod of the test's namespace as the API and the node see it (phase,

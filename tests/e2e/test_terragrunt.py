@@ -185,14 +185,15 @@ def test_units_apply_in_dependency_order_and_replan_on_what_they_read(
     # An output app does not read changes: vpc applies, app does not plan again.
     plans_before = plans(platform, "app")
     repo.commit({"modules/vpc/main.tf": vpc(note="n2")}, "vpc: a note nobody reads")
-    wait_for(lambda: len(applies(platform, "vpc")) == 2 or None, 180, 0.2, "vpc's second apply")
+    platform.wait_reporting(lambda: len(applies(platform, "vpc")) == 2 or None, 180, "vpc's second apply", "vpc")
     platform.wait_state("vpc", "Idle", timeout=60)
     platform.wait_state("app", "Idle", timeout=60)
     assert plans(platform, "app") == plans_before
 
     # The output app reads changes: app plans and applies again with it.
     repo.commit({"modules/vpc/main.tf": vpc(name="vpc-2", note="n2")}, "vpc: a new id")
-    wait_for(lambda: len(applies(platform, "app")) == 2 or None, 240, 0.2, "app's second apply")
+    platform.wait_reporting(lambda: len(applies(platform, "app")) == 2 or None, 240, "app's second apply", "vpc",
+                            "app")
     platform.wait_state("app", "Idle", timeout=60)
     assert app_input(state) == "app in vpc-2"
     assert [a["metadata"]["annotations"][ann.RUN_CREATED_AT] for a in applies(platform, "app")][-1] >= \
