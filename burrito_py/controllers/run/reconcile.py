@@ -61,6 +61,7 @@ from burrito_py.controllers.run.runner_pod import (
     without_secret_sources,
 )
 from burrito_py.controllers.run.state_lock import release_orphaned_lock
+from burrito_py.durations import format_duration
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.conditions import Cond, merge_conditions
 from burrito_py.kube.events import post_event
@@ -197,22 +198,39 @@ def forbidden_condition(error: KubeError) -> Cond:
                 f"{error.message or error}; retried with a growing delay (up to 5 minutes) until it is granted")
 
 
+RESULT_CONDITION = "ResultRecorded"
+
+
+def result_unavailable_condition(number: int, error: FactsUnavailable) -> Cond:
+    """An attempt that ended whose result the datastore cannot give yet: the run stays Running (nothing of the
+    attempt is recorded until it can), and says why until the reconcile that records it."""
+    return Cond(RESULT_CONDITION, False, "DatastoreUnavailable",
+                f"attempt {number} ended; its result cannot be read yet, asked again every "
+                f"{format_duration(WAIT_RECHECK)}: {error}")
+
+
 async def _show_forbidden(ctx: Context, key: Key, error: KubeError) -> None:
+    await _show_condition(ctx, key, forbidden_condition(error))
+
+
+async def _show_condition(ctx: Context, key: Key, shown: Cond) -> None:
+    """Put `shown` on the run's stored conditions (in place of one of its type) when its reconcile stopped short of
+    writing the status it computes; the next status it writes, computed afresh, drops it."""
     run = ctx.inventory.runs.get(key)
     if run is None:
         return
     status = run.get("status") or {}
     conditions = merge_conditions(status.get("conditions"), (
         *(Cond(c["type"], {"True": True, "False": False}.get(c.get("status", "")), c.get("reason", ""),
-               c.get("message", "")) for c in status.get("conditions") or () if c.get("type") != FORBIDDEN_CONDITION),
-        forbidden_condition(error)), utcnow())
+               c.get("message", "")) for c in status.get("conditions") or () if c.get("type") != shown.type),
+        shown), utcnow())
     if conditions == status.get("conditions"):
         return
     try:
         updated = await ctx.kube.merge_patch(crd_path("terraformruns", key[0], key[1], "status"),
                                              {"status": {"conditions": conditions}})
-    except KubeError as write_error:  # perhaps the very write that is forbidden: the event still says it
-        log.warning("run %s/%s: could not show the refusal on its status: %s", key[0], key[1], write_error)
+    except KubeError as write_error:  # perhaps the very write that is forbidden: the log (and an event) say it
+        log.warning("run %s/%s: could not show %s on its status: %s", key[0], key[1], shown.type, write_error)
         return
     ctx.inventory.runs.observe(updated)
 
@@ -258,8 +276,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         except FactsUnavailable as exc:
             log.warning("run %s/%s: attempt %s ended; its result cannot be read yet: %s", namespace, name,
                         decision.finish.number, exc)
+            await _show_condition(ctx, key, result_unavailable_condition(decision.finish.number, exc))
             ctx.wake_run(key, WAIT_RECHECK)
-            return  # nothing is written: the attempt is recorded once the datastore answers
+            return  # nothing of the attempt is written: it is recorded once the datastore answers
         if recorded.problem is not None and decision.finish.succeeded and latest_pod is not None:
             # The pod exited 0 but its result is not in the datastore: a failed attempt, retried as any other.
             failed_pod = replace(latest_pod, phase="Failed", message=recorded.problem)
