@@ -74,8 +74,8 @@ def _source(layer: Mapping[str, Any]) -> tuple[str, str, str]:
     return (ref.get("namespace") or layer["metadata"]["namespace"], ref.get("name", ""), spec.get("branch", ""))
 
 
-def upstream_view(upstream: Mapping[str, Any], dependent: Mapping[str, Any], outputs: HeldOutputs | None
-                  ) -> UpstreamView:
+def upstream_view(upstream: Mapping[str, Any], dependent: Mapping[str, Any], outputs: HeldOutputs | None,
+                  outputs_problem: str | None = None) -> UpstreamView:
     status = upstream.get("status") or {}
     return UpstreamView(
         key=key_of(upstream),
@@ -86,19 +86,21 @@ def upstream_view(upstream: Mapping[str, Any], dependent: Mapping[str, Any], out
         upstream_failed=_condition_reason(status, CONDITION) == FAILED,
         apply_run=(upstream["metadata"].get("annotations") or {}).get(ann.APPLY_RUN) or None,
         outputs=outputs.fingerprints if outputs is not None else None,
+        outputs_problem=outputs_problem,
     )
 
 
-async def held_outputs(ctx: Context, upstream: Mapping[str, Any]) -> HeldOutputs | None:
-    """The outputs of the upstream's last apply: from memory, else read once from the datastore. None when
-    it has none (never applied) or they cannot be read now (then the dependent is woken to try again)."""
+async def held_outputs(ctx: Context, upstream: Mapping[str, Any]) -> tuple[HeldOutputs | None, str | None]:
+    """The outputs of the upstream's last apply: from memory, else read once from the datastore; with why they
+    cannot be read now (the dependent shows it, and is woken to try again). (None, None): it has none (never
+    applied)."""
     key = key_of(upstream)
     apply_run = (upstream["metadata"].get("annotations") or {}).get(ann.APPLY_RUN)
     if not apply_run or "/" not in apply_run or ctx.datastore is None:
-        return None
+        return None, None
     held = ctx.outputs.get(key, apply_run)
     if held is not None:
-        return held
+        return held, None
     from burrito_py.datastore.client import DatastoreError
 
     run, _, attempt = apply_run.rpartition("/")
@@ -106,13 +108,13 @@ async def held_outputs(ctx: Context, upstream: Mapping[str, Any]) -> HeldOutputs
         raw = await asyncio.to_thread(ctx.datastore.get_outputs, key[0], key[1], run, int(attempt))
     except (DatastoreError, ValueError) as exc:
         log.warning("layer %s/%s: cannot read the outputs of apply %s: %s", *key, apply_run, exc)
-        return None
+        return None, f"cannot read them from the datastore: {exc}"
     held = read_outputs(raw, apply_run)
     if held is None:
         log.warning("layer %s/%s: the outputs of apply %s are unreadable", *key, apply_run)
-        return None
+        return None, f"the datastore's copy of apply {apply_run}'s outputs is not `output -json` of outputs"
     ctx.outputs.put(key, held)
-    return held
+    return held, None
 
 
 async def dependency_snapshot(ctx: Context, layer: Mapping[str, Any]) -> DependencySnapshot | None:
@@ -130,9 +132,9 @@ async def dependency_snapshot(ctx: Context, layer: Mapping[str, Any]) -> Depende
         body = ctx.inventory.layers.get(dep.upstream)
         if body is None or (dep.upstream[0] != key[0] and not allowed):
             continue  # a refused namespace's outputs are not even read
-        outputs = await held_outputs(ctx, body) if dep.reads_outputs else None
+        outputs, problem = await held_outputs(ctx, body) if dep.reads_outputs else (None, None)
         missing_outputs = missing_outputs or (dep.reads_outputs and outputs is None and _applied(body))
-        upstreams[dep.upstream] = upstream_view(body, layer, outputs)
+        upstreams[dep.upstream] = upstream_view(body, layer, outputs, problem)
     if missing_outputs:
         ctx.wake_layer(key, RETRY_SECONDS)
     annotations = layer["metadata"].get("annotations") or {}
@@ -175,7 +177,7 @@ async def upstream_inputs(ctx: Context, verdict: DependencyVerdict) -> Upstream 
     outputs: dict[Key, HeldOutputs] = {}
     for upstream, apply_run in verdict.consumed:
         body = ctx.inventory.layers.get(upstream)
-        held = await held_outputs(ctx, body) if body is not None else None
+        held = (await held_outputs(ctx, body))[0] if body is not None else None
         if held is None or held.apply_run != apply_run:
             return MOVED_ON
         outputs[upstream] = held

@@ -67,6 +67,7 @@ class UpstreamView:
     apply_run: str | None = None  # `<run>/<attempt>` of its last apply (whose outputs are read)
     # Output name → a fingerprint of its value (sha256 of its JSON), of `apply_run`'s outputs; None: not known.
     outputs: Mapping[str, str] | None = None
+    outputs_problem: str | None = None  # why `outputs` cannot be read now (shown on the dependent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +151,8 @@ def _standing(snap: DependencySnapshot, dep: Dependency) -> UpstreamStanding:
         return UpstreamStanding(*facts, False, PENDING, f"{_fmt(key)} has applied {up.applied_revision}, and this "
                                 f"layer follows {snap.branch_commit}: waiting for it to apply that commit")
     if dep.reads_outputs and up.outputs is None:
-        return UpstreamStanding(*facts, False, PENDING, f"the outputs of {_fmt(key)} are not read yet")
+        why = f": {up.outputs_problem}" if up.outputs_problem else ""
+        return UpstreamStanding(*facts, False, PENDING, f"the outputs of {_fmt(key)} are not read yet{why}")
     return UpstreamStanding(*facts, True, SATISFIED)
 
 

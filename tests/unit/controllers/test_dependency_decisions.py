@@ -105,6 +105,16 @@ def test_messages_name_the_cycle_and_the_upstream() -> None:
     assert stale is not None and "team/a has applied c1" in stale.condition.message
 
 
+def test_outputs_that_cannot_be_read_say_why_on_the_dependent() -> None:
+    """Before, the condition said only "not read yet" and the reason was in the controllers' log."""
+    why = "cannot read them from the datastore: outputs of team/a run a-apply-1 attempt 1: datastore unavailable"
+    verdict = judge_dependencies(deps_snapshot(up(outputs=None, outputs_problem=why)))
+    assert verdict is not None and verdict.condition.reason == "UpstreamPending"
+    assert verdict.condition.message.endswith(f"the outputs of team/a are not read yet: {why}")
+    plain = judge_dependencies(deps_snapshot(up(outputs=None)))
+    assert plain is not None and plain.condition.message.endswith("the outputs of team/a are not read yet")
+
+
 def test_no_dependencies_no_verdict() -> None:
     assert judge_dependencies(deps_snapshot(dependencies=())) is None
 
