@@ -166,3 +166,41 @@ def test_attack_a_forks_merged_plan_never_applies_without_an_approval(
         assert world.pull_request(5)["status"]["merged"]["reason"].startswith("a fork's pull request")
         wait_for(lambda: _told(world, "fork"), 60, what="the pull request told why it waits")
         assert not _apply_runs(world, "app")
+
+
+def test_a_merge_whose_reviews_cannot_be_read_says_why_and_is_recorded_once_they_can(
+    tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
+) -> None:
+    """The `approved` apply requirement is asked of the provider when the merge is seen. While the provider does not
+    answer (here: rate limited), nothing of the merge is recorded and, before, nothing said why but the log: the pull
+    request now shows `Ready=False, ReviewsUnavailable` with the provider's answer, and the merge is recorded (and
+    the condition mended) once the reviews are read."""
+    with pull_request_world(tmp_path, repo, "github", real_cluster) as world:
+        platform = world.platform
+        platform.custom.patch_namespaced_custom_object(
+            ann.GROUP, ann.VERSION, platform.namespace, "terraformrepositories", "infra",
+            {"spec": {"pullRequests": {"commands": {"applyRequirements": ["approved"]}}}})
+        head = world.push(7, {"layers/app/main.tf": layer_code("v7")}, "change app")
+        world.hook("opened", 7, head)
+        world.wait_pr(7, head, "Planned", timeout=180)
+        world.fake.approved_by = ["reviewer"]
+        world.fake.limited = 10**6  # every call from now on: GitHub's secondary rate limit
+        _merge(world, 7, head)
+
+        def ready(reason: str) -> dict[str, Any] | None:
+            status = world.pull_request(7).get("status") or {}
+            cond = next((c for c in status.get("conditions") or () if c["type"] == "Ready"), {})
+            return status if cond.get("reason") == reason else None
+
+        waiting = wait_for(lambda: ready("ReviewsUnavailable"), 60, interval=0.2, what="the reviews' failure shown")
+        cond = next(c for c in waiting["conditions"] if c["type"] == "Ready")
+        assert cond["status"] == "False", cond
+        assert cond["message"].startswith("cannot read its reviews for the apply requirement approved: "), cond
+        assert "rate limit" in cond["message"], cond
+        assert not waiting.get("merged"), "nothing of the merge is recorded before its reviews are read"
+
+        world.fake.limited = 0
+        recorded = wait_for(lambda: ready("ReviewsRead"), 60, interval=0.2, what="the merge recorded")
+        assert recorded["merged"]["reason"] == "" and recorded["merged"]["headSha"] == head, recorded["merged"]
+        cond = next(c for c in recorded["conditions"] if c["type"] == "Ready")
+        assert cond["status"] == "True", cond

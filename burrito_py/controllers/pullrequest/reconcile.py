@@ -132,9 +132,11 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if decision.needs_review:
         assert repository is not None  # an apply requirement is a repository's setting
         review = await _review_facts(ctx, repository, spec)
-        if review is None:
+        if isinstance(review, str):  # nothing of the merge is recorded before its review facts are known
+            await _write_status(ctx, pull_request, dict(status), Cond("Ready", False, "ReviewsUnavailable", review))
             ctx.wake_pull_request(key, RETRY_SECONDS)
             return
+        ready = Cond("Ready", True, "ReviewsRead", "its reviews were read for the apply requirement approved")
         snap = dataclasses.replace(snap, review=review)
         decision = decide_pull_request(snap, settings)
     if decision.needs_affected:
@@ -218,17 +220,17 @@ def _facts(run: Mapping[str, Any]) -> RunFacts:
                     artifact_run=(spec.get("artifact") or {}).get("run"), revision=layer.get("revision"))
 
 
-async def _review_facts(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str, Any]) -> ReviewFacts | None:
-    """The provider's review facts of the pull request (apply requirements), None when they cannot be had now."""
+async def _review_facts(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str, Any]) -> ReviewFacts | str:
+    """The provider's review facts of the pull request (apply requirements), or why they cannot be had now."""
     client = await _client(ctx, repository, spec)
     if isinstance(client, Cond):
         log.warning("pull request %s: cannot read its reviews: %s", spec.get("number"), client.message)
-        return None
+        return f"cannot read its reviews for the apply requirement approved: {client.message}"
     try:
         return await asyncio.to_thread(client.review_facts, str(spec.get("base") or ""), str(spec.get("headSha") or ""))
     except (ProviderError, OutboundRefused) as exc:
         log.warning("pull request %s: cannot read its reviews: %s", spec.get("number"), exc)
-        return None
+        return f"cannot read its reviews for the apply requirement approved: {exc}"
     finally:
         client.close()
 
