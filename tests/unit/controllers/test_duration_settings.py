@@ -9,13 +9,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from burrito_py.controllers.settings import ControllerSettings
-from burrito_py.durations import parse_duration
+from burrito_py.durations import format_duration, parse_duration
 
 DURATIONS = ["drift_detection_period", "repository_poll_interval", "resync_interval", "failure_grace_period",
-             "failure_grace_period_cap"]
+             "failure_grace_period_cap", "runner_start_timeout"]
 
 
 @pytest.mark.parametrize("text", ["20", "20.0", "20s", "PT20S", "pt20s", "20000ms", " 20s "])
@@ -32,6 +34,21 @@ def test_every_duration_variable_takes_seconds_units_and_iso(
 ])
 def test_forms(text: str, seconds: float) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@given(st.one_of(st.integers(0, 999).map(lambda ms: timedelta(milliseconds=ms)),
+                 st.integers(1, 10 * 86400).map(lambda s: timedelta(seconds=s))))
+def test_a_formatted_duration_reads_back_as_itself(value: timedelta) -> None:
+    """Messages write durations as a setting takes them (`10m`, `1h30m`, `8s`, `500ms`)."""
+    assert parse_duration(format_duration(value)) == value
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (timedelta(minutes=10), "10m"), (timedelta(seconds=5400), "1h30m"), (timedelta(seconds=8), "8s"),
+    (timedelta(milliseconds=500), "500ms"), (timedelta(0), "0ms"), (timedelta(days=1, seconds=5), "24h5s"),
+])
+def test_format_duration(value: timedelta, text: str) -> None:
+    assert format_duration(value) == text
 
 
 @pytest.mark.parametrize("text", ["20x", "", "-5", "1h30", "P", "inf", "s"])
