@@ -26,6 +26,8 @@ K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
 RETRY_FIRST = 5.0
 RETRY_CAP = 300.0
+# How long a stopping scheduler waits for its cancelled handlers' own cleanup (their `finally` blocks).
+STOP_GRACE = 10.0
 
 
 def retry_delay(failures: int, first: float = RETRY_FIRST, cap: float = RETRY_CAP) -> float:
@@ -126,8 +128,13 @@ class Scheduler(Generic[K]):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=timeout)
         finally:
-            for task in list(self._tasks):
+            tasks = list(self._tasks)
+            for task in tasks:
                 task.cancel()
+            if tasks:
+                # Their cleanup (a policy worker given back, a slot freed) runs before run() returns, so what is
+                # closed after the scheduler stops (the policy sandbox, the API client) is not used once closed.
+                await asyncio.wait(tasks, timeout=STOP_GRACE)
 
     def _start(self, key: K) -> None:
         self._active.add(key)

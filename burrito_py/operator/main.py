@@ -43,7 +43,7 @@ from burrito_py.kube.kubeconfig import kubeconfig_login
 from burrito_py.kube.leader.decide import Timing
 from burrito_py.kube.leader.election import LeaderConfig, follow_flag, run_with_leader_election
 from burrito_py.kube.pod_paths import own_namespace
-from burrito_py.kube.scheduler import Scheduler
+from burrito_py.kube.scheduler import STOP_GRACE, Scheduler
 from burrito_py.policy.sandbox import PolicySandbox
 
 if TYPE_CHECKING:
@@ -125,8 +125,11 @@ def build_registry(config: ControllerSettings, kubeconfig: Path | None = None) -
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-        for task in memo.get("tasks", []):
+        tasks = memo.get("tasks", [])
+        for task in tasks:
             task.cancel()
+        if tasks:  # the schedulers' handlers end (and give back what they hold) before what they use is closed
+            await asyncio.wait(tasks, timeout=2 * STOP_GRACE)
         if "ctx" in holder:
             await holder["ctx"].notifications.close()
             await holder["ctx"].sandbox.close()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 
 from burrito_py.api import annotations as ann
@@ -219,6 +220,37 @@ def test_scheduler_deduplicates_and_never_runs_a_key_twice_at_once():
 
     seen = asyncio.run(scenario())
     assert sorted(seen) == ["a", "a", "b"]
+
+
+def test_a_stopped_scheduler_returns_only_once_its_handlers_have_cleaned_up():
+    """The controllers close the policy sandbox and the API client after their schedulers stop: a handler cancelled
+    mid-way must have given back what it holds (its `finally`, which may await: a policy worker's process is
+    waited for) before `run()` returns. Before, `run()` cancelled its handlers and returned at once, and a policy
+    worker could outlive the event loop that owned its pipes."""
+
+    async def scenario() -> list[str]:
+        events: list[str] = []
+        started = asyncio.Event()
+
+        async def handler(key: str) -> None:
+            started.set()
+            try:
+                await asyncio.sleep(60)
+            finally:
+                await asyncio.sleep(0.05)  # e.g. waiting for a killed worker's process
+                events.append(f"{key} cleaned up")
+
+        scheduler: Scheduler[str] = Scheduler("test", handler)
+        task = asyncio.create_task(scheduler.run())
+        scheduler.schedule("a")
+        await started.wait()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        events.append("run returned")
+        return events
+
+    assert asyncio.run(scenario()) == ["a cleaned up", "run returned"]
 
 
 def test_a_handler_waiting_with_its_slot_released_holds_up_no_other_key():
