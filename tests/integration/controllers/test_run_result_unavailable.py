@@ -9,17 +9,13 @@ listens on, then with the in-process datastore started on that very port.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from burrito_local.apiserver import ApiServer
-from burrito_local.apply import Applier
 from burrito_local.identity import admin_client
 
 from burrito_py.api import annotations as ann
-from burrito_py.api.crdgen import generate_crds
 from burrito_py.api.run import pod_name
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.run.reconcile import reconcile_run
@@ -27,19 +23,6 @@ from burrito_py.datastore.client import DatastoreClient
 from burrito_py.datastore.in_process import free_port, running_datastore
 from burrito_py.kube.client import Kube
 from tests.support.runner_overrides import RUN, objects, settings
-
-
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[tuple[ApiServer, Path]]:
-    server = ApiServer(pod_log_dir=tmp_path / "logs").start()
-    applier = Applier(server.url)
-    try:
-        for crd in generate_crds().values():
-            applier.apply(crd)
-        yield server, server.write_kubeconfig(tmp_path / "kubeconfig")
-    finally:
-        applier.close()
-        server.stop()
 
 
 def ended_pod(run: dict[str, Any]) -> dict[str, Any]:

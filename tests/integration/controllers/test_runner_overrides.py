@@ -11,17 +11,13 @@ platform's values, and the run must say which overrides were ignored (its attemp
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from burrito_local.apiserver import ApiServer
-from burrito_local.apply import Applier
 from burrito_local.identity import admin_client
 
 from burrito_py.api import annotations as ann
-from burrito_py.api.crdgen import generate_crds
 from burrito_py.api.run import pod_name
 from tests.support.runner_overrides import (
     RUN,
@@ -31,19 +27,6 @@ from tests.support.runner_overrides import (
     reconcile_once,
     runner_account,
 )
-
-
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[tuple[ApiServer, Path]]:
-    server = ApiServer(pod_log_dir=tmp_path / "logs").start()
-    applier = Applier(server.url)
-    try:
-        for crd in generate_crds().values():
-            applier.apply(crd)
-        yield server, server.write_kubeconfig(tmp_path / "kubeconfig")
-    finally:
-        applier.close()
-        server.stop()
 
 
 def store_and_reconcile(admin: Any, kubeconfig: Path, bodies: Any) -> str:
