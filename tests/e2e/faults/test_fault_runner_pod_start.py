@@ -64,7 +64,7 @@ def test_an_unschedulable_runner_pod_says_why_then_is_deleted_and_its_attempt_fa
         succeeded = condition(failed, "HasSucceeded")
         assert succeeded is not None and succeeded["message"] == first["notStarted"]
         assert condition(failed, "RunnerPodStarted") is None, "an ended run has no pod to wait for"
-        assert [m for m in events(platform, name, "RunnerPodNotStarted")] == [
+        assert events(platform, name, "RunnerPodNotStarted") == [
             f"attempt 1: {first['notStarted']}: deleting it"]
         assert any(first["notStarted"] in m for m in events(platform, name, "AttemptFailed"))
         # The controllers run in this process: their counter, which the chart's alert reads, counted it once.
