@@ -52,6 +52,13 @@ def _told(world: World, text: str) -> list[str]:
             text in body]
 
 
+def _commented(world: World, number: int, status: str) -> dict[str, Any] | None:
+    """The pull request's `Commented` condition when it has this status."""
+    conditions = (world.pull_request(number).get("status") or {}).get("conditions") or ()
+    cond = next((c for c in conditions if c["type"] == "Commented"), None)
+    return cond if cond is not None and cond["status"] == status else None
+
+
 def _apply_runs(world: World, layer: str) -> list[dict[str, Any]]:
     return [r for r in world.platform.runs(layer) if r["spec"]["action"] == "apply"]
 
@@ -68,6 +75,9 @@ def test_a_merged_pull_request_applies_what_was_reviewed_and_waits_when_the_base
         planned = world.wait_pr(1, head, "Planned", timeout=180)
         digest = planned["status"]["layers"][0].get("changesDigest")
         assert digest and digest.startswith("sha256:"), planned["status"]
+        # The provider refuses every call from the merge on (GitHub's secondary rate limit): what the merge meant
+        # cannot be said yet, and the pull request shows why (`Commented=False`) until it can.
+        world.fake.limited = 10**6
         merge = _merge(world, 1, head)
 
         def applied() -> dict[str, Any] | None:
@@ -87,9 +97,16 @@ def test_a_merged_pull_request_applies_what_was_reviewed_and_waits_when_the_base
         assert "v2" in platform.state_file("app").read_text()
         merged = world.pull_request(1)["status"]
         assert merged["state"] == "Merged" and merged["merged"]["reason"] == "", merged
+        unsaid = wait_for(lambda: _commented(world, 1, "False"), 60, interval=0.2, what="the verdict's refusal shown")
+        assert unsaid["reason"] == "ProviderError" and "rate limit" in unsaid["message"], unsaid
+        assert unsaid["message"].startswith("cannot say on the pull request what its merge meant (tried again): ")
+        assert not _told(world, "applies without a manual approval")
+        world.fake.limited = 0
+        wait_for(lambda: _told(world, "applies without a manual approval"), 60, what="the pull request told")
+        assert wait_for(lambda: _commented(world, 1, "True"), 60, interval=0.2)["reason"] == "Posted"
+        merged = world.pull_request(1)["status"]
         assert merged["merged"]["layers"] == [{"namespace": platform.namespace, "name": "app",
                                                "changesDigest": digest, "told": f"Approved:{reviewed['planSum']}"}]
-        wait_for(lambda: _told(world, "applies without a manual approval"), 60, what="the pull request told")
         assert not _apply_runs(world, "other")  # a layer the pull request did not change is untouched
 
         # 2. Reviewed, then the base moves under it before the merge: the layer waits, and the pull request says so.

@@ -196,3 +196,51 @@ def test_a_forks_head_is_approved_for_planning_by_an_approvers_comment_and_only_
     wait_state(world, 5, "AwaitingApproval")
     wait_for(lambda: not pr_runs(world.platform), 60, what="the approved head's run discarded")
     no_run_for(world)
+
+
+def test_a_reply_the_provider_refuses_shows_on_the_pull_request_until_it_is_posted(
+    tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
+) -> None:
+    """A command's reply that the provider refuses (here: rate limited) was only a log line before: the pull
+    request now shows `Commented=False` with the provider's answer and a `CommentFailed` Warning event, the command
+    is answered at the retry, and the condition is mended then. The command acts once (one re-plan)."""
+    with pull_request_world(tmp_path, repo, "github", real_cluster) as world:
+        platform, fake = world.platform, world.fake
+        platform.custom.patch_namespaced_custom_object(
+            ann.GROUP, ann.VERSION, platform.namespace, "terraformrepositories", "infra",
+            {"spec": {"pullRequests": {"commands": {"allowed": ["alice"]}}}})
+        fake.permissions["alice"] = "write"
+        head = world.push(3, {"layers/app/main.tf": layer_code("v3")}, "change app")
+        world.hook("opened", 3, head)
+        world.wait_pr(3, head, "Planned", timeout=180)
+        runs = {r["metadata"]["name"] for r in pr_runs(platform)}
+        posts = len(replies(world))
+
+        fake.limited = 10**6  # every call from now on: GitHub's secondary rate limit
+        comment(world, 3, "/burrito-py plan app", "alice", 9001)
+
+        def commented(status: str) -> dict[str, Any] | None:
+            conditions = (world.pull_request(3).get("status") or {}).get("conditions") or ()
+            cond = next((c for c in conditions if c["type"] == "Commented"), None)
+            return cond if cond is not None and cond["status"] == status else None
+
+        cond = wait_for(lambda: commented("False"), 60, interval=0.2, what="the refused reply shown")
+        assert cond["reason"] == "ProviderError", cond
+        assert cond["message"].startswith("cannot answer 1 comment command(s) (tried again): "), cond
+        assert "rate limit" in cond["message"], cond
+        warnings = [e.message for e in platform.core.list_namespaced_event(platform.namespace).items
+                    if e.involved_object.kind == "TerraformPullRequest" and e.reason == "CommentFailed"]
+        assert warnings == [cond["message"]], warnings
+        assert len(replies(world)) == posts
+        assert not (world.pull_request(3).get("status") or {}).get("commands"), "nothing answered yet"
+
+        fake.limited = 0
+        record = answered(world, 3, 9001)
+        assert record["outcome"] == "done", record
+        mended = wait_for(lambda: commented("True"), 60, interval=0.2, what="the condition mended")
+        assert mended["reason"] == "Posted", mended
+        assert len(replies(world)) == posts + 1 and "done" in replies(world)[-1]
+        wait_for(lambda: len({r["metadata"]["name"] for r in pr_runs(platform)} - runs) == 1, 30, interval=0.1,
+                 what="one re-plan")
+        time.sleep(2)
+        assert len({r["metadata"]["name"] for r in pr_runs(platform)} - runs) == 1, "the command acted once"

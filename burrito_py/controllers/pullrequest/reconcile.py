@@ -155,13 +155,19 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             return
         snap = dataclasses.replace(snap, affected=affected)
         decision = decide_pull_request(snap, settings)
-    if not open_ and not await _release_all(ctx, pull_request, repository):
-        ctx.wake_pull_request(key, RETRY_SECONDS)
+    # The controllers' own comments this time: each due one says whether it was posted (`Commented`).
+    commented: list[Cond] = []
+    if not open_:
+        released, notice = await _release_all(ctx, pull_request, repository)
+        if not released:
+            ctx.wake_pull_request(key, RETRY_SECONDS)
+        commented += [notice] if notice is not None else []
     handled: list[Body] = []
     pending = pending_commands(spec, status)
     if pending and repository is not None:
-        handled, replan, failed = await _answer_commands(ctx, pull_request, repository, pending, decision)
-        if failed:
+        handled, replan, answered = await _answer_commands(ctx, pull_request, repository, pending, decision)
+        commented.append(answered)
+        if not answered.status:
             ctx.wake_pull_request(key, RETRY_SECONDS)
         if replan:
             snap = dataclasses.replace(snap, replan=replan)
@@ -184,9 +190,12 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         if not await _create_run(ctx, pull_request, layer_key, run):
             ctx.wake_pull_request(key, RETRY_SECONDS)
     new_status: Body = {**status, **decision.status}
-    if decision.tell and repository is not None and not await _tell(ctx, pull_request, repository, decision):
-        new_status["merged"] = status.get("merged")  # nothing marked told: said at the retry
-        ctx.wake_pull_request(key, RETRY_SECONDS)
+    if decision.tell and repository is not None:
+        told = await _tell(ctx, pull_request, repository, decision)
+        commented.append(told)
+        if not told.status:
+            new_status["merged"] = status.get("merged")  # nothing marked told: said at the retry
+            ctx.wake_pull_request(key, RETRY_SECONDS)
     for layer_key in decision.wake_layers:
         ctx.wake_layer(layer_key)  # the merge is recorded: a plan waiting at the merge commit is judged now
     if handled:
@@ -202,7 +211,13 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             before = [c for c in status.get("conditions") or () if c.get("type") == "Published"]
             if not before or before[0].get("message") != published.message:
                 await post_event(ctx.kube, pull_request, "Warning", "PublishFailed", published.message)
-    await _write_status(ctx, pull_request, new_status, ready, planned, published)
+    comments = next((c for c in commented if not c.status), commented[0] if commented else None)
+    if comments is not None and not comments.status:
+        log.warning("pull request %s/%s: %s", namespace, name, comments.message)
+        before = [c for c in status.get("conditions") or () if c.get("type") == "Commented"]
+        if not before or before[0].get("message") != comments.message:
+            await post_event(ctx.kube, pull_request, "Warning", "CommentFailed", comments.message)
+    await _write_status(ctx, pull_request, new_status, ready, planned, published, comments)
 
 
 def _facts(run: Mapping[str, Any]) -> RunFacts:
@@ -236,24 +251,22 @@ async def _review_facts(ctx: Context, repository: Mapping[str, Any], spec: Mappi
 
 
 async def _tell(ctx: Context, pull_request: Mapping[str, Any], repository: Mapping[str, Any],
-                decision: PullRequestDecision) -> bool:
-    """Say on the pull request what its merge meant for each layer (one comment per verdict); False when the
-    provider could not be reached (the verdicts are said at the retry; a crash between a comment and the status
-    write says one twice, as a command's reply)."""
+                decision: PullRequestDecision) -> Cond:
+    """Say on the pull request what its merge meant for each layer (one comment per verdict); `Commented=False`
+    when the provider could not be reached (the verdicts are said at the retry; a crash between a comment and the
+    status write says one twice, as a command's reply)."""
+    what = "cannot say on the pull request what its merge meant (tried again)"
     client = await _client(ctx, repository, pull_request.get("spec") or {})
     if isinstance(client, Cond):
-        log.warning("pull request %s: cannot tell what its merge meant: %s", pull_request["metadata"]["name"],
-                    client.message)
-        return False
+        return _not_commented(what, client)
     try:
         for _layer, text in decision.tell:
             await asyncio.to_thread(client.create_comment, text)
     except (ProviderError, OutboundRefused) as exc:
-        log.warning("pull request %s: cannot tell what its merge meant: %s", pull_request["metadata"]["name"], exc)
-        return False
+        return _not_commented(what, _refusal(exc, _settings(repository)))
     finally:
         client.close()
-    return True
+    return COMMENTED
 
 
 async def _affected(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str, Any]) -> Affected:
@@ -448,10 +461,8 @@ async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Ma
         done = await asyncio.to_thread(
             publish, client, marker(decision.results.repository, decision.results.number), body,
             comment.get("id"), comment.get("digest"), head, statuses, sent)
-    except OutboundRefused as exc:
-        return Cond("Published", False, "AddressNotAllowed", f"{api_field(settings)}: {exc}")
-    except ProviderError as exc:
-        return Cond("Published", False, "ProviderError", str(exc))
+    except (OutboundRefused, ProviderError) as exc:
+        return _refusal(exc, settings)
     finally:
         client.close()
     metrics.PULL_REQUEST_PROVIDER_CALLS.observe(done.calls)
@@ -464,7 +475,8 @@ async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Ma
 
 
 async def _client(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str, Any]) -> ProviderClient | Cond:
-    """The provider's API client for the pull request, or the `Published=False` condition saying why none."""
+    """The provider's API client for the pull request, or the `Published=False` condition saying why none
+    (`_refusal`; the callers that comment turn it into `Commented=False`)."""
     provider = str(spec["provider"])
     settings = _settings(repository)
     try:
@@ -474,30 +486,46 @@ async def _client(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str
         # An App's token exchange is the first call: in the thread, as every call to the provider.
         return await asyncio.to_thread(client_for, provider, api_url, str(spec["project"]), int(spec["number"]),
                                        tokens, outbound=ctx.settings.outbound_policy())
-    except HostNotAllowed as exc:  # before any call: the credentials never left
+    except (ProviderError, OutboundRefused, CredentialsError, GitCredentialsError, ValueError) as exc:
+        return _refusal(exc, settings)
+
+
+def _refusal(exc: Exception, settings: Mapping[str, Any]) -> Cond:
+    """`Published=False` for why the provider could not be asked (no token ever in the message)."""
+    if isinstance(exc, HostNotAllowed):  # before any call: the credentials never left
         return Cond("Published", False, "HostNotAllowed", str(exc))
-    except OutboundRefused as exc:
+    if isinstance(exc, OutboundRefused):
         return Cond("Published", False, "AddressNotAllowed", f"{api_field(settings)}: {exc}")
-    except ProviderError as exc:
+    if isinstance(exc, ProviderError):
         return Cond("Published", False, "ProviderError", str(exc))
-    except (CredentialsError, GitCredentialsError, ValueError) as exc:
-        return Cond("Published", False, "CredentialsInvalid", str(exc))
+    if isinstance(exc, KubeError):  # a command's own Kubernetes call (an apply run, a lock's release)
+        return Cond("Published", False, "APIError", str(exc))
+    return Cond("Published", False, "CredentialsInvalid", str(exc))
+
+
+# `Commented`: whether the controllers' own comments (command replies, what a merge meant, locks released on close)
+# reached the pull request; set when one was due, kept otherwise (docs/architecture.md §11.3).
+COMMENTED = Cond("Commented", True, "Posted", "the controllers' replies and notices are posted")
+
+
+def _not_commented(what: str, refusal: Cond) -> Cond:
+    return Cond("Commented", False, refusal.reason, f"{what}: {refusal.message}")
 
 
 async def _answer_commands(ctx: Context, pull_request: Mapping[str, Any], repository: Mapping[str, Any],
                            pending: Sequence[Pending], decision: PullRequestDecision
-                           ) -> tuple[list[Body], dict[Key, str], bool]:
+                           ) -> tuple[list[Body], dict[Key, str], Cond]:
     """Answer each new comment command once (`pullrequests.commands.decide_command`), asking the provider only
     what a decision needs (the commenter's write permission, the review facts of an apply): a reply on the pull
     request, then its record (`status.commands`). Returns the records, the layers to plan again (→ the comment's
-    id) and whether something failed (the rest wait for a retry). A reply is posted before its record is
-    written: a crash between them may answer twice, never act twice (a re-plan's run is named by the comment)."""
+    id) and `Commented`: False when something failed (the rest wait for a retry). A reply is posted before its
+    record is written: a crash between them may answer twice, never act twice (a re-plan's run is named by the
+    comment)."""
     meta, spec = pull_request["metadata"], pull_request.get("spec") or {}
+    what = f"cannot answer {len(pending)} comment command(s) (tried again)"
     client = await _client(ctx, repository, spec)
     if isinstance(client, Cond):
-        log.warning("pull request %s/%s: cannot answer its comment commands: %s", meta["namespace"], meta["name"],
-                    client.message)
-        return [], {}, True
+        return [], {}, _not_commented(what, client)
     handled: list[Body] = []
     replan: dict[Key, str] = {}
     settings = _settings(repository)
@@ -535,11 +563,12 @@ async def _answer_commands(ctx: Context, pull_request: Mapping[str, Any], reposi
             log.info("pull request %s/%s: command %r by %s (comment %s): %s: %s", meta["namespace"], meta["name"],
                      command.text[:100], command.by, command.id, answer.outcome, handled[-1]["message"][:200])
     except (ProviderError, OutboundRefused, KubeError) as exc:
-        log.warning("pull request %s/%s: answering its comment commands: %s", meta["namespace"], meta["name"], exc)
-        return handled, replan, True
+        unanswered = len(pending) - len(handled)
+        return handled, replan, _not_commented(f"cannot answer {unanswered} comment command(s) (tried again)",
+                                               _refusal(exc, settings))
     finally:
         client.close()
-    return handled, replan, False
+    return handled, replan, COMMENTED
 
 
 def _layer_apply_facts(ctx: Context, pull_request: Mapping[str, Any]) -> dict[Key, LayerApply]:
@@ -637,9 +666,11 @@ async def _release(ctx: Context, layer_key: Key, name: str) -> bool:
     raise KubeError(409, "Conflict", f"layer {layer_key[0]}/{layer_key[1]} kept changing while being released")
 
 
-async def _release_all(ctx: Context, pull_request: Mapping[str, Any], repository: Mapping[str, Any] | None) -> bool:
+async def _release_all(ctx: Context, pull_request: Mapping[str, Any], repository: Mapping[str, Any] | None
+                       ) -> tuple[bool, Cond | None]:
     """A merged or closed pull request releases every layer it holds; closed without a merge, it says on the pull
-    request that what it applied is still live. False when something is left for a retry."""
+    request that what it applied is still live. Returns False when something is left for a retry, and `Commented`
+    when that notice was due (False: it could not be posted, and is not tried again: the locks are released)."""
     meta, spec = pull_request["metadata"], pull_request.get("spec") or {}
     held = [layer for layer in ctx.inventory.layers if layer["metadata"]["namespace"] == meta["namespace"]
             and ((layer["metadata"].get("annotations") or {}).get(ann.PULL_REQUEST_LOCK) == meta["name"])]
@@ -647,25 +678,23 @@ async def _release_all(ctx: Context, pull_request: Mapping[str, Any], repository
     due = [key_of(layer) for layer in held
            if release_due(str(spec.get("state")), layer, merged_at, utcnow())]
     released = [key for key in due if await _release(ctx, key, meta["name"])]
-    if len(due) < len(held):
-        ctx.wake_pull_request(key_of(pull_request), RETRY_SECONDS)  # merged: until the branch has the merge
+    done = len(due) == len(held)  # merged: the rest wait until the branch has the merge
     if not released or spec.get("state") != "closed" or repository is None:
-        return True
+        return done, None
+    names = ", ".join(f"`{k[0]}/{k[1]}`" for k in released)
+    what = f"released {names}, but cannot say so on the pull request (not tried again)"
     client = await _client(ctx, repository, spec)
     if isinstance(client, Cond):
-        log.warning("pull request %s: cannot say its locks are released: %s", meta["name"], client.message)
-        return True  # released all the same: the lock matters more than the comment
+        return done, _not_commented(what, client)  # released all the same: the lock matters more than the comment
     try:
         await asyncio.to_thread(client.create_comment, (
-            "burrito-py: this pull request was closed without merging: released "
-            + ", ".join(f"`{k[0]}/{k[1]}`" for k in released)
-            + ". The changes it applied before merge are still live: the layers' own runs now plan and apply "
-            "their branch's code over them."))
+            f"burrito-py: this pull request was closed without merging: released {names}. The changes it applied "
+            "before merge are still live: the layers' own runs now plan and apply their branch's code over them."))
     except (ProviderError, OutboundRefused) as exc:
-        log.warning("pull request %s: cannot say its locks are released: %s", meta["name"], exc)
+        return done, _not_commented(what, _refusal(exc, _settings(repository)))
     finally:
         client.close()
-    return True
+    return done, COMMENTED
 
 
 async def _create_apply_run(ctx: Context, pull_request: Mapping[str, Any], order: ApplyOrder, by: str) -> None:
