@@ -122,6 +122,8 @@ class ControllersConfig(Values):
     runs_to_keep: int = setting(ControllerSettings, "runs_to_keep")
     max_concurrent_runner_pods: int = setting(ControllerSettings, "max_concurrent_runner_pods")
     runner_start_timeout: timedelta = setting(ControllerSettings, "runner_start_timeout")
+    runner_plan_timeout: timedelta = setting(ControllerSettings, "runner_plan_timeout")
+    runner_apply_timeout: timedelta = setting(ControllerSettings, "runner_apply_timeout")
     default_sync_windows: list[DefaultSyncWindow] = setting(ControllerSettings, "default_sync_windows")
     agl_enabled: bool = setting(ControllerSettings, "agl_enabled")
     public_url: str = setting(ControllerSettings, "public_url")

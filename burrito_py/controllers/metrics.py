@@ -48,6 +48,12 @@ RUNNER_PODS_NOT_STARTED = PromCounter(
     "missing, no node), by namespace.",
     ["namespace"],
 )
+RUNNER_TIMEOUTS = PromCounter(
+    "burrito_py_runner_timeouts_total",
+    "Runner pods stopped by their kubelet at their deadline (runner_plan_timeout, runner_apply_timeout): their runs "
+    "failed without a retry, by namespace and run action.",
+    ["namespace", "action"],
+)
 NOTIFICATIONS = PromCounter(
     "burrito_py_notifications_total", "Notifications sent, by target kind, event and result.",
     ["kind", "event", "result"],

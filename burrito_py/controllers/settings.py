@@ -113,6 +113,17 @@ class ControllerSettings(BaseSettings):
         "no node for it) before it is deleted and its attempt fails, to be retried as any failed attempt; the "
         "run's RunnerPodStarted condition says why meanwhile. 0: no limit.",
     )
+    runner_plan_timeout: Duration = Field(
+        timedelta(hours=2),
+        description="How long a plan's runner pod may be active (its activeDeadlineSeconds, from the kubelet's "
+        "start of it) before its kubelet stops it: SIGTERM, then the grace period. Its run fails (TimedOut) and is "
+        "not retried: what hung once would hold the layer as long again. 0: no limit.",
+    )
+    runner_apply_timeout: Duration = Field(
+        timedelta(hours=24),
+        description="The same for every other action's runner pod (apply, import, state rm/mv, force-unlock, "
+        "migrate-state): long, as an apply stopped halfway leaves the infrastructure halfway. 0: no limit.",
+    )
     host: str = Field(
         "0.0.0.0",  # noqa: S104 - a pod's endpoints listen on its own address
         description="Address the metrics and health endpoints bind to (the chart passes the pod IP).",

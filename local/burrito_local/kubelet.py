@@ -24,6 +24,10 @@ PATH stands in for the image's entrypoint). Emulation rules:
   `burrito_py.kube.pod_dns` answers Service names from.
 - Restarts: `restartPolicy: Never` pods run once (runner pods); Always/OnFailure pods restart in place
   with the kubelet's back-off (CrashLoopBackOff) and their readiness/liveness probes (httpGet, tcpSocket).
+- Deadline: a `restartPolicy: Never` pod still active `activeDeadlineSeconds` after the kubelet took it up is
+  `Failed` at once, with the kubelet's reason `DeadlineExceeded` and message, while its container is stopped as on
+  a deletion (SIGTERM, the grace period, SIGKILL); its container's final state follows once it is gone, and a pod
+  that never started its process never does. (Other pods' deadlines are not enforced: nothing here sets one.)
 - Credentials: each pod acts as its ServiceAccount: a per-pod KUBECONFIG with a pod-bound token (one
   year, as kube-apiserver's extended expiry of kubelet tokens, since processes read it once; renewed at
   80 % like the others), the in-cluster token files under /var/run/secrets/kubernetes.io/serviceaccount
@@ -110,6 +114,9 @@ from burrito_py.timeutil import format_time, utcnow
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 TERMINAL = ("Succeeded", "Failed")
+# What a kubelet says of a pod it stopped at its activeDeadlineSeconds (pkg/kubelet/active_deadline.go).
+DEADLINE_EXCEEDED = {"reason": "DeadlineExceeded", "message": "Pod was active on the node longer than the specified "
+                     "deadline"}
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _FIELD_KEY = re.compile(r"^metadata\.(labels|annotations)\['([^']*)'\]$")
 POD_CIDR = "127.10.0.0/16"
@@ -320,6 +327,7 @@ class LocalKubelet(LoopThread):
         self._pod_grace: dict[tuple[str, str], float] = {}
         self._started: set[str] = set()
         self._ending: set[str] = set()  # uids of pods being deleted gracefully: never (re)started
+        self._expired: set[str] = set()  # uids of pods past their activeDeadlineSeconds: Failed, never started
         self._pod_tasks: dict[str, asyncio.Task[None]] = {}  # uid → the task running the pod
         # uid → how far the kubelet got with the pod (`describe_pod`): what a stuck pod's diagnosis reads first.
         self._stages: dict[str, str] = {}
@@ -486,9 +494,9 @@ class LocalKubelet(LoopThread):
         return f"at: {stage}"
 
     def _still_to_start(self, uid: str) -> bool:
-        """Pod `uid` is still in this node's pod watch and not being deleted."""
+        """Pod `uid` is still in this node's pod watch, not being deleted and not past its deadline."""
         pods = self._pods
-        if pods is None or uid in self._ending or uid in self._confirmed:
+        if pods is None or uid in self._ending or uid in self._confirmed or uid in self._expired:
             return False
         return any(p["metadata"]["uid"] == uid and not p["metadata"].get("deletionTimestamp")
                    for p in list(pods.cache.values()))
@@ -865,6 +873,8 @@ class LocalKubelet(LoopThread):
             self._lives[key] = life
         self._write_hosts(also=meta["namespace"])
         refresher: asyncio.Task[None] | None = None
+        deadline = spec.get("activeDeadlineSeconds")
+        watchdog = self._spawn(self._enforce_deadline(pod, float(deadline))) if never and deadline else None
         try:
             if life is not None:
                 await self._publish(life)
@@ -893,7 +903,7 @@ class LocalKubelet(LoopThread):
                     await self._patch_status(pod, {"containerStatuses": [{
                         **_identity(container), "ready": False, "restartCount": 0,
                         "state": {"waiting": {"reason": reason, "message": str(exc)}}}]})
-                    if (life is not None and life.stop.is_set()) or meta["uid"] in self._ending:
+                    if (life is not None and life.stop.is_set()) or meta["uid"] in self._ending | self._expired:
                         return
                     await asyncio.sleep(1.0)
                     if self._stopping is not None and self._stopping.is_set():
@@ -943,8 +953,8 @@ class LocalKubelet(LoopThread):
                 argv, process_env = self._container_command(pod, container, root, pod_dir, env, runtime_name)
                 cwd = pod_dir
             cwd.mkdir(parents=True, exist_ok=True)
-            if meta["uid"] in self._ending:
-                return  # deleted while it was being set up: never started
+            if meta["uid"] in self._ending | self._expired:
+                return  # deleted, or past its deadline, while it was being set up: never started
             stage("starting its process")
             if life is not None:
                 life.runtime_name = runtime_name
@@ -952,9 +962,10 @@ class LocalKubelet(LoopThread):
             else:
                 await self._run_once(pod, container, argv, process_env, cwd, log_path, root, runtime_name)
         finally:
-            if refresher is not None:
-                refresher.cancel()
-                await asyncio.gather(refresher, return_exceptions=True)
+            for task in (refresher, watchdog):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
             if self._lives.get(key) is life:
                 self._lives.pop(key, None)
             if (self._processes.get(key) or ("",))[0] in ("", meta["uid"]):
@@ -1066,12 +1077,12 @@ class LocalKubelet(LoopThread):
             self._processes[key] = (meta["uid"], process)
             if runtime_name is not None:
                 self._containers[process.pid] = runtime_name
-            if meta["uid"] in self._ending:  # deleted while its process was being started
+            if meta["uid"] in self._ending | self._expired:  # deleted or past its deadline while it was started
                 self._spawn(self._terminate(key, meta["uid"]))
             await self._patch_status(
                 pod,
                 {
-                    "phase": "Running",
+                    "phase": "Failed" if meta["uid"] in self._expired else "Running",  # never out of Failed
                     "startTime": started,
                     "containerStatuses": [
                         {
@@ -1094,14 +1105,30 @@ class LocalKubelet(LoopThread):
             message = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-20:])[-4096:]
         await self._finish(pod, container, code, "Completed" if code == 0 else "Error", message, started)
 
+    async def _enforce_deadline(self, pod: Obj, seconds: float) -> None:
+        """At `activeDeadlineSeconds` after the pod was taken up: `Failed` with the kubelet's reason and message
+        at once, then its container stopped as on a deletion (the pod's grace period); `_run_once` writes the
+        container's final state once its process is gone."""
+        await asyncio.sleep(seconds)
+        meta = pod["metadata"]
+        key, uid = (meta["namespace"], meta["name"]), meta["uid"]
+        if uid in self._ending or uid in self._confirmed:
+            return  # being deleted already: the deletion stops it
+        self._expired.add(uid)
+        self._stages[uid] = "past its activeDeadlineSeconds: stopping it"
+        await self._patch_status(pod, {"phase": "Failed", **DEADLINE_EXCEEDED})
+        await self._terminate(key, uid)
+
     async def _finish(self, pod: Obj, container: Obj, code: int, reason: str, message: str, started: str) -> None:
         terminated = {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": format_time(utcnow())}
         if message:
             terminated["message"] = message
+        expired = pod["metadata"]["uid"] in self._expired  # stopped at its deadline: Failed whatever its exit code
         await self._patch_status(
             pod,
             {
-                "phase": "Succeeded" if code == 0 else "Failed",
+                "phase": "Succeeded" if code == 0 and not expired else "Failed",
+                **(DEADLINE_EXCEEDED if expired else {}),
                 "containerStatuses": [
                     {
                         **_identity(container),

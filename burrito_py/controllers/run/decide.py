@@ -10,6 +10,10 @@ HasSucceeded reason `StalePlan` and the layer plans again (docs/architecture.md 
 A pod that never starts (an image that cannot be pulled, a Secret it needs missing, no node for it) says why in
 the `RunnerPodStarted` condition; past the start timeout it is deleted, and its attempt fails once the pod is gone,
 so neither the next attempt nor the Lease's release overlaps a Terraform that might still start (§6.1).
+
+A pod that runs longer than its timeout (its `activeDeadlineSeconds`, the plan or apply timeout) is stopped by its
+kubelet (`DeadlineExceeded`); its attempt fails once its container has stopped, and is not retried (`TimedOut`):
+what hung once would hold the layer as long again.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ ACTIVE_POD_PHASES = frozenset({"Pending", "Running"})
 STALE_PLAN_EXIT_CODE = 5
 STALE_PLAN_PREFIX = "stale plan: "
 STALE_PLAN = "StalePlan"
+# The kubelet's pod reason when it stopped a pod at its activeDeadlineSeconds, and the run's HasSucceeded reason then.
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+TIMED_OUT = "TimedOut"
 STARTED_CONDITION = "RunnerPodStarted"
 START_TIMEOUT = "StartTimeout"
 # A condition's reason as the API validates it (metav1.Condition); a kubelet's own reasons all match.
@@ -79,6 +86,9 @@ class PodView:
     deleting: bool = False  # it has a deletionTimestamp
     # This run's own pod (its controller owner reference and run label): only such a pod is ever deleted.
     owned: bool = True
+    reason: str = ""  # the pod's status.reason (DeadlineExceeded: its kubelet stopped it at its deadline)
+    running: bool = False  # a container still runs (a pod stopped at its deadline is Failed while it stops)
+    deadline_seconds: int | None = None  # its spec.activeDeadlineSeconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +116,9 @@ class RunSnapshot:
     attempts: tuple[AttemptView, ...]
     pod: PodView | None  # the runner pod of the latest attempt, as last observed
     policy: RetryPolicy
-    # The HasSucceeded message as stored: a run that ended keeps why (the layer's lastResult shows it).
+    # The HasSucceeded message and reason as stored: a run that ended keeps why (the layer's lastResult shows it).
     message: str = ""
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +128,7 @@ class FinishAttempt:
     exit_code: int | None
     finished_at: str | None
     message: str
+    timed_out: bool = False  # its pod was stopped at its deadline: never retried
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +168,17 @@ def _observe_latest(snap: RunSnapshot, now: datetime) -> FinishAttempt | None:
         return FinishAttempt(latest.number, False, None, None,
                              given_up or f"runner pod {latest.pod_name} disappeared (deleted)")
     if pod is not None and pod.name == latest.pod_name:
-        if pod.phase in ACTIVE_POD_PHASES or pod.phase is None:
+        # A pod its kubelet stopped at its deadline may be Failed while its runner still stops Terraform: it ends
+        # once no container runs, so neither a state lock's release nor the Lease's overlaps that Terraform.
+        if pod.phase in ACTIVE_POD_PHASES or pod.phase is None or pod.running:
             return None
         succeeded = pod.phase == "Succeeded"
+        if pod.reason == DEADLINE_EXCEEDED and not succeeded:
+            limit = (f"its timeout of {format_duration(timedelta(seconds=pod.deadline_seconds))}"
+                     if pod.deadline_seconds else "its activeDeadlineSeconds")
+            stopped = f"runner pod {pod.name} ran longer than {limit} and was stopped"
+            return FinishAttempt(latest.number, False, pod.exit_code, pod.finished_at,
+                                 f"{stopped}: {pod.message}" if pod.message else stopped, timed_out=True)
         # A pod given up and stopped before its runner said anything failed for the reason it was given up.
         message = given_up if given_up and pod.exit_code is None and not succeeded else pod.message
         return FinishAttempt(latest.number, succeeded, pod.exit_code, pod.finished_at, message)
@@ -212,10 +232,11 @@ def decide_run(snap: RunSnapshot, now: datetime) -> RunDecision:
     if snap.state in TERMINAL:
         state: RunStateName = "Succeeded" if snap.state == "Succeeded" else "Failed"
         stale = state == "Failed" and bool(snap.attempts) and is_stale_plan(snap.attempts[-1].exit_code, snap.message)
+        timed_out = state == "Failed" and snap.reason == TIMED_OUT
         return RunDecision(
             state,
             snap.retries,
-            _conditions(state, snap.retries, policy, None, snap.message, stale=stale),
+            _conditions(state, snap.retries, policy, None, snap.message, stale=stale, timed_out=timed_out),
             upload_logs=pending_logs,
             release_lease=True,
             message=snap.message,
@@ -259,11 +280,12 @@ def decide_run(snap: RunSnapshot, now: datetime) -> RunDecision:
     message = finish.message if finish is not None else ""
     exit_code = finish.exit_code if finish is not None else latest.exit_code
     stale = is_stale_plan(exit_code, message)
-    if retries > policy.max_retries or stale:
+    timed_out = finish is not None and finish.timed_out
+    if retries > policy.max_retries or stale or timed_out:
         return RunDecision(
             "Failed",
             retries,
-            _conditions("Failed", retries, policy, None, message, stale=stale),
+            _conditions("Failed", retries, policy, None, message, stale=stale, timed_out=timed_out),
             finish=finish,
             upload_logs=pending_logs,
             release_lease=True,
@@ -299,9 +321,10 @@ def _conditions(
     message: str = "",
     *,
     stale: bool = False,
+    timed_out: bool = False,
 ) -> tuple[Cond, ...]:
     limit = retries > policy.max_retries
-    failed_reason = STALE_PLAN if stale else "RunFailed"
+    failed_reason = STALE_PLAN if stale else TIMED_OUT if timed_out else "RunFailed"
     return (
         Cond("HasStatus", True, "StatusKnown"),
         Cond(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -101,9 +102,11 @@ def pod_view(pod: Mapping[str, Any] | None, run: Mapping[str, Any]) -> PodView |
     terminated: Mapping[str, Any] = {}
     started = status.get("phase") not in (None, "Pending")
     waiting: tuple[str, str] | None = None
+    running = False
     for container in status.get("containerStatuses") or ():
         state = container.get("state") or {}
         terminated = state.get("terminated") or {}
+        running = running or bool(state.get("running"))
         started = started or bool(state.get("running") or terminated or (container.get("lastState") or {}))
         if (state.get("waiting") or {}).get("reason"):
             waiting = (str(state["waiting"]["reason"]), str(state["waiting"].get("message") or ""))
@@ -123,6 +126,9 @@ def pod_view(pod: Mapping[str, Any] | None, run: Mapping[str, Any]) -> PodView |
         uid=meta.get("uid"),
         deleting=bool(meta.get("deletionTimestamp")),
         owned=belongs_to(pod, run),
+        reason=str(status.get("reason") or ""),
+        running=running,
+        deadline_seconds=(pod.get("spec") or {}).get("activeDeadlineSeconds"),
     )
 
 
@@ -262,10 +268,12 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if attempts and latest_pod is None and ctx.inventory.pod_deleted(namespace, attempts[-1].pod_name, run):
         latest_pod = PodView(attempts[-1].pod_name, None, gone=True)
     now = utcnow()
+    succeeded: Mapping[str, str] = next((c for c in status.get("conditions") or () if c.get("type") == "HasSucceeded"),
+                                        {})
     snapshot = RunSnapshot(
         status.get("state"), int(status.get("retries") or 0), attempts, latest_pod, policy,
-        message=next((str(c.get("message") or "") for c in status.get("conditions") or ()
-                      if c.get("type") == "HasSucceeded"), ""),
+        message=succeeded.get("message") or "",
+        reason=succeeded.get("reason") or "",
     )
     decision = decide_run(snapshot, now)
     recorded = None
@@ -291,6 +299,8 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         f = decision.finish
         raw_attempts[-1].update(finishedAt=f.finished_at or format_time(now), exitCode=f.exit_code,
                                 **(recorded.attempt if recorded is not None else {}))
+        if f.timed_out:
+            metrics.RUNNER_TIMEOUTS.labels(namespace, str((run.get("spec") or {}).get("action") or "")).inc()
         if f.succeeded:
             await post_event(ctx.kube, run, "Normal", "AttemptSucceeded", f"attempt {f.number} succeeded")
         else:
@@ -436,6 +446,8 @@ async def _start_attempt(
         settings.datastore_url,
         tuple(settings.runner_command),
         termination_grace_period_seconds=settings.runner_termination_grace_period_seconds,
+        plan_timeout_seconds=math.ceil(settings.runner_plan_timeout.total_seconds()),
+        apply_timeout_seconds=math.ceil(settings.runner_apply_timeout.total_seconds()),
         provider_mirror_url=settings.provider_mirror_url,
         provider_mirror_fail_closed=settings.provider_mirror_fail_closed,
         provider_mirror_registries=tuple(settings.provider_mirror_registries),

@@ -70,6 +70,9 @@ class RunnerDefaults:
     command: tuple[str, ...] = ("burrito-py", "runner", "start")
     token_expiration_seconds: int = 3600
     termination_grace_period_seconds: int = 120
+    # activeDeadlineSeconds of a plan's pod, and of every other action's; 0: none.
+    plan_timeout_seconds: int = 0
+    apply_timeout_seconds: int = 0
     # The datastore's provider and tool mirrors (issue 16, runner/mirror.py); empty: none.
     provider_mirror_url: str = ""
     provider_mirror_fail_closed: bool = False
@@ -232,6 +235,11 @@ def build_runner_pod(
     for key in ("nodeSelector", "tolerations", "affinity"):
         if override.get(key):
             spec[key] = override[key]
+    # The kubelet stops a pod that runs longer (SIGTERM, then the grace period): a hung Terraform never holds its
+    # layer's Lease for good (§6.1). Not an override: a tenant's layer may not run longer than the platform allows.
+    timeout = defaults.plan_timeout_seconds if run["spec"]["action"] == "plan" else defaults.apply_timeout_seconds
+    if timeout > 0:
+        spec["activeDeadlineSeconds"] = timeout
 
     labels = {
         **(meta_override.get("labels") or {}),

@@ -321,6 +321,8 @@ def test_prometheus_rule() -> None:
     assert alerts["BurritoPyRunnerPodsNotStarted"]["expr"] == (
         "sum by (namespace) (increase(burrito_py_runner_pods_not_started_total[30m])) > 0")
     assert "{{ $labels.namespace }}" in alerts["BurritoPyRunnerPodsNotStarted"]["annotations"]["description"]
+    assert alerts["BurritoPyRunnersTimedOut"]["expr"] == (
+        "sum by (namespace, action) (increase(burrito_py_runner_timeouts_total[1h])) > 0")
 
 
 def test_the_caches_need_no_new_grants() -> None:

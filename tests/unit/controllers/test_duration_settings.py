@@ -17,7 +17,7 @@ from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.durations import format_duration, parse_duration
 
 DURATIONS = ["drift_detection_period", "repository_poll_interval", "resync_interval", "failure_grace_period",
-             "failure_grace_period_cap", "runner_start_timeout"]
+             "failure_grace_period_cap", "runner_start_timeout", "runner_plan_timeout", "runner_apply_timeout"]
 
 
 @pytest.mark.parametrize("text", ["20", "20.0", "20s", "PT20S", "pt20s", "20000ms", " 20s "])

@@ -172,7 +172,8 @@ def waiting_snapshots(draw: st.DrawFn) -> tuple[RunSnapshot, datetime]:
         PodView, st.sampled_from(["r-1", "r-0"]), st.sampled_from([None, "Pending", "Running", "Succeeded", "Failed"]),
         st.sampled_from([None, 0, 1]), gone=st.booleans(), started=st.booleans(),
         waiting=st.sampled_from([None, PULL]), uid=st.sampled_from([None, "u-1"]), deleting=st.booleans(),
-        owned=st.booleans())))
+        owned=st.booleans(), reason=st.sampled_from(["", "DeadlineExceeded"]), running=st.booleans(),
+        deadline_seconds=st.sampled_from([None, 7200]))))
     policy = RetryPolicy(max_retries=draw(st.integers(0, 2)),
                          start_timeout=timedelta(seconds=draw(st.sampled_from([0, 30, 600]))))
     snap = RunSnapshot("Running", draw(st.integers(0, 3)), (attempt(given_up),), pod, policy)
@@ -184,8 +185,9 @@ def test_nothing_overlaps_a_pod_that_may_still_start(case: tuple[RunSnapshot, da
     snap, now = case
     decision = decide_run(snap, now)
     pod = snap.pod
-    alive = pod is not None and pod.name == "r-1" and not pod.gone and pod.phase in (None, *ACTIVE_POD_PHASES)
-    if alive:  # the latest attempt's pod is there and has not ended: wait for it, whatever else holds
+    alive = pod is not None and pod.name == "r-1" and not pod.gone and (pod.phase in (None, *ACTIVE_POD_PHASES)
+                                                                         or pod.running)
+    if alive:  # the latest attempt's pod is there and has not ended (or still runs): wait for it, whatever else holds
         assert decision.finish is None and decision.start_attempt is None and not decision.release_lease
     assert decision.requeue_after is None or decision.requeue_after > timedelta(0), "never a busy loop"
     if decision.give_up is not None:

@@ -1,0 +1,99 @@
+"""A runner pod that runs longer than its timeout (docs/architecture.md §6.1): its pod carries the plan or apply
+timeout as activeDeadlineSeconds; once its kubelet stopped it (`DeadlineExceeded`) and its container is gone, the
+attempt fails and the run is not retried (`TimedOut`). Decided without a cluster."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from burrito_py.controllers.run.decide import (
+    TIMED_OUT,
+    AttemptView,
+    PodView,
+    RetryPolicy,
+    RunSnapshot,
+    decide_run,
+)
+from burrito_py.controllers.run.reconcile import pod_view
+from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod
+from burrito_py.timeutil import format_time
+
+NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+POLICY = RetryPolicy(max_retries=3)
+RUN = {"metadata": {"name": "r", "namespace": "team", "uid": "run-uid"}, "spec": {"action": "plan"}}
+LAYER = {"metadata": {"name": "app", "namespace": "team"}}
+KILLED = "interrupted by SIGTERM: terraform apply was stopped"
+
+
+def snapshot(pod: PodView | None, state: str = "Running", reason: str = "", message: str = "") -> RunSnapshot:
+    return RunSnapshot(state, 0, (AttemptView(1, "r-1", format_time(NOW - timedelta(hours=2))),), pod, POLICY,
+                       message=message, reason=reason)
+
+
+def deadline_pod(running: bool, **rest: Any) -> PodView:
+    return PodView("r-1", "Failed", uid="u-1", reason="DeadlineExceeded", running=running, deadline_seconds=7200,
+                   **rest)
+
+
+def succeeded_condition(decision: Any) -> Any:
+    return next(c for c in decision.conditions if c.type == "HasSucceeded")
+
+
+@pytest.mark.parametrize(("action", "seconds"), [("plan", 7200), ("apply", 86400), ("import", 86400),
+                                                 ("migrate-state", 86400)])
+def test_a_runner_pod_carries_its_actions_timeout_as_its_active_deadline(action: str, seconds: int) -> None:
+    defaults = RunnerDefaults("img", "sa", "https://ds", plan_timeout_seconds=7200, apply_timeout_seconds=86400)
+    pod = build_runner_pod({**RUN, "spec": {"action": action}}, LAYER, 1, defaults)
+    assert pod["spec"]["activeDeadlineSeconds"] == seconds
+
+
+def test_no_timeout_means_no_active_deadline_and_no_override_sets_one() -> None:
+    pod = build_runner_pod(RUN, LAYER, 1, RunnerDefaults("img", "sa", "https://ds"))
+    assert "activeDeadlineSeconds" not in pod["spec"]
+    hostile = build_runner_pod(RUN, LAYER, 1, RunnerDefaults("img", "sa", "https://ds", plan_timeout_seconds=60),
+                               {"activeDeadlineSeconds": 10**9})
+    assert hostile["spec"]["activeDeadlineSeconds"] == 60
+
+
+def test_the_pod_view_reads_the_kubelets_reason_the_deadline_and_whether_a_container_still_runs() -> None:
+    body = {"metadata": {"name": "r-1", "uid": "u-1"}, "spec": {"activeDeadlineSeconds": 7200},
+            "status": {"phase": "Failed", "reason": "DeadlineExceeded",
+                       "message": "Pod was active on the node longer than the specified deadline",
+                       "containerStatuses": [{"name": "runner", "state": {"running": {"startedAt": "x"}}}]}}
+    view = pod_view(body, RUN)
+    assert view is not None and view.reason == "DeadlineExceeded" and view.running and view.deadline_seconds == 7200
+    body["status"]["containerStatuses"] = [{"name": "runner", "state": {"terminated": {"exitCode": 143}}}]
+    view = pod_view(body, RUN)
+    assert view is not None and not view.running and view.exit_code == 143
+
+
+def test_a_pod_stopped_at_its_deadline_ends_its_attempt_only_once_its_container_is_gone() -> None:
+    stopping = decide_run(snapshot(deadline_pod(running=True)), NOW)
+    assert stopping.state == "Running" and stopping.finish is None and not stopping.release_lease
+
+
+def test_a_timed_out_attempt_fails_the_run_without_a_retry_saying_why() -> None:
+    decision = decide_run(snapshot(deadline_pod(running=False, exit_code=143, message=KILLED)), NOW)
+    assert decision.state == "Failed" and decision.start_attempt is None and decision.release_lease
+    assert decision.finish is not None and decision.finish.timed_out and decision.finish.exit_code == 143
+    assert decision.message == f"runner pod r-1 ran longer than its timeout of 2h and was stopped: {KILLED}"
+    cond = succeeded_condition(decision)
+    assert (cond.status, cond.reason, cond.message) == (False, TIMED_OUT, decision.message)
+    # A pod that never got to run its runner (stopped while waiting for its image) says so without a message.
+    never = decide_run(snapshot(deadline_pod(running=False)), NOW)
+    assert never.state == "Failed"
+    assert never.message == "runner pod r-1 ran longer than its timeout of 2h and was stopped"
+
+
+def test_the_ended_run_keeps_its_timed_out_reason() -> None:
+    decided = decide_run(snapshot(None, "Failed", TIMED_OUT, "runner pod r-1 ran longer …"), NOW)
+    assert succeeded_condition(decided).reason == TIMED_OUT
+
+
+def test_only_the_kubelets_deadline_counts_a_runner_that_exits_by_itself_is_retried() -> None:
+    failed = decide_run(snapshot(PodView("r-1", "Failed", 1, "boom", uid="u-1", deadline_seconds=7200)), NOW)
+    assert failed.state == "FailureGracePeriod" and not (failed.finish and failed.finish.timed_out)
+    assert succeeded_condition(failed).reason == "RunFailed"
