@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, JsonValue, model_validator
 
 from burrito_py.api.common import AGE_COLUMN, ApiModel, PrinterColumn, Resource
 from burrito_py.api.policy import LabelSelector
@@ -36,7 +36,17 @@ class SignedWebhook(ApiModel):
     )
 
 
+# The model's own rule, as kube-apiserver checks it (x-kubernetes-validations): a notifier with no target or two is
+# refused when it is written, rather than stored and then sending nothing.
+ONE_TARGET_RULE: dict[str, JsonValue] = {
+    "rule": "[has(self.slack), has(self.teams), has(self.webhook)].filter(x, x).size() == 1",
+    "message": "exactly one of slack, teams, webhook must be set",
+}
+
+
 class TerraformNotifierSpec(ApiModel):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [ONE_TARGET_RULE]})
+
     layer_selector: LabelSelector | None = Field(default=None, description="Which layers (by label); unset: all.")
     events: list[NotificationEvent] = Field(default_factory=list, description="Which events; empty: all.")
     link_base: str | None = Field(

@@ -15,7 +15,7 @@ import asyncio
 import base64
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -24,6 +24,7 @@ import httpx
 from pydantic import ValidationError
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.errors import InvalidSpec
 from burrito_py.api.notifier import TerraformNotifier
 from burrito_py.controllers import metrics
 from burrito_py.kube.client import Kube, KubeError, crd_path, path
@@ -107,10 +108,12 @@ class Notifications:
         self.notifiers = Store()
         self._tasks: set[asyncio.Task[None]] = set()
         self._client: httpx.AsyncClient | None = None
+        # Invalid notifiers (uid, resourceVersion) already said so in an event: once per version, not per send.
+        self._said_invalid: set[tuple[str, str]] = set()
         # What deliveries may reach besides public addresses (the controllers' outbound settings; Context sets it).
         self.outbound = outbound or OutboundPolicy()
 
-    def _selected(self, namespace: str, labels: Mapping[str, str], event: str) -> list[TerraformNotifier]:
+    def _selected(self, kube: Kube, namespace: str, labels: Mapping[str, str], event: str) -> list[TerraformNotifier]:
         chosen = []
         for body in self.notifiers:
             if body["metadata"].get("namespace") != namespace:
@@ -118,8 +121,7 @@ class Notifications:
             try:
                 notifier = TerraformNotifier.model_validate(body)
             except ValidationError as exc:
-                log.warning("TerraformNotifier %s/%s is invalid and sends nothing: %s", namespace,
-                            body["metadata"].get("name"), exc.errors()[0].get("msg"))
+                self._say_invalid(kube, body, str(InvalidSpec.from_validation_error(exc)))
                 continue
             spec = notifier.spec
             if (not spec.events or event in spec.events) and (
@@ -127,15 +129,31 @@ class Notifications:
                 chosen.append(notifier)
         return chosen
 
+    def _say_invalid(self, kube: Kube, body: Mapping[str, Any], problems: str) -> None:
+        """A notifier the API took before a rule refused it (the CRD's CEL rules are newer than some objects): it
+        sends nothing, and says so on itself (a Warning event `Invalid`, once per version), not only in the log."""
+        meta = body["metadata"]
+        message = f"the notifier is invalid and sends nothing: {problems}"
+        log.warning("TerraformNotifier %s/%s: %s", meta.get("namespace"), meta.get("name"), message)
+        version = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+        if version in self._said_invalid:
+            return
+        if len(self._said_invalid) > 10_000:
+            self._said_invalid.clear()
+        self._said_invalid.add(version)
+        self._start(post_event(kube, body, "Warning", "Invalid", message[:1000]), f"{meta.get('name')}: invalid")
+
+    def _start(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(work, name=f"notify:{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def send(self, kube: Kube, layer: Mapping[str, Any], due: list[Notification]) -> None:
         """Start delivering `due` to every notifier that selects the layer and the event (in the background)."""
         labels = layer["metadata"].get("labels") or {}
         for notification in due:
-            for notifier in self._selected(notification.namespace, labels, notification.event):
-                task = asyncio.create_task(self._deliver(kube, notifier, notification),
-                                           name=f"notify:{notifier.namespace}/{notifier.name}")
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+            for notifier in self._selected(kube, notification.namespace, labels, notification.event):
+                self._start(self._deliver(kube, notifier, notification), f"{notifier.namespace}/{notifier.name}")
 
     async def _deliver(self, kube: Kube, notifier: TerraformNotifier, notification: Notification) -> None:
         kind = notifier.spec.target_kind

@@ -1,0 +1,56 @@
+"""A TerraformNotifier the API stored before its CRD's rule refused such objects (here: the emulator, which does not
+evaluate CEL rules, as an older CRD did not have them) sends nothing; before, only the controllers' log said why. It
+now says so on itself, in a Warning event `Invalid` naming the problem, once per version of the object."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from burrito_local.apiserver import ApiServer
+from burrito_local.identity import admin_client
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers.layer.notifications import Notifications
+from burrito_py.kube.client import Kube
+from burrito_py.notify.message import Notification
+
+HOOK = {"urlSecretRef": {"name": "hooks", "key": "slack"}}
+LAYER = {"metadata": {"name": "app", "namespace": "default", "labels": {}}}
+
+
+def failed() -> Notification:
+    return Notification("RunFailed", "default", "app", None, None, (), 0, (), "run r failed", None,
+                        datetime(2026, 11, 28, tzinfo=UTC))
+
+
+async def send_twice(kubeconfig: Path, stored: dict[str, Any]) -> list[dict[str, Any]]:
+    kube = await Kube.connect(str(kubeconfig))
+    notifications = Notifications()
+    try:
+        notifications.notifiers.observe(stored)
+        for _ in range(2):  # two notifications for the same version of the notifier: one event
+            notifications.send(kube, LAYER, [failed()])
+            await asyncio.sleep(0.5)
+        listed = await kube.get("/api/v1/namespaces/default/events")
+        return [e for e in (listed or {}).get("items") or ()
+                if e["involvedObject"].get("kind") == "TerraformNotifier" and e["reason"] == "Invalid"]
+    finally:
+        await notifications.close()
+        await kube.close()
+
+
+def test_an_invalid_notifier_stored_before_the_rule_says_so_in_an_event_once(api: tuple[ApiServer, Path]) -> None:
+    server, kubeconfig = api
+    body = {"apiVersion": ann.API_VERSION, "kind": "TerraformNotifier",
+            "metadata": {"name": "both", "namespace": "default"},
+            "spec": {"events": ["RunFailed"], "slack": HOOK, "teams": HOOK}}
+    with admin_client(server.url) as admin:
+        stored = admin.post(f"/apis/{ann.API_VERSION}/namespaces/default/terraformnotifiers", json=body)
+        assert stored.status_code == 201, stored.text
+    events = asyncio.run(send_twice(kubeconfig, stored.json()))
+    assert [(e["type"], e["involvedObject"]["name"]) for e in events] == [("Warning", "both")]
+    assert events[0]["message"] == ("the notifier is invalid and sends nothing: spec: exactly one of slack, teams, "
+                                    "webhook must be set (found slack, teams)"), events[0]["message"]
