@@ -6,8 +6,8 @@ lock the run, attempt, pod and pod uid of the token that took it (never what the
 of a managed-state layer ends the run controller looks at the layer's lock: held by a pod that no longer exists,
 or exists under another uid, or has ended, it is released (an admin's UNLOCK naming its ID, so a lock taken since
 stays) and a Warning `StateLockReleased` on the layer says so. A pod that may still run terraform (Pending,
-Running, or any phase not ended, terminating or not) keeps its lock; so does a lock no runner pod took (an
-admin's)."""
+Running, or any phase not ended, terminating or not, or ended while a container still runs) keeps its lock; so
+does a lock no runner pod took (an admin's)."""
 
 from __future__ import annotations
 
@@ -42,8 +42,11 @@ def orphaned(lock: Mapping[str, Any] | None, pod: Mapping[str, Any] | None) -> s
         return f"its runner pod {name} is gone"
     if (pod.get("metadata") or {}).get("uid") != uid:
         return f"its runner pod {name} (uid {uid}) is gone (a pod of that name now has another uid)"
-    phase = (pod.get("status") or {}).get("phase")
-    if phase in ENDED:
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    # A pod its kubelet stopped at its deadline is Failed while its container still stops Terraform (§6.1).
+    running = any((c.get("state") or {}).get("running") for c in status.get("containerStatuses") or ())
+    if phase in ENDED and not running:
         return f"its runner pod {name} has ended ({phase})"
     return None
 
@@ -75,7 +78,11 @@ async def release_orphaned_lock(ctx: Context, layer: Mapping[str, Any], reposito
             return
         await anyio.to_thread.run_sync(store.unlock_state, namespace, name, str(lock.get("id") or ""))
     except (KubeError, DatastoreError, ValueError) as exc:  # report, and look again at the next ended attempt
-        log.warning("layer %s/%s: cannot check or release its state lock: %s", namespace, name, exc)
+        message = (f"cannot check or release its state lock after an attempt ended: {exc}; looked at again when the "
+                   "next attempt ends")
+        log.warning("layer %s/%s: %s", namespace, name, message)
+        # On the layer, where the next attempt's "Error acquiring the state lock" would otherwise be all one sees.
+        await post_event(ctx.kube, layer, "Warning", "StateLockUnchecked", message[:1000])
         return
     message = (f"state lock {lock.get('id')} of run {lock.get('run')} attempt {lock.get('attempt')} released: "
                f"{reason}")

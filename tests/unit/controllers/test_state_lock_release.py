@@ -34,6 +34,15 @@ def test_a_live_pods_lock_is_never_taken(phase: str | None) -> None:
     assert orphaned(LOCK, pod(phase=phase, deleting=True)) is None  # terminating: terraform may still run
 
 
+def test_a_pod_stopped_at_its_deadline_keeps_its_lock_until_its_container_has_stopped() -> None:
+    stopping = pod(phase="Failed")
+    stopping["status"] |= {"reason": "DeadlineExceeded", "containerStatuses": [
+        {"name": "runner", "state": {"running": {"startedAt": "2026-11-26T21:00:00Z"}}}]}
+    assert orphaned(LOCK, stopping) is None  # Terraform is still stopping, and still holds the state
+    stopping["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 143}}
+    assert orphaned(LOCK, stopping) == "its runner pod app-apply-1-1 has ended (Failed)"
+
+
 def test_a_lock_no_runner_pod_took_is_left_alone() -> None:
     assert orphaned(None, None) is None
     assert orphaned({**LOCK, "pod": "", "podUid": ""}, None) is None  # an admin's lock

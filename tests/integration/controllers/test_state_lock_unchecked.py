@@ -1,0 +1,49 @@
+"""When an attempt of a managed-state layer ends, the run controller looks for a state lock its pod left
+(docs/architecture.md §10.6). When the datastore cannot answer, that was a line in the controllers' log only, while
+the next attempt met "Error acquiring the state lock" with nothing to say why: the layer now says so in a Warning
+event `StateLockUnchecked` with the datastore's answer. Against the emulator and a real datastore client on a port
+nothing listens on."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from burrito_local.apiserver import ApiServer
+from burrito_local.identity import admin_client
+
+from burrito_py.api import annotations as ann
+from burrito_py.controllers.context import Context
+from burrito_py.controllers.run.state_lock import release_orphaned_lock
+from burrito_py.datastore.client import DatastoreClient
+from burrito_py.datastore.in_process import free_port
+from burrito_py.kube.client import Kube
+from tests.support.runner_overrides import objects, settings
+
+
+async def release(kubeconfig: Path, repository: dict[str, Any], layer: dict[str, Any], url: str) -> None:
+    kube = await Kube.connect(str(kubeconfig))
+    store = DatastoreClient(url, timeout=2.0)
+    try:
+        await release_orphaned_lock(Context(settings=settings(), kube=kube, datastore=store), layer, repository)
+    finally:
+        store.close()
+        await kube.close()
+
+
+def test_a_state_lock_that_cannot_be_checked_says_so_on_the_layer(api: tuple[ApiServer, Path]) -> None:
+    server, kubeconfig = api
+    base = f"/apis/{ann.API_VERSION}/namespaces/default"
+    repository, layer = objects("default")[:2]
+    layer["spec"]["state"] = {"managed": True}
+    with admin_client(server.url) as admin:
+        stored = [admin.post(f"{base}/{plural}", json=body).raise_for_status().json()
+                  for body, plural in ((repository, "terraformrepositories"), (layer, "terraformlayers"))]
+        asyncio.run(release(kubeconfig, *stored, f"http://127.0.0.1:{free_port()}"))
+        events = [e for e in admin.get("/api/v1/namespaces/default/events").json()["items"]
+                  if e["involvedObject"]["name"] == "app" and e["reason"] == "StateLockUnchecked"]
+    assert [e["type"] for e in events] == ["Warning"], events
+    message = events[0]["message"]
+    assert message.startswith("cannot check or release its state lock after an attempt ended: "), message
+    assert message.endswith("; looked at again when the next attempt ends"), message
