@@ -14,6 +14,10 @@ so neither the next attempt nor the Lease's release overlaps a Terraform that mi
 A pod that runs longer than its timeout (its `activeDeadlineSeconds`, the plan or apply timeout) is stopped by its
 kubelet (`DeadlineExceeded`); its attempt fails once its container has stopped, and is not retried (`TimedOut`):
 what hung once would hold the layer as long again.
+
+A pod that is still there well after its deletion's grace period (its node lost or partitioned: no kubelet confirms
+it stopped) keeps its attempt running, as Terraform may still run there, and the `RunnerPodStopped` condition says
+so and what to do once it is known not to (§6.1).
 """
 
 from __future__ import annotations
@@ -52,6 +56,11 @@ _REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 # What every pod passes through on its way to start: not worth a condition (two more status writes per attempt),
 # only worth naming if the start timeout passes on it.
 ON_ITS_WAY = frozenset({"ContainerCreating", "PodInitializing"})
+STOPPED_CONDITION = "RunnerPodStopped"
+STOP_OVERDUE = "StopOverdue"
+# How long past its deletionTimestamp (the end of its grace period) a pod may still be there before the run says its
+# node may be lost: a kubelet confirms a stop within seconds of it.
+STOP_MARGIN = timedelta(minutes=2)
 
 
 def is_stale_plan(exit_code: int | None, message: str) -> bool:
@@ -84,6 +93,8 @@ class PodView:
     waiting: tuple[str, str] | None = None
     uid: str | None = None
     deleting: bool = False  # it has a deletionTimestamp
+    deleting_until: str | None = None  # that deletionTimestamp: the end of its grace period
+    node: str = ""  # spec.nodeName
     # This run's own pod (its controller owner reference and run label): only such a pod is ever deleted.
     owned: bool = True
     reason: str = ""  # the pod's status.reason (DeadlineExceeded: its kubelet stopped it at its deadline)
@@ -214,6 +225,26 @@ def _not_started(snap: RunSnapshot, now: datetime) -> tuple[Cond | None, GiveUpP
     return cond, None, None if look_again is None else look_again + timedelta(seconds=1)
 
 
+def _stop_overdue(snap: RunSnapshot, now: datetime) -> tuple[Cond | None, timedelta | None]:
+    """For the latest attempt's pod while it is being deleted and may still run: the `RunnerPodStopped` condition
+    once it is still there `STOP_MARGIN` after its grace period ended, else when to look again."""
+    latest, pod = snap.attempts[-1], snap.pod
+    if pod is None or pod.name != latest.pod_name or pod.gone or not pod.deleting:
+        return None, None
+    if pod.phase not in (None, *ACTIVE_POD_PHASES) and not pod.running:
+        return None, None  # it ended: its attempt ends with it
+    until = parse_time(pod.deleting_until)
+    if until is None:
+        return None, None
+    if now < until + STOP_MARGIN:
+        return None, until + STOP_MARGIN - now + timedelta(seconds=1)
+    on = f" on node {pod.node}" if pod.node else ""
+    return Cond(STOPPED_CONDITION, False, STOP_OVERDUE, (
+        f"runner pod {pod.name}{on} was to be stopped by {format_time(until)} and is still there: its node may be "
+        "unreachable. The run waits, as Terraform may still run there; once you know it does not (the node is "
+        f"gone or restarted), delete the pod with --force --grace-period=0 and the attempt ends")), None
+
+
 def _appearance_deadline(snap: RunSnapshot, now: datetime) -> timedelta | None:
     """While the latest attempt's pod has not been seen, look again when its appearance grace ends: a pod
     that never shows up is then a failed attempt, found without waiting for the periodic resync."""
@@ -258,11 +289,12 @@ def decide_run(snap: RunSnapshot, now: datetime) -> RunDecision:
         finished_at = parse_time(latest.finished_at) or now
     else:
         waiting, give_up, start_deadline = _not_started(snap, now)
-        requeue = [t for t in (_appearance_deadline(snap, now), start_deadline) if t is not None]
+        overdue, stop_deadline = _stop_overdue(snap, now)
+        requeue = [t for t in (_appearance_deadline(snap, now), start_deadline, stop_deadline) if t is not None]
         return RunDecision(
             "Running",
             retries,
-            (*_conditions("Running", retries, policy, None), *((waiting,) if waiting is not None else ())),
+            (*_conditions("Running", retries, policy, None), *(c for c in (waiting, overdue) if c is not None)),
             upload_logs=pending_logs,
             requeue_after=min(requeue, default=None),
             give_up=give_up,

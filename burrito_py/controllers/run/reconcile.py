@@ -26,6 +26,7 @@ from burrito_py.controllers.layer.validation import inherited, validate_layer
 from burrito_py.controllers.run import leases
 from burrito_py.controllers.run.decide import (
     ACTIVE_POD_PHASES,
+    STOPPED_CONDITION,
     TERMINAL,
     AttemptView,
     FinishAttempt,
@@ -125,6 +126,8 @@ def pod_view(pod: Mapping[str, Any] | None, run: Mapping[str, Any]) -> PodView |
         waiting=None if waiting is None else (waiting[0], waiting[1].strip()[:300]),
         uid=meta.get("uid"),
         deleting=bool(meta.get("deletionTimestamp")),
+        deleting_until=meta.get("deletionTimestamp"),
+        node=str((pod.get("spec") or {}).get("nodeName") or ""),
         owned=belongs_to(pod, run),
         reason=str(status.get("reason") or ""),
         running=running,
@@ -375,6 +378,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         ctx.wake_run(key, decision.requeue_after)
 
     conditions = list(decision.conditions)
+    overdue = next((c for c in conditions if c.type == STOPPED_CONDITION), None)
+    if overdue is not None and not any(c.get("type") == STOPPED_CONDITION for c in status.get("conditions") or ()):
+        await post_event(ctx.kube, run, "Warning", "RunnerPodStopOverdue", overdue.message)
     if state == "Running":
         conditions = [Cond(c.type, True, "RunnerPodActive") if c.type == "IsRunning" else c for c in conditions]
     new_status: Body = {

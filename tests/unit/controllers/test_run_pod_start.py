@@ -173,7 +173,7 @@ def waiting_snapshots(draw: st.DrawFn) -> tuple[RunSnapshot, datetime]:
         st.sampled_from([None, 0, 1]), gone=st.booleans(), started=st.booleans(),
         waiting=st.sampled_from([None, PULL]), uid=st.sampled_from([None, "u-1"]), deleting=st.booleans(),
         owned=st.booleans(), reason=st.sampled_from(["", "DeadlineExceeded"]), running=st.booleans(),
-        deadline_seconds=st.sampled_from([None, 7200]))))
+        deadline_seconds=st.sampled_from([None, 7200]), deleting_until=st.sampled_from([None, format_time(NOW)]))))
     policy = RetryPolicy(max_retries=draw(st.integers(0, 2)),
                          start_timeout=timedelta(seconds=draw(st.sampled_from([0, 30, 600]))))
     snap = RunSnapshot("Running", draw(st.integers(0, 3)), (attempt(given_up),), pod, policy)

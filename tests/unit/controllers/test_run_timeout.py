@@ -1,6 +1,7 @@
 """A runner pod that runs longer than its timeout (docs/architecture.md §6.1): its pod carries the plan or apply
 timeout as activeDeadlineSeconds; once its kubelet stopped it (`DeadlineExceeded`) and its container is gone, the
-attempt fails and the run is not retried (`TimedOut`). Decided without a cluster."""
+attempt fails and the run is not retried (`TimedOut`). A pod still there well after its deletion's grace period
+keeps its attempt and says why (`RunnerPodStopped`). Decided without a cluster."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from typing import Any
 import pytest
 
 from burrito_py.controllers.run.decide import (
+    STOP_MARGIN,
+    STOP_OVERDUE,
+    STOPPED_CONDITION,
     TIMED_OUT,
     AttemptView,
     PodView,
@@ -97,3 +101,22 @@ def test_only_the_kubelets_deadline_counts_a_runner_that_exits_by_itself_is_retr
     failed = decide_run(snapshot(PodView("r-1", "Failed", 1, "boom", uid="u-1", deadline_seconds=7200)), NOW)
     assert failed.state == "FailureGracePeriod" and not (failed.finish and failed.finish.timed_out)
     assert succeeded_condition(failed).reason == "RunFailed"
+
+
+def test_a_pod_still_there_well_after_its_grace_period_keeps_its_attempt_and_says_why() -> None:
+    until = NOW - timedelta(minutes=1)
+    lost = PodView("r-1", "Running", uid="u-1", deleting=True, deleting_until=format_time(until), node="node-7",
+                   running=True)
+    soon = decide_run(snapshot(lost), NOW)  # within the margin: a kubelet may still be confirming
+    assert soon.state == "Running" and not any(c.type == STOPPED_CONDITION for c in soon.conditions)
+    assert soon.requeue_after == STOP_MARGIN - timedelta(minutes=1) + timedelta(seconds=1)
+    later = decide_run(snapshot(lost), until + STOP_MARGIN)
+    assert later.state == "Running" and later.finish is None and not later.release_lease, "Terraform may still run"
+    cond = next(c for c in later.conditions if c.type == STOPPED_CONDITION)
+    assert (cond.status, cond.reason) == (False, STOP_OVERDUE)
+    assert cond.message.startswith(f"runner pod r-1 on node node-7 was to be stopped by {format_time(until)} and "
+                                   "is still there: its node may be unreachable."), cond.message
+    assert "--force --grace-period=0" in cond.message
+    # Once it is gone (forced, or its node came back), the attempt ends as any deleted pod's.
+    gone = decide_run(snapshot(PodView("r-1", None, gone=True)), until + STOP_MARGIN)
+    assert gone.finish is not None and not any(c.type == STOPPED_CONDITION for c in gone.conditions)
