@@ -966,6 +966,7 @@ class LocalKubelet(LoopThread):
                 if task is not None:
                     task.cancel()
                     await asyncio.gather(task, return_exceptions=True)
+            self._expired.discard(meta["uid"])  # its final status is written: nothing reads it any more
             if self._lives.get(key) is life:
                 self._lives.pop(key, None)
             if (self._processes.get(key) or ("",))[0] in ("", meta["uid"]):
@@ -1116,7 +1117,9 @@ class LocalKubelet(LoopThread):
             return  # being deleted already: the deletion stops it
         self._expired.add(uid)
         self._stages[uid] = "past its activeDeadlineSeconds: stopping it"
-        await self._patch_status(pod, {"phase": "Failed", **DEADLINE_EXCEEDED})
+        # A task of its own: a pod that never started ends its `_run_pod` (which cancels this watchdog) as soon as
+        # it sees the deadline passed, and must not take this write with it.
+        await asyncio.shield(self._spawn(self._patch_status(pod, {"phase": "Failed", **DEADLINE_EXCEEDED})))
         await self._terminate(key, uid)
 
     async def _finish(self, pod: Obj, container: Obj, code: int, reason: str, message: str, started: str) -> None:
