@@ -16,11 +16,10 @@ from burrito_local.identity import admin_client
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.run import pod_name
-from burrito_py.controllers.context import Context
-from burrito_py.controllers.run.reconcile import reconcile_run
-from burrito_py.kube.client import Kube
 from burrito_py.timeutil import format_time, utcnow
-from tests.support.runner_overrides import RUN, objects, settings
+from tests.support.runner_overrides import RUN, objects
+
+from .conftest import reconcile_run_once
 
 
 def lost_pod(run: dict[str, Any]) -> dict[str, Any]:
@@ -35,20 +34,6 @@ def lost_pod(run: dict[str, Any]) -> dict[str, Any]:
                 "startedAt": "2026-11-28T11:00:00Z"}}}]}}
 
 
-async def reconcile(kubeconfig: Path, stored: list[dict[str, Any]], run: dict[str, Any]) -> None:
-    kube = await Kube.connect(str(kubeconfig))
-    try:
-        ctx = Context(settings=settings(), kube=kube, datastore=None)
-        ctx.inventory.repositories.observe(stored[0])
-        ctx.inventory.layers.observe(stored[1])
-        ctx.inventory.runs.observe(run)
-        ctx.inventory.pods.observe(lost_pod(run))
-        ctx.primed = True
-        await reconcile_run(ctx, ("default", RUN))
-    finally:
-        await kube.close()
-
-
 def test_a_pod_lost_with_its_node_keeps_its_run_waiting_and_says_why(api: tuple[ApiServer, Path]) -> None:
     server, kubeconfig = api
     base = f"/apis/{ann.API_VERSION}/namespaces/default"
@@ -61,14 +46,15 @@ def test_a_pod_lost_with_its_node_keeps_its_run_waiting_and_says_why(api: tuple[
             "state": "Running", "retries": 0, "attempts": [attempt]}},
             headers={"Content-Type": "application/merge-patch+json"}).raise_for_status().json()
 
-        asyncio.run(reconcile(kubeconfig, stored, run))
+        asyncio.run(reconcile_run_once(kubeconfig, stored, run, lost_pod(run)))
         waiting = admin.get(f"{base}/terraformruns/{RUN}").json()
         status = waiting["status"]
         assert status["state"] == "Running" and "finishedAt" not in status["attempts"][0], status
         cond = next(c for c in status["conditions"] if c["type"] == "RunnerPodStopped")
         assert cond["status"] == "False" and cond["reason"] == "StopOverdue", cond
         assert cond["message"].startswith(f"runner pod {pod_name(RUN, 1)} on node node-7 was to be stopped by "), cond
-        asyncio.run(reconcile(kubeconfig, stored, waiting))  # asked again: the same, and no second event
+        # Asked again: the same, and no second event.
+        asyncio.run(reconcile_run_once(kubeconfig, stored, waiting, lost_pod(waiting)))
         events = [e for e in admin.get("/api/v1/namespaces/default/events").json()["items"]
                   if e["reason"] == "RunnerPodStopOverdue"]
     assert [(e["type"], e["involvedObject"]["name"], e["message"]) for e in events] == [

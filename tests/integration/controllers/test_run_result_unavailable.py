@@ -17,12 +17,10 @@ from burrito_local.identity import admin_client
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.run import pod_name
-from burrito_py.controllers.context import Context
-from burrito_py.controllers.run.reconcile import reconcile_run
-from burrito_py.datastore.client import DatastoreClient
 from burrito_py.datastore.in_process import free_port, running_datastore
-from burrito_py.kube.client import Kube
-from tests.support.runner_overrides import RUN, objects, settings
+from tests.support.runner_overrides import RUN, objects
+
+from .conftest import reconcile_run_once
 
 
 def ended_pod(run: dict[str, Any]) -> dict[str, Any]:
@@ -33,22 +31,6 @@ def ended_pod(run: dict[str, Any]) -> dict[str, Any]:
                                               "controller": True}]},
             "status": {"phase": "Succeeded", "containerStatuses": [{"name": "runner", "state": {"terminated": {
                 "exitCode": 0, "finishedAt": "2026-11-28T12:00:00Z"}}}]}}
-
-
-async def reconcile(kubeconfig: Path, stored: list[dict[str, Any]], run: dict[str, Any], datastore_url: str) -> None:
-    kube = await Kube.connect(str(kubeconfig))
-    store = DatastoreClient(datastore_url, timeout=2.0)
-    try:
-        ctx = Context(settings=settings(), kube=kube, datastore=store)
-        ctx.inventory.repositories.observe(stored[0])
-        ctx.inventory.layers.observe(stored[1])
-        ctx.inventory.runs.observe(run)
-        ctx.inventory.pods.observe(ended_pod(run))
-        ctx.primed = True
-        await reconcile_run(ctx, ("default", RUN))
-    finally:
-        store.close()
-        await kube.close()
 
 
 def test_an_attempt_ended_while_the_datastore_is_down_says_so_until_it_is_recorded(
@@ -67,7 +49,7 @@ def test_an_attempt_ended_while_the_datastore_is_down_says_so_until_it_is_record
             "state": "Running", "retries": 0, "attempts": [attempt]}},
             headers={"Content-Type": "application/merge-patch+json"}).raise_for_status().json()
 
-        asyncio.run(reconcile(kubeconfig, stored, run, url))
+        asyncio.run(reconcile_run_once(kubeconfig, stored, run, ended_pod(run), url))
         waiting = admin.get(f"{base}/terraformruns/{RUN}").json()
         status = waiting["status"]
         assert status["state"] == "Running" and "finishedAt" not in status["attempts"][0], status
@@ -77,12 +59,12 @@ def test_an_attempt_ended_while_the_datastore_is_down_says_so_until_it_is_record
         assert "datastore unavailable" in cond["message"], cond
 
         # Asked again while it is still down: the same condition, and no write (its resourceVersion stays).
-        asyncio.run(reconcile(kubeconfig, stored, waiting, url))
+        asyncio.run(reconcile_run_once(kubeconfig, stored, waiting, ended_pod(waiting), url))
         again = admin.get(f"{base}/terraformruns/{RUN}").json()
         assert again["metadata"]["resourceVersion"] == waiting["metadata"]["resourceVersion"]
 
         with running_datastore(tmp_path / "datastore", port=port):
-            asyncio.run(reconcile(kubeconfig, stored, again, url))
+            asyncio.run(reconcile_run_once(kubeconfig, stored, again, ended_pod(again), url))
         status = admin.get(f"{base}/terraformruns/{RUN}").json()["status"]
     # Recorded: the datastore holds no plan of it, so the attempt failed naming what is missing (§6.4).
     assert status["attempts"][0]["finishedAt"] and status["state"] == "FailureGracePeriod", status
