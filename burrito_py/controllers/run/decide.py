@@ -101,6 +101,14 @@ class PodView:
     running: bool = False  # a container still runs (a pod stopped at its deadline is Failed while it stops)
     deadline_seconds: int | None = None  # its spec.activeDeadlineSeconds
 
+    @property
+    def stopping(self) -> bool:
+        """Stopped by its kubelet at its deadline, and its container still runs: `Failed` while its runner stops
+        Terraform. It ends once no container runs, so neither a state lock's release nor the Lease's (nor the next
+        attempt) overlaps that Terraform. (Only then: a pod `Failed` for another reason, e.g. its node lost, may
+        keep a `running` container state that no kubelet will ever update.)"""
+        return self.reason == DEADLINE_EXCEEDED and self.running
+
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
@@ -179,9 +187,7 @@ def _observe_latest(snap: RunSnapshot, now: datetime) -> FinishAttempt | None:
         return FinishAttempt(latest.number, False, None, None,
                              given_up or f"runner pod {latest.pod_name} disappeared (deleted)")
     if pod is not None and pod.name == latest.pod_name:
-        # A pod its kubelet stopped at its deadline may be Failed while its runner still stops Terraform: it ends
-        # once no container runs, so neither a state lock's release nor the Lease's overlaps that Terraform.
-        if pod.phase in ACTIVE_POD_PHASES or pod.phase is None or pod.running:
+        if pod.phase in ACTIVE_POD_PHASES or pod.phase is None or pod.stopping:
             return None
         succeeded = pod.phase == "Succeeded"
         if pod.reason == DEADLINE_EXCEEDED and not succeeded:
@@ -231,7 +237,7 @@ def _stop_overdue(snap: RunSnapshot, now: datetime) -> tuple[Cond | None, timede
     latest, pod = snap.attempts[-1], snap.pod
     if pod is None or pod.name != latest.pod_name or pod.gone or not pod.deleting:
         return None, None
-    if pod.phase not in (None, *ACTIVE_POD_PHASES) and not pod.running:
+    if pod.phase not in (None, *ACTIVE_POD_PHASES) and not pod.stopping:
         return None, None  # it ended: its attempt ends with it
     until = parse_time(pod.deleting_until)
     if until is None:

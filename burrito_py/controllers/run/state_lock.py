@@ -6,8 +6,8 @@ lock the run, attempt, pod and pod uid of the token that took it (never what the
 of a managed-state layer ends the run controller looks at the layer's lock: held by a pod that no longer exists,
 or exists under another uid, or has ended, it is released (an admin's UNLOCK naming its ID, so a lock taken since
 stays) and a Warning `StateLockReleased` on the layer says so. A pod that may still run terraform (Pending,
-Running, or any phase not ended, terminating or not, or ended while a container still runs) keeps its lock; so
-does a lock no runner pod took (an admin's)."""
+Running, or any phase not ended, terminating or not, or stopped at its deadline while its container still runs) keeps
+its lock; so does a lock no runner pod took (an admin's)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from burrito_py.api.annotations import STATE_LOCATION
 from burrito_py.api.effective import state_location
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.validation import inherited
+from burrito_py.controllers.run.decide import DEADLINE_EXCEEDED
 from burrito_py.datastore.client import DatastoreError
 from burrito_py.kube.client import KubeError, path
 from burrito_py.kube.events import post_event
@@ -45,8 +46,9 @@ def orphaned(lock: Mapping[str, Any] | None, pod: Mapping[str, Any] | None) -> s
     status = pod.get("status") or {}
     phase = status.get("phase")
     # A pod its kubelet stopped at its deadline is Failed while its container still stops Terraform (§6.1).
-    running = any((c.get("state") or {}).get("running") for c in status.get("containerStatuses") or ())
-    if phase in ENDED and not running:
+    stopping = status.get("reason") == DEADLINE_EXCEEDED and any(
+        (c.get("state") or {}).get("running") for c in status.get("containerStatuses") or ())
+    if phase in ENDED and not stopping:
         return f"its runner pod {name} has ended ({phase})"
     return None
 

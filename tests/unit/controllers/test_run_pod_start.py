@@ -186,8 +186,8 @@ def test_nothing_overlaps_a_pod_that_may_still_start(case: tuple[RunSnapshot, da
     decision = decide_run(snap, now)
     pod = snap.pod
     alive = pod is not None and pod.name == "r-1" and not pod.gone and (pod.phase in (None, *ACTIVE_POD_PHASES)
-                                                                         or pod.running)
-    if alive:  # the latest attempt's pod is there and has not ended (or still runs): wait for it, whatever else holds
+                                                                         or pod.stopping)
+    if alive:  # the latest attempt's pod is there and has not ended (or still stops): wait for it, whatever else holds
         assert decision.finish is None and decision.start_attempt is None and not decision.release_lease
     assert decision.requeue_after is None or decision.requeue_after > timedelta(0), "never a busy loop"
     if decision.give_up is not None:

@@ -79,6 +79,14 @@ def test_a_pod_stopped_at_its_deadline_ends_its_attempt_only_once_its_container_
     assert stopping.state == "Running" and stopping.finish is None and not stopping.release_lease
 
 
+def test_only_a_deadline_stop_waits_for_its_container_a_pod_failed_otherwise_ends_at_once() -> None:
+    """A pod Failed for another reason (its node lost, the local kubelet restarted under it) may keep a `running`
+    container state nobody will update: its attempt ends, as before, rather than waiting for good."""
+    lost = PodView("r-1", "Failed", uid="u-1", reason="NodeLost", running=True)
+    decision = decide_run(snapshot(lost), NOW)
+    assert decision.finish is not None and not decision.finish.timed_out and decision.state == "FailureGracePeriod"
+
+
 def test_a_timed_out_attempt_fails_the_run_without_a_retry_saying_why() -> None:
     decision = decide_run(snapshot(deadline_pod(running=False, exit_code=143, message=KILLED)), NOW)
     assert decision.state == "Failed" and decision.start_attempt is None and decision.release_lease

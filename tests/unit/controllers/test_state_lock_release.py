@@ -41,6 +41,10 @@ def test_a_pod_stopped_at_its_deadline_keeps_its_lock_until_its_container_has_st
     assert orphaned(LOCK, stopping) is None  # Terraform is still stopping, and still holds the state
     stopping["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 143}}
     assert orphaned(LOCK, stopping) == "its runner pod app-apply-1-1 has ended (Failed)"
+    # Failed for another reason, a stale `running` state (its node lost) does not hold the lock for good.
+    lost = pod(phase="Failed")
+    lost["status"] |= {"reason": "NodeLost", "containerStatuses": [{"name": "runner", "state": {"running": {}}}]}
+    assert orphaned(LOCK, lost) == "its runner pod app-apply-1-1 has ended (Failed)"
 
 
 def test_a_lock_no_runner_pod_took_is_left_alone() -> None:
