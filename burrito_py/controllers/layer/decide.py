@@ -31,7 +31,7 @@ from burrito_py.controllers.layer.plan_gate import PlanGate, drift_condition, ga
 from burrito_py.controllers.layer.reviewed import MergedReview, ReviewedVerdict, judge_merged
 from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.controllers.layer.sync_windows import Window, sync_windows_allow
-from burrito_py.controllers.run.decide import STALE_PLAN
+from burrito_py.controllers.run.decide import STALE_PLAN, TIMED_OUT
 from burrito_py.kube.conditions import Cond
 from burrito_py.timeutil import parse_time
 
@@ -184,7 +184,8 @@ def plan_exhaustion(snap: LayerSnapshot) -> Exhaustion | None:
         return None
     # Keyed on the relevant commit it planned: an unrelated commit must not retry a broken layer.
     key = run.relevant_commit or run.revision or ""
-    return Exhaustion(run.name, key, RETRY_LIMIT, run.message, run.relevant_commit)
+    return Exhaustion(run.name, key, TIMED_OUT if run.reason == TIMED_OUT else RETRY_LIMIT, run.message,
+                      run.relevant_commit)
 
 
 def apply_exhaustion(snap: LayerSnapshot) -> Exhaustion | None:
@@ -202,7 +203,7 @@ def apply_exhaustion(snap: LayerSnapshot) -> Exhaustion | None:
     key = run.plan_sum or (
         snap.annotations.get(ann.PLAN_SUM, "") if current is not None and run.artifact == current[0] else ""
     )
-    reason = STALE_PLAN if run.reason == STALE_PLAN else RETRY_LIMIT
+    reason = run.reason if run.reason in (STALE_PLAN, TIMED_OUT) else RETRY_LIMIT
     stale_count = 0
     if reason == STALE_PLAN:
         streak = (
@@ -347,7 +348,9 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     exhausted_run = failed_plan if plan_exhausted else (failed_apply if apply_exhausted else None)
     retry_message = ""
     if exhausted_run is not None:
-        retry_message = f"run {exhausted_run.run} failed after its last retry: {exhausted_run.message}".rstrip(": ")
+        how = "was stopped at its timeout, not retried" if exhausted_run.reason == TIMED_OUT else \
+            "failed after its last retry"
+        retry_message = f"run {exhausted_run.run} {how}: {exhausted_run.message}".rstrip(": ")
     if repeated and not plan_exhausted:
         retry_message += (f"; plan {plan_sum} would make the same changes, so it is not applied until a new relevant "
                           f"commit, changed inputs, {ann.SYNC_NOW} or an approval "

@@ -86,5 +86,11 @@ def test_a_hung_apply_is_stopped_at_its_timeout_and_its_run_fails_without_a_retr
         # Terraform was interrupted, not killed: it saved what it had, the resource marked tainted.
         state = platform.state_file("app").read_text()
         assert '"status": "tainted"' in state, state
+        # The layer applies it no more on its own, and says why (until a new commit, sync-now or an approval).
+        limit = wait_for(lambda: condition(platform.layer("app"), "HasLastRunReachedRetryLimit"), 30, interval=0.2,
+                         what="the layer's retry-limit condition")
+        assert (limit["status"], limit["reason"]) == ("True", "TimedOut"), limit
+        assert limit["message"].startswith(f"run {name} was stopped at its timeout, not retried: {prefix}"), limit
         time.sleep(3)
         assert len(apply_run()["status"]["attempts"]) == 1, "still no retry"  # type: ignore[index]
+        assert [r["metadata"]["name"] for r in platform.runs("app") if r["spec"]["action"] == "apply"] == [name]

@@ -309,3 +309,21 @@ def test_controller_wide_default_windows_come_from_the_environment_and_merge_wit
     assert [w.schedule for w in windows] == ["0 0 30 2 *", "0 9 * * *"]
     d = decide_layer(snap(layer(), windows=windows), NOW)
     assert d.state == "ApplyNeeded" and d.create_run is None and not condition(d, "IsInSyncWindow").status
+
+
+# -- a run stopped at its timeout (§6.1): never retried, and the layer says so ----------------------------------
+def test_a_timed_out_run_exhausts_its_plan_or_apply_with_the_reason_timed_out():
+    stopped = "runner pod app-apply-1-1 ran longer than its timeout of 1d and was stopped: interrupted by SIGTERM"
+    runs = [RunView("app-apply-1", "apply", "Failed", "c1", message=stopped, plan_sum="sha256:aa", relevant_commit="c1",
+                    reason="TimedOut", artifact=PLAN_RUN), RunView(PLAN_RUN, "plan", "Succeeded", "c1")]
+    d = decide_layer(snap(layer(), runs), NOW)
+    assert d.state == "MaxRetriesReached" and d.create_run is None, "not applied again on its own"
+    assert d.exhausted_apply is not None and d.exhausted_apply.reason == "TimedOut"
+    cond = condition(d, "HasLastRunReachedRetryLimit")
+    assert cond.reason == "TimedOut"
+    assert cond.message == f"run app-apply-1 was stopped at its timeout, not retried: {stopped}"
+    plan = RunView(PLAN_RUN, "plan", "Failed", "c1", message="runner pod … was stopped", relevant_commit="c1",
+                   reason="TimedOut")
+    d = decide_layer(snap(layer(plan_sum=None, plan_commit=None), [plan]), NOW)
+    assert d.exhausted_plan is not None and d.exhausted_plan.reason == "TimedOut"
+    assert condition(d, "HasLastRunReachedRetryLimit").reason == "TimedOut"
