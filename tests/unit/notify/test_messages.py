@@ -110,6 +110,11 @@ def test_pending_plans_policy_denials_failures_and_applies() -> None:
                same)[0] == []
     failed = status(state="MaxRetriesReached", exhaustedApply={"run": "app-apply-1", "reason": "RetryLimitReached"})
     assert due(status(), failed)[0] == ["RunFailed"]
+    reasons = {r: notifications_due(status(), status(state="MaxRetriesReached", exhaustedApply={
+        "run": "app-apply-1", "reason": r}), A, "team", "app", NOW, None)[0][0].reason
+        for r in ("RetryLimitReached", "TimedOut")}
+    assert reasons == {"RetryLimitReached": "run app-apply-1 failed after its last retry (RetryLimitReached)",
+                       "TimedOut": "run app-apply-1 was stopped at its timeout, not retried"}
     applied = {**A, ann.APPLY_SUM: "sha256:aa", ann.APPLY_RUN: "app-apply-2/1"}
     events, notified = due(status(), status(lastResult="Applied: Plan: 0 to add, 1 to change, 0 to destroy"), applied)
     assert events == ["ApplySucceeded"]
