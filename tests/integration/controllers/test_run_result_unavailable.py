@@ -9,6 +9,7 @@ listens on, then with the in-process datastore started on that very port.
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +19,21 @@ from burrito_local.identity import admin_client
 from burrito_py.api import annotations as ann
 from burrito_py.api.run import pod_name
 from burrito_py.datastore.in_process import free_port, running_datastore
+from burrito_py.timeutil import format_time, utcnow
 from tests.support.runner_overrides import RUN, objects
 
 from .conftest import reconcile_run_once
 
 
 def ended_pod(run: dict[str, Any]) -> dict[str, Any]:
-    """The attempt's runner pod as the watch last saw it: it exited 0."""
+    """The attempt's runner pod as the watch last saw it: it exited 0, a moment ago (the failed attempt's backoff is
+    counted from then: a fixed time would pass it once the clock did)."""
     return {"metadata": {"name": pod_name(RUN, 1), "namespace": "default", "uid": "pod-uid",
                          "labels": {ann.LABEL_RUN: RUN},
                          "ownerReferences": [{"kind": "TerraformRun", "uid": run["metadata"]["uid"],
                                               "controller": True}]},
             "status": {"phase": "Succeeded", "containerStatuses": [{"name": "runner", "state": {"terminated": {
-                "exitCode": 0, "finishedAt": "2026-11-28T12:00:00Z"}}}]}}
+                "exitCode": 0, "finishedAt": format_time(utcnow())}}}]}}
 
 
 def test_an_attempt_ended_while_the_datastore_is_down_says_so_until_it_is_recorded(
@@ -43,7 +46,7 @@ def test_an_attempt_ended_while_the_datastore_is_down_says_so_until_it_is_record
         stored = [admin.post(f"{base}/{plural}", json=body).raise_for_status().json()
                   for body, plural in zip(objects("default"), ("terraformrepositories", "terraformlayers",
                                                                "terraformruns"), strict=True)]
-        attempt = {"podName": pod_name(RUN, 1), "number": 1, "startedAt": "2026-11-28T11:59:00Z",
+        attempt = {"podName": pod_name(RUN, 1), "number": 1, "startedAt": format_time(utcnow() - timedelta(minutes=1)),
                    "podUid": "pod-uid", "logsUploaded": False}
         run = admin.patch(f"{base}/terraformruns/{RUN}/status", json={"status": {
             "state": "Running", "retries": 0, "attempts": [attempt]}},
