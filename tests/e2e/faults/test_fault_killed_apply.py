@@ -124,7 +124,10 @@ def _kill_mid_replace_then_recover(platform: Platform, repo: TestRepo, most: lis
 
     def replaced_a() -> bool:
         state = platform.state_file("app")
-        return state.exists() and state_inputs(state).get("a") == ["g2"]
+        try:
+            return state.exists() and state_inputs(state).get("a") == ["g2"]
+        except json.JSONDecodeError:
+            return False  # read while terraform rewrites it: look again
 
     wait_for(replaced_a, 60, interval=0.1, what="terraform to save the replaced `a` (mid-replace)")
     assert not state_inputs(platform.state_file("app")).get("b"), "b is destroyed, not yet created"
