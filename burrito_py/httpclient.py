@@ -19,7 +19,7 @@ import os
 import select
 import ssl
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from email.message import Message
 from typing import IO, NamedTuple
 from urllib.parse import urlsplit
@@ -94,22 +94,14 @@ class Http:
         return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout, blocksize=BLOCK_SIZE)
 
     def request(self, method: str, path: str, body: bytes | IO[bytes] | None = None,
-                headers: Mapping[str, str] | None = None, sink: IO[bytes] | None = None,
-                meanwhile: Callable[[], object] | None = None) -> Answer:
+                headers: Mapping[str, str] | None = None, sink: IO[bytes] | None = None) -> Answer:
         """One call; `path` is under the base URL's path. A file `body` is streamed (give its Content-Length, else
         it goes chunked). With `sink`, a success's body (status < 400) is written there as it arrives; an error's
-        is read into the answer. `meanwhile` is called once the request is sent, before the answer is read: work
-        of this thread's that overlaps the server's (should it raise, the call ends there, its answer unread).
-        Raises TransportError when there is no complete answer."""
+        is read into the answer. Raises TransportError when there is no complete answer."""
         sent = {**self._headers, **(headers or {})}
         connection = self._connection()
-        own = False  # `meanwhile`'s failures are its own, never the transport's
         try:
             connection.request(method, self._prefix + path, body=body, headers=sent)
-            if meanwhile is not None:
-                own = True
-                meanwhile()
-                own = False
             response = connection.getresponse()
             if sink is not None and response.status < 400:
                 # Into one reused block: a new bytes object per read (an allocation and a copy per MiB) held the
@@ -124,8 +116,6 @@ class Http:
                 content = response.read()
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
-            if own:
-                raise
             raise TransportError(exc) from None
         except BaseException:
             connection.close()

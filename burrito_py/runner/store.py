@@ -73,32 +73,22 @@ class RunnerStore:
                 time.sleep(retry_wait(attempt, exc.retry_after if isinstance(exc, ServerError) else 0.0))
         raise AssertionError("unreachable")
 
-    def _put(self, url: str, data: Body, what: str, meanwhile: Callable[[], object] | None = None) -> str | None:
-        """The sum the datastore computed of what it stored (`sha256:<hex>`; None from an older datastore).
-        `meanwhile` runs exactly once: while the datastore stores the body, or, should no attempt get that far,
-        before the failure is raised."""
-        pending = [meanwhile] if meanwhile is not None else []
-
-        def once() -> None:
-            if pending:
-                pending.pop()()
+    def _put(self, url: str, data: Body, what: str) -> str | None:
+        """The sum the datastore computed of what it stored (`sha256:<hex>`; None from an older datastore)."""
 
         def call() -> str | None:
             if isinstance(data, Path):
                 with data.open("rb") as handle:  # streamed from the file, never read whole
-                    answer = self._http.request("PUT", url, body=handle, headers=declared(handle), meanwhile=once)
+                    answer = self._http.request("PUT", url, body=handle, headers=declared(handle))
             else:
                 import hashlib  # the uploads only: not on the runner's path before `init`
 
-                answer = self._http.request("PUT", url, body=data, meanwhile=once,
+                answer = self._http.request("PUT", url, body=data,
                                             headers={SHA_HEADER: hashlib.sha256(data).hexdigest()})
             sha = _checked(answer, what).headers.get(SHA_HEADER)
             return stored_sum(sha) if sha else None
 
-        try:
-            return self._retry(call, what)
-        finally:
-            once()
+        return self._retry(call, what)
 
     def _get(self, url: str, what: str) -> bytes:
         return self._retry(lambda: _checked(self._http.request("GET", url), what).body, what)
@@ -120,11 +110,9 @@ class RunnerStore:
         self._retry(call, what)
 
     # -- the calls ------------------------------------------------------------------------------
-    def put_plan(self, ns: str, layer: str, run: str, attempt: int, fmt: str, data: Body,
-                 meanwhile: Callable[[], object] | None = None) -> str | None:
-        """`meanwhile`: work of the caller's done while the datastore stores the plan (see `_put`)."""
+    def put_plan(self, ns: str, layer: str, run: str, attempt: int, fmt: str, data: Body) -> str | None:
         return self._put(f"{run_url(ns, layer, run, attempt)}/plan?format={quote(fmt, safe='')}", data,
-                         f"upload of the {fmt} plan of {ns}/{layer} run {run} attempt {attempt}", meanwhile)
+                         f"upload of the {fmt} plan of {ns}/{layer} run {run} attempt {attempt}")
 
     def download_plan(self, ns: str, layer: str, run: str, attempt: int | None, fmt: str, dest: Path) -> None:
         self._download(f"{run_url(ns, layer, run, attempt)}/plan?{urlencode({'format': fmt})}", dest,

@@ -12,7 +12,6 @@ import json
 import random
 import ssl
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -48,8 +47,6 @@ class Script:
     drop_idle: bool = False  # close each connection after its answer without saying so (an idle timeout)
     url: str = ""
     closed: threading.Event = field(default_factory=threading.Event)  # the server closed a connection
-    received: threading.Event = field(default_factory=threading.Event)  # a request's body was read whole
-    release: threading.Event | None = None  # when given, each answer waits for it
 
 
 def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
@@ -73,9 +70,6 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
             body = self._body()
             script.seen.append(Seen(self.command, self.path, dict(self.headers.items()), body,
                                     self.client_address))
-            script.received.set()
-            if script.release is not None:
-                script.release.wait(10)
             status, headers, payload = script.answers.pop(0) if script.answers else (200, {}, b"{}")
             with contextlib.suppress(ConnectionError):  # a client that no longer reads it (closed)
                 self.send_response(status)
@@ -236,75 +230,7 @@ def test_a_connection_the_server_closed_while_idle_is_not_failed_on() -> None:
     assert server.seen[0].peer != server.seen[1].peer
 
 
-def test_meanwhile_runs_once_the_request_is_sent_and_before_its_answer_is_read() -> None:
-    """The runner reads the plan's JSON while the datastore stores it: the body has reached the server whole, and
-    the server has not answered yet (it answers only once `meanwhile` lets it)."""
-    body = random.Random(7).randbytes(BLOCK_SIZE + 1234)
-    with serving(Script(release=threading.Event())) as server:
-        release = server.release
-        assert release is not None
-        ran = []
-
-        def meanwhile() -> None:
-            assert server.received.wait(10)
-            ran.append(server.seen[-1].body == body)
-            release.set()
-
-        http = Http(server.url)
-        assert http.request("PUT", "/plan", body=body, meanwhile=meanwhile).status == 200
-        http.close()
-    assert ran == [True]
-
-
-def test_a_failure_of_meanwhile_is_its_own_and_its_connection_is_not_reused() -> None:
-    """Not a TransportError (a caller would retry the call): the caller's own failure, as raised; the answer it
-    never read is not left on a connection kept for the next call."""
-    with serving(Script()) as server:
-        http = Http(server.url)
-
-        def failing() -> None:
-            raise OSError("the plan's JSON could not be read")
-
-        with pytest.raises(OSError, match="could not be read") as raised:
-            http.request("PUT", "/a", body=b"x", meanwhile=failing)
-        assert not isinstance(raised.value, TransportError)
-        assert http.request("GET", "/b").status == 200
-        http.close()
-        deadline = time.monotonic() + 10
-        while len(server.seen) < 2 and time.monotonic() < deadline:  # each connection has its own thread
-            time.sleep(0.01)
-    peers = {s.path: s.peer for s in server.seen}
-    assert sorted(peers) == ["/a", "/b"]
-    assert peers["/a"] != peers["/b"]
-
-
 # -- the datastore calls --------------------------------------------------------------------------
-def test_an_uploads_meanwhile_runs_exactly_once_whatever_the_datastore_answers(tmp_path: Path) -> None:
-    """Retried or failed for good, the work given to do while the plan uploads is done once: on the first call
-    that was sent, or before the failure is raised (a plan's JSON that is no plan is then what the attempt says)."""
-    runs = []
-    with serving(Script()) as server:
-        server.answers += [_json(503, {"error": "busy"}, {"Retry-After": "0"})]
-        with RunnerStore(server.url) as store:
-            store.put_plan("default", "app", "run-1", 1, "json", b"{}", lambda: runs.append("retried"))
-        assert len(server.seen) == 2
-        url = server.url
-    with RunnerStore(url) as store, pytest.raises(DatastoreError, match="datastore unavailable"):
-        store.put_plan("default", "app", "run-1", 1, "json", b"{}", lambda: runs.append("unreachable"))
-    assert runs == ["retried", "unreachable"]
-
-
-def test_an_uploads_meanwhile_that_fails_is_not_retried() -> None:
-    def no_plan() -> None:
-        raise ValueError("no plan")
-
-    with serving(Script()) as server, RunnerStore(server.url) as store:
-        with pytest.raises(ValueError, match="no plan"):
-            store.put_plan("default", "app", "run-1", 1, "json", b"[]", no_plan)
-        assert server.received.wait(10)  # it was sent: its answer goes unread
-    assert len(server.seen) == 1
-
-
 def test_a_5xx_is_retried_as_the_datastore_asks_and_a_4xx_is_not(tmp_path: Path) -> None:
     with serving(Script()) as server:
         server.answers += [_json(503, {"error": "busy"}, {"Retry-After": "0"}), _json(200, {"a": 1})]
