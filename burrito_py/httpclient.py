@@ -17,11 +17,12 @@ from __future__ import annotations
 import http.client
 import os
 import select
+import socket
 import ssl
 import threading
 from collections.abc import Mapping
 from email.message import Message
-from typing import IO, NamedTuple
+from typing import IO, Any, NamedTuple
 from urllib.parse import urlsplit
 
 __all__ = ["Answer", "Http", "TransportError", "default_context"]
@@ -89,9 +90,8 @@ class Http:
                     return connection
                 connection.close()
         if self._context is not None:
-            return http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout,
-                                               context=self._context, blocksize=BLOCK_SIZE)
-        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout, blocksize=BLOCK_SIZE)
+            return _HTTPSConnection(self._host, self._port, self._context, timeout=self._timeout, blocksize=BLOCK_SIZE)
+        return _HTTPConnection(self._host, self._port, timeout=self._timeout, blocksize=BLOCK_SIZE)
 
     def request(self, method: str, path: str, body: bytes | IO[bytes] | None = None,
                 headers: Mapping[str, str] | None = None, sink: IO[bytes] | None = None) -> Answer:
@@ -126,6 +126,36 @@ class Http:
             with self._lock:
                 self._idle.append(connection)
         return Answer(response.status, response.reason, response.headers, content)
+
+
+def _wire_name(host: str) -> str | bytes:
+    """The host as the resolver and TLS are given it. An ASCII name as bytes: what the `idna` codec would make of
+    it, without importing that codec (with `stringprep` and `unicodedata`, ~3 ms of every runner's start-up,
+    issue 31). Anything else goes as it is, through the codec."""
+    return host.encode("ascii") if host.isascii() else host
+
+
+def _create_connection(address: tuple[str, int], *args: Any, **kwargs: Any) -> socket.socket:
+    return socket.create_connection((_wire_name(address[0]), address[1]), *args, **kwargs)  # type: ignore[arg-type]
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._create_connection = _create_connection  # the standard library's seam for exactly this
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, host: str, port: int | None, context: ssl.SSLContext, **kwargs: Any) -> None:
+        super().__init__(host, port, context=context, **kwargs)
+        self._create_connection = _create_connection
+        self._tls = context
+
+    def connect(self) -> None:
+        # http.client's own `connect`, as it is without a proxy tunnel (`Http` never tunnels), with the name as
+        # `_wire_name` gives it: the certificate is still checked against exactly this host.
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._tls.wrap_socket(self.sock, server_hostname=_wire_name(self.host))
 
 
 def _usable(connection: http.client.HTTPConnection) -> bool:

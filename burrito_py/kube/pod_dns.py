@@ -53,7 +53,8 @@ def install(environ: Any = os.environ) -> bool:
     _original = original
 
     def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
-        addresses = table.lookup(host) if isinstance(host, str) and host else []
+        name = host.decode("ascii", "replace") if isinstance(host, bytes) else host  # httpclient asks in bytes
+        addresses = table.lookup(name) if isinstance(name, str) and name else []
         if not addresses:
             return original(host, *args, **kwargs)
         return [entry for address in addresses for entry in original(address, *args, **kwargs)]

@@ -269,6 +269,8 @@ def test_a_plain_plan_imports_none_of_the_variables_managed_state_or_mirrors_mod
     assert done.returncode == 0, done.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert imported & {"burrito_py.runner.variables", "burrito_py.runner.state", "zipfile", "platform"} == set()
+    # Nor the `idna` codec (~3 ms): httpclient gives the resolver and TLS an ASCII name as bytes.
+    assert imported & {"encodings.idna", "stringprep", "unicodedata"} == set()
     assert "burrito_py.plans.model" in imported  # the summary's, imported while init ran
 
 

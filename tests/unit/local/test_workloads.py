@@ -133,6 +133,7 @@ def test_the_dns_shim_answers_listed_names_and_defers_the_rest(tmp_path: Path) -
     try:
         assert socket.getaddrinfo("web.ns.svc.cluster.local.", 80)[0][4] == ("127.20.0.7", 80)
         assert socket.getaddrinfo("WEB", 80, socket.AF_INET)[0][4] == ("127.20.0.7", 80)
+        assert socket.getaddrinfo(b"web", 80, socket.AF_INET)[0][4] == ("127.20.0.7", 80)  # as httpclient asks
         assert socket.getaddrinfo("localhost", 80, socket.AF_INET)[0][4][0] == "127.0.0.1"
         hosts.write_text("127.20.0.8 web\n")  # replaced: read again
         assert socket.getaddrinfo("web", 80, socket.AF_INET)[0][4][0] == "127.20.0.8"

@@ -11,6 +11,8 @@ import io
 import json
 import random
 import ssl
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -177,6 +179,50 @@ def test_a_certificate_for_another_name_is_refused(ca: FakeCa) -> None:
         context = ssl.create_default_context(cadata=ca.ca_pem)
         with pytest.raises(TransportError):
             Http(wrong_name, context=context, timeout=5).request("GET", "/x")
+
+
+def test_a_name_is_checked_against_the_certificate_it_was_asked_by(tmp_path: Path) -> None:
+    """`Http` gives the resolver and TLS an ASCII host as bytes (no `idna` codec on the runner's path): the
+    certificate is still checked against that very name. A server whose certificate names another host is refused
+    under a name it does not hold, though the CA is trusted and the address is the same."""
+    from tests.support.fakes.tls import make_tls
+
+    mine, other = make_tls(tmp_path / "mine", ("localhost",)), make_tls(tmp_path / "other", ("other.example",))
+    for files, refused in ((mine, False), (other, True)):
+        tls = FakeCa(files.ca.read_text(), files.cert, files.key)
+        with serving(Script(), tls=tls) as server:
+            http = Http(server.url.replace("127.0.0.1", "localhost"),
+                        context=ssl.create_default_context(cadata=tls.ca_pem), timeout=5)
+            try:
+                if refused:
+                    with pytest.raises(TransportError, match="Hostname mismatch"):
+                        http.request("GET", "/x")
+                    assert server.seen == []
+                else:
+                    assert http.request("GET", "/x").status == 200
+            finally:
+                http.close()
+
+
+def test_an_ascii_name_reaches_the_resolver_and_tls_without_the_idna_codec() -> None:
+    """~3 ms of every runner's start-up (issue 31): `encodings.idna` with `stringprep` and `unicodedata`."""
+    script = (  # a bare socket for the server: http.server's own start-up asks the codec (socket.getfqdn)
+        "import socket, sys, threading\n"
+        "from burrito_py.httpclient import Http\n"
+        "listener = socket.create_server(('127.0.0.1', 0))\n"
+        "def answer():\n"
+        "    peer, _ = listener.accept()\n"
+        "    peer.recv(65536)\n"
+        "    peer.sendall(b'HTTP/1.1 204 No Content\\r\\nContent-Length: 0\\r\\n\\r\\n')\n"
+        "threading.Thread(target=answer, daemon=True).start()\n"
+        "http = Http(f'http://localhost:{listener.getsockname()[1]}')\n"
+        "assert http.request('GET', '/x').status == 204\n"
+        "print(sorted(m for m in ('encodings.idna', 'stringprep', 'unicodedata') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
 
 
 # -- streaming and connections --------------------------------------------------------------------
