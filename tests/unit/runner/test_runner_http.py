@@ -204,6 +204,14 @@ def test_a_name_is_checked_against_the_certificate_it_was_asked_by(tmp_path: Pat
                 http.close()
 
 
+@pytest.mark.parametrize("host", ["a..b", "x" * 64 + ".example"])
+def test_a_name_no_resolver_takes_is_no_answer_not_an_internal_error(host: str) -> None:
+    """An empty or over-long label: the resolver refuses it (what the `idna` codec refused with a UnicodeError, which
+    escaped the caller's handling of a failed call)."""
+    with pytest.raises(TransportError, match="gaierror"):
+        Http(f"http://{host}:80", timeout=5).request("GET", "/")
+
+
 def test_an_ascii_name_reaches_the_resolver_and_tls_without_the_idna_codec() -> None:
     """~3 ms of every runner's start-up (issue 31): `encodings.idna` with `stringprep` and `unicodedata`."""
     script = (  # a bare socket for the server: http.server's own start-up asks the codec (socket.getfqdn)
