@@ -3,21 +3,21 @@
     python3 tests/bench/bench_runner.py [--pairs N] [--engines terraform-1.11.4,tofu-1.12.6] [--profile DIR]
                                         [--baseline CHECKOUT]
 
-Runner: `burrito-py runner start` as a pod runs it (read run, layer and repository from the API emulator,
-download and unpack the source archive from the datastore, resolve the tool, init, plan, show -json, four
-uploads), the engine taken from the engines root `scripts/build-engines.sh` built (BURRITO_RUNNER_TOOLS_PATH, as
-the runner image's baked tools) and named by the layer's spec. Bare: the same binary's `init && plan -out &&
-show -json` on the same code in a fresh directory, with the runner's steps' own arguments and environment (their
-builders in runner/terraform.py, over the runner's PATH and HOME: nothing of the calling shell's TF_* settings,
-which the runner does not get either). Pairs alternate, and the figures are medians over the pairs of
-the difference (small layer, target ≤ +0.15 s, issue 31) and of the ratio (1,000 terraform_data resources,
-target ≤ 1.10). Wall time is the target; CPU time (user + system of the process tree) is printed too, as it says
-more than wall time on a busy machine. `--profile DIR` first runs the runner once per layer with each step's
-start stamped, once under `-X importtime` (summed per top-level package) and once under pyinstrument (a report
-per layer in DIR). `--baseline CHECKOUT` runs another checkout's runner (say, a `git worktree` of main: its
-`burrito_py` on PYTHONPATH, this interpreter and packages) in the same rounds, the three in alternating order, for a
-before/after measured side by side. The runner's interpreter starts as the image's does (`image_python`: a virtual
-environment without this checkout's editable-install hooks). Prints figures; asserts nothing.
+Runner: `burrito-py runner start` as a pod runs it (read run, layer and repository from the API emulator, download
+and unpack the source archive from the datastore, resolve the tool, init, plan, show -json, four uploads), the
+engine taken from the engines root `scripts/build-engines.sh` built (BURRITO_RUNNER_TOOLS_PATH, as the runner
+image's baked tools) and named by the layer's spec. Bare: the same binary's `init && plan -out && show -json` on the
+same code in a fresh directory, with the runner's steps' own arguments and environment (their builders in
+runner/terraform.py, over the runner's PATH and HOME: nothing of the calling shell's TF_* settings, which the runner
+does not get either). Pairs alternate, and the figures are medians over the pairs of the difference (small layer,
+target ≤ +0.15 s, issue 31) and of the ratio (1,000 terraform_data resources, target ≤ 1.10), with the quartiles of
+the ratio beside it. Wall time is the target; CPU time (user + system of the process tree) is printed too, as it
+says more than wall time on a busy machine. `--profile DIR` first runs the runner once per layer with each step's
+start stamped, once under `-X importtime` (summed per top-level package) and once under pyinstrument (a report per
+layer in DIR). `--baseline CHECKOUT` runs another checkout's runner (say, a `git worktree` of main: its `burrito_py`
+on PYTHONPATH, this interpreter and packages) in the same rounds, the three in alternating order, for a before/after
+measured side by side. The runner's interpreter starts as the image's does (`image_python`: a virtual environment
+without this checkout's editable-install hooks). Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -339,11 +339,13 @@ def main() -> None:
                                 continue
                             runs, bares = [r[index] for r, _ in measured], [b[index] for _, b in measured]
                             added = statistics.median(r[index] - b[index] for r, b in measured)
-                            ratio = statistics.median(r[index] / b[index] for r, b in measured)
+                            ratios = [r[index] / b[index] for r, b in measured]
+                            # The quartiles of the pairs' ratios: how far one run's median can be trusted.
+                            low, _, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
                             note = f"  (target: {target})" if index == 0 and label == "runner" else ""
                             print(f"  {layer:5} {what}: {label} {statistics.median(runs):.3f} s, "
                                   f"bare {statistics.median(bares):.3f} s, added {added:+.3f} s, "
-                                  f"ratio {ratio:.2f}{note}")
+                                  f"ratio {statistics.median(ratios):.2f} (quartiles {low:.2f} to {high:.2f}){note}")
             print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     finally:
         api.stop()
