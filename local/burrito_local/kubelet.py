@@ -327,7 +327,8 @@ class LocalKubelet(LoopThread):
         self._pod_grace: dict[tuple[str, str], float] = {}
         self._started: set[str] = set()
         self._ending: set[str] = set()  # uids of pods being deleted gracefully: never (re)started
-        self._expired: set[str] = set()  # uids of pods past their activeDeadlineSeconds: Failed, never started
+        self._expired: set[str] = set()  # uids of pods past their activeDeadlineSeconds: stopped, never started
+        self._failed_unstarted: set[str] = set()  # of those, the ones written Failed before their process ran
         self._pod_tasks: dict[str, asyncio.Task[None]] = {}  # uid → the task running the pod
         # uid → how far the kubelet got with the pod (`describe_pod`): what a stuck pod's diagnosis reads first.
         self._stages: dict[str, str] = {}
@@ -967,6 +968,7 @@ class LocalKubelet(LoopThread):
                     task.cancel()
                     await asyncio.gather(task, return_exceptions=True)
             self._expired.discard(meta["uid"])  # its final status is written: nothing reads it any more
+            self._failed_unstarted.discard(meta["uid"])
             if self._lives.get(key) is life:
                 self._lives.pop(key, None)
             if (self._processes.get(key) or ("",))[0] in ("", meta["uid"]):
@@ -1083,7 +1085,7 @@ class LocalKubelet(LoopThread):
             await self._patch_status(
                 pod,
                 {
-                    "phase": "Failed" if meta["uid"] in self._expired else "Running",  # never out of Failed
+                    "phase": "Failed" if meta["uid"] in self._failed_unstarted else "Running",  # never out of Failed
                     "startTime": started,
                     "containerStatuses": [
                         {
@@ -1107,9 +1109,11 @@ class LocalKubelet(LoopThread):
         await self._finish(pod, container, code, "Completed" if code == 0 else "Error", message, started)
 
     async def _enforce_deadline(self, pod: Obj, seconds: float) -> None:
-        """At `activeDeadlineSeconds` after the pod was taken up: `Failed` with the kubelet's reason and message
-        at once, then its container stopped as on a deletion (the pod's grace period); `_run_once` writes the
-        container's final state once its process is gone."""
+        """At `activeDeadlineSeconds` after the pod was taken up, its container is stopped as on a deletion (the
+        pod's grace period), and `_finish` writes `Failed` with the kubelet's reason and message once its process
+        is gone. Not before: a kubelet never reports a terminal phase while a container may still run (the
+        kubelet's status manager holds the phase back, `mergePodStatus`). A pod whose process never started
+        could have no running container: it is `Failed` at once."""
         await asyncio.sleep(seconds)
         meta = pod["metadata"]
         key, uid = (meta["namespace"], meta["name"]), meta["uid"]
@@ -1117,9 +1121,11 @@ class LocalKubelet(LoopThread):
             return  # being deleted already: the deletion stops it
         self._expired.add(uid)
         self._stages[uid] = "past its activeDeadlineSeconds: stopping it"
-        # A task of its own: a pod that never started ends its `_run_pod` (which cancels this watchdog) as soon as
-        # it sees the deadline passed, and must not take this write with it.
-        await asyncio.shield(self._spawn(self._patch_status(pod, {"phase": "Failed", **DEADLINE_EXCEEDED})))
+        if (self._processes.get(key) or ("",))[0] != uid:
+            self._failed_unstarted.add(uid)
+            # A task of its own: a pod that never started ends its `_run_pod` (which cancels this watchdog) as
+            # soon as it sees the deadline passed, and must not take this write with it.
+            await asyncio.shield(self._spawn(self._patch_status(pod, {"phase": "Failed", **DEADLINE_EXCEEDED})))
         await self._terminate(key, uid)
 
     async def _finish(self, pod: Obj, container: Obj, code: int, reason: str, message: str, started: str) -> None:

@@ -104,9 +104,11 @@ class PodView:
     @property
     def stopping(self) -> bool:
         """Stopped by its kubelet at its deadline, and its container still runs: `Failed` while its runner stops
-        Terraform. It ends once no container runs, so neither a state lock's release nor the Lease's (nor the next
-        attempt) overlaps that Terraform. (Only then: a pod `Failed` for another reason, e.g. its node lost, may
-        keep a `running` container state that no kubelet will ever update.)"""
+        Terraform, as a kubelet that writes the phase first reports it (Kubernetes' own holds `Failed` back
+        until no container runs, so its pod is simply `Running` until then). It ends once no container runs, so
+        neither a state lock's release nor the Lease's (nor the next attempt) overlaps that Terraform. (Only
+        then: a pod `Failed` for another reason, e.g. its node lost, may keep a `running` container state that
+        no kubelet will ever update.)"""
         return self.reason == DEADLINE_EXCEEDED and self.running
 
 

@@ -45,7 +45,8 @@ def orphaned(lock: Mapping[str, Any] | None, pod: Mapping[str, Any] | None) -> s
         return f"its runner pod {name} (uid {uid}) is gone (a pod of that name now has another uid)"
     status = pod.get("status") or {}
     phase = status.get("phase")
-    # A pod its kubelet stopped at its deadline is Failed while its container still stops Terraform (§6.1).
+    # A pod its kubelet stopped at its deadline may be Failed while its container still stops Terraform (a kubelet
+    # that writes the phase first; Kubernetes' own waits for the container, §6.1).
     stopping = status.get("reason") == DEADLINE_EXCEEDED and any(
         (c.get("state") or {}).get("running") for c in status.get("containerStatuses") or ())
     if phase in ENDED and not stopping:
