@@ -24,10 +24,11 @@ PATH stands in for the image's entrypoint). Emulation rules:
   `burrito_py.kube.pod_dns` answers Service names from.
 - Restarts: `restartPolicy: Never` pods run once (runner pods); Always/OnFailure pods restart in place
   with the kubelet's back-off (CrashLoopBackOff) and their readiness/liveness probes (httpGet, tcpSocket).
-- Deadline: a `restartPolicy: Never` pod still active `activeDeadlineSeconds` after the kubelet took it up is
-  `Failed` at once, with the kubelet's reason `DeadlineExceeded` and message, while its container is stopped as on
-  a deletion (SIGTERM, the grace period, SIGKILL); its container's final state follows once it is gone, and a pod
-  that never started its process never does. (Other pods' deadlines are not enforced: nothing here sets one.)
+- Deadline: a `restartPolicy: Never` pod still active `activeDeadlineSeconds` after the kubelet took it up has its
+  container stopped as on a deletion (SIGTERM, the grace period, SIGKILL), staying `Running` meanwhile; once it is
+  gone the pod is `Failed` with the kubelet's reason `DeadlineExceeded` and message (a kubelet never reports a
+  terminal phase while a container may run). A pod that never started its process is `Failed` at once and never
+  starts. (Other pods' deadlines are not enforced: nothing here sets one.)
 - Credentials: each pod acts as its ServiceAccount: a per-pod KUBECONFIG with a pod-bound token (one
   year, as kube-apiserver's extended expiry of kubelet tokens, since processes read it once; renewed at
   80 % like the others), the in-cluster token files under /var/run/secrets/kubernetes.io/serviceaccount
