@@ -211,6 +211,11 @@ class TerraformPullRequestStatus(ApiModel):
         default=None, description="Once merged: what was reviewed, which the layers' plans on the branch are compared "
         "with (a plan that is the reviewed one applies without a manual approval)."
     )
+    release_notice: list[str] | None = Field(
+        default=None, description="Closed without a merge: the layers (<namespace>/<name>) it released whose notice "
+        "on the pull request (what it applied before merge is still live) is not posted yet; written before they "
+        "are released, unset once the notice is posted.",
+    )
     conditions: list[Condition] = Field(
         default_factory=list, description="Planned (False: AwaitingApproval or ForkNotPlanned; True: NotAFork or "
         "Approved), Ready (the head is fetched and its layers found) and Published."

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from burrito_py.api import annotations as ann
 
@@ -26,6 +26,7 @@ __all__ = [
     "layer_apply_settings",
     "lock_holder",
     "release_due",
+    "release_plan",
     "requirements_for",
 ]
 
@@ -120,3 +121,25 @@ def release_due(state: str, layer: Mapping[str, Any], merged_at: datetime | None
     if locked_at and annotations.get(ann.BRANCH_COMMIT) not in (None, "", locked_at):
         return True
     return merged_at is not None and now - merged_at >= MERGE_RELEASE_WAIT
+
+
+class ReleasePlan(NamedTuple):
+    """What a reconcile does with the layers a merged or closed pull request holds (`release_plan`)."""
+
+    release: tuple[str, ...]  # "<namespace>/<name>" of the layers to release now
+    notice: tuple[str, ...]  # status.releaseNotice after this round: the layers the closed notice is still to name
+    recorded_first: bool  # the notice's layers are written down this round, and released at the next (at once)
+
+
+def release_plan(state: str, due: Sequence[str], pending: Sequence[str]) -> ReleasePlan:
+    """Merged: release what is due; there is no notice. Closed: the notice that what it applied is still live is
+    written down (`status.releaseNotice`) before its layers are released, so that a notice the provider refuses
+    (or a controller stopping between the two) is posted at a later round rather than lost with the lock: first
+    the names are recorded and nothing released, then the layers are released while the notice stays pending
+    until it is posted. Open again: nothing is released and a pending notice is dropped. Pure."""
+    if state != "closed":
+        return ReleasePlan(tuple(due) if state == "merged" else (), (), False)
+    unrecorded = [key for key in due if key not in pending]
+    if unrecorded:
+        return ReleasePlan((), tuple(sorted({*pending, *due})), True)
+    return ReleasePlan(tuple(due), tuple(pending), False)

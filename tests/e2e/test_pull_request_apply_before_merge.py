@@ -208,8 +208,9 @@ def test_apply_before_merge_applies_the_reviewed_plan_locks_the_layer_and_merge_
         world.hook("closed", 4, head4)
 
         # Another one applied, then closed without merging: released, and the pull request is told the change is
-        # still live. On GitLab the provider refuses that notice (rate limited): the lock is released all the same
-        # and the pull request shows the notice was not posted (`Commented=False`), rather than only a log line.
+        # still live. On GitLab the provider refuses that notice at first (rate limited): the lock is released all
+        # the same, the pull request shows the notice is not posted yet (`Commented=False`), rather than only a log
+        # line, and keeps it (`status.releaseNotice`) until the provider takes it.
         head5 = _opened_and_applied(world, 5, "v4", 9008)
         assert platform.annotations("app")[ann.PULL_REQUEST_LOCK] == pr1(5)["metadata"]["name"]
         if provider == "gitlab":
@@ -225,12 +226,17 @@ def test_apply_before_merge_applies_the_reviewed_plan_locks_the_layer_and_merge_
 
             cond = wait_for(unsaid, 60, interval=0.2, what="the notice's refusal shown")
             assert cond["message"].startswith(f"released `{platform.namespace}/app`, but cannot say so on the pull "
-                                              "request (not tried again): "), cond
+                                              "request yet (tried again in 15 s): "), cond
             assert cond["reason"] == "ProviderError" and "HTTP 429" in cond["message"], cond
             assert not [b for b in fake.comments.values() if "closed without merging" in b]
-            fake.limited = 0
-        else:
-            told = wait_for(lambda: [b for b in fake.comments.values() if "closed without merging" in b] or None,
-                            60, what="the pull request told its change is still live")
-            assert "still live" in told[0] and "app" in told[0]
+            assert pr1(5)["status"]["releaseNotice"] == [f"{platform.namespace}/app"]
+            fake.limited = 0  # the provider takes it again: the notice is posted at the next try
+        told = wait_for(lambda: [b for b in fake.comments.values() if "closed without merging" in b] or None,
+                        60, what="the pull request told its change is still live")
+        assert "still live" in told[0] and f"`{platform.namespace}/app`" in told[0]
+        said = wait_for(lambda: (s := pr1(5).get("status") or {}) and "releaseNotice" not in s and s, 30,
+                        interval=0.2, what="the notice no longer pending")
+        assert [(c["status"], c["reason"]) for c in said["conditions"] if c["type"] == "Commented"] == [
+            ("True", "Posted")]
+        assert len([b for b in fake.comments.values() if "closed without merging" in b]) == 1, "posted once"
         assert not _layer_applies(world)

@@ -50,7 +50,7 @@ from burrito_py.plans.changes import changes_digest
 from burrito_py.plans.masking import load_json, values_to_hide
 from burrito_py.plans.model import PlanFormatError, parse_plan
 from burrito_py.pullrequests.affected import Affected, affected_layers
-from burrito_py.pullrequests.apply import layer_apply_settings, lock_holder, release_due
+from burrito_py.pullrequests.apply import layer_apply_settings, lock_holder, release_due, release_plan
 from burrito_py.pullrequests.commands import (
     ApplyOrder,
     CommandDecision,
@@ -157,8 +157,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         decision = decide_pull_request(snap, settings)
     # The controllers' own comments this time: each due one says whether it was posted (`Commented`).
     commented: list[Cond] = []
+    release_notice: list[str] = []  # status.releaseNotice: reopened, a notice still pending is dropped
     if not open_:
-        released, notice = await _release_all(ctx, pull_request, repository)
+        released, notice, release_notice = await _release_all(ctx, pull_request, repository)
         if not released:
             ctx.wake_pull_request(key, RETRY_SECONDS)
         commented += [notice] if notice is not None else []
@@ -198,6 +199,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             ctx.wake_pull_request(key, RETRY_SECONDS)
     for layer_key in decision.wake_layers:
         ctx.wake_layer(layer_key)  # the merge is recorded: a plan waiting at the merge commit is judged now
+    new_status["releaseNotice"] = release_notice or None
     if handled:
         new_status["commands"] = [*(status.get("commands") or ()), *handled][-COMMANDS_KEPT:]
     if ((decision.status.get("headSha"), decision.status.get("gatedSha"))
@@ -667,34 +669,49 @@ async def _release(ctx: Context, layer_key: Key, name: str) -> bool:
 
 
 async def _release_all(ctx: Context, pull_request: Mapping[str, Any], repository: Mapping[str, Any] | None
-                       ) -> tuple[bool, Cond | None]:
+                       ) -> tuple[bool, Cond | None, list[str]]:
     """A merged or closed pull request releases every layer it holds; closed without a merge, it says on the pull
-    request that what it applied is still live. Returns False when something is left for a retry, and `Commented`
-    when that notice was due (False: it could not be posted, and is not tried again: the locks are released)."""
+    request that what it applied is still live, the names written down first (`release_plan`). Returns False when
+    something is left for a retry (a release, or the notice: the provider refused it), `Commented` when the notice
+    was due, and the layers the notice is still to name (`status.releaseNotice`)."""
     meta, spec = pull_request["metadata"], pull_request.get("spec") or {}
-    held = [layer for layer in ctx.inventory.layers if layer["metadata"]["namespace"] == meta["namespace"]
-            and ((layer["metadata"].get("annotations") or {}).get(ann.PULL_REQUEST_LOCK) == meta["name"])]
+    held = {key_of(layer): layer for layer in ctx.inventory.layers
+            if layer["metadata"]["namespace"] == meta["namespace"]
+            and ((layer["metadata"].get("annotations") or {}).get(ann.PULL_REQUEST_LOCK) == meta["name"])}
     merged_at = parse_time(((pull_request.get("status") or {}).get("merged") or {}).get("at"))
-    due = [key_of(layer) for layer in held
+    due = [f"{k[0]}/{k[1]}" for k, layer in held.items()
            if release_due(str(spec.get("state")), layer, merged_at, utcnow())]
-    released = [key for key in due if await _release(ctx, key, meta["name"])]
-    done = len(due) == len(held)  # merged: the rest wait until the branch has the merge
-    if not released or spec.get("state") != "closed" or repository is None:
-        return done, None
-    names = ", ".join(f"`{k[0]}/{k[1]}`" for k in released)
-    what = f"released {names}, but cannot say so on the pull request (not tried again)"
+    pending = [str(n) for n in (pull_request.get("status") or {}).get("releaseNotice") or ()]
+    plan = release_plan(str(spec.get("state")), due, pending)
+    if plan.recorded_first:
+        ctx.wake_pull_request(key_of(pull_request))  # released once the names are stored, at once
+        return True, None, list(plan.notice)
+    released = {name for name in plan.release if await _release(ctx, _key(name), meta["name"])}
+    done = len(plan.release) == len(held)  # merged: the rest wait until the branch has the merge
+    still_held = {f"{k[0]}/{k[1]}" for k in held} - released
+    if not plan.notice or repository is None:
+        return done, None, []  # nothing to say, or no provider left to say it on
+    if still_held & set(plan.notice):
+        return False, None, list(plan.notice)  # said once every one of them is released
+    names = ", ".join(f"`{n}`" for n in plan.notice)
+    what = f"released {names}, but cannot say so on the pull request yet (tried again in {RETRY_SECONDS:.0f} s)"
     client = await _client(ctx, repository, spec)
     if isinstance(client, Cond):
-        return done, _not_commented(what, client)  # released all the same: the lock matters more than the comment
+        return False, _not_commented(what, client), list(plan.notice)  # the locks are released all the same
     try:
         await asyncio.to_thread(client.create_comment, (
             f"burrito-py: this pull request was closed without merging: released {names}. The changes it applied "
             "before merge are still live: the layers' own runs now plan and apply their branch's code over them."))
     except (ProviderError, OutboundRefused) as exc:
-        return done, _not_commented(what, _refusal(exc, _settings(repository)))
+        return False, _not_commented(what, _refusal(exc, _settings(repository))), list(plan.notice)
     finally:
         client.close()
-    return done, COMMENTED
+    return done, COMMENTED, []
+
+
+def _key(name: str) -> Key:
+    namespace, _, layer = name.partition("/")
+    return namespace, layer
 
 
 async def _create_apply_run(ctx: Context, pull_request: Mapping[str, Any], order: ApplyOrder, by: str) -> None:

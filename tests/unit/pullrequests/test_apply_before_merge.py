@@ -31,6 +31,7 @@ from burrito_py.pullrequests.apply import (
     layer_apply_settings,
     lock_holder,
     release_due,
+    release_plan,
     requirements_for,
 )
 from burrito_py.pullrequests.commands import CommandFacts, LayerApply, decide_command, parse
@@ -201,6 +202,32 @@ def test_a_merged_pull_request_releases_once_the_branch_has_moved_a_closed_one_a
     assert release_due("merged", _layer(PR, branch="c2"), now - timedelta(minutes=1), now)
     assert release_due("merged", _layer(PR), now - timedelta(minutes=11), now)
     assert not release_due("open", _layer(PR, branch="c2"), now - timedelta(minutes=11), now)
+
+
+def test_a_closed_pull_request_writes_its_notice_down_before_it_releases_and_keeps_it_until_posted() -> None:
+    first = release_plan("closed", ["ns/app", "ns/db"], [])
+    assert first.release == () and first.notice == ("ns/app", "ns/db") and first.recorded_first
+    second = release_plan("closed", ["ns/app", "ns/db"], list(first.notice))
+    assert second.release == ("ns/app", "ns/db") and second.notice == first.notice and not second.recorded_first
+    later = release_plan("closed", [], list(first.notice))  # released, the provider refused the notice
+    assert later.release == () and later.notice == first.notice and not later.recorded_first
+    assert release_plan("merged", ["ns/app"], []) == (("ns/app",), (), False)  # a merge says nothing
+    assert release_plan("open", [], ["ns/app"]) == ((), (), False)  # open again: a pending notice is dropped
+
+
+@given(state=st.sampled_from(["open", "closed", "merged"]),
+       due=st.lists(st.sampled_from(["ns/a", "ns/b", "ns/c"]), unique=True),
+       pending=st.lists(st.sampled_from(["ns/a", "ns/b", "ns/c"]), unique=True))
+def test_no_layer_of_a_closed_pull_request_is_released_before_its_notice_is_written_down(
+        state: str, due: list[str], pending: list[str]) -> None:
+    plan = release_plan(state, due, pending)
+    if state == "closed":
+        assert set(plan.release) <= set(pending), "released only once already named in status.releaseNotice"
+        assert set(due) | set(pending) <= set(plan.notice), "nothing to say is forgotten"
+    else:
+        assert plan.notice == ()
+    assert set(plan.release) <= set(due)
+    assert plan.recorded_first == (state == "closed" and not set(due) <= set(pending))
 
 
 def _decision(action: str | None) -> LayerDecision:
