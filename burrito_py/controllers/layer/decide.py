@@ -31,7 +31,7 @@ from burrito_py.controllers.layer.plan_gate import PlanGate, drift_condition, ga
 from burrito_py.controllers.layer.reviewed import MergedReview, ReviewedVerdict, judge_merged
 from burrito_py.controllers.layer.run_view import RunView
 from burrito_py.controllers.layer.sync_windows import Window, sync_windows_allow
-from burrito_py.controllers.run.decide import STALE_PLAN, TIMED_OUT
+from burrito_py.controllers.run.decide import STALE_PLAN, TIMED_OUT, TIMED_OUT_SAYS
 from burrito_py.kube.conditions import Cond
 from burrito_py.timeutil import parse_time
 
@@ -348,8 +348,7 @@ def decide_layer(snap: LayerSnapshot, now: datetime) -> LayerDecision:
     exhausted_run = failed_plan if plan_exhausted else (failed_apply if apply_exhausted else None)
     retry_message = ""
     if exhausted_run is not None:
-        how = "was stopped at its timeout, not retried" if exhausted_run.reason == TIMED_OUT else \
-            "failed after its last retry"
+        how = TIMED_OUT_SAYS if exhausted_run.reason == TIMED_OUT else "failed after its last retry"
         retry_message = f"run {exhausted_run.run} {how}: {exhausted_run.message}".rstrip(": ")
     if repeated and not plan_exhausted:
         retry_message += (f"; plan {plan_sum} would make the same changes, so it is not applied until a new relevant "

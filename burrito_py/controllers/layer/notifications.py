@@ -27,7 +27,7 @@ from burrito_py.api import annotations as ann
 from burrito_py.api.errors import InvalidSpec
 from burrito_py.api.notifier import TerraformNotifier
 from burrito_py.controllers import metrics
-from burrito_py.controllers.run.decide import TIMED_OUT
+from burrito_py.controllers.run.decide import TIMED_OUT, TIMED_OUT_SAYS
 from burrito_py.kube.client import Kube, KubeError, crd_path, path
 from burrito_py.kube.events import post_event
 from burrito_py.kube.inventory import Store
@@ -87,7 +87,7 @@ def notifications_due(
                                                            "the layer is in sync again", (), (), 0, None)))
     exhausted = new.get("exhaustedApply") or new.get("exhaustedPlan") or {}
     if new.get("state") == "MaxRetriesReached" and exhausted.get("run"):
-        why = ("was stopped at its timeout, not retried" if exhausted.get("reason") == TIMED_OUT
+        why = (TIMED_OUT_SAYS if exhausted.get("reason") == TIMED_OUT
                else f"failed after its last retry ({exhausted.get('reason')})")
         candidates.append(("RunFailed", str(exhausted["run"]), make(
             "RunFailed", None, f"run {exhausted['run']} {why}", (), (), 0, None)))

@@ -49,6 +49,7 @@ STALE_PLAN = "StalePlan"
 # The kubelet's pod reason when it stopped a pod at its activeDeadlineSeconds, and the run's HasSucceeded reason then.
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 TIMED_OUT = "TimedOut"
+TIMED_OUT_SAYS = "was stopped at its timeout, not retried"  # how the layer and its notifications tell such a run
 STARTED_CONDITION = "RunnerPodStarted"
 START_TIMEOUT = "StartTimeout"
 # A condition's reason as the API validates it (metav1.Condition); a kubelet's own reasons all match.
