@@ -286,6 +286,9 @@ def create_app(
     from burrito_py.server.throttle import ReviewThrottle, ThrottledAuthenticator
 
     app = FastAPI(title="burrito-py server", version="v1")
+    from burrito_py.server.body_limit import BodyLimit
+
+    app.add_middleware(BodyLimit, limit=settings.max_request_bytes, setting="BURRITO_PY_SERVER_MAX_REQUEST_BYTES")
     webhooks = Webhooks(kube, settings)
     app.state.webhooks = webhooks  # serving.py starts its index with the server
     # One authorizer, one token-review throttle and one reader of artifacts for the REST API and the UI.

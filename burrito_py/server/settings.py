@@ -24,6 +24,9 @@ class ServerSettings(BaseSettings):
     # Empty: every namespace. Otherwise only TerraformRepositories and layers of these.
     namespaces: list[str] = Field(default_factory=list)
     max_webhook_bytes: int = Field(5 * 1024 * 1024, ge=1, description="Largest webhook body accepted (413 above).")
+    max_request_bytes: int = Field(
+        1024 * 1024, ge=1, description="Largest body of any other request (REST and UI; 413 above), bounded before "
+        "the caller is authenticated.")
     delivery_cache_size: int = Field(
         10_000, ge=1, description="Webhook deliveries remembered (by id and by body digest), so a redelivery or a "
         "replay is acted on once.",
