@@ -136,9 +136,10 @@ async def _overloaded(send: Send, reason: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def guarded_protocol(header_seconds: float, read_seconds: float, write_seconds: float) -> type[asyncio.Protocol]:
+def guarded_protocol(header_seconds: float, read_seconds: float, write_seconds: float,
+                     component: str = "datastore") -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol with the slow-client timers (the module's docstring); pass as `http=` to
-    uvicorn.Config."""
+    uvicorn.Config. `component` names who closed a connection in the log (the server uses it too: §11.2)."""
     throttled = _Throttled()
 
     class Guarded(HttpToolsProtocol):
@@ -168,7 +169,7 @@ def guarded_protocol(header_seconds: float, read_seconds: float, write_seconds: 
         def _close(self, reason: str, why: str) -> None:
             REFUSED.labels(reason).inc()
             client = "%s:%d" % self.client if self.client else "a client"  # noqa: UP031 - the address pair
-            throttled.warning("datastore closed the connection of %s: %s", client, why)
+            throttled.warning("%s closed the connection of %s: %s", component, client, why)
             self.transport.abort()
 
         # Headers: a deadline from the connection (or the next request's first byte), not an idle timer, so

@@ -38,15 +38,21 @@ async def serve(settings: ServerSettings, holder: list[uvicorn.Server] | None = 
     # X-Forwarded-For is believed only from the proxies named (uvicorn would otherwise trust 127.0.0.1).
     proxies = {"proxy_headers": True, "forwarded_allow_ips": ",".join(settings.forwarded_allow_ips)} \
         if settings.forwarded_allow_ips else {"proxy_headers": False}
+    from burrito_py.datastore.admission import guarded_protocol
+
+    # The public port faces slow clients (slowloris, stalled bodies): the datastore's timers, §11.2.
+    guarded = guarded_protocol(settings.header_timeout_seconds, settings.read_timeout_seconds,
+                               settings.write_timeout_seconds, "server")
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="off",
-                            **proxies)
+                            http=guarded, **proxies)
     sockets = [config.bind_socket()]
     if bound is not None:
         bound.append(sockets[0].getsockname()[1])
     if settings.ui_trusted_headers:
         # The trusted-header listener: the same app, on a port of its own that only the authenticating proxy
         # reaches; the UI tells it by the port of the socket a request came in on (routes.on_trusted_listener).
-        trusted = uvicorn.Config(app, host=settings.host, port=settings.ui_trusted_headers_port, log_level="warning")
+        trusted = uvicorn.Config(app, host=settings.host, port=settings.ui_trusted_headers_port, log_level="warning",
+                                 http=guarded)
         sockets.append(trusted.bind_socket())
     server = uvicorn.Server(config)
     if holder is not None:

@@ -27,6 +27,15 @@ class ServerSettings(BaseSettings):
     max_request_bytes: int = Field(
         1024 * 1024, ge=1, description="Largest body of any other request (REST and UI; 413 above), bounded before "
         "the caller is authenticated.")
+    # Slow clients on the public port (docs/architecture.md §11.2): the datastore's timers (§10.7).
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="Time a client has to send complete request headers, from connecting (or from its "
+        "next request's first byte); then the connection is closed.")
+    read_timeout_seconds: float = Field(
+        60.0, gt=0, description="Longest pause in a request body the server waits for; then the connection is closed.")
+    write_timeout_seconds: float = Field(
+        60.0, gt=0, description="Longest time a client may leave the response unread while the server has more to "
+        "send; then the connection is closed.")
     delivery_cache_size: int = Field(
         10_000, ge=1, description="Webhook deliveries remembered (by id and by body digest), so a redelivery or a "
         "replay is acted on once.",
