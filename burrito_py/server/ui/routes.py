@@ -26,7 +26,7 @@ from fastapi.staticfiles import StaticFiles
 
 from burrito_py.datastore.auth import AUTH_DISABLED, AuthUnavailable, Principal, Unauthenticated
 from burrito_py.kube.client import Body, Kube, KubeError, crd_path, path
-from burrito_py.plans.masking import SecretValues, load_json, masked_model, scrub_text
+from burrito_py.plans.masking import load_json, masked_model, scrub_text
 from burrito_py.plans.model import PlanFormatError, parse_plan
 from burrito_py.server.access import (
     GET_LAYERS,
@@ -69,6 +69,10 @@ LOG_DISPLAY_BYTES = 256 * 1024  # a page shows a log's tail; the download has it
 SSE_KEEPALIVE_SECONDS = 15.0
 MAX_FORM_BYTES = 64 * 1024  # a token of a few KB is the largest field
 RUN_POLL_SECONDS = 1.0
+# What a live view reads of a running pod's log at most (`limitBytes`), each poll and in all: the pod writes what its
+# tenant code likes, and every open view polls every second. The datastore has the whole log once the attempt ends.
+LIVE_LOG_BYTES = 1024 * 1024
+LIVE_LOG_CUT = "\n(the live view stops here, at {size} KiB: the whole log is shown once the attempt ends)\n"
 DONE_STATES = ("Succeeded", "Failed")
 # No inline script or style, nothing from another origin.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -613,12 +617,20 @@ def ui_router(settings: ServerSettings, kube: Kube, artifacts: Artifacts,
                     last = shape
                     yield f"event: attempts\ndata: {json.dumps({'html': table.render(run=view, prefix=PREFIX)})}\n\n"
                 current = view.attempts[-1] if view.attempts else None
-                if current is not None and not current.logs_uploaded and current.pod_name:
-                    text = await pod_log(ns, current.pod_name, hide)
+                if current is not None and not current.logs_uploaded and current.pod_name \
+                        and sent.get(current.number, 0) >= 0:
+                    raw = await pod_log(ns, current.pod_name)
+                    # Whole lines only, masked one by one, each once: a value cut by the end of what the pod wrote
+                    # so far is masked once its line is complete.
+                    complete = raw[:raw.rfind("\n") + 1]
                     before = sent.get(current.number, 0)
-                    if len(text) > before:
-                        sent[current.number] = len(text)
-                        yield f"event: log\ndata: {json.dumps({'attempt': current.number, 'text': text[before:]})}\n\n"
+                    text = "".join(scrub_text(line, hide) + "\n" for line in complete[before:].split("\n")[:-1])
+                    sent[current.number] = max(before, len(complete))  # a rotated log never resends
+                    if len(raw) >= LIVE_LOG_BYTES:
+                        text += LIVE_LOG_CUT.format(size=LIVE_LOG_BYTES // 1024)
+                        sent[current.number] = -1  # read no more of it
+                    if text:
+                        yield f"event: log\ndata: {json.dumps({'attempt': current.number, 'text': text})}\n\n"
                 if view.state in DONE_STATES:
                     yield "event: done\ndata: {}\n\n"
                     return
@@ -629,17 +641,14 @@ def ui_router(settings: ServerSettings, kube: Kube, artifacts: Artifacts,
 
         return stream(request, who, events(), still_allowed)
 
-    async def pod_log(namespace: str, pod: str, hide: SecretValues) -> str:
+    async def pod_log(namespace: str, pod: str) -> str:
+        """The first LIVE_LOG_BYTES of the pod's log (never more, whatever the API sends)."""
         try:
-            text = await kube.read_text(path("v1", "pods", namespace, pod, "log"))
+            text = await kube.read_text(path("v1", "pods", namespace, pod, "log"),
+                                        query={"limitBytes": str(LIVE_LOG_BYTES)})
         except KubeError:
             return ""  # not started yet, or gone: the uploaded log follows
-        # Whole lines only, masked one by one: a value cut by the end of what the pod wrote so far is masked once
-        # its line is complete, and what was sent stays a prefix of what is sent next.
-        complete, newline, _ = text.rpartition("\n")
-        if not newline:
-            return ""
-        return "".join(scrub_text(line, hide) + "\n" for line in complete.split("\n"))
+        return text[:LIVE_LOG_BYTES]
 
     @router.get("/runs/{ns}/{name}/plan")
     async def plan_page(request: Request, ns: str, name: str, attempt: int | None = None) -> Response:

@@ -414,3 +414,37 @@ def test_cookies_are_secure_when_the_setting_says_so_even_over_http(platform: Re
     with running_server(settings) as url, httpx.Client(base_url=url) as browser:
         form = browser.get("/ui/login")
         assert "; secure" in form.headers["set-cookie"].lower()
+
+
+def test_attack_a_huge_pod_log_is_read_by_a_live_view_only_up_to_its_bound(platform: RestPlatform) -> None:
+    """Tenant code in a running attempt writes a log of many MiB; every live view of its run polls `pods/log` every
+    second. Before, the server read, masked and sent the whole log on each poll (its CPU and memory grew with what
+    the tenant wrote); now it asks for LIVE_LOG_BYTES at most (`limitBytes`) and masks each line once."""
+    run, pod = "app-apply-loud", "app-apply-loud-1"
+    create(platform.kube, "terraformruns", NS_A, run_body(run, "app", "apply", "abc123"))
+    status(platform.kube, "terraformruns", NS_A, run, {"state": "Running", "attempts": [{"podName": pod, "number": 1}]})
+    platform.kube.post(f"/api/v1/namespaces/{NS_A}/pods", json={
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
+        "spec": {"containers": [{"name": "main", "image": "runner"}]}}).raise_for_status()
+    assert platform.api.pod_log_dir is not None
+    log = platform.api.pod_log_dir / NS_A / pod / "main.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    line = b"null_resource.loud: Still creating... " + b"x" * 90 + b"\n"
+    log.write_bytes(line * (8 * 1024 * 1024 // len(line)))  # 8 MiB
+    client, _ = logged_in(platform, "tenant-a")
+    texts: list[str] = []
+    with contextlib.closing(client), client.stream("GET", f"/ui/runs/{NS_A}/{run}/events", timeout=30) as stream:
+        assert stream.status_code == 200
+        started = time.monotonic()
+        try:
+            for received in stream.iter_lines():
+                if received.startswith("data: ") and '"attempt"' in received:
+                    texts.append(json.loads(received.removeprefix("data: "))["text"])
+                if "the live view stops here" in "".join(texts[-1:]) or time.monotonic() - started > 20:
+                    break
+        except httpx.ReadTimeout:
+            pytest.fail("the live view sent nothing for 30 s: the server was busy with the whole 8 MiB log")
+    sent = "".join(texts)
+    assert sent.startswith(line.decode())
+    assert len(sent) <= 1024 * 1024 + 200, f"the live view sent {len(sent)} bytes of an 8 MiB log"
+    assert sent.endswith("the whole log is shown once the attempt ends)\n")
