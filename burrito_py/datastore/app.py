@@ -169,6 +169,10 @@ class DatastoreSettings(BaseSettings):
     auth_runner_service_account: str = Field("burrito-py-runner", min_length=1)
     # The controllers' runner_pull_request_service_account: pull requests' runs run as it (issue 24, P2).
     auth_runner_pull_request_service_account: str = Field("burrito-py-runner-pr", min_length=1)
+    # The controllers' allow_cross_namespace_repositories (the chart passes the same value): without it a runner reads
+    # sources of its own namespace's repositories only, whatever its layer names now (§10.2).
+    auth_allow_cross_namespace_repositories: bool = Field(
+        False, description="Let a runner read the sources of a repository of another namespace that its layer names.")
     auth_cache_ttl_seconds: float = Field(30.0, ge=0, description="How long an accepted token is remembered.")
     auth_negative_cache_ttl_seconds: float = Field(5.0, ge=0, description="How long a rejected token is remembered.")
     # Where the Kubernetes API is for TokenReviews: this kubeconfig, else $KUBECONFIG, else in-cluster.
@@ -311,6 +315,7 @@ def default_authenticator(settings: DatastoreSettings) -> Authenticator:
         settings.kubeconfig,
         settings.auth_runner_service_account,
         settings.auth_runner_pull_request_service_account,
+        allow_cross_namespace_repositories=settings.auth_allow_cross_namespace_repositories,
     )
     return CachedAuthenticator(reviewer, settings.auth_cache_ttl_seconds, settings.auth_negative_cache_ttl_seconds)
 

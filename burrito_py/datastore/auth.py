@@ -67,6 +67,9 @@ class RunnerScope:
     # A force-unlock run's lock ID (its `spec.operation.lockId`, docs/architecture.md §5.12): the one lock its
     # runner may release without holding it, as Terraform's `force-unlock` asks (an UNLOCK without a body).
     force_unlock: str = ""
+    # Why it may read no sources at all (its layer names another namespace's repository, which the operator did not
+    # allow: kube_auth.py), else "".
+    sources_refused: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +199,8 @@ def authorize(principal: Principal, action: Action, target: Target) -> str | Non
         return None
     if action == "write":
         return f"{principal.describe()} may not write {target.describe()}"
+    if scope.sources_refused:
+        return f"{principal.describe()} may not read {target.describe()}: {scope.sources_refused}"
     if (target.namespace, target.repository) != (scope.repository_namespace, scope.repository):
         return (
             f"{principal.describe()} may only read the sources of repository "

@@ -52,8 +52,10 @@ class KubeAuthenticator:
         kubeconfig: Path | None = None,
         runner_service_account: str = RUNNER_SERVICE_ACCOUNT,
         pull_request_service_account: str = PULL_REQUEST_SERVICE_ACCOUNT,
+        allow_cross_namespace_repositories: bool = False,
     ) -> None:
         self.runner_service_account = runner_service_account
+        self.allow_cross_namespace_repositories = allow_cross_namespace_repositories
         self.pull_request_service_account = pull_request_service_account
         self.audiences = list(audiences)
         self.admin_users = frozenset(admin_users)
@@ -112,7 +114,7 @@ class KubeAuthenticator:
                     namespace, _, account = username.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
                     scope = await _runner_scope(
                         api, namespace, account, pod_name, pod_uid, self.runner_service_account,
-                        self.pull_request_service_account,
+                        self.pull_request_service_account, self.allow_cross_namespace_repositories,
                     )
                     if isinstance(scope, str):
                         return Principal(username, not_runner=scope, groups=tuple(sorted(groups)))
@@ -136,7 +138,7 @@ def _env_kubeconfig() -> Path | None:
 
 async def _runner_scope(
     api: Any, namespace: str, account: str, pod_name: str, pod_uid: str | None, runner_account: str,
-    pull_request_account: str = PULL_REQUEST_SERVICE_ACCOUNT,
+    pull_request_account: str = PULL_REQUEST_SERVICE_ACCOUNT, cross_namespace_repositories: bool = False,
 ) -> RunnerScope | str:
     """The scope of the runner pod the token is bound to, else why that pod has no runner rights.
     Raises AuthUnavailable while the run controller has created the pod but not yet recorded it."""
@@ -182,6 +184,15 @@ async def _runner_scope(
     if layer is None:
         return f"the layer {namespace}/{layer_ref['name']} of run {owner['name']} does not exist"
     repository = (layer.get("spec") or {}).get("repository") or {}
+    repository_namespace = str(repository.get("namespace") or namespace)
+    sources_refused = ""
+    if repository_namespace != namespace and not cross_namespace_repositories:
+        # The layer is tenant-edited (it may have been repointed while this pod runs): another namespace's sources
+        # only where the operator allows layers to use other namespaces' repositories, as the controllers do.
+        sources_refused = (f"its layer {namespace}/{layer_ref['name']} names repository {repository_namespace}/"
+                           f"{repository.get('name')} of another namespace, and repositories of other namespaces are "
+                           "disabled (BURRITO_PY_DATASTORE_AUTH_ALLOW_CROSS_NAMESPACE_REPOSITORIES)")
+        log.warning("token bound to %s reads no sources: %s", where, sources_refused)
     run_spec = run.get("spec") or {}
     reads: tuple[str, ...] = ()
     plan_run = ((run_spec.get("artifact") or {}).get("run")) if run_spec.get("action") == "apply" else None
@@ -198,8 +209,9 @@ async def _runner_scope(
         namespace=namespace,
         layer=str(layer_ref["name"]),
         run=str(owner["name"]),
-        repository_namespace=str(repository.get("namespace") or namespace),
+        repository_namespace=repository_namespace,
         repository=str(repository.get("name") or ""),
+        sources_refused=sources_refused,
         attempt=binding.attempt,
         reads=reads,
         # A pull request's apply before merge is the layer's runner (its state included); its plans are not.
