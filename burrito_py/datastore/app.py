@@ -41,6 +41,7 @@ from burrito_py.datastore.auth import (
 from burrito_py.datastore.encryption import EncryptionError
 from burrito_py.datastore.quota import NamespaceUsage, allowance, describe_bytes, run_used
 from burrito_py.datastore.read_cache import CachedStorage, Held, with_read_cache
+from burrito_py.datastore.review_throttle import Throttled, ThrottledAuthenticator
 from burrito_py.datastore.storage import DeleteFailed, Exists, Mismatch, ObjectInfo, Storage, Stored, TooLarge
 from burrito_py.kube.pod_paths import pod_path_setting
 from burrito_py.kube.service_proxy import PROXIED_AUTHORIZATION
@@ -174,6 +175,12 @@ class DatastoreSettings(BaseSettings):
     auth_allow_cross_namespace_repositories: bool = Field(
         False, description="Let a runner read the sources of a repository of another namespace that its layer names.")
     auth_cache_ttl_seconds: float = Field(30.0, ge=0, description="How long an accepted token is remembered.")
+    # Token reviews of tokens the cache does not know, per client address (§10.2): a runner pod sending made-up tokens
+    # would otherwise have the datastore send the Kubernetes API one TokenReview each. Accepted tokens cost nothing.
+    auth_review_burst: int = Field(
+        100, ge=1, description="Reviews of tokens that are then refused, at once, per client address (429 beyond).")
+    auth_reviews_per_minute: float = Field(
+        600.0, gt=0, description="How fast a client address's allowance of refused token reviews refills.")
     auth_negative_cache_ttl_seconds: float = Field(5.0, ge=0, description="How long a rejected token is remembered.")
     # Where the Kubernetes API is for TokenReviews: this kubeconfig, else $KUBECONFIG, else in-cluster.
     kubeconfig: Path | None = None
@@ -306,6 +313,7 @@ def read_cache_for(storage: Storage, settings: DatastoreSettings) -> Storage:
 def default_authenticator(settings: DatastoreSettings) -> Authenticator:
     """TokenReviews through the Kubernetes API named by the settings, behind a short cache."""
     from burrito_py.datastore.kube_auth import KubeAuthenticator
+    from burrito_py.datastore.review_throttle import ReviewThrottle
     from burrito_py.datastore.token_cache import CachedAuthenticator
 
     reviewer = KubeAuthenticator(
@@ -317,7 +325,8 @@ def default_authenticator(settings: DatastoreSettings) -> Authenticator:
         settings.auth_runner_pull_request_service_account,
         allow_cross_namespace_repositories=settings.auth_allow_cross_namespace_repositories,
     )
-    return CachedAuthenticator(reviewer, settings.auth_cache_ttl_seconds, settings.auth_negative_cache_ttl_seconds)
+    cached = CachedAuthenticator(reviewer, settings.auth_cache_ttl_seconds, settings.auth_negative_cache_ttl_seconds)
+    return ThrottledAuthenticator(cached, ReviewThrottle(settings.auth_review_burst, settings.auth_reviews_per_minute))
 
 
 _bearer = HTTPBearer(
@@ -330,12 +339,26 @@ async def _caller(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Principal:
     token = credentials.credentials if credentials else proxied_token(request.headers.get(PROXIED_AUTHORIZATION))
-    return await _principal(request.app.state.authenticator, token)
+    return await _principal(request.app.state.authenticator, token, request.client.host if request.client else "")
 
 
-async def _principal(authenticator: Authenticator | None, token: str | None) -> Principal:
+class _FromAddress:
+    """A throttled authenticator asked for one client address (the Authenticator protocol has no address)."""
+
+    def __init__(self, throttled: ThrottledAuthenticator, address: str) -> None:
+        self.throttled, self.address = throttled, address
+
+    async def authenticate(self, token: str) -> Principal:
+        return await self.throttled.authenticate(token, self.address)
+
+
+async def _principal(authenticator: Authenticator | None, token: str | None, address: str = "") -> Principal:
+    if isinstance(authenticator, ThrottledAuthenticator):
+        authenticator = _FromAddress(authenticator, address)
     try:
         return await principal_of(authenticator, token)
+    except Throttled as exc:
+        raise AuthError(429, str(exc), exc.retry_after) from None
     except AuthError as exc:
         if exc.status == 503:
             log.warning("cannot check a datastore token: %s", exc)
@@ -355,6 +378,8 @@ def _auth_answer(exc: AuthError) -> JSONResponse:
     response = _error(exc.status, str(exc))
     if exc.status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="burrito-py-datastore"'
+    if exc.retry_after is not None:
+        response.headers["Retry-After"] = str(exc.retry_after)
     return response
 
 
@@ -395,9 +420,11 @@ class _HotReads:
             if match is not None and fmt is not None and int(match[4] or 0) <= 1_000_000:
                 headers = Headers(scope=scope)
                 try:
+                    client = scope.get("client")
                     who = await _principal(scope["app"].state.authenticator,
                                            _bearer_token(headers.get("authorization"),
-                                                         headers.get(PROXIED_AUTHORIZATION)))
+                                                         headers.get(PROXIED_AUTHORIZATION)),
+                                           client[0] if client else "")
                     n = int(match[4]) if match[4] is not None else None
                     response = await self.read[0](who, match[1], match[2], match[3], n, match[5] or "", fmt)
                 except AuthError as exc:

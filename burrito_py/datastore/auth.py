@@ -147,9 +147,9 @@ def proxied_token(header: str | None) -> str | None:
 class AuthError(Exception):
     """The answer instead of the resource: 401, 403 or 503, with a message safe to show the caller."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.retry_after = status, retry_after
 
 
 async def principal_of(authenticator: Authenticator | None, token: str | None) -> Principal:

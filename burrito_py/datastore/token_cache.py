@@ -47,6 +47,10 @@ class CachedAuthenticator:
         entry = self._entries.get(token_digest(token))
         return entry is not None and entry.expires > self._clock()
 
+    def reviewing(self, token: str) -> bool:
+        """Whether a review of `token` is in flight (a request with it now joins that review, costing none)."""
+        return token_digest(token) in self._pending
+
     async def authenticate(self, token: str) -> Principal:
         key = token_digest(token)
         entry = self._entries.get(key)
