@@ -279,11 +279,11 @@ class Webhooks:
 def create_app(
     settings: ServerSettings, kube: Kube, datastore: DatastoreClient, authenticator: Authenticator | None
 ) -> FastAPI:
+    from burrito_py.datastore.review_throttle import ReviewThrottle, ThrottledAuthenticator
     from burrito_py.datastore.token_cache import CachedAuthenticator
     from burrito_py.server.access import Access, AccessReviewer
     from burrito_py.server.reads import Artifacts
     from burrito_py.server.rest import rest_router
-    from burrito_py.server.throttle import ReviewThrottle, ThrottledAuthenticator
 
     app = FastAPI(title="burrito-py server", version="v1")
     from burrito_py.server.body_limit import BodyLimit

@@ -37,6 +37,7 @@ from burrito_py.datastore.auth import (
     Unauthenticated,
     proxied_token,
 )
+from burrito_py.datastore.review_throttle import Throttled, ThrottledAuthenticator
 from burrito_py.kube.client import Body, Kube, KubeError, crd_path
 from burrito_py.kube.service_proxy import PROXIED_AUTHORIZATION
 from burrito_py.policy.override import override_refusal
@@ -65,7 +66,6 @@ from burrito_py.server.reads import (
 )
 from burrito_py.server.reads import artifacts_of as shared_artifacts_of
 from burrito_py.server.state_actions import LayerState, Refused
-from burrito_py.server.throttle import Throttled, ThrottledAuthenticator
 from burrito_py.server.views import (
     ErrorView,
     LayerDetailView,

@@ -25,6 +25,7 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
 from burrito_py.datastore.auth import AUTH_DISABLED, AuthUnavailable, Principal, Unauthenticated
+from burrito_py.datastore.review_throttle import Throttled, ThrottledAuthenticator
 from burrito_py.kube.client import Body, Kube, KubeError, crd_path, path
 from burrito_py.plans.masking import load_json, masked_model, scrub_text
 from burrito_py.plans.model import PlanFormatError, parse_plan
@@ -44,7 +45,6 @@ from burrito_py.server.layer_actions import LayerNotFound, NotPendingPlan, appro
 from burrito_py.server.reads import NAME, NAMESPACE, Artifacts, NoArtifacts, ReadFailure, artifacts_of, layer_runs
 from burrito_py.server.settings import ServerSettings
 from burrito_py.server.state_actions import LayerState, Refused
-from burrito_py.server.throttle import Throttled, ThrottledAuthenticator
 from burrito_py.server.ui.index import LayerIndex
 from burrito_py.server.ui.queries import (
     DRIFTS,

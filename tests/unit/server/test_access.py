@@ -1,5 +1,6 @@
-"""The server's authorizer (server/access.py), token-review throttle (server/throttle.py) and event-stream bounds
-(server/ui/streams.py), with a stand-in for the API's answers (the integration tests use the emulator's RBAC)."""
+"""The server's authorizer (server/access.py), token-review throttle (datastore/review_throttle.py) and
+event-stream bounds (server/ui/streams.py), with a stand-in for the API's answers (the integration tests use the
+emulator's RBAC)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from burrito_py.datastore.auth import AUTH_DISABLED, Principal, RunnerScope, Unauthenticated
+from burrito_py.datastore.review_throttle import ReviewThrottle, Throttled, ThrottledAuthenticator
 from burrito_py.datastore.token_cache import CachedAuthenticator
 from burrito_py.kube.client import KubeError
 from burrito_py.server.access import (
@@ -22,7 +24,6 @@ from burrito_py.server.access import (
     User,
     is_runner,
 )
-from burrito_py.server.throttle import ReviewThrottle, Throttled, ThrottledAuthenticator
 from burrito_py.server.ui.streams import StreamLimits, TooManyStreams, bounded
 
 
