@@ -488,3 +488,84 @@ def test_warm_documents_come_from_memory_and_an_index_another_replica_refreshed_
             assert len(upstream.requests) == upstream_reads  # its fresh copy, not another upstream read
 
         asyncio.run(scenario())
+
+
+def _stored_tool_archives(data_dir: Path) -> dict[str, int]:
+    root = data_dir / "tools"
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")
+            if p.is_file() and p.suffix not in (".sha256", ".served", ".json")} if root.exists() else {}
+
+
+def test_a_runner_cannot_fill_the_volume_through_the_tool_mirror(tmp_path: Path) -> None:
+    """Attack: tenant code in a runner pod holds the runner's token and asks the tool mirror for release after
+    release, platform after platform. The cache stays under its byte bound (least recently served evicted), and a
+    platform no runner pod runs is refused before anything is downloaded."""
+    from burrito_py.datastore.auth import Principal, RunnerScope
+
+    class Tokens:
+        async def authenticate(self, token: str) -> Principal:
+            assert token == "runner"
+            return Principal("system:serviceaccount:team:burrito-py-runner",
+                             runner=RunnerScope("team", "app", "run-1", "team", "infra", 1))
+
+    tls = make_tls(tmp_path / "tls")
+    versions = [f"1.{minor}.0" for minor in range(10)]
+    with running_upstream(tls, signed=False) as (upstream, served_at):
+        upstream.tools["terraform"] = {v: {p: f"terraform {v} {p} ".encode() * 4_000
+                                           for p in ("linux_amd64", "darwin_arm64", "windows_386")}
+                                       for v in versions}
+        with running_datastore(tmp_path / "datastore", auth_enabled=True, authenticator=Tokens(),
+                               tool_cache_enabled=True, tool_cache_terraform_url=f"https://{served_at}",
+                               tool_cache_max_bytes=350_000, upstream_ca_file=tls.ca) as url:
+            runner = {"Authorization": "Bearer runner"}
+            for version in versions:
+                answer = httpx.get(f"{url}/tools/v1/terraform/{version}/linux/amd64", headers=runner)
+                assert answer.status_code == 200
+                assert answer.content.startswith(f"terraform {version} linux_amd64".encode())
+                stored = _stored_tool_archives(tmp_path / "datastore")
+                assert sum(stored.values()) <= 350_000, stored
+            for os_, arch in (("darwin", "arm64"), ("windows", "386")):
+                refused = httpx.get(f"{url}/tools/v1/terraform/1.0.0/{os_}/{arch}", headers=runner)
+                assert refused.status_code == 404
+    assert not [r for r in upstream.requests if "darwin" in r or "windows" in r]
+    assert len(_stored_tool_archives(tmp_path / "datastore")) == 3  # 112 KB each: the newest three fit
+
+
+def test_tool_eviction_drops_the_least_recently_served_and_an_evicted_tool_is_read_through_again(
+        tmp_path: Path) -> None:
+    from burrito_py.datastore.providercache.tools import ToolCache
+
+    tls = make_tls(tmp_path / "tls")
+    storage = FilesystemStorage(tmp_path / "data")
+    with running_upstream(tls, signed=False) as (upstream, served_at):
+        upstream.tools["terraform"] = {v: {"linux_amd64": f"terraform {v} ".encode() * 10_000}
+                                       for v in ("1.0.0", "2.0.0", "3.0.0", "4.0.0")}
+        clock = [1000.0]
+
+        async def scenario() -> list[bytes]:
+            cache = ToolCache(storage, Upstream(ssl_context(tls.ca)), f"https://{served_at}", "https://unused",
+                              "https://unused", 3600, terragrunt_url="https://unused",
+                              terragrunt_index_url="https://unused", max_bytes=400_000, now=lambda: clock[0])
+            bodies = []
+            for version in ("1.0.0", "2.0.0", "1.0.0", "3.0.0", "2.0.0"):
+                clock[0] += 4000  # past LAST_USED_EVERY: each serving is recorded
+                sha, stream = await cache.archive("terraform", version, "linux_amd64")
+                body = b"".join([bytes(chunk) async for chunk in stream])
+                assert hashlib.sha256(body).hexdigest() == sha
+                bodies.append(body)
+            # A bound below one archive: the archive being stored stays, every other goes.
+            cache.max_bytes = 1
+            clock[0] += 4000
+            sha, stream = await cache.archive("terraform", "4.0.0", "linux_amd64")
+            bodies.append(b"".join([bytes(chunk) async for chunk in stream]))
+            return bodies
+
+        bodies = asyncio.run(scenario())
+    # 1.0.0, 2.0.0, 1.0.0 (a hit, recorded), 3.0.0: 2.0.0, least recently served, went; asked again, it is read
+    # through once more (and 1.0.0, now the least recently served, goes); then 4.0.0 alone under a 1-byte bound.
+    assert [b[:16] for b in bodies] == [f"terraform {v} ".encode() for v in
+                                        ("1.0.0", "2.0.0", "1.0.0", "3.0.0", "2.0.0", "4.0.0")]
+    assert upstream.requests.count("/terraform/2.0.0/terraform_2.0.0_linux_amd64.zip") == 2
+    assert upstream.requests.count("/terraform/1.0.0/terraform_1.0.0_linux_amd64.zip") == 1
+    assert set(_stored_tool_archives(tmp_path / "data")) == {"terraform/4.0.0/terraform_4.0.0_linux_amd64.zip"}
+    assert not list((tmp_path / "data" / "tools" / "terraform" / "2.0.0").glob("*.sha256"))
