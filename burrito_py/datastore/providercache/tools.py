@@ -10,12 +10,18 @@ a runner start makes no request to GitHub's API (tenv lists OpenTofu versions th
   `<terragrunt_url>/v<v>/` (GitHub release downloads).
 
 Stored as `tools/<tool>/<version>/<file>` with `<file>.sha256`; an archive whose SHA-256 is not the one in
-`SHA256SUMS` is never stored nor served.
+`SHA256SUMS` is never stored nor served. `<file>.served` records when the archive was last served (written at most
+every `LAST_USED_EVERY` per replica): eviction (`max_bytes`) drops the least recently served archives first, never
+the one just stored; an evicted archive is read through again on its next request.
+
+Only Linux platforms a runner can run (`mirror_arch`: amd64, arm64) are served: runner pods are Linux, and every
+other platform would only multiply what a caller can make the datastore download and store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import tempfile
 import time
@@ -23,6 +29,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from burrito_py.datastore.providercache.cache import (
+    LAST_USED_EVERY,
     MAX_ARCHIVE,
     NotFound,
     Refused,
@@ -40,8 +47,9 @@ from burrito_py.plans.versions import InvalidVersionConstraint, Version
 
 __all__ = ["TOOLS", "ToolCache", "media_type"]
 
+log = logging.getLogger(__name__)
 TOOLS = ("terraform", "opentofu", "terragrunt")
-PLATFORM = re.compile(r"^(linux|darwin|windows|freebsd|openbsd|solaris)_(amd64|arm64|arm|386)$")
+PLATFORM = re.compile(r"^linux_(amd64|arm64)$")  # what runner pods run (runner/tools.py mirror_arch)
 STRICT_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$")
 
 
@@ -53,8 +61,10 @@ def media_type(tool: str) -> str:
 class ToolCache:
     def __init__(self, storage: Storage, upstream: Upstream, terraform_url: str, opentofu_url: str,
                  opentofu_index_url: str, index_ttl: float, *, terragrunt_url: str, terragrunt_index_url: str,
-                 now: Callable[[], float] = time.time) -> None:
+                 max_bytes: int = 0, now: Callable[[], float] = time.time) -> None:
         self.storage, self.upstream, self.index_ttl, self.now = storage, upstream, index_ttl, now
+        self.max_bytes = max_bytes
+        self._served: dict[str, float] = {}  # archive key → when this replica last recorded it served
         self.terraform_url, self.opentofu_url = terraform_url.rstrip("/"), opentofu_url.rstrip("/")
         self.opentofu_index_url = opentofu_index_url
         self.terragrunt_url, self.terragrunt_index_url = terragrunt_url.rstrip("/"), terragrunt_index_url
@@ -138,6 +148,7 @@ class ToolCache:
             REQUESTS.labels("tool", "miss").inc()
         else:
             REQUESTS.labels("tool", "hit").inc()
+            await self._mark_served(key)
         stream = await self.storage.open(key)
         if stream is None:
             raise Refused(f"{tool} {version} {platform}: the archive vanished")
@@ -168,5 +179,47 @@ class ToolCache:
 
         await self.storage.put(f"{key}.sha256", digest(), 128)  # after the archive: a digest names a stored file
         OBJECTS.inc()
+        await self._mark_served(key, force=True)
+        if self.max_bytes:
+            await self.evict(keep=key)
         return expected
+
+    async def _mark_served(self, key: str, force: bool = False) -> None:
+        """Record when `key` was served, coarsely (at most every LAST_USED_EVERY per replica): a hit costs no
+        write each time."""
+        now = self.now()
+        if not force and now - self._served.get(key, float("-inf")) <= LAST_USED_EVERY:
+            return
+        if len(self._served) >= 10_000:  # bounded: forgetting only costs one more write
+            self._served.clear()
+        self._served[key] = now
+        await write_json(self.storage, f"{key}.served", {"lastUsed": now})
+
+    async def evict(self, keep: str | None = None) -> list[str]:
+        """Least recently served archives first (never recorded: oldest), until the stored archives fit
+        `max_bytes`; never `keep`, the archive being stored now. Returns the archive keys evicted."""
+        sizes = await self.storage.sizes("tools")
+        archives = {k: n for k, n in sizes.items() if f"{k}.sha256" in sizes}
+        total = sum(archives.values())
+        if total <= self.max_bytes:
+            return []
+
+        async def last_used(key: str) -> float:
+            record = await read_json(self.storage, f"{key}.served") if f"{key}.served" in sizes else None
+            return float(record.get("lastUsed", 0)) if isinstance(record, dict) else 0.0
+
+        order = sorted([(await last_used(k), k) for k in archives if k != keep])
+        evicted = []
+        for _, key in order:
+            if total <= self.max_bytes:
+                break
+            # The digest first: a request meanwhile finds no digest and reads the archive through again.
+            await self.storage.delete(f"{key}.sha256")
+            await self.storage.delete_many([key, f"{key}.served"])
+            self._served.pop(key, None)
+            OBJECTS.dec()
+            total -= archives[key]
+            evicted.append(key)
+            log.info("tool cache: evicted %s", key)
+        return evicted
 
