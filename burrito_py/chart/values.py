@@ -549,6 +549,7 @@ class ToolCache(Values):
                                                                               "tool_cache_terragrunt_url")
     terragrunt_index_url: Annotated[str, Field(pattern=r"^https://\S+$")] = setting(
         DatastoreSettings, "tool_cache_terragrunt_index_url")
+    max_size: int = setting(DatastoreSettings, "tool_cache_max_bytes")
 
 
 PEM_CERTIFICATE = r"^\s*(-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----\s*)+$"

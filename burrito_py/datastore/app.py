@@ -200,7 +200,11 @@ class DatastoreSettings(BaseSettings):
         "read through).",
     )
     provider_cache_index_ttl_seconds: float = Field(600.0, ge=0, description="Age after which an index is read again.")
-    provider_cache_max_bytes: int = Field(0, ge=0, description="Archives kept at most (bytes); 0: unbounded.")
+    # Bounded by default: runner pods (tenant code) choose what the mirrors read through, and the volume they fill
+    # also holds every tenant's plans, logs and state. 20 GiB holds about a hundred large provider archives (an
+    # AWS provider's is ~150 MiB per version); 5 GiB some fifty Terraform/OpenTofu/Terragrunt releases.
+    provider_cache_max_bytes: int = Field(20 * 1024**3, ge=0, description="Provider archives kept at most (bytes), "
+                                          "least recently served evicted first; 0: unbounded.")
     provider_cache_url_ttl_seconds: float = Field(
         3600.0, gt=0, description="How long an archive URL handed out by a version document may be used."
     )
@@ -209,6 +213,8 @@ class DatastoreSettings(BaseSettings):
         "key file, else random per process.",
     )
     tool_cache_enabled: bool = False
+    tool_cache_max_bytes: int = Field(5 * 1024**3, ge=0, description="Tool archives kept at most (bytes), least "
+                                      "recently served evicted first; 0: unbounded.")
     tool_cache_terraform_url: str = Field(
         "https://releases.hashicorp.com",
         description="Where Terraform releases are read (releases.hashicorp.com's layout: terraform/index.json, "
@@ -911,7 +917,8 @@ def _mount_caches(app: FastAPI, storage: Storage, settings: DatastoreSettings) -
         if settings.provider_cache_enabled else None
     tools = ToolCache(storage, upstream, settings.tool_cache_terraform_url, settings.tool_cache_opentofu_url,
                       settings.tool_cache_opentofu_index_url, ttl, terragrunt_url=settings.tool_cache_terragrunt_url,
-                      terragrunt_index_url=settings.tool_cache_terragrunt_index_url) \
+                      terragrunt_index_url=settings.tool_cache_terragrunt_index_url,
+                      max_bytes=settings.tool_cache_max_bytes) \
         if settings.tool_cache_enabled else None
     from burrito_py.datastore.providercache.signing import ArchiveSigner, UrlKeys
 

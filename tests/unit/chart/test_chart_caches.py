@@ -114,7 +114,7 @@ def test_provider_cache_turns_on_the_datastore_https_listener() -> None:
         "BURRITO_PY_DATASTORE_PROVIDER_CACHE_ENABLED": "true",
         "BURRITO_PY_DATASTORE_PROVIDER_CACHE_REGISTRIES": '["registry.terraform.io","registry.opentofu.org"]',
         "BURRITO_PY_DATASTORE_PROVIDER_CACHE_INDEX_TTL_SECONDS": "600",
-        "BURRITO_PY_DATASTORE_PROVIDER_CACHE_MAX_BYTES": "0",
+        "BURRITO_PY_DATASTORE_PROVIDER_CACHE_MAX_BYTES": "21474836480",  # bounded by default (§10.5)
         "BURRITO_PY_DATASTORE_PROVIDER_CACHE_REGISTRY_URLS": "{}",
         "BURRITO_PY_DATASTORE_TOOL_CACHE_ENABLED": "false",
     }
@@ -171,6 +171,7 @@ def test_tool_cache_alone_serves_no_provider_mirror() -> None:
     datastore, controllers = _config(objects, "datastore"), _config(objects, "controllers")
     assert datastore["BURRITO_PY_DATASTORE_PROVIDER_CACHE_ENABLED"] == "false"
     assert datastore["BURRITO_PY_DATASTORE_TOOL_CACHE_ENABLED"] == "true"
+    assert datastore["BURRITO_PY_DATASTORE_TOOL_CACHE_MAX_BYTES"] == "5368709120"  # bounded by default (§10.5)
     # Only the index age applies to the tool cache too (its release lists).
     assert {k for k in datastore if k.startswith("BURRITO_PY_DATASTORE_PROVIDER_CACHE_")} == {
         "BURRITO_PY_DATASTORE_PROVIDER_CACHE_ENABLED", "BURRITO_PY_DATASTORE_PROVIDER_CACHE_INDEX_TTL_SECONDS"}
