@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 import socket
 import ssl
 from collections.abc import Callable, Iterable, Sequence
@@ -61,6 +62,9 @@ SETTINGS_HINT = (
 # Names that are internal by nature (RFC 6761 localhost, mDNS, cluster DNS, GCP's metadata.google.internal and the
 # `.internal` TLD reserved for private use).
 _INTERNAL_SUFFIXES = (".localhost", ".local", ".internal", ".svc", ".cluster.local")
+# What a host name may be made of once lower-cased: git and curl percent-decode a URL's host and convert a
+# non-ASCII one (IDNA 2008) themselves, so such a host would not be the name checked and pinned here.
+_PLAIN_NAME = re.compile(r"^[a-z0-9_.-]+$")
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 # What each kind of non-public address is called in a refusal, most specific first.
@@ -216,8 +220,9 @@ def _normal(host: str) -> str:
 
 
 def _literal(host: str) -> IPAddress | None:
+    # Only an IPv6 address carries a zone (`fe80::1%eth0`): `8.8.8.8%2e…` is no address but an encoded name.
     try:
-        return ipaddress.ip_address(host.split("%", 1)[0])
+        return ipaddress.ip_address(host)
     except ValueError:
         return None
 
@@ -243,6 +248,10 @@ def resolve_checked(policy: OutboundPolicy, host: str, port: int, resolver: Reso
     if literal is not None:
         policy.check(name, [str(literal)])
         return [str(literal)]
+    if not _PLAIN_NAME.match(name):
+        # `8.8.8.8%2eevil.example`: git's curl would decode it and resolve `8.8.8.8.evil.example` itself.
+        raise OutboundRefused(name, "it is not a plain host name (percent-encoded or non-ASCII: git and curl would "
+                                    "decode it and resolve another name themselves)")
     if not policy.host_allowed(name) and policy.name_problem(name) and not policy.allowed_networks:
         policy.check(name, [])  # raises: nothing could allow it, so not even a lookup is made
     addresses = resolver(name, port)

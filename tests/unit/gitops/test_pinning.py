@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
+from burrito_py.git.mirror import GitMirror
 from burrito_py.git.pinning import Pin, pin_for
 from burrito_py.outbound import OutboundPolicy, OutboundRefused
 
@@ -44,3 +47,32 @@ def test_git_protocol_is_checked_but_not_pinned_and_file_urls_leave_nothing() ->
 def test_internal_destinations_are_refused_before_git_runs(url: str) -> None:
     with pytest.raises(OutboundRefused, match="refused by the outbound address guard"):
         pin_for(url, PUBLIC, answers("169.254.169.254"))
+
+
+@pytest.mark.parametrize("url", [
+    "https://8.8.8.8%2eevil.example/org/repo.git",  # git's curl decodes it to 8.8.8.8.evil.example
+    "git://8.8.8.8%2eevil.example/org/repo.git",
+    "ssh://git@8.8.8.8%2eevil.example/org/repo.git",
+    "https://stra\u00dfe.example/org/repo.git",  # IDNA 2003 and 2008 name two different hosts
+])
+def test_a_host_git_would_decode_into_another_name_is_refused(url: str) -> None:
+    with pytest.raises(OutboundRefused, match="not a plain host name"):
+        pin_for(url, PUBLIC, answers("8.8.8.8"))
+
+
+def test_a_percent_encoded_host_never_reaches_loopback(tmp_path) -> None:
+    # The attack end to end: the guard once took `8.8.8.8%2elocalhost` for the public 8.8.8.8, pinned that, and
+    # curl decoded the host and connected to `8.8.8.8.localhost`, i.e. loopback.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    mirror = GitMirror(tmp_path, f"http://8.8.8.8%2elocalhost:{port}/r.git", outbound=PUBLIC, fetch_timeout=10)
+    try:
+        with pytest.raises(OutboundRefused):
+            mirror.fetch()
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    finally:
+        listener.close()
