@@ -14,6 +14,7 @@ git to them:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from burrito_py.git.allowed_hosts import destination_of
 from burrito_py.outbound import OutboundPolicy, Resolver, resolve_checked, system_resolver
@@ -45,8 +46,17 @@ def pin_for(url: str, policy: OutboundPolicy, resolver: Resolver = system_resolv
         if addresses != [destination.host]:  # a literal address needs no resolving
             shown = ",".join(f"[{a}]" if ":" in a else a for a in addresses)
             config.append(("http.curloptResolve", f"{host}:{destination.port}:{shown}"))
+            if destination.host == _dotless(url):
+                # curl looks `name.` up as written: without its own entry it would resolve it itself, unpinned.
+                config.append(("http.curloptResolve", f"{host}.:{destination.port}:{shown}"))
         return Pin("https", origin, tuple(config))
     if destination.scheme == "ssh":
         alias = destination.host if destination.port == 22 else f"[{destination.host}]:{destination.port}"
         return Pin("ssh", ssh_options=("-o", f"HostName={addresses[0]}", "-o", f"HostKeyAlias={alias}"))
     return Pin("other")
+
+
+def _dotless(url: str) -> str:
+    """The host of an http(s) `url` when it is written with a trailing dot (`github.com.`), without it; else ""."""
+    hostname = urlsplit(url.strip()).hostname or ""
+    return hostname.rstrip(".") if hostname.endswith(".") else ""

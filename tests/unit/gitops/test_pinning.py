@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from burrito_py.git.mirror import GitMirror
+from burrito_py.git.mirror import GitError, GitMirror
 from burrito_py.git.pinning import Pin, pin_for
 from burrito_py.outbound import OutboundPolicy, OutboundRefused
 
@@ -76,3 +76,21 @@ def test_a_percent_encoded_host_never_reaches_loopback(tmp_path) -> None:
             listener.accept()
     finally:
         listener.close()
+
+
+def test_a_host_written_with_a_trailing_dot_is_pinned_as_curl_looks_it_up() -> None:
+    pin = pin_for("https://GitHub.com./org/repo.git", PUBLIC, answers("140.82.112.3"))
+    assert ("http.curloptResolve", "github.com:443:140.82.112.3") in pin.config
+    assert ("http.curloptResolve", "github.com.:443:140.82.112.3") in pin.config
+
+
+def test_a_trailing_dot_does_not_let_curl_resolve_the_host_itself(tmp_path) -> None:
+    # `pinned.invalid` never resolves in DNS (RFC 6761): only the guard's answer (127.0.0.3, where nothing
+    # listens) can make git connect. Unpinned, curl looked `pinned.invalid.` up itself: a DNS rebinding window.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mirror = GitMirror(tmp_path, f"http://pinned.invalid.:{port}/r.git", outbound=OutboundPolicy.of(["127.0.0.0/8"]),
+                       resolver=answers("127.0.0.3"), fetch_timeout=10)
+    with pytest.raises(GitError, match="could not connect"):
+        mirror.fetch()
