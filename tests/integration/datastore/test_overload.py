@@ -5,7 +5,6 @@ them keeps a request slot."""
 
 from __future__ import annotations
 
-import select
 import socket
 import threading
 import time
@@ -18,6 +17,7 @@ import pytest
 
 from burrito_py.datastore.client import DatastoreClient
 from tests.support.datastore_process import DatastoreProcess, datastore_process
+from tests.support.slow_client import closed_within
 
 MiB = 1024 * 1024
 PLAN = "/api/v1/layers/default/app/runs/{run}/attempts/1/plan?format=bin"
@@ -54,24 +54,6 @@ def _stalled_upload(url: str, run: str, sent: int = 100, declared: int = 100_000
     sock.sendall(f"PUT {PLAN.format(run=run)} HTTP/1.1\r\nHost: datastore\r\nContent-Length: {declared}\r\n"
                  "Content-Type: application/octet-stream\r\n\r\n".encode() + b"x" * sent)
     return sock
-
-
-def _closed_within(sock: socket.socket, seconds: float, trickle: bytes = b"") -> float | None:
-    """Seconds until the peer closes `sock` (EOF or reset), sending `trickle` a byte every 0.2 s meanwhile (what a
-    slowloris does); None when it is still open after `seconds`. Whatever the peer sends is read and dropped."""
-    started = time.monotonic()
-    pending = bytearray(trickle)
-    while (elapsed := time.monotonic() - started) < seconds:
-        readable, _, _ = select.select([sock], [], [], 0.2)
-        try:
-            if readable and not sock.recv(65536):
-                return elapsed
-            if pending:
-                sock.send(bytes(pending[:1]))
-                del pending[:1]
-        except (ConnectionResetError, BrokenPipeError):
-            return elapsed
-    return None
 
 
 def test_a_request_beyond_the_queue_gets_503_with_retry_after(one_slot: DatastoreProcess) -> None:
@@ -120,7 +102,7 @@ def test_a_slowloris_sending_headers_byte_by_byte_is_cut_off(tmp_path: Path) -> 
         sock = _connect(ds.url)
         try:
             headers = b"GET /api/v1/healthz HTTP/1.1\r\nHost: datastore\r\n" + b"X-Slow: " + b"a" * 200
-            closed = _closed_within(sock, PATIENCE, trickle=headers)
+            closed = closed_within(sock, PATIENCE, trickle=headers)
         finally:
             sock.close()
         assert closed is not None, f"a client sending headers a byte every 0.2 s kept its connection {PATIENCE} s"
@@ -128,7 +110,7 @@ def test_a_slowloris_sending_headers_byte_by_byte_is_cut_off(tmp_path: Path) -> 
         # A client that connects and sends nothing is cut off too.
         idle = _connect(ds.url)
         try:
-            assert _closed_within(idle, PATIENCE) is not None
+            assert closed_within(idle, PATIENCE) is not None
         finally:
             idle.close()
         assert httpx.get(ds.url + "/healthz", timeout=PATIENCE).status_code == 200
@@ -139,7 +121,7 @@ def test_a_stalled_upload_is_cut_off_stores_nothing_and_frees_its_slot(tmp_path:
     with datastore_process(tmp_path / "data", env) as ds:
         sock = _stalled_upload(ds.url, "stalled")
         try:
-            closed = _closed_within(sock, PATIENCE)
+            closed = closed_within(sock, PATIENCE)
         finally:
             sock.close()
         assert closed is not None, f"an upload that stopped sending kept its connection {PATIENCE} s"

@@ -5,9 +5,7 @@ datastore does (§10.7); before, uvicorn kept both for as long as the client lik
 
 from __future__ import annotations
 
-import select
 import socket
-import time
 from urllib.parse import urlsplit
 
 import httpx
@@ -15,6 +13,7 @@ from burrito_local.apiserver import ApiServer
 
 from burrito_py.server.serving import running_server
 from burrito_py.server.settings import ServerSettings
+from tests.support.slow_client import closed_within
 
 PATIENCE = 15.0  # well above the 1 s timers: a connection kept open is told apart from one closed, under load too
 
@@ -31,29 +30,12 @@ def _connect(url: str) -> socket.socket:
     return socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80))
 
 
-def _closed_within(sock: socket.socket, seconds: float, trickle: bytes = b"") -> float | None:
-    """Seconds until the server closes `sock`, sending `trickle` a byte every 0.2 s meanwhile; None when it is still
-    open after `seconds`."""
-    started, pending = time.monotonic(), bytearray(trickle)
-    while (elapsed := time.monotonic() - started) < seconds:
-        readable, _, _ = select.select([sock], [], [], 0.2)
-        try:
-            if readable and not sock.recv(65536):
-                return elapsed
-            if pending:
-                sock.send(bytes(pending[:1]))
-                del pending[:1]
-        except (ConnectionResetError, BrokenPipeError):
-            return elapsed
-    return None
-
-
 def test_attack_a_slowloris_and_a_stalled_body_lose_their_connection(apiserver: ApiServer) -> None:
     with running_server(_settings(header_timeout_seconds=1, read_timeout_seconds=1)) as url:
         slow = _connect(url)
         try:
             headers = b"GET /ui/login HTTP/1.1\r\nHost: server\r\nX-Slow: " + b"a" * 200
-            closed = _closed_within(slow, PATIENCE, trickle=headers)
+            closed = closed_within(slow, PATIENCE, trickle=headers)
         finally:
             slow.close()
         assert closed is not None and closed < 6, f"headers sent a byte every 0.2 s kept the connection ({closed})"
@@ -61,7 +43,7 @@ def test_attack_a_slowloris_and_a_stalled_body_lose_their_connection(apiserver: 
         try:
             stalled.sendall(b"POST /api/layers/team-a/app/sync HTTP/1.1\r\nHost: server\r\nContent-Length: 100000\r\n"
                             b"Content-Type: application/json\r\n\r\n{")
-            closed = _closed_within(stalled, PATIENCE)
+            closed = closed_within(stalled, PATIENCE)
         finally:
             stalled.close()
         assert closed is not None and closed < 6, "a body that stopped kept the connection"
