@@ -87,9 +87,13 @@ def test_log_in_filter_read_the_plan_approve_and_watch_the_row_go_idle(world: Wo
         log_in(layers, world.url, world.tokens["admin"], visits)
         expect(layers.locator("header")).to_contain_text("Signed in as")
 
-        # The filter: typing updates the table in place and the URL carries it.
+        # The filter: typing updates the table in place and the URL carries it. The view is this test's namespace:
+        # the control plane is shared by the worker's tests, and the admin sees their layers named "app" too.
+        layers.goto(f"{world.url}/ui/layers?namespace={platform.namespace}")
+        expect(layers.locator(f'tr[data-layer="{platform.namespace}/other"]')).to_be_visible()
         layers.locator("#filter-q").press_sequentially("app", delay=50)
         expect(layers).to_have_url(re.compile(r"[?&]q=app(&|$)"))
+        assert f"namespace={platform.namespace}" in layers.url
         expect(layers.locator("tr[data-layer]")).to_have_count(1)
         app_row = layers.locator(f'tr[data-layer="{world.platform.namespace}/app"]')
         expect(app_row.locator("span.badge[class*=state-]")).to_have_text("ApplyNeeded")
