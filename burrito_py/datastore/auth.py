@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from burrito_py.api.run import pod_name
+from burrito_py.kube.subject import Extra
 
 # "review": the controllers' verdict on a plan (policy and drift), stored beside it. Only the controllers (admin
 # users) write it: a runner executes tenant code and must not be able to forge the verdict on its own plan.
@@ -80,6 +81,9 @@ class Principal:
     # Why a pod-bound token got no runner rights (shown in its 403s), when it is one.
     not_runner: str | None = None
     groups: tuple[str, ...] = ()  # from the TokenReview (plan policy overrides name users or groups)
+    # The rest of the TokenReview's user: the server's SubjectAccessReviews ask about the whole identity.
+    uid: str = ""
+    extra: Extra = ()
 
     def describe(self) -> str:
         if self.runner is not None:

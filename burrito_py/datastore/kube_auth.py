@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from burrito_py.datastore.auth import (
     runner_pod_binding,
 )
 from burrito_py.datastore.kubeapi import imported, warm_up
+from burrito_py.kube.subject import frozen_extra
 
 log = logging.getLogger(__name__)
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
@@ -105,9 +107,11 @@ class KubeAuthenticator:
                 user = status.user
                 username = str(user.username or "")
                 groups = set(user.groups or ())
-                if username in self.admin_users or groups & self.admin_groups:
-                    return Principal(username, admin=True, groups=tuple(sorted(groups)))
                 extra: dict[str, list[str]] = user.extra or {}
+                who = Principal(username, groups=tuple(sorted(groups)), uid=str(user.uid or ""),
+                                extra=frozen_extra(extra))
+                if username in self.admin_users or groups & self.admin_groups:
+                    return replace(who, admin=True)
                 pod_name = next(iter(extra.get(POD_NAME_EXTRA) or ()), None)
                 pod_uid = next(iter(extra.get(POD_UID_EXTRA) or ()), None)
                 if pod_name and username.startswith(SERVICE_ACCOUNT_PREFIX):
@@ -117,9 +121,9 @@ class KubeAuthenticator:
                         self.pull_request_service_account, self.allow_cross_namespace_repositories,
                     )
                     if isinstance(scope, str):
-                        return Principal(username, not_runner=scope, groups=tuple(sorted(groups)))
-                    return Principal(username, runner=scope, groups=tuple(sorted(groups)))
-                return Principal(username, groups=tuple(sorted(groups)))
+                        return replace(who, not_runner=scope)
+                    return replace(who, runner=scope)
+                return who
         except ApiException as exc:
             # Only status and reason: an error body could echo the review, which holds the token.
             raise AuthUnavailable(f"TokenReview failed: HTTP {exc.status} {exc.reason}") from None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from burrito_py.kube.client import Kube, KubeError
+from burrito_py.kube.subject import frozen_extra, review_subject
 from burrito_py.kube.tokens import token_digest
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,8 @@ class MetricsGate:
                 return MetricsRefused(401, "the Kubernetes API did not accept the bearer token")
             access = await kube.create(ACCESS_REVIEWS, {
                 "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-                "spec": {"user": user["username"], "groups": list(user.get("groups") or ()),
+                "spec": {**review_subject(user["username"], user.get("groups") or (), str(user.get("uid") or ""),
+                                          frozen_extra(user.get("extra"))),
                          "nonResourceAttributes": {"path": METRICS_PATH, "verb": "get"}}})
         except (KubeError, OSError, TimeoutError, aiohttp.ClientError) as exc:
             # Only the status: nothing that could echo the token.

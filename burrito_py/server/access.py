@@ -2,11 +2,12 @@
 streams (docs/architecture.md §11.2, §11.4).
 
 The server reads and writes with its own rights, so it must first ask whether the *caller* could: a
-SubjectAccessReview with the user and groups the TokenReview (or the trusted proxy) gave, for the verb and
-resource of what is read or done, in the namespace of the object — the same question kube-apiserver would ask for
-`kubectl get` or `kubectl annotate`. What maps to what is `Permission` below.
+SubjectAccessReview with the identity the TokenReview gave (user, groups, uid and extra; `kube/subject.py` says
+why all four) or the trusted proxy's user and groups, for the verb and resource of what is read or done, in the
+namespace of the object — the same question kube-apiserver would ask for `kubectl get` or `kubectl annotate`.
+What maps to what is `Permission` below.
 
-Answers are cached `CACHE_SECONDS` (10 s), allowed and denied alike, keyed by user, groups, verb, resource and
+Answers are cached `CACHE_SECONDS` (10 s), allowed and denied alike, keyed by that identity, verb, resource and
 namespace; a review that fails ("cannot check") is never cached and becomes a 503. Actions ask afresh
 (`fresh=True`). Concurrent identical questions share one review. A RoleBinding removed therefore takes effect
 within 10 s for reads (and at once for actions); an event stream re-asks while it runs.
@@ -28,6 +29,7 @@ import aiohttp
 from burrito_py.api import annotations as ann
 from burrito_py.datastore.auth import AUTH_DISABLED, Principal
 from burrito_py.kube.client import Kube, KubeError
+from burrito_py.kube.subject import Extra, review_subject
 
 REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 # Short: a RoleBinding removed takes effect on reads within this long (actions and stream re-checks ask again).
@@ -42,6 +44,8 @@ RUNNER_SERVICE_ACCOUNT = "burrito-py-runner"
 class User:
     username: str
     groups: tuple[str, ...]
+    uid: str = ""
+    extra: Extra = ()  # part of the cache key: two tokens of one user with other scopes are other questions
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +143,8 @@ class AccessReviewer:
         if namespace:
             attributes["namespace"] = namespace
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-                  "spec": {"user": user.username, "groups": list(user.groups), "resourceAttributes": attributes}}
+                  "spec": {**review_subject(user.username, user.groups, user.uid, user.extra),
+                           "resourceAttributes": attributes}}
         async with self._slots:
             started = self.clock()
             try:
@@ -185,7 +190,8 @@ class Access:
             return True  # auth off: local tests only
         if self.refusal_of_identity(who) is not None:
             return False
-        return await self.reviewer.allowed(User(who.username, who.groups), permission, namespace, fresh=fresh)
+        user = User(who.username, who.groups, who.uid, who.extra)
+        return await self.reviewer.allowed(user, permission, namespace, fresh=fresh)
 
     async def require(self, who: Principal, permission: Permission, *namespaces: str, fresh: bool = False) -> None:
         """Raise Forbidden unless allowed in every namespace given (a run read in its own namespace and in the one

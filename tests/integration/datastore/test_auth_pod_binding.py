@@ -4,6 +4,7 @@ TokenRequests and TokenReviews of the emulator, real pods and runs, the datastor
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import httpx
@@ -94,3 +95,15 @@ def test_a_run_records_pods_by_name_only_when_it_had_to_adopt_one(platform: Auth
     ).raise_for_status()
     response = put_plan(platform, platform.runner_token(pod["metadata"]["name"]), "other-plan-1", 3, "other")
     assert response.status_code == 201
+
+
+def test_a_reviewed_token_keeps_the_whole_identity_for_the_servers_access_reviews(platform: AuthPlatform):
+    """The TokenReview's uid and extra stay on the principal (kube/subject.py: the server's SubjectAccessReviews
+    ask about the whole identity): a pod-bound token carries its pod in `extra`."""
+    from burrito_py.datastore.kube_auth import POD_NAME_EXTRA, KubeAuthenticator
+    from tests.integration.datastore.auth_platform import AUDIENCE
+
+    who = asyncio.run(KubeAuthenticator([AUDIENCE], kubeconfig=platform.kubeconfig)
+                      .authenticate(platform.tokens["default-sa-pod"]))
+    assert who.username == "system:serviceaccount:default:default" and who.uid
+    assert dict(who.extra)[POD_NAME_EXTRA] == ("app-plan-1-7",)  # the forged pod of auth_platform._tokens

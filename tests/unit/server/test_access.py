@@ -136,6 +136,40 @@ def test_the_cache_is_bounded() -> None:
     assert len(reviewer._cache) <= 10
 
 
+SCOPES = "scopes.authorization.openshift.io"
+
+
+class ScopedReviews(Reviews):
+    """An authorizer that honours a token's scopes, which travel in the user's `extra` (OpenShift's scoped tokens):
+    a token scoped to `user:info` may read nothing, whatever its user may."""
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        scopes = (body["spec"].get("extra") or {}).get(SCOPES)
+        if scopes is not None and "user:full" not in scopes:
+            self.asked.append(body)
+            return {"status": {"allowed": False, "reason": f"scopes {scopes} do not allow it"}}
+        return await super().create(path, body)
+
+
+def test_attack_a_token_limited_by_its_scopes_gets_no_more_than_they_allow() -> None:
+    """Before, the review named only user and groups: a token scoped to `user:info` read what its user may read,
+    and a full token's allowed answer was cached for the scoped one too (same user, same groups)."""
+    reviews = ScopedReviews({("alice", "get", "terraformruns", "team-a")})
+    decide = access(reviews)
+    full = Principal("alice", groups=("team-a",), uid="u-1", extra=((SCOPES, ("user:full",)),))
+    scoped = Principal("alice", groups=("team-a",), uid="u-1", extra=((SCOPES, ("user:info",)),))
+
+    async def scenario() -> tuple[bool, bool]:
+        return await decide.allowed(full, GET_RUNS, "team-a"), await decide.allowed(scoped, GET_RUNS, "team-a")
+
+    assert asyncio.run(scenario()) == (True, False)
+    assert reviews.asked[-1]["spec"]["uid"] == "u-1"
+    assert reviews.asked[-1]["spec"]["extra"] == {SCOPES: ["user:info"]}
+    # A principal without uid or extra (the trusted proxy's) sends neither field.
+    asyncio.run(decide.allowed(ALICE, GET_RUNS, "team-a"))
+    assert "uid" not in reviews.asked[-1]["spec"] and "extra" not in reviews.asked[-1]["spec"]
+
+
 # -- throttle -----------------------------------------------------------------------------------------------------
 class Tokens:
     """Accepts "good-*" tokens; counts reviews."""
