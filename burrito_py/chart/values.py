@@ -422,6 +422,10 @@ class ServerConfig(Values):
     """Server settings, passed as BURRITO_PY_SERVER_<NAME>."""
 
     max_webhook_bytes: int = setting(ServerSettings, "max_webhook_bytes")
+    max_request_bytes: int = setting(ServerSettings, "max_request_bytes")
+    header_timeout_seconds: float = setting(ServerSettings, "header_timeout_seconds")
+    read_timeout_seconds: float = setting(ServerSettings, "read_timeout_seconds")
+    write_timeout_seconds: float = setting(ServerSettings, "write_timeout_seconds")
     delivery_cache_size: int = setting(ServerSettings, "delivery_cache_size")
     webhook_failures_per_minute: float = setting(ServerSettings, "webhook_failures_per_minute")
     webhook_failures_burst: int = setting(ServerSettings, "webhook_failures_burst")

@@ -187,6 +187,16 @@ def test_default_config_reaches_the_settings(monkeypatch: pytest.MonkeyPatch) ->
     assert str(settings.datastore_token_path) == "/var/run/secrets/burrito-py/token"
 
 
+def test_the_servers_request_bound_and_slow_client_timers_are_chart_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = {"maxRequestBytes": 262144, "headerTimeoutSeconds": 5, "readTimeoutSeconds": 30,
+              "writeTimeoutSeconds": 45}
+    for key, value in _config(render_chart({"server": {"config": config}}, RELEASE, NAMESPACE), "server").items():
+        monkeypatch.setenv(key, value)
+    settings = ServerSettings()
+    assert (settings.max_request_bytes, settings.header_timeout_seconds, settings.read_timeout_seconds,
+            settings.write_timeout_seconds) == (262144, 5.0, 30.0, 45.0)
+
+
 def test_the_outbound_guard_allows_nothing_internal_by_default_and_takes_the_allow_lists(
         monkeypatch: pytest.MonkeyPatch) -> None:
     default = _config(rendered("default"), "controllers")
