@@ -20,8 +20,9 @@ anything else is refused and never stored or served. Archives are served only by
 named, and only through a URL that document signed (`signing.py`, checked by the route).
 
 Single-flight: concurrent requests for one index, version or archive share one upstream read (per replica).
-Eviction (`max_bytes`): least recently served archives first, never one a lock file pins (`pinned` is given by
-the caller: the versions named in the repositories' `.terraform.lock.hcl` files).
+Eviction (`max_bytes`): least recently served archives first, those a lock file pins (`pinned` is given by the
+caller: the versions named in the repositories' `.terraform.lock.hcl` files) only after every other one; the bound
+holds even when pins alone exceed it (tenants write lock files).
 """
 
 from __future__ import annotations
@@ -374,9 +375,9 @@ class ProviderCache:
             await self.evict(keep=sha256)
 
     async def evict(self, keep: str | None = None) -> list[str]:
-        """Least recently served archives first, until the archives fit `max_bytes`; never one a lock file pins
-        (by provider address and version, under any of its file names), never `keep`. Returns the digests
-        evicted."""
+        """Least recently served archives first, until the archives fit `max_bytes`; one a lock file pins (by
+        provider address and version, under any of its file names) only once no other is left; never `keep`.
+        Returns the digests evicted."""
         by_sha: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         for key in await self.storage.list("providers/by-sha"):
             pointer = await read_json(self.storage, key)
@@ -392,12 +393,17 @@ class ProviderCache:
         def last_used(sha: str) -> tuple[float, str]:
             return max(float(p.get("lastUsed", 0)) for _, p in stored[sha]), sha
 
+        def origins(sha: str) -> set[tuple[str, str]]:
+            return {(f"{p['hostname']}/{p['namespace']}/{p['type']}", p["version"]) for _, p in stored[sha]}
+
+        # Pinned archives go last, but they do go: tenants write the lock files, and pins that could hold the
+        # cache above its bound would let any of them fill the volume every tenant's plans and state live on.
+        order = sorted(stored, key=lambda sha: (bool(origins(sha) & pins), last_used(sha)))
         evicted = []
-        for sha in sorted(stored, key=last_used):
+        for sha in order:
             if total <= self.max_bytes:
                 break
-            origins = {(f"{p['hostname']}/{p['namespace']}/{p['type']}", p["version"]) for _, p in stored[sha]}
-            if sha == keep or origins & pins:
+            if sha == keep:
                 continue
             await self.storage.delete(f"providers/archives/{sha}.zip")
             for key, pointer in stored[sha]:
@@ -405,7 +411,12 @@ class ProviderCache:
             OBJECTS.dec()
             total -= int(stored[sha][0][1]["size"])
             evicted.append(sha)
-            log.info("provider cache: evicted %s", ", ".join(f"{a} {v}" for a, v in sorted(origins)))
+            names = ", ".join(f"{a} {v}" for a, v in sorted(origins(sha)))
+            if origins(sha) & pins:
+                log.warning("provider cache: evicted %s, which a lock file pins: the pinned versions alone exceed "
+                            "the bound (providerCache.maxSize)", names)
+            else:
+                log.info("provider cache: evicted %s", names)
         return evicted
 
 

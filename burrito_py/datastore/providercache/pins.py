@@ -21,6 +21,11 @@ log = logging.getLogger(__name__)
 _PROVIDER = re.compile(r'provider\s+"([^"]+)"\s*\{(.*?)\n\}', re.S)
 _VERSION = re.compile(r'^\s*version\s*=\s*"([^"]+)"', re.M)
 MAX_SOURCE = 512 * 1024 * 1024
+# A tenant writes the archive's content (it is their repository): a real lock file is a few KB, and a member
+# named `.terraform.lock.hcl` of gigabytes (a few MB compressed) must not be read into the shared datastore's
+# memory. Past MAX_SCANNED bytes of members the rest of an archive is not even decompressed.
+MAX_LOCK_FILE = 1024 * 1024
+MAX_SCANNED = 2 * 1024 * 1024 * 1024
 
 
 def lock_file_pins(text: str) -> set[tuple[str, str]]:
@@ -33,14 +38,26 @@ def lock_file_pins(text: str) -> set[tuple[str, str]]:
     return pins
 
 
-def _archive_pins(data: bytes) -> set[tuple[str, str]]:
+def _archive_pins(data: bytes, key: str = "") -> set[tuple[str, str]]:
     pins: set[tuple[str, str]] = set()
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+    scanned = 0
+    # A stream ("r|gz"): members are decompressed once, in order, and never all held.
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r|gz") as archive:
         for member in archive:
-            if member.isfile() and member.name.rsplit("/", 1)[-1] == ".terraform.lock.hcl":
-                handle = archive.extractfile(member)
-                if handle is not None:
-                    pins |= lock_file_pins(handle.read().decode(errors="replace"))
+            scanned += member.size
+            if scanned > MAX_SCANNED:
+                log.warning("provider cache: %s holds over %d bytes; lock files past that are not read", key,
+                            MAX_SCANNED)
+                break
+            if not member.isfile() or member.name.rsplit("/", 1)[-1] != ".terraform.lock.hcl":
+                continue
+            if member.size > MAX_LOCK_FILE:
+                log.warning("provider cache: %s: %r is %d bytes, over %d: not read as a lock file", key,
+                            member.name, member.size, MAX_LOCK_FILE)
+                continue
+            handle = archive.extractfile(member)
+            if handle is not None:
+                pins |= lock_file_pins(handle.read(MAX_LOCK_FILE).decode(errors="replace"))
     return pins
 
 
@@ -76,7 +93,7 @@ class LockPins:
                         break
                     chunks.append(chunk)
                 try:
-                    self._seen[key] = await asyncio.to_thread(_archive_pins, b"".join(chunks))
+                    self._seen[key] = await asyncio.to_thread(_archive_pins, b"".join(chunks), key)
                 except (tarfile.TarError, OSError, EOFError) as exc:
                     log.warning("provider cache: cannot read lock files of %s: %s", key, exc)
                     self._seen[key] = set()

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -244,7 +245,7 @@ def _source_with_lock(lock: str) -> bytes:
     return buffer.getvalue()
 
 
-def test_eviction_drops_the_least_recently_served_never_a_pinned_version(tmp_path: Path) -> None:
+def test_eviction_drops_the_least_recently_served_a_pinned_version_last(tmp_path: Path) -> None:
     tls = make_tls(tmp_path / "tls")
     storage = FilesystemStorage(tmp_path / "data")
     with running_upstream(tls, signed=False) as (upstream, served_at):
@@ -278,6 +279,44 @@ def test_eviction_drops_the_least_recently_served_never_a_pinned_version(tmp_pat
     assert stored == {shas[0], shas[2]}
 
 
+def test_attack_lock_files_pinning_many_versions_cannot_hold_the_cache_above_its_bound(tmp_path: Path) -> None:
+    """A tenant commits lock files pinning every version (one per directory) and has them read through: pinned
+    archives were never evicted, so the cache grew past its bound on the volume all tenants share. Now they go
+    last, least recently served first, and the bound holds."""
+    tls = make_tls(tmp_path / "tls")
+    storage = FilesystemStorage(tmp_path / "data")
+    versions = ("1.0.0", "2.0.0", "3.0.0", "4.0.0")
+    with running_upstream(tls, signed=False) as (upstream, served_at):
+        host = REGISTRY
+        for version in versions:
+            upstream.publish("test", "alpha", version, size=100_000)
+        for version in versions:
+            lock = f'provider "{host}/test/alpha" {{\n  version = "{version}"\n  hashes = ["zh:00"]\n}}\n'
+            source = tmp_path / "data" / "sources" / "team" / "infra" / (version.replace(".", "") * 8 + ".tar.gz")
+            source.parent.mkdir(parents=True, exist_ok=True)
+            source.write_bytes(_source_with_lock(lock))
+        clock = [1000.0]
+
+        async def scenario() -> list[str]:
+            upstream_client = Upstream(ssl_context(tls.ca), registry_urls={host: f"https://{served_at}"})
+            cache = ProviderCache(storage, upstream_client, [host], 3600, max_bytes=250_000,
+                                  pinned=LockPins(storage), now=lambda: clock[0])
+            address = ProviderAddress.parse(host, "test", "alpha")
+            served = []
+            for version in versions:
+                clock[0] += 10
+                entry = (await cache.version(address, version))["platforms"]["linux_amd64"]
+                async for _ in await cache.archive(entry["sha256"], entry["filename"]):
+                    pass
+                served.append(entry["sha256"])
+            return served
+
+        shas = asyncio.run(scenario())
+    stored = {p.stem for p in (tmp_path / "data" / "providers" / "archives").glob("*.zip")}
+    assert sum(p.stat().st_size for p in (tmp_path / "data" / "providers" / "archives").glob("*.zip")) <= 250_000
+    assert stored == set(shas[2:])  # every version pinned: the two least recently served went
+
+
 def test_lock_file_pins_are_read_from_provider_blocks() -> None:
     text = ('provider "registry.terraform.io/hashicorp/aws" {\n  version     = "5.31.0"\n  constraints = "~> 5.0"\n'
             '  hashes = [\n    "h1:abc=",\n  ]\n}\n\nprovider "registry.terraform.io/hashicorp/random" {\n'
@@ -287,6 +326,53 @@ def test_lock_file_pins_are_read_from_provider_blocks() -> None:
     assert lock_file_pins(text) == {("registry.terraform.io/hashicorp/aws", "5.31.0"),
                                     ("registry.terraform.io/hashicorp/random", "3.6.0")}
     assert re.fullmatch(r"h1:[A-Za-z0-9+/=]{44}", "h1:" + "A" * 43 + "=")
+
+
+class _Spaces(io.RawIOBase):
+    """`size` bytes of spaces, read in pieces: a member far larger than the test ever holds."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self.left)
+        buffer[:n] = b" " * n
+        self.left -= n
+        return n
+
+
+def test_attack_a_gigantic_lock_file_in_a_tenants_source_is_never_read_into_the_datastores_memory() -> None:
+    """A tenant commits a `.terraform.lock.hcl` of 256 MiB of spaces (a few hundred KB compressed, as git and the
+    source archive store it). The datastore's pins reader read every such member whole (and decoded it): 256 MiB
+    and more for one archive, gigabytes for a larger one, in the component every tenant shares. Now a lock file
+    over 1 MiB is not read, and the real lock file beside it still pins its version."""
+    import tracemalloc
+
+    from burrito_py.datastore.providercache.pins import _archive_pins
+
+    size = 256 * 1024 * 1024
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as archive:
+        real = b'provider "registry.terraform.io/hashicorp/random" {\n  version = "3.6.0"\n}\n'
+        info = tarfile.TarInfo("layers/ok/.terraform.lock.hcl")
+        info.size = len(real)
+        archive.addfile(info, io.BytesIO(real))
+        huge = tarfile.TarInfo("layers/bomb/.terraform.lock.hcl")
+        huge.size = size
+        archive.addfile(huge, io.BufferedReader(_Spaces(size), 1024 * 1024))
+    data = buffer.getvalue()
+    assert len(data) < 4 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        pins = _archive_pins(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert pins == {("registry.terraform.io/hashicorp/random", "3.6.0")}
+    assert peak < 32 * 1024 * 1024, f"the pins reader held {peak} bytes at its peak"
 
 
 def test_tool_archives_are_read_through_once_and_verified(tmp_path: Path) -> None:
