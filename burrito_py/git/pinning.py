@@ -7,7 +7,9 @@ git to them:
   git would ask for credentials there), and no proxy (`NO_PROXY=*`: a proxy would resolve the name itself);
 - ssh: `-o HostName=<address>` with `-o HostKeyAlias=<host>` (or `[host]:port`), so the host key is still looked
   up under the name the repository uses;
-- `git://`: checked but not pinned (git connects by itself; the protocol carries no credentials);
+- `git://`: the URL rewritten to the checked address (`url.<pinned>.insteadOf <url>`): git's own lookup would
+  otherwise reopen DNS rebinding towards an internal git daemon or any internal host and port. The daemon then
+  sees the address in its `host=` field, which only a daemon serving virtual hosts (`--interpolated-path`) reads;
 - `file://`: nothing leaves the machine (`allow_file_repositories` governs it).
 """
 
@@ -26,7 +28,7 @@ __all__ = ["Pin", "pin_for"]
 class Pin:
     """What one fetch's environment says about where git may connect."""
 
-    transport: str  # https (http too) | ssh | other
+    transport: str  # https (http too) | ssh | git | other
     origin: str = ""  # scheme://host[:port], to scope the credential helper to this URL's origin
     config: tuple[tuple[str, str], ...] = ()
     ssh_options: tuple[str, ...] = ()
@@ -53,6 +55,16 @@ def pin_for(url: str, policy: OutboundPolicy, resolver: Resolver = system_resolv
     if destination.scheme == "ssh":
         alias = destination.host if destination.port == 22 else f"[{destination.host}]:{destination.port}"
         return Pin("ssh", ssh_options=("-o", f"HostName={addresses[0]}", "-o", f"HostKeyAlias={alias}"))
+    if destination.scheme == "git":
+        if addresses == [destination.host]:
+            return Pin("git")
+        # This very URL, as written, to the same path on the checked address (git matches the prefix literally).
+        written = url  # exactly what git is given
+        rest = written.partition("://")[2]
+        netloc = rest.split("/", 1)[0]
+        address = f"[{addresses[0]}]" if ":" in addresses[0] else addresses[0]
+        pinned = f"git://{address}:{destination.port}{rest[len(netloc):]}"
+        return Pin("git", config=((f"url.{pinned}.insteadOf", written),))
     return Pin("other")
 
 

@@ -35,11 +35,54 @@ def test_ssh_connects_to_the_checked_address_and_looks_the_host_key_up_by_name()
         "-o", "HostName=93.184.215.14", "-o", "HostKeyAlias=[git.example.com]:2222")
 
 
-def test_git_protocol_is_checked_but_not_pinned_and_file_urls_leave_nothing() -> None:
-    assert pin_for("git://git.example.com/r.git", PUBLIC, answers("93.184.215.14")) == Pin("other")
+def test_git_protocol_is_rewritten_to_the_checked_address_and_file_urls_leave_nothing() -> None:
+    assert pin_for("git://git.example.com/r.git", PUBLIC, answers("93.184.215.14")) == Pin(
+        "git", config=(("url.git://93.184.215.14:9418/r.git.insteadOf", "git://git.example.com/r.git"),))
+    assert pin_for("git://Git.Example.com.:7000/a/r", PUBLIC, answers("2606:2800:21f:cb07:6820:80da:af6b:8b2c")) == Pin(
+        "git", config=(("url.git://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]:7000/a/r.insteadOf",
+                        "git://Git.Example.com.:7000/a/r"),))
+    assert pin_for("git://93.184.215.14/r.git", PUBLIC, answers("10.0.0.7")) == Pin("git")  # an address: no lookup
     with pytest.raises(OutboundRefused):
         pin_for("git://git.example.com/r.git", PUBLIC, answers("10.0.0.7"))
     assert pin_for("file:///srv/repo", PUBLIC, answers("10.0.0.7")) == Pin("other")
+
+
+def test_attack_git_protocol_cannot_resolve_the_host_itself(tmp_path) -> None:
+    """A `git://` URL was checked (the guard resolved it) but git then resolved the name again itself: a name that
+    answers the check with a public address and git with an internal one (DNS rebinding) reached an internal git
+    daemon, or any internal host and port with git-protocol bytes. `pinned.invalid` never resolves in DNS (RFC
+    6761): only the guard's answer (127.0.0.1, where a real `git daemon` serves) can make git reach it."""
+    import subprocess
+    import time
+
+    served = tmp_path / "served"
+    subprocess.run(["git", "init", "-q", "--bare", str(served / "r.git")], check=True)
+    work = tmp_path / "work"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
+    (work / "main.tf").write_text("# pinned\n")
+    subprocess.run(["git", "-C", str(work), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(work), "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "c"],
+                   check=True)
+    subprocess.run(["git", "-C", str(work), "push", "-q", str(served / "r.git"), "main"], check=True)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1",
+                               f"--port={port}", f"--base-path={served}", str(served)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            assert time.monotonic() < deadline, "git daemon did not start"
+            time.sleep(0.05)
+        mirror = GitMirror(tmp_path / "mirror", f"git://pinned.invalid:{port}/r.git",
+                           outbound=OutboundPolicy.of(["127.0.0.0/8"]), resolver=answers("127.0.0.1"),
+                           fetch_timeout=20)
+        mirror.fetch()  # unpinned: "unable to look up pinned.invalid"
+        assert mirror.has_commit("main")
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
 
 
 @pytest.mark.parametrize("url", ["https://127.0.0.1/r.git", "ssh://git@[::1]:22/r.git",
