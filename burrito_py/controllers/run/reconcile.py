@@ -78,6 +78,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 WAIT_RECHECK = timedelta(seconds=5)
+# What the controllers read of a finished attempt's log at most: tenant code writes it, and it is read into the
+# memory every layer's reconcile shares. The datastore's default `max_log_bytes`, which keeps no more anyway.
+LOG_READ_BYTES = 32 * 1024 * 1024
+LOG_CUT_NOTE = "(the beginning of this log was not collected: the attempt wrote more than {limit} bytes)\n"
 
 
 def attempt_views(status: Mapping[str, Any]) -> tuple[AttemptView, ...]:
@@ -601,7 +605,7 @@ async def _upload_logs(ctx: Context, run: Body, layer: Body, number: int) -> boo
     namespace = run["metadata"]["namespace"]
     name = pod_name(run["metadata"]["name"], number)
     try:
-        text = await ctx.kube.read_text(path("v1", "pods", namespace, name, "log"))
+        text = await _read_attempt_log(ctx, namespace, name)
     except KubeError as exc:
         if exc.status == 404:
             text = f"(the runner pod {name} was gone before its log could be collected)\n"
@@ -618,6 +622,31 @@ async def _upload_logs(ctx: Context, run: Body, layer: Body, number: int) -> boo
     # Counted once the log is stored: an attempt's log is uploaded once (logsUploaded), so counted once.
     await _report_mirror_fallbacks(ctx, run, number, text)
     return True
+
+
+async def _read_attempt_log(ctx: Context, namespace: str, name: str) -> str:
+    """The attempt's log, at most LOG_READ_BYTES of it (`limitBytes`). A longer one is read again as its last
+    lines (its end says why the attempt ended), behind a line saying the beginning was not collected."""
+    log_path = path("v1", "pods", namespace, name, "log")
+    text = await ctx.kube.read_text(log_path, query={"limitBytes": str(LOG_READ_BYTES + 1)})
+    if _size(text) <= LOG_READ_BYTES:
+        return text
+    lines = text.count("\n")
+    del text
+    note = LOG_CUT_NOTE.format(limit=LOG_READ_BYTES)
+    budget = LOG_READ_BYTES - len(note)
+    # The API cuts `tailLines` to `limitBytes` from the window's start, which would keep the wrong end: the window
+    # starts a little smaller than the beginning's lines suggest, and halves until it fits.
+    count = max(1, lines * 9 // 10)
+    while True:
+        tail = await ctx.kube.read_text(log_path, query={"tailLines": str(count), "limitBytes": str(budget)})
+        if count == 1 or _size(tail) < budget:
+            return note + tail
+        count //= 2
+
+
+def _size(text: str) -> int:
+    return len(text.encode(errors="surrogateescape"))
 
 
 async def _put_log(store: DatastoreClient, namespace: str, layer: str, run: str, number: int, data: bytes) -> None:

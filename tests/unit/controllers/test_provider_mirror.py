@@ -113,7 +113,7 @@ class FakeKube:
     def __init__(self, log: str) -> None:
         self.log, self.events = log, []  # type: list[dict[str, Any]]
 
-    async def read_text(self, path: str) -> str:
+    async def read_text(self, path: str, query: dict[str, str] | None = None) -> str:
         if not self.log:
             raise KubeError(404, "NotFound", "gone")
         return self.log
