@@ -11,6 +11,7 @@ import builtins
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
+from urllib.parse import unquote
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -55,16 +56,30 @@ def retry_after(status: int, headers: Mapping[str, str] | None) -> float | None:
     return min(float(value.strip()), RETRY_AFTER_CAP)
 
 
+def _object_name(what: str, value: str) -> str:
+    """`value` as one path segment, or a 400 `KubeError`: names come from what tenants write (`varsFrom`, Secret
+    references), and the HTTP client resolves dot segments, percent-encoded ones too, before it sends, so
+    `../../team-b/secrets/db` would address another namespace. No object name holds `/` or `%` or is `.`, `..`."""
+    if "/" in value or "%" in value or "\\" in value or value in (".", ".."):
+        raise KubeError(400, "Invalid", f"{what} {value[:100]!r} is not an object name")
+    return value
+
+
+def _dot_segments(resource_path: str) -> bool:
+    """Whether the HTTP client would resolve a segment of the path (`.`, `..`, or one percent-encoded)."""
+    return any(unquote(segment) in (".", "..") for segment in resource_path.split("/"))
+
+
 def path(
     api_version: str, plural: str, namespace: str | None = None, name: str | None = None, sub: str | None = None
 ) -> str:
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     parts = [base]
     if namespace:
-        parts.append(f"namespaces/{namespace}")
+        parts.append(f"namespaces/{_object_name('namespace', namespace)}")
     parts.append(plural)
     if name:
-        parts.append(name)
+        parts.append(_object_name("name", name))
     if sub:
         parts.append(sub)
     return "/".join(parts)
@@ -101,6 +116,8 @@ class Kube:
         content_type: str = "application/json",
         response: str = "object",
     ) -> Any:
+        if _dot_segments(resource_path):  # whatever built the path: it would address something else
+            raise KubeError(400, "Invalid", f"the path {resource_path[:200]!r} has a dot segment")
         for attempt in range(RETRY_AFTER_ATTEMPTS + 1):
             try:
                 return await self._api.call_api(
@@ -180,6 +197,8 @@ class Kube:
     ) -> AsyncIterator[Body]:
         """The watch events of a collection from `resource_version` until the server ends the stream
         (after `timeout_seconds`, or when the resource stops being served); a refused watch raises."""
+        if _dot_segments(resource_path):
+            raise KubeError(400, "Invalid", f"the path {resource_path[:200]!r} has a dot segment")
         query = [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
                  ("timeoutSeconds", str(timeout_seconds))]
         if field_selector:

@@ -59,7 +59,9 @@ async def read_sources(ctx: Context, layer: Mapping[str, Any]) -> Sources:
         except KubeError as exc:
             if exc.status is None or exc.status >= 500:
                 raise
-            objects.append(f"cannot read {kind} {namespace}/{entry.get('name')}: {exc.status} {exc.reason}")
+            # The API's message says why (the name is no object name, the controllers may not read it); no value.
+            why = f" ({exc.message[:200]})" if exc.message else ""
+            objects.append(f"cannot read {kind} {namespace}/{entry.get('name')}: {exc.status} {exc.reason}{why}")
     return resolve_sources(vars_from, namespace, objects)
 
 
