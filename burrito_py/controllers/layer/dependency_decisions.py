@@ -120,6 +120,15 @@ class DependencyVerdict:
     consumed: tuple[tuple[Key, str | None], ...] = field(default=())
 
 
+def holding_dependents(upstream: Key, dependents: tuple[Key, ...], cross_namespace_allowed: bool) -> tuple[Key, ...]:
+    """The dependents a destroy of `upstream` waits for: only those whose dependency is allowed. A layer of
+    another namespace, while `allowCrossNamespaceDependencies` is off, is refused as a dependent
+    (`CrossNamespaceDenied`): it must not hold, nor be named in, another team's destroy either."""
+    if cross_namespace_allowed:
+        return dependents
+    return tuple(key for key in dependents if key[0] == upstream[0])
+
+
 def _fmt(key: Key) -> str:
     return "/".join(key)
 

@@ -36,7 +36,7 @@ from burrito_py.controllers.layer.actions import (
 from burrito_py.controllers.layer.crd_guard import LAYER_CRD, cached_owners, crd_deletion, look_fresh
 from burrito_py.controllers.layer.decide import CreateRun
 from burrito_py.controllers.layer.dependencies import MOVED_ON, RETRY_SECONDS, dependency_snapshot, upstream_inputs
-from burrito_py.controllers.layer.dependency_decisions import DependencyVerdict
+from burrito_py.controllers.layer.dependency_decisions import DependencyVerdict, holding_dependents
 from burrito_py.controllers.layer.destroy import DESTROY_SKIPPED
 from burrito_py.controllers.layer.finalizers import set_destroy_finalizer
 from burrito_py.controllers.layer.merged_reviews import merged_reviews
@@ -130,7 +130,9 @@ async def _gather(ctx: Context, key: Key, now: datetime) -> LayerFacts | None:
         windows=sync_windows(repository, settings.default_sync_windows),
         review=review,
         dependencies=dependencies,
-        dependents=tuple("/".join(k) for k in ctx.inventory.layers.dependents_of(key)) if deleting else (),
+        dependents=tuple("/".join(k) for k in holding_dependents(key, ctx.inventory.layers.dependents_of(key),
+                                                                 settings.allow_cross_namespace_dependencies))
+        if deleting else (),
         named_plan_run=_named_plan_run(ctx, layer),
         creation=RunCreation.of(layer.get("status") or {}),
         outputs=await read_outputs_sync(ctx, layer),
