@@ -79,7 +79,7 @@ class PolicyBook:
         if held is not None and time.monotonic() - held[0] < NAMESPACE_LABELS_TTL:
             return held[1]
         try:
-            body = await kube.get(path("v1", "namespaces", namespace)) or {}
+            body = await kube.get(path("v1", "namespaces", name=namespace)) or {}
         except KubeError as exc:
             log.warning("cannot read the labels of namespace %s for cluster plan policies: %s", namespace, exc)
             return held[1] if held is not None else {}
