@@ -111,6 +111,10 @@ async def _attempts(
         delay = min(base_delay * 2 ** (attempt - 1), max_delay)
         try:
             response = await client.post(target.url, content=body, headers=headers)
+        except httpx.InvalidURL:
+            # Not an HTTPError: it escaped, so no outcome was recorded, and its text quotes part of the URL (a
+            # credential, from a Secret). Nothing was sent, and a retry would fail alike.
+            return DeliveryResult(False, attempt, None, "the URL is not a valid URL", refused=True)
         except OutboundRefused as exc:  # nothing was sent, and nothing will be on a retry
             log.warning("notification %s to %r refused: %s", notification.event, target, exc)
             return DeliveryResult(False, attempt, None, str(exc), refused=True)

@@ -210,7 +210,11 @@ async def _target(kube: Kube, notifier: TerraformNotifier) -> Target:
     hook = spec.slack or spec.teams or spec.webhook
     assert hook is not None  # the model requires exactly one
     ref = hook.url_secret_ref
-    url = (await _secret_value(kube, namespace, ref.name, ref.key)).decode().strip()
+    raw = await _secret_value(kube, namespace, ref.name, ref.key)
+    try:
+        url = raw.decode().strip()
+    except UnicodeDecodeError:  # its text names a byte of the value, and the outcome goes to the status
+        raise ValueError(f"Secret {namespace}/{ref.name} key {ref.key!r} is not UTF-8 text") from None
     key = None
     if spec.webhook is not None:
         hmac_ref = spec.webhook.hmac_secret_ref

@@ -5,6 +5,7 @@ now says so on itself, in a Warning event `Invalid` naming the problem, once per
 from __future__ import annotations
 
 import asyncio
+import base64
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -61,3 +62,37 @@ def test_an_invalid_notifier_stored_before_the_rule_says_so_in_an_event_once(api
     assert [(e["type"], e["involvedObject"]["name"]) for e in events] == [("Warning", "both")]
     assert events[0]["message"] == ("the notifier is invalid and sends nothing: spec: exactly one of slack, teams, "
                                     "webhook must be set (found slack, teams)"), events[0]["message"]
+
+
+def test_a_url_secret_that_is_not_text_is_named_never_quoted(api: tuple[ApiServer, Path]) -> None:
+    """A tenant's notifier may name any Secret key of its namespace as its URL: one holding bytes that are not UTF-8
+    made the outcome in the notifier's status (which the tenant reads) name a byte of it and where it is."""
+    server, kubeconfig = api
+    notifier = {"apiVersion": ann.API_VERSION, "kind": "TerraformNotifier",
+                "metadata": {"name": "hook", "namespace": "default"}, "spec": {"events": ["RunFailed"], "slack": HOOK}}
+    with admin_client(server.url) as admin:
+        admin.post("/api/v1/namespaces/default/secrets", json={
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hooks", "namespace": "default"},
+            "data": {"slack": base64.b64encode(b"key-\xe9\xff-private").decode()}}).raise_for_status()
+        stored = admin.post(f"/apis/{ann.API_VERSION}/namespaces/default/terraformnotifiers", json=notifier)
+        assert stored.status_code == 201, stored.text
+
+        async def outcome() -> str:
+            kube = await Kube.connect(str(kubeconfig))
+            notifications = Notifications()
+            try:
+                notifications.notifiers.observe(stored.json())
+                notifications.send(kube, LAYER, [failed()])
+                deadline = asyncio.get_running_loop().time() + 30
+                while asyncio.get_running_loop().time() < deadline:
+                    body = await kube.get(f"/apis/{ann.API_VERSION}/namespaces/default/terraformnotifiers/hook")
+                    result = (((body or {}).get("status") or {}).get("lastDelivery") or {}).get("result")
+                    if result:
+                        return str(result)
+                    await asyncio.sleep(0.05)
+                raise AssertionError("no outcome recorded")
+            finally:
+                await notifications.close()
+                await kube.close()
+
+        assert asyncio.run(outcome()) == "not sent: Secret default/hooks key 'slack' is not UTF-8 text"

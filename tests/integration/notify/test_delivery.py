@@ -227,3 +227,14 @@ async def test_the_connection_goes_to_the_address_that_was_checked(receiver_fact
         result = await deliver(Target("slack", url), NOTE, client=client)
     assert result.refused and "it resolves to a loopback address" in (result.error or "")
     assert len(receiver.requests) == 1
+
+
+@pytest.mark.parametrize("url", ["https://hooks.example:secret-token/x", "https://[secret-token]/x",
+                                 "https://hooks.example/secret-token\x00"])
+async def test_a_malformed_url_is_refused_without_quoting_it(url: str, caplog: Any) -> None:
+    """The URL comes from a Secret a tenant's notifier names: httpx's InvalidURL (not an HTTPError) escaped
+    `deliver`, so no outcome was recorded, and its text (`Invalid port: 'secret-token'`) went to the log."""
+    with caplog.at_level(logging.DEBUG):
+        result = await send(Target("slack", url), [])
+    assert not result.ok and result.refused and result.error == "the URL is not a valid URL"
+    assert "secret-token" not in caplog.text
