@@ -258,7 +258,7 @@ EnvVar = Annotated[dict[str, Any], AfterValidator(_not_reserved(env_problem)),
                    _k8s_item({"name": _NAME}, [cel_env_rule()])]
 Volume = Annotated[dict[str, Any], AfterValidator(_not_reserved(volume_problem)),
                    _k8s_item({"name": _NAME, "emptyDir": _SOURCE, "persistentVolumeClaim": _SOURCE,
-                              "ephemeral": _SOURCE}, cel_volume_rules())]
+                              "ephemeral": _SOURCE, "hostPath": _SOURCE}, cel_volume_rules())]
 VolumeMount = Annotated[dict[str, Any], AfterValidator(_not_reserved(mount_problem)),
                         _k8s_item({"name": _NAME, "mountPath": {"type": "string", "maxLength": 4096}},
                                   cel_mount_rules())]
@@ -290,7 +290,7 @@ class OverrideRunnerSpec(ApiModel):
         default_factory=list, max_length=128,
         description="Extra pod volumes (Volume); one of the same name replaces ours, except burrito-py-token "
         "(refused) and the scratch volumes tmp, home, work (an emptyDir only) and tools (an emptyDir, "
-        "persistentVolumeClaim or ephemeral volume).",
+        "persistentVolumeClaim or ephemeral volume); never a hostPath.",
     )
     volume_mounts: list[VolumeMount] = Field(
         default_factory=list, max_length=128,

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "MOUNT_PATH_PATTERN",
+    "NODE_SOURCES",
     "RESERVED_ENV",
     "RESERVED_MOUNTS",
     "SCRATCH_VOLUMES",
@@ -70,6 +71,10 @@ VOLUME_SOURCES: dict[str, tuple[str, ...]] = {
     "work": ("emptyDir",),
     "tools": ("emptyDir", "persistentVolumeClaim", "ephemeral"),
 }
+# Volume sources no override may use, whatever the volume's name: a hostPath gives tenant code its node's files
+# (other tenants' pod logs and volumes, the kubelet's), which Pod Security's baseline forbids; the controllers create
+# runner pods in namespaces whose Pod Security they do not choose, so the contract refuses it itself.
+NODE_SOURCES: tuple[str, ...] = ("hostPath",)
 # Mounts of the platform's volumes (their paths are the contract); an override may not move them.
 RESERVED_MOUNTS: dict[str, str] = {TOKEN_VOLUME: TOKEN_DIR, **SCRATCH_VOLUMES}
 # The token directory in any spelling (`//`, `/./`, a trailing `/`), and through /run: /var/run is a symlink to
@@ -100,6 +105,8 @@ def env_problem(item: Mapping[str, Any]) -> str | None:
 
 def volume_problem(item: Mapping[str, Any]) -> str | None:
     name = item.get("name")
+    if any(source in item for source in NODE_SOURCES):
+        return f"volume {name} is a hostPath: a runner may not reach its node's files (docs/architecture.md §6.3)"
     if not isinstance(name, str) or name not in VOLUME_SOURCES:
         return None
     allowed = VOLUME_SOURCES[name]
@@ -174,7 +181,9 @@ def cel_env_rule() -> dict[str, str]:
 
 
 def cel_volume_rules() -> list[dict[str, str]]:
-    rules = []
+    rules = [{"rule": " && ".join(f"!has(self.{s})" for s in NODE_SOURCES),
+              "message": "a volume may not be a hostPath: a runner may not reach its node's files "
+                         "(docs/architecture.md §6.3)"}]
     for name, allowed in VOLUME_SOURCES.items():
         if not allowed:
             rules.append({"rule": f"!has(self.name) || self.name != '{name}'",

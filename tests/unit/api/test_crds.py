@@ -205,7 +205,8 @@ def test_free_form_kubernetes_fields_preserve_unknown_fields() -> None:
     for name in ("envFrom", "tolerations"):
         assert override[name]["items"] == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     # What the platform reserves is refused on each item (api/runner_contract.py, test_runner_contract.py).
-    for name, read in (("env", {"name"}), ("volumes", {"name", "emptyDir", "persistentVolumeClaim", "ephemeral"}),
+    for name, read in (("env", {"name"}), ("volumes", {"name", "emptyDir", "persistentVolumeClaim", "ephemeral",
+                                                                  "hostPath"}),
                        ("volumeMounts", {"name", "mountPath"})):
         items = override[name]["items"]
         assert set(items["properties"]) == read and items["x-kubernetes-validations"]

@@ -60,6 +60,10 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
      "spec.overrideRunnerSpec.volumes[0]", "may replace it only by emptyDir"),
     ({"volumes": [{"name": "tools", "configMap": {"name": "tools"}}]},
      "spec.overrideRunnerSpec.volumes[0]", "only by emptyDir, persistentVolumeClaim or ephemeral"),
+    ({"volumes": [{"name": "logs", "emptyDir": {}}, {"name": "node-logs", "hostPath": {"path": "/var/log/pods"}}]},
+     "spec.overrideRunnerSpec.volumes[1]", "volume node-logs is a hostPath: a runner may not reach its node's files"),
+    ({"volumes": [{"name": "tools", "hostPath": {"path": "/"}}]},
+     "spec.overrideRunnerSpec.volumes[0]", "volume tools is a hostPath"),
     ({"volumeMounts": [{"name": "x", "mountPath": "/etc/x"}, {"name": "home", "mountPath": "/elsewhere"}]},
      "spec.overrideRunnerSpec.volumeMounts[1]", "volumeMount home is burrito-py's, at /home/burrito"),
     ({"volumeMounts": [{"name": "x", "mountPath": "/var/run/secrets/burrito-py/token", "subPath": "t"}]},
@@ -147,7 +151,8 @@ def test_the_crds_carry_the_rules_on_each_item(kind: type[Any]) -> None:
 NAMES = st.sampled_from([*RESERVED_ENV, *VOLUME_SOURCES, *RESERVED_MOUNTS, "TENV_ROOT", "HOME", "x", "BURRITO_RUNNER"])
 SEGMENTS = st.sampled_from(["", ".", "..", "var", "run", "secrets", "burrito-py", "burrito-pyx", "token", "..."])
 PATHS = st.lists(SEGMENTS, max_size=7).map("/".join) | st.just("/var/run/secrets/burrito-py")
-SOURCES = st.sets(st.sampled_from(["emptyDir", "persistentVolumeClaim", "ephemeral", "configMap", "secret"]))
+SOURCES = st.sets(st.sampled_from(["emptyDir", "persistentVolumeClaim", "ephemeral", "configMap", "secret",
+                                   "hostPath"]))
 
 
 def _cel_allows(rules: list[dict[str, str]], item: Mapping[str, Any]) -> bool:
