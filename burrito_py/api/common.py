@@ -11,6 +11,7 @@ from pydantic.alias_generators import to_camel
 
 from burrito_py.api.annotations import API_VERSION, GROUP, VERSION
 from burrito_py.api.errors import PATTERN_EXPLANATIONS, InvalidSpec
+from burrito_py.api.patterns import NAMESPACE_PATTERN, OBJECT_NAME_PATTERN
 from burrito_py.api.runner_contract import (
     cel_env_rule,
     cel_mount_rules,
@@ -30,6 +31,8 @@ __all__ = [
     "ConditionStatus",
     "CronSchedule",
     "GoDuration",
+    "NamespaceName",
+    "ObjectName",
     "ObjectReference",
     "OnErrorStrategy",
     "OverrideRunnerSpec",
@@ -173,11 +176,17 @@ class Condition(ApiModel):
     )
 
 
+# A name a spec field refers to (a Secret's, a ConfigMap's, a repository's): one segment of an API path, never a path
+# (api/patterns.py), so the API server refuses `../other-namespace/secrets/x` when it is written.
+ObjectName = Annotated[str, StringConstraints(pattern=OBJECT_NAME_PATTERN, max_length=253)]
+NamespaceName = Annotated[str, StringConstraints(pattern=NAMESPACE_PATTERN, max_length=63)]
+
+
 class ObjectReference(ApiModel):
     """A reference to an object by name; the namespace defaults to the referring object's."""
 
-    name: str = Field(min_length=1, description="Name of the referenced object.")
-    namespace: str | None = Field(
+    name: ObjectName = Field(description="Name of the referenced object.")
+    namespace: NamespaceName | None = Field(
         default=None, description="Namespace of the referenced object; defaults to the referrer's namespace."
     )
 

@@ -12,6 +12,7 @@ from burrito_py.api.common import (
     AGE_COLUMN,
     ApiModel,
     Condition,
+    ObjectName,
     ObjectReference,
     OverrideRunnerSpec,
     PrinterColumn,
@@ -84,7 +85,7 @@ class VarsSource(ApiModel):
     values are used as they are, as strings."""
 
     kind: Literal["Secret", "ConfigMap"] = Field(description="Secret or ConfigMap.")
-    name: str = Field(min_length=1, description="Name of the Secret or ConfigMap.")
+    name: ObjectName = Field(description="Name of the Secret or ConfigMap, in the layer's namespace.")
     keys: list[str] | None = Field(default=None, description="Only these keys. Unset: every key.")
     optional: bool | None = Field(
         default=None, description="A missing object (or key) is skipped instead of failing (default false)."
@@ -94,7 +95,7 @@ class VarsSource(ApiModel):
 class OutputsSecret(ApiModel):
     """Where the controller copies the outputs of the last successful apply."""
 
-    name: str = Field(min_length=1, description="Name of the Secret, in the layer's namespace.")
+    name: ObjectName = Field(description="Name of the Secret, in the layer's namespace.")
     outputs: list[Annotated[str, StringConstraints(pattern=OUTPUT_MAPPING_PATTERN)]] | None = Field(
         default=None, description="Outputs to copy, as 'name' or 'output:key'. Unset: every output."
     )

@@ -8,7 +8,7 @@ from typing import ClassVar, Literal, Self
 
 from pydantic import ConfigDict, Field, JsonValue, model_validator
 
-from burrito_py.api.common import AGE_COLUMN, ApiModel, PrinterColumn, Resource
+from burrito_py.api.common import AGE_COLUMN, ApiModel, ObjectName, PrinterColumn, Resource
 from burrito_py.api.policy import LabelSelector
 
 __all__ = ["NOTIFICATION_EVENTS", "NotificationEvent", "SecretKeyRef", "TerraformNotifier", "TerraformNotifierSpec"]
@@ -20,7 +20,7 @@ NOTIFICATION_EVENTS: tuple[NotificationEvent, ...] = ("PlanPendingApproval", "Po
 
 
 class SecretKeyRef(ApiModel):
-    name: str = Field(min_length=1, description="A Secret in the notifier's namespace.")
+    name: ObjectName = Field(description="A Secret in the notifier's namespace.")
     key: str = Field(min_length=1, description="The key holding the value.")
 
 

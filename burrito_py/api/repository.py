@@ -11,6 +11,7 @@ from burrito_py.api.common import (
     ApiModel,
     Condition,
     GoDuration,
+    ObjectName,
     OverrideRunnerSpec,
     PrinterColumn,
     RemediationStrategy,
@@ -56,7 +57,7 @@ class RepositorySource(ApiModel):
     url: Annotated[str, StringConstraints(pattern=REPOSITORY_URL_PATTERN)] = Field(
         description="Git URL: https://, http://, ssh://, scp-style git@host:org/repo, or file:// for local use."
     )
-    secret_name: str | None = Field(
+    secret_name: ObjectName | None = Field(
         default=None,
         description="Secret in the repository's namespace with git credentials (username/password, token, or "
         "sshPrivateKey with optional knownHosts) and webhookSecret.",

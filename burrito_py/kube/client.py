@@ -56,12 +56,20 @@ def retry_after(status: int, headers: Mapping[str, str] | None) -> float | None:
     return min(float(value.strip()), RETRY_AFTER_CAP)
 
 
-def _object_name(what: str, value: str) -> str:
-    """`value` as one path segment, or a 400 `KubeError`: names come from what tenants write (`varsFrom`, Secret
-    references), and the HTTP client resolves dot segments, percent-encoded ones too, before it sends, so
-    `../../team-b/secrets/db` would address another namespace. No object name holds `/` or `%` or is `.`, `..`."""
-    if "/" in value or "%" in value or "\\" in value or value in (".", ".."):
-        raise KubeError(400, "Invalid", f"{what} {value[:100]!r} is not an object name")
+class UnsafePathSegment(KubeError):
+    """A namespace, name or subresource that would not stay one segment of an API path: a 400 before anything is
+    sent, so every caller that reports a refused read reports it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(400, "Invalid", message)
+
+
+def _segment(what: str, value: str) -> str:
+    # The HTTP client resolves `..` (also percent-encoded) and a `/` adds segments: a name read from a tenant's
+    # spec (`varsFrom`, a Secret reference) could then reach an object of another namespace with the controllers'
+    # rights. Refused, whoever calls.
+    if value in (".", "..") or any(c in value for c in "/%?#\\") or not value.isprintable() or " " in value:
+        raise UnsafePathSegment(f"{what} {value[:80]!r} is not an object name")
     return value
 
 
@@ -73,15 +81,16 @@ def _dot_segments(resource_path: str) -> bool:
 def path(
     api_version: str, plural: str, namespace: str | None = None, name: str | None = None, sub: str | None = None
 ) -> str:
+    """The API path of a collection or an object. Every part given must be one plain segment (UnsafePathSegment)."""
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     parts = [base]
     if namespace:
-        parts.append(f"namespaces/{_object_name('namespace', namespace)}")
+        parts.append(f"namespaces/{_segment('namespace', namespace)}")
     parts.append(plural)
     if name:
-        parts.append(_object_name("name", name))
+        parts.append(_segment("name", name))
     if sub:
-        parts.append(sub)
+        parts.append(_segment("subresource", sub))
     return "/".join(parts)
 
 
@@ -117,7 +126,7 @@ class Kube:
         response: str = "object",
     ) -> Any:
         if _dot_segments(resource_path):  # whatever built the path: it would address something else
-            raise KubeError(400, "Invalid", f"the path {resource_path[:200]!r} has a dot segment")
+            raise UnsafePathSegment(f"the path {resource_path[:200]!r} has a dot segment")
         for attempt in range(RETRY_AFTER_ATTEMPTS + 1):
             try:
                 return await self._api.call_api(
@@ -198,7 +207,7 @@ class Kube:
         """The watch events of a collection from `resource_version` until the server ends the stream
         (after `timeout_seconds`, or when the resource stops being served); a refused watch raises."""
         if _dot_segments(resource_path):
-            raise KubeError(400, "Invalid", f"the path {resource_path[:200]!r} has a dot segment")
+            raise UnsafePathSegment(f"the path {resource_path[:200]!r} has a dot segment")
         query = [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
                  ("timeoutSeconds", str(timeout_seconds))]
         if field_selector:

@@ -40,12 +40,12 @@ def resolve_sources(vars_from: Sequence[Mapping[str, Any]], namespace: str, obje
     values: list[Mapping[str, str]] = []
     secret: set[str] = set()
     for index, (entry, obj) in enumerate(zip(vars_from, objects, strict=True)):
+        if isinstance(obj, str):  # why it was not read (refused, or a name that is not one): the more precise
+            return Sources(tuple(values), frozenset(secret), f"spec.varsFrom[{index}]: {obj}")
         try:
             source = VarsSource.model_validate(entry)
         except ValidationError:
             return Sources(tuple(values), frozenset(secret), f"spec.varsFrom[{index}] is invalid")
-        if isinstance(obj, str):
-            return Sources(tuple(values), frozenset(secret), f"spec.varsFrom[{index}]: {obj}")
         try:
             found = source_values(source, namespace, index, obj)
         except VariablesError as exc:  # names kind, namespace, name and key, never a value

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from burrito_py.api import annotations as ann
 from burrito_py.api.errors import InvalidSpec
 from burrito_py.api.notifier import TerraformNotifier
+from burrito_py.api.patterns import object_name_problem
 from burrito_py.controllers import metrics
 from burrito_py.controllers.run.decide import TIMED_OUT, TIMED_OUT_SAYS
 from burrito_py.kube.client import Kube, KubeError, crd_path, path
@@ -195,6 +196,9 @@ def _body(notifier: TerraformNotifier) -> dict[str, Any]:
 
 
 async def _secret_value(kube: Kube, namespace: str, name: str, key: str) -> bytes:
+    problem = object_name_problem(name)
+    if problem is not None:  # a path in the name would reach another namespace's Secret: never read
+        raise ValueError(f"the Secret name {problem}")
     secret = await kube.get(path("v1", "secrets", namespace, name))
     if secret is None:
         raise ValueError(f"Secret {namespace}/{name} does not exist")

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.annotations import parse_plan_run
+from burrito_py.api.patterns import object_name_problem
 from burrito_py.controllers.context import Context
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.events import post_event
@@ -250,6 +251,9 @@ async def read_outputs_sync(ctx: Context, layer: Mapping[str, Any]) -> OutputsRe
     secret = wanted.get("secret")
     existing = None
     if secret is not None:
+        problem = object_name_problem(secret.get("name"))
+        if problem is not None:  # a path in the name would reach another namespace's Secret: never read or written
+            return OutputsReading(wanted, outputs, secret_error=f"spec.writeOutputsToSecret.name: {problem}")
         try:
             existing = await ctx.kube.get(path("v1", "secrets", namespace, secret["name"]))
         except KubeError as exc:  # e.g. 403 without RBAC on Secrets; the API's message carries no Secret data

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from burrito_py.api.patterns import object_name_problem
 from burrito_py.controllers.layer.inputs_record import (
     Read,
     Sources,
@@ -46,14 +47,18 @@ log = logging.getLogger(__name__)
 
 async def read_sources(ctx: Context, layer: Mapping[str, Any]) -> Sources:
     """Read the layer's varsFrom objects (in its namespace) and resolve them. A 5xx or an unreachable API
-    raises KubeError (decide again later); a missing object is for `optional` to judge; any other refusal is
-    the record's error."""
+    raises KubeError (decide again later); a missing object is for `optional` to judge; any other refusal, and a
+    name that is not an object name (a path would lead to another namespace), is the record's error."""
     namespace = layer["metadata"]["namespace"]
     vars_from = list((layer.get("spec") or {}).get("varsFrom") or ())
     objects: list[Read] = []
     for entry in vars_from:
         kind = str(entry.get("kind") or "")
         plural = "secrets" if kind == "Secret" else "configmaps"
+        problem = object_name_problem(entry.get("name"))
+        if problem is not None:  # never read: a path in the name would reach another namespace's object
+            objects.append(f"name {problem}")
+            continue
         try:
             objects.append(await ctx.kube.get(path("v1", plural, namespace, str(entry.get("name") or ""))))
         except KubeError as exc:

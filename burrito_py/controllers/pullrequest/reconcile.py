@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.patterns import object_name_problem
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.dependencies import dependency_snapshot, upstream_inputs
@@ -771,6 +772,9 @@ async def provider_tokens(ctx: Context, repository: Mapping[str, Any], provider:
     secret_name = source.get("secretName")
     secret = None
     if secret_name:
+        problem = object_name_problem(secret_name)
+        if problem is not None:  # a path in the name would reach another namespace's Secret: never read
+            raise CredentialsError(f"spec.repository.secretName: {problem}")
         try:
             secret = await ctx.kube.get(path("v1", "secrets", meta["namespace"], secret_name))
         except KubeError as exc:

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.patterns import object_name_problem
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.validation import cross_namespace_problem
@@ -198,6 +199,9 @@ async def credentials_of(ctx: Context, namespace: str, secret_name: str | None, 
     """The git credentials of the repository's Secret; CredentialsError when the Secret cannot give them."""
     if not secret_name:
         return None
+    problem = object_name_problem(secret_name)
+    if problem is not None:  # a path in the name would reach another namespace's Secret: never read
+        raise CredentialsError(f"spec.repository.secretName: {problem}")
     try:
         secret = await ctx.kube.get(path("v1", "secrets", namespace, secret_name))
     except KubeError as exc:  # e.g. 403 without RBAC on Secrets; the API's message carries no Secret data

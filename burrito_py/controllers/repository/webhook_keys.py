@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from burrito_py.api.patterns import object_name_problem
 from burrito_py.kube.client import Body, Kube, KubeError, path
 from burrito_py.kube.conditions import Cond
 from burrito_py.server.webhook_keys import encode_entry, entry_name, parse_entry_name
@@ -81,6 +82,9 @@ async def webhook_entry(kube: Kube, repository: Mapping[str, Any]) -> tuple[str 
     if not secret_name:
         return None, Cond(CONDITION, False, "NoWebhookSecret",
                           "spec.repository.secretName is not set: no webhook delivery is accepted for this repository")
+    problem = object_name_problem(secret_name)
+    if problem is not None:  # a path in the name would reach another namespace's Secret: never read
+        return None, Cond(CONDITION, False, "SecretNameInvalid", f"spec.repository.secretName: {problem}")
     where = f"Secret {namespace}/{secret_name}"
     try:
         secret = await kube.get(path("v1", "secrets", namespace, secret_name))
