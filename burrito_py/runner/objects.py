@@ -36,7 +36,7 @@ from burrito_py.api.operation_rules import (
     check_lock_id,
     missing_for,
 )
-from burrito_py.api.patterns import PLAN_SUM_PATTERN, RELATIVE_PATH_PATTERN
+from burrito_py.api.patterns import NAMESPACE_PATTERN, OBJECT_NAME_PATTERN, PLAN_SUM_PATTERN, RELATIVE_PATH_PATTERN
 
 __all__ = [
     "RUN_ACTIONS",
@@ -377,7 +377,8 @@ def _vars_from(r: _Reader, value: object, path: str) -> tuple[VarsFrom, ...] | _
             read.append(obj)
             continue
         kind = _field(r, obj, "kind", where, lambda v, p: r.choice(v, p, VARS_KINDS), required=True)
-        name = _field(r, obj, "name", where, lambda v, p: r.string(v, p, min_length=1), required=True)
+        name = _field(r, obj, "name", where, lambda v, p: r.string(v, p, max_length=253, pattern=OBJECT_NAME_PATTERN),
+                      required=True)
         keys = _field(r, obj, "keys", where, r.strings)
         optional = _field(r, obj, "optional", where, r.boolean)
         read.append(VarsFrom(cast("Literal['Secret', 'ConfigMap']", kind), cast("str", name),
@@ -460,9 +461,11 @@ def read_layer(obj: Mapping[str, Any]) -> Layer:
             block = r.mapping(value, path, "ObjectReference")
             if isinstance(block, _Bad):
                 return block
-            name = _field(r, block, "name", path, lambda v, p: r.string(v, p, min_length=1), required=True,
+            name = _field(r, block, "name", path,
+                          lambda v, p: r.string(v, p, max_length=253, pattern=OBJECT_NAME_PATTERN), required=True,
                           nullable=False)
-            namespace = _field(r, block, "namespace", path, r.string)
+            namespace = _field(r, block, "namespace", path,
+                               lambda v, p: r.string(v, p, max_length=63, pattern=NAMESPACE_PATTERN))
             return Reference(cast("str", name), cast("str | None", namespace)) if _ok(name, namespace) else _BAD
 
         # In the model's field order, so that the problems come in the same order.
