@@ -65,7 +65,9 @@ class PullRequestCommand(ApiModel):
     text: str = Field(max_length=1000, description="The command line as written (`/burrito-py plan app`).")
     at: str | None = Field(default=None, description="When it was written (RFC 3339).")
     head_sha: str | None = Field(
-        default=None, description="spec.headSha when the server recorded it (the head an approve approves)."
+        default=None, description="The head the comment was written at: the provider's word when its comment event "
+        "says (GitLab, Bitbucket, Azure DevOps), else spec.headSha when the server recorded it, empty when the pull "
+        "request changed after the comment was written (an apply then refuses)."
     )
     note: str = Field(default="", max_length=500, description="What the server made of it (an approve: approved, "
                       "or why not).")

@@ -52,6 +52,7 @@ __all__ = [
     "parse",
     "pending_commands",
     "reply_body",
+    "seen_head",
 ]
 
 PREFIX = "/burrito-py"
@@ -201,6 +202,17 @@ def comment_approval(spec: Mapping[str, Any], pull_requests: Mapping[str, Any] |
     return ApprovalVerdict(approval, f"{login} approved head {current[:12]} for planning")
 
 
+def seen_head(comment_head: str, recorded: str | None, changed_since: bool) -> str:
+    """The head a comment was written at, recorded with its command: the provider's own word when its comment
+    event says (GitLab, Bitbucket, Azure DevOps), else the head the pull request records now, unless it changed
+    after the comment was written (`changed_since`: its `spec.updatedAt` is newer than the comment; a delivery that
+    comes late, after a push's, or is redelivered): then "", unknown, and an apply refuses. Without this, a late
+    apply comment would be bound to a head pushed after it, and apply that head's plan, which its author never saw."""
+    if comment_head:
+        return comment_head
+    return "" if changed_since else str(recorded or "")
+
+
 @dataclass(frozen=True, slots=True)
 class CommandFacts:
     """What one command's decision reads besides the pull request: the provider's answers, asked only when
@@ -287,7 +299,8 @@ def decide_command(parsed: Parsed, comment_id: str, login: str, spec: Mapping[st
                    layers: Mapping[Key, LayerApply] | None = None) -> CommandDecision:
     """The answer to one command. `status`: the pull request's status as decided now (its layers at the head).
     `note`: what the server said of an approve comment (it writes the approval from the signed delivery).
-    `seen_head`: the head when the comment was recorded: an apply of a plan shown for another head is stale.
+    `seen_head`: the head the comment was written at (`seen_head()`): an apply of a plan shown for another head is
+    stale, and one whose head is unknown ("") is refused; None: not checked.
     `name`: the TerraformPullRequest; `layers`: what apply and unlock read of the namespace's layers (a layer not
     in it has not opted in and is not held)."""
     layers = layers or {}
@@ -341,7 +354,11 @@ def decide_command(parsed: Parsed, comment_id: str, login: str, spec: Mapping[st
         return CommandDecision("done", f"planning again at {head[:12]}: {', '.join(k[1] for k in keys)}",
                                tuple(keys))
     # apply
-    if seen_head and seen_head != head:
+    if seen_head == "":
+        return _refused(f"the pull request changed after your comment was written (its head is now {head[:12]}): "
+                        "the plan you saw may not be the one shown now: look at the current plan and comment again. "
+                        "Nothing applied")
+    if seen_head is not None and seen_head != head:
         return _refused(f"the plan you saw is stale: the head moved from {seen_head[:12]} to {head[:12]} since "
                         "your comment: look at the new plan and comment again. Nothing applied")
     by_key = {(str(r["namespace"]), str(r["name"])): r for r in rows}
@@ -412,7 +429,7 @@ class Pending:
     by_id: int | None
     text: str
     note: str = ""  # what the server said of it (an approve: approved, or why not)
-    head_sha: str = ""  # spec.headSha when it was recorded
+    head_sha: str = ""  # the head the comment was written at (`seen_head`), "" when unknown
 
 
 def pending_commands(spec: Mapping[str, Any], status: Mapping[str, Any]) -> list[Pending]:

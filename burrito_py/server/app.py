@@ -26,7 +26,7 @@ from burrito_py.datastore.client import DatastoreClient
 from burrito_py.gitproviders.base import BadPullRequest, CommentEvent, PullRequestEvent
 from burrito_py.gitproviders.delivery import Delivery, comment_event, pull_request_event
 from burrito_py.kube.client import Kube, KubeError, crd_path
-from burrito_py.pullrequests.commands import command_line, comment_approval, is_command, parse
+from burrito_py.pullrequests.commands import command_line, comment_approval, is_command, parse, seen_head
 from burrito_py.pullrequests.events import older, pull_request_write
 from burrito_py.pullrequests.writes import write_pull_request
 from burrito_py.server.ratelimit import SourceLimiter, source_of
@@ -250,8 +250,11 @@ class Webhooks:
                 return "duplicate"
             if len(commands) >= COMMANDS_KEPT and older(event.created_at or None, commands[0].get("at")):
                 return "old"  # dropped from the list long ago: answered then
+            later = older(event.created_at or None, spec.get("updatedAt"))
+            # The head the comment was written at, not the one recorded when its delivery came (§11.3).
             entry: dict[str, Any] = {"id": event.comment_id[:64], "by": event.sender[:255],
-                                     "text": command_line(event.body), "headSha": spec.get("headSha")}
+                                     "text": command_line(event.body),
+                                     "headSha": seen_head(event.head_sha, spec.get("headSha"), later)}
             if event.sender_id is not None:
                 entry["byId"] = event.sender_id
             if event.created_at:
@@ -260,7 +263,7 @@ class Webhooks:
             parsed = parse(event.body)
             if parsed.command is not None and parsed.command.verb == "approve":
                 verdict = comment_approval(spec, settings, event.sender, event.comment_id, event.created_at,
-                                           event.head_sha, older(event.created_at or None, spec.get("updatedAt")))
+                                           event.head_sha, later)
                 entry["note"] = verdict.why[:500]
                 if verdict.approval is not None:
                     patch.setdefault("spec", {})["approval"] = dict(verdict.approval)

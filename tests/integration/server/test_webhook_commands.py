@@ -14,6 +14,7 @@ from burrito_local.apiserver import ApiServer
 from burrito_local.apply import Applier
 
 from burrito_py.api import annotations as ann
+from burrito_py.pullrequests.commands import CommandFacts, LayerApply, decide_command, parse, pending_commands
 from burrito_py.server.serving import running_server
 
 from .test_webhook_endpoint import github, pull_request, server_settings, world  # noqa: F401 (world: a fixture)
@@ -143,3 +144,93 @@ def test_an_approve_comment_approves_a_forks_head_only_from_an_approver(
     redelivered = send(http, comment("/burrito-py approve", 603, login="maint"), "a-3-again")
     assert redelivered.status_code == 200
     assert spec_of(api)["approval"]["headSha"] == HEAD and spec_of(api)["headSha"] == "b" * 40
+
+
+def in_the_repository(body: bytes) -> bytes:
+    """The pull request event `body` with its head in the base repository itself (not a fork)."""
+    data = json.loads(body)
+    for end in ("head", "base"):
+        data["pull_request"][end]["repo"] = {"id": 42, "full_name": "org/infra"}
+    return json.dumps(data).encode()
+
+
+def apply_decision(api: ApiServer, status_head: str) -> Any:
+    """What the pull request controller decides of the last recorded command once `status_head` is planned (the
+    layer `app` changed, opted in to apply before merge, its plan done with its recorded sum; the commenter
+    allowed, with write permission)."""
+    spec = spec_of(api)
+    pending = next(p for p in pending_commands(spec, {}) if p.id == str(spec["commands"][-1]["id"]))
+    row = {"namespace": "default", "name": "app", "path": "app", "run": "pr3-app-1", "state": "planned",
+           "planSum": "sha256:" + "1" * 64, "planAttempt": 1}
+    status = {"state": "Planned", "headSha": status_head, "layers": [row]}
+    settings = {"enabled": True, "commands": {"allowed": ["maint"]}}
+    return decide_command(parse(pending.text), pending.id, pending.by, spec, status, settings,
+                          CommandFacts(may_write=True), pending.note, pending.head_sha, "infra-pr-3",
+                          {("default", "app"): LayerApply(opted_in=True)})
+
+
+def test_attack_an_apply_comment_delivered_after_a_push_never_applies_the_pushed_head(
+    world: tuple[ApiServer, httpx.Client],  # noqa: F811
+) -> None:
+    """Attack test: a maintainer comments `/burrito-py apply` at 10:10, on the plan of head A; the author pushes B
+    at 10:20, and the comment's delivery reaches the server after the push's (deliveries are not ordered, and a
+    failed one is redelivered later). The server bound the command to the head it held when the delivery came, B,
+    so once B was planned the command applied B's plan, which the maintainer never saw. Now a comment is bound to
+    the head it was written at: a GitHub comment written before the pull request last changed has none, and its
+    apply is refused; one written after the push applies B."""
+    api, http = world
+    opened = in_the_repository(pull_request("opened", 3, HEAD))
+    assert http.post("/api/webhook", content=opened, headers=github(opened, "right", "o-3", event="pull_request")
+                     ).status_code == 202
+    pushed = in_the_repository(pull_request("synchronize", 3, "b" * 40, updated="2026-03-01T10:20:00Z"))
+    assert http.post("/api/webhook", content=pushed, headers=github(pushed, "right", "s-3", event="pull_request")
+                     ).status_code == 202
+    assert spec_of(api)["fromFork"] is False and spec_of(api)["headSha"] == "b" * 40
+    late = comment("/burrito-py apply", 701, login="maint", created="2026-03-01T10:10:00Z")
+    assert send(http, late, "late-apply").status_code == 202
+    assert spec_of(api)["commands"][-1]["headSha"] != "b" * 40
+    answer = apply_decision(api, "b" * 40)
+    assert answer.outcome == "refused" and not answer.apply, answer.reply
+    assert "changed after your comment" in answer.reply
+    # A comment written after the push saw B: it applies B's plan.
+    assert send(http, comment("/burrito-py apply", 702, login="maint", created="2026-03-01T10:25:00Z"),
+                "fresh-apply").status_code == 202
+    assert spec_of(api)["commands"][-1]["headSha"] == "b" * 40
+    fresh = apply_decision(api, "b" * 40)
+    assert fresh.outcome == "done" and [o.run for o in fresh.apply], fresh.reply
+
+
+def gitlab(body: bytes, event: str) -> dict[str, str]:
+    return {"X-Gitlab-Event": event, "X-Gitlab-Token": "right"}
+
+
+def test_attack_a_gitlab_apply_note_is_bound_to_the_head_the_note_names(
+    world: tuple[ApiServer, httpx.Client],  # noqa: F811
+) -> None:
+    """Attack test: GitLab's note event names the head the merge request had when the note was written. A note
+    `/burrito-py apply` written at head A whose delivery comes after the push of B was bound to B (the head the
+    server held), and applied B's plan once it was planned. Now it is bound to A, the head the note names: stale."""
+    api, http = world
+    project = {"path_with_namespace": "org/infra", "git_http_url": "https://github.com/org/infra.git"}
+
+    def merge_request(action: str, sha: str, updated: str, **extra: Any) -> bytes:
+        return json.dumps({"object_kind": "merge_request", "user": {"username": "author"}, "project": project,
+                           "object_attributes": {"action": action, "iid": 3, "target_branch": "main",
+                                                 "source_branch": "feature", "last_commit": {"id": sha},
+                                                 "title": "t", "url": "https://x/mr", "updated_at": updated,
+                                                 "source_project_id": 7, "target_project_id": 7, **extra}}
+                          ).encode()
+
+    opened = merge_request("open", HEAD, "2026-03-01 10:00:00 UTC")
+    assert http.post("/api/webhook", content=opened, headers=gitlab(opened, "Merge Request Hook")).status_code == 202
+    pushed = merge_request("update", "b" * 40, "2026-03-01 10:20:00 UTC", oldrev=HEAD)
+    assert http.post("/api/webhook", content=pushed, headers=gitlab(pushed, "Merge Request Hook")).status_code == 202
+    assert spec_of(api)["headSha"] == "b" * 40 and spec_of(api)["fromFork"] is False
+    note = json.dumps({"object_kind": "note", "user": {"username": "maint", "id": 9}, "project": project,
+                       "object_attributes": {"id": 801, "note": "/burrito-py apply", "noteable_type": "MergeRequest",
+                                             "action": "create", "created_at": "2026-03-01 10:10:00 UTC"},
+                       "merge_request": {"iid": 3, "state": "opened", "last_commit": {"id": HEAD}}}).encode()
+    assert http.post("/api/webhook", content=note, headers=gitlab(note, "Note Hook")).status_code == 202
+    assert spec_of(api)["commands"][-1]["headSha"] == HEAD
+    answer = apply_decision(api, "b" * 40)
+    assert answer.outcome == "refused" and not answer.apply and "stale" in answer.reply, answer.reply

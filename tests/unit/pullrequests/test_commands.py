@@ -25,6 +25,7 @@ from burrito_py.pullrequests.commands import (
     parse,
     pending_commands,
     reply_body,
+    seen_head,
 )
 from burrito_py.pullrequests.forks import fork_gate
 
@@ -343,3 +344,13 @@ def test_a_mapped_login_never_acts_without_the_reviews_yes(login: str, may_write
                     facts=CommandFacts(may_write=may_write, may_update=may_update))
     if answer.replan:
         assert may_write is True and (login == "alice" or (login == "kate" and may_update is True))
+
+
+def test_a_command_is_bound_to_the_head_its_comment_was_written_at() -> None:
+    """The provider's word first (GitLab, Bitbucket, Azure DevOps name the head in the comment event), else the head
+    recorded now, unless the pull request changed after the comment: unknown, and an apply is refused."""
+    assert seen_head("a" * 40, "b" * 40, changed_since=True) == "a" * 40
+    assert seen_head("", "b" * 40, changed_since=False) == "b" * 40
+    assert seen_head("", "b" * 40, changed_since=True) == ""
+    unknown = decide_command(parse("/burrito-py apply"), "c1", "alice", SPEC, STATUS, SETTINGS, WRITE, "", "")
+    assert unknown.outcome == "refused" and not unknown.apply and "changed after your comment" in unknown.reply
