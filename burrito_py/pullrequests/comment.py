@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from burrito_py.gitproviders import github
+from burrito_py.plans.attributes import one_line
 from burrito_py.plans.masking import SecretValues, masked_model, scrub_text
 from burrito_py.plans.model import PlanModel, ResourceChange
 from burrito_py.pullrequests.comment_attributes import attribute_sections
@@ -149,12 +150,22 @@ def _status_line(results: PullRequestResults) -> str:
     return f"**burrito-py** at {sha}: " + ", ".join(parts) + "."
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_.,\-]*")
+
+
+def _plan_text(text: str) -> str:
+    """Text from the plan JSON (which the code a runner runs can write, §5.9) outside a fence: as it is when it is
+    plain words (Terraform's reasons and attribute names), else one line in a code span, where markdown, HTML and
+    mentions are not read and no line break ends it."""
+    return text if _PLAIN.fullmatch(text) else _code(one_line(text))
+
+
 def _reason(change: ResourceChange) -> str:
     bits: list[str] = [change.action]
     if change.action_reason:
-        bits.append(change.action_reason)
+        bits.append(_plan_text(change.action_reason))
     if change.replace_paths:
-        paths = ", ".join(".".join(str(p) for p in path) for path in change.replace_paths[:3])
+        paths = ", ".join(_plan_text(".".join(str(p) for p in path)) for path in change.replace_paths[:3])
         bits.append(f"because of {paths}")
     return "; ".join(bits)
 
@@ -167,7 +178,7 @@ def _warnings(results: PullRequestResults) -> list[str]:
     lines = [f"> [!WARNING]\n> **{len(found)} resource{'s' if len(found) != 1 else ''} will be destroyed or "
              "replaced:**"]
     for layer, change in found[:MAX_WARNINGS]:
-        lines.append(f"> - {_code(layer.key)}: {_code(change.address)} ({_cell(_reason(change))})")
+        lines.append(f"> - {_code(layer.key)}: {_code(one_line(change.address))} ({_cell(_reason(change))})")
     if len(found) > MAX_WARNINGS:
         lines.append(f"> - … and {len(found) - MAX_WARNINGS} more (see the plans below)")
     return ["\n".join(lines)]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,34 @@ def test_the_warnings_come_first_with_terraforms_reasons() -> None:
     assert warning < body.index("| layer |") < body.index("<details>")
     assert "`aws_db_instance.main` (replace; replace_because_cannot_update; because of triggers_replace)" in body
     assert "| `team-a/db` | `layers/db` | +1 ~0 -1 ±1 | GatesAutoApply |" in body
+
+
+def _outside_code(rendered: str) -> str:
+    """Rendered HTML without what is inside `<code>` and `<pre>` (where nothing is a link, an element or a mention)."""
+    return re.sub(r"<pre>.*?</pre>|<code>.*?</code>", "", rendered, flags=re.S)
+
+
+def test_attack_destroyed_and_replaced_resources_render_inert_in_the_warnings() -> None:
+    """Attack test: the plan JSON a pull request's runner uploads is written by the code it runs (§5.9), so a
+    pull request's author chooses the addresses of the resources it destroys and replaces, and their
+    `action_reason` and `replace_paths`. The warning block wrote the reason as markdown and the address in a code
+    span a blank line ends: rendered, the bot's comment held an image, links ("Approve here") and a mention of a
+    team, in the burrito-py comment everyone trusts. Now each is one line, and what is not a plain word is code."""
+    hostile = "x\n\n<img src=x onerror=alert(1)>\n\n[Approve here](https://evil.example/login) @org/admins"
+    plan = {"format_version": "1.2", "terraform_version": "1.11.4", "resource_changes": [
+        {"address": "terraform_data.a", "mode": "managed", "type": "terraform_data", "name": "a",
+         "action_reason": "replace_because_cannot_update <a href=\"https://evil.example\">Approve here</a> @org/admins",
+         "replace_paths": [["triggers", "[click](https://evil.example/steal) @org/admins"]],
+         "change": {"actions": ["delete", "create"], "before": {"input": "a"}, "after": {"input": "b"}}},
+        {"address": f"terraform_data.b[\"{hostile}\"]", "mode": "managed", "type": "terraform_data", "name": "b",
+         "change": {"actions": ["delete"], "before": {"input": "a"}, "after": None}}]}
+    body = render(results(planned("app", plan)))
+    assert_balanced(body)
+    rendered = MarkdownIt("commonmark").enable("table").render(body)
+    assert "<img" not in rendered and "<a " not in rendered and "href" not in _outside_code(rendered)
+    assert "@org/admins" not in _outside_code(rendered)
+    warning = body[body.index("> [!WARNING]"):body.index("| layer |")].strip().split("\n")
+    assert len(warning) == 4 and all(line.startswith("> ") for line in warning)  # nothing broke a line
 
 
 def test_a_failure_shows_its_last_40_log_lines() -> None:
