@@ -87,6 +87,12 @@ def command_line(body: str) -> str:
     return next((ln.strip() for ln in body.splitlines() if ln.strip()), "")[:1000]
 
 
+def _echo(text: str) -> str:
+    """What a comment wrote, as a reply repeats it: a code span (anyone may comment, and the reply is the bot's:
+    their links, HTML and @-mentions must not become its words). The text is one line already (`command_line`)."""
+    return "`" + text.replace("`", "'") + "`"
+
+
 def parse(text: str) -> Parsed:
     """`/burrito-py <verb> [layer…]` → the command, or why it is not one we know."""
     words = command_line(text).split()
@@ -96,14 +102,14 @@ def parse(text: str) -> Parsed:
         return Parsed(None, f"no command given: {PREFIX} help lists them")
     verb, args = words[1].lower(), tuple(words[2:])
     if verb not in VERBS:
-        return Parsed(None, f"unknown command {words[1][:40]!r}: {PREFIX} help lists the commands")
+        return Parsed(None, f"unknown command {_echo(words[1][:40])}: {PREFIX} help lists the commands")
     if verb in ("unlock", "approve", "help") and args:
-        return Parsed(None, f"{PREFIX} {verb} takes no argument (given: {' '.join(args)[:80]})")
+        return Parsed(None, f"{PREFIX} {verb} takes no argument (given: {_echo(' '.join(args)[:80])})")
     if len(args) > MAX_LAYERS:
         return Parsed(None, f"at most {MAX_LAYERS} layers in one command ({len(args)} given)")
     bad = [a for a in args if not _LAYER.match(a) or a.startswith("-")]
     if bad:
-        return Parsed(None, f"{bad[0][:60]!r} is not a layer name (name, namespace/name or path)")
+        return Parsed(None, f"{_echo(bad[0][:60])} is not a layer name (name, namespace/name or path)")
     return Parsed(Command(verb, tuple(dict.fromkeys(args))))
 
 

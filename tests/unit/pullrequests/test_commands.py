@@ -3,6 +3,7 @@ each provider, the parser, who may command, what an approve comment approves, an
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from burrito_py.pullrequests.commands import (
     CommandFacts,
     Parsed,
     authorization,
+    command_line,
     comment_approval,
     decide_command,
     identity_of,
@@ -98,7 +100,7 @@ def test_commands_parse(text: str, verb: str, layers: tuple[str, ...]) -> None:
 
 
 @pytest.mark.parametrize(("text", "error"), [
-    ("/burrito-py destroy", "unknown command 'destroy'"),
+    ("/burrito-py destroy", "unknown command `destroy`"),
     ("/burrito-py", "no command given"),
     ("/burrito-py unlock now", "takes no argument"),
     ("/burrito-py plan -target=x", "is not a layer name"),
@@ -354,3 +356,23 @@ def test_a_command_is_bound_to_the_head_its_comment_was_written_at() -> None:
     assert seen_head("", "b" * 40, changed_since=True) == ""
     unknown = decide_command(parse("/burrito-py apply"), "c1", "alice", SPEC, STATUS, SETTINGS, WRITE, "", "")
     assert unknown.outcome == "refused" and not unknown.apply and "changed after your comment" in unknown.reply
+
+
+@pytest.mark.parametrize("text", [
+    "/burrito-py help [Approve here](https://evil.example/login) @org/admins <img src=x>",
+    "/burrito-py [Approve](https://evil.example/x)",
+    "/burrito-py plan <a href=https://evil.example>x</a>",
+    "/burrito-py unlock @org/admins **urgent**: [re-login](https://evil.example)",
+])
+def test_attack_an_outsiders_malformed_command_is_echoed_inert_in_the_bots_reply(text: str) -> None:
+    """Attack test: anyone may comment on a pull request, and a malformed command is answered (refused, saying
+    why) before anything checks who wrote it. The reason echoed the comment's words as markdown: the bot posted the
+    outsider's links, images and @-mentions of teams as its own words. Now what the comment wrote is code."""
+    from markdown_it import MarkdownIt
+
+    answer = decide(text, login="mallory", settings={"enabled": True})
+    assert answer.outcome == "refused"
+    rendered = MarkdownIt("commonmark").render(reply_body(command_line(text), "mallory", answer))
+    outside = re.sub(r"<code>.*?</code>", "", rendered, flags=re.S)
+    assert "<a " not in rendered and "<img" not in rendered and "<strong>" not in rendered
+    assert "@org" not in outside and "evil.example" not in outside
