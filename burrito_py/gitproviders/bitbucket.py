@@ -47,7 +47,14 @@ from burrito_py.gitproviders.base import (
     field_of,
     time_of,
 )
-from burrito_py.gitproviders.client import ApiHttp, CommitStatus, ProviderClient, ProviderError, ReviewFacts
+from burrito_py.gitproviders.client import (
+    ApiHttp,
+    CommitStatus,
+    ProviderClient,
+    ProviderError,
+    ReviewFacts,
+    approvers_with_write,
+)
 from burrito_py.outbound import OutboundPolicy
 
 __all__ = ["COMMENT_LIMIT", "PROVIDER", "BitbucketCloud", "BitbucketCloudProvider", "from_fork", "status_key"]
@@ -182,8 +189,9 @@ class BitbucketCloud:
         Bitbucket Cloud's API says neither whether it can merge nor how far it is behind: both None, so an
         apply requirement on them is not met."""
         pull = self.http.request("GET", self._pr(), "reading the pull request").json()
-        approved = tuple(sorted(_user(p.get("user")) for p in pull.get("participants") or ()
-                                if isinstance(p, Mapping) and p.get("approved") is True and _user(p.get("user"))))
+        approved = approvers_with_write((_user(p.get("user")) for p in pull.get("participants") or ()
+                                         if isinstance(p, Mapping) and p.get("approved") is True),
+                                        lambda login: self.write_permission(login, None))
         return ReviewFacts(_user(pull.get("author")), approved, None, None)
 
 

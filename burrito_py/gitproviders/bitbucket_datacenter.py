@@ -44,7 +44,14 @@ from burrito_py.gitproviders.base import (
     field_of,
     login_of,
 )
-from burrito_py.gitproviders.client import ApiHttp, CommitStatus, ProviderClient, ProviderError, ReviewFacts
+from burrito_py.gitproviders.client import (
+    ApiHttp,
+    CommitStatus,
+    ProviderClient,
+    ProviderError,
+    ReviewFacts,
+    approvers_with_write,
+)
 from burrito_py.outbound import OutboundPolicy
 from burrito_py.timeutil import format_time_precise
 
@@ -194,9 +201,9 @@ class BitbucketDataCenter:
         """The pull request (author, reviewers who approve), `merge` (`canMerge`; a conflict or a veto is False),
         and the commits of `base` that `head` lacks."""
         pull = self.http.request("GET", self._pr(), "reading the pull request").json()
-        approved = tuple(sorted(login_of(r.get("user"), "name") for r in pull.get("reviewers") or ()
-                                if isinstance(r, Mapping) and r.get("approved") is True
-                                and login_of(r.get("user"), "name")))
+        approved = approvers_with_write((login_of(r.get("user"), "name") for r in pull.get("reviewers") or ()
+                                         if isinstance(r, Mapping) and r.get("approved") is True),
+                                        lambda login: self.write_permission(login, None))
         merge = self.http.request("GET", f"{self._pr()}/merge", "asking whether it can merge").json()
         can_merge = merge.get("canMerge")
         behind = self._pages(f"{self._repo()}/commits", "comparing the head with the base",

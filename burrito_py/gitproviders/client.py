@@ -12,7 +12,7 @@ outbound address guard.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -21,6 +21,7 @@ import httpx
 from burrito_py.outbound import GuardedTransport, OutboundPolicy
 
 __all__ = [
+    "MAX_APPROVERS_ASKED",
     "MAX_WAIT",
     "ApiHttp",
     "CommitStatus",
@@ -29,6 +30,7 @@ __all__ = [
     "RateLimited",
     "ReviewFacts",
     "StatusState",
+    "approvers_with_write",
     "connection_failure",
 ]
 
@@ -61,9 +63,21 @@ class ReviewFacts:
     provider says now."""
 
     author: str  # who opened it
-    approved_by: tuple[str, ...]  # reviewers whose latest review approves (GitLab: the approvals)
+    approved_by: tuple[str, ...]  # reviewers whose latest review approves and who may write (GitLab: the approvals)
     mergeable: bool | None  # None: the provider has not computed it yet
     behind: int | None  # commits of the base the head lacks (0: undiverged); None: the provider did not say
+
+
+MAX_APPROVERS_ASKED = 20  # approvals whose author's permission one review asks (each a call); the rest not counted
+
+
+def approvers_with_write(approved: Iterable[str], may_write: Callable[[str], bool]) -> tuple[str, ...]:
+    """The approvers whose approval counts: those the provider says may write to the repository. GitHub, Gitea and
+    Bitbucket let any account that reads a pull request approve it (the author's second account; anyone, on a
+    public repository), which is nobody's review. At most `MAX_APPROVERS_ASKED` are asked, in name order: more
+    approvals than that from accounts without write permission make the requirement fail, never pass."""
+    logins = sorted({login for login in approved if login})
+    return tuple(login for login in logins[:MAX_APPROVERS_ASKED] if may_write(login))
 
 
 class ProviderClient(Protocol):

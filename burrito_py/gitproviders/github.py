@@ -42,7 +42,14 @@ from burrito_py.gitproviders.base import (
     repository_urls,
     time_of,
 )
-from burrito_py.gitproviders.client import ApiHttp, CommitStatus, ProviderClient, ProviderError, ReviewFacts
+from burrito_py.gitproviders.client import (
+    ApiHttp,
+    CommitStatus,
+    ProviderClient,
+    ProviderError,
+    ReviewFacts,
+    approvers_with_write,
+)
 from burrito_py.outbound import OutboundPolicy
 
 __all__ = ["COMMENT_LIMIT", "PROVIDER", "GitHub", "GitHubProvider", "GitHubPulls", "as_list", "comment_event",
@@ -243,8 +250,9 @@ class GitHub:
             if login and state in _REVIEW_STATES and not review.get("stale"):
                 latest[login] = state
         mergeable = pull.get("mergeable")
-        return ReviewFacts(login_of(pull.get("user"), "login", "username"),
-                           tuple(sorted(u for u, s in latest.items() if s == "APPROVED")),
+        approved = approvers_with_write((u for u, s in latest.items() if s == "APPROVED"),
+                                        lambda login: self.write_permission(login, None))
+        return ReviewFacts(login_of(pull.get("user"), "login", "username"), approved,
                            mergeable if isinstance(mergeable, bool) else None, self._behind(base, head, pull))
 
 

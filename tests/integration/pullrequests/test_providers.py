@@ -173,9 +173,15 @@ def test_write_permission_as_each_provider_says(provider: tuple[Fake, Any, list[
     assert TOKEN not in str(fake.calls)
 
 
+WRITE = {"github": "write", "gitea": "write", "bitbucket": "write", "bitbucket-datacenter": "REPO_WRITE"}
+READ = {"github": "read", "gitea": "read", "bitbucket": "read", "bitbucket-datacenter": "REPO_READ"}
+
+
 def test_review_facts_as_each_provider_says(provider: tuple[Fake, Any, list[float]]) -> None:
     fake, client, _ = provider
     fake.approved_by = ["rev"]
+    if fake.kind in WRITE:
+        fake.permissions["rev"] = WRITE[fake.kind]
     facts = client.review_facts("main", SHA)
     if fake.kind == "bitbucket":  # its API says who approves, never whether it merges or how far behind it is
         assert (facts.author, facts.approved_by, facts.mergeable, facts.behind) == ("author", ("rev",), None, None)
@@ -185,6 +191,23 @@ def test_review_facts_as_each_provider_says(provider: tuple[Fake, Any, list[floa
     facts = client.review_facts("main", SHA)
     assert facts.approved_by == () and facts.mergeable is False
     assert facts.behind == (1 if fake.kind == "gitea" else 2)  # Gitea says only whether (its merge base)
+
+
+def test_attack_an_approval_without_write_permission_does_not_count(provider: tuple[Fake, Any, list[float]]) -> None:
+    """Attack test: any account that can read a pull request may approve it (GitHub, Gitea and Bitbucket show such
+    a review as approving): the author's second account, or anyone at all on a public repository. The `approved`
+    apply requirement counted it as the second person in the loop, so an author with write permission could apply
+    their own change before merge with nobody's review. Now an approval counts only from an account the provider
+    says may write to the repository. (GitLab lets only eligible members approve.)"""
+    fake, client, _ = provider
+    if fake.kind not in WRITE:
+        pytest.skip("the provider itself lets only eligible members approve")
+    fake.approved_by = ["puppet"]
+    fake.permissions.update({"puppet": READ[fake.kind]})
+    assert client.review_facts("main", SHA).approved_by == ()
+    fake.approved_by = ["puppet", "rev"]
+    fake.permissions["rev"] = WRITE[fake.kind]
+    assert client.review_facts("main", SHA).approved_by == ("rev",)
 
 
 # -- Bitbucket Cloud (issue 30 item 6) -------------------------------------------------------------------------
