@@ -207,10 +207,12 @@ def hmac_key(secret: bytes) -> bytes:
 
 def repository_urls(payload: Mapping[str, Any]) -> list[str]:
     """The repository's URLs in GitHub's, GitLab's and Gitea's payloads: any of their keys in `repository` or
-    `project`, whichever provider sent it (a URL names a repository whatever key holds it)."""
+    `project`, whichever provider sent it (a URL names a repository whatever key holds it). Only URLs the provider
+    makes for the repository itself: GitHub's `homepage` is whatever the repository's admin writes, and one secret
+    may sign many repositories' deliveries (an organization's webhook, a GitHub App's), so a repository naming
+    another as its homepage would have its deliveries taken for that one's (GitLab's `homepage` is its `web_url`)."""
     sections = [payload.get("repository"), payload.get("project")]
-    keys = ("clone_url", "ssh_url", "git_url", "html_url", "url", "git_http_url", "git_ssh_url", "web_url",
-            "homepage")
+    keys = ("clone_url", "ssh_url", "git_url", "html_url", "url", "git_http_url", "git_ssh_url", "web_url")
     urls = [s[k] for s in sections if isinstance(s, dict) for k in keys if isinstance(s.get(k), str)]
     return list(dict.fromkeys(urls))
 

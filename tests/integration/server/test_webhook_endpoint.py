@@ -475,3 +475,31 @@ def test_azure_devops_service_hooks_are_told_by_their_body_and_verified_by_basic
     # A body no provider claims, with no provider's header, is still a 400 naming what is missing.
     answer = http.post("/api/webhook", content=b'{"eventType": "git.push"}', headers=azure("ado-secret"))
     assert answer.status_code == 400 and "publisherId" in answer.json()["error"]
+
+
+def test_attack_a_repository_naming_another_as_its_homepage_is_not_taken_for_it(
+    world: tuple[ApiServer, httpx.Client],
+) -> None:
+    """Attack test: one secret signs the deliveries of many repositories (an organization's webhook, a GitHub
+    App's: every repository it is installed on), and GitHub's `repository.homepage` is whatever the repository's
+    admin writes. Someone who administers any of those repositories set its homepage to infra's URL: its deliveries
+    then matched infra and verified with infra's key, so its pull requests were written as infra's, "not a fork"
+    (its head is in its own repository), naming any commit infra's pull request refs hold (a fork's unapproved
+    head), with the commenters of their own repository asked for write permission. A delivery is now matched by
+    the URLs the provider gives for the repository itself only."""
+    api, http = world
+    playground = {"clone_url": "https://github.com/org/playground.git", "full_name": "org/playground",
+                  "homepage": "https://github.com/Org/Infra"}
+    pushed = json.dumps({"ref": "refs/heads/main", "repository": playground}).encode()
+    answer = http.post("/api/webhook", content=pushed, headers=github(pushed, "right", "hp-1"))
+    assert answer.status_code == 401, answer.text
+    same = {"id": 99, "full_name": "org/playground"}
+    opened = json.dumps({"action": "opened", "number": 3, "repository": playground,
+                         "pull_request": {"number": 3, "title": "t", "html_url": "https://x/pr",
+                                          "base": {"ref": "main", "repo": same},
+                                          "head": {"ref": "feature", "sha": "c" * 40, "repo": same},
+                                          "updated_at": "2026-03-01T10:00:00Z"}}).encode()
+    answer = http.post("/api/webhook", content=opened, headers=github(opened, "right", "hp-2", event="pull_request"))
+    assert answer.status_code == 401, answer.text
+    assert not api.list_objects(ann.API_VERSION, "terraformpullrequests")
+    assert set(marks(api).values()) == {None}
