@@ -107,12 +107,12 @@ class Webhooks:
         if wait is not None:
             return JSONResponse({"error": "too many deliveries refused from this address: try again later"},
                                 status_code=429, headers={"Retry-After": str(max(1, math.ceil(wait)))})
-        answer, acted = await self._handle(request)
+        answer, acted = await self._handle(request, source)
         if not acted:
             self.limiter.charge(source)
         return answer
 
-    async def _handle(self, request: Request) -> Outcome:
+    async def _handle(self, request: Request, source: str) -> Outcome:
         try:
             body = await _read_body(request, self.settings.max_webhook_bytes)
         except BodyTooLarge:
@@ -137,6 +137,7 @@ class Webhooks:
                         f"missing or wrong signature for {', '.join(c.name for c in candidates)}" if candidates
                         else f"no TerraformRepository has the URL {delivery.repository_urls()[:3]!r}")
             return _refused(401, error=UNVERIFIED)
+        self.limiter.vouch(source)  # a provider's address: deliveries relayed through it never throttle it
         return await self._act(delivery, verified, body_digest(body))
 
     async def _act(self, delivery: Delivery, repositories: list[dict[str, Any]], digest: str) -> Outcome:

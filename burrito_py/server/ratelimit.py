@@ -39,14 +39,35 @@ class _Bucket:
     at: float
 
 
+VOUCHED_SECONDS = 3600.0  # how long a verified delivery exempts its source from the throttle
+
+
 class SourceLimiter:
     """Buckets of `burst` tokens refilled at `per_minute`; at most `max_sources` remembered (the least recently
-    seen go first: a forgotten source starts full, which only ever favours it). `per_minute` 0: no limit."""
+    seen go first: a forgotten source starts full, which only ever favours it). `per_minute` 0: no limit.
+
+    A source that delivered a verified delivery within `vouched_seconds` (`vouch`) is never throttled: it is a
+    provider's address, and anyone can have a provider send refused deliveries from it (a webhook of their own
+    repository pointing here, pinged in a loop; a self-hosted GitLab or Gitea sends every project's hooks from one
+    address), which would otherwise hold back every tenant's genuine deliveries from that address."""
 
     def __init__(self, per_minute: float, burst: int, max_sources: int = 100_000,
-                 now: Callable[[], float] = time.monotonic) -> None:
+                 now: Callable[[], float] = time.monotonic, vouched_seconds: float = VOUCHED_SECONDS) -> None:
         self.rate, self.burst, self.max_sources, self.now = per_minute / 60.0, max(1, burst), max_sources, now
+        self.vouched_seconds = vouched_seconds
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self._vouched: OrderedDict[str, float] = OrderedDict()  # source → when it last delivered a verified one
+
+    def vouch(self, source: str) -> None:
+        """`source` delivered a verified delivery now."""
+        self._vouched[source] = self.now()
+        self._vouched.move_to_end(source)
+        while len(self._vouched) > self.max_sources:
+            self._vouched.popitem(last=False)
+
+    def _is_vouched(self, source: str) -> bool:
+        at = self._vouched.get(source)
+        return at is not None and self.now() - at <= self.vouched_seconds
 
     def _bucket(self, source: str) -> _Bucket:
         now = self.now()
@@ -63,13 +84,13 @@ class SourceLimiter:
 
     def retry_after(self, source: str) -> float | None:
         """None when the source may be heard; else the seconds until it may."""
-        if self.rate <= 0:
+        if self.rate <= 0 or self._is_vouched(source):
             return None
         bucket = self._bucket(source)
         return None if bucket.tokens >= 1.0 else (1.0 - bucket.tokens) / self.rate
 
     def charge(self, source: str) -> None:
         """One delivery of `source` was not acted on."""
-        if self.rate > 0:
+        if self.rate > 0 and not self._is_vouched(source):
             bucket = self._bucket(source)
             bucket.tokens = max(0.0, bucket.tokens - 1.0)

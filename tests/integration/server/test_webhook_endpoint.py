@@ -503,3 +503,35 @@ def test_attack_a_repository_naming_another_as_its_homepage_is_not_taken_for_it(
     assert answer.status_code == 401, answer.text
     assert not api.list_objects(ann.API_VERSION, "terraformpullrequests")
     assert set(marks(api).values()) == {None}
+
+
+def test_attack_deliveries_an_outsider_has_the_provider_send_never_throttle_the_provider(
+    world: tuple[ApiServer, httpx.Client],
+) -> None:
+    """Attack test: anyone can have the provider itself send deliveries to the server's public URL (a repository of
+    their own with a webhook pointing here, then its ping or redeliver API in a loop; on a self-hosted GitLab or
+    Gitea, one address sends every project's hooks). Those deliveries are refused (no repository here has that URL)
+    and were counted against the provider's own address: past the burst, every tenant's genuine deliveries from it
+    were answered 429, which GitHub never retries. Now an address that delivered a verified delivery recently is not
+    throttled; an address that never did still is."""
+    _api, _ = world  # its repositories and keys
+    settings = server_settings(webhook_failures_per_minute=0.5, webhook_failures_burst=3,
+                               forwarded_allow_ips=["127.0.0.1"])
+    provider = {"X-Forwarded-For": "140.82.115.1"}
+    genuine = push("https://github.com/org/infra.git")
+    theirs = json.dumps({"zen": "hi", "hook_id": 1, "repository": {
+        "clone_url": "https://github.com/mallory/elsewhere.git"}}).encode()
+    with running_server(settings) as url, httpx.Client(base_url=url, timeout=10) as http:
+        first = http.post("/api/webhook", content=genuine, headers={**github(genuine, "right", "g-1"), **provider})
+        assert first.status_code == 202, first.text
+        relayed = [http.post("/api/webhook", content=theirs, headers={**github(theirs, "mallorys", f"p-{i}", "ping"),
+                                                                        **provider}).status_code for i in range(10)]
+        assert set(relayed) == {401}, relayed
+        again = genuine.replace(b'"refs/heads/main"', b'"refs/heads/dev"')
+        later = http.post("/api/webhook", content=again, headers={**github(again, "right", "g-2"), **provider})
+        assert later.status_code == 202, later.text
+        # An address that never delivered a verified delivery is throttled as before.
+        stranger = {"X-Forwarded-For": "192.0.2.66"}
+        flood = [http.post("/api/webhook", content=theirs, headers={**github(theirs, "x", f"s-{i}", "ping"),
+                                                                      **stranger}).status_code for i in range(5)]
+        assert flood[:3] == [401] * 3 and set(flood[3:]) == {429}, flood

@@ -213,3 +213,15 @@ def test_refused_deliveries_are_limited_per_source_and_come_back_with_time() -> 
 ])
 def test_the_source_of_a_delivery(peer: str | None, source: str) -> None:
     assert source_of(peer) == source
+
+
+def test_a_source_that_delivered_a_verified_delivery_is_not_throttled_while_it_is_recent() -> None:
+    now = [0.0]
+    limiter = SourceLimiter(per_minute=60, burst=1, now=lambda: now[0], vouched_seconds=100)
+    limiter.vouch("provider")
+    for _ in range(10):
+        limiter.charge("provider")
+        assert limiter.retry_after("provider") is None
+    now[0] += 101  # long without a verified delivery: an address like any other again
+    limiter.charge("provider")
+    assert limiter.retry_after("provider") is not None
