@@ -25,6 +25,7 @@ log before anything is rendered.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import re
 from collections.abc import Sequence
@@ -43,6 +44,7 @@ __all__ = [
     "MIN_LIMIT",
     "LayerResult",
     "PullRequestResults",
+    "comment_key",
     "marker",
     "render",
 ]
@@ -100,11 +102,20 @@ class PullRequestResults:
     # comment and the aggregate status say this, and list no layer (pullrequests/forks.py).
     notice: str | None = None
     notice_short: str = ""  # the same for the commit status (140 characters)
+    key: str = ""  # the marker's key (`comment_key`): what only we write on our comment's first line
 
 
-def marker(repository: str, number: int) -> str:
-    """The hidden first line that finds our comment again among the pull request's comments."""
-    return f"<!-- burrito-py:pull-request {repository}#{number} -->"
+def marker(repository: str, number: int, key: str = "") -> str:
+    """The hidden first line that finds our comment again among the pull request's comments. `key`
+    (`comment_key`) is what no one else can write: the pull request's number and repository are public, and a
+    comment anyone wrote with them first would be taken for ours and edited (then edited back by its author)."""
+    return f"<!-- burrito-py:pull-request {repository}#{number} -->" + (f"<!-- {key} -->" if key else "")
+
+
+def comment_key(uid: str) -> str:
+    """The marker's key for a TerraformPullRequest: a digest of its uid, which the API gives to those who may read
+    it, never to the pull request's commenters (a recreated object writes a comment of its own)."""
+    return "key " + hashlib.sha256(f"burrito-py:pull-request-comment:{uid}".encode()).hexdigest()[:32]
 
 
 def _fence(text: str, info: str = "") -> str:
@@ -251,7 +262,7 @@ def render(results: PullRequestResults, limit: int = github.COMMENT_LIMIT) -> st
         raise ValueError(f"limit: {limit} is below {MIN_LIMIT} characters, too small for a plan comment")
     # Secret-fed values never reach the provider (issue 24, P2/P3): each layer's texts masked before anything.
     results = replace(results, layers=tuple(layer.masked() for layer in results.layers))
-    essential = [marker(results.repository, results.number), _status_line(results), *_warnings(results),
+    essential = [marker(results.repository, results.number, results.key), _status_line(results), *_warnings(results),
                  *_table(results)]
     body = "\n\n".join(essential)
     if len(body) > limit:  # a very long table: keep the marker, status and warnings, shorten the table

@@ -65,7 +65,7 @@ from burrito_py.pullrequests.commands import (
     pending_commands,
     reply_body,
 )
-from burrito_py.pullrequests.comment import LOG_LINES, marker, render
+from burrito_py.pullrequests.comment import LOG_LINES, comment_key, marker, render
 from burrito_py.pullrequests.credentials import (
     CredentialsError,
     TokenSource,
@@ -444,12 +444,14 @@ async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Ma
                    decision: PullRequestDecision, status: Body) -> Cond:
     """Render and publish (comment, commit statuses); records what was published into `status`."""
     assert decision.results is not None
+    # The marker's key: only a comment we wrote is ever taken for ours (an outsider can write the marker's rest).
+    results = dataclasses.replace(decision.results, key=comment_key(str(pull_request["metadata"].get("uid") or "")))
     spec = pull_request.get("spec") or {}
     provider = str(spec["provider"])
     settings = _settings(repository)
     limit = int(settings.get("commentLimit") or provider_named(provider).comment_limit)
-    body = render(decision.results, limit)
-    statuses = commit_statuses(decision.results)
+    body = render(results, limit)
+    statuses = commit_statuses(results)
     head = str(spec["headSha"])
     sent = {s["context"]: CommitStatus(s["context"], s["state"], s.get("description", ""))
             for s in status.get("statuses") or ()}
@@ -462,7 +464,7 @@ async def _publish(ctx: Context, pull_request: Mapping[str, Any], repository: Ma
         return client
     try:
         done = await asyncio.to_thread(
-            publish, client, marker(decision.results.repository, decision.results.number), body,
+            publish, client, marker(results.repository, results.number, results.key), body,
             comment.get("id"), comment.get("digest"), head, statuses, sent)
     except (OutboundRefused, ProviderError) as exc:
         return _refusal(exc, settings)

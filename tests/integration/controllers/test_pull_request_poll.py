@@ -180,3 +180,29 @@ def test_a_host_that_rate_limits_the_poll_is_a_condition_on_the_repository(tmp_p
             wait_for(lambda: len(world.fake.calls) > calls, 22, interval=0.5)
         assert len(world.fake.calls) == calls
         assert TOKEN not in limited["message"]
+
+
+def test_attack_an_outsiders_comment_with_the_marker_is_never_taken_for_the_plan_comment(tmp_path: Path) -> None:
+    """Attack test: the sticky comment is found again by the hidden marker on its first line, which anyone can
+    read in the bot's comments (`<!-- burrito-py:pull-request <namespace>/<repository>#<n> -->`). An outsider who
+    commented that line on a new pull request before the bot's first comment had theirs taken for the bot's: the
+    bot edited the plan into the outsider's comment (a token that may write edits anyone's), which the outsider
+    could then edit at will (a plan without its destroys), or, refused, never published the plan at all. Now the
+    marker ends with a digest of the TerraformPullRequest's uid, which no outsider knows: their comment is left
+    alone and the bot writes its own."""
+    with running_world(tmp_path, "github") as world:
+        head = world.push(7, {"app/main.tf": "# one\n"})
+        planted = f"<!-- burrito-py:pull-request {NS}/infra#7 -->\n\n**burrito-py** at `{head[:12]}`: no changes."
+        world.fake.comments[1] = planted
+        world.fake.next_id = max(world.fake.next_id, 1)
+        world.fake.open_pull(7, head)
+
+        def published() -> dict[str, Any] | None:
+            found = world.pull_request(7)
+            comment = ((found or {}).get("status") or {}).get("comment") or {}
+            return found if comment.get("id") else None
+
+        wait_for(published, 60, interval=0.2, what="the pull request's comment published")
+        assert world.fake.comments[1] == planted, "the outsider's comment was edited as the bot's"
+        ours = [body for cid, body in world.fake.comments.items() if cid != 1]
+        assert len(ours) == 1 and ours[0].startswith(f"<!-- burrito-py:pull-request {NS}/infra#7 -->")
