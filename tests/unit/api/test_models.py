@@ -60,7 +60,7 @@ def opt(strategy: st.SearchStrategy[T]) -> st.SearchStrategy[T | None]:
     return st.none() | strategy
 
 
-names = st.from_regex(r"[a-z][a-z0-9-]{0,15}", fullmatch=True)
+names = st.from_regex(r"[a-z]([a-z0-9-]{0,14}[a-z0-9])?", fullmatch=True)  # DNS labels, as object names are
 words = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
 times = opt(st.sampled_from(["2026-11-22T08:44:00Z", "2027-01-01T00:00:00Z"]))
 components = st.from_regex(r"[A-Za-z0-9_.-]{1,8}", fullmatch=True).filter(lambda c: c != "..")
