@@ -68,6 +68,10 @@ def binary_path(build: bool = True) -> Path:
     return Path(result.stdout.strip().splitlines()[-1])
 
 
+PORT_ATTEMPTS = 5
+PORT_IN_USE = ") is in use"  # the binary's line for a port it could not listen on: `port ADDR (WHO) is in use`
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -291,12 +295,25 @@ class ControlPlane:
         refuse_if_in_use(self.data_dir)
 
     def start(self) -> Self:
+        """Start and wait until ready. Ports left at 0 are picked free here; a port picked so can be taken by
+        another process before the binary listens on it (any client's outgoing connection on a busy machine),
+        so a start refused for a port in use is tried again on fresh ports, up to PORT_ATTEMPTS times."""
+        c = self.config
+        picked = [name for name in ("api_port", "etcd_port", "etcd_peer_port") if not getattr(c, name)]
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            for name in picked:
+                setattr(c, name, free_port(self.host if name == "api_port" else "127.0.0.1"))
+            try:
+                return self._start_once()
+            except ControlPlaneError as exc:
+                if not (picked and attempt < PORT_ATTEMPTS and PORT_IN_USE in str(exc)):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> Self:
         c = self.config
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._refuse_if_in_use()
-        c.api_port = c.api_port or free_port(self.host)
-        c.etcd_port = c.etcd_port or free_port()
-        c.etcd_peer_port = c.etcd_peer_port or free_port()
         self._write_pki()
         files = self._flag_files()
         argv = [str(self.binary), f"--data-dir={self.data_dir}",

@@ -232,6 +232,33 @@ def test_a_port_in_use_is_one_clear_line(controlplane: ControlPlane, tmp_path: P
 
 
 @pytest.mark.slow
+def test_a_picked_port_taken_before_the_binary_listens_is_picked_again(
+        controlplane: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a busy machine a port found free can be taken (by any outgoing connection) before the binary listens
+    # on it: CI once lost a whole worker's control plane to its etcd client port. The first pick here is a port
+    # already taken; the start must pick again rather than fail.
+    import burrito_local.controlplane as module
+    real_free_port, handed = module.free_port, []
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        def first_one_taken(host: str = "127.0.0.1") -> int:
+            handed.append(port if not handed else real_free_port(host))
+            return handed[-1]
+
+        monkeypatch.setattr(module, "free_port", first_one_taken)
+        plane = ControlPlane(controlplane.binary, ControlPlaneConfig(tmp_path / "cp", unsafe_no_fsync=True)).start()
+        try:
+            assert plane.config.api_port != port and handed[0] == port and len(handed) == 6
+            assert f"controlplane: port 127.0.0.1:{port} (kube-apiserver) is in use" in plane.log_path.read_text()
+            assert kubectl(plane, "get", "--raw", "/readyz").stdout.strip() == "ok"
+        finally:
+            plane.stop()
+
+
+@pytest.mark.slow
 def test_a_killed_control_plane_is_reported_and_its_data_directory_recovered(
         controlplane: ControlPlane, tmp_path: Path) -> None:
     config = ControlPlaneConfig(tmp_path / "cp", unsafe_no_fsync=True)
