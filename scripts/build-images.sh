@@ -15,7 +15,7 @@
 # §18), the host's network (pip reaches PyPI, apt Debian's mirror), and layer caching: nothing changed costs a few
 # seconds an image. The runner image gets its tools from build/image-tools/ (TOOLS_FROM=local) instead of GitHub:
 # the terraform on PATH, and, with LOCAL_TOOLS_ROOT=<a tenv root> (e.g. the tenv/ of scripts/build-engines.sh's
-# output), every tool in it. IMAGE: burrito-py, burrito-py-runner, burrito-py-datastore (all three by default).
+# output), every tool in it and the tenv built beside it. IMAGE: burrito-py, burrito-py-runner, burrito-py-datastore (all three by default).
 #
 # Tags: <REGISTRY>/burrito-py:<version>, <REGISTRY>/burrito-py-runner:<version> and
 # <REGISTRY>/burrito-py-datastore:<version>, <version> from pyproject.toml.
@@ -32,7 +32,8 @@ if [ "${1:-}" = "--local" ]; then
   shift
   say() { echo "build-images: $*" >&2; }
   fail() { say "$*"; exit 1; }
-  # The runner's tools in tenv's layout: build/image-tools/tools/<Folder>/<version>/<binary>, bin/ empty (no tenv).
+  # The runner's tools in tenv's layout: build/image-tools/tools/<Folder>/<version>/<binary>, and in bin/ the tenv
+  # built beside that root (scripts/build-engines.sh's bin/tenv), if any.
   staged=build/image-tools
   rm -rf "$staged"
   mkdir -p "$staged/bin" "$staged/tools"
@@ -40,6 +41,7 @@ if [ "${1:-}" = "--local" ]; then
     [ -d "$LOCAL_TOOLS_ROOT" ] || fail "LOCAL_TOOLS_ROOT=$LOCAL_TOOLS_ROOT is not a directory"
     cp -a "$LOCAL_TOOLS_ROOT/." "$staged/tools/"
     find "$staged/tools" -name last-use.txt -delete
+    if [ -x "$LOCAL_TOOLS_ROOT/../bin/tenv" ]; then cp "$LOCAL_TOOLS_ROOT/../bin/tenv" "$staged/bin/tenv"; fi
   fi
   terraform=$(command -v terraform) || fail "no terraform on PATH for the runner image (or set LOCAL_TOOLS_ROOT)"
   tf_version=$(CHECKPOINT_DISABLE=1 "$terraform" version -json \

@@ -66,7 +66,16 @@ def expected_output(tool: str, version: str) -> str:
     return version if tool in ("tofu", "terraform") else f"{tool} version v{version}"
 
 
-@pytest.mark.parametrize("wrapper", WRAPPERS)
+def test_tenv_is_built_beside_the_root_and_reports_its_version(built: Path) -> None:
+    [wrapper] = [w for w in WRAPPERS if w.startswith("tenv-")]
+    version = wrapper.split("-", 1)[1]
+    binary = built / "bin" / "tenv"
+    assert os.access(binary, os.X_OK)
+    assert reported_version("tenv", binary) == expected_output("tenv", version)
+    assert not (built / "tenv" / "tenv").exists()  # tenv is not an engine of the root
+
+
+@pytest.mark.parametrize("wrapper", [w for w in WRAPPERS if not w.startswith("tenv-")])
 def test_each_wrapper_is_installed_in_the_tenv_root(built: Path, wrapper: str) -> None:
     tool, version = wrapper.split("-", 1)
     version_dir = built / "tenv" / FOLDERS[tool] / version
