@@ -463,7 +463,8 @@ def basic_password(header: str | None) -> str | None:
 async def _state_caller(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Principal:
-    """As `_caller`, and Terraform's basic auth (the password being the token), for the state backend's routes."""
+    """As `_caller`, and basic auth (the password being the token): the state backend's routes (Terraform's http
+    backend) and the tool mirror's tenv layout (tenv), whose clients send no other credentials."""
     if credentials is None and (password := basic_password(request.headers.get("authorization"))) is not None:
         return await _caller(request, HTTPAuthorizationCredentials(scheme="Bearer", credentials=password))
     return await _caller(request, credentials)
@@ -924,4 +925,4 @@ def _mount_caches(app: FastAPI, storage: Storage, settings: DatastoreSettings) -
 
     key = settings.provider_cache_url_key.get_secret_value().encode() if settings.provider_cache_url_key else None
     signer = ArchiveSigner(UrlKeys(key, settings.tls_key_file), settings.provider_cache_url_ttl_seconds)
-    app.include_router(mirror_router(providers, tools, _caller, signer))
+    app.include_router(mirror_router(providers, tools, _caller, signer, basic_caller=_state_caller))

@@ -11,7 +11,9 @@ admin's token (SHA-256 and, once known, `h1` in headers): the runner prefetches 
 over the plain listener, with no signed URL.
 
 Tools under `/tools/v1/`: `<tool>/versions` and `<tool>/<version>/<os>/<arch>` (the zip, or Terragrunt's bare
-binary; its SHA-256 in `X-Burrito-Sha256`), with a token.
+binary; its SHA-256 in `X-Burrito-Sha256`), with a token. The same archives under `/tools/tenv/` in the layout
+tenv downloads from in its "direct" install mode (a release listing per tool, the archives and a SHA256SUMS per
+release, `tools.tenv_request`), with the token also as a basic-auth password, the only credentials tenv sends.
 """
 
 from __future__ import annotations
@@ -20,13 +22,19 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 
 from burrito_py.datastore.auth import AuthError, Principal
 from burrito_py.datastore.providercache.cache import SERVED_CHUNK, NotFound, ProviderAddress, ProviderCache, Refused
 from burrito_py.datastore.providercache.metrics import ARCHIVE_ROUTES
 from burrito_py.datastore.providercache.signing import ArchiveSigner, UrlKeys
-from burrito_py.datastore.providercache.tools import ToolCache, media_type
+from burrito_py.datastore.providercache.tools import (
+    ToolCache,
+    media_type,
+    sums_name,
+    tenv_listing,
+    tenv_request,
+)
 
 __all__ = ["mirror_router"]
 
@@ -42,11 +50,14 @@ NO_ARCHIVE = "no such archive"  # every refusal of the archive route: nothing te
 
 
 def mirror_router(providers: ProviderCache | None, tools: ToolCache | None,
-                  caller: Callable[..., Any], signer: ArchiveSigner | None = None) -> APIRouter:
+                  caller: Callable[..., Any], signer: ArchiveSigner | None = None,
+                  basic_caller: Callable[..., Any] | None = None) -> APIRouter:
+    """`basic_caller` is `caller` that also takes the token as a basic-auth password (tenv's routes)."""
     router = APIRouter()
     urls = signer or ArchiveSigner(UrlKeys(), 3600.0)
     # A default, not an Annotated alias: with postponed annotations FastAPI resolves names in module globals only.
     caller_dependency = Depends(caller)
+    basic_dependency = Depends(basic_caller or caller)
 
     def member(who: Principal) -> None:
         # Runners (their pod-bound token) and admins: a token from anyone else gets nothing read through.
@@ -144,6 +155,26 @@ def mirror_router(providers: ProviderCache | None, tools: ToolCache | None,
 
             async def call() -> Response:
                 sha, stream = await binaries.archive(tool, version, f"{os}_{arch}")
+                return StreamingResponse(stream, media_type=media_type(tool), headers={SHA_HEADER: sha})
+            return await answer(call)
+
+        @router.get("/tools/tenv/{path:path}")
+        async def tenv_layout(path: str, who: Principal = basic_dependency) -> Response:
+            member(who)
+            wanted = tenv_request(path)
+            if wanted is None:
+                return _error(404, "not a path of the tenv layout")
+            tool, version, file = wanted
+
+            async def call() -> Response:
+                if version is None or file is None:
+                    return HTMLResponse(tenv_listing(tool, await binaries.versions(tool)))
+                if file == sums_name(tool, version):
+                    return PlainTextResponse(await binaries.stored_sums(tool, version))
+                platform = binaries.platform_of(tool, version, file)
+                if platform is None:
+                    return _error(404, f"no {file} in {tool} {version}")
+                sha, stream = await binaries.archive(tool, version, platform)
                 return StreamingResponse(stream, media_type=media_type(tool), headers={SHA_HEADER: sha})
             return await answer(call)
 

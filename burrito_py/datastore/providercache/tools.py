@@ -27,6 +27,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from burrito_py.datastore.providercache.cache import (
     LAST_USED_EVERY,
@@ -45,12 +46,62 @@ from burrito_py.datastore.providercache.upstream import MAX_DOCUMENT, Upstream, 
 from burrito_py.datastore.storage import Storage
 from burrito_py.plans.versions import InvalidVersionConstraint, Version
 
-__all__ = ["TOOLS", "ToolCache", "media_type"]
+__all__ = ["TOOLS", "TenvRequest", "ToolCache", "media_type", "tenv_listing", "tenv_request"]
 
 log = logging.getLogger(__name__)
 TOOLS = ("terraform", "opentofu", "terragrunt")
 PLATFORM = re.compile(r"^linux_(amd64|arm64)$")  # what runner pods run (runner/tools.py mirror_arch)
+RUNNER_PLATFORMS = ("linux_amd64", "linux_arm64")
 STRICT_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$")
+
+
+# Where tenv looks in its "direct" install mode under a remote URL (read in tenv v4's retrievers), per tool: the
+# release listing (its "html" list mode reads the version out of each link) holds one folder per version.
+TENV_RELEASES = {
+    "opentofu": ("opentofu", "opentofu", "releases", "download"),
+    "terraform": ("terraform",),
+    "terragrunt": ("gruntwork-io", "terragrunt", "releases", "download"),
+}
+
+
+class TenvRequest(NamedTuple):
+    """A path under the tenv layout: `file` None is the tool's release listing."""
+
+    tool: str
+    version: str | None = None
+    file: str | None = None
+
+
+def tenv_request(path: str) -> TenvRequest | None:
+    """What a path under the tenv layout asks for (pure); None for anything else. A version folder is
+    `v<version>` for OpenTofu and Terragrunt (GitHub's release tags), `<version>` for Terraform."""
+    parts = [part for part in path.split("/") if part]
+    for tool, prefix in TENV_RELEASES.items():
+        if tuple(parts[:len(prefix)]) != prefix:
+            continue
+        rest = parts[len(prefix):]
+        if not rest:
+            return TenvRequest(tool)
+        if len(rest) != 2:
+            return None
+        folder, file = rest
+        version = folder if tool == "terraform" else folder.removeprefix("v")
+        if (tool != "terraform" and not folder.startswith("v")) or not STRICT_VERSION.fullmatch(version):
+            return None
+        return TenvRequest(tool, version, file)
+    return None
+
+
+def tenv_listing(tool: str, versions: list[str]) -> str:
+    """The release listing tenv's html list mode reads: a link per version folder."""
+    tag = "" if tool == "terraform" else "v"
+    links = "\n".join(f'<a href="{tag}{v}/">{tag}{v}</a>' for v in versions)
+    return f"<!DOCTYPE html>\n<html><body>\n{links}\n</body></html>\n"
+
+
+def sums_name(tool: str, version: str) -> str:
+    """The SHA256SUMS file of a release, as its upstream names it."""
+    return "SHA256SUMS" if tool == "terragrunt" else f"{'tofu' if tool == 'opentofu' else tool}_{version}_SHA256SUMS"
 
 
 def media_type(tool: str) -> str:
@@ -153,6 +204,25 @@ class ToolCache:
         if stream is None:
             raise Refused(f"{tool} {version} {platform}: the archive vanished")
         return sha, _counted(stream)
+
+    def platform_of(self, tool: str, version: str, name: str) -> str | None:
+        """The platform whose release archive is called `name`, if any a runner can run."""
+        return next((platform for platform in RUNNER_PLATFORMS if self._urls(tool, version, platform)[0] == name),
+                    None)
+
+    async def stored_sums(self, tool: str, version: str) -> str:
+        """A SHA256SUMS (sha256sum's format) of the archives of `tool` `version` held now, each digest the one
+        checked against upstream's SHA256SUMS when it was stored: tenv fetches the archive first, then this."""
+        self._tool(tool)
+        lines = []
+        for platform in RUNNER_PLATFORMS:
+            name = self._urls(tool, version, platform)[0]
+            sha = await self._sha(f"tools/{tool}/{version}/{name}")
+            if sha is not None:
+                lines.append(f"{sha}  {name}\n")
+        if not lines:
+            raise NotFound(f"no {tool} {version} archive is held: fetch one first")
+        return "".join(lines)
 
     async def _sha(self, key: str) -> str | None:
         stream = await self.storage.open(f"{key}.sha256")
