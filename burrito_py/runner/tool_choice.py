@@ -21,9 +21,10 @@ against `required_version` at `init`.
 
 **Where the binary comes from**, first that satisfies the request: the versions baked into the image
 (`BURRITO_RUNNER_TOOLS_PATH`) and installed under `TENV_ROOT`, newest satisfying first; the binary on PATH
-(not with tenv: its `terraform` on PATH is its proxy, which would download); then an install, from the
-datastore's tool mirror when one is configured (terraform, OpenTofu, Terragrunt), else with tenv. When nothing
-can provide it the run fails naming the version, where the request came from and every place looked at.
+(not with tenv: its `terraform` on PATH is its proxy, which would download); then an install: with tenv when it
+is on PATH (from the datastore's tool mirror when one is configured), else by the runner from the tool mirror
+(terraform, OpenTofu, Terragrunt). When nothing can provide it the run fails naming the version, where the
+request came from and every place looked at.
 """
 
 from __future__ import annotations
@@ -166,10 +167,10 @@ def choose_binary(
         return BinaryChoice(use=by_version[best])
     if on_path is not None and _satisfies(constraint, on_path.version):
         return BinaryChoice(use=on_path)
-    if mirror_url:
-        return BinaryChoice(installer="mirror")
     if tenv:
         return BinaryChoice(installer="tenv")
+    if mirror_url:
+        return BinaryChoice(installer="mirror")
     places = list(looked_at)
     if on_path is not None:
         places = [p if p != "PATH" else f"PATH ({on_path.binary} is {on_path.version})" for p in places]

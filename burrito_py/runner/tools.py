@@ -9,12 +9,13 @@ to the repository root. No version anywhere means "any release".
 The binary: a version baked into the image (`BURRITO_RUNNER_TOOLS_PATH`) or installed under TENV_ROOT, in
 tenv's layout `<root>/{Terraform,OpenTofu,Terragrunt}/<version>/{terraform,tofu,terragrunt}` (TENV_ROOT
 defaulting to `~/.tenv`; tenv also honours `TOFUENV_ROOT`, `TFENV_ROOT`), run directly; else the binary on PATH
-(not with tenv: its `terraform` is a downloading proxy) when its `version -json` satisfies; else an install:
-from the datastore's tool mirror (`BURRITO_TOOL_MIRROR_URL`, a `ToolMirror`; terraform, OpenTofu, Terragrunt) —
-`GET <mirror><tool>/versions`, the newest satisfying, `GET <mirror><tool>/<version>/linux/<arch>` (bearer token,
-the mirror's CA) checked against `X-Burrito-Sha256`, unpacked (Terragrunt's bare binary: as it is) into tenv's
-layout under TENV_ROOT through a staging directory renamed into place — or with `tenv tf|tofu|tg install`. Never
-GitHub from the mirror path.
+(not with tenv: its `terraform` is a downloading proxy) when its `version -json` satisfies; else an install.
+With tenv on PATH, `tenv tf|tofu|tg install <request>`: from the datastore's tool mirror when one is configured
+(`BURRITO_TOOL_MIRROR_URL`, a `ToolMirror`; tenv pointed at its tenv layout, `tenv_mirror_env`), else from tenv's
+own remotes. Without tenv, from the tool mirror by the runner itself — `GET <mirror><tool>/versions`, the newest
+satisfying, `GET <mirror><tool>/<version>/linux/<arch>` (bearer token, the mirror's CA) checked against
+`X-Burrito-Sha256`, unpacked (Terragrunt's bare binary: as it is) into tenv's layout under TENV_ROOT through a
+staging directory renamed into place. Never GitHub from the mirror paths.
 
 Terragrunt (`spec.terragrunt.enabled`): the same, from `spec.terragrunt.version` or `.terragrunt-version`
 (`terragrunt --version` prints `terragrunt version v0.67.0`). The steps then run `terragrunt <command>` with
@@ -33,6 +34,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar
+from urllib.parse import urljoin
 
 from burrito_py.kube.pod_paths import pod_path_setting
 from burrito_py.plans.versions import Constraint, InvalidVersionConstraint, parse_constraint, pick_latest
@@ -63,6 +65,7 @@ __all__ = [
     "preinstalled_roots",
     "resolve_tool",
     "tenv_install_args",
+    "tenv_mirror_env",
     "tenv_root",
 ]
 
@@ -71,6 +74,9 @@ BINARY = {"terraform": "terraform", "opentofu": "tofu", "terragrunt": "terragrun
 TENV_SUBCOMMAND = {"terraform": "tf", "opentofu": "tofu", "terragrunt": "tg"}
 TENV_FOLDER = {"terraform": "Terraform", "opentofu": "OpenTofu", "terragrunt": "Terragrunt"}
 TENV_LATEST = "latest-stable"
+# tenv's settings per engine (its `config/envname`): the remote and how to read it, and its basic-auth credentials.
+TENV_PREFIX = {"terraform": "TFENV_", "opentofu": "TOFUENV_", "terragrunt": "TG_"}
+TENV_MIRROR_USER = "burrito-py-runner"  # any name: the datastore reads the token from the password
 _REQUIRED_VERSION = re.compile(r"\brequired_version\b")
 _TERRAGRUNT_VERSION = re.compile(r"\bv?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?)")
 R = TypeVar("R")
@@ -172,9 +178,27 @@ def tenv_root(environ: Mapping[str, str] | None = None) -> Path:
     return pod_path_setting(Path(root)) or Path(root) if root else Path.home() / ".tenv"
 
 
-def tenv_install_args(kind: ToolKind, version: str | None) -> list[str]:
-    """`tenv tf install 1.11.4`, `tenv tofu install "~> 1.8"`, `tenv tg install latest-stable`."""
-    return ["tenv", TENV_SUBCOMMAND[kind], "install", version or TENV_LATEST]
+def tenv_install_args(kind: ToolKind, version: str | None, mirror: bool = False) -> list[str]:
+    """`tenv tf install 1.11.4`, `tenv tofu install "~> 1.8"`, `tenv tg install latest-stable`. From the tool
+    mirror, terraform and OpenTofu skip the signature check (`-s`): the datastore checked each archive against its
+    release's SHA256SUMS when it stored it and serves that digest, which tenv checks; it serves no signatures."""
+    skip = ["--skip-signature"] if mirror and kind != "terragrunt" else []
+    return ["tenv", TENV_SUBCOMMAND[kind], "install", version or TENV_LATEST, *skip]
+
+
+def tenv_mirror_env(mirror: ToolMirror, kind: ToolKind) -> dict[str, str]:
+    """What points `tenv <kind> install` at the tool mirror (pure): its tenv layout (`/tools/tenv/` beside
+    `/tools/v1/`) in tenv's direct install mode and html list mode, the runner's token as the basic-auth password
+    (the only credentials tenv sends), the mirror's CA as Go's `SSL_CERT_FILE`, and no remote configuration file
+    (a `remote.yaml` in TENV_ROOT could otherwise rewrite the download URLs)."""
+    prefix, remote = TENV_PREFIX[kind], urljoin(mirror.url, "../tenv/")
+    env = {f"{prefix}REMOTE": remote, f"{prefix}LIST_URL": remote, f"{prefix}INSTALL_MODE": "direct",
+           f"{prefix}LIST_MODE": "html", "TENV_REMOTE_CONF": os.devnull}
+    if mirror.token:
+        env |= {f"{prefix}REMOTE_USER": TENV_MIRROR_USER, f"{prefix}REMOTE_PASSWORD": mirror.token}
+    if mirror.ca_bundle is not None:
+        env["SSL_CERT_FILE"] = str(mirror.ca_bundle)
+    return env
 
 
 def preinstalled_roots(environ: Mapping[str, str] | None = None) -> list[Path]:
@@ -224,11 +248,34 @@ def _tenv_installed(kind: ToolKind, constraint: Constraint) -> Path | None:
     return _checked(chosen) if chosen is not None else None
 
 
-def _tenv(tenv: str, kind: ToolKind, text: str | None, constraint: Constraint) -> Path:
+def _mirror_refusal(mirror: ToolMirror, kind: ToolKind, constraint: Constraint) -> str:
+    """After tenv failed to install from the mirror: the mirror's own reason for refusing the archive tenv
+    asked for (tenv reports only what it made of the answer, e.g. a missing checksum), else ""."""
+    try:
+        with _mirror_client(mirror) as client:
+            version = pick_latest(constraint, _mirror_versions(client, mirror, kind))
+            if version is None:
+                return ""
+            with client.stream("GET", f"{mirror.url}{kind}/{version}/linux/{mirror_arch()}") as response:
+                if not response.is_error:
+                    return ""
+                response.read()
+                return _error_detail(response) or f"{response.status_code} {response.reason_phrase}"
+    except (ToolError, OSError) as exc:
+        return str(exc)
+    except Exception as exc:  # httpx's errors: a diagnosis only, never the failure itself
+        return type(exc).__name__
+
+
+def _tenv(tenv: str, kind: ToolKind, text: str | None, constraint: Constraint,
+          mirror: ToolMirror | None = None) -> Path:
     installed = _tenv_installed(kind, constraint)
     if installed is not None:
         return installed
-    args = [tenv, *tenv_install_args(kind, text)[1:]]
+    args = [tenv, *tenv_install_args(kind, text, mirror is not None)[1:]]
+    # TENV_ROOT as the runner reads it (under the local pod root where pods are local processes, §22), so tenv
+    # installs where the runner then looks.
+    env = {**os.environ, "TENV_ROOT": str(tenv_root()), **(tenv_mirror_env(mirror, kind) if mirror else {})}
     stop = stopping()
     if stop.requested:
         raise ToolError(f"not installing {BINARY[kind]} {text or TENV_LATEST}: {stop.signal_name} received")
@@ -237,7 +284,7 @@ def _tenv(tenv: str, kind: ToolKind, text: str | None, constraint: Constraint) -
         # Its own process group, like the steps: a termination signal reaches it once, from the runner.
         process = stop.start(f"tenv {TENV_SUBCOMMAND[kind]} install", lambda: subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            process_group=0,
+            process_group=0, env=env,
         ))
     except OSError as exc:
         raise ToolError(f"tenv could not install {BINARY[kind]} {text or TENV_LATEST}: {exc}") from None
@@ -252,6 +299,8 @@ def _tenv(tenv: str, kind: ToolKind, text: str | None, constraint: Constraint) -
     if process.returncode != 0:
         output = (stderr.strip() or stdout.strip()).splitlines()
         detail = output[-1] if output else f"exit code {process.returncode}"
+        if mirror is not None and (said := _mirror_refusal(mirror, kind, constraint)):
+            detail += f"; the tool mirror {mirror.url} says: {said}"
         raise ToolError(f"tenv could not install {BINARY[kind]} {text or TENV_LATEST}: {detail}")
     installed = _tenv_installed(kind, constraint)
     if installed is None:
@@ -526,15 +575,15 @@ def _resolve_one(kind: ToolKind, request: VersionRequest, mirror: ToolMirror | N
         raise ToolError(choice.error)
     if choice.use is not None:
         return str(_checked(choice.use)) if choice.use.source != "PATH" else choice.use.binary, choice.use.version
-    if choice.installer == "mirror" and mirror is not None:
-        try:
-            binary, version = install_from_mirror(mirror, kind, request.text, constraint)
-        except NotOnMirror as exc:
-            raise ToolError(f"{exc}; wanted {request.describe()}; also looked in {'; '.join(looked_at)}") from None
-        return str(binary), version
-    assert tenv is not None
-    installed_path = _tenv(tenv, kind, request.text, constraint)
-    return str(installed_path), installed_path.parent.name
+    if choice.installer == "tenv" and tenv is not None:
+        installed_path = _tenv(tenv, kind, request.text, constraint, mirror)
+        return str(installed_path), installed_path.parent.name
+    assert choice.installer == "mirror" and mirror is not None
+    try:
+        binary, version = install_from_mirror(mirror, kind, request.text, constraint)
+    except NotOnMirror as exc:
+        raise ToolError(f"{exc}; wanted {request.describe()}; also looked in {'; '.join(looked_at)}") from None
+    return str(binary), version
 
 
 def _version_files(directory: Path) -> dict[str, str]:

@@ -8,6 +8,7 @@ tampered release archive fails the run saying its checksum did not match."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,29 @@ def test_the_runner_installs_tofu_and_terragrunt_through_the_datastores_tool_mir
     expected = next(e["mirror"]["sha256"] for e in sha["engines"] if e["tool"] == "tofu" and e["version"] == "1.12.6")
     assert f"installed opentofu 1.12.6 (sha256 {expected})" in logs
     # Two pods (plan, apply), one read from the release site: the second install came from the datastore.
+    assert sum(1 for r in site.requests if r.endswith(ARCHIVE)) == 1
+    assert json.loads(platform.state_file("app").read_text())["terraform_version"] == "1.12.6"
+
+
+def test_runners_with_tenv_install_through_it_from_the_datastores_tool_mirror(
+    tool_mirrored: tuple[Platform, Any]
+) -> None:
+    """The runner image's way (tenv on PATH, docs §9 step 3): tenv installs tofu from the datastore's tool mirror
+    (its tenv layout, the runner's token as its password), and the runner runs the binary tenv installed."""
+    platform, site = tool_mirrored
+    path = f"{engines_root() / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    platform.create_layer("app", "infra", "layers/app", auto_apply=True, remediation={"onError": {"maxRetries": 0}},
+                          overrideRunnerSpec={"env": [{"name": "PATH", "value": path}],
+                                              "extraInitArgs": [f"-backend-config=path={platform.state_file('app')}"]},
+                          **OPENTOFU.spec())
+    try:
+        platform.wait_state("app", "Idle", timeout=180)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nrunner logs:\n{pod_logs(platform, 'app')[-3000:]}") from None
+    logs = pod_logs(platform, "app")
+    assert f"$ {engines_root() / 'bin' / 'tenv'} tofu install 1.12.6 --skip-signature" in logs, logs
+    assert "installing opentofu" not in logs  # not the runner's own download
+    assert "with opentofu 1.12.6" in logs
     assert sum(1 for r in site.requests if r.endswith(ARCHIVE)) == 1
     assert json.loads(platform.state_file("app").read_text())["terraform_version"] == "1.12.6"
 

@@ -122,7 +122,8 @@ def test_installed_versions_come_before_path_and_path_before_installing() -> Non
     assert _choose(VersionRequest("1.12.6", "x"), [OLDER], ON_PATH, mirror="https://m/")[0] == ON_PATH
     assert _choose(VersionRequest("1.9.0", "x"), [OLDER], ON_PATH, mirror="https://m/")[1] == "mirror"
     assert _choose(VersionRequest("1.9.0", "x"), [OLDER], ON_PATH, tenv=True)[1] == "tenv"
-    assert _choose(VersionRequest("1.9.0", "x"), [], None, mirror="https://m/", tenv=True)[1] == "mirror"
+    # tenv installs whenever it is there: from the tool mirror when one is configured (tools.tenv_mirror_env)
+    assert _choose(VersionRequest("1.9.0", "x"), [], None, mirror="https://m/", tenv=True)[1] == "tenv"
 
 
 def test_terragrunt_comes_from_the_mirror_as_the_engines_do() -> None:

@@ -20,6 +20,7 @@ from burrito_py.runner.tools import (
     mirror_arch,
     resolve_tool,
     tenv_install_args,
+    tenv_mirror_env,
     tenv_root,
     tool_for,
 )
@@ -407,14 +408,32 @@ def test_mirror_comes_after_baked_and_installed_versions_and_a_matching_path_bin
     assert tool_for("terraform", "1.11.4", layer, _mirror(tool_mirror)).version == "1.11.4"
 
 
-def test_mirror_replaces_tenv_install_and_skips_tenvs_path_proxy(
+def test_with_a_mirror_tenv_installs_from_it_and_its_path_proxy_is_skipped(
     tenv: Tenv, layer: Path, tool_mirror: FakeMirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("TENV_ROOT", str(tenv.root))
     fake_terraform(tenv.bin_dir, "1.11.4")  # stands for tenv's `terraform` proxy, which would download itself
+    # The fake tenv records the remote it was pointed at: the tool mirror's tenv layout, never tenv's default.
+    executable(tenv.bin_dir / "tenv", FAKE_TENV.replace('printf \'%s|\' "$@"', 'printf \'%s|\' "$TFENV_REMOTE" "$@"'))
     tool = tool_for("terraform", "1.11.4", layer, _mirror(tool_mirror))
     assert tool.binary == str(tenv.root / "Terraform" / "1.11.4" / "terraform")
-    assert tenv.calls() == []  # never tenv: it installs from GitHub
+    remote = tool_mirror.tool_url.removesuffix("v1/") + "tenv/"
+    assert tenv.calls() == [[remote, "tf", "install", "1.11.4", "--skip-signature"]]
+
+
+def test_tenv_is_pointed_at_the_mirrors_tenv_layout_with_the_token_as_its_password(tmp_path: Path) -> None:
+    mirror = ToolMirror("https://datastore.burrito.svc:8443/tools/v1/", "the-token", tmp_path / "ca.crt")
+    assert tenv_mirror_env(mirror, "opentofu") == {
+        "TOFUENV_REMOTE": "https://datastore.burrito.svc:8443/tools/tenv/",
+        "TOFUENV_LIST_URL": "https://datastore.burrito.svc:8443/tools/tenv/",
+        "TOFUENV_INSTALL_MODE": "direct", "TOFUENV_LIST_MODE": "html", "TENV_REMOTE_CONF": os.devnull,
+        "TOFUENV_REMOTE_USER": "burrito-py-runner", "TOFUENV_REMOTE_PASSWORD": "the-token",
+        "SSL_CERT_FILE": str(tmp_path / "ca.crt"),
+    }
+    assert set(tenv_mirror_env(ToolMirror("http://m/tools/v1/"), "terragrunt")) == {
+        "TG_REMOTE", "TG_LIST_URL", "TG_INSTALL_MODE", "TG_LIST_MODE", "TENV_REMOTE_CONF"}
+    assert tenv_install_args("terragrunt", "1.1.3", mirror=True) == ["tenv", "tg", "install", "1.1.3"]
+    assert tenv_install_args("terraform", None, mirror=True) == ["tenv", "tf", "install", "latest-stable",
+                                                                  "--skip-signature"]
 
 
 def test_mirror_refuses_a_download_whose_sum_does_not_match(
