@@ -18,6 +18,12 @@ record and from the plan's own `variables`), and replaces every occurrence of th
 A value of fewer than `MIN_SUBSTRING` characters is replaced only where it is a whole JSON value or a quoted
 string in the text (`"on"`): replacing every "1" or "on" of a plan would make it unreadable for a value that
 keeps no secret (a few characters are guessed at once).
+
+Each value to hide costs a scan of every text a view masks, and the plan JSON, which names what the sensitive
+variables hold, is written by the runner, i.e. by tenant code. Past `MAX_HIDDEN_VALUES` values (or
+`MAX_HIDDEN_CHARS` characters of them) a view would cost minutes of the shared server's or controllers' CPU, so
+it hides everything instead (`SecretValues.overflow`): every string and number of a document is `MASK`, every
+text `OVERFLOW_TEXT`. Nothing leaks, nothing is slow; such a run's views are not readable.
 """
 
 from __future__ import annotations
@@ -28,9 +34,14 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from burrito_py.plans.attributes import AttributeChange
-from burrito_py.plans.model import MASK, PlanModel, parse_plan
+from burrito_py.plans.model import MASK, PlanFormatError, PlanModel, parse_plan
 
 MIN_SUBSTRING = 4
+# Far above what a layer's secrets make (a PEM key is some 30 forms), far below what would stall a view: each value
+# is a scan of up to 32 MiB of log, about 20 ms.
+MAX_HIDDEN_VALUES = 256
+MAX_HIDDEN_CHARS = 1024 * 1024
+OVERFLOW_TEXT = f"{MASK} (not shown: more than {MAX_HIDDEN_VALUES} secret or sensitive values to mask)"
 _MAX_PASSES = 4  # a replacement next to other text can form another value; a few passes settle it
 
 
@@ -41,12 +52,17 @@ class SecretValues:
     long: tuple[str, ...] = ()
     short: frozenset[str] = frozenset()
     names: frozenset[str] = frozenset()  # the variables they came from
+    # More values than a view masks in bounded time (MAX_HIDDEN_VALUES): `long` and `short` are then empty, and a
+    # view hides everything.
+    overflow: bool = False
 
     @property
     def empty(self) -> bool:
-        return not self.long and not self.short and not self.names
+        return not self.long and not self.short and not self.names and not self.overflow
 
     def merge(self, other: SecretValues) -> SecretValues:
+        if self.overflow or other.overflow:
+            return SecretValues(names=self.names | other.names, overflow=True)
         return secret_values([*self.long, *self.short, *other.long, *other.short], self.names | other.names)
 
 
@@ -73,6 +89,8 @@ def secret_values(values: Iterable[Any], names: Iterable[str] = ()) -> SecretVal
     escaped = {json.dumps(t)[1:-1] for t in texts} - texts  # as JSON strings and Terraform's text quote them
     lines = {line.strip() for t in texts if "\n" in t for line in t.splitlines()}  # heredocs show line by line
     candidates = texts | escaped | {line for line in lines if line}
+    if len(candidates) > MAX_HIDDEN_VALUES or sum(map(len, candidates)) > MAX_HIDDEN_CHARS:
+        return SecretValues(names=frozenset(names), overflow=True)
     long = sorted((t for t in candidates if len(t) >= MIN_SUBSTRING and t not in MASK), key=lambda t: (-len(t), t))
     short = frozenset(t for t in candidates if len(t) < MIN_SUBSTRING or t in MASK)
     return SecretValues(tuple(long), short, frozenset(names))
@@ -122,6 +140,8 @@ def values_to_hide(record: Mapping[str, Any] | None, plan: Mapping[str, Any] | N
 
 
 def scrub_text(text: str, hide: SecretValues) -> str:
+    if hide.overflow:
+        return OVERFLOW_TEXT if text else text
     for _ in range(_MAX_PASSES):
         before = text
         for value in hide.long:
@@ -137,7 +157,10 @@ def scrub_text(text: str, hide: SecretValues) -> str:
 
 
 def scrub(value: Any, hide: SecretValues) -> Any:
-    """A JSON-like value with every hidden value replaced: inside strings and keys, and whole numbers equal to one."""
+    """A JSON-like value with every hidden value replaced: inside strings and keys, and whole numbers equal to one.
+    With `overflow`, every string and number (keys too)."""
+    if hide.overflow and isinstance(value, str | int | float) and not isinstance(value, bool):
+        return MASK
     if isinstance(value, str):
         return MASK if value in hide.short else scrub_text(value, hide)
     if isinstance(value, bool) or value is None:
@@ -177,7 +200,10 @@ def masked_model(model: PlanModel, hide: SecretValues) -> PlanModel:
 
 
 def masked_document(plan: Mapping[str, Any], hide: SecretValues) -> dict[str, Any]:
-    """The masked JSON view of a `show -json` document (see the module's docstring). Raises PlanFormatError."""
+    """The masked JSON view of a `show -json` document (see the module's docstring). Raises PlanFormatError, and
+    with `overflow` at once (every string masked, not even its keys would be readable)."""
+    if hide.overflow:
+        raise PlanFormatError(f"(document): {OVERFLOW_TEXT}")
     model = parse_plan(plan)
     document = model.policy_input()
     sensitive = hide.names | _declared_sensitive(plan)

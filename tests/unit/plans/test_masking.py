@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from burrito_py.plans.masking import (
+    MAX_HIDDEN_VALUES,
     MIN_SUBSTRING,
+    SecretValues,
     inputs_secret_names,
     masked_document,
     masked_model,
@@ -19,7 +21,7 @@ from burrito_py.plans.masking import (
     secret_values,
     values_to_hide,
 )
-from burrito_py.plans.model import MASK, parse_plan
+from burrito_py.plans.model import MASK, PlanFormatError, parse_plan
 
 from .plan_fixtures import SECRET, fixture, fixture_names
 
@@ -152,3 +154,53 @@ def test_no_hidden_value_survives_in_text_or_json(secrets: list[str], around: li
             continue  # cannot be told from the mask once masked
         assert secret not in masked
         assert not [t for t in strings(document) if secret in t]
+
+
+def _mask_a_crafted_plan(values: int, text_bytes: int) -> tuple[bool, bool]:
+    """What a server view and the pull request comment do with a runner's plan: hide its sensitive variables'
+    values in the masked JSON and in the pretty text. (whether a value leaked in either)."""
+    leaves = [f"v{i:07d}" for i in range(values)]
+    plan = plan_with(leaves, declared_sensitive=True)
+    plan["resource_changes"][0]["change"]["after"]["input"] = leaves[-1]
+    text = ("x" * 1000 + "\n") * (text_bytes // 1001) + leaves[-1] + "\n"
+    hide = values_to_hide(None, plan)
+    masked = scrub_text(text, hide)
+    try:
+        document = json.dumps(masked_document(plan, hide))
+    except PlanFormatError as exc:  # refused: nothing shown
+        document = str(exc)
+    model = repr(masked_model(parse_plan(plan), hide))
+    return leaves[-1] in masked, leaves[-1] in document or leaves[-1] in model
+
+
+def _run_masking(out: Any, values: int, text_bytes: int) -> None:
+    out.put(_mask_a_crafted_plan(values, text_bytes))
+
+
+def test_attack_a_plan_naming_a_huge_number_of_sensitive_values_cannot_stall_masking() -> None:
+    """Tenant code writes the plan JSON: a sensitive variable holding 200,000 distinct strings made every masked
+    view (the server's plan and log pages, the controllers' pull request comment) scan each text once per value
+    (here about 4 MiB x 200,000: minutes of one CPU, holding the shared process's interpreter lock). Past the bound a
+    view hides everything instead, at once, and nothing leaks."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    worker = context.Process(target=_run_masking, args=(out, 200_000, 4 * 1024 * 1024))
+    worker.start()
+    worker.join(timeout=20)
+    if worker.is_alive():
+        worker.kill()
+        worker.join()
+        raise AssertionError("masking a plan with 200,000 sensitive values took more than 20 s")
+    assert out.get(timeout=5) == (False, False)
+
+
+def test_values_up_to_the_bound_are_still_each_masked() -> None:
+    assert _mask_a_crafted_plan(MAX_HIDDEN_VALUES // 3, 64 * 1024) == (False, False)
+    hide = secret_values([f"value-{i}" for i in range(MAX_HIDDEN_VALUES)])
+    assert not hide.overflow and scrub_text("a value-7 b", hide) == f"a {MASK} b"
+    over = secret_values([f"value-{i}" for i in range(MAX_HIDDEN_VALUES + 1)])
+    assert over.overflow and "value-7" not in scrub_text("a value-7 b", over)
+    assert over.merge(SecretValues()).overflow and SecretValues().merge(over).overflow
+    assert scrub({"k": "plain"}, over) == {MASK: MASK}
