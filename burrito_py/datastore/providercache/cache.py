@@ -33,6 +33,7 @@ import logging
 import re
 import tempfile
 import time
+import zipfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -363,7 +364,11 @@ class ProviderCache:
             if actual != sha256:
                 raise Refused(f"{address} {pointer['version']} {pointer['filename']}: checksum did not match: its "
                               f"SHA-256 {actual} is not the {sha256} of SHA256SUMS; not stored")
-            h1 = await asyncio.to_thread(zip_h1, path)
+            try:
+                h1 = await asyncio.to_thread(zip_h1, path)
+            except (ValueError, zipfile.BadZipFile, EOFError) as exc:  # ArchiveRefused is a ValueError
+                raise Refused(f"{address} {pointer['version']} {pointer['filename']}: refused, not stored: {exc}"
+                              ) from None
             await self.storage.put(key, _file_chunks(path), MAX_ARCHIVE)
         OBJECTS.inc()
         for key in await self.storage.list(f"providers/by-sha/{sha256}"):  # every file name of this content

@@ -12,9 +12,12 @@ import io
 import os
 import re
 import ssl
+import struct
 import subprocess
 import tarfile
 import time
+import zipfile
+import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +34,7 @@ from burrito_py.datastore.providercache.pins import LockPins
 from burrito_py.datastore.providercache.upstream import Upstream, ssl_context
 from burrito_py.datastore.storage import FilesystemStorage
 
-from ...support.fakes.registry import FakeUpstream, running_upstream
+from ...support.fakes.registry import PLATFORMS, FakeUpstream, running_upstream
 from ...support.fakes.tls import TlsFiles, make_tls
 from ..datastore.conftest import S3Bucket
 
@@ -655,3 +658,52 @@ def test_tool_eviction_drops_the_least_recently_served_and_an_evicted_tool_is_re
     assert upstream.requests.count("/terraform/1.0.0/terraform_1.0.0_linux_amd64.zip") == 1
     assert set(_stored_tool_archives(tmp_path / "data")) == {"terraform/4.0.0/terraform_4.0.0_linux_amd64.zip"}
     assert not list((tmp_path / "data" / "tools" / "terraform" / "2.0.0").glob("*.sha256"))
+
+
+def _overlapping_zip(name: str, member_bytes: int, entries: int) -> bytes:
+    """One deflated member of `member_bytes` zeros that the central directory lists `entries` times, each entry
+    naming the same local header: a few hundred KiB that a reader hashing every listed member expands to
+    `entries * member_bytes`."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    zeros, crc, parts = bytes(1 << 20), 0, []
+    for _ in range(member_bytes >> 20):
+        parts.append(compressor.compress(zeros))
+        crc = zlib.crc32(zeros, crc)
+    parts.append(compressor.flush())
+    data, raw = b"".join(parts), name.encode()
+    local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0, crc, len(data), member_bytes, len(raw), 0)
+    central = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 0x031E, 20, 0, 8, 0, 0, crc, len(data), member_bytes,
+                          len(raw), 0, 0, 0, 0, 0o100755 << 16, 0) + raw
+    directory = central * entries
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, entries, entries, len(directory), len(local) + len(raw)
+                      + len(data), 0)
+    return local + raw + data + directory + end
+
+
+def _many_members_zip(count: int) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for number in range(count):
+            archive.writestr(f"f{number}", b"")
+    return buffer.getvalue()
+
+
+def test_attack_a_provider_archive_bomb_is_refused_before_the_datastore_expands_it(mirror: Mirror) -> None:
+    """Anyone may publish a provider on the public registries the mirror reads through, and any runner (tenant code)
+    may ask the mirror for it. The datastore read every member the archive's directory lists to compute its h1:
+    here 80 listings of one 64 MiB member (5 GiB to inflate and hash from a 64 KiB download), or a directory of
+    more members than any provider has (its ZipInfo objects are the datastore's memory: a 2 GiB archive lists tens
+    of millions). Both are refused before a member is read, and nothing is stored."""
+    upstream = mirror.upstream
+    for type_, archive in (("bomb", _overlapping_zip("terraform-provider-bomb", 64 << 20, 80)),
+                           ("many", _many_members_zip(5000))):
+        upstream.providers[("test", type_)] = {"1.0.0": {p: archive for p in PLATFORMS}}
+        started = time.monotonic()
+        answer = httpx.get(signed_archive_url(mirror, type_, "1.0.0"), verify=mirror.trust(), timeout=60)
+        assert answer.status_code == 502, (type_, answer.status_code)
+        assert "refused" in answer.json()["error"], answer.json()
+        assert time.monotonic() - started < 5, type_
+    assert mirror.stored_archives() == set()
+    # A genuine provider is served as before.
+    upstream.publish("test", "alpha", "1.0.0")
+    assert httpx.get(signed_archive_url(mirror, "alpha", "1.0.0"), verify=mirror.trust()).status_code == 200
