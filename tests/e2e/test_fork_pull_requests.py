@@ -125,7 +125,7 @@ def test_a_pull_requests_plan_gets_no_secret_of_the_layer_runs_as_its_own_accoun
 ) -> None:
     with pull_request_world(tmp_path, repo, "github", real_cluster) as world:
         platform = world.platform
-        put_secret(platform, "app-vars", {"message": SECRET_VALUE})
+        put_secret(platform, "app-vars", {"message": SECRET_VALUE}, open_to_runners=True)
         platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
                                                        "terraformlayers", "app",
                                                        {"spec": {"varsFrom": [{"kind": "Secret", "name": "app-vars"}]}})
@@ -157,7 +157,7 @@ def test_a_pull_requests_plan_gets_no_secret_of_the_layer_runs_as_its_own_accoun
         # The repository lets its pull requests inherit the layer's secrets: the plan gets the Secret's value (an
         # ordinary variable: Terraform does not mark it sensitive). One too short for the runner to mask in its
         # text (< 4 characters) shows in the stored plan; the comment still masks it (the inputs record names it).
-        put_secret(platform, "app-vars", {"message": SHORT_SECRET})
+        put_secret(platform, "app-vars", {"message": SHORT_SECRET}, open_to_runners=True)
         platform.custom.patch_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
                                                        "terraformrepositories",
                                                        "infra", {"spec": {"pullRequests": {"inheritSecrets": True}}})

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.runner_secrets import RUNNER_SECRET
 from burrito_py.controllers.layer.outputs import OUTPUTS_RUN
 from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo
@@ -63,6 +64,8 @@ output "sizes" {
 def put(platform: Platform, kind: str, name: str, data: dict[str, str]) -> None:
     body = {"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": platform.namespace},
             "stringData" if kind == "Secret" else "data": data}
+    if kind == "Secret":  # meant for Terraform: opened to the namespace's runners (api/runner_secrets.py)
+        body["metadata"]["annotations"] = {RUNNER_SECRET: "true"}
     if kind == "Secret":
         platform.core.create_namespaced_secret(platform.namespace, body)
     else:

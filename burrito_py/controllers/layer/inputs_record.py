@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from burrito_py.api.layer import VarsSource
+from burrito_py.api.runner_secrets import refusal
 from burrito_py.runner.variables import VariablesError, source_values
 
 
@@ -36,7 +37,8 @@ Read = Mapping[str, Any] | None | str  # the object, None (absent), or why it co
 
 
 def resolve_sources(vars_from: Sequence[Mapping[str, Any]], namespace: str, objects: Sequence[Read]) -> Sources:
-    """Pure: each varsFrom entry's values from the object read for it (`objects[i]`)."""
+    """Pure: each varsFrom entry's values from the object read for it (`objects[i]`). A Secret whose writers did
+    not open it to runners (api/runner_secrets.py) is the record's error, as a missing one is."""
     values: list[Mapping[str, str]] = []
     secret: set[str] = set()
     for index, (entry, obj) in enumerate(zip(vars_from, objects, strict=True)):
@@ -46,6 +48,10 @@ def resolve_sources(vars_from: Sequence[Mapping[str, Any]], namespace: str, obje
             source = VarsSource.model_validate(entry)
         except ValidationError:
             return Sources(tuple(values), frozenset(secret), f"spec.varsFrom[{index}] is invalid")
+        if source.kind == "Secret" and obj is not None:  # a missing one is for `optional` to judge
+            closed = refusal(namespace, source.name, f"spec.varsFrom[{index}]", obj)
+            if closed is not None:
+                return Sources(tuple(values), frozenset(secret), closed)
         try:
             found = source_values(source, namespace, index, obj)
         except VariablesError as exc:  # names kind, namespace, name and key, never a value

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from burrito_py.api import annotations as ann
 from burrito_py.api.annotations import parse_plan_run
 from burrito_py.api.patterns import object_name_problem
+from burrito_py.api.runner_secrets import RUNNER_SECRET
 from burrito_py.controllers.context import Context
 from burrito_py.kube.client import KubeError, crd_path, path
 from burrito_py.kube.events import post_event
@@ -155,7 +156,9 @@ def secret_body(layer: Mapping[str, Any], name: str, data: Mapping[str, str], ru
             "name": name,
             "namespace": meta["namespace"],
             "labels": {ann.LABEL_LAYER: ann.layer_label(meta["name"])},
-            "annotations": {OUTPUTS_RUN: run},
+            # Open to the namespace's runners (api/runner_secrets.py): any of its layers reads these outputs through
+            # dependsOn anyway, and a layer may take them as varsFrom.
+            "annotations": {OUTPUTS_RUN: run, RUNNER_SECRET: "true"},
             "ownerReferences": [_owner(layer)],
         },
         "data": dict(data),

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.patterns import object_name_problem
 from burrito_py.api.run import pod_name
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
@@ -58,8 +59,10 @@ from burrito_py.controllers.run.runner_pod import (
     IGNORED_EVENT,
     RunnerDefaults,
     build_runner_pod,
+    closed_secrets,
     ignored_condition,
     ignored_overrides,
+    secret_names,
     without_secret_sources,
 )
 from burrito_py.controllers.run.state_lock import release_orphaned_lock
@@ -469,11 +472,19 @@ async def _start_attempt(
         override = without_secret_sources(override)  # issue 24, P2: a pull request's plan gets no Secret
     elif pull_request:
         override.pop("serviceAccountName", None)  # always the pull requests' own account
+    namespace = run["metadata"]["namespace"]
+    # Only Secrets their writers opened to runners reach the pod (api/runner_secrets.py): whoever may edit layers
+    # or repositories may not read every Secret. Refused like a pod the API refuses: the run waits and says why.
+    closed = closed_secrets(override, layer, repository, namespace, await _read_secrets(ctx, namespace, override))
+    if closed:
+        message = "; ".join(closed)
+        await post_event(ctx.kube, run, "Warning", SECRET_EVENT, f"attempt {decision.start_attempt}: {message}")
+        log.warning("run %s/%s: %s", namespace, run["metadata"]["name"], message)
+        return CreationRefused(message, 403)
     # An object stored before the API refused reserved overrides (api/runner_contract.py) still asks for them:
     # the pod gets the platform's values, and the run says which were ignored (an Event, its attempt, a condition).
     ignored = ignored_overrides(override, layer, repository)
     body = build_runner_pod(run, layer, decision.start_attempt, defaults, override)
-    namespace = run["metadata"]["namespace"]
     name = pod_name(run["metadata"]["name"], decision.start_attempt)
     uid: str | None = None
     try:
@@ -500,6 +511,25 @@ async def _start_attempt(
         attempt["ignoredOverrides"] = ignored
     # The datastore grants runner rights only to this pod (name and uid): docs/architecture.md §10.2.
     return {**attempt, "podUid": uid} if uid else attempt
+
+
+SECRET_EVENT = "RunnerSecretRefused"  # noqa: S105 - an event reason
+
+
+async def _read_secrets(ctx: Context, namespace: str, override: Body) -> dict[str, Body | None]:
+    """The Secrets the runner pod would get, as they are (None: absent, unreadable, or a name that is not one)."""
+    found: dict[str, Body | None] = {}
+    for name in secret_names(override):
+        if object_name_problem(name) is not None:  # the API refuses such a pod anyway: never read as a path
+            found[name] = None
+            continue
+        try:
+            found[name] = await ctx.kube.get(path("v1", "secrets", namespace, name))
+        except KubeError as exc:
+            if exc.status is None or exc.status >= 500:
+                raise
+            found[name] = None
+    return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from burrito_py.api.runner_contract import (
     reserved_overrides,
     without_reserved,
 )
+from burrito_py.api.runner_secrets import refusal, secret_references
 from burrito_py.kube.conditions import Cond
 
 TOKEN_AUDIENCE = "burrito-py"  # noqa: S105
@@ -130,6 +131,32 @@ def without_secret_sources(override: Mapping[str, Any]) -> dict[str, Any]:
         if "volumeMounts" in kept:
             kept["volumeMounts"] = [m for m in kept["volumeMounts"] or () if str(m.get("name")) not in dropped]
     return kept
+
+
+def _origin(key: str, layer: Mapping[str, Any], repository: Mapping[str, Any] | None) -> str:
+    """The object a list of the effective override comes from: the layer's when it sets one, else the repository's."""
+    mine = (layer.get("spec") or {}).get("overrideRunnerSpec") or {}
+    owner, kind = (layer, "TerraformLayer") if mine.get(key) else (repository or {}, "TerraformRepository")
+    meta = owner.get("metadata") or {}
+    return f"{kind} {meta.get('namespace')}/{meta.get('name')} spec.overrideRunnerSpec"
+
+
+def secret_names(override: Mapping[str, Any]) -> list[str]:
+    """The Secrets the pod would get from `override` (the effective one), once each: what to read first."""
+    return list(dict.fromkeys(name for _, name in secret_references(override)))
+
+
+def closed_secrets(override: Mapping[str, Any], layer: Mapping[str, Any], repository: Mapping[str, Any] | None,
+                   namespace: str, secrets: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """Why the pod may not get the Secrets `override` names (api/runner_secrets.py), each naming the field and
+    the object it comes from; empty when it may. `secrets`: each name's Secret as read (None: absent). Pure."""
+    found = []
+    for field, name in secret_references(override, ""):
+        key = field.lstrip(".").split("[", 1)[0]
+        why = refusal(namespace, name, _origin(key, layer, repository) + field, secrets.get(name))
+        if why is not None:
+            found.append(why)
+    return found
 
 
 IGNORED_CONDITION = "RunnerOverridesIgnored"

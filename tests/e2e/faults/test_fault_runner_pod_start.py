@@ -11,6 +11,7 @@ from kubernetes import client
 from prometheus_client import REGISTRY
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.runner_secrets import RUNNER_SECRET
 from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo
 from tests.support.real_cluster import RealCluster
@@ -87,12 +88,15 @@ def test_a_runner_pod_waiting_for_a_secret_says_so_and_starts_once_it_exists(
         late = {"name": "TF_VAR_unused", "valueFrom": {"secretKeyRef": {"name": "late", "key": "value"}}}
         platform.create_layer("app", "repo", "layers/app", overrideRunnerSpec={
             "extraInitArgs": [f"-backend-config=path={state}"], "env": [late]})
-        waiting = wait_for(lambda: (c := condition(run_of(platform, "app"), "RunnerPodStarted")) and
-                           c["reason"] == "CreateContainerConfigError" and c, 60, interval=0.1,
+        # A Secret the pod would name must exist and be opened to runners (api/runner_secrets.py): no pod is made
+        # until it is, and the run says why (it no longer waits in the kubelet for whatever Secret appears).
+        waiting = wait_for(lambda: (c := condition(run_of(platform, "app"), "RunnerPodCreated")) and
+                           c["reason"] == "PodCreationFailed" and c, 60, interval=0.1,
                            what="the run to say its pod waits for a Secret")
-        assert "late" in waiting["message"], waiting
+        assert "Secret " + platform.namespace + "/late (TerraformLayer" in waiting["message"], waiting
+        assert "does not exist" in waiting["message"], waiting
         platform.core.create_namespaced_secret(platform.namespace, client.V1Secret(
-            metadata=client.V1ObjectMeta(name="late"), string_data={"value": "x"}))
+            metadata=client.V1ObjectMeta(name="late", annotations={RUNNER_SECRET: "true"}), string_data={"value": "x"}))
         platform.wait_state("app", "ApplyNeeded", timeout=90)
         run = run_of(platform, "app")
         assert run is not None and run["status"]["state"] == "Succeeded"

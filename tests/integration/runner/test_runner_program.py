@@ -17,6 +17,7 @@ import yaml
 from kubernetes import client
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.runner_secrets import RUNNER_SECRET
 from burrito_py.datastore.client import DatastoreClient, DatastoreError
 from burrito_py.datastore.in_process import free_port, running_datastore
 from burrito_py.datastore.storage import FilesystemStorage
@@ -24,6 +25,9 @@ from tests.integration.runner.runner_world import CODE, NS, World, world
 
 __all__ = ["world"]  # the fixture, used by name
 
+
+# A Secret meant for Terraform is opened to the namespace's runners (api/runner_secrets.py).
+OPEN_TO_RUNNERS = {RUNNER_SECRET: "true"}
 
 def sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
@@ -351,7 +355,7 @@ def core(world: World) -> client.CoreV1Api:
 
 def vars_layer(world: World, **spec: Any) -> str:
     revision = world.commit({"layers/app/main.tf": VARS_CODE})
-    core(world).create_namespaced_secret(NS, {"metadata": {"name": "creds"},
+    core(world).create_namespaced_secret(NS, {"metadata": {"name": "creds", "annotations": OPEN_TO_RUNNERS},
                                                "stringData": {"password": PASSWORD, "unused": "x"}})
     core(world).create_namespaced_config_map(NS, {"metadata": {"name": "site"}, "data": {"region": "eu-west-3"}})
     world.layer(vars={"greeting": "hello", "region": "from-vars", "sizes": [1, 2]},
@@ -524,7 +528,8 @@ def test_a_secret_printed_by_terraform_is_masked_in_every_log(world: World) -> N
     import base64
 
     revision = world.commit({"layers/app/main.tf": LEAKY_CODE})
-    core(world).create_namespaced_secret(NS, {"metadata": {"name": "creds"}, "stringData": {"password": LEAKY}})
+    core(world).create_namespaced_secret(NS, {"metadata": {"name": "creds", "annotations": OPEN_TO_RUNNERS},
+                                               "stringData": {"password": LEAKY}})
     world.layer(varsFrom=[{"kind": "Secret", "name": "creds"}])
     world.run("app-plan-1", "plan", revision)
     failed = world.runner("app-plan-1", "plan")

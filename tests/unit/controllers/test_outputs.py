@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.runner_secrets import RUNNER_SECRET
 from burrito_py.controllers.layer.outputs import (
     OUTPUTS_RUN,
     OutputsReading,
@@ -113,7 +114,7 @@ def test_parse_terraform_output_json_and_refuse_anything_else_without_echoing_it
 def test_the_secret_is_owned_by_labelled_with_and_annotated_for_the_layer() -> None:
     body = secret_body(layer(), "out", {"k": "dg=="}, "app-apply-x/2")
     assert body["metadata"]["labels"] == {ann.LABEL_LAYER: "app"}
-    assert body["metadata"]["annotations"] == {OUTPUTS_RUN: "app-apply-x/2"}
+    assert body["metadata"]["annotations"] == {OUTPUTS_RUN: "app-apply-x/2", RUNNER_SECRET: "true"}
     assert body["metadata"]["namespace"] == "ns" and body["type"] == "Opaque" and body["data"] == {"k": "dg=="}
     (owner,) = body["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("TerraformLayer", "app", "u-1", True)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from burrito_py.api.runner_secrets import RUNNER_SECRET
 from burrito_py.controllers.layer.inputs_record import Sources, Upstream, build_record, resolve_sources
 
 SECRET_VALUE = "s3cr3t-Value-9q"
 
 
 def secret(**data: str) -> dict[str, Any]:
-    return {"kind": "Secret", "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+    """A Secret its writers opened to runners (api/runner_secrets.py)."""
+    return {"kind": "Secret", "metadata": {"annotations": {RUNNER_SECRET: "true"}},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
 
 
 def config_map(**data: str) -> dict[str, Any]:

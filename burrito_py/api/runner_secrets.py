@@ -1,0 +1,68 @@
+"""Which Secrets of a namespace its runners may be given: only those whose writers opened them to runners
+(docs/architecture.md §6.3, §9, §24). Pure; no Kubernetes client here.
+
+A tenant who may edit layers, repositories or pull request settings, but may not read the namespace's Secrets,
+chooses what a runner pod gets (`spec.varsFrom`, `overrideRunnerSpec` env, envFrom and volumes) and, through the
+code it points the layer at, what that runner does with it. Naming a Secret there used to hand its values to code
+of the tenant's choosing: the git credentials whose `allowedHosts` says where they may go, a notifier's webhook
+URL, another application's password. As with `allowedHosts`, only whoever may write the Secret decides: the
+annotation `api.burrito-py.io/runner-secret: "true"` on the Secret opens it to the runners of its namespace. The
+controllers write it on the outputs Secrets they make (any layer of the namespace reads those outputs through
+`dependsOn` anyway).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["RUNNER_SECRET", "is_open_to_runners", "refusal", "secret_references"]
+
+RUNNER_SECRET = "api.burrito-py.io/runner-secret"  # noqa: S105 - an annotation key, not a secret
+
+
+def is_open_to_runners(secret: Mapping[str, Any]) -> bool:
+    annotations = (secret.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(RUNNER_SECRET) == "true"
+
+
+def refusal(namespace: str, name: str, where: str, secret: Mapping[str, Any] | None) -> str | None:
+    """Why the Secret `name` that `where` names may not be given to a runner (None: it may). A missing one is
+    refused too: created later by anyone, it would reach a pod that waits for it without this check."""
+    if secret is None:
+        return (f"Secret {namespace}/{name} ({where}) does not exist; a runner is given only a Secret annotated "
+                f'{RUNNER_SECRET}: "true"')
+    if is_open_to_runners(secret):
+        return None
+    return (f"Secret {namespace}/{name} ({where}) is not open to runners: only a Secret annotated "
+            f'{RUNNER_SECRET}: "true" is given to a runner (whoever may edit layers may not read every Secret); '
+            "whoever may write the Secret adds the annotation if its values are meant for Terraform")
+
+
+def _name(ref: Any, key: str) -> str | None:
+    value = ref.get(key) if isinstance(ref, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def secret_references(override: Mapping[str, Any], field: str = "overrideRunnerSpec") -> list[tuple[str, str]]:
+    """(field, Secret name) of every Secret an overrideRunnerSpec (camelCase, as in the CRD) puts into the pod:
+    env `secretKeyRef`, envFrom `secretRef`, volumes `secret` and projected `secret` sources, in order."""
+    found: list[tuple[str, str]] = []
+    for index, item in enumerate(override.get("env") or ()):
+        name = _name(((item or {}).get("valueFrom") or {}).get("secretKeyRef"), "name")
+        if name:
+            found.append((f"{field}.env[{index}]", name))
+    for index, item in enumerate(override.get("envFrom") or ()):
+        name = _name((item or {}).get("secretRef"), "name")
+        if name:
+            found.append((f"{field}.envFrom[{index}]", name))
+    for index, item in enumerate(override.get("volumes") or ()):
+        item = item or {}
+        name = _name(item.get("secret"), "secretName")
+        if name:
+            found.append((f"{field}.volumes[{index}]", name))
+        for source in (item.get("projected") or {}).get("sources") or ():
+            name = _name((source or {}).get("secret"), "name")
+            if name:
+                found.append((f"{field}.volumes[{index}]", name))
+    return found
