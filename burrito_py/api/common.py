@@ -13,6 +13,7 @@ from burrito_py.api.annotations import API_VERSION, GROUP, VERSION
 from burrito_py.api.errors import PATTERN_EXPLANATIONS, InvalidSpec
 from burrito_py.api.patterns import NAMESPACE_PATTERN, OBJECT_NAME_PATTERN
 from burrito_py.api.runner_contract import (
+    OTHER_VOLUME_SOURCES,
     cel_env_rule,
     cel_mount_rules,
     cel_volume_rules,
@@ -267,7 +268,8 @@ EnvVar = Annotated[dict[str, Any], AfterValidator(_not_reserved(env_problem)),
                    _k8s_item({"name": _NAME}, [cel_env_rule()])]
 Volume = Annotated[dict[str, Any], AfterValidator(_not_reserved(volume_problem)),
                    _k8s_item({"name": _NAME, "emptyDir": _SOURCE, "persistentVolumeClaim": _SOURCE,
-                              "ephemeral": _SOURCE, "hostPath": _SOURCE}, cel_volume_rules())]
+                              "ephemeral": _SOURCE, **dict.fromkeys(OTHER_VOLUME_SOURCES, _SOURCE)},
+                             cel_volume_rules())]
 VolumeMount = Annotated[dict[str, Any], AfterValidator(_not_reserved(mount_problem)),
                         _k8s_item({"name": _NAME, "mountPath": {"type": "string", "maxLength": 4096}},
                                   cel_mount_rules())]

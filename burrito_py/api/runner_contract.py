@@ -20,9 +20,10 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "MOUNT_PATH_PATTERN",
-    "NODE_SOURCES",
+    "OTHER_VOLUME_SOURCES",
     "RESERVED_ENV",
     "RESERVED_MOUNTS",
+    "RESTRICTED_VOLUME_SOURCES",
     "SCRATCH_VOLUMES",
     "TOKEN_DIR",
     "TOKEN_VOLUME",
@@ -71,10 +72,17 @@ VOLUME_SOURCES: dict[str, tuple[str, ...]] = {
     "work": ("emptyDir",),
     "tools": ("emptyDir", "persistentVolumeClaim", "ephemeral"),
 }
-# Volume sources no override may use, whatever the volume's name: a hostPath gives tenant code its node's files
-# (other tenants' pod logs and volumes, the kubelet's), which Pod Security's baseline forbids; the controllers create
-# runner pods in namespaces whose Pod Security they do not choose, so the contract refuses it itself.
-NODE_SOURCES: tuple[str, ...] = ("hostPath",)
+# The volume sources the "restricted" Pod Security profile allows. Runner pods meet it whatever their namespace
+# enforces (a tenant namespace need not be labelled): a hostPath of the node's /proc, say, would show the
+# processes, environments and root filesystems of other tenants' runners, which run as the same uid.
+RESTRICTED_VOLUME_SOURCES = ("configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                             "projected", "secret")
+# Kubernetes' other sources, declared so that the CRDs' CEL rules (which see only declared fields) refuse them too;
+# the Python check refuses any source not allowed, named here or not.
+OTHER_VOLUME_SOURCES = ("hostPath", "gitRepo", "nfs", "iscsi", "glusterfs", "rbd", "cephfs", "cinder", "fc",
+                        "flexVolume", "flocker", "azureFile", "azureDisk", "vsphereVolume", "quobyte",
+                        "photonPersistentDisk", "portworxVolume", "scaleIO", "storageos", "gcePersistentDisk",
+                        "awsElasticBlockStore", "image")
 # Mounts of the platform's volumes (their paths are the contract); an override may not move them.
 RESERVED_MOUNTS: dict[str, str] = {TOKEN_VOLUME: TOKEN_DIR, **SCRATCH_VOLUMES}
 # The token directory in any spelling (`//`, `/./`, a trailing `/`), and through /run: /var/run is a symlink to
@@ -105,8 +113,10 @@ def env_problem(item: Mapping[str, Any]) -> str | None:
 
 def volume_problem(item: Mapping[str, Any]) -> str | None:
     name = item.get("name")
-    if any(source in item for source in NODE_SOURCES):
-        return f"volume {name} is a hostPath: a runner may not reach its node's files (docs/architecture.md §6.3)"
+    other = next((key for key in item if key != "name" and key not in RESTRICTED_VOLUME_SOURCES), None)
+    if other is not None:
+        return (f"volume source {other} is not one runner pods may use: they meet the restricted Pod Security "
+                f"profile (docs/architecture.md §6.3), which allows only {_or(RESTRICTED_VOLUME_SOURCES)}")
     if not isinstance(name, str) or name not in VOLUME_SOURCES:
         return None
     allowed = VOLUME_SOURCES[name]
@@ -152,6 +162,12 @@ def without_reserved(override: Mapping[str, Any]) -> dict[str, Any]:
     for key, problem in _CHECKS:
         if key in kept:
             kept[key] = [i for i in kept[key] or () if not (isinstance(i, Mapping) and problem(i) is not None)]
+    # A volume left out takes its mounts with it (the pod would name a volume it has not), unless the name is one of
+    # the platform's, whose own volume stays.
+    dropped = {str(i.get("name")) for i in override.get("volumes") or ()
+               if isinstance(i, Mapping) and volume_problem(i) is not None} - set(VOLUME_SOURCES)
+    if dropped and "volumeMounts" in kept:
+        kept["volumeMounts"] = [m for m in kept["volumeMounts"] if str(m.get("name")) not in dropped]
     return kept
 
 
@@ -181,9 +197,9 @@ def cel_env_rule() -> dict[str, str]:
 
 
 def cel_volume_rules() -> list[dict[str, str]]:
-    rules = [{"rule": " && ".join(f"!has(self.{s})" for s in NODE_SOURCES),
-              "message": "a volume may not be a hostPath: a runner may not reach its node's files "
-                         "(docs/architecture.md §6.3)"}]
+    rules = [{"rule": " && ".join(f"!has(self.{source})" for source in OTHER_VOLUME_SOURCES),
+              "message": "a volume may use only " + _or(RESTRICTED_VOLUME_SOURCES) + ": runner pods meet the "
+                         "restricted Pod Security profile (docs/architecture.md §6.3)"}]
     for name, allowed in VOLUME_SOURCES.items():
         if not allowed:
             rules.append({"rule": f"!has(self.name) || self.name != '{name}'",

@@ -3,7 +3,8 @@
 Every runner pod meets the Kubernetes "restricted" Pod Security profile and has a read-only root
 filesystem: UID/GID 65532, seccomp RuntimeDefault, no capabilities, no privilege escalation, and emptyDirs
 only where the runner writes (TMPDIR, HOME, the work dir, the tool dir). overrideRunnerSpec has no
-security-context field, so no layer or repository can loosen it; its env, volumes and volumeMounts merge over
+security-context field, so no layer or repository can loosen it, and its volumes are of the sources the profile
+allows (api/runner_contract.py), whatever the namespace enforces; its env, volumes and volumeMounts merge over
 ours by name (a layer may, say, put the tool dir on a persistent volume, or point TENV_ROOT elsewhere), except
 what api/runner_contract.py reserves (the runner's identity, datastore and mirrors, its token, its scratch
 volumes): the API refuses such an entry, and an object stored before that rule has it left out here.

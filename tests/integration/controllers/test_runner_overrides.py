@@ -70,3 +70,31 @@ def test_the_repositorys_reserved_override_is_ignored_and_named_when_it_is_in_ef
         assert status["attempts"][0]["ignoredOverrides"] == [
             "TerraformRepository default/repo spec.overrideRunnerSpec.env: BURRITO_DATASTORE_URL is set by burrito-py "
             "for every runner (where the runner sends its pod-bound token); an override may not replace it"]
+
+
+# The node's /proc: other tenants' runners run as the same uid, so their environments and root filesystems (their
+# datastore tokens, their tfvars) would be readable through it; the namespace need not enforce Pod Security.
+HOST_PROC = {"volumes": [{"name": "host-proc", "hostPath": {"path": "/proc"}},
+                         {"name": "cache", "nfs": {"server": "10.0.0.9", "path": "/"}},
+                         {"name": "plugins", "emptyDir": {}}],
+             "volumeMounts": [{"name": "host-proc", "mountPath": "/host/proc"},
+                              {"name": "cache", "mountPath": "/cache"},
+                              {"name": "plugins", "mountPath": "/plugins"}]}
+
+
+def test_attack_a_host_path_volume_of_an_override_does_not_reach_the_runner_pod(api: tuple[ApiServer, Path]) -> None:
+    server, kubeconfig = api
+    with admin_client(server.url) as admin:
+        base = store_and_reconcile(admin, kubeconfig, objects("default", layer_override=HOST_PROC,
+                                                               repository_override={}))
+
+        pod = admin.get(f"/api/v1/namespaces/default/pods/{pod_name(RUN, 1)}").raise_for_status().json()
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert "host-proc" not in volumes and "cache" not in volumes, volumes
+        assert not any("hostPath" in v or "nfs" in v for v in volumes.values()), volumes
+        mounts = {m["name"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+        assert "host-proc" not in mounts and "cache" not in mounts and "plugins" in mounts, mounts
+        ignored = admin.get(f"{base}/terraformruns/{RUN}").json()["status"]["attempts"][0]["ignoredOverrides"]
+        assert [i.split(": ", 1)[0] for i in ignored] == [
+            "TerraformLayer default/app spec.overrideRunnerSpec.volumes"] * 2, ignored
+        assert "volume source hostPath is not one runner pods may use" in ignored[0], ignored

@@ -67,9 +67,8 @@ def _create(controlplane: ControlPlane, body: dict[str, Any]) -> str:
      "spec.overrideRunnerSpec.volumeMounts[0]", "the runner's token directory"),
     ({"volumeMounts": [{"name": "tmp", "mountPath": "/usr/local/bin"}]},
      "spec.overrideRunnerSpec.volumeMounts[0]", "volumeMounts burrito-py-token, tmp"),
-    ({"volumes": [{"name": "node-logs", "hostPath": {"path": "/var/log/pods"}}],
-      "volumeMounts": [{"name": "node-logs", "mountPath": "/node-logs"}]},
-     "spec.overrideRunnerSpec.volumes[0]", "a volume may not be a hostPath"),
+    ({"volumes": [{"name": "cache", "emptyDir": {}}, {"name": "host-proc", "hostPath": {"path": "/proc"}}]},
+     "spec.overrideRunnerSpec.volumes[1]", "a volume may use only configMap, csi"),
 ])
 def test_attack_kube_apiserver_refuses_a_reserved_override(controlplane: ControlPlane, override: dict[str, Any],
                                                             field: str, said: str) -> None:

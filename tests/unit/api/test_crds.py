@@ -22,6 +22,7 @@ from burrito_py.api.policy import ClusterTerraformPlanPolicy, TerraformPlanPolic
 from burrito_py.api.pullrequest import TerraformPullRequest
 from burrito_py.api.repository import TerraformRepository
 from burrito_py.api.run import TerraformRun
+from burrito_py.api.runner_contract import OTHER_VOLUME_SOURCES
 
 CRDS_DIR = Path(__file__).resolve().parents[3] / "crds"
 
@@ -205,8 +206,8 @@ def test_free_form_kubernetes_fields_preserve_unknown_fields() -> None:
     for name in ("envFrom", "tolerations"):
         assert override[name]["items"] == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     # What the platform reserves is refused on each item (api/runner_contract.py, test_runner_contract.py).
-    for name, read in (("env", {"name"}), ("volumes", {"name", "emptyDir", "persistentVolumeClaim", "ephemeral",
-                                                                  "hostPath"}),
+    volume_fields = {"name", "emptyDir", "persistentVolumeClaim", "ephemeral", *OTHER_VOLUME_SOURCES}
+    for name, read in (("env", {"name"}), ("volumes", volume_fields),
                        ("volumeMounts", {"name", "mountPath"})):
         items = override[name]["items"]
         assert set(items["properties"]) == read and items["x-kubernetes-validations"]

@@ -61,6 +61,7 @@ def opt(strategy: st.SearchStrategy[T]) -> st.SearchStrategy[T | None]:
 
 
 names = st.from_regex(r"[a-z]([a-z0-9-]{0,14}[a-z0-9])?", fullmatch=True)  # DNS labels, as object names are
+object_names = names  # object and namespace names a reference holds
 words = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
 times = opt(st.sampled_from(["2026-11-22T08:44:00Z", "2027-01-01T00:00:00Z"]))
 components = st.from_regex(r"[A-Za-z0-9_.-]{1,8}", fullmatch=True).filter(lambda c: c != "..")
@@ -71,6 +72,10 @@ urls = st.sampled_from([
 ])
 free_objects = st.dictionaries(names, st.integers() | words | st.booleans() | st.lists(words, max_size=2), max_size=3)
 string_maps = st.dictionaries(names, words, max_size=3)
+# A volume: a name and one of the sources the restricted Pod Security profile allows (api/runner_contract.py).
+volumes = st.builds(lambda name, source, body: {"name": name, source: body}, names,
+                    st.sampled_from(["emptyDir", "configMap", "secret", "projected", "csi", "downwardAPI"]),
+                    free_objects)
 
 tools = st.builds(ToolSpec, version=opt(st.sampled_from(["1.9.5", "~> 1.8", ">= 1.5, < 2"])),
                   enabled=opt(st.booleans()))
@@ -83,7 +88,7 @@ overrides = st.builds(
     image=opt(names), image_pull_policy=opt(st.sampled_from(["Always", "IfNotPresent", "Never"])),
     service_account_name=opt(names), env=st.lists(free_objects, max_size=2),
     env_from=st.lists(free_objects, max_size=2),
-    volumes=st.lists(free_objects, max_size=2), volume_mounts=st.lists(free_objects, max_size=2),
+    volumes=st.lists(volumes, max_size=2), volume_mounts=st.lists(free_objects, max_size=2),
     resources=opt(free_objects), node_selector=string_maps, tolerations=st.lists(free_objects, max_size=2),
     affinity=opt(free_objects), metadata=opt(st.builds(RunnerMetadata, labels=string_maps, annotations=string_maps)),
     extra_init_args=st.lists(words, max_size=2), extra_plan_args=st.lists(words, max_size=2),
@@ -121,7 +126,7 @@ def tool_pair() -> st.SearchStrategy[tuple[ToolSpec | None, ToolSpec | None]]:
 def repositories(draw: st.DrawFn) -> TerraformRepository:
     terraform, opentofu = draw(tool_pair())
     spec = TerraformRepositorySpec(
-        repository=draw(st.builds(RepositorySource, url=urls, secret_name=opt(names))),
+        repository=draw(st.builds(RepositorySource, url=urls, secret_name=opt(object_names))),
         terraform=terraform, opentofu=opentofu, terragrunt=draw(opt(tools)),
         remediation_strategy=draw(opt(remediations)), override_runner_spec=draw(opt(overrides)),
         run_history_policy=draw(opt(histories)), max_concurrent_runner_pods=draw(opt(st.integers(1, 20))),
@@ -146,7 +151,7 @@ layers = st.builds(
               last_result=opt(words), last_run=opt(run_refs), latest_runs=st.lists(run_refs, max_size=2),
               last_plan=opt(st.builds(PlanReference, sum=opt(names), revision=opt(names), date=times,
                                       run=opt(names)))),
-    repository=st.builds(ObjectReference, name=names, namespace=opt(names)), branch=names, path=rel_paths,
+    repository=st.builds(ObjectReference, name=object_names, namespace=opt(object_names)), branch=names, path=rel_paths,
     terragrunt=opt(tools), remediation_strategy=opt(remediations), override_runner_spec=opt(overrides),
     additional_trigger_paths=st.lists(rel_paths, max_size=3), run_history_policy=opt(histories),
 )

@@ -60,10 +60,11 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
      "spec.overrideRunnerSpec.volumes[0]", "may replace it only by emptyDir"),
     ({"volumes": [{"name": "tools", "configMap": {"name": "tools"}}]},
      "spec.overrideRunnerSpec.volumes[0]", "only by emptyDir, persistentVolumeClaim or ephemeral"),
-    ({"volumes": [{"name": "logs", "emptyDir": {}}, {"name": "node-logs", "hostPath": {"path": "/var/log/pods"}}]},
-     "spec.overrideRunnerSpec.volumes[1]", "volume node-logs is a hostPath: a runner may not reach its node's files"),
-    ({"volumes": [{"name": "tools", "hostPath": {"path": "/"}}]},
-     "spec.overrideRunnerSpec.volumes[0]", "volume tools is a hostPath"),
+    ({"volumes": [{"name": "plugins", "emptyDir": {}}, {"name": "host-proc", "hostPath": {"path": "/proc"}}]},
+     "spec.overrideRunnerSpec.volumes[1]", "volume source hostPath is not one runner pods may use: they meet the "
+     "restricted Pod Security profile"),
+    ({"volumes": [{"name": "src", "gitRepo": {"repository": "https://example.com/x.git"}}]},
+     "spec.overrideRunnerSpec.volumes[0]", "volume source gitRepo is not one runner pods may use"),
     ({"volumeMounts": [{"name": "x", "mountPath": "/etc/x"}, {"name": "home", "mountPath": "/elsewhere"}]},
      "spec.overrideRunnerSpec.volumeMounts[1]", "volumeMount home is burrito-py's, at /home/burrito"),
     ({"volumeMounts": [{"name": "x", "mountPath": "/var/run/secrets/burrito-py/token", "subPath": "t"}]},
@@ -152,7 +153,7 @@ NAMES = st.sampled_from([*RESERVED_ENV, *VOLUME_SOURCES, *RESERVED_MOUNTS, "TENV
 SEGMENTS = st.sampled_from(["", ".", "..", "var", "run", "secrets", "burrito-py", "burrito-pyx", "token", "..."])
 PATHS = st.lists(SEGMENTS, max_size=7).map("/".join) | st.just("/var/run/secrets/burrito-py")
 SOURCES = st.sets(st.sampled_from(["emptyDir", "persistentVolumeClaim", "ephemeral", "configMap", "secret",
-                                   "hostPath"]))
+                                    "hostPath", "nfs", "gitRepo", "projected", "csi"]))
 
 
 def _cel_allows(rules: list[dict[str, str]], item: Mapping[str, Any]) -> bool:

@@ -141,11 +141,11 @@ def test_an_override_replaces_a_scratch_volume_by_name_but_not_the_security_cont
     assert volumes["tools"] == {"name": "tools", "persistentVolumeClaim": {"claimName": "tool-cache"}}
     assert volumes["tmp"] == {"name": "tmp", "emptyDir": {}}
     assert pod["spec"]["securityContext"] == _runner_pod(None)["spec"]["securityContext"]
-    # A scratch volume swapped for a host path is left out (only an emptyDir may replace it: api/runner_contract.py);
-    # a host path of its own is left out too: the controllers do not choose the namespace's Pod Security, and a
-    # namespace the chart does not create may admit it (tenant code would then read its node's files).
+    # A scratch volume swapped for a host path is left out (only an emptyDir may replace it: api/runner_contract.py),
+    # and so is a host path of its own, whatever the namespace enforces: the pod stays restricted.
     swapped = _runner_pod({"volumes": [{"name": "tmp", "hostPath": {"path": "/tmp"}}]})
     assert {v["name"]: v for v in swapped["spec"]["volumes"]}["tmp"] == {"name": "tmp", "emptyDir": {}}
-    unsafe = _runner_pod({"volumes": [{"name": "host", "hostPath": {"path": "/var/log/pods"}}]})
+    unsafe = _runner_pod({"volumes": [{"name": "host", "hostPath": {"path": "/tmp"}}],
+                          "volumeMounts": [{"name": "host", "mountPath": "/host"}]})
+    assert restricted_violations(unsafe["spec"]) == []
     assert "host" not in {v["name"] for v in unsafe["spec"]["volumes"]}
-    assert not restricted_violations(unsafe["spec"])
