@@ -248,14 +248,19 @@ def _tenv_installed(kind: ToolKind, constraint: Constraint) -> Path | None:
     return _checked(chosen) if chosen is not None else None
 
 
+def _listed(versions: list[str]) -> str:
+    return ", ".join(versions[:5]) + (", …" if len(versions) > 5 else "") or "none"
+
+
 def _mirror_refusal(mirror: ToolMirror, kind: ToolKind, constraint: Constraint) -> str:
     """After tenv failed to install from the mirror: the mirror's own reason for refusing the archive tenv
     asked for (tenv reports only what it made of the answer, e.g. a missing checksum), else ""."""
     try:
         with _mirror_client(mirror) as client:
-            version = pick_latest(constraint, _mirror_versions(client, mirror, kind))
+            available = _mirror_versions(client, mirror, kind)
+            version = pick_latest(constraint, available)
             if version is None:
-                return ""
+                return f"no {kind} version satisfying it (it has {_listed(available)})"
             with client.stream("GET", f"{mirror.url}{kind}/{version}/linux/{mirror_arch()}") as response:
                 if not response.is_error:
                     return ""
@@ -505,9 +510,8 @@ def install_from_mirror(mirror: ToolMirror, kind: ToolKind, text: str | None,
         available = _mirror_versions(client, mirror, kind)
         version = pick_latest(constraint, available)
         if version is None:
-            listed = ", ".join(available[:5]) + (", …" if len(available) > 5 else "") or "none"
             raise NotOnMirror(f'no {kind} version satisfying "{text or "any"}" on the tool mirror {mirror.url} '
-                            f"(it has {listed})")
+                              f"(it has {_listed(available)})")
         what = f"{kind} {version} from the tool mirror"
         root = tenv_root()
         target = root / TENV_FOLDER[kind] / version
@@ -576,7 +580,10 @@ def _resolve_one(kind: ToolKind, request: VersionRequest, mirror: ToolMirror | N
     if choice.use is not None:
         return str(_checked(choice.use)) if choice.use.source != "PATH" else choice.use.binary, choice.use.version
     if choice.installer == "tenv" and tenv is not None:
-        installed_path = _tenv(tenv, kind, request.text, constraint, mirror)
+        try:
+            installed_path = _tenv(tenv, kind, request.text, constraint, mirror)
+        except ToolError as exc:
+            raise ToolError(f"{exc}; wanted {request.describe()}; also looked in {'; '.join(looked_at)}") from None
         return str(installed_path), installed_path.parent.name
     assert choice.installer == "mirror" and mirror is not None
     try:

@@ -123,6 +123,21 @@ def test_attack_a_tampered_upstream_archive_is_never_installed_and_the_error_say
     assert not (tmp_path / "tenv-root" / "OpenTofu" / "1.10.10").exists()
 
 
+def test_a_version_nobody_has_is_one_failure_naming_it_and_every_place_looked(
+        mirrored: Mirrored, tmp_path: Path) -> None:
+    (tmp_path / ".opentofu-version").write_text("~> 1.9.0\n")
+    effective = EffectiveTool(kind="opentofu", version=None, terragrunt=None)
+    with pytest.raises(ToolError) as failed:
+        resolve_tool(effective, tmp_path, mirrored.mirror)
+    message = str(failed.value)
+    assert message.startswith("tenv could not install tofu ~> 1.9.0: "), message
+    assert "the tool mirror https://127.0.0.1:" in message and "no opentofu version satisfying it (it has 1.12.6, " \
+        "1.10.10)" in message, message
+    assert 'wanted "~> 1.9.0" (from .opentofu-version in the layer directory)' in message, message
+    assert f"TENV_ROOT {tmp_path / 'tenv-root'}" in message, message
+    assert not (tmp_path / "tenv-root" / "OpenTofu").exists() or not any((tmp_path / "tenv-root" / "OpenTofu").iterdir())
+
+
 def test_a_caller_that_is_not_a_runner_gets_nothing_through_tenv(mirrored: Mirrored, tmp_path: Path) -> None:
     effective = EffectiveTool(kind="opentofu", version="1.10.10", terragrunt=None)
     with pytest.raises(ToolError) as failed:
