@@ -1,5 +1,5 @@
-"""Which Secrets of a namespace its runners may be given: only those whose writers opened them to runners
-(docs/architecture.md §6.3, §9, §24). Pure; no Kubernetes client here.
+"""Which Secrets and ServiceAccounts of a namespace its runners may be given: only those whose writers opened them
+to runners (docs/architecture.md §6.3, §9, §24). Pure; no Kubernetes client here.
 
 A tenant who may edit layers, repositories or pull request settings, but may not read the namespace's Secrets,
 chooses what a runner pod gets (`spec.varsFrom`, `overrideRunnerSpec` env, envFrom and volumes) and, through the
@@ -9,6 +9,11 @@ URL, another application's password. As with `allowedHosts`, only whoever may wr
 annotation `api.burrito-py.io/runner-secret: "true"` on the Secret opens it to the runners of its namespace. The
 controllers write it on the outputs Secrets they make (any layer of the namespace reads those outputs through
 `dependsOn` anyway).
+
+The same holds for the account a runner runs as: `overrideRunnerSpec.serviceAccountName` named any ServiceAccount
+of the namespace, and the pod got its token and whatever cloud role its annotations bind (IRSA, Workload
+Identity), for code of the editor's choosing. Only the platform's runner account, or one annotated
+`api.burrito-py.io/runner-service-account: "true"`, runs a runner now.
 """
 
 from __future__ import annotations
@@ -16,14 +21,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["RUNNER_SECRET", "is_open_to_runners", "refusal", "secret_references"]
+__all__ = ["RUNNER_SECRET", "RUNNER_SERVICE_ACCOUNT", "account_refusal", "is_open_to_runners", "refusal",
+           "secret_references"]
 
 RUNNER_SECRET = "api.burrito-py.io/runner-secret"  # noqa: S105 - an annotation key, not a secret
+RUNNER_SERVICE_ACCOUNT = "api.burrito-py.io/runner-service-account"
 
 
-def is_open_to_runners(secret: Mapping[str, Any]) -> bool:
-    annotations = (secret.get("metadata") or {}).get("annotations") or {}
-    return annotations.get(RUNNER_SECRET) == "true"
+def is_open_to_runners(obj: Mapping[str, Any], annotation: str = RUNNER_SECRET) -> bool:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(annotation) == "true"
 
 
 def refusal(namespace: str, name: str, where: str, secret: Mapping[str, Any] | None) -> str | None:
@@ -37,6 +44,19 @@ def refusal(namespace: str, name: str, where: str, secret: Mapping[str, Any] | N
     return (f"Secret {namespace}/{name} ({where}) is not open to runners: only a Secret annotated "
             f'{RUNNER_SECRET}: "true" is given to a runner (whoever may edit layers may not read every Secret); '
             "whoever may write the Secret adds the annotation if its values are meant for Terraform")
+
+
+def account_refusal(namespace: str, name: str, where: str, account: Mapping[str, Any] | None) -> str | None:
+    """Why a runner may not run as the ServiceAccount `name` that `where` names (None: it may)."""
+    if account is None:
+        return (f"ServiceAccount {namespace}/{name} ({where}) does not exist; a runner runs only as the platform's "
+                f'runner account or one annotated {RUNNER_SERVICE_ACCOUNT}: "true"')
+    if is_open_to_runners(account, RUNNER_SERVICE_ACCOUNT):
+        return None
+    return (f"ServiceAccount {namespace}/{name} ({where}) is not open to runners: a runner runs only as the "
+            f'platform\'s runner account or one annotated {RUNNER_SERVICE_ACCOUNT}: "true" (whoever may edit layers '
+            "may not act as every account of the namespace, with its token and cloud role); whoever may write the "
+            "ServiceAccount adds the annotation if runners are to run as it")
 
 
 def _name(ref: Any, key: str) -> str | None:

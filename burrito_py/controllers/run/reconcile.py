@@ -59,9 +59,11 @@ from burrito_py.controllers.run.runner_pod import (
     IGNORED_EVENT,
     RunnerDefaults,
     build_runner_pod,
+    closed_account,
     closed_secrets,
     ignored_condition,
     ignored_overrides,
+    other_account,
     secret_names,
     without_secret_sources,
 )
@@ -476,11 +478,16 @@ async def _start_attempt(
     # Only Secrets their writers opened to runners reach the pod (api/runner_secrets.py): whoever may edit layers
     # or repositories may not read every Secret. Refused like a pod the API refuses: the run waits and says why.
     closed = closed_secrets(override, layer, repository, namespace, await _read_secrets(ctx, namespace, override))
-    if closed:
-        message = "; ".join(closed)
-        await post_event(ctx.kube, run, "Warning", SECRET_EVENT, f"attempt {decision.start_attempt}: {message}")
-        log.warning("run %s/%s: %s", namespace, run["metadata"]["name"], message)
-        return CreationRefused(message, 403)
+    # So does the account it runs as: the platform's, or one its writers opened to runners.
+    account = other_account(override, defaults.service_account)
+    refused_account = account and closed_account(override, layer, repository, namespace, defaults.service_account,
+                                                 await _read_object(ctx, "serviceaccounts", namespace, account))
+    for reason, refusals in ((SECRET_EVENT, closed), (ACCOUNT_EVENT, [refused_account] if refused_account else [])):
+        if refusals:
+            message = "; ".join(refusals)
+            await post_event(ctx.kube, run, "Warning", reason, f"attempt {decision.start_attempt}: {message}")
+            log.warning("run %s/%s: %s", namespace, run["metadata"]["name"], message)
+            return CreationRefused(message, 403)
     # An object stored before the API refused reserved overrides (api/runner_contract.py) still asks for them:
     # the pod gets the platform's values, and the run says which were ignored (an Event, its attempt, a condition).
     ignored = ignored_overrides(override, layer, repository)
@@ -514,22 +521,24 @@ async def _start_attempt(
 
 
 SECRET_EVENT = "RunnerSecretRefused"  # noqa: S105 - an event reason
+ACCOUNT_EVENT = "RunnerServiceAccountRefused"
+
+
+async def _read_object(ctx: Context, plural: str, namespace: str, name: str) -> Body | None:
+    """A core object of the namespace as it is (None: absent, unreadable, or a name that is not one)."""
+    if object_name_problem(name) is not None:  # the API refuses such a pod anyway: never read as a path
+        return None
+    try:
+        return await ctx.kube.get(path("v1", plural, namespace, name))
+    except KubeError as exc:
+        if exc.status is None or exc.status >= 500:
+            raise
+        return None
 
 
 async def _read_secrets(ctx: Context, namespace: str, override: Body) -> dict[str, Body | None]:
     """The Secrets the runner pod would get, as they are (None: absent, unreadable, or a name that is not one)."""
-    found: dict[str, Body | None] = {}
-    for name in secret_names(override):
-        if object_name_problem(name) is not None:  # the API refuses such a pod anyway: never read as a path
-            found[name] = None
-            continue
-        try:
-            found[name] = await ctx.kube.get(path("v1", "secrets", namespace, name))
-        except KubeError as exc:
-            if exc.status is None or exc.status >= 500:
-                raise
-            found[name] = None
-    return found
+    return {name: await _read_object(ctx, "secrets", namespace, name) for name in secret_names(override)}
 
 
 @dataclass(frozen=True, slots=True)

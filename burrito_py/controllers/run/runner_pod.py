@@ -26,7 +26,7 @@ from burrito_py.api.runner_contract import (
     reserved_overrides,
     without_reserved,
 )
-from burrito_py.api.runner_secrets import refusal, secret_references
+from burrito_py.api.runner_secrets import account_refusal, refusal, secret_references
 from burrito_py.kube.conditions import Cond
 
 TOKEN_AUDIENCE = "burrito-py"  # noqa: S105
@@ -158,6 +158,23 @@ def closed_secrets(override: Mapping[str, Any], layer: Mapping[str, Any], reposi
         if why is not None:
             found.append(why)
     return found
+
+
+def other_account(override: Mapping[str, Any], default: str) -> str | None:
+    """The ServiceAccount `override` asks the pod to run as, when it is not the platform's `default`."""
+    name = override.get("serviceAccountName")
+    return name if isinstance(name, str) and name and name != default else None
+
+
+def closed_account(override: Mapping[str, Any], layer: Mapping[str, Any], repository: Mapping[str, Any] | None,
+                   namespace: str, default: str, account: Mapping[str, Any] | None) -> str | None:
+    """Why the pod may not run as the account `override` names (api/runner_secrets.py), naming the field and the
+    object it comes from; None when it may (the platform's own account needs no mark). `account`: as read. Pure."""
+    name = other_account(override, default)
+    if name is None:
+        return None
+    where = _origin("serviceAccountName", layer, repository) + ".serviceAccountName"
+    return account_refusal(namespace, name, where, account)
 
 
 IGNORED_CONDITION = "RunnerOverridesIgnored"

@@ -21,7 +21,7 @@ from burrito_local.apiserver import ApiServer
 from burrito_local.identity import admin_client
 
 from burrito_py.api.run import pod_name
-from burrito_py.api.runner_secrets import RUNNER_SECRET
+from burrito_py.api.runner_secrets import RUNNER_SECRET, RUNNER_SERVICE_ACCOUNT
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.run_inputs import read_sources
 from burrito_py.kube.client import Kube
@@ -123,3 +123,50 @@ def test_a_secret_opened_to_runners_reaches_the_pod(api: tuple[ApiServer, Path])
         pod = admin.get(f"/api/v1/namespaces/default/pods/{pod_name(RUN, 1)}").raise_for_status().json()
         env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
         assert env["CLOUD_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "git-credentials"
+
+
+def put_account(admin: Any, name: str, open_to_runners: bool) -> None:
+    """An account bound to a cloud role (its annotation, as IRSA reads it), meant for a deploy job or for runners."""
+    annotations = {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/production-admin"}
+    if open_to_runners:
+        annotations[RUNNER_SERVICE_ACCOUNT] = "true"
+    admin.post("/api/v1/namespaces/default/serviceaccounts", json={
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations}}).raise_for_status()
+
+
+def test_attack_a_runner_pod_cannot_run_as_an_account_not_opened_to_runners(api: tuple[ApiServer, Path]) -> None:
+    """A layer editor (who may not create pods, nor act as the namespace's accounts) names the account of the
+    namespace that holds the production cloud role: the pod would run their code with its token and role."""
+    server, kubeconfig = api
+    with admin_client(server.url) as admin:
+        put_account(admin, "deployer", open_to_runners=False)
+        status = start(admin, kubeconfig, {"serviceAccountName": "deployer"}, open_to_runners=False)
+
+        assert admin.get(f"/api/v1/namespaces/default/pods/{pod_name(RUN, 1)}").status_code == 404
+        created = next(c for c in status["conditions"] if c["type"] == "RunnerPodCreated")
+        assert created["status"] == "False", created
+        assert ("ServiceAccount default/deployer (TerraformLayer default/app spec.overrideRunnerSpec."
+                "serviceAccountName) is not open to runners") in created["message"], created
+        events = admin.get("/api/v1/namespaces/default/events").json()["items"]
+        assert any(e["reason"] == "RunnerServiceAccountRefused" and e["type"] == "Warning" for e in events), events
+
+
+def test_a_missing_account_is_refused_naming_it(api: tuple[ApiServer, Path]) -> None:
+    server, kubeconfig = api
+    with admin_client(server.url) as admin:
+        status = start(admin, kubeconfig, {"serviceAccountName": "not-there"}, open_to_runners=False)
+        created = next(c for c in status["conditions"] if c["type"] == "RunnerPodCreated")
+        assert "ServiceAccount default/not-there (TerraformLayer default/app spec.overrideRunnerSpec." \
+               "serviceAccountName) does not exist" in created["message"], created
+
+
+def test_an_account_opened_to_runners_runs_the_pod(api: tuple[ApiServer, Path]) -> None:
+    server, kubeconfig = api
+    with admin_client(server.url) as admin:
+        put_account(admin, "terraform", open_to_runners=True)
+        status = start(admin, kubeconfig, {"serviceAccountName": "terraform"}, open_to_runners=False)
+
+        assert status["state"] == "Running", status
+        pod = admin.get(f"/api/v1/namespaces/default/pods/{pod_name(RUN, 1)}").raise_for_status().json()
+        assert pod["spec"]["serviceAccountName"] == "terraform"

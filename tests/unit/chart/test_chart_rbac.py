@@ -37,6 +37,7 @@ CONTROLLERS_TENANT: list[Rule] = [
     (CORE, "pods/log", "get", ()),
     (CORE, "secrets", "get create update", ()),
     (CORE, "configmaps", "get", ()),  # spec.varsFrom, resolved into the run's inputs (controllers/layer/run_inputs.py)
+    (CORE, "serviceaccounts", "get", ()),  # an override's serviceAccountName, opened to runners or not
     ("coordination.k8s.io", "leases", "get create update delete", ()),
 ]
 CONTROLLERS_CLUSTER: list[Rule] = [
@@ -252,7 +253,7 @@ def test_runner_rules_match_the_runner_api_calls() -> None:
 def test_rule_counts_per_component() -> None:
     """The figures quoted in the README: distinct (apiGroup, resource, verb) grants per component."""
     counts = grants_per_component(rendered("default"), RELEASE)
-    assert counts == {"controllers": 68, "server": 24, "datastore": 5, "runner": 3, "runner-pr": 3}
+    assert counts == {"controllers": 69, "server": 24, "datastore": 5, "runner": 3, "runner-pr": 3}
 
 
 def test_the_emulator_platforms_grant_runners_exactly_the_charts_runner_role() -> None:

@@ -69,3 +69,25 @@ def test_the_condition_follows_the_latest_attempt() -> None:
     cond = ignored_condition([{"number": 1, "ignoredOverrides": ["a: b", "c: d"]}])
     assert cond is not None and cond.type == "RunnerOverridesIgnored" and cond.status
     assert cond.reason == "ReservedByBurritoPy" and cond.message.endswith("instead of: a: b; c: d")
+
+
+def test_the_account_an_override_names_is_refused_unless_opened_to_runners_naming_its_origin() -> None:
+    from burrito_py.api.runner_secrets import RUNNER_SERVICE_ACCOUNT
+    from burrito_py.controllers.run.runner_pod import closed_account
+
+    layer = {"metadata": {"name": "app", "namespace": "team"}, "spec": {}}
+    repository = {"metadata": {"name": "infra", "namespace": "team"},
+                  "spec": {"overrideRunnerSpec": {"serviceAccountName": "deployer"}}}
+    override = {"serviceAccountName": "deployer"}
+    plain = {"metadata": {"name": "deployer", "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"}}}
+    opened = {"metadata": {"name": "deployer", "annotations": {RUNNER_SERVICE_ACCOUNT: "true"}}}
+    refused = closed_account(override, layer, repository, "team", "burrito-py-runner", plain)
+    assert refused is not None and refused.startswith(
+        "ServiceAccount team/deployer (TerraformRepository team/infra spec.overrideRunnerSpec.serviceAccountName) is "
+        "not open to runners")
+    assert closed_account(override, layer, repository, "team", "burrito-py-runner", opened) is None
+    assert "does not exist" in (closed_account(override, layer, repository, "team", "burrito-py-runner", None) or "")
+    # The platform's own account, or none named, needs no mark.
+    assert closed_account({"serviceAccountName": "burrito-py-runner"}, layer, None, "team", "burrito-py-runner",
+                          None) is None
+    assert closed_account({}, layer, None, "team", "burrito-py-runner", None) is None
