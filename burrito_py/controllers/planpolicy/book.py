@@ -66,7 +66,7 @@ class PolicyBook:
                    if isinstance(p := self._parse(b, ClusterTerraformPlanPolicy), ClusterTerraformPlanPolicy)]
         if not namespaced and not cluster:
             return []
-        labels: dict[str, str] = {}
+        labels: dict[str, str] | None = {}
         if any(p.spec.namespace_selector is not None for p in cluster):
             labels = await self._labels_of(kube, namespace)
         named = [n.strip() for n in str((meta.get("annotations") or {}).get(ann.LAYER_PLAN_POLICIES) or "").split(",")
@@ -74,15 +74,19 @@ class PolicyBook:
         chosen = select_policies(namespace, dict(meta.get("labels") or {}), labels, namespaced, cluster, named)
         return sorted(chosen, key=lambda p: (p.KIND != TerraformPlanPolicy.KIND, p.namespace or "", p.name))
 
-    async def _labels_of(self, kube: Kube, namespace: str) -> dict[str, str]:
+    async def _labels_of(self, kube: Kube, namespace: str) -> dict[str, str] | None:
+        """The namespace's labels; the last ones read when a read fails; None when none were ever read (then
+        every namespaceSelector picks it: `select_policies` fails closed)."""
         held = self._namespace_labels.get(namespace)
         if held is not None and time.monotonic() - held[0] < NAMESPACE_LABELS_TTL:
             return held[1]
         try:
             body = await kube.get(path("v1", "namespaces", name=namespace)) or {}
         except KubeError as exc:
-            log.warning("cannot read the labels of namespace %s for cluster plan policies: %s", namespace, exc)
-            return held[1] if held is not None else {}
+            log.warning("cannot read the labels of namespace %s for cluster plan policies (%s): %s", namespace,
+                        "using the last ones read" if held is not None else
+                        "every cluster policy with a namespaceSelector judges its layers until they are read", exc)
+            return held[1] if held is not None else None
         labels = dict((body.get("metadata") or {}).get("labels") or {})
         self._namespace_labels[namespace] = (time.monotonic(), labels)
         return labels

@@ -51,3 +51,36 @@ def test_a_cluster_policy_judges_the_layers_of_the_namespaces_its_selector_picks
 
     assert asyncio.run(judged("shop-prod")) == ["prod-guard"]
     assert asyncio.run(judged("shop-dev")) == []
+
+
+def test_attack_labels_the_controllers_cannot_read_never_let_a_plan_pass_unjudged(
+        api: tuple[ApiServer, Path], tmp_path: Path) -> None:
+    """The namespace's labels cannot be read (here the controllers' account lacks `get namespaces`, as after a
+    chart edit or an API outage; before any read succeeded): the book took that for "no labels", and a mandatory
+    policy selecting `env: prod` judged nothing. Now a selector it cannot evaluate picks the namespace: the plan is
+    judged rather than applied unjudged."""
+    import shutil
+
+    from burrito_local.identity import ensure_service_account, request_token, set_kubeconfig_token
+    from burrito_local.kube_tokens import API_AUDIENCES
+
+    server, kubeconfig = api
+    with admin_client(server.url) as admin:
+        admin.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
+                                               "metadata": {"name": "shop-prod", "labels": {"env": "prod"}}})
+        ensure_service_account(admin, "burrito-system", "no-namespaces")
+        token = request_token(admin, "burrito-system", "no-namespaces", list(API_AUDIENCES))
+    blind = tmp_path / "blind.kubeconfig"
+    shutil.copy(kubeconfig, blind)
+    set_kubeconfig_token(blind, token)
+
+    async def judged() -> list[str]:
+        book = PolicyBook()
+        book.cluster.observe(cluster_policy("prod-guard", {"matchLabels": {"env": "prod"}}))
+        kube = await Kube.connect(str(blind))
+        try:
+            return [p.name for p in await book.for_layer(kube, layer_in("shop-prod"))]
+        finally:
+            await kube.close()
+
+    assert asyncio.run(judged()) == ["prod-guard"]

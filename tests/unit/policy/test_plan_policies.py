@@ -181,3 +181,5 @@ def test_selection() -> None:
     # An AGL layer's definition names the cluster policies that judge it, whatever their selectors say.
     assert [p.name for p in select_policies("default", {}, {"env": "dev"}, [], [prod, everywhere], ["cp"])] \
         == ["cp", "all"]
+    # Labels that could not be read: a namespaceSelector picks the namespace (fail closed); layerSelectors still apply.
+    assert [p.name for p in select_policies("default", {}, None, [mine], [prod, everywhere])] == ["cp", "all"]
