@@ -139,6 +139,11 @@ class Attempt(ApiModel):
         description="overrideRunnerSpec entries of the layer or repository that set what burrito-py reserves for "
         "every runner (stored before the API refused them): the pod got burrito-py's own values instead.",
     )
+    secret_variables: list[str] = Field(
+        default_factory=list,
+        description="Terraform variables the pod got from a Secret through overrideRunnerSpec env or envFrom "
+        "(TF_VAR_<name>): every view of the run masks their values, as it does those of varsFrom Secrets.",
+    )
 
 
 class PodCreation(ApiModel):

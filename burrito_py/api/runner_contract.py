@@ -55,6 +55,7 @@ RESERVED_ENV: dict[str, str] = {
     "BURRITO_RUNNER_ACTION": _IDENTITY,
     "BURRITO_RUNNER_ATTEMPT": _IDENTITY,
     "BURRITO_RUNNER_GRACE_SECONDS": "the runner's contract with the pod's grace period",
+    "BURRITO_RUNNER_SECRET_VARIABLES": "the variables whose values the runner masks in its log",
     "BURRITO_DATASTORE_URL": "where the runner sends its pod-bound token",
     "BURRITO_PROVIDER_MIRROR_URL": _MIRROR,
     "BURRITO_PROVIDER_MIRROR_FAIL_CLOSED": _MIRROR,

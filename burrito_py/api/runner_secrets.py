@@ -22,10 +22,11 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["RUNNER_SECRET", "RUNNER_SERVICE_ACCOUNT", "account_refusal", "is_open_to_runners", "refusal",
-           "secret_references"]
+           "secret_env_variables", "secret_references"]
 
 RUNNER_SECRET = "api.burrito-py.io/runner-secret"  # noqa: S105 - an annotation key, not a secret
 RUNNER_SERVICE_ACCOUNT = "api.burrito-py.io/runner-service-account"
+TF_VAR = "TF_VAR_"  # Terraform and OpenTofu read a variable `x` from the environment as TF_VAR_x
 
 
 def is_open_to_runners(obj: Mapping[str, Any], annotation: str = RUNNER_SECRET) -> bool:
@@ -86,3 +87,26 @@ def secret_references(override: Mapping[str, Any], field: str = "overrideRunnerS
             if name:
                 found.append((f"{field}.volumes[{index}]", name))
     return found
+
+
+def secret_env_variables(override: Mapping[str, Any], secrets: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """The Terraform variables an overrideRunnerSpec (camelCase) feeds from a Secret through the environment,
+    sorted: an env `TF_VAR_<x>` from a `secretKeyRef`, and each key of an `envFrom` Secret (after its `prefix`)
+    that makes a `TF_VAR_<x>`. `secrets`: each name's Secret as read (its keys; a missing one gives none). Their
+    values are masked in every view, as those of `varsFrom` Secrets are."""
+    found: set[str] = set()
+    for item in override.get("env") or ():
+        name = (item or {}).get("name") if isinstance(item, Mapping) else None
+        if (isinstance(name, str) and name.startswith(TF_VAR) and len(name) > len(TF_VAR)
+                and _name(((item.get("valueFrom") or {}).get("secretKeyRef")), "name")):
+            found.add(name[len(TF_VAR):])
+    for item in override.get("envFrom") or ():
+        ref = _name((item or {}).get("secretRef"), "name") if isinstance(item, Mapping) else None
+        secret = secrets.get(ref) if ref else None
+        if secret is None:
+            continue
+        prefix = str(item.get("prefix") or "")
+        keys = [*(secret.get("data") or {}), *(secret.get("stringData") or {})]
+        found.update(env[len(TF_VAR):] for key in keys if (env := prefix + str(key)).startswith(TF_VAR)
+                     and len(env) > len(TF_VAR))
+    return sorted(found)

@@ -123,10 +123,12 @@ def inputs_secret_names(record: Mapping[str, Any] | None) -> set[str]:
     return names
 
 
-def values_to_hide(record: Mapping[str, Any] | None, plan: Mapping[str, Any] | None) -> SecretValues:
-    """What a masked view of this run hides: the values of the record's secret and sensitive variables and of the
+def values_to_hide(record: Mapping[str, Any] | None, plan: Mapping[str, Any] | None,
+                   env_secrets: Iterable[str] = ()) -> SecretValues:
+    """What a masked view of this run hides: the values of the record's secret and sensitive variables, of those
+    its pods got from a Secret through the environment (`env_secrets`, `run_secret_variables`) and of the
     variables the plan's configuration declares sensitive, taken from the record and from the plan."""
-    names = inputs_secret_names(record)
+    names = inputs_secret_names(record) | {str(n) for n in env_secrets}
     if plan is not None:
         names |= _declared_sensitive(plan)
     found: list[Any] = []
@@ -137,6 +139,12 @@ def values_to_hide(record: Mapping[str, Any] | None, plan: Mapping[str, Any] | N
         plan_vars = _variables(plan)
         found += [v.get("value") for n in names if isinstance(v := plan_vars.get(n), Mapping)]
     return secret_values(found, names)
+
+
+def run_secret_variables(run: Mapping[str, Any]) -> list[str]:
+    """The variables a run's pods got from a Secret through the environment (its attempts' `secretVariables`)."""
+    attempts = (run.get("status") or {}).get("attempts") or ()
+    return sorted({str(n) for a in attempts if isinstance(a, Mapping) for n in a.get("secretVariables") or ()})
 
 
 def scrub_text(text: str, hide: SecretValues) -> str:

@@ -383,6 +383,7 @@ class Runner:
             raise RunnerError(f"run {env.run} is for layer {run.spec.layer.name}, not {env.layer}")
         if run.spec.action != env.action:
             raise RunnerError(f"run {env.run} is a {run.spec.action} run, but BURRITO_RUNNER_ACTION is {env.action}")
+        self.mask_secret_environment()
         pull_request = run.spec.pull_request
         if pull_request is not None and env.action not in ("plan", "apply"):
             raise RunnerError(f"run {env.run} belongs to pull request {pull_request}: it may only plan, or apply "
@@ -757,6 +758,14 @@ class Runner:
         variables = merge_variables(layer.spec.vars, [given])
         target = write_tfvars(layer_dir, variables)
         _say(f"burrito-py: variables {', '.join(sorted(variables)) or '(none)'} written to {target.name}")
+
+    def mask_secret_environment(self) -> None:
+        """The variables the pod got from a Secret through its environment (the controllers name them in
+        BURRITO_RUNNER_SECRET_VARIABLES): their TF_VAR_ values are masked in the log from now on."""
+        names = [n for n in os.environ.get("BURRITO_RUNNER_SECRET_VARIABLES", "").split(",") if n]
+        values = {n: value for n in names if (value := os.environ.get(f"TF_VAR_{n}"))}
+        if values:
+            self.mask(values, "Secret environment variable(s)")
 
     @staticmethod
     def mask(values: Mapping[str, str], what: str) -> None:

@@ -16,7 +16,14 @@ from burrito_py.api import annotations as ann
 from burrito_py.datastore.client import DatastoreClient, DatastoreError, PlanFormat
 from burrito_py.kube.client import Body, Kube, crd_path
 from burrito_py.kube.inventory import creation_order
-from burrito_py.plans.masking import SecretValues, load_json, masked_document, scrub_text, values_to_hide
+from burrito_py.plans.masking import (
+    SecretValues,
+    load_json,
+    masked_document,
+    run_secret_variables,
+    scrub_text,
+    values_to_hide,
+)
 from burrito_py.plans.model import PlanFormatError
 from burrito_py.server.views import run_layer
 
@@ -135,6 +142,7 @@ class Artifacts:
             number = artifact.get("attempt")
             sources.append((artifact["run"], number if isinstance(number, int) and number > 0 else None, None))
         hide = SecretValues()
+        env_secrets = run_secret_variables(run)  # the same pods' environment for the plan run it applies
         for run_name, attempt, known in sources:
             raw = await self._optional(functools.partial(self.datastore.get_inputs, *where, run_name))
             record = load_json(raw) if raw is not None else None
@@ -143,7 +151,7 @@ class Artifacts:
                 stored = await self._optional(functools.partial(self.datastore.get_plan, *where, run_name, attempt,
                                                                 "json"))
                 document = load_json(stored) if stored is not None else None
-            hide = hide.merge(values_to_hide(record, document))
+            hide = hide.merge(values_to_hide(record, document, env_secrets))
         return hide
 
     async def masked_plan(self, run: Body, where: tuple[str, str], attempt: int | None, fmt: str,

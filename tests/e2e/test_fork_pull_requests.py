@@ -175,6 +175,37 @@ def test_a_pull_requests_plan_gets_no_secret_of_the_layer_runs_as_its_own_accoun
         assert all(SHORT_SECRET not in s.get("description", "") for s in world.fake.statuses)
 
 
+def test_attack_a_variable_fed_from_a_secret_through_the_environment_never_reaches_the_comment_or_the_log(
+    tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
+) -> None:
+    """`overrideRunnerSpec.env` sets `TF_VAR_message` from a Secret opened to runners; the pull request (of the
+    repository itself, inheriting the layer's secrets) plans with it. Terraform does not mark the variable sensitive,
+    so its value is in the plan's output change: the comment (which anyone who can read the pull request reads) and
+    the runner's log showed it, since only varsFrom Secrets were known to the masker."""
+    with pull_request_world(tmp_path, repo, "github", real_cluster) as world:
+        platform = world.platform
+        put_secret(platform, "app-env", {"message": SECRET_VALUE}, open_to_runners=True)
+        platform.custom.patch_namespaced_custom_object(
+            ann.GROUP, ann.VERSION, platform.namespace, "terraformrepositories", "infra", {"spec": {
+                "pullRequests": {"inheritSecrets": True},
+                "overrideRunnerSpec": {"env": [{"name": "TF_VAR_message", "valueFrom": {"secretKeyRef": {
+                    "name": "app-env", "key": "message"}}}]}}})
+        head = world.push(8, {"layers/app/main.tf": layer_code("the default")}, "change app")
+        world.hook("opened", 8, head)
+        done = world.wait_pr(8, head, "Planned", timeout=150)
+        run_name = done["status"]["layers"][0]["run"]
+        token = (platform.kubeconfig.read_text().split("token: ", 1)[1].split()[0]).strip("'\"")
+        with DatastoreClient(platform.datastore_url, token=token) as store:
+            log = store.get_logs(platform.namespace, "app", run_name, 1).decode()
+            plan = store.get_plan(platform.namespace, "app", run_name, 1, "pretty").decode()
+        assert "the default" not in plan  # the variable's value came from the Secret…
+        assert SECRET_VALUE not in plan and SECRET_VALUE not in log  # …and the runner masked it
+        body = ours(world, 8)[0]
+        assert SECRET_VALUE not in body and "(sensitive value)" in body, body  # never in the comment
+        run = next(r for r in pr_runs(platform) if r["metadata"]["name"] == run_name)
+        assert run["status"]["attempts"][-1]["secretVariables"] == ["message"]  # the names the views mask
+
+
 def test_an_apply_run_a_tenant_user_makes_of_a_pull_requests_plan_cannot_read_it(
     tmp_path: Path, repo: TestRepo, real_cluster: RealCluster
 ) -> None:

@@ -61,6 +61,7 @@ class RunFacts:
     action: str = "plan"  # an apply: `/burrito-py apply` (apply before merge)
     artifact_run: str | None = None  # an apply's plan run
     revision: str | None = None  # spec.layer.revision
+    secret_variables: tuple[str, ...] = ()  # fed from a Secret through its pods' environment: masked in the comment
 
 
 def _kept(runs: Sequence[RunFacts], head: str | None) -> set[str]:

@@ -48,7 +48,7 @@ from burrito_py.kube.inventory import Body, Key, key_of
 from burrito_py.kube.scheduler import slot_released
 from burrito_py.outbound import OutboundRefused
 from burrito_py.plans.changes import changes_digest
-from burrito_py.plans.masking import load_json, values_to_hide
+from burrito_py.plans.masking import load_json, run_secret_variables, values_to_hide
 from burrito_py.plans.model import PlanFormatError, parse_plan
 from burrito_py.pullrequests.affected import Affected, affected_layers
 from burrito_py.pullrequests.apply import layer_apply_settings, lock_holder, release_due, release_plan
@@ -235,7 +235,8 @@ def _facts(run: Mapping[str, Any]) -> RunFacts:
                     attempt=len(status.get("attempts") or ()),
                     json_sum=last.get("planJsonSum"), json_size=last.get("planJsonSize"),
                     plan_sum=last.get("planSum"), action=str(spec.get("action") or "plan"),
-                    artifact_run=(spec.get("artifact") or {}).get("run"), revision=layer.get("revision"))
+                    artifact_run=(spec.get("artifact") or {}).get("run"), revision=layer.get("revision"),
+                    secret_variables=tuple(run_secret_variables(run)))
 
 
 async def _review_facts(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str, Any]) -> ReviewFacts | str:
@@ -323,7 +324,7 @@ async def _read_outcome(ctx: Context, run: RunFacts) -> PlanOutcome | None:
             raw = await asyncio.to_thread(store.get_logs, namespace, layer, run.name, run.attempt)
             tail = tuple(raw.decode(errors="replace").rstrip("\n").splitlines()[-LOG_LINES:])
             return PlanOutcome("failed", run.message or "the plan failed", log_tail=tail,
-                               hide=values_to_hide(record, None))
+                               hide=values_to_hide(record, None, run.secret_variables))
         limit = int(ctx.settings.max_plan_json_bytes)
         if not run.json_sum or run.json_size is None or run.json_size > limit:
             return PlanOutcome("failed", f"the plan JSON ({run.json_size} bytes) is above the {limit} bytes the "
@@ -334,7 +335,7 @@ async def _read_outcome(ctx: Context, run: RunFacts) -> PlanOutcome | None:
                                                "json", limit, run.json_sum)
             model = await asyncio.to_thread(parse_plan, raw_json, attributes=True)  # the comment shows them
             # What the comment masks (comment.py): the values of Secret-fed and sensitive variables.
-            hide = values_to_hide(record, await asyncio.to_thread(load_json, raw_json))
+            hide = values_to_hide(record, await asyncio.to_thread(load_json, raw_json), run.secret_variables)
         pretty = await asyncio.to_thread(store.get_plan, namespace, layer, run.name, run.attempt, "pretty")
     except NotTheRecordedObject as exc:
         return PlanOutcome("failed", f"the plan JSON is not the one recorded: {exc}")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from burrito_py.api import annotations as ann
 from burrito_py.api.patterns import object_name_problem
 from burrito_py.api.run import pod_name
+from burrito_py.api.runner_secrets import secret_env_variables
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.run_inputs import refresh_failed_inputs
@@ -477,7 +478,8 @@ async def _start_attempt(
     namespace = run["metadata"]["namespace"]
     # Only Secrets their writers opened to runners reach the pod (api/runner_secrets.py): whoever may edit layers
     # or repositories may not read every Secret. Refused like a pod the API refuses: the run waits and says why.
-    closed = closed_secrets(override, layer, repository, namespace, await _read_secrets(ctx, namespace, override))
+    secrets = await _read_secrets(ctx, namespace, override)
+    closed = closed_secrets(override, layer, repository, namespace, secrets)
     # So does the account it runs as: the platform's, or one its writers opened to runners.
     account = other_account(override, defaults.service_account)
     refused_account = account and closed_account(override, layer, repository, namespace, defaults.service_account,
@@ -491,7 +493,10 @@ async def _start_attempt(
     # An object stored before the API refused reserved overrides (api/runner_contract.py) still asks for them:
     # the pod gets the platform's values, and the run says which were ignored (an Event, its attempt, a condition).
     ignored = ignored_overrides(override, layer, repository)
-    body = build_runner_pod(run, layer, decision.start_attempt, defaults, override)
+    # Variables fed from a Secret through the environment: the runner masks them in its log, the views too
+    # (plans/masking.py, from the attempt below).
+    secret_variables = secret_env_variables(override, secrets)
+    body = build_runner_pod(run, layer, decision.start_attempt, defaults, override, secret_variables)
     name = pod_name(run["metadata"]["name"], decision.start_attempt)
     uid: str | None = None
     try:
@@ -516,6 +521,8 @@ async def _start_attempt(
                          f"attempt {decision.start_attempt}: pod {name} got burrito-py's own values instead of: "
                          + "; ".join(ignored))
         attempt["ignoredOverrides"] = ignored
+    if secret_variables:
+        attempt["secretVariables"] = secret_variables
     # The datastore grants runner rights only to this pod (name and uid): docs/architecture.md §10.2.
     return {**attempt, "podUid": uid} if uid else attempt
 

@@ -30,6 +30,7 @@ from burrito_py.api.runner_secrets import account_refusal, refusal, secret_refer
 from burrito_py.kube.conditions import Cond
 
 TOKEN_AUDIENCE = "burrito-py"  # noqa: S105
+SECRET_VARIABLES_ENV = "BURRITO_RUNNER_SECRET_VARIABLES"  # noqa: S105 - names only (runner/main.py masks them)
 # The runner writes why it failed here; the kubelet reports it as the container's termination message.
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 RUNNER_UID = 65532
@@ -212,9 +213,11 @@ def build_runner_pod(
     attempt: int,
     defaults: RunnerDefaults,
     override: Mapping[str, Any] | None = None,
+    secret_variables: Sequence[str] = (),
 ) -> dict[str, Any]:
     """`override` is the effective overrideRunnerSpec (camelCase, as in the CRD). What it may not set
-    (`runner_contract.reserved_overrides`: the caller reports it) is left out, so the platform's values win."""
+    (`runner_contract.reserved_overrides`: the caller reports it) is left out, so the platform's values win.
+    `secret_variables`: the variables it feeds from a Secret through the environment, which the runner masks."""
     override = without_reserved(override or {})
     run_meta, layer_meta = run["metadata"], layer["metadata"]
     run_name, namespace = run_meta["name"], run_meta["namespace"]
@@ -232,6 +235,7 @@ def build_runner_pod(
         # The runner stops terraform (SIGINT) within the pod's grace period, before the kubelet's SIGKILL.
         {"name": "BURRITO_RUNNER_GRACE_SECONDS", "value": str(defaults.termination_grace_period_seconds)},
         *mirror_env(defaults),
+        *([{"name": SECRET_VARIABLES_ENV, "value": ",".join(secret_variables)}] if secret_variables else []),
     ]
     token_volume = {
         "name": TOKEN_VOLUME,

@@ -135,7 +135,8 @@ def test_a_version_nobody_has_is_one_failure_naming_it_and_every_place_looked(
         "1.10.10)" in message, message
     assert 'wanted "~> 1.9.0" (from .opentofu-version in the layer directory)' in message, message
     assert f"TENV_ROOT {tmp_path / 'tenv-root'}" in message, message
-    assert not (tmp_path / "tenv-root" / "OpenTofu").exists() or not any((tmp_path / "tenv-root" / "OpenTofu").iterdir())
+    folder = tmp_path / "tenv-root" / "OpenTofu"
+    assert not folder.exists() or not any(folder.iterdir())  # nothing installed
 
 
 def test_a_caller_that_is_not_a_runner_gets_nothing_through_tenv(mirrored: Mirrored, tmp_path: Path) -> None:

@@ -91,3 +91,27 @@ def test_the_account_an_override_names_is_refused_unless_opened_to_runners_namin
     assert closed_account({"serviceAccountName": "burrito-py-runner"}, layer, None, "team", "burrito-py-runner",
                           None) is None
     assert closed_account({}, layer, None, "team", "burrito-py-runner", None) is None
+
+
+def test_the_variables_an_override_feeds_from_a_secret_through_the_environment() -> None:
+    from burrito_py.api.runner_secrets import secret_env_variables
+
+    override = {
+        "env": [{"name": "TF_VAR_db_password", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}},
+                {"name": "TF_VAR_region", "value": "eu-west-1"},  # a literal: nothing to mask
+                {"name": "TF_VAR_", "valueFrom": {"secretKeyRef": {"name": "db", "key": "x"}}},  # no variable
+                {"name": "CLOUD_TOKEN", "valueFrom": {"secretKeyRef": {"name": "db", "key": "token"}}}],
+        "envFrom": [{"secretRef": {"name": "api"}, "prefix": "TF_VAR_"}, {"secretRef": {"name": "vars"}},
+                    {"secretRef": {"name": "missing"}}],
+    }
+    secrets = {"api": {"data": {"api_key": "eA==", "url": "eA=="}},
+               "vars": {"data": {"TF_VAR_token": "eA==", "OTHER": "eA=="}}, "missing": None}
+    assert secret_env_variables(override, secrets) == ["api_key", "db_password", "token", "url"]
+    assert secret_env_variables({}, {}) == []
+
+
+def test_the_pod_tells_the_runner_which_variables_to_mask_and_an_override_cannot_unset_it() -> None:
+    from burrito_py.api.runner_contract import RESERVED_ENV
+    from burrito_py.controllers.run.runner_pod import SECRET_VARIABLES_ENV
+
+    assert SECRET_VARIABLES_ENV in RESERVED_ENV

@@ -204,3 +204,13 @@ def test_values_up_to_the_bound_are_still_each_masked() -> None:
     assert over.overflow and "value-7" not in scrub_text("a value-7 b", over)
     assert over.merge(SecretValues()).overflow and SecretValues().merge(over).overflow
     assert scrub({"k": "plain"}, over) == {MASK: MASK}
+
+
+def test_variables_fed_from_a_secret_through_the_environment_are_hidden_from_the_plan() -> None:
+    from burrito_py.plans.masking import run_secret_variables, values_to_hide
+
+    plan = {"variables": {"message": {"value": "s3cr3t-from-the-env"}, "region": {"value": "eu-west-1"}}}
+    run = {"status": {"attempts": [{"number": 1}, {"number": 2, "secretVariables": ["message"]}]}}
+    hide = values_to_hide(None, plan, run_secret_variables(run))
+    assert "s3cr3t-from-the-env" in hide.long and "eu-west-1" not in hide.long
+    assert values_to_hide(None, plan).empty
