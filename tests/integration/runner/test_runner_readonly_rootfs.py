@@ -111,7 +111,17 @@ for target in sys.argv[1:]:
 
 
 def created_by_65532(directory: Path, since: float) -> list[Path]:
-    return [p for p in directory.iterdir() if p.lstat().st_uid == UID and p.lstat().st_mtime >= since]
+    """What uid 65532 made in `directory` since `since`. Other tests' processes create and remove files there
+    meanwhile (/tmp is shared): one gone between the listing and its stat is not one left behind."""
+    found = []
+    for entry in directory.iterdir():
+        try:
+            info = entry.lstat()
+        except FileNotFoundError:
+            continue
+        if info.st_uid == UID and info.st_mtime >= since:
+            found.append(entry)
+    return found
 
 
 @pytest.mark.slow
