@@ -584,6 +584,9 @@ class Runner(Values):
     service_account_name: str = setting(ControllerSettings, "runner_service_account")
     pull_request_service_account_name: str = setting(ControllerSettings, "runner_pull_request_service_account")
     termination_grace_period_seconds: int = setting(ControllerSettings, "runner_termination_grace_period_seconds")
+    node_selector: dict[str, str] = setting(ControllerSettings, "runner_node_selector")
+    tolerations: list[Object] = setting(ControllerSettings, "runner_tolerations")
+    affinity: Object = setting(ControllerSettings, "runner_affinity")
 
 
 class RunnerServiceAccount(Values):

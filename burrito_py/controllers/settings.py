@@ -9,7 +9,7 @@ import os
 import socket
 from datetime import timedelta
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -101,6 +101,20 @@ class ControllerSettings(BaseSettings):
         False, description="Let a layer's spec.dependsOn name a layer of another namespace (and read its outputs)."
     )
     runner_command: list[str] = Field(default_factory=lambda: ["burrito-py", "runner", "start"])
+    runner_node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="nodeSelector of every runner pod: where tenant code may run. A layer's or repository's "
+        "overrideRunnerSpec.nodeSelector may add labels, never change these.",
+    )
+    runner_tolerations: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Tolerations every runner pod gets (e.g. the taint of a dedicated runner node pool), before "
+        "those of an overrideRunnerSpec.",
+    )
+    runner_affinity: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Affinity of every runner pod; when set, an overrideRunnerSpec.affinity is ignored.",
+    )
     runner_termination_grace_period_seconds: int = Field(
         120,
         ge=1,

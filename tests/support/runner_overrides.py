@@ -36,10 +36,12 @@ LAYER_OVERRIDE: dict[str, Any] = {
 }
 
 
-def settings() -> ControllerSettings:
-    """The platform's: a fail-closed provider mirror and a tool mirror (chart `providerCache`, `toolCache`)."""
+def settings(**more: Any) -> ControllerSettings:
+    """The platform's: a fail-closed provider mirror and a tool mirror (chart `providerCache`, `toolCache`), and
+    `more` settings."""
     return ControllerSettings(metrics_port=0, failure_grace_period=timedelta(seconds=15), datastore_url=DATASTORE,
-                              provider_mirror_url=MIRROR, provider_mirror_fail_closed=True, tool_mirror_url=TOOLS)
+                              provider_mirror_url=MIRROR, provider_mirror_fail_closed=True, tool_mirror_url=TOOLS,
+                              **more)
 
 
 def runner_account(namespace: str) -> dict[str, Any]:
@@ -68,11 +70,12 @@ def objects(namespace: str, layer_override: dict[str, Any] | None = None,
 
 
 async def reconcile_once(kubeconfig: str, repository: dict[str, Any], layer: dict[str, Any],
-                         run: dict[str, Any]) -> None:
-    """One reconcile of the run by the run controller's own code, as the controllers would run it."""
+                         run: dict[str, Any], platform: ControllerSettings | None = None) -> None:
+    """One reconcile of the run by the run controller's own code, as the controllers would run it (with
+    `platform`'s settings, else `settings()`)."""
     kube = await Kube.connect(kubeconfig)
     try:
-        ctx = Context(settings=settings(), kube=kube)
+        ctx = Context(settings=platform or settings(), kube=kube)
         ctx.inventory.repositories.observe(repository)
         ctx.inventory.layers.observe(layer)
         ctx.inventory.runs.observe(run)

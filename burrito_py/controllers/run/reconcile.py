@@ -469,6 +469,9 @@ async def _start_attempt(
         provider_mirror_registries=tuple(settings.provider_mirror_registries),
         tool_mirror_url=settings.tool_mirror_url,
         mirror_ca_pem=settings.mirror_ca_pem(),
+        node_selector=settings.runner_node_selector,
+        tolerations=tuple(settings.runner_tolerations),
+        affinity=settings.runner_affinity,
     )
     override = _override_runner_spec(layer, repository)
     if pull_request and not _pull_request_inherits(ctx, run["metadata"]["namespace"], pull_request, repository):
@@ -492,7 +495,7 @@ async def _start_attempt(
             return CreationRefused(message, 403)
     # An object stored before the API refused reserved overrides (api/runner_contract.py) still asks for them:
     # the pod gets the platform's values, and the run says which were ignored (an Event, its attempt, a condition).
-    ignored = ignored_overrides(override, layer, repository)
+    ignored = ignored_overrides(override, layer, repository, defaults)
     # Variables fed from a Secret through the environment: the runner masks them in its log, the views too
     # (plans/masking.py, from the attempt below).
     secret_variables = secret_env_variables(override, secrets)

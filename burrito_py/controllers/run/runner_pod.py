@@ -13,6 +13,7 @@ volumes): the API refuses such an entry, and an object stored before that rule h
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +83,36 @@ class RunnerDefaults:
     provider_mirror_registries: tuple[str, ...] = ()
     tool_mirror_url: str = ""
     mirror_ca_pem: str = ""  # the CA of the datastore's HTTPS certificate: public, not a secret
+    # Where runner pods may run (the platform's; `placement`): an override narrows it, never widens it.
+    node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def placement(override: Mapping[str, Any], defaults: RunnerDefaults) -> tuple[dict[str, Any], list[str]]:
+    """The pod's nodeSelector, tolerations and affinity (pure), and what of the override's was set aside. The
+    platform's node selector wins key by key (an override may add labels: that only narrows where the pod runs),
+    the platform's tolerations come first, and the platform's affinity, when set, replaces the override's: a
+    layer editor cannot move tenant code onto nodes the platform keeps it off (the controllers', say)."""
+    spec: dict[str, Any] = {}
+    ignored: list[str] = []
+    selector = dict(override.get("nodeSelector") or {})
+    for key, value in defaults.node_selector.items():
+        if key in selector and selector[key] != value:
+            ignored.append(f"nodeSelector {key}: the platform's runner.nodeSelector says {value!r}")
+        selector[key] = value
+    if selector:
+        spec["nodeSelector"] = selector
+    tolerations = [*map(dict, defaults.tolerations), *(override.get("tolerations") or [])]
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if defaults.affinity:
+        spec["affinity"] = copy.deepcopy(dict(defaults.affinity))
+        if override.get("affinity"):
+            ignored.append("affinity: the platform's runner.affinity is used")
+    elif override.get("affinity"):
+        spec["affinity"] = override["affinity"]
+    return spec, ignored
 
 
 def mirror_env(defaults: RunnerDefaults) -> list[dict[str, str]]:
@@ -183,17 +214,18 @@ IGNORED_EVENT = "RunnerOverrideIgnored"
 
 
 def ignored_overrides(
-    override: Mapping[str, Any], layer: Mapping[str, Any], repository: Mapping[str, Any] | None
+    override: Mapping[str, Any], layer: Mapping[str, Any], repository: Mapping[str, Any] | None,
+    defaults: RunnerDefaults | None = None,
 ) -> list[str]:
     """What `build_runner_pod` leaves out of `override` (the effective one, as the run controller passes it), each
-    named with the object it came from: a list is the layer's when the layer sets it, else the repository's."""
-    mine = (layer.get("spec") or {}).get("overrideRunnerSpec") or {}
-    found: list[str] = []
-    for entry in reserved_overrides(override):
-        key = entry.field.split("[", 1)[0]
-        owner, kind = (layer, "TerraformLayer") if mine.get(key) else (repository or {}, "TerraformRepository")
-        meta = owner.get("metadata") or {}
-        found.append(f"{kind} {meta.get('namespace')}/{meta.get('name')} spec.overrideRunnerSpec.{key}: {entry.reason}")
+    named with the object it came from: a list is the layer's when the layer sets it, else the repository's. With
+    `defaults`, also what the platform's placement sets aside (`placement`)."""
+    found = [f"{_origin(entry.field.split('[', 1)[0], layer, repository)}.{entry.field.split('[', 1)[0]}: "
+             f"{entry.reason}" for entry in reserved_overrides(override)]
+    if defaults is not None:
+        for entry in placement(override, defaults)[1]:
+            key = entry.split(" ", 1)[0].rstrip(":")
+            found.append(f"{_origin(key, layer, repository)}.{entry}")
     return found
 
 
@@ -281,9 +313,7 @@ def build_runner_pod(
         "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
         "terminationGracePeriodSeconds": defaults.termination_grace_period_seconds,
     }
-    for key in ("nodeSelector", "tolerations", "affinity"):
-        if override.get(key):
-            spec[key] = override[key]
+    spec.update(placement(override, defaults)[0])
     # The kubelet stops a pod that runs longer (SIGTERM, then the grace period): a hung Terraform never holds its
     # layer's Lease for good (§6.1). Not an override: a tenant's layer may not run longer than the platform allows.
     timeout = defaults.plan_timeout_seconds if run["spec"]["action"] == "plan" else defaults.apply_timeout_seconds

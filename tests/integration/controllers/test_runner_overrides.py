@@ -98,3 +98,39 @@ def test_attack_a_host_path_volume_of_an_override_does_not_reach_the_runner_pod(
         assert [i.split(": ", 1)[0] for i in ignored] == [
             "TerraformLayer default/app spec.overrideRunnerSpec.volumes"] * 2, ignored
         assert "volume source hostPath is not one runner pods may use" in ignored[0], ignored
+
+
+def test_attack_an_override_cannot_move_runner_pods_off_the_platforms_nodes(api: tuple[ApiServer, Path]) -> None:
+    """The platform keeps tenant code on its runner node pool (`runner.nodeSelector`, a toleration for that pool's
+    taint); a layer editor's override named the controllers' pool, tolerated its taint and required it by
+    affinity: the pod would run there. The platform's selector wins key by key, its affinity replaces the
+    override's, and the run names what was set aside."""
+    from tests.support.runner_overrides import settings
+
+    platform = settings(runner_node_selector={"pool": "runners"},
+                        runner_tolerations=[{"key": "pool", "value": "runners", "effect": "NoSchedule"}],
+                        runner_affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [
+                                {"key": "pool", "operator": "In", "values": ["runners"]}]}]}}})
+    move = {"nodeSelector": {"pool": "controllers", "disk": "ssd"},
+            "tolerations": [{"key": "pool", "value": "controllers", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["controllers"]}]}]}}}}
+    server, kubeconfig = api
+    with admin_client(server.url) as admin:
+        base = f"/apis/{ann.API_VERSION}/namespaces/default"
+        admin.post("/api/v1/namespaces/default/serviceaccounts", json=runner_account("default")).raise_for_status()
+        stored = [admin.post(f"{base}/{plural}", json=body).raise_for_status().json()
+                  for body, plural in zip(objects("default", layer_override=move, repository_override={}),
+                                          ("terraformrepositories", "terraformlayers", "terraformruns"), strict=True)]
+        asyncio.run(reconcile_once(str(kubeconfig), *stored, platform=platform))
+
+        spec = admin.get(f"/api/v1/namespaces/default/pods/{pod_name(RUN, 1)}").raise_for_status().json()["spec"]
+        assert spec["nodeSelector"] == {"pool": "runners", "disk": "ssd"}  # narrowed, never moved
+        assert spec["affinity"] == platform.runner_affinity
+        assert spec["tolerations"][0] == {"key": "pool", "value": "runners", "effect": "NoSchedule"}
+        ignored = admin.get(f"{base}/terraformruns/{RUN}").json()["status"]["attempts"][0]["ignoredOverrides"]
+        assert ignored == [
+            "TerraformLayer default/app spec.overrideRunnerSpec.nodeSelector pool: the platform's runner.nodeSelector "
+            "says 'runners'",
+            "TerraformLayer default/app spec.overrideRunnerSpec.affinity: the platform's runner.affinity is used"]

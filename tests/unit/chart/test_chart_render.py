@@ -197,6 +197,18 @@ def test_the_servers_request_bound_and_slow_client_timers_are_chart_values(monke
             settings.write_timeout_seconds) == (262144, 5.0, 30.0, 45.0)
 
 
+def test_the_runners_placement_is_a_chart_value_the_controllers_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = {"nodeSelector": {"pool": "runners"},
+              "tolerations": [{"key": "pool", "value": "runners", "effect": "NoSchedule"}],
+              "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}}
+    for key, value in _config(render_chart({"runner": runner}, RELEASE, NAMESPACE), "controllers").items():
+        monkeypatch.setenv(key, value)
+    settings = ControllerSettings()
+    assert settings.runner_node_selector == runner["nodeSelector"]
+    assert settings.runner_tolerations == runner["tolerations"]
+    assert settings.runner_affinity == runner["affinity"]
+
+
 def test_the_outbound_guard_allows_nothing_internal_by_default_and_takes_the_allow_lists(
         monkeypatch: pytest.MonkeyPatch) -> None:
     default = _config(rendered("default"), "controllers")

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from burrito_py.controllers.run.runner_pod import (
     RunnerDefaults,
     build_runner_pod,
@@ -115,3 +118,35 @@ def test_the_pod_tells_the_runner_which_variables_to_mask_and_an_override_cannot
     from burrito_py.controllers.run.runner_pod import SECRET_VARIABLES_ENV
 
     assert SECRET_VARIABLES_ENV in RESERVED_ENV
+
+
+labels = st.dictionaries(st.sampled_from(["pool", "zone", "disk", "gpu"]), st.sampled_from(["a", "b", "c"]),
+                         max_size=4)
+
+
+@given(platform=labels, override=labels)
+def test_an_override_never_changes_a_label_the_platforms_node_selector_sets(
+        platform: dict[str, str], override: dict[str, str]) -> None:
+    from burrito_py.controllers.run.runner_pod import RunnerDefaults, placement
+
+    defaults = RunnerDefaults("img", "burrito-py-runner", "http://d", node_selector=platform)
+    spec, ignored = placement({"nodeSelector": override}, defaults)
+    chosen = spec.get("nodeSelector", {})
+    assert {k: chosen[k] for k in platform} == platform  # every platform label, with the platform's value
+    assert set(chosen) == set(platform) | set(override)  # the override only adds labels
+    assert len(ignored) == sum(1 for k in override if k in platform and override[k] != platform[k])
+
+
+def test_the_platforms_tolerations_come_first_and_its_affinity_replaces_the_overrides() -> None:
+    from burrito_py.controllers.run.runner_pod import RunnerDefaults, placement
+
+    mine = {"key": "pool", "value": "runners", "effect": "NoSchedule"}
+    theirs = {"key": "gpu", "operator": "Exists"}
+    affinity = {"podAntiAffinity": {}}
+    spec, ignored = placement({"tolerations": [theirs], "affinity": {"nodeAffinity": {}}},
+                              RunnerDefaults("img", "sa", "http://d", tolerations=(mine,), affinity=affinity))
+    assert spec == {"tolerations": [mine, theirs], "affinity": affinity}
+    assert ignored == ["affinity: the platform's runner.affinity is used"]
+    # Without platform placement, the override's as it was.
+    assert placement({"affinity": {"nodeAffinity": {}}}, RunnerDefaults("img", "sa", "http://d"))[0] == {
+        "affinity": {"nodeAffinity": {}}}
