@@ -19,6 +19,7 @@ from burrito_local.apiserver import ApiServer
 from burrito_local.identity import admin_client
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.runner_secrets import RUNNER_SECRET
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.run_inputs import read_sources
 from burrito_py.controllers.settings import ControllerSettings
@@ -28,9 +29,11 @@ SECRET_VALUE = "team-b-database-password"
 
 
 def namespace_with_secret(admin: Any, namespace: str, name: str, value: str) -> None:
+    """A Secret opened to runners (api/runner_secrets.py): even so, only its own namespace's layers may read it."""
     admin.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     admin.post(f"/api/v1/namespaces/{namespace}/secrets", json={
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "annotations": {RUNNER_SECRET: "true"}},
         "data": {"db_password": base64.b64encode(value.encode()).decode()},
     }).raise_for_status()
 
