@@ -89,17 +89,19 @@ class RunnerDefaults:
     affinity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def placement(override: Mapping[str, Any], defaults: RunnerDefaults) -> tuple[dict[str, Any], list[str]]:
-    """The pod's nodeSelector, tolerations and affinity (pure), and what of the override's was set aside. The
+def placement(override: Mapping[str, Any],
+              defaults: RunnerDefaults) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The pod's nodeSelector, tolerations and affinity (pure), and what of the override's was set aside, as
+    (override field, what and why). The
     platform's node selector wins key by key (an override may add labels: that only narrows where the pod runs),
     the platform's tolerations come first, and the platform's affinity, when set, replaces the override's: a
     layer editor cannot move tenant code onto nodes the platform keeps it off (the controllers', say)."""
     spec: dict[str, Any] = {}
-    ignored: list[str] = []
+    ignored: list[tuple[str, str]] = []
     selector = dict(override.get("nodeSelector") or {})
     for key, value in defaults.node_selector.items():
         if key in selector and selector[key] != value:
-            ignored.append(f"nodeSelector {key}: the platform's runner.nodeSelector says {value!r}")
+            ignored.append(("nodeSelector", f"nodeSelector {key}: the platform's runner.nodeSelector says {value!r}"))
         selector[key] = value
     if selector:
         spec["nodeSelector"] = selector
@@ -109,7 +111,7 @@ def placement(override: Mapping[str, Any], defaults: RunnerDefaults) -> tuple[di
     if defaults.affinity:
         spec["affinity"] = copy.deepcopy(dict(defaults.affinity))
         if override.get("affinity"):
-            ignored.append("affinity: the platform's runner.affinity is used")
+            ignored.append(("affinity", "affinity: the platform's runner.affinity is used"))
     elif override.get("affinity"):
         spec["affinity"] = override["affinity"]
     return spec, ignored
@@ -220,12 +222,12 @@ def ignored_overrides(
     """What `build_runner_pod` leaves out of `override` (the effective one, as the run controller passes it), each
     named with the object it came from: a list is the layer's when the layer sets it, else the repository's. With
     `defaults`, also what the platform's placement sets aside (`placement`)."""
-    found = [f"{_origin(entry.field.split('[', 1)[0], layer, repository)}.{entry.field.split('[', 1)[0]}: "
-             f"{entry.reason}" for entry in reserved_overrides(override)]
+    found = []
+    for entry in reserved_overrides(override):
+        key = entry.field.split("[", 1)[0]
+        found.append(f"{_origin(key, layer, repository)}.{key}: {entry.reason}")
     if defaults is not None:
-        for entry in placement(override, defaults)[1]:
-            key = entry.split(" ", 1)[0].rstrip(":")
-            found.append(f"{_origin(key, layer, repository)}.{entry}")
+        found += [f"{_origin(key, layer, repository)}.{why}" for key, why in placement(override, defaults)[1]]
     return found
 
 

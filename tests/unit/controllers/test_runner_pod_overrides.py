@@ -114,10 +114,14 @@ def test_the_variables_an_override_feeds_from_a_secret_through_the_environment()
 
 
 def test_the_pod_tells_the_runner_which_variables_to_mask_and_an_override_cannot_unset_it() -> None:
-    from burrito_py.api.runner_contract import RESERVED_ENV
     from burrito_py.controllers.run.runner_pod import SECRET_VARIABLES_ENV
 
-    assert SECRET_VARIABLES_ENV in RESERVED_ENV
+    blank = {"env": [{"name": SECRET_VARIABLES_ENV, "value": ""}]}  # would unmask them in the runner's log
+    assert env(build_runner_pod(RUN, LAYER, 1, DEFAULTS, blank, ["db_password", "token"]))[SECRET_VARIABLES_ENV] \
+        == "db_password,token"
+    assert SECRET_VARIABLES_ENV not in env(build_runner_pod(RUN, LAYER, 1, DEFAULTS, blank))
+    assert ignored_overrides(blank, {**LAYER, "spec": {"overrideRunnerSpec": blank}}, REPOSITORY)[0].startswith(
+        f"TerraformLayer team/app spec.overrideRunnerSpec.env: {SECRET_VARIABLES_ENV} is set by burrito-py")
 
 
 labels = st.dictionaries(st.sampled_from(["pool", "zone", "disk", "gpu"]), st.sampled_from(["a", "b", "c"]),
@@ -146,7 +150,7 @@ def test_the_platforms_tolerations_come_first_and_its_affinity_replaces_the_over
     spec, ignored = placement({"tolerations": [theirs], "affinity": {"nodeAffinity": {}}},
                               RunnerDefaults("img", "sa", "http://d", tolerations=(mine,), affinity=affinity))
     assert spec == {"tolerations": [mine, theirs], "affinity": affinity}
-    assert ignored == ["affinity: the platform's runner.affinity is used"]
+    assert ignored == [("affinity", "affinity: the platform's runner.affinity is used")]
     # Without platform placement, the override's as it was.
     assert placement({"affinity": {"nodeAffinity": {}}}, RunnerDefaults("img", "sa", "http://d"))[0] == {
         "affinity": {"nodeAffinity": {}}}
