@@ -16,6 +16,7 @@ from burrito_py.api.common import AGE_COLUMN, ApiModel, Condition, PrinterColumn
 
 __all__ = [
     "PULL_REQUEST_LAYER_STATES",
+    "ApprovalCheck",
     "HandledCommand",
     "MergedLayer",
     "MergedReview",
@@ -52,7 +53,20 @@ class PullRequestApproval(ApiModel):
     comment: str | None = Field(
         default=None, description="The provider's id of the approving `/burrito-py approve` comment (unset: a label)."
     )
+    by_id: int | None = Field(
+        default=None, description="The commenter's numeric id, for a comment (GitLab asks members by it)."
+    )
     at: str | None = Field(default=None, description="When (the event's updated_at, RFC 3339).")
+
+
+class ApprovalCheck(ApiModel):
+    """What the provider said of the author of a fork's approval by comment (anyone may comment, and a login can
+    change hands: the approval counts only from an approver who may write to the repository)."""
+
+    comment: str = Field(min_length=1, description="The approving comment's id (spec.approval.comment).")
+    by: str = Field(description="Its author's login.")
+    may_write: bool = Field(description="Whether the provider says that login may write to the repository.")
+    at: str | None = Field(default=None, description="When it was asked (RFC 3339).")
 
 
 class PullRequestCommand(ApiModel):
@@ -208,6 +222,10 @@ class TerraformPullRequestStatus(ApiModel):
     statuses: list[SentStatus] = Field(default_factory=list, description="Commit statuses sent for headSha.")
     commands: list[HandledCommand] = Field(
         default_factory=list, description="The comment commands answered (the latest 100), by comment id."
+    )
+    approval_checked: ApprovalCheck | None = Field(
+        default=None, description="A fork's approval by comment: whether its author may write to the repository, as "
+        "the provider said when the controllers asked (once per approving comment)."
     )
     merged: MergedReview | None = Field(
         default=None, description="Once merged: what was reviewed, which the layers' plans on the branch are compared "

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from burrito_py.gitproviders.client import ReviewFacts
 from burrito_py.pullrequests.apply import APPLY_REQUIREMENTS, apply_run_name, requirements_for
-from burrito_py.pullrequests.forks import fork_settings
+from burrito_py.pullrequests.forks import comment_approval_refused, fork_settings
 
 __all__ = [
     "APPLY_REQUIREMENTS",
@@ -183,12 +183,13 @@ class ApprovalVerdict:
 
 
 def comment_approval(spec: Mapping[str, Any], pull_requests: Mapping[str, Any] | None, login: str,
-                     comment_id: str, at: str, head: str, later: bool) -> ApprovalVerdict:
+                     login_id: int | None, comment_id: str, at: str, head: str, later: bool) -> ApprovalVerdict:
     """`/burrito-py approve` on a fork's pull request by `login`, at `at`. `head`: the head the provider says the
     comment was written at (GitLab), else "" (GitHub, Gitea: the head recorded now). `later`: the pull request
     changed after the comment was written (its `spec.updatedAt` is newer): the commenter may not have seen the
     head it would approve, so nothing is approved. Bound to the head like a label's approval: a push needs a new
-    one."""
+    one. It counts once the controllers know `login` (`login_id`: the provider's id of it) may write to the
+    repository (`forks.approval_to_check`)."""
     if not spec.get("fromFork"):
         return ApprovalVerdict(None, "this pull request is not from a fork: it needs no approval to be planned")
     forks = fork_settings(pull_requests)
@@ -204,7 +205,7 @@ def comment_approval(spec: Mapping[str, Any], pull_requests: Mapping[str, Any] |
         return ApprovalVerdict(None, f"the pull request changed after the comment (its head is now {current[:12]}): "
                                "look at it and comment again")
     approval = {"by": login, "headSha": current, "label": "comment", "comment": comment_id,
-                **({"at": at} if at else {})}
+                **({"byId": login_id} if login_id is not None else {}), **({"at": at} if at else {})}
     return ApprovalVerdict(approval, f"{login} approved head {current[:12]} for planning")
 
 
@@ -303,7 +304,8 @@ def decide_command(parsed: Parsed, comment_id: str, login: str, spec: Mapping[st
                    pull_requests: Mapping[str, Any] | None, facts: CommandFacts, note: str = "",
                    seen_head: str | None = None, name: str = "",
                    layers: Mapping[Key, LayerApply] | None = None) -> CommandDecision:
-    """The answer to one command. `status`: the pull request's status as decided now (its layers at the head).
+    """The answer to one command. `status`: the pull request's status as decided now (its layers at the head;
+    `approvalChecked`: whether an approve comment's author may write to the repository).
     `note`: what the server said of an approve comment (it writes the approval from the signed delivery).
     `seen_head`: the head the comment was written at (`seen_head()`): an apply of a plan shown for another head is
     stale, and one whose head is unknown ("") is refused; None: not checked.
@@ -317,8 +319,11 @@ def decide_command(parsed: Parsed, comment_id: str, login: str, spec: Mapping[st
         return CommandDecision("done", help_text())
     if verb == "approve":
         approved = (spec.get("approval") or {}).get("comment") == comment_id
-        if approved:
+        refused = comment_approval_refused(spec, status) if approved else None
+        if approved and refused is None:
             return CommandDecision("done", note or f"{login} approved the head for planning")
+        if refused is not None:
+            return _refused(f"nothing approved: {refused}")
         return _refused(f"nothing approved: {note}" if note and not note.startswith("nothing approved") else
                         note or "nothing approved")
     settings = command_settings(pull_requests)

@@ -11,17 +11,24 @@ What is trusted: the delivery's signature (the repository's webhook secret, §11
 its `sender` is who added the label, and its `head.sha` the head at that moment. The provider already lets only
 people with some write access label a pull request (GitHub triage, GitLab Reporter, Gitea write); `approvers`
 narrows that to named logins. Nothing else of the payload (the author, the title, the head's branch) is trusted.
+
+`/burrito-py approve` approves too, and anyone may comment: there the login is all the delivery proves, and a login
+changes hands (renamed or deleted accounts free theirs for anyone to register; a typo in `approvers` names a stranger).
+So a comment's approval counts only once the controllers asked the provider whether its author may write to the
+repository (`approval_to_check`, recorded in `status.approvalChecked`): a newcomer holding an approver's old login
+has no access.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from burrito_py.gitproviders.base import PullRequestEvent
 
-__all__ = ["ApprovalChange", "Gate", "approval_change", "fork_gate", "fork_settings", "inherits_secrets"]
+__all__ = ["ApprovalChange", "ApprovalToCheck", "Gate", "approval_change", "approval_to_check",
+           "comment_approval_refused", "fork_gate", "fork_settings", "inherits_secrets"]
 
 DEFAULT_LABEL = "burrito-py/plan"
 
@@ -51,11 +58,57 @@ class Gate:
     short: str  # for the commit status (140 characters)
 
 
-def fork_gate(spec: Mapping[str, Any], pull_requests: Mapping[str, Any] | None) -> Gate | None:
+class ApprovalToCheck(NamedTuple):
+    """A comment's approval whose author's write permission the provider must be asked about."""
+
+    comment: str
+    by: str
+    by_id: int | None  # GitLab asks members by id
+
+
+def approval_to_check(spec: Mapping[str, Any], pull_requests: Mapping[str, Any] | None,
+                      status: Mapping[str, Any]) -> ApprovalToCheck | None:
+    """The fork's approval by comment, by one of the approvers, not asked about yet (`status.approvalChecked`
+    names another comment or none); None when nothing is to be asked (no such approval, or asked already)."""
+    if not spec.get("fromFork"):
+        return None
+    approval = spec.get("approval") or {}
+    comment = str(approval.get("comment") or "")
+    if approval.get("label") != "comment" or not comment:
+        return None
+    by = str(approval.get("by") or "")
+    if by not in {str(a) for a in fork_settings(pull_requests).get("approvers") or ()}:
+        return None
+    if (status.get("approvalChecked") or {}).get("comment") == comment:
+        return None
+    by_id = approval.get("byId")
+    if not isinstance(by_id, int):  # an approval written before the server recorded the id: the command has it
+        by_id = next((c.get("byId") for c in spec.get("commands") or () if str(c.get("id")) == comment), None)
+    return ApprovalToCheck(comment, by, by_id if isinstance(by_id, int) else None)
+
+
+def comment_approval_refused(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str | None:
+    """Why the fork's approval by comment does not count (its author may not write to the repository, or that
+    was not asked yet); None when it is a label's, or its author's write permission was confirmed."""
+    approval = spec.get("approval") or {}
+    comment = str(approval.get("comment") or "")
+    if approval.get("label") != "comment" or not comment:
+        return None
+    checked = status.get("approvalChecked") or {}
+    if checked.get("comment") == comment and checked.get("mayWrite") is True:
+        return None
+    if checked.get("comment") == comment:
+        return (f"{approval.get('by')} may not write to the repository, as its provider says: an approval by "
+                "comment counts only from an approver who may (a login can change hands)")
+    return f"the provider has not yet said whether {approval.get('by')} may write to the repository"
+
+
+def fork_gate(spec: Mapping[str, Any], pull_requests: Mapping[str, Any] | None,
+              status: Mapping[str, Any]) -> Gate | None:
     """None when the pull request's head may be planned; else why not. A pull request not from a fork is never
-    gated; a fork is gated unless RequireApproval and its approval is by an approver, with the label, at
-    `spec.headSha` (the approvers and label are read now: removing someone from `approvers` revokes their
-    approvals)."""
+    gated; a fork is gated unless RequireApproval and its approval is by an approver, with the label or by a
+    comment whose author may write to the repository (`status.approvalChecked`), at `spec.headSha` (the approvers
+    and label are read now: removing someone from `approvers` revokes their approvals)."""
     if not spec.get("fromFork"):
         return None
     forks = fork_settings(pull_requests)
@@ -68,11 +121,14 @@ def fork_gate(spec: Mapping[str, Any], pull_requests: Mapping[str, Any] | None) 
     head = str(spec.get("headSha") or "")
     approval = spec.get("approval") or {}
     by_comment = approval.get("label") == "comment" and bool(approval.get("comment"))  # `/burrito-py approve`
+    refused = comment_approval_refused(spec, status) if by_comment else None
     if (approval.get("headSha") == head and (approval.get("label") == label or by_comment)
-            and approval.get("by") in approvers):
+            and approval.get("by") in approvers and refused is None):
         return None
     before = (f" (the approval by {approval.get('by')} was for {str(approval.get('headSha'))[:12]}: a new push "
-              "needs a new approval)" if approval.get("headSha") and approval.get("headSha") != head else "")
+              "needs a new approval)" if approval.get("headSha") and approval.get("headSha") != head else
+              f" (the approval by comment does not count: {refused})" if refused and approval.get("by") in approvers
+              else "")
     return Gate("AwaitingApproval", "AwaitingApproval",
                 f"this pull request comes from a fork: waiting for approval to plan: it is planned once a maintainer "
                 f"({', '.join(approvers)}) adds the label {label!r} or comments `/burrito-py approve` at head "

@@ -263,8 +263,8 @@ class Webhooks:
             patch: dict[str, Any] = {"metadata": {"resourceVersion": held["metadata"]["resourceVersion"]}}
             parsed = parse(event.body)
             if parsed.command is not None and parsed.command.verb == "approve":
-                verdict = comment_approval(spec, settings, event.sender, event.comment_id, event.created_at,
-                                           event.head_sha, later)
+                verdict = comment_approval(spec, settings, event.sender, event.sender_id, event.comment_id,
+                                           event.created_at, event.head_sha, later)
                 entry["note"] = verdict.why[:500]
                 if verdict.approval is not None:
                     patch.setdefault("spec", {})["approval"] = dict(verdict.approval)

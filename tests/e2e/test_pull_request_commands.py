@@ -163,10 +163,17 @@ def test_a_plan_comment_plans_again_and_an_unauthorized_one_is_refused(world: Wo
 
 def test_a_forks_head_is_approved_for_planning_by_an_approvers_comment_and_only_that_head(world: World) -> None:
     """Issue 30 item 8: `/burrito-py approve` from one of the approvers plans the fork's head it saw; the author's
-    own approve, or a plan command before the approval, plans nothing; a push waits for a new approval."""
+    own approve, or a plan command before the approval, plans nothing; a push waits for a new approval.
+
+    Attack: anyone may comment, and a login changes hands (a renamed or deleted account frees it for anyone to
+    register; a typo in `approvers` names a stranger). `kurt` is listed, but whoever comments as kurt now has no
+    access to the repository: before, their approve comment planned the fork's code; now the controllers ask the
+    provider first, and only an approver who may write to the repository approves."""
     world.platform.custom.patch_namespaced_custom_object(
         ann.GROUP, ann.VERSION, world.platform.namespace, "terraformrepositories", "infra",
-        {"spec": {"pullRequests": {"forks": {"policy": "RequireApproval", "approvers": ["maint"]}}}})
+        {"spec": {"pullRequests": {"forks": {"policy": "RequireApproval", "approvers": ["maint", "kurt"]}}}})
+    world.fake.permissions["maint"] = "write"
+    world.fake.members[USER_IDS["maint"]] = 30  # GitLab: Developer
     head = world.push(5, {"layers/app/main.tf": layer_code("from a fork")}, "a fork's change")
     world.hook("opened", 5, head, fork=True, sender="mallory")
     wait_state(world, 5, "AwaitingApproval")
@@ -182,6 +189,19 @@ def test_a_forks_head_is_approved_for_planning_by_an_approvers_comment_and_only_
     assert answered(world, 5, 8002)["outcome"] == "refused" and "not planned" in replies(world)[-1]
     no_run_for(world)
     assert "approval" not in world.pull_request(5)["spec"]
+
+    # The login of a listed approver, held by someone without access to the repository: nothing is planned.
+    comment(world, 5, "/burrito-py approve", "kurt", 8004)
+    record = answered(world, 5, 8004)
+    assert record["outcome"] == "refused" and "kurt may not write to the repository" in record["message"], record
+    held = world.pull_request(5)
+    assert held["spec"]["approval"]["comment"] == "8004"  # what the server wrote: it does not count
+    assert held["status"]["approvalChecked"] == {**held["status"]["approvalChecked"], "comment": "8004",
+                                                 "by": "kurt", "mayWrite": False}
+    assert held["status"]["state"] == "AwaitingApproval"
+    assert "kurt may not write to the repository" in next(
+        c["message"] for c in held["status"]["conditions"] if c["type"] == "Planned")
+    no_run_for(world)
 
     # An approver's comment: this head is planned.
     comment(world, 5, "/burrito-py approve", "maint", 8003)

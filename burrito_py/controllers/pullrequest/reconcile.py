@@ -73,7 +73,7 @@ from burrito_py.pullrequests.credentials import (
     default_api_url,
     provider_token_source,
 )
-from burrito_py.pullrequests.forks import fork_gate, inherits_secrets
+from burrito_py.pullrequests.forks import ApprovalToCheck, approval_to_check, fork_gate, inherits_secrets
 from burrito_py.pullrequests.providers import body_digest, publish
 from burrito_py.pullrequests.statuses import commit_statuses
 from burrito_py.timeutil import format_time_precise, parse_time, utcnow
@@ -121,8 +121,18 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     outcomes = await _outcomes(ctx, runs)
     if any(run.state in ("Succeeded", "Failed") and run.attempt and run.name not in outcomes for run in runs):
         ctx.wake_pull_request(key, RETRY_SECONDS)  # artifacts not readable yet (a log still being uploaded)
-    gate = fork_gate(spec, _settings(repository)) if open_ else None
     settings = _settings(repository)
+    check = approval_to_check(spec, settings, status) if open_ else None
+    if check is not None:
+        assert repository is not None  # an approval needs the repository's approvers
+        checked = await _check_approval(ctx, repository, spec, check)
+        if isinstance(checked, str):  # not planned on an approval whose author is unknown: asked again
+            await _write_status(ctx, pull_request, dict(status),
+                                Cond("Ready", False, "ApproverPermissionUnavailable", checked))
+            ctx.wake_pull_request(key, RETRY_SECONDS)
+            return
+        status = {**status, "approvalChecked": checked}
+    gate = fork_gate(spec, settings, status) if open_ else None
     # Once merged, what each layer's branch plan made of the merge (its status.reviewedPlan; §11.3 "After merge").
     verdicts = {key_of(layer): (layer.get("status") or {}).get("reviewedPlan") or {} for layer in ctx.inventory.layers
                 if layer["metadata"]["namespace"] == namespace
@@ -167,7 +177,8 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     handled: list[Body] = []
     pending = pending_commands(spec, status)
     if pending and repository is not None:
-        handled, replan, answered = await _answer_commands(ctx, pull_request, repository, pending, decision)
+        handled, replan, answered = await _answer_commands(ctx, pull_request, repository, pending,
+                                                            {**status, **decision.status})
         commented.append(answered)
         if not answered.status:
             ctx.wake_pull_request(key, RETRY_SECONDS)
@@ -252,6 +263,24 @@ async def _review_facts(ctx: Context, repository: Mapping[str, Any], spec: Mappi
         return f"cannot read its reviews for the apply requirement approved: {exc}"
     finally:
         client.close()
+
+
+async def _check_approval(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str, Any],
+                          check: ApprovalToCheck) -> dict[str, Any] | str:
+    """`status.approvalChecked` for a fork's approval by comment: whether the provider says its author may write
+    to the repository; or why it cannot be asked now."""
+    client = await _client(ctx, repository, spec)
+    if isinstance(client, Cond):
+        return f"cannot ask whether {check.by} (who approved by comment) may write to the repository: {client.message}"
+    try:
+        may = await asyncio.to_thread(client.write_permission, check.by, check.by_id)
+    except (ProviderError, OutboundRefused) as exc:
+        return f"cannot ask whether {check.by} (who approved by comment) may write to the repository: {exc}"
+    finally:
+        client.close()
+    log.info("pull request %s: approval by comment %s: %s %s write to the repository", spec.get("number"),
+             check.comment, check.by, "may" if may else "may not")
+    return {"comment": check.comment, "by": check.by, "mayWrite": may, "at": format_time_precise(utcnow())}
 
 
 async def _tell(ctx: Context, pull_request: Mapping[str, Any], repository: Mapping[str, Any],
@@ -519,7 +548,7 @@ def _not_commented(what: str, refusal: Cond) -> Cond:
 
 
 async def _answer_commands(ctx: Context, pull_request: Mapping[str, Any], repository: Mapping[str, Any],
-                           pending: Sequence[Pending], decision: PullRequestDecision
+                           pending: Sequence[Pending], decided: Mapping[str, Any]
                            ) -> tuple[list[Body], dict[Key, str], Cond]:
     """Answer each new comment command once (`pullrequests.commands.decide_command`), asking the provider only
     what a decision needs (the commenter's write permission, the review facts of an apply): a reply on the pull
@@ -540,7 +569,7 @@ async def _answer_commands(ctx: Context, pull_request: Mapping[str, Any], reposi
             parsed = parse(command.text)
             facts = CommandFacts()
             layers = _layer_apply_facts(ctx, pull_request)
-            answer = decide_command(parsed, command.id, command.by, spec, decision.status, settings, facts,
+            answer = decide_command(parsed, command.id, command.by, spec, decided, settings, facts,
                                     command.note, command.head_sha, meta["name"], layers)
             while answer.outcome == "ask":
                 if answer.ask == "permission":
@@ -554,7 +583,7 @@ async def _answer_commands(ctx: Context, pull_request: Mapping[str, Any], reposi
                     review = await asyncio.to_thread(client.review_facts, str(spec.get("base") or ""),
                                                      str(spec.get("headSha") or ""))
                     facts = dataclasses.replace(facts, review=review)
-                answer = decide_command(parsed, command.id, command.by, spec, decision.status, settings, facts,
+                answer = decide_command(parsed, command.id, command.by, spec, decided, settings, facts,
                                         command.note, command.head_sha, meta["name"], layers)
             if answer.apply:
                 answer = await _apply(ctx, pull_request, answer, command)

@@ -135,7 +135,7 @@ def test_an_approve_comment_approves_a_forks_head_only_from_an_approver(
     # An approver's comment after it approves the head recorded now, bound to it.
     assert send(http, comment("/burrito-py approve", 603, login="maint"), "a-3").status_code == 202
     assert spec_of(api)["approval"] == {"by": "maint", "headSha": HEAD, "label": "comment", "comment": "603",
-                                        "at": "2026-03-01T10:10:00.000000Z"}
+                                        "byId": 9, "at": "2026-03-01T10:10:00.000000Z"}
     # A push is a new head: the approval names the old one (fork_gate waits again), and a redelivered approve
     # comment is a duplicate that approves nothing new.
     body = pull_request("synchronize", 3, "b" * 40, updated="2026-03-01T10:20:00Z")

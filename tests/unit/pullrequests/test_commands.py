@@ -281,12 +281,16 @@ FORK_SPEC: dict[str, Any] = {**SPEC, "fromFork": True, "updatedAt": "2026-03-01T
 
 
 def test_an_approver_comment_approves_the_current_head_and_the_gate_opens() -> None:
-    verdict = comment_approval(FORK_SPEC, FORKS, "maint", "c9", "2026-03-01T10:05:00Z", "", later=False)
-    assert verdict.approval == {"by": "maint", "headSha": HEAD, "label": "comment", "comment": "c9",
+    verdict = comment_approval(FORK_SPEC, FORKS, "maint", 4, "c9", "2026-03-01T10:05:00Z", "", later=False)
+    assert verdict.approval == {"by": "maint", "headSha": HEAD, "label": "comment", "comment": "c9", "byId": 4,
                                 "at": "2026-03-01T10:05:00Z"}
-    assert fork_gate({**FORK_SPEC, "approval": verdict.approval}, FORKS) is None
+    # It counts once the provider says maint may write to the repository (anyone may comment under any login
+    # that is free: a login can change hands).
+    assert fork_gate({**FORK_SPEC, "approval": verdict.approval}, FORKS, {}) is not None
+    confirmed = {"approvalChecked": {"comment": "c9", "by": "maint", "mayWrite": True}}
+    assert fork_gate({**FORK_SPEC, "approval": verdict.approval}, FORKS, confirmed) is None
     # A push after it is a new head: it waits again.
-    assert fork_gate({**FORK_SPEC, "headSha": OLD, "approval": verdict.approval}, FORKS) is not None
+    assert fork_gate({**FORK_SPEC, "headSha": OLD, "approval": verdict.approval}, FORKS, confirmed) is not None
 
 
 @pytest.mark.parametrize(("login", "spec", "head", "later", "why"), [
@@ -298,18 +302,25 @@ def test_an_approver_comment_approves_the_current_head_and_the_gate_opens() -> N
 ])
 def test_an_approve_comment_that_approves_nothing_says_why(login: str, spec: dict[str, Any], head: str, later: bool,
                                                            why: str) -> None:
-    verdict = comment_approval(spec, FORKS, login, "c9", "", head, later)
+    verdict = comment_approval(spec, FORKS, login, None, "c9", "", head, later)
     assert verdict.approval is None and why in verdict.why
 
 
 def test_the_gate_says_waiting_for_approval_and_names_the_comment() -> None:
-    gate = fork_gate(FORK_SPEC, FORKS)
+    gate = fork_gate(FORK_SPEC, FORKS, {})
     assert gate is not None and "waiting for approval to plan" in gate.message and "/burrito-py approve" in gate.message
 
 
-def test_the_approve_answer_follows_what_the_server_wrote() -> None:
-    approved = decide("/burrito-py approve", spec={**FORK_SPEC, "approval": {"comment": "c1"}}, note="maint approved")
+def test_the_approve_answer_follows_what_the_server_wrote_and_the_provider_said() -> None:
+    approval = {"by": "maint", "headSha": HEAD, "label": "comment", "comment": "c1"}
+    checked = {"comment": "c1", "by": "maint", "mayWrite": True}
+    approved = decide("/burrito-py approve", spec={**FORK_SPEC, "approval": approval}, note="maint approved",
+                      status={"approvalChecked": checked})
     assert (approved.outcome, approved.reply) == ("done", "maint approved")
+    # Whoever holds the login now may not write: the approval the server wrote does not count.
+    squatted = decide("/burrito-py approve", spec={**FORK_SPEC, "approval": approval}, note="maint approved",
+                      status={"approvalChecked": {**checked, "mayWrite": False}})
+    assert squatted.outcome == "refused" and "maint may not write to the repository" in squatted.reply
     refused = decide("/burrito-py approve", note="mallory is not among spec.pullRequests.forks.approvers")
     assert refused.outcome == "refused" and "nothing approved: mallory" in refused.reply
 

@@ -19,7 +19,13 @@ from burrito_py.controllers.pullrequest.decide import (
 from burrito_py.gitproviders.base import PullRequestEvent
 from burrito_py.gitproviders.delivery import Delivery, pull_request_event
 from burrito_py.pullrequests.affected import Affected
-from burrito_py.pullrequests.forks import approval_change, fork_gate, inherits_secrets
+from burrito_py.pullrequests.forks import (
+    ApprovalToCheck,
+    approval_change,
+    approval_to_check,
+    fork_gate,
+    inherits_secrets,
+)
 from burrito_py.pullrequests.statuses import commit_statuses
 
 HEAD, NEW = "a" * 40, "c" * 40
@@ -97,16 +103,16 @@ APPROVED = {"by": "maintainer", "headSha": HEAD, "label": "plan-it"}
 
 
 def test_a_fork_is_gated_by_default_and_until_an_approval_of_its_very_head() -> None:
-    assert fork_gate(spec(None, fork=False), {}) is None
-    ignored = fork_gate(spec(APPROVED), {"enabled": True})  # default: forks not planned, approval or not
+    assert fork_gate(spec(None, fork=False), {}, {}) is None
+    ignored = fork_gate(spec(APPROVED), {"enabled": True}, {})  # default: forks not planned, approval or not
     assert ignored is not None and ignored.reason == "ForkNotPlanned"
-    waiting = fork_gate(spec(None), FORKS)
+    waiting = fork_gate(spec(None), FORKS, {})
     assert waiting is not None and waiting.reason == "AwaitingApproval" and "plan-it" in waiting.message
-    assert fork_gate(spec(APPROVED), FORKS) is None
-    pushed = fork_gate(spec(APPROVED, head=NEW), FORKS)  # a push after the approval: approve again
+    assert fork_gate(spec(APPROVED), FORKS, {}) is None
+    pushed = fork_gate(spec(APPROVED, head=NEW), FORKS, {})  # a push after the approval: approve again
     assert pushed is not None and pushed.reason == "AwaitingApproval" and "new push" in pushed.message
     dropped = {"forks": {**FORKS["forks"], "approvers": ["someone-else"]}}  # an approver removed: revoked
-    assert fork_gate(spec(APPROVED), dropped) is not None
+    assert fork_gate(spec(APPROVED), dropped, {}) is not None
 
 
 @given(policy=st.sampled_from([None, "Ignore", "RequireApproval"]),
@@ -116,13 +122,56 @@ def test_the_gate_opens_exactly_for_non_forks_and_approved_heads(policy: str | N
                                                                    fork: bool) -> None:
     settings = {"forks": {**FORKS["forks"], "policy": policy}} if policy else {}
     approval = {"by": by, "headSha": at, "label": label} if by else None
-    open_ = fork_gate(spec(approval, fork=fork), settings) is None
+    open_ = fork_gate(spec(approval, fork=fork), settings, {}) is None
     assert open_ == (not fork or (policy == "RequireApproval" and by == "maintainer" and at == HEAD
                                   and label == "plan-it"))
 
 
+BY_COMMENT = {"by": "maintainer", "headSha": HEAD, "label": "comment", "comment": "c7", "byId": 42}
+
+
+def test_attack_an_approval_by_comment_counts_only_once_the_provider_says_its_author_may_write() -> None:
+    """Anyone may comment, and a login changes hands (a renamed or deleted account frees it; a typo in `approvers`
+    names a stranger): `/burrito-py approve` from whoever holds an approver's login now opened the gate."""
+    approved = spec(BY_COMMENT)
+    assert approval_to_check(approved, FORKS, {}) == ApprovalToCheck("c7", "maintainer", 42)
+    waiting = fork_gate(approved, FORKS, {})
+    assert waiting is not None and waiting.reason == "AwaitingApproval"
+    assert "has not yet said whether maintainer may write" in waiting.message
+    refused = {"approvalChecked": {"comment": "c7", "by": "maintainer", "mayWrite": False}}
+    assert approval_to_check(approved, FORKS, refused) is None  # asked once per approving comment
+    gate = fork_gate(approved, FORKS, refused)
+    assert gate is not None and "maintainer may not write to the repository" in gate.message
+    confirmed = {"approvalChecked": {"comment": "c7", "by": "maintainer", "mayWrite": True}}
+    assert fork_gate(approved, FORKS, confirmed) is None
+    # Another comment's answer says nothing of this one; and the head still binds it.
+    other = {"approvalChecked": {"comment": "c6", "by": "maintainer", "mayWrite": True}}
+    assert fork_gate(approved, FORKS, other) is not None and approval_to_check(approved, FORKS, other) is not None
+    assert fork_gate(spec(BY_COMMENT, head=NEW), FORKS, confirmed) is not None
+
+
+def test_only_a_forks_approval_by_comment_by_an_approver_is_asked_about() -> None:
+    assert approval_to_check(spec(APPROVED), FORKS, {}) is None  # a label: the provider limits who may add one
+    assert approval_to_check(spec(BY_COMMENT, fork=False), FORKS, {}) is None
+    assert approval_to_check(spec({**BY_COMMENT, "by": "outsider"}), FORKS, {}) is None  # never opens the gate
+    assert approval_to_check(spec(None), FORKS, {}) is None
+    # An approval written before the server recorded the commenter's id: the comment's own record has it.
+    older = {**spec({k: v for k, v in BY_COMMENT.items() if k != "byId"}),
+             "commands": [{"id": "c7", "by": "maintainer", "byId": 7, "text": "/burrito-py approve"}]}
+    assert approval_to_check(older, FORKS, {}) == ApprovalToCheck("c7", "maintainer", 7)
+
+
+@given(check=st.sampled_from([None, "c7", "c6"]), may=st.booleans(), head=st.sampled_from([HEAD, NEW]),
+       by=st.sampled_from(["maintainer", "outsider"]))
+def test_a_comment_approval_opens_the_gate_exactly_when_its_author_was_found_to_write(
+        check: str | None, may: bool, head: str, by: str) -> None:
+    status = {"approvalChecked": {"comment": check, "by": by, "mayWrite": may}} if check else {}
+    open_ = fork_gate(spec({**BY_COMMENT, "by": by}, head=head), FORKS, status) is None
+    assert open_ == (check == "c7" and may and head == HEAD and by == "maintainer")
+
+
 def test_a_gated_fork_gets_no_run_loses_its_runs_and_says_why() -> None:
-    gate = fork_gate(spec(APPROVED, head=NEW), FORKS)
+    gate = fork_gate(spec(APPROVED, head=NEW), FORKS, {})
     old = RunFacts("pr3-app-0123456789", ("team", "app"), "Running")
     snap = PullRequestSnapshot("infra-pr-3", "team", spec(APPROVED, head=NEW), {"headSha": HEAD}, {("team", "app"): ""},
                                (old,), affected=Affected((("team", "app"),), ()), gate=gate)
