@@ -77,6 +77,12 @@ def _body_key(digest: str, repository: Mapping[str, Any]) -> str:
     return f"body:{digest}:{repository['metadata'].get('uid') or _name(repository)}"
 
 
+def _delivery_key(delivery_key: str | None, repository: Mapping[str, Any]) -> str | None:
+    """A delivery id as seen for one repository: the id is unsigned, so a delivery verified for another repository
+    (another tenant's hook and secret) under the same id never marks this one's as seen."""
+    return f"{delivery_key}:{repository['metadata'].get('uid') or _name(repository)}" if delivery_key else None
+
+
 def _refused(status: int, **body: Any) -> Outcome:
     return _answer(status, **body), False
 
@@ -141,12 +147,13 @@ class Webhooks:
         return await self._act(delivery, verified, body_digest(body))
 
     async def _act(self, delivery: Delivery, repositories: list[dict[str, Any]], digest: str) -> Outcome:
-        # Known by its (unsigned) delivery id, and per repository by the digest of the body it verified: a replay
+        # Known per repository by its (unsigned) delivery id and by the digest of the body it verified: a replay
         # under a fresh id verifies the same repositories with the same body; one event delivered by two hooks
-        # (two repositories of one URL, each with its own secret) is acted on once for each.
+        # (two repositories of one URL, each with its own secret) is acted on once for each; and an id another
+        # repository's verified delivery used first says nothing of this one's.
         delivery_key = f"{delivery.provider}:{delivery.delivery_id}" if delivery.delivery_id else None
-        fresh = [] if self.recent.seen(delivery_key) else [
-            r for r in repositories if not self.recent.seen(_body_key(digest, r))]
+        fresh = [r for r in repositories
+                 if not self.recent.seen(_delivery_key(delivery_key, r), _body_key(digest, r))]
         if not delivery.is_push:
             try:
                 event = pull_request_event(delivery)
@@ -160,7 +167,8 @@ class Webhooks:
             answer = (await self._pull_request(event, fresh) if event is not None
                       else await self._comment(comment, fresh) if comment is not None else None)
             assert answer is not None
-            self.recent.remember(delivery_key, *(_body_key(digest, r) for r in fresh))
+            self.recent.remember(*(key for r in fresh for key in (_delivery_key(delivery_key, r),
+                                                                _body_key(digest, r))))
             return answer, True
         branch = delivery.branch
         if branch is None:
@@ -174,8 +182,7 @@ class Webhooks:
             patch = {"metadata": {"annotations": {ann.repository_sync_annotation(branch): now}}}
             await self.kube.merge_patch(crd_path("terraformrepositories", namespace, name), patch)
             marked.append(f"{namespace}/{name}")
-            self.recent.remember(_body_key(digest, repository))
-        self.recent.remember(delivery_key)
+            self.recent.remember(_delivery_key(delivery_key, repository), _body_key(digest, repository))
         log.info("webhook: %s push to %s marks %s", delivery.provider, branch, ", ".join(marked))
         return _acted(202, branch=branch, repositories=marked)
 

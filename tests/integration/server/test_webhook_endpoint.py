@@ -109,6 +109,26 @@ def test_a_signed_push_marks_only_the_repositories_whose_secret_verifies(world: 
     assert not [r for r in api.requests if r.method == "PATCH"]  # a redelivery changes nothing
 
 
+def test_attack_another_repositorys_delivery_under_the_same_id_never_hides_this_ones(
+        world: tuple[ApiServer, httpx.Client]):
+    """Attack test: a delivery's id is not signed. A tenant holding the secret of their own repository (team-b's,
+    whose URL here is also default's) sent a push verified for theirs under the id of another repository's
+    delivery (one they saw in the provider's delivery log, waiting for a redelivery): the server had the id as
+    seen for every repository, and default's delivery under it was dropped as a duplicate, its push never synced.
+    Now an id is seen per repository."""
+    api, http = world
+    body = push("git@github.com:org/infra.git")
+    theirs = http.post("/api/webhook", content=body, headers=github(body, "other", "d-shared"))
+    assert theirs.status_code == 202 and theirs.json()["repositories"] == ["team-b/infra"], theirs.text
+    assert marks(api)["default/infra"] is None
+    ours = push("https://github.com/Org/Infra.git")  # default's own hook, its own body
+    answer = http.post("/api/webhook", content=ours, headers=github(ours, "right", "d-shared"))
+    assert answer.status_code == 202 and answer.json()["repositories"] == ["default/infra"], answer.text
+    assert marks(api)["default/infra"] is not None
+    again = http.post("/api/webhook", content=ours, headers=github(ours, "right", "d-shared"))
+    assert again.status_code == 200 and again.json()["duplicate"] is True  # its own redelivery is still one
+
+
 @pytest.mark.parametrize("secret", ["wrong", None])
 def test_a_missing_or_wrong_signature_is_401_and_changes_nothing(world: tuple[ApiServer, httpx.Client],
                                                                  secret: str | None):
