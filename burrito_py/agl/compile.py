@@ -18,7 +18,7 @@ from typing import Any
 
 from burrito_py.agl.definition import EXTRA_ARGS
 from burrito_py.agl.errors import Invalid
-from burrito_py.agl.schema import validate_spec
+from burrito_py.agl.schema import UNDECLARED, undeclared_fields, validate_spec
 from burrito_py.agl.template import render_template
 from burrito_py.agl.variables import map_variables
 from burrito_py.api import annotations as ann
@@ -129,6 +129,12 @@ def instance_dependencies(raw: Any, group: str, prefix_of: PrefixOf) -> list[dic
     return entries
 
 
+def _refuse(undeclared: list[str]) -> None:
+    if undeclared:
+        problems = [(f"spec.{key}", UNDECLARED) for key in undeclared]
+        raise Invalid(problems[0][0], problems[0][1], problems)
+
+
 def compile_instance(definition: ApplicationDefinition, instance: Mapping[str, Any],
                      prefix_of: PrefixOf = _no_kinds) -> CompiledInstance:
     """The desired layer of a valid instance, or `Invalid` naming the instance's offending field.
@@ -148,8 +154,13 @@ def compile_instance(definition: ApplicationDefinition, instance: Mapping[str, A
     problems: list[tuple[str, str]] = []
     variables: dict[str, Any] = {}
     dependencies: list[dict[str, Any]] = []
+    # Only declared fields become variables: an undeclared one is refused (`undeclared_fields`), never mapped. A
+    # `_` key is refused as reserved by `map_variables`, which says more.
+    undeclared = [key for key in undeclared_fields(application.open_api_schema, spec) if not str(key).startswith("_")]
+    declared = {k: v for k, v in spec.items() if k not in undeclared}
     for check in (lambda: validate_spec(application.open_api_schema, spec) if application.open_api_schema else None,
-                  lambda: variables.update(map_variables(spec)),
+                  lambda: _refuse(undeclared),
+                  lambda: variables.update(map_variables(declared)),
                   lambda: _layer_name(terraform.prefix, name),
                   lambda: dependencies.extend(instance_dependencies(raw_dependencies, application.group, prefix_of))
                   if raw_dependencies is not None else None):

@@ -9,6 +9,7 @@ subset the API server accepts, and (3) every problem reads the same: `spec.size:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -17,9 +18,10 @@ from jsonschema.exceptions import SchemaError, ValidationError
 
 from burrito_py.agl.errors import Invalid
 
-__all__ = ["check_schema", "validate_spec"]
+__all__ = ["UNDECLARED", "check_schema", "undeclared_fields", "validate_spec"]
 
 _VALIDATOR = jsonschema.Draft202012Validator
+UNDECLARED = "is not a field of this kind (not among the properties of the definition's openAPISchema)"
 
 
 def _path(parts: Iterable[Any], prefix: str) -> str:
@@ -57,3 +59,25 @@ def validate_spec(schema: Mapping[str, Any], spec: Any) -> None:
     problems = sorted({_problem(error) for error in _VALIDATOR(schema).iter_errors(spec)})
     if problems:
         raise Invalid(problems[0][0], problems[0][1], problems)
+
+
+def undeclared_fields(schema: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:
+    """The top-level keys of `spec` the schema does not declare (`properties`, or a `patternProperties`
+    pattern), sorted. Every key of a spec would become a Terraform variable, so a tenant could set the module's
+    variables the definition keeps for the platform (left at their defaults: say, a bucket's public access). JSON
+    Schema lets undeclared keys through unless `additionalProperties: false`; a Kubernetes schema drops them. Here
+    they are refused, unless the definition opens the kind explicitly (`additionalProperties` set to anything but
+    false) or has no schema at all (any spec, as documented). `additionalProperties: false` is `validate_spec`'s
+    to report."""
+    if not schema or "additionalProperties" in schema:
+        return []
+    declared = set(schema.get("properties") or ())
+    patterns = [str(pattern) for pattern in schema.get("patternProperties") or ()]
+    return sorted(key for key in spec if key not in declared and not any(_matches(p, str(key)) for p in patterns))
+
+
+def _matches(pattern: str, key: str) -> bool:
+    try:
+        return re.search(pattern, key) is not None
+    except re.error:  # a pattern Python cannot read declares nothing
+        return False

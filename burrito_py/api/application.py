@@ -94,7 +94,8 @@ class ApplicationSpec(ApiModel):
         default_factory=dict,
         alias="openAPISchema",
         description="JSON Schema of the instances' spec. Top-level properties become Terraform variables "
-        "(camelCase → snake_case). Empty: any spec.",
+        "(camelCase → snake_case); a key it does not declare (properties, patternProperties) is refused unless it "
+        "sets additionalProperties. Empty: any spec.",
     )
 
     @model_validator(mode="after")

@@ -22,6 +22,7 @@ from burrito_py.agl.definition import (
     parse_definition,
 )
 from burrito_py.agl.errors import Invalid
+from burrito_py.agl.schema import UNDECLARED
 from burrito_py.api import annotations as ann
 from burrito_py.api.application import ApplicationDefinition
 from burrito_py.api.layer import TerraformLayer
@@ -110,6 +111,31 @@ def test_an_invalid_instance_names_every_field() -> None:
         ("spec.size", "'x' is not of type 'integer'"),
         ("spec._internal", "keys starting with '_' are reserved and are not Terraform variables"),
     )
+
+
+def test_attack_an_undeclared_field_never_sets_a_variable_the_platform_keeps() -> None:
+    """Attack test: every key of an instance's spec became a Terraform variable once the spec passed the
+    definition's schema, and JSON Schema lets undeclared keys through unless `additionalProperties: false`. A
+    tenant set the module's variables the platform left out of the kind (`publicAccess: true` on a Bucket whose
+    schema declares only size and storagePool) and the layer applied them. Now only declared fields become
+    variables: the rest are refused, naming each, and nothing is compiled."""
+    with pytest.raises(Invalid) as caught:
+        compile_instance(definition(), instance(size=3, publicAccess=True, kmsKey="none"))
+    assert caught.value.problems == (("spec.kmsKey", UNDECLARED), ("spec.publicAccess", UNDECLARED))
+    assert caught.value.field == "spec.kmsKey"
+    # What the definition declares still maps; a pattern declares the keys it matches; a kind the definition
+    # opens on purpose (`additionalProperties`) or a kind without a schema takes any key, as documented.
+    assert compile_instance(definition(), instance(size=3)).layer["spec"]["vars"] == {"size": 3}
+    patterned = copy.deepcopy(DEFINITION)
+    patterned["spec"]["application"]["openAPISchema"]["patternProperties"] = {"^tag[A-Z]": {"type": "string"}}
+    assert compile_instance(parse_definition(patterned), instance(size=3, tagTeam="a")).layer["spec"]["vars"] == {
+        "size": 3, "tag_team": "a"}
+    for schema in ({**DEFINITION["spec"]["application"]["openAPISchema"], "additionalProperties": {"type": "string"}},
+                   {}):
+        kind = copy.deepcopy(DEFINITION)
+        kind["spec"]["application"]["openAPISchema"] = schema
+        assert compile_instance(parse_definition(kind), instance(size=3, extra="x")).layer["spec"]["vars"] == {
+            "size": 3, "extra": "x"}
 
 
 def test_layer_names_over_63_characters_are_refused_naming_them() -> None:
