@@ -25,6 +25,7 @@ from burrito_py.api.common import (
 from burrito_py.api.errors import PATTERN_EXPLANATIONS
 from burrito_py.api.layer import RelativePath
 from burrito_py.api.pullrequest import PullRequestProvider
+from burrito_py.api.sharing import SHARED_WITH_PATTERN
 
 __all__ = [
     "REPOSITORY_URL_PATTERN",
@@ -210,6 +211,10 @@ class LayersFromUnits(ApiModel):
     )
 
 
+PATTERN_EXPLANATIONS[SHARED_WITH_PATTERN] = "must be a namespace name (a DNS label) or '*' (every namespace)"
+SharedWith = Annotated[str, StringConstraints(pattern=SHARED_WITH_PATTERN, max_length=63)]
+
+
 class TerraformRepositorySpec(ApiModel):
     """Where the code lives; every other field is a default for the repository's layers."""
 
@@ -237,6 +242,12 @@ class TerraformRepositorySpec(ApiModel):
     layers_from_units: LayersFromUnits | None = Field(
         default=None, description="Generate one TerraformLayer per Terragrunt unit under a path (unset: none; "
         "removing it deletes the generated layers)."
+    )
+    allowed_namespaces: list[SharedWith] = Field(
+        default_factory=list, max_length=256,
+        description="Other namespaces whose layers may use this repository (`*`: every namespace), where the "
+        "controllers allow repositories of other namespaces at all (allowCrossNamespaceRepositories): its owners' "
+        "consent, since its git credentials fetch the code those layers plan. Empty: its own namespace only."
     )
 
     @model_validator(mode="after")

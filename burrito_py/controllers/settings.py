@@ -186,8 +186,8 @@ class ControllerSettings(BaseSettings):
     )
     allow_cross_namespace_repositories: bool = Field(
         False,
-        description="Let a layer use a TerraformRepository of another namespace (spec.repository.namespace); "
-        "its runners then read that repository's sources.",
+        description="Let a layer use a TerraformRepository of another namespace (spec.repository.namespace) that "
+        "is shared with the layer's (its spec.allowedNamespaces); its runners then read that repository's sources.",
     )
     # Webhook keys published for the server, which reads no tenant Secret (controllers/repository/webhook_keys.py).
     webhook_keys_secret: str = Field(

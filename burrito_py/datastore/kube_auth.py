@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.sharing import shared_with
 from burrito_py.datastore.auth import (
     AuthUnavailable,
     Principal,
@@ -197,6 +198,16 @@ async def _runner_scope(
                            f"{repository.get('name')} of another namespace, and repositories of other namespaces are "
                            "disabled (BURRITO_PY_DATASTORE_AUTH_ALLOW_CROSS_NAMESPACE_REPOSITORIES)")
         log.warning("token bound to %s reads no sources: %s", where, sources_refused)
+    elif repository_namespace != namespace:
+        # And only a repository its owners share with this namespace (`spec.allowedNamespaces`), read now: the
+        # controllers' own check does not cover a layer repointed while this pod runs.
+        shared = await _get(custom.get_namespaced_custom_object(
+            ann.GROUP, ann.VERSION, repository_namespace, "terraformrepositories", str(repository.get("name") or "")))
+        if shared is None or not shared_with(shared, namespace):
+            sources_refused = (f"its layer {namespace}/{layer_ref['name']} names repository {repository_namespace}/"
+                               f"{repository.get('name')} of another namespace, which is not shared with namespace "
+                               f"{namespace} (its spec.allowedNamespaces)")
+            log.warning("token bound to %s reads no sources: %s", where, sources_refused)
     run_spec = run.get("spec") or {}
     reads: tuple[str, ...] = ()
     plan_run = ((run_spec.get("artifact") or {}).get("run")) if run_spec.get("action") == "apply" else None

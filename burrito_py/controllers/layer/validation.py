@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from burrito_py.api.sharing import shared_with
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.git.urls import is_file_url, url_policy_problem
 from burrito_py.kube.conditions import Cond
@@ -68,25 +69,36 @@ def _branch_problem(repository: Mapping[str, Any], branch: str) -> str | None:
     return None
 
 
-def cross_namespace_problem(layer: Mapping[str, Any], settings: ControllerSettings) -> str | None:
+def cross_namespace_problem(layer: Mapping[str, Any], settings: ControllerSettings,
+                            repository: Mapping[str, Any] | None) -> str | None:
     """Why the layer may not use the repository it names in another namespace, else None. A repository in
     another namespace would hand this namespace's runners that namespace's sources (and its git credentials'
-    reach), so it takes the operator's consent: `allow_cross_namespace_repositories`."""
+    reach), so it takes the operator's consent (`allow_cross_namespace_repositories`) and its owners' (the
+    repository's `spec.allowedNamespaces` names the layer's namespace; `shared_with`). A repository not found
+    (None) is its own refusal, said elsewhere."""
     own = layer["metadata"]["namespace"]
-    other = ((layer.get("spec") or {}).get("repository") or {}).get("namespace")
-    if not other or other == own or settings.allow_cross_namespace_repositories:
+    reference = (layer.get("spec") or {}).get("repository") or {}
+    other = reference.get("namespace")
+    if not other or other == own:
         return None
-    return (
-        f"spec.repository.namespace: {other!r} is not the layer's namespace {own!r}; repositories of other "
-        "namespaces are disabled on these controllers (BURRITO_PY_ALLOW_CROSS_NAMESPACE_REPOSITORIES)"
-    )
+    if not settings.allow_cross_namespace_repositories:
+        return (
+            f"spec.repository.namespace: {other!r} is not the layer's namespace {own!r}; repositories of other "
+            "namespaces are disabled on these controllers (BURRITO_PY_ALLOW_CROSS_NAMESPACE_REPOSITORIES)"
+        )
+    if repository is not None and not shared_with(repository, own):
+        return (
+            f"spec.repository: TerraformRepository {other}/{reference.get('name')} is not shared with namespace "
+            f"{own!r}: its spec.allowedNamespaces must name it (or '*')"
+        )
+    return None
 
 
 def repository_refusal(
     layer: Mapping[str, Any], repository: Mapping[str, Any] | None, settings: ControllerSettings
 ) -> Cond | None:
     """The Ready=False condition of a layer whose repository reference the isolation settings refuse."""
-    cross = cross_namespace_problem(layer, settings)
+    cross = cross_namespace_problem(layer, settings, repository)
     if cross:
         return Cond("Ready", False, "CrossNamespaceRepository", cross)
     if repository is not None:

@@ -98,11 +98,12 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     webhooks = await publish_webhook_key(ctx, repository)
     source = (repository.get("spec") or {}).get("repository") or {}
     url = source.get("url", "")
-    # Layers of other namespaces count only when the operator allows it (their own reconcile says why not).
+    # Layers of other namespaces count only when the operator and the repository allow it (their own reconcile
+    # says why not).
     layers = [
         layer
         for layer in ctx.inventory.layers_of_repository(namespace, name)
-        if cross_namespace_problem(layer, ctx.settings) is None
+        if cross_namespace_problem(layer, ctx.settings, repository) is None
     ]
     generation = ((repository.get("spec") or {}).get("layersFromUnits") or {})
     branches = sorted({(layer.get("spec") or {}).get("branch", "") for layer in layers} - {""}

@@ -64,8 +64,33 @@ def test_attack_a_runner_reads_no_other_namespaces_sources_by_a_layer_repointed_
     assert own.status_code == 200, own.text
 
 
-def test_where_the_operator_allows_cross_namespace_repositories_the_runner_reads_its_layers(
+def _repository(platform: AuthPlatform, shared: list[str] | None) -> None:
+    """team-secret's TerraformRepository `private`, shared with `shared` (None: no allowedNamespaces)."""
+    platform.http.post(f"/apis/{ann.API_VERSION}/namespaces/{OTHER_NS}/terraformrepositories", json={
+        "apiVersion": ann.API_VERSION, "kind": "TerraformRepository", "metadata": {"name": "private"},
+        "spec": {"repository": {"url": "https://git.example/team-secret/private.git"},
+                 **({"allowedNamespaces": shared} if shared is not None else {})}}).raise_for_status()
+
+
+def test_attack_where_cross_namespace_repositories_are_allowed_a_runner_reads_only_repositories_shared_with_it(
         allowing: AuthPlatform) -> None:
+    """With repositories of other namespaces allowed (for a platform's shared module repository), any layer could
+    name any namespace's repository, and its runner read that team's source archives. Now only a repository whose
+    owners list the layer's namespace in `spec.allowedNamespaces` (or `*`), read at the token's review."""
+    _point_other_layer_at(allowing, OTHER_NS, "private")
+    token = allowing.runner_token("other-plan-1-1")
+    missing = httpx.get(allowing.url + SOURCE, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert missing.status_code == 403 and SECRET_ARCHIVE not in missing.content
+    _repository(allowing, ["team-c"])  # shared, but not with this runner's namespace
+    token = allowing.runner_token("other-plan-1-1")  # a fresh token: reviewed with the repository as it is now
+    answer = httpx.get(allowing.url + SOURCE, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert answer.status_code == 403 and SECRET_ARCHIVE not in answer.content, answer.content[:200]
+    assert f"not shared with namespace {NS}" in answer.json()["error"]
+
+
+def test_where_the_operator_allows_it_and_the_repository_is_shared_the_runner_reads_its_layers(
+        allowing: AuthPlatform) -> None:
+    _repository(allowing, [NS])
     _point_other_layer_at(allowing, OTHER_NS, "private")
     token = allowing.runner_token("other-plan-1-1")
     answer = httpx.get(allowing.url + SOURCE, headers={"Authorization": f"Bearer {token}"}, timeout=30)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from burrito_py.api.sharing import shared_with
 from burrito_py.controllers.layer.validation import cross_namespace_problem, validate_layer
 from burrito_py.controllers.repository.reconcile import mirror_for
 from burrito_py.controllers.run.isolation import run_refusal
@@ -22,8 +23,9 @@ def layer(namespace: str = "tenant", repository: dict[str, str] | None = None) -
             "spec": {"repository": repository or {"name": "repo"}, "branch": "main", "path": "app"}}
 
 
-def repository(url: str, namespace: str = "tenant") -> dict[str, Any]:
-    return {"metadata": {"name": "repo", "namespace": namespace}, "spec": {"repository": {"url": url}}}
+def repository(url: str, namespace: str = "tenant", shared: list[str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": "repo", "namespace": namespace},
+            "spec": {"repository": {"url": url}, **({"allowedNamespaces": shared} if shared is not None else {})}}
 
 
 def run(namespace: str = "tenant", layer_namespace: str | None = None) -> dict[str, Any]:
@@ -64,9 +66,28 @@ def test_a_cross_namespace_repository_reference_is_refused_unless_allowed():
     assert ready.message.startswith("spec.repository.namespace: 'default' is not the layer's namespace 'tenant'")
     # Whether the other namespace's repository exists is never told.
     assert validate_layer(thief, None, STRICT).ready.reason == "CrossNamespaceRepository"
-    assert validate_layer(thief, repository("https://git.example/repo", "default"), LOCAL).ready.status
+    assert validate_layer(thief, repository("https://git.example/repo", "default", ["tenant"]), LOCAL).ready.status
     # Naming its own namespace explicitly is fine.
-    assert cross_namespace_problem(layer(repository={"name": "repo", "namespace": "tenant"}), STRICT) is None
+    assert cross_namespace_problem(layer(repository={"name": "repo", "namespace": "tenant"}), STRICT, None) is None
+
+
+def test_attack_another_teams_repository_is_used_only_where_its_owners_share_it():
+    """Attack test: with repositories of other namespaces allowed (the AGL's shared module repository, say), a
+    tenant's layer could name any namespace's repository: team-b's private code, fetched with team-b's git
+    credentials, planned (and its plan, its log, shown) in the tenant's namespace. Now the repository's own
+    `spec.allowedNamespaces` must name the layer's namespace (or `*`)."""
+    thief = layer(repository={"name": "repo", "namespace": "team-b"})
+    for shared in (None, [], ["team-c"]):
+        ready = validate_layer(thief, repository("https://git.example/repo", "team-b", shared), LOCAL).ready
+        assert (ready.status, ready.reason) == (False, "CrossNamespaceRepository")
+        assert ready.message == ("spec.repository: TerraformRepository team-b/repo is not shared with namespace "
+                                 "'tenant': its spec.allowedNamespaces must name it (or '*')")
+    for shared in (["tenant"], ["team-c", "*"]):
+        assert validate_layer(thief, repository("https://git.example/repo", "team-b", shared), LOCAL).ready.status
+    # The repository's own namespace needs no entry; the operator's switch still comes first.
+    assert shared_with(repository("https://git.example/repo", "team-b"), "team-b")
+    strict = validate_layer(thief, repository("https://git.example/repo", "team-b", ["*"]), STRICT).ready
+    assert "disabled on these controllers" in strict.message
 
 
 def test_a_run_for_another_namespaces_layer_is_refused():
