@@ -37,6 +37,10 @@ class _Port:
         self.backends: list[Address] = []
         self._turn = itertools.count()
         self.server: asyncio.Server | None = None
+        # The connections being forwarded: held here, since the loop keeps only weak references to tasks (a
+        # closed port's connection task was collected mid-transfer: "Task was destroyed but it is pending!"),
+        # and cancelled when the port closes, as kube-proxy's removed rule ends them.
+        self.connections: set[asyncio.Task[None]] = set()
 
     def pick(self) -> list[Address]:
         """The backends in this connection's round-robin order (the next ones serve as fallbacks)."""
@@ -46,15 +50,24 @@ class _Port:
         return self.backends[start:] + self.backends[:start]
 
     async def serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        for backend in self.pick():
-            try:
-                reader, writer = await asyncio.open_connection(*backend)
-            except OSError:
-                continue
-            await asyncio.gather(_pipe(client_reader, writer), _pipe(reader, client_writer))
-            writer.close()
-            break
-        client_writer.close()
+        task = asyncio.current_task()
+        if task is not None:
+            self.connections.add(task)
+        try:
+            for backend in self.pick():
+                try:
+                    reader, writer = await asyncio.open_connection(*backend)
+                except OSError:
+                    continue
+                try:
+                    await asyncio.gather(_pipe(client_reader, writer), _pipe(reader, client_writer))
+                finally:
+                    writer.close()
+                break
+        finally:
+            client_writer.close()
+            if task is not None:
+                self.connections.discard(task)
 
 
 class ServiceProxy:
@@ -95,6 +108,12 @@ class ServiceProxy:
     async def _close(port: _Port) -> None:
         if port.server is not None:
             port.server.close()
+        connections = list(port.connections)
+        for task in connections:
+            task.cancel()
+        if connections:
+            await asyncio.gather(*connections, return_exceptions=True)
+        if port.server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(port.server.wait_closed(), 0.5)
 
