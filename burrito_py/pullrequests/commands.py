@@ -318,12 +318,10 @@ def decide_command(parsed: Parsed, comment_id: str, login: str, spec: Mapping[st
     if verb == "help":
         return CommandDecision("done", help_text())
     if verb == "approve":
-        approved = (spec.get("approval") or {}).get("comment") == comment_id
-        refused = comment_approval_refused(spec, status) if approved else None
-        if approved and refused is None:
-            return CommandDecision("done", note or f"{login} approved the head for planning")
-        if refused is not None:
-            return _refused(f"nothing approved: {refused}")
+        if (spec.get("approval") or {}).get("comment") == comment_id:
+            refused = comment_approval_refused(spec, status)
+            return (CommandDecision("done", note or f"{login} approved the head for planning") if refused is None
+                    else _refused(f"nothing approved: {refused}"))
         return _refused(f"nothing approved: {note}" if note and not note.startswith("nothing approved") else
                         note or "nothing approved")
     settings = command_settings(pull_requests)

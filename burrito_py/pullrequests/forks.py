@@ -58,6 +58,11 @@ class Gate:
     short: str  # for the commit status (140 characters)
 
 
+def _approving_comment(approval: Mapping[str, Any]) -> str:
+    """The id of the `/burrito-py approve` comment an approval came from; "" for a label's."""
+    return str(approval.get("comment") or "") if approval.get("label") == "comment" else ""
+
+
 class ApprovalToCheck(NamedTuple):
     """A comment's approval whose author's write permission the provider must be asked about."""
 
@@ -73,8 +78,8 @@ def approval_to_check(spec: Mapping[str, Any], pull_requests: Mapping[str, Any] 
     if not spec.get("fromFork"):
         return None
     approval = spec.get("approval") or {}
-    comment = str(approval.get("comment") or "")
-    if approval.get("label") != "comment" or not comment:
+    comment = _approving_comment(approval)
+    if not comment:
         return None
     by = str(approval.get("by") or "")
     if by not in {str(a) for a in fork_settings(pull_requests).get("approvers") or ()}:
@@ -91,8 +96,8 @@ def comment_approval_refused(spec: Mapping[str, Any], status: Mapping[str, Any])
     """Why the fork's approval by comment does not count (its author may not write to the repository, or that
     was not asked yet); None when it is a label's, or its author's write permission was confirmed."""
     approval = spec.get("approval") or {}
-    comment = str(approval.get("comment") or "")
-    if approval.get("label") != "comment" or not comment:
+    comment = _approving_comment(approval)
+    if not comment:
         return None
     checked = status.get("approvalChecked") or {}
     if checked.get("comment") == comment and checked.get("mayWrite") is True:
@@ -120,8 +125,8 @@ def fork_gate(spec: Mapping[str, Any], pull_requests: Mapping[str, Any] | None,
     approvers = sorted(str(a) for a in forks.get("approvers") or ())
     head = str(spec.get("headSha") or "")
     approval = spec.get("approval") or {}
-    by_comment = approval.get("label") == "comment" and bool(approval.get("comment"))  # `/burrito-py approve`
-    refused = comment_approval_refused(spec, status) if by_comment else None
+    by_comment = bool(_approving_comment(approval))  # `/burrito-py approve`
+    refused = comment_approval_refused(spec, status)
     if (approval.get("headSha") == head and (approval.get("label") == label or by_comment)
             and approval.get("by") in approvers and refused is None):
         return None

@@ -92,10 +92,10 @@ class RunnerDefaults:
 def placement(override: Mapping[str, Any],
               defaults: RunnerDefaults) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The pod's nodeSelector, tolerations and affinity (pure), and what of the override's was set aside, as
-    (override field, what and why). The
-    platform's node selector wins key by key (an override may add labels: that only narrows where the pod runs),
-    the platform's tolerations come first, and the platform's affinity, when set, replaces the override's: a
-    layer editor cannot move tenant code onto nodes the platform keeps it off (the controllers', say)."""
+    (override field, what and why). The platform's node selector wins key by key (an override may add labels: that
+    only narrows where the pod runs), the platform's tolerations come first, and the platform's affinity, when set,
+    replaces the override's: a layer editor cannot move tenant code onto nodes the platform keeps it off (the
+    controllers', say)."""
     spec: dict[str, Any] = {}
     ignored: list[tuple[str, str]] = []
     selector = dict(override.get("nodeSelector") or {})
