@@ -86,9 +86,13 @@ def test_a_hung_apply_is_stopped_at_its_timeout_and_its_run_fails_without_a_retr
         # Terraform was interrupted, not killed: it saved what it had, the resource marked tainted.
         state = platform.state_file("app").read_text()
         assert '"status": "tainted"' in state, state
-        # The layer applies it no more on its own, and says why (until a new commit, sync-now or an approval).
-        limit = wait_for(lambda: condition(platform.layer("app"), "HasLastRunReachedRetryLimit"), 30, interval=0.2,
-                         what="the layer's retry-limit condition")
+        # The layer applies it no more on its own, and says why (until a new commit, sync-now or an approval). The
+        # condition is already there, False, from before the run ended: wait for the layer's pass that saw the end.
+        def reached() -> dict[str, Any] | None:
+            found = condition(platform.layer("app"), "HasLastRunReachedRetryLimit")
+            return found if found is not None and found["status"] == "True" else None
+
+        limit = wait_for(reached, 30, interval=0.2, what="the layer's retry-limit condition to be True")
         assert (limit["status"], limit["reason"]) == ("True", "TimedOut"), limit
         assert limit["message"].startswith(f"run {name} was stopped at its timeout, not retried: {prefix}"), limit
         time.sleep(3)
