@@ -35,7 +35,9 @@ from burrito_py.controllers.pullrequest.decide import (
     decide_pull_request,
     pull_request_record,
 )
+from burrito_py.controllers.repository.decide import source_not_stored_reason
 from burrito_py.controllers.repository.reconcile import credentials_of, ensure_source, mirror_for
+from burrito_py.datastore.client import DatastoreError
 from burrito_py.git.allowed_hosts import HostNotAllowed
 from burrito_py.git.credentials import CredentialsError as GitCredentialsError
 from burrito_py.git.mirror import GitError
@@ -154,13 +156,18 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         assert repository is not None
         try:
             affected = await _affected(ctx, repository, spec)
-        except (GitError, GitCredentialsError, OutboundRefused) as exc:
+        except (GitError, GitCredentialsError, OutboundRefused, DatastoreError) as exc:
             reason = ("HostNotAllowed" if isinstance(exc, HostNotAllowed) else
-                      "AddressNotAllowed" if isinstance(exc, OutboundRefused) else "FetchFailed")
-            message = f"spec.repository.url: {exc}" if isinstance(exc, OutboundRefused) else str(exc)
+                      "AddressNotAllowed" if isinstance(exc, OutboundRefused) else
+                      source_not_stored_reason(exc.status_code) if isinstance(exc, DatastoreError) else
+                      "FetchFailed")
+            message = (f"spec.repository.url: {exc}" if isinstance(exc, OutboundRefused) else
+                       f"the source archive of the head cannot be stored: {exc}" if isinstance(exc, DatastoreError)
+                       else str(exc))
             before = [c for c in status.get("conditions") or () if c.get("type") == "Ready"]
             await _write_status(ctx, pull_request, dict(status), Cond("Ready", False, reason, message))
-            if reason != "FetchFailed" and (not before or before[0].get("message") != message):
+            quiet = reason == "FetchFailed" or isinstance(exc, DatastoreError)  # Ready says it; no Event per retry
+            if not quiet and (not before or before[0].get("message") != message):
                 await post_event(ctx.kube, pull_request, "Warning", reason, message)
             ctx.wake_pull_request(key, RETRY_SECONDS)
             return

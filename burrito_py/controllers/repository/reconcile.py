@@ -24,12 +24,13 @@ from burrito_py.api.patterns import object_name_problem
 from burrito_py.controllers import metrics
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.validation import cross_namespace_problem
-from burrito_py.controllers.repository.decide import read_by_layers
+from burrito_py.controllers.repository.decide import read_by_layers, source_not_stored_reason, source_retry_delay
 from burrito_py.controllers.repository.generated import CONDITION as GENERATED
 from burrito_py.controllers.repository.generated import UNIT_ANNOTATION, decide_generated_layers
 from burrito_py.controllers.repository.terragrunt import decide_terragrunt, terragrunt_enabled
 from burrito_py.controllers.repository.webhook_keys import CONDITION as WEBHOOKS
 from burrito_py.controllers.repository.webhook_keys import webhook_entry
+from burrito_py.datastore.client import DatastoreError
 from burrito_py.git.allowed_hosts import HostNotAllowed
 from burrito_py.git.credentials import CredentialsError, GitCredentials, credentials_from_secret
 from burrito_py.git.mirror import GitError, GitMirror
@@ -141,7 +142,11 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             entries.append(_branch_entry(branch, None, now, f'branch "{branch}" does not exist in {url}'))
             continue
         head_date = await asyncio.to_thread(mirror.commit_date, head)
-        await ensure_source(ctx, mirror, namespace, name, head)
+        try:
+            await ensure_source(ctx, mirror, namespace, name, head)
+        except DatastoreError as exc:
+            await _source_not_stored(ctx, repository, branches, exc, now, webhooks)
+            return
         if branch == generation.get("branch"):
             units = await asyncio.to_thread(_units, mirror, head, str(generation.get("path") or ""))
         patches = await asyncio.to_thread(_branch_patches, mirror, branch_layers, head, head_date, repository)
@@ -213,10 +218,23 @@ async def credentials_of(ctx: Context, namespace: str, secret_name: str | None, 
 
 
 async def _fail(ctx: Context, repository: Body, branches: list[str], reason: str, message: str, now: datetime,
-                webhooks: Cond) -> None:
-    entries = [_branch_entry(b, None, now, f"fetch failed: {message}") for b in branches]
+                webhooks: Cond, outcome: str = "fetch failed") -> None:
+    entries = [_branch_entry(b, None, now, f"{outcome}: {message}") for b in branches]
     await _write_status(ctx, repository, "SyncNeeded", entries, Cond("Synced", False, reason, message), now,
                         webhooks)
+
+
+async def _source_not_stored(ctx: Context, repository: Body, branches: list[str], error: DatastoreError,
+                             now: datetime, webhooks: Cond) -> None:
+    """Fetched, but a head's source archive cannot be stored: no layer is told of a revision its runner could not
+    read. Said on `Synced` (a kubectl user sees it, not only the controllers' log) and tried again soon, then less
+    often (`source_retry_delay`). The message names no delay, so a retry that fails alike posts no second Event."""
+    reason = source_not_stored_reason(error.status_code)
+    delay = source_retry_delay(ctx.inventory.repositories.get(key_of(repository)) or repository, reason, now,
+                               ctx.settings.repository_poll_interval)
+    await _fail(ctx, repository, branches, reason, f"the source archive cannot be stored: {error}; tried again",
+                now, webhooks, outcome="not synced")
+    ctx.wake_repository(key_of(repository), delay)  # before the poll interval the reconcile's end asks for
 
 
 def _branch_entry(branch: str, head: str | None, now: datetime, outcome: str) -> Body:

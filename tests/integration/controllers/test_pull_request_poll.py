@@ -60,7 +60,8 @@ class World:
 
 
 @contextlib.contextmanager
-def running_world(tmp_path: Path, provider: str) -> Iterator[World]:
+def running_world(tmp_path: Path, provider: str, datastore_port: int | None = None) -> Iterator[World]:
+    """With `datastore_port`, the controllers use a datastore on that port that the test starts (and stops)."""
     kubeconfig = tmp_path / "kubeconfig"
     with contextlib.ExitStack() as stack:
         api = stack.enter_context(running_apiserver(tmp_path, kubeconfig=kubeconfig))
@@ -95,7 +96,8 @@ def running_world(tmp_path: Path, provider: str) -> Iterator[World]:
             "spec": {"repository": {"url": srv.url_for("team/infra.git"), "secretName": "git"},
                      "pullRequests": {"enabled": True, "apiUrl": api_url,
                                       "poll": {"provider": provider, "interval": "10s"}}}}).raise_for_status()
-        datastore_url = stack.enter_context(running_datastore(tmp_path / "datastore"))
+        datastore_url = (stack.enter_context(running_datastore(tmp_path / "datastore")) if datastore_port is None
+                         else f"http://127.0.0.1:{datastore_port}")
         settings = ControllerSettings(
             datastore_url=datastore_url, git_cache_dir=tmp_path / "git", metrics_port=0, agl_enabled=False,
             outbound_allowed_networks=["127.0.0.0/8"], repository_poll_interval=timedelta(seconds=30))
