@@ -226,11 +226,12 @@ def service_url(http: httpx.Client, namespace: str, name: str) -> str:
 
 def _install_chart(stack: contextlib.ExitStack, options: DevOptions, api_url: str, data_dir: Path,
                    docs: list[dict[str, Any]]) -> tuple[str, str]:
-    """Install charts/burrito-py as `helm install` would and wait for the datastore (runners need it from their
-    first second; the controllers work as soon as their process runs); (datastore, server) URLs."""
+    """Install charts/burrito-py as `helm install` would; (datastore, server) URLs. The manifests follow at once, as
+    a `kubectl apply` after `helm install`: a repository synced before the datastore answers says so and is
+    synced again within seconds (docs/architecture.md §8), and `_finish` waits for every component."""
     from burrito_local.controller_manager import ControllerManager
     from burrito_local.identity import admin_client, ensure_namespace
-    from burrito_local.install import install, wait_available
+    from burrito_local.install import install
     from burrito_local.kubelet import LocalKubelet
     from burrito_py.chart.chart import render_chart
 
@@ -250,7 +251,6 @@ def _install_chart(stack: contextlib.ExitStack, options: DevOptions, api_url: st
         install(applier, objects, RELEASE_NAMESPACE)
         log.info("installed charts/burrito-py (%d objects) as release %s in %s", len(objects), RELEASE,
                  RELEASE_NAMESPACE)
-        wait_available(http, [(RELEASE_NAMESPACE, f"{RELEASE}-datastore")], timeout=120.0)
         return (service_url(http, RELEASE_NAMESPACE, f"{RELEASE}-datastore"),
                 service_url(http, RELEASE_NAMESPACE, f"{RELEASE}-server"))
 
@@ -327,7 +327,7 @@ def _start_real(stack: contextlib.ExitStack, options: DevOptions, data_dir: Path
     forwarded to ports of this host. (cluster, datastore URL, server URL)."""
     from burrito_local.controlplane import binary_path, refuse_if_in_use
     from burrito_local.identity import ensure_namespace, local_admin_token, write_token_kubeconfig
-    from burrito_local.install import install, wait_available
+    from burrito_local.install import install
     from burrito_local.netns import NodeNamespace
     from burrito_py.chart.chart import render_chart
 
@@ -354,7 +354,6 @@ def _start_real(stack: contextlib.ExitStack, options: DevOptions, data_dir: Path
         install(applier, objects, RELEASE_NAMESPACE)
         log.info("installed charts/burrito-py (%d objects) as release %s in %s", len(objects), RELEASE,
                  RELEASE_NAMESPACE)
-        wait_available(http, [(RELEASE_NAMESPACE, f"{RELEASE}-datastore")], timeout=180.0)
         urls = []
         for component in ("datastore", "server"):
             spec = http.get(f"/api/v1/namespaces/{RELEASE_NAMESPACE}/services/{RELEASE}-{component}"
