@@ -2,9 +2,11 @@
 they send, their errors, and one provider's HTTP.
 
 Rate limits: a 429, or a 403 with `X-RateLimit-Remaining: 0` (GitHub's secondary limits), waits `Retry-After`
-or until `X-RateLimit-Reset` (GitHub, Gitea: epoch seconds; GitLab `RateLimit-Reset` too), at most
-`MAX_WAIT` seconds, then tries once more; a poll's HTTP (`give_up_after`) waits only that long and otherwise raises
-`RateLimited` with the wait asked, and stops at its `deadline`. Tokens never appear in errors or logs, and never
+or until `X-RateLimit-Reset` (GitHub, Gitea: epoch seconds; GitLab `RateLimit-Reset` too) when that is at most
+`MAX_WAIT` seconds (a poll's HTTP: its `give_up_after`), then tries once more; a longer wait, or a second limit,
+raises `RateLimited` with the wait asked, at once: the calling thread is one of the controllers' few, shared by
+every tenant's reconciles, and a host answering `Retry-After: 600` (a tenant names its pull requests' `apiUrl`)
+must never hold it. A poll also stops at its `deadline`. Tokens never appear in errors or logs, and never
 go to another origin than the API URL's (a `Link` to another host is not followed). Connections go through the
 outbound address guard.
 """
@@ -34,7 +36,7 @@ __all__ = [
     "connection_failure",
 ]
 
-MAX_WAIT = 60.0
+MAX_WAIT = 5.0
 StatusState = Literal["pending", "success", "failure"]
 
 
@@ -140,11 +142,10 @@ class ApiHttp:
             except httpx.HTTPError as exc:
                 raise ProviderError(f"{what}: {connection_failure(exc)}") from None
             wait = _rate_limited(response)
-            if wait is not None and self._give_up_after is not None and (
-                    wait > self._give_up_after or attempt == 2):
-                raise RateLimited(f"{what}: rate limited by the provider for {wait:.0f} s", wait)
-            if wait is not None and attempt == 1:
-                self._sleep(min(wait, MAX_WAIT))
+            if wait is not None:
+                if wait > (MAX_WAIT if self._give_up_after is None else self._give_up_after) or attempt == 2:
+                    raise RateLimited(f"{what}: rate limited by the provider for {wait:.0f} s", wait)
+                self._sleep(wait)
                 continue
             if response.status_code >= 400:
                 raise ProviderError(f"{what}: HTTP {response.status_code} {_message(response)}")

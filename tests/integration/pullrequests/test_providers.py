@@ -11,7 +11,7 @@ import pytest
 
 from burrito_py.gitproviders.bitbucket import BitbucketCloud
 from burrito_py.gitproviders.bitbucket_datacenter import BitbucketDataCenter
-from burrito_py.gitproviders.client import ProviderError
+from burrito_py.gitproviders.client import ProviderError, RateLimited
 from burrito_py.gitproviders.gitea import Gitea
 from burrito_py.gitproviders.github import GitHub
 from burrito_py.gitproviders.gitlab import GitLab
@@ -94,9 +94,22 @@ def test_rate_limits_are_waited_out_once(provider: tuple[Fake, Any, list[float]]
     client.create_comment("hello")
     assert slept == [1.0 if fake.kind == "github" else 2.0] and list(fake.comments.values()) == ["hello"]
     fake.limited = 2
-    with pytest.raises(ProviderError) as refused:
+    with pytest.raises(RateLimited) as refused:
         client.create_comment("again")
-    assert TOKEN not in str(refused.value) and ("403" in str(refused.value) or "429" in str(refused.value))
+    assert TOKEN not in str(refused.value) and "rate limited by the provider" in str(refused.value)
+
+
+def test_attack_a_long_rate_limit_never_holds_the_calling_thread(provider: tuple[Fake, Any, list[float]]) -> None:
+    """A provider, or a host a tenant names as its pull requests' `apiUrl`, answering every call with a rate limit
+    of `Retry-After: 600`: the call ends at once with RateLimited (the wait asked, for the caller to schedule), no
+    sleep and no second call. Before, each call slept 60 s in a thread of the controllers' shared pool (six on two
+    cores), so one tenant's pull requests could hold every thread that fetches and stores for all tenants."""
+    fake, client, slept = provider
+    fake.retry_after, fake.limited = "600", 10**6
+    calls = len(fake.calls)
+    with pytest.raises(RateLimited) as limited:
+        client.create_comment("hello")
+    assert slept == [] and limited.value.retry_after == 600.0 and len(fake.calls) == calls + 1
 
 
 def test_statuses_beyond_the_budget_wait_for_the_next_update(provider: tuple[Fake, Any, list[float]]) -> None:
