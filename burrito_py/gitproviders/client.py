@@ -6,13 +6,18 @@ or until `X-RateLimit-Reset` (GitHub, Gitea: epoch seconds; GitLab `RateLimit-Re
 `MAX_WAIT` seconds (a poll's HTTP: its `give_up_after`), then tries once more; a longer wait, or a second limit,
 raises `RateLimited` with the wait asked, at once: the calling thread is one of the controllers' few, shared by
 every tenant's reconciles, and a host answering `Retry-After: 600` (a tenant names its pull requests' `apiUrl`)
-must never hold it. A poll also stops at its `deadline`. Tokens never appear in errors or logs, and never
-go to another origin than the API URL's (a `Link` to another host is not followed). Connections go through the
-outbound address guard.
+must never hold it. A long limit is remembered for its origin and token (`RateLimits`, one per process) until it
+ends: every client of that token (a reconcile retried in 15 s, another pull request's, the poll) is refused at once
+with the same `RateLimited`, and makes no call (GitHub's REST guidance: an integration that goes on calling while
+rate limited may be banned). A poll also stops at its `deadline`. Tokens never appear in errors or
+logs, and never go to another origin than the API URL's (a `Link` to another host is not followed). Connections go
+through the outbound address guard.
 """
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -30,6 +35,7 @@ __all__ = [
     "ProviderClient",
     "ProviderError",
     "RateLimited",
+    "RateLimits",
     "ReviewFacts",
     "StatusState",
     "approvers_with_write",
@@ -37,6 +43,8 @@ __all__ = [
 ]
 
 MAX_WAIT = 5.0
+# The longest rate limit remembered: a host asking for days is asked again after an hour.
+MAX_REMEMBERED = 3600.0
 StatusState = Literal["pending", "success", "failure"]
 
 
@@ -50,6 +58,38 @@ class RateLimited(ProviderError):
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class RateLimits:
+    """Until when each (origin, token) is rate limited, and for how long its provider asked: shared by the clients of
+    a process. Keys hold a digest of the credentials, never the token."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._until: dict[tuple[str, str], tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def asked(self, key: tuple[str, str]) -> tuple[float, float] | None:
+        """(seconds still to wait, seconds the provider asked for), or None when the key is not limited."""
+        with self._lock:
+            held = self._until.get(key)
+            if held is None:
+                return None
+            left = held[0] - self._clock()
+            if left <= 0:
+                del self._until[key]
+                return None
+            return left, held[1]
+
+    def note(self, key: tuple[str, str], wait: float) -> None:
+        now = self._clock()
+        with self._lock:
+            for stale in [k for k, (until, _) in self._until.items() if until <= now]:
+                del self._until[stale]
+            self._until[key] = (now + min(wait, MAX_REMEMBERED), wait)
+
+
+LIMITS = RateLimits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +153,7 @@ class ApiHttp:
 
     def __init__(self, base_url: str, headers: Mapping[str, str], *, sleep: Callable[[float], None],
                  outbound: OutboundPolicy, timeout: float = 30.0, give_up_after: float | None = None,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, limits: RateLimits = LIMITS) -> None:
         self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=dict(headers), timeout=timeout,
                                     transport=GuardedTransport(outbound))
         self._origin = _origin(httpx.URL(base_url))
@@ -122,6 +162,10 @@ class ApiHttp:
         # it gives up at `deadline` (time.monotonic()), so one slow host never holds a poll past its bound.
         self._give_up_after = give_up_after
         self._deadline = deadline
+        self._limits = limits
+        credentials = "\n".join(f"{k.lower()}:{v}" for k, v in sorted(headers.items()))
+        scheme, host, port = self._origin
+        self._limit_key = (f"{scheme}://{host}:{port}", hashlib.sha256(credentials.encode()).hexdigest())
         self.calls = 0
 
     def close(self) -> None:
@@ -136,6 +180,8 @@ class ApiHttp:
         for attempt in (1, 2):
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 raise ProviderError(f"{what}: not started, the poll's time is up")
+            if (limited := self._limits.asked(self._limit_key)) is not None:  # no call until the limit ends
+                raise RateLimited(f"{what}: rate limited by the provider for {limited[1]:.0f} s", limited[0])
             self.calls += 1
             try:
                 response = self._client.request(method, path, **kw)
@@ -144,6 +190,7 @@ class ApiHttp:
             wait = _rate_limited(response)
             if wait is not None:
                 if wait > (MAX_WAIT if self._give_up_after is None else self._give_up_after) or attempt == 2:
+                    self._limits.note(self._limit_key, wait)
                     raise RateLimited(f"{what}: rate limited by the provider for {wait:.0f} s", wait)
                 self._sleep(wait)
                 continue

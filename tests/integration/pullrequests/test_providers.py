@@ -11,7 +11,7 @@ import pytest
 
 from burrito_py.gitproviders.bitbucket import BitbucketCloud
 from burrito_py.gitproviders.bitbucket_datacenter import BitbucketDataCenter
-from burrito_py.gitproviders.client import ProviderError, RateLimited
+from burrito_py.gitproviders.client import ApiHttp, ProviderError, RateLimited, RateLimits
 from burrito_py.gitproviders.gitea import Gitea
 from burrito_py.gitproviders.github import GitHub
 from burrito_py.gitproviders.gitlab import GitLab
@@ -105,11 +105,45 @@ def test_attack_a_long_rate_limit_never_holds_the_calling_thread(provider: tuple
     sleep and no second call. Before, each call slept 60 s in a thread of the controllers' shared pool (six on two
     cores), so one tenant's pull requests could hold every thread that fetches and stores for all tenants."""
     fake, client, slept = provider
-    fake.retry_after, fake.limited = "600", 10**6
+    fake.retry_after, fake.limited = "600", 1
     calls = len(fake.calls)
     with pytest.raises(RateLimited) as limited:
         client.create_comment("hello")
     assert slept == [] and limited.value.retry_after == 600.0 and len(fake.calls) == calls + 1
+    # Asked again (the reconcile's retry): refused at once, the same words, no call, though the host would answer.
+    with pytest.raises(RateLimited) as again:
+        client.create_comment("hello")
+    assert str(again.value) == str(limited.value) and 0 < again.value.retry_after <= 600.0
+    assert len(fake.calls) == calls + 1 and fake.limited == 0 and not fake.comments
+
+
+def test_a_long_rate_limit_is_remembered_for_its_host_and_token_until_it_ends() -> None:
+    """Every client of the process with that host and token is refused without a call until the wait asked has
+    passed; another token on the same host is not held; the memory keeps a digest of the credentials, not them."""
+    clock = [1000.0]
+    limits = RateLimits(clock=lambda: clock[0])
+    with running_fake_provider("github") as (fake, url):
+        def comment(token: str) -> None:
+            http = ApiHttp(url, {"Authorization": f"Bearer {token}"}, sleep=lambda _: None, outbound=LOOPBACK,
+                           limits=limits)
+            try:
+                http.request("POST", "/repos/team/infra/issues/7/comments", "creating the comment", json={"body": "x"})
+            finally:
+                http.close()
+
+        fake.retry_after, fake.limited = "600", 1
+        with pytest.raises(RateLimited, match="for 600 s"):
+            comment(TOKEN)
+        calls = len(fake.calls)
+        with pytest.raises(RateLimited, match="for 600 s"):
+            comment(TOKEN)  # a new client, the same token: no call
+        assert len(fake.calls) == calls
+        comment("another-token")  # another token is its own
+        assert len(fake.calls) == calls + 1
+        assert TOKEN not in repr(limits.__dict__)
+        clock[0] += 601
+        comment(TOKEN)  # the wait has passed
+        assert len(fake.calls) == calls + 2
 
 
 def test_statuses_beyond_the_budget_wait_for_the_next_update(provider: tuple[Fake, Any, list[float]]) -> None:
