@@ -157,17 +157,10 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         try:
             affected = await _affected(ctx, repository, spec)
         except (GitError, GitCredentialsError, OutboundRefused, DatastoreError) as exc:
-            reason = ("HostNotAllowed" if isinstance(exc, HostNotAllowed) else
-                      "AddressNotAllowed" if isinstance(exc, OutboundRefused) else
-                      source_not_stored_reason(exc.status_code) if isinstance(exc, DatastoreError) else
-                      "FetchFailed")
-            message = (f"spec.repository.url: {exc}" if isinstance(exc, OutboundRefused) else
-                       f"the source archive of the head cannot be stored: {exc}" if isinstance(exc, DatastoreError)
-                       else str(exc))
+            reason, message, warn = _head_refusal(exc)
             before = [c for c in status.get("conditions") or () if c.get("type") == "Ready"]
             await _write_status(ctx, pull_request, dict(status), Cond("Ready", False, reason, message))
-            quiet = reason == "FetchFailed" or isinstance(exc, DatastoreError)  # Ready says it; no Event per retry
-            if not quiet and (not before or before[0].get("message") != message):
+            if warn and (not before or before[0].get("message") != message):
                 await post_event(ctx.kube, pull_request, "Warning", reason, message)
             ctx.wake_pull_request(key, RETRY_SECONDS)
             return
@@ -307,6 +300,19 @@ async def _tell(ctx: Context, pull_request: Mapping[str, Any], repository: Mappi
     finally:
         client.close()
     return COMMENTED
+
+
+def _head_refusal(exc: Exception) -> tuple[str, str, bool]:
+    """`Ready`'s reason and message for a head that could not be fetched or stored, and whether a Warning says it
+    too: not for what each retry would say again (a failed fetch, a datastore that does not store)."""
+    if isinstance(exc, HostNotAllowed):
+        return "HostNotAllowed", str(exc), True
+    if isinstance(exc, OutboundRefused):
+        return "AddressNotAllowed", f"spec.repository.url: {exc}", True
+    if isinstance(exc, DatastoreError):
+        return (source_not_stored_reason(exc.status_code), f"the source archive of the head cannot be stored: {exc}",
+                False)
+    return "FetchFailed", str(exc), False
 
 
 async def _affected(ctx: Context, repository: Mapping[str, Any], spec: Mapping[str, Any]) -> Affected:
