@@ -52,4 +52,5 @@ fi
 # Three workers on the machines' 2 cores: the suite mostly waits (terraform, git, drift periods, control planes),
 # 26 CPU-minutes in 18 wall-minutes with three, so a third worker cut pytest from 20.5 to 15.3 min (2026-11-28,
 # docs/architecture.md §15 "Running"). Each test file stays on one worker.
-python -m pytest -n 3 --dist loadfile "$@"
+# The slowest tests are printed after the summary: where the suite's time goes, on the machine that ran it.
+python -m pytest -n 3 --dist loadfile --durations=30 "$@"
