@@ -87,11 +87,16 @@ def cross_namespace_problem(layer: Mapping[str, Any], settings: ControllerSettin
             "namespaces are disabled on these controllers (BURRITO_PY_ALLOW_CROSS_NAMESPACE_REPOSITORIES)"
         )
     if repository is not None and not shared_with(repository, own):
-        return (
-            f"spec.repository: TerraformRepository {other}/{reference.get('name')} is not shared with namespace "
-            f"{own!r}: its spec.allowedNamespaces must name it (or '*')"
-        )
+        return _not_shared(layer)
     return None
+
+
+def _not_shared(layer: Mapping[str, Any]) -> str:
+    reference = (layer.get("spec") or {}).get("repository") or {}
+    return (
+        f"spec.repository: TerraformRepository {reference.get('namespace')}/{reference.get('name')} is not shared "
+        f"with namespace {layer['metadata']['namespace']!r}: its spec.allowedNamespaces must name it (or '*')"
+    )
 
 
 def repository_refusal(
@@ -125,13 +130,18 @@ def validate_layer(
     ready = Cond("Ready", True, "Ready", "")
     invalid = _invalid_version(layer, repository)
     refusal = repository_refusal(layer, repository, settings)
+    outside = settings.scope().foreign_repository(namespace) if repository is None else None
+    if refusal is None and repository is None and not outside and namespace != layer["metadata"]["namespace"]:
+        # Another namespace's repository that does not exist reads exactly as one not shared with this namespace:
+        # a tenant never learns which names exist there. (A run is not refused for it: its repository may only be
+        # missing from the controllers' cache for now; nothing runs without it anyway.)
+        refusal = Cond("Ready", False, "CrossNamespaceRepository", _not_shared(layer))
     if refusal is not None:  # before RepositoryNotFound: never tell another namespace's objects apart
         ready = refusal
     elif invalid:
         ready = Cond("Ready", False, "InvalidSpec", invalid)
     elif repository is None:
         # Shards see only their own namespaces: a repository elsewhere is not found, and the message says why.
-        outside = settings.scope().foreign_repository(namespace)
         ready = Cond(
             "Ready",
             False,

@@ -90,6 +90,23 @@ def test_attack_another_teams_repository_is_used_only_where_its_owners_share_it(
     assert "disabled on these controllers" in strict.message
 
 
+def test_attack_whether_another_namespaces_repository_exists_is_never_told():
+    """Attack test: with repositories of other namespaces allowed, a tenant's layer naming team-b's repositories
+    one name after another read "is not shared" for each that exists and "does not exist" for the others: a list
+    of team-b's repository names. Both now read the same, even with an invalid version in the layer."""
+    for spec in ({}, {"terraform": {"version": "not a version"}}):
+        probe = layer(repository={"name": "repo", "namespace": "team-b"})
+        probe["spec"].update(spec)
+        unshared = validate_layer(probe, repository("https://git.example/repo", "team-b", ["team-c"]), LOCAL).ready
+        missing = validate_layer(probe, None, LOCAL).ready
+        assert (missing.status, missing.reason, missing.message) == (unshared.status, unshared.reason,
+                                                                     unshared.message)
+        assert missing.reason == "CrossNamespaceRepository" and "is not shared with namespace" in missing.message
+    # In its own namespace a missing repository is said as such.
+    assert validate_layer(layer(), None, LOCAL).ready.message == (
+        "spec.repository: TerraformRepository tenant/repo does not exist")
+
+
 def test_a_run_for_another_namespaces_layer_is_refused():
     refusal = run_refusal(run("tenant", "default"), layer("default"), None, STRICT)
     assert refusal is not None and (refusal.type, refusal.status, refusal.reason) == (

@@ -144,4 +144,9 @@ def test_a_repository_outside_the_shard_is_not_found_saying_why() -> None:
     assert ready.message == ("spec.repository: TerraformRepository team-b/infra is not visible: namespace 'team-b' "
                              "is outside shard 'a' (it belongs to shard 'b')")
     same = {**layer, "spec": {**layer["spec"], "repository": {"name": "infra", "namespace": "team-a-dev"}}}
-    assert validate_layer(same, None, settings).ready.message.endswith("team-a-dev/infra does not exist")
+    # Inside the shard, another namespace's missing repository reads as one not shared (whether it exists is never
+    # told); the layer's own namespace's is said not to exist.
+    assert validate_layer(same, None, settings).ready.message.endswith(
+        "team-a-dev/infra is not shared with namespace 'team-a-prod': its spec.allowedNamespaces must name it (or '*')")
+    own = {**layer, "spec": {**layer["spec"], "repository": {"name": "infra"}}}
+    assert validate_layer(own, None, settings).ready.message.endswith("team-a-prod/infra does not exist")
