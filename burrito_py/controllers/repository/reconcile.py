@@ -135,7 +135,13 @@ async def _reconcile(ctx: Context, key: Key) -> None:
 
     entries = []
     units: tuple[str, ...] | None = None
+    not_stored: DatastoreError | None = None
     for branch in branches:
+        if not_stored is not None and source_not_stored_reason(not_stored.status_code) == "DatastoreUnavailable":
+            # No answer: the branches left would fail alike (and each wait for it). A refusal (4xx) is the
+            # archive's own, so the other branches still sync.
+            entries.append(_branch_entry(branch, None, now, f"not synced: {_not_stored_message(not_stored)}"))
+            continue
         head = await asyncio.to_thread(mirror.resolve, branch)
         branch_layers = [layer for layer in layers if (layer.get("spec") or {}).get("branch") == branch]
         if head is None:
@@ -145,14 +151,18 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         try:
             await ensure_source(ctx, mirror, namespace, name, head)
         except DatastoreError as exc:
-            await _source_not_stored(ctx, repository, branches, exc, now, webhooks)
-            return
+            not_stored = not_stored or exc
+            entries.append(_branch_entry(branch, None, now, f"not synced: {_not_stored_message(exc)}"))
+            continue
         if branch == generation.get("branch"):
             units = await asyncio.to_thread(_units, mirror, head, str(generation.get("path") or ""))
         patches = await asyncio.to_thread(_branch_patches, mirror, branch_layers, head, head_date, repository)
         for layer, patch in patches:
             await _annotate_layer(ctx, layer, patch)
         entries.append(_branch_entry(branch, head, now, "Synced"))
+    if not_stored is not None:
+        await _source_not_stored(ctx, repository, entries, not_stored, now, webhooks)
+        return
     generated = await _generate_layers(ctx, repository, units)
     await _write_status(ctx, repository, "Synced", entries, Cond("Synced", True, "FetchSucceeded", ""), now,
                         webhooks, generated)
@@ -218,22 +228,27 @@ async def credentials_of(ctx: Context, namespace: str, secret_name: str | None, 
 
 
 async def _fail(ctx: Context, repository: Body, branches: list[str], reason: str, message: str, now: datetime,
-                webhooks: Cond, outcome: str = "fetch failed") -> None:
-    entries = [_branch_entry(b, None, now, f"{outcome}: {message}") for b in branches]
+                webhooks: Cond) -> None:
+    entries = [_branch_entry(b, None, now, f"fetch failed: {message}") for b in branches]
     await _write_status(ctx, repository, "SyncNeeded", entries, Cond("Synced", False, reason, message), now,
                         webhooks)
 
 
-async def _source_not_stored(ctx: Context, repository: Body, branches: list[str], error: DatastoreError,
+def _not_stored_message(error: DatastoreError) -> str:
+    return f"the source archive cannot be stored: {error}; tried again"
+
+
+async def _source_not_stored(ctx: Context, repository: Body, entries: list[Body], error: DatastoreError,
                              now: datetime, webhooks: Cond) -> None:
-    """Fetched, but a head's source archive cannot be stored: no layer is told of a revision its runner could not
-    read. Said on `Synced` (a kubectl user sees it, not only the controllers' log) and tried again soon, then less
-    often (`source_retry_delay`). The message names no delay, so a retry that fails alike posts no second Event."""
+    """Fetched, but a head's source archive cannot be stored (`error`, the first): no layer is told of a revision
+    its runner could not read; the branches that did sync are (`entries`). Said on `Synced` (a kubectl user sees it,
+    not only the controllers' log) and tried again soon, then less often (`source_retry_delay`). The message names
+    no delay, so a retry that fails alike posts no second Event."""
     reason = source_not_stored_reason(error.status_code)
     delay = source_retry_delay(ctx.inventory.repositories.get(key_of(repository)) or repository, reason, now,
                                ctx.settings.repository_poll_interval)
-    await _fail(ctx, repository, branches, reason, f"the source archive cannot be stored: {error}; tried again",
-                now, webhooks, outcome="not synced")
+    await _write_status(ctx, repository, "SyncNeeded", entries,
+                        Cond("Synced", False, reason, _not_stored_message(error)), now, webhooks)
     ctx.wake_repository(key_of(repository), delay)  # before the poll interval the reconcile's end asks for
 
 

@@ -12,6 +12,7 @@ client: first on a port nothing listens on, then with the in-process datastore s
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,40 @@ def test_a_sync_while_the_datastore_cannot_store_its_source_says_so_and_is_tried
     assert (synced(repository)["status"], synced(repository)["reason"]) == ("True", "FetchSucceeded"), repository
     assert repository["status"]["branches"][0]["latestRev"] == head
     assert layer["metadata"]["annotations"][ann.BRANCH_COMMIT] == head
+
+
+def test_a_branch_whose_source_the_datastore_refuses_leaves_the_other_branches_synced(
+        api: tuple[ApiServer, Path], tmp_path: Path) -> None:
+    """One branch's archive refused (413: larger than the datastore accepts) is that branch's failure: the sync
+    marked every branch "not synced", and every layer of the repository, in every namespace it is shared with,
+    became SyncFailed for good. Now the other branches sync and their layers are told; the refused one says why."""
+    server, kubeconfig = api
+    repo = make_repo(tmp_path / "upstream")
+    main = repo.commit({"app/main.tf": 'output "x" { value = 1 }\n'}, "first")
+    repo.branch("big")
+    big = repo.commit({"app/blob.txt": os.urandom(64 * 1024).hex()}, "too large to store")
+    repo.checkout("main")
+    base = f"/apis/{ann.API_VERSION}/namespaces/{NS}"
+    port = free_port()
+    wakes = Wakes()
+    with admin_client(server.url) as admin:
+        admin.post(f"{base}/terraformrepositories", json={
+            "apiVersion": ann.API_VERSION, "kind": "TerraformRepository", "metadata": {"name": "repo"},
+            "spec": {"repository": {"url": repo.url}}}).raise_for_status()
+        for name, branch in (("app", "main"), ("big", "big")):
+            admin.post(f"{base}/terraformlayers", json={
+                "apiVersion": ann.API_VERSION, "kind": "TerraformLayer", "metadata": {"name": name},
+                "spec": {"repository": {"name": "repo"}, "branch": branch, "path": "app"}}).raise_for_status()
+        with running_datastore(tmp_path / "datastore", port=port, max_body_bytes=32 * 1024):
+            asyncio.run(sync_once(kubeconfig, tmp_path / "cache", f"http://127.0.0.1:{port}", wakes))
+            with DatastoreClient(f"http://127.0.0.1:{port}") as store:
+                assert store.has_source(NS, "repo", main) and not store.has_source(NS, "repo", big)
+        repository = admin.get(f"{base}/terraformrepositories/repo").json()
+        layers = {name: admin.get(f"{base}/terraformlayers/{name}").json() for name in ("app", "big")}
+    cond = synced(repository)
+    assert (cond["status"], cond["reason"]) == ("False", "SourceNotStored"), cond
+    entries = {b["name"]: b for b in repository["status"]["branches"]}
+    assert entries["main"]["lastSyncStatus"] == "Synced" and entries["main"]["latestRev"] == main, entries
+    assert entries["big"]["lastSyncStatus"].startswith("not synced: the source archive cannot be stored: "), entries
+    assert layers["app"]["metadata"]["annotations"][ann.BRANCH_COMMIT] == main
+    assert ann.BRANCH_COMMIT not in (layers["big"]["metadata"].get("annotations") or {})
