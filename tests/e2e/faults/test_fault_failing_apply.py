@@ -19,6 +19,7 @@ from burrito_py.api import annotations as ann
 from burrito_py.controllers.layer.decide import MAX_STALE_REPLANS
 from burrito_py.controllers.run.decide import STALE_PLAN_EXIT_CODE
 from burrito_py.timeutil import parse_time
+from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo, make_repo
 from tests.support.real_cluster import RealCluster
 
@@ -155,8 +156,15 @@ def test_an_always_failing_apply_is_bounded_and_visible(drifting: Platform, tmp_
     assert exhausted["key"] in set(sums) and exhausted.get("changesDigest", "").startswith("sha256:"), exhausted
     retry = next(c for c in layer["status"]["conditions"] if c["type"] == "HasLastRunReachedRetryLimit")
     assert retry["status"] == "True" and "would make the same changes" in retry["message"], retry
-    events = platform.core.list_namespaced_event(platform.namespace).items
-    reasons = [(e.involved_object.name, e.reason) for e in events]
+
+    def reasons_now() -> list[tuple[str, str]]:
+        events = platform.core.list_namespaced_event(platform.namespace).items
+        return [(e.involved_object.name, e.reason) for e in events]
+
+    # The Warning is posted after the status write that shows the state: waited for, then counted.
+    wait_for(lambda: ("app", "MaxRetriesReached") in reasons_now(), 30, interval=0.5,
+             what="the MaxRetriesReached event")
+    reasons = reasons_now()
     assert reasons.count(("app", "MaxRetriesReached")) == 1, reasons
     assert any(reason == "RunFailed" and name.startswith("app-apply-") for name, reason in reasons)
     print(f"\n{elapsed:.0f} s: {len(plans)} plan runs, {len(applies)} apply runs, {tally.attempts()} attempts")
