@@ -240,14 +240,17 @@ class GitHub:
         return behind if isinstance(behind, int) else None
 
     def review_facts(self, base: str, head: str) -> ReviewFacts:
-        """`GET pulls/{n}` (author, mergeable), its reviews (each reviewer's latest one counts; dismissed or
-        commented ones do not approve), and how far the head is behind the base."""
+        """`GET pulls/{n}` (author, mergeable), its reviews at `head` (each reviewer's latest one counts; dismissed
+        or commented ones do not approve), and how far the head is behind the base. A review of an earlier commit is
+        stale: GitHub keeps it APPROVED after a push unless branch protection dismisses it (its review carries the
+        `commit_id` it was given at, never Gitea's `stale`), and what was pushed after it is nobody's review."""
         pull = self.http.request("GET", f"{self._repo()}/pulls/{self.number}", "reading the pull request").json()
         latest: dict[str, str] = {}
         for review in self._reviews():
             login = login_of(review.get("user"), "login", "username")
             state = str(review.get("state") or "").upper()
-            if login and state in _REVIEW_STATES and not review.get("stale"):
+            if (login and state in _REVIEW_STATES and not review.get("stale")
+                    and str(review.get("commit_id") or "") == head):
                 latest[login] = state
         mergeable = pull.get("mergeable")
         approved = approvers_with_write((u for u, s in latest.items() if s == "APPROVED"),

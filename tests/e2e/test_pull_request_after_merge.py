@@ -200,7 +200,7 @@ def test_a_merge_whose_reviews_cannot_be_read_says_why_and_is_recorded_once_they
         head = world.push(7, {"layers/app/main.tf": layer_code("v7")}, "change app")
         world.hook("opened", 7, head)
         world.wait_pr(7, head, "Planned", timeout=180)
-        world.fake.approved_by = ["reviewer"]
+        world.fake.approved_by, world.fake.reviewed_at = ["reviewer"], head  # an approval of the merged head
         world.fake.permissions["reviewer"] = "write"  # an approval counts only from someone who may write
         world.fake.limited = 10**6  # every call from now on: GitHub's secondary rate limit
         _merge(world, 7, head)

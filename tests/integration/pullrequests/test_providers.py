@@ -32,6 +32,7 @@ LOOPBACK = OutboundPolicy.of(LOOPBACK_NETWORKS)  # the fakes listen on loopback:
 @pytest.fixture(params=["github", "gitlab", "gitea", "bitbucket", "bitbucket-datacenter"])
 def provider(request: pytest.FixtureRequest) -> Iterator[tuple[Fake, Any, list[float]]]:
     with running_fake_provider(request.param) as (fake, url):
+        fake.reviewed_at = SHA  # GitHub/Gitea: approvals of the head these tests ask about
         slept: list[float] = []
         client: Any
         if fake.kind == "github":
@@ -257,6 +258,24 @@ def test_attack_an_approval_without_write_permission_does_not_count(provider: tu
     fake.approved_by = ["puppet", "rev"]
     fake.permissions["rev"] = WRITE[fake.kind]
     assert client.review_facts("main", SHA).approved_by == ("rev",)
+
+
+def test_attack_an_approval_of_an_earlier_commit_does_not_approve_the_head(
+        provider: tuple[Fake, Any, list[float]]) -> None:
+    """Attack test: GitHub keeps a review APPROVED after a push (unless branch protection dismisses stale reviews),
+    and its review objects carry the `commit_id` they were given at, never Gitea's `stale`. So an author with write
+    access could get a harmless commit approved, push a harmful one, and `/burrito-py apply` it before merge with
+    the `approved` requirement met by nobody's review of it (and a merge of it counted as reviewed). Now a GitHub
+    or Gitea review counts only at the head asked about. (GitLab and both Bitbuckets say who approves the pull
+    request as it is now; whether a push resets approvals is their project setting.)"""
+    fake, client, _ = provider
+    if fake.kind not in ("github", "gitea"):
+        return
+    fake.approved_by = ["rev"]
+    fake.permissions["rev"] = WRITE[fake.kind]
+    assert client.review_facts("main", SHA).approved_by == ("rev",)
+    fake.reviewed_at = "f" * 40  # the same approval, given at the commit before the head
+    assert client.review_facts("main", SHA).approved_by == ()
 
 
 # -- Bitbucket Cloud (issue 30 item 6) -------------------------------------------------------------------------

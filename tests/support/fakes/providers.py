@@ -38,6 +38,9 @@ class Fake:
     members: dict[int, int] = field(default_factory=dict)
     author: str = "author"
     approved_by: list[str] = field(default_factory=list)
+    # GitHub/Gitea: the commit those approvals were given at (a review's `commit_id`); None: the pull request's
+    # current head when the fake has it (`open_pull`), otherwise none at all.
+    reviewed_at: str | None = None
     mergeable: bool | None = True
     behind: int = 0
     versions: dict[int, int] = field(default_factory=dict)  # Bitbucket Data Center: each comment's version
@@ -169,9 +172,11 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
                 if level is None:
                     return self._answer(404, {"message": "404 Not found"})
                 return self._answer(200, {"id": int(found.group(1)), "access_level": level})
-            if method == "GET" and re.fullmatch(r".*/pulls/\d+/reviews", path):
+            if method == "GET" and (found := re.fullmatch(r".*/pulls/(\d+)/reviews", path)):
                 page = int(query.get("page", "1"))
-                reviews = [{"user": {"login": u}, "state": "APPROVED"} for u in fake.approved_by] if page == 1 else []
+                commit = fake.reviewed_at or (fake.pulls.get(int(found.group(1))) or {}).get("head_sha")
+                reviews = [{"user": {"login": u}, "state": "APPROVED", "commit_id": commit}
+                           for u in fake.approved_by] if page == 1 else []
                 return self._answer(200, reviews)
             if method == "GET" and re.fullmatch(r".*/pulls/\d+", path):
                 tip = "1" * 40
