@@ -207,9 +207,13 @@ class Inventory:
         return owners is not None and str(run["metadata"].get("uid")) in owners
 
     def runs_of_pull_request(self, namespace: str, name: str) -> list[Body]:
-        """A pull request's plan-only runs (the label holds `layer_label(name)`; spec.pullRequest confirms it)."""
+        """A pull request's runs (the label holds `layer_label(name)`; spec.pullRequest confirms it), of its own
+        namespace's layers only: a run naming another namespace's layer is nobody's pull request run (the run
+        controller refuses it), and its name must never lead the controllers, which may delete and read any
+        namespace's artifacts, to another tenant's run's artifacts."""
         return [run for run in self.runs.by_label(namespace, ann.layer_label(name), ann.LABEL_PULL_REQUEST)
-                if (run.get("spec") or {}).get("pullRequest") == name]
+                if (run.get("spec") or {}).get("pullRequest") == name
+                and ((run["spec"].get("layer") or {}).get("namespace") or namespace) == namespace]
 
     def runs_of_layer(self, namespace: str, layer: str) -> list[Body]:
         """Newest first: creation time, then our sub-second creation stamp, then name.

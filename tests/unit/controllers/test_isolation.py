@@ -138,3 +138,28 @@ def test_mirrors_are_per_repository_never_shared_across_namespaces(tmp_path: Pat
     assert theirs.path.is_relative_to((tmp_path / "default").absolute())
     assert mirror_for(tmp_path, "tenant", "other", url, strict).path != mine.path
     assert mine.outbound == strict
+
+
+def test_attack_a_pull_request_run_naming_another_namespaces_layer_is_never_the_pull_requests():
+    """Attack test: where no admission policy keeps a run's layer in its own namespace (Kubernetes 1.29, or the
+    policy disabled), a tenant of namespace `team-b` created a run carrying its own pull request's label and
+    `spec.pullRequest`, named as one of team-a's runs (pull request run names follow from public facts), with
+    `spec.layer: {namespace: team-a}`. The run controller refused it, but the pull request controller took it for
+    one of its own runs, did not want it, and discarded it: deleting team-a's run's plans, logs and applied record
+    from the datastore with the controllers' own rights. Now a pull request's runs are those of its own
+    namespace's layers only, so nothing the controller reads, keeps or deletes can be another namespace's."""
+    from burrito_py.api import annotations as ann
+    from burrito_py.kube.inventory import Inventory
+
+    def pr_run(name: str, layer_namespace: str | None) -> dict[str, Any]:
+        body = run("team-b", layer_namespace)
+        body["metadata"].update(name=name, resourceVersion="1", uid=name,
+                                labels={ann.LABEL_PULL_REQUEST: ann.layer_label("pr-7")})
+        body["spec"]["pullRequest"] = "pr-7"
+        return body
+
+    inventory = Inventory()
+    for name, layer_namespace in (("own", None), ("own-explicit", "team-b"), ("team-a-run", "team-a")):
+        inventory.runs.observe(pr_run(name, layer_namespace))
+    assert sorted(r["metadata"]["name"] for r in inventory.runs_of_pull_request("team-b", "pr-7")) == [
+        "own", "own-explicit"]
