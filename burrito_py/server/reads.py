@@ -58,10 +58,21 @@ def artifacts_of(run: Body, visible: Callable[[str], bool]) -> tuple[str, str]:
     name = f"{run['metadata']['namespace']}/{run['metadata']['name']}"
     if layer is None or not NAME.fullmatch(layer) or len(layer) > 253 or not NAMESPACE.fullmatch(layer_ns):
         raise NoArtifacts(f"TerraformRun {name} names no valid layer, so it has no plans or logs")
+    if layer_ns != run["metadata"]["namespace"]:
+        # The controllers never run it (a run works only for a layer of its own namespace), so whatever is stored
+        # under that layer is another run's, and this run's status (what its views mask) says nothing of it.
+        raise NoArtifacts(f"TerraformRun {name} is for a layer of the namespace {layer_ns}: a run works only for a "
+                          "layer of its own namespace, so it has no plans or logs")
     if not visible(layer_ns):
         raise NoArtifacts(f"TerraformRun {name} is for a layer in {layer_ns}, a namespace this server does not "
                           "manage")
     return layer_ns, layer
+
+
+def recorded_attempts(run: Body) -> set[int]:
+    """The attempts the controllers recorded on the run (`status.attempts[].number`)."""
+    attempts = (run.get("status") or {}).get("attempts") or ()
+    return {a["number"] for a in attempts if isinstance(a, Mapping) and isinstance(a.get("number"), int)}
 
 
 class ReadFailure(Exception):
@@ -154,9 +165,21 @@ class Artifacts:
             hide = hide.merge(values_to_hide(record, document, env_secrets))
         return hide
 
+    @staticmethod
+    def require_own(run: Body, attempt: int | None, missing: str) -> None:
+        """Masked views read only what the run's own attempts stored (`attempt`, or any when None): what they mask
+        comes from the run's status (its pods' Secret-fed variables), so artifacts stored under its name by an
+        earlier run of that name (one trimmed from history, its objects kept) must not be shown masked by this
+        one's status: a look-alike run that never ran would show them unmasked. 404 `missing` otherwise."""
+        recorded = recorded_attempts(run)
+        if not recorded or (attempt is not None and attempt not in recorded):
+            raise ReadFailure(404, missing)
+
     async def masked_plan(self, run: Body, where: tuple[str, str], attempt: int | None, fmt: str,
                           missing: str) -> bytes:
-        """`pretty` or `short` text, or `masked-json` (the allow-listed JSON document), masked."""
+        """`pretty` or `short` text, or `masked-json` (the allow-listed JSON document), masked: of the run's own
+        attempts only (`require_own`)."""
+        self.require_own(run, attempt, missing)
         name = str(run["metadata"]["name"])
         stored_json = await self._optional(functools.partial(self.datastore.get_plan, *where, name, attempt, "json"))
         document = load_json(stored_json) if stored_json is not None else None
@@ -178,7 +201,9 @@ class Artifacts:
     async def logs(self, run: Body, where: tuple[str, str], attempt: int, missing: str,
                    hide: SecretValues | None = None) -> bytes:
         """An attempt's log, masked as the plan views are (the runner masks Secret values already; this also covers
-        what it could not know). `hide`: `hidden_values` of the run, when already known."""
+        what it could not know). `hide`: `hidden_values` of the run, when already known. Of the run's own
+        attempts only (`require_own`)."""
+        self.require_own(run, attempt, missing)
         data = await self._read(functools.partial(self.datastore.get_logs, *where, str(run["metadata"]["name"]),
                                                   attempt), missing)
         if hide is None:

@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
+from burrito_py.api.sharing import shared_with
 from burrito_py.datastore.auth import AUTH_DISABLED, AuthUnavailable, Principal, Unauthenticated
 from burrito_py.datastore.review_throttle import Throttled, ThrottledAuthenticator
 from burrito_py.kube.client import Body, Kube, KubeError, crd_path, path
@@ -31,6 +32,7 @@ from burrito_py.plans.masking import load_json, masked_model, scrub_text
 from burrito_py.plans.model import PlanFormatError, parse_plan
 from burrito_py.server.access import (
     GET_LAYERS,
+    GET_REPOSITORIES,
     GET_RUNS,
     LIST_LAYERS,
     LIST_PULL_REQUESTS,
@@ -423,7 +425,7 @@ def ui_router(settings: ServerSettings, kube: Kube, artifacts: Artifacts,
         """What the layer page shows of its state: the kept versions when the user may read them (none drawn
         otherwise, with why), and which buttons and links the user's (cached) permissions allow."""
         ns, name = layer["metadata"]["namespace"], layer["metadata"]["name"]
-        section: dict[str, Any] = {"managed": await managed_state(layer), "versions": [], "error": ""}
+        section: dict[str, Any] = {"managed": await managed_state(who, layer), "versions": [], "error": ""}
         try:
             section["versions"] = list(reversed(await states.versions(who, ns, name)))  # newest first
         except Forbidden as exc:
@@ -436,18 +438,26 @@ def ui_router(settings: ServerSettings, kube: Kube, artifacts: Artifacts,
             section["may_roll_back"] = await states.may_roll_back(who, ns)
         return section
 
-    async def managed_state(layer: Body) -> bool:
-        """`state.managed` of the layer, else of its repository (docs/architecture.md §10.6)."""
+    async def managed_state(who: Principal, layer: Body) -> bool:
+        """`state.managed` of the layer, else of its repository (docs/architecture.md §10.6). Another namespace's
+        repository is read only where the user may get repositories, as the REST API reads it, and counts only when
+        shared with the layer's namespace (else the layer cannot use it): what a layer names in another namespace
+        must not tell its editor whether a repository of that name exists there."""
         own = ((layer.get("spec") or {}).get("state") or {}).get("managed")
         if own is not None:
             return bool(own)
+        layer_ns = layer["metadata"]["namespace"]
         reference = (layer.get("spec") or {}).get("repository") or {}
-        repo_ns = str(reference.get("namespace") or layer["metadata"]["namespace"])
+        repo_ns = str(reference.get("namespace") or layer_ns)
         repo_name = str(reference.get("name") or "")
         if not repo_name or not NAMESPACE.fullmatch(repo_ns) or not NAME.fullmatch(repo_name) or not visible(repo_ns):
             return False
+        if repo_ns != layer_ns and not await access.allowed(who, GET_REPOSITORIES, repo_ns):
+            return False
         repository = await kube.get(crd_path("terraformrepositories", repo_ns, repo_name))
-        return bool((((repository or {}).get("spec") or {}).get("state") or {}).get("managed"))
+        if repository is None or not shared_with(repository, layer_ns):
+            return False
+        return bool(((repository.get("spec") or {}).get("state") or {}).get("managed"))
 
     def serial_of(value: str | None, field: str) -> int | None:
         if value is None or value == "":
@@ -654,7 +664,9 @@ def ui_router(settings: ServerSettings, kube: Kube, artifacts: Artifacts,
     async def plan_page(request: Request, ns: str, name: str, attempt: int | None = None) -> Response:
         who = await principal(request)
         body, where = await run_and_artifacts(who, ns, name)
-        data = await artifacts.raw_plan(where, name, attempt, "json", f"no plan stored for TerraformRun {ns}/{name}")
+        missing = f"no plan stored for TerraformRun {ns}/{name}"
+        artifacts.require_own(body, attempt, missing)  # shown masked, so of the run's own attempts only
+        data = await artifacts.raw_plan(where, name, attempt, "json", missing)
         document = load_json(data)
         try:
             if document is None:

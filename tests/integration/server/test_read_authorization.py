@@ -146,17 +146,20 @@ def test_the_layers_list_shows_only_namespaces_the_caller_may_list(platform: Res
 
 def test_a_run_of_team_b_naming_team_a_s_layer_reads_none_of_team_a_s_artifacts(platform: RestPlatform) -> None:
     """A team-b tenant who may create runs names team-a's layer in one, under the name of a team-a run: the server
-    would read team-a's plan and log with its own admin token."""
+    would read team-a's plan and log with its own admin token (then: unless the caller may get runs in team-a too;
+    masked by the look-alike run's status, which never lists what team-a's own run's pods got from Secrets). Such a
+    run is never run by the controllers, so it has no plans or logs at all: whoever asks."""
     body = run_body(OLD_PLAN, "app", "plan", "abc123")
     body["spec"]["layer"]["namespace"] = NS_A
     create(platform.kube, "terraformruns", NS_B, body)
     try:
-        with platform.client("tenant-b") as client:
-            assert client.get(f"/api/runs/{NS_B}/{OLD_PLAN}").status_code == 200  # its own run: fine
-            for route in (f"/api/runs/{NS_B}/{OLD_PLAN}/plan", f"/api/runs/{NS_B}/{OLD_PLAN}/attempts/1/logs"):
-                answer = client.get(route)
-                assert answer.status_code == 403, (route, answer.text)
-                assert f"get terraformruns in the namespace {NS_A}" in answer.json()["error"]
+        for identity in ("tenant-b", "person"):  # person: may get runs in every namespace
+            with platform.client(identity) as client:
+                assert client.get(f"/api/runs/{NS_B}/{OLD_PLAN}").status_code == 200  # its own run: fine
+                for route in (f"/api/runs/{NS_B}/{OLD_PLAN}/plan", f"/api/runs/{NS_B}/{OLD_PLAN}/attempts/1/logs"):
+                    answer = client.get(route)
+                    assert answer.status_code == 404, (identity, route, answer.text)
+                    assert "a run works only for a layer of its own namespace" in answer.json()["error"]
     finally:
         platform.kube.delete(f"/apis/{ann.API_VERSION}/namespaces/{NS_B}/terraformruns/{OLD_PLAN}")
 
@@ -241,6 +244,54 @@ def test_no_ui_page_or_download_shows_a_secret_fed_value(platform: RestPlatform)
             assert MASK in answer.text.replace("&#34;", '"'), page
         download = client.get(f"/ui/runs/{NS_A}/{SECRET_RUN}/plan/download?format=json").json()
         assert download["variables"]["db_password"] == {"value": MASK}
+
+
+def test_attack_a_look_alike_run_shows_no_earlier_runs_artifacts_unmasked(platform: RestPlatform) -> None:
+    """Attack test: a run's masked views hide what its own status says its pods got from a Secret through the
+    environment (`status.attempts[].secretVariables`), and read the artifacts stored under its name. Once such a run
+    was trimmed from the layer's history (its artifacts kept: retention is off by default), a tenant who may create
+    runs but not read Secrets made a run of the same name that the controllers never ran (its status lists no
+    attempt, so nothing to hide), and read the earlier run's plan and log through it, the Secret's value unmasked.
+    Now masked views show only what the run's own recorded attempts stored."""
+    run = "app-plan-env-fed"
+    plan = {**SECRET_PLAN, "configuration": {}}
+    with DatastoreClient(platform.datastore_url, token=platform.tokens["controller"]) as store:
+        store.put_inputs(NS_A, "app", run, json.dumps({**SECRET_INPUTS, "variables": {},
+                                                        "secretVariables": []}).encode())
+        store.put_plan(NS_A, "app", run, 1, "json", json.dumps(plan).encode())
+        store.put_plan(NS_A, "app", run, 1, "pretty", SECRET_PRETTY)
+        store.put_logs(NS_A, "app", run, 1, SECRET_LOG)
+    views = [f"/api/runs/{NS_A}/{run}/plan?format={fmt}" for fmt in ("pretty", "masked-json")] + [
+        f"/api/runs/{NS_A}/{run}/attempts/1/logs"]
+    pages = [f"/ui/runs/{NS_A}/{run}/plan", f"/ui/runs/{NS_A}/{run}/plan/download?format=pretty",
+             f"/ui/runs/{NS_A}/{run}/attempts/1/logs"]
+    path = f"/apis/{ann.API_VERSION}/namespaces/{NS_A}/terraformruns/{run}"
+    # The run that stored them: its pods got db_password from a Secret through the environment, and its views hide it.
+    create(platform.kube, "terraformruns", NS_A, run_body(run, "app", "plan", "abc123"))
+    status(platform.kube, "terraformruns", NS_A, run, {"state": "Succeeded", "attempts": [
+        {"podName": f"{run}-1", "number": 1, "logsUploaded": True, "exitCode": 0, "secretVariables": ["db_password"]}]})
+    ui, _ = logged_in(platform, "tenant-a")
+    try:
+        with platform.client("tenant-a") as client:
+            for route in views:
+                answer = client.get(route)
+                assert answer.status_code == 200 and PASSWORD not in answer.text, (route, answer.text[:300])
+        for page in pages:
+            answer = ui.get(page)
+            assert answer.status_code == 200 and PASSWORD not in answer.text, (page, answer.text[:300])
+        # Trimmed from history, then made again by the tenant: never run, its status records no attempt.
+        platform.kube.delete(path)
+        create(platform.kube, "terraformruns", NS_A, run_body(run, "app", "plan", "abc123"))
+        with platform.client("tenant-a") as client:
+            for route in views:
+                answer = client.get(route)
+                assert answer.status_code == 404 and PASSWORD not in answer.text, (route, answer.text[:300])
+        for page in pages:
+            answer = ui.get(page)
+            assert answer.status_code == 404 and PASSWORD not in answer.text, (page, answer.text[:300])
+    finally:
+        ui.close()
+        platform.kube.delete(path)
 
 
 # -- finding 2: UI pages, lists and the event stream ---------------------------------------------------------

@@ -31,6 +31,7 @@ from tests.integration.server.rest_platform import (
     STATE_SECRET,
     RestPlatform,
     account,
+    create,
     grant,
     post_state_versions,
     running_rest_platform,
@@ -261,3 +262,33 @@ def test_a_csrf_token_on_the_page_is_this_sessions(platform: RestPlatform) -> No
         page = client.get(f"/ui/layers/{NS_A}/app")
     assert csrf_of(page.text) == csrf
     assert f'<input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="serial" value="1">' in page.text
+
+
+def test_attack_a_layer_naming_another_namespaces_repository_never_tells_whether_it_exists(
+        platform: RestPlatform) -> None:
+    """Attack test: the layer page showed its State section when the layer's repository has `state.managed`, and
+    read that repository with the server's own rights wherever the layer pointed. A tenant who may edit layers of
+    team-a only named `team-b/<guess>` in one and learned, page by page, which repositories team-b has (the
+    example repositories manage their state). Now another namespace's repository is read only where the user may
+    get repositories, and counts only when shared with the layer's namespace; so the two pages read the same."""
+    kube = platform.kube
+    create(kube, "terraformrepositories", NS_B, {
+        "kind": "TerraformRepository", "metadata": {"name": "secret-repo"},
+        "spec": {"repository": {"url": "https://example.com/secret.git"}, "state": {"managed": True}}})
+    for name, target in (("probe-found", "secret-repo"), ("probe-missing", "no-such-repo")):
+        create(kube, "terraformlayers", NS_A, {
+            "kind": "TerraformLayer", "metadata": {"name": name},
+            "spec": {"repository": {"namespace": NS_B, "name": target}, "branch": "main", "path": "x"}})
+    with browser(platform, "tenant-a") as (client, _):
+        pages = [client.get(f"/ui/layers/{NS_A}/{name}") for name in ("probe-found", "probe-missing")]
+    for page in pages:
+        assert page.status_code == 200, page.text[:300]
+        assert '<h2 id="state">State</h2>' not in page.text
+    # Shared with team-a, and read by someone who may get team-b's repositories: its setting counts.
+    kube.patch(f"/apis/{ann.API_VERSION}/namespaces/{NS_B}/terraformrepositories/secret-repo",
+               content=json.dumps({"spec": {"allowedNamespaces": [NS_A]}}),
+               headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+    with browser(platform, "person") as (client, _):
+        assert '<h2 id="state">State</h2>' in client.get(f"/ui/layers/{NS_A}/probe-found").text
+    with browser(platform, "tenant-a") as (client, _):
+        assert '<h2 id="state">State</h2>' not in client.get(f"/ui/layers/{NS_A}/probe-found").text

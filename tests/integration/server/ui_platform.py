@@ -58,6 +58,13 @@ def _grant(kube: httpx.Client, namespace: str, subject: dict[str, str]) -> None:
         "subjects": [subject]}).raise_for_status()
 
 
+def _ran(kube: httpx.Client, run: str) -> None:
+    """A plan run of team-a/app with one attempt recorded, as the controllers leave it: its plans are shown."""
+    create(kube, "terraformruns", NS_A, run_body(run, "app", "plan", "abc123"))
+    status(kube, "terraformruns", NS_A, run, {"state": "Succeeded", "attempts": [
+        {"podName": f"{run}-1", "number": 1, "logsUploaded": False, "exitCode": 0}]})
+
+
 def _ui_objects(platform: RestPlatform) -> None:
     kube = platform.kube
     for namespace, name in ((NS_A, "alice"), (NS_A, "bob"), (NS_B, "carol")):
@@ -87,13 +94,13 @@ def _ui_objects(platform: RestPlatform) -> None:
                                                        **({"drift": {"state": "Drifted"}} if i % 10 == 0 else {})})
     with DatastoreClient(platform.datastore_url, token=platform.tokens["controller"]) as store:
         for name in fixture_names():
-            create(kube, "terraformruns", NS_A, run_body(fixture_run(name), "app", "plan", "abc123"))
+            _ran(kube, fixture_run(name))
             store.put_plan(NS_A, "app", fixture_run(name), 1, "json", (Path(__file__).parents[2] / "fixtures" /
                                                                        "plans" / f"{name}.json").read_bytes())
         # Attribute diffs (issue 30 item 7): terraform's own plan, and one whose values a hostile author chose, with
         # an inputs record naming a Secret-fed variable whose value is in it.
         for run, document in ((DIFF_RUN, diff_fixture("attributes")), (HOSTILE_RUN, hostile_plan([SECRET_FED]))):
-            create(kube, "terraformruns", NS_A, run_body(run, "app", "plan", "abc123"))
+            _ran(kube, run)
             store.put_plan(NS_A, "app", run, 1, "json", json.dumps(document).encode())
         store.put_inputs(NS_A, "app", HOSTILE_RUN, json.dumps({
             "digest": "sha256:0", "variables": {"token": SECRET_FED}, "sensitive": [],
