@@ -279,8 +279,8 @@ def rest_router(
         return run
 
     async def run_and_artifacts(who: Principal, ns: str, name: str) -> tuple[Body, tuple[str, str]]:
-        """The run, once the caller may get runs in its namespace, and where its artifacts are, once the caller may
-        get runs there too (a run of one namespace may name a layer of another: that one's data is read)."""
+        """The run, once the caller may get runs in its namespace, and where its artifacts are (its own namespace's
+        layer: a run naming another namespace's has none, `artifacts_of`), once the caller may get runs there."""
         await access.require(who, GET_RUNS, ns)
         run = await run_or_404(ns, name)
         try:

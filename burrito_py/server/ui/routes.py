@@ -560,8 +560,8 @@ def ui_router(settings: ServerSettings, kube: Kube, artifacts: Artifacts,
 
     # -- runs and plans ---------------------------------------------------------------------------------------
     async def run_and_artifacts(who: Principal, ns: str, name: str) -> tuple[Body, tuple[str, str]]:
-        """The run, once the user may get runs in its namespace, and where its artifacts are, once the user may get
-        runs there too (a run may name another namespace's layer, whose data would be read)."""
+        """The run, once the user may get runs in its namespace, and where its artifacts are (its own namespace's
+        layer: a run naming another namespace's has none, `artifacts_of`), once the user may get runs there."""
         check_names((ns, name))
         await access.require(who, GET_RUNS, ns)
         found = await kube.get(crd_path("terraformruns", ns, name))
