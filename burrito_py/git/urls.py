@@ -12,8 +12,10 @@ ALLOWED_SCHEMES = frozenset({"https", "http", "ssh", "git", "file"})
 
 # `scheme://userinfo@` anywhere in a text (URLs inside git's stderr, too). The userinfo runs to the last
 # `@` before the first `/` or whitespace, so `user:secret@host`, `token@host` and a password holding a
-# stray `@` are all caught whole.
-_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s]+)@")
+# stray `@` are all caught whole. The scheme is at most 32 characters: unbounded, each letter of a long word
+# without `://` started a scan to its end (quadratic: an outsider's 200 KB webhook body held the server's
+# event loop for minutes); a longer scheme's last 32 characters still match, so nothing goes unredacted.
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,31}://)(?P<userinfo>[^/\s]+)@")
 # scp-style `user@host:path` (no scheme). Only a bare user name may precede the `@` there.
 _SCP_LIKE = re.compile(r"^(?P<user>[A-Za-z0-9._~-]+@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//)(?!:).+)$")
 
@@ -39,11 +41,18 @@ def scp_host(url: str) -> str:
     return match.group("host")
 
 
+# Longer is no repository URL a git host gives out; such text (a webhook body's, a manifest's) is refused before
+# any pattern reads it, and never echoed in the message.
+MAX_URL_LENGTH = 2048
+
+
 def validate_url(url: str) -> str:
     """Return `url` stripped of surrounding whitespace, or raise ValueError saying why git must not use it."""
     stripped = url.strip()
     if not stripped:
         raise ValueError("repository URL is empty")
+    if len(stripped) > MAX_URL_LENGTH:
+        raise ValueError(f"repository URL is {len(stripped)} characters long, over the limit of {MAX_URL_LENGTH}")
     if stripped.startswith("-"):
         raise ValueError(f"repository URL {redact(stripped)!r} must not start with '-'")
     if any(ch.isspace() or ord(ch) < 0x20 for ch in stripped):

@@ -36,6 +36,8 @@ def read_delivery(headers: Mapping[str, str], body: bytes) -> Delivery:
         if detected is None:
             raise BadDelivery(_not_a_delivery()) from None
         raise BadDelivery(f"the body is not valid JSON: {exc}") from None
+    except RecursionError:  # `[[[[…`: refused (and counted against its source) like any body that is not JSON
+        raise BadDelivery(_not_a_delivery() if detected is None else "the body nests JSON too deeply") from None
     if not isinstance(payload, dict):
         raise BadDelivery(_not_a_delivery() if detected is None else "the body is not a JSON object")
     if detected is None:

@@ -555,3 +555,23 @@ def test_attack_deliveries_an_outsider_has_the_provider_send_never_throttle_the_
         flood = [http.post("/api/webhook", content=theirs, headers={**github(theirs, "x", f"s-{i}", "ping"),
                                                                       **stranger}).status_code for i in range(5)]
         assert flood[:3] == [401] * 3 and set(flood[3:]) == {429}, flood
+
+
+def test_attack_an_outsiders_long_url_or_deep_json_holds_nothing(world: tuple[ApiServer, httpx.Client]) -> None:
+    """Attack test: anyone may post to the webhook endpoint. A push naming a 200,000-character `clone_url` had its URL
+    read and its error redacted by a quadratic pattern before any signature can be checked, on the server's event
+    loop: every webhook, REST and UI request and the health probe waited about 100 s (a few such requests a minute
+    kept the server down). And a body of `[[[[…` raised a RecursionError: a 500, never counted against its source's
+    refusals. Now the URL is refused at once (401, as any unknown repository), and the deep body is a 400."""
+    # The chart's body limit (5 MiB), not this module's small one.
+    with running_server(server_settings(max_webhook_bytes=5 * 1024 * 1024)) as url, \
+            httpx.Client(base_url=url, timeout=30) as http:
+        body = json.dumps({"repository": {"clone_url": "a" * 200_000}}).encode()
+        started = time.monotonic()
+        answer = http.post("/api/webhook", content=body, headers={"X-GitHub-Event": "push"})
+        assert answer.status_code in (202, 401), answer.text[:300]
+        assert time.monotonic() - started < 5.0
+        assert len(answer.text) < 1000  # nothing of the URL echoed
+        assert http.get("/healthz").status_code == 200
+        deep = http.post("/api/webhook", content=b"[" * 5000, headers={"X-GitHub-Event": "push"})
+        assert deep.status_code == 400 and "nests JSON too deeply" in deep.json()["error"], deep.text[:300]

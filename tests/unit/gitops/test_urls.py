@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burrito_py.git.urls import mirror_dir_name, normalize_url, redact, validate_url
+from burrito_py.git.urls import MAX_URL_LENGTH, mirror_dir_name, normalize_url, redact, validate_url
 
 
 @pytest.mark.parametrize(
@@ -96,3 +97,19 @@ def test_mirror_dir_name_is_one_safe_segment_and_never_holds_the_password(passwo
     assert "/" not in name and name not in (".", "..") and not name.startswith(".")
     assert re.fullmatch(r"[A-Za-z0-9._-]+", name)
     assert f"{password}Q" not in name
+
+
+def test_attack_a_long_text_is_redacted_and_refused_in_linear_time() -> None:
+    """Attack test: the redaction pattern's scheme had no bound, so each letter of a long word without `://`
+    started a scan to its end: quadratic. An outsider's webhook naming a 200,000-character `clone_url` (read, and
+    its error redacted, before any signature can be checked) held the server's event loop for about 100 s. Now the
+    scheme is bounded (a longer one's tail still matches), and a URL over MAX_URL_LENGTH is refused unread."""
+    long_scheme = "x" * 100 + "://user:secret@host/x"
+    assert redact(long_scheme) == "x" * 100 + "://***@host/x"
+    for text in ("a" * 200_000, "https://h/" + "a" * 200_000, "https://" + "a" * 200_000, "a+" * 100_000):
+        started = time.perf_counter()
+        redact(text)
+        with pytest.raises(ValueError) as refused:
+            validate_url(text)
+        assert time.perf_counter() - started < 2.0  # ~0.05 s here; the quadratic pattern took minutes
+        assert f"over the limit of {MAX_URL_LENGTH}" in str(refused.value) and len(str(refused.value)) < 200
