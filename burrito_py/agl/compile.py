@@ -20,7 +20,7 @@ from burrito_py.agl.definition import EXTRA_ARGS
 from burrito_py.agl.errors import Invalid
 from burrito_py.agl.schema import UNDECLARED, undeclared_fields, validate_spec
 from burrito_py.agl.template import render_template
-from burrito_py.agl.variables import map_variables
+from burrito_py.agl.variables import map_variables, to_snake
 from burrito_py.api import annotations as ann
 from burrito_py.api.application import APPS_GROUP, DEFAULT_OUTPUTS_SECRET_TEMPLATE, ApplicationDefinition
 
@@ -129,6 +129,20 @@ def instance_dependencies(raw: Any, group: str, prefix_of: PrefixOf) -> list[dic
     return entries
 
 
+def undeclared_inputs(schema: Mapping[str, Any] | None, dependencies: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The `spec.dependsOn[i].inputs` keys that name no field of the kind's schema, as problems. An input sets a
+    module variable at run time from an upstream's output (over `vars` and `varsFrom`, §5.11), so it may feed only a
+    variable the instance could set through its own spec: never one the definition keeps for the platform (its
+    `varsFrom`, or a module default such as a bucket's public access)."""
+    if not schema or "additionalProperties" in schema:
+        return []  # no schema, or an open kind: any field is the instance's (`undeclared_fields`)
+    declared = {to_snake(str(key)) for key in schema.get("properties") or ()}
+    return [(f"spec.{DEPENDS_ON}[{index}].inputs.{name}",
+             "is not a field of this kind: a dependency's output may feed only a declared field")
+            for index, dependency in enumerate(dependencies) for name in dependency.get("inputs") or {}
+            if name not in declared and undeclared_fields(schema, {name: None})]
+
+
 def _refuse(undeclared: list[str]) -> None:
     if undeclared:
         problems = [(f"spec.{key}", UNDECLARED) for key in undeclared]
@@ -168,6 +182,7 @@ def compile_instance(definition: ApplicationDefinition, instance: Mapping[str, A
             check()
         except Invalid as error:
             problems.extend(p for p in error.problems if p not in problems)
+    problems.extend(undeclared_inputs(application.open_api_schema, dependencies))
     if problems:
         raise Invalid(problems[0][0], problems[0][1], problems)
     layer_name = terraform.prefix + name

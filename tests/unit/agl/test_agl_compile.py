@@ -198,12 +198,42 @@ def test_the_generated_crd_serves_the_kind_with_a_free_spec_and_status() -> None
     assert not crd_up_to_date(served, crd_for_definition(parse_definition(changed)))
 
 
+def test_attack_a_dependencys_output_never_feeds_a_variable_the_platform_keeps() -> None:
+    """Attack test: `spec.dependsOn[].inputs` set module variables from an upstream's outputs, and its keys were
+    only checked to be Terraform names, after the spec's own fields had been checked against the schema. A tenant
+    made a layer of their own with outputs `flag = true` and `key = "attacker"` and fed them to a Bucket as
+    `public_access` and `kms_key`: variables the kind does not expose, one of them set by the definition's
+    `varsFrom` (which an upstream output overrides at run time). Now an input may feed only a declared field."""
+    with pytest.raises(Invalid) as caught:
+        inputs = {"public_access": "flag", "kms_key": "key", "storage_pool": "pool"}
+        compile_instance(definition(), instance(size=3, dependsOn=[
+            {"kind": "TerraformLayer", "name": "mine", "inputs": inputs}]), network_prefix)
+    assert caught.value.problems == tuple(
+        (f"spec.dependsOn[0].inputs.{name}", "is not a field of this kind: a dependency's output may feed only a "
+         "declared field") for name in ("public_access", "kms_key"))
+    # A declared field (storagePool) may be fed; a kind without a schema, or opened on purpose, takes any input.
+    fed = compile_instance(definition(), instance(size=3, dependsOn=[
+        {"kind": "TerraformLayer", "name": "mine", "inputs": {"storage_pool": "pool"}}]), network_prefix)
+    assert fed.layer["spec"]["dependsOn"] == [{"name": "mine", "inputs": {"storage_pool": "pool"}}]
+    open_kind = copy.deepcopy(DEFINITION)
+    open_kind["spec"]["application"]["openAPISchema"] = {}
+    assert compile_instance(parse_definition(open_kind), instance(size=3, dependsOn=[
+        {"kind": "TerraformLayer", "name": "mine", "inputs": {"kms_key": "key"}}]), network_prefix).layer
+
+
 def network_prefix(group: str, kind: str) -> str | None:
     return "net-" if (group, kind) == ("apps.burrito-py.io", "Network") else None
 
 
+def with_property(name: str) -> ApplicationDefinition:
+    """The Bucket definition with one more declared field."""
+    body = copy.deepcopy(DEFINITION)
+    body["spec"]["application"]["openAPISchema"]["properties"][name] = {"type": "string"}
+    return parse_definition(body)
+
+
 def test_an_instance_depends_on_instances_of_other_kinds() -> None:
-    compiled = compile_instance(definition(), instance(size=3, dependsOn=[
+    compiled = compile_instance(with_property("vpcId"), instance(size=3, dependsOn=[
         {"kind": "Network", "name": "main", "inputs": {"vpc_id": "vpc_id"}},
         {"kind": "TerraformLayer", "name": "account", "namespace": "platform", "triggerAlways": True}]),
         network_prefix)
