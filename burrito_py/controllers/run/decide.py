@@ -266,6 +266,23 @@ def _appearance_deadline(snap: RunSnapshot, now: datetime) -> timedelta | None:
     return max(started + snap.policy.pod_appearance_grace - now, timedelta(0)) + timedelta(seconds=1)
 
 
+# Admission's reason for a pull request's apply it refuses (pullrequests/apply.py `apply_admission`).
+APPLY_NOT_ALLOWED = "ApplyNotAllowed"
+
+
+def refused_for_good(snap: RunSnapshot, decision: RunDecision, reason: str, message: str) -> RunDecision | None:
+    """The run's end when admission refuses its next attempt for good, else None. A pull request's apply refused
+    before a retry (`APPLY_NOT_ALLOWED`: since its first attempt ran, the pull request moved to another head, was
+    merged or closed, or lost the layer's lock) is never admitted again: it fails now and its Lease goes, rather than
+    wait forever holding the layer's state from every other run. A first attempt refused so waits: the controllers'
+    view of the lock may lag behind the pull request's, and the pull request discards a run that never ran."""
+    if reason != APPLY_NOT_ALLOWED or not snap.attempts or decision.start_attempt is None:
+        return None
+    return RunDecision("Failed", decision.retries,
+                       _conditions("Failed", decision.retries, snap.policy, None, message),
+                       upload_logs=decision.upload_logs, release_lease=True, message=message)
+
+
 def decide_run(snap: RunSnapshot, now: datetime) -> RunDecision:
     policy = snap.policy
     pending_logs = tuple(a.number for a in snap.attempts if (a.finished_at is not None and not a.logs_uploaded))

@@ -28,6 +28,7 @@ from burrito_py.controllers.layer.validation import inherited, validate_layer
 from burrito_py.controllers.run import leases
 from burrito_py.controllers.run.decide import (
     ACTIVE_POD_PHASES,
+    APPLY_NOT_ALLOWED,
     STOPPED_CONDITION,
     TERMINAL,
     AttemptView,
@@ -37,6 +38,7 @@ from burrito_py.controllers.run.decide import (
     RunDecision,
     RunSnapshot,
     decide_run,
+    refused_for_good,
 )
 from burrito_py.controllers.run.isolation import refuse_run
 from burrito_py.controllers.run.pod_creation import (
@@ -180,7 +182,7 @@ def admission(
         refusal = apply_admission(run, layer, ctx.inventory.pull_requests.get((namespace, run_spec["pullRequest"])),
                                   plan_run)
         if refusal is not None:
-            return Admission(False, "ApplyNotAllowed", f"{refusal}: nothing is applied")
+            return Admission(False, APPLY_NOT_ALLOWED, f"{refusal}: nothing is applied")
     spec = (repository or {}).get("spec") or {}
     return pod_budget_allows(
         active_runner_pods(ctx, repository),
@@ -373,6 +375,8 @@ async def _reconcile(ctx: Context, key: Key) -> None:
                 if pod_surely_absent(started.status) and not started.pod_exists:
                     # The Lease is for a Terraform that runs: none does, so others may have the state meanwhile.
                     await leases.release(ctx.kube, layer, run)
+            elif (ended := refused_for_good(snapshot, decision, started.reason, started.message)) is not None:
+                decision, state = ended, ended.state  # the Lease goes below (`release_lease`)
             else:
                 extra.append(started)
                 ctx.wake_run(key, WAIT_RECHECK)

@@ -115,3 +115,29 @@ def test_run_state_is_declared_and_attempts_only_start_when_allowed(s: RunSnapsh
         assert d.start_attempt == len(s.attempts) + 1
     if d.state == "Failed":
         assert d.release_lease and d.start_attempt is None
+
+
+def test_a_pull_request_apply_refused_before_its_retry_fails_and_lets_the_layer_go():
+    """Fault test: a pull request's apply failed its first attempt (which took the layer's Lease); during the backoff
+    the pull request was merged (or moved to another head, or closed). Admission then refused every next attempt
+    (`ApplyNotAllowed`) and the run waited forever in Retrying, never counting against its retries and never giving
+    up the Lease: every plan, apply and drift run of the layer waited `LayerLocked` for good, after the merge too.
+    Now such a refusal after an attempt ran ends the run Failed, saying why, and releases the Lease."""
+    from burrito_py.controllers.run.decide import APPLY_NOT_ALLOWED, refused_for_good
+
+    failed = attempt(1, finished=NOW - timedelta(minutes=2), exit_code=1)
+    snap = RunSnapshot("Retrying", 1, (failed,), PodView("pod-1", "Failed"), POLICY, message="apply failed")
+    retry = decide_run(snap, NOW)
+    assert retry.start_attempt == 2 and not retry.release_lease  # what the reconcile asks admission for
+    why = "pull request pr-7 is merged: nothing is applied"
+    ended = refused_for_good(snap, retry, APPLY_NOT_ALLOWED, why)
+    assert ended is not None and ended.state == "Failed" and ended.release_lease and ended.start_attempt is None
+    succeeded = next(c for c in ended.conditions if c.type == "HasSucceeded")
+    assert (succeeded.status, succeeded.message) == (False, why)
+    # Stays ended: the next reconcile reads it Failed (terminal) and keeps why.
+    again = decide_run(RunSnapshot("Failed", 1, (failed,), None, POLICY, message=why), NOW)
+    assert again.state == "Failed" and again.start_attempt is None and again.release_lease
+    # A first attempt refused so waits (the lock may not be seen yet); other refusals (a pod budget) wait too.
+    first = RunSnapshot(None, 0, (), None, POLICY)
+    assert refused_for_good(first, decide_run(first, NOW), APPLY_NOT_ALLOWED, why) is None
+    assert refused_for_good(snap, retry, "MaxConcurrentRunnerPods", "the budget is used") is None

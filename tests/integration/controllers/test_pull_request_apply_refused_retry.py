@@ -1,0 +1,86 @@
+"""A pull request's apply whose first attempt failed, refused before its retry (docs/architecture.md §11.3, §7).
+
+Its first attempt took the layer's own Lease (an apply before merge writes the layer's state). During the backoff
+the pull request was merged. Admission then refused every next attempt (`ApplyNotAllowed`), the run waited in
+Retrying forever, and the Lease stayed with it: every plan, apply and drift run of the layer waited `LayerLocked`
+for good, after the merge too. Now the run fails, saying why, and the Lease goes. The run controller's own
+reconcile, against the emulator."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from burrito_local.apiserver import ApiServer
+from burrito_local.identity import admin_client
+
+from burrito_py.api import annotations as ann
+from burrito_py.api.run import pod_name
+from burrito_py.controllers.context import Context
+from burrito_py.controllers.run.leases import layer_lease_name
+from burrito_py.controllers.run.reconcile import reconcile_run
+from burrito_py.kube.client import Kube
+from burrito_py.timeutil import format_time, utcnow
+from tests.support.runner_overrides import RUN, objects, settings
+
+PULL_REQUEST = "repo-pr-7"
+HEAD = "c" * 40
+
+
+async def _reconcile(kubeconfig: Path, stored: list[dict[str, Any]], run: dict[str, Any],
+                     pull_request: dict[str, Any]) -> None:
+    kube = await Kube.connect(str(kubeconfig))
+    try:
+        ctx = Context(settings=settings(), kube=kube)
+        ctx.inventory.repositories.observe(stored[0])
+        ctx.inventory.layers.observe(stored[1])
+        ctx.inventory.runs.observe(run)
+        ctx.inventory.pull_requests.observe(pull_request)
+        ctx.primed = True
+        await reconcile_run(ctx, ("default", RUN))
+    finally:
+        await kube.close()
+
+
+def test_a_pull_request_apply_refused_before_its_retry_fails_and_releases_the_layer(
+        api: tuple[ApiServer, Path]) -> None:
+    server, kubeconfig = api
+    base = f"/apis/{ann.API_VERSION}/namespaces/default"
+    repository, layer, run = objects("default")
+    layer["metadata"]["annotations"] = {ann.PULL_REQUEST_LOCK: PULL_REQUEST}
+    layer["spec"]["pullRequests"] = {"applyBeforeMerge": True}
+    run["metadata"]["labels"][ann.LABEL_PULL_REQUEST] = ann.layer_label(PULL_REQUEST)
+    run["spec"] = {"action": "apply", "pullRequest": PULL_REQUEST, "layer": {"name": "app", "revision": HEAD},
+                   "artifact": {"run": "repo-pr-7-app-plan", "attempt": 1, "sum": "sha256:" + "0" * 64}}
+    merged = {"apiVersion": ann.API_VERSION, "kind": "TerraformPullRequest",
+              "metadata": {"name": PULL_REQUEST, "namespace": "default", "resourceVersion": "1"},
+              "spec": {"state": "merged", "headSha": HEAD, "fromFork": False, "repository": "repo"}}
+    with admin_client(server.url) as admin:
+        stored = [admin.post(f"{base}/{plural}", json=body).raise_for_status().json()
+                  for body, plural in zip((repository, layer, run), ("terraformrepositories", "terraformlayers",
+                                                                    "terraformruns"), strict=True)]
+        failed = {"podName": pod_name(RUN, 1), "number": 1, "startedAt": format_time(utcnow() - timedelta(hours=1)),
+                  "finishedAt": format_time(utcnow() - timedelta(minutes=30)), "exitCode": 1, "logsUploaded": True}
+        retrying = admin.patch(f"{base}/terraformruns/{RUN}/status", json={"status": {
+            "state": "Retrying", "retries": 1, "attempts": [failed]}},
+            headers={"Content-Type": "application/merge-patch+json"}).raise_for_status().json()
+        # The Lease its first attempt took, as `leases.acquire` writes it.
+        lease = layer_lease_name(stored[1], retrying)
+        admin.post("/apis/coordination.k8s.io/v1/namespaces/default/leases", json={
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": lease},
+            "spec": {"holderIdentity": RUN}}).raise_for_status()
+
+        asyncio.run(_reconcile(kubeconfig, stored, retrying, merged))
+        ended = admin.get(f"{base}/terraformruns/{RUN}").json()["status"]
+        assert ended["state"] == "Failed", ended
+        succeeded = next(c for c in ended["conditions"] if c["type"] == "HasSucceeded")
+        assert succeeded["message"] == f"pull request {PULL_REQUEST} is merged: nothing is applied", succeeded
+        assert len(ended["attempts"]) == 1  # no second pod
+        assert admin.get(f"/api/v1/namespaces/default/pods/{pod_name(RUN, 2)}").status_code == 404
+        held = admin.get(f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{lease}")
+        assert held.status_code == 404 or (held.json().get("spec") or {}).get("holderIdentity") != RUN, held.text
+        events = [e["reason"] for e in admin.get("/api/v1/namespaces/default/events").json()["items"]
+                  if e["involvedObject"]["name"] == RUN]
+        assert events == ["RunFailed"], events
