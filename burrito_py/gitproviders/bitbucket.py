@@ -178,7 +178,7 @@ class BitbucketCloud:
                                  f"permissions/repositories/{quote(self.repo, safe='')}",
                                  f"asking {login}'s permission", {"q": query, "pagelen": "100"})
         except ProviderError as exc:
-            if "HTTP 404" in str(exc):
+            if exc.status == 404:
                 return False
             raise
         return any(_user(v.get("user")) == login and str(v.get("permission") or "") in WRITE_PERMISSIONS

@@ -189,7 +189,7 @@ class BitbucketDataCenter:
             try:
                 values = self._pages(url, f"asking {login}'s permission", {"filter": login})
             except ProviderError as exc:
-                if "HTTP 404" in str(exc):
+                if exc.status == 404:
                     return False
                 raise
             if any(login_of(v.get("user"), "name") == login and v.get("permission") in WRITE_PERMISSIONS

@@ -49,7 +49,12 @@ StatusState = Literal["pending", "success", "failure"]
 
 
 class ProviderError(Exception):
-    """A provider refused or failed a call; the message names the call, never the token."""
+    """A provider refused or failed a call; the message names the call, never the token. `status`: the HTTP status
+    of the provider's answer, when there was one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class RateLimited(ProviderError):
@@ -195,7 +200,7 @@ class ApiHttp:
                 self._sleep(wait)
                 continue
             if response.status_code >= 400:
-                raise ProviderError(f"{what}: HTTP {response.status_code} {_message(response)}")
+                raise ProviderError(f"{what}: HTTP {response.status_code} {_message(response)}", response.status_code)
             return response
         raise AssertionError("unreachable")
 

@@ -218,7 +218,7 @@ class GitHub:
             response = self.http.request("GET", f"{self._repo()}/collaborators/{quote(login, safe='')}/permission",
                                          f"asking {login}'s permission")
         except ProviderError as exc:
-            if "HTTP 404" in str(exc):
+            if exc.status == 404:
                 return False
             raise
         data = response.json()
@@ -322,7 +322,7 @@ class GitHubPulls:
             pull = self.http.request("GET", f"{self._repo()}/pulls/{int(number)}",
                                      f"reading pull request #{number}").json()
         except ProviderError as exc:
-            if "HTTP 404" in str(exc):
+            if exc.status == 404:
                 return None
             raise
         state = pull.get("state") if isinstance(pull, Mapping) else None

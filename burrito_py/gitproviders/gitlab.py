@@ -131,7 +131,7 @@ class GitLab:
             response = self.http.request("GET", f"/projects/{quote(self.project, safe='')}/members/all/{int(user_id)}",
                                          f"asking {login}'s membership")
         except ProviderError as exc:
-            if "HTTP 404" in str(exc):
+            if exc.status == 404:
                 return False
             raise
         level = response.json().get("access_level")
@@ -210,7 +210,7 @@ class GitLabMergeRequests:
         try:
             mr = self.http.request("GET", f"{self._mrs()}/{int(number)}", f"reading merge request !{number}").json()
         except ProviderError as exc:
-            if "HTTP 404" in str(exc):
+            if exc.status == 404:
                 return None
             raise
         return self._event(mr)

@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from burrito_py.gitproviders.client import CommitStatus, ProviderClient
+from burrito_py.gitproviders.client import CommitStatus, ProviderClient, ProviderError
 from burrito_py.pullrequests.statuses import AGGREGATE_CONTEXT, comment_update, statuses_to_send
 
 __all__ = [
@@ -46,6 +46,13 @@ def publish(client: ProviderClient, marker: str, body: str, known_comment: str |
     TerraformPullRequest), so an unchanged body costs no call at all."""
     start = client.calls
     comment_id = known_comment
+    if comment_id is not None and known_digest != body_digest(body):
+        try:
+            client.edit_comment(comment_id, body)
+        except ProviderError as exc:
+            if exc.status != 404:
+                raise
+            comment_id = None  # someone deleted it: found again by its marker, or written anew
     if comment_id is None:
         found = comment_update(client.list_comments(), marker, body)
         comment_id = found.comment_id
@@ -54,8 +61,6 @@ def publish(client: ProviderClient, marker: str, body: str, known_comment: str |
         elif found.action == "edit":
             assert comment_id is not None
             client.edit_comment(comment_id, body)
-    elif known_digest != body_digest(body):
-        client.edit_comment(comment_id, body)
     now = dict(sent)
     pending = sorted(statuses_to_send(statuses, sent), key=lambda s: s.context != AGGREGATE_CONTEXT)
     for status in pending:

@@ -89,6 +89,25 @@ def test_one_comment_edited_in_place_and_nothing_when_unchanged(provider: tuple[
     assert all(header.endswith(TOKEN) for header in fake.auth)
 
 
+def test_a_deleted_comment_is_written_anew_and_the_statuses_still_go(provider: tuple[Fake, Any, list[float]]) -> None:
+    """Fault test: someone deleted the bot's comment. Each update edited the comment id it had recorded, the
+    provider answered 404, and the update failed there, before the commit statuses: for good, retried every 15 s,
+    the head's statuses stale (branch protection reading them). Now a comment gone is written anew (or found again
+    by its marker), and the statuses follow."""
+    fake, client, _ = provider
+    first = render(results("create"))
+    done = publish(client, MARK, first, None, None, SHA, commit_statuses(results("create")), {})
+    assert done.comment_id is not None
+    del fake.comments[int(done.comment_id)]
+    body = render(results("update"))
+    sent = len(fake.statuses)
+    again = publish(client, MARK, body, done.comment_id, body_digest(first), SHA, commit_statuses(results("update")),
+                    {})  # a status still to send: it goes after the comment
+    assert again.comment_id != done.comment_id
+    assert [text for text in fake.comments.values() if text.startswith(MARK)] == [body]
+    assert len(fake.statuses) > sent
+
+
 def test_rate_limits_are_waited_out_once(provider: tuple[Fake, Any, list[float]]) -> None:
     fake, client, slept = provider
     fake.limited = 1

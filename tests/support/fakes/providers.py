@@ -159,7 +159,7 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
                 fake.comments[fake.next_id] = body["body"]
                 return self._answer(201, {"id": fake.next_id, "body": body["body"]})
             found = re.fullmatch(r".*/(?:comments|notes)/(\d+)", path)
-            if found and method in ("PATCH", "PUT"):
+            if found and method in ("PATCH", "PUT") and int(found.group(1)) in fake.comments:
                 fake.comments[int(found.group(1))] = body["body"]
                 return self._answer(200, {"id": int(found.group(1)), "body": body["body"]})
             if method == "GET" and (found := re.fullmatch(r".*/collaborators/([^/]+)/permission", path)):
@@ -255,7 +255,7 @@ def handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
                 fake.comments[fake.next_id] = body["content"]["raw"]
                 return self._answer(201, {"id": fake.next_id, "content": body["content"]})
             found = re.fullmatch(r".*/pullrequests/\d+/comments/(\d+)", path)
-            if found and method == "PUT":
+            if found and method == "PUT" and int(found.group(1)) in fake.comments:
                 fake.comments[int(found.group(1))] = body["content"]["raw"]
                 return self._answer(200, {"id": int(found.group(1)), "content": body["content"]})
             found = re.fullmatch(r".*/commit/([0-9a-f]+)/statuses/build", path)
