@@ -35,6 +35,7 @@ from burrito_py.controllers.repository.reconcile import reconcile_repository, wa
 from burrito_py.controllers.run.decide import TERMINAL
 from burrito_py.controllers.run.reconcile import reconcile_run
 from burrito_py.controllers.settings import ControllerSettings
+from burrito_py.controllers.vanished import forget_vanished
 from burrito_py.datastore.client import datastore_client
 from burrito_py.kube.client import Kube, KubeError, crd_path, path
 from burrito_py.kube.forbidden import ForbiddenReporter
@@ -380,6 +381,10 @@ async def _report_startup(ctx: Context, started: float) -> None:
 async def _resync_forever(ctx: Context) -> None:
     while True:
         await asyncio.sleep(ctx.settings.resync_interval.total_seconds())
+        try:
+            await forget_vanished(ctx)  # what a watch's re-list did not say was deleted
+        except KubeError as exc:
+            log.warning("resync: cannot ask the API which runs and runner pods still exist: %s", exc)
         _wake_everything(ctx)
 
 
