@@ -24,7 +24,13 @@ from burrito_py.agl.definition import (
     parse_definition,
 )
 from burrito_py.agl.errors import Invalid
-from burrito_py.agl.instance_decisions import layer_write, orphaned_layers, project_status, status_patch
+from burrito_py.agl.instance_decisions import (
+    layer_write,
+    orphaned_layers,
+    owned_by_kind,
+    project_status,
+    status_patch,
+)
 from burrito_py.agl.watch import KindWatches
 from burrito_py.api.application import AGL_API_VERSION, APPS_VERSION, ApplicationDefinition
 from burrito_py.kube.client import Kube, KubeError, crd_path, path
@@ -342,9 +348,9 @@ class AglController:
         parsed = self.parsed(body)
         if not isinstance(parsed, ApplicationDefinition):
             return []
-        kind = (parsed.spec.application.group, parsed.spec.application.kind)
+        group, kind = parsed.spec.application.group, parsed.spec.application.kind
         return [f"{layer['metadata'].get('namespace')}/{layer['metadata']['name']}" for layer in self.layers
-                if (instance_of_layer(layer) or ("", ""))[:2] == kind]
+                if owned_by_kind(layer, group, kind)]
 
     async def reconcile_definition(self, name: str) -> None:
         body = self.definitions.get(name)

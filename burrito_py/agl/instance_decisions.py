@@ -181,6 +181,14 @@ def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) 
     return patch or None
 
 
+def owned_by_kind(layer: Mapping[str, Any], group: str, kind: str) -> bool:
+    """Whether the layer is labelled as `group`/`kind`'s and an instance of that kind owns it. The labels alone are
+    anyone's to write (whoever may create layers), so they never make a layer the kind's."""
+    owners = (layer.get("metadata") or {}).get("ownerReferences") or ()
+    return ((instance_of_layer(layer) or ("", ""))[:2] == (group, kind)
+            and any(str(o.get("apiVersion", "")).partition("/")[0] == group and o.get("kind") == kind for o in owners))
+
+
 def orphaned_layers(layers: list[Mapping[str, Any]], group: str, kind: str) -> list[Mapping[str, Any]]:
     """Once no instance of `group`/`kind` is left: its layers that Kubernetes' garbage collector would delete, i.e.
     not being deleted yet, labelled as the kind's, and every owner reference an instance of the kind (a layer with

@@ -20,7 +20,7 @@ import pytest
 from burrito_local.apiserver import ApiServer
 from burrito_local.apply import Applier
 
-from burrito_py.agl.compile import LABEL_APP_KIND
+from burrito_py.agl.compile import LABEL_APP_GROUP, LABEL_APP_KIND, LABEL_APP_NAME
 from burrito_py.agl.operator import register_agl
 from burrito_py.api import annotations as ann
 from burrito_py.api.crdgen import generate_crds
@@ -268,6 +268,22 @@ def test_a_deleted_definition_keeps_its_kind_until_the_layers_of_deleted_instanc
     cluster.http.patch(f"{LAYERS}/bkt-a", headers=MERGE, json={"metadata": {"finalizers": None}})
     wait_for(lambda: cluster.get(f"{DEFS}/buckets") is None, 15, what="definition released")
     assert cluster.get(f"{CRDS}/buckets.apps.burrito-py.io") is None
+
+
+def test_attack_a_layer_with_a_kinds_labels_never_holds_its_definitions_deletion(cluster: Cluster) -> None:
+    """Attack test: a tenant who may create layers gave one the labels the AGL puts on a Bucket's layers (no owner).
+    Deleting the Bucket definition then waited `LayersRemain` for good: the labels alone counted the layer as the
+    kind's, and it was never deleted (it has no instance for an owner). Now only a layer an instance of the kind owns
+    holds the definition; the forged one is left alone, someone else's."""
+    define(cluster)
+    forged = {"apiVersion": ann.API_VERSION, "kind": "TerraformLayer",
+              "metadata": {"name": "forged", "labels": {LABEL_APP_KIND: "Bucket", LABEL_APP_GROUP: "apps.burrito-py.io",
+                                                        LABEL_APP_NAME: "x"}},
+              "spec": {"repository": {"name": "x"}, "branch": "main", "path": "."}}
+    assert cluster.http.post(LAYERS, json=forged).status_code == 201
+    cluster.http.delete(f"{DEFS}/buckets")
+    wait_for(lambda: cluster.get(f"{DEFS}/buckets") is None, 15, what="definition released")
+    assert cluster.get(f"{LAYERS}/forged") is not None, "someone else's layer is not the AGL's to delete"
 
 
 def test_conflicts_are_reported_not_fought(cluster: Cluster) -> None:
