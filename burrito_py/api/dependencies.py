@@ -108,8 +108,8 @@ def find_cycle(start: Key, upstreams_of: Mapping[Key, Sequence[Key]]) -> tuple[K
     seen: set[Key] = set()
     while stack:
         node, depth = stack.pop()
+        on_path.difference_update(path[depth:])  # what the walk backs out of (not a new set per step: linear)
         del path[depth:]
-        on_path = set(path)
         path.append(node)
         on_path.add(node)
         for up in upstreams_of.get(node, ()):

@@ -154,6 +154,19 @@ def test_find_cycle() -> None:
     assert find_cycle(("team", "d"), {("team", "d"): (A,), A: (C,), C: (A,)}) is None
 
 
+def test_a_long_chain_is_walked_in_linear_time() -> None:
+    """A tenant's chain of 20,000 layers, each depending on the next: the walk rebuilt the set of its path at every
+    step (quadratic: ~0.5 s at 4,000 layers, ~12 s at 20,000, on every reconcile of the chain's first layer)."""
+    import time
+
+    chain = [("team", f"l{i}") for i in range(20_000)]
+    graph = {layer: (chain[i + 1],) for i, layer in enumerate(chain[:-1])}
+    started = time.perf_counter()
+    assert find_cycle(chain[0], graph) is None
+    assert find_cycle(chain[0], {**graph, chain[-1]: (chain[0],)}) == (*chain, chain[0])
+    assert time.perf_counter() - started < 2.0  # ~0.05 s here
+
+
 def test_dependencies_of_defaults_the_namespace_and_merges_duplicates() -> None:
     spec = {"dependsOn": [{"name": "a", "inputs": {"vpc": "vpc_id"}}, {"name": "net", "namespace": "other"},
                           {"name": "a", "inputs": {"cidr": "cidr"}, "triggerAlways": True}]}
