@@ -18,12 +18,12 @@ from burrito_local.identity import admin_client
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.run import pod_name
-from burrito_py.controllers.context import Context
 from burrito_py.controllers.run.leases import layer_lease_name
 from burrito_py.controllers.run.reconcile import reconcile_run
-from burrito_py.kube.client import Kube
 from burrito_py.timeutil import format_time, utcnow
-from tests.support.runner_overrides import RUN, objects, settings
+from tests.support.runner_overrides import RUN, objects
+
+from .conftest import controllers_context, store_run
 
 PULL_REQUEST = "repo-pr-7"
 HEAD = "c" * 40
@@ -31,17 +31,8 @@ HEAD = "c" * 40
 
 async def _reconcile(kubeconfig: Path, stored: list[dict[str, Any]], run: dict[str, Any],
                      pull_request: dict[str, Any]) -> None:
-    kube = await Kube.connect(str(kubeconfig))
-    try:
-        ctx = Context(settings=settings(), kube=kube)
-        ctx.inventory.repositories.observe(stored[0])
-        ctx.inventory.layers.observe(stored[1])
-        ctx.inventory.runs.observe(run)
-        ctx.inventory.pull_requests.observe(pull_request)
-        ctx.primed = True
+    async with controllers_context(kubeconfig, stored, [run], pull_requests=[pull_request]) as ctx:
         await reconcile_run(ctx, ("default", RUN))
-    finally:
-        await kube.close()
 
 
 def test_a_pull_request_apply_refused_before_its_retry_fails_and_releases_the_layer(
@@ -58,14 +49,10 @@ def test_a_pull_request_apply_refused_before_its_retry_fails_and_releases_the_la
               "metadata": {"name": PULL_REQUEST, "namespace": "default", "resourceVersion": "1"},
               "spec": {"state": "merged", "headSha": HEAD, "fromFork": False, "repository": "repo"}}
     with admin_client(server.url) as admin:
-        stored = [admin.post(f"{base}/{plural}", json=body).raise_for_status().json()
-                  for body, plural in zip((repository, layer, run), ("terraformrepositories", "terraformlayers",
-                                                                    "terraformruns"), strict=True)]
         failed = {"podName": pod_name(RUN, 1), "number": 1, "startedAt": format_time(utcnow() - timedelta(hours=1)),
                   "finishedAt": format_time(utcnow() - timedelta(minutes=30)), "exitCode": 1, "logsUploaded": True}
-        retrying = admin.patch(f"{base}/terraformruns/{RUN}/status", json={"status": {
-            "state": "Retrying", "retries": 1, "attempts": [failed]}},
-            headers={"Content-Type": "application/merge-patch+json"}).raise_for_status().json()
+        stored, retrying = store_run(admin, (repository, layer, run),
+                                     {"state": "Retrying", "retries": 1, "attempts": [failed]})
         # The Lease its first attempt took, as `leases.acquire` writes it.
         lease = layer_lease_name(stored[1], retrying)
         admin.post("/apis/coordination.k8s.io/v1/namespaces/default/leases", json={

@@ -19,7 +19,7 @@ from burrito_py.api.run import pod_name
 from burrito_py.timeutil import format_time, utcnow
 from tests.support.runner_overrides import RUN, objects
 
-from .conftest import reconcile_run_once
+from .conftest import reconcile_run_once, store_run
 
 
 def lost_pod(run: dict[str, Any]) -> dict[str, Any]:
@@ -38,13 +38,8 @@ def test_a_pod_lost_with_its_node_keeps_its_run_waiting_and_says_why(api: tuple[
     server, kubeconfig = api
     base = f"/apis/{ann.API_VERSION}/namespaces/default"
     with admin_client(server.url) as admin:
-        stored = [admin.post(f"{base}/{plural}", json=body).raise_for_status().json()
-                  for body, plural in zip(objects("default"), ("terraformrepositories", "terraformlayers",
-                                                               "terraformruns"), strict=True)]
         attempt = {"podName": pod_name(RUN, 1), "number": 1, "startedAt": format_time(utcnow() - timedelta(hours=1))}
-        run = admin.patch(f"{base}/terraformruns/{RUN}/status", json={"status": {
-            "state": "Running", "retries": 0, "attempts": [attempt]}},
-            headers={"Content-Type": "application/merge-patch+json"}).raise_for_status().json()
+        stored, run = store_run(admin, objects("default"), {"state": "Running", "retries": 0, "attempts": [attempt]})
 
         asyncio.run(reconcile_run_once(kubeconfig, stored, run, lost_pod(run)))
         waiting = admin.get(f"{base}/terraformruns/{RUN}").json()

@@ -17,12 +17,12 @@ from burrito_local.identity import admin_client
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.run import pod_name
-from burrito_py.controllers.context import Context
 from burrito_py.controllers.run.reconcile import reconcile_run
 from burrito_py.controllers.vanished import forget_vanished
-from burrito_py.kube.client import Kube
 from burrito_py.timeutil import format_time, utcnow
-from tests.support.runner_overrides import RUN, objects, settings
+from tests.support.runner_overrides import RUN, objects
+
+from .conftest import controllers_context, store_run
 
 
 def running_pod(run: dict[str, Any]) -> dict[str, Any]:
@@ -36,22 +36,12 @@ def running_pod(run: dict[str, Any]) -> dict[str, Any]:
 
 async def _resync_then_reconcile(kubeconfig: Path, stored: list[dict[str, Any]], run: dict[str, Any],
                                  ghost: dict[str, Any]) -> tuple[int, bool, bool]:
-    kube = await Kube.connect(str(kubeconfig))
-    try:
-        ctx = Context(settings=settings(), kube=kube)
-        ctx.inventory.repositories.observe(stored[0])
-        ctx.inventory.layers.observe(stored[1])
-        for body in (run, ghost):
-            ctx.inventory.runs.observe(body)
-        ctx.inventory.pods.observe(running_pod(run))
-        ctx.primed = True
+    async with controllers_context(kubeconfig, stored, [run, ghost], [running_pod(run)]) as ctx:
         forgotten = await forget_vanished(ctx)
         kept = ctx.inventory.runs.get(("default", RUN)) is not None
         ghost_kept = ctx.inventory.runs.get(("default", ghost["metadata"]["name"])) is not None
         await reconcile_run(ctx, ("default", RUN))
         return forgotten, kept, ghost_kept
-    finally:
-        await kube.close()
 
 
 def test_a_pod_and_a_run_deleted_while_the_watch_relisted_are_forgotten_and_the_attempt_ends(
@@ -59,13 +49,8 @@ def test_a_pod_and_a_run_deleted_while_the_watch_relisted_are_forgotten_and_the_
     server, kubeconfig = api
     base = f"/apis/{ann.API_VERSION}/namespaces/default"
     with admin_client(server.url) as admin:
-        stored = [admin.post(f"{base}/{plural}", json=body).raise_for_status().json()
-                  for body, plural in zip(objects("default"), ("terraformrepositories", "terraformlayers",
-                                                               "terraformruns"), strict=True)]
         attempt = {"podName": pod_name(RUN, 1), "number": 1, "startedAt": format_time(utcnow() - timedelta(hours=1))}
-        run = admin.patch(f"{base}/terraformruns/{RUN}/status", json={"status": {
-            "state": "Running", "retries": 0, "attempts": [attempt]}},
-            headers={"Content-Type": "application/merge-patch+json"}).raise_for_status().json()
+        stored, run = store_run(admin, objects("default"), {"state": "Running", "retries": 0, "attempts": [attempt]})
         # A run the watch saw running, deleted since (never in this API): the layer's "active run" for good before.
         ghost = {**run, "metadata": {**run["metadata"], "name": "app-plan-gone", "uid": "gone-uid"}}
 
