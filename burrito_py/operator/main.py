@@ -383,7 +383,7 @@ async def _resync_forever(ctx: Context) -> None:
         await asyncio.sleep(ctx.settings.resync_interval.total_seconds())
         try:
             await forget_vanished(ctx)  # what a watch's re-list did not say was deleted
-        except KubeError as exc:
+        except Exception as exc:  # an unreachable API must not end the resync: asked again next time
             log.warning("resync: cannot ask the API which runs and runner pods still exist: %s", exc)
         _wake_everything(ctx)
 

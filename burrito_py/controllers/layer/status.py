@@ -162,10 +162,12 @@ def announcements(old: Mapping[str, Any], new: Mapping[str, Any], ready: Cond) -
         events.append(("Warning", ready.reason, ready.message))
     if old.get("state") != new.get("state") and new.get("state"):
         events.append(("Normal", "StateChanged", f"{old.get('state') or 'New'} -> {new['state']}"))
-        # Once per failed run: a layer whose failed apply holds back its drift plans comes back to this state at
-        # every drift check (issue 25), and the failure was already told.
-        if new.get("state") == "MaxRetriesReached" and _exhausted_runs(new) != _exhausted_runs(old):
-            events.append(("Warning", "MaxRetriesReached", str(new.get("lastResult") or "")))
+    # Once per failed run, when its exhaustion is recorded: a layer whose failed apply holds back its drift plans
+    # comes back to MaxRetriesReached at every drift check (issue 25), and the failure was already told. Not on
+    # entering that state: the record can come while a drift check already makes the layer PlanNeeded, and the
+    # layer then reaches MaxRetriesReached later with the record unchanged, so the Warning was never posted.
+    if any(run and run not in _exhausted_runs(old) for run in _exhausted_runs(new)):
+        events.append(("Warning", "MaxRetriesReached", str(new.get("lastResult") or "")))
     reviewed = new.get("reviewedPlan") or {}
     if reviewed and reviewed != (old.get("reviewedPlan") or {}):
         # Once per verdict: the plan applies as reviewed on the pull request, or waits and says why.
