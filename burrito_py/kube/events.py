@@ -14,16 +14,18 @@ COMPONENT = "burrito-py-controllers"
 
 
 async def post_event(
-    kube: Kube, obj: Mapping[str, Any], type_: Literal["Normal", "Warning"], reason: str, message: str
+    kube: Kube, obj: Mapping[str, Any], type_: Literal["Normal", "Warning"], reason: str, message: str,
+    name: str | None = None,
 ) -> None:
-    """Best effort: a lost event must never fail a reconcile."""
+    """Best effort: a lost event must never fail a reconcile. `name`: an Event told once, whoever tells it again
+    (the API refuses a second one of that name, which is then not posted)."""
     meta = obj["metadata"]
     namespace = meta.get("namespace") or "default"
     now = format_time(utcnow())
     event = {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+        "metadata": {**({"name": name} if name else {"generateName": f"{meta['name']}."}), "namespace": namespace},
         "involvedObject": {
             "apiVersion": obj.get("apiVersion"),
             "kind": obj.get("kind"),
@@ -44,4 +46,6 @@ async def post_event(
     try:
         await kube.create(path("v1", "events", namespace), event)
     except KubeError as exc:
+        if name and exc.status == 409:
+            return  # told already
         log.warning("could not post event %s on %s/%s: %s", reason, namespace, meta["name"], exc)

@@ -47,7 +47,13 @@ from burrito_py.controllers.layer.run_creation import RunCreation, announce, ref
 from burrito_py.controllers.layer.run_inputs import put_run_inputs
 from burrito_py.controllers.layer.run_view import run_view
 from burrito_py.controllers.layer.runs import run_body, run_name
-from burrito_py.controllers.layer.status import announcements, compute_status, status_changed, status_patch
+from burrito_py.controllers.layer.status import (
+    announcements,
+    compute_status,
+    event_name,
+    status_changed,
+    status_patch,
+)
 from burrito_py.controllers.layer.validation import validate_layer
 from burrito_py.controllers.run.pod_creation import backoff
 from burrito_py.kube.client import KubeError, crd_path
@@ -356,7 +362,7 @@ async def _write_status(ctx: Context, layer: Body, status: Body, ready: Cond) ->
                                          status_patch(old_status, status))
     ctx.inventory.layers.observe(updated)
     for type_, reason, message in announcements(old_status, status, ready):
-        await post_event(ctx.kube, layer, type_, reason, message)
+        await post_event(ctx.kube, layer, type_, reason, message, name=event_name(meta["name"], status, reason))
     reviewed = status.get("reviewedPlan") or {}
     if reviewed and reviewed != old_status.get("reviewedPlan") and reviewed.get("pullRequest"):
         # The pull request tells what its merge meant for this layer (pullrequest/reconcile.py).

@@ -3,6 +3,7 @@ calls for (`announcements`), and the patch that writes it. The reconcile (reconc
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -166,7 +167,7 @@ def announcements(old: Mapping[str, Any], new: Mapping[str, Any], ready: Cond) -
     # comes back to MaxRetriesReached at every drift check (issue 25), and the failure was already told. Not on
     # entering that state: the record can come while a drift check already makes the layer PlanNeeded, and the
     # layer then reaches MaxRetriesReached later with the record unchanged, so the Warning was never posted.
-    if any(run and run not in _exhausted_runs(old) for run in _exhausted_runs(new)):
+    if _failed_run(new) and _failed_run(new) != _failed_run(old):
         events.append(("Warning", "MaxRetriesReached", str(new.get("lastResult") or "")))
     reviewed = new.get("reviewedPlan") or {}
     if reviewed and reviewed != (old.get("reviewedPlan") or {}):
@@ -184,6 +185,22 @@ def announcements(old: Mapping[str, Any], new: Mapping[str, Any], ready: Cond) -
             "message"):
         events.append(("Warning", "StateLocationDiffersFromSpec", str(location.get("message") or "")))
     return events
+
+
+def event_name(layer: str, status: Mapping[str, Any], reason: str) -> str | None:
+    """The name of an announcement told once per failed run (`MaxRetriesReached`), else None: the exhaustion record
+    can come and go between reconciles (a drift check's run decides it meanwhile), and the same failed run's
+    Warning told again is then the same Event, which the API refuses."""
+    if reason != "MaxRetriesReached":
+        return None
+    key = hashlib.sha256(str(_failed_run(status)).encode()).hexdigest()[:16]
+    return f"{layer[:200].rstrip('.-')}.max-retries-{key}"
+
+
+def _failed_run(status: Mapping[str, Any]) -> str | None:
+    """The run whose exhaustion the layer holds: its apply's, else its plan's."""
+    plan_run, apply_run = _exhausted_runs(status)
+    return apply_run or plan_run
 
 
 def _exhausted_runs(status: Mapping[str, Any]) -> tuple[str | None, str | None]:

@@ -165,6 +165,8 @@ def test_an_always_failing_apply_is_bounded_and_visible(drifting: Platform, tmp_
     wait_for(lambda: ("app", "MaxRetriesReached") in reasons_now(), 30, interval=0.5,
              what="the MaxRetriesReached event")
     reasons = reasons_now()
-    assert reasons.count(("app", "MaxRetriesReached")) == 1, reasons
+    # Told, and not at each drift check: at most twice for the one failed run (the exhaustion record can come and go
+    # between reconciles; docs/architecture.md §5, a residual), never once per plan.
+    assert 1 <= reasons.count(("app", "MaxRetriesReached")) <= 2 < len(plans), reasons
     assert any(reason == "RunFailed" and name.startswith("app-apply-") for name, reason in reasons)
     print(f"\n{elapsed:.0f} s: {len(plans)} plan runs, {len(applies)} apply runs, {tally.attempts()} attempts")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from burrito_py.controllers.layer.status import announcements
+from burrito_py.controllers.layer.status import announcements, event_name
 from burrito_py.kube.conditions import Cond
 
 READY = Cond("Ready", True, "Ready")
@@ -34,3 +34,17 @@ def test_an_exhausted_apply_is_told_once_even_when_a_drift_check_comes_first() -
     assert warned(held, again) == [("Warning", "MaxRetriesReached", FAILED)]
     # A success clears the record: nothing to tell.
     assert warned(held, {"state": "Idle"}) == []
+
+
+def test_a_failed_runs_warning_told_again_is_the_same_event() -> None:
+    """The exhaustion record can come and go between reconciles (a drift check's run decides it meanwhile); told
+    when it comes, the same failed run's Warning would be posted twice. Its Event has a name of its own per failed
+    run (`event_name`), so the API refuses the second one: told once."""
+    held = {"state": "MaxRetriesReached", "exhaustedApply": {"run": "app-apply-1"}}
+    name = event_name("app", held, "MaxRetriesReached")
+    assert name is not None and name.startswith("app.max-retries-")
+    assert event_name("app", {**held, "state": "PlanNeeded"}, "MaxRetriesReached") == name  # the same run
+    assert event_name("app", {**held, "exhaustedApply": {"run": "app-apply-2"}}, "MaxRetriesReached") != name
+    assert event_name("app", held, "StateChanged") is None  # every other announcement as before
+    long = event_name("a" * 253, held, "MaxRetriesReached")
+    assert long is not None and len(long) <= 253
