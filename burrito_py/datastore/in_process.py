@@ -25,6 +25,21 @@ def free_port() -> int:
         return port
 
 
+def _listening(host: str, port: int) -> socket.socket:
+    """A socket bound and listening before the server starts: a port picked by number and bound later can be
+    taken in between by another process (another test worker's datastore), whose /healthz would then answer
+    for this one, and this one's requests would go to a stranger."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 @contextmanager
 def running_datastore(
     data_dir: Path,
@@ -41,37 +56,46 @@ def running_datastore(
     asked for (tests of other things send no token); then tokens are reviewed by the API in `kubeconfig`
     and `admin_users` may do everything (`authenticator` replaces that review). `overrides` are further
     DatastoreSettings; with `tls_port` (and its certificate and key) the same app also listens with HTTPS there."""
-    settings = DatastoreSettings(
-        data_dir=data_dir,
-        host="127.0.0.1",
-        port=port or free_port(),
-        auth_enabled=auth_enabled,
-        kubeconfig=kubeconfig,
-        auth_admin_users=list(admin_users),
-        **overrides,
-    )
-    app = create_app(storage if storage is not None else FilesystemStorage(data_dir), settings, authenticator)
-    options = server_options(settings)
-    servers = [uvicorn.Server(
-        uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="off", **options)
-    )]
-    if settings.tls_port:
-        assert settings.tls_cert_file is not None and settings.tls_key_file is not None
-        servers.append(uvicorn.Server(https_config(app, settings.host, settings.tls_port, settings.tls_cert_file,
-                                                   settings.tls_key_file, tls_check_every, log_level="warning",
-                                                   lifespan="off", **options)))
-    threads = [threading.Thread(target=server.run, name="burrito-py-datastore", daemon=True) for server in servers]
-    for thread in threads:
-        thread.start()
-    url = f"http://{settings.host}:{settings.port}"
-    if not wait_healthy(url, threads[0].is_alive, 30):
-        for server in servers:
-            server.should_exit = True
-        raise RuntimeError(f"datastore did not start on {url}")
+    host = "127.0.0.1"
+    sockets = [_listening(host, port)]
+    if overrides.get("tls_port"):
+        sockets.append(_listening(host, overrides["tls_port"]))
     try:
-        yield url
-    finally:
-        for server in servers:
-            server.should_exit = True
+        settings = DatastoreSettings(
+            data_dir=data_dir,
+            host=host,
+            port=sockets[0].getsockname()[1],
+            auth_enabled=auth_enabled,
+            kubeconfig=kubeconfig,
+            auth_admin_users=list(admin_users),
+            **overrides,
+        )
+        app = create_app(storage if storage is not None else FilesystemStorage(data_dir), settings, authenticator)
+        options = server_options(settings)
+        servers = [uvicorn.Server(
+            uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="off", **options)
+        )]
+        if settings.tls_port:
+            assert settings.tls_cert_file is not None and settings.tls_key_file is not None
+            servers.append(uvicorn.Server(https_config(app, settings.host, settings.tls_port, settings.tls_cert_file,
+                                                       settings.tls_key_file, tls_check_every, log_level="warning",
+                                                       lifespan="off", **options)))
+        threads = [threading.Thread(target=server.run, args=([sock],), name="burrito-py-datastore", daemon=True)
+                   for server, sock in zip(servers, sockets, strict=True)]
         for thread in threads:
-            thread.join(10)
+            thread.start()
+        url = f"http://{settings.host}:{settings.port}"
+        if not wait_healthy(url, threads[0].is_alive, 30):
+            for server in servers:
+                server.should_exit = True
+            raise RuntimeError(f"datastore did not start on {url}")
+        try:
+            yield url
+        finally:
+            for server in servers:
+                server.should_exit = True
+            for thread in threads:
+                thread.join(10)
+    finally:
+        for sock in sockets:  # closed by the server's shutdown too, unless it never started
+            sock.close()

@@ -246,3 +246,13 @@ def test_a_declared_sum_must_match_the_body_and_be_well_formed(datastore: tuple[
         assert client.put_plan("default", "app", "sums", 1, "bin", body) == \
             "sha256:" + hashlib.sha256(body.read_bytes()).hexdigest()
         assert client.get_plan("default", "app", "sums", 1, "bin") == body.read_bytes()
+
+
+def test_a_port_another_server_holds_is_refused_never_answered_by_the_stranger(tmp_path: Path):
+    """The port is bound before the server starts: one taken by another datastore (another test worker's, picked
+    by the same free-port lottery) fails at once, rather than that stranger's /healthz answering for this one."""
+    with running_datastore(tmp_path / "first") as url, httpx.Client(base_url=url) as http:
+        assert http.put("/api/v1/layers/default/app/runs/r/attempts/1/logs", content=b"first's").status_code == 201
+        with pytest.raises(OSError), running_datastore(tmp_path / "second", port=httpx.URL(url).port or 0):
+            pytest.fail("a datastore started on a port another one holds")
+        assert http.get("/api/v1/layers/default/app/runs/r/attempts/1/logs").content == b"first's"
