@@ -167,8 +167,10 @@ def announcements(old: Mapping[str, Any], new: Mapping[str, Any], ready: Cond) -
     # comes back to MaxRetriesReached at every drift check (issue 25), and the failure was already told. Not on
     # entering that state: the record can come while a drift check already makes the layer PlanNeeded, and the
     # layer then reaches MaxRetriesReached later with the record unchanged, so the Warning was never posted.
-    if _failed_run(new) and _failed_run(new) != _failed_run(old):
-        events.append(("Warning", "MaxRetriesReached", str(new.get("lastResult") or "")))
+    # The message names the run: a layer can hold two failed runs in a row (an apply refused as stale, then the
+    # apply of its re-plan), each told once.
+    if (failed := _failed_run(new)) and failed != _failed_run(old):
+        events.append(("Warning", "MaxRetriesReached", f"run {failed}: {new.get('lastResult') or 'failed'}"))
     reviewed = new.get("reviewedPlan") or {}
     if reviewed and reviewed != (old.get("reviewedPlan") or {}):
         # Once per verdict: the plan applies as reviewed on the pull request, or waits and says why.

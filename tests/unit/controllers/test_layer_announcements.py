@@ -23,15 +23,15 @@ def test_an_exhausted_apply_is_told_once_even_when_a_drift_check_comes_first() -
     per failed run."""
     running = {"state": "Running"}
     recorded = {"state": "PlanNeeded", "exhaustedApply": {"run": "app-apply-1"}, "lastResult": FAILED}
-    assert warned(running, recorded) == [("Warning", "MaxRetriesReached", FAILED)]
+    assert warned(running, recorded) == [("Warning", "MaxRetriesReached", f"run app-apply-1: {FAILED}")]
     held = {**recorded, "state": "MaxRetriesReached"}
     assert warned(recorded, held) == []  # the same failed run: told already
     # Each drift check comes back to the state with the same record: never told again.
     assert warned({**held, "state": "Running"}, held) == []
     # The usual order (the record and the state at once) is told once too; a new failed run is told again.
-    assert warned(running, held) == [("Warning", "MaxRetriesReached", FAILED)]
+    assert warned(running, held) == [("Warning", "MaxRetriesReached", f"run app-apply-1: {FAILED}")]
     again = {**held, "exhaustedApply": {"run": "app-apply-2"}}
-    assert warned(held, again) == [("Warning", "MaxRetriesReached", FAILED)]
+    assert warned(held, again) == [("Warning", "MaxRetriesReached", f"run app-apply-2: {FAILED}")]
     # A success clears the record: nothing to tell.
     assert warned(held, {"state": "Idle"}) == []
 
