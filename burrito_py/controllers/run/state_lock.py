@@ -75,7 +75,7 @@ async def release_orphaned_lock(ctx: Context, layer: Mapping[str, Any], reposito
         if lock is None or not lock.get("pod"):
             return
         # Read from the API, not the watch-fed inventory: a pod the watch has not shown yet must not lose its lock.
-        pod = await ctx.kube.get(path("pods", namespace, str(lock["pod"])))
+        pod = await ctx.kube.get(path("v1", "pods", namespace, str(lock["pod"])))
         reason = orphaned(lock, pod)
         if reason is None:
             return
