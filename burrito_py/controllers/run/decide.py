@@ -268,15 +268,20 @@ def _appearance_deadline(snap: RunSnapshot, now: datetime) -> timedelta | None:
 
 # Admission's reason for a pull request's apply it refuses (pullrequests/apply.py `apply_admission`).
 APPLY_NOT_ALLOWED = "ApplyNotAllowed"
+# The same, when the pull request was merged or closed: never admitted again, whether an attempt ran or not.
+PULL_REQUEST_ENDED = "PullRequestEnded"
 
 
 def refused_for_good(snap: RunSnapshot, decision: RunDecision, reason: str, message: str) -> RunDecision | None:
     """The run's end when admission refuses its next attempt for good, else None. A pull request's apply refused
     before a retry (`APPLY_NOT_ALLOWED`: since its first attempt ran, the pull request moved to another head, was
     merged or closed, or lost the layer's lock) is never admitted again: it fails now and its Lease goes, rather than
-    wait forever holding the layer's state from every other run. A first attempt refused so waits: the controllers'
-    view of the lock may lag behind the pull request's, and the pull request discards a run that never ran."""
-    if reason != APPLY_NOT_ALLOWED or not snap.attempts or decision.start_attempt is None:
+    wait forever holding the layer's state from every other run. A first attempt refused so waits (the controllers'
+    view of the lock may lag behind the pull request's, and the pull request discards a run that never ran at a head
+    it no longer has), unless its pull request was merged or closed (`PULL_REQUEST_ENDED`): that is final, and the
+    pull request keeps such a run, so it would wait forever."""
+    if decision.start_attempt is None or not (
+            reason == PULL_REQUEST_ENDED or (reason == APPLY_NOT_ALLOWED and snap.attempts)):
         return None
     return RunDecision("Failed", decision.retries,
                        _conditions("Failed", decision.retries, snap.policy, None, message),

@@ -29,6 +29,7 @@ from burrito_py.controllers.run import leases
 from burrito_py.controllers.run.decide import (
     ACTIVE_POD_PHASES,
     APPLY_NOT_ALLOWED,
+    PULL_REQUEST_ENDED,
     STOPPED_CONDITION,
     TERMINAL,
     AttemptView,
@@ -179,10 +180,12 @@ def admission(
         # the run (pullrequests/apply.py).
         namespace = run["metadata"]["namespace"]
         plan_run = ctx.inventory.runs.get((namespace, str((run_spec.get("artifact") or {}).get("run") or "")))
-        refusal = apply_admission(run, layer, ctx.inventory.pull_requests.get((namespace, run_spec["pullRequest"])),
-                                  plan_run)
+        pull_request = ctx.inventory.pull_requests.get((namespace, run_spec["pullRequest"]))
+        refusal = apply_admission(run, layer, pull_request, plan_run)
         if refusal is not None:
-            return Admission(False, APPLY_NOT_ALLOWED, f"{refusal}: nothing is applied")
+            ended = ((pull_request or {}).get("spec") or {}).get("state") in ("merged", "closed")
+            reason = PULL_REQUEST_ENDED if ended else APPLY_NOT_ALLOWED
+            return Admission(False, reason, f"{refusal}: nothing is applied")
     spec = (repository or {}).get("spec") or {}
     return pod_budget_allows(
         active_runner_pods(ctx, repository),
@@ -375,7 +378,8 @@ async def _reconcile(ctx: Context, key: Key) -> None:
                 if pod_surely_absent(started.status) and not started.pod_exists:
                     # The Lease is for a Terraform that runs: none does, so others may have the state meanwhile.
                     await leases.release(ctx.kube, layer, run)
-            elif (ended := refused_for_good(snapshot, decision, started.reason, started.message)) is not None:
+            elif ((ended := refused_for_good(snapshot, decision, started.reason, started.message)) is not None
+                  and not await _attempt_pod_exists(ctx, run, decision.start_attempt)):
                 decision, state = ended, ended.state  # the Lease goes below (`release_lease`)
             else:
                 extra.append(started)
@@ -428,6 +432,15 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if give_up is not None and not await ctx.kube.delete(path("v1", "pods", namespace, give_up.pod_name),
                                                          uid=give_up.pod_uid):
         log.info("run %s/%s: runner pod %s was already gone", namespace, name, give_up.pod_name)
+
+
+async def _attempt_pod_exists(ctx: Context, run: Mapping[str, Any], number: int | None) -> bool:
+    """Whether the API holds the pod of attempt `number` (read from the API, not the watch: a pod made just before
+    a restart, its attempt not yet recorded, runs a Terraform the run must not be ended under)."""
+    if number is None:
+        return False
+    meta = run["metadata"]
+    return await ctx.kube.get(path("v1", "pods", meta["namespace"], pod_name(meta["name"], number))) is not None
 
 
 async def _start_attempt(

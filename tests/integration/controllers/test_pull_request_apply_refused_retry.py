@@ -71,3 +71,40 @@ def test_a_pull_request_apply_refused_before_its_retry_fails_and_releases_the_la
         events = [e["reason"] for e in admin.get("/api/v1/namespaces/default/events").json()["items"]
                   if e["involvedObject"]["name"] == RUN]
         assert events == ["RunFailed"], events
+
+
+def test_a_pull_request_apply_that_never_started_fails_once_the_pull_request_is_closed(
+        api: tuple[ApiServer, Path]) -> None:
+    """Its first attempt waited (another run held the layer's Lease) when the pull request was closed: admission
+    refused it every few seconds forever, never terminal, and the pull request keeps its applies. Now it fails at
+    once, saying why; but never while a pod of that attempt exists (made just before a restart, its attempt not yet
+    recorded): that Terraform is not ended under."""
+    server, kubeconfig = api
+    base = f"/apis/{ann.API_VERSION}/namespaces/default"
+    repository, layer, run = objects("default")
+    layer["metadata"]["annotations"] = {ann.PULL_REQUEST_LOCK: PULL_REQUEST}
+    layer["spec"]["pullRequests"] = {"applyBeforeMerge": True}
+    run["metadata"]["labels"][ann.LABEL_PULL_REQUEST] = ann.layer_label(PULL_REQUEST)
+    run["spec"] = {"action": "apply", "pullRequest": PULL_REQUEST, "layer": {"name": "app", "revision": HEAD},
+                   "artifact": {"run": "repo-pr-7-app-plan", "attempt": 1, "sum": "sha256:" + "0" * 64}}
+    closed = {"apiVersion": ann.API_VERSION, "kind": "TerraformPullRequest",
+              "metadata": {"name": PULL_REQUEST, "namespace": "default", "resourceVersion": "1"},
+              "spec": {"state": "closed", "headSha": HEAD, "fromFork": False, "repository": "repo"}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name(RUN, 1)},
+           "spec": {"containers": [{"name": "runner", "image": "runner"}]}}
+    with admin_client(server.url) as admin:
+        stored, waiting = store_run(admin, (repository, layer, run), {"state": "Initial", "retries": 0})
+        # A pod of the first attempt exists (its attempt not recorded): the run is not ended under it.
+        admin.post("/api/v1/namespaces/default/pods", json=pod).raise_for_status()
+        asyncio.run(_reconcile(kubeconfig, stored, waiting, closed))
+        assert admin.get(f"{base}/terraformruns/{RUN}").json()["status"]["state"] != "Failed"
+        admin.delete(f"/api/v1/namespaces/default/pods/{pod_name(RUN, 1)}").raise_for_status()
+
+        current = admin.get(f"{base}/terraformruns/{RUN}").json()
+        asyncio.run(_reconcile(kubeconfig, stored, current, closed))
+        ended = admin.get(f"{base}/terraformruns/{RUN}").json()["status"]
+        assert ended["state"] == "Failed", ended
+        succeeded = next(c for c in ended["conditions"] if c["type"] == "HasSucceeded")
+        assert succeeded["message"] == f"pull request {PULL_REQUEST} is closed: nothing is applied", succeeded
+        assert not ended.get("attempts")
+        assert admin.get(f"/api/v1/namespaces/default/pods/{pod_name(RUN, 1)}").status_code == 404

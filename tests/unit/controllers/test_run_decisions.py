@@ -141,3 +141,18 @@ def test_a_pull_request_apply_refused_before_its_retry_fails_and_lets_the_layer_
     first = RunSnapshot(None, 0, (), None, POLICY)
     assert refused_for_good(first, decide_run(first, NOW), APPLY_NOT_ALLOWED, why) is None
     assert refused_for_good(snap, retry, "MaxConcurrentRunnerPods", "the budget is used") is None
+
+
+def test_a_pull_request_apply_that_never_started_fails_once_its_pull_request_is_merged_or_closed():
+    """Fault test: an apply before merge waiting for its first pod (the layer's Lease held by another run, or the pod
+    budget) when its pull request is merged or closed: admission refused it every 5 s forever, never terminal, and
+    the pull request keeps its applies. A merged or closed pull request's refusal is final: it fails at once."""
+    from burrito_py.controllers.run.decide import APPLY_NOT_ALLOWED, PULL_REQUEST_ENDED, refused_for_good
+
+    first = RunSnapshot(None, 0, (), None, POLICY)
+    why = "pull request pr-7 is closed: nothing is applied"
+    ended = refused_for_good(first, decide_run(first, NOW), PULL_REQUEST_ENDED, why)
+    assert ended is not None and ended.state == "Failed" and ended.release_lease and ended.start_attempt is None
+    assert next(c for c in ended.conditions if c.type == "HasSucceeded").message == why
+    # An open pull request's refusal of a first attempt still waits (the controllers' view of the lock may lag).
+    assert refused_for_good(first, decide_run(first, NOW), APPLY_NOT_ALLOWED, why) is None
