@@ -146,6 +146,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         assert repository is not None  # an apply requirement is a repository's setting
         review = await _review_facts(ctx, repository, spec)
         if isinstance(review, str):  # nothing of the merge is recorded before its review facts are known
+            # The layers it holds go all the same once their branch has the merge (`release_due`): a provider that
+            # never answers again (a token revoked, the pull request deleted on the host) must not hold them for good.
+            await _release_all(ctx, pull_request, repository)
             await _write_status(ctx, pull_request, dict(status), Cond("Ready", False, "ReviewsUnavailable", review))
             ctx.wake_pull_request(key, RETRY_SECONDS)
             return
