@@ -3,9 +3,12 @@
 Storage keys (the datastore's backend, so its encryption applies; retention never touches keys it does not know):
 
 - `providers/archives/<sha256>.zip`: archives, content-addressed;
-- `providers/by-sha/<sha256>/<file>.json`: where an archive comes from (address, version, platform, file name),
-  its size, `h1` once stored, and when it was last served (written at most hourly); one per file name, since two
-  platforms (or versions) may publish the very same archive;
+- `providers/by-sha/<sha256>/<file>.json`: where an archive comes from (address, version, platform, file name: the
+  first listing's, written once), its size, `h1` once stored, and when it was last served (written at most
+  hourly); one per file name, since two platforms (or versions) may publish the very same archive;
+- `providers/origins/<sha256>/<digest of the origin>.json`: every (address, version, platform, file name) whose
+  `SHA256SUMS` listed the archive, each written once: anyone may publish a provider listing another's archive, so
+  no single listing may decide where it is read from;
 - `providers/meta/<hostname>/<namespace>/<type>/index.json`: the upstream version list, with when it was read;
 - `providers/meta/<hostname>/<namespace>/<type>/<version>.json`: every platform's file and SHA-256, from the
   upstream `SHA256SUMS` (its signature checked when the registry signs).
@@ -16,8 +19,9 @@ version published after the index was cached is served on the first request: bur
 fails while a stale index is held: the stale index is served.
 
 Integrity: an archive is stored only when its SHA-256 equals the registry's `shasum` and the `SHA256SUMS` entry;
-anything else is refused and never stored or served. Archives are served only by the digest a version document
-named, and only through a URL that document signed (`signing.py`, checked by the route).
+anything else is refused and never stored or served; a read through tries each origin until one's bytes verify.
+Archives are served only by the digest a version document named, and only through a URL that document signed
+(`signing.py`, checked by the route).
 
 Single-flight: concurrent requests for one index, version or archive share one upstream read (per replica).
 Eviction (`max_bytes`): least recently served archives first, those a lock file pins (`pinned` is given by the
@@ -28,6 +32,8 @@ holds even when pins alone exceed it (tenants write lock files).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import json
 import logging
 import re
@@ -43,7 +49,7 @@ from burrito_py.datastore.providercache.hashes import ShasumsError, file_sha256,
 from burrito_py.datastore.providercache.metrics import OBJECTS, REQUESTS, SERVED_BYTES
 from burrito_py.datastore.providercache.signatures import SignatureError, verify_detached
 from burrito_py.datastore.providercache.upstream import Upstream, UpstreamError
-from burrito_py.datastore.storage import Storage
+from burrito_py.datastore.storage import Exists, Storage
 
 __all__ = ["NotFound", "ProviderAddress", "ProviderCache", "Refused", "SingleFlight", "read_json", "write_json"]
 
@@ -124,13 +130,13 @@ async def read_json(storage: Storage, key: str) -> Any:
     return json.loads(b"".join([chunk async for chunk in stream]))
 
 
-async def write_json(storage: Storage, key: str, value: Any) -> None:
+async def write_json(storage: Storage, key: str, value: Any, *, once: bool = False) -> None:
     data = json.dumps(value, sort_keys=True).encode()
 
     async def chunks() -> AsyncIterator[bytes]:
         yield data
 
-    await storage.put(key, chunks(), MAX_JSON)
+    await storage.put(key, chunks(), MAX_JSON, once=once)
 
 
 async def _file_chunks(path: Path) -> AsyncIterator[bytes]:
@@ -268,12 +274,19 @@ class ProviderCache:
             raise UpstreamError(f"{info['filename']}: the registry's shasum is not the one in SHA256SUMS")
         files: dict[str, dict[str, str]] = {}
         for platform in platforms:
-            name = next((f for f in sums if f.endswith(f"_{version}_{platform}.zip")), None)
-            if name is not None and FILENAME.fullmatch(name):
+            # This provider's own archives only (a SHA256SUMS may list anything: its publisher signs it), or the
+            # registry's own file name for the platform it was asked about.
+            name = info["filename"] if platform == first else \
+                f"terraform-provider-{address.type}_{version}_{platform}.zip"
+            if name in sums and FILENAME.fullmatch(name):
                 files[platform] = {"filename": name, "sha256": sums[name]}
-                await write_json(self.storage, _pointer(sums[name], name), {
-                    "hostname": address.hostname, "namespace": address.namespace, "type": address.type,
-                    "version": version, "platform": platform, "filename": name})
+                origin = {"hostname": address.hostname, "namespace": address.namespace, "type": address.type,
+                          "version": version, "platform": platform, "filename": name}
+                # Another provider (`evil/aws`) may list the very same file and digest: every listing is an origin
+                # of its own, and the pointer, with the h1, size and lastUsed a read through adds, is never replaced.
+                await write_json(self.storage, _origin_key(sums[name], origin), origin, once=True)
+                with contextlib.suppress(Exists):
+                    await write_json(self.storage, _pointer(sums[name], name), origin, once=True)
         document = {"platforms": files, "verified": verified}
         await self._write_memo(key, document)
         return document
@@ -350,34 +363,62 @@ class ProviderCache:
                 raise Refused(f"archive {sha256} vanished right after it was stored")
         return _counted(stream, piece)
 
+    async def _origins(self, sha256: str, pointer: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every listing that named this digest: the pointer's (the first; the only one of a pointer written before
+        origin records were), then the origin records."""
+        found = [{k: pointer[k] for k in ORIGIN_FIELDS}]
+        for key in await self.storage.list(f"providers/origins/{sha256}"):
+            record = await read_json(self.storage, key)
+            if record is not None and record not in found:
+                found.append(record)
+        return found
+
     async def _fetch_archive(self, sha256: str, pointer: dict[str, Any], key: str) -> None:
-        address = ProviderAddress(pointer["hostname"], pointer["namespace"], pointer["type"])
-        info = await self.upstream.download(address.hostname, address.namespace, address.type, pointer["version"],
-                                            pointer["platform"])
-        if info["shasum"] != sha256 or info["filename"] != pointer["filename"]:
-            raise Refused(f"{address} {pointer['version']} {pointer['platform']}: the registry now names "
-                          f"{info['filename']} {info['shasum']}, not {pointer['filename']} {sha256}")
-        with tempfile.TemporaryDirectory(prefix="burrito-py-provider-") as tmp:
-            path = Path(tmp) / pointer["filename"]
-            size = await self.upstream.fetch_to(info["download_url"], path, MAX_ARCHIVE)
-            actual = await asyncio.to_thread(file_sha256, path)
-            if actual != sha256:
-                raise Refused(f"{address} {pointer['version']} {pointer['filename']}: checksum did not match: its "
-                              f"SHA-256 {actual} is not the {sha256} of SHA256SUMS; not stored")
+        # Any origin may be a stranger's provider listing this digest (its download failing, or naming other
+        # bytes): each is tried in turn, and the digest check decides which bytes are stored.
+        failures = []
+        for origin in await self._origins(sha256, pointer):
             try:
-                h1 = await asyncio.to_thread(zip_h1, path)
-            except (ValueError, zipfile.BadZipFile, EOFError) as exc:  # ArchiveRefused is a ValueError
-                raise Refused(f"{address} {pointer['version']} {pointer['filename']}: refused, not stored: {exc}"
-                              ) from None
-            await self.storage.put(key, _file_chunks(path), MAX_ARCHIVE)
+                size, h1 = await self._fetch_from(sha256, origin, key)
+            except (UpstreamError, Refused) as exc:
+                log.warning("provider cache: archive %s not read from this origin: %s", sha256, exc)
+                failures.append(str(exc))
+                continue
+            break
+        else:
+            raise Refused("; ".join(failures))
         OBJECTS.inc()
         for key in await self.storage.list(f"providers/by-sha/{sha256}"):  # every file name of this content
             other = await read_json(self.storage, key)
             if other is not None:
                 await self._write_memo(key, {**other, "h1": h1, "size": size, "lastUsed": self.now()})
-        log.info("provider cache: stored %s %s %s (%d bytes)", address, pointer["version"], pointer["platform"], size)
+        log.info("provider cache: stored %s %s %s (%d bytes)", _address(origin), origin["version"], origin["platform"],
+                 size)
         if self.max_bytes:
             await self.evict(keep=sha256)
+
+    async def _fetch_from(self, sha256: str, origin: dict[str, Any], key: str) -> tuple[int, str]:
+        """Reads the archive through from one origin and stores it once its bytes verify: (size, h1)."""
+        address = _address(origin)
+        info = await self.upstream.download(address.hostname, address.namespace, address.type, origin["version"],
+                                            origin["platform"])
+        if info["shasum"] != sha256 or info["filename"] != origin["filename"]:
+            raise Refused(f"{address} {origin['version']} {origin['platform']}: the registry now names "
+                          f"{info['filename']} {info['shasum']}, not {origin['filename']} {sha256}")
+        with tempfile.TemporaryDirectory(prefix="burrito-py-provider-") as tmp:
+            path = Path(tmp) / origin["filename"]
+            size = await self.upstream.fetch_to(info["download_url"], path, MAX_ARCHIVE)
+            actual = await asyncio.to_thread(file_sha256, path)
+            if actual != sha256:
+                raise Refused(f"{address} {origin['version']} {origin['filename']}: checksum did not match: its "
+                              f"SHA-256 {actual} is not the {sha256} of SHA256SUMS; not stored")
+            try:
+                h1 = await asyncio.to_thread(zip_h1, path)
+            except (ValueError, zipfile.BadZipFile, EOFError) as exc:  # ArchiveRefused is a ValueError
+                raise Refused(f"{address} {origin['version']} {origin['filename']}: refused, not stored: {exc}"
+                              ) from None
+            await self.storage.put(key, _file_chunks(path), MAX_ARCHIVE)
+        return size, h1
 
     async def evict(self, keep: str | None = None) -> list[str]:
         """Least recently served archives first, until the archives fit `max_bytes`; one a lock file pins (by
@@ -394,12 +435,17 @@ class ProviderCache:
         if total <= self.max_bytes:
             return []
         pins = await self.pinned() if self.pinned is not None else set()
+        # A pointer names the first listing only: a pin on any provider that listed the archive holds it.
+        listed: dict[str, set[tuple[str, str]]] = {}
+        for key in await self.storage.list("providers/origins"):
+            if key.split("/")[2] in stored and (record := await read_json(self.storage, key)) is not None:
+                listed.setdefault(key.split("/")[2], set()).add((str(_address(record)), record["version"]))
 
         def last_used(sha: str) -> tuple[float, str]:
             return max(float(p.get("lastUsed", 0)) for _, p in stored[sha]), sha
 
         def origins(sha: str) -> set[tuple[str, str]]:
-            return {(f"{p['hostname']}/{p['namespace']}/{p['type']}", p["version"]) for _, p in stored[sha]}
+            return {(str(_address(p)), p["version"]) for _, p in stored[sha]} | listed.get(sha, set())
 
         # Pinned archives go last, but they do go: tenants write the lock files, and pins that could hold the
         # cache above its bound would let any of them fill the volume every tenant's plans and state live on.
@@ -425,8 +471,20 @@ class ProviderCache:
         return evicted
 
 
+ORIGIN_FIELDS = ("hostname", "namespace", "type", "version", "platform", "filename")
+
+
 def _pointer(sha256: str, filename: str) -> str:
     return f"providers/by-sha/{sha256}/{filename}.json"
+
+
+def _origin_key(sha256: str, origin: dict[str, str]) -> str:
+    # Named by a digest of the origin: one key per origin whatever its characters, rewritten only with itself.
+    return f"providers/origins/{sha256}/{hashlib.sha256(json.dumps(origin, sort_keys=True).encode()).hexdigest()}.json"
+
+
+def _address(origin: dict[str, Any]) -> ProviderAddress:
+    return ProviderAddress(origin["hostname"], origin["namespace"], origin["type"])
 
 
 async def _counted(stream: AsyncIterator[bytes], piece: int = SERVED_CHUNK) -> AsyncIterator[bytes | memoryview]:

@@ -320,6 +320,99 @@ def test_attack_lock_files_pinning_many_versions_cannot_hold_the_cache_above_its
     assert stored == set(shas[2:])  # every version pinned: the two least recently served went
 
 
+async def _served(cache: ProviderCache, sha256: str, filename: str) -> bytes:
+    return b"".join([bytes(chunk) async for chunk in await cache.archive(sha256, filename)])
+
+
+def test_attack_another_providers_sha256sums_cannot_take_over_an_archive(tmp_path: Path) -> None:
+    """Anyone who publishes a provider lists the real aws archive's line first in their own SHA256SUMS (signed with
+    their own key, which the registry names) and has the mirror read that version: the aws archive's pointer then
+    named their provider as its origin, so every tenant's first download of aws got a 502 for good. A provider's
+    SHA256SUMS now lists only its own archives."""
+    tls = make_tls(tmp_path / "tls")
+    storage = FilesystemStorage(tmp_path / "data")
+    with running_upstream(tls) as (upstream, served_at):
+        host = REGISTRY
+        upstream.publish("hashicorp", "aws", "5.0.0")
+        upstream.publish("evil", "x", "5.0.0")
+        aws_zip = upstream.providers[("hashicorp", "aws")]["5.0.0"]["linux_amd64"]
+        aws_file = upstream.archive_name("aws", "5.0.0", "linux_amd64")
+        aws_sha = hashlib.sha256(aws_zip).hexdigest()
+        upstream.listed_first[("evil", "x", "5.0.0")] = f"{aws_sha}  {aws_file}\n"
+
+        async def scenario() -> None:
+            registry = Upstream(ssl_context(tls.ca), registry_urls={host: f"https://{served_at}"})
+            lister = ProviderCache(storage, registry, [host], 3600)
+            aws = await lister.version(ProviderAddress.parse(host, "hashicorp", "aws"), "5.0.0")
+            assert aws["platforms"]["linux_amd64"] == {"filename": aws_file, "sha256": aws_sha}
+            evil = await lister.version(ProviderAddress.parse(host, "evil", "x"), "5.0.0")
+            fresh = ProviderCache(storage, registry, [host], 3600)
+            assert await _served(fresh, aws_sha, aws_file) == aws_zip
+            pointer = await fresh.stored_pointer(aws_sha, aws_file)
+            assert pointer["h1"] and pointer["size"] == len(aws_zip), pointer
+            assert {e["filename"] for e in evil["platforms"].values()} == {
+                upstream.archive_name("x", "5.0.0", platform) for platform in PLATFORMS}
+
+        asyncio.run(scenario())
+
+
+def test_attack_a_same_named_provider_elsewhere_cannot_break_an_archive_nor_drop_its_h1_or_its_pin(
+        tmp_path: Path) -> None:
+    """`evil/aws` lists the very archive of `hashicorp/aws` (same file name, real SHA-256) and has its registry
+    answer a download URL that fails. Listed after aws, it overwrote the archive's pointer (its `h1` and `size`
+    gone: version documents lost `h1:` and eviction skipped the archive) and became its only origin (a 502 for
+    every tenant). Now a pointer is written once, every listing is an origin record, and a read through tries each
+    origin until one's bytes verify; a lock file's pin holds under any origin that listed the archive."""
+    tls = make_tls(tmp_path / "tls")
+    storage = FilesystemStorage(tmp_path / "data")
+    with running_upstream(tls, signed=False) as (upstream, served_at):
+        host = REGISTRY
+        for namespace in ("hashicorp", "evil"):  # the fake's archives are made of type, version and platform alone
+            for version in ("5.0.0", "5.1.0"):
+                upstream.publish(namespace, "aws", version)
+        for version in ("5.0.0", "5.1.0"):
+            upstream.gone.add(f"/files/evil/{upstream.archive_name('aws', version, 'linux_amd64')}")
+        aws = ProviderAddress.parse(host, "hashicorp", "aws")
+        evil = ProviderAddress.parse(host, "evil", "aws")
+        clock = [1000.0]
+
+        async def scenario() -> tuple[str, str]:
+            registry = Upstream(ssl_context(tls.ca), registry_urls={host: f"https://{served_at}"})
+            cache = ProviderCache(storage, registry, [host], 3600, now=lambda: clock[0])
+            # 5.1.0: evil/aws lists it first, so its pointer names evil/aws; the read through still gets aws's bytes.
+            newer = (await cache.version(evil, "5.1.0"))["platforms"]["linux_amd64"]
+            assert (await cache.version(aws, "5.1.0"))["platforms"]["linux_amd64"] == newer
+            fresh = ProviderCache(storage, registry, [host], 3600, now=lambda: clock[0])
+            assert await _served(fresh, newer["sha256"], newer["filename"]) == \
+                upstream.providers[("hashicorp", "aws")]["5.1.0"]["linux_amd64"]
+
+            # 5.0.0: read through from aws, then listed by evil/aws: its pointer keeps its h1 and size.
+            clock[0] += 10
+            older = (await cache.version(aws, "5.0.0"))["platforms"]["linux_amd64"]
+            await _served(cache, older["sha256"], older["filename"])
+            await cache.version(evil, "5.0.0")
+            fresh = ProviderCache(storage, registry, [host], 3600, now=lambda: clock[0])
+            pointer = await fresh.stored_pointer(older["sha256"], older["filename"])
+            assert pointer.get("h1") and pointer.get("size"), f"the pointer lost its h1 or size: {pointer}"
+            assert older["sha256"] in await fresh.known_h1(await fresh.version(aws, "5.0.0"))
+            return newer["sha256"], older["sha256"]
+
+        newer, older = asyncio.run(scenario())
+
+        async def pinned() -> set[tuple[str, str]]:
+            return {(str(aws), "5.1.0")}
+
+        async def evict() -> list[str]:
+            registry = Upstream(ssl_context(tls.ca), registry_urls={host: f"https://{served_at}"})
+            bound = int((await ProviderCache(storage, registry, [host], 3600).stored_pointer(
+                older, upstream.archive_name("aws", "5.0.0", "linux_amd64")))["size"])
+            return await ProviderCache(storage, registry, [host], 3600, max_bytes=bound, pinned=pinned).evict()
+
+        # aws 5.1.0 is pinned, and least recently served: the pin holds although its pointer names evil/aws.
+        assert asyncio.run(evict()) == [older]
+        assert newer in {p.stem for p in (tmp_path / "data" / "providers" / "archives").glob("*.zip")}
+
+
 def test_lock_file_pins_are_read_from_provider_blocks() -> None:
     text = ('provider "registry.terraform.io/hashicorp/aws" {\n  version     = "5.31.0"\n  constraints = "~> 5.0"\n'
             '  hashes = [\n    "h1:abc=",\n  ]\n}\n\nprovider "registry.terraform.io/hashicorp/random" {\n'

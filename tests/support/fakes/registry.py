@@ -72,6 +72,8 @@ class FakeUpstream:
     key: GpgKey | None = None
     tampered: set[str] = field(default_factory=set)  # archive file names served with other bytes
     bad_signature: bool = False
+    listed_first: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (ns, type, v) → SHA256SUMS lines
+    gone: set[str] = field(default_factory=set)  # request paths answered 404 (a download URL that fails)
     requests: list[str] = field(default_factory=list)
     bytes_sent: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -86,8 +88,9 @@ class FakeUpstream:
 
     def shasums(self, namespace: str, type_: str, version: str) -> bytes:
         platforms = self.providers[(namespace, type_)][version]
-        return "".join(f"{hashlib.sha256(data).hexdigest()}  {self.archive_name(type_, version, p)}\n"
-                       for p, data in sorted(platforms.items())).encode()
+        own = "".join(f"{hashlib.sha256(data).hexdigest()}  {self.archive_name(type_, version, p)}\n"
+                      for p, data in sorted(platforms.items()))
+        return (self.listed_first.get((namespace, type_, version), "") + own).encode()
 
     def distinct_bytes(self, platform: str = "linux_amd64") -> int:
         return sum(len(v[platform]) for versions in self.providers.values() for v in versions.values())
@@ -114,6 +117,8 @@ def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?")[0]
             with fake.lock:
                 fake.requests.append(path)
+            if path in fake.gone:
+                return self._send(404, b"not found", "text/plain")
             parts = path.strip("/").split("/")
             if path == "/.well-known/terraform.json":
                 return self._json({"providers.v1": "/v1/providers/"})
