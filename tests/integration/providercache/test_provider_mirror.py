@@ -352,6 +352,11 @@ def test_attack_another_providers_sha256sums_cannot_take_over_an_archive(tmp_pat
             assert pointer["h1"] and pointer["size"] == len(aws_zip), pointer
             assert {e["filename"] for e in evil["platforms"].values()} == {
                 upstream.archive_name("x", "5.0.0", platform) for platform in PLATFORMS}
+            # A version read through again (another replica's race, a crash before its document was stored) finds
+            # its origin records and pointers written, and is served all the same.
+            await storage.delete(f"providers/meta/{host}/hashicorp/aws/5.0.0.json")
+            again = ProviderCache(storage, registry, [host], 3600)
+            assert (await again.version(ProviderAddress.parse(host, "hashicorp", "aws"), "5.0.0")) == aws
 
         asyncio.run(scenario())
 
