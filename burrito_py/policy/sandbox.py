@@ -34,8 +34,8 @@ from typing import Any, Literal
 
 from burrito_py.api.policy import ClusterTerraformPlanPolicy, PlanPolicyRule, TerraformPlanPolicy
 from burrito_py.plans.model import PlanModel
-from burrito_py.policy.evaluate import evaluate_rule, policy_name
-from burrito_py.policy.verdict import RuleResult, Verdict, rule_result
+from burrito_py.policy.evaluate import evaluate_rule, plan_addresses, policy_name
+from burrito_py.policy.verdict import ADDRESS_CHARS, RuleResult, Verdict, rule_result
 from burrito_py.policy.worker import HEADER
 
 __all__ = ["Limits", "PolicySandbox", "SandboxUnavailable", "limit_message", "limit_text"]
@@ -349,6 +349,10 @@ class PolicySandbox:
             request = await asyncio.to_thread(pickle.dumps, ("plan", plan, drift_correction), pickle.HIGHEST_PROTOCOL)
             async with self._turn(namespace) as turn:
                 await self._run_rules(turn, [(i, *pairs[i]) for i in sandboxed], request, found)
+            # A worker runs tenant code: what it answers names only the plan's addresses, as evaluate_rule keeps them.
+            known = frozenset(a[:ADDRESS_CHARS] for a in plan_addresses(plan))
+            for i in sandboxed:
+                found[i] = [r.naming_only(known) for r in found[i]]
         return Verdict.of(plan_sum, [r for results in found for r in results])
 
     async def _run_rules(self, turn: _Turn, todo: Sequence[tuple[int, Policy, PlanPolicyRule]],

@@ -7,9 +7,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["ADDRESSES_KEPT", "RuleResult", "Verdict", "VerdictResult", "rule_result"]
+__all__ = ["ADDRESSES_KEPT", "ADDRESS_CHARS", "RuleResult", "Verdict", "VerdictResult", "rule_result"]
 
 ADDRESSES_KEPT = 20
+ADDRESS_CHARS = 300  # an address the plan JSON (tenant code) made long must not swell the status or an event
 MESSAGES_KEPT = 5
 MESSAGE_CHARS = 200
 Outcome = Literal["deny", "warn", "error"]
@@ -39,10 +40,16 @@ class RuleResult(BaseModel):
             found["error"] = self.error
         return found
 
+    def naming_only(self, known: frozenset[str]) -> RuleResult:
+        """This result with only the addresses in `known` (the plan's, as `rule_result` keeps them)."""
+        kept = [a for a in self.addresses if a in known]
+        return self if len(kept) == len(self.addresses) else self.model_copy(update={"addresses": kept,
+                                                                                       "count": len(kept)})
+
 
 def rule_result(policy: str, kind: str, rule: str, enforcement: str, outcome: Outcome, addresses: Sequence[str],
                 messages: Sequence[str] = (), error: str | None = None) -> RuleResult:
-    unique = sorted(set(addresses))
+    unique = sorted({a[:ADDRESS_CHARS] for a in addresses})
     return RuleResult(policy=policy, kind=kind, rule=rule, enforcement=enforcement, outcome=outcome,
                       addresses=unique[:ADDRESSES_KEPT], count=len(unique),
                       messages=[m[:MESSAGE_CHARS] for m in list(messages)[:MESSAGES_KEPT]],

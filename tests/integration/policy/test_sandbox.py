@@ -11,10 +11,15 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import pytest
 
+from burrito_py.api import annotations as ann
 from burrito_py.api.policy import TerraformPlanPolicy
+from burrito_py.controllers.layer.notifications import notifications_due
+from burrito_py.controllers.layer.plan_review import PlanReading, plan_facts, review_plan
+from burrito_py.notify.message import render
 from burrito_py.plans.model import PlanModel, parse_plan
 from burrito_py.policy.evaluate import evaluate
 from burrito_py.policy.sandbox import Limits, PolicySandbox
@@ -224,3 +229,40 @@ async def test_compile_errors_name_the_rule_and_the_compiler_message(sandbox: Po
     assert found["bad-rego"] == "Rego: line 3:20: this is unclosed; line 1:1: this is unclosed"
     assert found["no-package"] == "Rego: the module has no package line"
     assert await sandbox.compile(policy(NORMAL)) == []
+
+
+LEAKED = "hunter2-from-a-secret"
+# A rule that reports a value of the plan as its finding's address: a Secret fed into an ordinary variable is in
+# clear in the plan the review reads (only Terraform's own sensitive markers are applied).
+LEAKING_REGO = """package burrito.leak
+import rego.v1
+warn contains {"msg": "x", "address": rc.change.after.data.DB_PASSWORD} if { some rc in input.resource_changes }
+deny contains {"msg": "y", "address": rc.change.after.data.DB_PASSWORD} if { some rc in input.resource_changes }
+deny contains {"msg": "z", "address": rc.address} if { some rc in input.resource_changes }
+"""
+
+
+async def test_attack_a_rego_rule_cannot_put_a_plan_value_in_status_events_or_notifications(
+    sandbox: PolicySandbox,
+) -> None:
+    plan = parse_plan(json.dumps({"format_version": "1.2", "terraform_version": "1.11.4", "resource_changes": [
+        {"address": "terraform_data.db", "mode": "managed", "type": "terraform_data", "name": "db",
+         "change": {"actions": ["create"], "before": None, "after": {"data": {"DB_PASSWORD": LEAKED}}}}]}))
+    policies = [policy([{"name": "leak", "rego": {"module": LEAKING_REGO}}], "mandatory", namespace="team-a")]
+    verdict = await sandbox.evaluate(policies, plan, namespace="team-a", plan_sum="sha256:p", drift_correction=False)
+    assert verdict.result == "Denied"
+    layer = {"metadata": {"namespace": "team-a", "name": "db", "annotations": {
+        ann.PLAN_SUM: "sha256:p", ann.PLAN_SUMMARY: plan.summary()}}, "status": {}}
+    review = review_plan(layer, {}, policies, PlanReading(verdict, plan_facts(plan, "sha256:p", None, None)),
+                         datetime.now(UTC))
+    assert review.policy is not None
+    due, _ = notifications_due({}, {"policy": review.policy}, layer["metadata"]["annotations"], "team-a", "db",
+                               datetime.now(UTC), None)
+    assert [n.event for n in due] == ["PolicyDenied"]
+    shown = {"status": str(review.policy), "events": str(review.events),
+             **{kind: render(kind, due[0]).decode() for kind in ("slack", "teams", "webhook")}}
+    leaked = sorted(where for where, text in shown.items() if LEAKED in text)
+    assert leaked == [], f"the plan's value is in {leaked}"
+    # The rule's findings that name the plan's own resources are kept.
+    assert [f["addresses"] for f in review.policy["denied"]] == [["terraform_data.db"]]
+    assert "terraform_data.db" in shown["events"] and "terraform_data.db" in shown["slack"]
