@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import httpx
@@ -23,25 +23,21 @@ __all__ = ["DeliveryResult", "Target", "deliver", "notification_client"]
 log = logging.getLogger(__name__)
 
 
-class _RedactUrls(logging.Filter):
-    """httpx logs every request's URL at INFO; a webhook URL is a credential, so those lines lose the URL."""
+# Set while a delivery runs (in its task's context, which httpx logs from): httpx logs each request's URL at INFO in
+# its own normalised spelling (lower-case scheme and host, default port dropped, spaces encoded), so no redaction of
+# the Secret's spelling catches every form. Its request line is left out of the log for a delivery instead.
+_DELIVERING: ContextVar[bool] = ContextVar("notification_delivery", default=False)
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.urls: Counter[str] = Counter()  # deliveries in flight per URL
+
+class _NoDeliveryLines(logging.Filter):
+    """A webhook URL is a credential: httpx's lines logged during a delivery are dropped (the outcome is recorded
+    on the notifier and counted in a metric)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.urls:
-            message = record.getMessage()
-            if any(url in message for url in self.urls):
-                for url in self.urls:
-                    message = message.replace(url, "<notification URL>")
-                record.msg, record.args = message, None
-        return True
+        return not _DELIVERING.get()
 
 
-_REDACT = _RedactUrls()
-logging.getLogger("httpx").addFilter(_REDACT)
+logging.getLogger("httpx").addFilter(_NoDeliveryLines())
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +88,11 @@ async def deliver(
                DELIVERY_HEADER: notification.delivery_id}
     if target.hmac_key is not None:
         headers[SIGNATURE_HEADER] = signature(body, target.hmac_key)
-    _REDACT.urls[target.url] += 1
+    delivering = _DELIVERING.set(True)
     try:
         return await _attempts(target, notification, body, headers, client, attempts, base_delay, max_delay, sleep)
     finally:
-        _REDACT.urls[target.url] -= 1
-        if _REDACT.urls[target.url] <= 0:
-            del _REDACT.urls[target.url]
+        _DELIVERING.reset(delivering)
 
 
 async def _attempts(

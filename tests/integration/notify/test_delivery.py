@@ -238,3 +238,17 @@ async def test_a_malformed_url_is_refused_without_quoting_it(url: str, caplog: A
         result = await send(Target("slack", url), [])
     assert not result.ok and result.refused and result.error == "the URL is not a valid URL"
     assert "secret-token" not in caplog.text
+
+
+@pytest.mark.parametrize("spelling", ["HTTP://127.0.0.1:{port}/hook/secret-token",
+                                      "http://127.0.0.1:{port}/hook/secret-token?a=b c"])
+async def test_attack_a_url_spelt_otherwise_than_httpx_writes_it_is_not_logged(
+        receiver_factory: Any, caplog: Any, spelling: str) -> None:
+    """The URL was hidden from httpx's request line by its exact text, but httpx logs its own normalised form
+    (`http://…`, spaces encoded), which a Secret holding `HTTP://…` never matched: the line showed the token."""
+    receiver = receiver_factory((200, {}))
+    with caplog.at_level(logging.DEBUG):
+        result = await send(Target("slack", spelling.format(port=receiver.port)), [])
+    assert result.ok and len(receiver.requests) == 1
+    logged = [f"{r.name}: {r.getMessage()}" for r in caplog.records if "secret-token" in r.getMessage()]
+    assert logged == [], logged
