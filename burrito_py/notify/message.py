@@ -3,6 +3,10 @@
 A notification carries names only (layer, plan sum, resource addresses, rule names, a short reason), never
 attribute values: it is built from the layer's status, which holds none. Every body fits in 1 KiB: long fields
 are cut in a fixed order (addresses, then rules, then the reason, then the summary) with "(+N more)".
+
+Its text comes partly from tenant code (the runner's summary, the plan's addresses), so it is never markup: Slack's
+control characters are escaped (`<!channel>`, `<https://…|Approve here>` show as written), and Teams' lines are
+TextRuns, which render no Markdown.
 """
 
 from __future__ import annotations
@@ -78,8 +82,14 @@ def _lines(n: Notification, shown: int) -> list[str]:
     return lines
 
 
+def _slack_text(text: str) -> str:
+    """`text` as Slack shows it, never as a mention, a link or a command (Slack's message formatting: escape `&`,
+    `<` and `>`, and only those)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def slack_body(n: Notification, shown: int = ADDRESSES_SHOWN) -> dict[str, Any]:
-    text = "\n".join([f"*{n.title}*", *_lines(n, shown)])
+    text = "\n".join([f"*{_slack_text(n.title)}*", *(_slack_text(line) for line in _lines(n, shown))])
     if n.link:
         text += f"\n<{n.link}|Open the layer>"
     return {"text": text}
@@ -88,8 +98,10 @@ def slack_body(n: Notification, shown: int = ADDRESSES_SHOWN) -> dict[str, Any]:
 def teams_body(n: Notification, shown: int = ADDRESSES_SHOWN) -> dict[str, Any]:
     card: dict[str, Any] = {
         "type": "AdaptiveCard", "version": "1.4",
-        "body": [{"type": "TextBlock", "text": n.title, "weight": "Bolder", "wrap": True},
-                 *({"type": "TextBlock", "text": line, "wrap": True} for line in _lines(n, shown))],
+        # A TextBlock renders Markdown (links included); a RichTextBlock's TextRun never does.
+        "body": [{"type": "RichTextBlock", "inlines": [{"type": "TextRun", "text": n.title, "weight": "Bolder"}]},
+                 *({"type": "RichTextBlock", "inlines": [{"type": "TextRun", "text": line}]}
+                   for line in _lines(n, shown))],
     }
     if n.link:
         card["actions"] = [{"type": "Action.OpenUrl", "title": "Open the layer", "url": n.link}]

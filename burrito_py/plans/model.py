@@ -12,6 +12,7 @@ Missing optional fields take their defaults (old Terraform versions omit some); 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -27,6 +28,7 @@ __all__ = [
     "PlanFormatError",
     "PlanModel",
     "ResourceChange",
+    "is_summary_line",
     "parse_plan",
     "plan_summary",
 ]
@@ -213,6 +215,15 @@ def plan_summary(data: Mapping[str, Any]) -> str:
         previous = _str(item, "previous_address", where, None)
         entries.append((action, bool(change.get("importing")), previous is not None and previous != address))
     return _summary_line(_tally(entries), any(o.action != "no-op" for o in _outputs(data)))
+
+
+# Every line `_summary_line` writes, and nothing else: a runner's summary (tenant code may write it) is taken only so.
+_SUMMARY_LINE = re.compile(r"No changes\.|Plan: (?:[0-9]+ to import, )?[0-9]+ to add, [0-9]+ to change, "
+                           r"[0-9]+ to destroy(?:, [0-9]+ to forget)?")
+
+
+def is_summary_line(text: str) -> bool:
+    return _SUMMARY_LINE.fullmatch(text) is not None
 
 
 def _summary_line(c: Counts, outputs_change: bool) -> str:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.operations import MIGRATION_TARGETS, OPERATION_ACTIONS
+from burrito_py.plans.model import is_summary_line
 
 if TYPE_CHECKING:
     from burrito_py.datastore.client import DatastoreClient, StoredObject
@@ -86,9 +87,13 @@ def _plan_fields(facts: AttemptFacts) -> dict[str, Any]:
 def _missing_plan(number: int, facts: AttemptFacts) -> str | None:
     missing = [name for name, present in (("plan.bin", facts.plan), ("plan.json", facts.plan_json),
                                           ("its summary", facts.summary)) if present is None]
-    if not missing:
-        return None
-    return f"attempt {number} ended without storing {', '.join(missing)} in the datastore"
+    if missing:
+        return f"attempt {number} ended without storing {', '.join(missing)} in the datastore"
+    # The runner writes it with the controllers' own code (plans/model.py): anything else is tenant code's text,
+    # which the layer's annotation, lastResult and notifications would show.
+    if facts.summary is not None and not is_summary_line(one_line(facts.summary)):
+        return f"attempt {number} stored a summary that is not a plan's summary ('Plan: …' or 'No changes.')"
+    return None
 
 
 def record_result(run: Mapping[str, Any], number: int, succeeded: bool, finished_at: str, facts: AttemptFacts

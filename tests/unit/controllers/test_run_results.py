@@ -31,13 +31,15 @@ def run(action: str = "plan", *, pull_request: str | None = None, destroy: bool 
 
 
 def test_a_plan_attempt_records_the_datastores_sums_and_annotates_the_layer() -> None:
-    recorded = record_result(run(), 2, True, AT, AttemptFacts(BIN, JSON, "Plan: 1 to add,\n 0 to change"))
+    facts = AttemptFacts(BIN, JSON, "Plan: 1 to add,\n 0 to change, 0 to destroy\n")
+    recorded = record_result(run(), 2, True, AT, facts)
     assert recorded.problem is None
     assert recorded.annotations == {
         ann.PLAN_DATE: AT, ann.PLAN_SUM: BIN.sha256, ann.PLAN_RUN: "app-plan-1/2", ann.PLAN_COMMIT: "c1",
-        ann.PLAN_SUMMARY: "Plan: 1 to add, 0 to change", ann.PLAN_DESTROY: None}
+        ann.PLAN_SUMMARY: "Plan: 1 to add, 0 to change, 0 to destroy", ann.PLAN_DESTROY: None}
     assert recorded.attempt == {"planSum": BIN.sha256, "planJsonSum": JSON.sha256, "planJsonSize": 2000}
-    destroy = record_result(run(destroy=True), 1, True, AT, AttemptFacts(BIN, JSON, "Plan: 0 to add"))
+    destroy = record_result(run(destroy=True), 1, True, AT,
+                            AttemptFacts(BIN, JSON, "Plan: 0 to add, 0 to change, 1 to destroy"))
     assert destroy.annotations[ann.PLAN_DESTROY] == "true"
 
 
@@ -51,6 +53,19 @@ def test_a_plan_that_exited_0_without_its_objects_fails_the_attempt() -> None:
     assert recorded.problem == "attempt 1 ended without storing plan.json in the datastore"
     assert recorded.annotations == {}
     assert record_result(run(), 1, False, AT, AttemptFacts()).annotations == {}
+
+
+def test_attack_a_summary_that_is_no_plan_summary_never_reaches_the_layer() -> None:
+    """The runner's `short.txt` is written in a pod that runs the branch's code: markup in it (`<!channel>`, a link)
+    went into `plan-summary`, and from there into lastResult and the Slack and Teams notifications."""
+    markup = "Plan: 1 to add <!channel> <https://evil.example|Approve the plan here>"
+    recorded = record_result(run(), 1, True, AT, AttemptFacts(BIN, JSON, markup))
+    assert ann.PLAN_SUMMARY not in recorded.annotations, recorded.annotations
+    assert recorded.problem == ("attempt 1 stored a summary that is not a plan's summary ('Plan: …' or "
+                                "'No changes.')")
+    planned_apply = record_result(run("apply", artifact={"run": "app-plan-1", "attempt": 2, "sum": ARTIFACT}), 1,
+                                  True, AT, AttemptFacts(BIN, JSON, markup, outputs=True))
+    assert ann.PLAN_SUMMARY not in planned_apply.annotations
 
 
 def test_an_apply_records_the_sum_it_carries_and_its_outputs() -> None:
@@ -80,7 +95,8 @@ def test_a_failed_apply_that_applied_still_records_the_apply_from_its_applied_re
 
 def test_an_apply_that_planned_itself_records_that_plan_as_planned_and_applied() -> None:
     apply_run = run("apply", artifact={"run": "app-plan-1", "attempt": 2, "sum": ARTIFACT})
-    recorded = record_result(apply_run, 1, True, AT, AttemptFacts(BIN, JSON, "Plan: 1 to add", outputs=True))
+    facts = AttemptFacts(BIN, JSON, "Plan: 1 to add, 0 to change, 0 to destroy", outputs=True)
+    recorded = record_result(apply_run, 1, True, AT, facts)
     assert recorded.annotations[ann.PLAN_SUM] == recorded.annotations[ann.APPLY_SUM] == BIN.sha256
     assert recorded.annotations[ann.PLAN_RUN] == "app-apply-1/1"
 

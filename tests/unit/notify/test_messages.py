@@ -39,6 +39,24 @@ def test_bodies_say_what_happened(kind: str) -> None:
         assert json.loads(body)["attachments"][0]["contentType"] == "application/vnd.microsoft.card.adaptive"
 
 
+MARKUP = "<!channel> <https://evil.example|Approve the plan here> [Approve](https://evil.example) **now** &amp;"
+
+
+def test_attack_runner_and_plan_text_is_never_markup_in_slack_or_teams() -> None:
+    """The summary comes from the runner (the branch's code) and addresses from the plan: in Slack's text they
+    pinged the channel and showed a link of the author's choosing; in a Teams TextBlock, Markdown links render."""
+    n = note(event="PolicyDenied", summary=MARKUP, addresses=(f'terraform_data.x["{MARKUP}"]',), address_count=1,
+             reason=MARKUP)
+    slack = json.loads(render("slack", n))["text"]
+    assert "&lt;!channel&gt;" in slack and "&lt;https://evil.example|Approve the plan here&gt;" in slack
+    assert "<!channel>" not in slack and "<https://evil" not in slack and "&amp;amp;" in slack
+    assert slack.endswith("\n<https://burrito/api/layers/a/db|Open the layer>")  # the controllers' own link stays
+    card = json.loads(render("teams", n))["attachments"][0]["content"]
+    texts = [element for element in card["body"] if "evil.example" in json.dumps(element)]
+    assert texts and all(e["type"] == "RichTextBlock" and [i["type"] for i in e["inlines"]] == ["TextRun"]
+                         for e in texts), texts  # a TextRun renders no Markdown
+
+
 TEXT = st.text(min_size=0, max_size=3000)
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from burrito_py.plans.model import MASK, NO_CHANGES, PlanFormatError, parse_plan, plan_summary
+from burrito_py.plans.model import MASK, NO_CHANGES, PlanFormatError, is_summary_line, parse_plan, plan_summary
 
 from .plan_fixtures import SECRET, fixture, fixture_names, generated_plan
 
@@ -53,7 +53,7 @@ def test_every_fixture_has_an_expectation() -> None:
 def test_fixture(name: str) -> None:
     summary, changed, drift = EXPECTED[name]
     plan = parse_plan(fixture(name))
-    assert plan.summary() == summary
+    assert plan.summary() == summary and is_summary_line(plan_summary(fixture(name)))
     assert plan.has_changes == (summary != NO_CHANGES)
     assert [(rc.address, rc.action, rc.action_reason, rc.moved, rc.importing) for rc in plan.changed()] == changed
     assert [rc.address for rc in plan.resource_drift] == drift
@@ -153,6 +153,7 @@ def test_the_summary_is_the_old_one_plus_moves(resources: list[dict[str, Any]], 
     plan = {"resource_changes": resources, "output_changes": outputs}
     assert parse_plan(plan).summary() == _old_summary(plan)
     assert plan_summary(plan) == parse_plan(plan).summary()  # the runner's, counted without the model
+    assert is_summary_line(plan_summary(plan))  # the run controller takes it (controllers/run/results.py)
 
 
 @pytest.mark.parametrize(("document", "field"), [*BAD_DOCUMENTS, *[(other, r"\(document\): expected a JSON object")

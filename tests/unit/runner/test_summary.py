@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from burrito_py.plans.model import NO_CHANGES, plan_summary
+from burrito_py.plans.model import NO_CHANGES, is_summary_line, plan_summary
 
 
 def change(*actions: str, importing: bool = False) -> dict[str, Any]:
@@ -37,6 +37,7 @@ def change(*actions: str, importing: bool = False) -> dict[str, Any]:
 )
 def test_counts(changes: list[dict[str, Any]], expected: str) -> None:
     assert plan_summary({"format_version": "1.2", "resource_changes": changes}) == expected
+    assert is_summary_line(expected)
 
 
 def test_output_only_changes_are_changes() -> None:
@@ -100,6 +101,7 @@ def test_agrees_with_terraform_on_real_plans(tmp_path: Path) -> None:
     (tmp_path / "main.tf").write_text(V1)  # the state still holds V1: the V2 plan was not applied
     third, human = plan(tmp_path)
     assert plan_summary(third) == terraform_line(human) == NO_CHANGES
+    assert all(is_summary_line(plan_summary(p)) for p in (first, second, third))
 
 
 def test_summary_reads_no_value() -> None:
