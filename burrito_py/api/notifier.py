@@ -11,7 +11,13 @@ from pydantic import ConfigDict, Field, JsonValue, model_validator
 from burrito_py.api.common import AGE_COLUMN, ApiModel, ObjectName, PrinterColumn, Resource
 from burrito_py.api.policy import LabelSelector
 
-__all__ = ["NOTIFICATION_EVENTS", "NotificationEvent", "SecretKeyRef", "TerraformNotifier", "TerraformNotifierSpec"]
+__all__ = ["NOTIFICATION_EVENTS", "NOTIFIER_SECRET", "NotificationEvent", "SecretKeyRef", "TerraformNotifier",
+           "TerraformNotifierSpec"]
+
+# A notifier reads a Secret only when its writers annotated it so (§5.10), as a runner is given one only when it
+# carries `api.burrito-py.io/runner-secret` (api/runner_secrets.py): whoever may edit notifiers may not read every
+# Secret, and a URL of their own with the HMAC key of another Secret hands them HMAC(that value, a known body).
+NOTIFIER_SECRET = "api.burrito-py.io/notifier-secret"  # noqa: S105 - an annotation key, not a secret
 
 NotificationEvent = Literal["PlanPendingApproval", "PolicyDenied", "DriftDetected", "DriftResolved", "RunFailed",
                             "ApplySucceeded"]

@@ -150,7 +150,8 @@ def test_c_outputs_reach_the_layers_secret_and_a_notifier_records_its_delivery(d
     delivery = wait_for(lambda: (dev.api.get(f"{notifiers}/applied").json().get("status") or {}).get("lastDelivery"),
                         60, interval=0.2, what="the notifier's status.lastDelivery")
     assert delivery["event"] == "ApplySucceeded" and delivery["layer"] == "hello-outputs"
-    assert delivery["result"].startswith("not sent: Secret default/no-such-secret does not exist"), delivery
+    assert delivery["result"].startswith("not sent: Secret default/no-such-secret (spec.webhook.urlSecretRef) is not "
+                                         "open to notifiers"), delivery
 
 
 def test_d_a_signed_push_plans_the_layer_it_touches(dev: Dev) -> None:

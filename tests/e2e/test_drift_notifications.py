@@ -23,6 +23,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.notifier import NOTIFIER_SECRET
 from burrito_py.notify.sign import EVENT_HEADER, SIGNATURE_HEADER, verify
 from tests.support.emulator import wait_for
 from tests.support.git_repos import TestRepo, make_repo
@@ -88,7 +89,8 @@ def world(tmp_path: Path, real_cluster: RealCluster) -> Iterator[tuple[Platform,
                               repository_poll_interval=timedelta(seconds=1), cluster=real_cluster) as platform:
             platform.create_repository("infra", repo.url)
             platform.core.create_namespaced_secret(platform.namespace, {
-                "metadata": {"name": "hook"}, "stringData": {"url": receiver.url, "key": HMAC_KEY.decode()}})
+                "metadata": {"name": "hook", "annotations": {NOTIFIER_SECRET: "true"}},
+                "stringData": {"url": receiver.url, "key": HMAC_KEY.decode()}})
             platform.custom.create_namespaced_custom_object(ann.GROUP, ann.VERSION, platform.namespace,
                                                             "terraformnotifiers", {
                 "apiVersion": ann.API_VERSION, "kind": "TerraformNotifier", "metadata": {"name": "drift"},

@@ -15,6 +15,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.notifier import NOTIFIER_SECRET
 from burrito_py.api.runner_secrets import RUNNER_SECRET
 from burrito_py.git.credentials import TOKEN_USERNAME
 from tests.support.git_repos import TestRepo, make_bare
@@ -70,13 +71,17 @@ LOOPBACK_HOSTS = {"allowedHosts": "127.0.0.1 http://127.0.0.1"}
 
 
 def put_secret(platform: Platform, name: str, data: dict[str, str], namespace: str | None = None,
-               open_to_runners: bool = False) -> None:
-    """`open_to_runners`: a Secret meant for Terraform (varsFrom, runner env), annotated so (api/runner_secrets.py)."""
+               open_to_runners: bool = False, open_to_notifiers: bool = False) -> None:
+    """`open_to_runners`: a Secret meant for Terraform (varsFrom, runner env), annotated so (api/runner_secrets.py);
+    `open_to_notifiers`: one a TerraformNotifier reads (api/notifier.py)."""
     namespace = namespace or platform.namespace
     body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
             "type": "Opaque", "stringData": data}
-    if open_to_runners:
-        body["metadata"]["annotations"] = {RUNNER_SECRET: "true"}
+    opened = {RUNNER_SECRET: "true"} if open_to_runners else {}
+    if open_to_notifiers:
+        opened[NOTIFIER_SECRET] = "true"
+    if opened:
+        body["metadata"]["annotations"] = opened
     try:
         platform.core.create_namespaced_secret(namespace, body)
     except ApiException as exc:

@@ -372,7 +372,8 @@ def test_notifiers_pointed_inside_are_refused_before_any_request(strict: Platfor
             "rebound": (f"http://hooks.{attacker_dns}:{inside.port}/hook", "it resolves to a loopback address"),
         }
         mallory = tenant_client(strict)
-        put_secret(strict, "hooks", {**{name: url for name, (url, _) in targets.items()}, "key": "hmac-key"})
+        put_secret(strict, "hooks", {**{name: url for name, (url, _) in targets.items()}, "key": "hmac-key"},
+                   open_to_notifiers=True)
         for name in targets:
             create(mallory, "terraformnotifiers", "TerraformNotifier", name, {
                 "events": ["PlanPendingApproval"],

@@ -25,8 +25,9 @@ from pydantic import ValidationError
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.errors import InvalidSpec
-from burrito_py.api.notifier import TerraformNotifier
+from burrito_py.api.notifier import NOTIFIER_SECRET, TerraformNotifier
 from burrito_py.api.patterns import object_name_problem
+from burrito_py.api.runner_secrets import is_open_to_runners
 from burrito_py.controllers import metrics
 from burrito_py.controllers.run.decide import TIMED_OUT, TIMED_OUT_SAYS
 from burrito_py.kube.client import Kube, KubeError, crd_path, path
@@ -195,13 +196,16 @@ def _body(notifier: TerraformNotifier) -> dict[str, Any]:
     return {"apiVersion": notifier.api_version, "kind": TerraformNotifier.KIND, "metadata": notifier.metadata}
 
 
-async def _secret_value(kube: Kube, namespace: str, name: str, key: str) -> bytes:
+async def _secret_value(kube: Kube, namespace: str, name: str, key: str, field: str) -> bytes:
     problem = object_name_problem(name)
     if problem is not None:  # a path in the name would reach another namespace's Secret: never read
         raise ValueError(f"the Secret name {problem}")
     secret = await kube.get(path("v1", "secrets", namespace, name))
-    if secret is None:
-        raise ValueError(f"Secret {namespace}/{name} does not exist")
+    if secret is None or not is_open_to_runners(secret, NOTIFIER_SECRET):
+        # One refusal whether it exists or not: the notifier's author may not read the namespace's Secrets.
+        raise ValueError(f"Secret {namespace}/{name} ({field}) is not open to notifiers: a notifier reads only a "
+                         f'Secret annotated {NOTIFIER_SECRET}: "true"; whoever may write the Secret adds the '
+                         "annotation if it is meant for notifications")
     data = secret.get("data") or {}
     if key not in data:
         raise ValueError(f"Secret {namespace}/{name} has no key {key!r}")
@@ -214,7 +218,7 @@ async def _target(kube: Kube, notifier: TerraformNotifier) -> Target:
     hook = spec.slack or spec.teams or spec.webhook
     assert hook is not None  # the model requires exactly one
     ref = hook.url_secret_ref
-    raw = await _secret_value(kube, namespace, ref.name, ref.key)
+    raw = await _secret_value(kube, namespace, ref.name, ref.key, f"spec.{spec.target_kind}.urlSecretRef")
     try:
         url = raw.decode().strip()
     except UnicodeDecodeError:  # its text names a byte of the value, and the outcome goes to the status
@@ -222,7 +226,7 @@ async def _target(kube: Kube, notifier: TerraformNotifier) -> Target:
     key = None
     if spec.webhook is not None:
         hmac_ref = spec.webhook.hmac_secret_ref
-        key = await _secret_value(kube, namespace, hmac_ref.name, hmac_ref.key)
+        key = await _secret_value(kube, namespace, hmac_ref.name, hmac_ref.key, "spec.webhook.hmacSecretRef")
     return Target(spec.target_kind, url, key, name)
 
 

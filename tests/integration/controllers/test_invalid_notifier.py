@@ -14,6 +14,7 @@ from burrito_local.apiserver import ApiServer
 from burrito_local.identity import admin_client
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.notifier import NOTIFIER_SECRET
 from burrito_py.controllers.layer.notifications import Notifications
 from burrito_py.kube.client import Kube
 from burrito_py.notify.message import Notification
@@ -65,14 +66,15 @@ def test_an_invalid_notifier_stored_before_the_rule_says_so_in_an_event_once(api
 
 
 def test_a_url_secret_that_is_not_text_is_named_never_quoted(api: tuple[ApiServer, Path]) -> None:
-    """A tenant's notifier may name any Secret key of its namespace as its URL: one holding bytes that are not UTF-8
-    made the outcome in the notifier's status (which the tenant reads) name a byte of it and where it is."""
+    """A tenant's notifier may name any Secret key opened to notifiers as its URL: one holding bytes that are not
+    UTF-8 made the outcome in the notifier's status (which the tenant reads) name a byte of it and where it is."""
     server, kubeconfig = api
     notifier = {"apiVersion": ann.API_VERSION, "kind": "TerraformNotifier",
                 "metadata": {"name": "hook", "namespace": "default"}, "spec": {"events": ["RunFailed"], "slack": HOOK}}
     with admin_client(server.url) as admin:
         admin.post("/api/v1/namespaces/default/secrets", json={
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hooks", "namespace": "default"},
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hooks", "namespace": "default",
+                                                               "annotations": {NOTIFIER_SECRET: "true"}},
             "data": {"slack": base64.b64encode(b"key-\xe9\xff-private").decode()}}).raise_for_status()
         stored = admin.post(f"/apis/{ann.API_VERSION}/namespaces/default/terraformnotifiers", json=notifier)
         assert stored.status_code == 201, stored.text
