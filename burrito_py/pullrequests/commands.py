@@ -238,6 +238,9 @@ class LayerApply:
     requirements: tuple[str, ...] = ()  # its own apply requirements (added to the repository's)
     holder: str | None = None  # the open pull request holding it (`PULL_REQUEST_LOCK`), None: free
     applies: Mapping[str, str] = field(default_factory=dict)  # this pull request's apply runs of it → state
+    # Those runs → the id of the comment that asked for them (`RUN_REQUESTED_BY`): a command answered again after
+    # it was cut off partway (a restart, a failed create) finds its own runs, not someone else's apply.
+    requested: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,7 +402,9 @@ def decide_command(parsed: Parsed, comment_id: str, login: str, spec: Mapping[st
     number = int(spec.get("number") or 0)
     orders = [ApplyOrder(k, str(by_key[k]["run"]), int(by_key[k]["planAttempt"]), str(by_key[k]["planSum"]),
                          apply_run_name(name, number, k, str(by_key[k]["planSum"]))) for k in keys]
-    again = [o for o in orders if o.run in layers[o.layer].applies]
+    # Runs this very command created before it was cut off are its own work: the rest are created now.
+    again = [o for o in orders if o.run in layers[o.layer].applies
+             and layers[o.layer].requested.get(o.run) != comment_id]
     if again:
         failed = [o for o in again if layers[o.layer].applies[o.run] == "Failed"]
         if failed:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -628,16 +629,21 @@ def _layer_apply_facts(ctx: Context, pull_request: Mapping[str, Any]) -> dict[Ke
     namespace, name = pull_request["metadata"]["namespace"], pull_request["metadata"]["name"]
     held = _pull_requests_of(ctx, namespace)
     applies: dict[Key, dict[str, str]] = {}
+    requested: dict[Key, dict[str, str]] = {}
     for run in ctx.inventory.runs_of_pull_request(namespace, name):
         facts = _facts(run)
         if facts.action == "apply":
             applies.setdefault(facts.layer, {})[facts.name] = facts.state or "Initial"
+            by = str((run["metadata"].get("annotations") or {}).get(ann.RUN_REQUESTED_BY) or "")
+            if (asked := REQUESTED_BY_COMMENT.search(by)) is not None:
+                requested.setdefault(facts.layer, {})[facts.name] = asked.group(1)
     found: dict[Key, LayerApply] = {}
     for layer in ctx.inventory.layers:
         if layer["metadata"]["namespace"] != namespace:
             continue
         opted, required = layer_apply_settings(layer)
-        found[key_of(layer)] = LayerApply(opted, required, lock_holder(layer, held), applies.get(key_of(layer), {}))
+        found[key_of(layer)] = LayerApply(opted, required, lock_holder(layer, held), applies.get(key_of(layer), {}),
+                                          requested.get(key_of(layer), {}))
     return found
 
 
@@ -647,15 +653,21 @@ async def _apply(ctx: Context, pull_request: Mapping[str, Any], answer: CommandD
     resourceVersion: of two pull requests racing, one wins), then create the apply run of exactly the plan shown
     (named by the plan's sum: a second create meets it). A lock another pull request won meanwhile refuses."""
     name = pull_request["metadata"]["name"]
+    taken: list[Key] = []  # locked by this answer: released again if a later layer refuses (nothing applied)
     for order in answer.apply:
+        before = lock_holder(ctx.inventory.layers.get(order.layer) or {}, _pull_requests_of(ctx, order.layer[0]))
         holder = await _take(ctx, order.layer, name)
+        if holder == name and before != name:
+            taken.append(order.layer)
         if holder != name:
+            for layer_key in taken:
+                await _release(ctx, layer_key, name)
             return CommandDecision("refused", f"layer {order.layer[0]}/{order.layer[1]} is locked to pull request "
                                    f"{holder} (it applied its plan before merge): it is released when that pull "
                                    "request merges or closes, or by `/burrito-py unlock` there. Nothing applied"
                                    if holder else f"layer {order.layer[0]}/{order.layer[1]} is gone. Nothing applied")
     for order in answer.apply:
-        await _create_apply_run(ctx, pull_request, order, f"{command.by} (comment {command.id})")
+        await _create_apply_run(ctx, pull_request, order, requested_by(command.by, command.id))
     return answer
 
 
@@ -763,6 +775,16 @@ def _key(name: str) -> Key:
     return namespace, layer
 
 
+# `RUN_REQUESTED_BY` of a pull request's apply run: `<login> (comment <id>)`.
+REQUESTED_BY_COMMENT = re.compile(r"\(comment ([^()\s]+)\)$")
+
+
+def requested_by(login: str, comment_id: str) -> str:
+    """The run's `RUN_REQUESTED_BY`: the comment's id kept whole (a long login is cut, never the id)."""
+    tail = f" (comment {comment_id})"
+    return login[:max(0, 250 - len(tail))] + tail
+
+
 async def _create_apply_run(ctx: Context, pull_request: Mapping[str, Any], order: ApplyOrder, by: str) -> None:
     """The apply run of exactly the plan shown: the pull request's, at its head, with the plan's run, attempt and
     sum as artifact (the runner applies nothing else); the run controller gives it the layer's runner identity and
@@ -774,7 +796,7 @@ async def _create_apply_run(ctx: Context, pull_request: Mapping[str, Any], order
             "name": order.run, "namespace": meta["namespace"],
             "labels": {ann.LABEL_PULL_REQUEST: ann.layer_label(meta["name"])},
             "annotations": {ann.RUN_CREATED_AT: format_time_precise(utcnow()), ann.RUN_PLAN_SUM: order.sum,
-                            ann.RUN_REQUESTED_BY: by[:250]},
+                            ann.RUN_REQUESTED_BY: by},
             "ownerReferences": [{"apiVersion": pull_request.get("apiVersion", ann.API_VERSION),
                                  "kind": "TerraformPullRequest", "name": meta["name"], "uid": meta["uid"],
                                  "blockOwnerDeletion": True}],

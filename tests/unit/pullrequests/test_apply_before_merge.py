@@ -106,6 +106,26 @@ def test_attack_a_repeated_apply_of_the_same_plan_applies_nothing_again() -> Non
     failed = decide(layers={APP: LayerApply(True, holder=PR, applies={run: "Failed"})})
     assert failed.outcome == "refused" and not failed.apply and "failed" in failed.reply and "plan again" in (
         failed.reply.replace("plans again", "plan again"))
+    # Another comment's apply of the same plan is still refused, whoever asks again.
+    other = decide(layers={APP: LayerApply(True, holder=PR, applies={run: "Running"}, requested={run: "c0"})})
+    assert other.outcome == "refused" and not other.apply
+
+
+def test_an_apply_of_several_layers_cut_off_partway_is_finished_when_answered_again() -> None:
+    """Fault test: `/burrito-py apply` of two layers locked both and created app's apply run; the process restarted
+    (or the second create failed) before db's run and before the command was recorded. Answered again, the run of
+    app looked like an earlier apply: the whole command was refused ("already applied ... Nothing applied again"),
+    db was never applied and stayed locked to the pull request. The runs this very comment asked for are its own
+    work: the command is answered with every order again, and the existing run's create meets it (409)."""
+    db = (NS, "db")
+    status = {**STATUS, "layers": [ROW, {**ROW, "name": "db", "path": "stacks/db", "run": "pr7-db-1"}]}
+    run = apply_run_name(PR, 7, APP, SUM)
+    layers = {APP: LayerApply(True, holder=PR, applies={run: "Running"}, requested={run: "c1"}),
+              db: LayerApply(True, holder=PR)}
+    answer = decide_command(parse("/burrito-py apply"), "c1", "alice", SPEC, status, SETTINGS, WRITE, "", HEAD, PR,
+                            layers)
+    assert answer.outcome == "done", answer.reply
+    assert {o.layer for o in answer.apply} == {APP, db}
 
 
 def test_a_layer_held_by_another_pull_request_is_refused_naming_it() -> None:
