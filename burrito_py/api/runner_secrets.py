@@ -67,7 +67,11 @@ def _name(ref: Any, key: str) -> str | None:
 
 def secret_references(override: Mapping[str, Any], field: str = "overrideRunnerSpec") -> list[tuple[str, str]]:
     """(field, Secret name) of every Secret an overrideRunnerSpec (camelCase, as in the CRD) puts into the pod:
-    env `secretKeyRef`, envFrom `secretRef`, volumes `secret` and projected `secret` sources, in order."""
+    env `secretKeyRef`, envFrom `secretRef`, volumes `secret`, projected `secret` sources and a `csi` volume's
+    `nodePublishSecretRef` (the kubelet hands that Secret to the driver, e.g. a secrets store's credentials to its
+    vault, and the pod gets what the driver fetches with it), in order. The other sources that name a Secret
+    (`cephfs`, `rbd`, `iscsi`, `flexVolume`, `azureFile`, …) are outside the restricted profile: refused by
+    api/runner_contract.py and never in a pod."""
     found: list[tuple[str, str]] = []
     for index, item in enumerate(override.get("env") or ()):
         name = _name(((item or {}).get("valueFrom") or {}).get("secretKeyRef"), "name")
@@ -80,6 +84,10 @@ def secret_references(override: Mapping[str, Any], field: str = "overrideRunnerS
     for index, item in enumerate(override.get("volumes") or ()):
         item = item or {}
         name = _name(item.get("secret"), "secretName")
+        if name:
+            found.append((f"{field}.volumes[{index}]", name))
+        csi = item.get("csi")
+        name = _name(csi.get("nodePublishSecretRef") if isinstance(csi, Mapping) else None, "name")
         if name:
             found.append((f"{field}.volumes[{index}]", name))
         for source in (item.get("projected") or {}).get("sources") or ():

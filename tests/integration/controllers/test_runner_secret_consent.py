@@ -2,7 +2,8 @@
 runner code of their choosing (docs/architecture.md §6.3, §9, §24).
 
 `varsFrom` (the controllers read the Secret and give its values to the run) and `overrideRunnerSpec`'s env
-`secretKeyRef`, `envFrom` and secret volumes (the kubelet mounts it into the pod the controllers create) named any
+`secretKeyRef`, `envFrom`, secret volumes (the kubelet mounts it into the pod the controllers create) and a csi
+volume's `nodePublishSecretRef` (the kubelet hands it to the driver, which fetches with it) named any
 Secret of the namespace: the git credentials whose `allowedHosts` says where they may go, a notifier's webhook URL,
 another application's password. The tenant's code (a repository of their own) then sends the values anywhere.
 Only a Secret annotated `api.burrito-py.io/runner-secret: "true"` (by whoever may write it) reaches a runner now.
@@ -82,6 +83,12 @@ OVERRIDES = {
                 "volumeMounts": [{"name": "creds", "mountPath": "/creds"}]},
     "projected": {"volumes": [{"name": "creds", "projected": {"sources": [{"secret": {"name": "git-credentials"}}]}}],
                   "volumeMounts": [{"name": "creds", "mountPath": "/creds"}]},
+    # The kubelet hands the Secret to the CSI driver (a secrets store logs in to its vault with it) and mounts what
+    # the driver fetches.
+    "csi": {"volumes": [{"name": "creds", "csi": {"driver": "secrets-store.csi.k8s.io",
+                                                  "volumeAttributes": {"secretProviderClass": "payments"},
+                                                  "nodePublishSecretRef": {"name": "git-credentials"}}}],
+            "volumeMounts": [{"name": "creds", "mountPath": "/creds"}]},
 }
 
 
@@ -106,7 +113,7 @@ def test_attack_a_runner_pod_gets_no_secret_not_opened_to_runners(api: tuple[Api
         assert admin.get(f"/api/v1/namespaces/default/pods/{pod_name(RUN, 1)}").status_code == 404
         created = next(c for c in status["conditions"] if c["type"] == "RunnerPodCreated")
         assert created["status"] == "False" and created["reason"] == "PodCreationFailed", created
-        field = "volumes" if what == "projected" else what
+        field = "volumes" if what in ("projected", "csi") else what
         assert (f"Secret default/git-credentials (TerraformLayer default/app spec.overrideRunnerSpec.{field}[0]) is "
                 "not open to runners") in created["message"], created
         assert TOKEN not in str(status)
