@@ -193,7 +193,13 @@ class Inventory:
         self._deleted_pods: OrderedDict[Key, frozenset[str]] = OrderedDict()
 
     def forget_pod(self, body: Mapping[str, Any]) -> None:
-        """A runner pod's DELETE event: forget it, and remember which runs owned it (a tombstone)."""
+        """A runner pod's DELETE event: forget it, and remember which runs owned it (a tombstone). The event of a
+        pod that another of its name already replaced (a run deletes a pod it found under its attempt's name, then
+        makes its own, whose create's answer may come before this event) leaves the new one alone."""
+        held = self.pods.get(key_of(body))
+        uid = body["metadata"].get("uid")
+        if held is not None and uid and held["metadata"].get("uid") not in (None, uid):
+            return
         self.pods.forget(body)
         owners = frozenset(str(ref.get("uid")) for ref in body["metadata"].get("ownerReferences") or ())
         self._deleted_pods[key_of(body)] = owners

@@ -66,7 +66,7 @@ def condition(record: PodCreation, next_try: datetime | None) -> Cond | None:
 def pod_surely_absent(status: int) -> bool:
     """Whether a refused create certainly made no pod, so the Lease may go while the run backs off. A 4xx
     (other than 409) is a refusal before any write; after a 5xx or a lost answer the pod may exist and run
-    (the next try's 409 adopts it), so the Lease is kept."""
+    (the next try's 409 finds it and has it deleted), so the Lease is kept."""
     return 400 <= status < 500 and status != 409
 
 

@@ -518,21 +518,17 @@ async def _start_attempt(
     secret_variables = secret_env_variables(override, secrets)
     body = build_runner_pod(run, layer, decision.start_attempt, defaults, override, secret_variables)
     name = pod_name(run["metadata"]["name"], decision.start_attempt)
-    uid: str | None = None
     try:
         created = await ctx.kube.create(path("v1", "pods", namespace), body)
-        ctx.inventory.pods.observe(created)
-        uid = created["metadata"].get("uid")
     except KubeError as exc:
-        refused = await _adopt_or_refuse(ctx, run, name, exc)
-        if refused is not None:
-            # A 403 is a `Forbidden` event, as every 403 the controllers meet (forbidden.py); others get their own.
-            reason = "Forbidden" if refused.status == 403 else EVENT_REASON
-            await post_event(ctx.kube, run, "Warning", reason, f"attempt {decision.start_attempt}: {refused.message}")
-            log.warning("run %s/%s: %s", namespace, run["metadata"]["name"], refused.message)
-            return refused
-        adopted = ctx.inventory.pods.get((namespace, name)) or {}
-        uid = (adopted.get("metadata") or {}).get("uid")  # this run's own pod (belongs_to): bind to it too
+        refused = await _refuse_existing(ctx, run, name, exc)
+        # A 403 is a `Forbidden` event, as every 403 the controllers meet (forbidden.py); others get their own.
+        reason = "Forbidden" if refused.status == 403 else EVENT_REASON
+        await post_event(ctx.kube, run, "Warning", reason, f"attempt {decision.start_attempt}: {refused.message}")
+        log.warning("run %s/%s: %s", namespace, run["metadata"]["name"], refused.message)
+        return refused
+    ctx.inventory.pods.observe(created)
+    uid: str | None = created["metadata"].get("uid")
     await post_event(ctx.kube, run, "Normal", "RunnerPodCreated", f"attempt {decision.start_attempt}: pod {name}")
     attempt: Body = {"podName": name, "number": decision.start_attempt, "startedAt": format_time(now),
                      "logsUploaded": False}
@@ -578,22 +574,26 @@ class CreationRefused:
     pod_exists: bool = False
 
 
-async def _adopt_or_refuse(ctx: Context, run: Body, name: str, exc: KubeError) -> CreationRefused | None:
-    """After a failed create: None when the pod exists and is this run's (a retried create, or a lost
-    response), else why the attempt could not get its pod."""
+async def _refuse_existing(ctx: Context, run: Body, name: str, exc: KubeError) -> CreationRefused:
+    """After a failed create: why the attempt has no pod yet. A pod found under its name (409) is never adopted,
+    even one naming this run: its creator wrote its owner reference and run label, and anyone who may create pods
+    in the namespace may make it, as the runner account, before the run makes its own (the name is known). Only a
+    uid the run's own create was answered with is recorded and so gets runner rights (§10.2). Such a pod is deleted
+    (one an earlier try made, whose answer was lost or whose leader died before recording it, has had no runner
+    rights: nothing it did counts), and the attempt's pod is created once it is gone."""
     namespace = run["metadata"]["namespace"]
     if exc.status != 409:
         return CreationRefused(
             f"could not create runner pod {name}: {exc.status} {exc.reason}: {exc.message}", exc.status
         )
-    # 409 AlreadyExists: read it back; adopt it only if it is ours, never a stranger's pod of the same name.
+    # 409 AlreadyExists: read it back, to tell a pod naming this run from a stranger's of the same name.
     try:
         existing = await ctx.kube.get(path("v1", "pods", namespace, name))
     except KubeError as error:
         # A pod exists that we cannot read (a 403: the controllers lack `get` on pods): waiting visibly, with
         # the Lease kept (that pod may be running Terraform), rather than raising into a 5-second retry loop.
         return CreationRefused(
-            f"runner pod {name} already exists (409) and cannot be read to adopt it: {error.status} "
+            f"runner pod {name} already exists (409) and cannot be read: {error.status} "
             f"{error.reason}: {error.message}", error.status, pod_exists=True,
         )
     if existing is None:
@@ -604,11 +604,25 @@ async def _adopt_or_refuse(ctx: Context, run: Body, name: str, exc: KubeError) -
             f"{run['metadata']['name']} (uid {run['metadata'].get('uid')})"
         )
     ctx.inventory.pods.observe(existing)
-    return None
+    meta = existing["metadata"]
+    unrecorded = (f"runner pod {name} exists and names run {run['metadata']['name']}, but not as the answer to the "
+                  "run's own create (an earlier try whose answer was lost, or a pod made by someone who may create "
+                  "pods): it is never adopted")
+    if meta.get("deletionTimestamp"):
+        return CreationRefused(f"{unrecorded}; it is being deleted, the attempt's pod is created once it is gone",
+                               409, pod_exists=True)
+    try:
+        await ctx.kube.delete(path("v1", "pods", namespace, name), uid=meta.get("uid"))
+    except KubeError as error:
+        return CreationRefused(f"{unrecorded}, and it could not be deleted: {error.status} {error.reason}: "
+                               f"{error.message}", error.status or 409, pod_exists=True)
+    return CreationRefused(f"{unrecorded}; deleted, the attempt's pod is created once it is gone", 409,
+                           pod_exists=True)
 
 
 def belongs_to(pod: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
-    """A runner pod of this very run: its controller owner reference is the run's uid and its run label names it."""
+    """A pod that names this run: its controller owner reference is the run's uid and its run label names it.
+    Whoever created the pod wrote both: never proof that the run's controller made it (`_refuse_existing`)."""
     meta, run_meta = pod.get("metadata") or {}, run["metadata"]
     owned = any(
         ref.get("kind") == "TerraformRun" and ref.get("uid") == run_meta.get("uid") and ref.get("controller")

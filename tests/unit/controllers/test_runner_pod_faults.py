@@ -91,7 +91,22 @@ def test_a_deleted_pod_is_remembered_for_its_own_run_only():
     assert not inv.pod_deleted("default", "r-1", {"metadata": {"name": "r", "uid": "another-run"}})
 
 
-def test_a_409_is_adopted_only_for_a_pod_of_this_run():
+def test_a_late_delete_event_of_a_replaced_pod_leaves_its_successor_alone():
+    """A run deletes a pod found under its attempt's name and makes its own: the create's answer may reach the
+    inventory before the watch's DELETE of the old one, which must not make the new pod look gone."""
+    inv = Inventory()
+    owner = [{"kind": "TerraformRun", "uid": "u-r", "controller": True}]
+    old = {"metadata": {"name": "r-1", "namespace": "default", "uid": "planted", "resourceVersion": "3",
+                        "ownerReferences": owner}}
+    new = {"metadata": {"name": "r-1", "namespace": "default", "uid": "ours", "resourceVersion": "9",
+                        "ownerReferences": owner}}
+    inv.pods.observe(new)
+    inv.forget_pod(old)
+    assert inv.pods.get(("default", "r-1")) == new
+    assert not inv.pod_deleted("default", "r-1", {"metadata": {"name": "r", "uid": "u-r"}})
+
+
+def test_a_pod_names_this_run_only_by_its_runs_uid_and_label():
     run = {"metadata": {"name": "r", "uid": "u-r"}}
     ours = {"metadata": {"labels": {"burrito-py.io/run": "r"},
                          "ownerReferences": [{"kind": "TerraformRun", "uid": "u-r", "controller": True}]}}
