@@ -85,6 +85,8 @@ RUN_REQUESTED_BY = "burrito-py.io/requested-by"
 LABEL_LAYER = "burrito-py.io/layer"
 LABEL_RUN = "burrito-py.io/run"
 LABEL_COMPONENT = "burrito-py.io/component"
+# On runner pods: the name of their run's Lease (§7), so a run waits for another run's pod on the same state.
+LABEL_LEASE = "burrito-py.io/lease"
 # On a pull request's plan-only runs: `layer_label(<TerraformPullRequest name>)` (§11.3). They carry no layer
 # label, so the layer controller never counts them among its layer's runs.
 LABEL_PULL_REQUEST = "burrito-py.io/pull-request"

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.run.lease_decisions import LeaseVerdict, lease_name, lease_verdict, lock_key
+from burrito_py.controllers.run.lease_decisions import (
+    LeaseVerdict,
+    lease_name,
+    lease_verdict,
+    lock_key,
+    other_runs_pods,
+)
 from burrito_py.kube.client import Kube, KubeError, path
 from burrito_py.timeutil import utcnow
 
@@ -57,21 +63,28 @@ def _lease_body(name: str, namespace: str, run: Mapping[str, Any], resource_vers
     return body
 
 
-async def acquire(kube: Kube, layer: Mapping[str, Any], run: Mapping[str, Any], holder_of: HolderLookup) -> str | None:
-    """Take the layer's lease for `run`. Returns None when acquired, else who holds it."""
+async def acquire(kube: Kube, layer: Mapping[str, Any], run: Mapping[str, Any], holder_of: HolderLookup,
+                  pods: Iterable[Mapping[str, Any]] = ()) -> str | None:
+    """Take the layer's lease for `run`. Returns None when acquired, else what it waits for. `pods`: the runner
+    pods the controllers know of (the inventory's)."""
     namespace = layer["metadata"]["namespace"]
     name = layer_lease_name(layer, run)
     run_name = run["metadata"]["name"]
+    others = other_runs_pods(pods, namespace, name, ann.layer_label(layer["metadata"]["name"]),
+                             str(run["metadata"].get("uid")))
     for _ in range(3):  # lose a race → look again
         lease = await kube.get(path(COORDINATION, LEASES, namespace, name))
         holder = ((lease or {}).get("spec") or {}).get("holderIdentity") or ""
         exists, state = (False, None) if not holder or holder == run_name else await holder_of(namespace, holder)
-        verdict = lease_verdict(lease, run_name, state, exists)
+        verdict = lease_verdict(lease, run_name, state, exists, others)
         try:
             if verdict is LeaseVerdict.HELD:
                 return None
             if verdict is LeaseVerdict.WAIT:
-                return holder
+                return f"waiting for run {holder} to release the layer's lease"
+            if verdict is LeaseVerdict.WAIT_FOR_POD:
+                return (f"waiting for runner pod {', '.join(others)} to stop: its run no longer holds the layer's "
+                        "lease (deleted or ended), but the pod may still run Terraform on the layer's state")
             if verdict is LeaseVerdict.CREATE:
                 await kube.create(path(COORDINATION, LEASES, namespace), _lease_body(name, namespace, run, None))
                 return None
@@ -82,7 +95,7 @@ async def acquire(kube: Kube, layer: Mapping[str, Any], run: Mapping[str, Any], 
         except KubeError as exc:
             if exc.status not in (409,):
                 raise
-    return "(contended)"
+    return "waiting for the layer's lease: another run took it each time it was looked at"
 
 
 async def release(kube: Kube, layer: Mapping[str, Any], run: Mapping[str, Any]) -> None:

@@ -458,9 +458,11 @@ async def _start_attempt(
         )
         return (held is not None, ((held or {}).get("status") or {}).get("state"))
 
-    holder = await leases.acquire(ctx.kube, layer, run, holder_of)
-    if holder is not None:
-        return Cond("Admitted", False, "LayerLocked", f"waiting for run {holder} to release the layer's lease")
+    # Never beside another run's pod on the same state: a deleted run's Lease goes at once, its pod only once it
+    # stopped (§7).
+    waiting = await leases.acquire(ctx.kube, layer, run, holder_of, ctx.inventory.pods)
+    if waiting is not None:
+        return Cond("Admitted", False, "LayerLocked", waiting)
 
     pull_request = (run.get("spec") or {}).get("pullRequest")
     # A pull request's apply before merge runs as the layer's runner (admission checked it may): only its plans are

@@ -28,6 +28,7 @@ from burrito_py.api.runner_contract import (
     without_reserved,
 )
 from burrito_py.api.runner_secrets import account_refusal, refusal, secret_references
+from burrito_py.controllers.run.leases import layer_lease_name
 from burrito_py.kube.conditions import Cond
 
 TOKEN_AUDIENCE = "burrito-py"  # noqa: S105
@@ -327,6 +328,8 @@ def build_runner_pod(
         ann.LABEL_COMPONENT: ann.COMPONENT_RUNNER,
         ann.LABEL_RUN: run_name,
         ann.LABEL_LAYER: ann.layer_label(layer_name),
+        # The state it runs Terraform on: another run of that Lease waits until this pod is gone (§7).
+        ann.LABEL_LEASE: layer_lease_name(layer, run),
     }
     return {
         "apiVersion": "v1",

@@ -6,9 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from burrito_py.api import annotations as ann
 from burrito_py.controllers.layer.sync_windows import Window, parse_duration, pod_budget_allows, sync_windows_allow
-from burrito_py.controllers.run.lease_decisions import LeaseVerdict, lease_name, lease_verdict, lock_key
+from burrito_py.controllers.run.lease_decisions import (
+    LeaseVerdict,
+    lease_name,
+    lease_verdict,
+    lock_key,
+    other_runs_pods,
+)
 from burrito_py.controllers.run.leases import layer_lease_name
+from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod
 
 MONDAY_10 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 
@@ -111,3 +119,52 @@ def test_a_live_holder_other_than_us_is_never_taken_over(holder: str | None, sta
     verdict = lease_verdict(lease(holder), "r1", state, exists)
     if holder == "r0" and exists and state not in ("Succeeded", "Failed"):
         assert verdict is LeaseVerdict.WAIT
+
+
+LAYER = {"metadata": {"name": "app", "namespace": "team"},
+         "spec": {"repository": {"name": "infra"}, "branch": "main", "path": "app"}}
+LEASE = layer_lease_name(LAYER)
+
+
+def runner_pod(run: str, uid: str, phase: str | None = "Running", **meta: object) -> dict[str, object]:
+    """A runner pod as build_runner_pod makes it (its labels, its owner), in `phase`."""
+    pod = build_runner_pod({"metadata": {"name": run, "namespace": "team", "uid": uid}, "spec": {"action": "apply"}},
+                           LAYER, 1, RunnerDefaults("img", "runner", "http://ds"))
+    pod["metadata"].update(meta)
+    pod["status"] = {"phase": phase} if phase else {}
+    return pod
+
+
+def test_a_deleted_runs_pod_still_running_keeps_the_lease_from_a_new_run():
+    """An applying run is deleted (or its layer deleted and made again): its Lease goes with it at once, its pod
+    runs on until its grace period ends (or for good, --cascade=orphan, which also drops its owner reference).
+    The layer's next run must not take the free Lease, or two Terraforms run on one state (§7)."""
+    old = runner_pod("app-apply-1", "u-old")
+    assert old["metadata"]["labels"][ann.LABEL_LEASE] == LEASE
+    others = other_runs_pods([old], "team", LEASE, "app", "u-new")
+    assert others == ["app-apply-1-1"]
+    assert lease_verdict(None, "app-apply-2", None, False, others) is LeaseVerdict.WAIT_FOR_POD
+    assert lease_verdict(lease("app-apply-1"), "app-apply-2", None, False, others) is LeaseVerdict.WAIT_FOR_POD
+    terminating = runner_pod("app-apply-1", "u-old", deletionTimestamp="2026-11-23T10:02:00Z", ownerReferences=[])
+    assert other_runs_pods([terminating], "team", LEASE, "app", "u-new") == ["app-apply-1-1"]
+    # The same name again (run names are deterministic): told apart by uid.
+    assert other_runs_pods([old], "team", LEASE, "app", "u-old") == [], "the run's own pods are its own to follow"
+    assert lease_verdict(lease("app-apply-2"), "app-apply-2", "Running", True, others) is LeaseVerdict.HELD
+
+
+def test_only_live_pods_on_the_same_state_hold_a_run_back():
+    ended = [runner_pod("a", "u-a", "Succeeded"), runner_pod("b", "u-b", "Failed")]
+    assert other_runs_pods(ended, "team", LEASE, "app", "u-new") == []
+    assert other_runs_pods([runner_pod("p", "u-p", "Pending"), runner_pod("n", "u-n", None)], "team", LEASE, "app",
+                           "u-new") == ["n-1", "p-1"]
+    elsewhere = runner_pod("a", "u-a")
+    elsewhere["metadata"]["namespace"] = "other"
+    other_state = runner_pod("b", "u-b")
+    other_state["metadata"]["labels"][ann.LABEL_LEASE] = "burrito-py-layer-" + "0" * 24
+    assert other_runs_pods([elsewhere, other_state], "team", LEASE, "app", "u-new") == []
+    # A pod made before pods carried their Lease: its layer's label stands for it.
+    before = runner_pod("c", "u-c")
+    del before["metadata"]["labels"][ann.LABEL_LEASE]
+    assert other_runs_pods([before], "team", LEASE, "app", "u-new") == ["c-1"]
+    assert other_runs_pods([before], "team", LEASE, "other-layer", "u-new") == []
+    assert lease_verdict(None, "r1", None, False, []) is LeaseVerdict.CREATE

@@ -13,6 +13,7 @@ from burrito_py.controllers.layer.runs import run_body, runs_to_delete
 from burrito_py.controllers.layer.status import last_result
 from burrito_py.controllers.layer.validation import validate_layer
 from burrito_py.controllers.repository.decide import sync_requested
+from burrito_py.controllers.run.leases import layer_lease_name
 from burrito_py.controllers.run.reconcile import _override_runner_spec
 from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod
 from burrito_py.controllers.settings import ControllerSettings
@@ -124,7 +125,8 @@ def test_runner_pod_follows_design_and_overrides():
     pod = build_runner_pod(run, layer, 2, RunnerDefaults("img:0", "runner", "http://ds"), override)
     assert pod["metadata"]["name"] == pod_name("app-plan-abc", 2) == "app-plan-abc-2"
     assert pod["metadata"]["labels"] == {"team": "a", "cost": "x", ann.LABEL_COMPONENT: "runner",
-                                         ann.LABEL_RUN: "app-plan-abc", ann.LABEL_LAYER: "app"}
+                                         ann.LABEL_RUN: "app-plan-abc", ann.LABEL_LAYER: "app",
+                                         ann.LABEL_LEASE: layer_lease_name(layer, run)}
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-app-plan-abc"
     spec = pod["spec"]
     assert spec["restartPolicy"] == "Never" and spec["serviceAccountName"] == "tf"
