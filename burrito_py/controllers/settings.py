@@ -85,6 +85,11 @@ class ControllerSettings(BaseSettings):
         "comments): a larger one is never parsed, it fails the review closed. The chart sets it from "
         "datastore.config.maxPlanJsonBytes.",
     )
+    max_source_bytes: int = Field(
+        100 * 1024 * 1024, ge=1, description="Largest source archive the controllers make of a revision: git is "
+        "stopped past it (the datastore would refuse it) and the branch reads SourceNotStored. The chart sets it from "
+        "datastore.config.maxBodyBytes.",
+    )
     runner_image: str = "ghcr.io/burrito-py/burrito-py:0.1.0"
     runner_service_account: str = Field(
         "burrito-py-runner", description="ServiceAccount of runner pods, in each namespace with layers."

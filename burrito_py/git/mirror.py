@@ -25,13 +25,16 @@ import contextlib
 import fcntl
 import os
 import re
+import select
 import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 import git
 
@@ -44,6 +47,13 @@ from burrito_py.outbound import OutboundPolicy, Resolver, Unresolvable, system_r
 
 DEFAULT_FETCH_TIMEOUT = 600.0
 _HEADS = "refs/heads/"
+# A source archive's bounds. `git archive` first loads the whole tree into an in-memory index, printing nothing
+# meanwhile: a tree bomb (a few KB of objects naming billions of paths) held it for hours and gigabytes. So the
+# tree's files are counted first (streamed, stopped past the cap; ~1 s per million entries), and git is stopped at
+# a deadline or once its output is larger than the datastore would store. A million files cost git archive
+# ~160 MB and ~40 s (measured); a Terraform repository holds far fewer.
+DEFAULT_ARCHIVE_TIMEOUT = 300.0
+MAX_SOURCE_FILES = 1_000_000
 
 # Never wait for a human: with no credentials available git must fail, not prompt on a terminal.
 _NON_INTERACTIVE = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
@@ -58,6 +68,11 @@ class GitError(Exception):
     @property
     def message(self) -> str:
         return str(self.args[0])
+
+
+class SourceRefused(GitError):
+    """A revision's source archive was not made: its tree holds too many files, the archive is larger than the
+    datastore stores, or git took too long. The revision's content is to blame; trying again gives the same."""
 
 
 # One lock per mirror directory, shared by every GitMirror instance of this process.
@@ -268,7 +283,8 @@ class GitMirror:
     def commit_date(self, rev: str) -> datetime:
         """The committer date of `rev`, in UTC."""
         sha = self._require_commit(rev)
-        status, out, err = self._read(["show", "-s", "--format=%ct", sha])
+        # Not `git show -s`: it diffs the commit against its parent all the same (13 s for a million-file tree bomb).
+        status, out, err = self._read(["log", "-1", "--format=%ct", sha])
         if status != 0:
             raise GitError(f"reading commit {rev} of {self.safe_url} failed: {_last_error_line(err)}")
         return datetime.fromtimestamp(int(out.strip()), UTC)
@@ -316,23 +332,51 @@ class GitMirror:
         of `head` when they share no history."""
         return self.changes(self.merge_base(base, head), head)
 
-    def archive(self, rev: str, dest: Path) -> None:
+    def archive(self, rev: str, dest: Path, *, max_bytes: int | None = None, max_files: int = MAX_SOURCE_FILES,
+                timeout: float = DEFAULT_ARCHIVE_TIMEOUT) -> None:
         """Write `git archive --format=tar.gz` of the whole tree of `rev` to `dest`, atomically.
 
-        The file appears complete or not at all (written beside `dest`, then renamed over it).
+        The file appears complete or not at all (written beside `dest`, then renamed over it). SourceRefused when
+        the tree holds more than `max_files` files, the archive grows past `max_bytes`, or it takes longer than
+        `timeout` seconds: git is stopped and nothing is left behind.
         """
         sha = self._require_commit(rev)
+        deadline = time.monotonic() + timeout
+        files = 0
+
+        def count(chunk: bytes) -> bool:
+            nonlocal files
+            files += chunk.count(b"\0")
+            return files <= max_files
+
+        how, status, err = self._stream(["ls-tree", "-r", "-z", "--name-only", "--full-tree", sha], count, deadline)
+        if how == "stopped":
+            raise SourceRefused(f"the tree of {rev} holds more than {max_files} files, the most a source archive "
+                                "may hold")
+        self._bounded_outcome(how, status, err, f"listing files of {rev}", timeout)
         dest = Path(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-        os.close(fd)
         tmp = Path(tmp_name)
         try:
-            status, _, err = self._read(["archive", "--format=tar.gz", f"--output={tmp}", sha])
-            if status != 0:
-                raise GitError(f"archiving {rev} of {self.safe_url} failed: {_last_error_line(err)}")
-            with open(tmp, "rb") as written:
-                os.fsync(written.fileno())
+            with open(fd, "wb") as out:
+                written = 0
+
+                def write(chunk: bytes) -> bool:
+                    nonlocal written
+                    written += len(chunk)
+                    if max_bytes is not None and written > max_bytes:
+                        return False
+                    out.write(chunk)
+                    return True
+
+                how, status, err = self._stream(["archive", "--format=tar.gz", sha], write, deadline)
+                if how == "stopped":
+                    raise SourceRefused(f"the source archive of {rev} is larger than {max_bytes} bytes, the most the "
+                                        "datastore stores")
+                self._bounded_outcome(how, status, err, f"archiving {rev}", timeout)
+                out.flush()
+                os.fsync(out.fileno())
             os.replace(tmp, dest)
         finally:
             tmp.unlink(missing_ok=True)
@@ -455,6 +499,56 @@ class GitMirror:
             return None
         status, out, _ = self._read(["rev-parse", "--verify", "--quiet", f"{rev}^{{{kind}}}"])
         return out.strip() if status == 0 and out.strip() else None
+
+    def _stream(self, args: list[str], consume: Callable[[bytes], bool], deadline: float
+                ) -> tuple[Literal["done", "stopped", "overdue"], int, str]:
+        """Run git on the mirror, handing its output to `consume` as it comes: "done" when git ended by itself,
+        "stopped" when `consume` answered False, "overdue" at `deadline` (time.monotonic()); git is killed in both.
+        Also its exit status and the end of its stderr (redacted)."""
+        if not self.exists():
+            raise GitError(f"the mirror of {self.safe_url} does not exist yet: fetch it first")
+        command = [git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git", f"--git-dir={self.path}", *args]
+        how: Literal["done", "stopped", "overdue"] = "done"
+        with tempfile.TemporaryFile() as errors:
+            try:
+                process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
+                                           env={**os.environ, **_NON_INTERACTIVE})
+            except OSError as exc:
+                raise GitError(f"running git for {self.safe_url} failed: {type(exc).__name__}") from None
+            with process:
+                assert process.stdout is not None
+                output, ended = process.stdout.fileno(), False
+                try:
+                    while not ended:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            how = "overdue"
+                            break
+                        if select.select([output], [], [], left)[0]:
+                            chunk = os.read(output, 1 << 16)
+                            ended = not chunk
+                            if chunk and not consume(chunk):
+                                how = "stopped"
+                                break
+                finally:
+                    if not ended:  # stopped, overdue, or `consume` raised
+                        process.kill()
+                    try:
+                        process.wait(timeout=max(deadline - time.monotonic(), 0.0) + 5.0)
+                    except subprocess.TimeoutExpired:  # its output closed, yet it runs on past the deadline
+                        process.kill()
+                        process.wait()
+                        how = "overdue"
+            errors.seek(0)
+            stderr = errors.read(64 * 1024).decode("utf-8", "replace")
+        return how, process.returncode, redact(stderr)
+
+    def _bounded_outcome(self, how: str, status: int, err: str, what: str, timeout: float) -> None:
+        """Raise for a `_stream` that ran past its deadline (SourceRefused) or failed (GitError)."""
+        if how == "overdue":
+            raise SourceRefused(f"{what} of {self.safe_url} took longer than {timeout:g}s")
+        if status != 0:
+            raise GitError(f"{what} of {self.safe_url} failed: {_last_error_line(err)}")
 
     def _read(self, args: list[str]) -> tuple[int, str, str]:
         status, raw, err = self._read_bytes(args)

@@ -141,3 +141,21 @@ def make_bare(path: Path, *, branch: str = DEFAULT_BRANCH) -> str:
     path.mkdir(parents=True, exist_ok=True)
     run_git(path, "init", "-q", "--bare", "-b", branch)
     return path.absolute().as_uri()
+
+
+def commit_tree_bomb(repo: TestRepo, branch: str, levels: int, width: int) -> str:
+    """Commit on `branch` (created or moved; the work tree is left alone) a tree bomb: a tree naming one blob `width`
+    times, a tree naming that tree `width` times, and so on `levels` deep: width**levels files (and paths) from a
+    few KB of objects, as a tenant can push. Returns the commit."""
+
+    def hashed(args: list[str], data: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo.path, env=git_env(), input=data, capture_output=True,
+                              text=True, check=True, timeout=60).stdout.strip()
+
+    entry = f"100644 blob {hashed(['hash-object', '-w', '--stdin'], 'x')}"
+    for _ in range(levels):
+        tree = hashed(["mktree"], "".join(f"{entry}\tn{i}\n" for i in range(width)))
+        entry = f"040000 tree {tree}"
+    commit = run_git(repo.path, "commit-tree", "-p", repo.head, "-m", "tree bomb", tree)
+    run_git(repo.path, "update-ref", f"refs/heads/{branch}", commit)
+    return commit

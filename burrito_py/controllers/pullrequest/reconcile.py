@@ -41,7 +41,7 @@ from burrito_py.controllers.repository.reconcile import credentials_of, ensure_s
 from burrito_py.datastore.client import DatastoreError
 from burrito_py.git.allowed_hosts import HostNotAllowed
 from burrito_py.git.credentials import CredentialsError as GitCredentialsError
-from burrito_py.git.mirror import GitError
+from burrito_py.git.mirror import GitError, SourceRefused
 from burrito_py.gitproviders.client import CommitStatus, ProviderClient, ProviderError, ReviewFacts
 from burrito_py.gitproviders.registry import provider_named
 from burrito_py.kube.client import KubeError, crd_path, path
@@ -313,9 +313,9 @@ def _head_refusal(exc: Exception) -> tuple[str, str, bool]:
         return "HostNotAllowed", str(exc), True
     if isinstance(exc, OutboundRefused):
         return "AddressNotAllowed", f"spec.repository.url: {exc}", True
-    if isinstance(exc, DatastoreError):
-        return (source_not_stored_reason(exc.status_code), f"the source archive of the head cannot be stored: {exc}",
-                False)
+    if isinstance(exc, DatastoreError | SourceRefused):
+        reason = "SourceNotStored" if isinstance(exc, SourceRefused) else source_not_stored_reason(exc.status_code)
+        return reason, f"the source archive of the head cannot be stored: {exc}", False
     return "FetchFailed", str(exc), False
 
 

@@ -33,7 +33,7 @@ from burrito_py.controllers.repository.webhook_keys import webhook_entry
 from burrito_py.datastore.client import DatastoreError
 from burrito_py.git.allowed_hosts import HostNotAllowed
 from burrito_py.git.credentials import CredentialsError, GitCredentials, credentials_from_secret
-from burrito_py.git.mirror import GitError, GitMirror
+from burrito_py.git.mirror import GitError, GitMirror, SourceRefused
 from burrito_py.git.paths import Change, normalize_repo_path
 from burrito_py.git.relevance import decide_layer_commits, diff_base
 from burrito_py.git.terragrunt import TerragruntTree, units_of
@@ -135,9 +135,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
 
     entries = []
     units: tuple[str, ...] | None = None
-    not_stored: DatastoreError | None = None
+    not_stored: DatastoreError | SourceRefused | None = None
     for branch in branches:
-        if not_stored is not None and source_not_stored_reason(not_stored.status_code) == "DatastoreUnavailable":
+        if not_stored is not None and _not_stored_reason(not_stored) == "DatastoreUnavailable":
             # No answer: the branches left would fail alike (and each wait for it). A refusal (4xx) is the
             # archive's own, so the other branches still sync.
             entries.append(_branch_entry(branch, None, now, f"not synced: {_not_stored_message(not_stored)}"))
@@ -150,7 +150,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         head_date = await asyncio.to_thread(mirror.commit_date, head)
         try:
             await ensure_source(ctx, mirror, namespace, name, head)
-        except DatastoreError as exc:
+        except (DatastoreError, SourceRefused) as exc:
             not_stored = not_stored or exc
             entries.append(_branch_entry(branch, None, now, f"not synced: {_not_stored_message(exc)}"))
             continue
@@ -234,17 +234,23 @@ async def _fail(ctx: Context, repository: Body, branches: list[str], reason: str
                         webhooks)
 
 
-def _not_stored_message(error: DatastoreError) -> str:
+def _not_stored_message(error: DatastoreError | SourceRefused) -> str:
     return f"the source archive cannot be stored: {error}; tried again"
 
 
-async def _source_not_stored(ctx: Context, repository: Body, entries: list[Body], error: DatastoreError,
-                             now: datetime, webhooks: Cond) -> None:
+def _not_stored_reason(error: DatastoreError | SourceRefused) -> str:
+    # An archive the controllers refuse to make (too many files, too large, too slow) is refused as the datastore
+    # refuses one too large.
+    return "SourceNotStored" if isinstance(error, SourceRefused) else source_not_stored_reason(error.status_code)
+
+
+async def _source_not_stored(ctx: Context, repository: Body, entries: list[Body],
+                             error: DatastoreError | SourceRefused, now: datetime, webhooks: Cond) -> None:
     """Fetched, but a head's source archive cannot be stored (`error`, the first): no layer is told of a revision
     its runner could not read; the branches that did sync are (`entries`). Said on `Synced` (a kubectl user sees it,
     not only the controllers' log) and tried again soon, then less often (`source_retry_delay`). The message names
     no delay, so a retry that fails alike posts no second Event."""
-    reason = source_not_stored_reason(error.status_code)
+    reason = _not_stored_reason(error)
     delay = source_retry_delay(ctx.inventory.repositories.get(key_of(repository)) or repository, reason, now,
                                ctx.settings.repository_poll_interval)
     await _write_status(ctx, repository, "SyncNeeded", entries,
@@ -272,7 +278,8 @@ async def ensure_source(ctx: Context, mirror: GitMirror, namespace: str, name: s
         return
     with tempfile.TemporaryDirectory(prefix="burrito-py-archive-") as tmp:
         archive = Path(tmp) / "source.tar.gz"
-        await asyncio.to_thread(mirror.archive, revision, archive)
+        # Never larger than the datastore stores: a tree bomb's archive is stopped there, not after it is made.
+        await asyncio.to_thread(mirror.archive, revision, archive, max_bytes=ctx.settings.max_source_bytes)
         await asyncio.to_thread(store.put_source, namespace, name, revision, tree, archive)
 
 

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from burrito_local.apiserver import ApiServer
 from burrito_local.identity import admin_client
 
@@ -26,7 +29,7 @@ from burrito_py.datastore.client import DatastoreClient
 from burrito_py.datastore.in_process import free_port, running_datastore
 from burrito_py.kube.client import Kube
 from burrito_py.kube.inventory import Key
-from tests.support.git_repos import make_repo
+from tests.support.git_repos import commit_tree_bomb, make_repo
 from tests.support.runner_overrides import settings
 
 NS = "default"
@@ -150,3 +153,50 @@ def test_a_branch_whose_source_the_datastore_refuses_leaves_the_other_branches_s
     assert entries["big"]["lastSyncStatus"].startswith("not synced: the source archive cannot be stored: "), entries
     assert layers["app"]["metadata"]["annotations"][ann.BRANCH_COMMIT] == main
     assert ann.BRANCH_COMMIT not in (layers["big"]["metadata"].get("annotations") or {})
+
+
+def test_attack_a_tree_bomb_branch_fails_its_sync_in_seconds_and_leaves_nothing_behind(
+        api: tuple[ApiServer, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A branch whose tree is a bomb (a few KB of objects naming a million files; a real one names billions) held
+    a thread and the repository's turn while `git archive` loaded it into memory, for hours, then filled /tmp; the
+    datastore's limit was checked only once the archive existed. Now its files are counted first: the branch
+    fails in seconds as an archive the datastore refuses does, and the other branch syncs."""
+    server, kubeconfig = api
+    repo = make_repo(tmp_path / "upstream")
+    main = repo.commit({"app/main.tf": 'output "x" { value = 1 }\n'}, "first")
+    bomb = commit_tree_bomb(repo, "bomb", levels=5, width=16)  # 16**5 = 1,048,576 files
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where the controllers write archives
+    base = f"/apis/{ann.API_VERSION}/namespaces/{NS}"
+    port = free_port()
+    with admin_client(server.url) as admin:
+        admin.post(f"{base}/terraformrepositories", json={
+            "apiVersion": ann.API_VERSION, "kind": "TerraformRepository", "metadata": {"name": "repo"},
+            "spec": {"repository": {"url": repo.url}}}).raise_for_status()
+        for name, branch in (("app", "main"), ("bomb", "bomb")):
+            admin.post(f"{base}/terraformlayers", json={
+                "apiVersion": ann.API_VERSION, "kind": "TerraformLayer", "metadata": {"name": name},
+                "spec": {"repository": {"name": "repo"}, "branch": branch, "path": "app"}}).raise_for_status()
+        with running_datastore(tmp_path / "datastore", port=port):
+            started = time.monotonic()
+            asyncio.run(sync_once(kubeconfig, tmp_path / "cache", f"http://127.0.0.1:{port}", Wakes()))
+            elapsed = time.monotonic() - started
+            with DatastoreClient(f"http://127.0.0.1:{port}") as store:
+                assert store.has_source(NS, "repo", main) and not store.has_source(NS, "repo", bomb)
+        repository = admin.get(f"{base}/terraformrepositories/repo").json()
+        events = admin.get(f"/api/v1/namespaces/{NS}/events").json()["items"]
+        layers = {name: admin.get(f"{base}/terraformlayers/{name}").json() for name in ("app", "bomb")}
+    assert elapsed < 20, f"the sync took {elapsed:.1f}s"
+    message = (f"the source archive cannot be stored: the tree of {bomb} holds more than 1000000 files, the most a "
+               "source archive may hold; tried again")
+    cond = synced(repository)
+    assert (cond["status"], cond["reason"], cond["message"]) == ("False", "SourceNotStored", message), cond
+    assert [e["reason"] for e in events if e["involvedObject"]["name"] == "repo"] == ["SourceNotStored"]
+    entries = {b["name"]: b for b in repository["status"]["branches"]}
+    assert entries["bomb"]["lastSyncStatus"] == f"not synced: {message}", entries
+    assert entries["main"]["lastSyncStatus"] == "Synced" and entries["main"]["latestRev"] == main, entries
+    assert layers["app"]["metadata"]["annotations"][ann.BRANCH_COMMIT] == main
+    assert ann.BRANCH_COMMIT not in (layers["bomb"]["metadata"].get("annotations") or {})
+    left = [p.name for p in scratch.iterdir()]  # (other libraries keep their own `tmp*` here)
+    assert not [name for name in left if name.startswith("burrito-py-archive-")], left

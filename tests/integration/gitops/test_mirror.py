@@ -8,14 +8,16 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from burrito_py.git import Change, GitError, GitMirror, decide_layer_commits, diff_base, is_relevant
+from burrito_py.git.mirror import SourceRefused
 from burrito_py.outbound import LOOPBACK_NETWORKS, OutboundPolicy
-from tests.support.git_repos import TestRepo, make_bare, make_repo, run_git
+from tests.support.git_repos import TestRepo, commit_tree_bomb, make_bare, make_repo, run_git
 
 
 @pytest.fixture
@@ -204,6 +206,54 @@ def test_failed_archive_leaves_nothing_behind(repo: TestRepo, cache: Path, tmp_p
     dest.parent.mkdir()
     with pytest.raises(GitError):
         mirror.archive("f" * 40, dest)
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_attack_a_tree_bomb_is_refused_before_git_archive_loads_it(repo: TestRepo, cache: Path,
+                                                                    tmp_path: Path) -> None:
+    """A few KB of objects naming a million files: `git archive` loads the whole tree into memory before it writes
+    a byte (a real bomb names billions: hours and gigabytes). Its files are counted first, and the count stops at
+    the cap."""
+    bomb = commit_tree_bomb(repo, "bomb", levels=5, width=16)  # 16**5 = 1,048,576 files
+    mirror = fetched(cache, repo.url)
+    dest = tmp_path / "out" / "source.tar.gz"
+    dest.parent.mkdir()
+    started = time.monotonic()
+    with pytest.raises(SourceRefused) as refused:
+        mirror.archive(bomb, dest)
+    assert time.monotonic() - started < 15
+    assert str(refused.value) == (f"the tree of {bomb} holds more than 1000000 files, the most a source archive may "
+                                  "hold")
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_attack_an_archive_larger_than_the_datastore_stores_is_stopped_while_it_is_written(
+        repo: TestRepo, cache: Path, tmp_path: Path) -> None:
+    big = repo.commit({"blob.txt": os.urandom(256 * 1024).hex()}, "does not compress below 256 KiB")
+    mirror = fetched(cache, repo.url)
+    dest = tmp_path / "out" / "source.tar.gz"
+    dest.parent.mkdir()
+    with pytest.raises(SourceRefused) as refused:
+        mirror.archive(big, dest, max_bytes=64 * 1024)
+    assert str(refused.value) == (f"the source archive of {big} is larger than 65536 bytes, the most the datastore "
+                                  "stores")
+    assert list(dest.parent.iterdir()) == []
+    mirror.archive(big, dest, max_bytes=1024 * 1024)  # under the cap: written whole
+    with tarfile.open(dest, "r:gz") as tar:
+        assert "blob.txt" in tar.getnames()
+
+
+def test_attack_an_archive_that_takes_too_long_is_stopped_at_its_deadline(repo: TestRepo, cache: Path,
+                                                                          tmp_path: Path) -> None:
+    bomb = commit_tree_bomb(repo, "bomb", levels=4, width=20)  # 160,000 files: counted at once, archived in seconds
+    mirror = fetched(cache, repo.url)
+    dest = tmp_path / "out" / "source.tar.gz"
+    dest.parent.mkdir()
+    started = time.monotonic()
+    with pytest.raises(SourceRefused) as refused:
+        mirror.archive(bomb, dest, timeout=1.0)
+    assert time.monotonic() - started < 8
+    assert str(refused.value) == f"archiving {bomb} of {repo.url} took longer than 1s"
     assert list(dest.parent.iterdir()) == []
 
 
