@@ -54,6 +54,8 @@ _HEADS = "refs/heads/"
 # ~160 MB and ~40 s (measured); a Terraform repository holds far fewer.
 DEFAULT_ARCHIVE_TIMEOUT = 300.0
 MAX_SOURCE_FILES = 1_000_000
+# PATH_MAX: no longer symlink target is followed by the kernel (ENAMETOOLONG), and git stores any blob as one.
+MAX_SYMLINK_TARGET = 4096
 
 # Never wait for a human: with no credentials available git must fail, not prompt on a terminal.
 _NON_INTERACTIVE = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
@@ -422,44 +424,60 @@ class GitMirror:
         status, _, _ = self._read(["cat-file", "-e", f"{sha}:{normalized}"])
         return status == 0
 
-    def terragrunt_tree(self, rev: str, max_file_bytes: int = 1 << 20, max_total_bytes: int = 16 << 20
+    def terragrunt_tree(self, rev: str, max_file_bytes: int = 1 << 20, max_total_bytes: int = 16 << 20,
+                        max_entries: int = MAX_SOURCE_FILES, timeout: float = DEFAULT_ARCHIVE_TIMEOUT
                         ) -> TerragruntTree:
-        """What the Terragrunt analysis reads of `rev` (git/terragrunt.py): every blob path, the text of each
-        `*.hcl` file up to `max_file_bytes`, `terragrunt.hcl` files first, while they add up to at most
-        `max_total_bytes` (the repository is a tenant's: thousands of large files must not fill the controllers'
-        memory), and every symlink's target. The files left out are named in `unread`. One `ls-tree` and one
-        `cat-file --batch`, whatever the number of files."""
+        """What the Terragrunt analysis reads of `rev` (git/terragrunt.py): every blob path, each symlink's target
+        (at most `MAX_SYMLINK_TARGET` bytes) and the text of each `*.hcl` file up to `max_file_bytes`, symlinks first,
+        then `terragrunt.hcl` files, while they add up to at most `max_total_bytes` (the repository is a tenant's:
+        thousands of large files or symlinks must not fill the controllers' memory; each content is read and counted
+        once, however many paths name it). The files and symlinks left out are named in `unread`. One `ls-tree`
+        (SourceRefused past `max_entries` entries or `timeout` seconds) and one `cat-file --batch`."""
         sha = self._require_commit(rev)
-        status, raw, err = self._read_bytes(["ls-tree", "-r", "-z", "-l", "--full-tree", sha])
-        if status != 0:
-            raise GitError(f"listing files of {rev} in {self.safe_url} failed: {_last_error_line(err)}")
+        chunks: list[bytes] = []
+        entries = 0
+
+        def keep(chunk: bytes) -> bool:
+            nonlocal entries
+            entries += chunk.count(b"\0")
+            chunks.append(chunk)
+            return entries <= max_entries
+
+        how, status, err = self._stream(["ls-tree", "-r", "-z", "-l", "--full-tree", sha], keep,
+                                        time.monotonic() + timeout)
+        if how == "stopped":
+            raise SourceRefused(f"the tree of {rev} holds more than {max_entries} files, the most read for its "
+                                "Terragrunt units")
+        self._bounded_outcome(how, status, err, f"listing files of {rev}", timeout)
         paths: set[str] = set()
-        wanted: list[tuple[str, str, bool]] = []  # (path, blob, is a symlink)
-        configs: list[tuple[bool, str, str, int]] = []  # (not a unit's file, path, blob, size)
-        for entry in _split_z(raw):
+        links: list[tuple[int, str, str, int]] = []  # (0: a symlink, path, blob, size), read first
+        configs: list[tuple[int, str, str, int]] = []  # (1: a unit's file, 2: another, path, blob, size)
+        for entry in _split_z(b"".join(chunks)):
             meta, _, name = entry.partition("\t")
             fields = meta.split()
             if len(fields) != 4 or fields[1] != "blob":
                 continue
             paths.add(name)
-            mode, blob, size = fields[0], fields[2], fields[3]
+            mode, blob, size = fields[0], fields[2], int(fields[3]) if fields[3].isdigit() else -1
             if mode == "120000":
-                wanted.append((name, blob, True))
+                links.append((0, name, blob, size))
             elif name.endswith(".hcl"):
-                configs.append((not name.endswith("terragrunt.hcl"), name, blob, int(size) if size.isdigit() else -1))
-        budget, unread = max_total_bytes, set()
-        for _, name, blob, length in sorted(configs):
-            if 0 <= length <= min(max_file_bytes, budget):
+                configs.append((1 if name.endswith("terragrunt.hcl") else 2, name, blob, size))
+        budget, unread, read = max_total_bytes, set(), {}  # read: blob → size, counted once
+        chosen: list[tuple[str, str, bool]] = []  # (path, blob, is a symlink)
+        for kind, name, blob, length in [*sorted(links), *sorted(configs)]:
+            if blob not in read:
+                if not 0 <= length <= min(MAX_SYMLINK_TARGET if kind == 0 else max_file_bytes, budget):
+                    unread.add(name)
+                    continue
                 budget -= length
-                wanted.append((name, blob, False))
-            else:
-                unread.add(name)
-        texts: dict[str, str] = {}
-        symlinks: dict[str, str] = {}
-        contents = self._blobs([blob for _, blob, _ in wanted])
-        for (name, _, link), content in zip(wanted, contents, strict=True):
-            text = content.decode("utf-8", "replace")
-            (symlinks if link else texts)[name] = text
+                read[blob] = length
+            chosen.append((name, blob, kind == 0))
+        wanted = sorted(read)
+        contents = {blob: content.decode("utf-8", "replace") for blob, content in zip(wanted, self._blobs(wanted),
+                                                                                         strict=True)}
+        texts = {name: contents[blob] for name, blob, link in chosen if not link}
+        symlinks = {name: contents[blob] for name, blob, link in chosen if link}
         return TerragruntTree(frozenset(paths), texts, symlinks, frozenset(unread))
 
     def _blobs(self, blobs: list[str]) -> list[bytes]:

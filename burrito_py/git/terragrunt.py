@@ -65,6 +65,8 @@ NOTHING = "\0\0"  # find_in_parent_folders found nothing and had a fallback: the
 _INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
 ROOTED = "\0"  # an evaluated path that starts at the repository root (get_terragrunt_dir() and the like)
 _DIR_FUNCTIONS = ("get_terragrunt_dir()", "get_parent_terragrunt_dir()", "get_original_terragrunt_dir()")
+_UNREAD = ("larger than 1 MiB, a symlink to more than 4096 bytes, or beyond the 16 MiB of .hcl files and symlinks "
+           "read per commit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +77,7 @@ class TerragruntTree:
     paths: frozenset[str]
     texts: Mapping[str, str]
     symlinks: Mapping[str, str] = field(default_factory=dict)
-    unread: frozenset[str] = frozenset()  # `*.hcl` files too large, or beyond the bytes read per commit
+    unread: frozenset[str] = frozenset()  # `*.hcl` files and symlinks too large, or beyond the bytes read per commit
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -104,7 +106,13 @@ class UnitAnalysis:
 
 
 class _Outside(ValueError):
-    pass
+    reason = OUTSIDE
+
+
+class _Unread(_Outside):
+    """A path through a symlink whose target was not read (GitMirror.terragrunt_tree): where it leads is unknown."""
+
+    reason = INVALID
 
 
 def units_of(tree: TerragruntTree, under: str = "") -> tuple[str, ...]:
@@ -140,6 +148,10 @@ def _resolve(tree: TerragruntTree, base: str, target: str) -> str:
         current = "/".join(parts)
         link = tree.symlinks.get(current)
         if link is None:
+            # Unread are `*.hcl` files (a file read says so itself) and symlinks: one on the way, or at the end
+            # not named `.hcl`, is a symlink.
+            if current in tree.unread and (pending or not current.endswith(".hcl")):
+                raise _Unread(f"{target!r} goes through the symlink {current}, which was not read ({_UNREAD})")
             continue
         links += 1
         if links > MAX_LINKS:
@@ -203,6 +215,8 @@ def _find_in_parent_folders(tree: TerragruntTree, unit: str, name: str, fallback
         directory = posixpath.dirname(directory)
         try:
             candidate = _resolve(tree, directory, name)
+        except _Unread:
+            raise
         except _Outside:
             break
         if candidate in tree.paths:
@@ -307,8 +321,7 @@ class _Walk:
         text = self.tree.texts.get(path)
         if text is None:
             if path in self.tree.unread:
-                self.problems.add(Problem(INVALID, f"{path} was not read: larger than 1 MiB, or beyond the 16 MiB "
-                                          "of .hcl files read per commit"))
+                self.problems.add(Problem(INVALID, f"{path} was not read ({_UNREAD})"))
             return
         try:
             parsed = _parse(text)
@@ -335,7 +348,7 @@ class _Walk:
                 return
             target = _locate(self.tree, self.unit, evaluated)
         except _Outside as exc:
-            self.problems.add(Problem(OUTSIDE, f"{where}: {what} {_unquote(str(raw))}: {exc}"))
+            self.problems.add(Problem(exc.reason, f"{where}: {what} {_unquote(str(raw))}: {exc}"))
             return
         self.reads.add(target)
         self.file(target, depth + 1, included)
@@ -345,7 +358,7 @@ class _Walk:
         try:
             evaluated = _evaluate(self.tree, self.unit, raw)
         except _Outside as exc:
-            self.problems.add(Problem(OUTSIDE, f"{where}: terraform source {text}: {exc}"))
+            self.problems.add(Problem(exc.reason, f"{where}: terraform source {text}: {exc}"))
             return
         if evaluated == NOTHING:
             return
@@ -362,7 +375,7 @@ class _Walk:
         try:
             target = _locate(self.tree, self.unit, (ROOTED if rooted else "") + directory)
         except _Outside as exc:
-            self.problems.add(Problem(OUTSIDE, f"{where}: terraform source {text}: {exc}"))
+            self.problems.add(Problem(exc.reason, f"{where}: terraform source {text}: {exc}"))
             return
         self.reads.add(target)
 
@@ -404,7 +417,7 @@ def analyze_unit(tree: TerragruntTree, unit: str) -> UnitAnalysis:
                 continue
             target = _locate(tree, unit, evaluated)
         except _Outside as exc:
-            walk.problems.add(Problem(OUTSIDE, f"{where}: {label}: config_path {shown}: {exc}"))
+            walk.problems.add(Problem(exc.reason, f"{where}: {label}: config_path {shown}: {exc}"))
             continue
         config = posixpath.join(target, CONFIG) if target else CONFIG
         if config not in tree.paths:

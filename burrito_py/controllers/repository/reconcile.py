@@ -284,7 +284,7 @@ async def ensure_source(ctx: Context, mirror: GitMirror, namespace: str, name: s
 
 
 _TREES: dict[tuple[str, str], TerragruntTree] = {}  # (mirror, head) → its Terragrunt tree: read once per head
-_TREES_KEPT = 8  # at most 16 MiB of .hcl text each (GitMirror.terragrunt_tree)
+_TREES_KEPT = 8  # at most 16 MiB of .hcl text and symlink targets each (GitMirror.terragrunt_tree)
 
 
 def terragrunt_tree(mirror: GitMirror, head: str) -> TerragruntTree:
