@@ -71,8 +71,8 @@ INDEX_LIMIT = 64 * 1024 * 1024  # a record is a few hundred bytes: room for far 
 Segment = Annotated[str, PathParam(min_length=1, max_length=253)]
 
 
-def _error(status: int, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, **extra}, status_code=status)
+def _error(status: int, message: str, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
 
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:
@@ -341,6 +341,13 @@ def state_router(
                     continue
                 log.info("state of %s/%s locked by %s (lock ID %s)", ns, layer, who.describe(), lock_id)
                 return Response(status_code=200)
+            else:
+                # Both creates met a lock the reads before them did not see: look once more to name its holder;
+                # still unseen, the caller holds nothing, so it must retry (Terraform reads a 200 as "locked").
+                verdict = decide_lock(await state.lock(), lock_id, pod_uid)
+                if verdict.action == "acquire":
+                    return _error(503, f"the lock of layer {ns}/{layer} is being taken by another request: retry",
+                                  headers={"Retry-After": "1"})
         if verdict.action == "keep":
             return Response(status_code=200)
         if verdict.status == 423 and verdict.lock is not None:

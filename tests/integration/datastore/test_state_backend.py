@@ -8,7 +8,7 @@ import base64
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import pytest
 
 from burrito_py.datastore.encryption import EncryptedStorage, Keyring
 from burrito_py.datastore.in_process import running_datastore
-from burrito_py.datastore.storage import FilesystemStorage
+from burrito_py.datastore.storage import Describe, Exists, FilesystemStorage, ObjectInfo, Stored
 from tests.integration.datastore.auth_platform import NS, AuthPlatform, running_auth_platform
 from tests.integration.datastore.conftest import S3Bucket
 
@@ -127,6 +127,26 @@ def test_the_lock_has_one_holder(datastore: str) -> None:
     # An admin's force-unlock (Terraform's force-unlock sends no body).
     assert lock(url, b"", "UNLOCK").status_code == 200
     assert lock(url, other).status_code == 200
+
+
+class _LockRaceStorage(FilesystemStorage):
+    """Another replica's lock, there for every create-if-absent of it and gone for every read (taken and released
+    between them, over and over)."""
+
+    async def put(self, key: str, chunks: AsyncIterator[bytes], max_size: int, *, once: bool = False,
+                  describe: Describe | None = None, expected: ObjectInfo | None = None) -> Stored:
+        if once and key.endswith("/lock.json"):
+            raise Exists(key, "0" * 64)
+        return await super().put(key, chunks, max_size, once=once, describe=describe, expected=expected)
+
+
+def test_a_lock_lost_to_every_race_is_never_answered_as_taken(tmp_path: Path) -> None:
+    """Terraform reads a 200 to LOCK as "the lock is mine": a caller whose every create of the lock found one never
+    gets it, whatever its reads saw."""
+    with running_datastore(tmp_path / "data", storage=_LockRaceStorage(tmp_path / "data")) as url:
+        answer = lock(f"{url}{APP}", LOCK_INFO)
+        assert answer.status_code == 503, (answer.status_code, answer.text)
+        assert answer.headers["Retry-After"] == "1" and "retry" in answer.json()["error"]
 
 
 def test_every_write_is_a_version_and_retention_keeps_the_newest(tmp_path: Path) -> None:
