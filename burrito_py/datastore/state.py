@@ -36,7 +36,7 @@ __all__ = [
     "decide_unlock",
     "decide_write",
     "facts_record",
-    "held_by_other_pod",
+    "held_by_other",
     "index_after_listing",
     "index_after_write",
     "listing_of",
@@ -192,20 +192,26 @@ class WriteVerdict:
     lock: LockRecord | None = None
 
 
-def held_by_other_pod(lock: LockRecord, pod_uid: str) -> bool:
-    """A lock bound to a pod is that pod's alone, whatever lock ID another caller learnt (a 423 shows it)."""
-    return bool(lock.pod_uid) and lock.pod_uid != pod_uid
+def held_by_other(lock: LockRecord, pod_uid: str, username: str, admin: bool) -> bool:
+    """Whether the caller is not the lock's holder, whatever lock ID it learnt (GET …/state/lock and a 423 show it).
+    A lock bound to a pod is that pod's alone. One taken without a pod (an admin's) is its holder identity's, or any
+    admin's: never a runner pod's, which would otherwise use an admin's lock by its ID."""
+    if lock.pod_uid:
+        return lock.pod_uid != pod_uid
+    return not admin and (bool(pod_uid) or not lock.holder or lock.holder != username)
 
 
 def decide_write(current: StateFacts | None, incoming: StateFacts, lock: LockRecord | None,
-                 request_lock_id: str | None, writer_pod_uid: str = "") -> WriteVerdict:
+                 request_lock_id: str | None, writer_pod_uid: str = "", writer: str = "",
+                 admin: bool = False) -> WriteVerdict:
     """May `incoming` become the layer's next version? Terraform sends the lock ID it holds as `?ID=`: while the
-    state is locked, only its holder (that ID, from the pod that took it) writes. Then one lineage per layer, and
-    serials never go back; the same serial again is only the very same state (a retried POST)."""
-    if lock is not None and (request_lock_id != lock.id or held_by_other_pod(lock, writer_pod_uid)):
+    state is locked, only its holder (that ID, from the pod that took it, or for a lock no pod took the identity
+    that took it or an admin: `held_by_other`) writes. Then one lineage per layer, and serials never go back; the
+    same serial again is only the very same state (a retried POST)."""
+    if lock is not None and (request_lock_id != lock.id or held_by_other(lock, writer_pod_uid, writer, admin)):
         sent = f"lock ID {request_lock_id}" if request_lock_id else "no lock ID"
         if request_lock_id == lock.id:
-            sent += " from another pod"
+            sent += " from another pod" if lock.pod_uid else f" from {writer or 'another caller'}"
         return WriteVerdict(False, 409, f"the state is locked by {lock.describe()} (lock ID {lock.id}); the "
                             f"write sent {sent}", lock=lock)
     if current is None:
@@ -238,21 +244,23 @@ class LockVerdict:
     lock: LockRecord | None = field(default=None)
 
 
-def decide_lock(held: LockRecord | None, requested_id: str | None, pod_uid: str = "") -> LockVerdict:
+def decide_lock(held: LockRecord | None, requested_id: str | None, pod_uid: str = "", username: str = "",
+                admin: bool = False) -> LockVerdict:
     if not requested_id:
         return LockVerdict("refuse", 400, "ID: the lock info names no lock ID")
     if held is None:
         return LockVerdict("acquire")
-    if held.id == requested_id and not held_by_other_pod(held, pod_uid):
+    if held.id == requested_id and not held_by_other(held, pod_uid, username, admin):
         return LockVerdict("keep")  # a retried LOCK whose answer was lost
     return LockVerdict("refuse", 423, f"the state is locked by {held.describe()} (lock ID {held.id})", held)
 
 
 def decide_unlock(held: LockRecord | None, requested_id: str | None, admin: bool, pod_uid: str = "",
-                  force_unlock: str = "") -> LockVerdict:
-    """Unlocking what is not locked is a 200, so a retried UNLOCK succeeds. A lock is released by its ID, from the
-    pod that took it; an admin's UNLOCK without an ID (Terraform's force-unlock sends no body) releases any, and so
-    does the runner of a force-unlock run (`force_unlock`, its `spec.operation.lockId`, §5.12) for that lock only."""
+                  force_unlock: str = "", username: str = "") -> LockVerdict:
+    """Unlocking what is not locked is a 200, so a retried UNLOCK succeeds. A lock is released by its ID, from its
+    holder (`held_by_other`); an admin's UNLOCK without an ID (Terraform's force-unlock sends no body) releases any,
+    and so does the runner of a force-unlock run (`force_unlock`, its `spec.operation.lockId`, §5.12) for that lock
+    only."""
     if held is None:
         return LockVerdict("none")
     if not requested_id:
@@ -262,7 +270,7 @@ def decide_unlock(held: LockRecord | None, requested_id: str | None, admin: bool
             return LockVerdict("refuse", 409, f"the force-unlock of lock ID {force_unlock} refused: the state is "
                                f"locked by {held.describe()} (lock ID {held.id})", held)
         return LockVerdict("refuse", 400, "ID: the unlock request names no lock ID")
-    if held.id != requested_id or (held_by_other_pod(held, pod_uid) and not admin):
+    if held.id != requested_id or (held_by_other(held, pod_uid, username, admin) and not admin):
         return LockVerdict("refuse", 409, f"lock ID {requested_id} does not hold the state: it is locked by "
                            f"{held.describe()} (lock ID {held.id})", held)
     return LockVerdict("release")

@@ -278,7 +278,7 @@ def state_router(
         async with guard(ns, layer):
             serials = await state.serials()
             current = await state.facts(serials[-1]) if serials else None
-            verdict = decide_write(current, incoming, await state.lock(), lock_id, pod_uid)
+            verdict = decide_write(current, incoming, await state.lock(), lock_id, pod_uid, who.username, who.admin)
             if not verdict.allow:
                 log.info("state of %s/%s: %s refused: %s", ns, layer, who.username, verdict.message)
                 extra = {"lock": verdict.lock.answer()} if verdict.lock is not None else {}
@@ -327,7 +327,7 @@ def state_router(
         async with guard(ns, layer):
             for _ in range(2):  # a second look when another replica created the lock meanwhile
                 held = await state.lock()
-                verdict = decide_lock(held, lock_id, pod_uid)
+                verdict = decide_lock(held, lock_id, pod_uid, who.username, who.admin)
                 if verdict.action != "acquire":
                     break
                 assert lock_id is not None
@@ -344,7 +344,7 @@ def state_router(
             else:
                 # Both creates met a lock the reads before them did not see: look once more to name its holder;
                 # still unseen, the caller holds nothing, so it must retry (Terraform reads a 200 as "locked").
-                verdict = decide_lock(await state.lock(), lock_id, pod_uid)
+                verdict = decide_lock(await state.lock(), lock_id, pod_uid, who.username, who.admin)
                 if verdict.action == "acquire":
                     return _error(503, f"the lock of layer {ns}/{layer} is being taken by another request: retry",
                                   headers={"Retry-After": "1"})
@@ -369,7 +369,7 @@ def state_router(
         async with guard(ns, layer):
             held = await state.lock()
             verdict = decide_unlock(held, lock_id, who.admin, who.runner.pod_uid if who.runner else "",
-                                    who.runner.force_unlock if who.runner else "")
+                                    who.runner.force_unlock if who.runner else "", who.username)
             if verdict.action == "release":
                 await storage.delete(f"{state.prefix}/{LOCK_FILE}")
                 assert held is not None

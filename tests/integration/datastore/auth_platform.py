@@ -75,6 +75,22 @@ class AuthPlatform:
                                          "runnerPod": attempts[-1]["podName"]}},
                         headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
 
+    def runner_of(self, run: str, action: str, layer: str = "app", state: str = "Running",
+                  spec: dict[str, Any] | None = None) -> str:
+        """A new run of `layer` doing `action`, its first attempt's pod recorded (then its status `state`), and that
+        pod's token."""
+        self.http.post(f"/apis/{ann.API_VERSION}/namespaces/{NS}/terraformruns", json={
+            "apiVersion": ann.API_VERSION, "kind": "TerraformRun",
+            "metadata": {"name": run, "namespace": NS, "labels": {ann.LABEL_LAYER: layer}},
+            "spec": {"action": action, "layer": {"name": layer}, **(spec or {})}}).raise_for_status()
+        pod = self.create_runner_pod(run, 1)
+        self.record_attempts(run, pod)
+        if state != "Running":
+            self.http.patch(f"/apis/{ann.API_VERSION}/namespaces/{NS}/terraformruns/{run}/status",
+                            json={"status": {"state": state}},
+                            headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+        return self.runner_token(pod["metadata"]["name"])
+
 
 def _objects(applier: Applier) -> None:
     for crd in generate_crds().values():

@@ -255,6 +255,30 @@ def test_another_layers_runner_may_use_its_own_state(platform: AuthPlatform) -> 
     assert httpx.get(url, headers=other).content == tfstate(1, lineage="other-lineage")
 
 
+def test_attack_the_layers_runner_cannot_use_an_admins_lock_by_its_id(platform: AuthPlatform) -> None:
+    """An admin locked the layer's state (no runner pod took it). Tenant code in the layer's runner reads the lock's
+    ID (GET …/state/lock) and sends it: to write its state under the admin's lock, to "keep" the lock as its own,
+    or to release it. Refused; the admin still holds it."""
+    url, admin = f"{platform.url}{APP}", {"Authorization": f"Bearer {platform.admin_token}"}
+    runner = basic(platform.runner_of("app-apply-admin-lock", "apply"))
+    admins = {**LOCK_INFO, "ID": "admin-lock", "Who": "alice@laptop"}
+    assert lock(url, admins, **admin).status_code == 200
+    before = httpx.get(url, headers=admin)
+    learnt = httpx.get(f"{url}/lock", headers=runner).json()["id"]
+    assert learnt == "admin-lock"
+    written = post(url, tfstate(77, value="crafted"), learnt, **runner)
+    assert written.status_code == 409 and written.json()["lock"]["ID"] == "admin-lock", written.text
+    kept = lock(url, {**LOCK_INFO, "ID": learnt}, **runner)
+    assert kept.status_code == 423 and kept.json()["ID"] == "admin-lock", kept.text
+    released = lock(url, {**LOCK_INFO, "ID": learnt}, "UNLOCK", **runner)
+    assert released.status_code == 409, released.text
+    after = httpx.get(url, headers=admin)
+    assert (after.status_code, after.content) == (before.status_code, before.content)
+    assert httpx.get(f"{url}/lock", headers=admin).json()["holder"] == (
+        "system:serviceaccount:burrito-py:burrito-py-controllers")
+    assert lock(url, admins, "UNLOCK", **admin).status_code == 200  # the admin itself still releases it
+
+
 def test_no_token_or_a_bad_password_is_401(platform: AuthPlatform) -> None:
     url = f"{platform.url}{APP}"
     assert httpx.get(url).status_code == 401

@@ -107,6 +107,30 @@ def test_while_locked_only_the_holder_writes() -> None:
         assert "run app-apply-1 attempt 1 (pod app-apply-1-1)" in verdict.message
 
 
+ADMIN_LOCK = LockRecord("L", {}, "alice-admin")  # taken without a runner pod: no pod, no pod uid
+RUNNER = "system:serviceaccount:team:burrito-py-runner"
+
+
+def test_a_lock_no_pod_took_is_its_holders_or_an_admins() -> None:
+    """Tenant code in the layer's runner reads the lock ID of an admin's lock (GET …/state/lock) and sends it: a lock
+    no pod took is its holder's, or an admin's, never a runner pod's."""
+    write = decide_write(facts(1), facts(2), ADMIN_LOCK, "L", "uid-runner", RUNNER)
+    assert (write.allow, write.status, write.lock) == (False, 409, ADMIN_LOCK), write
+    keep = decide_lock(ADMIN_LOCK, "L", "uid-runner", RUNNER)
+    assert (keep.action, keep.status, keep.lock) == ("refuse", 423, ADMIN_LOCK), keep
+    unlock = decide_unlock(ADMIN_LOCK, "L", False, "uid-runner", username=RUNNER)
+    assert (unlock.action, unlock.status, unlock.lock) == ("refuse", 409, ADMIN_LOCK), unlock
+    # Another identity without a pod, not an admin: not the holder either.
+    assert not decide_write(facts(1), facts(2), ADMIN_LOCK, "L", "", "bob").allow
+    assert decide_lock(ADMIN_LOCK, "L", "", "bob").status == 423
+    # The holder itself, and any admin, still use it.
+    assert decide_write(facts(1), facts(2), ADMIN_LOCK, "L", "", "alice-admin").allow
+    assert decide_lock(ADMIN_LOCK, "L", "", "alice-admin").action == "keep"
+    assert decide_unlock(ADMIN_LOCK, "L", False, "", username="alice-admin").action == "release"
+    assert decide_write(facts(1), facts(2), ADMIN_LOCK, "L", "", "the-server", admin=True).allow
+    assert decide_unlock(ADMIN_LOCK, "L", True, username="the-server").action == "release"
+
+
 @given(stored=st.none() | st.tuples(st.integers(0, 10**6), st.sampled_from(["a", "b"]), st.sampled_from(["x", "y"])),
        posted=st.tuples(st.integers(0, 10**6), st.sampled_from(["a", "b"]), st.sampled_from(["x", "y"])),
        locked=st.booleans(), lock_id=st.sampled_from([None, "lock-1", "lock-2"]),
