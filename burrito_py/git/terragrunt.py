@@ -274,11 +274,15 @@ def _labelled(blocks: Any) -> Iterable[tuple[str | None, Mapping[str, Any]]]:
 
 def _read_arguments(text: str) -> list[str]:
     """The first argument of every `read_terragrunt_config(…)` call (balanced parentheses, strings respected; a
-    second argument, the default, is not a file)."""
+    second argument, the default, is not a file). A call is scanned up to the next one at most, so the text is read
+    once: many unclosed calls (`# read_terragrunt_config(` on every line) took minutes a file. A first argument
+    holding another call, never a path, is not listed."""
     found = []
-    for match in _READ_CALL.finditer(text):
+    calls = list(_READ_CALL.finditer(text))
+    for number, match in enumerate(calls):
+        limit = calls[number + 1].start() if number + 1 < len(calls) else len(text)
         depth, index, quoted, comma = 1, match.end(), False, -1
-        while index < len(text) and depth:
+        while index < limit and depth:
             char = text[index]
             if quoted:
                 if char == "\\":
@@ -294,7 +298,12 @@ def _read_arguments(text: str) -> list[str]:
             elif char == "," and depth == 1 and comma < 0:
                 comma = index
             index += 1
-        argument = text[match.end():(comma if comma >= 0 else index - 1)].strip() if not depth else ""
+        if not depth:
+            argument = text[match.end():(comma if comma >= 0 else index - 1)].strip()
+        elif comma >= 0 and limit < len(text):  # the next call is in its second argument: the first is whole
+            argument = text[match.end():comma].strip()
+        else:
+            argument = ""
         if argument:
             found.append(argument if argument.startswith('"') else "${" + argument + "}")
     return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Mapping
 
 import pytest
@@ -19,6 +20,7 @@ from burrito_py.git.terragrunt import (
     OUTSIDE,
     TerragruntTree,
     UnitDependency,
+    _read_arguments,
     analyze_unit,
     units_of,
 )
@@ -288,6 +290,26 @@ def test_read_with_a_default_and_find_with_a_fallback() -> None:
             '  x = read_terragrunt_config(find_in_parent_folders("nowhere.hcl", "none"), { a = "b" })\n}\n')
     analysis = analyze_unit(stack(**{"live/app/terragrunt.hcl": unit}), "live/app")
     assert (analysis.reads, analysis.unresolved, analysis.problems) == (("live/env.hcl",), (), ())
+
+
+def test_attack_many_unclosed_read_calls_are_scanned_in_linear_time() -> None:
+    """A unit file of 1 MiB of `# read_terragrunt_config(` lines: each call was scanned to the end of the text for
+    its closing parenthesis (64 KiB took 22 s, 1 MiB about an hour and a half, at every reconcile). Each is now
+    scanned up to the next call at most; what the file reads is unchanged."""
+    unit = ('locals {\n  env = read_terragrunt_config(find_in_parent_folders("env.hcl"), read_terragrunt_config('
+            '"x.hcl"))\n}\n')
+    text = unit + "# read_terragrunt_config(\n" * ((1 << 20) // 26)
+    started = time.perf_counter()
+    arguments = _read_arguments(text)
+    scanned = time.perf_counter() - started
+    assert scanned < 2, f"scanning took {scanned:.1f}s"
+    assert arguments == ['${find_in_parent_folders("env.hcl")}', '"x.hcl"']
+    started = time.perf_counter()
+    analysis = analyze_unit(stack(**{"live/app/terragrunt.hcl": text, "live/app/x.hcl": "locals {}\n"}),
+                            "live/app")
+    analysed = time.perf_counter() - started  # mostly python-hcl2 parsing the MiB, in linear time
+    assert analysed < 30, f"the analysis took {analysed:.1f}s"
+    assert (analysis.reads, analysis.unresolved, analysis.problems) == (("live/app/x.hcl", "live/env.hcl"), (), ())
 
 
 def test_a_block_naming_no_output_waits_for_them_all_unless_it_skips_them() -> None:
