@@ -145,7 +145,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         head = await asyncio.to_thread(mirror.resolve, branch)
         branch_layers = [layer for layer in layers if (layer.get("spec") or {}).get("branch") == branch]
         if head is None:
-            entries.append(_branch_entry(branch, None, now, f'branch "{branch}" does not exist in {url}'))
+            entries.append(_branch_entry(branch, None, now, f'branch "{branch}" does not exist in {mirror.safe_url}'))
             continue
         head_date = await asyncio.to_thread(mirror.commit_date, head)
         try:
