@@ -12,6 +12,7 @@ nothing is sent.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import tempfile
 import time
@@ -158,7 +159,7 @@ async def _reconcile(ctx: Context, key: Key) -> None:
             units = await asyncio.to_thread(_units, mirror, head, str(generation.get("path") or ""))
         patches = await asyncio.to_thread(_branch_patches, mirror, branch_layers, head, head_date, repository)
         for layer, patch in patches:
-            await _annotate_layer(ctx, layer, patch)
+            await _annotate_layer(ctx, layer, patch, head)
         entries.append(_branch_entry(branch, head, now, "Synced"))
     if not_stored is not None:
         await _source_not_stored(ctx, repository, entries, not_stored, now, webhooks)
@@ -336,11 +337,25 @@ def _branch_patches(
     return patches
 
 
-async def _annotate_layer(ctx: Context, layer: Body, patch: Mapping[str, str | None]) -> None:
+async def _annotate_layer(ctx: Context, layer: Body, patch: Mapping[str, str | None], head: str) -> None:
     meta = layer["metadata"]
-    updated = await ctx.kube.merge_patch(
-        crd_path("terraformlayers", meta["namespace"], meta["name"]), {"metadata": {"annotations": patch}}
-    )
+    try:
+        updated = await ctx.kube.merge_patch(
+            crd_path("terraformlayers", meta["namespace"], meta["name"]), {"metadata": {"annotations": patch}}
+        )
+    except KubeError as exc:
+        if exc.status >= 500 or exc.status == 0:  # the API did not answer: the whole sync is tried again
+            raise
+        # The API refused this layer's patch (a 422: its annotations over the size limit; a 404: deleted meanwhile):
+        # its own failure, told on it once per head. The repository's other layers are still told, its status
+        # written; this layer's patch is tried again at the next poll.
+        if exc.status != 404:
+            key = hashlib.sha256(head.encode()).hexdigest()[:16]
+            await post_event(ctx.kube, layer, "Warning", "CommitNotRecorded",
+                             f"the repository controller cannot record the head {head} of branch "
+                             f"{(layer.get('spec') or {}).get('branch')} on this layer: {exc.status} {exc.reason}: "
+                             f"{exc.message[:300]}", name=f"{meta['name'][:200].rstrip('.-')}.not-recorded-{key}")
+        return
     ctx.inventory.layers.observe(updated)
     ctx.wake_layer(key_of(updated))
 
