@@ -81,3 +81,22 @@ async def reconcile_run_once(kubeconfig: Path, stored: list[dict[str, Any]], run
     client for `datastore_url`, else none."""
     async with controllers_context(kubeconfig, stored, [run], [pod], datastore_url=datastore_url) as ctx:
         await reconcile_run(ctx, ("default", RUN))
+
+
+async def sync_repository_once(kubeconfig: Path, namespace: str, name: str, **overrides: Any) -> None:
+    """One reconcile of repository `namespace/name` by the repository controller's own code, its inventory holding
+    every repository and layer of the namespace as the API has them now; `overrides`: controller settings."""
+    from burrito_py.controllers.repository.reconcile import reconcile_repository
+
+    kube = await Kube.connect(str(kubeconfig))
+    try:
+        ctx = Context(settings=settings(**overrides), kube=kube)
+        base = f"/apis/{ann.API_VERSION}/namespaces/{namespace}"
+        for plural, held in (("terraformrepositories", ctx.inventory.repositories),
+                             ("terraformlayers", ctx.inventory.layers)):
+            for body in (await kube.get(f"{base}/{plural}") or {}).get("items") or ():
+                held.observe({"apiVersion": ann.API_VERSION, **body})
+        ctx.primed = True
+        await reconcile_repository(ctx, (namespace, name))
+    finally:
+        await kube.close()

@@ -35,19 +35,25 @@ async def _reconcile(kubeconfig: Path, stored: list[dict[str, Any]], run: dict[s
         await reconcile_run(ctx, ("default", RUN))
 
 
-def test_a_pull_request_apply_refused_before_its_retry_fails_and_releases_the_layer(
-        api: tuple[ApiServer, Path]) -> None:
-    server, kubeconfig = api
-    base = f"/apis/{ann.API_VERSION}/namespaces/default"
+def _pull_request_apply(state: str) -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
+    """The repository, a layer locked to the pull request, its apply run (`RUN`), and the pull request in `state`."""
     repository, layer, run = objects("default")
     layer["metadata"]["annotations"] = {ann.PULL_REQUEST_LOCK: PULL_REQUEST}
     layer["spec"]["pullRequests"] = {"applyBeforeMerge": True}
     run["metadata"]["labels"][ann.LABEL_PULL_REQUEST] = ann.layer_label(PULL_REQUEST)
     run["spec"] = {"action": "apply", "pullRequest": PULL_REQUEST, "layer": {"name": "app", "revision": HEAD},
                    "artifact": {"run": "repo-pr-7-app-plan", "attempt": 1, "sum": "sha256:" + "0" * 64}}
-    merged = {"apiVersion": ann.API_VERSION, "kind": "TerraformPullRequest",
-              "metadata": {"name": PULL_REQUEST, "namespace": "default", "resourceVersion": "1"},
-              "spec": {"state": "merged", "headSha": HEAD, "fromFork": False, "repository": "repo"}}
+    pull_request = {"apiVersion": ann.API_VERSION, "kind": "TerraformPullRequest",
+                    "metadata": {"name": PULL_REQUEST, "namespace": "default", "resourceVersion": "1"},
+                    "spec": {"state": state, "headSha": HEAD, "fromFork": False, "repository": "repo"}}
+    return (repository, layer, run), pull_request
+
+
+def test_a_pull_request_apply_refused_before_its_retry_fails_and_releases_the_layer(
+        api: tuple[ApiServer, Path]) -> None:
+    server, kubeconfig = api
+    base = f"/apis/{ann.API_VERSION}/namespaces/default"
+    (repository, layer, run), merged = _pull_request_apply("merged")
     with admin_client(server.url) as admin:
         failed = {"podName": pod_name(RUN, 1), "number": 1, "startedAt": format_time(utcnow() - timedelta(hours=1)),
                   "finishedAt": format_time(utcnow() - timedelta(minutes=30)), "exitCode": 1, "logsUploaded": True}
@@ -81,15 +87,7 @@ def test_a_pull_request_apply_that_never_started_fails_once_the_pull_request_is_
     recorded): that Terraform is not ended under."""
     server, kubeconfig = api
     base = f"/apis/{ann.API_VERSION}/namespaces/default"
-    repository, layer, run = objects("default")
-    layer["metadata"]["annotations"] = {ann.PULL_REQUEST_LOCK: PULL_REQUEST}
-    layer["spec"]["pullRequests"] = {"applyBeforeMerge": True}
-    run["metadata"]["labels"][ann.LABEL_PULL_REQUEST] = ann.layer_label(PULL_REQUEST)
-    run["spec"] = {"action": "apply", "pullRequest": PULL_REQUEST, "layer": {"name": "app", "revision": HEAD},
-                   "artifact": {"run": "repo-pr-7-app-plan", "attempt": 1, "sum": "sha256:" + "0" * 64}}
-    closed = {"apiVersion": ann.API_VERSION, "kind": "TerraformPullRequest",
-              "metadata": {"name": PULL_REQUEST, "namespace": "default", "resourceVersion": "1"},
-              "spec": {"state": "closed", "headSha": HEAD, "fromFork": False, "repository": "repo"}}
+    (repository, layer, run), closed = _pull_request_apply("closed")
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name(RUN, 1)},
            "spec": {"containers": [{"name": "runner", "image": "runner"}]}}
     with admin_client(server.url) as admin:

@@ -11,29 +11,12 @@ from burrito_local.apiserver import ApiServer
 from burrito_local.identity import admin_client
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.context import Context
-from burrito_py.controllers.repository.reconcile import reconcile_repository
-from burrito_py.kube.client import Kube
 from tests.support.git_repos import make_repo
-from tests.support.runner_overrides import settings
+
+from .conftest import sync_repository_once
 
 NS = "default"
 FILLER = "example.com/filler"
-
-
-async def sync_once(kubeconfig: Path, cache: Path) -> None:
-    kube = await Kube.connect(str(kubeconfig))
-    try:
-        ctx = Context(settings=settings(git_cache_dir=cache, allow_file_repositories=True), kube=kube)
-        base = f"/apis/{ann.API_VERSION}/namespaces/{NS}"
-        for plural, held in (("terraformrepositories", ctx.inventory.repositories),
-                             ("terraformlayers", ctx.inventory.layers)):
-            for body in (await kube.get(f"{base}/{plural}") or {}).get("items") or ():
-                held.observe({"apiVersion": ann.API_VERSION, **body})
-        ctx.primed = True
-        await reconcile_repository(ctx, (NS, "repo"))
-    finally:
-        await kube.close()
 
 
 def test_a_layer_whose_annotations_cannot_grow_is_told_and_the_others_sync(api: tuple[ApiServer, Path],
@@ -55,7 +38,8 @@ def test_a_layer_whose_annotations_cannot_grow_is_told_and_the_others_sync(api: 
                 "metadata": {"name": name, "annotations": annotations},
                 "spec": {"repository": {"name": "repo"}, "branch": "main", "path": "app"}}).raise_for_status()
         for _ in range(2):  # the next poll tells nothing twice
-            asyncio.run(sync_once(kubeconfig, tmp_path / "cache"))
+            asyncio.run(sync_repository_once(kubeconfig, NS, "repo", git_cache_dir=tmp_path / "cache",
+                                             allow_file_repositories=True))
         repository = admin.get(f"{base}/terraformrepositories/repo").json()
         layers = {name: admin.get(f"{base}/terraformlayers/{name}").json() for name in ("a-full", "b-app")}
         events = admin.get(f"/api/v1/namespaces/{NS}/events").json()["items"]

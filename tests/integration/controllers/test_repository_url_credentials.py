@@ -10,31 +10,15 @@ from burrito_local.apiserver import ApiServer
 from burrito_local.identity import admin_client
 
 from burrito_py.api import annotations as ann
-from burrito_py.controllers.context import Context
 from burrito_py.controllers.layer.validation import validate_layer
-from burrito_py.controllers.repository.reconcile import reconcile_repository
-from burrito_py.kube.client import Kube
 from tests.support.git_repos import make_bare, make_repo
 from tests.support.git_servers import running_http_git_server
 from tests.support.runner_overrides import settings
 
+from .conftest import sync_repository_once
+
 NS = "default"
 PASSWORD = "pw-in-the-url-4711"
-
-
-async def sync_once(kubeconfig: Path, cache: Path) -> None:
-    kube = await Kube.connect(str(kubeconfig))
-    try:
-        ctx = Context(settings=settings(git_cache_dir=cache, outbound_allowed_networks=["127.0.0.0/8"]), kube=kube)
-        base = f"/apis/{ann.API_VERSION}/namespaces/{NS}"
-        for plural, held in (("terraformrepositories", ctx.inventory.repositories),
-                             ("terraformlayers", ctx.inventory.layers)):
-            for body in (await kube.get(f"{base}/{plural}") or {}).get("items") or ():
-                held.observe({"apiVersion": ann.API_VERSION, **body})
-        ctx.primed = True
-        await reconcile_repository(ctx, (NS, "repo"))
-    finally:
-        await kube.close()
 
 
 def test_attack_a_missing_branch_never_shows_the_password_in_the_repository_url(
@@ -53,7 +37,8 @@ def test_attack_a_missing_branch_never_shows_the_password_in_the_repository_url(
         admin.post(f"{base}/terraformlayers", json={
             "apiVersion": ann.API_VERSION, "kind": "TerraformLayer", "metadata": {"name": "app"},
             "spec": {"repository": {"name": "repo"}, "branch": "nope", "path": "app"}}).raise_for_status()
-        asyncio.run(sync_once(kubeconfig, tmp_path / "cache"))
+        asyncio.run(sync_repository_once(kubeconfig, NS, "repo", git_cache_dir=tmp_path / "cache",
+                                         outbound_allowed_networks=["127.0.0.0/8"]))
         repository = admin.get(f"{base}/terraformrepositories/repo").json()
         layer = admin.get(f"{base}/terraformlayers/app").json()
     [entry] = repository["status"]["branches"]
