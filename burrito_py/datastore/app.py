@@ -109,9 +109,9 @@ class DatastoreSettings(BaseSettings):
         "longer one).")
     max_outputs_bytes: int = Field(4 * 1024 * 1024, ge=1, description="Largest `terraform output -json` accepted.")
     max_state_bytes: int = Field(
-        32 * 1024 * 1024, ge=1, description="Largest Terraform state a managed-state layer may post (413 above). The "
-        "datastore parses each posted state (its serial, lineage and resources): keep it well under a tenth of its "
-        "memory limit.")
+        32 * 1024 * 1024, ge=1, description="Largest Terraform state a managed-state layer may post (413 above). A "
+        "posted state is held whole until stored (its JSON read as a stream: measured about twice its size at peak), "
+        "and a replica holds at most 4 times this at once (503 beyond): keep 8 times it well under its memory limit.")
     state_versions_kept: int = Field(
         100, ge=1, description="Versions of a managed-state layer's state kept (the newest; older ones are deleted "
         "after each write).")

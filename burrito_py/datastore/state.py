@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import hashlib
 import json
+import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import ijson
 
 __all__ = [
     "BadState",
@@ -70,48 +75,150 @@ class StateFacts:
     sha256: str
 
 
-def parse_state(body: bytes) -> StateFacts:
+# What a state is read for (its serial, lineage and resource instances) is taken from the JSON's events as they are
+# parsed (ijson's C backend), never from the document built in memory: `json.loads` of a state of many empty
+# resources cost ~26 times its size (docs/architecture.md §10.6).
+PARSE_CHUNK = 64 * 1024
+_SCALARS = frozenset({"string", "number", "boolean", "null"})
+_CONTAINER = object()  # a value that is a JSON object or array where a scalar is expected
+# yajl's own reasons (the first line of its error): the only part of a parse error ever shown, as the rest of it
+# quotes the state around the error.
+_JSON_REASONS = frozenset({
+    "premature EOF", "trailing garbage", "invalid bytes in UTF8 string.", "invalid char in json text.",
+    "invalid string in json text.", "unallowed token at this point in JSON text",
+    "invalid object key (must be a string)", "object key and value must be separated by a colon (':')",
+    "after key and value, inside map, I expect ',' or '}'", "after array element, I expect ',' or ']'",
+    "inside a string, '\\' occurs before a character which it may not.", "invalid character inside string.",
+    "invalid (non-hex) character occurs after '\\u' inside string.",
+    "malformed number, a digit is required after the exponent.",
+    "malformed number, a digit is required after the decimal point.",
+    "malformed number, a digit is required after the minus sign.", "numeric (floating point) overflow",
+})
+
+
+# ijson's C backend (3.6.0) does not check its conversion of an integer to a Python int: one of more digits than
+# Python converts (sys.get_int_max_str_digits) leaves an exception set and a NULL in its event, which crashed the
+# process. So a body with a run of that many digits that is not a decimal's (no `.`, `e` or `E` after it) is refused
+# before it is parsed, strings included: no Terraform state has one. Found with C-speed scans (`translate`, `find`):
+# a regex tried at every `,` of a state of 16 MiB held the interpreter lock for seconds.
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_ZEROS = re.compile(rb"0*")
+
+
+def _long_integer(body: bytes | bytearray) -> int:
+    """The limit of digits Python converts when `body` holds an integer beyond it, else 0."""
+    limit = sys.get_int_max_str_digits()
+    if not limit:
+        return 0
+    digits, run = body.translate(_DIGITS_AS_ZERO), b"0" * (limit + 1)
+    at = digits.find(run)
+    while at != -1:
+        zeros = _ZEROS.match(digits, at)
+        assert zeros is not None  # `0*` matches anywhere
+        end = zeros.end()
+        if digits[end:end + 1] not in (b".", b"e", b"E"):
+            return limit
+        at = digits.find(run, end)
+    return 0
+
+
+class _Chunks:
+    """A read-only file over `data` (bytes or bytearray), PARSE_CHUNK at a time, without copying it whole."""
+
+    def __init__(self, data: bytes | bytearray) -> None:
+        self.view, self.at = memoryview(data), 0
+
+    def read(self, size: int = PARSE_CHUNK) -> bytes:
+        chunk = bytes(self.view[self.at:self.at + size])
+        self.at += len(chunk)
+        return chunk
+
+
+def _json_reason(exc: Exception) -> str:
+    kind, _, reason = str(exc).split("\n", 1)[0].partition(" error: ")
+    return f": {reason.rstrip('.')}" if kind in ("parse", "lexical") and reason in _JSON_REASONS else ""
+
+
+def parse_state(body: bytes | bytearray) -> StateFacts:
     """The facts of a posted state, or BadState naming why it is not one (never echoing its content: a state
-    holds secrets)."""
+    holds secrets). Memory: a parse buffer, whatever the body holds; CPU: linear in its JSON events (a worker
+    thread's, state_routes.py)."""
     if not body:
         raise BadState("the state is empty: expected Terraform's state JSON")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(body)
     try:
-        text = body.decode("utf-8")
+        for at in range(0, len(view), 1024 * 1024):
+            decoder.decode(view[at:at + 1024 * 1024])
+        decoder.decode(b"", final=True)
     except UnicodeDecodeError:
         raise BadState("the state is not UTF-8 text: expected Terraform's state JSON") from None
+    if limit := _long_integer(body):
+        raise BadState(f"the state holds an integer of more than {limit} digits")
+    serial: Any = None
+    lineage: Any = None
+    top_object = resources_list = True
+    resources = depth = 0
+    top_key = resource_key = None
+    in_resources = resource_map = in_instances = False
+    instances: int | None = None
     try:
-        parsed = json.loads(text)
-    except ValueError as exc:
-        # The position only, never the text around it.
-        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise BadState(f"the state is not valid JSON{where} (corrupt or truncated)") from None
-    if not isinstance(parsed, dict):
+        # A value opens at `depth` (the containers around it): the top object at 0, its members at 1, the resources
+        # at 2, their members at 3, their instances at 4. A duplicate key's last value counts, as in `json.loads`.
+        for event, value in ijson.basic_parse(_Chunks(body), buf_size=PARSE_CHUNK):
+            if event == "map_key":
+                if depth == 1:
+                    top_key = value
+                elif depth == 3:
+                    resource_key = value
+                continue
+            if event == "end_map" or event == "end_array":
+                depth -= 1
+                if depth == 2 and in_resources and event == "end_map":
+                    resources += 1 if instances is None else instances
+                continue
+            if depth == 0:
+                top_object = event == "start_map"
+            elif depth == 1 and top_object:
+                scalar = value if event in _SCALARS else _CONTAINER
+                if top_key == "serial":
+                    serial = scalar
+                elif top_key == "lineage":
+                    lineage = scalar
+                in_resources = top_key == "resources" and event == "start_array"
+                if top_key == "resources":
+                    resources_list, resources = in_resources, 0
+            elif depth == 2 and in_resources:
+                resource_map, instances = event == "start_map", None
+                if not resource_map:
+                    resources += 1  # not an object: counted as one resource without instances
+            elif depth == 3 and in_resources and resource_map:
+                in_instances = resource_key == "instances" and event == "start_array"
+                if resource_key == "instances":
+                    instances = 0 if in_instances else None
+            elif depth == 4 and in_instances and in_resources and resource_map:
+                assert instances is not None
+                instances += 1
+            if event == "start_map" or event == "start_array":
+                depth += 1
+    except (ijson.JSONError, ValueError, ArithmeticError) as exc:  # a number Decimal refuses (`1e` and 20 digits)
+        raise BadState(f"the state is not valid JSON{_json_reason(exc)} (corrupt or truncated)") from None
+    if not top_object:
         raise BadState("the state is not a JSON object")
-    serial = parsed.get("serial")
     if isinstance(serial, bool) or not isinstance(serial, int):
         raise BadState("serial: missing or not an integer")
     if serial < 0 or serial >= 10**SERIAL_DIGITS:
         raise BadState(f"serial: {serial} is out of range (0 to 10^{SERIAL_DIGITS} - 1)")
-    lineage = parsed.get("lineage")
     if not isinstance(lineage, str) or not lineage.strip():
         raise BadState("lineage: missing or not a non-empty string")
     if len(lineage) > 256:
         raise BadState("lineage: longer than 256 characters")
-    resources = parsed.get("resources", [])
-    if not isinstance(resources, list):
+    if not resources_list:
         raise BadState("resources: not a list")
-    return StateFacts(serial, lineage, _instances(resources), len(body), hashlib.sha256(body).hexdigest())
+    return StateFacts(serial, lineage, resources, len(body), hashlib.sha256(body).hexdigest())
 
 
-def _instances(resources: list[Any]) -> int:
-    count = 0
-    for resource in resources:
-        instances = resource.get("instances") if isinstance(resource, Mapping) else None
-        count += len(instances) if isinstance(instances, list) else 1
-    return count
-
-
-def check_md5(body: bytes, header: str | None) -> None:
+def check_md5(body: bytes | bytearray, header: str | None) -> None:
     """Terraform sends `Content-MD5` (base64) with every state it posts: a body cut short on the way fails here."""
     if not header:
         return
@@ -161,7 +268,7 @@ class LockRecord:
         return info
 
 
-def parse_lock_request(body: bytes) -> tuple[str | None, dict[str, Any]]:
+def parse_lock_request(body: bytes | bytearray) -> tuple[str | None, dict[str, Any]]:
     """(the lock ID, the lock info) of a LOCK or UNLOCK body; (None, {}) for an empty body (a force-unlock sends
     none). BadState for a body that is not a JSON object or an ID that is not a string."""
     if not body.strip():

@@ -28,10 +28,12 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
+import anyio
+import anyio.to_thread
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -58,7 +60,7 @@ from burrito_py.datastore.state import (
     version_serial,
     versions_to_drop,
 )
-from burrito_py.datastore.storage import DeleteFailed, Exists, Storage, TooLarge
+from burrito_py.datastore.storage import CHUNK, DeleteFailed, Exists, Storage, TooLarge
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,11 @@ META_LIMIT = 64 * 1024
 RECORD_READS = 16  # version records read at once to complete the index (S3 GETs through the storage's worker threads)
 INDEX_FILE = "index.json"  # states/<ns>/<layer>/versions/index.json: never a version key (those are 20 digits)
 INDEX_LIMIT = 64 * 1024 * 1024  # a record is a few hundred bytes: room for far more versions than anyone keeps
+# A posted state is held whole while it is parsed and stored (its key is its serial, which may come last). At most
+# STATE_BODIES x MAX_STATE_BYTES of them are held at once by a replica: a body beyond is a 503 (docs §10.7).
+STATE_BODIES = 4
+# States parsed at once, each in a worker thread: its CPU is linear in its JSON values, seconds for 32 MiB of `{}`.
+STATE_PARSES = 2
 Segment = Annotated[str, PathParam(min_length=1, max_length=253)]
 
 
@@ -79,11 +86,48 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
+async def _slices(data: bytes | bytearray) -> AsyncIterator[bytes]:
+    """A held body to storage a chunk at a time: as one piece, the storage's buffers copied it whole twice."""
+    view = memoryview(data)
+    for at in range(0, len(view), CHUNK):
+        yield bytes(view[at:at + CHUNK])
+
+
+class HeldBodies:
+    """The bytes of posted states a replica holds at once, at most `limit`: what bounds their memory whatever
+    the number of requests in flight (§10.7)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[Callable[[int], bool]]:
+        """A `take(size)` that answers whether `size` more bytes may be held; all of them are given back on exit."""
+        held = 0
+
+        def take(size: int) -> bool:
+            nonlocal held
+            if self.used + size > self.limit:
+                return False
+            self.used, held = self.used + size, held + size
+            return True
+
+        try:
+            yield take
+        finally:
+            self.used -= held
+
+
 class StateStore:
     """One layer's state objects in `Storage`: reads and the writes a verdict allows."""
 
-    def __init__(self, storage: Storage, prefix: str) -> None:
+    def __init__(self, storage: Storage, prefix: str, parsing: anyio.CapacityLimiter | None = None) -> None:
         self.storage, self.prefix = storage, prefix
+        self.parsing = parsing or anyio.CapacityLimiter(STATE_PARSES)
+
+    async def parse(self, body: bytes | bytearray) -> StateFacts:
+        """`parse_state` in a worker thread (STATE_PARSES at once): never on the event loop."""
+        return await anyio.to_thread.run_sync(parse_state, body, limiter=self.parsing)
 
     async def _read(self, key: str, limit: int | None = None) -> bytes | None:
         stream = await self.storage.open(key)
@@ -114,7 +158,7 @@ class StateStore:
             return StateFacts(int(data["serial"]), str(data["lineage"]), int(data["resources"]), int(data["size"]),
                               str(data["sha256"]))
         body = await self._read(version_key(self.prefix, serial))
-        return parse_state(body) if body is not None else None
+        return await self.parse(body) if body is not None else None
 
     async def lock(self) -> LockRecord | None:
         raw = await self._read(f"{self.prefix}/{LOCK_FILE}", LOCK_LIMIT)
@@ -127,7 +171,7 @@ class StateStore:
         if meta is not None:
             return dict(json.loads(meta)), True
         body = await self._read(version_key(self.prefix, serial))
-        return (facts_record(parse_state(body)), False) if body is not None else None
+        return (facts_record(await self.parse(body)), False) if body is not None else None
 
     @property
     def index_key(self) -> str:
@@ -212,27 +256,35 @@ def state_router(
     router = APIRouter(prefix="/api/v1")
     guards: dict[tuple[str, str], asyncio.Lock] = {}
     Caller = Annotated[Principal, Depends(caller)]
+    parsing, held = anyio.CapacityLimiter(STATE_PARSES), HeldBodies(STATE_BODIES * max_state_bytes)
 
     def store(who: Principal, action: Action, ns: str, layer: str) -> StateStore:
         prefix = f"states/{name('namespace', ns)}/{name('layer', layer)}"
         allow(who, action, LayerState(ns, layer))
-        return StateStore(storage, prefix)
+        return StateStore(storage, prefix, parsing)
 
     def guard(ns: str, layer: str) -> asyncio.Lock:
         return guards.setdefault((ns, layer), asyncio.Lock())
 
-    async def body_of(request: Request, limit: int, what: str, setting: str) -> bytes | JSONResponse:
+    async def body_of(request: Request, limit: int, what: str, setting: str,
+                      take: Callable[[int], bool] | None = None) -> bytearray | JSONResponse:
+        """The body, at most `limit` bytes; `take`: the replica's room for it (HeldBodies), else a 503."""
         declared = request.headers.get("content-length", "")
         refusal = _error(413, f"{what} refused: it may hold at most {limit} bytes ({setting})", limit=limit)
         if declared.isdigit() and int(declared) > limit:
             return refusal  # before a byte is read
-        chunks, size = [], 0
+        full = _error(503, f"{what} refused for now: the datastore holds {held.limit} bytes of posted states already "
+                      f"({STATE_BODIES} x BURRITO_PY_DATASTORE_MAX_STATE_BYTES): retry", headers={"Retry-After": "1"})
+        if take is not None and declared.isdigit() and not take(int(declared)):
+            return full  # before a byte is read
+        body = bytearray()  # grown in place: a list of pieces joined at the end held the body twice
         async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
+            if len(body) + len(chunk) > limit:
                 return refusal
-            chunks.append(chunk)
-        return b"".join(chunks)
+            if take is not None and not declared.isdigit() and not take(len(chunk)):
+                return full
+            body += chunk
+        return body
 
     responses: dict[int | str, dict[str, Any]] = {
         400: {"description": "A path segment, the state or the lock info is invalid (the reason is named)."},
@@ -266,14 +318,19 @@ def state_router(
         if (rollback_of is not None or requested_by is not None) and not who.admin:
             return _error(403, f"{who.describe()} may not record a rollback: only the server's audited rollback does")
         audit = {"rollbackOf": rollback_of, "requestedBy": requested_by} if rollback_of is not None else {}
-        body = await body_of(request, max_state_bytes, "the state", "BURRITO_PY_DATASTORE_MAX_STATE_BYTES")
-        if isinstance(body, JSONResponse):
-            return body
-        try:
-            check_md5(body, request.headers.get("content-md5"))
-            incoming = parse_state(body)
-        except BadState as exc:
-            return _error(400, f"the state of layer {ns}/{layer} refused: {exc}")
+        with held.holding() as take:
+            body = await body_of(request, max_state_bytes, "the state", "BURRITO_PY_DATASTORE_MAX_STATE_BYTES", take)
+            if isinstance(body, JSONResponse):
+                return body
+            try:
+                check_md5(body, request.headers.get("content-md5"))
+                incoming = await state.parse(body)
+            except BadState as exc:
+                return _error(400, f"the state of layer {ns}/{layer} refused: {exc}")
+            return await write_state(who, ns, layer, state, body, incoming, lock_id, audit)
+
+    async def write_state(who: Principal, ns: str, layer: str, state: StateStore, body: bytearray,
+                          incoming: StateFacts, lock_id: str | None, audit: dict[str, Any]) -> Response:
         pod_uid = who.runner.pod_uid if who.runner else ""
         async with guard(ns, layer):
             serials = await state.serials()
@@ -284,7 +341,8 @@ def state_router(
                 extra = {"lock": verdict.lock.answer()} if verdict.lock is not None else {}
                 return _error(verdict.status, verdict.message, **extra)
             try:
-                await storage.put(version_key(state.prefix, incoming.serial), _once(body), max_state_bytes, once=True)
+                await storage.put(version_key(state.prefix, incoming.serial), _slices(body), max_state_bytes,
+                                  once=True)
             except Exists:  # another replica wrote this serial meanwhile with other content
                 return _error(409, f"serial: {incoming.serial} was just stored with other content")
             record = None

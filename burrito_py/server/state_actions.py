@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
+
+import anyio.to_thread
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.operations import BadOperation, describe, parse_request
@@ -25,6 +28,17 @@ from burrito_py.server.views import OperationRequest, OperationView
 from burrito_py.timeutil import format_time_precise, utcnow
 
 log = logging.getLogger(__name__)
+
+# The diff builds both versions whole (`json.loads`), which costs up to ~26 times a state's size (one of many empty
+# values): it compares versions of at most DIFF_LIMIT bytes, one diff at a time per server, in a worker thread, so
+# that its worst case (2 x 4 MiB x 26, ~210 MiB) fits beside the server in its memory limit (chart: 512 MiB).
+DIFF_LIMIT = 4 * 1024 * 1024
+_diffing = threading.BoundedSemaphore(1)  # held in the worker thread: any event loop's, never blocking one
+
+
+def _diff_of(old: bytes, new: bytes) -> dict[str, Any]:
+    with _diffing:
+        return state_diff(json.loads(old), json.loads(new))
 
 
 class Refused(Exception):
@@ -58,16 +72,31 @@ class LayerState:
 
     async def diff(self, who: Principal, ns: str, name: str, from_serial: int | None = None,
                    to_serial: int | None = None) -> dict[str, Any]:
-        """`state_diff` of two kept versions (default: the current one and the one before it)."""
-        serials = [int(v["serial"]) for v in await self.versions(who, ns, name) if isinstance(v.get("serial"), int)]
+        """`state_diff` of two kept versions (default: the current one and the one before it), each of at most
+        DIFF_LIMIT bytes (413 above, before either is read)."""
+        versions = [v for v in await self.versions(who, ns, name) if isinstance(v.get("serial"), int)]
+        serials = [int(v["serial"]) for v in versions]
         to = to_serial if to_serial is not None else (serials[-1] if serials else None)
         older = [s for s in serials if to is not None and s < to]
         before = from_serial if from_serial is not None else (older[-1] if older else None)
         if to is None or before is None:
             raise Refused(404, f"layer {ns}/{name} has no two state versions to compare")
-        old = json.loads(await self.artifacts.state_version(ns, name, before))
-        new = json.loads(await self.artifacts.state_version(ns, name, to))
-        return state_diff(old, new)
+        sizes = {int(v["serial"]): v.get("size") for v in versions}
+        for serial in (before, to):
+            size = sizes.get(serial)
+            if isinstance(size, int) and size > DIFF_LIMIT:
+                raise Refused(413, self._too_large(ns, name, serial, size))
+        old = await self.artifacts.state_version(ns, name, before)
+        new = await self.artifacts.state_version(ns, name, to)
+        for serial, body in ((before, old), (to, new)):
+            if len(body) > DIFF_LIMIT:  # a version its record did not size
+                raise Refused(413, self._too_large(ns, name, serial, len(body)))
+        return await anyio.to_thread.run_sync(_diff_of, old, new)
+
+    @staticmethod
+    def _too_large(ns: str, name: str, serial: int, size: int) -> str:
+        return (f"version {serial} of layer {ns}/{name} holds {size} bytes: the diff compares versions of at most "
+                f"{DIFF_LIMIT} bytes; download them (get secrets) to compare larger ones")
 
     # -- a version's state: get secrets too (it holds every secret of the layer, as a plan's JSON does) -----------
     async def may_download(self, who: Principal, ns: str) -> bool:

@@ -84,7 +84,7 @@ def test_refused_writes_leave_the_state_as_it_was(datastore: str) -> None:
         (tfstate(4), 409, "serial: 4 is lower than the stored state's serial 5"),
         (tfstate(9, lineage="another"), 409, "lineage: 'another' is not the stored state's lineage 'lineage-1'"),
         (tfstate(5, resources=2), 409, "serial: 5 is already stored with other content"),
-        (b"not json at all", 400, "the state is not valid JSON at line 1 column 1 (corrupt or truncated)"),
+        (b"not json at all", 400, "the state is not valid JSON: invalid string in json text (corrupt or truncated)"),
         (b'{"lineage": "lineage-1"}', 400, "serial: missing or not an integer"),
         (b'{"serial": 6}', 400, "lineage: missing or not a non-empty string"),
     ]

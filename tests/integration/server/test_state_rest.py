@@ -22,6 +22,7 @@ from tests.integration.server.rest_platform import (
     STATE_SECRET,
     RestPlatform,
     account,
+    create,
     grant,
     post_state_versions,
     running_rest_platform,
@@ -75,6 +76,27 @@ def test_downloading_a_version_needs_get_secrets(platform: RestPlatform) -> None
     assert refused.status_code == 403 and "a state holds every secret of the layer" in refused.json()["error"]
     assert SECRET not in refused.text
     assert missing.status_code == 404 and "no state version 9" in missing.json()["error"]
+
+
+def test_attack_a_diff_of_a_version_beyond_its_limit_is_refused_unread(platform: RestPlatform) -> None:
+    """Tenant code in an apply's runner stores a state of 5 MiB of empty resources (a valid state, under the
+    datastore's limit); a user then opens the layer's diff. Building both versions whole would cost the server ~26
+    times their size, so a version above DIFF_LIMIT is a 413 naming it, before it is read."""
+    create(platform.kube, "terraformlayers", NS_A, {
+        "kind": "TerraformLayer", "metadata": {"name": "huge"},
+        "spec": {"repository": {"name": "infra"}, "branch": "main", "path": "huge"}})
+    admin = {"Authorization": f"Bearer {platform.tokens['controller']}"}
+    url = f"{platform.datastore_url}/api/v1/layers/{NS_A}/huge/state"
+    head = b'{"serial": 2, "lineage": "lineage-h", "resources": ['
+    huge = head + b",".join([b"{}"] * (5 * 1024 * 1024 // 3)) + b"]}"
+    assert httpx.post(url, content=b'{"serial": 1, "lineage": "lineage-h"}', headers=admin).status_code == 200
+    assert httpx.post(url, content=huge, headers=admin, timeout=120).status_code == 200
+    with platform.client("tenant-a") as client:
+        refused = client.get(f"/api/layers/{NS_A}/huge/state/diff", timeout=120)
+        small = client.get(f"/api/layers/{NS_A}/app/state/diff")
+    assert refused.status_code == 413, refused.text[:200]
+    assert f"version 2 of layer {NS_A}/huge holds {len(huge)} bytes" in refused.json()["error"]
+    assert small.status_code == 200
 
 
 @pytest.mark.parametrize("route", ["versions", "diff", "versions/1"])
