@@ -871,7 +871,8 @@ def create_app(
     from burrito_py.datastore.state_routes import state_router
 
     app.include_router(state_router(storage, _state_caller, allow, _name, settings.max_state_bytes,
-                                    settings.state_versions_kept))
+                                    settings.state_versions_kept, usage=usage,
+                                    namespace_quota=settings.namespace_quota_bytes))
     _mount_caches(app, storage, settings)
 
     # /metrics: for who may `get` the non-resource URL /metrics (kube/metrics_auth.py), not for every runner pod.

@@ -3,7 +3,9 @@ quota and the namespace's quota, whichever leaves least.
 
 Counting. A run's stored bytes are summed from one listing of its prefix (`Storage.sizes`: file sizes on the
 filesystem, `Size` from ListObjectsV2 on S3; no object is read), exact at the time of the write. A namespace's
-total would cost a listing of every run it ever stored, so it is listed once and then kept up to date by this
+total (its runs' objects under `layers/<ns>/` and its layers' managed states under `states/<ns>/`: every version
+kept, its record and index) would cost a listing of every run it ever stored, so it is listed once and then kept
+up to date by this
 replica's own writes and deletes, and listed again after `recount_seconds`. It is therefore approximate: writes
 by other replicas (and retention's deletes) are seen at the next recount, and concurrent uploads each see the
 total before the others land, so a namespace can pass its quota by at most what those uploads hold. Only runner
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from burrito_py.datastore.storage import Storage
 
 MIB = 1024 * 1024
+NAMESPACE_PREFIXES = ("layers", "states")  # what a namespace's quota counts: its runs' objects, its managed states
 
 
 def describe_bytes(size: int) -> str:
@@ -70,7 +73,7 @@ def allowance(
 
 
 class NamespaceUsage:
-    """Stored bytes under `layers/<ns>/` per namespace, counted as the module docstring says."""
+    """Stored bytes under `layers/<ns>/` and `states/<ns>/` per namespace, counted as the module docstring says."""
 
     def __init__(self, storage: Storage, recount_seconds: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -87,7 +90,8 @@ class NamespaceUsage:
             held = self._held.get(namespace)
             if held is None or self.clock() - held[1] >= self.recount_seconds:
                 counted_at = self.clock()
-                total = sum((await self.storage.sizes(f"layers/{namespace}")).values())
+                total = sum([sum((await self.storage.sizes(f"{top}/{namespace}")).values())
+                             for top in NAMESPACE_PREFIXES])
                 held = (total, counted_at)
                 self._held[namespace] = held
             return held[0]

@@ -39,6 +39,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from burrito_py.datastore.auth import Action, LayerState, Principal, Target
+from burrito_py.datastore.quota import NamespaceUsage, allowance
 from burrito_py.datastore.state import (
     META_SUFFIX,
     BadState,
@@ -250,9 +251,12 @@ def state_router(
     max_state_bytes: int,
     versions_kept: int = 100,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    usage: NamespaceUsage | None = None,
+    namespace_quota: int = 0,
 ) -> APIRouter:
     """The routes; `caller` authenticates (bearer or Terraform's basic auth, the password being the token),
-    `allow` authorizes (auth.py's `LayerState` rules), `name` validates a path segment."""
+    `allow` authorizes (auth.py's `LayerState` rules), `name` validates a path segment. `usage` and
+    `namespace_quota`: a runner's state counts in its namespace's quota (quota.py), as its artifacts do."""
     router = APIRouter(prefix="/api/v1")
     guards: dict[tuple[str, str], asyncio.Lock] = {}
     Caller = Annotated[Principal, Depends(caller)]
@@ -267,10 +271,12 @@ def state_router(
         return guards.setdefault((ns, layer), asyncio.Lock())
 
     async def body_of(request: Request, limit: int, what: str, setting: str,
-                      take: Callable[[int], bool] | None = None) -> bytearray | JSONResponse:
-        """The body, at most `limit` bytes; `take`: the replica's room for it (HeldBodies), else a 503."""
+                      take: Callable[[int], bool] | None = None, reason: str | None = None) -> bytearray | JSONResponse:
+        """The body, at most `limit` bytes (`reason`: what sets it, else `setting`); `take`: the replica's room for it
+        (HeldBodies), else a 503."""
         declared = request.headers.get("content-length", "")
-        refusal = _error(413, f"{what} refused: it may hold at most {limit} bytes ({setting})", limit=limit)
+        refusal = _error(413, f"{what} refused: {reason or f'it may hold at most {limit} bytes ({setting})'}",
+                         limit=limit)
         if declared.isdigit() and int(declared) > limit:
             return refusal  # before a byte is read
         full = _error(503, f"{what} refused for now: the datastore holds {held.limit} bytes of posted states already "
@@ -318,8 +324,14 @@ def state_router(
         if (rollback_of is not None or requested_by is not None) and not who.admin:
             return _error(403, f"{who.describe()} may not record a rollback: only the server's audited rollback does")
         audit = {"rollbackOf": rollback_of, "requestedBy": requested_by} if rollback_of is not None else {}
+        # A runner's state counts in its namespace's quota (the admins' writes are counted, never refused), checked
+        # before a byte is stored: a refused version leaves nothing behind.
+        used = await usage.used(ns) if usage is not None and namespace_quota and not who.admin else None
+        granted = allowance("it", max_state_bytes, "BURRITO_PY_DATASTORE_MAX_STATE_BYTES", "", None, 0, ns, used,
+                            namespace_quota)
         with held.holding() as take:
-            body = await body_of(request, max_state_bytes, "the state", "BURRITO_PY_DATASTORE_MAX_STATE_BYTES", take)
+            body = await body_of(request, max(granted.limit, 0), "the state", "BURRITO_PY_DATASTORE_MAX_STATE_BYTES",
+                                 take, granted.reason)
             if isinstance(body, JSONResponse):
                 return body
             try:
@@ -341,10 +353,12 @@ def state_router(
                 extra = {"lock": verdict.lock.answer()} if verdict.lock is not None else {}
                 return _error(verdict.status, verdict.message, **extra)
             try:
-                await storage.put(version_key(state.prefix, incoming.serial), _slices(body), max_state_bytes,
-                                  once=True)
+                stored = await storage.put(version_key(state.prefix, incoming.serial), _slices(body), max_state_bytes,
+                                           once=True)
             except Exists:  # another replica wrote this serial meanwhile with other content
                 return _error(409, f"serial: {incoming.serial} was just stored with other content")
+            if usage is not None and stored.created:
+                usage.add(ns, stored.size)
             record = None
             if verdict.created or not await storage.exists(version_key(state.prefix, incoming.serial, META_SUFFIX)):
                 # A retry completes the record of a write that died between its state and its record.
@@ -364,8 +378,11 @@ def state_router(
             if record is not None:
                 # The index after the version, its record and retention: a crash before this line leaves it behind,
                 # which the next listing sees and repairs.
+                index = await state.index()
+                if usage is not None and index is not None:  # the dropped versions' bytes, as their records say
+                    usage.add(ns, -sum(int(index.records[s].get("size") or 0) for s in dropped if s in index.records))
                 kept = sorted({*serials, incoming.serial} - set(dropped))
-                await state.write_index(index_after_write(await state.index(), record, kept))
+                await state.write_index(index_after_write(index, record, kept))
         return JSONResponse({"serial": incoming.serial, "lineage": incoming.lineage, "sha256": incoming.sha256},
                             status_code=200)
 

@@ -279,6 +279,30 @@ def test_attack_the_layers_runner_cannot_use_an_admins_lock_by_its_id(platform: 
     assert lock(url, admins, "UNLOCK", **admin).status_code == 200  # the admin itself still releases it
 
 
+def test_attack_a_runner_cannot_fill_the_volume_with_state_versions(platform: AuthPlatform, tmp_path: Path) -> None:
+    """Tenant code in an apply's runner posts version after version of a large state (each kept, 100 by default):
+    they count in the namespace's quota as its artifacts do, and the version that would pass it is a 413 naming
+    the quota, with nothing of it stored."""
+    quota = 10_000
+    runner = basic(platform.runner_of("app-apply-quota", "apply"))
+    with running_datastore(tmp_path / "data", auth_enabled=True, kubeconfig=platform.kubeconfig,
+                           admin_users=["system:serviceaccount:burrito-py:burrito-py-controllers"],
+                           namespace_quota_bytes=quota, quota_recount_seconds=3600) as url:
+        states = [tfstate(serial, value="v" * 2800) for serial in range(1, 5)]
+        assert sum(len(body) for body in states[:3]) < quota < sum(len(body) for body in states)
+        for body in states[:3]:
+            assert post(f"{url}{APP}", body, **runner).status_code == 200
+        refused = post(f"{url}{APP}", states[3], **runner)
+        assert refused.status_code == 413, refused.text
+        assert refused.json()["error"].startswith(f"the state refused: namespace {NS} stores ")
+        assert refused.json()["error"].endswith(f"of its quota of {quota} bytes "
+                                                "(BURRITO_PY_DATASTORE_NAMESPACE_QUOTA_BYTES)")
+        versions = tmp_path / "data" / "states" / NS / "app" / "versions"
+        assert sorted(p.name for p in versions.iterdir() if not p.name.startswith("index")) == [
+            f"{s:020d}.{ext}" for s in (1, 2, 3) for ext in ("json", "tfstate")]
+        assert httpx.get(f"{url}{APP}", headers=runner).content == states[2]
+
+
 def test_no_token_or_a_bad_password_is_401(platform: AuthPlatform) -> None:
     url = f"{platform.url}{APP}"
     assert httpx.get(url).status_code == 401
