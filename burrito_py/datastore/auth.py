@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from burrito_py.api.operation_rules import STATE_ACTIONS as STATE_CHANGING_OPERATIONS
 from burrito_py.api.run import pod_name
 from burrito_py.kube.subject import Extra
 
@@ -31,10 +32,14 @@ from burrito_py.kube.subject import Extra
 # never a runner, not even the run's own: a compromised runner must not erase the record of what it did.
 # "read-inputs": reading a run's inputs record (variables, Secret values among them): only that run's runner.
 # "state-read", "state-write", "state-lock": the layer's Terraform state (docs/architecture.md §10.6): only the layer's
-# own current runner pod (never a pull request's) and admins.
+# own current runner pod (never a pull request's; a write only for STATE_WRITERS; nothing once its run ended) and
+# admins.
 Action = Literal["read", "write", "review", "inputs", "read-inputs", "delete", "state-read", "state-write",
                  "state-lock"]
 STATE_ACTIONS = ("state-read", "state-write", "state-lock")
+# The runs whose runner writes its layer's state: apply and the day-2 operations that change it (§5.12). A plan only
+# reads it and takes its lock (`terraform plan` locks unless -lock=false); a force-unlock run only releases a lock.
+STATE_WRITERS = ("apply", *STATE_CHANGING_OPERATIONS)
 
 
 class Unauthenticated(Exception):
@@ -71,6 +76,10 @@ class RunnerScope:
     # Why it may read no sources at all (its layer names another namespace's repository, which the operator did not
     # allow: kube_auth.py), else "".
     sources_refused: str = ""
+    # The run's `spec.action` (what it may do with its layer's state: STATE_WRITERS) and whether it has ended
+    # (`status.state` Succeeded or Failed: its pod's token then has no right to the state at all).
+    action: str = ""
+    ended: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +224,9 @@ def authorize(principal: Principal, action: Action, target: Target) -> str | Non
 
 def _authorize_state(who: str, scope: RunnerScope, action: Action, target: Target) -> str | None:
     """A runner's right to a layer's state: its own layer's only, and never a pull request's runner (its code is
-    not the branch's, and the state holds the layer's secrets: it reads none of the layer's artifacts either)."""
+    not the branch's, and the state holds the layer's secrets: it reads none of the layer's artifacts either); a
+    write only by the runner of a run that writes state (STATE_WRITERS); nothing once its run has ended (its pod's
+    token stays valid for its pod's lifetime)."""
     if not isinstance(target, LayerState) or action not in STATE_ACTIONS:
         return f"{who} may not {action} {target.describe()}"
     if (target.namespace, target.layer) != (scope.namespace, scope.layer):
@@ -223,6 +234,11 @@ def _authorize_state(who: str, scope: RunnerScope, action: Action, target: Targe
     if scope.pull_request is not None:
         return (f"{who} is the runner of pull request {scope.pull_request}: pull requests' runs may not use "
                 f"{target.describe()}")
+    if scope.ended:
+        return f"{who} is the runner of run {scope.run}, which has ended: it may no longer use {target.describe()}"
+    if action == "state-write" and scope.action not in STATE_WRITERS:
+        return (f"{who} is the runner of {scope.action or 'an unknown'} run {scope.run}, which never writes a state "
+                f"(only {', '.join(STATE_WRITERS)} runs do): it may not write {target.describe()}")
     return None
 
 

@@ -236,6 +236,8 @@ async def _runner_scope(
         pod_uid=str(meta.get("uid") or ""),
         force_unlock=str((run_spec.get("operation") or {}).get("lockId") or "")
         if run_spec.get("action") == "force-unlock" and not run_spec.get("pullRequest") else "",
+        action=str(run_spec.get("action") or ""),
+        ended=(run.get("status") or {}).get("state") in ("Succeeded", "Failed"),
     )
 
 

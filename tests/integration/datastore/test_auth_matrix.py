@@ -29,6 +29,10 @@ from tests.integration.datastore.auth_platform import (
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthPlatform]:
     with running_auth_platform(tmp_path_factory.mktemp("auth")) as p:
+        admin = {"Authorization": f"Bearer {p.admin_token}"}
+        for layer, body in STATE_BODIES.items():  # the layers' states, as an apply would have written them
+            stored = httpx.post(f"{p.url}/api/v1/layers/{NS}/{layer}/state", content=body, headers=admin)
+            assert stored.status_code == 200, stored.text
         yield p
 
 
@@ -77,8 +81,8 @@ def calls() -> list[Call]:
             Call("GET inputs", target, "GET", f"{base}/inputs"),
         ]
     for target, layer in STATE_TARGETS.items():
-        # A managed-state layer's state (docs/architecture.md §10.6): the controller's POST stores serial 1, every
-        # identity allowed after it posts the same bytes (200); each LOCK is released by the same identity's UNLOCK.
+        # A managed-state layer's state (docs/architecture.md §10.6): serial 1 is stored before (the fixture), every
+        # identity allowed to write posts the same bytes (200); each LOCK is released by the same identity's UNLOCK.
         base = f"/api/v1/layers/{NS}/{layer}/state"
         lock = json.dumps({"ID": f"matrix-{layer}", "Operation": "OperationTypeApply"}).encode()
         out += [
@@ -112,14 +116,14 @@ def success(call: Call) -> int:
 
 # What each runner may do, spelled out rather than derived: reads of its own run and its layer's repository,
 # writes of its own run's attempt only (the one its pod is recorded for: 1 for both), reads of its own run's
-# inputs only.
+# inputs only; its layer's state read and locked, never written (both are plan runs: a plan never writes state).
 RUNNER_ALLOWED = {
     # Another run of its layer: no (issue 24, P2: a runner reads its own run's artifacts, and an apply its plan
     # run's, so a pull request's plan and the layer's runs read none of each other's).
     "own-runner": {("own-run", "PUT"), ("own-run", "GET"), ("own-run", "HEAD"), ("own-repo", "GET"),
-                   ("own-repo", "HEAD"), *(("own-state", m) for m in ("POST", "GET", "LOCK", "UNLOCK"))},
+                   ("own-repo", "HEAD"), *(("own-state", m) for m in ("GET", "LOCK", "UNLOCK"))},
     "other-runner": {("other-layer", "PUT"), ("other-layer", "GET"), ("other-layer", "HEAD"), ("other-repo", "GET"),
-                     ("other-repo", "HEAD"), *(("other-state", m) for m in ("POST", "GET", "LOCK", "UNLOCK"))},
+                     ("other-repo", "HEAD"), *(("other-state", m) for m in ("GET", "LOCK", "UNLOCK"))},
 }
 OWN_RUN = {"own-runner": "own-run", "other-runner": "other-layer"}
 

@@ -200,18 +200,18 @@ def basic(token: str) -> dict[str, str]:
 
 
 def test_the_layers_runner_uses_its_state_with_basic_auth_and_its_lock_names_its_pod(platform: AuthPlatform) -> None:
-    url, own = f"{platform.url}{APP}", basic(platform.tokens["own-runner"])
+    url, own = f"{platform.url}{APP}", basic(platform.runner_of("app-apply-1", "apply"))
     assert lock(url, LOCK_INFO, **own).status_code == 200
     assert post(url, tfstate(1), LOCK_INFO["ID"], **own).status_code == 200
     assert httpx.get(url, headers=own).content == tfstate(1)
     admin = {"Authorization": f"Bearer {platform.admin_token}"}
     held = httpx.get(f"{url}/lock", headers=admin).json()
-    pod_uid = platform.http.get(f"/api/v1/namespaces/{NS}/pods/app-plan-1-1").json()["metadata"]["uid"]
+    pod_uid = platform.http.get(f"/api/v1/namespaces/{NS}/pods/app-apply-1-1").json()["metadata"]["uid"]
     # The holder is what the token is bound to, not what the lock info says.
-    assert (held["run"], held["attempt"], held["pod"], held["podUid"]) == ("app-plan-1", 1, "app-plan-1-1", pod_uid)
+    assert (held["run"], held["attempt"], held["pod"], held["podUid"]) == ("app-apply-1", 1, "app-apply-1-1", pod_uid)
     versions = platform.data_dir / "states" / NS / "app" / "versions"
     meta = json.loads((versions / f"{1:020d}.json").read_bytes()[45:])  # after the filesystem's object header
-    assert (meta["run"], meta["attempt"], meta["serial"], meta["resources"]) == ("app-plan-1", 1, 1, 1)
+    assert (meta["run"], meta["attempt"], meta["serial"], meta["resources"]) == ("app-apply-1", 1, 1, 1)
     assert httpx.get(url, headers=admin).content == tfstate(1)  # admins read
     assert lock(url, LOCK_INFO, "UNLOCK", **own).status_code == 200
 
@@ -250,9 +250,11 @@ def test_another_layers_runner_cannot_read_write_or_lock_this_layers_state(
 
 def test_another_layers_runner_may_use_its_own_state(platform: AuthPlatform) -> None:
     """The refusal above is about whose state, not about the token: layer B's runner uses layer B's state."""
-    url, other = f"{platform.url}/api/v1/layers/{NS}/other/state", basic(platform.tokens["other-runner"])
+    url = f"{platform.url}/api/v1/layers/{NS}/other/state"
+    other = basic(platform.runner_of("other-apply-1", "apply", layer="other"))
     assert post(url, tfstate(1, lineage="other-lineage"), **other).status_code == 200
     assert httpx.get(url, headers=other).content == tfstate(1, lineage="other-lineage")
+    assert httpx.get(url, headers=basic(platform.tokens["other-runner"])).status_code == 200  # its plan reads it
 
 
 def test_attack_the_layers_runner_cannot_use_an_admins_lock_by_its_id(platform: AuthPlatform) -> None:
@@ -303,6 +305,37 @@ def test_attack_a_runner_cannot_fill_the_volume_with_state_versions(platform: Au
         assert httpx.get(f"{url}{APP}", headers=runner).content == states[2]
 
 
+def test_attack_a_plan_runs_token_never_writes_the_state(platform: AuthPlatform) -> None:
+    """Tenant code in a plan's runner (a plan never writes state) writes a crafted state into its layer's: 403,
+    nothing stored. What a plan does with the state, read it under its lock, still works."""
+    url, plan = f"{platform.url}{APP}", basic(platform.tokens["own-runner"])
+    admin = {"Authorization": f"Bearer {platform.admin_token}"}
+    before = httpx.get(f"{url}/versions", headers=admin).json()
+    plan_lock = {**LOCK_INFO, "ID": "plan-lock", "Operation": "OperationTypePlan"}
+    assert lock(url, plan_lock, **plan).status_code == 200
+    written = post(url, tfstate(90, value="crafted"), "plan-lock", **plan)
+    assert written.status_code == 403, written.text
+    assert "run app-plan-1, which never writes a state" in written.json()["error"]
+    assert httpx.get(url, headers=plan).status_code in (200, 404)  # it reads the state (none yet, or the last)
+    assert lock(url, plan_lock, "UNLOCK", **plan).status_code == 200
+    assert httpx.get(f"{url}/versions", headers=admin).json() == before
+
+
+def test_attack_an_ended_runs_token_cannot_lock_write_or_read_the_state(platform: AuthPlatform) -> None:
+    """The pod of a run that has ended (its token valid for the pod's lifetime) takes the layer's lock, blocking
+    every later run, or writes a state: 403, nothing held or stored."""
+    url, admin = f"{platform.url}{APP}", {"Authorization": f"Bearer {platform.admin_token}"}
+    ended = basic(platform.runner_of("app-apply-ended", "apply", state="Succeeded"))
+    before = httpx.get(f"{url}/versions", headers=admin).json()
+    taken = lock(url, {**LOCK_INFO, "ID": "ended-lock"}, **ended)
+    assert taken.status_code == 403, taken.text
+    assert "run app-apply-ended, which has ended" in taken.json()["error"]
+    assert post(url, tfstate(91, value="crafted"), **ended).status_code == 403
+    assert httpx.get(url, headers=ended).status_code == 403
+    assert httpx.get(f"{url}/lock", headers=admin).status_code == 404
+    assert httpx.get(f"{url}/versions", headers=admin).json() == before
+
+
 def test_no_token_or_a_bad_password_is_401(platform: AuthPlatform) -> None:
     url = f"{platform.url}{APP}"
     assert httpx.get(url).status_code == 401
@@ -313,7 +346,7 @@ def test_no_token_or_a_bad_password_is_401(platform: AuthPlatform) -> None:
 def test_a_runner_cannot_record_a_rollback(platform: AuthPlatform) -> None:
     """Tenant code would dress its own crafted state as an audited rollback someone asked for: only admins (the
     server, after its SubjectAccessReview) record one."""
-    url, own = f"{platform.url}{APP}", basic(platform.tokens["own-runner"])
+    url, own = f"{platform.url}{APP}", basic(platform.runner_of("app-apply-rollback", "apply"))
     admin = {"Authorization": f"Bearer {platform.admin_token}"}
     before = httpx.get(f"{url}/versions", headers=admin).json()
     forged = httpx.post(url, content=tfstate(50), params={"rollbackOf": 1, "requestedBy": "alice"}, headers=own)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -261,7 +262,8 @@ def test_version_keys_sort_as_serials() -> None:
     assert version_serial("states/ns/app/lock.json") is None
 
 
-SCOPE = RunnerScope("team", "app", "app-apply-1", "team", "repo", attempt=1, pod="app-apply-1-1", pod_uid="uid-1")
+SCOPE = RunnerScope("team", "app", "app-apply-1", "team", "repo", attempt=1, pod="app-apply-1-1", pod_uid="uid-1",
+                    action="apply")
 RUNNER = Principal("system:serviceaccount:team:burrito-py-runner", runner=SCOPE)
 
 
@@ -276,6 +278,28 @@ def test_only_the_layers_own_runner_and_admins_use_its_state(action: Action) -> 
     assert refused is not None and "pull request 7" in refused
     assert authorize(Principal("admin", admin=True), action, LayerState("team", "app")) is None
     assert authorize(Principal("someone"), action, LayerState("team", "app")) is not None
+
+
+@pytest.mark.parametrize("run_action", ["apply", "import", "state-rm", "state-mv", "migrate-state"])
+def test_only_runs_that_write_state_write_it(run_action: str) -> None:
+    writer = Principal(RUNNER.username, runner=replace(SCOPE, action=run_action))
+    assert authorize(writer, "state-write", LayerState("team", "app")) is None
+
+
+@pytest.mark.parametrize("run_action", ["plan", "force-unlock", ""])
+def test_a_plan_reads_and_locks_its_state_and_never_writes_it(run_action: str) -> None:
+    reader = Principal(RUNNER.username, runner=replace(SCOPE, action=run_action))
+    assert authorize(reader, "state-read", LayerState("team", "app")) is None
+    assert authorize(reader, "state-lock", LayerState("team", "app")) is None  # terraform plan locks; force-unlock
+    refused = authorize(reader, "state-write", LayerState("team", "app"))
+    assert refused is not None and "never writes a state" in refused
+
+
+@pytest.mark.parametrize("action", ["state-read", "state-write", "state-lock"])
+def test_an_ended_runs_token_has_no_right_to_the_state(action: Action) -> None:
+    ended = Principal(RUNNER.username, runner=replace(SCOPE, ended=True))
+    refused = authorize(ended, action, LayerState("team", "app"))
+    assert refused is not None and "run app-apply-1, which has ended" in refused
 
 
 def test_state_actions_never_reach_artifacts() -> None:
