@@ -38,8 +38,8 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from burrito_py.datastore.auth import Action, LayerState, Principal, Target
-from burrito_py.datastore.quota import NamespaceUsage, allowance
+from burrito_py.datastore.auth import STATE_WRITERS, Action, LayerState, Principal, Target
+from burrito_py.datastore.quota import NamespaceUsage
 from burrito_py.datastore.state import (
     META_SUFFIX,
     BadState,
@@ -324,14 +324,11 @@ def state_router(
         if (rollback_of is not None or requested_by is not None) and not who.admin:
             return _error(403, f"{who.describe()} may not record a rollback: only the server's audited rollback does")
         audit = {"rollbackOf": rollback_of, "requestedBy": requested_by} if rollback_of is not None else {}
-        # A runner's state counts in its namespace's quota (the admins' writes are counted, never refused), checked
-        # before a byte is stored: a refused version leaves nothing behind.
-        used = await usage.used(ns) if usage is not None and namespace_quota and not who.admin else None
-        granted = allowance("it", max_state_bytes, "BURRITO_PY_DATASTORE_MAX_STATE_BYTES", "", None, 0, ns, used,
-                            namespace_quota)
+        # A state counts in its namespace's quota but is never refused for it here: an apply's POST comes after
+        # Terraform changed the infrastructure, and a refused one is a state lost (Terraform keeps it only in the
+        # runner's errored.tfstate). The quota refuses a state-writing run's LOCK instead, before anything changed.
         with held.holding() as take:
-            body = await body_of(request, max(granted.limit, 0), "the state", "BURRITO_PY_DATASTORE_MAX_STATE_BYTES",
-                                 take, granted.reason)
+            body = await body_of(request, max_state_bytes, "the state", "BURRITO_PY_DATASTORE_MAX_STATE_BYTES", take)
             if isinstance(body, JSONResponse):
                 return body
             try:
@@ -399,6 +396,13 @@ def state_router(
             return _error(400, f"the lock of layer {ns}/{layer} refused: {exc}")
         scope = who.runner
         pod_uid = scope.pod_uid if scope else ""
+        if scope is not None and scope.action in STATE_WRITERS and usage is not None and namespace_quota:
+            # A run that writes state starts only with room for it: refused here, Terraform has changed nothing.
+            used = await usage.used(ns)
+            if used >= namespace_quota:
+                return _error(413, f"the lock of layer {ns}/{layer} refused: namespace {ns} uses {used} bytes, its "
+                              f"quota is {namespace_quota} (BURRITO_PY_DATASTORE_NAMESPACE_QUOTA_BYTES): nothing "
+                              "that writes state starts until it has room", limit=namespace_quota)
         async with guard(ns, layer):
             for _ in range(2):  # a second look when another replica created the lock meanwhile
                 held = await state.lock()

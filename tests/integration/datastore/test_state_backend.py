@@ -283,8 +283,10 @@ def test_attack_the_layers_runner_cannot_use_an_admins_lock_by_its_id(platform: 
 
 def test_attack_a_runner_cannot_fill_the_volume_with_state_versions(platform: AuthPlatform, tmp_path: Path) -> None:
     """Tenant code in an apply's runner posts version after version of a large state (each kept, 100 by default):
-    they count in the namespace's quota as its artifacts do, and the version that would pass it is a 413 naming
-    the quota, with nothing of it stored."""
+    they count in the namespace's quota as its artifacts do, and no run that writes state starts once the namespace
+    is over it: its LOCK is a 413 naming the quota, before Terraform changed anything. A POST is never refused for
+    the quota: an apply's comes after the infrastructure changed, and a refused one was a state lost (Terraform kept
+    it only in the runner's errored.tfstate). A plan still locks and reads."""
     quota = 10_000
     runner = basic(platform.runner_of("app-apply-quota", "apply"))
     with running_datastore(tmp_path / "data", auth_enabled=True, kubeconfig=platform.kubeconfig,
@@ -292,17 +294,20 @@ def test_attack_a_runner_cannot_fill_the_volume_with_state_versions(platform: Au
                            namespace_quota_bytes=quota, quota_recount_seconds=3600) as url:
         states = [tfstate(serial, value="v" * 2800) for serial in range(1, 5)]
         assert sum(len(body) for body in states[:3]) < quota < sum(len(body) for body in states)
-        for body in states[:3]:
-            assert post(f"{url}{APP}", body, **runner).status_code == 200
-        refused = post(f"{url}{APP}", states[3], **runner)
+        assert lock(f"{url}{APP}", LOCK_INFO, **runner).status_code == 200
+        for body in states:  # the last one past the quota: stored all the same, the apply's state is never lost
+            assert post(f"{url}{APP}", body, LOCK_INFO["ID"], **runner).status_code == 200
+        assert httpx.get(f"{url}{APP}", headers=runner).content == states[3]
+        assert lock(f"{url}{APP}", LOCK_INFO, "UNLOCK", **runner).status_code == 200
+        refused = lock(f"{url}{APP}", LOCK_INFO, **runner)  # the next state-writing run does not start
         assert refused.status_code == 413, refused.text
-        assert refused.json()["error"].startswith(f"the state refused: namespace {NS} stores ")
-        assert refused.json()["error"].endswith(f"of its quota of {quota} bytes "
-                                                "(BURRITO_PY_DATASTORE_NAMESPACE_QUOTA_BYTES)")
-        versions = tmp_path / "data" / "states" / NS / "app" / "versions"
-        assert sorted(p.name for p in versions.iterdir() if not p.name.startswith("index")) == [
-            f"{s:020d}.{ext}" for s in (1, 2, 3) for ext in ("json", "tfstate")]
-        assert httpx.get(f"{url}{APP}", headers=runner).content == states[2]
+        error = refused.json()["error"]
+        assert error.startswith(f"the lock of layer {NS}/app refused: namespace {NS} uses "), error
+        assert "(BURRITO_PY_DATASTORE_NAMESPACE_QUOTA_BYTES)" in error
+        plan = basic(platform.tokens["own-runner"])  # a plan writes nothing: it locks and reads as before
+        plan_lock = {**LOCK_INFO, "ID": "plan-lock", "Operation": "OperationTypePlan"}
+        assert lock(f"{url}{APP}", plan_lock, **plan).status_code == 200
+        assert lock(f"{url}{APP}", plan_lock, "UNLOCK", **plan).status_code == 200
 
 
 def test_attack_a_plan_runs_token_never_writes_the_state(platform: AuthPlatform) -> None:
