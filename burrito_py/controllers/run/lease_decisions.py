@@ -44,7 +44,9 @@ def lease_verdict(
         return LeaseVerdict.WAIT_FOR_POD if other_pods else LeaseVerdict.CREATE
     holder = (lease.get("spec") or {}).get("holderIdentity")
     if holder == run_name:
-        return LeaseVerdict.HELD
+        # Ours by name: a deleted run's Lease left behind (`--cascade=orphan`, or not yet collected) names the new
+        # run of that same (deterministic) name too, while the old one's pod may still run.
+        return LeaseVerdict.WAIT_FOR_POD if other_pods else LeaseVerdict.HELD
     if not holder or not holder_exists or holder_state in ("Succeeded", "Failed"):
         return LeaseVerdict.WAIT_FOR_POD if other_pods else LeaseVerdict.TAKE_OVER
     return LeaseVerdict.WAIT

@@ -378,8 +378,9 @@ async def _reconcile(ctx: Context, key: Key) -> None:
                 if pod_surely_absent(started.status) and not started.pod_exists:
                     # The Lease is for a Terraform that runs: none does, so others may have the state meanwhile.
                     await leases.release(ctx.kube, layer, run)
-            elif ((ended := refused_for_good(snapshot, decision, started.reason, started.message)) is not None
-                  and not await _attempt_pod_exists(ctx, run, decision.start_attempt)):
+            elif (ended := refused_for_good(snapshot, decision, started.reason, started.message)) is not None:
+                # A pod of that attempt made just before a restart, never recorded, never had runner rights (the
+                # datastore answers it 503 until the run records it): nothing of it ran; the run ends all the same.
                 decision, state = ended, ended.state  # the Lease goes below (`release_lease`)
             else:
                 extra.append(started)
@@ -432,15 +433,6 @@ async def _reconcile(ctx: Context, key: Key) -> None:
     if give_up is not None and not await ctx.kube.delete(path("v1", "pods", namespace, give_up.pod_name),
                                                          uid=give_up.pod_uid):
         log.info("run %s/%s: runner pod %s was already gone", namespace, name, give_up.pod_name)
-
-
-async def _attempt_pod_exists(ctx: Context, run: Mapping[str, Any], number: int | None) -> bool:
-    """Whether the API holds the pod of attempt `number` (read from the API, not the watch: a pod made just before
-    a restart, its attempt not yet recorded, runs a Terraform the run must not be ended under)."""
-    if number is None:
-        return False
-    meta = run["metadata"]
-    return await ctx.kube.get(path("v1", "pods", meta["namespace"], pod_name(meta["name"], number))) is not None
 
 
 async def _start_attempt(

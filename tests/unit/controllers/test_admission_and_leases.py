@@ -149,7 +149,9 @@ def test_a_deleted_runs_pod_still_running_keeps_the_lease_from_a_new_run():
     assert other_runs_pods([terminating], "team", LEASE, "app", "u-new") == ["app-apply-1-1"]
     # The same name again (run names are deterministic): told apart by uid.
     assert other_runs_pods([old], "team", LEASE, "app", "u-old") == [], "the run's own pods are its own to follow"
-    assert lease_verdict(lease("app-apply-2"), "app-apply-2", "Running", True, others) is LeaseVerdict.HELD
+    # A Lease left by a deleted run of the same name (`--cascade=orphan`) names this run too: it waits all the same.
+    assert lease_verdict(lease("app-apply-2"), "app-apply-2", "Running", True, others) is LeaseVerdict.WAIT_FOR_POD
+    assert lease_verdict(lease("app-apply-2"), "app-apply-2", "Running", True, []) is LeaseVerdict.HELD
 
 
 def test_only_live_pods_on_the_same_state_hold_a_run_back():
