@@ -536,13 +536,15 @@ class GitMirror:
             with process:
                 assert process.stdout is not None
                 output, ended = process.stdout.fileno(), False
+                ready = select.poll()  # not select.select: it refuses descriptors past 1023, a busy process has them
+                ready.register(output, select.POLLIN | select.POLLHUP | select.POLLERR)
                 try:
                     while not ended:
                         left = deadline - time.monotonic()
                         if left <= 0:
                             how = "overdue"
                             break
-                        if select.select([output], [], [], left)[0]:
+                        if ready.poll(left * 1000):
                             chunk = os.read(output, 1 << 16)
                             ended = not chunk
                             if chunk and not consume(chunk):

@@ -257,6 +257,30 @@ def test_attack_an_archive_that_takes_too_long_is_stopped_at_its_deadline(repo: 
     assert list(dest.parent.iterdir()) == []
 
 
+def test_an_archive_is_written_by_a_process_holding_descriptors_past_1023(repo: TestRepo, cache: Path,
+                                                                           tmp_path: Path) -> None:
+    """The archive's output is waited on with poll: `select.select` refuses descriptors past 1023 (ValueError, which
+    no git error handler caught), and a busy controllers process (watches, clients, pools) holds that many."""
+    import resource
+
+    sha = repo.commit({"main.tf": "x"}, "small")
+    mirror = fetched(cache, repo.url)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.fail(f"this machine allows only {hard} open files; the test needs 1200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        dest = tmp_path / "source.tar.gz"
+        mirror.archive(sha, dest)
+        with tarfile.open(dest, "r:gz") as tar:
+            assert "main.tf" in tar.getnames()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_has_path(repo: TestRepo, cache: Path) -> None:
     sha = repo.commit({"layers/prod/main.tf": "x"}, "layer")
     mirror = fetched(cache, repo.url)
