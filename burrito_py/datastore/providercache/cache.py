@@ -273,11 +273,14 @@ class ProviderCache:
         if sums.get(info["filename"]) != info["shasum"]:
             raise UpstreamError(f"{info['filename']}: the registry's shasum is not the one in SHA256SUMS")
         files: dict[str, dict[str, str]] = {}
+        # This provider's own archives only (a SHA256SUMS may list anything: its publisher signs it): named as the
+        # registry names the platform it was asked about (a private registry may not use `terraform-provider-`),
+        # the other platforms alike.
+        suffix = f"_{version}_{first}.zip"
+        prefix = str(info["filename"])[:-len(suffix)] if str(info["filename"]).endswith(suffix) else \
+            f"terraform-provider-{address.type}"
         for platform in platforms:
-            # This provider's own archives only (a SHA256SUMS may list anything: its publisher signs it), or the
-            # registry's own file name for the platform it was asked about.
-            name = info["filename"] if platform == first else \
-                f"terraform-provider-{address.type}_{version}_{platform}.zip"
+            name = info["filename"] if platform == first else f"{prefix}_{version}_{platform}.zip"
             if name in sums and FILENAME.fullmatch(name):
                 files[platform] = {"filename": name, "sha256": sums[name]}
                 origin = {"hostname": address.hostname, "namespace": address.namespace, "type": address.type,

@@ -324,6 +324,24 @@ async def _served(cache: ProviderCache, sha256: str, filename: str) -> bytes:
     return b"".join([bytes(chunk) async for chunk in await cache.archive(sha256, filename)])
 
 
+def test_a_registry_naming_its_archives_otherwise_lists_every_platform(tmp_path: Path) -> None:
+    """A private registry may name its archives without `terraform-provider-`: a version lists every platform by
+    the name the registry gives the one it was asked about (only that one's name was kept, the others dropped)."""
+    tls = make_tls(tmp_path / "tls")
+    with running_upstream(tls) as (upstream, served_at):
+        upstream.file_prefix = "tp-"
+        upstream.publish("corp", "net", "1.0.0")
+
+        async def scenario() -> None:
+            registry = Upstream(ssl_context(tls.ca), registry_urls={REGISTRY: f"https://{served_at}"})
+            cache = ProviderCache(FilesystemStorage(tmp_path / "data"), registry, [REGISTRY], 3600)
+            document = await cache.version(ProviderAddress.parse(REGISTRY, "corp", "net"), "1.0.0")
+            assert {p: e["filename"] for p, e in document["platforms"].items()} == {
+                p: f"tp-net_1.0.0_{p}.zip" for p in PLATFORMS}
+
+        asyncio.run(scenario())
+
+
 def test_attack_another_providers_sha256sums_cannot_take_over_an_archive(tmp_path: Path) -> None:
     """Anyone who publishes a provider lists the real aws archive's line first in their own SHA256SUMS (signed with
     their own key, which the registry names) and has the mirror read that version: the aws archive's pointer then

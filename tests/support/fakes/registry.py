@@ -74,6 +74,7 @@ class FakeUpstream:
     bad_signature: bool = False
     listed_first: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (ns, type, v) → SHA256SUMS lines
     gone: set[str] = field(default_factory=set)  # request paths answered 404 (a download URL that fails)
+    file_prefix: str = "terraform-provider-"  # how its archives are named (a private registry's may differ)
     requests: list[str] = field(default_factory=list)
     bytes_sent: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -84,7 +85,7 @@ class FakeUpstream:
             p: provider_zip(type_, version, p, size, content) for p in PLATFORMS}
 
     def archive_name(self, type_: str, version: str, platform: str) -> str:
-        return f"terraform-provider-{type_}_{version}_{platform}.zip"
+        return f"{self.file_prefix}{type_}_{version}_{platform}.zip"
 
     def shasums(self, namespace: str, type_: str, version: str) -> bytes:
         platforms = self.providers[(namespace, type_)][version]
