@@ -7,9 +7,10 @@ server reads and writes with its own rights once the caller's SubjectAccessRevie
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -33,12 +34,13 @@ log = logging.getLogger(__name__)
 # values): it compares versions of at most DIFF_LIMIT bytes, one diff at a time per server, in a worker thread, so
 # that its worst case (2 x 4 MiB x 26, ~210 MiB) fits beside the server in its memory limit (chart: 512 MiB).
 DIFF_LIMIT = 4 * 1024 * 1024
-_diffing = threading.BoundedSemaphore(1)  # held in the worker thread: any event loop's, never blocking one
+# One lock per event loop (a server's; tests run several): a diff waits its turn on the loop, never in a worker
+# thread, where each waiting diff held one of the threads every datastore read of the server needs.
+_diffing: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
 def _diff_of(old: bytes, new: bytes) -> dict[str, Any]:
-    with _diffing:
-        return state_diff(json.loads(old), json.loads(new))
+    return state_diff(json.loads(old), json.loads(new))
 
 
 class Refused(Exception):
@@ -91,7 +93,8 @@ class LayerState:
         for serial, body in ((before, old), (to, new)):
             if len(body) > DIFF_LIMIT:  # a version its record did not size
                 raise Refused(413, self._too_large(ns, name, serial, len(body)))
-        return await anyio.to_thread.run_sync(_diff_of, old, new)
+        async with _diffing.setdefault(asyncio.get_running_loop(), asyncio.Lock()):
+            return await anyio.to_thread.run_sync(_diff_of, old, new)
 
     @staticmethod
     def _too_large(ns: str, name: str, serial: int, size: int) -> str:
