@@ -656,7 +656,12 @@ async def _apply(ctx: Context, pull_request: Mapping[str, Any], answer: CommandD
     taken: list[Key] = []  # locked by this answer: released again if a later layer refuses (nothing applied)
     for order in answer.apply:
         before = lock_holder(ctx.inventory.layers.get(order.layer) or {}, _pull_requests_of(ctx, order.layer[0]))
-        holder = await _take(ctx, order.layer, name)
+        try:
+            holder = await _take(ctx, order.layer, name)
+        except KubeError:
+            for layer_key in taken:  # the retry would find them its own, and never release them
+                await _release(ctx, layer_key, name)
+            raise
         if holder == name and before != name:
             taken.append(order.layer)
         if holder != name:
