@@ -151,13 +151,15 @@ async def _reconcile(ctx: Context, key: Key) -> None:
         head_date = await asyncio.to_thread(mirror.commit_date, head)
         try:
             await ensure_source(ctx, mirror, namespace, name, head)
+            # The Terragrunt snapshot has its own bounds (entries, time), met even by a source stored before the
+            # archive's: the branch's refusal, never the whole repository's reconcile.
+            if branch == generation.get("branch"):
+                units = await asyncio.to_thread(_units, mirror, head, str(generation.get("path") or ""))
+            patches = await asyncio.to_thread(_branch_patches, mirror, branch_layers, head, head_date, repository)
         except (DatastoreError, SourceRefused) as exc:
             not_stored = not_stored or exc
             entries.append(_branch_entry(branch, None, now, f"not synced: {_not_stored_message(exc)}"))
             continue
-        if branch == generation.get("branch"):
-            units = await asyncio.to_thread(_units, mirror, head, str(generation.get("path") or ""))
-        patches = await asyncio.to_thread(_branch_patches, mirror, branch_layers, head, head_date, repository)
         for layer, patch in patches:
             await _annotate_layer(ctx, layer, patch, head)
         entries.append(_branch_entry(branch, head, now, "Synced"))
