@@ -28,7 +28,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -72,8 +73,11 @@ RECORD_READS = 16  # version records read at once to complete the index (S3 GETs
 INDEX_FILE = "index.json"  # states/<ns>/<layer>/versions/index.json: never a version key (those are 20 digits)
 INDEX_LIMIT = 64 * 1024 * 1024  # a record is a few hundred bytes: room for far more versions than anyone keeps
 # A posted state is held whole while it is parsed and stored (its key is its serial, which may come last). At most
-# STATE_BODIES x MAX_STATE_BYTES of them are held at once by a replica: a body beyond is a 503 (docs §10.7).
+# STATE_BODIES x MAX_STATE_BYTES of them are held at once by a replica, and one MAX_STATE_BYTES per namespace (a
+# tenant's slow bodies never take another's room); a body beyond waits up to STATE_WAIT_SECONDS for room, then is a
+# 503 (docs §10.7): an apply's state refused is a state lost, so it waits rather than fail at once.
 STATE_BODIES = 4
+STATE_WAIT_SECONDS = 30.0
 # States parsed at once, each in a worker thread: its CPU is linear in its JSON values, seconds for 32 MiB of `{}`.
 STATE_PARSES = 2
 Segment = Annotated[str, PathParam(min_length=1, max_length=253)]
@@ -95,28 +99,49 @@ async def _slices(data: bytes | bytearray) -> AsyncIterator[bytes]:
 
 
 class HeldBodies:
-    """The bytes of posted states a replica holds at once, at most `limit`: what bounds their memory whatever
-    the number of requests in flight (§10.7)."""
+    """The bytes of posted states a replica holds at once, at most `limit`, and at most `per_namespace` for one
+    namespace: what bounds their memory whatever the number of requests in flight (§10.7), and keeps one tenant's
+    bodies (slow ones included) from taking every other tenant's room."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit, self.used = limit, 0
+    def __init__(self, limit: int, per_namespace: int, wait_seconds: float = STATE_WAIT_SECONDS) -> None:
+        self.limit, self.per_namespace, self.wait_seconds = limit, per_namespace, wait_seconds
+        self.used = 0
+        self.by_namespace: Counter[str] = Counter()
+        self._changed: asyncio.Condition | None = None  # made on the serving loop, at first use
 
-    @contextlib.contextmanager
-    def holding(self) -> Iterator[Callable[[int], bool]]:
-        """A `take(size)` that answers whether `size` more bytes may be held; all of them are given back on exit."""
-        held = 0
+    @contextlib.asynccontextmanager
+    async def holding(self, namespace: str) -> AsyncIterator[Callable[[int], Awaitable[bool]]]:
+        """A `take(size)` that waits (up to `wait_seconds`) for room for `size` more bytes and answers whether it
+        got it; all of them are given back on exit."""
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        changed, held = self._changed, 0
 
-        def take(size: int) -> bool:
+        def fits(size: int) -> bool:
+            return (self.used + size <= self.limit
+                    and self.by_namespace[namespace] + size <= self.per_namespace)
+
+        async def take(size: int) -> bool:
             nonlocal held
-            if self.used + size > self.limit:
-                return False
-            self.used, held = self.used + size, held + size
-            return True
+            async with changed:
+                try:
+                    await asyncio.wait_for(changed.wait_for(lambda: fits(size)), self.wait_seconds)
+                except TimeoutError:
+                    return False
+                self.used, self.by_namespace[namespace], held = (
+                    self.used + size, self.by_namespace[namespace] + size, held + size)
+                return True
 
         try:
             yield take
         finally:
+            # Given back before any await (a cancelled request never keeps its room), then the waiters told.
             self.used -= held
+            self.by_namespace[namespace] -= held
+            if self.by_namespace[namespace] <= 0:
+                del self.by_namespace[namespace]
+            async with changed:
+                changed.notify_all()
 
 
 class StateStore:
@@ -260,7 +285,8 @@ def state_router(
     router = APIRouter(prefix="/api/v1")
     guards: dict[tuple[str, str], asyncio.Lock] = {}
     Caller = Annotated[Principal, Depends(caller)]
-    parsing, held = anyio.CapacityLimiter(STATE_PARSES), HeldBodies(STATE_BODIES * max_state_bytes)
+    parsing = anyio.CapacityLimiter(STATE_PARSES)
+    held = HeldBodies(STATE_BODIES * max_state_bytes, max_state_bytes)
 
     def store(who: Principal, action: Action, ns: str, layer: str) -> StateStore:
         prefix = f"states/{name('namespace', ns)}/{name('layer', layer)}"
@@ -271,7 +297,8 @@ def state_router(
         return guards.setdefault((ns, layer), asyncio.Lock())
 
     async def body_of(request: Request, limit: int, what: str, setting: str,
-                      take: Callable[[int], bool] | None = None, reason: str | None = None) -> bytearray | JSONResponse:
+                      take: Callable[[int], Awaitable[bool]] | None = None, reason: str | None = None
+                      ) -> bytearray | JSONResponse:
         """The body, at most `limit` bytes (`reason`: what sets it, else `setting`); `take`: the replica's room for it
         (HeldBodies), else a 503."""
         declared = request.headers.get("content-length", "")
@@ -279,15 +306,16 @@ def state_router(
                          limit=limit)
         if declared.isdigit() and int(declared) > limit:
             return refusal  # before a byte is read
-        full = _error(503, f"{what} refused for now: the datastore holds {held.limit} bytes of posted states already "
-                      f"({STATE_BODIES} x BURRITO_PY_DATASTORE_MAX_STATE_BYTES): retry", headers={"Retry-After": "1"})
-        if take is not None and declared.isdigit() and not take(int(declared)):
+        full = _error(503, f"{what} refused for now: the datastore held {held.limit} bytes of posted states, or this "
+                      f"namespace's {held.per_namespace}, for {held.wait_seconds:g}s ({STATE_BODIES} x "
+                      "BURRITO_PY_DATASTORE_MAX_STATE_BYTES, one per namespace): retry", headers={"Retry-After": "1"})
+        if take is not None and declared.isdigit() and not await take(int(declared)):
             return full  # before a byte is read
         body = bytearray()  # grown in place: a list of pieces joined at the end held the body twice
         async for chunk in request.stream():
             if len(body) + len(chunk) > limit:
                 return refusal
-            if take is not None and not declared.isdigit() and not take(len(chunk)):
+            if take is not None and not declared.isdigit() and not await take(len(chunk)):
                 return full
             body += chunk
         return body
@@ -327,7 +355,7 @@ def state_router(
         # A state counts in its namespace's quota but is never refused for it here: an apply's POST comes after
         # Terraform changed the infrastructure, and a refused one is a state lost (Terraform keeps it only in the
         # runner's errored.tfstate). The quota refuses a state-writing run's LOCK instead, before anything changed.
-        with held.holding() as take:
+        async with held.holding(ns) as take:
             body = await body_of(request, max_state_bytes, "the state", "BURRITO_PY_DATASTORE_MAX_STATE_BYTES", take)
             if isinstance(body, JSONResponse):
                 return body

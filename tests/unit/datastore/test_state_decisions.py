@@ -355,3 +355,30 @@ def test_a_force_unlock_run_releases_only_the_lock_it_names() -> None:
     assert "lock ID lock-2" in other.message and "lock-1" in other.message
     assert decide_unlock(LOCK, None, False, "uid-9").status == 400  # no force-unlock run: no ID, no unlock
     assert decide_unlock(None, None, False, "uid-9", force_unlock="lock-1").action == "none"
+
+
+def test_held_bodies_wait_for_room_per_namespace_and_in_all() -> None:
+    """The replica's room for posted states (state_routes.HeldBodies): one namespace's bodies never take more than
+    its share; a body beyond waits for room (then takes it), or is refused after the wait."""
+    import asyncio
+
+    from burrito_py.datastore.state_routes import HeldBodies
+
+    async def scenario() -> None:
+        held = HeldBodies(limit=3, per_namespace=2, wait_seconds=0.2)
+        async with held.holding("a") as a, held.holding("b") as b:
+            assert await a(2) and await b(1)
+            assert not await b(1), "the replica's whole room is held: refused after the wait"
+            assert held.by_namespace == {"a": 2, "b": 1}
+        assert held.used == 0 and not held.by_namespace
+        async with held.holding("a") as second:
+            async with held.holding("a") as first:
+                assert await first(2)
+                later = asyncio.ensure_future(second(1))  # the namespace's share is held: it waits
+                await asyncio.sleep(0.05)
+                assert not later.done()
+            assert await later  # the first's room given back on its exit: the second takes it
+            assert held.by_namespace == {"a": 1}
+        assert held.used == 0
+
+    asyncio.run(scenario())
