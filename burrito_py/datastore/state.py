@@ -102,6 +102,7 @@ _JSON_REASONS = frozenset({
 # before it is parsed, strings included: no Terraform state has one. Found with C-speed scans (`translate`, `find`):
 # a regex tried at every `,` of a state of 16 MiB held the interpreter lock for seconds.
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_PYTHON_BACKEND = ijson.get_backend("python")
 _ZEROS = re.compile(rb"0*")
 
 
@@ -153,8 +154,10 @@ def parse_state(body: bytes | bytearray) -> StateFacts:
         decoder.decode(b"", final=True)
     except UnicodeDecodeError:
         raise BadState("the state is not UTF-8 text: expected Terraform's state JSON") from None
-    if limit := _long_integer(body):
-        raise BadState(f"the state holds an integer of more than {limit} digits")
+    # A run of that many digits is most often inside a string (a file's content, an HTTP body in the state): such a
+    # body is parsed by ijson's Python backend, which refuses a real integer that long cleanly (a refused apply's
+    # state is a state lost, so it is never refused for a string's digits).
+    backend: Any = _PYTHON_BACKEND if (limit := _long_integer(body)) else ijson
     serial: Any = None
     lineage: Any = None
     top_object = resources_list = True
@@ -165,7 +168,7 @@ def parse_state(body: bytes | bytearray) -> StateFacts:
     try:
         # A value opens at `depth` (the containers around it): the top object at 0, its members at 1, the resources
         # at 2, their members at 3, their instances at 4. A duplicate key's last value counts, as in `json.loads`.
-        for event, value in ijson.basic_parse(_Chunks(body), buf_size=PARSE_CHUNK):
+        for event, value in backend.basic_parse(_Chunks(body), buf_size=PARSE_CHUNK):
             if event == "map_key":
                 if depth == 1:
                     top_key = value
@@ -202,6 +205,8 @@ def parse_state(body: bytes | bytearray) -> StateFacts:
             if event == "start_map" or event == "start_array":
                 depth += 1
     except (ijson.JSONError, ValueError, ArithmeticError) as exc:  # a number Decimal refuses (`1e` and 20 digits)
+        if limit:
+            raise BadState(f"the state holds an integer of more than {limit} digits, or is not valid JSON") from None
         raise BadState(f"the state is not valid JSON{_json_reason(exc)} (corrupt or truncated)") from None
     if not top_object:
         raise BadState("the state is not a JSON object")

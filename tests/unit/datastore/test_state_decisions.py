@@ -53,6 +53,15 @@ def test_a_state_gives_its_serial_lineage_and_resource_instances() -> None:
     assert parsed.sha256 == hashlib.sha256(body).hexdigest()
 
 
+def test_a_state_holding_thousands_of_digits_in_a_string_is_a_state() -> None:
+    """A file's content or an HTTP body in a state can be a run of digits longer than Python converts: it was
+    refused (the apply's state lost); only a real integer that long is (ijson's C backend crashed on one)."""
+    body = (b'{"serial": 3, "lineage": "a", "resources": [{"instances": [{"attributes": {"content": "'
+            + b"7" * 10_000 + b'"}}]}]}')
+    parsed = parse_state(body)
+    assert (parsed.serial, parsed.lineage, parsed.resources) == (3, "a", 1)
+
+
 @pytest.mark.parametrize(("body", "reason"), [
     (b"", "the state is empty"),
     (b'{"serial": 1, "lineage": "a"', "not valid JSON: premature EOF (corrupt or truncated)"),
