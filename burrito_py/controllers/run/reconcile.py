@@ -568,6 +568,11 @@ class CreationRefused:
     pod_exists: bool = False
 
 
+class RunViewStale(Exception):
+    """The run as the inventory had it is older than the API's: nothing of this reconcile is written, it is done
+    again (the scheduler's retry) from the run as stored."""
+
+
 async def _refuse_existing(ctx: Context, run: Body, name: str, exc: KubeError) -> CreationRefused:
     """After a failed create: why the attempt has no pod yet. A pod found under its name (409) is never adopted,
     even one naming this run: its creator wrote its owner reference and run label, and anyone who may create pods
@@ -605,6 +610,14 @@ async def _refuse_existing(ctx: Context, run: Body, name: str, exc: KubeError) -
     if meta.get("deletionTimestamp"):
         return CreationRefused(f"{unrecorded}; it is being deleted, the attempt's pod is created once it is gone",
                                409, pod_exists=True)
+    # The run as the API has it: a status write recording this very pod may have been applied with its answer lost,
+    # and the watch not have brought it yet. That pod is the run's own (and may be applying): never deleted.
+    fresh = await ctx.kube.get(crd_path("terraformruns", namespace, run["metadata"]["name"]))
+    if fresh is not None and any(a.get("podName") == name and a.get("podUid") == meta.get("uid")
+                                 for a in (fresh.get("status") or {}).get("attempts") or ()):
+        ctx.inventory.runs.observe(fresh)
+        raise RunViewStale(f"run {run['metadata']['name']} records runner pod {name} already (a status write whose "
+                           "answer was lost): reconciled again from the run as stored")
     try:
         await ctx.kube.delete(path("v1", "pods", namespace, name), uid=meta.get("uid"))
     except KubeError as error:

@@ -35,7 +35,7 @@ from burrito_py.api.crdgen import generate_crds
 from burrito_py.api.run import pod_name
 from burrito_py.controllers.context import Context
 from burrito_py.controllers.run.leases import layer_lease_name
-from burrito_py.controllers.run.reconcile import reconcile_run
+from burrito_py.controllers.run.reconcile import RunViewStale, reconcile_run
 from burrito_py.controllers.run.runner_pod import RunnerDefaults, build_runner_pod
 from burrito_py.controllers.settings import ControllerSettings
 from burrito_py.kube.client import Kube, KubeError, path
@@ -222,3 +222,24 @@ def test_any_other_403_on_a_run_shows_on_the_run_and_is_not_retried_every_5_seco
     cond = next(c for c in status["conditions"] if c["type"] == "Permitted")
     assert cond["status"] == "False" and cond["reason"] == "Forbidden", cond
     assert 'cannot get resource "leases"' in cond["message"] and "growing delay" in cond["message"]
+
+
+def test_a_pod_the_stored_run_records_is_never_deleted_from_a_stale_view(chart_rbac: ChartRbac) -> None:
+    """The status write recording attempt 1 and its pod was applied, its answer lost (a timeout), and the watch had
+    not brought it yet: the retry, from the run as the inventory still had it, met its own pod (409) and deleted it,
+    a pod that has runner rights and may be applying. The run as stored is read first: nothing is deleted, nothing
+    written, and the reconcile is done again from the stored run."""
+    repository, layer, run = _objects(chart_rbac.admin)
+    name = run["metadata"]["name"]
+    pod = chart_rbac.admin.get(f"/api/v1/namespaces/default/pods/{pod_name(name, 1)}").raise_for_status().json()
+    attempt = {"number": 1, "podName": pod_name(name, 1), "podUid": pod["metadata"]["uid"],
+               "startedAt": "2026-11-29T10:00:00Z"}
+    recorded = {"state": "Running", "attempts": [attempt]}
+    chart_rbac.admin.patch(f"{RUNS}/{name}/status", json={"status": recorded},
+                           headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+    with pytest.raises(RunViewStale):
+        asyncio.run(_reconcile_as_controllers(chart_rbac, repository, layer, run))  # `run`: the stale view
+    kept = chart_rbac.admin.get(f"/api/v1/namespaces/default/pods/{pod_name(name, 1)}")
+    assert kept.status_code == 200 and kept.json()["metadata"]["uid"] == pod["metadata"]["uid"]
+    stored = chart_rbac.admin.get(f"{RUNS}/{name}").json()["status"]["attempts"]
+    assert [(a["number"], a["podName"], a["podUid"]) for a in stored] == [(1, attempt["podName"], attempt["podUid"])]
