@@ -17,7 +17,7 @@ from tests.support.engines import OPENTOFU
 from tests.support.git_repos import TestRepo
 from tests.support.real_cluster import RealCluster
 
-from ..support.fakes.registry import python_provider, running_upstream
+from ..support.fakes.registry import PLATFORMS, python_provider, running_upstream
 from ..support.fakes.tls import make_tls
 from .conftest import Platform, running_platform, wait_for
 
@@ -150,7 +150,10 @@ def test_a_tampered_provider_archive_fails_the_run_saying_its_checksum_did_not_m
     fails with a line saying the checksum did not match, and nothing is stored (issue 27 item 6)."""
     platform, upstream = mirrored
     upstream.publish("test", "tiny", "1.0.0", content=python_provider(f"{REGISTRY_NAME}/test/tiny"))
-    upstream.tampered.add("terraform-provider-tiny_1.0.0_linux_amd64.zip")
+    # Every platform's file: this Python provider is one archive for all of them, and the mirror reads an archive
+    # through from any origin that lists its digest until one's bytes verify (a single tampered file is then read
+    # from another, verified, and served: docs/architecture.md §10.5).
+    upstream.tampered.update(f"terraform-provider-tiny_1.0.0_{p}.zip" for p in PLATFORMS)
     code = ('terraform {\n  required_providers {\n    tiny = { source = "REGISTRY/test/tiny", version = "1.0.0" }\n'
             '  }\n}\nprovider "tiny" {}\n').replace("REGISTRY", REGISTRY_NAME)
     repo.commit({"layers/tiny/main.tf": code}, "a layer with a provider")

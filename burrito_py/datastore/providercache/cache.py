@@ -389,7 +389,9 @@ class ProviderCache:
                 continue
             break
         else:
-            raise Refused("; ".join(failures))
+            # The first origin's reason (the platform asked, as a rule), bounded: the runner shows it as its error.
+            more = f" ({len(failures) - 1} more origin(s) of this archive failed too)" if len(failures) > 1 else ""
+            raise Refused(failures[0] + more)
         OBJECTS.inc()
         for key in await self.storage.list(f"providers/by-sha/{sha256}"):  # every file name of this content
             other = await read_json(self.storage, key)
