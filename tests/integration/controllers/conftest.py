@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
@@ -100,3 +101,31 @@ async def sync_repository_once(kubeconfig: Path, namespace: str, name: str, **ov
         await reconcile_repository(ctx, (namespace, name))
     finally:
         await kube.close()
+
+
+def delivery_outcome(kubeconfig: Path, layer: dict[str, Any], notifier: dict[str, Any], notes: Sequence[Any],
+                     outbound: Any = None) -> str:
+    """`status.lastDelivery.result` of `notifier` after the controllers' own notifications send it `notes` about
+    `layer` (`outbound`: the OutboundPolicy deliveries follow, default the controllers')."""
+    from burrito_py.controllers.layer.notifications import Notifications
+
+    async def outcome() -> str:
+        kube = await Kube.connect(str(kubeconfig))
+        notifications = Notifications(outbound) if outbound is not None else Notifications()
+        name = notifier["metadata"]["name"]
+        try:
+            notifications.notifiers.observe(notifier)
+            notifications.send(kube, layer, list(notes))
+            deadline = asyncio.get_running_loop().time() + 30
+            while asyncio.get_running_loop().time() < deadline:
+                body = await kube.get(f"/apis/{ann.API_VERSION}/namespaces/default/terraformnotifiers/{name}")
+                result = (((body or {}).get("status") or {}).get("lastDelivery") or {}).get("result")
+                if result:
+                    return str(result)
+                await asyncio.sleep(0.05)
+            raise AssertionError("no outcome recorded")
+        finally:
+            await notifications.close()
+            await kube.close()
+
+    return asyncio.run(outcome())

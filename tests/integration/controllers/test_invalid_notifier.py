@@ -19,6 +19,8 @@ from burrito_py.controllers.layer.notifications import Notifications
 from burrito_py.kube.client import Kube
 from burrito_py.notify.message import Notification
 
+from .conftest import delivery_outcome
+
 HOOK = {"urlSecretRef": {"name": "hooks", "key": "slack"}}
 LAYER = {"metadata": {"name": "app", "namespace": "default", "labels": {}}}
 
@@ -79,22 +81,6 @@ def test_a_url_secret_that_is_not_text_is_named_never_quoted(api: tuple[ApiServe
         stored = admin.post(f"/apis/{ann.API_VERSION}/namespaces/default/terraformnotifiers", json=notifier)
         assert stored.status_code == 201, stored.text
 
-        async def outcome() -> str:
-            kube = await Kube.connect(str(kubeconfig))
-            notifications = Notifications()
-            try:
-                notifications.notifiers.observe(stored.json())
-                notifications.send(kube, LAYER, [failed()])
-                deadline = asyncio.get_running_loop().time() + 30
-                while asyncio.get_running_loop().time() < deadline:
-                    body = await kube.get(f"/apis/{ann.API_VERSION}/namespaces/default/terraformnotifiers/hook")
-                    result = (((body or {}).get("status") or {}).get("lastDelivery") or {}).get("result")
-                    if result:
-                        return str(result)
-                    await asyncio.sleep(0.05)
-                raise AssertionError("no outcome recorded")
-            finally:
-                await notifications.close()
-                await kube.close()
 
-        assert asyncio.run(outcome()) == "not sent: Secret default/hooks key 'slack' is not UTF-8 text"
+        assert delivery_outcome(kubeconfig, LAYER, stored.json(), [failed()]) == (
+            "not sent: Secret default/hooks key 'slack' is not UTF-8 text")

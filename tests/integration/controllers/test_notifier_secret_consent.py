@@ -10,7 +10,6 @@ exists or not. The controllers' own delivery, against the emulator and a receive
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import hmac
@@ -22,11 +21,11 @@ from burrito_local.identity import admin_client
 
 from burrito_py.api import annotations as ann
 from burrito_py.api.notifier import NOTIFIER_SECRET
-from burrito_py.controllers.layer.notifications import Notifications
-from burrito_py.kube.client import Kube
 from burrito_py.notify.sign import SIGNATURE_HEADER
 from burrito_py.outbound import LOOPBACK_NETWORKS, OutboundPolicy
 from tests.integration.notify.test_delivery import NOTE, Receiver
+
+from .conftest import delivery_outcome
 
 PASSWORD = "hunter2"  # the application's password, in a Secret the tenant may not read
 LAYER = {"metadata": {"name": "db", "namespace": "default", "labels": {}}}
@@ -43,27 +42,7 @@ def put_secret(admin: Any, name: str, data: dict[str, str], open_to_notifiers: b
 
 def deliver_once(kubeconfig: Path, notifier: dict[str, Any]) -> str:
     """`status.lastDelivery.result` of `notifier` after the controllers send it one PolicyDenied."""
-
-    async def outcome() -> str:
-        kube = await Kube.connect(str(kubeconfig))
-        notifications = Notifications(OutboundPolicy.of(LOOPBACK_NETWORKS))  # the receiver listens on loopback
-        name = notifier["metadata"]["name"]
-        try:
-            notifications.notifiers.observe(notifier)
-            notifications.send(kube, LAYER, [NOTE])
-            deadline = asyncio.get_running_loop().time() + 30
-            while asyncio.get_running_loop().time() < deadline:
-                body = await kube.get(f"/apis/{ann.API_VERSION}/namespaces/default/terraformnotifiers/{name}")
-                result = (((body or {}).get("status") or {}).get("lastDelivery") or {}).get("result")
-                if result:
-                    return str(result)
-                await asyncio.sleep(0.05)
-            raise AssertionError("no outcome recorded")
-        finally:
-            await notifications.close()
-            await kube.close()
-
-    return asyncio.run(outcome())
+    return delivery_outcome(kubeconfig, LAYER, notifier, [NOTE], OutboundPolicy.of(LOOPBACK_NETWORKS))  # loopback
 
 
 def test_attack_a_notifier_cannot_sign_with_a_secret_not_opened_to_notifiers(api: tuple[ApiServer, Path]) -> None:
