@@ -161,10 +161,10 @@ def test_a_long_chain_is_walked_in_linear_time() -> None:
 
     chain = [("team", f"l{i}") for i in range(20_000)]
     graph = {layer: (chain[i + 1],) for i, layer in enumerate(chain[:-1])}
-    started = time.perf_counter()
+    started = time.process_time()
     assert find_cycle(chain[0], graph) is None
     assert find_cycle(chain[0], {**graph, chain[-1]: (chain[0],)}) == (*chain, chain[0])
-    assert time.perf_counter() - started < 2.0  # ~0.05 s here
+    assert time.process_time() - started < 2.0  # CPU time, not wall time: ~0.05 s here
 
 
 def test_dependencies_of_defaults_the_namespace_and_merges_duplicates() -> None:

@@ -295,20 +295,22 @@ def test_read_with_a_default_and_find_with_a_fallback() -> None:
 def test_attack_many_unclosed_read_calls_are_scanned_in_linear_time() -> None:
     """A unit file of 1 MiB of `# read_terragrunt_config(` lines: each call was scanned to the end of the text for
     its closing parenthesis (64 KiB took 22 s, 1 MiB about an hour and a half, at every reconcile). Each is now
-    scanned up to the next call at most; what the file reads is unchanged."""
+    scanned up to the next call at most; what the file reads is unchanged. The bounds are this process's CPU time,
+    not the wall clock (a loaded CI machine took 3.6 s of wall time for 0.5 s of work), and far from the hour the
+    quadratic scan took."""
     unit = ('locals {\n  env = read_terragrunt_config(find_in_parent_folders("env.hcl"), read_terragrunt_config('
             '"x.hcl"))\n}\n')
     text = unit + "# read_terragrunt_config(\n" * ((1 << 20) // 26)
-    started = time.perf_counter()
+    started = time.process_time()
     arguments = _read_arguments(text)
-    scanned = time.perf_counter() - started
-    assert scanned < 2, f"scanning took {scanned:.1f}s"
+    scanned = time.process_time() - started
+    assert scanned < 30, f"scanning took {scanned:.1f}s"
     assert arguments == ['${find_in_parent_folders("env.hcl")}', '"x.hcl"']
-    started = time.perf_counter()
+    started = time.process_time()
     analysis = analyze_unit(stack(**{"live/app/terragrunt.hcl": text, "live/app/x.hcl": "locals {}\n"}),
                             "live/app")
-    analysed = time.perf_counter() - started  # mostly python-hcl2 parsing the MiB, in linear time
-    assert analysed < 30, f"the analysis took {analysed:.1f}s"
+    analysed = time.process_time() - started  # mostly python-hcl2 parsing the MiB, in linear time
+    assert analysed < 120, f"the analysis took {analysed:.1f}s"
     assert (analysis.reads, analysis.unresolved, analysis.problems) == (("live/app/x.hcl", "live/env.hcl"), (), ())
 
 
