@@ -20,6 +20,7 @@ from burrito_py.api import annotations as ann
 
 Body = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 class KubeError(Exception):
@@ -178,6 +179,41 @@ class Kube:
     async def merge_patch(self, resource_path: str, patch: Mapping[str, Any]) -> Body:
         result: Body = await self._call("PATCH", resource_path, body=dict(patch), content_type=MERGE_PATCH)
         return result
+
+    async def json_patch(self, resource_path: str, operations: builtins.list[Mapping[str, Any]]) -> Body:
+        """RFC 6902: a failed `test` operation is a 422 and changes nothing."""
+        result: Body = await self._call("PATCH", resource_path, body=[dict(o) for o in operations],
+                                        content_type=JSON_PATCH)
+        return result
+
+    async def remove_annotations(self, resource_path: str, acted_on: Mapping[str, str]) -> Body | None:
+        """Remove each annotation that still holds the value it was acted on with; one rewritten since (a person's
+        new request) stays, to be decided on. The object as stored after; None when it is gone.
+
+        A merge patch would remove whatever value is there now: a request written between the read that acted and
+        this removal would be lost without a trace."""
+        wanted = dict(acted_on)
+        for _ in range(3):
+            if not wanted:
+                return await self.get(resource_path)
+            operations: builtins.list[Mapping[str, Any]] = []
+            for key, value in wanted.items():
+                pointer = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+                operations += [{"op": "test", "path": pointer, "value": value}, {"op": "remove", "path": pointer}]
+            try:
+                return await self.json_patch(resource_path, operations)
+            except KubeError as exc:
+                if exc.status == 404:
+                    return None
+                if exc.status != 422:
+                    raise
+            # Some value changed or went: remove only those still as acted on.
+            current = await self.get(resource_path)
+            if current is None:
+                return None
+            present = (current.get("metadata") or {}).get("annotations") or {}
+            wanted = {k: v for k, v in wanted.items() if present.get(k) == v}
+        raise KubeError(409, "Conflict", f"{resource_path}: annotations kept changing while being removed")
 
     async def delete(
         self, resource_path: str, *, resource_version: str | None = None, uid: str | None = None,

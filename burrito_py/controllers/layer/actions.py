@@ -105,8 +105,9 @@ class Settlement:
     outputs: OutputsSync | None  # bring status.outputs and the outputs Secret up to the last apply (outputs.py)
     drift_check_in: float | None  # seconds until the current plan is stale (drift.py)
     wake_in: float | None  # a sync window holds back the run: decide again then
-    # An operation request whose run exists already (its removal after the create was lost): removed now.
-    remove_annotations: tuple[str, ...] = ()
+    # An operation request whose run exists already (its removal after the create was lost): removed now, each
+    # annotation only if it still holds the value decided on (key, value).
+    remove_annotations: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +312,7 @@ def settle(facts: LayerFacts, decision: LayerDecision) -> Settlement:
         drift_check_in=drift_check_in(layer, facts.drift_period, now),
         # Held back by a sync window: decide again when it may have changed.
         wake_in=max((decision.wake_at - now).total_seconds(), 0.0) + 1.0 if decision.wake_at is not None else None,
-        remove_annotations=tuple(k for k in (ann.OPERATION, ann.OPERATION_BY) if k in annotations)
+        remove_annotations=tuple((k, annotations[k]) for k in (ann.OPERATION, ann.OPERATION_BY) if k in annotations)
         if decision.remove_operation and decision.create_run is None else (),
     )
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 
@@ -210,7 +211,7 @@ async def _settle(ctx: Context, key: Key, layer: Body, settlement: Settlement) -
     if settlement.skip_destroy is not None:
         layer = await _mark_skip_destroy(ctx, layer, settlement.skip_destroy)
     if settlement.remove_annotations:
-        layer = await _remove_annotations(ctx, layer, settlement.remove_annotations)
+        layer = await _remove_annotations(ctx, layer, dict(settlement.remove_annotations)) or layer
     layer = await _write_status(ctx, layer, settlement.status, settlement.ready)
     ctx.notifications.send(ctx.kube, layer, list(settlement.notifications))
     for type_, reason, message in settlement.events:
@@ -258,19 +259,15 @@ async def _execute_create(ctx: Context, facts: LayerFacts, actions: LayerActions
         log.info("layer %s/%s: %s requested by %s: run %s", namespace, name, what, create.operation.requested_by,
                  created["metadata"]["name"])
     # Both are consumed by the run just created: another immediate plan needs a new sync-now, and another
-    # apply a new approval, even of a plan with the same sum; an operation request is run once.
-    present = layer["metadata"].get("annotations") or {}
+    # apply a new approval, even of a plan with the same sum; an operation request is run once. Each with the value
+    # the decision saw: one rewritten meanwhile is a new request, kept for the next decision.
+    seen = facts.layer["metadata"].get("annotations") or {}
     consumed = {ann.SYNC_NOW: decision.remove_sync_now, ann.APPROVE_PLAN: decision.remove_approval,
-                ann.OVERRIDE_POLICY: decision.remove_approval and ann.OVERRIDE_POLICY in present,
-                ann.OPERATION: decision.remove_operation and ann.OPERATION in present,
-                ann.OPERATION_BY: decision.remove_operation and ann.OPERATION_BY in present}
-    if any(consumed.values()):
-        patched = await ctx.kube.merge_patch(
-            crd_path("terraformlayers", namespace, name),
-            {"metadata": {"annotations": {k: None for k, acted in consumed.items() if acted}}},
-        )
-        ctx.inventory.layers.observe(patched)
-        layer = patched
+                ann.OVERRIDE_POLICY: decision.remove_approval, ann.OPERATION: decision.remove_operation,
+                ann.OPERATION_BY: decision.remove_operation}
+    acted_on = {k: seen[k] for k, acted in consumed.items() if acted and k in seen}
+    if acted_on:
+        return await _remove_annotations(ctx, layer, acted_on) or layer
     return layer
 
 
@@ -331,12 +328,14 @@ async def _run_refused(ctx: Context, key: Key, layer: Body, record: RunCreation,
     return after
 
 
-async def _remove_annotations(ctx: Context, layer: Body, keys: tuple[str, ...]) -> Body:
-    """An operation request already run (its removal after the run's create was lost): remove it now."""
+async def _remove_annotations(ctx: Context, layer: Body, acted_on: Mapping[str, str]) -> Body | None:
+    """Consume requests acted on: each annotation still holding the value acted on is removed (Kube.
+    remove_annotations). The layer as now stored; None when it is gone."""
     meta = layer["metadata"]
-    updated = await ctx.kube.merge_patch(crd_path("terraformlayers", meta["namespace"], meta["name"]),
-                                         {"metadata": {"annotations": dict.fromkeys(keys)}})
-    ctx.inventory.layers.observe(updated)
+    updated = await ctx.kube.remove_annotations(crd_path("terraformlayers", meta["namespace"], meta["name"]),
+                                                acted_on)
+    if updated is not None:
+        ctx.inventory.layers.observe(updated)
     return updated
 
 

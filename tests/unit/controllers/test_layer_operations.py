@@ -251,3 +251,5 @@ def test_a_request_is_consumed_only_when_acted_on(f: LayerFacts) -> None:
         assert done or (actions.decision.create_run is not None and actions.decision.create_run.operation)
     if actions.settlement.remove_annotations:
         assert done and actions.decision.create_run is None
+        # Removed only while still holding the value decided on: a request rewritten meanwhile is kept.
+        assert all(annotations[k] == v for k, v in actions.settlement.remove_annotations)
