@@ -272,18 +272,23 @@ def runner_pod_binding(
     pull_request_service_account: str = "burrito-py-runner-pr",
 ) -> Binding:
     """Is the pod a token is bound to the run's current runner pod? `run` is the TerraformRun its controller
-    owner reference names (uid already checked). Pure: the caller reads the pod and the run. A pull request's run
-    runs as `pull_request_service_account`, any other as `runner_service_account` (issue 24, P2)."""
+    owner reference names (uid already checked). Pure: the caller reads the pod and the run. A pull request's plan
+    runs as `pull_request_service_account` (issue 24, P2); any other run as `runner_service_account` or as the
+    account its layer names, which the run controller ran it as only once that account's writers opened it to
+    runners (`api.burrito-py.io/runner-service-account`, api/runner_secrets.py): the pod it recorded for the
+    attempt, whose account cannot change, says which."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     where = f"pod {meta.get('namespace')}/{meta.get('name')}"
     run_spec = run.get("spec") or {}
     # A pull request's plan runs as the pull requests' account; its apply before merge as the layer's runner
     # (the run controller admitted it: pullrequests/apply.py).
     pull_request = bool(run_spec.get("pullRequest")) and run_spec.get("action") != "apply"
-    expected = pull_request_service_account if pull_request else runner_service_account
-    if token_account != expected:
-        what = "a pull request's run, whose runner account is" if pull_request else "the runner service account"
-        return Binding(False, f"the token's service account {token_account!r} is not {what} {expected!r}")
+    if pull_request and token_account != pull_request_service_account:
+        return Binding(False, f"the token's service account {token_account!r} is not a pull request's run, whose "
+                              f"runner account is {pull_request_service_account!r}")
+    if not pull_request and token_account == pull_request_service_account != runner_service_account:
+        return Binding(False, f"the token's service account {token_account!r} is the pull requests' runner account: "
+                              "it runs no layer's run")
     if (spec.get("serviceAccountName") or "default") != token_account:
         return Binding(False, f"{where} does not run as service account {token_account!r}")
     if not token_pod_uid or meta.get("uid") != token_pod_uid:

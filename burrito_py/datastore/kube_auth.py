@@ -150,9 +150,8 @@ async def _runner_scope(
     from kubernetes_asyncio import client
 
     where = f"pod {namespace}/{pod_name}"
-    if account not in (runner_account, pull_request_account):  # before any read: most such tokens are no runners
-        return (f"the token's service account {account!r} is not a runner service account ({runner_account!r}, "
-                f"{pull_request_account!r})")
+    # Any account may be a run's (an opened one: runner_pod_binding): the pod says. These reads are once per token
+    # (token_cache.py), and a caller's reviews are throttled (review_throttle.py).
     pod = await _get(client.CoreV1Api(api).read_namespaced_pod(pod_name, namespace))
     if pod is None:
         return f"{where} does not exist"

@@ -1,5 +1,5 @@
 """Issue 11, item 14 (security): a runner token writes a run's artifacts only when it is bound to the pod the run
-controller created for the run's current attempt (name and uid), running as the runner ServiceAccount. Real
+controller created for the run's current attempt (name and uid), running as the account it gave that pod. Real
 TokenRequests and TokenReviews of the emulator, real pods and runs, the datastore over HTTP."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from burrito_local.identity import ensure_service_account
 
 from burrito_py.api import annotations as ann
+from burrito_py.api.runner_secrets import RUNNER_SERVICE_ACCOUNT
 from tests.integration.datastore.auth_platform import NS, AuthPlatform, running_auth_platform
 
 
@@ -29,11 +31,40 @@ def put_plan(
 
 
 def test_a_pod_owned_by_the_run_but_running_as_default_cannot_upload_its_plan(platform: AuthPlatform):
+    """A pod naming the run as its controller, under another account, that the run controller never recorded."""
     response = put_plan(platform, platform.tokens["default-sa-pod"])
     assert response.status_code == 403
     error = response.json()["error"]
     assert "system:serviceaccount:default:default may not use the datastore" in error
-    assert "'default' is not a runner service account ('burrito-py-runner', 'burrito-py-runner-pr')" in error
+    assert "pod default/app-plan-1-7 is not the current runner pod of run app-plan-1" in error
+
+
+def test_a_run_the_controller_ran_as_an_opened_account_uploads_its_plan(platform: AuthPlatform):
+    """The run controller runs a layer's pod as the account its `overrideRunnerSpec` names once the account's
+    writers opened it to runners (§6.3): that pod, recorded as the run's attempt, is its runner. The datastore used
+    to refuse every account but the two platform ones, so such a run failed each upload with 403."""
+    http = platform.http
+    ensure_service_account(http, NS, "deployer")
+    http.patch(f"/api/v1/namespaces/{NS}/serviceaccounts/deployer",
+               json={"metadata": {"annotations": {RUNNER_SERVICE_ACCOUNT: "true"}}},
+               headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+    run = "other-plan-deployer"  # a run of its own: the module's other tests read the others' statuses
+    http.post(f"/apis/{ann.API_VERSION}/namespaces/{NS}/terraformruns", json={
+        "apiVersion": ann.API_VERSION, "kind": "TerraformRun",
+        "metadata": {"name": run, "namespace": NS, "labels": {ann.LABEL_LAYER: "other"}},
+        "spec": {"action": "plan", "layer": {"name": "other"}}}).raise_for_status()
+    pod = platform.create_runner_pod(run, 1, account="deployer")
+    token = platform.runner_token(pod["metadata"]["name"], account="deployer")
+    assert put_plan(platform, token, run, 1, "other").status_code == 503  # not recorded yet
+    platform.record_attempts(run, pod)
+    response = put_plan(platform, token, run, 1, "other")
+    assert response.status_code in (200, 201), response.text
+    # The same account's token bound to a pod the run never recorded is still refused.
+    stray = platform.create_runner_pod(run, 6, account="deployer")
+    refused = put_plan(platform, platform.runner_token(stray["metadata"]["name"], account="deployer"), run, 1,
+                       "other")
+    assert refused.status_code == 403
+    assert f"is not the current runner pod of run {run}" in refused.json()["error"]
 
 
 def test_the_pod_of_a_previous_attempt_cannot_upload(platform: AuthPlatform):

@@ -7,6 +7,7 @@ from typing import Any
 from burrito_py.datastore.auth import LayerArtifacts, Principal, authorize, runner_pod_binding
 
 SA = "burrito-py-runner"
+PR = "burrito-py-runner-pr"
 
 
 def pod(name: str = "r-2", uid: str = "u2", account: str = SA) -> dict[str, Any]:
@@ -24,12 +25,26 @@ def test_the_current_attempts_pod_under_the_runner_account_is_the_runner():
     assert runner_pod_binding(SA, "u2", pod(), run("Succeeded"), SA).ok  # it may still read after the end
 
 
-def test_another_service_account_is_never_a_runner():
-    verdict = runner_pod_binding("default", "u2", pod(account="default"), run(), SA)
+def test_an_account_the_layer_names_is_the_runner_only_as_the_recorded_pods_account():
+    """The run controller ran the pod as an account its writers opened to runners (api/runner_secrets.py): the
+    pod it recorded, whose account cannot change, is the runner. It used to be refused, failing every such run."""
+    assert runner_pod_binding("deployer", "u2", pod(account="deployer"), run(), SA).ok
+    assert "does not run as service account 'deployer'" in runner_pod_binding("deployer", "u2", pod(), run(), SA).reason
+    assert not runner_pod_binding("deployer", "u3", pod("r-3", "u3", "deployer"), run("Failed"), SA).ok
+
+
+def test_the_pull_requests_account_runs_no_layers_run_and_a_pull_requests_plan_only_as_it():
+    verdict = runner_pod_binding(PR, "u2", pod(account=PR), run(), SA, PR)
     assert not verdict.ok and not verdict.pending
-    assert verdict.reason == (
-        "the token's service account 'default' is not the runner service account 'burrito-py-runner'"
-    )
+    assert verdict.reason == ("the token's service account 'burrito-py-runner-pr' is the pull requests' runner "
+                              "account: it runs no layer's run")
+    plan = {**run(), "spec": {"action": "plan", "pullRequest": "pr-1"}}
+    assert runner_pod_binding(PR, "u2", pod(account=PR), plan, SA, PR).ok
+    for account in (SA, "deployer"):
+        verdict = runner_pod_binding(account, "u2", pod(account=account), plan, SA, PR)
+        assert not verdict.ok and "is not a pull request's run, whose runner account is" in verdict.reason
+    apply = {**run(), "spec": {"action": "apply", "pullRequest": "pr-1"}}  # before merge: the layer's runner
+    assert runner_pod_binding("deployer", "u2", pod(account="deployer"), apply, SA, PR).ok
 
 
 def test_the_pod_must_run_as_the_tokens_account_and_be_the_tokens_pod():
