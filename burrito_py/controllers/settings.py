@@ -60,10 +60,11 @@ class ControllerSettings(BaseSettings):
         timedelta(minutes=5), description="Time between two fetches of a repository's branches."
     )
     # Full re-evaluation of every object, a safety net for missed wake-ups and for deletions a watch's re-list never
-    # told (controllers/vanished.py): a GET of each unfinished run and active runner pod, nothing else.
+    # told (controllers/vanished.py): a GET of each unfinished run, active runner pod and layer being deleted (with
+    # the layers depending on it), nothing else.
     resync_interval: Duration = Field(
         timedelta(minutes=10), description="Time between two full re-evaluations of every object (the only API calls: "
-        "whether each unfinished run and active runner pod still exists)."
+        "whether each unfinished run, active runner pod and layer being deleted, with its dependents, still exists)."
     )
     failure_grace_period: Duration = Field(
         timedelta(seconds=15), description="Base of the exponential backoff between retries of a failed run."

@@ -7,6 +7,10 @@ deleted then stayed the layer's active run (the layer stayed Running). At each r
 for what still matters of them, the unfinished runs and the active runner pods (bounded by the work in flight,
 never every object), and forget what the API no longer has, as the watch would have; an object found is taken as
 the API has it now.
+
+Layers too, where a missed deletion holds work for good: a layer being deleted, and each layer that depends on it
+(its destroy waits for them, `WaitingForDependents`; its dependents wait while it "is being deleted"). Bounded by
+the deletions in flight, never every layer.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ def _layer_key(run: Mapping[str, Any]) -> tuple[str, str]:
 
 
 async def forget_vanished(ctx: Context) -> int:
-    """Forget the unfinished runs and the active runner pods the API no longer has, waking whom they concern (a
-    pod's run fails its attempt: "disappeared"); how many were forgotten."""
+    """Forget the unfinished runs, the active runner pods and the layers being deleted (with their dependents) the
+    API no longer has, waking whom they concern (a pod's run fails its attempt: "disappeared"); how many were
+    forgotten."""
     forgotten = 0
     for run in [r for r in ctx.inventory.runs if (r.get("status") or {}).get("state") not in TERMINAL]:
         found = await ctx.kube.get(crd_path("terraformruns", run["metadata"]["namespace"], run["metadata"]["name"]))
@@ -59,4 +64,18 @@ async def forget_vanished(ctx: Context) -> int:
                 ctx.wake_run((pod["metadata"]["namespace"], str(owner)))
         else:
             ctx.inventory.pods.observe(live)
+    for deleting in [layer for layer in ctx.inventory.layers if layer["metadata"].get("deletionTimestamp")]:
+        upstream = key_of(deleting)
+        for key in (upstream, *ctx.inventory.layers.dependents_of(upstream)):
+            held = ctx.inventory.layers.get(key)
+            if held is None:
+                continue
+            found = await ctx.kube.get(crd_path("terraformlayers", *key))
+            if found is None:
+                ctx.inventory.layers.forget(held)  # wakes its upstreams and dependents (dependencies.wake_related)
+                forgotten += 1
+                log.info("layer %s/%s was deleted while a watch was down: forgotten", *key)
+            else:
+                ctx.inventory.layers.observe(found)
+        ctx.wake_layer(upstream)
     return forgotten
