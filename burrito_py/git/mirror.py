@@ -54,6 +54,9 @@ _HEADS = "refs/heads/"
 # ~160 MB and ~40 s (measured); a Terraform repository holds far fewer.
 DEFAULT_ARCHIVE_TIMEOUT = 300.0
 MAX_SOURCE_FILES = 1_000_000
+# The most a list of a source's files or changes may take (paths: a million of 128 bytes); the tree bomb's paths can
+# be long as well as many.
+MAX_LISTING_BYTES = 128 * 1024 * 1024
 # PATH_MAX: no longer symlink target is followed by the kernel (ENAMETOOLONG), and git stores any blob as one.
 MAX_SYMLINK_TARGET = 4096
 
@@ -307,16 +310,33 @@ class GitMirror:
         new_sha = self._require_commit(new_rev)
         old_sha = self._peel(old_rev, "commit") if old_rev is not None else None
         if old_sha is None:
-            status, raw, err = self._read_bytes(["ls-tree", "-r", "-z", "--name-only", "--full-tree", new_sha])
-            if status != 0:
-                raise GitError(f"listing files of {new_rev} in {self.safe_url} failed: {_last_error_line(err)}")
+            raw = self._listing(["ls-tree", "-r", "-z", "--name-only", "--full-tree", new_sha], 1,
+                                f"listing files of {new_rev}")
             return [Change("A", name) for name in _split_z(raw)]
-        status, raw, err = self._read_bytes(
-            ["diff", "--name-status", "-z", "-M", "--no-ext-diff", "--no-textconv", old_sha, new_sha]
-        )
-        if status != 0:
-            raise GitError(f"diffing {old_rev}..{new_rev} in {self.safe_url} failed: {_last_error_line(err)}")
+        raw = self._listing(["diff", "--name-status", "-z", "-M", "--no-ext-diff", "--no-textconv", old_sha, new_sha],
+                            2, f"diffing {old_rev}..{new_rev}")  # a rename's three fields name two files
         return _parse_name_status(_split_z(raw))
+
+    def _listing(self, args: list[str], fields_per_file: int, what: str) -> bytes:
+        """git's NUL-separated list of files, bounded as an archive is: a pushed tree bomb (a few KB of objects
+        naming billions of paths) was listed whole into the controllers' memory, with no deadline, before its
+        archive was refused. SourceRefused past MAX_SOURCE_FILES files (`fields_per_file` fields each),
+        MAX_LISTING_BYTES, or DEFAULT_ARCHIVE_TIMEOUT."""
+        chunks: list[bytes] = []
+        fields = size = 0
+
+        def keep(chunk: bytes) -> bool:
+            nonlocal fields, size
+            fields, size = fields + chunk.count(b"\0"), size + len(chunk)
+            chunks.append(chunk)
+            return fields <= fields_per_file * MAX_SOURCE_FILES and size <= MAX_LISTING_BYTES
+
+        how, status, err = self._stream(args, keep, time.monotonic() + DEFAULT_ARCHIVE_TIMEOUT)
+        if how == "stopped":
+            raise SourceRefused(f"{what} names more than {MAX_SOURCE_FILES} files or {MAX_LISTING_BYTES} bytes of "
+                                "paths, the most a source may hold")
+        self._bounded_outcome(how, status, err, what, DEFAULT_ARCHIVE_TIMEOUT)
+        return b"".join(chunks)
 
     def merge_base(self, base: str, head: str) -> str | None:
         """The best common ancestor of two revisions (None when they share none, e.g. unrelated histories)."""

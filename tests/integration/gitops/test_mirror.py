@@ -227,6 +227,25 @@ def test_attack_a_tree_bomb_is_refused_before_git_archive_loads_it(repo: TestRep
     assert list(dest.parent.iterdir()) == []
 
 
+def test_attack_a_tree_bomb_head_is_refused_before_its_changes_are_listed_whole(repo: TestRepo, cache: Path) -> None:
+    """A pull request's head (a fork's: an outsider's) or a branch whose tree is a bomb: what it changes was listed
+    whole into the controllers' memory, with no deadline (a real bomb names billions of paths), before its archive
+    was refused. The list now stops at the archive's cap, whether diffed against a base or listed at first sight."""
+    base = repo.head
+    bomb = commit_tree_bomb(repo, "bomb", levels=5, width=16)  # 16**5 = 1,048,576 files
+    mirror = fetched(cache, repo.url)
+    for listed in (lambda: mirror.pull_request_changes("main", bomb), lambda: mirror.changes(None, bomb),
+                   lambda: mirror.changes(base, bomb)):
+        started = time.monotonic()
+        with pytest.raises(SourceRefused) as refused:
+            listed()
+        assert time.monotonic() - started < 20
+        assert str(refused.value).endswith("names more than 1000000 files or 134217728 bytes of paths, the most a "
+                                           "source may hold"), refused.value
+    small = repo.commit({"app/main.tf": "# changed\n"}, "a change")
+    assert [c.path for c in fetched(cache, repo.url).pull_request_changes(base, small)] == ["app/main.tf"]
+
+
 def test_attack_an_archive_larger_than_the_datastore_stores_is_stopped_while_it_is_written(
         repo: TestRepo, cache: Path, tmp_path: Path) -> None:
     big = repo.commit({"blob.txt": os.urandom(256 * 1024).hex()}, "does not compress below 256 KiB")
