@@ -625,7 +625,8 @@ class AdmissionPolicy(Values):
     enabled: bool = Field(
         True,
         description="Install the policy and its binding (admissionregistration.k8s.io/v1, Kubernetes >= 1.30; "
-        "turn off on 1.29, where the controllers' check alone refuses such runs).",
+        "turn off on 1.29, where the controllers' check alone refuses such runs, and no layer's override-policy is "
+        "honoured: who wrote it cannot be told).",
     )
 
 

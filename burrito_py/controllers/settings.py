@@ -108,6 +108,11 @@ class ControllerSettings(BaseSettings):
     allow_cross_namespace_dependencies: bool = Field(
         False, description="Let a layer's spec.dependsOn name a layer of another namespace (and read its outputs)."
     )
+    admission_policy: bool = Field(
+        True, description="The chart's admission policy (admissionPolicy.enabled) lets only the server write a layer's "
+        "override-policy annotation. Off, who wrote one cannot be told, so none is honoured: a mandatory denial "
+        "stands (OverrideRefused)."
+    )
     runner_command: list[str] = Field(default_factory=lambda: ["burrito-py", "runner", "start"])
     runner_node_selector: dict[str, str] = Field(
         default_factory=dict,

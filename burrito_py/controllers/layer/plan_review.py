@@ -255,13 +255,19 @@ async def read_plan(ctx: Any, layer: Mapping[str, Any], runs: Mapping[str, RunVi
     return PlanReading(verdict, facts, error)
 
 
+# Why an override is not honoured where no admission policy guards the annotation (settings.admission_policy).
+UNGUARDED_OVERRIDE = ("the admission policy that lets only the burrito-py server write the override is off "
+                      "(admissionPolicy.enabled=false), so who wrote it cannot be told: no override is honoured")
+
+
 def review_plan(
     layer: Mapping[str, Any], runs: Mapping[str, RunView], policies: Sequence[Any], reading: PlanReading | None,
-    now: datetime,
+    now: datetime, overrides_guarded: bool = True,
 ) -> Review:
     """Deciding (pure): the review of the layer's current plan, from this reconcile's reading of it when it needed
     one (`read_plan`), else from the status; what annotations change is recomputed (the drift state after an
-    apply, an override)."""
+    apply, an override). `overrides_guarded`: the admission policy lets only the server write the override (off:
+    anyone who may patch the layer could name an `overrideBy` user, so none is honoured)."""
     meta = layer["metadata"]
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     status: Mapping[str, Any] = layer.get("status") or {}
@@ -284,7 +290,7 @@ def review_plan(
     policy.pop("overrideRefused", None)
     if override is not None and override.plan_sum == plan_sum and policy.get("verdict") == "Denied":
         refusal = override_refusal(policy.get("denied") or (), overrides_allowed(policies), override.user,
-                                   override.groups)
+                                   override.groups) if overrides_guarded else f"{override.user}: {UNGUARDED_OVERRIDE}"
         if refusal is None:
             policy["override"] = {"by": override.user, "planSum": plan_sum}
             if previous_override != policy["override"]:

@@ -117,7 +117,8 @@ async def _gather(ctx: Context, key: Key, now: datetime) -> LayerFacts | None:
     if not deleting:  # a destroy reviews nothing
         views = {v.name: v for v in map(run_view, runs)}
         policies = await ctx.policies.for_layer(ctx.kube, layer)
-        review = review_plan(layer, views, policies, await read_plan(ctx, layer, views, policies), now)
+        review = review_plan(layer, views, policies, await read_plan(ctx, layer, views, policies), now,
+                             settings.admission_policy)
     dependencies = await dependency_snapshot(ctx, layer)
     merged = await merged_reviews(ctx, layer)
     return LayerFacts(

@@ -39,6 +39,17 @@ def test_the_chart_renders_policy_objects_under_the_release_name():
     assert admission_objects({"admissionPolicy": {"enabled": False}}) == []
 
 
+def test_the_controllers_honour_overrides_only_where_the_policy_guards_them():
+    """Without the policy anyone who may patch a layer writes its override naming anyone: the controllers are told
+    (BURRITO_PY_ADMISSION_POLICY), and then honour none (plan_review.UNGUARDED_OVERRIDE)."""
+    def told(values: dict[str, object]) -> object:
+        config = next(d for d in render_chart(values, "rel", "ns")
+                      if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "rel-controllers")  # type: ignore[index]
+        return config["data"]["BURRITO_PY_ADMISSION_POLICY"]  # type: ignore[index]
+
+    assert (told({}), told({"admissionPolicy": {"enabled": False}})) == ("true", "false")
+
+
 def test_the_policy_refuses_a_cross_namespace_run_and_admits_the_others():
     policy, binding = policy_objects("burrito-py", [SERVER], RUNNER, [CONTROLLERS])[:2]
 

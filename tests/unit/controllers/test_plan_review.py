@@ -76,6 +76,34 @@ def test_drift_state_and_since() -> None:
     assert "since" not in resolved and resolved["resources"] == 0 and resolved["addresses"] == []
 
 
+def test_attack_an_override_written_where_no_admission_policy_guards_it_is_not_honoured() -> None:
+    """Where the chart's admission policy is off (Kubernetes 1.29, or turned off), anyone who may patch the layer
+    writes `override-policy` naming a user the mandatory policy's `overrideBy` lists, and the controllers' check
+    trusted the name: the denial was lifted by someone who was never asked. Now no override is honoured there."""
+    import json
+
+    from tests.unit.policy.policies import policy
+
+    mandatory = policy([{"name": "r", "cel": {"expression": "true"}}], "mandatory", overrideBy={"users": ["alice"]})
+    denied = {"planSum": SUM, "verdict": "Denied",
+              "denied": [{"policy": "default/p", "rule": "r", "enforcement": "mandatory"}]}
+    override = json.dumps({"sum": SUM, "user": "alice", "groups": []})
+    layer = {"metadata": {"namespace": "default", "name": "app",
+                          "annotations": PLANNED | {ann.OVERRIDE_POLICY: override}},
+             "status": {"policy": denied}}
+    guarded = review_plan(layer, runs("c2", None), [mandatory], None, NOW)
+    assert guarded.policy is not None and guarded.policy["override"] == {"by": "alice", "planSum": SUM}
+    unguarded = review_plan(layer, runs("c2", None), [mandatory], None, NOW, overrides_guarded=False)
+    assert unguarded.policy is not None and "override" not in unguarded.policy
+    assert unguarded.policy["overrideRefused"] == "alice"
+    assert [(e[1], e[2]) for e in unguarded.events] == [("OverrideRefused", "alice: the admission policy that lets "
+                                                         "only the burrito-py server write the override is off "
+                                                         "(admissionPolicy.enabled=false), so who wrote it cannot be "
+                                                         "told: no override is honoured")]
+    gates = [gate_of(review.policy, layer["metadata"]["annotations"]) for review in (guarded, unguarded)]
+    assert [(g.verdict, g.override_by) for g in gates if g is not None] == [("Denied", "alice"), ("Denied", None)]
+
+
 def test_override_refusal() -> None:
     denied = [{"policy": "default/p", "rule": "r", "enforcement": "mandatory"},
               {"policy": "q", "rule": "r", "enforcement": "mandatory"},
