@@ -130,6 +130,28 @@ def strategic_patch_on_custom_resource(api: Api, ns: str) -> Observation:
     return {"code": code, "reason": body.get("reason")}
 
 
+def json_patch_test_then_remove(api: Api, ns: str) -> Observation:
+    """How the controllers consume an annotation (Kube.remove_annotations): a `test` of the value acted on before its
+    `remove`. A value rewritten meanwhile fails the test (422) and nothing of the patch is applied."""
+    body = run("jp")
+    body["metadata"]["annotations"] = {"api.burrito-py.io/operation": "old", "api.burrito-py.io/sync-now": "1"}
+    api.call("POST", RUNS.format(ns=ns), body)
+    path = RUNS.format(ns=ns) + "/jp"
+
+    def patch(*pairs: tuple[str, str]) -> int:
+        operations: list[dict[str, Any]] = []
+        for key, value in pairs:
+            pointer = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+            operations += [{"op": "test", "path": pointer, "value": value}, {"op": "remove", "path": pointer}]
+        return api.call("PATCH", path, operations, content_type="application/json-patch+json")[0]
+
+    stale = patch(("api.burrito-py.io/operation", "new"), ("api.burrito-py.io/sync-now", "1"))
+    kept = api.call("GET", path)[1]["metadata"].get("annotations")
+    current = patch(("api.burrito-py.io/sync-now", "1"))
+    return {"stale": stale, "kept": kept, "current": current,
+            "after": api.call("GET", path)[1]["metadata"].get("annotations")}
+
+
 def finalizer_holds_deletion(api: Api, ns: str) -> Observation:
     path = RUNS.format(ns=ns) + "/fin"
     api.call("POST", RUNS.format(ns=ns), {**run("fin"), "metadata": {"name": "fin", "finalizers": ["x.io/hold"]}})
@@ -276,9 +298,9 @@ def owner_garbage_collection(api: Api, ns: str) -> Observation:
 
 CHECKS: dict[str, Callable[[Api, str], Observation]] = {f.__name__: f for f in (
     get_missing, create_twice, stale_update, crd_schema_type_error, crd_unknown_field, generation_and_status,
-    strategic_patch_on_custom_resource, finalizer_holds_deletion, dry_run_create, pagination_and_selectors,
-    impersonation, server_side_apply_conflict, lease_micro_time, table_columns, watch_sees_changes,
-    graceful_pod_deletion, owner_garbage_collection)}
+    strategic_patch_on_custom_resource, json_patch_test_then_remove, finalizer_holds_deletion, dry_run_create,
+    pagination_and_selectors, impersonation, server_side_apply_conflict, lease_micro_time, table_columns,
+    watch_sees_changes, graceful_pod_deletion, owner_garbage_collection)}
 
 
 @contextmanager
