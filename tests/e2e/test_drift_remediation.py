@@ -58,7 +58,12 @@ def applies(platform: Platform) -> int:
 
 
 def attribute(platform: Platform, name: str, key: str) -> Any:
-    state = json.loads(platform.state_file("app").read_text())
+    """The attribute in the layer's local state file; None while terraform is writing it (its local backend
+    truncates the file and writes it in place: a read in between finds it empty)."""
+    try:
+        state = json.loads(platform.state_file("app").read_text())
+    except json.JSONDecodeError:
+        return None
     return next(r for r in state["resources"] if r["name"] == name)["instances"][0]["attributes"][key]
 
 
